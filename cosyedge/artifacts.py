@@ -1,0 +1,293 @@
+"""Self-describing artifacts: the streaming contract in ONNX metadata, manifests, atomic writes.
+
+The **stream contract** is what any runtime needs to start a stream without guessing: the audio input
+and output names, sample rate (Hz), hop (samples per model step), total stride (the chunk length must be
+a multiple of it), algorithmic delay (samples), and one entry per state pair (input name, output name,
+shape with the batch axis written ``"N"``, dtype, zero initial value). It is stored as ONNX
+``metadata_props`` under ``cosyedge.*`` keys (values are strings; lists/dicts are JSON).
+
+A **manifest** (``manifest.json``) sits next to every built artifact: schema version, stage, cosyedge
+version, parent hashes, flags, tool versions and a copy of the contract. :func:`load_manifest` names any
+missing key.
+
+Every file is written through :func:`atomic_output` (temp file in the destination folder, then
+``os.replace``) so a failure never leaves a partial file or destroys the previous one.
+
+Source: k2-fsa/icefall ``export-onnx-streaming.py`` ``add_meta_data`` (metadata in the ONNX).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+
+from cosyedge.errors import ArtifactError
+
+SCHEMA_VERSION = 1
+META_PREFIX = "cosyedge."
+BATCH_DIM = "N"
+
+_NP_DTYPES = {"float32": np.float32, "float16": np.float16, "int64": np.int64, "int32": np.int32}
+
+
+@dataclasses.dataclass
+class StateSpec:
+    """One streaming state pair (cache) of a model.
+
+    Attributes:
+        input (str): ONNX input name, e.g. ``"state_in.03"``; fed the previous ``output`` (zeros at start).
+        output (str): ONNX output name, e.g. ``"state_out.03"``.
+        shape (list): Shape with the batch axis as ``"N"``, e.g. ``["N", 96, 4]`` = (batch, channels,
+            frames). The last axis is time (samples or frames of that layer).
+        dtype (str): numpy dtype name, ``"float32"`` by default.
+        node (str): Name of the node (Conv) whose causal left pad this state replaces; informational.
+        init (float): Initial value of every element at stream start (0.0).
+    """
+
+    input: str
+    output: str
+    shape: list
+    dtype: str = "float32"
+    node: str = ""
+    init: float = 0.0
+
+    @property
+    def batch_axis(self) -> int:
+        """int: index of the ``"N"`` axis in :attr:`shape`."""
+        for i, d in enumerate(self.shape):
+            if d == BATCH_DIM:
+                return i
+        raise ArtifactError(f"state '{self.input}' has no batch axis '{BATCH_DIM}' in shape {self.shape}")
+
+    def concrete_shape(self, batch: int = 1) -> tuple[int, ...]:
+        """Return the shape (tuple[int]) with the batch axis set to ``batch`` (int >= 1)."""
+        return tuple(batch if d == BATCH_DIM else int(d) for d in self.shape)
+
+    def zeros(self, batch: int = 1) -> np.ndarray:
+        """Return the initial state, an array of shape :meth:`concrete_shape` and dtype :attr:`dtype`."""
+        return np.full(self.concrete_shape(batch), self.init, dtype=_NP_DTYPES.get(self.dtype, np.float32))
+
+
+@dataclasses.dataclass
+class StreamContract:
+    """Everything a runtime needs to stream a model (see module docstring).
+
+    Attributes:
+        input (str): Audio input name; tensor (N, 1, T) float32, T = chunk samples, range [-1, 1].
+        output (str): Audio output name; tensor (N, 1, T) float32.
+        sample_rate_hz (int): Model sample rate, e.g. 16000.
+        hop_samples (int): Samples per model step (the natural chunk), e.g. 160 (10 ms at 16 kHz).
+        total_stride (int): Chunk lengths must be a multiple of this (samples); usually == hop.
+        delay_samples (int): Algorithmic delay of the output w.r.t. the input, beyond the chunk itself.
+        states (list[StateSpec]): State pairs; empty before streamify.
+        name (str): Model name used for artifact folders.
+    """
+
+    input: str
+    output: str
+    sample_rate_hz: int
+    hop_samples: int
+    total_stride: int
+    delay_samples: int = 0
+    states: list = dataclasses.field(default_factory=list)
+    name: str = "model"
+
+    @property
+    def algorithmic_latency_ms(self) -> float:
+        """float: chunk (one hop) plus delay, in ms: the earliest an input sample can be heard."""
+        return 1000.0 * (self.hop_samples + self.delay_samples) / self.sample_rate_hz
+
+    @property
+    def is_streaming(self) -> bool:
+        """bool: True once the model has explicit state inputs/outputs (after streamify)."""
+        return bool(self.states)
+
+    def check_chunk(self, chunk_samples: int) -> None:
+        """Raise :class:`~cosyedge.errors.UsageError` unless ``chunk_samples`` (int) is a positive
+        multiple of :attr:`total_stride`."""
+        from cosyedge.errors import UsageError
+
+        if chunk_samples <= 0 or chunk_samples % self.total_stride:
+            raise UsageError(
+                f"chunk of {chunk_samples} samples is not a positive multiple of the model's total stride "
+                f"{self.total_stride} samples (use {self.total_stride}, {2 * self.total_stride}, ...)"
+            )
+
+    def to_metadata(self) -> dict[str, str]:
+        """Return the contract as ``cosyedge.*`` string key/values for ONNX ``metadata_props``."""
+        meta = {
+            "schema_version": str(SCHEMA_VERSION),
+            "name": self.name,
+            "input": self.input,
+            "output": self.output,
+            "sample_rate_hz": str(self.sample_rate_hz),
+            "hop_samples": str(self.hop_samples),
+            "total_stride": str(self.total_stride),
+            "delay_samples": str(self.delay_samples),
+            "algorithmic_latency_ms": f"{self.algorithmic_latency_ms:g}",
+            "state": json.dumps([dataclasses.asdict(s) for s in self.states]),
+        }
+        return {META_PREFIX + k: v for k, v in meta.items()}
+
+    @classmethod
+    def from_metadata(cls, meta: dict[str, str], where: str = "model") -> "StreamContract":
+        """Parse ``cosyedge.*`` metadata (dict[str, str]).
+
+        Raises:
+            ArtifactError: a key is missing or malformed; the message names it and ``where``.
+        """
+        def get(key: str) -> str:
+            full = META_PREFIX + key
+            if full not in meta:
+                raise ArtifactError(
+                    f"{where} has no cosyedge metadata '{full}' (export it with 'cosyedge export' or "
+                    f"'cosyedge streamify --sample-rate-hz ... --hop-samples ...' first)"
+                )
+            return meta[full]
+
+        try:
+            states = [StateSpec(**s) for s in json.loads(meta.get(META_PREFIX + "state", "[]"))]
+            return cls(
+                input=get("input"),
+                output=get("output"),
+                sample_rate_hz=int(get("sample_rate_hz")),
+                hop_samples=int(get("hop_samples")),
+                total_stride=int(meta.get(META_PREFIX + "total_stride", get("hop_samples"))),
+                delay_samples=int(meta.get(META_PREFIX + "delay_samples", "0")),
+                states=states,
+                name=meta.get(META_PREFIX + "name", "model"),
+            )
+        except (ValueError, TypeError, json.JSONDecodeError) as err:
+            raise ArtifactError(f"{where} has malformed cosyedge metadata ({err})") from None
+
+    @classmethod
+    def from_onnx(cls, model: Any) -> "StreamContract":
+        """Read the contract from an ONNX file path (str/Path) or ``onnx.ModelProto``.
+
+        Raises:
+            ArtifactError: file missing/corrupt or metadata missing.
+        """
+        where = "ONNX model"
+        if isinstance(model, (str, Path)):
+            where = str(model)
+            model = load_onnx(model, load_external_data=False)
+        meta = {p.key: p.value for p in model.metadata_props}
+        return cls.from_metadata(meta, where=where)
+
+    def write_to_onnx(self, model: Any) -> Any:
+        """Set this contract into ``model.metadata_props`` (onnx.ModelProto), replacing old cosyedge keys.
+        Returns the same ModelProto."""
+        keep = [(p.key, p.value) for p in model.metadata_props if not p.key.startswith(META_PREFIX)]
+        del model.metadata_props[:]
+        for k, v in keep + sorted(self.to_metadata().items()):
+            p = model.metadata_props.add()
+            p.key, p.value = k, v
+        return model
+
+
+def load_onnx(path: str | Path, load_external_data: bool = True) -> Any:
+    """Load an ONNX file as ``onnx.ModelProto``.
+
+    Raises:
+        ArtifactError: the file is missing or is not a valid ONNX protobuf.
+    """
+    import onnx
+
+    path = Path(path)
+    if not path.is_file():
+        raise ArtifactError(f"ONNX file not found: {path}")
+    try:
+        return onnx.load(str(path), load_external_data=load_external_data)
+    except Exception as err:  # protobuf DecodeError and friends
+        raise ArtifactError(f"cannot read ONNX file {path}: {type(err).__name__}: {err}".splitlines()[0]) from None
+
+
+def sha256_file(path: str | Path, chunk_bytes: int = 1 << 20) -> str:
+    """Return the hex SHA-256 (str) of a file's bytes."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(chunk_bytes), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+@contextlib.contextmanager
+def atomic_output(dest: str | Path, suffix: str | None = None) -> Iterator[Path]:
+    """Yield a temporary path next to ``dest``; on success rename it onto ``dest``, on error delete it.
+
+    The previous ``dest`` (if any) survives any failure. The parent folder must exist or be creatable.
+
+    Args:
+        dest (str | Path): Final path.
+        suffix (str | None): Temp file suffix (defaults to ``dest``'s, so format sniffing by extension works).
+    Raises:
+        ArtifactError: the destination folder cannot be created or written.
+    """
+    dest = Path(dest)
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=suffix if suffix is not None else dest.suffix,
+                                   dir=dest.parent)
+        os.close(fd)
+    except OSError as err:
+        raise ArtifactError(f"cannot write {dest}: {err.strerror or err}") from None
+    tmp = Path(tmp)
+    try:
+        yield tmp
+        os.replace(tmp, dest)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def write_json(path: str | Path, data: dict) -> None:
+    """Atomically write ``data`` (JSON-serialisable dict) to ``path``, pretty-printed."""
+    with atomic_output(path) as tmp:
+        tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
+MANIFEST_NAME = "manifest.json"
+MANIFEST_REQUIRED = ("schema_version", "stage", "cosyedge_version", "model", "contract")
+
+
+def write_manifest(folder: str | Path, manifest: dict) -> Path:
+    """Write ``folder/manifest.json`` atomically, adding ``schema_version`` and ``cosyedge_version``.
+
+    Returns:
+        Path: the manifest path.
+    """
+    from cosyedge import __version__
+
+    data = {"schema_version": SCHEMA_VERSION, "cosyedge_version": __version__, **manifest}
+    path = Path(folder) / MANIFEST_NAME
+    write_json(path, data)
+    return path
+
+
+def load_manifest(folder: str | Path) -> dict:
+    """Load and validate ``folder/manifest.json``.
+
+    Returns:
+        dict: the manifest; ``manifest["contract"]`` is the contract's metadata dict.
+    Raises:
+        ArtifactError: missing file, bad JSON, or a missing required key (named in the message).
+    """
+    path = Path(folder) / MANIFEST_NAME
+    if not path.is_file():
+        raise ArtifactError(f"{path} not found (is {folder} an engine folder made by 'cosyedge build'?)")
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as err:
+        raise ArtifactError(f"{path} is not valid JSON ({err})") from None
+    for key in MANIFEST_REQUIRED:
+        if key not in data:
+            raise ArtifactError(f"{path} missing '{key}' (rebuild it with 'cosyedge build')")
+    return data

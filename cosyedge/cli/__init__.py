@@ -1,0 +1,1 @@
+"""Thin click command-line layer over the cosyedge Python API (no logic lives here)."""

@@ -1,0 +1,75 @@
+"""``cosyedge`` command line: a lazy click group; each command lives in its own ``cosyedge.cli.<module>``.
+
+Errors: :class:`~cosyedge.errors.CosyEdgeError` becomes one line ``[!] message`` on stderr and exit
+code ``err.exit_code`` (no traceback). Source: Polygraphy ``tools/_main.py``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import click
+
+from cosyedge import __version__
+from cosyedge.errors import CosyEdgeError
+
+# command name -> (module, attribute); modules are imported only when the command runs or --help lists it.
+COMMANDS = {
+    "export": ("cosyedge.cli.export", "export"),
+    "streamify": ("cosyedge.cli.export", "streamify"),
+    "build": ("cosyedge.cli.build", "build"),
+    "run": ("cosyedge.cli.run", "run"),
+}
+
+
+class LazyGroup(click.Group):
+    """click group that imports command modules on demand."""
+
+    def list_commands(self, ctx):
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx, name):
+        if name not in COMMANDS:
+            return None
+        mod, attr = COMMANDS[name]
+        try:
+            return getattr(importlib.import_module(mod), attr)
+        except ModuleNotFoundError as err:
+            if err.name == mod:  # command not shipped in this build
+                return None
+            raise
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="cosyedge")
+def cli():
+    """cosyedge: stream causal-convolution speech models on TensorRT (GPU) and ONNX Runtime (CPU).
+
+    Pipeline: export -> streamify -> build -> run. Run 'cosyedge COMMAND --help' for details.
+    """
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Console entry point. Returns the exit code (0 ok, CosyEdgeError.exit_code on failure)."""
+    from cosyedge.log import LOG
+
+    LOG.configure(0)
+    try:
+        cli.main(args=argv, prog_name="cosyedge", standalone_mode=False)
+    except CosyEdgeError as err:
+        click.echo(f"[!] {err}", err=True)
+        return err.exit_code
+    except click.exceptions.Abort:
+        click.echo("[!] aborted", err=True)
+        return 130
+    except click.ClickException as err:
+        err.show()
+        return err.exit_code
+    except click.exceptions.Exit as err:
+        return err.exit_code
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

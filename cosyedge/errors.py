@@ -1,0 +1,47 @@
+"""cosyedge errors: one line, with an exit code.
+
+The CLI (:func:`cosyedge.cli.main.main`) catches :class:`CosyEdgeError`, prints ``[!] <message>`` to
+stderr without a traceback and exits with ``exit_code``. Any other exception is a bug and keeps its
+traceback.
+
+Source: Polygraphy ``logger.critical`` / ``tools/_main.py`` (one-line fatal errors).
+"""
+
+from __future__ import annotations
+
+
+class CosyEdgeError(Exception):
+    """Base class of every expected failure. ``str(err)`` is a single line.
+
+    Args:
+        msg (str): What failed, the offending value, and the fix.
+    """
+
+    exit_code = 1
+
+    def __init__(self, msg: str):
+        super().__init__(" ".join(str(msg).split("\n")).strip())
+
+
+class UsageError(CosyEdgeError):
+    """Bad arguments or bad input data (wrong rate, NaN samples, bad chunk length...). Exit 2."""
+
+    exit_code = 2
+
+
+class ArtifactError(CosyEdgeError):
+    """A model, engine, manifest or audio file is missing, corrupt, stale or inconsistent. Exit 3."""
+
+    exit_code = 3
+
+
+class DependencyError(CosyEdgeError):
+    """An optional dependency (torch, tensorrt, pycuda, sounddevice...) is missing. Exit 4."""
+
+    exit_code = 4
+
+
+class AccuracyError(CosyEdgeError):
+    """A candidate build does not match its reference within tolerance. Exit 5."""
+
+    exit_code = 5

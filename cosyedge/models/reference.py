@@ -1,0 +1,210 @@
+"""The reference streaming speech enhancer (16 kHz, hop 160 samples = 10 ms, 20 ms algorithmic latency).
+
+Architecture (gain estimation in an STFT filterbank domain, all causal):
+
+1. Analysis: :class:`~cosyedge.nn.CausalConv1dDownsample` (1 -> 2F channels, window 320, hop 160) whose
+   fixed weights are the sqrt-Hann-windowed real DFT basis (F = 161 bins: real then imaginary parts).
+2. Features: log power per bin ``log(re^2 + im^2 + 1e-8)`` -> 1x1 conv to C channels.
+3. Estimator: B gated dilated causal conv blocks over frames (WaveNet-style
+   ``tanh(a) * sigmoid(b)``, kernel 3, dilations 1, 2, 4, ...), residual.
+4. Gain: 1x1 conv C -> F, ``g = floor + (1 - floor) * sigmoid(.)`` per bin, applied to re and im.
+5. Synthesis: :class:`~cosyedge.nn.CausalConv1dUpsample` (2F -> 1, factor 160, kernel 2 frames) with
+   the fixed sqrt-Hann inverse-DFT basis: exactly overlap-add inverse STFT. The output is delayed by one
+   hop (160 samples) relative to the input: algorithmic latency = chunk (10 ms) + delay (10 ms) = 20 ms.
+
+Shapes: ``forward(x)``: x (N, 1, T) float32, T multiple of 160, range [-1, 1] -> y (N, 1, T) float32
+with ``y[n]`` the enhanced estimate of ``x[n - 160]``.
+
+Sources: sqrt-Hann STFT with 50 % overlap-add (perfect reconstruction, Griffin & Lim 1984);
+gated activation units (WaveNet, arXiv:1609.03499); mask-based enhancement with an SNR loss
+(e.g. Conv-TasNet, arXiv:1809.07454); RNNoise-style per-band gains (arXiv:1709.08243).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from cosyedge.errors import ArtifactError
+from cosyedge.nn import CausalConv1d, CausalConv1dDownsample, CausalConv1dUpsample
+
+
+@dataclasses.dataclass
+class EnhancerConfig:
+    """Hyper-parameters of :class:`ReferenceEnhancer`.
+
+    Attributes:
+        sample_rate_hz (int): 16000.
+        hop_samples (int): STFT hop = model step, 160 samples (10 ms).
+        win_samples (int): STFT window, 320 samples (20 ms); must be 2 * hop.
+        channels (int): C, estimator width.
+        dilations (tuple[int, ...]): one gated block per entry.
+        kernel_size (int): estimator conv taps.
+        gain_floor (float): minimum gain in [0, 1) (limits over-suppression).
+    """
+
+    sample_rate_hz: int = 16000
+    hop_samples: int = 160
+    win_samples: int = 320
+    channels: int = 96
+    dilations: tuple = (1, 2, 4, 8, 16, 32)
+    kernel_size: int = 3
+    gain_floor: float = 0.03
+
+    @property
+    def n_bins(self) -> int:
+        """int: F = win/2 + 1 frequency bins."""
+        return self.win_samples // 2 + 1
+
+    @property
+    def delay_samples(self) -> int:
+        """int: output delay w.r.t. input (one hop, from the 50 % overlap-add)."""
+        return self.win_samples - self.hop_samples
+
+
+def stft_bases(win: int, hop: int) -> tuple[np.ndarray, np.ndarray]:
+    """Return (analysis, synthesis) weight arrays for a sqrt-periodic-Hann STFT.
+
+    Returns:
+        analysis (np.ndarray): (2F, 1, win) float32: rows 0..F-1 = ``w[n] cos(2 pi k n / win)``,
+            rows F..2F-1 = ``-w[n] sin(2 pi k n / win)`` (so conv output = Re, Im of the DFT).
+        synthesis (np.ndarray): (2F, win) float32: the windowed inverse real DFT, such that
+            ``frame[n] = sum_c spec[c] * synthesis[c, n]`` and overlap-adding frames at ``hop``
+            reconstructs the input exactly (sqrt-Hann^2 = Hann sums to 1 at 50 % overlap).
+    """
+    n = np.arange(win)
+    k = np.arange(win // 2 + 1)[:, None]
+    w = np.sqrt(0.5 - 0.5 * np.cos(2 * np.pi * n / win))  # sqrt periodic Hann
+    cos, sin = np.cos(2 * np.pi * k * n / win), np.sin(2 * np.pi * k * n / win)
+    analysis = np.concatenate([w * cos, -w * sin])[:, None, :]
+    a = np.full((win // 2 + 1, 1), 2.0 / win)
+    a[0, 0] = a[-1, 0] = 1.0 / win
+    synthesis = np.concatenate([a * cos * w, -a * sin * w])
+    if win != 2 * hop:
+        raise ValueError(f"win_samples {win} must be 2 * hop_samples {hop}")
+    return analysis.astype(np.float32), synthesis.astype(np.float32)
+
+
+class GatedBlock(nn.Module):
+    """Residual gated dilated causal conv block over frames: (N, C, T) -> (N, C, T) float32.
+
+    ``h = tanh(a) * sigmoid(b)`` with ``[a; b] = CausalConv1d(C, 2C, k, d)(x)``; ``y = x + W h``.
+    Streaming state: (N, C, (k-1)*d) frames.
+    """
+
+    def __init__(self, channels: int, kernel_size: int, dilation: int):
+        super().__init__()
+        self.conv = CausalConv1d(channels, 2 * channels, kernel_size, dilation=dilation)
+        self.proj = nn.Conv1d(channels, channels, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        a, b = self.conv(x).chunk(2, dim=1)
+        return x + self.proj(torch.tanh(a) * torch.sigmoid(b))
+
+
+class ReferenceEnhancer(nn.Module):
+    """Streaming STFT-gain speech enhancer (see module docstring).
+
+    Args:
+        config (EnhancerConfig | None): hyper-parameters; defaults to :class:`EnhancerConfig()`.
+
+    Shapes:
+        forward: x (N, 1, T) float32, T % 160 == 0 -> y (N, 1, T) float32, delayed by 160 samples.
+    """
+
+    def __init__(self, config: EnhancerConfig | None = None):
+        super().__init__()
+        self.config = cfg = config or EnhancerConfig()
+        f = cfg.n_bins
+        ana, syn = stft_bases(cfg.win_samples, cfg.hop_samples)
+        self.analysis = CausalConv1dDownsample(1, 2 * f, cfg.hop_samples, cfg.win_samples, bias=False)
+        self.analysis.conv.weight.data.copy_(torch.from_numpy(ana))
+        self.synthesis = CausalConv1dUpsample(2 * f, 1, cfg.hop_samples, kernel_size=2, bias=False)
+        # tap 0 sees frame t-1 (its second half lands in hop t), tap 1 sees frame t (first half).
+        w = np.stack([syn[:, cfg.hop_samples:], syn[:, :cfg.hop_samples]], axis=-1)  # (2F, hop, 2)
+        self.synthesis.conv.conv.weight.data.copy_(torch.from_numpy(np.ascontiguousarray(w.transpose(1, 0, 2))))
+        for p in (*self.analysis.parameters(), *self.synthesis.parameters()):
+            p.requires_grad_(False)
+        self.inp = nn.Conv1d(f, cfg.channels, 1)
+        self.blocks = nn.ModuleList(GatedBlock(cfg.channels, cfg.kernel_size, d) for d in cfg.dilations)
+        self.out = nn.Conv1d(cfg.channels, f, 1)
+
+    def gains(self, spec: torch.Tensor) -> torch.Tensor:
+        """spec (N, 2F, T) float32 (Re; Im) -> gains (N, F, T) float32 in [floor, 1]."""
+        f = self.config.n_bins
+        re, im = spec[:, :f], spec[:, f:]
+        h = self.inp(torch.log(re * re + im * im + 1e-8))
+        for blk in self.blocks:
+            h = blk(h)
+        fl = self.config.gain_floor
+        return fl + (1.0 - fl) * torch.sigmoid(self.out(h))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x (N, 1, T) float32 -> enhanced (N, 1, T) float32, 160 samples late."""
+        spec = self.analysis(x)
+        g = self.gains(spec)
+        return self.synthesis(spec * torch.cat([g, g], dim=1))
+
+    def stream_metadata(self) -> dict:
+        """dict: model-level contract fields for export (name, sample rate, hop, delay)."""
+        c = self.config
+        return {"name": "reference", "sample_rate_hz": c.sample_rate_hz, "hop_samples": c.hop_samples,
+                "delay_samples": c.delay_samples}
+
+
+def save_reference(model: ReferenceEnhancer, path: str | Path, extra: dict | None = None) -> None:
+    """Save weights to safetensors with the config (and ``extra`` notes) as JSON in the header."""
+    from safetensors.torch import save_file
+
+    from cosyedge.artifacts import atomic_output
+
+    meta = {"config": json.dumps(dataclasses.asdict(model.config))}
+    if extra:
+        meta["notes"] = json.dumps(extra)
+    with atomic_output(path) as tmp:
+        save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(tmp), metadata=meta)
+
+
+def load_reference(path: str | Path | None = None) -> ReferenceEnhancer:
+    """Load a :class:`ReferenceEnhancer` from safetensors (no pickle), in eval mode.
+
+    Args:
+        path (str | Path | None): weights file; defaults to the bundled ``reference.safetensors``.
+    Raises:
+        ArtifactError: file missing, unreadable, or weights that do not match the config.
+    """
+    from safetensors import safe_open
+
+    from cosyedge.models import REFERENCE_WEIGHTS
+
+    path = Path(path or REFERENCE_WEIGHTS)
+    if not path.is_file():
+        raise ArtifactError(f"weights file not found: {path} (train one with scripts/train_reference.py)")
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            meta = f.metadata() or {}
+            state = {k: f.get_tensor(k) for k in f.keys()}
+        cfg = json.loads(meta.get("config", "{}"))
+        cfg["dilations"] = tuple(cfg.get("dilations", EnhancerConfig.dilations))
+        model = ReferenceEnhancer(EnhancerConfig(**cfg))
+        model.load_state_dict(state)
+    except ArtifactError:
+        raise
+    except Exception as err:
+        raise ArtifactError(f"cannot load weights {path}: {type(err).__name__}: {err}".splitlines()[0]) from None
+    return model.eval()
+
+
+def count_macs_per_second(config: EnhancerConfig) -> float:
+    """Return multiply-accumulates per second of audio (float) of the model with ``config``."""
+    f, c, k = config.n_bins, config.channels, config.kernel_size
+    per_frame = 2 * f * config.win_samples  # analysis
+    per_frame += f * c + len(config.dilations) * (k * c * 2 * c + c * c) + c * f  # estimator
+    per_frame += 2 * f * config.hop_samples * 2  # synthesis
+    return per_frame * config.sample_rate_hz / config.hop_samples
