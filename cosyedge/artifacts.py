@@ -248,6 +248,54 @@ def atomic_output(dest: str | Path, suffix: str | None = None) -> Iterator[Path]
             tmp.unlink()
 
 
+def check_writable(dest: str | Path) -> Path:
+    """Fail early, before any work, when ``dest`` cannot be written as a file.
+
+    Args:
+        dest (str | Path): Output file path; missing parent folders are allowed (they are created later).
+    Returns:
+        Path: ``dest`` as a Path.
+    Raises:
+        ArtifactError: ``dest`` is a folder, an ancestor is a file, or the nearest existing folder is not
+            writable.
+    """
+    dest = Path(dest)
+    if dest.is_dir():
+        raise ArtifactError(f"cannot write {dest}: it is a folder (give a file path)")
+    parent = dest.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise ArtifactError(f"cannot write {dest}: {parent} is not a folder")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ArtifactError(f"cannot write {dest}: no write permission in {parent}")
+    return dest
+
+
+class Stage:
+    """Base of the lazy pipeline stages (``OnnxFromTorch``, ``StatefulOnnxFromOnnx``, ...).
+
+    ``__init__`` only stores the configuration; calling the stage runs :meth:`call_impl` and returns the
+    artifact path. A stage accepts another stage wherever it takes an input path, so stages compose:
+    ``StatefulOnnxFromOnnx(OnnxFromTorch(model, "m.onnx"), "m.stream.onnx")()``. Each stage has a
+    function twin (``onnx_from_torch``, ``streamify``) that builds and calls it at once.
+
+    Source: Polygraphy ``backend/base/loader.py`` (``BaseLoader.__call__`` -> ``call_impl``).
+    """
+
+    def __call__(self) -> Path:
+        return self.call_impl()
+
+    def call_impl(self) -> Path:
+        """Run the stage and return the path (Path) of the artifact it wrote."""
+        raise NotImplementedError
+
+
+def resolve_artifact(src: "str | Path | Stage") -> Path:
+    """Return the path of ``src``: a :class:`Stage` (any callable) is run first, a str/Path is returned as Path."""
+    return Path(src()) if callable(src) else Path(src)
+
+
 def write_json(path: str | Path, data: dict) -> None:
     """Atomically write ``data`` (JSON-serialisable dict) to ``path``, pretty-printed."""
     with atomic_output(path) as tmp:

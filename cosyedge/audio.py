@@ -1,0 +1,197 @@
+"""Audio file I/O and validation for file-level streaming (``cosyedge run IN -o OUT``).
+
+* :func:`load_audio` reads wav/flac/ogg (anything libsndfile decodes) as float32 (T, C) and rejects
+  missing, corrupt, empty and non-finite files with a one-line error; heavy clipping only warns.
+* :func:`to_model_input` downmixes to mono (channel mean) and resamples to the model rate (soxr, HQ);
+  :func:`from_model_output` resamples back and fixes the length to the input's.
+* :func:`check_output_path` validates an output path *before* any processing (extension, folder,
+  write permission by probing); :func:`write_audio` writes atomically (temp file + rename), so a
+  failure never leaves a partial file and never destroys an existing one.
+
+Errors follow :mod:`cosyedge.errors`: a missing/corrupt/empty audio file is an
+:class:`~cosyedge.errors.ArtifactError` (exit 3), and so is an unwritable output path; NaN/Inf samples
+and an unsupported output extension are :class:`~cosyedge.errors.UsageError` (exit 2).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from cosyedge._lazy import lazy_import
+from cosyedge.artifacts import atomic_output, check_writable
+from cosyedge.errors import ArtifactError, UsageError
+from cosyedge.log import LOG
+
+sf = lazy_import("soundfile")
+soxr = lazy_import("soxr")
+
+CLIP_LEVEL = 0.999
+"""float: |x| at or above this counts as clipped."""
+CLIP_WARN_FRACTION = 1e-4
+"""float: warn when more than this fraction of samples is clipped (1 in 10,000)."""
+
+OUTPUT_FORMATS = {".wav": ("WAV", "PCM_16"), ".flac": ("FLAC", "PCM_16"), ".ogg": ("OGG", "VORBIS")}
+"""dict[str, tuple[str, str]]: output extension -> (soundfile format, subtype)."""
+
+
+def default_file_mode(mode: int = 0o666) -> int:
+    """Return ``mode`` (int) masked by the process umask: what ``open()`` would give a new file.
+
+    Temp files from :func:`tempfile.mkstemp` are 0600; outputs get this mode before the rename.
+    """
+    umask = os.umask(0)
+    os.umask(umask)
+    return mode & ~umask
+
+
+def load_audio(path: str | Path) -> tuple[np.ndarray, int]:
+    """Read an audio file and validate its samples.
+
+    Args:
+        path (str | Path): wav, flac or ogg file (any format libsndfile can decode).
+    Returns:
+        tuple[np.ndarray, int]: samples float32, shape (T, C) (T frames, C channels), range [-1, 1] for
+        integer formats; and the sample rate in Hz.
+    Raises:
+        ArtifactError: the file is missing, is not a file, cannot be decoded (corrupt or not audio), or
+            holds no samples.
+        UsageError: the file holds NaN/Inf samples (the message gives the count and the first one).
+    Warns:
+        via ``LOG.warning`` when more than :data:`CLIP_WARN_FRACTION` of the samples have
+        ``|x| >= CLIP_LEVEL`` (clipped input; processing continues).
+    """
+    path = Path(path)
+    if not path.exists():
+        raise ArtifactError(f"input audio not found: {path}")
+    if not path.is_file():
+        raise ArtifactError(f"input audio {path} is not a file")
+    try:
+        x, sr = sf.read(str(path), dtype="float32", always_2d=True)
+    except Exception as err:  # soundfile.LibsndfileError, RuntimeError, TypeError on odd headers
+        first = (str(err).strip().splitlines() or [""])[0]
+        raise ArtifactError(
+            f"cannot decode {path} as audio ({first}); is it a valid wav/flac/ogg file?"
+        ) from None
+    if x.shape[0] == 0:
+        raise ArtifactError(f"input audio {path} holds no samples (0 frames at {sr} Hz)")
+    finite = np.isfinite(x)
+    if not finite.all():
+        bad = np.argwhere(~finite)
+        t, ch = int(bad[0][0]), int(bad[0][1])
+        raise UsageError(
+            f"input audio {path} holds {len(bad)} NaN/Inf sample(s) of {x.size} (first at sample {t} = "
+            f"{t / sr:.3f} s, channel {ch}); fix or re-export the file"
+        )
+    clipped = np.count_nonzero(np.abs(x) >= CLIP_LEVEL) / x.size
+    if clipped > CLIP_WARN_FRACTION:
+        LOG.warning("input audio %s looks clipped: %.2f%% of samples at |x| >= %g (processing anyway)",
+                    path, 100.0 * clipped, CLIP_LEVEL)
+    LOG.debug("loaded %s: %d frames x %d channel(s) at %d Hz", path, x.shape[0], x.shape[1], sr)
+    return x, int(sr)
+
+
+def to_model_input(x: np.ndarray, sample_rate_hz: int, model_sample_rate_hz: int) -> np.ndarray:
+    """Downmix to mono (mean over channels) and resample to the model rate.
+
+    Args:
+        x (np.ndarray): float PCM, shape (T,) or (T, C).
+        sample_rate_hz (int): Rate of ``x``, Hz.
+        model_sample_rate_hz (int): Model rate, Hz (e.g. 16000).
+    Returns:
+        np.ndarray: float32 mono, shape (T',) with T' ~= T * model_rate / rate.
+    Source: soxr ``soxr.resample`` (python-soxr), quality "HQ".
+    """
+    x = np.asarray(x, dtype=np.float32)
+    mono = x.mean(axis=1) if x.ndim == 2 else x
+    mono = np.ascontiguousarray(mono, dtype=np.float32)
+    if int(sample_rate_hz) != int(model_sample_rate_hz):
+        mono = soxr.resample(mono, int(sample_rate_hz), int(model_sample_rate_hz), quality="HQ")
+    return np.ascontiguousarray(mono, dtype=np.float32)
+
+
+def from_model_output(y: np.ndarray, model_sample_rate_hz: int, sample_rate_hz: int, length: int) -> np.ndarray:
+    """Resample model output back to ``sample_rate_hz`` and make it exactly ``length`` samples.
+
+    Args:
+        y (np.ndarray): float32 mono at the model rate, shape (T',).
+        model_sample_rate_hz (int): Rate of ``y``, Hz.
+        sample_rate_hz (int): Target rate, Hz (the input file's).
+        length (int): Target length in samples (the input file's frame count); trimmed or zero-padded.
+    Returns:
+        np.ndarray: float32, shape (length,).
+    """
+    y = np.ascontiguousarray(y, dtype=np.float32)
+    if int(sample_rate_hz) != int(model_sample_rate_hz):
+        y = soxr.resample(y, int(model_sample_rate_hz), int(sample_rate_hz), quality="HQ")
+    if y.shape[0] >= length:
+        return np.ascontiguousarray(y[:length], dtype=np.float32)
+    return np.concatenate([y, np.zeros(length - y.shape[0], np.float32)])
+
+
+def check_output_path(path: str | Path) -> Path:
+    """Check that ``path`` can be written as audio, before any processing.
+
+    The extension must be one of :data:`OUTPUT_FORMATS`; then :func:`cosyedge.artifacts.check_writable`
+    (not a folder, no file among the parents, write permission), then a temp file is created and
+    deleted in the nearest existing folder: that also catches what permission bits do not show (root
+    on a read-only or virtual file system such as ``/proc``).
+
+    Args:
+        path (str | Path): Output audio path; missing parent folders are created when writing.
+    Returns:
+        Path: ``path`` as a Path.
+    Raises:
+        UsageError: unsupported extension.
+        ArtifactError: ``path`` is a folder, a parent is a file, or nothing can be written there.
+    """
+    path = Path(path)
+    ext = path.suffix.lower()
+    if ext not in OUTPUT_FORMATS:
+        raise UsageError(
+            f"output {path}: unsupported extension '{path.suffix}' (use one of {', '.join(OUTPUT_FORMATS)})"
+        )
+    check_writable(path)
+    parent = path.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    try:
+        fd, probe = tempfile.mkstemp(prefix=f".{path.name}.probe.", dir=parent)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as err:
+        raise ArtifactError(f"cannot write {path}: cannot create files in {parent} ({err.strerror or err})") from None
+    return path
+
+
+def write_audio(path: str | Path, y: np.ndarray, sample_rate_hz: int) -> Path:
+    """Write audio atomically; the format follows the extension (wav/flac: PCM_16, ogg: Vorbis).
+
+    Samples are clipped to [-1, 1] first. A failure leaves no partial file and keeps any existing one.
+
+    Args:
+        path (str | Path): Output file (``.wav``, ``.flac`` or ``.ogg``).
+        y (np.ndarray): float32 PCM, shape (T,) (mono) or (T, C).
+        sample_rate_hz (int): Sample rate, Hz.
+    Returns:
+        Path: ``path``.
+    Raises:
+        UsageError: unsupported extension.
+        ArtifactError: unwritable path (see :func:`check_output_path`), ``y`` holds NaN/Inf, or writing failed.
+    """
+    path = check_output_path(path)
+    y = np.asarray(y, dtype=np.float32)
+    if not np.isfinite(y).all():
+        raise ArtifactError(f"refusing to write {path}: {np.count_nonzero(~np.isfinite(y))} NaN/Inf output samples")
+    fmt, subtype = OUTPUT_FORMATS[path.suffix.lower()]
+    with atomic_output(path) as tmp:
+        try:
+            sf.write(str(tmp), np.clip(y, -1.0, 1.0), int(sample_rate_hz), subtype=subtype, format=fmt)
+            os.chmod(tmp, default_file_mode())
+        except Exception as err:  # libsndfile errors (e.g. unsupported rate for the format)
+            first = (str(err).strip().splitlines() or [""])[0]
+            raise ArtifactError(f"cannot write {path} ({first})") from None
+    return path

@@ -1,0 +1,425 @@
+"""Noisy/clean training mixtures, the fixed validation and test sets, and SI-SNR.
+
+Quick start::
+
+    from cosyedge.datasets import TrainingData
+    data = TrainingData(seed=0)                      # first call fetches + decodes + caches, then fast
+    rng = np.random.default_rng(0)
+    noisy, clean = data.batch(16, 32000, rng)        # float32 (16, 32000) each, 16 kHz
+    pairs = data.test_pairs((5,))                    # [(name, noisy, clean)], real held-out noise
+    val = data.validation_pairs()                    # [(name, noisy, clean)], held-out prompts
+
+SNR convention (everywhere in this module): ``SNR = 10 log10(P_speech / P_noise)`` where ``P_noise`` is
+the mean power of the noise over the whole segment and ``P_speech`` is the mean power of the speech over
+its ACTIVE 20 ms frames (frames within 40 dB of the loudest frame and above -100 dBFS), so pauses do not
+lower the speech level (as in ITU-T P.56 active speech level, simplified). See :func:`active_power`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+
+import numpy as np
+
+from cosyedge.datasets import noise as noise_mod
+from cosyedge.datasets.sources import SAMPLE_RATE_HZ, Corpus, data_dir, load_corpus
+from cosyedge.errors import ArtifactError, DependencyError, UsageError
+from cosyedge.log import LOG
+
+FRAME_SAMPLES = 320
+"""Frame length (20 ms at 16 kHz) of the active-speech detector."""
+
+ACTIVE_RANGE_DB = 40.0
+"""Frames more than this many dB below the loudest frame count as pauses."""
+
+SPEECH_TRAIN_CORPORA = (
+    "asterisk-en", "asterisk-fr", "asterisk-es", "asterisk-it", "asterisk-ru",
+    "asterisk-prompt-fr-armelle", "asterisk-prompt-es-co", "asterisk-prompt-it-menardi",
+    "flite", "festival", "espeak",
+)
+"""Speech corpora used for training if available (missing ones are skipped with a warning)."""
+
+SYNTHETIC_CORPORA = ("espeak", "flite", "festival")
+"""Corpora made by a synthesizer; together they get ``synthetic_share`` of the speech draws."""
+
+NARROWBAND_CORPORA = ("asterisk-prompt-fr-armelle", "asterisk-prompt-es-co", "asterisk-prompt-it-menardi")
+"""Real voices recorded at 8 kHz (no energy above 4 kHz); together they get ``narrowband_share``."""
+
+NOISE_WEIGHTS = {
+    "white": 0.05, "pink": 0.07, "brown": 0.05, "colored": 0.08, "hum": 0.06, "babble": 0.14,
+    "clicks": 0.05, "band": 0.07, "tonal": 0.06, "real-events": 0.08, "real-env": 0.12, "music": 0.12,
+}
+"""Probability of each noise category for the first noise of a mixture (renormalised over the
+categories present in the bank)."""
+
+BANK_VERSION = 3
+
+
+# ------------------------------------------------------------------------------------------ metrics
+def active_power(x: np.ndarray, frame_samples: int = FRAME_SAMPLES, range_db: float = ACTIVE_RANGE_DB) -> np.ndarray:
+    """Mean power of the active frames of ``x``.
+
+    Args:
+        x (np.ndarray): float, shape (..., n_samples).
+        frame_samples (int): Frame length in samples (20 ms at 16 kHz). A tail shorter than a frame is
+            ignored for the activity decision; ``x`` shorter than one frame uses the whole signal.
+        range_db (float): Frames below (loudest frame - range_db) are pauses.
+    Returns:
+        np.ndarray: float64, shape (...,), mean power (linear, full scale = 1) over active frames; 0 for an
+        all-zero signal.
+    """
+    x = np.asarray(x)
+    n = x.shape[-1]
+    nf = n // frame_samples
+    if nf == 0:
+        return np.mean(np.square(x, dtype=np.float64), axis=-1)
+    fr = x[..., : nf * frame_samples].reshape(*x.shape[:-1], nf, frame_samples)
+    pw = np.mean(np.square(fr, dtype=np.float64), axis=-1)
+    thr = np.maximum(pw.max(axis=-1, keepdims=True) * 10 ** (-range_db / 10), 1e-10)
+    act = pw >= thr
+    cnt = act.sum(axis=-1)
+    return np.where(cnt > 0, (pw * act).sum(axis=-1) / np.maximum(cnt, 1), 0.0)
+
+
+def mix_at_snr(speech: np.ndarray, noise: np.ndarray, snr_db, active: bool = True) -> np.ndarray:
+    """Return ``speech + g * noise`` with ``g`` chosen so the mixture has ``snr_db``.
+
+    Args:
+        speech (np.ndarray): float32, shape (n_samples,) or (B, n_samples).
+        noise (np.ndarray): float32, same shape as ``speech``.
+        snr_db (float | np.ndarray): Target SNR in dB, scalar or shape (B,).
+        active (bool): If True (default) the speech power is over its active frames
+            (:func:`active_power`); if False over the whole segment. Noise power is always over the whole
+            segment.
+    Returns:
+        np.ndarray: float32, shape of ``speech``. Not normalised: may exceed [-1, 1] at low SNR. An
+        all-zero noise gives back ``speech``.
+    Raises:
+        UsageError: shapes differ.
+    """
+    return (speech + scale_noise(speech, noise, snr_db, active)).astype(np.float32)
+
+
+def scale_noise(speech: np.ndarray, noise: np.ndarray, snr_db, active: bool = True) -> np.ndarray:
+    """Return ``g * noise`` such that ``speech`` over it has ``snr_db`` (see :func:`mix_at_snr`)."""
+    speech = np.asarray(speech, np.float32)
+    noise = np.asarray(noise, np.float32)
+    if speech.shape != noise.shape:
+        raise UsageError(f"speech shape {speech.shape} != noise shape {noise.shape} (cut both to one length)")
+    ps = active_power(speech) if active else np.mean(np.square(speech, dtype=np.float64), axis=-1)
+    pn = np.mean(np.square(noise, dtype=np.float64), axis=-1)
+    snr = np.asarray(snr_db, np.float64)
+    g = np.sqrt(ps / np.maximum(pn, 1e-20) * 10 ** (-snr / 10))
+    g = np.where(pn > 1e-20, g, 0.0)
+    return (noise * np.asarray(g, np.float32)[..., None]) if noise.ndim > 1 else (noise * np.float32(g))
+
+
+def si_snr(est: np.ndarray, ref: np.ndarray, eps: float = 1e-8) -> np.ndarray:
+    """Scale-invariant signal-to-noise ratio in dB.
+
+    Both signals are made zero-mean; ``s = <est, ref> ref / ||ref||^2``, ``e = est - s``,
+    ``SI-SNR = 10 log10(||s||^2 / ||e||^2)``. Not delay-aware: align ``est`` to ``ref`` first.
+
+    Args:
+        est (np.ndarray): float, shape (..., n_samples), estimate.
+        ref (np.ndarray): float, same shape, clean reference.
+        eps (float): Stabiliser.
+    Returns:
+        np.ndarray: float64, shape (...,) (a 0-d array for 1-D inputs), dB.
+    Source: Le Roux et al., "SDR - half-baked or well done?", ICASSP 2019 (arXiv:1811.02508).
+    """
+    est = np.asarray(est, np.float64)
+    ref = np.asarray(ref, np.float64)
+    if est.shape != ref.shape:
+        raise UsageError(f"si_snr: est shape {est.shape} != ref shape {ref.shape} (align and cut first)")
+    est = est - est.mean(axis=-1, keepdims=True)
+    ref = ref - ref.mean(axis=-1, keepdims=True)
+    a = np.sum(est * ref, axis=-1, keepdims=True) / (np.sum(ref * ref, axis=-1, keepdims=True) + eps)
+    s = a * ref
+    e = est - s
+    return 10 * np.log10((np.sum(s * s, axis=-1) + eps) / (np.sum(e * e, axis=-1) + eps))
+
+
+def _stable_int(text: str) -> int:
+    return int(hashlib.sha1(text.encode()).hexdigest()[:12], 16)
+
+
+# ---------------------------------------------------------------------------------------- dataset
+class TrainingData:
+    """All training, validation and test audio, prepared once and cached as .npy.
+
+    On construction the speech corpora (:data:`SPEECH_TRAIN_CORPORA`, train split only) are loaded or
+    built, and the noise bank (:func:`cosyedge.datasets.noise.build_noise_bank`) is loaded or built for
+    ``seed``. The first run fetches Debian packages (about 1 min on a fast link); later runs load .npy.
+
+    Args:
+        seed (int): Seed of the noise bank (and validation noise). Defaults to 0.
+        cache_dir (str | PathLike | None): See :func:`cosyedge.datasets.sources.data_dir`.
+        corpora (tuple[str, ...] | None): Speech corpora for training. Defaults to
+            :data:`SPEECH_TRAIN_CORPORA`; must not contain test corpora (``librivox``, ``cards``).
+        synthetic_share (float): Share of speech draws from synthetic voices (espeak-ng, flite,
+            festival). Defaults to 0.3.
+        narrowband_share (float): Share of draws from the 8 kHz prompt packs. Defaults to 0.12.
+        noise_minutes_per_kind (float): Length of each synthetic noise category, minutes.
+    Attributes:
+        speech (np.ndarray): float32, shape (samples,), all training speech concatenated.
+        speech_ranges (dict[str, tuple[int, int]]): sample range of each corpus in ``speech``.
+        bank (np.ndarray): float32, shape (samples,), training noise bank.
+        bank_ranges (dict[str, tuple[int, int]]): sample range of each noise category in ``bank``.
+    Raises:
+        UsageError: a test corpus was requested for training.
+        ArtifactError: no training speech could be loaded.
+    """
+
+    def __init__(self, seed: int = 0, cache_dir: str | os.PathLike | None = None, corpora=None,
+                 synthetic_share: float = 0.3, narrowband_share: float = 0.12,
+                 noise_minutes_per_kind: float = 2.0):
+        self.seed = seed
+        self.cache_dir = cache_dir
+        corpora = tuple(SPEECH_TRAIN_CORPORA if corpora is None else corpora)
+        bad = {"librivox", "cards"} & set(corpora)
+        if bad:
+            raise UsageError(f"test corpora {sorted(bad)} must never be used for training")
+        with LOG.stage("TrainingData prepare"):
+            self.corpora: dict[str, Corpus] = {}
+            pieces, self.speech_ranges, pos = [], {}, 0
+            for name in corpora:
+                try:
+                    c = load_corpus(name, cache_dir)
+                except (ArtifactError, DependencyError, UsageError) as e:
+                    if name in ("asterisk-en",):
+                        raise
+                    LOG.warning("speech corpus %s skipped: %s", name, e)
+                    continue
+                self.corpora[name] = c
+                x = c.concat("train")
+                if x.size < 4 * SAMPLE_RATE_HZ:
+                    continue
+                pieces.append(x)
+                self.speech_ranges[name] = (pos, pos + x.size)
+                pos += x.size
+            if not pieces:
+                raise ArtifactError("no training speech available (check apt-get access)")
+            self.speech = np.concatenate(pieces)
+            self._speech_w = self._corpus_weights({tuple(SYNTHETIC_CORPORA): synthetic_share,
+                                                   tuple(NARROWBAND_CORPORA): narrowband_share})
+            self.bank, self.bank_ranges = self._load_bank(noise_minutes_per_kind)
+            w = np.array([NOISE_WEIGHTS.get(k, 0.05) for k in self.bank_ranges])
+            self._noise_kinds = list(self.bank_ranges)
+            self._noise_w = w / w.sum()
+        LOG.info("training speech: %s", self.summary())
+
+    # ---------------------------------------------------------------------------- preparation
+    def _corpus_weights(self, shares: dict[tuple[str, ...], float]) -> np.ndarray:
+        """Draw probability per corpus: proportional to duration inside a group; each group in ``shares``
+        gets its share (if present), the remaining corpora share the rest."""
+        names = list(self.speech_ranges)
+        dur = np.array([b - a for a, b in self.speech_ranges.values()], np.float64)
+        w = np.zeros(len(names))
+        rest = np.ones(len(names), bool)
+        left = 1.0
+        for group, share in shares.items():
+            m = np.array([n in group for n in names])
+            if m.any():
+                w[m] = dur[m] / dur[m].sum() * share
+                rest &= ~m
+                left -= share
+        if rest.any():
+            w[rest] = dur[rest] / dur[rest].sum() * max(left, 0.0)
+        return w / w.sum()
+
+    def _load_bank(self, minutes: float):
+        key = json.dumps([BANK_VERSION, self.seed, minutes, {k: b - a for k, (a, b) in self.speech_ranges.items()}])
+        tag = hashlib.sha1(key.encode()).hexdigest()[:10]
+        path = data_dir(self.cache_dir) / "derived" / f"noisebank-{tag}.npy"
+        pj = path.with_suffix(".json")
+        if path.exists() and pj.exists():
+            try:
+                bank = np.load(path)
+                ranges = {k: tuple(v) for k, v in json.loads(pj.read_text()).items()}
+                if max(b for _, b in ranges.values()) == bank.size:
+                    return bank, ranges
+            except Exception as e:  # noqa: BLE001
+                LOG.warning("noise bank cache %s unreadable (%s); rebuilding", path, e)
+        with LOG.stage("build noise bank"):
+            bank, ranges = noise_mod.build_noise_bank(self.speech, seed=self.seed, minutes_per_kind=minutes,
+                                                      cache_dir=self.cache_dir)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        np.save(path.with_suffix(".tmp.npy"), bank)
+        path.with_suffix(".tmp.npy").replace(path)
+        pj.write_text(json.dumps(ranges))
+        return bank, ranges
+
+    def summary(self) -> dict:
+        """Return ``{corpus: (minutes of training speech, draw probability)}`` plus ``"noise": {kind: minutes}``."""
+        out = {k: (round((b - a) / SAMPLE_RATE_HZ / 60, 1), round(float(w), 3))
+               for (k, (a, b)), w in zip(self.speech_ranges.items(), self._speech_w)}
+        out["noise"] = {k: round((b - a) / SAMPLE_RATE_HZ / 60, 1) for k, (a, b) in self.bank_ranges.items()}
+        return out
+
+    # ------------------------------------------------------------------------------- drawing
+    def speech_segments(self, batch_size: int, n_samples: int, rng: np.random.Generator) -> np.ndarray:
+        """Return random training speech segments: float32, shape (batch_size, n_samples)."""
+        names = list(self.speech_ranges)
+        ci = rng.choice(len(names), size=batch_size, p=self._speech_w)
+        lo = np.array([self.speech_ranges[n][0] for n in names])[ci]
+        hi = np.array([self.speech_ranges[n][1] for n in names])[ci]
+        starts = lo + (rng.random(batch_size) * np.maximum(hi - lo - n_samples, 1)).astype(np.int64)
+        idx = (starts[:, None] + np.arange(n_samples)[None, :]) % self.speech.size
+        return self.speech[idx]
+
+    def noise_segments(self, batch_size: int, n_samples: int, rng: np.random.Generator,
+                       p_second: float = 0.3) -> np.ndarray:
+        """Return random training noise: float32, shape (batch_size, n_samples), about unit RMS.
+
+        A noise is one bank category; with probability ``p_second`` a second category is added at
+        -15..0 dB relative level. Random polarity.
+        """
+        x = self._draw_noise(batch_size, n_samples, rng)
+        second = rng.random(batch_size) < p_second
+        k = int(second.sum())
+        if k:
+            y = self._draw_noise(k, n_samples, rng)
+            x[second] += y * (10 ** (rng.uniform(-15, 0, k) / 20)).astype(np.float32)[:, None]
+        x *= rng.choice(np.array([-1, 1], np.float32), size=batch_size)[:, None]
+        return x
+
+    def _draw_noise(self, batch_size: int, n_samples: int, rng: np.random.Generator) -> np.ndarray:
+        ki = rng.choice(len(self._noise_kinds), size=batch_size, p=self._noise_w)
+        lo = np.array([self.bank_ranges[k][0] for k in self._noise_kinds])[ki]
+        hi = np.array([self.bank_ranges[k][1] for k in self._noise_kinds])[ki]
+        span = hi - lo
+        off = (rng.random(batch_size) * span).astype(np.int64)
+        idx = lo[:, None] + (off[:, None] + np.arange(n_samples)[None, :]) % span[:, None]  # wrap in category
+        return self.bank[idx]
+
+    def batch(self, batch_size: int, n_samples: int, rng: np.random.Generator,
+              snr_db_range: tuple[float, float] = (-5.0, 20.0), peak_dbfs_range: tuple[float, float] = (-30.0, -1.0),
+              p_noise_only: float = 0.05, p_speech_only: float = 0.05) -> tuple[np.ndarray, np.ndarray]:
+        """Return one random training batch of (noisy, clean) pairs.
+
+        Each row: a random training speech segment plus random training noise at an SNR uniform in
+        ``snr_db_range`` (active-speech SNR, see module doc), then one gain for both signals so the
+        noisy peak is uniform in ``peak_dbfs_range`` dBFS (never clipping). With probability
+        ``p_noise_only`` the row is noise only (clean = 0), with ``p_speech_only`` speech only
+        (noisy = clean).
+
+        Args:
+            batch_size (int): B.
+            n_samples (int): Segment length T in samples (16 kHz), e.g. 32000 for 2 s.
+            rng (np.random.Generator): Random source (the batch is a pure function of its state).
+            snr_db_range (tuple[float, float]): SNR range in dB.
+            peak_dbfs_range (tuple[float, float]): Peak range in dBFS (<= 0).
+            p_noise_only (float): Probability of a noise-only row.
+            p_speech_only (float): Probability of a speech-only row.
+        Returns:
+            tuple[np.ndarray, np.ndarray]: ``noisy``, ``clean``: float32, shape (B, T), in [-1, 1].
+        """
+        s = self.speech_segments(batch_size, n_samples, rng)
+        n = self.noise_segments(batch_size, n_samples, rng)
+        snr = rng.uniform(*snr_db_range, size=batch_size)
+        nz = scale_noise(s, n, snr)
+        u = rng.random(batch_size)
+        noise_only = u < p_noise_only
+        speech_only = (u >= p_noise_only) & (u < p_noise_only + p_speech_only)
+        if noise_only.any():
+            s[noise_only] = 0.0
+            lvl = 10 ** (rng.uniform(-40, -10, int(noise_only.sum())) / 20)
+            nz[noise_only] = n[noise_only] * lvl.astype(np.float32)[:, None]
+        nz[speech_only] = 0.0
+        noisy = s + nz
+        peak = np.abs(noisy).max(axis=1)
+        target = 10 ** (rng.uniform(*peak_dbfs_range, size=batch_size) / 20)
+        g = (target / np.maximum(peak, 1e-9)).astype(np.float32)[:, None]
+        return noisy * g, s * g
+
+    # --------------------------------------------------------------------------- fixed sets
+    def validation_pairs(self, limit: int | None = 120, seed: int = 1234) -> list[tuple[str, np.ndarray, np.ndarray]]:
+        """Return the deterministic validation set: held-out asterisk prompts x training-type noise.
+
+        Prompts are the ``"val"`` split (about 10 % by file-name hash) of every loaded ``asterisk-*``
+        corpus, never used in training; noise comes from a separate bank realisation (seed
+        ``seed``) of the training categories; SNR uniform in [-5, 20] dB (active-speech SNR); no gain.
+
+        Args:
+            limit (int | None): Keep the first ``limit`` prompts in a fixed hash order (None: all, about
+                12 min for five languages).
+            seed (int): Seed of the validation noise.
+        Returns:
+            list[tuple[str, np.ndarray, np.ndarray]]: ``(name, noisy, clean)``; name is
+            ``"<corpus>/<file>|<noise kind>|<snr>dB"``; arrays float32, shape (n_samples,), lengths vary.
+        """
+        items = []
+        for cname, c in self.corpora.items():
+            if not cname.startswith("asterisk"):
+                continue
+            for i in c.indices("val"):
+                items.append((f"{cname}/{c.names[i]}", c.utterance(i)))
+        items.sort(key=lambda t: _stable_int(t[0]))
+        if limit is not None:
+            items = items[:limit]
+        rng = np.random.default_rng(seed)
+        out = []
+        for name, clean in items:
+            kind = self._noise_kinds[rng.choice(len(self._noise_kinds), p=self._noise_w)]
+            nz = self._val_noise(kind, clean.size, rng)
+            snr = float(np.round(rng.uniform(-5, 20), 1))
+            noisy = mix_at_snr(clean, nz, snr)
+            g = min(1.0, 0.95 / max(float(np.abs(noisy).max()), 1e-9))
+            out.append((f"{name}|{kind}|{snr:g}dB", (noisy * g).astype(np.float32), (clean * g).astype(np.float32)))
+        return out
+
+    def _val_noise(self, kind: str, n: int, rng: np.random.Generator) -> np.ndarray:
+        nb = -(-n // noise_mod.BLOCK_SAMPLES)
+        if kind in ("white", "pink", "brown", "colored"):
+            a = {"white": 0.0, "pink": 1.0, "brown": 2.0}.get(kind, rng.uniform(0, 2.5))
+            x = noise_mod.colored_noise(rng, nb, a)
+        elif kind == "babble":
+            x = noise_mod.babble_noise(rng, self.speech, nb)
+        elif kind in ("hum", "clicks", "band", "tonal"):
+            fn = {"hum": noise_mod.hum_noise, "clicks": noise_mod.click_noise, "band": noise_mod.band_noise,
+                  "tonal": noise_mod.tonal_noise}[kind]
+            x = fn(rng, nb)
+        else:  # real categories: a segment of the bank (real sounds are all training sounds)
+            a, b = self.bank_ranges[kind]
+            off = int(rng.integers(0, b - a))
+            return self.bank[a + (off + np.arange(n)) % (b - a)]
+        return x.reshape(-1)[:n]
+
+    def test_pairs(self, snr_db_list=(5,), include_cards: bool = False) -> list[tuple[str, np.ndarray, np.ndarray]]:
+        """Return the fixed test set: pocketsphinx LibriVox readings x the held-out REAL noise.
+
+        Neither the speech (``pocketsphinx-testdata``) nor the noise
+        (:func:`cosyedge.datasets.noise.heldout_noise`) is ever used for training. The noise offset
+        per file is a hash of the file name (deterministic); SNR is active-speech SNR; if a mixture
+        would exceed 0.95 full scale, noisy and clean are scaled down together.
+
+        Args:
+            snr_db_list (tuple[float, ...]): SNRs in dB; one pair per file and SNR.
+            include_cards (bool): Also use the 5 ``cards`` recordings (spoken card names, 16 kHz).
+        Returns:
+            list[tuple[str, np.ndarray, np.ndarray]]: ``(name, noisy, clean)``, name
+            ``"librivox/<file>@<snr>dB"``; arrays float32, shape (n_samples,), 16 kHz.
+        """
+        return test_pairs(snr_db_list, include_cards, self.cache_dir)
+
+
+def test_pairs(snr_db_list=(5,), include_cards: bool = False, cache_dir=None) -> list[tuple[str, np.ndarray, np.ndarray]]:
+    """Module-level twin of :meth:`TrainingData.test_pairs` (needs no training data)."""
+    nz, _info = noise_mod.heldout_noise(cache_dir)
+    out = []
+    for cname in ("librivox",) + (("cards",) if include_cards else ()):
+        c = load_corpus(cname, cache_dir)
+        for i in range(len(c)):
+            clean = c.utterance(i)
+            if nz.size <= clean.size:
+                raise ArtifactError(f"held-out noise ({nz.size} samples) shorter than {c.names[i]}")
+            off = _stable_int(c.names[i]) % (nz.size - clean.size)
+            seg = nz[off : off + clean.size]
+            for snr in snr_db_list:
+                noisy = mix_at_snr(clean, seg, snr)
+                g = min(1.0, 0.95 / max(float(np.abs(noisy).max()), 1e-9))
+                out.append((f"{c.names[i]}@{snr:g}dB", (noisy * g).astype(np.float32), (clean * g).astype(np.float32)))
+    return out

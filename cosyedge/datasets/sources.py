@@ -1,0 +1,651 @@
+"""Offline audio sources: Debian packages fetched by name, decoded to 16 kHz mono float32, cached.
+
+Every corpus is built once and cached under :func:`data_dir` as two files:
+
+- ``corpora/<name>.npy``: float32, shape (total_samples,), all utterances concatenated, 16 kHz, [-1, 1].
+- ``corpora/<name>.json``: ``{"version", "sample_rate_hz", "names", "offsets", "splits", "speakers",
+  "source"}``; utterance ``i`` is ``audio[offsets[i]:offsets[i+1]]``.
+
+File lists are sorted, so a corpus is byte-identical across machines for the same package version.
+
+Corpora (see :data:`CORPORA`):
+
+- ``asterisk-{en,fr,es,it,ru}``: ``asterisk-core-sounds-<lang>-g722`` prompt packs (one professional
+  voice per pack, CC-BY-SA 3.0, Digium). About 10 % of the prompts of each pack are held out by a hash of
+  their relative path (:func:`heldout_split`): split ``"val"`` (never used for training).
+- ``librivox`` and ``cards``: ``pocketsphinx-testdata`` (BSD-2-Clause CMU; LibriVox readings are public
+  domain). TEST ONLY: split ``"test"``; never used for training.
+- ``espeak``: espeak-ng synthesis (many voices and variants, random speed and pitch) of sentences from
+  ``fortune-mod`` or a built-in list; synthetic speech for variety.
+- ``flite``: flite voices (slt, rms, awb, kal, kal16) of the same sentences.
+- ``sound-icons``, ``freedesktop``: short real sound effects (``sound-icons`` GPL-2+,
+  ``sound-theme-freedesktop`` GPL-2+/CC-BY(-SA)); used as training noise by :mod:`cosyedge.datasets.noise`.
+
+Errors: a missing ``apt-get``/``dpkg``/``espeak-ng`` or PyAV raises
+:class:`~cosyedge.errors.DependencyError`; a package that cannot be downloaded or a file that cannot be
+decoded raises :class:`~cosyedge.errors.ArtifactError`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from cosyedge.errors import ArtifactError, DependencyError, UsageError
+from cosyedge.log import LOG
+
+SAMPLE_RATE_HZ = 16000
+CACHE_VERSION = 1
+_APT_UPDATED = False
+
+
+# --------------------------------------------------------------------------------------------- paths
+def data_dir(cache_dir: str | os.PathLike | None = None) -> Path:
+    """Return the data cache folder (created if missing).
+
+    Args:
+        cache_dir (str | PathLike | None): Explicit folder. Defaults to ``$COSYEDGE_DATA_DIR`` or
+            ``~/.cache/cosyedge/data``.
+    Returns:
+        Path: the folder.
+    """
+    if cache_dir is None:
+        cache_dir = os.environ.get("COSYEDGE_DATA_DIR") or Path.home() / ".cache" / "cosyedge" / "data"
+    p = Path(cache_dir).expanduser()
+    p.mkdir(parents=True, exist_ok=True)
+    return p
+
+
+def _require_tool(tool: str, hint: str) -> str:
+    path = shutil.which(tool) or (f"/usr/games/{tool}" if Path(f"/usr/games/{tool}").exists() else None)
+    if path is None:
+        raise DependencyError(f"'{tool}' not found on PATH (install it: {hint})")
+    return path
+
+
+# ------------------------------------------------------------------------------------------ packages
+def fetch_package(name: str, cache_dir: str | os.PathLike | None = None) -> Path:
+    """Download Debian package ``name`` with ``apt-get download`` and extract it with ``dpkg -x``.
+
+    Nothing is installed. A ``.deb`` already in ``<cache>/debs`` or in ``$COSYEDGE_DEB_DIR`` is reused.
+    If the download fails, ``apt-get update`` is run once and the download retried.
+
+    Args:
+        name (str): Debian package name, e.g. ``"asterisk-core-sounds-en-g722"``.
+        cache_dir (str | PathLike | None): See :func:`data_dir`.
+    Returns:
+        Path: extraction root ``<cache>/pkgs/<name>`` (contains ``usr/...``).
+    Raises:
+        DependencyError: ``apt-get`` or ``dpkg`` is missing.
+        ArtifactError: the package cannot be downloaded or extracted.
+    """
+    global _APT_UPDATED
+    root = data_dir(cache_dir)
+    out = root / "pkgs" / name
+    if (out / ".done").exists():
+        return out
+    debs = root / "debs"
+    debs.mkdir(parents=True, exist_ok=True)
+    deb = _find_deb(name, [debs] + ([Path(os.environ["COSYEDGE_DEB_DIR"])] if os.environ.get("COSYEDGE_DEB_DIR") else []))
+    if deb is None:
+        apt = _require_tool("apt-get", "this needs a Debian/Ubuntu system")
+        for attempt in range(2):
+            r = subprocess.run([apt, "download", name], cwd=debs, capture_output=True, text=True)
+            deb = _find_deb(name, [debs])
+            if r.returncode == 0 and deb is not None:
+                break
+            if attempt == 0 and not _APT_UPDATED:
+                LOG.info("apt-get download %s failed; running apt-get update once", name)
+                subprocess.run([apt, "update"], capture_output=True, text=True)
+                _APT_UPDATED = True
+            else:
+                raise ArtifactError(
+                    f"cannot download Debian package '{name}': {r.stderr.strip().splitlines()[-1:] or r.returncode}"
+                    " (check the name with 'apt-cache policy NAME' and your apt sources)"
+                )
+    dpkg = _require_tool("dpkg", "this needs a Debian/Ubuntu system")
+    tmp = Path(tempfile.mkdtemp(dir=root, prefix=f".x-{name}-"))
+    r = subprocess.run([dpkg, "-x", str(deb), str(tmp)], capture_output=True, text=True)
+    if r.returncode != 0:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise ArtifactError(f"dpkg -x failed for {deb}: {r.stderr.strip()} (delete it and retry)")
+    if out.exists():
+        shutil.rmtree(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp.rename(out)
+    (out / ".done").write_text(deb.name + "\n")
+    LOG.info("fetched %s -> %s", deb.name, out)
+    return out
+
+
+def _find_deb(name: str, folders: list[Path]) -> Path | None:
+    for f in folders:
+        hits = sorted(f.glob(f"{name}_*.deb"))
+        if hits:
+            return hits[-1]
+    return None
+
+
+def package_copyright(name: str, cache_dir: str | os.PathLike | None = None) -> str:
+    """Return the text of ``usr/share/doc/<name>/copyright`` of a fetched package ('' if absent)."""
+    p = fetch_package(name, cache_dir) / "usr" / "share" / "doc" / name / "copyright"
+    return p.read_text(errors="replace") if p.exists() else ""
+
+
+# ------------------------------------------------------------------------------------------- decoding
+def decode_audio(path: str | os.PathLike, sample_rate_hz: int = SAMPLE_RATE_HZ) -> np.ndarray:
+    """Decode an audio file to mono float32 at ``sample_rate_hz``.
+
+    ``.g722`` (raw G.722, 16 kHz) decodes with PyAV (``av.open(path, format="g722")``); other formats try
+    soundfile first (wav, flac, ogg/oga Vorbis) and fall back to PyAV. Channels are averaged and the
+    result is resampled with soxr (HQ).
+
+    Args:
+        path (str | PathLike): Audio file.
+        sample_rate_hz (int): Output rate in Hz. Defaults to 16000.
+    Returns:
+        np.ndarray: float32, shape (samples,), range about [-1, 1].
+    Raises:
+        DependencyError: PyAV is needed and missing (``pip install av``).
+        ArtifactError: the file cannot be decoded.
+    """
+    path = Path(path)
+    x = sr = None
+    if path.suffix.lower() not in (".g722", ".gsm", ".ulaw", ".alaw"):
+        try:
+            import soundfile as sf
+
+            x, sr = sf.read(str(path), dtype="float32", always_2d=True)
+            x = x.mean(axis=1)
+        except Exception:  # noqa: BLE001 - fall back to PyAV
+            x = None
+    if x is None:
+        x, sr = _decode_av(path)
+    if x.size == 0:
+        raise ArtifactError(f"{path}: decoded to 0 samples (corrupt file? delete the cache and retry)")
+    if sr != sample_rate_hz:
+        import soxr
+
+        x = soxr.resample(x, sr, sample_rate_hz, quality="HQ")
+    return np.ascontiguousarray(x, dtype=np.float32)
+
+
+def _decode_av(path: Path) -> tuple[np.ndarray, int]:
+    try:
+        import av
+    except ImportError as e:  # pragma: no cover - depends on environment
+        raise DependencyError(f"PyAV is needed to decode {path.suffix} files (pip install av): {e}") from e
+    fmt = {".g722": "g722", ".gsm": "gsm", ".ulaw": "mulaw", ".alaw": "alaw"}.get(path.suffix.lower())
+    try:
+        with av.open(str(path), format=fmt) as c:
+            stream = c.streams.audio[0]
+            chunks, sr = [], None
+            for frame in c.decode(stream):
+                a = frame.to_ndarray()
+                sr = frame.sample_rate
+                if a.dtype.kind == "i":
+                    a = a.astype(np.float32) / float(np.iinfo(a.dtype).max + 1)
+                a = a.astype(np.float32)
+                if frame.format.is_planar:
+                    a = a.mean(axis=0)
+                else:
+                    a = a.reshape(-1, len(frame.layout.channels)).mean(axis=1)
+                chunks.append(a)
+    except Exception as e:  # noqa: BLE001
+        raise ArtifactError(f"{path}: cannot decode with PyAV ({type(e).__name__}: {e})") from e
+    if not chunks:
+        raise ArtifactError(f"{path}: no audio frames (corrupt file?)")
+    if fmt in ("mulaw", "alaw", "gsm"):
+        sr = 8000 if sr is None else sr
+    return np.concatenate(chunks), int(sr)
+
+
+# ------------------------------------------------------------------------------------------ corpora
+@dataclass
+class Corpus:
+    """A cached corpus: utterances concatenated into one array.
+
+    Attributes:
+        name (str): Corpus name (key of :data:`CORPORA`).
+        audio (np.ndarray): float32, shape (total_samples,), 16 kHz mono.
+        offsets (np.ndarray): int64, shape (n_utts + 1,), sample offsets into ``audio``.
+        names (list[str]): relative file name (or synthesis id) per utterance.
+        splits (list[str]): ``"train"``, ``"val"`` or ``"test"`` per utterance.
+        speakers (list[str]): speaker / voice id per utterance.
+        source (str): Debian package(s) or tool the audio came from.
+    """
+
+    name: str
+    audio: np.ndarray
+    offsets: np.ndarray
+    names: list[str]
+    splits: list[str]
+    speakers: list[str]
+    source: str = ""
+    meta: dict = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def utterance(self, i: int) -> np.ndarray:
+        """Return utterance ``i``: float32, shape (samples,)."""
+        return self.audio[self.offsets[i] : self.offsets[i + 1]]
+
+    def indices(self, split: str) -> list[int]:
+        """Return the utterance indices of ``split`` (``"train"``, ``"val"`` or ``"test"``)."""
+        return [i for i, s in enumerate(self.splits) if s == split]
+
+    def concat(self, split: str) -> np.ndarray:
+        """Return all utterances of ``split`` concatenated: float32, shape (samples,)."""
+        idx = self.indices(split)
+        if not idx:
+            return np.zeros(0, np.float32)
+        return np.concatenate([self.utterance(i) for i in idx])
+
+    def seconds(self, split: str | None = None) -> float:
+        """Return the duration in seconds of ``split`` (all utterances if None)."""
+        d = np.diff(self.offsets)
+        if split is not None:
+            d = d[[s == split for s in self.splits]]
+        return float(d.sum()) / SAMPLE_RATE_HZ
+
+
+def heldout_split(rel_name: str, percent: int = 10) -> str:
+    """Return ``"val"`` for about ``percent`` % of names (by SHA-1 of ``rel_name``), else ``"train"``.
+
+    Deterministic and independent of the file list, so adding files never moves others between splits.
+    """
+    h = int(hashlib.sha1(rel_name.encode()).hexdigest()[:8], 16)
+    return "val" if h % 100 < percent else "train"
+
+
+def _save_corpus(path_npy: Path, c: Corpus) -> None:
+    path_npy.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path_npy.with_suffix(".tmp.npy")
+    np.save(tmp, c.audio.astype(np.float32))
+    tmp.replace(path_npy)
+    meta = {
+        "version": CACHE_VERSION,
+        "sample_rate_hz": SAMPLE_RATE_HZ,
+        "names": c.names,
+        "offsets": [int(o) for o in c.offsets],
+        "splits": c.splits,
+        "speakers": c.speakers,
+        "source": c.source,
+        "meta": c.meta,
+    }
+    path_npy.with_suffix(".json").write_text(json.dumps(meta))
+
+
+def _load_corpus(path_npy: Path, name: str) -> Corpus | None:
+    pj = path_npy.with_suffix(".json")
+    if not (path_npy.exists() and pj.exists()):
+        return None
+    try:
+        meta = json.loads(pj.read_text())
+        if meta.get("version") != CACHE_VERSION:
+            return None
+        audio = np.load(path_npy)
+    except Exception as e:  # noqa: BLE001
+        raise ArtifactError(f"corrupt corpus cache {path_npy} ({e}); delete it and retry") from e
+    offsets = np.asarray(meta["offsets"], np.int64)
+    if audio.dtype != np.float32 or audio.ndim != 1 or offsets[-1] != audio.size:
+        raise ArtifactError(f"corrupt corpus cache {path_npy} (size mismatch); delete it and retry")
+    return Corpus(name, audio, offsets, meta["names"], meta["splits"], meta["speakers"], meta.get("source", ""),
+                  meta.get("meta", {}))
+
+
+def _from_files(name: str, files: list[tuple[str, Path, str, str]], source: str, meta: dict | None = None) -> Corpus:
+    """Build a corpus from ``(rel_name, path, split, speaker)`` tuples (already sorted)."""
+    audios, names, splits, speakers = [], [], [], []
+    for rel, path, split, spk in files:
+        try:
+            x = decode_audio(path)
+        except ArtifactError as e:
+            LOG.warning("skipping %s", e)
+            continue
+        audios.append(x)
+        names.append(rel)
+        splits.append(split)
+        speakers.append(spk)
+    if not audios:
+        raise ArtifactError(f"corpus '{name}': no decodable audio in {source}")
+    offsets = np.concatenate([[0], np.cumsum([a.size for a in audios])]).astype(np.int64)
+    return Corpus(name, np.concatenate(audios), offsets, names, splits, speakers, source, meta or {})
+
+
+def _build_asterisk(lang: str, cache_dir) -> Corpus:
+    pkg = f"asterisk-core-sounds-{lang}-g722"
+    root = fetch_package(pkg, cache_dir) / "usr" / "share" / "asterisk" / "sounds"
+    files = sorted(p for p in root.rglob("*.g722") if "silence" not in p.relative_to(root).parts)
+    rows = []
+    for p in files:
+        rel = str(p.relative_to(root))
+        rows.append((rel, p, heldout_split(rel), f"asterisk-{lang}:{rel.split('/')[0]}"))
+    return _from_files(f"asterisk-{lang}", rows, pkg)
+
+
+def _build_prompt_pack(pkg: str, ext: str, cache_dir) -> Corpus:
+    """Community asterisk prompt packs (8 kHz GSM or WAV; upsampled to 16 kHz, so no energy above 4 kHz)."""
+    root = fetch_package(pkg, cache_dir) / "usr" / "share" / "asterisk" / "sounds"
+    files = sorted(root.rglob(f"*.{ext}"))
+    rows = [(str(p.relative_to(root)), p, heldout_split(str(p.relative_to(root))), pkg) for p in files]
+    return _from_files(pkg, rows, pkg, {"bandwidth_hz": 4000})
+
+
+def _build_pocketsphinx(sub: str, cache_dir) -> Corpus:
+    pkg = "pocketsphinx-testdata"
+    root = fetch_package(pkg, cache_dir) / "usr" / "share" / "pocketsphinx" / "test" / "data"
+    files = sorted((root / sub).glob("*.wav"))
+    rows = [(f"{sub}/{p.name}", p, "test", f"{sub}") for p in files]
+    return _from_files(sub, rows, pkg)
+
+
+def _build_sounds(pkg: str, sub: str, pattern: str, cache_dir) -> Corpus:
+    root = fetch_package(pkg, cache_dir) / "usr" / "share" / "sounds"
+    files = sorted((root / sub).rglob(pattern))
+    rows = [(str(p.relative_to(root)), p, "train", pkg) for p in files]
+    return _from_files(pkg, rows, pkg)
+
+
+def _build_glob(pkg: str, sub: str, patterns: tuple[str, ...], cache_dir, split: str = "train") -> Corpus:
+    root = fetch_package(pkg, cache_dir)
+    files = sorted({p for pat in patterns for p in (root / sub).rglob(pat)})
+    rows = [(str(p.relative_to(root / sub)), p, split, pkg) for p in files]
+    return _from_files(pkg, rows, pkg)
+
+
+def _build_opensfx(cache_dir) -> Corpus:
+    """OpenTTD OpenSFX: 71 real recordings (freesound.org; CC0 / CC-BY 3.0 / CC-BY-SA 3.0, collection
+    CC-BY-SA 3.0) stored in one ``opensfx.cat`` container: a table of (offset, size) uint32 pairs (high bit
+    is a flag), each entry ``<len byte><name><RIFF wav>``."""
+    import io
+    import struct
+
+    pkg = "openttd-opensfx"
+    cat = fetch_package(pkg, cache_dir) / "usr/share/games/openttd/baseset/opensfx/opensfx.cat"
+    d = cat.read_bytes()
+    n = (struct.unpack("<I", d[:4])[0] & 0x7FFFFFFF) // 8
+    audios, names = [], []
+    import soundfile as sf
+
+    for i in range(n):
+        off, size = struct.unpack("<II", d[i * 8 : i * 8 + 8])
+        off &= 0x7FFFFFFF
+        nl = d[off]
+        title = d[off + 1 : off + 1 + nl].rstrip(b"\0").decode(errors="replace")
+        wav = d[off + 1 + nl : off + size]
+        if len(wav) < 100:
+            continue
+        try:
+            x, sr = sf.read(io.BytesIO(wav), dtype="float32", always_2d=True)
+        except Exception as e:  # noqa: BLE001
+            LOG.warning("opensfx entry %d unreadable (%s)", i, e)
+            continue
+        import soxr
+
+        audios.append(soxr.resample(x.mean(axis=1), sr, SAMPLE_RATE_HZ, quality="HQ").astype(np.float32))
+        names.append(f"{i:02d} {title.split('.')[0].strip()}")
+    offsets = np.concatenate([[0], np.cumsum([a.size for a in audios])]).astype(np.int64)
+    return Corpus("opensfx", np.concatenate(audios), offsets, names, ["train"] * len(names), [pkg] * len(names), pkg)
+
+
+CORPORA: dict = {
+    **{f"asterisk-{lang}": (lambda cd, _l=lang: _build_asterisk(_l, cd)) for lang in ("en", "fr", "es", "it", "ru")},
+    "asterisk-prompt-fr-armelle": lambda cd: _build_prompt_pack("asterisk-prompt-fr-armelle", "gsm", cd),
+    "asterisk-prompt-es-co": lambda cd: _build_prompt_pack("asterisk-prompt-es-co", "gsm", cd),
+    "asterisk-prompt-it-menardi": lambda cd: _build_prompt_pack("asterisk-prompt-it-menardi-wav", "wav", cd),
+    "librivox": lambda cd: _build_pocketsphinx("librivox", cd),
+    "cards": lambda cd: _build_pocketsphinx("cards", cd),
+    "sound-icons": lambda cd: _build_sounds("sound-icons", "sound-icons", "*.wav", cd),
+    "freedesktop": lambda cd: _build_sounds("sound-theme-freedesktop", "freedesktop", "*.oga", cd),
+    "moh": lambda cd: _build_glob("asterisk-moh-opsound-g722", "usr/share/asterisk/moh", ("*.g722",), cd),
+    "lmms-samples": lambda cd: _build_glob("lmms-common", "usr/share/lmms/samples", ("*.ogg", "*.wav"), cd),
+    "opensfx": _build_opensfx,
+}
+"""Corpus builders by name: ``builder(cache_dir) -> Corpus``. Synthetic corpora are added by
+:mod:`cosyedge.datasets.synth` style helpers below (``espeak``, ``flite``)."""
+
+
+def load_corpus(name: str, cache_dir: str | os.PathLike | None = None) -> Corpus:
+    """Load corpus ``name`` from the cache, building (fetch, decode, save) it the first time.
+
+    Args:
+        name (str): A key of :data:`CORPORA`.
+        cache_dir (str | PathLike | None): See :func:`data_dir`.
+    Returns:
+        Corpus: the corpus (audio float32, 16 kHz).
+    Raises:
+        UsageError: unknown corpus name.
+        DependencyError: a needed tool (apt-get, dpkg, espeak-ng, PyAV) is missing.
+        ArtifactError: download, decode or cache failure.
+    """
+    if name not in CORPORA:
+        raise UsageError(f"unknown corpus '{name}' (choose from {', '.join(sorted(CORPORA))})")
+    path = data_dir(cache_dir) / "corpora" / f"{name}.npy"
+    c = _load_corpus(path, name)
+    if c is not None:
+        return c
+    with LOG.stage(f"build corpus {name}"):
+        c = CORPORA[name](cache_dir)
+        _save_corpus(path, c)
+    LOG.info("corpus %s: %d utterances, %.1f min (%s)", name, len(c), c.seconds() / 60, c.source)
+    return c
+
+
+# ------------------------------------------------------------------------------- synthetic speech
+_BUILTIN_SENTENCES = """\
+The quick brown fox jumps over the lazy dog.
+Please call me back when you get this message.
+The weather today will be cloudy with a chance of rain in the afternoon.
+I would like to book a table for two at seven o'clock.
+Turn left at the next intersection and continue for three hundred meters.
+Our meeting has been moved to Thursday morning.
+Can you hear me clearly now, or should I move closer to the microphone?
+The train to the airport leaves from platform number four.
+She sells sea shells by the sea shore.
+A journey of a thousand miles begins with a single step.
+Remember to save your work before closing the application.
+The museum is open every day except Monday.
+He bought apples, oranges, bread and a bottle of milk.
+Thank you for waiting, your call is important to us.
+The children played in the garden until the sun went down.
+Let me know if you need anything else from the store.
+This is a test of the emergency broadcast system.
+The package should arrive within three to five business days.
+Music helps me concentrate when I am working late at night.
+Every morning he walks the dog along the river.
+""".strip().splitlines()
+
+
+def sentences(n: int, seed: int = 0) -> list[str]:
+    """Return ``n`` deterministic sentences (3 to 40 words) from ``fortune`` or a built-in list.
+
+    Fortune cookies are read from the ``fortune-mod`` data files (``/usr/share/games/fortunes``, plain
+    text, ``%``-separated); if absent, the built-in list is used (with repetition).
+    """
+    texts: list[str] = []
+    fdir = Path("/usr/share/games/fortunes")
+    if fdir.is_dir():
+        for f in sorted(fdir.iterdir()):
+            if f.suffix or not f.is_file() or f.name.endswith(".dat"):
+                continue
+            try:
+                raw = f.read_text(errors="replace")
+            except OSError:
+                continue
+            for cookie in raw.split("\n%\n"):
+                t = " ".join(cookie.split())
+                if t and 3 <= len(t.split()) <= 40 and t.isascii():
+                    texts.append(t)
+    if not texts:
+        LOG.warning_once("fortune-mod data not found; using the built-in sentence list")
+        texts = list(_BUILTIN_SENTENCES)
+    rng = np.random.default_rng(seed)
+    idx = rng.permutation(len(texts))
+    return [texts[idx[i % len(texts)]] for i in range(n)]
+
+
+def _sentences_for_synth(n: int, seed: int) -> list[str]:
+    """``n`` texts of at least 8 words (short sentences are joined), for synthesis."""
+    pool = sentences(4 * n + 40, seed)
+    out, cur = [], ""
+    for t in pool:
+        t = t.replace('"', "").replace("`", "'").replace("\\", " ")
+        cur = f"{cur} {t}".strip()
+        if len(cur.split()) >= 8:
+            out.append(cur)
+            cur = ""
+        if len(out) == n:
+            break
+    while len(out) < n:
+        out.append(_BUILTIN_SENTENCES[len(out) % len(_BUILTIN_SENTENCES)])
+    return out
+
+
+ESPEAK_LANGS = ("en-us", "en", "en-gb-scotland", "en-029", "de", "fr", "es", "it", "pt", "nl", "pl", "sv", "ru",
+                "cs", "fi", "tr", "hi")
+"""espeak-ng languages used (the text is English; other languages read it with their own phonetics)."""
+
+ESPEAK_VARIANTS = ("", "m1", "m2", "m3", "m4", "m5", "m6", "m7", "f1", "f2", "f3", "f4", "f5", "klatt", "klatt2",
+                   "klatt4", "Andy", "Annie", "Denis", "Gene", "Lee", "linda", "max", "Michael", "edward", "john",
+                   "belinda", "david", "steph", "paul", "robert", "aunty", "grandpa", "croak")
+"""espeak-ng voice variants used (``-v LANG+VARIANT``)."""
+
+
+def _run_synth(cmd: list[str], out_wav: Path, what: str, stdin: str | None = None) -> np.ndarray | None:
+    r = subprocess.run(cmd, input=stdin, capture_output=True, text=True, timeout=120)
+    if r.returncode != 0 or not out_wav.exists():
+        LOG.warning_once(f"{what} failed ({r.stderr.strip()[:120]}); skipping such utterances")
+        return None
+    x = decode_audio(out_wav)
+    out_wav.unlink()
+    return x if x.size > SAMPLE_RATE_HZ // 4 and np.abs(x).max() > 1e-3 else None
+
+
+def _build_espeak(cache_dir, n: int = 400, seed: int = 11) -> Corpus:
+    """espeak-ng: ``n`` texts, each with a random language, variant, speed (130..210 wpm) and pitch (20..80)."""
+    exe = _require_tool("espeak-ng", "apt-get install espeak-ng")
+    rng = np.random.default_rng(seed)
+    texts = _sentences_for_synth(n, seed)
+    tmp = Path(tempfile.mkdtemp(dir=data_dir(cache_dir), prefix=".espeak-"))
+    audios, names, spk = [], [], []
+    try:
+        for i, t in enumerate(texts):
+            lang = ESPEAK_LANGS[int(rng.integers(len(ESPEAK_LANGS)))] if rng.random() < 0.5 else "en-us"
+            var = ESPEAK_VARIANTS[int(rng.integers(len(ESPEAK_VARIANTS)))]
+            voice = f"{lang}+{var}" if var else lang
+            s, p = int(rng.integers(130, 211)), int(rng.integers(20, 81))
+            w = tmp / "o.wav"
+            x = _run_synth([exe, "-v", voice, "-s", str(s), "-p", str(p), "-w", str(w), "--stdin"], w, "espeak-ng", t)
+            if x is not None:
+                audios.append(x)
+                names.append(f"{i:04d}|{voice}|s{s}|p{p}")
+                spk.append(f"espeak:{voice}")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return _corpus_from_arrays("espeak", audios, names, spk, f"espeak-ng ({_tool_version(exe)}) + fortune-mod text")
+
+
+FLITE_VOICES = ("slt", "rms", "awb", "kal16")
+"""flite voices: slt (US female), rms (US male), awb (Scottish male) are CMU ARCTIC clustergen voices;
+kal16 is a 16 kHz diphone voice (US male)."""
+
+
+def _build_flite(cache_dir, n_per_voice: int = 80, seed: int = 12) -> Corpus:
+    """flite: ``n_per_voice`` different texts per voice of :data:`FLITE_VOICES` (16 kHz output)."""
+    exe = _require_tool("flite", "apt-get install flite")
+    texts = _sentences_for_synth(n_per_voice * len(FLITE_VOICES), seed)
+    tmp = Path(tempfile.mkdtemp(dir=data_dir(cache_dir), prefix=".flite-"))
+    audios, names, spk = [], [], []
+    try:
+        for i, t in enumerate(texts):
+            v = FLITE_VOICES[i % len(FLITE_VOICES)]
+            w = tmp / "o.wav"
+            x = _run_synth([exe, "-voice", v, "-t", t, "-o", str(w)], w, f"flite -voice {v}")
+            if x is not None:
+                audios.append(x)
+                names.append(f"{i:04d}|{v}")
+                spk.append(f"flite:{v}")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return _corpus_from_arrays("flite", audios, names, spk, "flite (CMU) + fortune-mod text")
+
+
+FESTIVAL_VOICES = {
+    "kal_diphone": "festvox-kallpc16k", "ked_diphone": "festvox-kdlpc16k",
+    "cmu_us_slt_arctic_hts": "festvox-us-slt-hts", "lp_diphone": "festvox-italp16k",
+    "pc_diphone": "festvox-itapc16k", "czech_dita": "festvox-czech-dita", "czech_machac": "festvox-czech-machac",
+    "suo_fi_lj_diphone": "festvox-suopuhe-lj", "hy_fi_mv_diphone": "festvox-suopuhe-mv",
+    "upc_ca_ona_hts": "festvox-ca-ona-hts",
+}
+"""Festival voices (voice name -> Debian package). They must be INSTALLED (apt-get install PKG); missing
+ones are skipped. Non-English voices read the English text with their own letter-to-sound rules."""
+
+
+def _build_festival(cache_dir, n_per_voice: int = 40, seed: int = 13) -> Corpus:
+    """Festival: ``n_per_voice`` texts per installed voice of :data:`FESTIVAL_VOICES`, one batch run per voice."""
+    exe = _require_tool("festival", "apt-get install festival festvox-kallpc16k")
+    r = subprocess.run([exe, "-b", "(print (voice.list))"], capture_output=True, text=True, timeout=120)
+    have = set(r.stdout.replace("(", " ").replace(")", " ").split())
+    voices = [v for v in FESTIVAL_VOICES if v in have]
+    missing = [FESTIVAL_VOICES[v] for v in FESTIVAL_VOICES if v not in have]
+    if missing:
+        LOG.warning("festival voices not installed (skipped): %s", " ".join(missing))
+    if not voices:
+        raise DependencyError("no festival voice installed (apt-get install festvox-kallpc16k)")
+    texts = _sentences_for_synth(n_per_voice * len(voices), seed)
+    tmp = Path(tempfile.mkdtemp(dir=data_dir(cache_dir), prefix=".festival-"))
+    audios, names, spk = [], [], []
+    try:
+        for vi, v in enumerate(voices):
+            mine = [(i, t) for i, t in enumerate(texts) if i % len(voices) == vi]
+            lines = [f"(voice_{v})"]
+            for i, t in mine:
+                esc = t.replace("\\", " ").replace('"', "")
+                lines.append(f'(utt.save.wave (utt.synth (Utterance Text "{esc}")) "{tmp}/{i:04d}.wav" \'riff)')
+            (tmp / "run.scm").write_text("\n".join(lines) + "\n")
+            subprocess.run([exe, "-b", str(tmp / "run.scm")], capture_output=True, text=True, timeout=1200)
+            for i, _t in mine:
+                w = tmp / f"{i:04d}.wav"
+                if not w.exists():
+                    continue
+                x = decode_audio(w)
+                w.unlink()
+                if x.size > SAMPLE_RATE_HZ // 4 and np.abs(x).max() > 1e-3:
+                    audios.append(x)
+                    names.append(f"{i:04d}|{v}")
+                    spk.append(f"festival:{v}")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return _corpus_from_arrays("festival", audios, names, spk, "festival + festvox voices + fortune-mod text")
+
+
+def _tool_version(exe: str) -> str:
+    try:
+        return subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=10).stdout.strip()[:60]
+    except Exception:  # noqa: BLE001
+        return "?"
+
+
+def _corpus_from_arrays(name: str, audios, names, spk, source: str) -> Corpus:
+    if not audios:
+        raise ArtifactError(f"corpus '{name}': synthesis produced no audio")
+    # normalise each utterance to -20 dBFS RMS (synthesizers differ by 20+ dB), peak <= 0.99
+    out = []
+    for a in audios:
+        a = a * np.float32(0.1 / (np.sqrt(np.mean(a.astype(np.float64) ** 2)) + 1e-9))
+        out.append((a / max(1.0, float(np.abs(a).max()) / 0.99)).astype(np.float32))
+    offsets = np.concatenate([[0], np.cumsum([a.size for a in out])]).astype(np.int64)
+    return Corpus(name, np.concatenate(out), offsets, list(names), ["train"] * len(out), list(spk), source)
+
+
+CORPORA.update({"espeak": _build_espeak, "flite": _build_flite, "festival": _build_festival})

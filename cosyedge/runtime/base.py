@@ -1,0 +1,180 @@
+"""The one streaming interface: :class:`StreamSession` (one chunk in, one chunk out, state carried).
+
+Backends (:class:`~cosyedge.runtime.ort.OrtStreamSession`, later ``TrtStreamSession``) override only
+the ``*_impl`` hooks. The base class owns the life cycle (``activate``/``deactivate``/``with``), input
+validation and per-chunk latency bookkeeping, so every backend behaves the same on bad input.
+
+Life cycle::
+
+    session = OrtStreamSession("model.stream.onnx")   # stores config, reads metadata only
+    with session:                                      # activate(): session, buffers, zero state
+        y = session.push(chunk)["enhanced"]            # (N, 1, chunk_samples) float32 -> same
+        session.reset()                                # new stream: zero state
+    # deactivate(): everything heavy is released
+
+Source: Polygraphy ``polygraphy/backend/base/runner.py`` (activate/infer/deactivate hooks).
+"""
+
+from __future__ import annotations
+
+import abc
+import time
+
+import numpy as np
+
+from cosyedge.artifacts import StreamContract
+from cosyedge.errors import UsageError
+
+DEFAULT_MAX_LATENCY_RECORDS = 1 << 16
+"""int: per-chunk latencies kept by default (a ring buffer; 65536 chunks = 11 min at 10 ms)."""
+
+
+class StreamSession(abc.ABC):
+    """Abstract streaming session over a model that follows the cosyedge stream contract.
+
+    Args:
+        contract (StreamContract): The model's stream contract (names, sample rate, hop, states).
+        chunk_samples (int | None): Samples per pushed chunk; a positive multiple of
+            ``contract.total_stride``. Defaults to ``contract.hop_samples`` (10 ms for the reference).
+        batch (int): Number of independent streams pushed together (axis ``N``), >= 1. Defaults to 1.
+        max_latency_records (int): Size of the per-chunk latency ring buffer (chunks), >= 1.
+    Raises:
+        UsageError: ``chunk_samples`` is not a positive multiple of the total stride, or ``batch`` < 1.
+    """
+
+    def __init__(self, contract: StreamContract, chunk_samples: int | None = None, batch: int = 1,
+                 max_latency_records: int = DEFAULT_MAX_LATENCY_RECORDS):
+        self.contract = contract
+        self.chunk_samples = int(contract.hop_samples if chunk_samples is None else chunk_samples)
+        contract.check_chunk(self.chunk_samples)
+        if int(batch) < 1:
+            raise UsageError(f"batch must be >= 1, got {batch}")
+        if int(max_latency_records) < 1:
+            raise UsageError(f"max_latency_records must be >= 1, got {max_latency_records}")
+        self.batch = int(batch)
+        self.is_active = False
+        self.chunks_pushed = 0
+        self._lat = np.zeros(int(max_latency_records), dtype=np.float64)
+        self._lat_count = 0
+
+    # ------------------------------------------------------------------ hooks for backends
+    @abc.abstractmethod
+    def activate_impl(self) -> None:
+        """Create the backend session and buffers and zero the state (called by :meth:`activate`)."""
+
+    @abc.abstractmethod
+    def deactivate_impl(self) -> None:
+        """Release the backend session and buffers (called by :meth:`deactivate`)."""
+
+    @abc.abstractmethod
+    def reset_impl(self) -> None:
+        """Set every state to its initial value (called by :meth:`reset` on an active session)."""
+
+    @abc.abstractmethod
+    def push_impl(self, chunk: np.ndarray) -> dict[str, np.ndarray]:
+        """Run one validated chunk, float32 (batch, 1, chunk_samples); return outputs by ONNX name."""
+
+    def state_impl(self) -> dict[str, np.ndarray]:
+        """Return copies of the current states by state input name (override; default: none)."""
+        return {}
+
+    # ------------------------------------------------------------------ life cycle
+    def activate(self) -> "StreamSession":
+        """Create the backend session and buffers; the state starts at its initial value (zeros).
+
+        Returns:
+            StreamSession: self. A second call on an active session does nothing.
+        """
+        if not self.is_active:
+            self.activate_impl()
+            self.is_active = True
+        return self
+
+    def deactivate(self) -> None:
+        """Release the backend session and buffers; a no-op when inactive."""
+        if self.is_active:
+            try:
+                self.deactivate_impl()
+            finally:
+                self.is_active = False
+
+    def __enter__(self) -> "StreamSession":
+        return self.activate()
+
+    def __exit__(self, *exc) -> None:
+        self.deactivate()
+
+    def reset(self) -> None:
+        """Start a new stream: every state back to its initial value (zeros). No-op when inactive
+        (:meth:`activate` starts from zero state anyway). Latency records are kept."""
+        if self.is_active:
+            self.reset_impl()
+
+    # ------------------------------------------------------------------ streaming
+    def push(self, chunk: np.ndarray) -> dict[str, np.ndarray]:
+        """Process one chunk of audio and advance the state.
+
+        Args:
+            chunk (np.ndarray): float32 PCM, shape (batch, 1, chunk_samples), range [-1, 1], finite.
+        Returns:
+            dict[str, np.ndarray]: model outputs by ONNX name (without states), e.g.
+            ``{contract.output: (batch, 1, chunk_samples) float32}``. The arrays are the session's
+            preallocated buffers: they are overwritten by the next push; copy what you keep.
+        Raises:
+            UsageError: the session is inactive; ``chunk`` is not a float32 ndarray of that shape, its
+                length is not a multiple of the total stride or not ``chunk_samples``, or it holds
+                NaN/Inf.
+        """
+        if not self.is_active:
+            raise UsageError("push() on an inactive session: call activate() first or use 'with session:'")
+        self._check_chunk(chunk)
+        t0 = time.perf_counter()
+        out = self.push_impl(chunk)
+        ms = (time.perf_counter() - t0) * 1000.0
+        self._lat[self._lat_count % self._lat.size] = ms
+        self._lat_count += 1
+        self.chunks_pushed += 1
+        return out
+
+    def state(self) -> dict[str, np.ndarray]:
+        """Return copies of the current states by state input name, e.g. ``{"state_in.00": (N, C, K)}``.
+
+        Raises:
+            UsageError: the session is inactive.
+        """
+        if not self.is_active:
+            raise UsageError("state() on an inactive session: call activate() first")
+        return self.state_impl()
+
+    @property
+    def latencies_ms(self) -> np.ndarray:
+        """np.ndarray: float64 (K,), wall time of the last K pushes in ms (perf_counter around
+        ``push_impl``), oldest first; K <= ``max_latency_records`` so memory stays bounded."""
+        n, size = self._lat_count, self._lat.size
+        if n <= size:
+            return self._lat[:n].copy()
+        i = n % size
+        return np.concatenate([self._lat[i:], self._lat[:i]])
+
+    def clear_latencies(self) -> None:
+        """Forget the recorded per-chunk latencies."""
+        self._lat_count = 0
+
+    # ------------------------------------------------------------------ helpers
+    def _check_chunk(self, chunk: np.ndarray) -> None:
+        if not isinstance(chunk, np.ndarray):
+            raise UsageError(f"chunk must be a numpy array, got {type(chunk).__name__}")
+        want = (self.batch, 1, self.chunk_samples)
+        if chunk.dtype != np.float32:
+            raise UsageError(f"chunk dtype is {chunk.dtype}, expected float32 (use x.astype(np.float32))")
+        if chunk.ndim != 3 or chunk.shape[:2] != want[:2]:
+            raise UsageError(f"chunk shape is {chunk.shape}, expected (batch, 1, samples) = {want}")
+        if chunk.shape[2] != self.chunk_samples:
+            self.contract.check_chunk(chunk.shape[2])
+            raise UsageError(
+                f"chunk has {chunk.shape[2]} samples but this session streams chunks of {self.chunk_samples} "
+                f"(create the session with chunk_samples={chunk.shape[2]})"
+            )
+        if not np.isfinite(chunk).all():
+            bad = np.flatnonzero(~np.isfinite(chunk))
+            raise UsageError(f"chunk holds {bad.size} NaN/Inf sample(s) (first at flat index {bad[0]})")

@@ -1,0 +1,212 @@
+"""ONNX Runtime backend of :class:`~cosyedge.runtime.base.StreamSession` (CPU first).
+
+Every buffer is allocated once in :meth:`OrtStreamSession.activate_impl` and bound with IOBinding to
+``OrtValue`` objects that wrap those numpy arrays (on CPU ``OrtValue.ortvalue_from_numpy`` shares the
+array's memory, so ONNX Runtime reads and writes them in place: no per-chunk allocation). States are
+**ping-pong** buffers: set A feeds ``state_in.*`` while ``state_out.*`` is written into set B, then the
+roles swap. One buffer is never bound as both input and output of one run (DESIGN.md, export facts).
+
+Source: ONNX Runtime docs, "I/O Binding" (onnxruntime.ai/docs/performance/tune-performance/iobinding.html)
+and Python API ``InferenceSession.io_binding``, ``IOBinding.bind_ortvalue_input/bind_ortvalue_output``,
+``InferenceSession.run_with_iobinding``; k2-fsa/icefall ``onnx_pretrained-streaming.py`` (state loop).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from cosyedge._lazy import lazy_import
+from cosyedge.artifacts import StreamContract
+from cosyedge.errors import ArtifactError
+from cosyedge.log import LOG
+from cosyedge.runtime.base import DEFAULT_MAX_LATENCY_RECORDS, StreamSession
+
+ort = lazy_import("onnxruntime")
+
+_ORT_DTYPES = {
+    "tensor(float)": np.float32,
+    "tensor(float16)": np.float16,
+    "tensor(double)": np.float64,
+    "tensor(int64)": np.int64,
+    "tensor(int32)": np.int32,
+}
+
+
+def _one_line(err: Exception) -> str:
+    text = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {text[0] if text else ''}"
+
+
+class OrtStreamSession(StreamSession):
+    """Stream a cosyedge streaming ONNX model through ONNX Runtime, one chunk per :meth:`push`.
+
+    ``__init__`` only reads the ONNX metadata (the stream contract); ONNX Runtime is imported and the
+    ``InferenceSession`` created in :meth:`activate` (``with session:``).
+
+    Args:
+        model_path (str | Path): Streaming ONNX file (``state_in.*``/``state_out.*`` and cosyedge
+            metadata, i.e. the output of ``cosyedge streamify``), or the ``model.onnx`` of an engine.
+        chunk_samples (int | None): Samples per chunk, a positive multiple of the model's total stride.
+            Defaults to one hop (160 samples = 10 ms for the reference model).
+        batch (int): Independent streams per push (axis ``N``). Defaults to 1.
+        threads (int): ONNX Runtime intra- and inter-op threads (>= 1). Defaults to 1.
+        providers (list[str] | None): Execution providers; defaults to ``["CPUExecutionProvider"]``.
+        max_latency_records (int): Size of the per-chunk latency ring buffer.
+    Raises:
+        ArtifactError: file missing/corrupt, cosyedge metadata missing, or no state pairs (not streamified).
+        UsageError: bad ``chunk_samples``, ``batch`` or ``threads``.
+    """
+
+    def __init__(self, model_path: str | Path, chunk_samples: int | None = None, batch: int = 1,
+                 threads: int = 1, providers: list[str] | None = None,
+                 max_latency_records: int = DEFAULT_MAX_LATENCY_RECORDS):
+        from cosyedge.errors import UsageError
+
+        self.model_path = Path(model_path)
+        contract = StreamContract.from_onnx(self.model_path)
+        if not contract.is_streaming:
+            raise ArtifactError(
+                f"{self.model_path} has no streaming state (state_in.*/state_out.*): it is a full-sequence "
+                f"model; run 'cosyedge streamify' on it first"
+            )
+        super().__init__(contract, chunk_samples=chunk_samples, batch=batch,
+                         max_latency_records=max_latency_records)
+        if int(threads) < 1:
+            raise UsageError(f"threads must be >= 1, got {threads}")
+        self.threads = int(threads)
+        self.providers = list(providers) if providers else ["CPUExecutionProvider"]
+        self._sess = None
+
+    # ------------------------------------------------------------------ activation
+    def activate_impl(self) -> None:
+        """Create the ``InferenceSession`` (sequential execution, ``threads`` intra/inter-op threads),
+        check its inputs/outputs against the contract, allocate and bind all buffers, zero the state.
+
+        Raises:
+            ArtifactError: ONNX Runtime cannot load the model, or its inputs/outputs disagree with
+                the contract (missing name, wrong state rank or size).
+            DependencyError: onnxruntime is not installed.
+        """
+        c = self.contract
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = self.threads
+        so.inter_op_num_threads = self.threads
+        so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        so.log_severity_level = 3
+        try:
+            sess = ort.InferenceSession(str(self.model_path), sess_options=so, providers=self.providers)
+        except Exception as err:  # onnxruntime raises its own exception types (Fail, InvalidGraph, ...)
+            raise ArtifactError(f"ONNX Runtime cannot load {self.model_path}: {_one_line(err)}") from None
+
+        inputs = {i.name: i for i in sess.get_inputs()}
+        outputs = {o.name: o for o in sess.get_outputs()}
+        want_in = [c.input] + [s.input for s in c.states]
+        want_out = [c.output] + [s.output for s in c.states]
+        for name in want_in:
+            if name not in inputs:
+                raise ArtifactError(f"{self.model_path}: contract input '{name}' is not a model input "
+                                    f"(model inputs: {sorted(inputs)}); re-run 'cosyedge streamify'")
+        extra = sorted(set(inputs) - set(want_in))
+        if extra:
+            raise ArtifactError(f"{self.model_path}: model inputs {extra} are not in the stream contract "
+                                f"(re-run 'cosyedge streamify')")
+        for name in want_out:
+            if name not in outputs:
+                raise ArtifactError(f"{self.model_path}: contract output '{name}' is not a model output "
+                                    f"(model outputs: {sorted(outputs)}); re-run 'cosyedge streamify'")
+        for s in c.states:
+            self._check_state_shape(s, inputs[s.input].shape, "input")
+            self._check_state_shape(s, outputs[s.output].shape, "output")
+
+        def dtype_of(arg) -> type:
+            return _ORT_DTYPES.get(arg.type, np.float32)
+
+        audio_shape = (self.batch, 1, self.chunk_samples)
+        self._x = np.zeros(audio_shape, dtype=dtype_of(inputs[c.input]))
+        self._y = np.zeros(audio_shape, dtype=dtype_of(outputs[c.output]))
+        # ping-pong state buffers: _states[k][i] is set k (0 = A, 1 = B) of state i
+        self._states = ([s.zeros(self.batch) for s in c.states], [s.zeros(self.batch) for s in c.states])
+
+        def ov(a: np.ndarray):
+            return ort.OrtValue.ortvalue_from_numpy(a, "cpu", 0)
+
+        self._ov_x, self._ov_y = ov(self._x), ov(self._y)
+        self._ov_states = ([ov(a) for a in self._states[0]], [ov(a) for a in self._states[1]])
+        # binding k reads states from set k and writes the new states into set 1 - k
+        self._bindings = [sess.io_binding(), sess.io_binding()]
+        for k, b in enumerate(self._bindings):
+            self._bind(b, k)
+        # Bound CPU OrtValues are read in place by the CPU provider; other providers copy inputs at
+        # bind time (ONNX Runtime I/O Binding docs), so there every input is re-bound before each run.
+        self._rebind = any(p != "CPUExecutionProvider" for p in sess.get_providers())
+        self._parity = 0
+        self._sess = sess
+        LOG.debug("ORT session %s: providers %s, chunk %d, batch %d, %d state pair(s)", self.model_path,
+                  sess.get_providers(), self.chunk_samples, self.batch, len(c.states))
+
+    def _check_state_shape(self, s, model_shape, kind: str) -> None:
+        want = s.concrete_shape(self.batch)
+        if len(model_shape) != len(want):
+            raise ArtifactError(
+                f"{self.model_path}: state {kind} '{s.input if kind == 'input' else s.output}' has rank "
+                f"{len(model_shape)} in the model but the contract says shape {s.shape}; re-run 'cosyedge streamify'"
+            )
+        for axis, (m, w) in enumerate(zip(model_shape, want)):
+            if isinstance(m, int) and axis != s.batch_axis and m != w:
+                raise ArtifactError(
+                    f"{self.model_path}: state {kind} of '{s.input}' has shape {list(model_shape)} in the model "
+                    f"but the contract says {s.shape}; re-run 'cosyedge streamify'"
+                )
+
+    def _bind(self, binding, k: int) -> None:
+        c = self.contract
+        binding.bind_ortvalue_input(c.input, self._ov_x)
+        binding.bind_ortvalue_output(c.output, self._ov_y)
+        for i, s in enumerate(c.states):
+            binding.bind_ortvalue_input(s.input, self._ov_states[k][i])
+            binding.bind_ortvalue_output(s.output, self._ov_states[1 - k][i])
+
+    def deactivate_impl(self) -> None:
+        """Drop the session, bindings and buffers."""
+        self._sess = None
+        self._bindings = self._ov_states = self._states = self._ov_x = self._ov_y = None
+        self._x = self._y = None
+
+    def reset_impl(self) -> None:
+        """Fill both ping-pong sets with the initial state values (zeros) and restart at set A."""
+        for bufs in self._states:
+            for s, a in zip(self.contract.states, bufs):
+                a.fill(s.init)
+        self._parity = 0
+
+    # ------------------------------------------------------------------ streaming
+    def push_impl(self, chunk: np.ndarray) -> dict[str, np.ndarray]:
+        """Copy ``chunk`` into the bound input buffer, run, swap the state sets.
+
+        Returns:
+            dict[str, np.ndarray]: ``{contract.output: (batch, 1, chunk_samples)}``, the preallocated
+            output buffer (float32; a float32 copy if the model output has another dtype).
+        """
+        np.copyto(self._x, chunk, casting="same_kind")
+        b = self._bindings[self._parity]
+        if self._rebind:
+            self._bind(b, self._parity)
+        self._sess.run_with_iobinding(b)
+        self._parity ^= 1
+        y = self._y if self._y.dtype == np.float32 else self._y.astype(np.float32)
+        return {self.contract.output: y}
+
+    def state_impl(self) -> dict[str, np.ndarray]:
+        """Copies of the current states (the set the next push reads) by state input name."""
+        return {s.input: a.copy() for s, a in zip(self.contract.states, self._states[self._parity])}
+
+    @property
+    def ping_pong_buffers(self) -> list[tuple[np.ndarray, np.ndarray]]:
+        """list[tuple[np.ndarray, np.ndarray]]: per state pair, its (set A, set B) buffers (distinct
+        arrays, never aliased). For tests and debugging; empty when inactive."""
+        if not self.is_active:
+            return []
+        return list(zip(self._states[0], self._states[1]))
