@@ -26,8 +26,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from cosyedge.datasets.sources import SAMPLE_RATE_HZ, fetch_package, decode_audio, data_dir, load_corpus
-from cosyedge.errors import ArtifactError, DependencyError
+from cosyedge.datasets.sources import SAMPLE_RATE_HZ, data_dir, decode_audio, fetch_package, load_corpus
+from cosyedge.errors import ArtifactError, DependencyError, UsageError
 from cosyedge.log import LOG
 
 SYNTH_KINDS = ("white", "pink", "brown", "colored", "hum", "babble", "clicks", "band", "tonal")
@@ -196,6 +196,8 @@ def real_sounds(rng: np.random.Generator, corpora: tuple[str, ...], cache_dir=No
         except (ArtifactError, DependencyError) as e:
             LOG.warning("real training noise %s unavailable: %s", name, e)
             continue
+        if c.source == HELDOUT_NOISE["package"]:
+            raise UsageError(f"{c.source} holds the held-out test noise; it must never be used for training")
         for i in range(len(c)):
             u = c.utterance(i)
             if u.size >= SAMPLE_RATE_HZ // 20 and np.any(u):
@@ -279,8 +281,8 @@ def heldout_noise(cache_dir=None) -> tuple[np.ndarray, dict]:
         DependencyError: apt-get/dpkg missing.
         ArtifactError: the package cannot be fetched or decoded.
     """
-    cache = data_dir(cache_dir) / "corpora" / "heldout-noise.npy"
     info = dict(HELDOUT_NOISE)
+    cache = data_dir(cache_dir) / "corpora" / f"heldout-{info['name']}-{info['stop_s']:g}s.npy"
     if cache.exists():
         x = np.load(cache)
     else:

@@ -10,16 +10,21 @@ File lists are sorted, so a corpus is byte-identical across machines for the sam
 
 Corpora (see :data:`CORPORA`):
 
-- ``asterisk-{en,fr,es,it,ru}``: ``asterisk-core-sounds-<lang>-g722`` prompt packs (one professional
-  voice per pack, CC-BY-SA 3.0, Digium). About 10 % of the prompts of each pack are held out by a hash of
-  their relative path (:func:`heldout_split`): split ``"val"`` (never used for training).
+- ``asterisk-{en,fr,es,it,ru}``: ``asterisk-core-sounds-<lang>-g722`` prompt packs, 16 kHz G.722, one
+  professional voice each (en/es Allison Smith, fr June Wallack, it Carlo Flora (male), ru IvrvoiceRU;
+  CC-BY-SA 3.0 / CC-BY 3.0). About 10 % of the prompts of each pack are held out by a hash of their
+  relative path (:func:`heldout_split`): split ``"val"`` (never used for training).
+- ``asterisk-prompt-{fr-armelle,es-co,it-menardi}``: community prompt packs, 8 kHz (GSM / WAV) upsampled
+  to 16 kHz, so nothing above 4 kHz; same 10 % hold-out.
 - ``librivox`` and ``cards``: ``pocketsphinx-testdata`` (BSD-2-Clause CMU; LibriVox readings are public
   domain). TEST ONLY: split ``"test"``; never used for training.
-- ``espeak``: espeak-ng synthesis (many voices and variants, random speed and pitch) of sentences from
-  ``fortune-mod`` or a built-in list; synthetic speech for variety.
-- ``flite``: flite voices (slt, rms, awb, kal, kal16) of the same sentences.
-- ``sound-icons``, ``freedesktop``: short real sound effects (``sound-icons`` GPL-2+,
-  ``sound-theme-freedesktop`` GPL-2+/CC-BY(-SA)); used as training noise by :mod:`cosyedge.datasets.noise`.
+- ``espeak``: espeak-ng (17 languages x 34 variants, random speed and pitch), ``flite``: voices slt, rms,
+  awb, kal16; ``festival``: 10 festvox voices (must be installed). Text from ``fortune-mod`` or a built-in
+  list. Synthetic utterances are normalised to -20 dBFS RMS.
+- Real TRAINING noise sources: ``sound-icons`` (GPL-2+), ``freedesktop`` (``sound-theme-freedesktop``,
+  GPL-2+/CC-BY-SA), ``opensfx`` (``openttd-opensfx``, CC-BY-SA 3.0 collection of freesound recordings),
+  ``moh`` (``asterisk-moh-opsound-g722``, CC-BY-SA 3.0 music), ``lmms-samples`` (``lmms-common``, GPL-2+);
+  used by :mod:`cosyedge.datasets.noise`.
 
 Errors: a missing ``apt-get``/``dpkg``/``espeak-ng`` or PyAV raises
 :class:`~cosyedge.errors.DependencyError`; a package that cannot be downloaded or a file that cannot be
@@ -215,7 +220,8 @@ class Corpus:
 
     Attributes:
         name (str): Corpus name (key of :data:`CORPORA`).
-        audio (np.ndarray): float32, shape (total_samples,), 16 kHz mono.
+        audio (np.ndarray): float32, shape (total_samples,), 16 kHz mono (a read-only memory map when loaded
+            from the cache).
         offsets (np.ndarray): int64, shape (n_utts + 1,), sample offsets into ``audio``.
         names (list[str]): relative file name (or synthesis id) per utterance.
         splits (list[str]): ``"train"``, ``"val"`` or ``"test"`` per utterance.
@@ -293,7 +299,7 @@ def _load_corpus(path_npy: Path, name: str) -> Corpus | None:
         meta = json.loads(pj.read_text())
         if meta.get("version") != CACHE_VERSION:
             return None
-        audio = np.load(path_npy)
+        audio = np.load(path_npy, mmap_mode="r")  # read-only memory map: utterances are read on demand
     except Exception as e:  # noqa: BLE001
         raise ArtifactError(f"corrupt corpus cache {path_npy} ({e}); delete it and retry") from e
     offsets = np.asarray(meta["offsets"], np.int64)
@@ -411,8 +417,8 @@ CORPORA: dict = {
     "lmms-samples": lambda cd: _build_glob("lmms-common", "usr/share/lmms/samples", ("*.ogg", "*.wav"), cd),
     "opensfx": _build_opensfx,
 }
-"""Corpus builders by name: ``builder(cache_dir) -> Corpus``. Synthetic corpora are added by
-:mod:`cosyedge.datasets.synth` style helpers below (``espeak``, ``flite``)."""
+"""Corpus builders by name: ``builder(cache_dir) -> Corpus``. The synthetic corpora (``espeak``,
+``flite``, ``festival``) are registered at the end of this module."""
 
 
 def load_corpus(name: str, cache_dir: str | os.PathLike | None = None) -> Corpus:
@@ -611,7 +617,8 @@ def _build_festival(cache_dir, n_per_voice: int = 40, seed: int = 13) -> Corpus:
             lines = [f"(voice_{v})"]
             for i, t in mine:
                 esc = t.replace("\\", " ").replace('"', "")
-                lines.append(f'(utt.save.wave (utt.synth (Utterance Text "{esc}")) "{tmp}/{i:04d}.wav" \'riff)')
+                lines.append(f'(unwind-protect (utt.save.wave (utt.synth (Utterance Text "{esc}")) "{tmp}/{i:04d}.wav"'
+                             f" 'riff) nil)")  # an error in one text must not abort the run
             (tmp / "run.scm").write_text("\n".join(lines) + "\n")
             subprocess.run([exe, "-b", str(tmp / "run.scm")], capture_output=True, text=True, timeout=1200)
             for i, _t in mine:

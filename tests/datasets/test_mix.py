@@ -1,0 +1,172 @@
+"""Fast tests of the data pipeline (no downloads: a fake speech corpus is written to a temp cache)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from cosyedge.datasets import mix, noise, sources
+from cosyedge.datasets.mix import TrainingData, active_power, mix_at_snr, si_snr
+from cosyedge.errors import ArtifactError, UsageError
+
+SR = 16000
+
+
+def _fake_speech(rng: np.random.Generator, seconds: float) -> np.ndarray:
+    """Harmonic 'vowels' with syllable-rate envelope and pauses: float32 (n,)."""
+    n = int(seconds * SR)
+    t = np.arange(n) / SR
+    f0 = 120 + 40 * np.sin(2 * np.pi * 0.3 * t)
+    ph = 2 * np.pi * np.cumsum(f0) / SR
+    x = sum(np.sin(k * ph) / k for k in range(1, 12))
+    env = np.clip(np.sin(2 * np.pi * 4 * t), 0, None) * (np.sin(2 * np.pi * 0.25 * t) > -0.3)
+    return (0.1 * x * env + 1e-4 * rng.standard_normal(n)).astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    cache = tmp_path_factory.mktemp("cosy_data")
+    rng = np.random.default_rng(0)
+    utts = [_fake_speech(rng, s) for s in (3.0, 4.0, 5.0, 2.5, 6.0, 3.5, 4.5, 2.0)]
+    names = [f"u{i}.g722" for i in range(len(utts))]
+    off = np.concatenate([[0], np.cumsum([u.size for u in utts])])
+    c = sources.Corpus("asterisk-en", np.concatenate(utts), off, names,
+                       ["val" if i == 0 else "train" for i in range(len(utts))], ["fake"] * len(utts), "fake")
+    sources._save_corpus(cache / "corpora" / "asterisk-en.npy", c)
+    mp = pytest.MonkeyPatch()
+    mp.setattr(noise, "REAL_NOISE_CORPORA", {})  # no package downloads in unit tests
+    d = TrainingData(seed=0, cache_dir=cache, corpora=("asterisk-en",), noise_minutes_per_kind=0.2)
+    yield d
+    mp.undo()
+
+
+@pytest.mark.parametrize("snr_db", [-5.0, 0.0, 7.5, 20.0])
+@pytest.mark.parametrize("active", [True, False])
+def test_mix_at_snr_hits_target(snr_db, active):
+    rng = np.random.default_rng(1)
+    s = _fake_speech(rng, 2.0)
+    n = rng.standard_normal(s.size).astype(np.float32) * 3.0
+    y = mix_at_snr(s, n, snr_db, active=active)
+    ps = active_power(s) if active else np.mean(s.astype(np.float64) ** 2)
+    got = 10 * np.log10(ps / np.mean((y - s).astype(np.float64) ** 2))
+    assert abs(got - snr_db) < 0.1
+    assert y.dtype == np.float32
+
+
+def test_mix_at_snr_batched_and_shape_check():
+    rng = np.random.default_rng(2)
+    s = np.stack([_fake_speech(rng, 1.0) for _ in range(4)])
+    n = rng.standard_normal(s.shape).astype(np.float32)
+    snr = np.array([-5.0, 0.0, 10.0, 20.0])
+    y = mix_at_snr(s, n, snr)
+    got = 10 * np.log10(active_power(s) / np.mean((y - s).astype(np.float64) ** 2, axis=1))
+    np.testing.assert_allclose(got, snr, atol=0.1)
+    with pytest.raises(UsageError, match="shape"):
+        mix_at_snr(s, n[:, :-1], 0.0)
+
+
+def test_active_power_ignores_pauses():
+    rng = np.random.default_rng(3)
+    s = _fake_speech(rng, 1.0)
+    padded = np.concatenate([np.zeros(SR, np.float32), s, np.zeros(2 * SR, np.float32)])
+    assert abs(10 * np.log10(active_power(padded) / active_power(s))) < 0.5
+    assert active_power(np.zeros(1000, np.float32)) == 0.0
+
+
+def test_si_snr_values():
+    rng = np.random.default_rng(4)
+    ref = rng.standard_normal(16000)
+    e = rng.standard_normal(16000)
+    e -= e.mean()
+    r0 = ref - ref.mean()
+    e -= (e @ r0) / (r0 @ r0) * r0  # orthogonal to the reference
+    e *= np.linalg.norm(r0) / np.linalg.norm(e) / np.sqrt(10)  # 10 dB
+    assert abs(si_snr(ref + e, ref) - 10.0) < 1e-6
+    assert abs(si_snr(0.1 * (ref + e), ref) - 10.0) < 1e-6  # scale invariant
+    assert si_snr(ref, ref) > 80
+    assert si_snr(np.stack([ref, ref + e]), np.stack([ref, ref])).shape == (2,)
+
+
+def test_heldout_split_is_deterministic_and_about_ten_percent():
+    names = [f"dir/file{i}.g722" for i in range(2000)]
+    a = [sources.heldout_split(n) for n in names]
+    assert a == [sources.heldout_split(n) for n in names]
+    assert 0.07 < a.count("val") / len(a) < 0.13
+
+
+def test_colored_noise_slope():
+    rng = np.random.default_rng(5)
+    for a in (0.0, 1.0, 2.0):
+        x = noise.colored_noise(rng, 8, a, 32000)
+        assert x.dtype == np.float32 and x.shape == (8, 32000)
+        np.testing.assert_allclose(np.sqrt(np.mean(x.astype(np.float64) ** 2, axis=1)), 1.0, rtol=1e-4)
+        p = np.mean(np.abs(np.fft.rfft(x, axis=1)) ** 2, axis=0)
+        f = np.fft.rfftfreq(32000, 1 / SR)
+        sel = (f > 100) & (f < 6000)
+        slope = np.polyfit(np.log10(f[sel]), np.log10(p[sel]), 1)[0]
+        assert abs(slope + a) < 0.15
+
+
+def test_batch_shapes_range_and_determinism(data):
+    a = data.batch(16, 32000, np.random.default_rng(7))
+    b = data.batch(16, 32000, np.random.default_rng(7))
+    c = data.batch(16, 32000, np.random.default_rng(8))
+    for x in a:
+        assert x.shape == (16, 32000) and x.dtype == np.float32 and np.isfinite(x).all()
+    np.testing.assert_array_equal(a[0], b[0])
+    np.testing.assert_array_equal(a[1], b[1])
+    assert not np.array_equal(a[0], c[0])
+    peak_db = 20 * np.log10(np.abs(a[0]).max(axis=1))
+    assert (peak_db <= -1.0 + 1e-3).all() and (peak_db >= -30.0 - 1e-3).all()
+    assert np.abs(a[1]).max() <= 1.0
+
+
+def test_batch_snr_and_special_rows(data):
+    rng = np.random.default_rng(9)
+    noisy, clean = data.batch(400, 16000, rng)
+    n = noisy - clean
+    speech_only = ~np.any(n, axis=1)
+    noise_only = ~np.any(clean, axis=1)
+    assert 0.01 < speech_only.mean() < 0.12 and 0.01 < noise_only.mean() < 0.12
+    both = ~(speech_only | noise_only)
+    snr = 10 * np.log10(active_power(clean[both]) / np.mean(n[both].astype(np.float64) ** 2, axis=1))
+    assert snr.min() > -5.1 and snr.max() < 20.1
+    assert np.std(snr) > 5  # spread over the range
+
+
+def test_batch_is_fast(data):
+    import time
+
+    rng = np.random.default_rng(10)
+    data.batch(16, 32000, rng)
+    t0 = time.perf_counter()
+    for _ in range(5):
+        data.batch(16, 32000, rng)
+    assert (time.perf_counter() - t0) / 5 < 0.05
+
+
+def test_validation_pairs_deterministic_and_heldout(data):
+    v1 = data.validation_pairs()
+    v2 = data.validation_pairs()
+    assert [x[0] for x in v1] == [x[0] for x in v2] and len(v1) == 1
+    np.testing.assert_array_equal(v1[0][1], v2[0][1])
+    assert v1[0][0].startswith("asterisk-en/u0.g722|")  # the one "val" utterance, never in training
+    c = data.corpora["asterisk-en"]
+    assert data.speech.size == sum(np.diff(c.offsets)[1:])
+
+
+def test_test_corpora_are_refused():
+    with pytest.raises(UsageError, match="never be used for training"):
+        TrainingData(corpora=("asterisk-en", "librivox"))
+
+
+def test_decode_resamples(tmp_path):
+    import soundfile as sf
+
+    x = np.sin(2 * np.pi * 440 * np.arange(44100) / 44100).astype(np.float32)
+    sf.write(tmp_path / "a.wav", np.stack([x, x], 1), 44100)
+    y = sources.decode_audio(tmp_path / "a.wav")
+    assert y.dtype == np.float32 and abs(y.size - SR) <= 1
+    (tmp_path / "bad.g722").write_bytes(b"")
+    with pytest.raises(ArtifactError, match="bad.g722"):
+        sources.decode_audio(tmp_path / "bad.g722")
