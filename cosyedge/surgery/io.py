@@ -99,7 +99,8 @@ def save_model(model: Any, path: str | Path) -> Path:
     path = Path(path)
     size = model.ByteSize()
     if size > _PROTOBUF_LIMIT_BYTES:
-        raise ArtifactError(f"cannot write {path} as one file: model is {size / 2**30:.2f} GiB (> 2 GiB protobuf limit)")
+        raise ArtifactError(f"cannot write {path} as one file: model is {size / 2**30:.2f} GiB "
+                            "(> 2 GiB protobuf limit)")
     with atomic_output(path) as tmp:
         try:
             onnx.save_model(model, str(tmp), save_as_external_data=False)

@@ -303,8 +303,7 @@ def streamify_graph(graph: Any, input_name: str) -> tuple[list[StateSpec], int]:
         specs.append(StateSpec(input=name_in, output=name_out, shape=shape, dtype=_dtype_name(dtype),
                                node=site.conv.name, init=0.0))
         LOG.debug("state %s: %s before %s", name_in, shape, site.conv.name)
-    graph.cleanup().toposort()
-    graph.clear_intermediate_shapes()
+    graph.clear_intermediate_shapes().cleanup().toposort()
     return specs, stride
 
 

@@ -82,16 +82,31 @@ def test_full_onnx_io_and_metadata(exported):
     assert ("Pad" in ops) == (not dynamo)  # DESIGN.md: dynamo folds F.pad into Conv pads
 
 
-def test_full_onnx_matches_torch(exported, reference, signals):
+def test_full_onnx_matches_torch_incl_digital_silence(exported, reference, signals):
+    """Batch of 2: speech, and silence followed by speech (torch's dynamo optimizer used to drop the
+    ``+ 1e-8`` before the log, giving NaN on silence)."""
     import onnxruntime as ort
 
     _, full, _, _ = exported
     x = signals["speech"][None, None, :16000]
-    sess = ort.InferenceSession(str(full), providers=["CPUExecutionProvider"])
-    y = sess.run(None, {"audio": np.concatenate([x, 0.5 * x])})[0]
-    ref = _torch_out(reference, np.concatenate([x, 0.5 * x]))
-    assert y.shape == (2, 1, 16000)
+    x = np.concatenate([x, np.concatenate([np.zeros_like(x[..., :8000]), x[..., :8000]], axis=-1)])
+    y = ort.InferenceSession(str(full), providers=["CPUExecutionProvider"]).run(None, {"audio": x})[0]
+    ref = _torch_out(reference, x)
+    assert y.shape == (2, 1, 16000) and np.isfinite(y).all()
     assert np.abs(y - ref).max() <= ATOL
+
+
+def test_verify_catches_a_wrong_export(tmp_path):
+    from cosyedge.errors import AccuracyError
+    from cosyedge.export.torch_to_onnx import _verify
+
+    torch.manual_seed(3)
+    path = onnx_from_torch(PointwiseNet(), tmp_path / "p.onnx")
+    other = PointwiseNet()
+    with torch.no_grad():
+        other.conv.weight.add_(1.0)
+    with pytest.raises(AccuracyError, match="differs from PyTorch"):
+        _verify(other, onnx.load(str(path)), 160, where="p.onnx")
 
 
 def test_stream_contract(exported, reference):

@@ -21,10 +21,12 @@ ATOL = 1e-5
 
 # ---------------------------------------------------------------- hand-built 1-D conv graphs (no torch)
 def _conv_model(path: Path, *, pad_node: dict | None = None, conv_pads=(2, 0), kernel=3, dilation=1,
-                extra_nodes=(), opset=18) -> Path:
+                mid_node=None, pad_consumer: str | None = None, opset=18) -> Path:
     """x (N, 1, T) -> [Pad] -> Conv(1 -> 2, kernel, dilation, conv_pads) -> Conv 1x1 -> y (N, 1, T').
 
-    ``pad_node``: dict(pads=[...], mode=..., value=..., name=...) adds a Pad before the first Conv.
+    ``pad_node``: dict(pads=[...], mode=..., value=..., name=...) adds a Pad before the first Conv;
+    ``pad_consumer``: an elementwise op (e.g. "Relu") inserted between that Pad and the Conv;
+    ``mid_node``: a node mapping "h" -> "h2" inserted between the two Convs.
     """
     rng = np.random.default_rng(0)
     inits = [numpy_helper.from_array(rng.standard_normal((2, 1, kernel)).astype(np.float32), "w1"),
@@ -39,10 +41,14 @@ def _conv_model(path: Path, *, pad_node: dict | None = None, conv_pads=(2, 0), k
         nodes.append(helper.make_node("Pad", inputs, ["xp"], name=pad_node.get("name", "the_pad"),
                                       mode=pad_node.get("mode", "constant")))
         x = "xp"
+        if pad_consumer:
+            nodes.append(helper.make_node(pad_consumer, ["xp"], ["xq"], name=f"{pad_consumer.lower()}_on_pad"))
+            x = "xq"
     nodes.append(helper.make_node("Conv", [x, "w1"], ["h"], name="conv_a", kernel_shape=[kernel],
                                   dilations=[dilation], pads=list(conv_pads)))
-    nodes.extend(extra_nodes)
-    nodes.append(helper.make_node("Conv", ["h", "w2"], ["y"], name="conv_b", kernel_shape=[1]))
+    if mid_node is not None:
+        nodes.append(mid_node)
+    nodes.append(helper.make_node("Conv", ["h2" if mid_node else "h", "w2"], ["y"], name="conv_b", kernel_shape=[1]))
     graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 1, "T"])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 1, "T"])], inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
@@ -98,11 +104,11 @@ def test_non_causal_refused_naming_the_node(tmp_path, kwargs, match):
 
 def test_pad_feeding_non_conv_and_hidden_state_ops_refused(tmp_path):
     src = _conv_model(tmp_path / "m.onnx", pad_node={"pads": [0, 0, 2, 0, 0, 0]}, conv_pads=(0, 0),
-                      extra_nodes=[helper.make_node("Relu", ["xp"], ["r"], name="relu_on_pad")])
+                      pad_consumer="Relu")
     with pytest.raises(UsageError, match=r"Pad node 'the_pad' .* feeds Relu node 'relu_on_pad', not a Conv"):
         streamify(src, tmp_path / "out.onnx", **SR)
-    src = _conv_model(tmp_path / "m2.onnx", extra_nodes=[helper.make_node("MaxPool", ["h"], ["mp"], name="pool",
-                                                                          kernel_shape=[2])])
+    src = _conv_model(tmp_path / "m2.onnx", mid_node=helper.make_node("MaxPool", ["h"], ["h2"], name="pool",
+                                                                      kernel_shape=[2]))
     with pytest.raises(UsageError, match=r"MaxPool node 'pool'"):
         streamify(src, tmp_path / "out.onnx", **SR)
 
