@@ -242,6 +242,8 @@ def atomic_output(dest: str | Path, suffix: str | None = None) -> Iterator[Path]
     tmp = Path(tmp)
     try:
         yield tmp
+        if tmp.exists():  # mkstemp makes 0600 files: give the mode a plain open() would
+            os.chmod(tmp, default_file_mode())
         os.replace(tmp, dest)
     finally:
         if tmp.exists():
@@ -269,6 +271,14 @@ def check_writable(dest: str | Path) -> Path:
         raise ArtifactError(f"cannot write {dest}: {parent} is not a folder")
     if not os.access(parent, os.W_OK | os.X_OK):
         raise ArtifactError(f"cannot write {dest}: no write permission in {parent}")
+    # Permission bits do not show everything (root on a read-only or virtual file system such as /proc):
+    # create and delete a probe file.
+    try:
+        fd, probe = tempfile.mkstemp(prefix=f".{dest.name}.probe.", dir=parent)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as err:
+        raise ArtifactError(f"cannot write {dest}: cannot create files in {parent} ({err.strerror or err})") from None
     return dest
 
 
@@ -294,6 +304,17 @@ class Stage:
 def resolve_artifact(src: "str | Path | Stage") -> Path:
     """Return the path of ``src``: a :class:`Stage` (any callable) is run first, a str/Path is returned as Path."""
     return Path(src()) if callable(src) else Path(src)
+
+
+def default_file_mode(mode: int = 0o666) -> int:
+    """Return ``mode`` (int) masked by the process umask: what ``open()``/``mkdir()`` would give.
+
+    Temp files from :func:`tempfile.mkstemp` are 0600 and folders from ``mkdtemp`` 0700; artifacts get
+    this mode before their rename.
+    """
+    umask = os.umask(0)
+    os.umask(umask)
+    return mode & ~umask
 
 
 def write_json(path: str | Path, data: dict) -> None:

@@ -5,7 +5,7 @@
 * :func:`to_model_input` downmixes to mono (channel mean) and resamples to the model rate (soxr, HQ);
   :func:`from_model_output` resamples back and fixes the length to the input's.
 * :func:`check_output_path` validates an output path *before* any processing (extension, folder,
-  write permission by probing); :func:`write_audio` writes atomically (temp file + rename), so a
+  write permission by probing, see :func:`cosyedge.artifacts.check_writable`); :func:`write_audio` writes atomically (temp file + rename), so a
   failure never leaves a partial file and never destroys an existing one.
 
 Errors follow :mod:`cosyedge.errors`: a missing/corrupt/empty audio file is an
@@ -15,8 +15,6 @@ and an unsupported output extension are :class:`~cosyedge.errors.UsageError` (ex
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -36,16 +34,6 @@ CLIP_WARN_FRACTION = 1e-4
 
 OUTPUT_FORMATS = {".wav": ("WAV", "PCM_16"), ".flac": ("FLAC", "PCM_16"), ".ogg": ("OGG", "VORBIS")}
 """dict[str, tuple[str, str]]: output extension -> (soundfile format, subtype)."""
-
-
-def default_file_mode(mode: int = 0o666) -> int:
-    """Return ``mode`` (int) masked by the process umask: what ``open()`` would give a new file.
-
-    Temp files from :func:`tempfile.mkstemp` are 0600; outputs get this mode before the rename.
-    """
-    umask = os.umask(0)
-    os.umask(umask)
-    return mode & ~umask
 
 
 def load_audio(path: str | Path) -> tuple[np.ndarray, int]:
@@ -136,9 +124,7 @@ def check_output_path(path: str | Path) -> Path:
     """Check that ``path`` can be written as audio, before any processing.
 
     The extension must be one of :data:`OUTPUT_FORMATS`; then :func:`cosyedge.artifacts.check_writable`
-    (not a folder, no file among the parents, write permission), then a temp file is created and
-    deleted in the nearest existing folder: that also catches what permission bits do not show (root
-    on a read-only or virtual file system such as ``/proc``).
+    (not a folder, no file among the parents, write permission, a probe file created and deleted).
 
     Args:
         path (str | Path): Output audio path; missing parent folders are created when writing.
@@ -155,15 +141,6 @@ def check_output_path(path: str | Path) -> Path:
             f"output {path}: unsupported extension '{path.suffix}' (use one of {', '.join(OUTPUT_FORMATS)})"
         )
     check_writable(path)
-    parent = path.parent
-    while not parent.exists() and parent != parent.parent:
-        parent = parent.parent
-    try:
-        fd, probe = tempfile.mkstemp(prefix=f".{path.name}.probe.", dir=parent)
-        os.close(fd)
-        os.unlink(probe)
-    except OSError as err:
-        raise ArtifactError(f"cannot write {path}: cannot create files in {parent} ({err.strerror or err})") from None
     return path
 
 
@@ -190,7 +167,6 @@ def write_audio(path: str | Path, y: np.ndarray, sample_rate_hz: int) -> Path:
     with atomic_output(path) as tmp:
         try:
             sf.write(str(tmp), np.clip(y, -1.0, 1.0), int(sample_rate_hz), subtype=subtype, format=fmt)
-            os.chmod(tmp, default_file_mode())
         except Exception as err:  # libsndfile errors (e.g. unsupported rate for the format)
             first = (str(err).strip().splitlines() or [""])[0]
             raise ArtifactError(f"cannot write {path} ({first})") from None

@@ -30,6 +30,7 @@ import numpy as np
 
 from cosyedge._lazy import lazy_import
 from cosyedge.artifacts import (
+    default_file_mode,
     MANIFEST_NAME,
     Stage,
     StreamContract,
@@ -39,7 +40,6 @@ from cosyedge.artifacts import (
     sha256_file,
     write_manifest,
 )
-from cosyedge.audio import default_file_mode
 from cosyedge.errors import ArtifactError, CosyEdgeError
 from cosyedge.log import LOG
 
@@ -136,7 +136,6 @@ def build_ort(onnx_path: Any, out_dir: str | Path | None = None, name: str | Non
                 "chunk_samples": contract.hop_samples,
                 "sample_rate_hz": contract.sample_rate_hz,
             })
-            os.chmod(tmp / MANIFEST_NAME, default_file_mode(0o666))
             os.chmod(tmp, default_file_mode(0o777))  # mkdtemp/mkstemp create 0700/0600
             _replace_dir(tmp, dest)
         except BaseException:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from cosyedge.datasets import mix, noise, sources
+from cosyedge.datasets import noise, sources
 from cosyedge.datasets.mix import TrainingData, active_power, mix_at_snr, si_snr
 from cosyedge.errors import ArtifactError, UsageError
 
