@@ -101,6 +101,7 @@ def main(argv=None) -> int:
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--channels", type=int, default=96)
+    ap.add_argument("--dilations", default="1,2,4,8,16,32", help="one gated block per dilation")
     ap.add_argument("--eval-every", type=int, default=300)
     ap.add_argument("--out", default="cosyedge/models/reference.safetensors")
     ap.add_argument("--log-dir", default="docs/training")
@@ -126,7 +127,8 @@ def main(argv=None) -> int:
     print(f"data ready in {time.perf_counter() - t_prep:.1f} s: {len(val_pairs)} validation, "
           f"{len(test_pairs)} test pairs", flush=True)
 
-    model = load_reference(args.init).train() if args.init else ReferenceEnhancer(EnhancerConfig(channels=args.channels))
+    model = load_reference(args.init).train() if args.init else ReferenceEnhancer(
+        EnhancerConfig(channels=args.channels, dilations=tuple(int(d) for d in args.dilations.split(","))))
     delay = model.config.delay_samples
     params = [p for p in model.parameters() if p.requires_grad]
     print(f"trainable parameters: {sum(p.numel() for p in params)}", flush=True)

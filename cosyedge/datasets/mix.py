@@ -48,13 +48,14 @@ NARROWBAND_CORPORA = ("asterisk-prompt-fr-armelle", "asterisk-prompt-es-co", "as
 """Real voices recorded at 8 kHz (no energy above 4 kHz); together they get ``narrowband_share``."""
 
 NOISE_WEIGHTS = {
-    "white": 0.05, "pink": 0.07, "brown": 0.05, "colored": 0.08, "hum": 0.06, "babble": 0.14,
-    "clicks": 0.05, "band": 0.07, "tonal": 0.06, "real-events": 0.08, "real-env": 0.12, "music": 0.12,
+    "white": 0.05, "pink": 0.08, "brown": 0.05, "colored": 0.09, "hum": 0.05, "babble": 0.13,
+    "clicks": 0.03, "band": 0.07, "tonal": 0.06, "machine": 0.12, "real-events": 0.05, "real-env": 0.16,
+    "music": 0.06,
 }
 """Probability of each noise category for the first noise of a mixture (renormalised over the
 categories present in the bank)."""
 
-BANK_VERSION = 3
+BANK_VERSION = 4
 
 
 # ------------------------------------------------------------------------------------------ metrics

@@ -10,6 +10,9 @@ random segments. Categories (:data:`SYNTH_KINDS` plus real sounds):
 - ``clicks``: sparse impulses (crackle/clicks) of random width and amplitude over a faint noise floor;
 - ``band``: white noise through a random 4th-order Butterworth band-pass (50 Hz..7.9 kHz edges);
 - ``tonal``: a few slowly gliding sine tones (whine, beeps, fan tones) over coloured noise;
+- ``machine``: synthetic rotating machinery (motors, engines, fans, compressors): a harmonic series on a
+  15..120 Hz fundamental whose speed wanders (run-up, idle, gear changes), pulse-like amplitude
+  modulation, over coloured broadband noise;
 - ``real-events``: the real sound effects of ``sound-icons`` and ``sound-theme-freedesktop``
   (all of them), back to back with random gaps of 0..0.3 s;
 - ``real-env``: 71 real environmental recordings of ``openttd-opensfx`` (wind, applause, helicopter,
@@ -30,7 +33,7 @@ from cosyedge.datasets.sources import SAMPLE_RATE_HZ, data_dir, decode_audio, fe
 from cosyedge.errors import ArtifactError, DependencyError, UsageError
 from cosyedge.log import LOG
 
-SYNTH_KINDS = ("white", "pink", "brown", "colored", "hum", "babble", "clicks", "band", "tonal")
+SYNTH_KINDS = ("white", "pink", "brown", "colored", "hum", "babble", "clicks", "band", "tonal", "machine")
 """Synthetic noise categories of the bank."""
 
 BLOCK_SAMPLES = 4 * SAMPLE_RATE_HZ
@@ -152,6 +155,39 @@ def tonal_noise(rng: np.random.Generator, n_blocks: int, n_samples: int = BLOCK_
     return out
 
 
+def machine_noise(rng: np.random.Generator, n_blocks: int, n_samples: int = BLOCK_SAMPLES) -> np.ndarray:
+    """Return synthetic rotating-machine noise blocks (motor/engine/fan/compressor-like).
+
+    Fundamental f0 drawn log-uniform in [15, 120] Hz; its speed follows a smoothed random walk of up to
+    +-60 % (run-ups, idle, gear changes); 5..40 harmonics with amplitude ~ k^-a (a in [0.3, 1.5]) and
+    random jitter; 30 % of blocks add pulse-like amplitude modulation at f0 (firing strokes); plus
+    coloured broadband noise at -15..0 dB relative to the harmonics.
+
+    Returns:
+        np.ndarray: float32, shape (n_blocks, n_samples), unit RMS per block.
+    """
+    t = np.arange(n_samples) / SAMPLE_RATE_HZ
+    out = np.empty((n_blocks, n_samples), np.float32)
+    for b in range(n_blocks):
+        f0 = np.exp(rng.uniform(np.log(15), np.log(120)))
+        n_knots = int(rng.integers(2, 12))
+        knots = np.exp(np.cumsum(rng.normal(0, rng.uniform(0.05, 0.35), n_knots)))
+        speed = np.interp(t, np.linspace(0, t[-1], n_knots), knots / knots[0])
+        speed = np.clip(speed, 0.4, 1.6)
+        phase = 2 * np.pi * np.cumsum(f0 * speed) / SAMPLE_RATE_HZ
+        x = np.zeros(n_samples)
+        a = rng.uniform(0.3, 1.5)
+        for k in range(1, int(rng.integers(5, 41)) + 1):
+            if k * f0 * 1.6 >= SAMPLE_RATE_HZ / 2:
+                break
+            x += k ** -a * rng.uniform(0.3, 1.0) * np.sin(k * phase + rng.uniform(0, 2 * np.pi))
+        if rng.random() < 0.3:  # firing pulses
+            x *= 1 + rng.uniform(0.2, 0.8) * np.maximum(0, np.sin(phase)) ** 4
+        x = _unit_rms(x) + 10 ** (rng.uniform(-15, 0) / 20) * colored_noise(rng, 1, rng.uniform(0.5, 2.0), n_samples)[0]
+        out[b] = _unit_rms(x)
+    return out
+
+
 def babble_noise(rng: np.random.Generator, speech: np.ndarray, n_blocks: int, n_samples: int = BLOCK_SAMPLES) -> np.ndarray:
     """Return babble blocks: sums of 3..8 random segments of ``speech`` at random levels (+-6 dB).
 
@@ -244,6 +280,7 @@ def build_noise_bank(speech: np.ndarray, seed: int = 0, minutes_per_kind: float 
     parts["clicks"] = click_noise(rng, n_blocks)
     parts["band"] = band_noise(rng, n_blocks)
     parts["tonal"] = tonal_noise(rng, n_blocks)
+    parts["machine"] = machine_noise(rng, n_blocks)
     for kind, corpora in REAL_NOISE_CORPORA.items():
         ev = real_sounds(rng, corpora, cache_dir, passes=1 if kind == "music" else 4,
                          max_gap_s=0.0 if kind == "music" else 0.3)

@@ -4,7 +4,7 @@ Architecture (gain estimation in an STFT filterbank domain, all causal):
 
 1. Analysis: :class:`~cosyedge.nn.CausalConv1dDownsample` (1 -> 2F channels, window 320, hop 160) whose
    fixed weights are the sqrt-Hann-windowed real DFT basis (F = 161 bins: real then imaginary parts).
-2. Features: log power per bin ``log(re^2 + im^2 + 1e-8)`` -> 1x1 conv to C channels.
+2. Features: log power per bin ``log(re^2 + im^2 + eps)``, eps = 1e-6 -> 1x1 conv to C channels.
 3. Estimator: B gated dilated causal conv blocks over frames (WaveNet-style
    ``tanh(a) * sigmoid(b)``, kernel 3, dilations 1, 2, 4, ...), residual.
 4. Gain: 1x1 conv C -> F, ``g = floor + (1 - floor) * sigmoid(.)`` per bin, applied to re and im.
@@ -46,6 +46,8 @@ class EnhancerConfig:
         dilations (tuple[int, ...]): one gated block per entry.
         kernel_size (int): estimator conv taps.
         gain_floor (float): minimum gain in [0, 1) (limits over-suppression).
+        log_eps (float): floor added to the bin power before the log (full scale = 1; 1e-6 is about
+            -82 dBFS white noise per bin), so silent bins do not amplify float rounding.
     """
 
     sample_rate_hz: int = 16000
@@ -55,6 +57,7 @@ class EnhancerConfig:
     dilations: tuple = (1, 2, 4, 8, 16, 32)
     kernel_size: int = 3
     gain_floor: float = 0.03
+    log_eps: float = 1e-6
 
     @property
     def n_bins(self) -> int:
@@ -138,7 +141,7 @@ class ReferenceEnhancer(nn.Module):
         """spec (N, 2F, T) float32 (Re; Im) -> gains (N, F, T) float32 in [floor, 1]."""
         f = self.config.n_bins
         re, im = spec[:, :f], spec[:, f:]
-        h = self.inp(torch.log(re * re + im * im + 1e-8))
+        h = self.inp(torch.log(re * re + im * im + self.config.log_eps))
         for blk in self.blocks:
             h = blk(h)
         fl = self.config.gain_floor

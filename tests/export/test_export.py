@@ -96,6 +96,22 @@ def test_full_onnx_matches_torch_incl_digital_silence(exported, reference, signa
     assert np.abs(y - ref).max() <= ATOL
 
 
+def test_dynamo_keeps_a_tiny_log_epsilon(tmp_path):
+    """torch's dynamo optimizer deletes ``x + c`` for |c| <= 1e-8 (onnxscript add_0 rule): an enhancer with
+    ``log(power + 1e-8)`` must still give finite output on digital silence after our export."""
+    import onnxruntime as ort
+
+    from cosyedge.models.reference import EnhancerConfig
+
+    torch.manual_seed(0)
+    model = ReferenceEnhancer(EnhancerConfig(log_eps=1e-8)).eval()
+    path = onnx_from_torch(model, tmp_path / "eps.onnx", dynamo=True)
+    x = np.zeros((1, 1, 1600), np.float32)
+    y = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"audio": x})[0]
+    assert np.isfinite(y).all()
+    assert np.abs(y - _torch_out(model, x)).max() <= ATOL
+
+
 def test_verify_catches_a_wrong_export(tmp_path):
     from cosyedge.errors import AccuracyError
     from cosyedge.export.torch_to_onnx import _verify
