@@ -9,7 +9,7 @@ Model selection by SI-SNR improvement on the validation pairs (held-out asterisk
 
 Example (the bundled weights were made with this command):
 
-    python scripts/train_reference.py --seed 0 --minutes 25 --out cosyedge/models/reference.safetensors
+    python scripts/train_reference.py --seed 0 --minutes 45 --out cosyedge/models/reference.safetensors
 
 Writes the weights (safetensors, config + training notes in the header), ``<log-dir>/curves.png`` and
 ``<log-dir>/history.json``.
@@ -54,8 +54,11 @@ def si_snr_db(est: np.ndarray, ref: np.ndarray) -> float:
     return float(10 * np.log10((s @ s + 1e-12) / ((est - s) @ (est - s) + 1e-12)))
 
 
-def evaluate(model, pairs, delay: int) -> float:
-    """Mean SI-SNR improvement (dB) of ``model`` over ``pairs`` [(name, noisy (T,), clean (T,))]."""
+def evaluate(model, pairs, delay: int, by_noise: bool = False):
+    """Mean SI-SNR improvement (dB) of ``model`` over ``pairs`` [(name, noisy (T,), clean (T,))].
+
+    With ``by_noise`` returns ``{noise: mean}`` grouped by the ``+<noise>@`` part of the names, plus
+    ``"all"``."""
     import torch
 
     gains = []
@@ -66,7 +69,12 @@ def evaluate(model, pairs, delay: int) -> float:
             y = model(x)[0, 0].numpy()
             est, ref, mix = y[delay:], clean[: n - delay], noisy[: n - delay]
             gains.append(si_snr_db(est, ref) - si_snr_db(mix, ref))
-    return float(np.mean(gains))
+    if not by_noise:
+        return float(np.mean(gains))
+    groups: dict = {}
+    for (name, _, _), g in zip(pairs, gains):
+        groups.setdefault(name.split("+")[-1].split("@")[0], []).append(g)
+    return {"all": float(np.mean(gains)), **{k: float(np.mean(v)) for k, v in groups.items()}}
 
 
 def plot_curves(history: dict, path: Path) -> None:
@@ -82,7 +90,7 @@ def plot_curves(history: dict, path: Path) -> None:
     ax[0].set(xlabel="step", ylabel="loss (neg. thresholded SNR, dB)", title="training loss")
     ax[1].plot(history["val_step"], history["val_sisnri"], "o-", label="validation (held-out asterisk)")
     if history.get("test_sisnri"):
-        ax[1].plot(history["val_step"], history["test_sisnri"], "s--", label="test (LibriVox x unseen noise, 5 dB)")
+        ax[1].plot(history["val_step"], history["test_sisnri"], "s--", label="test (LibriVox x held-out real noises, 5 dB)")
     ax[1].set(xlabel="step", ylabel="SI-SNR improvement (dB)", title="evaluation")
     ax[1].legend(fontsize=7)
     fig.tight_layout()
@@ -130,6 +138,10 @@ def main(argv=None) -> int:
     model = load_reference(args.init).train() if args.init else ReferenceEnhancer(
         EnhancerConfig(channels=args.channels, dilations=tuple(int(d) for d in args.dilations.split(","))))
     delay = model.config.delay_samples
+    if not args.init:  # global mean-variance normalisation of the log-power features
+        stats = np.concatenate([data.batch(args.batch, 32000, np.random.default_rng(args.seed + 1))[0]
+                                for _ in range(16)])
+        model.set_feature_stats(torch.from_numpy(stats)[:, None])
     params = [p for p in model.parameters() if p.requires_grad]
     print(f"trainable parameters: {sum(p.numel() for p in params)}", flush=True)
     opt = torch.optim.AdamW(params, lr=args.lr, weight_decay=1e-4)
@@ -164,29 +176,33 @@ def main(argv=None) -> int:
         if step % args.eval_every == 0:
             model.eval()
             v = evaluate(model, val_pairs, delay)
-            t = evaluate(model, test_pairs, delay) if test_pairs else float("nan")
+            tn = evaluate(model, test_pairs, delay, by_noise=True) if test_pairs else {"all": float("nan")}
+            t = tn["all"]
             model.train()
             hist["val_step"].append(step)
             hist["val_sisnri"].append(v)
             hist["test_sisnri"].append(t)
             el = time.perf_counter() - t0
             print(f"step {step} t={el/60:.1f} min lr={lr:.2e} loss={np.mean(hist['loss'][-args.eval_every:]):.2f} "
-                  f"val SI-SNRi={v:.2f} dB test SI-SNRi={t:.2f} dB", flush=True)
+                  f"val SI-SNRi={v:.2f} dB test SI-SNRi={t:.2f} dB "
+                  + " ".join(f"{k}={x:.2f}" for k, x in tn.items() if k != "all"), flush=True)
             if v > best:
                 best = v
-                save_reference(model, args.out, extra={"step": step, "val_sisnri_db": v, "test_sisnri_db_5db": t,
+                save_reference(model, args.out, extra={"step": step, "val_sisnri_db": v, "test_sisnri_db_5db": tn,
                                                        "seed": args.seed, "minutes": el / 60})
             plot_curves(hist, log_dir / "curves.png")
             (log_dir / "history.json").write_text(json.dumps(hist))
     model.eval()
     v = evaluate(model, val_pairs, delay)
-    t = evaluate(model, test_pairs, delay) if test_pairs else float("nan")
+    tn = evaluate(model, test_pairs, delay, by_noise=True) if test_pairs else {"all": float("nan")}
+    t = tn["all"]
     hist["val_step"].append(step)
     hist["val_sisnri"].append(v)
     hist["test_sisnri"].append(t)
-    print(f"final step {step}: val SI-SNRi={v:.2f} dB test SI-SNRi={t:.2f} dB", flush=True)
+    print(f"final step {step}: val SI-SNRi={v:.2f} dB test SI-SNRi={t:.2f} dB "
+          + " ".join(f"{k}={x:.2f}" for k, x in tn.items() if k != "all"), flush=True)
     if v > best:
-        save_reference(model, args.out, extra={"step": step, "val_sisnri_db": v, "test_sisnri_db_5db": t,
+        save_reference(model, args.out, extra={"step": step, "val_sisnri_db": v, "test_sisnri_db_5db": tn,
                                                "seed": args.seed, "minutes": (time.perf_counter() - t0) / 60})
     plot_curves(hist, log_dir / "curves.png")
     (log_dir / "history.json").write_text(json.dumps(hist))

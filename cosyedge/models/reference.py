@@ -4,7 +4,8 @@ Architecture (gain estimation in an STFT filterbank domain, all causal):
 
 1. Analysis: :class:`~cosyedge.nn.CausalConv1dDownsample` (1 -> 2F channels, window 320, hop 160) whose
    fixed weights are the sqrt-Hann-windowed real DFT basis (F = 161 bins: real then imaginary parts).
-2. Features: log power per bin ``log(re^2 + im^2 + eps)``, eps = 1e-6 -> 1x1 conv to C channels.
+2. Features: log power per bin ``log(re^2 + im^2 + eps)``, eps = 1e-6, normalised per bin with a fixed
+   mean and scale measured on training data (global mean-variance normalisation) -> 1x1 conv to C channels.
 3. Estimator: B gated dilated causal conv blocks over frames (WaveNet-style
    ``tanh(a) * sigmoid(b)``, kernel 3, dilations 1, 2, 4, ...), residual.
 4. Gain: 1x1 conv C -> F, ``g = floor + (1 - floor) * sigmoid(.)`` per bin, applied to re and im.
@@ -133,15 +134,30 @@ class ReferenceEnhancer(nn.Module):
         self.synthesis.conv.conv.weight.data.copy_(torch.from_numpy(np.ascontiguousarray(w.transpose(1, 0, 2))))
         for p in (*self.analysis.parameters(), *self.synthesis.parameters()):
             p.requires_grad_(False)
+        # per-bin feature normalisation, fixed after :meth:`set_feature_stats` (buffers: saved and exported)
+        self.register_buffer("feat_mean", torch.zeros(f))
+        self.register_buffer("feat_scale", torch.ones(f))
         self.inp = nn.Conv1d(f, cfg.channels, 1)
         self.blocks = nn.ModuleList(GatedBlock(cfg.channels, cfg.kernel_size, d) for d in cfg.dilations)
         self.out = nn.Conv1d(cfg.channels, f, 1)
 
-    def gains(self, spec: torch.Tensor) -> torch.Tensor:
-        """spec (N, 2F, T) float32 (Re; Im) -> gains (N, F, T) float32 in [floor, 1]."""
+    def log_power(self, spec: torch.Tensor) -> torch.Tensor:
+        """spec (N, 2F, T) float32 (Re; Im) -> log bin power (N, F, T) float32 (natural log)."""
         f = self.config.n_bins
         re, im = spec[:, :f], spec[:, f:]
-        h = self.inp(torch.log(re * re + im * im + self.config.log_eps))
+        return torch.log(re * re + im * im + self.config.log_eps)
+
+    @torch.no_grad()
+    def set_feature_stats(self, x: torch.Tensor) -> None:
+        """Set the per-bin feature mean and scale (1/std) from training audio x (N, 1, T) float32."""
+        lp = self.log_power(self.analysis(x))  # (N, F, T)
+        self.feat_mean.copy_(lp.mean(dim=(0, 2)))
+        self.feat_scale.copy_(1.0 / lp.std(dim=(0, 2)).clamp_min(1e-3))
+
+    def gains(self, spec: torch.Tensor) -> torch.Tensor:
+        """spec (N, 2F, T) float32 (Re; Im) -> gains (N, F, T) float32 in [floor, 1]."""
+        lp = self.log_power(spec)
+        h = self.inp((lp - self.feat_mean[:, None]) * self.feat_scale[:, None])
         for blk in self.blocks:
             h = blk(h)
         fl = self.config.gain_floor
