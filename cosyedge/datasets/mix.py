@@ -55,7 +55,7 @@ NOISE_WEIGHTS = {
 """Probability of each noise category for the first noise of a mixture (renormalised over the
 categories present in the bank)."""
 
-BANK_VERSION = 5
+BANK_VERSION = 6
 
 
 # ------------------------------------------------------------------------------------------ metrics

@@ -15,8 +15,10 @@ random segments. Categories (:data:`SYNTH_KINDS` plus real sounds):
   modulation, over coloured broadband noise;
 - ``real-events``: the real sound effects of ``sound-icons`` and ``sound-theme-freedesktop``
   (all of them), back to back with random gaps of 0..0.3 s;
-- ``real-env``: 71 real environmental recordings of ``openttd-opensfx`` (wind, applause, helicopter,
-  machinery, saws, vehicles, animals, horns...; freesound.org, CC0/CC-BY/CC-BY-SA 3.0);
+- ``real-env``: real environmental recordings: ``openttd-opensfx`` (71: wind, applause, helicopter,
+  machinery, saws, vehicles, animals, horns...; freesound.org, CC0/CC-BY/CC-BY-SA 3.0; one quarter held
+  out for testing), ``lincity-ng-data`` (142 city, industry, farm, water, fire, traffic ambiences;
+  GPL-2+) and ``extremetuxracer-data`` (slides and impacts; GPL-2+);
 - ``music``: 5 music-on-hold tracks of ``asterisk-moh-opsound-g722`` (18 min, CC-BY-SA 3.0) and the
   ``lmms-common`` samples (beats, bass loops, instruments; GPL-2+).
 
@@ -254,7 +256,7 @@ def real_sounds(rng: np.random.Generator, corpora: tuple[str, ...], cache_dir=No
 
 REAL_NOISE_CORPORA = {
     "real-events": ("sound-icons", "freedesktop"),
-    "real-env": ("opensfx",),
+    "real-env": ("opensfx", "lincity-sfx", "etr-sfx"),
     "music": ("moh", "lmms-samples"),
 }
 """Real TRAINING noise categories and their corpora (all files of each, except the held-out

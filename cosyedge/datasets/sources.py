@@ -23,7 +23,8 @@ Corpora (see :data:`CORPORA`):
   list. Synthetic utterances are normalised to -20 dBFS RMS.
 - Real TRAINING noise sources: ``sound-icons`` (GPL-2+), ``freedesktop`` (``sound-theme-freedesktop``,
   GPL-2+/CC-BY-SA), ``opensfx`` (``openttd-opensfx``, CC-BY-SA 3.0 collection of freesound recordings),
-  ``moh`` (``asterisk-moh-opsound-g722``, CC-BY-SA 3.0 music), ``lmms-samples`` (``lmms-common``, GPL-2+);
+  ``moh`` (``asterisk-moh-opsound-g722``, CC-BY-SA 3.0 music), ``lmms-samples`` (``lmms-common``, GPL-2+),
+  ``lincity-sfx`` (``lincity-ng-data`` city/industry ambiences, GPL-2+), ``etr-sfx`` (``extremetuxracer-data``, GPL-2+);
   used by :mod:`cosyedge.datasets.noise`.
 
 Errors: a missing ``apt-get``/``dpkg``/``espeak-ng`` or PyAV raises
@@ -416,6 +417,10 @@ CORPORA: dict = {
     "moh": lambda cd: _build_glob("asterisk-moh-opsound-g722", "usr/share/asterisk/moh", ("*.g722",), cd),
     "lmms-samples": lambda cd: _build_glob("lmms-common", "usr/share/lmms/samples", ("*.ogg", "*.wav"), cd),
     "opensfx": _build_opensfx,
+    # real city/industry/nature ambiences (GPL-2+ / CC-BY-SA 2.0 dual licence; see the package copyright)
+    "lincity-sfx": lambda cd: _build_glob("lincity-ng-data", "usr/share/games/lincity-ng/sounds", ("*.wav",), cd),
+    # real sliding/impact sounds (GPL-2+)
+    "etr-sfx": lambda cd: _build_glob("extremetuxracer-data", "usr/share/games/etr/sounds", ("*.wav",), cd),
 }
 """Corpus builders by name: ``builder(cache_dir) -> Corpus``. The synthetic corpora (``espeak``,
 ``flite``, ``festival``) are registered at the end of this module."""
