@@ -31,15 +31,19 @@ class _Log:
         _logger.propagate = False
 
     def debug(self, msg, *args) -> None:
+        """Log at debug level; ``msg % args`` is formatted only if emitted (cheap in per-chunk loops)."""
         _logger.debug(msg, *args)
 
     def info(self, msg, *args) -> None:
+        """Log at info level (lazy ``msg % args``)."""
         _logger.info(msg, *args)
 
     def warning(self, msg, *args) -> None:
+        """Log at warning level (lazy ``msg % args``)."""
         _logger.warning(msg, *args)
 
     def warning_once(self, msg: str) -> None:
+        """Log ``msg`` (str) as a warning the first time only (repeated per-chunk warnings)."""
         if msg not in self._once:
             self._once.add(msg)
             _logger.warning(msg)

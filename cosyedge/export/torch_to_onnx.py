@@ -138,6 +138,7 @@ class OnnxFromTorch(Stage):
         self.verify = bool(verify)
 
     def call_impl(self) -> Path:
+        """Export now; returns the written ONNX path (see :func:`onnx_from_torch` for errors)."""
         torch = require("torch")
         check_writable(self.path)
         fields = _metadata(self.model, name=self.name, sample_rate_hz=self.sample_rate_hz,

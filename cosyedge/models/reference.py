@@ -107,6 +107,7 @@ class GatedBlock(nn.Module):
         self.proj = nn.Conv1d(channels, channels, 1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x (N, C, T) float32 -> (N, C, T) float32."""
         a, b = self.conv(x).chunk(2, dim=1)
         return x + self.proj(torch.tanh(a) * torch.sigmoid(b))
 

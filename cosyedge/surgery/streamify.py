@@ -372,6 +372,7 @@ class StatefulOnnxFromOnnx(Stage):
         self.contract: StreamContract | None = None
 
     def call_impl(self) -> Path:
+        """Run the surgery now; returns the streaming ONNX path (see :func:`streamify` for errors)."""
         src = resolve_artifact(self.onnx_in)
         check_writable(self.out)
         with LOG.stage(f"streamify {src} -> {self.out}"):
