@@ -25,6 +25,9 @@ from cosyedge.runtime.base import DEFAULT_MAX_LATENCY_RECORDS, StreamSession
 
 ort = lazy_import("onnxruntime")
 
+MAX_THREADS = 256
+"""int: upper bound for ``threads`` (ONNX Runtime allocates a pool per session; absurd values exhaust memory)."""
+
 _ORT_DTYPES = {
     "tensor(float)": np.float32,
     "tensor(float16)": np.float16,
@@ -51,7 +54,7 @@ class OrtStreamSession(StreamSession):
         chunk_samples (int | None): Samples per chunk, a positive multiple of the model's total stride.
             Defaults to one hop (160 samples = 10 ms for the reference model).
         batch (int): Independent streams per push (axis ``N``). Defaults to 1.
-        threads (int): ONNX Runtime intra- and inter-op threads (>= 1). Defaults to 1.
+        threads (int): ONNX Runtime intra- and inter-op threads, 1..:data:`MAX_THREADS`. Defaults to 1.
         providers (list[str] | None): Execution providers; defaults to ``["CPUExecutionProvider"]``.
         max_latency_records (int): Size of the per-chunk latency ring buffer.
     Raises:
@@ -73,8 +76,8 @@ class OrtStreamSession(StreamSession):
             )
         super().__init__(contract, chunk_samples=chunk_samples, batch=batch,
                          max_latency_records=max_latency_records)
-        if int(threads) < 1:
-            raise UsageError(f"threads must be >= 1, got {threads}")
+        if not 1 <= int(threads) <= MAX_THREADS:
+            raise UsageError(f"threads must be between 1 and {MAX_THREADS}, got {threads}")
         self.threads = int(threads)
         self.providers = list(providers) if providers else ["CPUExecutionProvider"]
         self._sess = None
