@@ -154,8 +154,12 @@ class StreamContract:
             return meta[full]
 
         try:
+            schema = int(meta.get(META_PREFIX + "schema_version", SCHEMA_VERSION))
+            if schema > SCHEMA_VERSION:
+                raise ArtifactError(f"{where} has cosyedge metadata schema {schema}, newer than this cosyedge "
+                                    f"understands ({SCHEMA_VERSION}); upgrade cosyedge")
             states = [StateSpec(**s) for s in json.loads(meta.get(META_PREFIX + "state", "[]"))]
-            return cls(
+            contract = cls(
                 input=get("input"),
                 output=get("output"),
                 sample_rate_hz=int(get("sample_rate_hz")),
@@ -167,6 +171,31 @@ class StreamContract:
             )
         except (ValueError, TypeError, json.JSONDecodeError) as err:
             raise ArtifactError(f"{where} has malformed cosyedge metadata ({err})") from None
+        contract.validate(where)
+        return contract
+
+    def validate(self, where: str = "model") -> None:
+        """Check the contract's numbers are sane.
+
+        Raises:
+            ArtifactError: sample rate, hop or total stride not positive; hop not a multiple of the total
+                stride; delay negative or longer than 10 s; a state shape with a non-positive dimension.
+        """
+        bad = None
+        if self.sample_rate_hz <= 0 or self.hop_samples <= 0 or self.total_stride <= 0:
+            bad = (f"sample_rate_hz {self.sample_rate_hz}, hop_samples {self.hop_samples} and total_stride "
+                   f"{self.total_stride} must be positive")
+        elif self.hop_samples % self.total_stride:
+            bad = f"hop_samples {self.hop_samples} is not a multiple of total_stride {self.total_stride}"
+        elif not 0 <= self.delay_samples <= 10 * self.sample_rate_hz:
+            bad = f"delay_samples {self.delay_samples} is outside 0..{10 * self.sample_rate_hz} (10 s)"
+        else:
+            for s in self.states:
+                if any(d != BATCH_DIM and (not isinstance(d, int) or d <= 0) for d in s.shape):
+                    bad = f"state '{s.input}' has shape {s.shape} (dimensions must be positive integers or 'N')"
+                    break
+        if bad:
+            raise ArtifactError(f"{where} has invalid cosyedge metadata: {bad}")
 
     @classmethod
     def from_onnx(cls, model: Any) -> "StreamContract":

@@ -16,16 +16,34 @@ from cosyedge.errors import ArtifactError, UsageError
 from cosyedge.log import LOG
 
 
-def chunk_samples_from_ms(chunk_ms: float, sample_rate_hz: int) -> int:
+MAX_CHUNK_MS = 10_000.0
+"""float: longest chunk accepted, ms (a chunk is buffered whole; 10 s bounds memory)."""
+
+
+def chunk_samples_from_ms(chunk_ms: float, sample_rate_hz: int, total_stride: int = 1) -> int:
     """Convert a chunk length in ms to samples at ``sample_rate_hz`` (Hz).
 
+    Args:
+        chunk_ms (float): Chunk length, ms, in (0, :data:`MAX_CHUNK_MS`].
+        sample_rate_hz (int): Model sample rate, Hz.
+        total_stride (int): The chunk must be a multiple of this many samples (the model's total stride).
     Raises:
-        UsageError: ``chunk_ms`` is not positive or is not a whole number of samples.
+        UsageError: ``chunk_ms`` is not finite, not positive, too long, not a whole number of samples, or
+            not a multiple of the total stride (the message gives the multiple in ms).
     """
-    samples = float(chunk_ms) * sample_rate_hz / 1000.0
-    if chunk_ms <= 0 or abs(samples - round(samples)) > 1e-6:
+    chunk_ms = float(chunk_ms)
+    step_ms = 1000.0 * total_stride / sample_rate_hz
+    if not (0 < chunk_ms <= MAX_CHUNK_MS):  # also rejects NaN
+        raise UsageError(f"chunk of {chunk_ms} ms: give a positive multiple of {step_ms:g} ms up to "
+                         f"{MAX_CHUNK_MS:g} ms")
+    samples = chunk_ms * sample_rate_hz / 1000.0
+    if abs(samples - round(samples)) > 1e-6:
         raise UsageError(f"chunk of {chunk_ms} ms is not a positive whole number of samples at {sample_rate_hz} Hz")
-    return int(round(samples))
+    samples = int(round(samples))
+    if samples % total_stride:
+        raise UsageError(f"chunk of {chunk_ms:g} ms ({samples} samples) is not a multiple of the model's total "
+                         f"stride {total_stride} samples = {step_ms:g} ms (use {step_ms:g}, {2 * step_ms:g}, ... ms)")
+    return samples
 
 
 def enhance_file(input: str | Path, output: str | Path, engine: str | Path | None = None,
@@ -63,11 +81,13 @@ def enhance_file(input: str | Path, output: str | Path, engine: str | Path | Non
     if chunk_samples is not None and chunk_ms is not None:
         raise UsageError("give chunk_samples or chunk_ms, not both")
     check_output_path(output)
+    if Path(input).exists() and Path(output).exists() and Path(input).resolve() == Path(output).resolve():
+        raise UsageError(f"output {output} is the input file: give another output path (the input is kept)")
     x, sr = load_audio(input)
     eng = load_engine(engine if engine is not None else default_engine())
     c = eng.contract
     if chunk_ms is not None:
-        chunk_samples = chunk_samples_from_ms(chunk_ms, c.sample_rate_hz)
+        chunk_samples = chunk_samples_from_ms(chunk_ms, c.sample_rate_hz, c.total_stride)
     session = eng(chunk_samples=chunk_samples, threads=threads)
     with LOG.stage(f"enhance {input} -> {output}"):
         xm = to_model_input(x, sr, c.sample_rate_hz)

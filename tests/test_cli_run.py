@@ -238,3 +238,15 @@ def test_default_engine_missing_is_one_line(cli, tmp_path, monkeypatch):
     assert "bundled reference model" in _assert_one_line_error(rc, err, code=3)
     rc, _, err = cli("build")
     assert "bundled reference model" in _assert_one_line_error(rc, err, code=3)
+
+
+def test_chunk_ms_nan_inf_huge_and_same_output_are_one_line(cli, engine_onnx, tmp_path):
+    x, sr = _speech(0.2)
+    sf.write(tmp_path / "in.wav", x, sr)
+    for bad in ("nan", "inf", "1e9"):
+        rc, _, err = cli("run", tmp_path / "in.wav", "-o", tmp_path / "o.wav", "--engine", engine_onnx,
+                         "--chunk-ms", bad)
+        assert "give a positive multiple of 10 ms" in _assert_one_line_error(rc, err, code=2)
+    rc, _, err = cli("run", tmp_path / "in.wav", "-o", tmp_path / "in.wav", "--engine", engine_onnx)
+    assert "is the input file" in _assert_one_line_error(rc, err, code=2)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.wav"]

@@ -40,7 +40,7 @@ from cosyedge.artifacts import (
     sha256_file,
     write_manifest,
 )
-from cosyedge.errors import ArtifactError, CosyEdgeError
+from cosyedge.errors import ArtifactError, CosyEdgeError, UsageError
 from cosyedge.log import LOG
 
 onnx = lazy_import("onnx")
@@ -104,6 +104,8 @@ def build_ort(onnx_path: Any, out_dir: str | Path | None = None, name: str | Non
     if not contract.is_streaming:
         raise ArtifactError(f"{src} has no streaming state (state_in.*/state_out.*); run 'cosyedge streamify' first")
     name = name or contract.name
+    if not name or any(ch in name for ch in "/\\") or name in (".", ".."):
+        raise UsageError(f"engine name {name!r} must be a plain folder name (no path separators)")
     root = Path(out_dir) if out_dir is not None else engines_root()
     dest = root / engine_folder_name(name)
     with LOG.stage(f"build {BACKEND} {PRECISION} engine {dest}"):
@@ -161,7 +163,10 @@ def _replace_dir(tmp: Path, dest: Path) -> None:
         raise ArtifactError(f"cannot write engine folder {dest}: {err.strerror or err}") from None
     finally:
         if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
+            if old.is_dir() and not old.is_symlink():
+                shutil.rmtree(old, ignore_errors=True)
+            else:
+                old.unlink(missing_ok=True)
 
 
 class OrtEngineFromOnnx(Stage):

@@ -212,6 +212,16 @@ def load_reference(path: str | Path | None = None) -> ReferenceEnhancer:
         cfg = json.loads(meta.get("config", "{}"))
         cfg["dilations"] = tuple(cfg.get("dilations", EnhancerConfig.dilations))
         model = ReferenceEnhancer(EnhancerConfig(**cfg))
+        own = model.state_dict()
+        missing = sorted(set(own) - set(state))
+        unexpected = sorted(set(state) - set(own))
+        wrong = sorted(k for k in set(own) & set(state) if own[k].shape != state[k].shape)
+        if missing or unexpected or wrong:
+            raise ArtifactError(
+                f"weights {path} do not fit the reference model: {len(missing)} missing (e.g. {missing[:2]}), "
+                f"{len(unexpected)} unexpected (e.g. {unexpected[:2]}), {len(wrong)} of another shape "
+                f"(e.g. {wrong[:2]}); is it a cosyedge reference checkpoint?"
+            )
         model.load_state_dict(state)
     except ArtifactError:
         raise

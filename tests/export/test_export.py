@@ -247,3 +247,13 @@ def test_cli_export_missing_weights(tmp_path):
     assert res.returncode == 3
     assert res.stderr.strip().startswith("[!] weights file not found") and "Traceback" not in res.stderr
     assert len(res.stderr.strip().splitlines()) == 1
+
+
+def test_foreign_weights_are_named_in_one_line(tmp_path):
+    from safetensors.torch import save_file
+
+    from cosyedge.models.reference import load_reference
+
+    save_file({"encoder.weight": torch.zeros(3, 3)}, str(tmp_path / "other.safetensors"))
+    with pytest.raises(ArtifactError, match=r"do not fit the reference model: \d+ missing .* 1 unexpected"):
+        load_reference(tmp_path / "other.safetensors")

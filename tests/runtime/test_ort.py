@@ -310,3 +310,24 @@ def test_backend_resolution():
     assert resolve_backend("auto") == "onnxruntime"
     with pytest.raises(DependencyError, match="TensorRT and an NVIDIA GPU"):
         resolve_backend("tensorrt")
+
+
+@pytest.mark.parametrize("key,value,words", [
+    ("cosyedge.delay_samples", "-5", "delay_samples -5 is outside"),
+    ("cosyedge.sample_rate_hz", "0", "must be positive"),
+    ("cosyedge.hop_samples", "0", "must be positive"),
+    ("cosyedge.schema_version", "99", "newer than this cosyedge"),
+])
+def test_insane_metadata_is_an_artifact_error(tmp_path, key, value, words):
+    import onnx
+
+    from cosyedge.artifacts import StreamContract
+    from cosyedge.errors import ArtifactError
+
+    c = StreamContract(input="x", output="y", sample_rate_hz=16000, hop_samples=160, total_stride=160)
+    model = c.write_to_onnx(onnx.ModelProto())
+    for p in model.metadata_props:
+        if p.key == key:
+            p.value = value
+    with pytest.raises(ArtifactError, match=words):
+        StreamContract.from_onnx(model)
