@@ -14,9 +14,13 @@ held-out real noise are never used here). Loss: thresholded negative SNR on the 
 aligned by the model's delay (Wisdom et al. 2020, arXiv:2011.02329, "soft-thresholded SNR").
 Model selection by SI-SNR improvement on the validation pairs (held-out asterisk prompts).
 
-Example (the bundled weights were made with this command):
+The bundled weights were made in two stages (see docs/model-card.md)::
 
-    python scripts/train_reference.py --seed 0 --minutes 45 --out cosyedge/models/reference.safetensors
+    python scripts/train_reference.py --seed 0 --minutes 45 --speech-weight 0.5 --out stage1.safetensors
+    python scripts/train_reference.py --seed 0 --init stage1.safetensors --lr 1e-3 --speech-weight 0.7 \
+        --minutes 22 --out cosyedge/models/reference.safetensors
+
+(stage 1 was stopped after 24 of its 45 minutes; its best-validation checkpoint, step 10000, was kept.)
 
 Writes the weights (safetensors, config + training notes in the header), ``<log-dir>/curves.png`` and
 ``<log-dir>/history.json``.
