@@ -29,7 +29,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from cosyedge.errors import ArtifactError
+from cosyedge.errors import ArtifactError, first_line
 
 SCHEMA_VERSION = 1
 META_PREFIX = "cosyedge."
@@ -236,7 +236,7 @@ def load_onnx(path: str | Path, load_external_data: bool = True) -> Any:
     try:
         return onnx.load(str(path), load_external_data=load_external_data)
     except Exception as err:  # protobuf DecodeError and friends
-        raise ArtifactError(f"cannot read ONNX file {path}: {type(err).__name__}: {err}".splitlines()[0]) from None
+        raise ArtifactError(f"cannot read ONNX file {path}: {first_line(err)}") from None
 
 
 def sha256_file(path: str | Path, chunk_bytes: int = 1 << 20) -> str:

@@ -21,7 +21,7 @@ import numpy as np
 
 from cosyedge._lazy import lazy_import
 from cosyedge.artifacts import atomic_output, check_writable
-from cosyedge.errors import ArtifactError, UsageError
+from cosyedge.errors import ArtifactError, UsageError, first_line
 from cosyedge.log import LOG
 
 sf = lazy_import("soundfile")
@@ -60,9 +60,8 @@ def load_audio(path: str | Path) -> tuple[np.ndarray, int]:
     try:
         x, sr = sf.read(str(path), dtype="float32", always_2d=True)
     except Exception as err:  # soundfile.LibsndfileError, RuntimeError, TypeError on odd headers
-        first = (str(err).strip().splitlines() or [""])[0]
         raise ArtifactError(
-            f"cannot decode {path} as audio ({first}); is it a valid wav/flac/ogg file?"
+            f"cannot decode {path} as audio ({first_line(err, with_type=False)}); is it a valid wav/flac/ogg file?"
         ) from None
     if x.shape[0] == 0:
         raise ArtifactError(f"input audio {path} holds no samples (0 frames at {sr} Hz)")
@@ -168,6 +167,5 @@ def write_audio(path: str | Path, y: np.ndarray, sample_rate_hz: int) -> Path:
         try:
             sf.write(str(tmp), np.clip(y, -1.0, 1.0), int(sample_rate_hz), subtype=subtype, format=fmt)
         except Exception as err:  # libsndfile errors (e.g. unsupported rate for the format)
-            first = (str(err).strip().splitlines() or [""])[0]
-            raise ArtifactError(f"cannot write {path} ({first})") from None
+            raise ArtifactError(f"cannot write {path} ({first_line(err, with_type=False)})") from None
     return path

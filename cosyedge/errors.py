@@ -10,6 +10,17 @@ Source: Polygraphy ``logger.critical`` / ``tools/_main.py`` (one-line fatal erro
 from __future__ import annotations
 
 
+def first_line(err: BaseException, with_type: bool = True) -> str:
+    """Return the first non-empty line of ``str(err)`` (str), prefixed ``"TypeName: "`` when ``with_type``.
+
+    Third-party exceptions (protobuf, ONNX Runtime, libsndfile) often carry multi-line texts; cosyedge
+    errors quote only their first line so the CLI message stays one line.
+    """
+    text = str(err).strip().splitlines()
+    line = text[0] if text else ""
+    return f"{type(err).__name__}: {line}" if with_type else line
+
+
 class CosyEdgeError(Exception):
     """Base class of every expected failure. ``str(err)`` is a single line.
 

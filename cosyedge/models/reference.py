@@ -31,7 +31,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from cosyedge.errors import ArtifactError
+from cosyedge.errors import ArtifactError, first_line
 from cosyedge.nn import CausalConv1d, CausalConv1dDownsample, CausalConv1dUpsample
 
 
@@ -226,7 +226,7 @@ def load_reference(path: str | Path | None = None) -> ReferenceEnhancer:
     except ArtifactError:
         raise
     except Exception as err:
-        raise ArtifactError(f"cannot load weights {path}: {type(err).__name__}: {err}".splitlines()[0]) from None
+        raise ArtifactError(f"cannot load weights {path}: {first_line(err)}") from None
     return model.eval()
 
 

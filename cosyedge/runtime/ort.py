@@ -19,7 +19,7 @@ import numpy as np
 
 from cosyedge._lazy import lazy_import
 from cosyedge.artifacts import StreamContract
-from cosyedge.errors import ArtifactError
+from cosyedge.errors import ArtifactError, first_line
 from cosyedge.log import LOG
 from cosyedge.runtime.base import DEFAULT_MAX_LATENCY_RECORDS, StreamSession
 
@@ -35,11 +35,6 @@ _ORT_DTYPES = {
     "tensor(int64)": np.int64,
     "tensor(int32)": np.int32,
 }
-
-
-def _one_line(err: Exception) -> str:
-    text = str(err).strip().splitlines()
-    return f"{type(err).__name__}: {text[0] if text else ''}"
 
 
 class OrtStreamSession(StreamSession):
@@ -102,7 +97,7 @@ class OrtStreamSession(StreamSession):
         try:
             sess = ort.InferenceSession(str(self.model_path), sess_options=so, providers=self.providers)
         except Exception as err:  # onnxruntime raises its own exception types (Fail, InvalidGraph, ...)
-            raise ArtifactError(f"ONNX Runtime cannot load {self.model_path}: {_one_line(err)}") from None
+            raise ArtifactError(f"ONNX Runtime cannot load {self.model_path}: {first_line(err)}") from None
 
         inputs = {i.name: i for i in sess.get_inputs()}
         outputs = {o.name: o for o in sess.get_outputs()}

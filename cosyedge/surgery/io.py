@@ -18,7 +18,7 @@ from typing import Any
 
 from cosyedge._lazy import lazy_import
 from cosyedge.artifacts import atomic_output, load_onnx
-from cosyedge.errors import ArtifactError
+from cosyedge.errors import ArtifactError, first_line
 
 gs = lazy_import("onnx_graphsurgeon")
 onnx = lazy_import("onnx")
@@ -40,7 +40,7 @@ def load_graph(path: str | Path) -> tuple[Any, Any]:
     try:
         graph = gs.import_onnx(model)
     except Exception as err:  # malformed graph that protobuf parsed
-        raise ArtifactError(f"cannot import ONNX graph {path}: {type(err).__name__}: {err}".splitlines()[0]) from None
+        raise ArtifactError(f"cannot import ONNX graph {path}: {first_line(err)}") from None
     return graph, model
 
 
@@ -80,8 +80,7 @@ def finalize_model(model: Any, where: str = "model") -> Any:
         model = onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True, data_prop=True)
         onnx.checker.check_model(model)
     except Exception as err:
-        msg = f"{type(err).__name__}: {err}".strip().splitlines()[0]
-        raise ArtifactError(f"{where}: rewritten graph fails ONNX shape inference/checker ({msg})") from None
+        raise ArtifactError(f"{where}: rewritten graph fails ONNX shape inference/checker ({first_line(err)})") from None
     return model
 
 
