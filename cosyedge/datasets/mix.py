@@ -49,13 +49,13 @@ NARROWBAND_CORPORA = ("asterisk-prompt-fr-armelle", "asterisk-prompt-es-co", "as
 
 NOISE_WEIGHTS = {
     "white": 0.05, "pink": 0.08, "brown": 0.05, "colored": 0.09, "hum": 0.05, "babble": 0.13,
-    "clicks": 0.03, "band": 0.07, "tonal": 0.06, "machine": 0.12, "real-events": 0.05, "real-env": 0.16,
-    "music": 0.06,
+    "clicks": 0.03, "band": 0.06, "tonal": 0.05, "machine": 0.08, "real-events": 0.04, "real-env": 0.12,
+    "music": 0.07, "real-games": 0.16,
 }
 """Probability of each noise category for the first noise of a mixture (renormalised over the
 categories present in the bank)."""
 
-BANK_VERSION = 6
+BANK_VERSION = 7
 
 
 # ------------------------------------------------------------------------------------------ metrics

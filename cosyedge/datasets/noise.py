@@ -257,7 +257,8 @@ def real_sounds(rng: np.random.Generator, corpora: tuple[str, ...], cache_dir=No
 REAL_NOISE_CORPORA = {
     "real-events": ("sound-icons", "freedesktop"),
     "real-env": ("opensfx", "lincity-sfx", "etr-sfx"),
-    "music": ("moh", "lmms-samples"),
+    "music": ("moh", "lmms-samples", "stk-music"),
+    "real-games": ("scorched3d-sfx", "torcs-sfx", "stk-sfx", "hedgewars-sfx"),
 }
 """Real TRAINING noise categories and their corpora (all files of each, except the held-out
 ``opensfx`` recordings, see :func:`is_heldout_sound`)."""
@@ -305,7 +306,7 @@ def build_noise_bank(speech: np.ndarray, seed: int = 0, minutes_per_kind: float 
     parts["tonal"] = tonal_noise(rng, n_blocks)
     parts["machine"] = machine_noise(rng, n_blocks)
     for kind, corpora in REAL_NOISE_CORPORA.items():
-        ev = real_sounds(rng, corpora, cache_dir, passes=1 if kind == "music" else 4,
+        ev = real_sounds(rng, corpora, cache_dir, passes={"music": 1, "real-games": 2}.get(kind, 4),
                          max_gap_s=0.0 if kind == "music" else 0.3)
         if ev.size > BLOCK_SAMPLES:
             parts[kind] = ev

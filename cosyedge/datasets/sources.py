@@ -363,9 +363,13 @@ def _build_sounds(pkg: str, sub: str, pattern: str, cache_dir) -> Corpus:
     return _from_files(pkg, rows, pkg)
 
 
-def _build_glob(pkg: str, sub: str, patterns: tuple[str, ...], cache_dir, split: str = "train") -> Corpus:
+def _build_glob(pkg: str, sub: str, patterns: tuple[str, ...], cache_dir, split: str = "train",
+                exclude: tuple[str, ...] = ()) -> Corpus:
+    """Corpus of every file under ``<pkg>/<sub>`` matching ``patterns``, minus paths containing any
+    substring of ``exclude`` (relative to ``sub``)."""
     root = fetch_package(pkg, cache_dir)
-    files = sorted({p for pat in patterns for p in (root / sub).rglob(pat)})
+    files = sorted({p for pat in patterns for p in (root / sub).rglob(pat)
+                    if not any(e in str(p.relative_to(root / sub)) for e in exclude)})
     rows = [(str(p.relative_to(root / sub)), p, split, pkg) for p in files]
     return _from_files(pkg, rows, pkg)
 
@@ -421,6 +425,21 @@ CORPORA: dict = {
     "lincity-sfx": lambda cd: _build_glob("lincity-ng-data", "usr/share/games/lincity-ng/sounds", ("*.wav",), cd),
     # real sliding/impact sounds (GPL-2+)
     "etr-sfx": lambda cd: _build_glob("extremetuxracer-data", "usr/share/games/etr/sounds", ("*.wav",), cd),
+    # real effects and ambiences: rain, thunder, ocean waves, birds, jets, helicopter, tank tracks,
+    # explosions (GPL-2+ / CC0 / CC-BY(-SA) 3.0 per file; /usr/share/doc/scorched3d-data/copyright)
+    "scorched3d-sfx": lambda cd: _build_glob("scorched3d-data", "usr/share/games/scorched3d/data", ("*.wav",), cd),
+    # real car engine loops, crashes, skids, gear changes (GPL-2+ / free; /usr/share/doc/torcs-data/copyright)
+    "torcs-sfx": lambda cd: _build_glob("torcs-data", "usr/share/games/torcs/data/sound", ("*.wav",), cd),
+    # SuperTuxKart effects and track ambiences: engines, rain, river, waterfall, crowds, thunder...
+    # (CC-BY-SA 3.0/4.0, CC0, GPL; /usr/share/doc/supertuxkart-data/copyright); music and cut-scenes and the
+    # one spoken announcement excluded
+    "stk-sfx": lambda cd: _build_glob("supertuxkart-data", "usr/share/games/supertuxkart/data", ("*.ogg", "*.wav"), cd,
+                                      exclude=("music/", "introcutscene", "sara_airport_pa")),
+    # SuperTuxKart music (real instrument/electronic music; CC-BY-SA 3.0 and others)
+    "stk-music": lambda cd: _build_glob("supertuxkart-data", "usr/share/games/supertuxkart/data/music", ("*.ogg",), cd),
+    # Hedgewars effects (explosions, water, wind, machinery; GPL-2 / CC; voices excluded)
+    "hedgewars-sfx": lambda cd: _build_glob("hedgewars-data", "usr/share/games/hedgewars/Data/Sounds", ("*.ogg",), cd,
+                                            exclude=("voices/",)),
 }
 """Corpus builders by name: ``builder(cache_dir) -> Corpus``. The synthetic corpora (``espeak``,
 ``flite``, ``festival``) are registered at the end of this module."""
