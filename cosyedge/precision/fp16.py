@@ -1,0 +1,502 @@
+"""FP16: a streaming FP32 ONNX -> an ONNX with FP16 compute and FP32 inputs, outputs and states.
+
+The conversion uses ONNX Runtime's converter ``onnxruntime.transformers.float16.convert_float_to_float16``
+(the maintained copy of onnxconverter-common's ``float16`` module; ships with onnxruntime, so no extra
+dependency) with ``keep_io_types=True``: the audio input/output and every ``state_in.*``/``state_out.*``
+stay float32, so the stream contract (state dtypes ``float32``) and every runtime keep working unchanged.
+
+Nodes kept in FP32 (:func:`fp32_node_plan`, each with its reason, recorded in the result):
+
+* overflow-prone op types (:data:`KEEP_FP32_OPS`: Log, Exp, Pow, Sqrt, Reciprocal, reductions,
+  normalisation layers, ...) plus the converter's own default block list;
+* the elementwise chain that computes their input, back to the nearest Conv/Gemm/MatMul: the bin power
+  ``re^2 + im^2`` of a full-scale signal exceeds 65504 (the FP16 maximum) before the Log sees it, and
+  ``re^2`` of quiet bins underflows to 0 in FP16;
+* the elementwise chain right after them up to the next Conv/Gemm/MatMul (the feature normalisation:
+  a log power of about -14 rounded to FP16 loses 3 significant bits);
+* the boundary layers: the first Conv fed by the audio input and the last Conv before the audio output
+  (1-channel analysis/synthesis filterbanks, where FP16 rounding of the signal itself is audible), with
+  their ``Concat(state, x)`` and state ``Slice`` nodes;
+* any node named in ``exclude``.
+
+The converter leaves FP16 round trips (``Cast(to=FP16) -> Cast(to=FP32)``) on edges between two FP32
+nodes; :func:`strip_fp16_round_trips` removes them, so FP32 regions really compute in FP32 (measured on the
+reference model: with every node blocked the converter's output was only 53.6 dB from FP32; after the
+strip it is bit-exact).
+
+Measured on the reference model and ``tests/data/speech_librivox_0890.wav`` (ONNX Runtime 1.32 CPU,
+chunk 160): plain conversion 46.3 dB output SNR vs FP32 streaming; with the FP32 plan above 80.9 dB.
+ONNX Runtime's CPU provider has no FP16 Conv kernel on x86: it inserts Casts and runs those Convs in FP32
+(``InsertedPrecisionFreeCast_*`` nodes in the optimised graph), so on CPU the FP16 model mostly
+measures FP16 *storage* rounding; TensorRT runs the FP16 regions in FP16.
+
+After conversion every output (audio and every state) is scanned for non-finite values at chunk sizes
+1x, 3x and 10x hop on real speech, silence and a full-scale signal (:func:`scan_nonfinite`), and the
+output SNR vs the FP32 model is measured on real speech (:func:`output_snr_db`).
+
+Sources: onnxconverter-common / onnxruntime ``float16.py`` (``convert_float_to_float16``:
+``keep_io_types``, ``op_block_list``, ``node_block_list``); NVIDIA TensorRT developer guide, "Reduced
+Precision" (keep overflow-prone layers in FP32).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Iterable
+
+import numpy as np
+
+from cosyedge._lazy import lazy_import
+from cosyedge.artifacts import (
+    Stage,
+    StreamContract,
+    atomic_output,
+    check_writable,
+    load_onnx,
+    resolve_artifact,
+    sha256_file,
+)
+from cosyedge.errors import AccuracyError, ArtifactError, UsageError, first_line
+from cosyedge.log import LOG
+
+onnx = lazy_import("onnx")
+
+PRECISION_KEY = "cosyedge.precision"
+"""str: ONNX ``metadata_props`` key recording the precision (``fp16``)."""
+
+KEEP_FP32_OPS = (
+    "Log", "Exp", "Pow", "Sqrt", "Reciprocal", "Softplus", "Erf",
+    "ReduceMean", "ReduceSum", "ReduceSumSquare", "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp",
+    "ReduceProd", "Softmax", "LogSoftmax",
+    "LayerNormalization", "InstanceNormalization", "GroupNormalization", "BatchNormalization",
+    "LpNormalization", "MeanVarianceNormalization", "CumSum", "STFT", "DFT",
+)
+"""tuple[str]: overflow/underflow-prone op types kept in FP32 (sums of squares, logs, norms)."""
+
+WEIGHTED_OPS = ("Conv", "ConvTranspose", "Gemm", "MatMul")
+"""tuple[str]: ops that end the FP32 propagation around a kept op (they start a new FP16 region)."""
+
+CHUNK_MULTIPLES = (1, 3, 10)
+"""tuple[int]: chunk sizes scanned, in hops."""
+
+TARGET_SNR_DB = 50.0
+"""float: minimum output SNR (dB) of the FP16 model vs FP32 streaming on real speech (issue 4)."""
+
+_FLOAT = 1
+_FLOAT16 = 10
+
+
+def _name_nodes(model: Any) -> None:
+    """Give every unnamed node a unique name (node_block_list matches names)."""
+    used = {n.name for n in model.graph.node if n.name}
+    for i, n in enumerate(model.graph.node):
+        if not n.name:
+            name = f"{n.op_type}_{i}"
+            while name in used:
+                name += "_"
+            n.name = name
+            used.add(name)
+
+
+def fp32_node_plan(model: Any, contract: StreamContract, keep_ops: Iterable[str] = KEEP_FP32_OPS,
+                   exclude: Iterable[str] = ()) -> dict[str, str]:
+    """Decide which nodes stay FP32 (see the module docstring for the rules).
+
+    Args:
+        model (onnx.ModelProto): Streaming FP32 model; every node must have a name.
+        contract (StreamContract): Its stream contract (audio input/output names, states).
+        keep_ops (Iterable[str]): Overflow-prone op types kept in FP32.
+        exclude (Iterable[str]): Node names kept in FP32 on request.
+    Returns:
+        dict[str, str]: node name -> reason (``"op Log"``, ``"input of Log"``, ``"after Log"``,
+        ``"first conv"``, ``"last conv"``, ``"excluded"``), in graph order.
+    Raises:
+        UsageError: a name in ``exclude`` is not a node of the model.
+    """
+    g = model.graph
+    nodes = list(g.node)
+    names = {n.name for n in nodes}
+    missing = [e for e in exclude if e not in names]
+    if missing:
+        close = sorted(names, key=lambda s: -sum(a == b for a, b in zip(s, missing[0])))[:3]
+        raise UsageError(f"--exclude {missing[0]!r} is not a node of the model (node names look like {close})")
+    producer = {o: n for n in nodes for o in n.output}
+    consumers: dict[str, list] = {}
+    for n in nodes:
+        for i in n.input:
+            consumers.setdefault(i, []).append(n)
+    state_in = {s.input for s in contract.states}
+    keep_ops = set(keep_ops)
+    plan: dict[str, str] = {}
+
+    def mark(n, why: str) -> None:
+        plan.setdefault(n.name, why)
+
+    for n in nodes:
+        if n.op_type in keep_ops:
+            mark(n, f"op {n.op_type}")
+            # backward: the elementwise chain computing its input (stop at weighted ops and graph inputs)
+            stack = [i for i in n.input if i in producer]
+            while stack:
+                p = producer[stack.pop()]
+                if p.op_type in WEIGHTED_OPS or p.name in plan:
+                    continue
+                mark(p, f"input of {n.op_type}")
+                stack.extend(i for i in p.input if i in producer)
+            # forward: the elementwise chain after it, up to the next weighted op
+            stack = list(n.output)
+            while stack:
+                for c in consumers.get(stack.pop(), []):
+                    if c.op_type in WEIGHTED_OPS or c.name in plan:
+                        continue
+                    mark(c, f"after {n.op_type}")
+                    stack.extend(c.output)
+
+    def conv_with_state(conv, why: str) -> None:
+        mark(conv, why)
+        for i in conv.input[:1]:
+            p = producer.get(i)
+            if p is not None and p.op_type == "Concat" and any(x in state_in for x in p.input):
+                mark(p, why + " state concat")
+                for c in consumers.get(p.output[0], []):
+                    if c.op_type == "Slice":
+                        mark(c, why + " state slice")
+
+    # first conv: walk forward from the audio input to the first weighted op
+    seen, stack = set(), [contract.input]
+    while stack:
+        for c in consumers.get(stack.pop(), []):
+            if c.name in seen:
+                continue
+            seen.add(c.name)
+            if c.op_type in WEIGHTED_OPS:
+                conv_with_state(c, "first conv")
+            else:
+                stack.extend(c.output)
+    # last conv: walk backward from the audio output to the last weighted op
+    seen, stack = set(), [contract.output]
+    while stack:
+        p = producer.get(stack.pop())
+        if p is None or p.name in seen:
+            continue
+        seen.add(p.name)
+        if p.op_type in WEIGHTED_OPS:
+            conv_with_state(p, "last conv")
+        else:
+            mark(p, "after last conv")
+            stack.extend(i for i in p.input if i in producer)
+    for e in exclude:
+        plan[e] = "excluded"
+    order = {n.name: i for i, n in enumerate(nodes)}
+    return dict(sorted(plan.items(), key=lambda kv: order[kv[0]]))
+
+
+def strip_fp16_round_trips(model: Any) -> int:
+    """Remove ``Cast(to=FP16) -> Cast(to=FP32)`` round trips of FP32 tensors, in place.
+
+    The float16 converter types every edge FP16 and wraps FP32 (blocked) nodes in Casts, so an edge
+    between two FP32 nodes is rounded to FP16 and back. Here consumers of the FP32 re-cast read the
+    original FP32 tensor instead; a re-cast that is a graph output becomes an ``Identity``; a
+    ``Cast(to=FP16)`` left without consumers is deleted.
+
+    Args:
+        model (onnx.ModelProto): Output of ``convert_float_to_float16``; modified in place.
+    Returns:
+        int: number of Cast nodes removed or turned into Identity.
+    """
+    g = model.graph
+    consumers: dict[str, list] = {}
+    for n in g.node:
+        for i in n.input:
+            consumers.setdefault(i, []).append(n)
+    outputs = {o.name for o in g.output}
+
+    def cast_to(n) -> int | None:
+        if n.op_type != "Cast":
+            return None
+        return next((a.i for a in n.attribute if a.name == "to"), None)
+
+    remove: set[int] = set()
+    rename: dict[str, str] = {}
+    changed = 0
+    for a in g.node:
+        if cast_to(a) != _FLOAT16:
+            continue
+        src = a.input[0]
+        users = consumers.get(a.output[0], [])
+        for b in users:
+            if cast_to(b) != _FLOAT:
+                continue
+            changed += 1
+            if b.output[0] in outputs:
+                b.op_type = "Identity"
+                del b.attribute[:]
+                b.input[0] = src
+            else:
+                rename[b.output[0]] = src
+                remove.add(id(b))
+        if a.output[0] not in outputs and all(id(b) in remove or b.op_type == "Identity" for b in users):
+            remove.add(id(a))
+            changed += 1
+    # the FP16 source of a round trip may itself be FP32 only after an earlier rename: resolve chains
+    def resolve(name: str) -> str:
+        while name in rename:
+            name = rename[name]
+        return name
+
+    keep = [n for n in g.node if id(n) not in remove]
+    for n in keep:
+        for k, i in enumerate(n.input):
+            if i in rename:
+                n.input[k] = resolve(i)
+    del g.node[:]
+    g.node.extend(keep)
+    vi = [v for v in g.value_info if v.name not in rename]
+    del g.value_info[:]
+    g.value_info.extend(vi)
+    return changed
+
+
+def fp16_model(model: Any, contract: StreamContract, *, exclude: Iterable[str] = (),
+               keep_ops: Iterable[str] = KEEP_FP32_OPS) -> tuple[Any, dict[str, str]]:
+    """Convert a streaming FP32 ``onnx.ModelProto`` to FP16 compute with FP32 I/O and states.
+
+    Args:
+        model (onnx.ModelProto): Streaming FP32 model (copied, not modified).
+        contract (StreamContract): Its stream contract.
+        exclude (Iterable[str]): Extra node names kept in FP32.
+        keep_ops (Iterable[str]): Op types kept in FP32 (default :data:`KEEP_FP32_OPS`).
+    Returns:
+        tuple[onnx.ModelProto, dict[str, str]]: the converted model (contract and other metadata
+        preserved, ``cosyedge.precision = fp16``) and the FP32 node plan (name -> reason).
+    Raises:
+        UsageError: unknown node in ``exclude``.
+        ArtifactError: the converter fails on this model.
+        DependencyError: onnxruntime (its ``transformers.float16`` module) is missing.
+    """
+    from cosyedge._lazy import require
+
+    require("onnxruntime")
+    from onnxruntime.transformers import float16
+
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    _name_nodes(m)
+    plan = fp32_node_plan(m, contract, keep_ops=keep_ops, exclude=exclude)
+    meta = [(p.key, p.value) for p in m.metadata_props]
+    try:
+        out = float16.convert_float_to_float16(
+            m, keep_io_types=True,
+            op_block_list=sorted(set(float16.DEFAULT_OP_BLOCK_LIST) | set(keep_ops)),
+            node_block_list=list(plan),
+        )
+    except Exception as err:  # the converter raises ValueError/KeyError/onnx errors
+        raise ArtifactError(f"FP16 conversion failed: {first_line(err)}") from None
+    strip_fp16_round_trips(out)
+    del out.metadata_props[:]
+    for k, v in meta:
+        if k != PRECISION_KEY:
+            p = out.metadata_props.add()
+            p.key, p.value = k, v
+    p = out.metadata_props.add()
+    p.key, p.value = PRECISION_KEY, "fp16"
+    return out, plan
+
+
+# ---------------------------------------------------------------------------------------------- checks
+def default_scan_signals(sample_rate_hz: int, seconds: float = 1.5, speech: np.ndarray | None = None
+                         ) -> dict[str, np.ndarray]:
+    """Return the scan signals, float32 (T,) at ``sample_rate_hz``, T = ``seconds`` of audio.
+
+    * ``speech``: real speech (``speech`` if given, else the bundled demo recording
+      ``cosyedge/assets/demo/clean.wav``, peak-normalised to 0.9);
+    * ``silence``: all zeros (log of the eps floor; FP16 underflow);
+    * ``full_scale``: a full-scale signal: +-1 square wave at 1 kHz with white noise, clipped to [-1, 1]
+      (bin powers near the FP16 maximum 65504).
+    """
+    n = int(round(seconds * sample_rate_hz))
+    if speech is None:
+        from cosyedge.audio import load_audio, to_model_input
+
+        demo = Path(__file__).resolve().parents[1] / "assets" / "demo" / "clean.wav"
+        x, sr = load_audio(demo)
+        speech = to_model_input(x, sr, sample_rate_hz)
+        speech = speech[int(0.5 * sample_rate_hz):]  # skip leading silence
+        speech = 0.9 * speech / max(float(np.abs(speech).max()), 1e-9)
+    speech = np.resize(np.asarray(speech, np.float32), n)
+    t = np.arange(n) / sample_rate_hz
+    rng = np.random.default_rng(0)
+    full = np.sign(np.sin(2 * np.pi * 1000.0 * t)) + 0.5 * rng.standard_normal(n)
+    return {"speech": speech.astype(np.float32), "silence": np.zeros(n, np.float32),
+            "full_scale": np.clip(full, -1.0, 1.0).astype(np.float32)}
+
+
+def scan_nonfinite(onnx_path: str | Path, signals: dict[str, np.ndarray],
+                   chunk_multiples: Iterable[int] = CHUNK_MULTIPLES) -> list[dict]:
+    """Stream each signal at each chunk size and check every output (audio and states) is finite.
+
+    Args:
+        onnx_path (str | Path): Streaming ONNX.
+        signals (dict[str, np.ndarray]): name -> float32 (T,) audio at the model rate, range [-1, 1].
+        chunk_multiples (Iterable[int]): Chunk sizes in hops (default 1, 3, 10).
+    Returns:
+        list[dict]: one row per (signal, chunk): ``signal``, ``chunk_samples``, ``chunks``,
+        ``finite`` (bool), ``bad_outputs`` (names with NaN/Inf, first chunk index), ``peak`` (max |y|).
+    Raises:
+        ArtifactError: the model cannot be loaded by ONNX Runtime.
+    """
+    from cosyedge.runtime.ort import OrtStreamSession
+
+    rows = []
+    hop = StreamContract.from_onnx(onnx_path).hop_samples
+    for mult in chunk_multiples:
+        c = hop * int(mult)
+        session = OrtStreamSession(onnx_path, chunk_samples=c)
+        out = session.contract.output
+        with session:
+            for name, x in signals.items():
+                session.reset()
+                n = -(-x.size // c)
+                xp = np.zeros(n * c, np.float32)
+                xp[:x.size] = x
+                bad: dict[str, int] = {}
+                peak = 0.0
+                for i in range(n):
+                    y = session.push(xp[i * c:(i + 1) * c].reshape(1, 1, c))[out]
+                    if not np.isfinite(y).all():
+                        bad.setdefault(out, i)
+                    else:
+                        peak = max(peak, float(np.abs(y).max()))
+                    for k, v in session.state().items():
+                        if not np.isfinite(v).all():
+                            bad.setdefault(k.replace("state_in", "state_out"), i)
+                rows.append({"signal": name, "chunk_samples": c, "chunks": n, "finite": not bad,
+                             "bad_outputs": bad, "peak": peak})
+    return rows
+
+
+def output_snr_db(ref_onnx: str | Path, test_onnx: str | Path, x: np.ndarray, chunk_samples: int | None = None
+                  ) -> float:
+    """Output SNR (dB) of ``test_onnx`` vs ``ref_onnx``, both streamed over ``x`` from zero state.
+
+    ``SNR = 10 log10(sum(y_ref^2) / sum((y_test - y_ref)^2))``; ``inf`` when identical.
+
+    Args:
+        ref_onnx, test_onnx (str | Path): Streaming ONNX models with the same contract.
+        x (np.ndarray): float32 (T,) audio at the model rate.
+        chunk_samples (int | None): Chunk length (samples); defaults to one hop.
+    Returns:
+        float: SNR in dB.
+    """
+    from cosyedge.runtime.ort import OrtStreamSession
+    from cosyedge.runtime.stream import stream_array
+
+    with OrtStreamSession(ref_onnx, chunk_samples=chunk_samples) as s:
+        y_ref = stream_array(s, x).astype(np.float64)
+    with OrtStreamSession(test_onnx, chunk_samples=chunk_samples) as s:
+        y = stream_array(s, x).astype(np.float64)
+    err = float(((y - y_ref) ** 2).sum())
+    sig = float((y_ref ** 2).sum())
+    if err == 0.0:
+        return float("inf")
+    return 10.0 * np.log10(max(sig, 1e-30) / err)
+
+
+# ---------------------------------------------------------------------------------------------- stage
+def fp16_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, exclude: Iterable[str] = (),
+              keep_ops: Iterable[str] = KEEP_FP32_OPS, check: bool = True, min_snr_db: float | None = None,
+              speech: np.ndarray | None = None) -> dict:
+    """Write the FP16 version of a streaming FP32 ONNX and check it.
+
+    Args:
+        fp32_stream_onnx (str | Path | Stage): Streaming FP32 ONNX (``cosyedge streamify`` output).
+        out_path (str | Path): Destination ``.onnx`` (written atomically).
+        exclude (Iterable[str]): Node names kept in FP32.
+        keep_ops (Iterable[str]): Op types kept in FP32 (default :data:`KEEP_FP32_OPS`).
+        check (bool): Scan for non-finite outputs (1x/3x/10x hop; speech, silence, full scale) and
+            measure the output SNR vs FP32 on speech. Defaults to True.
+        min_snr_db (float | None): Raise :class:`AccuracyError` below this SNR (dB); None = report only.
+        speech (np.ndarray | None): float32 (T,) speech at the model rate for the checks; defaults to
+            the bundled demo recording.
+    Returns:
+        dict: manifest fields: ``precision`` (``"fp16"``), ``converter``, ``fp32_nodes`` (name -> reason),
+        ``snr_db_vs_fp32`` (float | None), ``scan`` (rows of :func:`scan_nonfinite`), ``parent_sha256``,
+        ``seconds``.
+    Raises:
+        ArtifactError: input missing/corrupt, no cosyedge state metadata, conversion failure, output
+            not writable.
+        AccuracyError: a non-finite output in the scan, or SNR below ``min_snr_db``.
+        UsageError: unknown node in ``exclude``.
+    """
+    import onnxruntime
+
+    t0 = time.perf_counter()
+    src = resolve_artifact(fp32_stream_onnx)
+    out_path = check_writable(out_path)
+    contract = StreamContract.from_onnx(src)
+    if not contract.is_streaming:
+        raise ArtifactError(f"{src} has no streaming state (state_in.*/state_out.*); run 'cosyedge streamify' first")
+    model = load_onnx(src)
+    with LOG.stage(f"fp16 {src.name} -> {out_path}"):
+        m16, plan = fp16_model(model, contract, exclude=exclude, keep_ops=keep_ops)
+        with atomic_output(out_path) as tmp:
+            onnx.save(m16, str(tmp))
+            result = {
+                "precision": "fp16",
+                "converter": f"onnxruntime.transformers.float16 (onnxruntime {onnxruntime.__version__})",
+                "fp32_nodes": plan,
+                "keep_fp32_ops": sorted(set(keep_ops)),
+                "exclude": list(exclude),
+                "parent_sha256": sha256_file(src),
+                "snr_db_vs_fp32": None,
+                "scan": [],
+            }
+            if check:
+                signals = default_scan_signals(contract.sample_rate_hz, speech=speech)
+                rows = scan_nonfinite(tmp, signals)
+                result["scan"] = rows
+                bad = [r for r in rows if not r["finite"]]
+                if bad:
+                    r = bad[0]
+                    name, chunk = next(iter(r["bad_outputs"].items()))
+                    raise AccuracyError(
+                        f"FP16 model gives NaN/Inf in '{name}' on {r['signal']} at chunk {r['chunk_samples']} "
+                        f"(chunk #{chunk}); keep the offending nodes in FP32 with --exclude NODE"
+                    )
+                snr = output_snr_db(src, tmp, signals["speech"])
+                result["snr_db_vs_fp32"] = snr
+                LOG.info("fp16: %d node(s) kept in FP32, output SNR %.1f dB vs FP32 on speech, all outputs "
+                         "finite (%d scans)", len(plan), snr, len(rows))
+                if min_snr_db is not None and snr < min_snr_db:
+                    raise AccuracyError(f"FP16 output SNR {snr:.1f} dB vs FP32 is below {min_snr_db:g} dB; "
+                                        f"keep sensitive nodes in FP32 with --exclude NODE")
+    result["seconds"] = time.perf_counter() - t0
+    return result
+
+
+class Fp16OnnxFromOnnx(Stage):
+    """Stage: streaming FP32 ONNX -> FP16 ONNX (FP32 I/O and states). Lazy: nothing runs until called.
+
+    Args:
+        fp32_stream_onnx (str | Path | Stage): Input streaming ONNX or a stage producing it.
+        out_path (str | Path): Destination ``.onnx``.
+        **kwargs: passed to :func:`fp16_onnx` (``exclude``, ``keep_ops``, ``check``, ``min_snr_db``).
+    Returns (when called):
+        Path: ``out_path``; the report is in :attr:`result`.
+    """
+
+    def __init__(self, fp32_stream_onnx: Any, out_path: str | Path, **kwargs):
+        self.src = fp32_stream_onnx
+        self.out_path = Path(out_path)
+        self.kwargs = kwargs
+        self.result: dict | None = None
+
+    def call_impl(self) -> Path:
+        """Convert and return the output path (Path); see :func:`fp16_onnx`."""
+        self.result = fp16_onnx(self.src, self.out_path, **self.kwargs)
+        return self.out_path
+
+
+__all__ = ["Fp16OnnxFromOnnx", "KEEP_FP32_OPS", "TARGET_SNR_DB", "default_scan_signals", "fp16_model",
+           "fp16_onnx", "fp32_node_plan", "output_snr_db", "scan_nonfinite", "strip_fp16_round_trips"]

@@ -1,0 +1,352 @@
+"""2:4 structured sparsity on ONNX weights: prune, verify, report.
+
+In every group of 4 consecutive weights along the **input-channel (reduction) axis** at most 2 are
+non-zero; the 2 of largest magnitude are kept. This is the pattern NVIDIA Ampere+ sparse tensor cores
+(and TensorRT's ``BuilderFlag.SPARSE_WEIGHTS``) use:
+
+* ``Conv`` weight ``(C_out, C_in / group, k...)``: groups of 4 along axis 1, for each output channel and
+  kernel tap;
+* ``Gemm`` ``B`` ``(K, N)`` (``(N, K)`` with ``transB=1``) and ``MatMul`` with a constant 2-D right
+  input ``(K, N)``: groups of 4 along K.
+
+A layer is **eligible** when its weight is a constant initializer of rank >= 2 and its reduction length
+(``C_in / group`` or ``K``) is a multiple of 4 and at least :data:`MIN_REDUCTION` (so the fixed 1-channel
+STFT analysis conv, the 161-bin input conv and the 322-channel synthesis conv of the reference model are
+reported ineligible). ``ConvTranspose`` is reported and left dense. TensorRT times sparse and dense
+tactics and keeps the faster one; sparse kernels win only for wide layers (about 256+ channels, NVIDIA
+maintainers), so the report flags narrow layers (``speedup_likely``) instead of promising speedups.
+
+:func:`sparsify_onnx` writes the pruned ONNX atomically, re-reads it and verifies the pattern of every
+pruned layer (:func:`check_2to4`), and returns a per-layer report (:func:`format_report` prints it as a
+table; the dict is JSON-serialisable).
+
+Sources: Mishra et al., "Accelerating Sparse Deep Neural Networks", arXiv:2104.08378 (2:4 pattern,
+magnitude pruning then fine-tuning); NVIDIA TensorRT developer guide, "Structured Sparsity"
+(docs.nvidia.com/deeplearning/tensorrt/developer-guide, reduction-axis groups of 4).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from pathlib import Path
+from typing import Any, Iterable
+
+import numpy as np
+
+from cosyedge._lazy import lazy_import
+from cosyedge.artifacts import Stage, atomic_output, check_writable, load_onnx, resolve_artifact, sha256_file
+from cosyedge.errors import ArtifactError, UsageError
+from cosyedge.log import LOG
+
+onnx = lazy_import("onnx")
+
+N_KEEP = 2
+M_GROUP = 4
+MIN_REDUCTION = 8
+"""int: smallest reduction length (input channels per group, or K) pruned; shorter layers stay dense."""
+WIDE_CHANNELS = 256
+"""int: channel count from which TensorRT's sparse tactics usually win (DESIGN.md, maintainers)."""
+SPARSITY_KEY = "cosyedge.sparsity"
+"""str: ONNX ``metadata_props`` key set to ``"2:4"`` on pruned models."""
+
+
+@dataclasses.dataclass
+class LayerReport:
+    """One Conv/Gemm/MatMul layer in the sparsity report.
+
+    Attributes:
+        node (str): Node name.
+        op (str): Op type.
+        weight (str): Weight initializer name ("" when the weight is not a constant).
+        shape (list[int]): Weight shape.
+        reduction (int): Reduction length (input channels per group, or K).
+        out_channels (int): Output channels (or N).
+        eligible (bool): Pruned to 2:4.
+        reason (str): Why not eligible ("" when eligible).
+        sparsity (float): Fraction of zero weights after pruning (0..1).
+        verified (bool | None): 2:4 pattern re-checked in the written ONNX (None when not pruned).
+        speedup_likely (bool): Both channel counts >= :data:`WIDE_CHANNELS`.
+    """
+
+    node: str
+    op: str
+    weight: str
+    shape: list
+    reduction: int
+    out_channels: int
+    eligible: bool
+    reason: str = ""
+    sparsity: float = 0.0
+    verified: bool | None = None
+    speedup_likely: bool = False
+
+
+def mask_2to4(w: np.ndarray, axis: int) -> np.ndarray:
+    """Magnitude 2:4 mask of ``w`` along ``axis``.
+
+    Args:
+        w (np.ndarray): Float weights of any rank; ``w.shape[axis]`` must be a multiple of 4.
+        axis (int): Reduction axis (1 for Conv, 0 for MatMul/Gemm B ``(K, N)``).
+    Returns:
+        np.ndarray: bool mask with ``w``'s shape; in every 4 consecutive entries along ``axis`` exactly
+        the 2 of largest ``|w|`` are True (ties broken by position, lower index first).
+    Raises:
+        UsageError: the axis length is not a multiple of 4.
+    """
+    if w.shape[axis] % M_GROUP:
+        raise UsageError(f"axis {axis} of a weight of shape {list(w.shape)} is not a multiple of {M_GROUP}")
+    a = np.moveaxis(np.abs(w), axis, -1)
+    g = a.reshape(*a.shape[:-1], a.shape[-1] // M_GROUP, M_GROUP)
+    order = np.argsort(-g, axis=-1, kind="stable")
+    keep = np.zeros(g.shape, dtype=bool)
+    np.put_along_axis(keep, order[..., :N_KEEP], True, axis=-1)
+    return np.moveaxis(keep.reshape(a.shape), -1, axis)
+
+
+def check_2to4(w: np.ndarray, axis: int) -> bool:
+    """Return True (bool) when every group of 4 consecutive entries of ``w`` along ``axis`` has <= 2
+    non-zeros (``w.shape[axis]`` a multiple of 4)."""
+    if w.shape[axis] % M_GROUP:
+        return False
+    a = np.moveaxis(w != 0, axis, -1)
+    g = a.reshape(*a.shape[:-1], a.shape[-1] // M_GROUP, M_GROUP)
+    return bool((g.sum(-1) <= N_KEEP).all())
+
+
+def _layers(model: Any) -> list[tuple[Any, str | None, int, LayerReport]]:
+    """(node, weight initializer name or None, reduction axis, report) per Conv/ConvTranspose/Gemm/MatMul."""
+    from onnx import numpy_helper
+
+    inits = {t.name: t for t in model.graph.initializer}
+    rows = []
+    for n in model.graph.node:
+        if n.op_type not in ("Conv", "ConvTranspose", "Gemm", "MatMul"):
+            continue
+        attrs = {a.name: onnx.helper.get_attribute_value(a) for a in n.attribute}
+        w_name = n.input[1] if len(n.input) > 1 else ""
+        t = inits.get(w_name)
+        shape = list(t.dims) if t is not None else []
+        rep = LayerReport(node=n.name, op=n.op_type, weight=w_name if t is not None else "", shape=shape,
+                          reduction=0, out_channels=0, eligible=False)
+        axis = 1
+        if t is None:
+            rep.reason = "weight is not a constant initializer"
+        elif t.data_type not in (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16):
+            rep.reason = f"weight dtype {onnx.TensorProto.DataType.Name(t.data_type)} (prune the FP32 model)"
+        elif n.op_type == "ConvTranspose":
+            rep.reduction, rep.out_channels = shape[0], shape[1] * int(attrs.get("group", 1))
+            rep.reason = "ConvTranspose is left dense"
+        elif n.op_type == "Conv":
+            axis = 1
+            rep.reduction, rep.out_channels = shape[1], shape[0]
+            if int(attrs.get("group", 1)) > 1 and shape[1] < M_GROUP:
+                rep.reason = f"depthwise/grouped conv ({shape[1]} input channel(s) per group)"
+        elif n.op_type == "Gemm":
+            if len(shape) != 2:
+                rep.reason = f"weight rank {len(shape)}"
+            else:
+                axis = 1 if int(attrs.get("transB", 0)) else 0
+                rep.reduction, rep.out_channels = shape[axis], shape[1 - axis]
+                if int(attrs.get("transA", 0)):
+                    pass  # transA changes A's layout only; B's reduction axis is as above
+        else:  # MatMul: the constant must be the right operand (K, N)
+            if len(shape) != 2:
+                rep.reason = "constant right operand of rank != 2"
+            else:
+                axis = 0
+                rep.reduction, rep.out_channels = shape[0], shape[1]
+        if not rep.reason:
+            if rep.reduction % M_GROUP:
+                rep.reason = f"{rep.reduction} input channels is not a multiple of {M_GROUP}"
+            elif rep.reduction < MIN_REDUCTION:
+                rep.reason = f"{rep.reduction} input channels is too few (< {MIN_REDUCTION})"
+            else:
+                rep.eligible = True
+        rep.speedup_likely = rep.eligible and min(rep.reduction, rep.out_channels) >= WIDE_CHANNELS
+        if t is not None and rep.shape:
+            w = numpy_helper.to_array(t)
+            rep.sparsity = float((w == 0).mean()) if w.size else 0.0
+        rows.append((n, w_name if t is not None else None, axis, rep))
+    return rows
+
+
+def sparsify_model(model: Any, exclude: Iterable[str] = ()) -> list[LayerReport]:
+    """Prune eligible weights of ``model`` to 2:4 in place.
+
+    Args:
+        model (onnx.ModelProto): FP32 model with weights loaded (no external data left unread).
+        exclude (Iterable[str]): Node names left dense (reported with reason ``excluded``).
+    Returns:
+        list[LayerReport]: one row per Conv/ConvTranspose/Gemm/MatMul, in graph order.
+    Raises:
+        UsageError: a name in ``exclude`` is not a node.
+    """
+    from onnx import numpy_helper
+
+    exclude = set(exclude)
+    names = {n.name for n in model.graph.node}
+    missing = sorted(exclude - names)
+    if missing:
+        raise UsageError(f"--exclude {missing[0]!r} is not a node of the model")
+    inits = {t.name: t for t in model.graph.initializer}
+    done: dict[str, float] = {}
+    reports = []
+    for node, w_name, axis, rep in _layers(model):
+        if rep.eligible and node.name in exclude:
+            rep.eligible, rep.reason = False, "excluded"
+        if rep.eligible:
+            if w_name not in done:
+                t = inits[w_name]
+                w = numpy_helper.to_array(t)
+                pruned = np.where(mask_2to4(w, axis), w, np.zeros((), w.dtype)).astype(w.dtype)
+                t.CopyFrom(numpy_helper.from_array(pruned, name=t.name))
+                done[w_name] = float((pruned == 0).mean())
+            rep.sparsity = done[w_name]
+        reports.append(rep)
+    return reports
+
+
+def verify_onnx(path: str | Path, reports: list[LayerReport]) -> list[LayerReport]:
+    """Re-read ``path`` and set ``verified`` on every pruned row of ``reports`` (pattern re-checked).
+
+    Returns:
+        list[LayerReport]: ``reports`` (same objects).
+    Raises:
+        ArtifactError: a pruned layer does not hold the 2:4 pattern in the written file.
+    """
+    from onnx import numpy_helper
+
+    model = load_onnx(path)
+    inits = {t.name: t for t in model.graph.initializer}
+    axes = {n.name: axis for n, _, axis, _ in _layers(model)}
+    for rep in reports:
+        if not rep.eligible:
+            continue
+        w = numpy_helper.to_array(inits[rep.weight])
+        rep.verified = check_2to4(w, axes[rep.node])
+        if not rep.verified:
+            raise ArtifactError(f"{path}: layer {rep.node} does not hold the 2:4 pattern after writing")
+    return reports
+
+
+def summarize(reports: list[LayerReport]) -> dict:
+    """Return totals (dict): ``layers``, ``pruned``, ``weights``, ``weights_pruned_layers``,
+    ``zero_fraction_pruned_layers`` and ``zero_fraction_all`` (0..1, over Conv/Gemm/MatMul weights)."""
+    def size(r):
+        return int(np.prod(r.shape)) if r.shape else 0
+
+    total = sum(size(r) for r in reports)
+    pr = [r for r in reports if r.eligible]
+    pw = sum(size(r) for r in pr)
+    return {
+        "layers": len(reports),
+        "pruned": len(pr),
+        "weights": total,
+        "weights_pruned_layers": pw,
+        "zero_fraction_pruned_layers": sum(r.sparsity * size(r) for r in pr) / pw if pw else 0.0,
+        "zero_fraction_all": sum(r.sparsity * size(r) for r in reports) / total if total else 0.0,
+        "all_verified": all(r.verified for r in pr),
+    }
+
+
+def format_report(report: dict) -> str:
+    """Format the dict of :func:`sparsify_onnx` as a text table (str), one row per layer, plus totals."""
+    rows = report["layers"]
+    head = ("node", "op", "weight shape", "red.", "2:4", "sparsity", "verified", "note")
+    body = []
+    for r in rows:
+        note = r["reason"] or ("wide: sparse tactic likely" if r["speedup_likely"] else "narrow: speedup unlikely")
+        ver = "-" if r["verified"] is None else ("yes" if r["verified"] else "NO")
+        body.append((r["node"], r["op"], "x".join(map(str, r["shape"])) or "-", str(r["reduction"] or "-"),
+                     "yes" if r["eligible"] else "no", f"{100 * r['sparsity']:.1f}%", ver, note))
+    widths = [max(len(x[i]) for x in [head, *body]) for i in range(len(head))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in [head, *body]]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    s = report["summary"]
+    lines.append(f"{s['pruned']}/{s['layers']} layers pruned 2:4; {100 * s['zero_fraction_pruned_layers']:.1f}% "
+                 f"zeros in pruned layers, {100 * s['zero_fraction_all']:.1f}% of all {s['weights']} "
+                 f"Conv/Gemm/MatMul weights; pattern verified in the written ONNX: "
+                 f"{'yes' if s['all_verified'] else 'NO'}")
+    return "\n".join(lines)
+
+
+def sparsify_onnx(in_onnx: Any, out_onnx: str | Path, *, exclude: Iterable[str] = ()) -> dict:
+    """Prune a (streaming) FP32 ONNX to 2:4 and write it atomically, with the pattern verified.
+
+    Args:
+        in_onnx (str | Path | Stage): FP32 ONNX (Q/DQ or FP16 models: prune before quantizing).
+        out_onnx (str | Path): Destination ``.onnx`` (one file; external data is inlined).
+        exclude (Iterable[str]): Node names left dense.
+    Returns:
+        dict: ``{"input", "output", "parent_sha256", "sha256", "pattern": "2:4", "axis": "reduction",
+        "layers": [LayerReport as dict...], "summary": summarize(...), "seconds"}`` (JSON-serialisable).
+    Raises:
+        ArtifactError: input missing/corrupt, same path as the output, output not writable.
+        UsageError: unknown node in ``exclude``; no layer is eligible.
+    """
+    t0 = time.perf_counter()
+    src = resolve_artifact(in_onnx)
+    out_onnx = check_writable(out_onnx)
+    if out_onnx.exists() and src.resolve() == out_onnx.resolve():
+        raise UsageError(f"output {out_onnx} is the input; write the pruned model to another file")
+    model = load_onnx(src)
+    with LOG.stage(f"sparsify 2:4 {src.name} -> {out_onnx}"):
+        reports = sparsify_model(model, exclude=exclude)
+        if not any(r.eligible for r in reports):
+            why = "; ".join(f"{r.node}: {r.reason}" for r in reports[:4]) or "no Conv/Gemm/MatMul layer"
+            raise UsageError(f"{src}: no layer can be pruned 2:4 ({why})")
+        keep = [(p.key, p.value) for p in model.metadata_props if p.key != SPARSITY_KEY]
+        del model.metadata_props[:]
+        for k, v in keep + [(SPARSITY_KEY, "2:4")]:
+            p = model.metadata_props.add()
+            p.key, p.value = k, v
+        with atomic_output(out_onnx) as tmp:
+            onnx.save(model, str(tmp))
+            verify_onnx(tmp, reports)
+        report = {
+            "input": str(src), "output": str(out_onnx), "parent_sha256": sha256_file(src),
+            "sha256": sha256_file(out_onnx), "pattern": f"{N_KEEP}:{M_GROUP}", "axis": "reduction (input channels)",
+            "layers": [dataclasses.asdict(r) for r in reports], "summary": summarize(reports),
+            "seconds": time.perf_counter() - t0,
+        }
+    LOG.info("sparsify: %d/%d layers pruned 2:4", report["summary"]["pruned"], len(reports))
+    return report
+
+
+def is_sparse_onnx(path: str | Path) -> bool:
+    """Return True (bool) when the ONNX file carries ``cosyedge.sparsity`` metadata (written by
+    :func:`sparsify_onnx`)."""
+    model = load_onnx(path, load_external_data=False)
+    return any(p.key == SPARSITY_KEY for p in model.metadata_props)
+
+
+class SparseOnnxFromOnnx(Stage):
+    """Stage: FP32 ONNX -> 2:4-pruned ONNX. Lazy: nothing runs until called.
+
+    Args:
+        in_onnx (str | Path | Stage): Input ONNX or a stage producing it.
+        out_onnx (str | Path): Destination.
+        exclude (Iterable[str]): Node names left dense.
+    Returns (when called):
+        Path: ``out_onnx``; the per-layer report is in :attr:`report`.
+    """
+
+    def __init__(self, in_onnx: Any, out_onnx: str | Path, exclude: Iterable[str] = ()):
+        self.in_onnx, self.out_onnx, self.exclude = in_onnx, Path(out_onnx), tuple(exclude)
+        self.report: dict | None = None
+
+    def call_impl(self) -> Path:
+        """Prune and return the output path (Path); see :func:`sparsify_onnx`."""
+        self.report = sparsify_onnx(self.in_onnx, self.out_onnx, exclude=self.exclude)
+        return self.out_onnx
+
+
+def report_json(report: dict) -> str:
+    """Return the report (dict) as indented JSON text (str)."""
+    return json.dumps(report, indent=2)
+
+
+__all__ = ["LayerReport", "SparseOnnxFromOnnx", "check_2to4", "format_report", "is_sparse_onnx", "mask_2to4",
+           "report_json", "sparsify_model", "sparsify_onnx", "summarize", "verify_onnx"]
