@@ -24,6 +24,11 @@ _INSTALL_HINTS = {
     "safetensors": "pip install safetensors",
     "av": "pip install av",
     "pyrnnoise": "pip install pyrnnoise",
+    "pesq": "pip install 'cosyedge[eval]'",
+    "pystoi": "pip install 'cosyedge[eval]'",
+    "speechmos": "pip install 'cosyedge[eval]'",
+    "librosa": "pip install 'cosyedge[eval]'",
+    "matplotlib": "pip install 'cosyedge[eval]'",
 }
 
 

@@ -20,6 +20,7 @@ COMMANDS = {
     "streamify": ("cosyedge.cli.export", "streamify"),
     "build": ("cosyedge.cli.build", "build"),
     "run": ("cosyedge.cli.run", "run"),
+    "eval": ("cosyedge.cli.eval", "eval_cmd"),
 }
 
 

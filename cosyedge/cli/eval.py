@@ -1,0 +1,58 @@
+"""``cosyedge eval``: score an engine (and RNNoise) on noisy/clean pairs (thin click layer over
+:mod:`cosyedge.eval`)."""
+
+from __future__ import annotations
+
+import click
+
+from cosyedge.cli.options import log_opts
+
+
+@click.command("eval")
+@click.argument("input", metavar="INPUT")
+@click.option("--engine", metavar="PATH", default=None,
+              help="Engine folder (from 'cosyedge build') or streaming .onnx. Default: bundled reference.")
+@click.option("--json", "json_path", metavar="FILE", default=None, help="Write the full report (per file and "
+              "per group) as JSON.")
+@click.option("--plot", "plot_dir", metavar="DIR", default=None,
+              help="Write one spectrogram PNG per file (noisy, enhanced, RNNoise, clean stacked).")
+@click.option("--no-baseline", is_flag=True, help="Do not run the RNNoise baseline.")
+@click.option("--no-dnsmos", is_flag=True, help="Skip DNSMOS (the slowest metric).")
+@click.option("--chunk-ms", type=float, default=None,
+              help="Streaming chunk in ms (a multiple of the model hop). Default: one hop.")
+@click.option("--max-delay-ms", type=float, default=50.0, show_default=True,
+              help="Search range (+-ms) of the cross-correlation delay used to align outputs to the reference.")
+@click.option("--threads", type=int, default=1, show_default=True, help="ONNX Runtime threads (engine, DNSMOS).")
+@log_opts
+def eval_cmd(input, engine, json_path, plot_dir, no_baseline, no_dnsmos, chunk_ms, max_delay_ms, threads):
+    """Evaluate speech enhancement on a folder or manifest of noisy/clean pairs.
+
+    Each noisy file is enhanced by streaming through the engine (as 'cosyedge run' does) and by RNNoise,
+    every output is aligned to the clean file by cross-correlation (the delay found is reported), then
+    SI-SNR, SI-SNR improvement, PESQ-WB, STOI and DNSMOS P.835 (SIG/BAK/OVRL) are computed at 16 kHz and
+    averaged per condition/SNR group and overall.
+
+    INPUT is one of: a .json/.csv manifest (rows with 'noisy', optional 'clean', 'snr_db', 'condition';
+    paths relative to the manifest); a folder holding manifest.json; a folder with noisy/ and clean/
+    sub-folders of files with the same relative paths (noisy/<condition>/x_5dB.wav gives condition and
+    SNR); a folder of noisy files only (DNSMOS only). Pairs must share sample rate and length.
+
+    Needs the metric libraries: pip install 'cosyedge[eval]'.
+
+    Example: cosyedge eval ~/.cache/cosyedge/testset --json eval.json --plot plots/
+    """
+    from cosyedge.artifacts import check_writable
+    from cosyedge.eval.evaluate import check_args, evaluate
+    from cosyedge.eval.report import format_table, write_report
+
+    check_args(threads, max_delay_ms)
+    if json_path:
+        check_writable(json_path)
+    report = evaluate(input, engine=engine, baseline=not no_baseline, plot_dir=plot_dir, threads=threads,
+                      max_delay_ms=max_delay_ms, dnsmos=not no_dnsmos, chunk_ms=chunk_ms)
+    click.echo(format_table(report))
+    if json_path:
+        write_report(json_path, report)
+        click.echo(f"report: {json_path}")
+    if plot_dir:
+        click.echo(f"spectrograms: {plot_dir}/ ({len(report['items'])} PNG)")

@@ -1,0 +1,238 @@
+"""Evaluate a streaming engine on (noisy, clean) pairs, with RNNoise as the baseline in the same run.
+
+``evaluate("testset/")`` (CLI: ``cosyedge eval testset/``):
+
+1. finds and validates the files (:mod:`cosyedge.eval.pairs`): equal rate and length per pair;
+2. per file: downmix to mono, resample to 16 kHz (:data:`~cosyedge.eval.metrics.METRIC_RATE_HZ`), enhance
+   by **streaming** through the engine exactly as ``cosyedge run`` does (fixed chunks, state carried,
+   model delay compensated: :func:`cosyedge.runtime.enhance_array`) and with RNNoise
+   (:func:`cosyedge.eval.baseline.rnnoise_enhance`);
+3. aligns every output (and the noisy input) to the clean reference by cross-correlation within
+   +-``max_delay_ms`` (:func:`cosyedge.eval.align.estimate_delay`) and reports that delay;
+4. scores SI-SNR, SI-SNR improvement over the noisy input, PESQ-WB, STOI and DNSMOS P.835; files without
+   a clean reference get DNSMOS only;
+5. averages per group (condition@SNR), per SNR and overall (:mod:`cosyedge.eval.report`).
+
+Systems: ``noisy`` (the input itself), ``cosyedge`` (the engine), ``rnnoise`` (baseline), and ``clean``
+(the reference, DNSMOS only, as the ceiling of that scale).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+
+from cosyedge._lazy import lazy_import, require
+from cosyedge.errors import ArtifactError, UsageError
+from cosyedge.eval import metrics as M
+from cosyedge.eval.align import MAX_DELAY_MS, align_to, estimate_delay
+from cosyedge.eval.pairs import EvalItem, find_items, validate_items
+from cosyedge.log import LOG
+
+soxr = lazy_import("soxr")
+
+SCHEMA_VERSION = 1
+"""int: version of the JSON report layout."""
+
+SYSTEMS = ("noisy", "cosyedge", "rnnoise", "clean")
+"""tuple[str, ...]: system columns, in table order."""
+
+INTRUSIVE = ("si_snr_db", "si_snri_db", "pesq_wb", "stoi", "delay_ms")
+"""tuple[str, ...]: metrics that need the clean reference."""
+
+DNSMOS = ("dnsmos_sig", "dnsmos_bak", "dnsmos_ovrl", "dnsmos_p808")
+"""tuple[str, ...]: DNSMOS P.835 (SIG, BAK, OVRL) and P.808 scores."""
+
+
+def _versions(baseline: bool) -> dict:
+    from importlib import metadata
+
+    out = {}
+    for pkg in ("cosyedge", "onnxruntime", "pesq", "pystoi", "speechmos", "librosa", "soxr") + (
+            ("pyrnnoise",) if baseline else ()):
+        try:
+            out[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            out[pkg] = None
+    return out
+
+
+def _load16(path: Path) -> np.ndarray:
+    from cosyedge.audio import load_audio, to_model_input
+
+    x, sr = load_audio(path)
+    return to_model_input(x, sr, M.METRIC_RATE_HZ)
+
+
+def score_item(noisy: np.ndarray, clean: np.ndarray | None, outputs: dict[str, np.ndarray],
+               max_delay_ms: float = MAX_DELAY_MS, dnsmos: bool = True, threads: int = 1) -> dict[str, dict]:
+    """Score the systems of one file.
+
+    Args:
+        noisy (np.ndarray): float32, shape (T,), the input at 16 kHz.
+        clean (np.ndarray | None): float32, shape (T,), the reference at 16 kHz, or None (DNSMOS only).
+        outputs (dict[str, np.ndarray]): System name -> float32 output at 16 kHz, shape (T',) (T' >= T
+            allowed: a late tail is kept for alignment).
+        max_delay_ms (float): Delay search range, +-ms.
+        dnsmos (bool): Compute DNSMOS.
+        threads (int): ONNX Runtime threads for DNSMOS.
+    Returns:
+        dict[str, dict]: system (``noisy``, each of ``outputs``, ``clean`` if given) -> metric -> float
+        (``si_snr_db``, ``si_snri_db``, ``pesq_wb``, ``stoi``, ``delay_ms`` with a reference;
+        ``dnsmos_*`` always when ``dnsmos``; ``clean`` gets DNSMOS only). NaN where a metric failed.
+    """
+    sr = M.METRIC_RATE_HZ
+    ref = clean if clean is not None else noisy  # without a reference, align outputs to the input
+    n = ref.size
+    systems = {"noisy": noisy, **outputs}
+    res: dict[str, dict] = {}
+    base = None
+    for name, sig in systems.items():
+        d = estimate_delay(sig, ref, sr, max_delay_ms)
+        al = align_to(sig, d, n)
+        r: dict = {}
+        if clean is not None:
+            r["delay_ms"] = 1000.0 * d / sr
+            r["si_snr_db"] = M.si_snr_db(al, clean)
+            if name == "noisy":
+                base = r["si_snr_db"]
+            r["si_snri_db"] = r["si_snr_db"] - base
+            r["pesq_wb"] = M.pesq_wb(al, clean, sr)
+            r["stoi"] = M.stoi(al, clean, sr)
+        else:
+            r["delay_ms"] = 1000.0 * d / sr  # relative to the noisy input
+        if dnsmos:
+            r.update(M.dnsmos(al, sr, threads=threads))
+        res[name] = r
+    if clean is not None and dnsmos:
+        res["clean"] = M.dnsmos(clean, sr, threads=threads)
+    return res
+
+
+def evaluate(input: str | Path, engine: str | Path | None = None, baseline: bool = True,
+             plot_dir: str | Path | None = None, threads: int = 1, max_delay_ms: float = MAX_DELAY_MS,
+             dnsmos: bool = True, chunk_ms: float | None = None, progress: bool = True,
+             items: list[EvalItem] | None = None) -> dict:
+    """Evaluate an engine (and RNNoise) on the files of ``input``; return the report.
+
+    Args:
+        input (str | Path): Folder or manifest (layouts: :mod:`cosyedge.eval.pairs`).
+        engine (str | Path | None): Engine folder or streaming ``.onnx``; default: the bundled reference
+            engine (as ``cosyedge run``).
+        baseline (bool): Also run and score RNNoise.
+        plot_dir (str | Path | None): Write one spectrogram PNG per file there.
+        threads (int): ONNX Runtime threads (engine and DNSMOS).
+        max_delay_ms (float): Delay search range for alignment, +-ms.
+        dnsmos (bool): Compute DNSMOS (the slowest metric).
+        chunk_ms (float | None): Streaming chunk, ms (a multiple of the hop); default one hop.
+        progress (bool): Show a progress bar (stderr).
+        items (list[EvalItem] | None): Use these items instead of scanning ``input``.
+    Returns:
+        dict: JSON-ready report: ``schema_version``, ``tool``, ``input``, ``engine``, ``mode``
+        (``"paired"``, ``"noisy-only"`` or ``"mixed"``), ``sample_rate_hz`` (metric rate),
+        ``systems``, ``metrics``, ``max_delay_ms``, ``chunk_ms``, ``versions``, ``elapsed_s``,
+        ``summary`` (group -> ``{"n": int, system: {metric: mean}}``; groups are the items' groups,
+        ``all@<snr>dB`` per SNR when conditions exist, and ``overall``) and ``items`` (per file: name,
+        group, condition, snr_db, noisy, clean, duration_s, and system -> metric -> value). NaN is None.
+    Raises:
+        ArtifactError, UsageError: bad input set (see :func:`cosyedge.eval.pairs.validate_items`), engine
+            missing/stale, non-finite model output.
+        DependencyError: a metric library is missing (``pip install 'cosyedge[eval]'``).
+    """
+    from cosyedge.build.ort import default_engine, load_engine
+    from cosyedge.enhance import chunk_samples_from_ms
+    from cosyedge.eval.report import summarize, to_jsonable
+    from cosyedge.runtime.stream import enhance_array
+
+    t_start = time.perf_counter()
+    items = validate_items(items if items is not None else find_items(input))
+    paired = [it.clean is not None for it in items]
+    mode = "paired" if all(paired) else ("noisy-only" if not any(paired) else "mixed")
+    if any(paired):  # fail now, not after the first file, when a library is missing
+        for mod in ("pesq", "pystoi"):
+            require(mod)
+    if dnsmos:
+        for mod in ("librosa", "speechmos.dnsmos"):
+            require(mod)
+    if baseline:
+        require("pyrnnoise.rnnoise")
+    if plot_dir is not None:
+        require("matplotlib")
+        plot_dir = Path(plot_dir)
+        try:
+            plot_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise ArtifactError(f"cannot create plot folder {plot_dir}: {err.strerror or err}") from None
+    eng = load_engine(engine if engine is not None else default_engine())
+    c = eng.contract
+    chunk_samples = chunk_samples_from_ms(chunk_ms, c.sample_rate_hz, c.total_stride) if chunk_ms else None
+    session = eng(chunk_samples=chunk_samples, threads=threads)
+    LOG.info("eval: %d file(s) (%s) from %s, engine %s%s", len(items), mode, input, eng.folder or eng.model_path,
+             ", baseline RNNoise" if baseline else "")
+
+    from tqdm import tqdm
+
+    rows = []
+    with session:
+        for it in tqdm(items, desc="eval", unit="file", disable=not progress, leave=False):
+            LOG.debug("eval %s", it.noisy)
+            x = _load16(it.noisy)
+            cl = _load16(it.clean) if it.clean is not None else None
+            xm = x if c.sample_rate_hz == M.METRIC_RATE_HZ else soxr.resample(
+                x, M.METRIC_RATE_HZ, c.sample_rate_hz, quality="HQ").astype(np.float32)
+            ym = enhance_array(session, xm)
+            if not np.isfinite(ym).all():
+                raise ArtifactError(f"model {eng.model_path} produced NaN/Inf samples on {it.noisy}")
+            y = ym if c.sample_rate_hz == M.METRIC_RATE_HZ else soxr.resample(
+                ym, c.sample_rate_hz, M.METRIC_RATE_HZ, quality="HQ").astype(np.float32)
+            outputs = {"cosyedge": np.clip(y, -1.0, 1.0)}
+            if baseline:
+                from cosyedge.eval.baseline import rnnoise_enhance
+
+                outputs["rnnoise"] = rnnoise_enhance(x, M.METRIC_RATE_HZ)
+            scores = score_item(x, cl, outputs, max_delay_ms=max_delay_ms, dnsmos=dnsmos, threads=threads)
+            row = {"name": it.name, "group": it.group, "condition": it.condition, "snr_db": it.snr_db,
+                   "noisy": str(it.noisy), "clean": str(it.clean) if it.clean is not None else None,
+                   "duration_s": it.frames / it.sample_rate_hz, "sample_rate_hz_in": it.sample_rate_hz, **scores}
+            rows.append(row)
+            if plot_dir is not None:
+                from cosyedge.eval.plot import plot_spectrograms, png_name
+
+                panels = {"noisy": x}
+                for name, sig in outputs.items():
+                    d = round(scores[name]["delay_ms"] * M.METRIC_RATE_HZ / 1000.0)
+                    panels[f"{name} (aligned by {scores[name]['delay_ms']:+.1f} ms)"] = align_to(sig, d, x.size)
+                if cl is not None:
+                    panels["clean"] = cl
+                plot_spectrograms(plot_dir / png_name(it.name), panels, M.METRIC_RATE_HZ, title=it.name)
+    systems = [s for s in SYSTEMS if any(s in r for r in rows)]
+    metric_names = [m for m in INTRUSIVE + (DNSMOS if dnsmos else ()) if any(m in r[s] for r in rows for s in systems
+                                                                           if s in r)]
+    report = {
+        "schema_version": SCHEMA_VERSION,
+        "tool": "cosyedge eval",
+        "input": str(input),
+        "engine": str(eng.folder or eng.model_path),
+        "engine_sha256": (eng.manifest or {}).get("model", {}).get("sha256"),
+        "mode": mode,
+        "sample_rate_hz": M.METRIC_RATE_HZ,
+        "chunk_ms": 1000.0 * session.chunk_samples / c.sample_rate_hz,
+        "max_delay_ms": float(max_delay_ms),
+        "systems": systems,
+        "metrics": metric_names,
+        "versions": _versions(baseline),
+        "summary": summarize(rows, systems, metric_names),
+        "items": rows,
+    }
+    report["elapsed_s"] = time.perf_counter() - t_start
+    return to_jsonable(report)
+
+
+def check_args(threads: int, max_delay_ms: float) -> None:
+    """Validate ``threads`` (1..256) and ``max_delay_ms`` (0 < ms <= 1000); raise UsageError otherwise."""
+    if not 1 <= int(threads) <= 256:
+        raise UsageError(f"--threads {threads}: give 1..256")
+    if not (np.isfinite(max_delay_ms) and 0 < max_delay_ms <= 1000):
+        raise UsageError(f"--max-delay-ms {max_delay_ms}: give a value in (0, 1000] ms")
