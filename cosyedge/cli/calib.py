@@ -1,0 +1,109 @@
+"""``cosyedge calib``: calibration sets, KL amax caches and INT8 Q/DQ models (thin click layer over
+:mod:`cosyedge.precision`)."""
+
+from __future__ import annotations
+
+import click
+
+from cosyedge.cli.options import log_opts
+
+
+@click.group("calib")
+def calib():
+    """INT8 calibration: make a calibration set, compute KL amax, write the Q/DQ ONNX.
+
+    Example: cosyedge calib make && cosyedge calib int8 -o model.stream.int8.onnx
+    """
+
+
+@calib.command("make")
+@click.option("--count", type=int, default=None,
+              help="Utterances. Default: 2048 generated; all usable files with --from.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the draws (reproducible set).")
+@click.option("--out", "out", metavar="DIR", default=None, help="Set folder. Default: $COSYEDGE_CALIB_DIR or ./calib.")
+@click.option("--from", "from_dir", metavar="DIR", default=None,
+              help="Use your own 16 kHz recordings (searched recursively) instead of generated noisy speech; "
+                   "unreadable or wrong-rate files are skipped and counted (at least 16 must remain).")
+@log_opts
+def make(count, seed, out, from_dir):
+    """Write a deterministic calibration set: audio/*.wav + manifest.json (sha256, duration, SNR).
+
+    Generated sets mix training speech and training noise like the training data (never the test set);
+    the first run downloads the Debian source packages (minutes). Prints the manifest path last.
+
+    Example: cosyedge calib make --count 2048 --seed 0 --out calib/
+    """
+    from cosyedge.precision.calibset import MANIFEST, make_calibration_set
+
+    s = make_calibration_set(out, count=count, seed=seed, from_dir=from_dir)
+    skipped = s.manifest.get("skipped", {})
+    n_skip = sum(skipped.values())
+    click.echo(f"{len(s)} utterances, {s.duration_s / 60:.1f} min"
+               + (f", {n_skip} file(s) skipped {skipped}" if n_skip else "") + f", sha256 {s.sha256[:12]}")
+    click.echo(str(s.folder / MANIFEST))
+
+
+@calib.command("amax")
+@click.option("--onnx", "onnx_path", metavar="PATH", default=None,
+              help="FP32 streaming ONNX. Default: bundled reference model.")
+@click.option("--calib", "calib_dir", metavar="DIR", default=None,
+              help="Calibration set folder. Default: $COSYEDGE_CALIB_DIR or ./calib (made if missing).")
+@click.option("--threads", type=int, default=1, show_default=True, help="ONNX Runtime threads.")
+@click.option("--force", is_flag=True, help="Recompute even if the cache matches.")
+@click.option("--trt-version", default=None, metavar="X.Y.Z",
+              help="TensorRT version for the calibration-cache header. Default: installed tensorrt, else 10.3.0.")
+@log_opts
+def amax(onnx_path, calib_dir, threads, force, trt_version):
+    """KL-calibrate a streaming model: writes <model>.amax.json and <model>.calibration.cache.
+
+    The cache is reused when the model and calibration manifest hashes match, recomputed otherwise.
+    Prints the amax JSON path last.
+
+    Example: cosyedge calib amax --onnx model.stream.onnx --calib calib/
+    """
+    from cosyedge.errors import UsageError
+    from cosyedge.precision.calibrate import calibrate
+    from cosyedge.precision.int8 import _resolve_calib
+
+    if not 1 <= threads <= 256:
+        raise UsageError(f"--threads must be between 1 and 256, got {threads}")
+    click.echo(str(calibrate(_model(onnx_path), _resolve_calib(calib_dir, 2048), threads=threads, force=force,
+                             trt_version=trt_version)))
+
+
+@calib.command("int8")
+@click.option("--onnx", "onnx_path", metavar="PATH", default=None,
+              help="FP32 streaming ONNX. Default: bundled reference model.")
+@click.option("-o", "--output", "output", metavar="PATH", required=True, help="INT8 Q/DQ ONNX to write.")
+@click.option("--calib", "calib_dir", metavar="DIR", default=None,
+              help="Calibration set folder. Default: $COSYEDGE_CALIB_DIR or ./calib (made if missing).")
+@click.option("--amax", "amax_path", metavar="PATH", default=None,
+              help="Use this amax cache (must be from the same model) instead of calibrating.")
+@click.option("--exclude", multiple=True, metavar="NODE", help="Keep this weighted node in float (repeatable).")
+@click.option("--threads", type=int, default=1, show_default=True, help="ONNX Runtime threads for calibration.")
+@log_opts
+def int8(onnx_path, output, calib_dir, amax_path, exclude, threads):
+    """Write the INT8 streaming ONNX: KL-calibrated activations, per-channel weights, explicit Q/DQ.
+
+    The first and last (1-channel audio) convs and any --exclude node stay in float. The result runs
+    in ONNX Runtime ('cosyedge run --engine PATH') and is what TensorRT builds from. Prints its path last.
+
+    Example: cosyedge calib int8 --onnx model.stream.onnx --calib calib/ -o model.stream.int8.onnx
+    """
+    from cosyedge.errors import UsageError
+    from cosyedge.precision.int8 import int8_onnx
+
+    if not 1 <= threads <= 256:
+        raise UsageError(f"--threads must be between 1 and 256, got {threads}")
+    r = int8_onnx(_model(onnx_path), output, calib=calib_dir, exclude=exclude, amax=amax_path, threads=threads)
+    click.echo(f"{r['qdq_pairs']} Q/DQ pairs, {len(r['quantized_nodes'])} nodes INT8, float: "
+               f"{', '.join(r['excluded_nodes']) or 'none'}; amax {r['amax_path']}")
+    click.echo(r["output"])
+
+
+def _model(onnx_path):
+    if onnx_path:
+        return onnx_path
+    from cosyedge.models import REFERENCE_STREAM_ONNX
+
+    return str(REFERENCE_STREAM_ONNX)

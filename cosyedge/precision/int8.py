@@ -1,0 +1,162 @@
+"""INT8 stage: FP32 streaming ONNX -> KL-calibrated explicit-Q/DQ streaming ONNX (``model.stream.int8.onnx``).
+
+:func:`int8_onnx` (and its lazy stage twin :class:`Int8OnnxFromOnnx`) calibrates the model on a
+calibration set (or reuses the matching amax cache, :mod:`cosyedge.precision.calibrate`), inserts Q/DQ
+pairs following TensorRT's rules (:mod:`cosyedge.precision.qdq`), keeps the cosyedge stream metadata
+(so :class:`~cosyedge.runtime.ort.OrtStreamSession` and TensorRT builds use it unchanged), adds
+``cosyedge.precision = int8`` plus the parent and calibration hashes, checks the result with ONNX shape
+inference, the checker and one ONNX Runtime chunk, and writes it atomically.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from cosyedge.artifacts import Stage, StreamContract, check_writable, resolve_artifact, sha256_file
+from cosyedge.errors import ArtifactError, UsageError
+from cosyedge.log import LOG
+
+PRECISION = "int8"
+
+
+def _resolve_calib(calib: Any, count: int):
+    """A :class:`CalibrationSet` from a folder path, an existing set, or None (default set, made if missing)."""
+    from cosyedge.precision.calibset import (
+        CalibrationSet,
+        MANIFEST,
+        default_calib_dir,
+        load_calibration_set,
+        make_calibration_set,
+    )
+
+    if isinstance(calib, CalibrationSet):
+        return calib
+    folder = Path(calib) if calib is not None else default_calib_dir()
+    if calib is not None and not (folder / MANIFEST).is_file():
+        raise UsageError(f"calibration folder {folder} has no {MANIFEST} (make one: 'cosyedge calib make --out {folder}')")
+    if not (folder / MANIFEST).is_file():
+        LOG.info("no calibration set in %s: making the default one (%d utterances)", folder, count)
+        return make_calibration_set(folder, count=count)
+    return load_calibration_set(folder)
+
+
+def int8_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, calib: Any = None, exclude=(), count: int = 2048,
+              amax: str | Path | None = None, threads: int = 1) -> dict:
+    """Calibrate (or reuse the amax cache) and write the INT8 Q/DQ streaming ONNX atomically.
+
+    Args:
+        fp32_stream_onnx (str | Path | Stage): FP32 streaming ONNX with cosyedge stream metadata (the
+            output of ``cosyedge streamify``), or a stage returning it.
+        out_path (str | Path): Destination ``.onnx`` (written via a temp file + rename).
+        calib (str | Path | CalibrationSet | None): Calibration set folder with ``manifest.json``; None
+            uses the default set ``$COSYEDGE_CALIB_DIR`` or ``./calib``, generated when missing.
+        exclude (Iterable[str]): Names of weighted nodes to keep in float, in addition to the first and
+            last convs.
+        count (int): Utterances when the default set has to be generated. Defaults to 2048.
+        amax (str | Path | None): Use this amax cache instead of calibrating; it must belong to this
+            model (same SHA-256).
+        threads (int): ONNX Runtime threads for calibration.
+    Returns:
+        dict: manifest fields: ``precision`` ("int8"), ``amax_path``, ``trt_calibration_cache``,
+        ``calibration_manifest_sha256``, ``calibration_utterances``, ``model_sha256`` (the FP32 parent),
+        ``qdq_pairs`` (activation + weight Q/DQ), ``quantized_nodes``, ``excluded_nodes``
+        ({node: reason}), ``output`` (path) and ``output_sha256``.
+    Raises:
+        ArtifactError: ONNX missing/corrupt or without cosyedge state metadata; an ``amax`` cache from
+            another model; the result fails shape inference or does not run in ONNX Runtime.
+        UsageError: unknown ``exclude`` node; bad calibration folder; ``out_path`` equals the input.
+    """
+    from cosyedge.precision import calibrate as cal
+    from cosyedge.precision import qdq
+    from cosyedge.surgery import io
+
+    src = resolve_artifact(fp32_stream_onnx)
+    out_path = Path(out_path)
+    contract = StreamContract.from_onnx(src)
+    if not contract.is_streaming:
+        raise ArtifactError(f"{src} has no streaming state (state_in.*/state_out.*); run 'cosyedge streamify' first")
+    if out_path.exists() and out_path.resolve() == src.resolve():
+        raise UsageError(f"output {out_path} is the input model; choose another path")
+    check_writable(out_path)
+    exclude = tuple(exclude or ())
+    graph, model = io.load_graph(src)
+    if any(n.op in ("QuantizeLinear", "DequantizeLinear") for n in graph.nodes):
+        raise UsageError(f"{src} already holds Q/DQ nodes; give the FP32 streaming model")
+    to_quantize, kept = qdq.select_nodes(model, contract.input, contract.output, exclude)
+    model_sha = sha256_file(src)
+    calib_info: dict = {}
+    if amax is not None:
+        amax_path = Path(amax)
+        data = cal.load_amax(amax_path, model_sha256=model_sha, where=str(src))
+        trt_cache = cal.trt_cache_path_for(amax_path.parent, contract.name)
+    else:
+        cset = _resolve_calib(calib, count)
+        amax_path = cal.calibrate(src, cset, threads=threads)
+        data = cal.load_amax(amax_path, model_sha256=model_sha, where=str(src))
+        trt_cache = cal.trt_cache_path_for(amax_path.parent, contract.name)
+    calib_info = data["calibration"]
+    with LOG.stage(f"insert Q/DQ into {src.name} ({len(to_quantize)} weighted nodes, {len(kept)} kept in float)"):
+        report = graph.insert_qdq(data["amax"], to_quantize)
+        graph.cleanup().toposort()
+        out_model = io.graph_to_model(graph, like=model)
+        for key, value in (("precision", PRECISION), ("parent_sha256", model_sha),
+                           ("calibration_manifest_sha256", calib_info["manifest_sha256"])):
+            p = out_model.metadata_props.add()
+            p.key, p.value = f"cosyedge.{key}", value
+        out_model = io.finalize_model(out_model, where=str(src))
+        _smoke_test(out_model, contract, src)
+        io.save_model(out_model, out_path)
+    LOG.info("INT8 model %s: %d Q/DQ pairs, %d nodes quantized, kept in float: %s", out_path,
+             report["qdq_pairs"], len(to_quantize), ", ".join(sorted(kept)) or "none")
+    return {
+        "precision": PRECISION,
+        "output": str(out_path),
+        "output_sha256": sha256_file(out_path),
+        "model_sha256": model_sha,
+        "amax_path": str(amax_path),
+        "trt_calibration_cache": str(trt_cache) if trt_cache.is_file() else None,
+        "calibration_manifest_sha256": calib_info["manifest_sha256"],
+        "calibration_utterances": calib_info.get("utterances"),
+        "calibration_method": data.get("params", {}).get("method", "entropy"),
+        "qdq_pairs": report["qdq_pairs"],
+        "activation_scales": report["activations"],
+        "quantized_nodes": sorted(report["weights"]),
+        "excluded_nodes": dict(sorted(kept.items())),
+    }
+
+
+def _smoke_test(model: Any, contract: StreamContract, where: Path) -> None:
+    """Run one zero chunk of the Q/DQ model in ONNX Runtime (CPU); outputs must be finite."""
+    import onnxruntime as ort
+
+    try:
+        so = ort.SessionOptions()
+        so.log_severity_level = 3
+        so.intra_op_num_threads = 1
+        sess = ort.InferenceSession(model.SerializeToString(), sess_options=so, providers=["CPUExecutionProvider"])
+        feeds = {contract.input: np.zeros((1, 1, contract.hop_samples), np.float32),
+                 **{s.input: s.zeros(1) for s in contract.states}}
+        outs = sess.run(None, feeds)
+    except Exception as err:  # onnxruntime's own exception types
+        from cosyedge.errors import first_line
+
+        raise ArtifactError(f"INT8 model made from {where} does not run in ONNX Runtime: {first_line(err)}") from None
+    if not all(np.isfinite(o).all() for o in outs):
+        raise ArtifactError(f"INT8 model made from {where} gives NaN/Inf for a zero chunk")
+
+
+class Int8OnnxFromOnnx(Stage):
+    """Lazy stage twin of :func:`int8_onnx`: ``Int8OnnxFromOnnx(src, out, calib=..., exclude=...)()``
+    returns the INT8 ONNX path; :attr:`manifest` holds :func:`int8_onnx`'s dict after the call."""
+
+    def __init__(self, fp32_stream_onnx: Any, out_path: str | Path, **kwargs):
+        self.src, self.out_path, self.kwargs = fp32_stream_onnx, Path(out_path), kwargs
+        self.manifest: dict | None = None
+
+    def call_impl(self) -> Path:
+        """Run :func:`int8_onnx`; return the INT8 ONNX path (Path)."""
+        self.manifest = int8_onnx(self.src, self.out_path, **self.kwargs)
+        return self.out_path

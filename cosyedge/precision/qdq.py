@@ -1,0 +1,283 @@
+"""Explicit INT8 quantization: QuantizeLinear/DequantizeLinear (Q/DQ) pairs inserted with onnx-graphsurgeon.
+
+Placement follows TensorRT's rules for explicit quantization (TensorRT developer guide, "Explicit
+Quantization" / "Q/DQ Layer-Placement Recommendations"): quantize the **inputs** of the weighted ops
+(Conv, ConvTranspose, Gemm, MatMul with a constant weight) and nothing else, so TensorRT fuses
+``DQ -> Conv`` into an INT8 convolution and decides output precision itself; residual Adds, gates and
+norms stay in float.
+
+* **Activations**: per-tensor, symmetric, ``scale = amax / 127`` (amax from KL calibration,
+  :mod:`cosyedge.precision.calibrate`), int8 zero point 0: ``x -> Q -> DQ -> op``. One Q/DQ pair per
+  tensor, shared by every quantized consumer; consumers that are not quantized keep the float tensor.
+  For a streaming Conv the tensor is ``Concat(state_in, x)``: exactly one Q/DQ sits on the Concat
+  output, so the carried state and the new input share one scale, and the ``Slice`` that makes
+  ``state_out`` still reads the float Concat (the state is carried exactly).
+* **Weights**: per-channel, symmetric, ``scale[c] = max |W[c]| / 127``, zero point 0, on the output-
+  channel axis: axis 0 for Conv (W: (C_out, C_in/g, k...)), axis 1 for ConvTranspose (W: (C_in,
+  C_out/g, k...)), the output-feature axis for Gemm/MatMul. Stored **pre-quantized**: an int8 initializer
+  followed by ``DequantizeLinear(axis=...)``. TensorRT 10 documents both float weights + Q/DQ and
+  pre-quantized int8 weights + DQ ("Quantized Weights": "When using pre-quantized weights, an
+  IDequantizeLayer is required"), and this is also the form ONNX Runtime's ``quantize_static`` (QDQ)
+  writes and fuses on CPU; it keeps the file 4x smaller than float weights + Q/DQ and fixes the rounding
+  (round half to even, as ONNX QuantizeLinear) in the artifact instead of in each runtime.
+* **Biases** stay float (TensorRT folds them in; ONNX Runtime accepts float biases).
+* **Kept in float** (:func:`float_nodes`): the first conv (reads the 1-channel audio input, possibly via
+  its state Concat), the last conv(s) (from which the 1-channel audio output is reached without another
+  weighted op), any weighted op with 1 input or 1 output channel, and every node named in ``exclude``.
+
+Sources: NVIDIA TensorRT docs, "Working with Quantized Types" (explicit quantization, Q/DQ placement,
+quantized weights, per-channel axis), https://docs.nvidia.com/deeplearning/tensorrt/latest/inference-library/work-quantized-types.html;
+ONNX operators QuantizeLinear/DequantizeLinear (opset 13+: per-axis ``axis`` attribute; int8 saturation
+to [-128, 127], round half to even); onnx-graphsurgeon ``Graph.register``/``Graph.layer``;
+pytorch-quantization ``calib/histogram.py::calibrate_weights`` (axis 1 for ConvTranspose weights).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+
+from cosyedge._lazy import lazy_import
+from cosyedge.errors import ArtifactError, UsageError
+
+gs = lazy_import("onnx_graphsurgeon")
+
+WEIGHTED_OPS = ("Conv", "ConvTranspose", "Gemm", "MatMul")
+"""tuple[str, ...]: ops whose inputs are quantized (when their weight is a constant)."""
+
+INT8_MAX = 127
+
+
+@dataclasses.dataclass
+class WeightedNode:
+    """A weighted op found in a graph (an ONNX ``NodeProto`` view, no gs needed).
+
+    Attributes:
+        name (str): Node name.
+        op (str): ``Conv``, ``ConvTranspose``, ``Gemm`` or ``MatMul``.
+        data (str): Name of the activation input (input 0; input 1 for ``MatMul(W, x)`` is not handled).
+        weight (str): Name of the constant weight initializer.
+        axis (int): Output-channel axis of the weight (per-channel scale axis).
+        in_channels (int): Input channels (features) of the weight.
+        out_channels (int): Output channels (features) of the weight.
+    """
+
+    name: str
+    op: str
+    data: str
+    weight: str
+    axis: int
+    in_channels: int
+    out_channels: int
+
+
+def weight_axis(op: str, attrs: dict, w_shape: tuple) -> tuple[int, int, int]:
+    """Return ``(axis, in_channels, out_channels)`` (ints) of a weight of shape ``w_shape``.
+
+    Conv W (C_out, C_in/group, k...): axis 0. ConvTranspose W (C_in, C_out/group, k...): axis 1.
+    Gemm B (K, N), or (N, K) with ``transB=1``: the N axis. MatMul B (K, N): axis 1 (last).
+    """
+    g = int(attrs.get("group", 1))
+    if op == "Conv":
+        return 0, int(w_shape[1]) * g, int(w_shape[0])
+    if op == "ConvTranspose":
+        return 1, int(w_shape[0]), int(w_shape[1]) * g
+    if op == "Gemm":
+        if int(attrs.get("transB", 0)):
+            return 0, int(w_shape[1]), int(w_shape[0])
+        return 1, int(w_shape[0]), int(w_shape[1])
+    return len(w_shape) - 1, int(w_shape[-2]), int(w_shape[-1])
+
+
+def weighted_nodes(model: Any) -> list[WeightedNode]:
+    """Find the quantizable weighted ops of an ONNX model (constant weight initializer, float data).
+
+    Args:
+        model (onnx.ModelProto): Model (weights loaded).
+    Returns:
+        list[WeightedNode]: in graph order. A MatMul/Gemm whose weight is not an initializer is skipped.
+    """
+    from onnx import helper
+
+    inits = {t.name: tuple(t.dims) for t in model.graph.initializer}
+    out = []
+    for n in model.graph.node:
+        if n.op_type not in WEIGHTED_OPS or len(n.input) < 2 or n.input[1] not in inits:
+            continue
+        shape = inits[n.input[1]]
+        if n.op_type == "MatMul" and len(shape) != 2:
+            continue
+        attrs = {a.name: helper.get_attribute_value(a) for a in n.attribute}
+        if n.op_type == "Gemm" and int(attrs.get("transA", 0)):
+            continue
+        axis, cin, cout = weight_axis(n.op_type, attrs, shape)
+        out.append(WeightedNode(n.name, n.op_type, n.input[0], n.input[1], axis, cin, cout))
+    return out
+
+
+def activation_tensors(model: Any) -> list[str]:
+    """Return the activation tensors to calibrate (list[str], graph order, no duplicates): the data
+    inputs of every :func:`weighted_nodes` entry, excluded or not (so one amax cache serves any
+    ``--exclude``)."""
+    seen: dict[str, None] = {}
+    for w in weighted_nodes(model):
+        seen.setdefault(w.data, None)
+    return list(seen)
+
+
+def float_nodes(model: Any, audio_input: str, audio_output: str) -> dict[str, str]:
+    """Weighted ops kept in float by default, with the reason.
+
+    Args:
+        model (onnx.ModelProto): Streaming model.
+        audio_input (str): Audio input name (contract ``input``).
+        audio_output (str): Audio output name (contract ``output``).
+    Returns:
+        dict[str, str]: node name -> reason (``"first conv (reads the audio input)"``, ``"last conv (feeds
+        the audio output)"``, ``"1 input channel"``, ``"1 output channel"``).
+    """
+    nodes = weighted_nodes(model)
+    names = {w.name for w in nodes}
+    producer = {o: n for n in model.graph.node for o in n.output}
+    consumers: dict[str, list] = {}
+    for n in model.graph.node:
+        for i in n.input:
+            consumers.setdefault(i, []).append(n)
+    reasons: dict[str, str] = {}
+    for w in nodes:
+        src = producer.get(w.data)
+        if w.data == audio_input or (src is not None and src.op_type == "Concat" and audio_input in src.input):
+            reasons[w.name] = "first conv (reads the audio input)"
+        elif w.in_channels == 1:
+            reasons[w.name] = "1 input channel"
+        elif w.out_channels == 1:
+            reasons[w.name] = "1 output channel"
+    # last convs: walk back from the audio output through non-weighted ops; the weighted ops met first
+    stack, seen = [audio_output], set()
+    while stack:
+        t = stack.pop()
+        if t in seen:
+            continue
+        seen.add(t)
+        n = producer.get(t)
+        if n is None:
+            continue
+        if n.name in names:
+            reasons.setdefault(n.name, "last conv (feeds the audio output)")
+            continue
+        stack.extend(i for i in n.input if i)
+    return reasons
+
+
+def quantize_weight(w: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray]:
+    """Symmetric per-channel int8 quantization of a weight.
+
+    Args:
+        w (np.ndarray): float32 weight, any rank.
+        axis (int): Channel axis (one scale per index on it).
+    Returns:
+        tuple[np.ndarray, np.ndarray]: ``(w_q, scale)``: int8 of ``w``'s shape in [-127, 127]
+        (``round_half_even(w / scale)``) and float32 (C,) scales ``max |w[c]| / 127`` (1.0 for an
+        all-zero channel, which TensorRT requires to be positive).
+    """
+    w = np.asarray(w, np.float32)
+    red = tuple(i for i in range(w.ndim) if i != axis)
+    amax = np.max(np.abs(w), axis=red)
+    scale = np.where(amax > 0, amax / INT8_MAX, 1.0).astype(np.float32)
+    shape = [1] * w.ndim
+    shape[axis] = -1
+    q = np.clip(np.rint(w / scale.reshape(shape)), -INT8_MAX, INT8_MAX).astype(np.int8)
+    return q, scale
+
+
+@gs.Graph.register()
+def insert_qdq(self: Any, amax: dict[str, float], quantize: list[WeightedNode]) -> dict:
+    """Insert Q/DQ pairs for the weighted nodes in ``quantize`` (see module docstring).
+
+    Args:
+        amax (dict[str, float]): Calibrated amax per activation tensor name (> 0; 0 becomes 1.0).
+        quantize (list[WeightedNode]): Nodes to quantize (already filtered by excludes).
+    Returns:
+        dict: ``{"activations": {tensor: scale}, "weights": {node: axis}, "qdq_pairs": int}``; the caller
+        ends the pass with ``graph.cleanup().toposort()``.
+    Raises:
+        ArtifactError: a node to quantize has no amax for its input (cache from another model), or is
+            missing from the graph.
+    """
+    by_name = {n.name: n for n in self.nodes}
+    tensors = self.tensors()
+    act_qdq: dict[str, Any] = {}
+    report = {"activations": {}, "weights": {}, "qdq_pairs": 0}
+    for w in quantize:
+        node = by_name.get(w.name)
+        if node is None:
+            raise ArtifactError(f"node '{w.name}' not in the graph")
+        if w.data not in amax:
+            raise ArtifactError(f"no calibrated amax for tensor '{w.data}' (input of '{w.name}'): the amax cache "
+                                f"is from another model; recalibrate")
+        # activation: one shared Q/DQ per tensor
+        if w.data not in act_qdq:
+            x = tensors[w.data]
+            a = float(amax[w.data])
+            scale = np.float32(a / INT8_MAX if a > 0 else 1.0)
+            base = _safe(w.data)
+            s = gs.Constant(f"{base}/act_scale", np.array(scale, np.float32))
+            z = gs.Constant(f"{base}/act_zero_point", np.array(0, np.int8))
+            q = gs.Variable(f"{base}/QuantizeLinear_output", dtype=np.int8, shape=x.shape)
+            dq = gs.Variable(f"{base}/DequantizeLinear_output", dtype=np.float32, shape=x.shape)
+            self.layer(op="QuantizeLinear", name=f"{base}/QuantizeLinear", inputs=[x, s, z], outputs=[q])
+            self.layer(op="DequantizeLinear", name=f"{base}/DequantizeLinear", inputs=[q, s, z], outputs=[dq])
+            act_qdq[w.data] = dq
+            report["activations"][w.data] = float(scale)
+            report["qdq_pairs"] += 1
+        node.inputs[0] = act_qdq[w.data]
+        # weight: int8 initializer + per-channel DQ
+        wt = node.inputs[1]
+        if not isinstance(wt, gs.Constant):
+            raise ArtifactError(f"weight of '{w.name}' is not a constant")
+        wq, wscale = quantize_weight(wt.values, w.axis)
+        base = _safe(w.name)
+        cq = gs.Constant(f"{base}/weight_int8", wq)
+        cs = gs.Constant(f"{base}/weight_scale", wscale)
+        cz = gs.Constant(f"{base}/weight_zero_point", np.zeros(wscale.shape, np.int8))
+        wdq = gs.Variable(f"{base}/weight_DequantizeLinear_output", dtype=np.float32, shape=list(wt.shape))
+        self.layer(op="DequantizeLinear", name=f"{base}/weight_DequantizeLinear", inputs=[cq, cs, cz],
+                   outputs=[wdq], attrs={"axis": int(w.axis)})
+        node.inputs[1] = wdq
+        report["weights"][w.name] = int(w.axis)
+        report["qdq_pairs"] += 1
+    return report
+
+
+def _safe(name: str) -> str:
+    return name.rstrip("/") or "tensor"
+
+
+def select_nodes(model: Any, audio_input: str, audio_output: str, exclude=()) -> tuple[list[WeightedNode], dict]:
+    """Split the weighted ops into those to quantize and those kept in float.
+
+    Args:
+        model (onnx.ModelProto): Streaming FP32 model.
+        audio_input (str): Contract audio input name.
+        audio_output (str): Contract audio output name.
+        exclude (Iterable[str]): Extra node names to keep in float.
+    Returns:
+        tuple[list[WeightedNode], dict[str, str]]: nodes to quantize; kept-in-float node -> reason.
+    Raises:
+        UsageError: an ``exclude`` name is not a node of the graph, or not a weighted op (the message
+            lists the weighted ops).
+    """
+    nodes = weighted_nodes(model)
+    names = {w.name for w in nodes}
+    all_names = {n.name for n in model.graph.node}
+    kept = float_nodes(model, audio_input, audio_output)
+    for e in exclude:
+        if e not in all_names:
+            raise UsageError(f"--exclude {e!r}: no node of that name (weighted nodes: {', '.join(sorted(names))})")
+        if e not in names:
+            raise UsageError(f"--exclude {e!r} is not a quantizable op ({'/'.join(WEIGHTED_OPS)} with constant "
+                             f"weight); weighted nodes: {', '.join(sorted(names))}")
+        kept.setdefault(e, "excluded by the user")
+    return [w for w in nodes if w.name not in kept], kept
