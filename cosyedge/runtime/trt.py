@@ -133,9 +133,11 @@ def device_info(cuda: Any, device: int = 0) -> dict:
 
 def _cudart() -> Any:
     """cuda-python runtime bindings (new location first), or DependencyError."""
+    import importlib
+
     for mod in ("cuda.bindings.runtime", "cuda.cudart"):
         try:
-            return __import__(mod, fromlist=["_"])
+            return importlib.import_module(mod)
         except ImportError:
             continue
     raise DependencyError("CUDA graph capture needs cuda-python (pip install cuda-python); pycuda has no graph API; "
