@@ -1,8 +1,10 @@
 """Build stage: streaming ONNX -> engine folder (``model`` + ``manifest.json``) for one backend.
 
-* :mod:`cosyedge.build.ort`: ONNX Runtime FP32 (:func:`build_ort`, :class:`OrtEngineFromOnnx`,
+* :mod:`cosyedge.build.prepare`: the precision ONNX every backend builds from (2:4 pruning, then FP16
+  or INT8 Q/DQ, or an FP32 copy).
+* :mod:`cosyedge.build.ort`: ONNX Runtime (:func:`build_ort`, :class:`OrtEngineFromOnnx`,
   :func:`load_engine`, :func:`default_engine`).
-* TensorRT (``cosyedge.build.trt``) comes later; FP16/INT8/2:4-sparse builds too.
+* :mod:`cosyedge.build.trt`: TensorRT (imported lazily, only for ``backend="tensorrt"``).
 
 :func:`build_engine` is what ``cosyedge build`` calls: it resolves the backend and the default model.
 """
@@ -10,8 +12,10 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Iterable
 
 from cosyedge._lazy import has_module
+from cosyedge.build.prepare import DEFAULT_CALIB_COUNT
 from cosyedge.build.ort import (
     OrtEngine,
     OrtEngineFromOnnx,
@@ -62,34 +66,67 @@ def resolve_backend(backend: str = "auto") -> str:
 
 
 def build_engine(onnx_path: str | Path | None = None, backend: str = "auto", name: str | None = None,
-                 out_dir: str | Path | None = None) -> Path:
-    """Build an FP32 engine folder for ``backend`` from a streaming ONNX.
+                 out_dir: str | Path | None = None, *, precision: str = "fp32", sparse: bool = False,
+                 exclude: Iterable[str] = (), calib: str | Path | None = None,
+                 calib_count: int = DEFAULT_CALIB_COUNT) -> Path:
+    """Build an engine folder ``<name>-<precision>[-sparse]-<backend>/`` from a streaming FP32 ONNX.
+
+    The precision ONNX is made first (:func:`cosyedge.build.prepare.prepare_onnx`: 2:4 pruning if
+    ``sparse``, then FP16 conversion or INT8 calibration + Q/DQ), then the backend builds from it. Every
+    folder is assembled in a temp folder and renamed into place: a failure leaves nothing behind.
 
     Args:
-        onnx_path (str | Path | None): Streaming ONNX; defaults to the bundled reference
+        onnx_path (str | Path | None): Streaming FP32 ONNX; defaults to the bundled reference
             (``cosyedge.models.REFERENCE_STREAM_ONNX``).
         backend (str): ``auto`` | ``onnxruntime`` | ``tensorrt``.
         name (str | None): Engine name (defaults to the model's contract name).
         out_dir (str | Path | None): Engines root (defaults to ``$COSYEDGE_ENGINES_DIR`` or ``./engines``).
+        precision (str): ``fp32`` | ``fp16`` | ``int8``.
+        sparse (bool): 2:4-prune Conv/Gemm/MatMul weights first.
+        exclude (Iterable[str]): Node names kept as in the FP32 model (dense, float).
+        calib (str | Path | None): INT8 calibration folder (None: the default calibration set).
+        calib_count (int): INT8 calibration utterances.
     Returns:
         Path: the engine folder.
     Raises:
-        ArtifactError: model missing/invalid (bundled reference missing included).
-        DependencyError / UsageError: see :func:`resolve_backend`.
+        ArtifactError: model missing/invalid (bundled reference missing included), not streamified.
+        UsageError: bad precision/options; see also :func:`resolve_backend`.
+        DependencyError: see :func:`resolve_backend`; INT8 without ``cosyedge.precision.int8``.
+        AccuracyError: the FP16 model gave NaN/Inf in its scan.
     """
+    import importlib
+    import shutil
+    import tempfile
+
+    from cosyedge.build.prepare import PRECISIONS, check_streaming_onnx, prepare_onnx
     from cosyedge.errors import ArtifactError
     from cosyedge.models import REFERENCE_STREAM_ONNX
 
+    if precision not in PRECISIONS:
+        raise UsageError(f"unknown precision '{precision}' (use one of {', '.join(PRECISIONS)})")
     chosen = resolve_backend(backend)
     if onnx_path is None:
         onnx_path = REFERENCE_STREAM_ONNX
         if not Path(onnx_path).is_file():
             raise ArtifactError(f"bundled reference model {onnx_path} is missing; pass --onnx MODEL.stream.onnx")
-    if chosen == "tensorrt":  # pragma: no cover - needs the TensorRT builder (later issue)
-        import importlib
-
-        return importlib.import_module("cosyedge.build.trt").build_trt(onnx_path, out_dir=out_dir, name=name)
-    return build_ort(onnx_path, out_dir=out_dir, name=name)
+    options = dict(precision=precision, sparse=sparse, exclude=tuple(exclude), calib=calib, calib_count=calib_count)
+    if chosen == "tensorrt":  # pragma: no cover - needs TensorRT and a GPU
+        src = Path(onnx_path)
+        contract = check_streaming_onnx(src)
+        root = Path(out_dir) if out_dir is not None else engines_root()
+        try:
+            root.mkdir(parents=True, exist_ok=True)
+            tmp = Path(tempfile.mkdtemp(prefix=".prepare-", dir=root))
+        except OSError as err:
+            raise ArtifactError(f"cannot write in {root}: {err.strerror or err}") from None
+        try:
+            model = tmp / f"{name or contract.name}.{precision}{'.sparse' if sparse else ''}.onnx"
+            prepare_onnx(src, model, **options)
+            return importlib.import_module("cosyedge.build.trt").build_trt(
+                model, out_dir=out_dir, name=name or contract.name, precision=precision, sparse=sparse)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return build_ort(onnx_path, out_dir=out_dir, name=name, **options)
 
 
 __all__ = [

@@ -1,10 +1,13 @@
 """Build stage for ONNX Runtime: a streaming ONNX -> a self-describing engine folder.
 
-An engine folder ``<engines root>/<name>-fp32-onnxruntime/`` holds:
+An engine folder ``<engines root>/<name>-<precision>[-sparse]-onnxruntime/`` holds:
 
-* ``model.onnx``: the streaming model (a byte copy; models with external data are saved as one file),
-* ``manifest.json``: stage ``build``, backend ``onnxruntime``, precision ``fp32``, the model's SHA-256,
-  the parent ONNX SHA-256, onnxruntime/onnx versions, build flags and the stream contract.
+* ``model.onnx``: the precision ONNX (:func:`cosyedge.build.prepare.prepare_onnx`: FP32 copy, FP16
+  with FP32 I/O and states, or INT8 Q/DQ; optionally 2:4-pruned first). ONNX Runtime runs it as is, so it
+  is also the backend artifact; models with external data are saved as one file.
+* ``manifest.json``: stage ``build``, backend ``onnxruntime``, precision, sparse, the model's SHA-256,
+  the parent (FP32) ONNX SHA-256, the calibration hash (INT8), tool versions, build flags, the
+  FP16/INT8/sparsity reports and the stream contract.
 
 The folder is assembled in a temp folder next to the destination and renamed into place, so a failed
 build never leaves a half-written engine and never destroys the previous one. Before writing, the
@@ -24,7 +27,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 import numpy as np
 
@@ -35,11 +38,11 @@ from cosyedge.artifacts import (
     Stage,
     StreamContract,
     load_manifest,
-    load_onnx,
     resolve_artifact,
     sha256_file,
     write_manifest,
 )
+from cosyedge.build.prepare import DEFAULT_CALIB_COUNT, check_streaming_onnx, engine_folder_name, prepare_onnx
 from cosyedge.errors import ArtifactError, CosyEdgeError, UsageError
 from cosyedge.log import LOG
 
@@ -57,17 +60,6 @@ def engines_root() -> Path:
     return Path(os.environ.get(ENGINES_ENV) or "engines")
 
 
-def engine_folder_name(name: str, precision: str = PRECISION, backend: str = BACKEND) -> str:
-    """Return the engine folder name (str) encoding its configuration, e.g. ``reference-fp32-onnxruntime``."""
-    return f"{name}-{precision}-{backend}"
-
-
-def _uses_external_data(model) -> bool:
-    from onnx.external_data_helper import uses_external_data
-
-    return any(uses_external_data(t) for t in model.graph.initializer)
-
-
 def _smoke_test(model_path: Path, contract: StreamContract) -> None:
     """Run one zero chunk through ONNX Runtime: the model loads, shapes match, output is finite."""
     from cosyedge.runtime.ort import OrtStreamSession
@@ -83,32 +75,45 @@ def _smoke_test(model_path: Path, contract: StreamContract) -> None:
             raise ArtifactError(f"{model_path} produced NaN/Inf states {bad} for a zero input chunk")
 
 
-def build_ort(onnx_path: Any, out_dir: str | Path | None = None, name: str | None = None) -> Path:
-    """Build an ONNX Runtime FP32 engine folder from a streaming ONNX.
+def build_ort(onnx_path: Any, out_dir: str | Path | None = None, name: str | None = None, *,
+              precision: str = PRECISION, sparse: bool = False, exclude: Iterable[str] = (),
+              calib: str | Path | None = None, calib_count: int = DEFAULT_CALIB_COUNT) -> Path:
+    """Build an ONNX Runtime engine folder (FP32, FP16 or INT8, optionally 2:4-sparse) from a streaming ONNX.
+
+    The folder ``<out_dir>/<name>-<precision>[-sparse]-onnxruntime/`` holds ``model.onnx`` (the precision
+    ONNX; for ONNX Runtime it is also the backend artifact the session loads) and ``manifest.json``
+    (model and parent SHA-256, calibration hash, flags, tool versions, precision/sparsity reports, stream
+    contract). It is assembled in a temp folder and renamed into place after one chunk ran finite.
 
     Args:
-        onnx_path (str | Path | callable): Streaming ONNX (output of ``cosyedge streamify``), or a stage
-            returning its path.
+        onnx_path (str | Path | callable): Streaming FP32 ONNX (output of ``cosyedge streamify``), or a
+            stage returning its path.
         out_dir (str | Path | None): Engines root that receives the engine folder; defaults to
             :func:`engines_root` (``$COSYEDGE_ENGINES_DIR`` or ``./engines``).
         name (str | None): Model name for the folder; defaults to the contract's ``name``.
+        precision (str): ``fp32`` (default) | ``fp16`` | ``int8``.
+        sparse (bool): Prune Conv/Gemm/MatMul weights 2:4 first (then quantize/convert).
+        exclude (Iterable[str]): Node names kept as in the FP32 model (dense, float).
+        calib (str | Path | None): INT8 calibration folder (None: the default calibration set).
+        calib_count (int): INT8 calibration utterances (default 2048).
     Returns:
-        Path: the engine folder ``<out_dir>/<name>-fp32-onnxruntime``.
+        Path: the engine folder.
     Raises:
         ArtifactError: ONNX missing/corrupt, no cosyedge metadata, no state (not streamified), ONNX
-            Runtime cannot run it, or the folder cannot be written.
-        DependencyError: onnxruntime is missing.
+            Runtime cannot run it, or the folder cannot be written. Nothing is left behind.
+        UsageError: bad name, precision or options.
+        AccuracyError: the FP16 model produced NaN/Inf in its scan.
+        DependencyError: onnxruntime is missing, or INT8 is requested without ``cosyedge.precision.int8``.
     """
     src = resolve_artifact(onnx_path)
-    contract = StreamContract.from_onnx(src)
-    if not contract.is_streaming:
-        raise ArtifactError(f"{src} has no streaming state (state_in.*/state_out.*); run 'cosyedge streamify' first")
+    contract = check_streaming_onnx(src)
     name = name or contract.name
     if not name or any(ch in name for ch in "/\\") or name in (".", ".."):
         raise UsageError(f"engine name {name!r} must be a plain folder name (no path separators)")
     root = Path(out_dir) if out_dir is not None else engines_root()
-    dest = root / engine_folder_name(name)
-    with LOG.stage(f"build {BACKEND} {PRECISION} engine {dest}"):
+    dest = root / engine_folder_name(name, precision, BACKEND, sparse)
+    label = precision + ("+2:4 sparse" if sparse else "")
+    with LOG.stage(f"build {BACKEND} {label} engine {dest}"):
         try:
             root.mkdir(parents=True, exist_ok=True)
             tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=root))
@@ -116,24 +121,26 @@ def build_ort(onnx_path: Any, out_dir: str | Path | None = None, name: str | Non
             raise ArtifactError(f"cannot write engine folder in {root}: {err.strerror or err}") from None
         try:
             model_dst = tmp / MODEL_FILE
-            model = load_onnx(src, load_external_data=False)
-            if _uses_external_data(model):
-                full = load_onnx(src, load_external_data=True)
-                onnx.save(full, str(model_dst))  # one self-contained file (< 2 GiB)
-            else:
-                shutil.copyfile(src, model_dst)
-            _smoke_test(model_dst, contract)
+            fields = prepare_onnx(src, model_dst, precision=precision, sparse=sparse, exclude=exclude,
+                                  calib=calib, calib_count=calib_count)
+            _smoke_test(model_dst, StreamContract.from_onnx(model_dst))
             write_manifest(tmp, {
                 "stage": "build",
                 "name": name,
                 "backend": BACKEND,
-                "precision": PRECISION,
+                "precision": precision,
+                "sparse": bool(sparse),
                 "model": {"file": MODEL_FILE, "sha256": sha256_file(model_dst)},
+                "artifact": {"file": MODEL_FILE, "kind": "onnx (loaded by onnxruntime.InferenceSession)"},
                 "parent_sha256": sha256_file(src),
                 "parent_path": str(src.resolve()),
-                "tools": {"onnxruntime": ort.__version__, "onnx": onnx.__version__},
-                "flags": {"backend": BACKEND, "precision": PRECISION, "fp16": False, "int8": False,
-                          "sparse": False},
+                "calibration_sha256": fields["calibration_sha256"],
+                "tools": _tool_versions(precision),
+                "flags": {"backend": BACKEND, "precision": precision, "fp16": precision == "fp16",
+                          "int8": precision == "int8", "sparse": bool(sparse), "exclude": list(exclude),
+                          "calib": None if calib is None else str(calib),
+                          "calib_count": int(calib_count) if precision == "int8" else None},
+                "reports": {k: fields[k] for k in ("sparsity", "fp16", "int8") if fields[k] is not None},
                 "contract": contract.to_metadata(),
                 "chunk_samples": contract.hop_samples,
                 "sample_rate_hz": contract.sample_rate_hz,
@@ -145,6 +152,19 @@ def build_ort(onnx_path: Any, out_dir: str | Path | None = None, name: str | Non
             raise
     LOG.info("engine: %s", dest)
     return dest
+
+
+def _tool_versions(precision: str) -> dict:
+    """Versions (dict[str, str]) of the tools that made the engine."""
+    tools = {"onnxruntime": ort.__version__, "onnx": onnx.__version__, "numpy": np.__version__}
+    if precision == "int8":
+        try:
+            import onnx_graphsurgeon
+
+            tools["onnx_graphsurgeon"] = onnx_graphsurgeon.__version__
+        except ImportError:  # pragma: no cover - a hard dependency, but the manifest must not fail on it
+            pass
+    return tools
 
 
 def _replace_dir(tmp: Path, dest: Path) -> None:
@@ -177,20 +197,22 @@ class OrtEngineFromOnnx(Stage):
             (e.g. ``OrtEngineFromOnnx(StatefulOnnxFromOnnx(...))``).
         out_dir (str | Path | None): Engines root (see :func:`build_ort`).
         name (str | None): Engine name (defaults to the contract's).
+        **options: ``precision``, ``sparse``, ``exclude``, ``calib``, ``calib_count`` (see :func:`build_ort`).
     Returns (when called):
         Path: the engine folder.
 
     Source: Polygraphy ``backend/base/loader.py`` (lazy loaders with ``call_impl``).
     """
 
-    def __init__(self, onnx_path: Any, out_dir: str | Path | None = None, name: str | None = None):
+    def __init__(self, onnx_path: Any, out_dir: str | Path | None = None, name: str | None = None, **options):
         self.onnx_path = onnx_path
         self.out_dir = out_dir
         self.name = name
+        self.options = options
 
     def call_impl(self) -> Path:
         """Build and return the engine folder (Path); see :func:`build_ort`."""
-        return build_ort(self.onnx_path, out_dir=self.out_dir, name=self.name)
+        return build_ort(self.onnx_path, out_dir=self.out_dir, name=self.name, **self.options)
 
 
 @dataclasses.dataclass

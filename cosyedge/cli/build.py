@@ -9,21 +9,40 @@ from cosyedge.cli.options import log_opts
 
 @click.command("build")
 @click.option("--onnx", "onnx_path", metavar="PATH", default=None,
-              help="Streaming ONNX (from 'cosyedge streamify'). Default: bundled reference model.")
+              help="Streaming FP32 ONNX (from 'cosyedge streamify'). Default: bundled reference model.")
+@click.option("--fp16", is_flag=True, help="FP16 compute, FP32 inputs/outputs/states (overflow-prone ops stay FP32).")
+@click.option("--int8", is_flag=True, help="INT8 with explicit Q/DQ from KL (entropy) calibration.")
+@click.option("--sparse", is_flag=True, help="Prune Conv/Gemm/MatMul weights 2:4 first (then convert/quantize).")
+@click.option("--exclude", "exclude", metavar="NODE", multiple=True,
+              help="Keep this ONNX node as in the FP32 model (float, dense). Repeatable.")
+@click.option("--calib", metavar="DIR", default=None,
+              help="INT8 calibration folder of recordings. Default: the calibration set from 'cosyedge calib make'.")
+@click.option("--calib-count", type=int, default=2048, show_default=True, help="INT8 calibration utterances.")
 @click.option("--name", default=None, help="Engine name. Default: the model's name from its metadata.")
 @click.option("--backend", type=click.Choice(["auto", "onnxruntime", "tensorrt"]), default="auto",
               show_default=True, help="auto picks tensorrt when it is importable, else onnxruntime.")
 @click.option("-o", "--out-dir", metavar="DIR", default=None,
               help="Engines root. Default: $COSYEDGE_ENGINES_DIR or ./engines.")
 @log_opts
-def build(onnx_path, name, backend, out_dir):
-    """Build an FP32 engine folder (<name>-fp32-<backend>/ with model + manifest.json).
+def build(onnx_path, fp16, int8, sparse, exclude, calib, calib_count, name, backend, out_dir):
+    """Build an engine folder <name>-<precision>[-sparse]-<backend>/ (precision ONNX, backend artifact,
+    manifest.json).
 
-    The model is checked by running one chunk before the folder is written; the folder appears
-    atomically. Prints the engine folder path as the last line. (FP16/INT8/sparse come later.)
+    Neither --fp16 nor --int8 builds FP32. The model is checked by running one chunk before the folder
+    is written; the folder appears atomically (nothing is left on failure). Prints the engine folder
+    path as the last line.
 
-    Example: cosyedge build --onnx model.stream.onnx --backend onnxruntime -o engines
+    Example: cosyedge build --onnx model.stream.onnx --int8 --sparse --backend onnxruntime -o engines
     """
     from cosyedge.build import build_engine
+    from cosyedge.build.prepare import precision_from_flags
+    from cosyedge.errors import UsageError
 
-    click.echo(str(build_engine(onnx_path, backend=backend, name=name, out_dir=out_dir)))
+    precision = precision_from_flags(fp16=fp16, int8=int8)
+    if exclude and precision == "fp32" and not sparse:
+        raise UsageError("--exclude applies to --fp16, --int8 or --sparse builds (an FP32 build changes no node)")
+    if calib_count < 1:
+        raise UsageError(f"--calib-count must be >= 1, got {calib_count}")
+    folder = build_engine(onnx_path, backend=backend, name=name, out_dir=out_dir, precision=precision,
+                          sparse=sparse, exclude=exclude, calib=calib, calib_count=calib_count)
+    click.echo(str(folder))

@@ -20,6 +20,7 @@ COMMANDS = {
     "streamify": ("cosyedge.cli.export", "streamify"),
     "build": ("cosyedge.cli.build", "build"),
     "run": ("cosyedge.cli.run", "run"),
+    "sparsify": ("cosyedge.cli.sparsify", "sparsify"),
     "calib": ("cosyedge.cli.calib", "calib"),
     "eval": ("cosyedge.cli.eval", "eval_cmd"),
 }

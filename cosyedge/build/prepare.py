@@ -1,0 +1,172 @@
+"""Precision preparation shared by every backend: streaming FP32 ONNX -> the ONNX an engine is built from.
+
+Order (one direction of flow): **sparsify** (2:4 pruning of the FP32 weights) -> **precision**
+(FP16 conversion or INT8 KL calibration + Q/DQ, or a plain copy for FP32). Stacked INT8 + sparse is
+therefore "sparsify then quantize": the pruned zeros stay exact zeros after symmetric per-channel
+quantization (zero point 0), so the Q/DQ weights keep the 2:4 pattern.
+
+``exclude`` names nodes kept as in the FP32 model by every step: left dense by the pruning and kept in
+float by FP16/INT8.
+
+The INT8 entry point :func:`cosyedge.precision.int8.int8_onnx` is imported lazily, so FP32/FP16/sparse
+builds work with or without it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import shutil
+from pathlib import Path
+from typing import Any, Iterable
+
+from cosyedge._lazy import lazy_import
+from cosyedge.artifacts import StreamContract, load_onnx, resolve_artifact
+from cosyedge.errors import ArtifactError, UsageError
+from cosyedge.log import LOG
+
+onnx = lazy_import("onnx")
+
+PRECISIONS = ("fp32", "fp16", "int8")
+DEFAULT_CALIB_COUNT = 2048
+"""int: utterances streamed for INT8 calibration (issue 4)."""
+
+
+def precision_from_flags(fp16: bool = False, int8: bool = False) -> str:
+    """Return the precision (str) of the ``--fp16``/``--int8`` flags: ``fp16``, ``int8`` or ``fp32`` (neither).
+
+    Raises:
+        UsageError: both flags given.
+    """
+    if fp16 and int8:
+        raise UsageError("--int8 and --fp16 are mutually exclusive: pick one precision (neither = FP32)")
+    return "fp16" if fp16 else "int8" if int8 else "fp32"
+
+
+def engine_folder_name(name: str, precision: str = "fp32", backend: str = "onnxruntime", sparse: bool = False) -> str:
+    """Return the engine folder name (str) encoding its configuration, e.g. ``reference-int8-sparse-onnxruntime``."""
+    return f"{name}-{precision}{'-sparse' if sparse else ''}-{backend}"
+
+
+def check_streaming_onnx(src: Path) -> StreamContract:
+    """Return the stream contract of ``src`` (Path).
+
+    Raises:
+        ArtifactError: file missing/corrupt, no cosyedge metadata, or no state pairs (not streamified).
+    """
+    contract = StreamContract.from_onnx(src)
+    if not contract.is_streaming:
+        raise ArtifactError(f"{src} has no streaming state (state_in.*/state_out.*); run 'cosyedge streamify' first")
+    return contract
+
+
+def int8_entry():
+    """Return :func:`cosyedge.precision.int8.int8_onnx`.
+
+    Raises:
+        DependencyError: that module is not in this cosyedge version (or fails to import a dependency).
+    """
+    from cosyedge.errors import DependencyError
+
+    try:
+        mod = importlib.import_module("cosyedge.precision.int8")
+    except ModuleNotFoundError as err:
+        if err.name in ("cosyedge.precision.int8",):
+            raise DependencyError("INT8 builds are not available in this cosyedge version "
+                                  "(cosyedge.precision.int8 is missing); use --fp16 or FP32") from None
+        raise DependencyError(f"INT8 needs '{err.name}', which cannot be imported: pip install {err.name}") from None
+    return mod.int8_onnx
+
+
+def _copy_onnx(src: Path, dest: Path) -> None:
+    model = load_onnx(src, load_external_data=False)
+    from onnx.external_data_helper import uses_external_data
+
+    if any(uses_external_data(t) for t in model.graph.initializer):
+        onnx.save(load_onnx(src, load_external_data=True), str(dest))  # one self-contained file (< 2 GiB)
+    else:
+        shutil.copyfile(src, dest)
+
+
+def prepare_onnx(onnx_path: Any, dest: str | Path, *, precision: str = "fp32", sparse: bool = False,
+                 exclude: Iterable[str] = (), calib: str | Path | None = None,
+                 calib_count: int = DEFAULT_CALIB_COUNT) -> dict:
+    """Write the precision ONNX ``dest`` from a streaming FP32 ONNX (sparsify, then FP16/INT8/copy).
+
+    Args:
+        onnx_path (str | Path | Stage): Streaming FP32 ONNX (``cosyedge streamify`` output).
+        dest (str | Path): Output ``.onnx``; its folder holds temporary files during the call (a temp
+            folder of the caller, typically). Not written atomically here: callers build in a temp folder.
+        precision (str): ``fp32`` | ``fp16`` | ``int8``.
+        sparse (bool): Prune 2:4 first.
+        exclude (Iterable[str]): Node names kept as in the FP32 model (dense, float).
+        calib (str | Path | None): INT8 calibration folder (None: the default calibration set).
+        calib_count (int): INT8 calibration utterances (default 2048).
+    Returns:
+        dict: manifest fields: ``precision``, ``sparse``, ``exclude``, ``parent_sha256`` of the FP32
+        input is added by the caller; ``sparsity`` (report of :func:`~cosyedge.precision.sparsity.sparsify_onnx`
+        or None), ``fp16`` (result of :func:`~cosyedge.precision.fp16.fp16_onnx` or None), ``int8``
+        (result of ``int8_onnx`` or None), ``calibration_sha256`` (str | None).
+    Raises:
+        UsageError: unknown precision, ``calib``/``calib_count`` without INT8, unknown node in ``exclude``.
+        ArtifactError: input missing, not a streaming cosyedge ONNX, conversion failures.
+        AccuracyError: FP16 scan found NaN/Inf.
+        DependencyError: INT8 requested but ``cosyedge.precision.int8`` is missing.
+    """
+    if precision not in PRECISIONS:
+        raise UsageError(f"unknown precision '{precision}' (use one of {', '.join(PRECISIONS)})")
+    if calib is not None and precision != "int8":
+        raise UsageError("--calib is only used by --int8 builds")
+    if int(calib_count) < 1:
+        raise UsageError(f"calibration count must be >= 1, got {calib_count}")
+    exclude = tuple(exclude)
+    src = resolve_artifact(onnx_path)
+    check_streaming_onnx(src)
+    dest = Path(dest)
+    int8_onnx = int8_entry() if precision == "int8" else None  # fail before any work
+    fields: dict = {"precision": precision, "sparse": bool(sparse), "exclude": list(exclude), "sparsity": None,
+                    "fp16": None, "int8": None, "calibration_sha256": None}
+    stage_in = src
+    sparse_tmp = dest.with_name(dest.stem + ".sparse.tmp.onnx")
+    try:
+        if sparse:
+            from cosyedge.precision.sparsity import sparsify_onnx
+
+            target = dest if precision == "fp32" else sparse_tmp
+            fields["sparsity"] = sparsify_onnx(src, target, exclude=exclude)
+            stage_in = target
+        if precision == "fp16":
+            from cosyedge.precision.fp16 import fp16_onnx
+
+            fields["fp16"] = fp16_onnx(stage_in, dest, exclude=exclude)
+        elif precision == "int8":
+            res = int8_onnx(stage_in, dest, calib=calib, exclude=exclude, count=int(calib_count))
+            fields["int8"] = res
+            fields["calibration_sha256"] = _calibration_hash(res)
+        elif not sparse:
+            _copy_onnx(src, dest)
+    finally:
+        sparse_tmp.unlink(missing_ok=True)
+    if not dest.is_file():
+        raise ArtifactError(f"the {precision} step did not write {dest}")
+    LOG.debug("prepared %s (%s%s)", dest, precision, ", sparse" if sparse else "")
+    return fields
+
+
+def _calibration_hash(res: Any) -> str | None:
+    """Pick the calibration hash out of the INT8 result (dict); None when it names none."""
+    if not isinstance(res, dict):
+        return None
+    for key in ("calibration_sha256", "calib_sha256", "calibration_manifest_sha256", "calib_manifest_sha256",
+                "calibration_hash"):
+        if res.get(key):
+            return str(res[key])
+    cal = res.get("calibration") or res.get("calib")
+    if isinstance(cal, dict):
+        for key in ("sha256", "manifest_sha256", "hash"):
+            if cal.get(key):
+                return str(cal[key])
+    return None
+
+
+__all__ = ["DEFAULT_CALIB_COUNT", "PRECISIONS", "check_streaming_onnx", "engine_folder_name", "int8_entry",
+           "precision_from_flags", "prepare_onnx"]
