@@ -252,6 +252,10 @@ class OrtEngine:
 def load_engine(path: str | Path) -> OrtEngine:
     """Load an engine folder (made by ``cosyedge build``) or a bare streaming ``.onnx``.
 
+    A folder whose manifest says backend ``tensorrt`` is handed to
+    :func:`cosyedge.build.trt.load_trt_engine` (a :class:`~cosyedge.build.trt.TrtEngine` with the same
+    call signature; needs TensorRT, pycuda and a GPU, else a one-line DependencyError).
+
     Args:
         path (str | Path): Engine folder with ``manifest.json`` + ``model.onnx``, or a ``.onnx`` file.
     Returns:
@@ -265,6 +269,10 @@ def load_engine(path: str | Path) -> OrtEngine:
     if path.is_dir():
         manifest = load_manifest(path)
         backend = manifest.get("backend")
+        if backend == "tensorrt":  # checked against this machine's TensorRT/GPU, rebuilt if foreign
+            from cosyedge.build.trt import load_trt_engine
+
+            return load_trt_engine(path, manifest)
         if backend != BACKEND:
             raise ArtifactError(f"engine {path} is for backend '{backend}', not '{BACKEND}' "
                                 f"(rebuild with 'cosyedge build --backend {BACKEND}')")
