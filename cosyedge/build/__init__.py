@@ -37,8 +37,8 @@ def _tensorrt_builder_available() -> bool:
 def resolve_backend(backend: str = "auto") -> str:
     """Return the concrete backend (str) for ``backend`` in :data:`BACKENDS`.
 
-    ``auto`` picks ``tensorrt`` when TensorRT is importable and cosyedge ships its TensorRT builder,
-    else ``onnxruntime``; the choice is logged.
+    ``auto`` picks ``tensorrt`` when TensorRT and pycuda are importable and a GPU answers, else
+    ``onnxruntime``; the choice and the reason are logged.
 
     Raises:
         UsageError: unknown backend, or TensorRT builds are not available in this cosyedge version.
@@ -51,6 +51,14 @@ def resolve_backend(backend: str = "auto") -> str:
         chosen = "tensorrt" if trt_ok and _tensorrt_builder_available() else "onnxruntime"
         why = "tensorrt is importable" if chosen == "tensorrt" else (
             "tensorrt is not importable" if not trt_ok else "the TensorRT builder is not in this cosyedge version")
+        if chosen == "tensorrt":  # TensorRT alone is not enough: pycuda and a GPU too
+            from cosyedge.runtime.trt import require_stack
+
+            try:
+                require_stack("build TensorRT engines")
+                why = "tensorrt, pycuda and a GPU found"
+            except DependencyError as err:
+                chosen, why = "onnxruntime", str(err).split(";")[0]
         LOG.info("backend auto -> %s (%s)", chosen, why)
         return chosen
     if backend == "tensorrt":
@@ -59,6 +67,10 @@ def resolve_backend(backend: str = "auto") -> str:
                 "backend 'tensorrt' needs TensorRT and an NVIDIA GPU: pip install 'cosyedge[trt]' on a GPU "
                 "machine (JetPack's TensorRT on Jetson); on CPU use --backend onnxruntime"
             )
+        if not has_module("pycuda"):
+            from cosyedge.runtime.trt import missing_stack_message
+
+            raise DependencyError(missing_stack_message(True, False, None, "build TensorRT engines"))
         if not _tensorrt_builder_available():
             raise UsageError("TensorRT engine builds are not available in this cosyedge version yet; "
                              "use --backend onnxruntime")
@@ -68,7 +80,8 @@ def resolve_backend(backend: str = "auto") -> str:
 def build_engine(onnx_path: str | Path | None = None, backend: str = "auto", name: str | None = None,
                  out_dir: str | Path | None = None, *, precision: str = "fp32", sparse: bool = False,
                  exclude: Iterable[str] = (), calib: str | Path | None = None,
-                 calib_count: int = DEFAULT_CALIB_COUNT) -> Path:
+                 calib_count: int = DEFAULT_CALIB_COUNT, dla_core: int | None = None,
+                 gpu_fallback: bool = False) -> Path:
     """Build an engine folder ``<name>-<precision>[-sparse]-<backend>/`` from a streaming FP32 ONNX.
 
     The precision ONNX is made first (:func:`cosyedge.build.prepare.prepare_onnx`: 2:4 pruning if
@@ -86,6 +99,8 @@ def build_engine(onnx_path: str | Path | None = None, backend: str = "auto", nam
         exclude (Iterable[str]): Node names kept as in the FP32 model (dense, float).
         calib (str | Path | None): INT8 calibration folder (None: the default calibration set).
         calib_count (int): INT8 calibration utterances.
+        dla_core (int | None): TensorRT only: build for this DLA core (Jetson; fp16/int8).
+        gpu_fallback (bool): TensorRT only, with ``dla_core``: unsupported layers run on the GPU.
     Returns:
         Path: the engine folder.
     Raises:
@@ -105,12 +120,14 @@ def build_engine(onnx_path: str | Path | None = None, backend: str = "auto", nam
     if precision not in PRECISIONS:
         raise UsageError(f"unknown precision '{precision}' (use one of {', '.join(PRECISIONS)})")
     chosen = resolve_backend(backend)
+    if (dla_core is not None or gpu_fallback) and chosen != "tensorrt":
+        raise UsageError("--dla-core/--gpu-fallback are TensorRT options (Jetson): add --backend tensorrt")
     if onnx_path is None:
         onnx_path = REFERENCE_STREAM_ONNX
         if not Path(onnx_path).is_file():
             raise ArtifactError(f"bundled reference model {onnx_path} is missing; pass --onnx MODEL.stream.onnx")
     options = dict(precision=precision, sparse=sparse, exclude=tuple(exclude), calib=calib, calib_count=calib_count)
-    if chosen == "tensorrt":  # pragma: no cover - needs TensorRT and a GPU
+    if chosen == "tensorrt":
         src = Path(onnx_path)
         contract = check_streaming_onnx(src)
         root = Path(out_dir) if out_dir is not None else engines_root()
@@ -123,7 +140,8 @@ def build_engine(onnx_path: str | Path | None = None, backend: str = "auto", nam
             model = tmp / f"{name or contract.name}.{precision}{'.sparse' if sparse else ''}.onnx"
             prepare_onnx(src, model, **options)
             return importlib.import_module("cosyedge.build.trt").build_trt(
-                model, out_dir=out_dir, name=name or contract.name, precision=precision, sparse=sparse)
+                model, out_dir=out_dir, name=name or contract.name, precision=precision, sparse=sparse,
+                dla_core=dla_core, gpu_fallback=gpu_fallback)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     return build_ort(onnx_path, out_dir=out_dir, name=name, **options)

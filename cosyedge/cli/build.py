@@ -20,11 +20,15 @@ from cosyedge.cli.options import log_opts
 @click.option("--calib-count", type=int, default=2048, show_default=True, help="INT8 calibration utterances.")
 @click.option("--name", default=None, help="Engine name. Default: the model's name from its metadata.")
 @click.option("--backend", type=click.Choice(["auto", "onnxruntime", "tensorrt"]), default="auto",
-              show_default=True, help="auto picks tensorrt when it is importable, else onnxruntime.")
+              show_default=True, help="auto picks tensorrt when TensorRT, pycuda and a GPU are present, else onnxruntime.")
 @click.option("-o", "--out-dir", metavar="DIR", default=None,
               help="Engines root. Default: $COSYEDGE_ENGINES_DIR or ./engines.")
+@click.option("--dla-core", type=int, default=None, metavar="N",
+              help="TensorRT on Jetson: run on DLA core N (needs --fp16 or --int8; TensorRT 8.6/10.x).")
+@click.option("--gpu-fallback", is_flag=True, help="With --dla-core: layers the DLA cannot run go to the GPU.")
 @log_opts
-def build(onnx_path, fp16, int8, sparse, exclude, calib, calib_count, name, backend, out_dir):
+def build(onnx_path, fp16, int8, sparse, exclude, calib, calib_count, name, backend, out_dir, dla_core,
+          gpu_fallback):
     """Build an engine folder <name>-<precision>[-sparse]-<backend>/ (precision ONNX, backend artifact,
     manifest.json).
 
@@ -44,5 +48,6 @@ def build(onnx_path, fp16, int8, sparse, exclude, calib, calib_count, name, back
     if calib_count < 1:
         raise UsageError(f"--calib-count must be >= 1, got {calib_count}")
     folder = build_engine(onnx_path, backend=backend, name=name, out_dir=out_dir, precision=precision,
-                          sparse=sparse, exclude=exclude, calib=calib, calib_count=calib_count)
+                          sparse=sparse, exclude=exclude, calib=calib, calib_count=calib_count,
+                          dla_core=dla_core, gpu_fallback=gpu_fallback)
     click.echo(str(folder))
