@@ -24,6 +24,7 @@ TORCH_FREE = [
     "cosyedge.runtime.stream", "cosyedge.build", "cosyedge.build.ort", "cosyedge.surgery",
     "cosyedge.surgery.streamify", "cosyedge.export", "cosyedge.cli.main", "cosyedge.cli.run",
     "cosyedge.cli.build", "cosyedge.cli.export", "cosyedge.datasets", "cosyedge.models",
+    "cosyedge.build.trt", "cosyedge.build.trt_compat", "cosyedge.runtime.trt",
 ]
 
 
