@@ -16,8 +16,9 @@ from cosyedge.cli.options import log_opts
 @click.option("--exclude", "exclude", metavar="NODE", multiple=True,
               help="Keep this ONNX node as in the FP32 model (float, dense). Repeatable.")
 @click.option("--calib", metavar="DIR", default=None,
-              help="INT8 calibration folder of recordings. Default: the calibration set from 'cosyedge calib make'.")
-@click.option("--calib-count", type=int, default=2048, show_default=True, help="INT8 calibration utterances.")
+              help="INT8 calibration set folder (from 'cosyedge calib make [--from DIR]'). "
+                   "Default: $COSYEDGE_CALIB_DIR or ./calib (made when missing).")
+@click.option("--calib-count", type=int, default=2048, show_default=True, help="INT8 calibration utterances when the default set has to be made.")
 @click.option("--name", default=None, help="Engine name. Default: the model's name from its metadata.")
 @click.option("--backend", type=click.Choice(["auto", "onnxruntime", "tensorrt"]), default="auto",
               show_default=True, help="auto picks tensorrt when TensorRT, pycuda and a GPU are present, else onnxruntime.")
