@@ -303,7 +303,7 @@ def build_trt(onnx_path: Any, out_dir: str | Path | None = None, name: str | Non
     trt, cuda = require_stack("build TensorRT engines", device)
     feat = features(trt.__version__, trt)
     plan = plan_build(feat, precision, sparse, dla_core, gpu_fallback,
-                      available_builder_flags=[n for n in dir(trt.BuilderFlag) if n.isupper()])
+                      available_builder_flags=_enum_names(trt.BuilderFlag))
     check_precision(precision, stats, plan.strongly_typed, str(src))
     gpu = device_info(cuda, device)
     root = Path(out_dir) if out_dir is not None else _engines_root()
@@ -366,6 +366,12 @@ def build_trt(onnx_path: Any, out_dir: str | Path | None = None, name: str | Non
                  len(report["sparse_eligible"]), ", ".join(report["sparse_picked"]) or "none")
     LOG.info("engine: %s", dest)
     return dest
+
+
+def _enum_names(enum: Any) -> list[str]:
+    """Member names of a pybind11 enum (``__members__``), or the upper-case attributes of a namespace."""
+    members = getattr(enum, "__members__", None)
+    return list(members) if members else [n for n in dir(enum) if n.isupper()]
 
 
 def _engines_root() -> Path:

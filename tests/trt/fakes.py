@@ -418,6 +418,23 @@ def make_fake_trt(version: str, cuda_state: FakeCudaState, dla_cores: int = 0, s
         def create_execution_context(self):
             return ExecContext(self)
 
+        # TensorRT 8.x bindings API (used when IExecutionContext has no execute_async_v3)
+        @property
+        def num_bindings(self):
+            return len(self.names)
+
+        def get_binding_name(self, i):
+            return self.names[i]
+
+        def get_binding_index(self, name):
+            return self.names.index(name)
+
+        def binding_is_input(self, name):
+            return name in self.inputs
+
+        def get_binding_dtype(self, name):
+            return "float32"
+
         def create_engine_inspector(self):
             return Inspector(self)
 
@@ -453,6 +470,19 @@ def make_fake_trt(version: str, cuda_state: FakeCudaState, dla_cores: int = 0, s
             for n, y in zip(self.engine.outputs, res):
                 b = np.ascontiguousarray(y, np.float32).view(np.uint8).reshape(-1)
                 cuda_state.memory[outs[n]][: b.size] = b
+
+        def set_binding_shape(self, index, shape):
+            return self.set_input_shape(self.engine.names[index], shape)
+
+        def execute_async_v2(self, bindings, stream_handle):
+            cuda_state.require_context("execute_async_v2")
+            addr = {n: int(b) for n, b in zip(self.engine.names, bindings)}
+            if cuda_state.capturing is not None:
+                cuda_state.capturing.append(("run", lambda a=addr: self._run(a)))
+            else:
+                self._run(addr)
+            cuda_state.log.append("enqueue")
+            return True
 
         def execute_async_v3(self, stream_handle):
             cuda_state.require_context("execute_async_v3")
@@ -490,7 +520,7 @@ def make_fake_trt(version: str, cuda_state: FakeCudaState, dla_cores: int = 0, s
 
 
 def install(monkeypatch, version="10.3.0", gpus=(("NVIDIA Orin", (8, 7)),), dla_cores=0, fail_build=False,
-            with_cudart=True):
+            with_cudart=True, v3=True):
     """Put fake ``tensorrt``, ``pycuda``, ``pycuda.driver`` (and ``cuda.bindings.runtime``) in sys.modules.
 
     Returns:
@@ -501,6 +531,8 @@ def install(monkeypatch, version="10.3.0", gpus=(("NVIDIA Orin", (8, 7)),), dla_
     state = FakeCudaState(gpus)
     cuda = make_fake_cuda(state)
     trt = make_fake_trt(version, state, dla_cores=dla_cores, fail_build=fail_build)
+    if not v3:  # a TensorRT without execute_async_v3 (8.0-8.4 API): bindings + execute_async_v2
+        trt.IExecutionContext = type("IExecutionContext", (), {"execute_async_v2": lambda *a: True})
     pycuda = types.ModuleType("pycuda")
     pycuda.driver = cuda
     mods = {"tensorrt": trt, "pycuda": pycuda, "pycuda.driver": cuda}

@@ -177,3 +177,30 @@ def test_missing_stack_messages():
     m = missing_stack_message(True, True, False)
     assert "needs an NVIDIA GPU with its CUDA driver (missing)" in m and "nvidia-smi" in m and "pip" not in m
     assert "\n" not in m
+
+
+@pytest.mark.parametrize("cuda_graph", [False, True])
+def test_bindings_api_path(monkeypatch, two_state, tmp_path, cuda_graph):
+    """execute_async_v2 with one bindings list per ping-pong parity (TensorRT without execute_async_v3)."""
+    fakes.install(monkeypatch, version="8.6.1", v3=False)
+    eng = bt.load_trt_engine(bt.build_trt(two_state, out_dir=tmp_path))
+    x = _x(200, seed=7)
+    with eng(cuda_graph=cuda_graph) as s:
+        assert s._feat.execute_api == "v2"
+        y = stream_array(s, x)
+        b0, b1 = s._bindings
+        assert b0 != b1 and sorted(b0) == sorted(b1)  # same buffers, state in/out swapped
+    assert np.abs(y - models.two_state_reference(x)[0]).max() <= ATOL
+
+
+def test_no_allocation_per_chunk(engine, fake10):
+    """Device memory and state size stay constant over a long stream (no per-chunk allocations)."""
+    x = _x(2000 * HOP, seed=8)
+    with engine() as s:
+        n_buffers = len(fake10.state.memory)
+        sizes = sorted(a.size for a in fake10.state.memory.values())
+        stream_array(s, x)
+        assert len(fake10.state.memory) == n_buffers
+        assert sorted(a.size for a in fake10.state.memory.values()) == sizes
+        assert all(v.shape == (1, 1, 4) for v in s.state().values())
+    assert len(fake10.state.memory) == 0  # everything freed on deactivate
