@@ -33,8 +33,8 @@ version differences):
   * ``IOptimizationProfile.set_shape(name, min, opt, max)``: .../python-api/infer/Core/OptimizationProfile.html
   * ``ICudaEngine.create_engine_inspector``, ``IEngineInspector.get_engine_information(
     LayerInformationFormat.JSON)``: .../python-api/infer/Core/EngineInspector.html
-  * custom ``ILogger`` subclass (``ILogger.__init__(self)``, ``log(severity, msg)``):
-    .../python-api/infer/Core/Logger.html
+  * custom ``ILogger`` subclass (``ILogger.__init__(self)``, ``log(severity, msg)``), one per process
+    (:func:`cosyedge.runtime.trt.trt_logger`): .../python-api/infer/Core/Logger.html
   * Polygraphy ``backend/trt/config.py`` ``CreateConfig`` (same calls, timing cache handling).
 """
 
@@ -222,35 +222,6 @@ def rebuild_command(manifest: dict, folder: Path | None = None) -> str:
 
 
 # ------------------------------------------------------------------------------------------ building
-class _CaptureLogger:
-    """Factory of a ``tensorrt.ILogger`` subclass that forwards warnings/errors to :data:`LOG` and keeps
-    the sparsity report lines, the errors and the last messages (bounded)."""
-
-    @staticmethod
-    def make(trt: Any) -> Any:
-        sev = trt.ILogger.Severity
-
-        class _Logger(trt.ILogger):
-            def __init__(self):
-                trt.ILogger.__init__(self)
-                self.sparsity: list[str] = []
-                self.errors: list[str] = []
-                self.recent: list[str] = []
-
-            def log(self, severity, msg):  # noqa: D401 - TensorRT callback
-                msg = str(msg)
-                if "(Sparsity)" in msg:
-                    self.sparsity.append(msg)
-                self.recent = (self.recent + [msg])[-50:]
-                if severity in (sev.INTERNAL_ERROR, sev.ERROR):
-                    self.errors.append(msg)
-                    LOG.warning("TensorRT: %s", msg)
-                elif severity == sev.WARNING:
-                    LOG.debug("TensorRT: %s", msg)
-
-        return _Logger()
-
-
 def build_trt(onnx_path: Any, out_dir: str | Path | None = None, name: str | None = None, precision: str = "fp32",
               sparse: bool = False, dla_core: int | None = None, gpu_fallback: bool = False,
               workspace_mib: int = DEFAULT_WORKSPACE_MIB, max_batch: int = DEFAULT_MAX_BATCH,
@@ -395,7 +366,10 @@ def _onnx_version() -> str:
 def _build_plan_file(trt: Any, onnx_file: Path, plan_file: Path, plan: Any, profile: dict, workspace_mib: int,
                      cache_file: Path | None) -> dict:
     """Parse, configure, build and serialize; save the timing cache; return the layer/sparsity report."""
-    logger = _CaptureLogger.make(trt)
+    from cosyedge.runtime.trt import trt_logger
+
+    logger = trt_logger(trt)
+    logger.clear()
     builder = trt.Builder(logger)
     if builder is None:
         raise ArtifactError("TensorRT could not create a builder (CUDA initialisation failed?): "

@@ -339,7 +339,9 @@ def layers_from_inspector(info: str | dict) -> list[dict]:
     Raises:
         ArtifactError: the text is not JSON or has no ``"Layers"`` list.
     Source: TensorRT Python API ``IEngineInspector`` / ``LayerInformationFormat``; 11.x migration guide,
-        "IEngineInspector JSON Output".
+        "IEngineInspector JSON Output". The per-layer keys (``Name``, ``LayerType``, ``TacticName``) are
+        not a documented schema: they are the keys public tools read from ``ProfilingVerbosity.DETAILED``
+        output; not verified on hardware here, hence the tolerant parsing.
     """
     try:
         data = json.loads(info) if isinstance(info, (str, bytes)) else info

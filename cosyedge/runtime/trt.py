@@ -131,6 +131,55 @@ def device_info(cuda: Any, device: int = 0) -> dict:
             "total_memory_mib": int(d.total_memory()) >> 20}
 
 
+_LOGGERS: dict[int, tuple] = {}
+
+
+def trt_logger(trt: Any) -> Any:
+    """Return the process-wide ``tensorrt.ILogger`` of cosyedge (one per ``tensorrt`` module).
+
+    It forwards TensorRT errors to :data:`cosyedge.log.LOG` (warning level) and warnings at debug level,
+    and keeps the structured-sparsity report lines, the errors and the last 50 messages of the current
+    build (``clear()`` starts a new one). One logger is shared by every builder and runtime: TensorRT uses
+    the logger of the builder/runtime for every object created through it, and 8.x warns when runtimes
+    are created with different loggers.
+
+    Args:
+        trt: the ``tensorrt`` module.
+    Returns:
+        ILogger subclass instance with ``sparsity``, ``errors``, ``recent`` (list[str]) and ``clear()``.
+    Source: TensorRT Python API, Logger.html ("To implement a custom logger, ensure that you explicitly
+        instantiate the base class in __init__()"; ``log(self, severity, msg)``; ``ILogger.Severity``).
+    """
+    key = id(trt)
+    if key in _LOGGERS:
+        return _LOGGERS[key][1]
+    sev = trt.ILogger.Severity
+
+    class _Logger(trt.ILogger):
+        def __init__(self):
+            trt.ILogger.__init__(self)
+            self.clear()
+
+        def clear(self) -> None:
+            self.sparsity: list[str] = []
+            self.errors: list[str] = []
+            self.recent: list[str] = []
+
+        def log(self, severity, msg):  # TensorRT callback (may come from TensorRT's threads)
+            msg = str(msg)
+            if "(Sparsity)" in msg:
+                self.sparsity.append(msg)
+            self.recent = (self.recent + [msg])[-50:]
+            if severity in (sev.INTERNAL_ERROR, sev.ERROR):
+                self.errors.append(msg)
+                LOG.warning("TensorRT: %s", msg)
+            elif severity == sev.WARNING:
+                LOG.debug("TensorRT: %s", msg)
+
+    _LOGGERS[key] = (trt, _Logger())  # holding the module keeps its id unique
+    return _LOGGERS[key][1]
+
+
 def _cudart() -> Any:
     """cuda-python runtime bindings (new location first), or DependencyError."""
     import importlib
@@ -238,7 +287,7 @@ class TrtStreamSession(StreamSession):
 
         trt, cuda, c = self._trt, self._cuda, self.contract
         self._feat = features(trt.__version__, trt)
-        self._logger = trt.Logger(trt.Logger.WARNING)
+        self._logger = trt_logger(trt)
         self._runtime = trt.Runtime(self._logger)
         try:
             data = self.plan_path.read_bytes()
