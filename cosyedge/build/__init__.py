@@ -138,10 +138,12 @@ def build_engine(onnx_path: str | Path | None = None, backend: str = "auto", nam
             raise ArtifactError(f"cannot write in {root}: {err.strerror or err}") from None
         try:
             model = tmp / f"{name or contract.name}.{precision}{'.sparse' if sparse else ''}.onnx"
-            prepare_onnx(src, model, **options)
+            fields = prepare_onnx(src, model, **options) or {}
+            extra = {"calibration_sha256": fields.get("calibration_sha256"),
+                     "reports": {k: fields[k] for k in ("sparsity", "fp16", "int8") if fields.get(k) is not None}}
             return importlib.import_module("cosyedge.build.trt").build_trt(
                 model, out_dir=out_dir, name=name or contract.name, precision=precision, sparse=sparse,
-                dla_core=dla_core, gpu_fallback=gpu_fallback)
+                dla_core=dla_core, gpu_fallback=gpu_fallback, parent_path=src, extra_manifest=extra)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     return build_ort(onnx_path, out_dir=out_dir, name=name, **options)

@@ -226,7 +226,7 @@ def build_trt(onnx_path: Any, out_dir: str | Path | None = None, name: str | Non
               sparse: bool = False, dla_core: int | None = None, gpu_fallback: bool = False,
               workspace_mib: int = DEFAULT_WORKSPACE_MIB, max_batch: int = DEFAULT_MAX_BATCH,
               chunk_samples: int | None = None, opt_batch: int = 1, timing_cache: bool = True,
-              device: int = 0) -> Path:
+              device: int = 0, parent_path: str | Path | None = None, extra_manifest: dict | None = None) -> Path:
     """Build a TensorRT engine folder from a streaming (precision) ONNX.
 
     Args:
@@ -244,6 +244,9 @@ def build_trt(onnx_path: Any, out_dir: str | Path | None = None, name: str | Non
         opt_batch (int): Batch the builder tunes for.
         timing_cache (bool): Load/save the timing cache under ``<out_dir>/timing-cache/``.
         device (int): CUDA device index.
+        parent_path (str | Path | None): The FP32 ONNX the precision ONNX was made from (recorded as
+            ``parent_path``/``parent_sha256``); defaults to ``onnx_path``.
+        extra_manifest (dict | None): More manifest fields (calibration hash, precision reports).
     Returns:
         Path: the engine folder.
     Raises:
@@ -265,6 +268,7 @@ def build_trt(onnx_path: Any, out_dir: str | Path | None = None, name: str | Non
     if not name or any(ch in name for ch in "/\\") or name in (".", ".."):
         raise UsageError(f"engine name {name!r} must be a plain folder name (no path separators)")
     profile = profile_from_contract(contract, chunk_samples, max_batch, opt_batch)
+    parent = Path(parent_path) if parent_path is not None else src
     model = load_onnx(src, load_external_data=False)
     check_onnx_against_profile(model, contract, profile)
     stats = onnx_precision_stats(model)
@@ -307,8 +311,8 @@ def build_trt(onnx_path: Any, out_dir: str | Path | None = None, name: str | Non
                 "sparse": bool(sparse),
                 "model": {"file": MODEL_FILE, "sha256": sha256_file(model_dst)},
                 "plan": {"file": PLAN_FILE, "sha256": sha256_file(tmp / PLAN_FILE)},
-                "parent_sha256": sha256_file(src),
-                "parent_path": str(src.resolve()),
+                "parent_sha256": sha256_file(parent),
+                "parent_path": str(parent.resolve()),
                 "tools": {"tensorrt": trt.__version__, "onnx": _onnx_version()},
                 "gpu": gpu,
                 "flags": {"backend": BACKEND, "precision": precision, "fp16": precision == "fp16",
@@ -324,6 +328,7 @@ def build_trt(onnx_path: Any, out_dir: str | Path | None = None, name: str | Non
                 "chunk_samples": profile[contract.input][0][2],
                 "max_batch": int(max_batch),
                 "sample_rate_hz": contract.sample_rate_hz,
+                **(extra_manifest or {}),
             })
             os.chmod(tmp, default_file_mode(0o777))
             from cosyedge.build.ort import _replace_dir
@@ -337,6 +342,11 @@ def build_trt(onnx_path: Any, out_dir: str | Path | None = None, name: str | Non
                  len(report["sparse_eligible"]), ", ".join(report["sparse_picked"]) or "none")
     LOG.info("engine: %s", dest)
     return dest
+
+
+def _existing(path: str | None) -> Path | None:
+    """``Path(path)`` when that file still exists, else None."""
+    return Path(path) if path and Path(path).is_file() else None
 
 
 def _enum_names(enum: Any) -> list[str]:
@@ -617,7 +627,8 @@ def rebuild_trt(folder: str | Path, manifest: dict | None = None, device: int = 
                         workspace_mib=int(flags.get("workspace_mib", DEFAULT_WORKSPACE_MIB)),
                         max_batch=int(flags.get("max_batch", manifest.get("max_batch", DEFAULT_MAX_BATCH))),
                         opt_batch=int(flags.get("opt_batch", 1)), chunk_samples=manifest.get("chunk_samples"),
-                        device=device)
+                        device=device, parent_path=_existing(manifest.get("parent_path")),
+                        extra_manifest={k: manifest[k] for k in ("calibration_sha256", "reports") if k in manifest})
     if out != folder:  # same name/flags give the same folder; keep the user's path otherwise
         LOG.info("rebuilt engine written to %s", out)
     return out

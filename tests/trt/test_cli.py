@@ -109,6 +109,10 @@ def test_build_and_run_through_the_cli_on_the_fake_stack(cli, monkeypatch, delay
     assert folder == tmp_path / "engines" / "delay-fp32-tensorrt"
     m = json.loads((folder / "manifest.json").read_text())
     assert m["backend"] == "tensorrt" and m["gpu"]["compute_capability"] == "8.7"
+    from cosyedge.artifacts import sha256_file
+
+    assert m["parent_path"] == str(delay_onnx.resolve()) and m["parent_sha256"] == sha256_file(delay_onnx)
+    assert "calibration_sha256" in m and m["reports"] == {}
     wav, x = _speech(tmp_path)
     rc, out, err = cli("run", wav, "-o", tmp_path / "out.wav", "--engine", folder)
     assert rc == 0, err
