@@ -90,6 +90,7 @@ def run(args, trt, cuda) -> int:
     from cosyedge.audio import load_audio, to_model_input
     from cosyedge.build import build_engine
     from cosyedge.build.trt import load_trt_engine
+    from cosyedge.errors import CosyEdgeError
     from cosyedge.models import REFERENCE_STREAM_ONNX
     from cosyedge.runtime.ort import OrtStreamSession
     from cosyedge.runtime.stream import stream_array

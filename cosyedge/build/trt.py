@@ -117,7 +117,7 @@ def profile_from_contract(contract: StreamContract, chunk_samples: int | None = 
     lo, opt, hi = 1, int(opt_batch), int(max_batch)
     prof = {contract.input: ((lo, 1, chunk), (opt, 1, chunk), (hi, 1, chunk))}
     for s in contract.states:
-        s.batch_axis  # raises ArtifactError without "N"
+        _ = s.batch_axis  # raises ArtifactError without "N"
         if any(d != BATCH_DIM and (not isinstance(d, int) or d <= 0) for d in s.shape):
             raise ArtifactError(f"state '{s.input}' has shape {s.shape}; dimensions must be positive or 'N'")
         prof[s.input] = (s.concrete_shape(lo), s.concrete_shape(opt), s.concrete_shape(hi))
@@ -420,14 +420,12 @@ def _build_plan_file(trt: Any, onnx_file: Path, plan_file: Path, plan: Any, prof
     if serialized is None:
         why = logger.errors[-1] if logger.errors else (logger.recent[-1] if logger.recent else "no log")
         raise ArtifactError(f"TensorRT {trt.__version__} failed to build {onnx_file.name}: {first_line(Exception(why), False)}")
-    with atomic_output(plan_file) as tmp:
-        with open(tmp, "wb") as f:
-            f.write(serialized)
+    with atomic_output(plan_file) as tmp, open(tmp, "wb") as f:
+        f.write(serialized)
     if cache is not None:
         try:
-            with atomic_output(cache_file) as tmp:
-                with open(tmp, "wb") as f:
-                    f.write(config.get_timing_cache().serialize())
+            with atomic_output(cache_file) as tmp, open(tmp, "wb") as f:
+                f.write(config.get_timing_cache().serialize())
         except CosyEdgeError as err:
             LOG.warning("timing cache not saved: %s", err)
     runtime = trt.Runtime(logger)

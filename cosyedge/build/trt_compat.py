@@ -49,7 +49,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from cosyedge.errors import ArtifactError, DependencyError, UsageError
 

@@ -109,7 +109,7 @@ def require_stack(purpose: str = "run TensorRT engines", device: int = 0) -> tup
     try:
         cuda.init()
         count = cuda.Device.count()
-    except Exception as err:  # pycuda._driver.Error subclasses (RuntimeError, LogicError)
+    except Exception as err:  # noqa: BLE001 - pycuda._driver.Error subclasses (RuntimeError, LogicError...)
         raise DependencyError(missing_stack_message(True, True, False, purpose) + f" [{first_line(err)}]") from None
     if count <= int(device):
         raise DependencyError(f"to {purpose} cosyedge needs CUDA device {device} but {count} GPU(s) were found; "

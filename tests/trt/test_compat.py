@@ -115,8 +115,8 @@ def test_sparse_layers_from_log():
     lines = [
         "[03/23/2021-00:14:05] [I] [TRT] (Sparsity) Layers eligible for sparse math: conv1, conv2, conv3",
         "[I] some other line",
-        "[03/23/2021-00:14:05] [I] [TRT] (Sparsity) TRT inference plan picked sparse implementation for layers: "
-        "conv2, conv3",
+        ("[03/23/2021-00:14:05] [I] [TRT] (Sparsity) TRT inference plan picked sparse implementation for layers: "
+         "conv2, conv3"),
     ]
     assert tc.sparse_layers_from_log(lines) == {"eligible": ["conv1", "conv2", "conv3"], "picked": ["conv2", "conv3"]}
     assert tc.sparse_layers_from_log(["nothing"]) == {"eligible": [], "picked": []}

@@ -44,9 +44,9 @@ def reference_engine(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def speech():
-    import soundfile as sf
-
     from pathlib import Path
+
+    import soundfile as sf
 
     x, sr = sf.read(str(Path(__file__).resolve().parents[1] / "data" / "speech_librivox_0890.wav"), dtype="float32")
     assert sr == 16000

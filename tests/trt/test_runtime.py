@@ -13,7 +13,7 @@ import pytest
 from cosyedge.build import trt as bt
 from cosyedge.errors import ArtifactError, DependencyError, UsageError
 from cosyedge.runtime.stream import stream_array
-from cosyedge.runtime.trt import TrtStreamSession, missing_stack_message
+from cosyedge.runtime.trt import missing_stack_message
 from tests import models
 from tests.trt import fakes
 from tests.trt.conftest import HOP
@@ -131,9 +131,8 @@ def test_chunk_must_be_the_built_one(engine):
     s = engine()
     with pytest.raises(UsageError, match="push\\(\\) on an inactive session"):
         s.push(np.zeros((1, 1, HOP), np.float32))
-    with s:
-        with pytest.raises(UsageError, match="NaN/Inf"):
-            s.push(np.full((1, 1, HOP), np.nan, np.float32))
+    with s, pytest.raises(UsageError, match="NaN/Inf"):
+        s.push(np.full((1, 1, HOP), np.nan, np.float32))
 
 
 def test_plan_from_another_version_fails_with_rebuild_hint(monkeypatch, two_state, tmp_path):
