@@ -1,0 +1,195 @@
+#!/usr/bin/env python3
+"""Benchmark precision variants of a streaming model on ONNX Runtime CPU: FP32 vs FP16 vs INT8, same run.
+
+For each variant (FP32 = the input streaming ONNX; FP16 from :func:`cosyedge.precision.fp16.fp16_onnx`;
+INT8 Q/DQ from ``cosyedge.precision.int8.int8_onnx`` when that module is present; with ``--sparse`` also
+the 2:4-pruned FP32 and INT8+2:4 models) the same real speech is streamed through an
+:class:`~cosyedge.runtime.ort.OrtStreamSession` (one thread by default, chunk = one hop), in
+``--rounds`` interleaved rounds so background load hits every variant alike. Reported per variant:
+per-chunk latency p50/p99/mean (ms, perf_counter around each push), RTF, the ratio to FP32
+(``fp32_p50 / variant_p50``: > 1 is faster), and the output SNR vs the FP32 streaming output (dB).
+Target (issue 4): INT8 at least 1.3x faster than FP32 at p50.
+
+Commands (short audio; keep the CPU otherwise idle for stable numbers)::
+
+    python scripts/bench_precision.py --seconds 5 --json bench_precision.json
+    python scripts/bench_precision.py --int8-onnx model.int8.onnx       # a prebuilt INT8 model
+    python scripts/bench_precision.py --calib calib --sparse            # INT8 from this calibration set
+
+Without ``--int8-onnx`` the INT8 model is made with the default calibration set (``$COSYEDGE_CALIB_DIR``
+or ``./calib``; made, 2048 utterances, when missing: minutes) or ``--calib DIR``; the amax cache is reused
+when it matches. ``--no-int8`` skips INT8.
+
+Exit status: 0 (1 with ``--strict`` when the INT8 speed target is missed); 3 when the model is missing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_AUDIO = REPO / "tests" / "data" / "speech_librivox_0890.wav"
+TARGET_INT8_SPEEDUP = 1.3
+
+
+def stream(session, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Stream x (T,) through an active session from zero state; return (output (T,), latencies ms)."""
+    from cosyedge.runtime import stream_array
+
+    session.clear_latencies()
+    y, st = stream_array(session, x, return_stats=True)
+    return y, session.latencies_ms[-st.chunks:]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    ap.add_argument("--onnx", type=Path, default=None, help="streaming FP32 ONNX (default: bundled reference)")
+    ap.add_argument("--audio", type=Path, default=DEFAULT_AUDIO, help="real speech to stream")
+    ap.add_argument("--seconds", type=float, default=5.0, help="audio per round (the file is looped or cut)")
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds per variant")
+    ap.add_argument("--chunk-samples", type=int, default=None, help="default: one hop")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--warmup", type=int, default=50, help="zero chunks pushed before timing")
+    ap.add_argument("--int8-onnx", type=Path, default=None, help="prebuilt INT8 Q/DQ streaming ONNX")
+    ap.add_argument("--calib", type=Path, default=None, help="calibration set folder for INT8")
+    ap.add_argument("--no-int8", action="store_true", help="skip INT8")
+    ap.add_argument("--sparse", action="store_true", help="also the 2:4-pruned FP32 and INT8 models (no fine-tune)")
+    ap.add_argument("--json", type=Path, default=None, help="write the results here")
+    ap.add_argument("--strict", action="store_true", help="exit 1 when INT8 misses the 1.3x target")
+    args = ap.parse_args(argv)
+
+    sys.path.insert(0, str(REPO))
+    import onnxruntime
+
+    from cosyedge.artifacts import StreamContract, sha256_file
+    from cosyedge.audio import load_audio, to_model_input
+    from cosyedge.errors import CosyEdgeError
+    from cosyedge.models import REFERENCE_STREAM_ONNX
+    from cosyedge.precision.fp16 import fp16_onnx
+    from cosyedge.runtime import OrtStreamSession
+
+    src = args.onnx or Path(REFERENCE_STREAM_ONNX)
+    if not src.is_file():
+        print(f"[!] model not found: {src}", file=sys.stderr)
+        return 3
+    tmp = Path(tempfile.mkdtemp(prefix="bench-precision-"))
+    notes: dict = {}
+    try:
+        contract = StreamContract.from_onnx(src)
+        x, sr = load_audio(args.audio)
+        speech = to_model_input(x, sr, contract.sample_rate_hz)
+        n = int(round(args.seconds * contract.sample_rate_hz))
+        audio = np.resize(speech, n).astype(np.float32)
+        variants: dict[str, Path] = {"fp32": src}
+        t = time.perf_counter()
+        fp16_onnx(src, tmp / "fp16.onnx")
+        notes["fp16_build_s"] = time.perf_counter() - t
+        variants["fp16"] = tmp / "fp16.onnx"
+        if args.sparse:
+            from cosyedge.precision.sparsity import sparsify_onnx
+
+            sparsify_onnx(src, tmp / "fp32-sparse.onnx")
+            variants["fp32-sparse"] = tmp / "fp32-sparse.onnx"
+        if not args.no_int8:
+            if args.int8_onnx is not None:
+                variants["int8"] = args.int8_onnx
+            else:
+                try:
+                    from cosyedge.build.prepare import int8_entry
+
+                    int8_onnx = int8_entry()
+                except CosyEdgeError as err:
+                    notes["int8"] = f"skipped: {err}"
+                    print(f"INT8 {notes['int8']}", file=sys.stderr)
+                else:
+                    t = time.perf_counter()
+                    int8_onnx(src, tmp / "int8.onnx", calib=args.calib)
+                    notes["int8_build_s"] = time.perf_counter() - t
+                    variants["int8"] = tmp / "int8.onnx"
+                    if args.sparse:
+                        int8_onnx(variants["fp32-sparse"], tmp / "int8-sparse.onnx", calib=args.calib)
+                        variants["int8-sparse"] = tmp / "int8-sparse.onnx"
+
+        chunk = args.chunk_samples or contract.hop_samples
+        sessions = {k: OrtStreamSession(p, chunk_samples=chunk, threads=args.threads) for k, p in variants.items()}
+        lat: dict[str, list] = {k: [] for k in variants}
+        outs: dict[str, np.ndarray] = {}
+        for s in sessions.values():
+            s.activate()
+            zero = np.zeros((1, 1, chunk), np.float32)
+            for _ in range(args.warmup):
+                s.push(zero)
+        t_all = time.perf_counter()
+        for _ in range(max(1, args.rounds)):
+            for k, s in sessions.items():
+                y, ms = stream(s, audio)
+                lat[k].append(ms)
+                outs[k] = y
+        wall = time.perf_counter() - t_all
+        for s in sessions.values():
+            s.deactivate()
+    except CosyEdgeError as err:
+        print(f"[!] {err}", file=sys.stderr)
+        return err.exit_code
+    finally:
+        import shutil
+
+        shutil.rmtree(tmp, ignore_errors=True)
+
+    ref = outs["fp32"].astype(np.float64)
+    chunk_ms = 1000.0 * chunk / contract.sample_rate_hz
+    rows = {}
+    for k in variants:
+        ms = np.concatenate(lat[k])
+        err = float(((outs[k] - ref) ** 2).sum())
+        rows[k] = {
+            "model": str(variants[k]) if k in ("fp32",) or args.int8_onnx else k,
+            "latency_ms_p50": float(np.percentile(ms, 50)), "latency_ms_p99": float(np.percentile(ms, 99)),
+            "latency_ms_mean": float(ms.mean()), "chunks": int(ms.size),
+            "rtf": float(ms.sum() / 1000.0 / (ms.size * chunk_ms / 1000.0)),
+            "snr_db_vs_fp32": float("inf") if err == 0 else float(10 * np.log10((ref ** 2).sum() / err)),
+            "output_finite": bool(np.isfinite(outs[k]).all()),
+        }
+    base = rows["fp32"]
+    for k, r in rows.items():
+        r["speedup_p50_vs_fp32"] = base["latency_ms_p50"] / r["latency_ms_p50"]
+        r["speedup_p99_vs_fp32"] = base["latency_ms_p99"] / r["latency_ms_p99"]
+        r["speedup_mean_vs_fp32"] = base["latency_ms_mean"] / r["latency_ms_mean"]
+    int8_pass = rows["int8"]["speedup_p50_vs_fp32"] >= TARGET_INT8_SPEEDUP if "int8" in rows else None
+    result = {
+        "audio": {"path": str(args.audio), "seconds_per_round": n / contract.sample_rate_hz, "rounds": args.rounds},
+        "model": {"path": str(src), "sha256": sha256_file(src), "name": contract.name},
+        "chunk_samples": chunk, "chunk_ms": chunk_ms, "threads": args.threads, "wall_s": wall,
+        "machine": {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
+                    "cpu_count": os.cpu_count(), "loadavg_1min": os.getloadavg()[0],
+                    "onnxruntime": onnxruntime.__version__, "python": platform.python_version()},
+        "variants": rows, "notes": notes,
+        "targets": {"int8_speedup_p50_min": TARGET_INT8_SPEEDUP, "int8_pass": int8_pass},
+    }
+    print(f"audio: {args.rounds} x {n / contract.sample_rate_hz:.2f} s of {args.audio.name}, chunk {chunk} samples "
+          f"({chunk_ms:g} ms), {args.threads} thread(s), load avg {result['machine']['loadavg_1min']:.2f}")
+    print(f"{'variant':12s} {'p50 ms':>8s} {'p99 ms':>8s} {'mean ms':>8s} {'x p50':>6s} {'x mean':>6s} {'SNR dB':>7s}")
+    for k, r in rows.items():
+        print(f"{k:12s} {r['latency_ms_p50']:8.4f} {r['latency_ms_p99']:8.4f} {r['latency_ms_mean']:8.4f} "
+              f"{r['speedup_p50_vs_fp32']:6.2f} {r['speedup_mean_vs_fp32']:6.2f} {r['snr_db_vs_fp32']:7.1f}")
+    if int8_pass is not None:
+        print(f"target INT8 >= {TARGET_INT8_SPEEDUP}x FP32 at p50: {'PASS' if int8_pass else 'FAIL'}")
+    if args.json:
+        from cosyedge.artifacts import write_json
+
+        write_json(args.json, result)
+        print(f"wrote {args.json}")
+    return 1 if args.strict and int8_pass is False else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
