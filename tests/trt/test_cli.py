@@ -149,3 +149,17 @@ def test_gpu_check_script_on_the_fake_stack(monkeypatch, tmp_path, capsys):
     rows = json.loads((tmp_path / "r.json").read_text())["rows"]
     assert [r["engine"] for r in rows] == ["fp32"]
     assert rows[0]["snr_db"] > 100 and rows[0]["streams_real_time"] == 2
+
+
+def test_gpu_check_reports_a_failed_engine_and_exits_1(monkeypatch, tmp_path, capsys):
+    fakes.install(monkeypatch, version="10.3.0")
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import gpu_check
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    rc = gpu_check.main(["--only", "int8", "--chunks", "10", "--engines-dir", str(tmp_path / "e"),
+                         "--calib", str(tmp_path / "no-calib")])
+    out = capsys.readouterr().out
+    assert rc == 1
+    assert "int8: [!] calibration folder" in out and "error: calibration folder" in out
