@@ -37,7 +37,7 @@ ACTIVE_RANGE_DB = 40.0
 SPEECH_TRAIN_CORPORA = (
     "asterisk-en", "asterisk-fr", "asterisk-es", "asterisk-it", "asterisk-ru",
     "asterisk-prompt-fr-armelle", "asterisk-prompt-es-co", "asterisk-prompt-it-menardi",
-    "flite", "festival", "espeak",
+    "klettres", "ktuberling", "flite", "festival", "espeak",
 )
 """Speech corpora used for training if available (missing ones are skipped with a warning)."""
 
@@ -55,7 +55,7 @@ NOISE_WEIGHTS = {
 """Probability of each noise category for the first noise of a mixture (renormalised over the
 categories present in the bank)."""
 
-BANK_VERSION = 7
+BANK_VERSION = 8
 
 
 # ------------------------------------------------------------------------------------------ metrics

@@ -425,6 +425,10 @@ CORPORA: dict = {
     "lincity-sfx": lambda cd: _build_glob("lincity-ng-data", "usr/share/games/lincity-ng/sounds", ("*.wav",), cd),
     # real sliding/impact sounds (GPL-2+)
     "etr-sfx": lambda cd: _build_glob("extremetuxracer-data", "usr/share/games/etr/sounds", ("*.wav",), cd),
+    # real wideband voices (many speakers, ~35 languages): spoken letters and syllables of KLettres and
+    # spoken object names of KTuberling (GPL-2+ / GFDL; /usr/share/doc/{klettres,ktuberling}-data/copyright)
+    "klettres": lambda cd: _build_glob("klettres-data", "usr/share/klettres", ("*.ogg", "*.wav"), cd),
+    "ktuberling": lambda cd: _build_glob("ktuberling-data", "usr/share/ktuberling/sounds", ("*.ogg", "*.wav"), cd),
     # real effects and ambiences: rain, thunder, ocean waves, birds, jets, helicopter, tank tracks,
     # explosions (GPL-2+ / CC0 / CC-BY(-SA) 3.0 per file; /usr/share/doc/scorched3d-data/copyright)
     "scorched3d-sfx": lambda cd: _build_glob("scorched3d-data", "usr/share/games/scorched3d/data", ("*.wav",), cd),
