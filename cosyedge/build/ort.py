@@ -26,23 +26,29 @@ import dataclasses
 import os
 import shutil
 import tempfile
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 import numpy as np
 
 from cosyedge._lazy import lazy_import
 from cosyedge.artifacts import (
-    default_file_mode,
     MANIFEST_NAME,
     Stage,
     StreamContract,
+    default_file_mode,
     load_manifest,
     resolve_artifact,
     sha256_file,
     write_manifest,
 )
-from cosyedge.build.prepare import DEFAULT_CALIB_COUNT, check_streaming_onnx, engine_folder_name, prepare_onnx
+from cosyedge.build.prepare import (
+    DEFAULT_CALIB_COUNT,
+    check_streaming_onnx,
+    engine_folder_name,
+    prepare_onnx,
+)
 from cosyedge.errors import ArtifactError, CosyEdgeError, UsageError
 from cosyedge.log import LOG
 

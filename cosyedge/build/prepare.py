@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import importlib
 import shutil
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from cosyedge._lazy import lazy_import
 from cosyedge.artifacts import StreamContract, load_onnx, resolve_artifact

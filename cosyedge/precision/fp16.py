@@ -42,8 +42,9 @@ Precision" (keep overflow-prone layers in FP32).
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import numpy as np
 
@@ -498,5 +499,15 @@ class Fp16OnnxFromOnnx(Stage):
         return self.out_path
 
 
-__all__ = ["Fp16OnnxFromOnnx", "KEEP_FP32_OPS", "TARGET_SNR_DB", "default_scan_signals", "fp16_model",
-           "fp16_onnx", "fp32_node_plan", "output_snr_db", "scan_nonfinite", "strip_fp16_round_trips"]
+__all__ = [
+    "KEEP_FP32_OPS",
+    "TARGET_SNR_DB",
+    "Fp16OnnxFromOnnx",
+    "default_scan_signals",
+    "fp16_model",
+    "fp16_onnx",
+    "fp32_node_plan",
+    "output_snr_db",
+    "scan_nonfinite",
+    "strip_fp16_round_trips",
+]

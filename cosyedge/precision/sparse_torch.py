@@ -21,7 +21,8 @@ one-shot magnitude pruning then fine-tuning with fixed masks); NVIDIA apex ``ape
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from cosyedge._lazy import lazy_import
 from cosyedge.precision.sparsity import M_GROUP, MIN_REDUCTION, N_KEEP

@@ -30,13 +30,21 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import numpy as np
 
 from cosyedge._lazy import lazy_import
-from cosyedge.artifacts import Stage, atomic_output, check_writable, load_onnx, resolve_artifact, sha256_file
+from cosyedge.artifacts import (
+    Stage,
+    atomic_output,
+    check_writable,
+    load_onnx,
+    resolve_artifact,
+    sha256_file,
+)
 from cosyedge.errors import ArtifactError, UsageError
 from cosyedge.log import LOG
 

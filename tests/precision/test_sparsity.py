@@ -14,7 +14,13 @@ from cosyedge.artifacts import StreamContract
 from cosyedge.cli.main import main
 from cosyedge.errors import UsageError
 from cosyedge.models import REFERENCE_STREAM_ONNX
-from cosyedge.precision.sparsity import SPARSITY_KEY, check_2to4, format_report, mask_2to4, sparsify_onnx
+from cosyedge.precision.sparsity import (
+    SPARSITY_KEY,
+    check_2to4,
+    format_report,
+    mask_2to4,
+    sparsify_onnx,
+)
 from tests import models
 
 REF = REFERENCE_STREAM_ONNX
@@ -146,7 +152,12 @@ def test_cli_table_json_and_errors(tmp_path, capsys):
 def test_torch_masks_stay_fixed_during_finetune():
     torch = pytest.importorskip("torch")
     from cosyedge.models.reference import load_reference
-    from cosyedge.precision.sparse_torch import apply_2to4, eligible_modules, masks_hold, reapply_masks
+    from cosyedge.precision.sparse_torch import (
+        apply_2to4,
+        eligible_modules,
+        masks_hold,
+        reapply_masks,
+    )
 
     ref = load_reference()
     names = set(eligible_modules(ref))
