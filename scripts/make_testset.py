@@ -200,7 +200,7 @@ def main(argv=None) -> int:
         report = evaluate(args.out, engine=args.engine, plot_dir=args.plot)
         report["input"] = "scripts/make_testset.py (manifest cosyedge/assets/testset/manifest.json)"
         for row in report["items"]:  # machine-independent paths in the committed report
-            for key in ("noisy", "clean"):
+            for key in ("noisy_file", "clean_file"):
                 row[key] = str(Path(row[key]).relative_to(args.out.resolve())) if row[key] else None
         report["testset_verified"] = ok
         print(format_table(report))

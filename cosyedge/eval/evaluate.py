@@ -134,8 +134,9 @@ def evaluate(input: str | Path, engine: str | Path | None = None, baseline: bool
         (``"paired"``, ``"noisy-only"`` or ``"mixed"``), ``sample_rate_hz`` (metric rate),
         ``systems``, ``metrics``, ``max_delay_ms``, ``chunk_ms``, ``versions``, ``elapsed_s``,
         ``summary`` (group -> ``{"n": int, system: {metric: mean}}``; groups are the items' groups,
-        ``all@<snr>dB`` per SNR when conditions exist, and ``overall``) and ``items`` (per file: name,
-        group, condition, snr_db, noisy, clean, duration_s, and system -> metric -> value). NaN is None.
+        ``all@<snr>dB`` per SNR when conditions exist, and ``overall``) and ``items`` (per file: ``name``,
+        ``group``, ``condition``, ``snr_db``, ``noisy_file``, ``clean_file``, ``duration_s``,
+        ``sample_rate_hz_in`` and ``scores``: system -> metric -> value). NaN is None.
     Raises:
         ArtifactError, UsageError: bad input set (see :func:`cosyedge.eval.pairs.validate_items`), engine
             missing/stale, non-finite model output.
@@ -194,8 +195,9 @@ def evaluate(input: str | Path, engine: str | Path | None = None, baseline: bool
                 outputs["rnnoise"] = rnnoise_enhance(x, M.METRIC_RATE_HZ)
             scores = score_item(x, cl, outputs, max_delay_ms=max_delay_ms, dnsmos=dnsmos, threads=threads)
             row = {"name": it.name, "group": it.group, "condition": it.condition, "snr_db": it.snr_db,
-                   "noisy": str(it.noisy), "clean": str(it.clean) if it.clean is not None else None,
-                   "duration_s": it.frames / it.sample_rate_hz, "sample_rate_hz_in": it.sample_rate_hz, **scores}
+                   "noisy_file": str(it.noisy), "clean_file": str(it.clean) if it.clean is not None else None,
+                   "duration_s": it.frames / it.sample_rate_hz, "sample_rate_hz_in": it.sample_rate_hz,
+                   "scores": scores}
             rows.append(row)
             if plot_dir is not None:
                 from cosyedge.eval.plot import plot_spectrograms, png_name
@@ -207,9 +209,9 @@ def evaluate(input: str | Path, engine: str | Path | None = None, baseline: bool
                 if cl is not None:
                     panels["clean"] = cl
                 plot_spectrograms(plot_dir / png_name(it.name), panels, M.METRIC_RATE_HZ, title=it.name)
-    systems = [s for s in SYSTEMS if any(s in r for r in rows)]
-    metric_names = [m for m in INTRUSIVE + (DNSMOS if dnsmos else ()) if any(m in r[s] for r in rows for s in systems
-                                                                           if s in r)]
+    systems = [s for s in SYSTEMS if any(s in r["scores"] for r in rows)]
+    metric_names = [m for m in INTRUSIVE + (DNSMOS if dnsmos else ())
+                    if any(m in sc for r in rows for sc in r["scores"].values())]
     report = {
         "schema_version": SCHEMA_VERSION,
         "tool": "cosyedge eval",

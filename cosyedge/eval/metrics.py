@@ -78,6 +78,9 @@ def pesq_wb(est: np.ndarray, ref: np.ndarray, sample_rate_hz: int = METRIC_RATE_
     """
     pesq = require("pesq")
     est, ref = _at_16k(est, sample_rate_hz), _at_16k(ref, sample_rate_hz)
+    if not np.any(ref):
+        LOG.warning("PESQ of a silent reference; scored NaN")
+        return float("nan")
     try:
         return float(pesq.pesq(METRIC_RATE_HZ, ref.astype(np.float64), est.astype(np.float64), "wb"))
     except Exception as err:  # pesq.NoUtterancesError, pesq.BufferTooShortError, ...

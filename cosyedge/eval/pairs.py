@@ -39,7 +39,7 @@ AUDIO_EXTENSIONS = (".wav", ".flac", ".ogg", ".oga")
 MANIFEST_NAMES = ("manifest.json", "manifest.csv")
 """tuple[str, ...]: manifest file names looked for in an INPUT folder."""
 
-_SNR_RE = re.compile(r"(?<![0-9A-Za-z.])[@_-]?(-?\d+(?:\.\d+)?)\s*dB(?![A-Za-z])", re.IGNORECASE)
+_SNR_RE = re.compile(r"(?:^|[^0-9a-z.]|snr)(-?\d+(?:\.\d+)?)\s*dB(?![a-z])", re.IGNORECASE)
 
 
 @dataclasses.dataclass
@@ -74,7 +74,11 @@ class EvalItem:
 
 
 def snr_from_name(name: str) -> float | None:
-    """Return the SNR in dB written in a file name (``"a_5dB"``, ``"b@-5dB"``, ``"c 10 dB"``), or None."""
+    """Return the SNR in dB written in a file name, or None.
+
+    ``"a_5dB"`` -> 5, ``"b@-5dB"`` / ``"b_-5dB"`` -> -5, ``"c_snr10dB"`` -> 10, ``"d 2.5 dB"`` -> 2.5; a
+    hyphen directly before the digits after a letter is a separator (``"noise-5dB"`` -> 5).
+    """
     m = _SNR_RE.search(name)
     return float(m.group(1)) if m else None
 

@@ -8,12 +8,13 @@
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
 import numpy as np
 
-from cosyedge.artifacts import write_json
+from cosyedge.artifacts import atomic_output
 
 COLUMNS = (
     ("si_snr_db", "SI-SNR", "{:7.2f}"),
@@ -36,7 +37,8 @@ def summarize(rows: list[dict], systems: list[str], metric_names: list[str]) -> 
     """Mean metrics per group, per SNR and overall.
 
     Args:
-        rows (list[dict]): Per-file results (``group``, ``condition``, ``snr_db`` and system -> metric -> value).
+        rows (list[dict]): Per-file results (``group``, ``condition``, ``snr_db`` and ``scores``: system ->
+            metric -> value).
         systems (list[str]): System names to average.
         metric_names (list[str]): Metric keys to average.
     Returns:
@@ -66,9 +68,9 @@ def summarize(rows: list[dict], systems: list[str], metric_names: list[str]) -> 
         for s in systems:
             vals = {}
             for m in metric_names:
-                xs = [r[s][m] for r in rs if s in r and m in r[s] and r[s][m] is not None]
-                xs = [x for x in xs if math.isfinite(x)]
-                if any(s in r and m in r[s] for r in rs):
+                have = [r["scores"][s][m] for r in rs if m in r["scores"].get(s, {})]
+                xs = [x for x in have if x is not None and math.isfinite(x)]
+                if have:
                     vals[m] = float(np.mean(xs)) if xs else float("nan")
             if vals:
                 entry[s] = vals
@@ -117,10 +119,12 @@ def to_jsonable(obj):
 
 
 def write_report(path: str | Path, report: dict) -> Path:
-    """Write ``report`` as JSON to ``path`` atomically (an existing file survives a failure).
+    """Write ``report`` as JSON to ``path`` atomically (an existing file survives a failure); key order is
+    kept (summary groups in table order).
 
     Raises:
         ArtifactError: the file cannot be written.
     """
-    write_json(path, to_jsonable(report))
+    with atomic_output(path) as tmp:
+        tmp.write_text(json.dumps(to_jsonable(report), indent=2) + "\n")
     return Path(path)
