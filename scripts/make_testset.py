@@ -164,11 +164,12 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     ap.add_argument("--out", type=Path, default=default_out(), help="output folder")
-    ap.add_argument("--cache-dir", default=None, help="data cache (default $COSYEDGE_DATA_DIR or ~/.cache/cosyedge/data)")
+    ap.add_argument("--cache-dir", default=None,
+                    help="data cache (default $COSYEDGE_DATA_DIR or ~/.cache/cosyedge/data)")
     ap.add_argument("--write-manifest", action="store_true",
                     help=f"(re)write the committed manifest {MANIFEST.relative_to(REPO)} instead of verifying")
     ap.add_argument("--eval-json", type=Path, default=None,
-                    help="then run 'cosyedge eval' on the set (bundled engine, RNNoise baseline) and save the JSON here")
+                    help="then run 'cosyedge eval' on the set (RNNoise baseline included) and save the JSON here")
     ap.add_argument("--engine", default=None, help="engine for --eval-json (default: bundled reference)")
     ap.add_argument("--plot", type=Path, default=None, help="spectrogram folder for --eval-json")
     args = ap.parse_args(argv)

@@ -21,5 +21,5 @@ from cosyedge.eval.evaluate import evaluate, score_item
 from cosyedge.eval.pairs import EvalItem, find_items, validate_items
 from cosyedge.eval.report import format_table, summarize, write_report
 
-__all__ = ["align_to", "estimate_delay", "evaluate", "score_item", "EvalItem", "find_items", "validate_items",
-           "format_table", "summarize", "write_report"]
+__all__ = ["EvalItem", "align_to", "estimate_delay", "evaluate", "find_items", "format_table", "score_item",
+           "summarize", "validate_items", "write_report"]

@@ -44,7 +44,7 @@ def estimate_delay(est: np.ndarray, ref: np.ndarray, sample_rate_hz: int, max_de
         raise UsageError(f"max_delay_ms must be positive, got {max_delay_ms}")
     if est.size == 0 or ref.size == 0:
         return 0
-    k_max = int(round(max_delay_ms * sample_rate_hz / 1000.0))
+    k_max = round(max_delay_ms * sample_rate_hz / 1000.0)
     est = est - est.mean()
     ref = ref - ref.mean()
     n = est.size + ref.size

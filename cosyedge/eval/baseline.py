@@ -42,7 +42,7 @@ def rnnoise_enhance(x: np.ndarray, sample_rate_hz: int) -> np.ndarray:
     rn = require("pyrnnoise.rnnoise")
     frame = int(rn.FRAME_SIZE)
     x = np.asarray(x, np.float32)
-    pad = int(round(FLUSH_MS * sample_rate_hz / 1000.0))
+    pad = round(FLUSH_MS * sample_rate_hz / 1000.0)
     x = np.concatenate([x, np.zeros(pad, np.float32)])
     x48 = x if sample_rate_hz == RNNOISE_RATE_HZ else soxr.resample(x, int(sample_rate_hz), RNNOISE_RATE_HZ,
                                                                      quality="HQ")

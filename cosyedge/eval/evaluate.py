@@ -130,9 +130,10 @@ def evaluate(input: str | Path, engine: str | Path | None = None, baseline: bool
         progress (bool): Show a progress bar (stderr).
         items (list[EvalItem] | None): Use these items instead of scanning ``input``.
     Returns:
-        dict: JSON-ready report: ``schema_version``, ``tool``, ``input``, ``engine``, ``mode``
-        (``"paired"``, ``"noisy-only"`` or ``"mixed"``), ``sample_rate_hz`` (metric rate),
-        ``systems``, ``metrics``, ``max_delay_ms``, ``chunk_ms``, ``versions``, ``elapsed_s``,
+        dict: JSON-ready report: ``schema_version``, ``tool``, ``input``, ``engine``, ``engine_sha256``
+        (of the ONNX model run), ``mode`` (``"paired"``, ``"noisy-only"`` or ``"mixed"``),
+        ``sample_rate_hz`` (metric rate), ``systems``, ``metrics``, ``max_delay_ms``, ``chunk_ms``,
+        ``versions``, ``elapsed_s``,
         ``summary`` (group -> ``{"n": int, system: {metric: mean}}``; groups are the items' groups,
         ``all@<snr>dB`` per SNR when conditions exist, and ``overall``) and ``items`` (per file: ``name``,
         ``group``, ``condition``, ``snr_db``, ``noisy_file``, ``clean_file``, ``duration_s``,
@@ -142,6 +143,7 @@ def evaluate(input: str | Path, engine: str | Path | None = None, baseline: bool
             missing/stale, non-finite model output.
         DependencyError: a metric library is missing (``pip install 'cosyedge[eval]'``).
     """
+    from cosyedge.artifacts import sha256_file
     from cosyedge.build.ort import default_engine, load_engine
     from cosyedge.enhance import chunk_samples_from_ms
     from cosyedge.eval.report import summarize, to_jsonable
@@ -217,7 +219,7 @@ def evaluate(input: str | Path, engine: str | Path | None = None, baseline: bool
         "tool": "cosyedge eval",
         "input": str(input),
         "engine": str(eng.folder or eng.model_path),
-        "engine_sha256": (eng.manifest or {}).get("model", {}).get("sha256"),
+        "engine_sha256": sha256_file(eng.model_path),
         "mode": mode,
         "sample_rate_hz": M.METRIC_RATE_HZ,
         "chunk_ms": 1000.0 * session.chunk_samples / c.sample_rate_hz,

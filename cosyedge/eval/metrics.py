@@ -83,7 +83,7 @@ def pesq_wb(est: np.ndarray, ref: np.ndarray, sample_rate_hz: int = METRIC_RATE_
         return float("nan")
     try:
         return float(pesq.pesq(METRIC_RATE_HZ, ref.astype(np.float64), est.astype(np.float64), "wb"))
-    except Exception as err:  # pesq.NoUtterancesError, pesq.BufferTooShortError, ...
+    except Exception as err:  # noqa: BLE001  (pesq.NoUtterancesError, BufferTooShortError, ...)
         LOG.warning("PESQ failed (%s); scored NaN", first_line(err))
         return float("nan")
 

@@ -197,7 +197,7 @@ def _resolve(base: Path, p) -> Path:
 def _info(path: Path):
     try:
         return sf.info(str(path))
-    except Exception as err:  # soundfile.LibsndfileError, RuntimeError
+    except Exception as err:  # noqa: BLE001  (soundfile.LibsndfileError, RuntimeError, TypeError)
         raise ArtifactError(f"cannot decode {path} as audio ({first_line(err, with_type=False)}); "
                             "is it a valid wav/flac/ogg file?") from None
 

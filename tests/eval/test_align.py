@@ -24,7 +24,7 @@ def _shift(x: np.ndarray, d: int) -> np.ndarray:
 def test_estimate_delay_finds_injected_shift_in_noise(delay_ms):
     x, sr = read(SPEECH)
     ref = x[: 3 * sr]
-    d = int(round(delay_ms * sr / 1000))
+    d = round(delay_ms * sr / 1000)
     rng = np.random.default_rng(1)
     est = 0.8 * _shift(ref, d) + 0.05 * rng.standard_normal(ref.size).astype(np.float32)  # about 5 dB SNR
     assert estimate_delay(est, ref, sr) == d

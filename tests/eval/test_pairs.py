@@ -12,7 +12,8 @@ from cosyedge.eval.pairs import find_items, snr_from_name, validate_items
 from tests.eval.conftest import write_pair_folder
 
 
-@pytest.mark.parametrize("name,snr", [("a_5dB", 5.0), ("b@-5dB", -5.0), ("c_snr10dB", 10.0), ("n-5dB", 5.0), ("n_-5dB", -5.0), ("mix10dBA", None), ("x 2.5 dB", 2.5),
+@pytest.mark.parametrize("name,snr", [("a_5dB", 5.0), ("b@-5dB", -5.0), ("c_snr10dB", 10.0), ("n-5dB", 5.0),
+                                      ("n_-5dB", -5.0), ("mix10dBA", None), ("x 2.5 dB", 2.5),
                                       ("speech_0dB_take2", 0.0), ("plain", None), ("mp3_128kbps", None)])
 def test_snr_from_name(name, snr):
     assert snr_from_name(name) == snr
