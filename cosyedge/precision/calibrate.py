@@ -3,7 +3,9 @@
 Every utterance of the set is streamed through the FP32 streaming model in ONNX Runtime from zero
 state, chunk by chunk (:data:`CHUNK_HOPS` hops = 1 s for the reference; the chunk is a hop multiple and
 the states are the real carried states, so the activations equal those of 10 ms streaming), with the
-tensors to quantize (:func:`cosyedge.precision.qdq.activation_tensors`) added as extra graph outputs.
+tensors to quantize (:func:`cosyedge.precision.qdq.activation_tensors`) and the outputs of the weighted
+ops (for the TensorRT cache, :func:`cosyedge.precision.qdq.calibration_tensors`) added as extra graph
+outputs.
 Pass 1 records ``max |x|`` per tensor, pass 2 fills a 2048-bin histogram of ``|x|`` over
 ``[0, max]`` (:class:`cosyedge.precision.entropy.AbsHistogram`: why two passes), then each amax is the
 KL-optimal threshold (:func:`cosyedge.precision.entropy.amax_entropy`, TensorRT's EntropyCalibration2).
@@ -204,10 +206,13 @@ def calibrate(model_path: str | Path, calib: CalibrationSet, *, out_dir: str | P
     if not contract.is_streaming:
         raise ArtifactError(f"{model_path} has no streaming state (state_in.*/state_out.*); run 'cosyedge "
                             f"streamify' first")
-    from cosyedge.precision.qdq import activation_tensors
+    from cosyedge.precision.qdq import calibration_tensors, concat_aliases
 
     model_sha = sha256_file(model_path)
-    tensors = activation_tensors(load_onnx(model_path))
+    fp32 = load_onnx(model_path)
+    tensors = calibration_tensors(fp32)
+    aliases = concat_aliases(fp32, tensors)
+    del fp32
     if not tensors:
         raise UsageError(f"{model_path} has no Conv/ConvTranspose/Gemm/MatMul with constant weights to quantize")
     out_dir = Path(out_dir) if out_dir is not None else calib.folder
@@ -219,7 +224,8 @@ def calibrate(model_path: str | Path, calib: CalibrationSet, *, out_dir: str | P
         if why is None:
             LOG.info("amax cache %s matches the model and calibration set: reused", path)
             if not trt_cache_path_for(out_dir, contract.name).is_file():
-                write_trt_cache(trt_cache_path_for(out_dir, contract.name), load_amax(path)["amax"], trt_version)
+                write_trt_cache(trt_cache_path_for(out_dir, contract.name), _with_aliases(load_amax(path)["amax"],
+                                                                                          aliases), trt_version)
             return path
         LOG.info("amax cache %s is stale (%s): recalibrating", path, why)
     with LOG.stage(f"KL calibration of {model_path.name} on {len(calib)} utterances ({calib.duration_s / 60:.1f} min)"):
@@ -241,9 +247,18 @@ def calibrate(model_path: str | Path, calib: CalibrationSet, *, out_dir: str | P
         "elements": res["elements"],
     }
     write_json(path, data)
-    write_trt_cache(trt_cache_path_for(out_dir, contract.name), res["amax"], trt_version)
+    write_trt_cache(trt_cache_path_for(out_dir, contract.name), _with_aliases(res["amax"], aliases), trt_version)
     LOG.info("amax cache written: %s (%d tensors, %.1f s)", path, len(tensors), res["elapsed_s"])
     return path
+
+
+def _with_aliases(amax: dict, aliases: dict) -> dict:
+    """``amax`` plus each Concat input under its Concat output's amax (TensorRT cache order: graph order)."""
+    out = dict(amax)
+    for name, target in aliases.items():
+        if target in amax:
+            out.setdefault(name, amax[target])
+    return out
 
 
 def _stale_reason(path: Path, model_sha: str, manifest_sha: str, params: dict, tensors: list[str]) -> str | None:

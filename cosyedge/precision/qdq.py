@@ -118,13 +118,43 @@ def weighted_nodes(model: Any) -> list[WeightedNode]:
 
 
 def activation_tensors(model: Any) -> list[str]:
-    """Return the activation tensors to calibrate (list[str], graph order, no duplicates): the data
-    inputs of every :func:`weighted_nodes` entry, excluded or not (so one amax cache serves any
+    """Return the activation tensors Q/DQ needs scales for (list[str], graph order, no duplicates): the
+    data inputs of every :func:`weighted_nodes` entry, excluded or not (so one amax cache serves any
     ``--exclude``)."""
     seen: dict[str, None] = {}
     for w in weighted_nodes(model):
         seen.setdefault(w.data, None)
     return list(seen)
+
+
+def calibration_tensors(model: Any) -> list[str]:
+    """Return every tensor to calibrate (list[str], no duplicates): :func:`activation_tensors` (used by
+    Q/DQ) followed by the outputs of the weighted ops (not used by Q/DQ; they complete the TensorRT
+    calibration cache, where an implicitly quantized INT8 convolution needs the range of its output too)."""
+    seen: dict[str, None] = dict.fromkeys(activation_tensors(model))
+    names = {w.name for w in weighted_nodes(model)}
+    for n in model.graph.node:
+        if n.name in names:
+            seen.setdefault(n.output[0], None)
+    return list(seen)
+
+
+def concat_aliases(model: Any, tensors) -> dict[str, str]:
+    """Map each input of a ``Concat`` whose output is in ``tensors`` to that output (dict[str, str]).
+
+    TensorRT gives a concatenation's inputs the output's scale; the calibration cache lists them with
+    the Concat output's amax (the state input and the new chunk of a ``Concat(state_in, x)``).
+    Constant (initializer) inputs are skipped.
+    """
+    inits = {t.name for t in model.graph.initializer}
+    wanted = set(tensors)
+    out: dict[str, str] = {}
+    for n in model.graph.node:
+        if n.op_type == "Concat" and n.output[0] in wanted:
+            for i in n.input:
+                if i and i not in inits and i not in wanted:
+                    out.setdefault(i, n.output[0])
+    return out
 
 
 def float_nodes(model: Any, audio_input: str, audio_output: str) -> dict[str, str]:
