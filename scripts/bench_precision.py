@@ -112,8 +112,10 @@ def main(argv=None) -> int:
                     print(f"INT8 {notes['int8']}", file=sys.stderr)
                 else:
                     t = time.perf_counter()
-                    int8_onnx(src, tmp / "int8.onnx", calib=args.calib)
+                    info = int8_onnx(src, tmp / "int8.onnx", calib=args.calib)
                     notes["int8_build_s"] = time.perf_counter() - t
+                    notes["int8_calibration"] = {k: info.get(k) for k in (
+                        "calibration_manifest_sha256", "calibration_utterances", "amax_path")}
                     variants["int8"] = tmp / "int8.onnx"
                     if args.sparse:
                         int8_onnx(variants["fp32-sparse"], tmp / "int8-sparse.onnx", calib=args.calib)

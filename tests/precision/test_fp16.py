@@ -132,3 +132,14 @@ def test_bad_inputs(tmp_path):
     with pytest.raises(ArtifactError, match="no cosyedge metadata"):
         fp16_onnx(bare, tmp_path / "z.onnx")
     assert not any((tmp_path / n).exists() for n in ("x.onnx", "y.onnx", "z.onnx"))
+
+
+def test_exclude_keeps_a_node_fp32():
+    model = onnx.load(str(REF))
+    contract = StreamContract.from_onnx(REF)
+    m16, plan = fp16_model(model, contract, exclude=["/blocks.2/conv/conv/Conv"])
+    assert plan["/blocks.2/conv/conv/Conv"] == "excluded"
+    inits = {t.name: t.data_type for t in m16.graph.initializer}
+    assert inits["blocks.2.conv.conv.weight"] == onnx.TensorProto.FLOAT
+    assert inits["blocks.1.conv.conv.weight"] == onnx.TensorProto.FLOAT16
+    assert len(model.graph.initializer) == len(onnx.load(str(REF)).graph.initializer)  # input not modified
