@@ -15,6 +15,7 @@ from onnx import numpy_helper
 from cosyedge.artifacts import MANIFEST_NAME, sha256_file
 from cosyedge.build import load_engine
 from cosyedge.cli.main import main
+from cosyedge.errors import ArtifactError
 from cosyedge.models import REFERENCE_STREAM_ONNX
 from cosyedge.precision.sparsity import check_2to4
 from tests import models
@@ -88,6 +89,10 @@ def test_fp32_and_sparse_builds(engines, capsys):
     assert check_2to4(w["blocks.3.conv.conv.weight"], 1) and not check_2to4(w["out.weight"], 1)
     engine = load_engine(folder)
     assert engine.manifest["sparse"] is True
+    # a model swapped behind the manifest's back: the message gives the full rebuild command
+    (folder / "model.onnx").write_bytes(REF.read_bytes())
+    with pytest.raises(ArtifactError, match=r"stale or corrupt.*cosyedge build --onnx .* --sparse --backend onnxruntime'"):
+        load_engine(folder)
 
 
 @pytest.mark.skipif(not HAS_INT8, reason="cosyedge.precision.int8 is not in this tree (INT8 helper not merged)")

@@ -284,7 +284,10 @@ def load_engine(path: str | Path) -> OrtEngine:
                                 f"(rebuild with 'cosyedge build --backend {BACKEND}')")
         model_info = manifest.get("model") or {}
         model_path = path / model_info.get("file", MODEL_FILE)
-        rebuild = f"rebuild it with 'cosyedge build --onnx {manifest.get('parent_path', 'MODEL.stream.onnx')}'"
+        flags = manifest.get("flags") or {}
+        extra = "".join(f" --{k}" for k in ("fp16", "int8", "sparse") if flags.get(k))
+        rebuild = (f"rebuild it with 'cosyedge build --onnx {manifest.get('parent_path', 'MODEL.stream.onnx')}"
+                   f"{extra} --backend {BACKEND}'")
         if not model_path.is_file():
             raise ArtifactError(f"engine {path} has no {model_path.name}; {rebuild}")
         digest = sha256_file(model_path)
