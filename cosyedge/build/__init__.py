@@ -81,7 +81,7 @@ def build_engine(onnx_path: str | Path | None = None, backend: str = "auto", nam
                  out_dir: str | Path | None = None, *, precision: str = "fp32", sparse: bool = False,
                  exclude: Iterable[str] = (), calib: str | Path | None = None,
                  calib_count: int = DEFAULT_CALIB_COUNT, dla_core: int | None = None,
-                 gpu_fallback: bool = False) -> Path:
+                 gpu_fallback: bool = False, amax: str | Path | None = None) -> Path:
     """Build an engine folder ``<name>-<precision>[-sparse]-<backend>/`` from a streaming FP32 ONNX.
 
     The precision ONNX is made first (:func:`cosyedge.build.prepare.prepare_onnx`: 2:4 pruning if
@@ -101,6 +101,8 @@ def build_engine(onnx_path: str | Path | None = None, backend: str = "auto", nam
         calib_count (int): INT8 calibration utterances.
         dla_core (int | None): TensorRT only: build for this DLA core (Jetson; fp16/int8).
         gpu_fallback (bool): TensorRT only, with ``dla_core``: unsupported layers run on the GPU.
+        amax (str | Path | None): INT8: reuse this amax cache instead of calibrating (it must belong to
+            the model being quantized; see :func:`cosyedge.build.prepare.prepare_onnx`).
     Returns:
         Path: the engine folder.
     Raises:
@@ -126,7 +128,8 @@ def build_engine(onnx_path: str | Path | None = None, backend: str = "auto", nam
         onnx_path = REFERENCE_STREAM_ONNX
         if not Path(onnx_path).is_file():
             raise ArtifactError(f"bundled reference model {onnx_path} is missing; pass --onnx MODEL.stream.onnx")
-    options = dict(precision=precision, sparse=sparse, exclude=tuple(exclude), calib=calib, calib_count=calib_count)
+    options = dict(precision=precision, sparse=sparse, exclude=tuple(exclude), calib=calib, calib_count=calib_count,
+                   amax=amax)
     if chosen == "tensorrt":
         src = Path(onnx_path)
         contract = check_streaming_onnx(src)

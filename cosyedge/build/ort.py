@@ -83,7 +83,8 @@ def _smoke_test(model_path: Path, contract: StreamContract) -> None:
 
 def build_ort(onnx_path: Any, out_dir: str | Path | None = None, name: str | None = None, *,
               precision: str = PRECISION, sparse: bool = False, exclude: Iterable[str] = (),
-              calib: str | Path | None = None, calib_count: int = DEFAULT_CALIB_COUNT) -> Path:
+              calib: str | Path | None = None, calib_count: int = DEFAULT_CALIB_COUNT,
+              amax: str | Path | None = None) -> Path:
     """Build an ONNX Runtime engine folder (FP32, FP16 or INT8, optionally 2:4-sparse) from a streaming ONNX.
 
     The folder ``<out_dir>/<name>-<precision>[-sparse]-onnxruntime/`` holds ``model.onnx`` (the precision
@@ -102,6 +103,8 @@ def build_ort(onnx_path: Any, out_dir: str | Path | None = None, name: str | Non
         exclude (Iterable[str]): Node names kept as in the FP32 model (dense, float).
         calib (str | Path | None): INT8 calibration folder (None: the default calibration set).
         calib_count (int): INT8 calibration utterances (default 2048).
+        amax (str | Path | None): INT8: reuse this amax cache instead of calibrating (see
+            :func:`cosyedge.build.prepare.prepare_onnx`).
     Returns:
         Path: the engine folder.
     Raises:
@@ -128,7 +131,7 @@ def build_ort(onnx_path: Any, out_dir: str | Path | None = None, name: str | Non
         try:
             model_dst = tmp / MODEL_FILE
             fields = prepare_onnx(src, model_dst, precision=precision, sparse=sparse, exclude=exclude,
-                                  calib=calib, calib_count=calib_count)
+                                  calib=calib, calib_count=calib_count, amax=amax)
             _smoke_test(model_dst, StreamContract.from_onnx(model_dst))
             write_manifest(tmp, {
                 "stage": "build",

@@ -90,7 +90,7 @@ def _copy_onnx(src: Path, dest: Path) -> None:
 
 def prepare_onnx(onnx_path: Any, dest: str | Path, *, precision: str = "fp32", sparse: bool = False,
                  exclude: Iterable[str] = (), calib: str | Path | None = None,
-                 calib_count: int = DEFAULT_CALIB_COUNT) -> dict:
+                 calib_count: int = DEFAULT_CALIB_COUNT, amax: str | Path | None = None) -> dict:
     """Write the precision ONNX ``dest`` from a streaming FP32 ONNX (sparsify, then FP16/INT8/copy).
 
     Args:
@@ -102,6 +102,9 @@ def prepare_onnx(onnx_path: Any, dest: str | Path, *, precision: str = "fp32", s
         exclude (Iterable[str]): Node names kept as in the FP32 model (dense, float).
         calib (str | Path | None): INT8 calibration folder (None: the default calibration set).
         calib_count (int): INT8 calibration utterances (default 2048).
+        amax (str | Path | None): INT8 only: reuse this amax cache (``<model>.amax.json`` of the model
+            being quantized, i.e. of the 2:4-pruned model when ``sparse``) instead of calibrating; a
+            cache of another model is an ArtifactError.
     Returns:
         dict: manifest fields: ``precision``, ``sparse``, ``exclude``, ``parent_sha256`` of the FP32
         input is added by the caller; ``sparsity`` (report of :func:`~cosyedge.precision.sparsity.sparsify_onnx`
@@ -117,6 +120,8 @@ def prepare_onnx(onnx_path: Any, dest: str | Path, *, precision: str = "fp32", s
         raise UsageError(f"unknown precision '{precision}' (use one of {', '.join(PRECISIONS)})")
     if calib is not None and precision != "int8":
         raise UsageError("--calib is only used by --int8 builds")
+    if amax is not None and precision != "int8":
+        raise UsageError("an amax cache is only used by --int8 builds")
     if int(calib_count) < 1:
         raise UsageError(f"calibration count must be >= 1, got {calib_count}")
     exclude = tuple(exclude)
@@ -140,7 +145,7 @@ def prepare_onnx(onnx_path: Any, dest: str | Path, *, precision: str = "fp32", s
 
             fields["fp16"] = fp16_onnx(stage_in, dest, exclude=exclude)
         elif precision == "int8":
-            res = int8_onnx(stage_in, dest, calib=calib, exclude=exclude, count=int(calib_count))
+            res = int8_onnx(stage_in, dest, calib=calib, exclude=exclude, count=int(calib_count), amax=amax)
             fields["int8"] = res
             fields["calibration_sha256"] = _calibration_hash(res)
         elif not sparse:
