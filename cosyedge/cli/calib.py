@@ -63,12 +63,12 @@ def amax(onnx_path, calib_dir, threads, force, trt_version):
     """
     from cosyedge.errors import UsageError
     from cosyedge.precision.calibrate import calibrate
-    from cosyedge.precision.int8 import _resolve_calib
+    from cosyedge.precision.int8 import resolve_calibration_set
 
     if not 1 <= threads <= 256:
         raise UsageError(f"--threads must be between 1 and 256, got {threads}")
-    click.echo(str(calibrate(_model(onnx_path), _resolve_calib(calib_dir, 2048), threads=threads, force=force,
-                             trt_version=trt_version)))
+    cset = resolve_calibration_set(calib_dir)
+    click.echo(str(calibrate(_model(onnx_path), cset, threads=threads, force=force, trt_version=trt_version)))
 
 
 @calib.command("int8")

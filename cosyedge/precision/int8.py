@@ -22,8 +22,20 @@ from cosyedge.log import LOG
 PRECISION = "int8"
 
 
-def _resolve_calib(calib: Any, count: int):
-    """A :class:`CalibrationSet` from a folder path, an existing set, or None (default set, made if missing)."""
+def resolve_calibration_set(calib: Any, count: int = 2048):
+    """Return the :class:`~cosyedge.precision.calibset.CalibrationSet` to calibrate on.
+
+    Args:
+        calib (str | Path | CalibrationSet | None): A set folder (must hold ``manifest.json``), a loaded
+            set, or None for the default folder (``$COSYEDGE_CALIB_DIR`` or ``./calib``), where a set of
+            ``count`` generated utterances is made when none exists yet.
+        count (int): Utterances of a default set made here. Defaults to 2048.
+    Returns:
+        CalibrationSet: the loaded set.
+    Raises:
+        UsageError: an explicit folder without ``manifest.json``.
+        ArtifactError: a malformed manifest or missing audio.
+    """
     from cosyedge.precision.calibset import (
         CalibrationSet,
         MANIFEST,
@@ -93,7 +105,7 @@ def int8_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, calib: Any = None,
         data = cal.load_amax(amax_path, model_sha256=model_sha, where=str(src))
         trt_cache = cal.trt_cache_path_for(amax_path.parent, contract.name)
     else:
-        cset = _resolve_calib(calib, count)
+        cset = resolve_calibration_set(calib, count)
         amax_path = cal.calibrate(src, cset, threads=threads)
         data = cal.load_amax(amax_path, model_sha256=model_sha, where=str(src))
         trt_cache = cal.trt_cache_path_for(amax_path.parent, contract.name)
