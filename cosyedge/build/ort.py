@@ -318,7 +318,7 @@ def load_engine(path: str | Path) -> OrtEngine:
     return OrtEngine(model_path=model_path, contract=contract, folder=folder, manifest=manifest)
 
 
-_DEFAULT_CACHE: dict[str, Path] = {}
+_DEFAULT_CACHE: dict[tuple[str, str], Path] = {}
 
 
 def default_engine(build: Callable[..., Path] = build_ort) -> Path:
@@ -326,7 +326,7 @@ def default_engine(build: Callable[..., Path] = build_ort) -> Path:
 
     The folder ``<engines root>/<name>-fp32-onnxruntime`` is reused while its manifest's
     ``parent_sha256`` equals the hash of the bundled ONNX and the engine validates; otherwise it is
-    rebuilt. The result is cached per process.
+    rebuilt. The result is cached per process and engines root (``$COSYEDGE_ENGINES_DIR`` may change).
 
     Args:
         build (callable): Builder ``build(onnx_path, out_dir=None) -> Path`` (for tests).
@@ -345,19 +345,20 @@ def default_engine(build: Callable[..., Path] = build_ort) -> Path:
             f"--engine PATH / build one with 'cosyedge build --onnx MODEL.stream.onnx')"
         )
     digest = sha256_file(src)
-    cached = _DEFAULT_CACHE.get(digest)
+    key = (digest, str(engines_root().resolve()))
+    cached = _DEFAULT_CACHE.get(key)
     if cached is not None and (cached / MANIFEST_NAME).is_file():
         return cached
     contract = StreamContract.from_onnx(src)
     folder = engines_root() / engine_folder_name(contract.name)
     try:
         if load_engine(folder).manifest.get("parent_sha256") == digest:
-            _DEFAULT_CACHE[digest] = folder
+            _DEFAULT_CACHE[key] = folder
             return folder
         LOG.info("bundled reference model changed; rebuilding %s", folder)
     except CosyEdgeError as err:
         if folder.exists():
             LOG.info("rebuilding %s (%s)", folder, err)
     folder = build(src, out_dir=folder.parent)
-    _DEFAULT_CACHE[digest] = folder
+    _DEFAULT_CACHE[key] = folder
     return folder
