@@ -23,6 +23,7 @@ COMMANDS = {
     "sparsify": ("cosyedge.cli.sparsify", "sparsify"),
     "calib": ("cosyedge.cli.calib", "calib"),
     "eval": ("cosyedge.cli.eval", "eval_cmd"),
+    "devices": ("cosyedge.cli.devices", "devices"),
 }
 
 

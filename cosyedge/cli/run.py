@@ -1,4 +1,5 @@
-"""``cosyedge run``: stream an audio file through an engine (thin click layer over :mod:`cosyedge.enhance`)."""
+"""``cosyedge run``: stream an audio file (:mod:`cosyedge.enhance`) or the microphone
+(:func:`cosyedge.realtime.devices.run_mic`) through an engine; thin click layer."""
 
 from __future__ import annotations
 
@@ -9,27 +10,41 @@ from cosyedge.cli.options import log_opts
 
 @click.command("run")
 @click.argument("input", metavar="INPUT")
-@click.option("-o", "--output", "output", metavar="OUTPUT", help="Output audio (.wav/.flac/.ogg), mono, "
-              "at the input's sample rate and length.")
+@click.option("-o", "--output", "output", metavar="OUTPUT", help="Output audio (.wav/.flac/.ogg), mono; for a "
+              "file at the input's sample rate and length, for 'mic' at the model rate (written as it streams).")
 @click.option("--engine", metavar="PATH", default=None,
               help="Engine folder (from 'cosyedge build') or streaming .onnx. Default: bundled reference.")
 @click.option("--chunk-ms", type=float, default=None,
               help="Chunk length in ms (a multiple of the model hop). Default: one hop (10 ms for the reference).")
 @click.option("--threads", type=int, default=1, show_default=True, help="ONNX Runtime threads.")
+@click.option("--device", metavar="NAME|INDEX", default=None,
+              help="mic only: input device (index or name, see 'cosyedge devices'). Default: the default input.")
+@click.option("--monitor", is_flag=True, help="mic only: play the enhanced audio on the default output device.")
+@click.option("--duration", type=float, default=None, metavar="S",
+              help="mic only: stop after S seconds of captured audio. Default: run until Ctrl-C.")
 @log_opts
-def run(input, output, engine, chunk_ms, threads):
-    """Enhance an audio file by streaming it chunk by chunk, state carried.
+def run(input, output, engine, chunk_ms, threads, device, monitor, duration):
+    """Enhance an audio file, or the microphone (INPUT = mic), by streaming it chunk by chunk, state carried.
 
     INPUT is a wav/flac/ogg file of any sample rate and channel count (mixed to mono, resampled to the
     model rate and back). The output is aligned with the input (model delay compensated). Prints a
-    final report line with RTF and per-chunk latency p50/p99. ('cosyedge run mic' comes later.)
+    final report line with RTF and per-chunk latency p50/p99.
 
-    Example: cosyedge run noisy.wav -o clean.wav --chunk-ms 10
+    INPUT 'mic' captures the --device at its own rate, resamples to the model rate, enhances live and
+    records to --output and/or plays to the speakers (--monitor), with a live status line (chunks,
+    latency p50/p99, xruns, RTF). Ctrl-C stops cleanly; the recording is always a complete file.
+    (Use ./mic for a file named mic.)
+
+    Examples: cosyedge run noisy.wav -o clean.wav --chunk-ms 10;
+    cosyedge run mic --device 1 --output live.wav --monitor --duration 30
     """
     from cosyedge.errors import UsageError
 
     if input == "mic":
-        raise UsageError("microphone input is not available yet; pass an audio file as INPUT")
+        return _run_mic(output, engine, chunk_ms, threads, device, monitor, duration)
+    mic_only = [flag for flag, v in (("--device", device), ("--monitor", monitor), ("--duration", duration)) if v]
+    if mic_only:
+        raise UsageError(f"{', '.join(mic_only)} only apply to 'cosyedge run mic'")
     if not output:
         raise UsageError("missing output file: cosyedge run INPUT -o OUTPUT.wav")
     from cosyedge.enhance import enhance_file
@@ -39,4 +54,42 @@ def run(input, output, engine, chunk_ms, threads):
         f"{input} -> {s['output']}: {s['duration_s']:.2f} s audio in {s['elapsed_s']:.3f} s, "
         f"RTF {s['rtf']:.4f}, chunk {s['chunk_ms']:g} ms x {s['chunks']}, latency p50 {s['latency_ms_p50']:.3f} ms "
         f"p99 {s['latency_ms_p99']:.3f} ms, delay {s['delay_ms']:g} ms compensated, {s['sample_rate_hz_out']} Hz mono"
+    )
+
+
+STATUS_EVERY_S_NO_TTY = 5.0
+"""float: seconds between status lines when stderr is not a terminal (logs, CI)."""
+
+
+def _run_mic(output, engine, chunk_ms, threads, device, monitor, duration):
+    """``cosyedge run mic``: live status on stderr (one rewritten line on a terminal), report line on stdout."""
+    import sys
+    import time
+
+    from cosyedge.realtime.devices import run_mic
+
+    tty = sys.stderr.isatty()
+    last = [0.0]
+
+    def on_status(stats):
+        if tty:
+            click.echo("\r" + stats.status_line() + "  ", err=True, nl=False)
+        elif time.monotonic() - last[0] >= STATUS_EVERY_S_NO_TTY:
+            last[0] = time.monotonic()
+            click.echo(stats.status_line(), err=True)
+
+    try:
+        s = run_mic(device=device, output=output, monitor=monitor, engine=engine, duration_s=duration,
+                    chunk_ms=chunk_ms, threads=threads, on_status=on_status)
+    finally:
+        if tty:
+            click.echo("", err=True)
+    where = ", ".join(filter(None, [s["output"] and f"-> {s['output']} ({s['output_s']:.2f} s at "
+                                    f"{s['model_rate_hz']} Hz)", s["monitor"] and "monitored"]))
+    click.echo(
+        f"mic {s['device_index']} '{s['device']}' at {s['device_rate_hz']} Hz {where or '(nothing written)'}: "
+        f"{s['captured_s']:.2f} s captured, chunks {s['chunks']}, latency p50 {s['latency_ms_p50']:.3f} ms "
+        f"p99 {s['latency_ms_p99']:.3f} ms, xruns {s['xruns']} (input overflows {s['input_overflows']}, "
+        f"output underflows {s['output_underflows']}), RTF {s['rtf']:.4f}"
+        + (", stopped by Ctrl-C" if s["interrupted"] else "")
     )

@@ -1,0 +1,440 @@
+"""Real-time streaming core, independent of any audio library (testable with a fake stream).
+
+Data path (one input device at ``device_rate_hz``, one model at ``model_rate_hz``)::
+
+    audio callback --copy--> input RingBuffer (device rate)            [PortAudio thread: copy only]
+    worker thread: ring -> soxr.ResampleStream -> model-rate FIFO -> fixed chunks -> session.push
+                   -> file writer (model rate)
+                   -> soxr.ResampleStream -> output RingBuffer (device rate)   (monitor only)
+    audio callback <--copy-- output RingBuffer, zeros when short          [output underflow]
+
+Xruns are counted, never fatal:
+
+* **input overflow**: the worker fell behind and the input ring dropped its oldest samples, or
+  PortAudio flagged ``input_overflow`` (the device dropped samples before the callback).
+* **output underflow**: the output callback found fewer samples than it needed (it plays zeros for the
+  missing part), or PortAudio flagged ``output_underflow``.
+
+After a slow stretch the worker drains the ring faster than real time and the stream catches up; the
+ring's capacity bounds both memory and the worst-case added latency.
+
+A :class:`RateMonitor` compares the frames the device actually delivers against the wall clock: a
+sample-rate change mid-stream (the device now runs at another rate than the stream was opened at)
+stops the stream with a one-line :class:`~cosyedge.errors.UsageError`.
+
+Source: PortAudio callback rules ("do not allocate, lock for long or do I/O in the callback",
+portaudio.com/docs/v19-doxydocs/writing_a_callback.html); python-soxr ``ResampleStream``
+(python-soxr.readthedocs.io); k2-fsa/sherpa-onnx ``speech-recognition-from-microphone.py``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from cosyedge._lazy import lazy_import
+from cosyedge.errors import CosyEdgeError, UsageError
+from cosyedge.log import LOG
+from cosyedge.realtime.ring import RingBuffer
+from cosyedge.runtime.base import StreamSession
+
+soxr = lazy_import("soxr")
+
+DEFAULT_RING_MS = 500.0
+"""float: input/output ring capacity, ms of audio (bounds memory and the latency after a stall)."""
+RESAMPLE_QUALITY = "HQ"
+"""str: soxr quality of the streaming resamplers (device rate <-> model rate)."""
+RATE_TOLERANCE = 0.05
+"""float: relative deviation of the measured input rate that counts as a rate change (5%)."""
+RATE_WINDOW_S = 2.0
+"""float: length of one rate-measurement window, s; two bad windows in a row stop the stream."""
+
+
+@dataclasses.dataclass
+class RealtimeStats:
+    """Counters of a live stream (a snapshot; see :meth:`RealtimeEnhancer.stats`).
+
+    Attributes:
+        chunks (int): Chunks pushed through the model.
+        audio_s (float): Model-rate audio processed, s (chunks x chunk length).
+        captured_s (float): Audio the device delivered, s (samples offered to the input ring / rate).
+        compute_s (float): Wall time spent in ``session.push``, s.
+        rtf (float): compute_s / audio_s (< 1 keeps real time; 0 before the first chunk).
+        latency_ms_p50 (float): Median per-chunk ``push`` time, ms.
+        latency_ms_p99 (float): 99th percentile per-chunk ``push`` time, ms.
+        buffered_ms (float): Audio waiting in the input ring now, ms (queueing delay).
+        input_overflows (int): Input xruns: ring overflows + PortAudio ``input_overflow`` flags.
+        input_dropped_samples (int): Device-rate samples the ring dropped (PortAudio's own losses are
+            not counted in samples: it does not report them).
+        output_underflows (int): Output xruns: short output callbacks + PortAudio ``output_underflow`` flags.
+        output_missing_samples (int): Device-rate samples played as zeros because none were ready.
+        device_rate_hz (int): Stream rate, Hz.
+        model_rate_hz (int): Model rate, Hz.
+        chunk_samples (int): Samples per chunk at the model rate.
+    """
+
+    chunks: int
+    audio_s: float
+    captured_s: float
+    compute_s: float
+    rtf: float
+    latency_ms_p50: float
+    latency_ms_p99: float
+    buffered_ms: float
+    input_overflows: int
+    input_dropped_samples: int
+    output_underflows: int
+    output_missing_samples: int
+    device_rate_hz: int
+    model_rate_hz: int
+    chunk_samples: int
+
+    @property
+    def xruns(self) -> int:
+        """int: input overflows + output underflows."""
+        return self.input_overflows + self.output_underflows
+
+    def status_line(self) -> str:
+        """One-line live status (str), e.g. ``chunks 512 | 5.12 s | latency p50 0.21 p99 0.40 ms | ...``."""
+        return (f"chunks {self.chunks} | {self.audio_s:.2f} s | latency p50 {self.latency_ms_p50:.2f} "
+                f"p99 {self.latency_ms_p99:.2f} ms | buffered {self.buffered_ms:.0f} ms | xruns {self.xruns} "
+                f"(in {self.input_overflows}, out {self.output_underflows}) | RTF {self.rtf:.3f}")
+
+    def as_dict(self) -> dict:
+        """Return the fields plus ``xruns`` as a plain JSON-serialisable dict."""
+        d = dataclasses.asdict(self)
+        d["xruns"] = self.xruns
+        return d
+
+
+class RateMonitor:
+    """Detect a device whose real sample rate differs from the rate its stream was opened at.
+
+    Frames delivered (counted by the input ring) are compared with the clock over windows of
+    ``window_s``. The first window after the first frames is a warm-up (stream start-up bursts); a
+    window in which PortAudio flagged an input overflow is not judged (lost frames are not a rate
+    change). ``bad_windows`` consecutive windows off by more than ``tolerance`` raise.
+
+    Args:
+        nominal_hz (int): Rate the stream was opened at, Hz.
+        clock (Callable[[], float]): Monotonic clock, s.
+        tolerance (float): Relative deviation allowed (0.05 = 5%).
+        window_s (float): Window length, s.
+        bad_windows (int): Consecutive bad windows before raising.
+    """
+
+    def __init__(self, nominal_hz: int, clock: Callable[[], float] = time.monotonic,
+                 tolerance: float = RATE_TOLERANCE, window_s: float = RATE_WINDOW_S, bad_windows: int = 2):
+        self.nominal_hz = int(nominal_hz)
+        self.clock = clock
+        self.tolerance = float(tolerance)
+        self.window_s = float(window_s)
+        self.bad_windows = int(bad_windows)
+        self._t0 = None
+        self._f0 = 0
+        self._ovf0 = 0
+        self._warm = False
+        self._bad = 0
+        self.measured_hz: float | None = None
+
+    def update(self, frames_total: int, device_overflows: int) -> None:
+        """Feed the running frame count and PortAudio overflow count; called by the worker.
+
+        Raises:
+            UsageError: the measured rate stayed off by more than ``tolerance`` for ``bad_windows`` windows.
+        """
+        now = self.clock()
+        if self._t0 is None:
+            if frames_total > 0:
+                self._t0, self._f0, self._ovf0 = now, frames_total, device_overflows
+            return
+        dt = now - self._t0
+        if dt < self.window_s:
+            return
+        rate = (frames_total - self._f0) / dt
+        judged = self._warm and device_overflows == self._ovf0
+        self._t0, self._f0, self._ovf0, self._warm = now, frames_total, device_overflows, True
+        if not judged:
+            return
+        self.measured_hz = rate
+        if abs(rate / self.nominal_hz - 1.0) > self.tolerance:
+            self._bad += 1
+            if self._bad >= self.bad_windows:
+                raise UsageError(
+                    f"input sample rate changed mid-stream: the device delivers about {rate:.0f} Hz but the "
+                    f"stream was opened at {self.nominal_hz} Hz; restart 'cosyedge run mic' (the recording "
+                    f"so far is kept)"
+                )
+        else:
+            self._bad = 0
+
+
+class _Fifo:
+    """Growable float32 FIFO for the model-rate samples between resampler and chunker (small, worker only)."""
+
+    def __init__(self):
+        self._buf = np.zeros(0, np.float32)
+
+    def __len__(self) -> int:
+        return self._buf.shape[0]
+
+    def push(self, x: np.ndarray) -> None:
+        if x.size:
+            self._buf = np.concatenate([self._buf, x.astype(np.float32, copy=False)])
+
+    def pop(self, n: int) -> np.ndarray:
+        out, self._buf = self._buf[:n], self._buf[n:]
+        return out
+
+
+class RealtimeEnhancer:
+    """Glue between an audio device's callbacks and a :class:`StreamSession` (batch 1), with xrun accounting.
+
+    The device layer (sounddevice, or a fake stream in tests) calls :meth:`input_callback` and, with
+    ``monitor=True``, :meth:`output_callback` from its audio thread; both only copy. The model runs
+    in a worker thread (:meth:`start`/:meth:`stop`) or synchronously via :meth:`process_available`.
+
+    Args:
+        session (StreamSession): Streaming session with ``batch == 1``; activated by :meth:`start`
+            if inactive. Its ``chunk_samples`` sets the chunk.
+        device_rate_hz (int): Capture (and playback) rate of the device stream, Hz.
+        monitor (bool): Also produce output at the device rate for :meth:`output_callback`.
+        writer (object | None): Receives model-rate float32 (n,) blocks via ``writer.write(y)``
+            (e.g. :class:`~cosyedge.realtime.writer.IncrementalAudioWriter`); None: no file.
+        ring_ms (float): Capacity of the input and output rings, ms of audio (> 0).
+        clock (Callable[[], float]): Monotonic clock in s (status interval, rate monitor); injectable.
+        rate_monitor (RateMonitor | None | bool): True (default) builds one at ``device_rate_hz``;
+            False disables the check.
+        on_status (Callable[[RealtimeStats], None] | None): Called from the worker every
+            ``status_interval_s`` with a snapshot (the CLI prints its status line).
+        status_interval_s (float): Seconds between ``on_status`` calls.
+        resample_quality (str): soxr quality (``"HQ"``; ``"QQ"`` has no block delay but aliases).
+    Raises:
+        UsageError: batch != 1, rates not positive, ``ring_ms`` not positive.
+    """
+
+    def __init__(self, session: StreamSession, device_rate_hz: int, *, monitor: bool = False, writer=None,
+                 ring_ms: float = DEFAULT_RING_MS, clock: Callable[[], float] = time.monotonic,
+                 rate_monitor: RateMonitor | bool | None = True,
+                 on_status: Callable[[RealtimeStats], None] | None = None, status_interval_s: float = 0.5,
+                 resample_quality: str = RESAMPLE_QUALITY):
+        if session.batch != 1:
+            raise UsageError(f"a live stream needs a session with batch 1, got batch {session.batch}")
+        if int(device_rate_hz) <= 0:
+            raise UsageError(f"device sample rate must be positive, got {device_rate_hz} Hz")
+        if not float(ring_ms) > 0:
+            raise UsageError(f"ring buffer length must be positive, got {ring_ms} ms")
+        self.session = session
+        self.device_rate_hz = int(device_rate_hz)
+        self.model_rate_hz = int(session.contract.sample_rate_hz)
+        self.chunk_samples = session.chunk_samples
+        self.monitor = bool(monitor)
+        self.writer = writer
+        self.clock = clock
+        ring = max(1, int(round(float(ring_ms) * self.device_rate_hz / 1000.0)))
+        self.in_ring = RingBuffer(ring)
+        self.out_ring = RingBuffer(ring)
+        if rate_monitor is True:
+            rate_monitor = RateMonitor(self.device_rate_hz, clock=clock)
+        self.rate_monitor = rate_monitor or None
+        self.on_status = on_status
+        self.status_interval_s = float(status_interval_s)
+        self.resample_quality = resample_quality
+        self._rs_in = self._rs_out = None
+        self._fifo = _Fifo()
+        self._out_name = session.contract.output
+        self.chunks = 0
+        self.compute_s = 0.0
+        self.device_input_overflows = 0
+        self.device_output_underflows = 0
+        self.output_underflows = 0
+        self.output_missing_samples = 0
+        self._output_started = False
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self.error: BaseException | None = None
+        self._last_status = None
+
+    # ------------------------------------------------------------------ audio-thread side (copy only)
+    def input_callback(self, indata: np.ndarray, overflow: bool = False) -> None:
+        """Copy one captured block into the input ring (called from the audio thread).
+
+        Args:
+            indata (np.ndarray): float32 (frames, channels) or (frames,) at ``device_rate_hz``;
+                channel 0 is taken (streams are opened mono).
+            overflow (bool): PortAudio's ``status.input_overflow`` for this block.
+        """
+        if overflow:
+            self.device_input_overflows += 1
+        self.in_ring.write(indata[:, 0] if indata.ndim == 2 else indata)
+
+    def output_callback(self, outdata: np.ndarray, underflow: bool = False) -> None:
+        """Fill one playback block from the output ring; missing samples are zeros (an underflow).
+
+        Args:
+            outdata (np.ndarray): float32 (frames, channels) buffer to fill at ``device_rate_hz``
+                (every channel gets the mono signal).
+            underflow (bool): PortAudio's ``status.output_underflow`` for this block.
+        """
+        if underflow:
+            self.device_output_underflows += 1
+        frames = outdata.shape[0]
+        have = min(frames, len(self.out_ring))
+        y = self.out_ring.read(have) if have else None
+        if y is not None:
+            self._output_started = True
+            outdata[:have] = y[:, None] if outdata.ndim == 2 else y
+        if have < frames:
+            outdata[have:] = 0.0
+            if self._output_started:  # silence before the first output is priming, not an xrun
+                self.output_underflows += 1
+                self.output_missing_samples += frames - have
+
+    # ------------------------------------------------------------------ worker side
+    def _resample(self, which: str, x: np.ndarray, last: bool = False) -> np.ndarray:
+        src, dst = (self.device_rate_hz, self.model_rate_hz) if which == "in" else (self.model_rate_hz,
+                                                                                     self.device_rate_hz)
+        if src == dst:
+            return x
+        attr = "_rs_in" if which == "in" else "_rs_out"
+        rs = getattr(self, attr)
+        if rs is None:
+            rs = soxr.ResampleStream(src, dst, 1, dtype="float32", quality=self.resample_quality)
+            setattr(self, attr, rs)
+        return rs.resample_chunk(np.ascontiguousarray(x, np.float32), last=last)
+
+    def _push(self, chunk: np.ndarray, keep: int | None = None) -> None:
+        """Run one model-rate chunk (chunk_samples,); send the first ``keep`` output samples (all when None)
+        to the writer and the monitor."""
+        t0 = time.perf_counter()
+        y = self.session.push(chunk.reshape(1, 1, -1))[self._out_name].reshape(-1).copy()
+        self.compute_s += time.perf_counter() - t0
+        self.chunks += 1
+        if not np.isfinite(y).all():
+            LOG.warning_once("the model produced NaN/Inf samples; they are written as silence")
+            y = np.nan_to_num(y, nan=0.0, posinf=0.0, neginf=0.0)
+        if keep is not None:
+            y = y[:keep]
+        if self.writer is not None:
+            self.writer.write(y)
+        if self.monitor:
+            self.out_ring.write(self._resample("out", y))
+
+    def process_available(self) -> int:
+        """Run every full chunk that the input ring can make now (worker thread, or tests).
+
+        Returns:
+            int: chunks pushed by this call.
+        Raises:
+            UsageError: the input sample rate changed mid-stream (see :class:`RateMonitor`).
+            CosyEdgeError: from the session or the writer.
+        """
+        x = self.in_ring.read_all()
+        if x is not None and x.size:
+            self._fifo.push(self._resample("in", x))
+        n = 0
+        c = self.chunk_samples
+        while len(self._fifo) >= c:
+            self._push(self._fifo.pop(c))
+            n += 1
+        if self.rate_monitor is not None:
+            self.rate_monitor.update(self.in_ring.written, self.device_input_overflows)
+        if self.on_status is not None:
+            now = self.clock()
+            if self._last_status is None or now - self._last_status >= self.status_interval_s:
+                self._last_status = now
+                self.on_status(self.stats())
+        return n
+
+    def finish(self) -> int:
+        """Flush the tail after the device stopped: what is left in the ring, the resampler's delay line
+        and the last partial chunk (zero-padded; only its real samples are written).
+
+        Returns:
+            int: chunks pushed.
+        """
+        n = self.process_available()
+        if self.device_rate_hz != self.model_rate_hz and self._rs_in is not None:
+            self._fifo.push(self._resample("in", np.zeros(0, np.float32), last=True))
+        c = self.chunk_samples
+        while len(self._fifo) >= c:
+            self._push(self._fifo.pop(c))
+            n += 1
+        rest = len(self._fifo)
+        if rest:
+            chunk = np.zeros(c, np.float32)
+            chunk[:rest] = self._fifo.pop(rest)
+            self._push(chunk, keep=rest)
+            n += 1
+        return n
+
+    def _worker(self) -> None:
+        try:
+            while not self._stop.is_set():
+                self.in_ring.wait(1, timeout_s=0.05)
+                self.process_available()
+        except BaseException as err:  # handed to the thread that called stop()/check()
+            self.error = err
+            self._stop.set()
+
+    def start(self) -> "RealtimeEnhancer":
+        """Activate the session (zero state) if needed, forget its old latencies, start the worker thread."""
+        if not self.session.is_active:
+            self.session.activate()
+        self.session.clear_latencies()
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._worker, name="cosyedge-realtime-worker", daemon=True)
+        self._thread.start()
+        return self
+
+    @property
+    def running(self) -> bool:
+        """bool: the worker thread is alive and no error stopped it."""
+        return self._thread is not None and self._thread.is_alive() and not self._stop.is_set()
+
+    def check(self) -> None:
+        """Re-raise in the calling thread an error that stopped the worker (e.g. a rate change)."""
+        if self.error is not None:
+            err, self.error = self.error, None
+            raise err
+
+    def stop(self, drain: bool = True) -> None:
+        """Stop the worker thread; with ``drain``, process what is left (:meth:`finish`).
+
+        Raises:
+            CosyEdgeError: an error that stopped the worker earlier (raised after the drain).
+        """
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        if drain and (self.error is None or isinstance(self.error, CosyEdgeError)):
+            self.finish()
+        self.check()
+
+    def stats(self) -> RealtimeStats:
+        """Return a :class:`RealtimeStats` snapshot (safe to call from any thread)."""
+        lat = self.session.latencies_ms if self.session.is_active else np.zeros(0)
+        recent = lat[lat.size - min(lat.size, self.chunks):]
+        audio_s = self.chunks * self.chunk_samples / self.model_rate_hz
+        return RealtimeStats(
+            chunks=self.chunks,
+            audio_s=audio_s,
+            captured_s=self.in_ring.written / self.device_rate_hz,
+            compute_s=self.compute_s,
+            rtf=self.compute_s / audio_s if audio_s > 0 else 0.0,
+            latency_ms_p50=float(np.percentile(recent, 50)) if recent.size else 0.0,
+            latency_ms_p99=float(np.percentile(recent, 99)) if recent.size else 0.0,
+            buffered_ms=1000.0 * len(self.in_ring) / self.device_rate_hz,
+            input_overflows=self.in_ring.overflows + self.device_input_overflows,
+            input_dropped_samples=self.in_ring.dropped,
+            output_underflows=self.output_underflows + self.device_output_underflows,
+            output_missing_samples=self.output_missing_samples,
+            device_rate_hz=self.device_rate_hz,
+            model_rate_hz=self.model_rate_hz,
+            chunk_samples=self.chunk_samples,
+        )
