@@ -85,4 +85,7 @@ def write_bad_files(folder: Path) -> dict:
     (folder / "notes.txt").write_text("not audio")
     sf.write(str(folder / "phone_8k.wav"), np.zeros(8000, np.float32) + 0.01, 8000)
     sf.write(str(folder / "hifi_48k.flac"), np.zeros(4800, np.float32) + 0.01, 48000)
-    return {"unreadable": 2, "wrong_rate": 2}
+    bad = np.full(16000, 0.1, np.float32)
+    bad[100] = np.nan
+    sf.write(str(folder / "nan.wav"), bad, SR, subtype="FLOAT")
+    return {"unreadable": 2, "wrong_rate": 2, "non_finite": 1}

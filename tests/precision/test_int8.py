@@ -100,6 +100,7 @@ def test_from_folder_counts_skipped_files(calib_set, recordings):
     assert len(calib_set) == 32 and m["count"] == 32
     assert m["skipped"]["unreadable"] == expected["unreadable"]
     assert m["skipped"]["wrong_rate"] == expected["wrong_rate"]
+    assert m["skipped"]["non_finite"] == expected["non_finite"]
     for f in calib_set.files:
         assert sha256_file(calib_set.folder / f["file"]) == f["sha256"]
         assert f["duration_s"] == pytest.approx(1.5, abs=1e-3)
@@ -132,7 +133,7 @@ def test_too_few_recordings_is_an_error_and_keeps_the_old_set(tmp_path, calib_se
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2
     assert err[-1] == (f"[!] --from {bad}: only 3 usable recording(s), need at least {MIN_FROM_FILES} "
-                       f"(2 unreadable, 2 not 16000 Hz, 0 with NaN/Inf, 0 shorter than 0.1 s)")
+                       f"(2 unreadable, 2 not 16000 Hz, 1 with NaN/Inf, 0 shorter than 0.1 s)")
     assert sha256_file(out / "manifest.json") == before
     assert len(load_calibration_set(out)) == 32  # the previous audio is intact (hashes checked on read)
     load_calibration_set(out).read(31)
@@ -417,7 +418,10 @@ def test_cli_bad_arguments(work, model, calib_set, capsys, args, code, text):
     assert not out.exists()
 
 
-def test_cli_make_from_missing_folder(tmp_path, capsys):
+def test_cli_make_bad_arguments(tmp_path, capsys):
     rc = main(["calib", "make", "--from", str(tmp_path / "none"), "--out", str(tmp_path / "c")])
     assert rc == 2
     assert capsys.readouterr().err.strip() == f"[!] --from {tmp_path / 'none'}: not a folder of recordings"
+    assert main(["calib", "make", "--count", "0", "--out", str(tmp_path / "c")]) == 2
+    assert capsys.readouterr().err.strip() == "[!] --count must be >= 1, got 0"
+    assert not (tmp_path / "c" / "manifest.json").exists()
