@@ -15,4 +15,4 @@ from cosyedge.realtime.live import run_live
 from cosyedge.realtime.ring import RingBuffer
 from cosyedge.realtime.writer import IncrementalAudioWriter
 
-__all__ = ["RingBuffer", "RealtimeEnhancer", "RealtimeStats", "RateMonitor", "IncrementalAudioWriter", "run_live"]
+__all__ = ["IncrementalAudioWriter", "RateMonitor", "RealtimeEnhancer", "RealtimeStats", "RingBuffer", "run_live"]

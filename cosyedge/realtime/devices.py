@@ -86,7 +86,7 @@ def list_devices(sd=None) -> list[DeviceInfo]:
         idx = int(d["index"])
         out.append(DeviceInfo(idx, str(d["name"]), apis[d["hostapi"]] if d["hostapi"] < len(apis) else "?",
                               int(d["max_input_channels"]), int(d["max_output_channels"]),
-                              int(round(d["default_samplerate"])), idx == din, idx == dout))
+                              round(d["default_samplerate"]), idx == din, idx == dout))
     return out
 
 
@@ -228,7 +228,7 @@ def run_mic(device: str | int | None = None, output: str | Path | None = None, m
     session = eng(chunk_samples=chunk, threads=threads)
     writer = IncrementalAudioWriter(output, c.sample_rate_hz) if output is not None else None
     enh = RealtimeEnhancer(session, rate, monitor=monitor, writer=writer, on_status=on_status)
-    block = max(1, int(round(rate * session.chunk_samples / c.sample_rate_hz)))
+    block = max(1, round(rate * session.chunk_samples / c.sample_rate_hz))
 
     def in_cb(indata, frames, time_info, status):
         enh.input_callback(indata, bool(status.input_overflow))

@@ -235,7 +235,7 @@ class RealtimeEnhancer:
         self.monitor = bool(monitor)
         self.writer = writer
         self.clock = clock
-        ring = max(1, int(round(float(ring_ms) * self.device_rate_hz / 1000.0)))
+        ring = max(1, round(float(ring_ms) * self.device_rate_hz / 1000.0))
         self.in_ring = RingBuffer(ring)
         self.out_ring = RingBuffer(ring)
         if rate_monitor is True:
@@ -381,7 +381,7 @@ class RealtimeEnhancer:
             self.error = err
             self._stop.set()
 
-    def start(self) -> "RealtimeEnhancer":
+    def start(self) -> RealtimeEnhancer:
         """Activate the session (zero state) if needed, forget its old latencies, start the worker thread."""
         if not self.session.is_active:
             self.session.activate()

@@ -47,7 +47,7 @@ def run_live(enhancer: RealtimeEnhancer, stream, writer=None, duration_s: float 
             stream.start()
             if on_started is not None:
                 on_started()
-            want = None if duration_s is None else int(round(float(duration_s) * enhancer.device_rate_hz))
+            want = None if duration_s is None else round(float(duration_s) * enhancer.device_rate_hz)
             while True:
                 enhancer.check()
                 if not enhancer.running:

@@ -106,7 +106,7 @@ class IncrementalAudioWriter:
         """float: seconds written so far."""
         return self.frames / self.sample_rate_hz
 
-    def __enter__(self) -> "IncrementalAudioWriter":
+    def __enter__(self) -> IncrementalAudioWriter:
         return self
 
     def __exit__(self, *exc) -> None:

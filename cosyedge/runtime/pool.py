@@ -1,0 +1,350 @@
+"""Serve many concurrent streams of one model: one batched ONNX Runtime run per tick, one state slot each.
+
+:class:`StreamPool` keeps every state in a **slot store** laid out batch-first, shape
+``(max_streams, *state_shape_without_N)``; slot ``i`` belongs to one stream from :meth:`~StreamPool.join`
+to :meth:`~StreamPool.leave`. A tick takes one pending chunk from every stream that has one
+(``m`` streams), gathers their states into the model's layout for batch ``m`` (the batch axis ``N``
+may be anywhere in a state's shape: the store is batch-first and the gather/scatter moves the axis),
+runs the model once on ``(m, 1, chunk_samples)`` and scatters the new states back to the same slots.
+Streams that had no chunk keep their state untouched; a slot is reset to the initial state when a new
+stream joins it, so state never leaks from one stream to another.
+
+Buffers are allocated once for ``max_streams``; batch ``m`` binds views of their first ``m`` rows
+(IOBinding objects are cached per ``m``), so a tick allocates nothing but the returned output copies.
+
+Source: ONNX Runtime "I/O Binding" (onnxruntime.ai/docs/performance/tune-performance/iobinding.html);
+dynamic batching of stateful streams as in NVIDIA Triton's sequence batcher with implicit state
+(docs.nvidia.com/deeplearning/triton-inference-server, "Stateful Models", oldest strategy).
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+from cosyedge._lazy import lazy_import
+from cosyedge.artifacts import StreamContract
+from cosyedge.errors import ArtifactError, UsageError, first_line
+from cosyedge.log import LOG
+
+ort = lazy_import("onnxruntime")
+
+DEFAULT_MAX_STREAMS = 64
+"""int: slots allocated by default."""
+DEFAULT_MAX_PENDING = 16
+"""int: chunks a stream may queue before its oldest is dropped (160 ms at 10 ms chunks)."""
+MAX_TICK_RECORDS = 1 << 14
+"""int: per-tick latencies kept (ring buffer)."""
+
+
+class StreamPool:
+    """Batch the chunks of up to ``max_streams`` independent streams into one model run per tick.
+
+    Life cycle::
+
+        pool = StreamPool("model.stream.onnx", max_streams=64)
+        with pool:                          # InferenceSession and buffers
+            a, b = pool.join(), pool.join() # stream ids; zero state
+            pool.submit(a, chunk_a)         # float32 (chunk_samples,)
+            pool.submit(b, chunk_b)
+            out = pool.tick()               # {a: (chunk_samples,), b: (chunk_samples,)}, one run, batch 2
+            pool.leave(a)
+
+    ``join``/``leave``/``submit``/``tick`` are thread-safe (one lock; a tick holds it while it runs).
+
+    Args:
+        model_path (str | Path): Streaming ONNX (``state_in.*``/``state_out.*`` and cosyedge metadata),
+            or the ``model.onnx`` of an ONNX Runtime engine folder. Its batch axis must be dynamic.
+        max_streams (int): Slots (concurrent streams), >= 1.
+        chunk_samples (int | None): Samples per chunk, a multiple of the total stride; default one hop.
+        threads (int): ONNX Runtime intra-op threads (>= 1).
+        providers (list[str] | None): Execution providers; default ``["CPUExecutionProvider"]``.
+        max_pending (int): Chunks a stream may queue; older ones are dropped (counted) beyond it.
+    Raises:
+        ArtifactError: model missing/corrupt, no cosyedge metadata, no states.
+        UsageError: bad ``max_streams``, ``chunk_samples``, ``threads`` or ``max_pending``.
+    """
+
+    def __init__(self, model_path: str | Path, max_streams: int = DEFAULT_MAX_STREAMS,
+                 chunk_samples: int | None = None, threads: int = 1, providers: list[str] | None = None,
+                 max_pending: int = DEFAULT_MAX_PENDING):
+        self.model_path = Path(model_path)
+        c = StreamContract.from_onnx(self.model_path)
+        if not c.is_streaming:
+            raise ArtifactError(f"{self.model_path} has no streaming state (state_in.*/state_out.*); "
+                                f"run 'cosyedge streamify' on it first")
+        self.contract = c
+        self.chunk_samples = int(c.hop_samples if chunk_samples is None else chunk_samples)
+        c.check_chunk(self.chunk_samples)
+        for name, v, lo in (("max_streams", max_streams, 1), ("threads", threads, 1), ("max_pending", max_pending, 1)):
+            if int(v) < lo:
+                raise UsageError(f"{name} must be >= {lo}, got {v}")
+        self.max_streams = int(max_streams)
+        self.threads = int(threads)
+        self.max_pending = int(max_pending)
+        self.providers = list(providers) if providers else ["CPUExecutionProvider"]
+        self.axes = [s.batch_axis for s in c.states]  # raises ArtifactError for a state without "N"
+        self.is_active = False
+        self._lock = threading.RLock()
+        self._sess = None
+        self._next_id = 0
+        self._slot_of: dict[int, int] = {}
+        self._pending: dict[int, collections.deque] = {}
+        self.dropped: dict[int, int] = {}
+        self._free: list[int] = []
+        self._lat = np.zeros(MAX_TICK_RECORDS, np.float64)
+        self._lat_n = 0
+        self.ticks = 0
+        self.chunks_run = 0
+
+    # ------------------------------------------------------------------ life cycle
+    def activate(self) -> StreamPool:
+        """Create the ONNX Runtime session and every buffer (slot stores, batch buffers).
+
+        Raises:
+            ArtifactError: ONNX Runtime cannot load the model, or its inputs/outputs disagree with the contract.
+            DependencyError: onnxruntime is missing.
+        """
+        if self.is_active:
+            return self
+        c = self.contract
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = self.threads
+        so.inter_op_num_threads = 1
+        so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        so.log_severity_level = 3
+        try:
+            sess = ort.InferenceSession(str(self.model_path), sess_options=so, providers=self.providers)
+        except Exception as err:  # noqa: BLE001 - onnxruntime raises its own exception types
+            raise ArtifactError(f"ONNX Runtime cannot load {self.model_path}: {first_line(err)}") from None
+        names_in = {i.name for i in sess.get_inputs()}
+        names_out = {o.name for o in sess.get_outputs()}
+        missing = [n for n in [c.input] + [s.input for s in c.states] if n not in names_in]
+        missing += [n for n in [c.output] + [s.output for s in c.states] if n not in names_out]
+        if missing:
+            raise ArtifactError(f"{self.model_path}: contract names {missing} are not model inputs/outputs; "
+                                f"re-run 'cosyedge streamify'")
+        cap = self.max_streams
+        # slot stores, batch-first: store[k][slot] is stream slot's state k (model layout minus the N axis)
+        self._store = [np.moveaxis(s.zeros(cap), ax, 0).copy() for s, ax in zip(c.states, self.axes)]
+        self._init = [np.moveaxis(s.zeros(1), ax, 0)[0].copy() for s, ax in zip(c.states, self.axes)]
+        # batch buffers in the model's layout; batch-first states bind prefix views, others per-m buffers
+        self._x = np.zeros((cap, 1, self.chunk_samples), np.float32)
+        self._y = np.zeros((cap, 1, self.chunk_samples), np.float32)
+        self._sin = [s.zeros(cap) if ax == 0 else None for s, ax in zip(c.states, self.axes)]
+        self._sout = [s.zeros(cap) if ax == 0 else None for s, ax in zip(c.states, self.axes)]
+        self._per_m: dict[int, tuple] = {}
+        self._free = list(range(cap))
+        self._sess = sess
+        self.is_active = True
+        LOG.debug("stream pool %s: %d slots, chunk %d, %d state(s), batch axes %s", self.model_path, cap,
+                  self.chunk_samples, len(c.states), self.axes)
+        return self
+
+    def deactivate(self) -> None:
+        """Release the session and buffers; every stream is dropped."""
+        with self._lock:
+            self._sess = None
+            self._per_m = {}
+            self._store = self._sin = self._sout = None
+            self._slot_of.clear()
+            self._pending.clear()
+            self.is_active = False
+
+    def __enter__(self) -> StreamPool:
+        return self.activate()
+
+    def __exit__(self, *exc) -> None:
+        self.deactivate()
+
+    # ------------------------------------------------------------------ streams
+    @property
+    def streams(self) -> list[int]:
+        """list[int]: ids of the joined streams, in join order."""
+        return list(self._slot_of)
+
+    def join(self) -> int:
+        """Add a stream with the initial (zero) state; returns its id (int, never reused).
+
+        Raises:
+            UsageError: the pool is inactive or all ``max_streams`` slots are taken.
+        """
+        with self._lock:
+            self._check_active("join()")
+            if not self._free:
+                raise UsageError(f"stream pool is full ({self.max_streams} streams); leave() one or create the "
+                                 f"pool with a larger max_streams")
+            self._free.sort()
+            slot = self._free.pop(0)  # lowest free slot keeps the active slots compact
+            for store, init in zip(self._store, self._init):
+                store[slot] = init
+            sid = self._next_id
+            self._next_id += 1
+            self._slot_of[sid] = slot
+            self._pending[sid] = collections.deque()
+            self.dropped[sid] = 0
+            return sid
+
+    def leave(self, sid: int) -> None:
+        """Remove stream ``sid``; its queued chunks are discarded and its slot freed.
+
+        Raises:
+            UsageError: unknown stream id.
+        """
+        with self._lock:
+            slot = self._slot(sid)
+            del self._slot_of[sid], self._pending[sid]
+            self.dropped.pop(sid, None)
+            self._free.append(slot)
+
+    def submit(self, sid: int, chunk: np.ndarray) -> None:
+        """Queue one chunk of stream ``sid`` for the next tick.
+
+        Args:
+            sid (int): Stream id from :meth:`join`.
+            chunk (np.ndarray): float32 PCM (chunk_samples,) (or (1, 1, chunk_samples)), finite.
+        Raises:
+            UsageError: unknown id, wrong shape/dtype, NaN/Inf samples. When more than ``max_pending``
+                chunks wait, the oldest is dropped and counted in ``dropped[sid]`` (not an error).
+        """
+        chunk = np.asarray(chunk)
+        if chunk.dtype != np.float32:
+            raise UsageError(f"chunk dtype is {chunk.dtype}, expected float32")
+        if chunk.size != self.chunk_samples or chunk.ndim not in (1, 3):
+            raise UsageError(f"chunk shape is {chunk.shape}, expected ({self.chunk_samples},)")
+        if not np.isfinite(chunk).all():
+            raise UsageError(f"chunk of stream {sid} holds NaN/Inf samples")
+        with self._lock:
+            self._slot(sid)
+            q = self._pending[sid]
+            if len(q) >= self.max_pending:
+                q.popleft()
+                self.dropped[sid] += 1
+                LOG.warning_once(f"stream pool: stream {sid} queued more than {self.max_pending} chunks; "
+                                 f"dropping its oldest (the pool is slower than real time)")
+            q.append(chunk.reshape(-1).copy())
+
+    def pending(self, sid: int) -> int:
+        """int: chunks queued for stream ``sid``."""
+        with self._lock:
+            self._slot(sid)
+            return len(self._pending[sid])
+
+    # ------------------------------------------------------------------ running
+    def tick(self) -> dict[int, np.ndarray]:
+        """Run one chunk of every stream that has one queued, in one batched model run.
+
+        Returns:
+            dict[int, np.ndarray]: stream id -> float32 (chunk_samples,) output (fresh copies); empty when
+            nothing was queued.
+        Raises:
+            UsageError: the pool is inactive.
+        """
+        with self._lock:
+            self._check_active("tick()")
+            ready = sorted((self._slot_of[sid], sid) for sid, q in self._pending.items() if q)
+            m = len(ready)
+            if not m:
+                return {}
+            t0 = time.perf_counter()
+            slots = np.fromiter((s for s, _ in ready), dtype=np.intp, count=m)
+            contiguous = bool(slots[0] == 0 and slots[-1] == m - 1)
+            binding, sin_m, sout_m = self._binding(m)
+            for i, (_, sid) in enumerate(ready):
+                self._x[i, 0] = self._pending[sid].popleft()
+            for k, ax in enumerate(self.axes):
+                store = self._store[k]
+                src = store[:m] if contiguous else store[slots]
+                if ax == 0:
+                    sin_m[k][...] = src
+                else:
+                    np.moveaxis(sin_m[k], ax, 0)[...] = src
+            self._sess.run_with_iobinding(binding)
+            for k, ax in enumerate(self.axes):
+                new = sout_m[k] if ax == 0 else np.moveaxis(sout_m[k], ax, 0)
+                if contiguous:
+                    self._store[k][:m] = new
+                else:
+                    self._store[k][slots] = new
+            out = {sid: self._y[i, 0].copy() for i, (_, sid) in enumerate(ready)}
+            ms = (time.perf_counter() - t0) * 1000.0
+            self._lat[self._lat_n % self._lat.size] = ms
+            self._lat_n += 1
+            self.ticks += 1
+            self.chunks_run += m
+            return out
+
+    def push(self, chunks: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
+        """Submit one chunk per stream and run one tick (:meth:`submit` + :meth:`tick`).
+
+        Args:
+            chunks (dict[int, np.ndarray]): stream id -> float32 (chunk_samples,).
+        Returns:
+            dict[int, np.ndarray]: outputs of every stream that ran this tick.
+        """
+        with self._lock:
+            for sid, ch in chunks.items():
+                self.submit(sid, ch)
+            return self.tick()
+
+    def state(self, sid: int) -> dict[str, np.ndarray]:
+        """Copies of stream ``sid``'s states by state input name, each in the model layout with batch 1."""
+        with self._lock:
+            slot = self._slot(sid)
+            return {s.input: np.expand_dims(store[slot], ax).copy()
+                    for s, ax, store in zip(self.contract.states, self.axes, self._store)}
+
+    @property
+    def tick_latencies_ms(self) -> np.ndarray:
+        """np.ndarray: float64 (K,), wall time of the last K ticks in ms (gather + run + scatter), oldest first."""
+        n, size = self._lat_n, self._lat.size
+        if n <= size:
+            return self._lat[:n].copy()
+        i = n % size
+        return np.concatenate([self._lat[i:], self._lat[:i]])
+
+    def clear_latencies(self) -> None:
+        """Forget the recorded tick latencies."""
+        self._lat_n = 0
+
+    # ------------------------------------------------------------------ helpers
+    def _check_active(self, what: str) -> None:
+        if not self.is_active:
+            raise UsageError(f"{what} on an inactive stream pool: call activate() first or use 'with pool:'")
+
+    def _slot(self, sid: int) -> int:
+        try:
+            return self._slot_of[sid]
+        except KeyError:
+            raise UsageError(f"unknown stream id {sid} (joined: {sorted(self._slot_of)})") from None
+
+    def _binding(self, m: int):
+        """IOBinding for batch ``m`` (cached) and the state input/output arrays it reads/writes."""
+        got = self._per_m.get(m)
+        if got is not None:
+            return got
+        c = self.contract
+
+        def ov(a: np.ndarray):
+            return ort.OrtValue.ortvalue_from_numpy(a, "cpu", 0)
+
+        sin = [a[:m] if a is not None else s.zeros(m) for s, a in zip(c.states, self._sin)]
+        sout = [a[:m] if a is not None else s.zeros(m) for s, a in zip(c.states, self._sout)]
+        b = self._sess.io_binding()
+        keep = [ov(self._x[:m]), ov(self._y[:m])]
+        b.bind_ortvalue_input(c.input, keep[0])
+        b.bind_ortvalue_output(c.output, keep[1])
+        for s, a_in, a_out in zip(c.states, sin, sout):
+            vi, vo = ov(a_in), ov(a_out)
+            keep += [vi, vo]
+            b.bind_ortvalue_input(s.input, vi)
+            b.bind_ortvalue_output(s.output, vo)
+        self._per_m[m] = (b, sin, sout)
+        self._per_m_values = getattr(self, "_per_m_values", {})
+        self._per_m_values[m] = keep  # OrtValues must outlive the binding
+        return self._per_m[m]
