@@ -1,0 +1,367 @@
+"""Streamed comparison of a candidate build with its reference, on real speech, with Polygraphy.
+
+Both models are run chunk by chunk (``chunk_samples``, one hop by default = what ``cosyedge run``
+does) through Polygraphy runners (:meth:`cosyedge.compare.models.CompareModel.runner`); the utterance
+is zero-padded at the end by the model's delay plus up to one chunk, and the audio output is trimmed by
+the delay so it is aligned with the input. Two modes:
+
+* **teacher-forced**: every chunk, the candidate gets the *reference's* state inputs (recorded while
+  streaming the reference from zero state); its audio and ``state_out`` tensors show the error of one
+  step alone. A state computed wrongly (dropped, swapped) shows in that state's own output.
+* **free-running**: each model carries its own states from zero; the audio output shows the
+  accumulated error a user hears.
+
+The per-chunk outputs of one utterance are concatenated (audio, along time) or stacked (states, along
+a new chunk axis) into one Polygraphy ``IterationResult`` per runner and utterance; the ``RunResults``
+are compared with ``Comparator.compare_accuracy`` using ``SimpleCompareFunc(check_error_stat="max")``
+(max/mean absolute error; falls back to ``CompareFunc.simple`` on old Polygraphy) and
+``SnrCompareFunc`` (output SNR). Per utterance, free-running, the audio outputs are also scored against
+the clean speech: PESQ-WB and SI-SNR of reference and candidate, and their differences.
+
+Sources: Polygraphy ``polygraphy/comparator/{comparator,compare,struct}.py`` (``Comparator``,
+``SimpleCompareFunc``, ``SnrCompareFunc``, ``RunResults``, ``IterationResult``); teacher forcing:
+Williams & Zipser, Neural Computation 1(2), 1989 (feeding the reference's state to the next step).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import numpy as np
+
+from cosyedge.compare.models import CompareModel, _polygraphy, check_compatible, reraise_runner_error
+from cosyedge.compare.tolerances import SNR_CAP_DB, Tolerance, tolerance_for
+from cosyedge.compare.utterances import Utterance
+from cosyedge.errors import ArtifactError, UsageError, first_line
+from cosyedge.log import LOG
+
+MODES = ("teacher-forced", "free-running")
+
+
+def snr_db(ref: np.ndarray, est: np.ndarray) -> float:
+    """SNR of ``est`` against ``ref`` in dB: ``10 log10(sum ref^2 / sum (ref - est)^2)``, float64 sums.
+
+    Args:
+        ref (np.ndarray): reference tensor, any shape.
+        est (np.ndarray): same shape.
+    Returns:
+        float: dB, clipped to [-:data:`SNR_CAP_DB`, :data:`SNR_CAP_DB`] (identical -> cap; zero
+        reference and non-zero error -> -cap); NaN if either holds NaN.
+    """
+    r = np.asarray(ref, np.float64)
+    e = np.asarray(est, np.float64)
+    if not (np.isfinite(r).all() and np.isfinite(e).all()):
+        return float("nan")
+    noise = float(np.sum((r - e) ** 2))
+    sig = float(np.sum(r ** 2))
+    if noise == 0.0:
+        return SNR_CAP_DB
+    if sig == 0.0:
+        return -SNR_CAP_DB
+    return float(np.clip(10.0 * math.log10(sig / noise), -SNR_CAP_DB, SNR_CAP_DB))
+
+
+@dataclasses.dataclass
+class StreamRecord:
+    """The outputs of one model over one utterance.
+
+    Attributes:
+        outputs (dict[str, np.ndarray]): audio output, float32 shape (T,) aligned with the input; each
+            other output stacked over chunks, shape (n_chunks, *per-chunk shape without batch).
+        state_inputs (list[dict[str, np.ndarray]]): the state inputs fed at each chunk (reference
+            only; what teacher forcing feeds the candidate).
+    """
+
+    outputs: dict
+    state_inputs: list | None = None
+
+
+def _chunks(utt: Utterance, model: CompareModel, chunk: int) -> tuple[np.ndarray, int]:
+    """Padded input, shape (n_chunks, 1, 1, chunk), and n_chunks."""
+    need = len(utt.x) + model.contract.delay_samples
+    n = max(1, -(-need // chunk))
+    x = np.zeros(n * chunk, np.float32)
+    x[: len(utt.x)] = utt.x
+    return x.reshape(n, 1, 1, chunk), n
+
+
+def _collect(per_chunk: list[dict], model: CompareModel, length: int) -> dict:
+    c = model.contract
+    out = {}
+    for name in per_chunk[0]:
+        if name == c.output:
+            y = np.concatenate([o[name].reshape(-1) for o in per_chunk])
+            out[name] = np.ascontiguousarray(y[c.delay_samples: c.delay_samples + length], np.float32)
+        else:
+            out[name] = np.stack([o[name][0] if o[name].ndim > 0 else o[name] for o in per_chunk])
+    return out
+
+
+def stream(model: CompareModel, runner: Any, utt: Utterance, chunk: int,
+           forced_states: list | None = None, keep_state_inputs: bool = False,
+           outputs: set | None = None) -> StreamRecord:
+    """Stream ``utt`` through an active runner of ``model``.
+
+    Args:
+        model (CompareModel): The model (contract: input/output/state names, delay).
+        runner: Active Polygraphy runner of ``model``.
+        utt (Utterance): Real speech at the model rate.
+        chunk (int): Samples per chunk (a multiple of the total stride).
+        forced_states (list[dict] | None): Teacher forcing: the state inputs to feed at each chunk
+            (from the reference's :class:`StreamRecord`); None carries the model's own states from zero.
+        keep_state_inputs (bool): Record the state inputs fed at each chunk.
+        outputs (set | None): Keep only these outputs (None: all).
+    Returns:
+        StreamRecord
+    Raises:
+        UsageError: the model fails on a chunk (one line, chunk index and utterance named).
+    """
+    c = model.contract
+    xs, n = _chunks(utt, model, chunk)
+    states = {s.input: s.zeros(1) for s in c.states}
+    per_chunk, fed = [], []
+    for k in range(n):
+        st = forced_states[k] if forced_states is not None else states
+        feed = {c.input: xs[k], **st}
+        if keep_state_inputs:
+            fed.append({name: v.copy() for name, v in st.items()})
+        try:
+            res = runner.infer(feed, check_inputs=(k == 0))
+        except Exception as err:  # onnxruntime / polygraphy errors
+            raise reraise_runner_error(err, model, f"chunk {k} of '{utt.name}'") from None
+        kept = {name: np.array(v, copy=True) for name, v in res.items() if outputs is None or name in outputs}
+        per_chunk.append(kept)
+        if forced_states is None:
+            states = {s.input: np.array(res[s.output], copy=True) for s in c.states}
+    return StreamRecord(outputs=_collect(per_chunk, model, len(utt.x)), state_inputs=fed if keep_state_inputs else None)
+
+
+def _compare_funcs():
+    """Polygraphy comparison functions: max/mean absolute error statistics (no verdict: atol = rtol = inf)."""
+    comp = _polygraphy("polygraphy.comparator")
+    simple_cls = getattr(comp, "SimpleCompareFunc", None)
+    if simple_cls is not None:
+        simple = simple_cls(check_error_stat="max", atol=np.inf, rtol=np.inf)
+    else:  # Polygraphy < 0.53
+        simple = comp.CompareFunc.simple(check_error_stat="max", atol=np.inf, rtol=np.inf)
+    return [simple]
+
+
+def tensor_stats(ref: np.ndarray, est: np.ndarray) -> dict:
+    """``{"max_abs", "mean_abs", "snr_db"}`` (floats) of ``est`` against ``ref`` (same shape), numpy only."""
+    r = np.asarray(ref, np.float32)
+    e = np.asarray(est, np.float32)
+    if r.shape != e.shape:
+        raise UsageError(f"shapes differ: candidate {e.shape} vs reference {r.shape}")
+    if r.size == 0:
+        return {"max_abs": 0.0, "mean_abs": 0.0, "snr_db": SNR_CAP_DB}
+    d = np.abs(r.astype(np.float64) - e.astype(np.float64))
+    return {"max_abs": float(d.max()), "mean_abs": float(d.mean()), "snr_db": snr_db(r, e)}
+
+
+def polygraphy_compare(ref_name: str, cand_name: str, ref_iters: list[dict], cand_iters: list[dict],
+                       names: list[str] | None = None) -> list[dict]:
+    """Compare per-iteration outputs; ``names`` go through Polygraphy's ``Comparator.compare_accuracy``.
+
+    The outputs in ``names`` (the audio output) are compared by Polygraphy (``SimpleCompareFunc`` with
+    ``check_error_stat="max"``: max and mean absolute error); every other output (the stacked states:
+    millions of values, for which Polygraphy's median/quantile statistics cost seconds) with
+    :func:`tensor_stats`. SNR is always :func:`snr_db` over the whole iteration.
+
+    Args:
+        ref_name (str), cand_name (str): Runner names.
+        ref_iters (list[dict[str, np.ndarray]]): One dict per iteration (utterance) of the reference.
+        cand_iters (list[dict[str, np.ndarray]]): Same names and shapes, candidate.
+        names (list[str] | None): Outputs compared by Polygraphy (None: all).
+    Returns:
+        list[dict[str, dict]]: per iteration, per output name ``{"max_abs", "mean_abs", "snr_db"}``.
+    Raises:
+        UsageError: Polygraphy refused the comparison (shape mismatch...).
+    """
+    comp = _polygraphy("polygraphy.comparator")
+    G_LOGGER = _polygraphy("polygraphy.logger").G_LOGGER
+    names = list(ref_iters[0]) if names is None else list(names)
+    rr = comp.RunResults()
+    for rname, iters in ((ref_name, ref_iters), (cand_name, cand_iters)):
+        rr.append((rname, [comp.IterationResult(outputs={n: o[n] for n in names}, runner_name=rname) for o in iters]))
+    try:
+        with G_LOGGER.verbosity(G_LOGGER.CRITICAL):
+            acc = comp.Comparator.compare_accuracy(rr, compare_func=_compare_funcs()[0])
+    except Exception as err:  # PolygraphyException from G_LOGGER.critical
+        raise UsageError(f"Polygraphy could not compare the outputs: {first_line(err)}") from None
+    stats = acc[0][(ref_name, cand_name)]
+    out = []
+    for k, (r_it, c_it) in enumerate(zip(ref_iters, cand_iters)):
+        row = {}
+        for name in r_it:
+            if name in names:
+                res = stats[k][name]
+                row[name] = {"max_abs": float(res.max_absdiff), "mean_abs": float(res.mean_absdiff),
+                             "snr_db": snr_db(r_it[name], c_it[name])}
+            else:
+                row[name] = tensor_stats(r_it[name], c_it[name])
+        out.append(row)
+    return out
+
+
+def _utterance_audio(utt: Utterance, y_ref: np.ndarray, y_cand: np.ndarray, pesq: bool) -> dict:
+    """PESQ-WB / SI-SNR of both outputs against clean speech (or against the reference output)."""
+    from cosyedge.eval.metrics import pesq_wb, si_snr_db
+
+    target = utt.clean if utt.clean is not None else y_ref
+    res: dict = {"against": "clean" if utt.clean is not None else "reference output"}
+    res["si_snr_ref_db"] = si_snr_db(y_ref, target) if utt.clean is not None else SNR_CAP_DB
+    res["si_snr_cand_db"] = min(si_snr_db(y_cand, target), SNR_CAP_DB)
+    res["si_snr_delta_db"] = res["si_snr_cand_db"] - res["si_snr_ref_db"]
+    if pesq:
+        res["pesq_ref"] = pesq_wb(y_ref, target, utt.sample_rate_hz)
+        res["pesq_cand"] = pesq_wb(y_cand, target, utt.sample_rate_hz)
+        res["pesq_delta"] = res["pesq_cand"] - res["pesq_ref"]
+    return {k: (round(v, 4) if isinstance(v, float) and math.isfinite(v) else v) for k, v in res.items()}
+
+
+class ReferenceCache:
+    """Reference streams per utterance, computed once and shared by every candidate (``cosyedge check``).
+
+    Args:
+        ref (CompareModel): The reference.
+        chunk (int): Samples per chunk.
+        threads (int): ONNX Runtime threads.
+    """
+
+    def __init__(self, ref: CompareModel, chunk: int, threads: int = 1):
+        self.ref, self.chunk, self.threads = ref, chunk, threads
+        self._records: dict[str, StreamRecord] = {}
+
+    def get(self, utt: Utterance) -> StreamRecord:
+        """Return the reference's :class:`StreamRecord` of ``utt`` (with the state inputs it was fed)."""
+        if utt.name not in self._records:
+            runner = self.ref.runner("reference", threads=self.threads)
+            try:
+                with runner:
+                    self._records[utt.name] = stream(self.ref, runner, utt, self.chunk, keep_state_inputs=True)
+            except UsageError:
+                raise
+            except Exception as err:
+                raise reraise_runner_error(err, self.ref, f"on '{utt.name}'") from None
+        return self._records[utt.name]
+
+
+def default_chunk(model: CompareModel, chunk_ms: float | None) -> int:
+    """Samples per chunk for ``chunk_ms`` (ms; None = one hop).
+
+    Raises:
+        UsageError: not a positive multiple of the model's total stride.
+    """
+    c = model.contract
+    if chunk_ms is None:
+        return c.hop_samples
+    chunk = int(round(float(chunk_ms) * c.sample_rate_hz / 1000.0))
+    c.check_chunk(chunk)
+    return chunk
+
+
+def compare(ref: CompareModel, cand: CompareModel, utterances: list[Utterance], *, chunk: int | None = None,
+            tolerance: Tolerance | None = None, modes: tuple = MODES, pesq: bool = True, threads: int = 1,
+            ref_cache: ReferenceCache | None = None) -> dict:
+    """Compare ``cand`` with ``ref`` on real utterances, in teacher-forced and free-running modes.
+
+    Args:
+        ref (CompareModel): FP32 reference (engine folder or ONNX).
+        cand (CompareModel): Candidate build.
+        utterances (list[Utterance]): Real speech at the model rate (never random data).
+        chunk (int | None): Samples per chunk (default: one hop).
+        tolerance (Tolerance | None): Limits (default: :func:`~cosyedge.compare.tolerances.tolerance_for`
+            the candidate's precision label).
+        modes (tuple[str]): Subset of :data:`MODES`.
+        pesq (bool): Score PESQ-WB (free-running; needs ``pesq``).
+        threads (int): ONNX Runtime threads per model.
+        ref_cache (ReferenceCache | None): Shared reference streams (built here when None).
+    Returns:
+        dict: JSON-ready result: ``reference``/``candidate`` descriptions, ``chunk_samples``,
+        ``tolerance``, ``modes[mode]["utterances"][name]["outputs"][output] = {max_abs, mean_abs,
+        snr_db}`` (+ ``["audio"]`` = PESQ/SI-SNR in free-running mode), ``failures`` (one line each,
+        naming the mode, utterance, tensor or metric and the limit) and ``passed``.
+    Raises:
+        UsageError: incompatible candidate, unknown mode, bad chunk, a model fails to run.
+    """
+    check_compatible(ref, cand)
+    bad = [m for m in modes if m not in MODES]
+    if bad or not modes:
+        raise UsageError(f"unknown mode(s) {bad or modes} (use {', '.join(MODES)})")
+    if not utterances:
+        raise UsageError("no utterances to compare")
+    chunk = chunk or ref.contract.hop_samples
+    ref.contract.check_chunk(chunk)
+    tol = tolerance or tolerance_for(cand.label)
+    cache = ref_cache or ReferenceCache(ref, chunk, threads)
+    c = ref.contract
+    state_outs = [s.output for s in c.states]
+    result: dict = {
+        "reference": describe(ref), "candidate": describe(cand), "chunk_samples": chunk,
+        "chunk_ms": 1000.0 * chunk / c.sample_rate_hz, "tolerance": tol.as_dict(),
+        "utterances": [u.describe() for u in utterances], "modes": {}, "failures": [],
+    }
+    for mode in modes:
+        ref_iters, cand_iters = [], []
+        runner = cand.runner("candidate", threads=threads)
+        with LOG.stage(f"compare {mode}: {cand.label} {cand.path} vs {ref.path} ({len(utterances)} utterances)"):
+            try:
+                with runner:
+                    for utt in utterances:
+                        rec = cache.get(utt)
+                        forced = rec.state_inputs if mode == "teacher-forced" else None
+                        crec = stream(cand, runner, utt, chunk, forced_states=forced, outputs=set(rec.outputs))
+                        ref_iters.append(rec.outputs)
+                        cand_iters.append(crec.outputs)
+            except (UsageError, ArtifactError):
+                raise
+            except Exception as err:
+                raise reraise_runner_error(err, cand, mode) from None
+            stats = polygraphy_compare("reference", "candidate", ref_iters, cand_iters, names=[c.output])
+        per_utt = {}
+        for utt, row, r_out, c_out in zip(utterances, stats, ref_iters, cand_iters):
+            entry = {"outputs": row}
+            if mode == "free-running":
+                entry["audio"] = _utterance_audio(utt, r_out[c.output], c_out[c.output], pesq)
+            per_utt[utt.name] = entry
+            result["failures"] += _failures(mode, utt.name, entry, c.output, state_outs, tol)
+        result["modes"][mode] = {"utterances": per_utt}
+    result["passed"] = not result["failures"]
+    return result
+
+
+def _failures(mode: str, utt: str, entry: dict, output: str, state_outs: list, tol: Tolerance) -> list[str]:
+    out = []
+    o = entry["outputs"][output]
+    where = f"{mode} '{utt}'"
+    if not o["snr_db"] >= tol.output_snr_db:  # NaN fails
+        out.append(f"{where} {output}: SNR {o['snr_db']:.2f} dB < {tol.output_snr_db:g} dB")
+    if mode == "teacher-forced":
+        if not o["max_abs"] <= tol.output_max_abs:
+            out.append(f"{where} {output}: max abs error {o['max_abs']:.3g} > {tol.output_max_abs:g}")
+        for s in state_outs:
+            st = entry["outputs"].get(s)
+            if st is not None and not st["snr_db"] >= tol.state_snr_db:
+                out.append(f"{where} {s}: state SNR {st['snr_db']:.2f} dB < {tol.state_snr_db:g} dB "
+                           f"(state computed differently from the reference's: dropped, swapped or mis-quantized)")
+    audio = entry.get("audio") or {}
+    if "pesq_delta" in audio and not -audio["pesq_delta"] <= tol.pesq_drop:
+        out.append(f"{where} PESQ-WB {audio['pesq_cand']:.3f} vs reference {audio['pesq_ref']:.3f}: "
+                   f"drop {-audio['pesq_delta']:.3f} > {tol.pesq_drop:g}")
+    if "si_snr_delta_db" in audio and not -audio["si_snr_delta_db"] <= tol.si_snr_drop_db:
+        out.append(f"{where} SI-SNR {audio['si_snr_cand_db']:.2f} dB vs reference {audio['si_snr_ref_db']:.2f} dB: "
+                   f"drop {-audio['si_snr_delta_db']:.2f} dB > {tol.si_snr_drop_db:g} dB")
+    return out
+
+
+def describe(m: CompareModel) -> dict:
+    """Return a JSON description of a :class:`CompareModel` (path, backend, precision label, hashes)."""
+    return {"path": str(m.path), "model": str(m.model_path), "backend": m.backend, "precision": m.label,
+            "model_sha256": m.model_sha256, "parent_sha256": m.parent_sha256, "name": m.contract.name}
+
+
+__all__ = ["MODES", "ReferenceCache", "StreamRecord", "compare", "default_chunk", "describe", "polygraphy_compare",
+           "snr_db", "stream", "tensor_stats"]

@@ -1,0 +1,286 @@
+"""What ``cosyedge compare`` compares: an engine folder or a streaming ONNX, as a Polygraphy runner.
+
+:func:`load_compare_model` accepts an engine folder made by ``cosyedge build`` (ONNX Runtime or
+TensorRT; the manifest and model hash are validated by :func:`cosyedge.build.load_engine` /
+:func:`cosyedge.build.trt.validate_trt_folder`) or a bare streaming ``.onnx`` with ``cosyedge.*``
+metadata, and returns a :class:`CompareModel`: the stream contract, the precision label
+(``fp32``, ``fp16``, ``int8``, ``int8-sparse``...) and a factory of Polygraphy runners:
+
+* ONNX Runtime: ``polygraphy.backend.onnxrt.OnnxrtRunner`` on an ``onnxruntime.InferenceSession``
+  (CPU, ``threads`` intra-op threads), optionally after
+  ``polygraphy.backend.onnx.ModifyOutputs(model, outputs=constants.MARK_ALL)`` (every intermediate
+  tensor becomes an output, for layer bisection);
+* TensorRT: ``polygraphy.backend.trt.TrtRunner(EngineFromBytes(BytesFromPath(engine.plan)))``, imported
+  only when the folder is a TensorRT engine; without TensorRT, pycuda or a GPU the engine cannot run
+  here and that is a one-line :class:`~cosyedge.errors.UsageError` (exit 2).
+
+:func:`check_compatible` refuses a candidate whose inputs/outputs, states, sample rate or hop differ from
+the reference (exit 2, the differing names in the message).
+
+Sources: Polygraphy API docs, ``polygraphy/backend/onnxrt/runner.py`` (``OnnxrtRunner``),
+``polygraphy/backend/onnx/loader.py`` (``ModifyOutputs``, ``OnnxFromPath``, ``BytesFromOnnx``),
+``polygraphy/backend/trt/{loader,runner}.py`` (``EngineFromBytes``, ``TrtRunner``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+from cosyedge._lazy import has_module, lazy_import
+from cosyedge.artifacts import MANIFEST_NAME, StreamContract, load_manifest, load_onnx, sha256_file
+from cosyedge.errors import ArtifactError, CosyEdgeError, DependencyError, UsageError, first_line
+
+onnx = lazy_import("onnx")
+ort = lazy_import("onnxruntime")
+
+PRECISION_KEY = "cosyedge.precision"
+SPARSITY_KEY = "cosyedge.sparsity"
+
+
+def precision_label(precision: str, sparse: bool) -> str:
+    """Return the label (str) of a build: ``precision`` plus ``-sparse`` when 2:4-pruned (``int8-sparse``)."""
+    return f"{precision}-sparse" if sparse else precision
+
+
+def parse_precision_label(label: str) -> tuple[str, bool]:
+    """Split a label such as ``int8-sparse`` into ``("int8", True)``.
+
+    Raises:
+        UsageError: not ``fp32|fp16|int8`` optionally followed by ``-sparse`` (``sparse`` alone = fp32-sparse).
+    """
+    from cosyedge.build.prepare import PRECISIONS
+
+    text = label.strip().lower().replace("+", "-").replace("_", "-")
+    if text == "sparse":
+        return "fp32", True
+    base, _, rest = text.partition("-")
+    if base not in PRECISIONS or rest not in ("", "sparse"):
+        raise UsageError(f"unknown precision '{label}' (use fp32, fp16, int8, optionally with -sparse: "
+                         f"e.g. fp16,int8-sparse)")
+    return base, rest == "sparse"
+
+
+def _graph_io(model: Any) -> tuple[dict, dict]:
+    """``({input: (dims, elem_type)}, {output: (dims, elem_type)})`` of an ONNX ModelProto (initializers excluded)."""
+    inits = {t.name for t in model.graph.initializer}
+
+    def sig(v):
+        t = v.type.tensor_type
+        dims = [d.dim_param or (d.dim_value if d.HasField("dim_value") else "?") for d in t.shape.dim] \
+            if t.HasField("shape") else None
+        return dims, int(t.elem_type)
+
+    ins = {v.name: sig(v) for v in model.graph.input if v.name not in inits}
+    outs = {v.name: sig(v) for v in model.graph.output}
+    return ins, outs
+
+
+@dataclasses.dataclass
+class CompareModel:
+    """A reference or candidate of a comparison.
+
+    Attributes:
+        path (Path): What the user gave (engine folder or ``.onnx``).
+        model_path (Path): The streaming ONNX (run by ONNX Runtime; for TensorRT the ONNX the plan came from).
+        contract (StreamContract): Stream contract (audio input/output names, rate, hop, states).
+        backend (str): ``onnxruntime`` | ``tensorrt``.
+        precision (str): ``fp32`` | ``fp16`` | ``int8``.
+        sparse (bool): 2:4-pruned weights.
+        model_sha256 (str): SHA-256 of ``model_path``.
+        parent_sha256 (str | None): SHA-256 of the FP32 streaming ONNX it was built from (manifest), or None.
+        manifest (dict | None): Engine manifest, None for a bare ``.onnx``.
+        plan_path (Path | None): TensorRT plan (``engine.plan``) for TensorRT folders.
+        inputs (dict): ONNX graph inputs ``{name: (dims, onnx elem type)}``.
+        outputs (dict): ONNX graph outputs ``{name: (dims, onnx elem type)}``.
+    """
+
+    path: Path
+    model_path: Path
+    contract: StreamContract
+    backend: str
+    precision: str
+    sparse: bool
+    model_sha256: str
+    parent_sha256: str | None = None
+    manifest: dict | None = None
+    plan_path: Path | None = None
+    inputs: dict = dataclasses.field(default_factory=dict)
+    outputs: dict = dataclasses.field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        """str: precision label, e.g. ``int8-sparse``."""
+        return precision_label(self.precision, self.sparse)
+
+    @property
+    def root_sha256(self) -> str:
+        """str: SHA-256 of the FP32 model this one derives from (its own hash when it is an FP32 ONNX)."""
+        return self.parent_sha256 or self.model_sha256
+
+    def runner(self, name: str, *, mark_all: bool = False, threads: int = 1) -> Any:
+        """Return an inactive Polygraphy runner for this model.
+
+        Args:
+            name (str): Runner name (unique within a comparison).
+            mark_all (bool): Mark every intermediate tensor as an output (ONNX Runtime only;
+                ``ModifyOutputs(outputs=constants.MARK_ALL)``).
+            threads (int): ONNX Runtime intra-op threads.
+        Returns:
+            polygraphy.backend.base.BaseRunner: ``OnnxrtRunner`` or ``TrtRunner``; ``infer(feed_dict)``
+            takes ``{name: np.ndarray}`` and returns ``{name: np.ndarray}`` (buffers may be reused).
+        Raises:
+            UsageError: ``mark_all`` on a TensorRT engine.
+            DependencyError: polygraphy is missing.
+        """
+        pg_onnxrt = _polygraphy("polygraphy.backend.onnxrt")
+        if self.backend == "tensorrt":
+            if mark_all:
+                raise UsageError("--mark-all needs ONNX models or ONNX Runtime engines; give the engine's "
+                                 f"model.onnx ({self.model_path}) instead of the TensorRT folder")
+            pg_trt = _polygraphy("polygraphy.backend.trt")
+            pg_common = _polygraphy("polygraphy.backend.common")
+            return pg_trt.TrtRunner(pg_trt.EngineFromBytes(pg_common.BytesFromPath(str(self.plan_path))), name=name)
+        model_path = self.model_path
+
+        def make_session():
+            so = ort.SessionOptions()
+            so.intra_op_num_threads = int(threads)
+            so.inter_op_num_threads = 1
+            so.log_severity_level = 3
+            if mark_all:
+                pg_onnx = _polygraphy("polygraphy.backend.onnx")
+                constants = _polygraphy("polygraphy.constants")
+                model = pg_onnx.ModifyOutputs(pg_onnx.OnnxFromPath(str(model_path)), outputs=constants.MARK_ALL)()
+                # ONNX Runtime cannot optimise away marked tensors; fusions would rename them.
+                so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+                src: Any = model.SerializeToString()
+            else:
+                src = str(model_path)
+            try:
+                return ort.InferenceSession(src, sess_options=so, providers=["CPUExecutionProvider"])
+            except Exception as err:  # onnxruntime raises its own exception types
+                raise UsageError(f"{self.path} cannot run in ONNX Runtime here: {first_line(err)}") from None
+
+        return pg_onnxrt.OnnxrtRunner(make_session, name=name)
+
+
+def _polygraphy(module: str) -> Any:
+    """Import a polygraphy submodule or raise DependencyError with the pip command."""
+    import importlib
+
+    if not has_module("polygraphy"):
+        raise DependencyError("cosyedge compare/check need Polygraphy: pip install polygraphy")
+    from polygraphy.logger import G_LOGGER
+
+    G_LOGGER.colors = False  # no 'colored' module nag; cosyedge logs its own lines
+    return importlib.import_module(module)
+
+
+def _onnx_flags(model: Any) -> tuple[str, bool]:
+    meta = {p.key: p.value for p in model.metadata_props}
+    return meta.get(PRECISION_KEY, "fp32"), SPARSITY_KEY in meta
+
+
+def load_compare_model(path: str | Path) -> CompareModel:
+    """Load an engine folder or streaming ONNX for comparison.
+
+    Args:
+        path (str | Path): Engine folder (``manifest.json`` + ``model.onnx`` [+ ``engine.plan``]) or a
+            streaming ``.onnx`` with ``cosyedge.*`` metadata.
+    Returns:
+        CompareModel
+    Raises:
+        ArtifactError: missing path, invalid/stale manifest, model hash mismatch, no stream contract or
+            no state (exit 3).
+        UsageError: a TensorRT engine on a machine without TensorRT/pycuda/GPU (it cannot run here; exit 2).
+    """
+    from cosyedge.build import load_engine
+
+    path = Path(path)
+    if path.is_file() and path.name == MANIFEST_NAME:
+        path = path.parent
+    if path.is_dir():
+        manifest = load_manifest(path)
+        if manifest.get("backend") == "tensorrt":
+            return _load_trt(path, manifest)
+    engine = load_engine(path)  # validates manifest, model hash, contract, streaming state
+    model = load_onnx(engine.model_path, load_external_data=False)
+    ins, outs = _graph_io(model)
+    if engine.manifest is not None:
+        precision = str(engine.manifest.get("precision", "fp32"))
+        sparse = bool(engine.manifest.get("sparse", False))
+        parent = engine.manifest.get("parent_sha256")
+    else:
+        precision, sparse = _onnx_flags(model)
+        meta = {p.key: p.value for p in model.metadata_props}
+        parent = meta.get("cosyedge.parent_sha256")
+    return CompareModel(path=path, model_path=Path(engine.model_path), contract=engine.contract,
+                        backend="onnxruntime", precision=precision, sparse=sparse,
+                        model_sha256=sha256_file(engine.model_path), parent_sha256=parent,
+                        manifest=engine.manifest, inputs=ins, outputs=outs)
+
+
+def _load_trt(path: Path, manifest: dict) -> CompareModel:
+    """A TensorRT engine folder: runnable only with TensorRT + pycuda + a GPU (else UsageError)."""
+    try:
+        from cosyedge.build.trt import load_trt_engine
+
+        engine = load_trt_engine(path, manifest)
+    except DependencyError as err:
+        raise UsageError(f"engine {path} is a TensorRT engine and cannot run on this machine "
+                         f"({str(err).split(';')[0]}); compare it on its GPU machine, or compare its "
+                         f"{path / 'model.onnx'} with ONNX Runtime") from None
+    model_path = Path(getattr(engine, "model_path", path / "model.onnx"))
+    plan_path = Path(getattr(engine, "plan_path", path / "engine.plan"))
+    model = load_onnx(model_path, load_external_data=False)
+    ins, outs = _graph_io(model)
+    return CompareModel(path=path, model_path=model_path, contract=StreamContract.from_onnx(model),
+                        backend="tensorrt", precision=str(manifest.get("precision", "fp32")),
+                        sparse=bool(manifest.get("sparse", False)), model_sha256=sha256_file(model_path),
+                        parent_sha256=manifest.get("parent_sha256"), manifest=manifest, plan_path=plan_path,
+                        inputs=ins, outputs=outs)
+
+
+def check_compatible(ref: CompareModel, cand: CompareModel) -> None:
+    """Refuse a candidate that cannot be compared with the reference.
+
+    Checked: graph input and output names (and declared ranks/static dims), the audio input/output
+    names, sample rate (Hz), hop (samples), and every state pair (names and shapes).
+
+    Raises:
+        UsageError: the first difference found, naming the tensors (exit 2).
+    """
+    where = f"candidate {cand.path} and reference {ref.path}"
+    for kind, a, b in (("inputs", ref.inputs, cand.inputs), ("outputs", ref.outputs, cand.outputs)):
+        missing, extra = sorted(set(a) - set(b)), sorted(set(b) - set(a))
+        if missing or extra:
+            raise UsageError(f"{where} have different {kind}: missing in candidate {missing}, "
+                             f"only in candidate {extra}")
+        for name in a:
+            da, db = a[name][0], b[name][0]
+            if da is not None and db is not None and (
+                    len(da) != len(db) or any(isinstance(x, int) and isinstance(y, int) and x != y
+                                              for x, y in zip(da, db))):
+                raise UsageError(f"{where} differ in {kind[:-1]} '{name}': shape {db} vs reference {da}")
+    rc, cc = ref.contract, cand.contract
+    for field in ("input", "output", "sample_rate_hz", "hop_samples", "total_stride"):
+        if getattr(rc, field) != getattr(cc, field):
+            raise UsageError(f"{where} differ in stream contract '{field}': {getattr(cc, field)!r} vs "
+                             f"reference {getattr(rc, field)!r}")
+    rs = {(s.input, s.output): list(s.shape) for s in rc.states}
+    cs = {(s.input, s.output): list(s.shape) for s in cc.states}
+    if rs != cs:
+        diff = [f"{k[0]}->{k[1]} {cs.get(k)} vs {rs.get(k)}" for k in sorted(set(rs) | set(cs)) if rs.get(k) != cs.get(k)]
+        raise UsageError(f"{where} have different state pairs (candidate vs reference): {'; '.join(diff)}")
+
+
+def reraise_runner_error(err: Exception, who: CompareModel, where: str) -> CosyEdgeError:
+    """Turn an exception raised while running ``who`` into a one-line UsageError (exit 2)."""
+    if isinstance(err, CosyEdgeError):
+        return err
+    return UsageError(f"{who.path} failed to run {where}: {first_line(err)}")
+
+
+__all__ = ["CompareModel", "check_compatible", "load_compare_model", "parse_precision_label", "precision_label"]

@@ -1,0 +1,89 @@
+"""Default tolerances of ``cosyedge compare``, per precision label, and how they are chosen.
+
+A candidate is compared with its FP32 reference on real speech (see :mod:`cosyedge.compare.core`).
+Each limit applies to every utterance:
+
+=============  ========================================================================================
+field          meaning
+=============  ========================================================================================
+output_snr_db  minimum SNR (dB) of the candidate's audio output against the reference's, both modes:
+               ``10 log10(sum ref^2 / sum (ref - cand)^2)`` over the whole utterance.
+output_max_abs maximum absolute sample error of the audio output (full scale 1.0), teacher-forced mode
+               (the per-step error; in free-running mode errors may legitimately accumulate).
+state_snr_db   minimum SNR (dB) of every ``state_out`` tensor in teacher-forced mode (the candidate got
+               the reference's states, so a state that differs is computed wrongly: swapped or dropped
+               caches show here first).
+pesq_drop      maximum PESQ-WB drop (MOS-LQO) of the candidate's output against the reference's, both
+               scored against the clean speech, free-running mode.
+si_snr_drop_db maximum SI-SNR drop (dB) against clean speech, free-running mode.
+=============  ========================================================================================
+
+How the defaults were chosen: measured on the bundled reference model and the fixed set (CPU, ONNX
+Runtime 1.32; ``cosyedge check`` prints the same figures), then loosened by a margin that covers other
+CPUs/ONNX Runtime versions but still catches one Q/DQ scale off by 4x, a swapped state or a dropped
+state (tests/compare). Measured (teacher-forced / free-running output SNR): FP16 about 60 dB, INT8 about
+33 dB; 2:4 pruning changes the model itself (no fine-tuning): INT8+sparse about 9 dB, FP32+sparse about
+10 dB, which is why sparse labels mostly guard the perceptual metrics. ``cosyedge check`` gates on a
+baseline instead (a metric may not get worse than the committed value by more than
+:data:`BASELINE_TOLERANCES`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True)
+class Tolerance:
+    """Limits for one precision label (see module docstring for each field's definition)."""
+
+    output_snr_db: float
+    output_max_abs: float
+    state_snr_db: float
+    pesq_drop: float
+    si_snr_drop_db: float
+
+    def as_dict(self) -> dict:
+        """Return the limits as a dict (JSON)."""
+        return dataclasses.asdict(self)
+
+
+DEFAULT_TOLERANCES: dict[str, Tolerance] = {
+    "fp32": Tolerance(output_snr_db=100.0, output_max_abs=1e-4, state_snr_db=100.0, pesq_drop=0.01,
+                      si_snr_drop_db=0.01),
+    "fp16": Tolerance(output_snr_db=40.0, output_max_abs=2e-2, state_snr_db=40.0, pesq_drop=0.05,
+                      si_snr_drop_db=0.1),
+    "int8": Tolerance(output_snr_db=20.0, output_max_abs=0.25, state_snr_db=15.0, pesq_drop=0.3,
+                      si_snr_drop_db=1.0),
+    "fp32-sparse": Tolerance(output_snr_db=3.0, output_max_abs=1.0, state_snr_db=0.0, pesq_drop=1.0,
+                             si_snr_drop_db=4.0),
+    "fp16-sparse": Tolerance(output_snr_db=3.0, output_max_abs=1.0, state_snr_db=0.0, pesq_drop=1.0,
+                             si_snr_drop_db=4.0),
+    "int8-sparse": Tolerance(output_snr_db=3.0, output_max_abs=1.0, state_snr_db=0.0, pesq_drop=1.0,
+                             si_snr_drop_db=4.0),
+}
+"""dict[str, Tolerance]: defaults per precision label."""
+
+SNR_CAP_DB = 150.0
+"""float: SNRs are clipped to this (identical tensors give +inf; JSON has no inf)."""
+
+SNR_EXACT_DB = 90.0
+"""float: an SNR at or above this counts as float32-exact in baseline gating (never a regression)."""
+
+BASELINE_TOLERANCES: dict[str, float] = {
+    "snr_db": 1.0,
+    "max_abs_rel": 0.5,
+    "pesq": 0.05,
+    "si_snr_db": 0.2,
+}
+"""dict[str, float]: how much worse than the baseline a metric may get in ``cosyedge check``:
+``snr_db`` (dB lower; SNRs >= :data:`SNR_EXACT_DB` always pass), ``max_abs_rel`` (relative growth of a
+max abs error, plus 1e-6 absolute), ``pesq`` (MOS-LQO lower), ``si_snr_db`` (dB lower)."""
+
+
+def tolerance_for(label: str) -> Tolerance:
+    """Return the default :class:`Tolerance` of a precision label (``int8-sparse``...); unknown -> fp32's."""
+    return DEFAULT_TOLERANCES.get(label, DEFAULT_TOLERANCES["fp32"])
+
+
+__all__ = ["BASELINE_TOLERANCES", "DEFAULT_TOLERANCES", "SNR_CAP_DB", "SNR_EXACT_DB", "Tolerance", "tolerance_for"]
