@@ -173,3 +173,15 @@ def test_tensorrt_backend_message_without_tensorrt(tmp_path, capsys):
     rc, out, err = _build(capsys, "--fp16", "--backend", "tensorrt", "-o", tmp_path / "e")
     assert rc == 4 and "needs TensorRT and an NVIDIA GPU" in err and out == []
     assert not (tmp_path / "e").exists()
+
+
+def test_fp16_sparse_keeps_the_pattern(engines, capsys):
+    rc, out, err = _build(capsys, "--fp16", "--sparse", "--backend", "onnxruntime", "-o", engines)
+    folder = engines / "reference-fp16-sparse-onnxruntime"
+    assert rc == 0 and out[-1] == str(folder), err
+    m = json.loads((folder / MANIFEST_NAME).read_text())
+    assert m["reports"]["sparsity"]["summary"]["pruned"] == 13 and m["reports"]["fp16"]["snr_db_vs_fp32"] > 0
+    model = onnx.load(str(folder / "model.onnx"))
+    w = {t.name: (t.data_type, numpy_helper.to_array(t)) for t in model.graph.initializer}
+    dtype, blk = w["blocks.4.proj.weight"]
+    assert dtype == onnx.TensorProto.FLOAT16 and check_2to4(blk, 1) and np.count_nonzero(blk) == blk.size // 2
