@@ -30,9 +30,10 @@ from cosyedge.cli.options import log_opts
 @log_opts
 def build(onnx_path, fp16, int8, sparse, exclude, calib, calib_count, name, backend, out_dir, dla_core,
           gpu_fallback):
-    """Build an engine folder <name>-<precision>[-sparse]-<backend>/ (precision ONNX, backend artifact,
-    manifest.json).
+    """Build an FP32/FP16/INT8 (optionally 2:4-sparse) engine folder for one backend.
 
+    Writes <out-dir>/<name>-<precision>[-sparse]-<backend>/ with the precision ONNX, the backend's
+    artifact and manifest.json (model and calibration hashes, flags, tool versions, reports).
     Neither --fp16 nor --int8 builds FP32. The model is checked by running one chunk before the folder
     is written; the folder appears atomically (nothing is left on failure). Prints the engine folder
     path as the last line.
