@@ -249,13 +249,17 @@ def run_mic(device: str | int | None = None, output: str | Path | None = None, m
             writer.close()
         raise UsageError(f"cannot open device {dev.index} '{dev.name}' at {rate} Hz: "
                          f"{first_line(err, with_type=False)}") from None
-    LOG.info("listening on device %d '%s' at %d Hz (model %d Hz, chunk %d samples)%s%s", dev.index, dev.name,
-             rate, c.sample_rate_hz, session.chunk_samples, f", recording to {output}" if output else "",
-             f", playing on '{out_dev.name}'" if monitor else "")
+    def started():
+        LOG.info("listening on device %d '%s' at %d Hz (model %d Hz, chunk %d samples)%s%s", dev.index, dev.name,
+                 rate, c.sample_rate_hz, session.chunk_samples, f", recording to {output}" if output else "",
+                 f", playing on '{out_dev.name}'" if monitor else "")
+        if on_started is not None:
+            on_started()
+
     restore = _sigterm_as_keyboard_interrupt()
     try:
         with session:
-            result = run_live(enh, stream, writer=writer, duration_s=duration_s, on_started=on_started)
+            result = run_live(enh, stream, writer=writer, duration_s=duration_s, on_started=started)
     except Exception as err:
         if type(err).__module__.startswith("sounddevice"):
             raise ArtifactError(f"audio stream on '{dev.name}' failed: {first_line(err, with_type=False)} "
