@@ -56,3 +56,11 @@ class AccuracyError(CosyEdgeError):
     """A candidate build does not match its reference within tolerance. Exit 5."""
 
     exit_code = 5
+
+
+class RegressionError(AccuracyError):
+    """A candidate is worse than its tolerance (``cosyedge compare``) or than the committed baseline
+    (``cosyedge check``). Exit 1, the usual "check failed" code of CI tools (pytest, Polygraphy), kept
+    apart from bad input (2); :class:`AccuracyError`'s 5 remains for a build's own accuracy scan."""
+
+    exit_code = 1

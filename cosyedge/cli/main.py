@@ -23,6 +23,8 @@ COMMANDS = {
     "sparsify": ("cosyedge.cli.sparsify", "sparsify"),
     "calib": ("cosyedge.cli.calib", "calib"),
     "eval": ("cosyedge.cli.eval", "eval_cmd"),
+    "compare": ("cosyedge.cli.compare", "compare"),
+    "check": ("cosyedge.cli.compare", "check"),
     "devices": ("cosyedge.cli.devices", "devices"),
 }
 

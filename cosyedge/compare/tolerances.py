@@ -18,12 +18,15 @@ pesq_drop      maximum PESQ-WB drop (MOS-LQO) of the candidate's output against 
 si_snr_drop_db maximum SI-SNR drop (dB) against clean speech, free-running mode.
 =============  ========================================================================================
 
-How the defaults were chosen: measured on the bundled reference model and the fixed set (CPU, ONNX
-Runtime 1.32; ``cosyedge check`` prints the same figures), then loosened by a margin that covers other
-CPUs/ONNX Runtime versions but still catches one Q/DQ scale off by 4x, a swapped state or a dropped
-state (tests/compare). Measured (teacher-forced / free-running output SNR): FP16 about 60 dB, INT8 about
-33 dB; 2:4 pruning changes the model itself (no fine-tuning): INT8+sparse about 9 dB, FP32+sparse about
-10 dB, which is why sparse labels mostly guard the perceptual metrics. ``cosyedge check`` gates on a
+How the defaults were chosen: measured on the bundled reference model (2026-11-29 weights) and the fixed
+set (ONNX Runtime 1.32 CPU), then loosened by a margin for other CPUs, ONNX Runtime versions and
+retrained weights. Measured output SNR, teacher-forced / free-running (100 ms chunks; 10 ms chunks give
+the same within 1 dB): FP16 75-77 / 70-72 dB (states 71-73 dB, max abs error 1.7e-4); INT8 39-46 /
+34-43 dB (states 33-45 dB, max abs 0.012); 2:4 pruning changes the model itself (no fine-tuning):
+INT8+sparse 18-24 / 15-23 dB (states from 12 dB), PESQ-WB against clean speech unchanged or better.
+So the sparse labels mostly guard the perceptual metrics. A single bad Q/DQ scale, a swapped or dropped
+state shows far more clearly against a baseline of the same build (``cosyedge check``) than against these
+absolute limits. ``cosyedge check`` gates on a
 baseline instead (a metric may not get worse than the committed value by more than
 :data:`BASELINE_TOLERANCES`).
 """
@@ -49,18 +52,18 @@ class Tolerance:
 
 
 DEFAULT_TOLERANCES: dict[str, Tolerance] = {
-    "fp32": Tolerance(output_snr_db=100.0, output_max_abs=1e-4, state_snr_db=100.0, pesq_drop=0.01,
+    "fp32": Tolerance(output_snr_db=100.0, output_max_abs=1e-5, state_snr_db=100.0, pesq_drop=0.01,
                       si_snr_drop_db=0.01),
-    "fp16": Tolerance(output_snr_db=40.0, output_max_abs=2e-2, state_snr_db=40.0, pesq_drop=0.05,
-                      si_snr_drop_db=0.1),
-    "int8": Tolerance(output_snr_db=20.0, output_max_abs=0.25, state_snr_db=15.0, pesq_drop=0.3,
-                      si_snr_drop_db=1.0),
-    "fp32-sparse": Tolerance(output_snr_db=3.0, output_max_abs=1.0, state_snr_db=0.0, pesq_drop=1.0,
-                             si_snr_drop_db=4.0),
-    "fp16-sparse": Tolerance(output_snr_db=3.0, output_max_abs=1.0, state_snr_db=0.0, pesq_drop=1.0,
-                             si_snr_drop_db=4.0),
-    "int8-sparse": Tolerance(output_snr_db=3.0, output_max_abs=1.0, state_snr_db=0.0, pesq_drop=1.0,
-                             si_snr_drop_db=4.0),
+    "fp16": Tolerance(output_snr_db=50.0, output_max_abs=2e-3, state_snr_db=50.0, pesq_drop=0.02,
+                      si_snr_drop_db=0.05),
+    "int8": Tolerance(output_snr_db=25.0, output_max_abs=0.05, state_snr_db=25.0, pesq_drop=0.1,
+                      si_snr_drop_db=0.5),
+    "fp32-sparse": Tolerance(output_snr_db=10.0, output_max_abs=0.5, state_snr_db=8.0, pesq_drop=0.3,
+                             si_snr_drop_db=1.0),
+    "fp16-sparse": Tolerance(output_snr_db=10.0, output_max_abs=0.5, state_snr_db=8.0, pesq_drop=0.3,
+                             si_snr_drop_db=1.0),
+    "int8-sparse": Tolerance(output_snr_db=10.0, output_max_abs=0.5, state_snr_db=8.0, pesq_drop=0.3,
+                             si_snr_drop_db=1.0),
 }
 """dict[str, Tolerance]: defaults per precision label."""
 

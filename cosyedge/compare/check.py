@@ -1,0 +1,484 @@
+"""``cosyedge check``: the CI accuracy-regression gate.
+
+For each configured precision label (default ``fp16,int8-sparse``) an ONNX Runtime engine of the
+reference model is built with :func:`cosyedge.build.build_engine` (or reused when its manifest says it
+was built from this very model with these flags), compared with the FP32 reference on the fixed set of
+real utterances (:func:`cosyedge.compare.core.compare`, both modes, 100 ms chunks), and every metric is
+checked against the **baseline** file:
+
+* teacher-forced, per utterance: audio output SNR (dB) and max abs error, SNR of every ``state_out``;
+* free-running, per utterance: audio output SNR and max abs error, PESQ-WB and SI-SNR of the candidate
+  against the clean speech.
+
+A metric fails when it is worse than its baseline value by more than
+:data:`cosyedge.compare.tolerances.BASELINE_TOLERANCES` (SNR 1 dB, max abs +50 %, PESQ 0.05, SI-SNR
+0.2 dB; an SNR still >= 90 dB never fails). Exit codes: 0 pass; **1** regression
+(:class:`~cosyedge.errors.RegressionError`: the table, JSON and JUnit name every failing metric);
+**2** bad input (:class:`~cosyedge.errors.UsageError`): a baseline of another model or utterance set, a
+missing baseline entry, a candidate with other inputs/outputs, an engine that cannot run here, an
+INT8 build without its calibration. Other failures keep their usual codes (3 artifact, 4 dependency).
+
+**Baseline** (``--baseline``, default the committed ``cosyedge/compare/baselines/reference.accuracy.json``
+for the bundled model): JSON keyed by the reference model's SHA-256, with the utterance set's hashes,
+chunk length and, per label, every metric's value. ``cosyedge check --update-baseline`` is the one
+command that (re)writes it, after the model changes: it builds every label (INT8: calibrates on the
+calibration set, ``--calib DIR`` or the default ``calib/`` which is generated from Debian packages on
+first use) and stores next to the baseline the amax cache of each INT8 label
+(``<model>.<label>.amax.json``), so later checks build INT8 without any calibration audio (CI).
+
+Sources: JUnit XML as read by CI servers (Jenkins/GitLab ``testsuite``/``testcase``/``failure``),
+https://llg.cubic.org/docs/junit/ ; Polygraphy's ``polygraphy run --load-outputs`` golden-output
+workflow (the baseline idea).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from cosyedge.artifacts import SCHEMA_VERSION, atomic_output, check_writable, write_json
+from cosyedge.compare.core import ReferenceCache, compare
+from cosyedge.compare.models import CompareModel, load_compare_model, parse_precision_label, precision_label
+from cosyedge.compare.tolerances import BASELINE_TOLERANCES, SNR_EXACT_DB, tolerance_for
+from cosyedge.compare.utterances import Utterance, fixed_utterances
+from cosyedge.errors import ArtifactError, CosyEdgeError, UsageError
+from cosyedge.log import LOG
+
+BASELINE_KIND = "cosyedge.accuracy-baseline"
+BASELINE_DIR = Path(__file__).resolve().parent / "baselines"
+DEFAULT_PRECISIONS = ("fp16", "int8-sparse")
+DEFAULT_CHUNK_MS = 100.0
+"""float: chunk of ``cosyedge check`` (ms): teacher forcing every 100 ms; 10x fewer runner calls than
+one-hop chunks, which keeps the CI gate under a minute on two shared cores."""
+
+
+def default_baseline_path(model_name: str = "reference") -> Path:
+    """Return the committed baseline of a bundled model (Path): ``cosyedge/compare/baselines/<name>.accuracy.json``."""
+    return BASELINE_DIR / f"{model_name}.accuracy.json"
+
+
+def amax_cache_path(baseline: Path, model_name: str, label: str) -> Path:
+    """Return where ``check`` keeps the amax cache of an INT8 label: ``<baseline dir>/<model>.<label>.amax.json``."""
+    return Path(baseline).parent / f"{model_name}.{label}.amax.json"
+
+
+def parse_precisions(text: str | None) -> list[str]:
+    """Parse ``"fp16,int8-sparse"`` into normalized labels (list[str]).
+
+    Raises:
+        UsageError: empty list or unknown label.
+    """
+    if text is None:
+        return list(DEFAULT_PRECISIONS)
+    labels = []
+    for part in str(text).split(","):
+        if part.strip():
+            lab = precision_label(*parse_precision_label(part))
+            if lab not in labels:
+                labels.append(lab)
+    if not labels:
+        raise UsageError("--precisions is empty (e.g. --precisions fp16,int8-sparse)")
+    return labels
+
+
+# ----------------------------------------------------------------------------------------------- metrics
+@dataclasses.dataclass
+class Metric:
+    """One gated number: ``key`` = ``mode/utterance/tensor/metric``; ``better`` = ``higher`` | ``lower``."""
+
+    key: str
+    value: float
+    better: str
+
+
+def metrics_of(result: dict, output: str, state_outputs: list[str]) -> list[Metric]:
+    """Flatten a :func:`~cosyedge.compare.core.compare` result into the gated metrics (see module docstring)."""
+    out: list[Metric] = []
+    for mode, data in result["modes"].items():
+        for utt, entry in data["utterances"].items():
+            o = entry["outputs"][output]
+            out.append(Metric(f"{mode}/{utt}/{output}/snr_db", o["snr_db"], "higher"))
+            out.append(Metric(f"{mode}/{utt}/{output}/max_abs", o["max_abs"], "lower"))
+            if mode == "teacher-forced":
+                for s in state_outputs:
+                    if s in entry["outputs"]:
+                        out.append(Metric(f"{mode}/{utt}/{s}/snr_db", entry["outputs"][s]["snr_db"], "higher"))
+            audio = entry.get("audio") or {}
+            if audio.get("against") == "clean":
+                if "pesq_cand" in audio:
+                    out.append(Metric(f"{mode}/{utt}/{output}/pesq", audio["pesq_cand"], "higher"))
+                out.append(Metric(f"{mode}/{utt}/{output}/si_snr_db", audio["si_snr_cand_db"], "higher"))
+    return out
+
+
+def regression(metric: str, value: float, base: float) -> str | None:
+    """Return why ``value`` regressed from ``base`` (str) or None when it is within tolerance.
+
+    Args:
+        metric (str): Metric kind: the last part of the key (``snr_db``, ``max_abs``, ``pesq``, ``si_snr_db``).
+        value (float): Now.
+        base (float): Baseline.
+    """
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "is NaN" if base is not None and not (isinstance(base, float) and math.isnan(base)) else None
+    if base is None or (isinstance(base, float) and math.isnan(base)):
+        return None
+    if metric == "snr_db":
+        tol = BASELINE_TOLERANCES["snr_db"]
+        if value < base - tol and value < SNR_EXACT_DB:
+            return f"SNR {value:.2f} dB < baseline {base:.2f} dB - {tol:g} dB"
+    elif metric == "max_abs":
+        limit = base * (1.0 + BASELINE_TOLERANCES["max_abs_rel"]) + 1e-6
+        if value > limit:
+            return f"max abs error {value:.3g} > baseline {base:.3g} x {1 + BASELINE_TOLERANCES['max_abs_rel']:g}"
+    elif metric == "pesq":
+        tol = BASELINE_TOLERANCES["pesq"]
+        if value < base - tol:
+            return f"PESQ-WB {value:.3f} < baseline {base:.3f} - {tol:g}"
+    elif metric == "si_snr_db":
+        tol = BASELINE_TOLERANCES["si_snr_db"]
+        if value < base - tol:
+            return f"SI-SNR {value:.2f} dB < baseline {base:.2f} dB - {tol:g} dB"
+    return None
+
+
+# ---------------------------------------------------------------------------------------------- baseline
+def load_baseline(path: Path, ref: CompareModel) -> dict:
+    """Load and validate a baseline for ``ref``.
+
+    Raises:
+        UsageError: file missing, not a cosyedge baseline, or made for another model (one line naming
+            both hashes and the regenerate command).
+    """
+    path = Path(path)
+    fix = f"regenerate it: cosyedge check --update-baseline --onnx {ref.model_path} --baseline {path}"
+    if not path.is_file():
+        raise UsageError(f"baseline {path} not found; create it: cosyedge check --update-baseline "
+                         f"--onnx {ref.model_path} --baseline {path}")
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as err:
+        raise UsageError(f"baseline {path} is not valid JSON ({err}); {fix}") from None
+    if not isinstance(data, dict) or data.get("kind") != BASELINE_KIND or "model" not in data:
+        raise UsageError(f"{path} is not a cosyedge accuracy baseline (kind '{BASELINE_KIND}'); {fix}")
+    sha = (data.get("model") or {}).get("sha256")
+    if sha != ref.model_sha256:
+        raise UsageError(
+            f"baseline {path} is for model '{data['model'].get('name', '?')}' sha256 {str(sha)[:12]}, not "
+            f"{ref.model_path} (sha256 {ref.model_sha256[:12]}): the model changed; {fix}")
+    return data
+
+
+def _check_same_set(baseline: dict, utts: list[Utterance], chunk: int, path: Path) -> None:
+    have = [(u["name"], u["sha256"]) for u in baseline.get("utterances", [])]
+    now = [(u.name, u.sha256) for u in utts]
+    if have != now:
+        raise UsageError(f"baseline {path} was measured on utterances {[n for n, _ in have]} but this check uses "
+                         f"{[n for n, _ in now]} (or their audio changed); use the same set or run "
+                         f"'cosyedge check --update-baseline'")
+    if int(baseline.get("chunk_samples", chunk)) != chunk:
+        raise UsageError(f"baseline {path} was measured with {baseline['chunk_samples']}-sample chunks, not {chunk}; "
+                         f"pass the same --chunk-ms or run 'cosyedge check --update-baseline'")
+
+
+# ---------------------------------------------------------------------------------------------- engines
+def _int8_report(folder: Path) -> dict:
+    """The INT8 report of an engine manifest (``reports.int8``), or {}."""
+    try:
+        manifest = json.loads((Path(folder) / "manifest.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        return {}
+    rep = (manifest.get("reports") or {}).get("int8") or manifest.get("int8") or {}
+    return rep if isinstance(rep, dict) else {}
+
+
+def _amax_matches(amax: Path | None, folder: Path) -> bool:
+    """True when amax cache ``amax`` was made for the model the INT8 engine ``folder`` quantized."""
+    if amax is None or not Path(amax).is_file():
+        return False
+    try:
+        data = json.loads(Path(amax).read_text())
+    except (OSError, json.JSONDecodeError):
+        return False
+    want = _int8_report(folder).get("model_sha256")
+    return bool(want) and (data.get("model") or {}).get("sha256") == want
+
+
+def ensure_engine(ref: CompareModel, label: str, engines_dir: Path, *, baseline: Path, update: bool,
+                  calib: str | Path | None) -> Path:
+    """Return an ONNX Runtime engine folder of ``ref`` for ``label``, building it when needed.
+
+    Reused when ``<engines_dir>/<name>-<label>-onnxruntime`` loads and its manifest's ``parent_sha256``
+    is the reference's hash (INT8: and the amax cache kept next to the baseline belongs to the model it
+    quantized). INT8 builds use that amax cache; with ``update`` (or ``calib``) they calibrate instead
+    (reusing the calibration set's own cache when current) and the cache is copied next to the baseline.
+
+    Raises:
+        UsageError: INT8 without its amax cache and without ``update``/``calib`` (says what to run);
+            the cache belongs to another model.
+        ArtifactError / DependencyError / AccuracyError: from the build.
+    """
+    from cosyedge.build import build_engine
+    from cosyedge.build.prepare import engine_folder_name
+
+    precision, sparse = parse_precision_label(label)
+    name = ref.contract.name
+    folder = Path(engines_dir) / engine_folder_name(name, precision, "onnxruntime", sparse)
+    amax = amax_cache_path(baseline, name, label)
+    use_amax = precision == "int8" and not update and calib is None
+    if use_amax and not amax.is_file():
+        raise UsageError(f"no INT8 calibration for '{label}' of this model ({amax} missing); run "
+                         f"'cosyedge check --update-baseline' (calibrates on calib/, made from Debian packages "
+                         f"on first use) or pass --calib DIR")
+    fresh = False
+    try:
+        cand = load_compare_model(folder)
+        fresh = cand.parent_sha256 == ref.model_sha256 and cand.label == label
+        if fresh and precision == "int8":
+            used = _int8_report(folder).get("amax_path")
+            fresh = _amax_matches(amax, folder) if use_amax else _amax_matches(Path(used) if used else None, folder)
+    except CosyEdgeError:
+        fresh = False
+    if fresh:
+        LOG.info("reusing engine %s", folder)
+    else:
+        kwargs: dict[str, Any] = {}
+        if precision == "int8":
+            kwargs = {"amax": amax} if use_amax else {"calib": calib}
+        try:
+            folder = build_engine(ref.model_path, backend="onnxruntime", out_dir=engines_dir, name=name,
+                                  precision=precision, sparse=sparse, **kwargs)
+        except ArtifactError as err:
+            if use_amax and "amax" in str(err):
+                raise UsageError(f"INT8 calibration {amax} does not belong to this model ({err}); run "
+                                 f"'cosyedge check --update-baseline'") from None
+            raise
+    if precision == "int8" and not use_amax:
+        used = _int8_report(folder).get("amax_path")
+        if used and _amax_matches(Path(used), folder) and Path(used).resolve() != amax.resolve():
+            check_writable(amax)
+            with atomic_output(amax) as tmp:
+                shutil.copyfile(used, tmp)
+            LOG.info("INT8 calibration of '%s' kept as %s", label, amax)
+    return folder
+
+
+# ----------------------------------------------------------------------------------------------- the gate
+def run_check(onnx_path: str | Path | None = None, *, baseline: str | Path | None = None,
+              update_baseline: bool = False, precisions: list[str] | None = None,
+              engines_dir: str | Path | None = None, candidates: dict | None = None,
+              utterances: list[Utterance] | None = None, chunk_ms: float = DEFAULT_CHUNK_MS,
+              calib: str | Path | None = None, json_path: str | Path | None = None,
+              junit_path: str | Path | None = None, pesq: bool = True, threads: int = 1) -> dict:
+    """Build (or reuse) each precision, compare it with the FP32 reference, gate on the baseline.
+
+    Args:
+        onnx_path (str | Path | None): FP32 streaming ONNX (default: the bundled reference model).
+        baseline (str | Path | None): Baseline JSON (default :func:`default_baseline_path`).
+        update_baseline (bool): Measure and (re)write the baseline instead of gating.
+        precisions (list[str] | None): Labels, e.g. ``["fp16", "int8-sparse"]`` (default: the baseline's
+            labels, or :data:`DEFAULT_PRECISIONS` when updating).
+        engines_dir (str | Path | None): Engines root (default ``$COSYEDGE_ENGINES_DIR`` or ``./engines``).
+        candidates (dict[str, str | Path] | None): ``{label: engine folder or ONNX}`` checked instead of
+            building that label (e.g. a build made elsewhere).
+        utterances (list[Utterance] | None): Real speech (default :func:`fixed_utterances`).
+        chunk_ms (float): Chunk (ms), a multiple of the hop.
+        calib (str | Path | None): INT8 calibration set folder (calibrate instead of using the kept amax).
+        json_path (str | Path | None): Write the full report here.
+        junit_path (str | Path | None): Write JUnit XML here (one test case per label, mode and utterance).
+        pesq (bool): Score PESQ-WB.
+        threads (int): ONNX Runtime threads.
+    Returns:
+        dict: ``passed`` (bool), ``regressions`` (list of one-line texts), ``rows`` (table rows),
+        ``labels[label]`` (engine, compare result, metrics with baseline values and verdicts),
+        ``baseline`` (path), ``updated`` (bool).
+    Raises:
+        UsageError: see module docstring (exit 2). The caller raises RegressionError on ``not passed``.
+    """
+    from cosyedge.build.ort import engines_root
+    from cosyedge.models import REFERENCE_STREAM_ONNX
+
+    t0 = time.perf_counter()
+    ref = load_compare_model(onnx_path or REFERENCE_STREAM_ONNX)
+    if ref.precision != "fp32" or ref.sparse:
+        raise UsageError(f"the reference {ref.path} is a {ref.label} model; give the FP32 streaming ONNX")
+    baseline = Path(baseline) if baseline is not None else default_baseline_path(ref.contract.name)
+    for p in (json_path, junit_path):
+        if p is not None:
+            check_writable(p)
+    if update_baseline:
+        check_writable(baseline)
+        base = None
+    else:
+        base = load_baseline(baseline, ref)
+    labels = parse_precisions(",".join(precisions)) if precisions else (
+        list(base["labels"]) if base else list(DEFAULT_PRECISIONS))
+    candidates = {precision_label(*parse_precision_label(k)): v for k, v in (candidates or {}).items()}
+    utts = utterances if utterances is not None else fixed_utterances(ref.contract.sample_rate_hz)
+    chunk = int(round(chunk_ms * ref.contract.sample_rate_hz / 1000.0))
+    ref.contract.check_chunk(chunk)
+    if base is not None:
+        _check_same_set(base, utts, chunk, baseline)
+        missing = [lab for lab in labels if lab not in base.get("labels", {})]
+        if missing:
+            raise UsageError(f"baseline {baseline} has no entry for {missing} (it has {sorted(base.get('labels', {}))}); "
+                             f"run 'cosyedge check --update-baseline --precisions {','.join(labels)}'")
+    engines_dir = Path(engines_dir) if engines_dir is not None else engines_root()
+    cache = ReferenceCache(ref, chunk, threads)
+    report: dict = {"reference": str(ref.model_path), "model_sha256": ref.model_sha256,
+                    "baseline": str(baseline), "updated": bool(update_baseline), "chunk_samples": chunk,
+                    "utterances": [u.describe() for u in utts], "labels": {}, "regressions": [], "rows": []}
+    state_outs = [s.output for s in ref.contract.states]
+    for label in labels:
+        target = candidates.get(label) or ensure_engine(ref, label, engines_dir, baseline=baseline,
+                                                        update=update_baseline, calib=calib)
+        cand = load_compare_model(target)
+        res = compare(ref, cand, utts, chunk=chunk, tolerance=tolerance_for(label), pesq=pesq, threads=threads,
+                      ref_cache=cache)
+        metrics = metrics_of(res, ref.contract.output, state_outs)
+        base_vals = (base or {}).get("labels", {}).get(label, {}).get("metrics", {}) if base else {}
+        rows_m = {}
+        for m in metrics:
+            b = base_vals.get(m.key)
+            why = regression(m.key.rsplit("/", 1)[1], m.value, b) if base is not None else None
+            if base is not None and m.key not in base_vals:
+                why = None
+            rows_m[m.key] = {"value": m.value, "baseline": b, "better": m.better, "regression": why}
+            if why:
+                report["regressions"].append(f"{label} {m.key}: {why}")
+        report["labels"][label] = {"engine": str(target), "candidate": res["candidate"], "compare": res,
+                                   "metrics": rows_m, "default_tolerance_failures": res["failures"]}
+        report["rows"] += _rows(label, res, rows_m, ref.contract.output, state_outs)
+    report["passed"] = not report["regressions"]
+    report["elapsed_s"] = round(time.perf_counter() - t0, 2)
+    if update_baseline:
+        _write_baseline(baseline, ref, utts, chunk, report)
+    if json_path is not None:
+        write_json(json_path, _jsonable(report))
+    if junit_path is not None:
+        write_junit(junit_path, report)
+    return report
+
+
+def _rows(label: str, res: dict, metrics: dict, output: str, state_outs: list[str]) -> list[dict]:
+    rows = []
+    for mode, data in res["modes"].items():
+        for utt, entry in data["utterances"].items():
+            prefix = f"{mode}/{utt}/"
+            states = [(entry["outputs"][s]["snr_db"], s) for s in state_outs if s in entry["outputs"]]
+            worst = min(states) if states and mode == "teacher-forced" else None
+            audio = entry.get("audio") or {}
+            fails = [f"{k[len(prefix):]}: {v['regression']}" for k, v in metrics.items()
+                     if k.startswith(prefix) and v["regression"]]
+            rows.append({
+                "label": label, "mode": mode, "utterance": utt,
+                "snr_db": entry["outputs"][output]["snr_db"],
+                "snr_base_db": metrics.get(f"{prefix}{output}/snr_db", {}).get("baseline"),
+                "max_abs": entry["outputs"][output]["max_abs"],
+                "worst_state": None if worst is None else f"{worst[1]} {worst[0]:.1f}",
+                "pesq": audio.get("pesq_cand"), "pesq_ref": audio.get("pesq_ref"),
+                "si_snr_db": audio.get("si_snr_cand_db") if audio.get("against") == "clean" else None,
+                "status": "FAIL" if fails else "ok", "failures": fails,
+            })
+    return rows
+
+
+def format_table(report: dict) -> str:
+    """Return the check's table (str): one row per label, mode and utterance, then the regressions."""
+    head = f"{'precision':<12} {'mode':<15} {'utterance':<12} {'SNR dB':>7} {'(base)':>7} {'max abs':>9} " \
+           f"{'worst state dB':>20} {'PESQ':>6} {'SI-SNR':>7}  status"
+    lines = [head, "-" * len(head)]
+
+    def f(v, fmt):
+        return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, fmt)
+
+    for r in report["rows"]:
+        lines.append(f"{r['label']:<12} {r['mode']:<15} {r['utterance']:<12} {f(r['snr_db'], '7.2f')} "
+                     f"{f(r['snr_base_db'], '7.2f')} {f(r['max_abs'], '9.2e')} {r['worst_state'] or '-':>20} "
+                     f"{f(r['pesq'], '6.3f')} {f(r['si_snr_db'], '7.2f')}  {r['status']}")
+    if report.get("updated"):
+        lines.append(f"baseline written: {report['baseline']}")
+    for reg in report["regressions"]:
+        lines.append(f"REGRESSION {reg}")
+    return "\n".join(lines)
+
+
+def _write_baseline(path: Path, ref: CompareModel, utts: list[Utterance], chunk: int, report: dict) -> None:
+    from cosyedge import __version__
+
+    data = {
+        "kind": BASELINE_KIND, "schema_version": SCHEMA_VERSION, "cosyedge_version": __version__,
+        "model": {"name": ref.contract.name, "sha256": ref.model_sha256, "path": ref.model_path.name},
+        "utterances": [u.describe() | {"source": Path(u.source).name} for u in utts],
+        "chunk_samples": chunk, "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "tools": _tools(), "tolerances": BASELINE_TOLERANCES,
+        "regenerate": "cosyedge check --update-baseline",
+        "labels": {lab: {"metrics": {k: _num(v["value"]) for k, v in d["metrics"].items()},
+                         "amax": (amax_cache_path(path, ref.contract.name, lab).name
+                                  if lab.startswith("int8") else None)}
+                   for lab, d in report["labels"].items()},
+    }
+    write_json(path, data)
+
+
+def _tools() -> dict:
+    out = {}
+    for mod in ("onnxruntime", "polygraphy", "numpy"):
+        try:
+            out[mod] = __import__(mod).__version__
+        except Exception:  # noqa: BLE001 - informational only
+            out[mod] = None
+    return out
+
+
+def _num(v):
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    return round(v, 6) if isinstance(v, float) else v
+
+
+def _jsonable(obj):
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    return obj
+
+
+def write_junit(path: str | Path, report: dict) -> Path:
+    """Write JUnit XML: suite ``cosyedge.check``, one test case per label/mode/utterance; a failing case
+    holds one ``<failure>`` listing its regressed metrics. Written atomically.
+
+    Returns:
+        Path: ``path``.
+    """
+    import xml.etree.ElementTree as ET
+
+    rows = report["rows"]
+    suite = ET.Element("testsuite", name="cosyedge.check", tests=str(len(rows)),
+                       failures=str(sum(r["status"] != "ok" for r in rows)), errors="0",
+                       time=str(report.get("elapsed_s", 0)))
+    for r in rows:
+        case = ET.SubElement(suite, "testcase", classname=f"cosyedge.check.{r['label']}",
+                             name=f"{r['mode']}/{r['utterance']}")
+        if r["status"] != "ok":
+            fail = ET.SubElement(case, "failure", message="; ".join(r["failures"])[:1000], type="regression")
+            fail.text = "\n".join(r["failures"])
+    root = ET.Element("testsuites")
+    root.append(suite)
+    path = Path(path)
+    with atomic_output(path) as tmp:
+        ET.ElementTree(root).write(tmp, encoding="utf-8", xml_declaration=True)
+    return path
+
+
+__all__ = ["BASELINE_KIND", "DEFAULT_CHUNK_MS", "DEFAULT_PRECISIONS", "amax_cache_path", "default_baseline_path",
+           "ensure_engine", "format_table", "load_baseline", "metrics_of", "parse_precisions", "regression",
+           "run_check", "write_junit"]
