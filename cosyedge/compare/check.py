@@ -395,7 +395,8 @@ def format_table(report: dict) -> str:
     lines = [head, "-" * len(head)]
 
     def f(v, fmt):
-        return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, fmt)
+        width = int(fmt.split(".")[0] or 0)
+        return "-".rjust(width) if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, fmt)
 
     for r in report["rows"]:
         lines.append(f"{r['label']:<12} {r['mode']:<15} {r['utterance']:<12} {f(r['snr_db'], '7.2f')} "
