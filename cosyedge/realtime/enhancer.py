@@ -46,6 +46,9 @@ soxr = lazy_import("soxr")
 
 DEFAULT_RING_MS = 500.0
 """float: input/output ring capacity, ms of audio (bounds memory and the latency after a stall)."""
+MONITOR_MAX_MS = 100.0
+"""float: most audio the monitor output may hold back, ms; after a slow stretch the excess (oldest) is
+skipped so the speakers come back to low latency instead of staying late by the whole backlog."""
 RESAMPLE_QUALITY = "HQ"
 """str: soxr quality of the streaming resamplers (device rate <-> model rate)."""
 RATE_TOLERANCE = 0.05
@@ -72,6 +75,8 @@ class RealtimeStats:
             not counted in samples: it does not report them).
         output_underflows (int): Output xruns: short output callbacks + PortAudio ``output_underflow`` flags.
         output_missing_samples (int): Device-rate samples played as zeros because none were ready.
+        output_skipped_samples (int): Device-rate samples of late output skipped to bring the monitor
+            back to at most :data:`MONITOR_MAX_MS` of latency (after a slow stretch).
         device_rate_hz (int): Stream rate, Hz.
         model_rate_hz (int): Model rate, Hz.
         chunk_samples (int): Samples per chunk at the model rate.
@@ -89,6 +94,7 @@ class RealtimeStats:
     input_dropped_samples: int
     output_underflows: int
     output_missing_samples: int
+    output_skipped_samples: int
     device_rate_hz: int
     model_rate_hz: int
     chunk_samples: int
@@ -213,6 +219,7 @@ class RealtimeEnhancer:
             ``status_interval_s`` with a snapshot (the CLI prints its status line).
         status_interval_s (float): Seconds between ``on_status`` calls.
         resample_quality (str): soxr quality (``"HQ"``; ``"QQ"`` has no block delay but aliases).
+        monitor_max_ms (float): Output backlog kept at most, ms (older output is skipped, counted).
     Raises:
         UsageError: batch != 1, rates not positive, ``ring_ms`` not positive.
     """
@@ -221,7 +228,7 @@ class RealtimeEnhancer:
                  ring_ms: float = DEFAULT_RING_MS, clock: Callable[[], float] = time.monotonic,
                  rate_monitor: RateMonitor | bool | None = True,
                  on_status: Callable[[RealtimeStats], None] | None = None, status_interval_s: float = 0.5,
-                 resample_quality: str = RESAMPLE_QUALITY):
+                 resample_quality: str = RESAMPLE_QUALITY, monitor_max_ms: float = MONITOR_MAX_MS):
         if session.batch != 1:
             raise UsageError(f"a live stream needs a session with batch 1, got batch {session.batch}")
         if int(device_rate_hz) <= 0:
@@ -253,6 +260,8 @@ class RealtimeEnhancer:
         self.device_output_underflows = 0
         self.output_underflows = 0
         self.output_missing_samples = 0
+        self.output_skipped_samples = 0
+        self._monitor_max = max(1, round(float(monitor_max_ms) * self.device_rate_hz / 1000.0))
         self._output_started = False
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
@@ -283,6 +292,10 @@ class RealtimeEnhancer:
         if underflow:
             self.device_output_underflows += 1
         frames = outdata.shape[0]
+        late = len(self.out_ring) - frames - self._monitor_max
+        if late > 0:  # a backlog from a slow stretch: skip it rather than stay late for good
+            self.out_ring.read(late)
+            self.output_skipped_samples += late
         have = min(frames, len(self.out_ring))
         y = self.out_ring.read(have) if have else None
         if y is not None:
@@ -434,6 +447,7 @@ class RealtimeEnhancer:
             input_dropped_samples=self.in_ring.dropped,
             output_underflows=self.output_underflows + self.device_output_underflows,
             output_missing_samples=self.output_missing_samples,
+            output_skipped_samples=self.output_skipped_samples,
             device_rate_hz=self.device_rate_hz,
             model_rate_hz=self.model_rate_hz,
             chunk_samples=self.chunk_samples,
