@@ -1,0 +1,266 @@
+"""run_live with threaded fake streams, and `cosyedge run mic` / `cosyedge devices` with a fake sounddevice:
+duration, Ctrl-C, a dying stream and a rate change all leave a complete, valid recording; bad devices
+give one-line errors."""
+
+from __future__ import annotations
+
+import logging
+import sys
+import types
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+from cosyedge.cli.main import main
+from cosyedge.errors import ArtifactError, DependencyError, UsageError
+from cosyedge.realtime import devices as devmod
+from cosyedge.realtime.enhancer import RateMonitor, RealtimeEnhancer
+from cosyedge.realtime.live import run_live
+from cosyedge.realtime.writer import IncrementalAudioWriter
+from cosyedge.runtime import OrtStreamSession, stream_array
+from tests import models
+from tests.realtime.fakes import ThreadedStream, fake_sounddevice
+
+SR = 16000
+HOP = 160
+
+
+@pytest.fixture(scope="module")
+def fir(tmp_path_factory) -> Path:
+    return models.make_fir_model(tmp_path_factory.mktemp("live") / "fir.onnx", hop=HOP)
+
+
+def _noise(seconds: float, rate: int = SR, seed: int = 0) -> np.ndarray:
+    return (0.05 * np.random.default_rng(seed).standard_normal(int(seconds * rate))).astype(np.float32)
+
+
+def _setup(fir, path, rate=SR, rate_monitor=False, **stream_kw):
+    session = OrtStreamSession(fir)
+    writer = IncrementalAudioWriter(path, SR)
+    enh = RealtimeEnhancer(session, rate, writer=writer, rate_monitor=rate_monitor)
+
+    def cb(indata, frames, t, status):
+        enh.input_callback(indata, status.input_overflow)
+
+    return session, writer, enh, cb
+
+
+def test_duration_stops_and_the_file_equals_the_offline_stream(fir, tmp_path):
+    x = _noise(1.0)
+    session, writer, enh, cb = _setup(fir, tmp_path / "out.wav")
+    stream = ThreadedStream(cb, x, SR, HOP, speed=4.0)
+    with session:
+        r = run_live(enh, stream, writer=writer, duration_s=0.5)
+    assert stream.closed and not stream.active
+    assert r["output"] == str(tmp_path / "out.wav") and not r["interrupted"] and r["xruns"] == 0
+    assert r["captured_s"] >= 0.5
+    y, sr = sf.read(str(tmp_path / "out.wav"), dtype="float32")
+    assert sr == SR and y.size == r["output_s"] * SR >= 0.5 * SR
+    with OrtStreamSession(fir) as s:
+        want = stream_array(s, x[: y.size])
+    assert np.abs(y - want).max() <= 1.5 / 32768  # PCM_16
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.wav"]
+
+
+class InterruptingStream(ThreadedStream):
+    """Ctrl-C arrives in the main thread while it polls the stream (after ``after`` polls)."""
+
+    def __init__(self, *a, after: int = 10, **kw):
+        super().__init__(*a, **kw)
+        self.polls, self.after = 0, after
+
+    @property
+    def active(self):
+        self.polls += 1
+        if self.polls > self.after:
+            raise KeyboardInterrupt
+        return super().active
+
+
+def test_ctrl_c_keeps_a_complete_valid_file(fir, tmp_path):
+    (tmp_path / "out.wav").write_bytes(b"previous")
+    session, writer, enh, cb = _setup(fir, tmp_path / "out.wav")
+    stream = InterruptingStream(cb, _noise(5.0), SR, HOP, after=10)
+    with session:
+        r = run_live(enh, stream, writer=writer, poll_s=0.02)
+    assert r["interrupted"] and stream.closed
+    info = sf.info(str(tmp_path / "out.wav"))  # a valid WAV: header rewritten on close
+    assert info.frames == round(r["output_s"] * SR) > 0 and info.samplerate == SR
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.wav"]
+
+
+def test_stream_dying_is_an_error_and_keeps_the_partial_file(fir, tmp_path):
+    session, writer, enh, cb = _setup(fir, tmp_path / "out.wav")
+    stream = ThreadedStream(cb, _noise(5.0), SR, HOP, speed=2.0, fail_after_s=0.2)
+    with session, pytest.raises(ArtifactError, match="stopped by itself .* the recording so far is kept"):
+        run_live(enh, stream, writer=writer)
+    assert sf.info(str(tmp_path / "out.wav")).frames > 0
+
+
+def test_rate_change_stops_with_usage_error_and_keeps_the_partial_file(fir, tmp_path):
+    """The stream says 48 kHz; the (threaded, real-time) device delivers 44.1 kHz."""
+    session, writer, enh, cb = _setup(fir, tmp_path / "out.wav", rate=48000,
+                                      rate_monitor=RateMonitor(48000, window_s=0.25))
+    stream = ThreadedStream(cb, np.zeros(0, np.float32), 44100, 441)
+    with session, pytest.raises(UsageError, match="input sample rate changed mid-stream"):
+        run_live(enh, stream, writer=writer, duration_s=10.0)
+    assert stream.closed
+    assert sf.info(str(tmp_path / "out.wav")).frames > 0
+
+
+def test_run_live_bad_duration(fir, tmp_path):
+    session, writer, enh, cb = _setup(fir, tmp_path / "out.wav")
+    with pytest.raises(UsageError, match="--duration must be a positive"):
+        run_live(enh, ThreadedStream(cb, _noise(1), SR, HOP), writer=writer, duration_s=0)
+    writer.close()
+    assert not (tmp_path / "out.wav").exists()  # nothing recorded, nothing written
+
+
+# ---------------------------------------------------------------------------------------------- device layer
+DEVICES = [
+    {"name": "Built-in Mic", "max_input_channels": 2, "max_output_channels": 0, "default_samplerate": 44100.0},
+    {"name": "Speakers", "max_input_channels": 0, "max_output_channels": 2, "default_samplerate": 48000.0},
+    {"name": "USB Headset Mic", "max_input_channels": 1, "max_output_channels": 2, "default_samplerate": 48000.0},
+    {"name": "USB Camera Mic", "max_input_channels": 1, "max_output_channels": 0, "default_samplerate": 16000.0},
+]
+
+
+def test_resolve_device_by_index_name_substring():
+    sd = fake_sounddevice(DEVICES)
+    assert devmod.resolve_device(None, "input", sd).name == "Built-in Mic"
+    assert devmod.resolve_device("2", "input", sd).name == "USB Headset Mic"
+    assert devmod.resolve_device(3, "input", sd).name == "USB Camera Mic"
+    assert devmod.resolve_device("built-in mic", "input", sd).index == 0
+    assert devmod.resolve_device("headset", "input", sd).index == 2
+    assert devmod.resolve_device(None, "output", sd).name == "Speakers"
+    with pytest.raises(UsageError, match="device 'USB' is ambiguous: it matches 2 'USB Headset Mic', 3 'USB Camera"):
+        devmod.resolve_device("USB", "input", sd)
+    with pytest.raises(UsageError, match=r"unknown input device 'Zoom H4' \(available input devices: 0 'Built-in "
+                                         r"Mic', 2 'USB Headset Mic', 3 'USB Camera Mic'"):
+        devmod.resolve_device("Zoom H4", "input", sd)
+    with pytest.raises(UsageError, match="unknown input device '9'"):
+        devmod.resolve_device(9, "input", sd)
+    with pytest.raises(UsageError, match="device 1 'Speakers' has no input channels"):
+        devmod.resolve_device("Speakers", "input", sd)
+    with pytest.raises(DependencyError, match="no audio devices found: no audio server running"):
+        devmod.resolve_device(None, "input", fake_sounddevice([]))
+
+
+def test_pick_sample_rate_falls_back_and_fails_clearly():
+    sd = fake_sounddevice(DEVICES, rates={0: {48000, 16000}, 1: {48000}, 2: set()})
+    mic = devmod.resolve_device(0, "input", sd)
+    assert devmod.pick_sample_rate(mic, sd=sd) == 48000  # 44100 (its default) refused
+    out = devmod.resolve_device(1, "output", sd)
+    assert devmod.pick_sample_rate(mic, out, sd=sd) == 48000
+    with pytest.raises(UsageError, match=r"device input 'USB Headset Mic' cannot open at any supported rate "
+                                         r"\(tried 48000, 44100, 32000, 16000, 22050, 96000, 8000 Hz\): Invalid"):
+        devmod.pick_sample_rate(devmod.resolve_device(2, "input", sd), sd=sd)
+
+
+def test_format_devices_marks_defaults():
+    table = devmod.format_devices(devmod.list_devices(fake_sounddevice(DEVICES)))
+    lines = table.splitlines()
+    assert len(lines) == 5 and "host API" in lines[0]
+    assert lines[1].startswith(">") and "Built-in Mic" in lines[1] and "44100" in lines[1]
+    assert lines[2][1] == "<" and "Speakers" in lines[2]
+    assert "no audio devices" in devmod.format_devices([])
+
+
+def test_load_sounddevice_missing(monkeypatch):
+    monkeypatch.setitem(sys.modules, "sounddevice", None)  # import raises ImportError
+    with pytest.raises(DependencyError, match=r"pip install 'cosyedge\[audio\]'"):
+        devmod.load_sounddevice()
+
+
+def test_load_sounddevice_without_portaudio(monkeypatch):
+    class Finder:
+        def find_spec(self, name, path=None, target=None):
+            if name == "sounddevice":
+                raise OSError("PortAudio library not found")
+
+    monkeypatch.delitem(sys.modules, "sounddevice", raising=False)
+    monkeypatch.setattr(sys, "meta_path", [Finder(), *sys.meta_path])
+    with pytest.raises(DependencyError, match="PortAudio library not found: install PortAudio .*libportaudio2"):
+        devmod.load_sounddevice()
+
+
+@pytest.fixture
+def cli(capsys, monkeypatch):
+    """Run the CLI in process with a fake sounddevice; return (exit code, stdout, stderr)."""
+    state = types.SimpleNamespace(sd=fake_sounddevice(DEVICES, signal=_noise(3.0, rate=48000)))
+    monkeypatch.setattr(devmod, "load_sounddevice", lambda: state.sd)
+
+    def run(*args):
+        logging.getLogger("cosyedge").handlers.clear()
+        rc = main([str(a) for a in args])
+        out, err = capsys.readouterr()
+        return rc, out, err
+
+    run.state = state
+    yield run
+    logging.getLogger("cosyedge").handlers.clear()
+
+
+def _one_line_error(rc, err, code):
+    assert rc == code, err
+    assert "Traceback" not in err
+    bang = [ln for ln in err.splitlines() if ln.startswith("[!]")]
+    assert len(bang) == 1 and err.rstrip().splitlines()[-1] == bang[0]
+    return bang[0]
+
+
+def test_cli_run_mic_records_at_model_rate(cli, fir, tmp_path):
+    rc, out, err = cli("run", "mic", "--device", "headset", "--output", tmp_path / "live.flac", "--duration", "0.6",
+                       "--engine", fir)
+    assert rc == 0, err
+    opened = cli.state.sd.opened[-1]
+    assert opened["device"] == 2 and opened["samplerate"] == 48000 and opened["blocksize"] == 480
+    report = out.strip().splitlines()[-1]
+    assert report.startswith("mic 2 'USB Headset Mic' at 48000 Hz -> ") and "xruns 0" in report, report
+    assert "latency p50" in report and "RTF" in report
+    assert "listening on device 2 'USB Headset Mic' at 48000 Hz (model 16000 Hz" in err
+    info = sf.info(str(tmp_path / "live.flac"))
+    assert info.samplerate == 16000 and info.channels == 1 and info.frames >= 0.55 * 16000
+
+
+def test_cli_run_mic_monitor_opens_a_duplex_stream(cli, fir, tmp_path):
+    rc, out, err = cli("run", "mic", "--device", "0", "--monitor", "--duration", "0.3", "--engine", fir)
+    assert rc == 0, err
+    assert cli.state.sd.opened[-1]["device"] == (0, 1)  # input 0, default output 1
+    assert "monitored" in out.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize("args, code, words", [
+    (["--device", "Zoom", "--output", "{tmp}/x.wav"], 2, "unknown input device 'Zoom'"),
+    (["--device", "USB", "--output", "{tmp}/x.wav"], 2, "is ambiguous"),
+    (["--output", "{tmp}/x.wav", "--duration", "-1"], 2, "--duration must be a positive number"),
+    ([], 2, "nothing to do: give --output FILE and/or --monitor"),
+    (["--output", "{tmp}/x.mp3"], 2, "unsupported extension"),
+    (["--output", "{tmp}/x.wav", "--chunk-ms", "7"], 2, "not a multiple of the model's total stride"),
+])
+def test_cli_run_mic_bad_input(cli, fir, tmp_path, args, code, words):
+    args = [a.replace("{tmp}", str(tmp_path)) for a in args]
+    rc, out, err = cli("run", "mic", *args, "--engine", fir)
+    assert words in _one_line_error(rc, err, code)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_cli_run_mic_no_rate_and_no_server(cli, fir, tmp_path):
+    cli.state.sd = fake_sounddevice(DEVICES, rates={0: set()})
+    rc, out, err = cli("run", "mic", "--output", tmp_path / "x.wav", "--engine", fir)
+    assert "cannot open at any supported rate" in _one_line_error(rc, err, 2)
+    cli.state.sd = fake_sounddevice([])
+    rc, out, err = cli("run", "mic", "--output", tmp_path / "x.wav", "--engine", fir)
+    assert "no audio devices found" in _one_line_error(rc, err, 4)
+    rc, out, err = cli("devices")
+    assert "no audio devices found" in _one_line_error(rc, err, 4)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_cli_devices_and_file_run_rejects_mic_options(cli, tmp_path):
+    rc, out, err = cli("devices")
+    assert rc == 0 and "USB Camera Mic" in out and out.count("\n") == 5
+    rc, out, err = cli("run", "in.wav", "-o", tmp_path / "o.wav", "--monitor")
+    assert "--monitor only apply to 'cosyedge run mic'" in _one_line_error(rc, err, 2)
