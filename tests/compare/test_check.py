@@ -1,0 +1,204 @@
+"""cosyedge check: baseline gate, exit codes (0 pass, 1 regression, 2 bad input), table, JSON, JUnit.
+
+Baselines and engines are made in tmp folders (never the committed hash); utterances are 3 s pieces of
+the demo recording after 10 s (``--utterances``), 100 ms chunks.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from cosyedge.cli.main import main
+from cosyedge.compare.check import default_baseline_path, regression, run_check
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _one_line_error(capsys) -> str:
+    err = capsys.readouterr().err
+    lines = [ln for ln in err.splitlines() if ln.startswith("[!]")]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def baseline(cmp_dir, ref_onnx, engines, calib_dir, utt_dir, fp32_engine, int8_engine) -> Path:
+    """fp32 + int8 baseline of the (copied) reference, written by the CLI's --update-baseline."""
+    path = cmp_dir / "base" / "accuracy.json"
+    rc = main(["check", "--onnx", str(ref_onnx), "--baseline", str(path), "--update-baseline", "--precisions",
+               "fp32,int8", "--engines-dir", str(engines), "--calib", str(calib_dir), "--utterances", str(utt_dir),
+               "--no-pesq", "-q"])
+    assert rc == 0
+    return path
+
+
+def test_update_baseline_then_check_passes(baseline, ref_onnx, engines, utt_dir, tmp_path, capsys):
+    data = json.loads(baseline.read_text())
+    assert data["kind"] == "cosyedge.accuracy-baseline" and set(data["labels"]) == {"fp32", "int8"}
+    assert data["chunk_samples"] == 1600 and [u["name"] for u in data["utterances"]] == ["demo-late-clean",
+                                                                                            "demo-late-noisy"]
+    m = data["labels"]["int8"]["metrics"]
+    assert 25.0 < m["teacher-forced/demo-late-noisy/enhanced/snr_db"] < 80.0
+    assert data["labels"]["fp32"]["metrics"]["free-running/demo-late-noisy/enhanced/snr_db"] == 150.0
+    amax = baseline.parent / "reference.int8.amax.json"  # INT8 calibration kept next to the baseline
+    assert json.loads(amax.read_text())["model"]["sha256"]
+    capsys.readouterr()
+    js, ju = tmp_path / "r.json", tmp_path / "r.xml"
+    rc = main(["check", "--onnx", str(ref_onnx), "--baseline", str(baseline), "--engines-dir", str(engines),
+               "--utterances", str(utt_dir), "--no-pesq", "--json", str(js), "--junit", str(ju)])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert "PASS: fp32, int8 within baseline tolerance" in out
+    assert re.search(r"int8\s+teacher-forced\s+demo-late-noisy\s+\d+\.\d\d\s+\d+\.\d\d", out)
+    rep = json.loads(js.read_text())
+    assert rep["passed"] is True and rep["regressions"] == []
+    suite = ET.parse(ju).getroot().find("testsuite")
+    assert suite.get("tests") == "8" and suite.get("failures") == "0"
+
+
+def test_int8_is_built_from_the_kept_amax_without_calibration_audio(baseline, ref_onnx, utt_dir, tmp_path):
+    """A fresh engines folder (CI): INT8 is rebuilt from the amax cache next to the baseline, same figures."""
+    rep = run_check(ref_onnx, baseline=baseline, precisions=["int8"], engines_dir=tmp_path / "eng",
+                    utterances=_utts(utt_dir), pesq=False)
+    assert rep["passed"], rep["regressions"]
+    m = rep["labels"]["int8"]["metrics"]["teacher-forced/demo-late-noisy/enhanced/snr_db"]
+    assert m["value"] == pytest.approx(m["baseline"], abs=1e-4)
+
+
+def _utts(d):
+    from cosyedge.compare.utterances import utterances_from
+
+    return utterances_from(d, 16000)
+
+
+def test_qdq_scale_x4_fails_check_exit_1_naming_the_metric(baseline, ref_onnx, engines, utt_dir, qdq_x4, tmp_path,
+                                                             capsys):
+    ju = tmp_path / "r.xml"
+    rc = main(["check", "--onnx", str(ref_onnx), "--baseline", str(baseline), "--precisions", "int8",
+               "--candidate", f"int8={qdq_x4}", "--engines-dir", str(engines), "--utterances", str(utt_dir),
+               "--no-pesq", "--junit", str(ju)])
+    assert rc == 1
+    line = _one_line_error(capsys)
+    assert line.startswith("[!] accuracy regression: int8 ") and "SNR" in line and "< baseline" in line
+    fails = [f for f in ET.parse(ju).getroot().iter("failure")]
+    assert fails and any("state_out" in (f.text or "") or "enhanced/snr_db" in (f.text or "") for f in fails)
+
+
+def test_dropped_state_fails_check_naming_the_state(baseline, ref_onnx, engines, utt_dir, drop_state, tmp_path,
+                                                     capsys):
+    js = tmp_path / "r.json"
+    rc = main(["check", "--onnx", str(ref_onnx), "--baseline", str(baseline), "--precisions", "fp32",
+               "--candidate", f"fp32={drop_state}", "--engines-dir", str(engines), "--utterances", str(utt_dir),
+               "--no-pesq", "--json", str(js)])
+    assert rc == 1
+    _one_line_error(capsys)
+    regs = json.loads(js.read_text())["regressions"]
+    assert "fp32 teacher-forced/demo-late-noisy/state_out.03/snr_db: SNR 0.00 dB < baseline 150.00 dB - 1 dB" in regs
+
+
+def test_swapped_states_fail_check_naming_both(two_state, utt_dir, tmp_path, capsys):
+    ref_p, cand_p, (a, b) = two_state
+    base = tmp_path / "two.json"
+    args = ["check", "--onnx", str(ref_p), "--baseline", str(base), "--precisions", "fp32", "--engines-dir",
+            str(tmp_path / "eng"), "--utterances", str(utt_dir), "--no-pesq"]
+    assert main(args + ["--update-baseline"]) == 0
+    capsys.readouterr()
+    assert main(args + ["--candidate", f"fp32={cand_p}"]) == 1
+    out = capsys.readouterr().out
+    assert f"teacher-forced/demo-late-noisy/{a}/snr_db" in out and f"teacher-forced/demo-late-noisy/{b}/snr_db" in out
+
+
+def test_baseline_of_another_model_is_exit_2(baseline, two_state, utt_dir, capsys):
+    rc = main(["check", "--onnx", str(two_state[0]), "--baseline", str(baseline), "--utterances", str(utt_dir)])
+    assert rc == 2
+    line = _one_line_error(capsys)
+    assert "is for model 'reference' sha256" in line and "cosyedge check --update-baseline" in line
+
+
+def test_candidate_with_other_inputs_outputs_is_exit_2(baseline, ref_onnx, engines, utt_dir, two_state, capsys):
+    rc = main(["check", "--onnx", str(ref_onnx), "--baseline", str(baseline), "--precisions", "fp32",
+               "--candidate", f"fp32={two_state[0]}", "--engines-dir", str(engines), "--utterances", str(utt_dir)])
+    assert rc == 2
+    assert "have different inputs: missing in candidate" in _one_line_error(capsys)
+    rc = main(["compare", str(ref_onnx), str(two_state[0]), "--utterances", str(utt_dir)])
+    assert rc == 2
+    assert "have different inputs" in _one_line_error(capsys)
+
+
+def _fake_trt_folder(src: Path, dest: Path) -> Path:
+    """An engine folder whose manifest says TensorRT (plan bytes are not a real plan)."""
+    from cosyedge.artifacts import sha256_file
+
+    shutil.copytree(src, dest)
+    (dest / "engine.plan").write_bytes(b"not a real plan")
+    m = json.loads((dest / "manifest.json").read_text())
+    m.update(backend="tensorrt", plan={"file": "engine.plan", "sha256": sha256_file(dest / "engine.plan")})
+    (dest / "manifest.json").write_text(json.dumps(m))
+    return dest
+
+
+def test_engine_that_cannot_run_here_is_exit_2(baseline, ref_onnx, engines, fp32_engine, utt_dir, tmp_path, capsys):
+    from cosyedge._lazy import has_module
+
+    if has_module("tensorrt") and has_module("pycuda"):
+        pytest.skip("TensorRT is installed here: a TensorRT engine can run")
+    trt_dir = _fake_trt_folder(fp32_engine, tmp_path / "reference-fp32-tensorrt")
+    rc = main(["compare", str(ref_onnx), str(trt_dir), "--utterances", str(utt_dir)])
+    assert rc == 2
+    assert "is a TensorRT engine and cannot run on this machine" in _one_line_error(capsys)
+    rc = main(["check", "--onnx", str(ref_onnx), "--baseline", str(baseline), "--precisions", "fp32",
+               "--candidate", f"fp32={trt_dir}", "--engines-dir", str(engines), "--utterances", str(utt_dir)])
+    assert rc == 2
+    assert "cannot run on this machine" in _one_line_error(capsys)
+
+
+def test_int8_without_kept_calibration_is_exit_2_saying_what_to_run(baseline, ref_onnx, utt_dir, tmp_path, capsys):
+    other = tmp_path / "b" / "accuracy.json"
+    other.parent.mkdir()
+    shutil.copy(baseline, other)  # same model, but no reference.int8.amax.json next to it
+    rc = main(["check", "--onnx", str(ref_onnx), "--baseline", str(other), "--precisions", "int8",
+               "--engines-dir", str(tmp_path / "eng"), "--utterances", str(utt_dir)])
+    assert rc == 2
+    line = _one_line_error(capsys)
+    assert "no INT8 calibration for 'int8'" in line and "cosyedge check --update-baseline" in line
+
+
+def test_bad_options_are_exit_2(ref_onnx, utt_dir, capsys):
+    assert main(["check", "--precisions", "int4"]) == 2
+    assert "unknown precision 'int4'" in _one_line_error(capsys)
+    assert main(["check", "--candidate", "nolabel"]) == 2
+    assert "LABEL=PATH" in _one_line_error(capsys)
+    assert main(["compare", str(ref_onnx), str(ref_onnx), "--chunk-ms", "7"]) == 2
+    assert "not a positive multiple" in _one_line_error(capsys)
+
+
+def test_regression_rules():
+    assert regression("snr_db", 40.0, 41.5) == "SNR 40.00 dB < baseline 41.50 dB - 1 dB"
+    assert regression("snr_db", 40.6, 41.5) is None
+    assert regression("snr_db", 120.0, 150.0) is None  # float32-exact either way
+    assert regression("max_abs", 0.016, 0.01) is not None and regression("max_abs", 0.014, 0.01) is None
+    assert regression("pesq", 3.30, 3.40) is not None and regression("pesq", 3.36, 3.40) is None
+    assert regression("si_snr_db", float("nan"), 5.0) == "is NaN"
+
+
+def test_committed_baseline_is_well_formed():
+    """The committed baseline of the bundled model (its hash changes with the model: not asserted here)."""
+    path = default_baseline_path("reference")
+    data = json.loads(path.read_text())
+    assert data["kind"] == "cosyedge.accuracy-baseline" and re.fullmatch(r"[0-9a-f]{64}", data["model"]["sha256"])
+    assert set(data["labels"]) >= {"fp16", "int8-sparse"}
+    assert (path.parent / data["labels"]["int8-sparse"]["amax"]).is_file()
+    assert data["regenerate"] == "cosyedge check --update-baseline"
+
+
+def test_ci_runs_check_for_fp16_and_int8_sparse_after_the_tests():
+    lines = [ln.strip() for ln in (ROOT / ".ci/run").read_text().splitlines() if ln.strip() and not ln.startswith("#")]
+    i_test = next(i for i, ln in enumerate(lines) if "pytest" in ln)
+    i_check = next(i for i, ln in enumerate(lines) if ln.startswith("cosyedge check"))
+    assert i_test < i_check and "--precisions fp16,int8-sparse" in lines[i_check]

@@ -1,0 +1,52 @@
+"""`cosyedge compare` on the command line: exit codes, printed figures, --json, --mark-all, no torch needed."""
+
+from __future__ import annotations
+
+import json
+
+from cosyedge.cli.main import main
+from tests.compare.conftest import QDQ_SCALE
+from tests.test_imports import _run
+
+
+def test_compare_identical_without_torch_exit_0_and_json(ref_onnx, fp32_engine, utt_dir, tmp_path):
+    """The runtime path (compare) works with torch blocked; an identical candidate passes (exit 0)."""
+    js = tmp_path / "cmp.json"
+    code = ("from cosyedge.cli.main import main\n"
+            f"rc = main(['compare', {str(ref_onnx)!r}, {str(fp32_engine)!r}, '--utterances', {str(utt_dir)!r},"
+            f" '--json', {str(js)!r}])\n"
+            "assert 'torch' not in sys.modules\nsys.exit(rc)\n")
+    r = _run(code, {"torch", "tensorrt", "pycuda"})
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "PASS: fp32 within tolerance on 2 utterance(s)" in r.stdout
+    data = json.loads(js.read_text())
+    assert data["passed"] is True and data["candidate"]["precision"] == "fp32"
+    fr = data["modes"]["free-running"]["utterances"]["demo-late-noisy"]
+    assert fr["outputs"]["enhanced"]["snr_db"] == 150.0 and fr["audio"]["pesq_delta"] == 0.0
+
+
+def test_compare_without_polygraphy_is_one_line_exit_4(ref_onnx, utt_dir):
+    code = ("from cosyedge.cli.main import main\n"
+            f"sys.exit(main(['compare', {str(ref_onnx)!r}, {str(ref_onnx)!r}, '--utterances', {str(utt_dir)!r}]))\n")
+    r = _run(code, {"polygraphy"})
+    assert r.returncode == 4, r.stderr[-2000:]
+    assert r.stderr.strip().splitlines()[-1] == "[!] cosyedge compare/check need Polygraphy: pip install polygraphy"
+
+
+def test_compare_dropped_state_exit_1_names_state(ref_onnx, drop_state, utt_dir, capsys):
+    rc = main(["compare", str(ref_onnx), str(drop_state), "--utterances", str(utt_dir), "--no-pesq"])
+    assert rc == 1
+    cap = capsys.readouterr()
+    err = [ln for ln in cap.err.splitlines() if ln.startswith("[!]")]
+    assert len(err) == 1 and "is outside tolerance: teacher-forced 'demo-late-clean' state_out.00" in err[0]
+    assert "FAIL free-running 'demo-late-noisy' enhanced: SNR" in cap.out
+
+
+def test_mark_all_names_the_scaled_qdq_tensor(int8_engine, qdq_x4, utt_dir, tmp_path, capsys):
+    js = tmp_path / "b.json"
+    main(["compare", str(int8_engine), str(qdq_x4), "--mark-all", "--seconds", "1", "--mode", "teacher-forced",
+          "--utterances", str(utt_dir), "--no-pesq", "--json", str(js)])
+    out = capsys.readouterr().out
+    jump = json.loads(js.read_text())["bisection"]["first_jump"]
+    assert jump["op"] == "DequantizeLinear" and jump["node"].startswith(QDQ_SCALE.rsplit("/", 1)[0])
+    assert f"error jumps first at tensor '{jump['tensor']}' (node '{jump['node']}', DequantizeLinear)" in out
