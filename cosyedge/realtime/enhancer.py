@@ -46,7 +46,10 @@ soxr = lazy_import("soxr")
 
 DEFAULT_RING_MS = 500.0
 """float: input/output ring capacity, ms of audio (bounds memory and the latency after a stall)."""
-MONITOR_MAX_MS = 100.0
+MONITOR_PRIME_MS = 60.0
+"""float: output buffered before playback starts (and restarts after an underflow), ms: a jitter margin
+for the resampler's bursts (soxr HQ emits about 30 ms at a time) and the worker's scheduling."""
+MONITOR_MAX_MS = 150.0
 """float: most audio the monitor output may hold back, ms; after a slow stretch the excess (oldest) is
 skipped so the speakers come back to low latency instead of staying late by the whole backlog."""
 RESAMPLE_QUALITY = "HQ"
@@ -220,6 +223,7 @@ class RealtimeEnhancer:
         status_interval_s (float): Seconds between ``on_status`` calls.
         resample_quality (str): soxr quality (``"HQ"``; ``"QQ"`` has no block delay but aliases).
         monitor_max_ms (float): Output backlog kept at most, ms (older output is skipped, counted).
+        monitor_prime_ms (float): Output buffered before playback (re)starts, ms.
     Raises:
         UsageError: batch != 1, rates not positive, ``ring_ms`` not positive.
     """
@@ -228,7 +232,8 @@ class RealtimeEnhancer:
                  ring_ms: float = DEFAULT_RING_MS, clock: Callable[[], float] = time.monotonic,
                  rate_monitor: RateMonitor | bool | None = True,
                  on_status: Callable[[RealtimeStats], None] | None = None, status_interval_s: float = 0.5,
-                 resample_quality: str = RESAMPLE_QUALITY, monitor_max_ms: float = MONITOR_MAX_MS):
+                 resample_quality: str = RESAMPLE_QUALITY, monitor_max_ms: float = MONITOR_MAX_MS,
+                 monitor_prime_ms: float = MONITOR_PRIME_MS):
         if session.batch != 1:
             raise UsageError(f"a live stream needs a session with batch 1, got batch {session.batch}")
         if int(device_rate_hz) <= 0:
@@ -262,6 +267,7 @@ class RealtimeEnhancer:
         self.output_missing_samples = 0
         self.output_skipped_samples = 0
         self._monitor_max = max(1, round(float(monitor_max_ms) * self.device_rate_hz / 1000.0))
+        self._monitor_prime = max(0, round(float(monitor_prime_ms) * self.device_rate_hz / 1000.0))
         self._output_started = False
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
@@ -284,6 +290,9 @@ class RealtimeEnhancer:
     def output_callback(self, outdata: np.ndarray, underflow: bool = False) -> None:
         """Fill one playback block from the output ring; missing samples are zeros (an underflow).
 
+        Playback starts once ``frames + monitor_prime_ms`` of output is buffered (a jitter margin; the
+        silence before is priming, not an xrun) and restarts the same way after an underflow.
+
         Args:
             outdata (np.ndarray): float32 (frames, channels) buffer to fill at ``device_rate_hz``
                 (every channel gets the mono signal).
@@ -292,20 +301,25 @@ class RealtimeEnhancer:
         if underflow:
             self.device_output_underflows += 1
         frames = outdata.shape[0]
-        late = len(self.out_ring) - frames - self._monitor_max
+        buffered = len(self.out_ring)
+        if not self._output_started:
+            if buffered < frames + self._monitor_prime:
+                outdata[:] = 0.0
+                return
+            self._output_started = True
+        late = buffered - frames - self._monitor_max
         if late > 0:  # a backlog from a slow stretch: skip it rather than stay late for good
             self.out_ring.read(late)
             self.output_skipped_samples += late
         have = min(frames, len(self.out_ring))
         y = self.out_ring.read(have) if have else None
         if y is not None:
-            self._output_started = True
             outdata[:have] = y[:, None] if outdata.ndim == 2 else y
         if have < frames:
             outdata[have:] = 0.0
-            if self._output_started:  # silence before the first output is priming, not an xrun
-                self.output_underflows += 1
-                self.output_missing_samples += frames - have
+            self.output_underflows += 1
+            self.output_missing_samples += frames - have
+            self._output_started = False  # re-prime
 
     # ------------------------------------------------------------------ worker side
     def _resample(self, which: str, x: np.ndarray, last: bool = False) -> np.ndarray:
