@@ -101,7 +101,7 @@ def bisect_layers(ref: CompareModel, cand: CompareModel, utt: Utterance, *, chun
             raise UsageError(f"--mark-all needs ONNX models or ONNX Runtime engines; {m.path} is {m.backend} "
                              f"(give its {m.model_path})")
     chunk = chunk or ref.contract.hop_samples
-    n = max(chunk, int(round(seconds * utt.sample_rate_hz)) // chunk * chunk)
+    n = max(chunk, round(seconds * utt.sample_rate_hz) // chunk * chunk)
     short = Utterance(utt.name, utt.x[:n], None if utt.clean is None else utt.clean[:n], utt.sample_rate_hz,
                       utt.sha256, utt.source)
     ref_model = load_onnx(ref.model_path)
@@ -124,7 +124,7 @@ def bisect_layers(ref: CompareModel, cand: CompareModel, utt: Utterance, *, chun
                     recs.append(stream(who, runner, short, chunk, forced_states=states, outputs=keep))
             except UsageError:
                 raise
-            except Exception as err:
+            except Exception as err:  # noqa: BLE001 - onnxruntime/polygraphy raise their own exception types
                 raise reraise_runner_error(err, who, "with all tensors marked") from None
     r_out, c_out = recs[0].outputs, recs[1].outputs
     snr: dict[str, float] = {}

@@ -43,7 +43,12 @@ from typing import Any
 
 from cosyedge.artifacts import SCHEMA_VERSION, atomic_output, check_writable, write_json
 from cosyedge.compare.core import ReferenceCache, compare
-from cosyedge.compare.models import CompareModel, load_compare_model, parse_precision_label, precision_label
+from cosyedge.compare.models import (
+    CompareModel,
+    load_compare_model,
+    parse_precision_label,
+    precision_label,
+)
 from cosyedge.compare.tolerances import BASELINE_TOLERANCES, SNR_EXACT_DB, tolerance_for
 from cosyedge.compare.utterances import Utterance, fixed_utterances
 from cosyedge.errors import ArtifactError, CosyEdgeError, UsageError
@@ -320,7 +325,7 @@ def run_check(onnx_path: str | Path | None = None, *, baseline: str | Path | Non
         list(base["labels"]) if base else list(DEFAULT_PRECISIONS))
     candidates = {precision_label(*parse_precision_label(k)): v for k, v in (candidates or {}).items()}
     utts = utterances if utterances is not None else fixed_utterances(ref.contract.sample_rate_hz)
-    chunk = int(round(chunk_ms * ref.contract.sample_rate_hz / 1000.0))
+    chunk = round(chunk_ms * ref.contract.sample_rate_hz / 1000.0)
     ref.contract.check_chunk(chunk)
     if base is not None:
         _check_same_set(base, utts, chunk, baseline)

@@ -31,7 +31,12 @@ from typing import Any
 
 import numpy as np
 
-from cosyedge.compare.models import CompareModel, _polygraphy, check_compatible, reraise_runner_error
+from cosyedge.compare.models import (
+    CompareModel,
+    _polygraphy,
+    check_compatible,
+    reraise_runner_error,
+)
 from cosyedge.compare.tolerances import SNR_CAP_DB, Tolerance, tolerance_for
 from cosyedge.compare.utterances import Utterance
 from cosyedge.errors import ArtifactError, UsageError, first_line
@@ -129,7 +134,7 @@ def stream(model: CompareModel, runner: Any, utt: Utterance, chunk: int,
             fed.append({name: v.copy() for name, v in st.items()})
         try:
             res = runner.infer(feed, check_inputs=(k == 0))
-        except Exception as err:  # onnxruntime / polygraphy errors
+        except Exception as err:  # noqa: BLE001 -onnxruntime / polygraphy errors
             raise reraise_runner_error(err, model, f"chunk {k} of '{utt.name}'") from None
         kept = {name: np.array(v, copy=True) for name, v in res.items() if outputs is None or name in outputs}
         per_chunk.append(kept)
@@ -189,7 +194,7 @@ def polygraphy_compare(ref_name: str, cand_name: str, ref_iters: list[dict], can
     try:
         with G_LOGGER.verbosity(G_LOGGER.CRITICAL):
             acc = comp.Comparator.compare_accuracy(rr, compare_func=_compare_funcs()[0])
-    except Exception as err:  # PolygraphyException from G_LOGGER.critical
+    except Exception as err:  # noqa: BLE001 -PolygraphyException from G_LOGGER.critical
         raise UsageError(f"Polygraphy could not compare the outputs: {first_line(err)}") from None
     stats = acc[0][(ref_name, cand_name)]
     out = []
@@ -244,7 +249,7 @@ class ReferenceCache:
                     self._records[utt.name] = stream(self.ref, runner, utt, self.chunk, keep_state_inputs=True)
             except UsageError:
                 raise
-            except Exception as err:
+            except Exception as err:  # noqa: BLE001 - onnxruntime/polygraphy raise their own exception types
                 raise reraise_runner_error(err, self.ref, f"on '{utt.name}'") from None
         return self._records[utt.name]
 
@@ -258,7 +263,7 @@ def default_chunk(model: CompareModel, chunk_ms: float | None) -> int:
     c = model.contract
     if chunk_ms is None:
         return c.hop_samples
-    chunk = int(round(float(chunk_ms) * c.sample_rate_hz / 1000.0))
+    chunk = round(float(chunk_ms) * c.sample_rate_hz / 1000.0)
     c.check_chunk(chunk)
     return chunk
 
@@ -318,7 +323,7 @@ def compare(ref: CompareModel, cand: CompareModel, utterances: list[Utterance], 
                         cand_iters.append(crec.outputs)
             except (UsageError, ArtifactError):
                 raise
-            except Exception as err:
+            except Exception as err:  # noqa: BLE001 - onnxruntime/polygraphy raise their own exception types
                 raise reraise_runner_error(err, cand, mode) from None
             stats = polygraphy_compare("reference", "candidate", ref_iters, cand_iters, names=[c.output])
         per_utt = {}

@@ -29,8 +29,19 @@ from pathlib import Path
 from typing import Any
 
 from cosyedge._lazy import has_module, lazy_import
-from cosyedge.artifacts import MANIFEST_NAME, StreamContract, load_manifest, load_onnx, sha256_file
-from cosyedge.errors import ArtifactError, CosyEdgeError, DependencyError, UsageError, first_line
+from cosyedge.artifacts import (
+    MANIFEST_NAME,
+    StreamContract,
+    load_manifest,
+    load_onnx,
+    sha256_file,
+)
+from cosyedge.errors import (
+    CosyEdgeError,
+    DependencyError,
+    UsageError,
+    first_line,
+)
 
 onnx = lazy_import("onnx")
 ort = lazy_import("onnxruntime")
@@ -160,7 +171,7 @@ class CompareModel:
                 src = str(model_path)
             try:
                 return ort.InferenceSession(src, sess_options=so, providers=["CPUExecutionProvider"])
-            except Exception as err:  # onnxruntime raises its own exception types
+            except Exception as err:  # noqa: BLE001 -onnxruntime raises its own exception types
                 raise UsageError(f"{self.path} cannot run in ONNX Runtime here: {first_line(err)}") from None
 
         return pg_onnxrt.OnnxrtRunner(make_session, name=name)
