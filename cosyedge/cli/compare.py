@@ -54,7 +54,8 @@ def compare(reference, candidate, modes, chunk_ms, utt_path, max_utterances, snr
 
     from cosyedge.artifacts import check_writable, write_json
     from cosyedge.compare.check import _jsonable
-    from cosyedge.compare.core import MODES, compare as run_compare, default_chunk
+    from cosyedge.compare.core import MODES, default_chunk
+    from cosyedge.compare.core import compare as run_compare
     from cosyedge.compare.models import check_compatible, load_compare_model
     from cosyedge.compare.tolerances import tolerance_for
     from cosyedge.errors import RegressionError, UsageError
