@@ -28,6 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 REFERENCE = ROOT / "cosyedge" / "models" / "reference.stream.onnx"
 DEMO = ROOT / "cosyedge" / "assets" / "demo" / "noisy.wav"
 SINK = "cosyedge_ci_sink"
+SPEAKERS = "cosyedge_ci_speakers"
 PCM = "cosyedge_ci_src"
 DEVICE_RATE_HZ = 44100  # the rate PortAudio reports for ALSA pulse devices, so PulseAudio resamples nothing
 APT = "apt-get install pulseaudio pulseaudio-utils libasound2-plugins libportaudio2"
@@ -52,7 +53,7 @@ def _portaudio_or_skip() -> None:
 @pytest.fixture(scope="module")
 def pulse(tmp_path_factory):
     """A private PulseAudio server; yields (env for clients, tmp folder). Stopped at the end."""
-    for exe in ("pulseaudio", "paplay"):
+    for exe in ("pulseaudio", "paplay", "parecord"):
         if shutil.which(exe) is None:
             pytest.skip(f"no audio server for the mic test: '{exe}' not found ({APT})")
     _portaudio_or_skip()
@@ -65,7 +66,8 @@ def pulse(tmp_path_factory):
     script.write_text(
         f"load-module module-native-protocol-unix auth-anonymous=1 socket={socket}\n"
         f"load-module module-null-sink sink_name={SINK} rate={DEVICE_RATE_HZ} channels=1\n"
-        f"set-default-sink {SINK}\n"
+        f"load-module module-null-sink sink_name={SPEAKERS} rate={DEVICE_RATE_HZ} channels=1\n"
+        f"set-default-sink {SPEAKERS}\n"
         f"set-default-source {SINK}.monitor\n"
     )
     (home / ".asoundrc").write_text(f'pcm.{PCM} {{ type pulse; device "{SINK}.monitor" }}\n')
@@ -151,7 +153,7 @@ def test_run_mic_through_pulseaudio_matches_file_run(pulse):
             break
     assert any(f"at {DEVICE_RATE_HZ} Hz" in ln for ln in err_lines), "".join(err_lines)
     time.sleep(0.3)
-    subprocess.run(["paplay", str(tmp / "play.wav")], env=env, check=True, timeout=60)
+    subprocess.run(["paplay", "--device", SINK, str(tmp / "play.wav")], env=env, check=True, timeout=60)
     stdout, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 0, "".join(err_lines) + stderr
     report = stdout.strip().splitlines()[-1]
@@ -206,3 +208,46 @@ def test_no_audio_server_is_a_one_line_error(tmp_path):
     assert r.stderr.strip().splitlines() == [r.stderr.strip().splitlines()[-1]]
     assert "no audio devices found: no audio server running" in r.stderr
     assert (tmp_path / "keep.wav").read_bytes() == b"old"
+
+
+def test_run_mic_monitor_plays_the_enhanced_audio(pulse):
+    """--monitor: a duplex stream plays the enhanced audio on the default output (a second null sink,
+    recorded through its monitor with parecord): what the speakers got is the enhanced file, delayed."""
+    import soxr
+
+    env, tmp = pulse
+    x, sr = sf.read(str(DEMO), dtype="float32")
+    lead = np.zeros(sr // 2, np.float32)
+    play16 = np.concatenate([lead, x[3 * sr: 5 * sr], lead])
+    sf.write(tmp / "play2.wav", soxr.resample(play16, sr, DEVICE_RATE_HZ).astype(np.float32), DEVICE_RATE_HZ,
+             subtype="FLOAT")
+    rec = subprocess.Popen(["parecord", "--device", f"{SPEAKERS}.monitor", "--rate", str(DEVICE_RATE_HZ),
+                            "--channels", "1", "--format", "float32le", "--file-format=wav", str(tmp / "spk.wav")],
+                           env=env)
+    try:
+        proc = subprocess.Popen(_cli("run", "mic", "--device", PCM, "--monitor", "--output", tmp / "mic2.wav",
+                                     "--duration", play16.size / sr + 1.5, "--engine", REFERENCE), env=env,
+                                cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for line in proc.stderr:
+            if "listening on device" in line:
+                assert "playing on" in line, line
+                break
+        time.sleep(0.3)
+        subprocess.run(["paplay", "--device", SINK, str(tmp / "play2.wav")], env=env, check=True, timeout=60)
+        stdout, stderr = proc.communicate(timeout=60)
+        assert proc.returncode == 0, stderr
+        assert "monitored" in stdout.strip().splitlines()[-1]
+        time.sleep(0.5)
+    finally:
+        rec.terminate()
+        rec.wait(timeout=10)
+    spk44, rate = sf.read(str(tmp / "spk.wav"), dtype="float32")
+    assert rate == DEVICE_RATE_HZ and spk44.size > sr
+    spk = soxr.resample(spk44, DEVICE_RATE_HZ, sr).astype(np.float32)
+    enhanced, _ = sf.read(str(tmp / "mic2.wav"), dtype="float32")
+    # the enhanced file's speech part, found in what the speakers played
+    start = int(np.argmax(np.abs(enhanced) > 0.01))
+    lag, snr = _align(spk, enhanced, start=start, length=sr)
+    print(f"speakers vs enhanced file: lag {lag:.2f} samples, SNR {snr:.1f} dB")
+    assert lag >= 0  # played after it was computed
+    assert snr > 20.0
