@@ -30,7 +30,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from cosyedge.runtime.pool import StreamPool  # noqa: E402
+from cosyedge.runtime.pool import StreamPool
 
 SPEECH = ROOT / "tests" / "data" / "speech_librivox_0890.wav"
 

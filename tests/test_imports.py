@@ -25,6 +25,7 @@ TORCH_FREE = [
     "cosyedge.surgery.streamify", "cosyedge.export", "cosyedge.cli.main", "cosyedge.cli.run",
     "cosyedge.cli.build", "cosyedge.cli.export", "cosyedge.datasets", "cosyedge.models",
     "cosyedge.build.trt", "cosyedge.build.trt_compat", "cosyedge.runtime.trt",
+    "cosyedge.runtime.pool", "cosyedge.realtime", "cosyedge.realtime.devices", "cosyedge.cli.devices",
 ]
 
 

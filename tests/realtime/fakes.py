@@ -173,13 +173,13 @@ def fake_sounddevice(devices: list[dict], rates: dict[int, set[int]] | None = No
     def input_stream(device, samplerate, blocksize, channels, dtype, latency, callback):
         s = ThreadedStream(callback, signal if signal is not None else np.zeros(0, np.float32), samplerate,
                            blocksize, speed=4.0)
-        sd.opened.append(dict(device=device, samplerate=samplerate, blocksize=blocksize, stream=s))
+        sd.opened.append({"device": device, "samplerate": samplerate, "blocksize": blocksize, "stream": s})
         return s
 
     def duplex_stream(device, samplerate, blocksize, channels, dtype, latency, callback):
         s = ThreadedStream(callback, signal if signal is not None else np.zeros(0, np.float32), samplerate,
                            blocksize, duplex=True, speed=4.0)
-        sd.opened.append(dict(device=device, samplerate=samplerate, blocksize=blocksize, stream=s))
+        sd.opened.append({"device": device, "samplerate": samplerate, "blocksize": blocksize, "stream": s})
         return s
 
     sd.InputStream = input_stream

@@ -111,7 +111,7 @@ def test_rate_change_stops_with_usage_error_and_keeps_the_partial_file(fir, tmp_
 
 
 def test_run_live_bad_duration(fir, tmp_path):
-    session, writer, enh, cb = _setup(fir, tmp_path / "out.wav")
+    _session, writer, enh, cb = _setup(fir, tmp_path / "out.wav")
     with pytest.raises(UsageError, match="--duration must be a positive"):
         run_live(enh, ThreadedStream(cb, _noise(1), SR, HOP), writer=writer, duration_s=0)
     writer.close()
@@ -242,7 +242,7 @@ def test_cli_run_mic_monitor_opens_a_duplex_stream(cli, fir, tmp_path):
 ])
 def test_cli_run_mic_bad_input(cli, fir, tmp_path, args, code, words):
     args = [a.replace("{tmp}", str(tmp_path)) for a in args]
-    rc, out, err = cli("run", "mic", *args, "--engine", fir)
+    rc, _out, err = cli("run", "mic", *args, "--engine", fir)
     assert words in _one_line_error(rc, err, code)
     assert list(tmp_path.iterdir()) == []
 
@@ -254,7 +254,7 @@ def test_cli_run_mic_no_rate_and_no_server(cli, fir, tmp_path):
     cli.state.sd = fake_sounddevice([])
     rc, out, err = cli("run", "mic", "--output", tmp_path / "x.wav", "--engine", fir)
     assert "no audio devices found" in _one_line_error(rc, err, 4)
-    rc, out, err = cli("devices")
+    rc, _out, err = cli("devices")
     assert "no audio devices found" in _one_line_error(rc, err, 4)
     assert list(tmp_path.iterdir()) == []
 
