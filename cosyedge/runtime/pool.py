@@ -9,8 +9,14 @@ runs the model once on ``(m, 1, chunk_samples)`` and scatters the new states bac
 Streams that had no chunk keep their state untouched; a slot is reset to the initial state when a new
 stream joins it, so state never leaks from one stream to another.
 
-Buffers are allocated once for ``max_streams``; batch ``m`` binds views of their first ``m`` rows
-(IOBinding objects are cached per ``m``), so a tick allocates nothing but the returned output copies.
+The slot stores are **ping-pong** pairs (set A, set B) with a per-slot parity telling which set holds
+the slot's current state. In the steady state of a server (the ``m`` streams of a tick sit in slots
+``0..m-1`` with equal parity, and every state is batch-first) the model reads set ``p`` rows ``:m`` and
+writes set ``1-p`` rows ``:m`` in place: no copy at all. Otherwise (a stream skipped a tick, slots not
+compact, a batch axis elsewhere) the states are gathered into batch buffers and the new states
+scattered back. Buffers are allocated once for ``max_streams``; batch ``m`` binds views of their first
+``m`` rows (IOBinding objects are cached per ``m``), so a tick allocates nothing but the returned
+output copies.
 
 Source: ONNX Runtime "I/O Binding" (onnxruntime.ai/docs/performance/tune-performance/iobinding.html);
 dynamic batching of stateful streams as in NVIDIA Triton's sequence batcher with implicit state
@@ -99,6 +105,7 @@ class StreamPool:
         self._lat = np.zeros(MAX_TICK_RECORDS, np.float64)
         self._lat_n = 0
         self.ticks = 0
+        self.inplace_ticks = 0  # ticks that ran on the slot stores without copying any state
         self.chunks_run = 0
 
     # ------------------------------------------------------------------ life cycle
@@ -130,8 +137,12 @@ class StreamPool:
             raise ArtifactError(f"{self.model_path}: contract names {missing} are not model inputs/outputs; "
                                 f"re-run 'cosyedge streamify'")
         cap = self.max_streams
-        # slot stores, batch-first: store[k][slot] is stream slot's state k (model layout minus the N axis)
-        self._store = [np.moveaxis(s.zeros(cap), ax, 0).copy() for s, ax in zip(c.states, self.axes)]
+        # slot stores, batch-first, ping-pong: _sets[q][k][slot] is set q of the slot's state k (model layout
+        # minus the N axis); _parity[slot] says which set is current
+        self._sets = tuple([np.moveaxis(s.zeros(cap), ax, 0).copy() for s, ax in zip(c.states, self.axes)]
+                           for _ in range(2))
+        self._parity = np.zeros(cap, np.int8)
+        self._all_first = all(ax == 0 for ax in self.axes)
         self._init = [np.moveaxis(s.zeros(1), ax, 0)[0].copy() for s, ax in zip(c.states, self.axes)]
         # batch buffers in the model's layout; batch-first states bind prefix views, others per-m buffers
         self._x = np.zeros((cap, 1, self.chunk_samples), np.float32)
@@ -151,7 +162,7 @@ class StreamPool:
         with self._lock:
             self._sess = None
             self._per_m = {}
-            self._store = self._sin = self._sout = None
+            self._sets = self._sin = self._sout = None
             self._slot_of.clear()
             self._pending.clear()
             self.is_active = False
@@ -181,7 +192,7 @@ class StreamPool:
                                  f"pool with a larger max_streams")
             self._free.sort()
             slot = self._free.pop(0)  # lowest free slot keeps the active slots compact
-            for store, init in zip(self._store, self._init):
+            for store, init in zip(self._sets[self._parity[slot]], self._init):
                 store[slot] = init
             sid = self._next_id
             self._next_id += 1
@@ -254,23 +265,17 @@ class StreamPool:
             t0 = time.perf_counter()
             slots = np.fromiter((s for s, _ in ready), dtype=np.intp, count=m)
             contiguous = bool(slots[0] == 0 and slots[-1] == m - 1)
-            binding, sin_m, sout_m = self._binding(m)
             for i, (_, sid) in enumerate(ready):
                 self._x[i, 0] = self._pending[sid].popleft()
-            for k, ax in enumerate(self.axes):
-                store = self._store[k]
-                src = store[:m] if contiguous else store[slots]
-                if ax == 0:
-                    sin_m[k][...] = src
-                else:
-                    np.moveaxis(sin_m[k], ax, 0)[...] = src
-            self._sess.run_with_iobinding(binding)
-            for k, ax in enumerate(self.axes):
-                new = sout_m[k] if ax == 0 else np.moveaxis(sout_m[k], ax, 0)
-                if contiguous:
-                    self._store[k][:m] = new
-                else:
-                    self._store[k][slots] = new
+            par = self._parity[slots]
+            p = int(par[0])
+            if contiguous and self._all_first and (par == p).all():
+                # steady state: read set p rows :m, write set 1-p rows :m in place, flip the parity
+                self._sess.run_with_iobinding(self._binding_inplace(m, p))
+                self._parity[:m] = 1 - p
+                self.inplace_ticks += 1
+            else:
+                self._run_gathered(m, slots, par, bool((par == p).all()))
             out = {sid: self._y[i, 0].copy() for i, (_, sid) in enumerate(ready)}
             ms = (time.perf_counter() - t0) * 1000.0
             self._lat[self._lat_n % self._lat.size] = ms
@@ -297,7 +302,7 @@ class StreamPool:
         with self._lock:
             slot = self._slot(sid)
             return {s.input: np.expand_dims(store[slot], ax).copy()
-                    for s, ax, store in zip(self.contract.states, self.axes, self._store)}
+                    for s, ax, store in zip(self.contract.states, self.axes, self._sets[self._parity[slot]])}
 
     @property
     def tick_latencies_ms(self) -> np.ndarray:
@@ -323,28 +328,72 @@ class StreamPool:
         except KeyError:
             raise UsageError(f"unknown stream id {sid} (joined: {sorted(self._slot_of)})") from None
 
+    def _run_gathered(self, m: int, slots: np.ndarray, par: np.ndarray, uniform: bool) -> None:
+        """General tick: gather the slots' current states into the batch-``m`` buffers (model layout),
+        run, scatter the new states back into the same sets (parities unchanged)."""
+        binding, sin_m, sout_m = self._binding(m)
+        p = int(par[0])
+        ones = None if uniform else np.flatnonzero(par == 1)
+        for k, ax in enumerate(self.axes):
+            if uniform:
+                src = self._sets[p][k][:m] if slots[-1] == m - 1 and slots[0] == 0 else self._sets[p][k][slots]
+            else:
+                src = self._sets[0][k][slots]
+                src[ones] = self._sets[1][k][slots[ones]]
+            dst = sin_m[k] if ax == 0 else np.moveaxis(sin_m[k], ax, 0)
+            dst[...] = src
+        self._sess.run_with_iobinding(binding)
+        for k, ax in enumerate(self.axes):
+            new = sout_m[k] if ax == 0 else np.moveaxis(sout_m[k], ax, 0)
+            if uniform:
+                if slots[-1] == m - 1 and slots[0] == 0:
+                    self._sets[p][k][:m] = new
+                else:
+                    self._sets[p][k][slots] = new
+            else:
+                for q in (0, 1):
+                    rows = np.flatnonzero(par == q)
+                    self._sets[q][k][slots[rows]] = new[rows]
+
+    def _ov(self, a: np.ndarray):
+        return ort.OrtValue.ortvalue_from_numpy(a, "cpu", 0)
+
+    def _bind_audio(self, b, m: int, keep: list) -> None:
+        c = self.contract
+        keep += [self._ov(self._x[:m]), self._ov(self._y[:m])]
+        b.bind_ortvalue_input(c.input, keep[-2])
+        b.bind_ortvalue_output(c.output, keep[-1])
+
+    def _binding_inplace(self, m: int, p: int):
+        """IOBinding (cached) for batch ``m`` reading set ``p`` rows :m and writing set 1-p rows :m
+        (only when every state is batch-first: the rows are then contiguous views)."""
+        key = ("inplace", m, p)
+        got = self._per_m.get(key)
+        if got is not None:
+            return got[0]
+        b, keep = self._sess.io_binding(), []
+        self._bind_audio(b, m, keep)
+        for s, a_in, a_out in zip(self.contract.states, self._sets[p], self._sets[1 - p]):
+            keep += [self._ov(a_in[:m]), self._ov(a_out[:m])]
+            b.bind_ortvalue_input(s.input, keep[-2])
+            b.bind_ortvalue_output(s.output, keep[-1])
+        self._per_m[key] = (b, keep)  # the OrtValues must outlive the binding
+        return b
+
     def _binding(self, m: int):
-        """IOBinding for batch ``m`` (cached) and the state input/output arrays it reads/writes."""
+        """IOBinding for batch ``m`` (cached) over the gather buffers, and the state input/output arrays
+        (model layout) it reads/writes."""
         got = self._per_m.get(m)
         if got is not None:
-            return got
+            return got[:3]
         c = self.contract
-
-        def ov(a: np.ndarray):
-            return ort.OrtValue.ortvalue_from_numpy(a, "cpu", 0)
-
         sin = [a[:m] if a is not None else s.zeros(m) for s, a in zip(c.states, self._sin)]
         sout = [a[:m] if a is not None else s.zeros(m) for s, a in zip(c.states, self._sout)]
-        b = self._sess.io_binding()
-        keep = [ov(self._x[:m]), ov(self._y[:m])]
-        b.bind_ortvalue_input(c.input, keep[0])
-        b.bind_ortvalue_output(c.output, keep[1])
+        b, keep = self._sess.io_binding(), []
+        self._bind_audio(b, m, keep)
         for s, a_in, a_out in zip(c.states, sin, sout):
-            vi, vo = ov(a_in), ov(a_out)
-            keep += [vi, vo]
-            b.bind_ortvalue_input(s.input, vi)
-            b.bind_ortvalue_output(s.output, vo)
-        self._per_m[m] = (b, sin, sout)
-        self._per_m_values = getattr(self, "_per_m_values", {})
-        self._per_m_values[m] = keep  # OrtValues must outlive the binding
-        return self._per_m[m]
+            keep += [self._ov(a_in), self._ov(a_out)]
+            b.bind_ortvalue_input(s.input, keep[-2])
+            b.bind_ortvalue_output(s.output, keep[-1])
+        self._per_m[m] = (b, sin, sout, keep)
+        return b, sin, sout

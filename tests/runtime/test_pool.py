@@ -108,6 +108,10 @@ def test_pool_outputs_equal_solo_runs_with_join_leave_and_gaps(request, model_fi
         outs = _run_schedule(pool, xs, starts, skip=lambda i, t: i == 1 and t % 3 == 2)
         assert pool.streams == []
         batches = pool.chunks_run / pool.ticks
+        inplace = pool.inplace_ticks
+    # both tick kinds ran: in place (compact slots, equal parity) and gathered (after a skipped tick the
+    # parities differ; the non-first batch axis always gathers)
+    assert (0 < inplace < pool.ticks) if model_fixture == "two_state" else inplace == 0
     assert batches > 2.0  # really batched
     for i, (x, y) in enumerate(zip(xs, outs)):
         solo = _solo(model, x, chunk)
@@ -164,6 +168,7 @@ def test_pool_reference_model_eight_streams_match_solo():
             for i, sid in enumerate(ids):
                 outs[i].append(res[sid])
         assert pool.tick_latencies_ms.shape == (12,)
+        assert pool.inplace_ticks == 12  # the steady state copies no state
     for x, o in zip(xs, outs):
         assert np.abs(np.concatenate(o) - _solo(REFERENCE, x, 160)).max() <= 1e-4
 
