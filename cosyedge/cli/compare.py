@@ -10,7 +10,7 @@ from cosyedge.cli.options import log_opts
 def _utterances(path, rate, limit):
     from cosyedge.compare.utterances import fixed_utterances, utterances_from
 
-    return utterances_from(path, rate, limit) if path else fixed_utterances(rate)
+    return utterances_from(path, rate, limit) if path else fixed_utterances(rate)[:limit]
 
 
 @click.command("compare")
@@ -24,7 +24,7 @@ def _utterances(path, rate, limit):
 @click.option("--utterances", "utt_path", metavar="PATH", default=None,
               help="Folder (noisy/ + clean/) or manifest of real recordings. Default: the bundled demo "
                    "recording, noisy and clean.")
-@click.option("--max-utterances", type=int, default=None, help="Use the first N utterances of --utterances.")
+@click.option("--max-utterances", type=int, default=None, help="Use the first N utterances.")
 @click.option("--snr-db", type=float, default=None, help="Override the minimum audio output SNR (dB).")
 @click.option("--no-pesq", is_flag=True, help="Skip PESQ-WB (needs the 'pesq' package).")
 @click.option("--mark-all", is_flag=True,

@@ -300,6 +300,11 @@ def compare(ref: CompareModel, cand: CompareModel, utterances: list[Utterance], 
         raise UsageError("no utterances to compare")
     chunk = chunk or ref.contract.hop_samples
     ref.contract.check_chunk(chunk)
+    for m in (ref, cand):  # a TensorRT profile fixes the chunk length
+        fixed = (m.manifest or {}).get("chunk_samples") if m.backend == "tensorrt" else None
+        if fixed and int(fixed) != chunk:
+            raise UsageError(f"TensorRT engine {m.path} streams {fixed}-sample chunks only; pass --chunk-ms "
+                             f"{1000.0 * int(fixed) / c_rate(ref):g}")
     tol = tolerance or tolerance_for(cand.label)
     cache = ref_cache or ReferenceCache(ref, chunk, threads)
     c = ref.contract
@@ -360,6 +365,11 @@ def _failures(mode: str, utt: str, entry: dict, output: str, state_outs: list, t
         out.append(f"{where} SI-SNR {audio['si_snr_cand_db']:.2f} dB vs reference {audio['si_snr_ref_db']:.2f} dB: "
                    f"drop {-audio['si_snr_delta_db']:.2f} dB > {tol.si_snr_drop_db:g} dB")
     return out
+
+
+def c_rate(m: CompareModel) -> int:
+    """Return the sample rate (int, Hz) of ``m``'s stream contract."""
+    return int(m.contract.sample_rate_hz)
 
 
 def describe(m: CompareModel) -> dict:
