@@ -358,6 +358,9 @@ def run_check(onnx_path: str | Path | None = None, *, baseline: str | Path | Non
                 report["regressions"].append(f"{label} {m.key}: {why}")
         report["labels"][label] = {"engine": str(target), "candidate": res["candidate"], "compare": res,
                                    "metrics": rows_m, "default_tolerance_failures": res["failures"]}
+        if any(v["regression"] for v in rows_m.values()):
+            report["labels"][label]["debug"] = (f"cosyedge compare {ref.model_path} {target} --mark-all "
+                                                f"--chunk-ms {chunk_ms:g}")
         report["rows"] += _rows(label, res, rows_m, ref.contract.output, state_outs)
     report["passed"] = not report["regressions"]
     report["elapsed_s"] = round(time.perf_counter() - t0, 2)
@@ -411,6 +414,9 @@ def format_table(report: dict) -> str:
         lines.append(f"baseline written: {report['baseline']}")
     for reg in report["regressions"]:
         lines.append(f"REGRESSION {reg}")
+    for label, data in report.get("labels", {}).items():
+        if data.get("debug"):
+            lines.append(f"find the first tensor whose error jumps ({label}): {data['debug']}")
     return "\n".join(lines)
 
 

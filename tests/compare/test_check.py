@@ -84,8 +84,11 @@ def test_qdq_scale_x4_fails_check_exit_1_naming_the_metric(baseline, ref_onnx, e
                "--candidate", f"int8={qdq_x4}", "--engines-dir", str(engines), "--utterances", str(utt_dir),
                "--no-pesq", "--junit", str(ju)])
     assert rc == 1
-    line = _one_line_error(capsys)
-    assert line.startswith("[!] accuracy regression: int8 ") and "SNR" in line and "< baseline" in line
+    cap = capsys.readouterr()
+    lines = [ln for ln in cap.err.splitlines() if ln.startswith("[!]")]
+    assert len(lines) == 1 and "Traceback" not in cap.err
+    assert lines[0].startswith("[!] accuracy regression: int8 ") and "SNR" in lines[0] and "< baseline" in lines[0]
+    assert f"find the first tensor whose error jumps (int8): cosyedge compare {ref_onnx} {qdq_x4} --mark-all" in cap.out
     fails = [f for f in ET.parse(ju).getroot().iter("failure")]
     assert fails and any("state_out" in (f.text or "") or "enhanced/snr_db" in (f.text or "") for f in fails)
 
