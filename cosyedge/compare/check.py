@@ -41,7 +41,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from cosyedge.artifacts import SCHEMA_VERSION, atomic_output, check_writable, write_json
+from cosyedge.artifacts import (
+    SCHEMA_VERSION,
+    atomic_output,
+    check_writable,
+    sha256_file,
+    write_json,
+)
 from cosyedge.compare.core import ReferenceCache, compare
 from cosyedge.compare.models import (
     CompareModel,
@@ -192,36 +198,54 @@ def _check_same_set(baseline: dict, utts: list[Utterance], chunk: int, path: Pat
 
 
 # ---------------------------------------------------------------------------------------------- engines
-def _int8_report(folder: Path) -> dict:
-    """The INT8 report of an engine manifest (``reports.int8``), or {}."""
+def _manifest(folder: Path) -> dict:
+    """The engine folder's ``manifest.json`` (dict), or {} when missing or unreadable."""
     try:
         manifest = json.loads((Path(folder) / "manifest.json").read_text())
     except (OSError, json.JSONDecodeError):
         return {}
+    return manifest if isinstance(manifest, dict) else {}
+
+
+def _int8_report(folder: Path) -> dict:
+    """The INT8 report of an engine manifest (``reports.int8``), or {}."""
+    manifest = _manifest(folder)
     rep = (manifest.get("reports") or {}).get("int8") or manifest.get("int8") or {}
     return rep if isinstance(rep, dict) else {}
 
 
+def _excluded_nodes(folder: Path) -> list:
+    """Nodes the engine ``folder`` was built with ``--exclude`` (list; [] when none or unknown)."""
+    flags = _manifest(folder).get("flags") or {}
+    return list(flags.get("exclude") or []) if isinstance(flags, dict) else []
+
+
 def _amax_matches(amax: Path | None, folder: Path) -> bool:
-    """True when amax cache ``amax`` was made for the model the INT8 engine ``folder`` quantized."""
+    """True when amax cache ``amax`` is the calibration the INT8 engine ``folder`` was built from: made for
+    the model it quantized and on the same calibration set (manifest SHA-256)."""
     if amax is None or not Path(amax).is_file():
         return False
     try:
         data = json.loads(Path(amax).read_text())
     except (OSError, json.JSONDecodeError):
         return False
-    want = _int8_report(folder).get("model_sha256")
-    return bool(want) and (data.get("model") or {}).get("sha256") == want
+    rep = _int8_report(folder)
+    want = rep.get("model_sha256")
+    if not want or (data.get("model") or {}).get("sha256") != want:
+        return False
+    return (data.get("calibration") or {}).get("manifest_sha256") == rep.get("calibration_manifest_sha256")
 
 
 def ensure_engine(ref: CompareModel, label: str, engines_dir: Path, *, baseline: Path, update: bool,
                   calib: str | Path | None) -> Path:
     """Return an ONNX Runtime engine folder of ``ref`` for ``label``, building it when needed.
 
-    Reused when ``<engines_dir>/<name>-<label>-onnxruntime`` loads and its manifest's ``parent_sha256``
-    is the reference's hash (INT8: and the amax cache kept next to the baseline belongs to the model it
-    quantized). INT8 builds use that amax cache; with ``update`` (or ``calib``) they calibrate instead
-    (reusing the calibration set's own cache when current) and the cache is copied next to the baseline.
+    Reused when ``<engines_dir>/<name>-<label>-onnxruntime`` loads, its manifest's ``parent_sha256``
+    is the reference's hash and it was built without ``--exclude`` (INT8: and from the amax cache kept
+    next to the baseline, or from ``calib``: same quantized model and same calibration manifest SHA-256;
+    a user's own ``cosyedge build --int8 --calib DIR`` in that folder is rebuilt, not gated). INT8 builds
+    use that amax cache; with ``update`` (or ``calib``) they calibrate instead (reusing the calibration
+    set's own cache when current) and the cache is copied next to the baseline.
 
     Raises:
         UsageError: INT8 without its amax cache and without ``update``/``calib`` (says what to run);
@@ -243,10 +267,13 @@ def ensure_engine(ref: CompareModel, label: str, engines_dir: Path, *, baseline:
     fresh = False
     try:
         cand = load_compare_model(folder)
-        fresh = cand.parent_sha256 == ref.model_sha256 and cand.label == label
+        fresh = cand.parent_sha256 == ref.model_sha256 and cand.label == label and not _excluded_nodes(folder)
         if fresh and precision == "int8":
             used = _int8_report(folder).get("amax_path")
             fresh = _amax_matches(amax, folder) if use_amax else _amax_matches(Path(used) if used else None, folder)
+            if fresh and calib is not None:  # built on the set passed now?
+                cal = Path(calib) / "manifest.json"
+                fresh = cal.is_file() and sha256_file(cal) == _int8_report(folder).get("calibration_manifest_sha256")
     except CosyEdgeError:
         fresh = False
     if fresh:

@@ -71,6 +71,29 @@ def test_int8_is_built_from_the_kept_amax_without_calibration_audio(baseline, re
     assert m["value"] == pytest.approx(m["baseline"], abs=1e-4)
 
 
+
+def test_int8_engine_from_another_calibration_is_rebuilt_not_gated(baseline, ref_onnx, cmp_dir, utt_dir, tmp_path):
+    """A user's own 'cosyedge build --int8 --calib DIR' in the engines folder (same name and model, another
+    calibration set) must not be gated against the baseline: check rebuilds it from the kept amax."""
+    from cosyedge.build import build_engine
+    from cosyedge.precision.calibset import make_calibration_set
+    from tests.precision import int8_fixtures as fx
+
+    rec = fx.write_recordings(tmp_path / "rec", count=16, seed=7, seconds=0.5)
+    other = make_calibration_set(tmp_path / "calib", from_dir=rec).folder
+    eng = tmp_path / "eng"
+    mine = build_engine(ref_onnx, backend="onnxruntime", out_dir=eng, precision="int8", calib=other)
+    mine_sha = json.loads((mine / "manifest.json").read_text())["calibration_sha256"]
+    rep = run_check(ref_onnx, baseline=baseline, precisions=["int8"], engines_dir=eng,
+                    utterances=_utts(utt_dir), pesq=False)
+    kept = json.loads((baseline.parent / "reference.int8.amax.json").read_text())["calibration"]["manifest_sha256"]
+    built = json.loads((mine / "manifest.json").read_text())["calibration_sha256"]
+    assert mine_sha != kept and built == kept
+    assert rep["passed"], rep["regressions"]
+    m = rep["labels"]["int8"]["metrics"]["teacher-forced/demo-late-noisy/enhanced/snr_db"]
+    assert m["value"] == pytest.approx(m["baseline"], abs=1e-4)
+
+
 def _utts(d):
     from cosyedge.compare.utterances import utterances_from
 
