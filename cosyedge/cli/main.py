@@ -1,7 +1,8 @@
 """``cosyedge`` command line: a lazy click group; each command lives in its own ``cosyedge.cli.<module>``.
 
 Errors: :class:`~cosyedge.errors.CosyEdgeError` becomes one line ``[!] message`` on stderr and exit
-code ``err.exit_code`` (no traceback). Source: Polygraphy ``tools/_main.py``.
+code ``err.exit_code`` (no traceback); so does a click usage error (unknown option, bad choice, missing
+argument: exit 2), with a pointer to the command's ``--help``. Source: Polygraphy ``tools/_main.py``.
 """
 
 from __future__ import annotations
@@ -69,8 +70,11 @@ def main(argv: list[str] | None = None) -> int:
     except click.exceptions.Abort:
         click.echo("[!] aborted", err=True)
         return 130
-    except click.ClickException as err:
-        err.show()
+    except click.ClickException as err:  # bad arguments (click's own usage errors): one line too
+        hint = ""
+        if isinstance(err, click.UsageError) and err.ctx is not None:
+            hint = f" (see '{err.ctx.command_path} --help')"
+        click.echo(f"[!] {' '.join(err.format_message().split())}{hint}", err=True)
         return err.exit_code
     except click.exceptions.Exit as err:
         return err.exit_code
