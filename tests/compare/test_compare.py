@@ -30,6 +30,22 @@ def test_identical_candidate_passes_with_exact_figures(ref_onnx, fp32_engine, ut
     assert 1.0 < audio["pesq_ref"] < 4.7
 
 
+
+def test_noisy_only_utterances_gate_on_output_snr_not_on_a_self_score(ref_onnx, fp32_engine, drop_state, utts):
+    """Without clean speech, SI-SNR/PESQ are scored against the reference output (a perfect self-score):
+    an identical candidate must pass (it failed on a 150 dB vs ~105 dB SI-SNR 'drop'); a bad one still fails."""
+    import dataclasses
+
+    noisy_only = [dataclasses.replace(u, clean=None) for u in utts]
+    ref = load_compare_model(ref_onnx)
+    res = compare(ref, load_compare_model(fp32_engine), noisy_only, chunk=CHUNK, modes=("free-running",))
+    audio = res["modes"]["free-running"]["utterances"]["demo-late-noisy"]["audio"]
+    assert audio["against"] == "reference output" and audio["si_snr_cand_db"] > 90.0
+    assert res["passed"] and res["failures"] == []
+    bad = compare(ref, load_compare_model(drop_state), noisy_only, chunk=CHUNK, pesq=False, modes=("free-running",))
+    assert not bad["passed"] and all("enhanced: SNR" in f for f in bad["failures"]), bad["failures"]
+
+
 def test_teacher_forcing_feeds_real_recorded_states(ref_onnx, utts):
     """The states fed to the candidate are those the reference produced on real speech, never random."""
     ref = load_compare_model(ref_onnx)
