@@ -140,7 +140,8 @@ def evaluate(input: str | Path, engine: str | Path | None = None, baseline: bool
         ``sample_rate_hz_in`` and ``scores``: system -> metric -> value). NaN is None.
     Raises:
         ArtifactError, UsageError: bad input set (see :func:`cosyedge.eval.pairs.validate_items`), engine
-            missing/stale, non-finite model output.
+            missing/stale, non-finite model output; noisy-only input with ``dnsmos`` off and no
+            ``plot_dir`` (nothing to score).
         DependencyError: a metric library is missing (``pip install 'cosyedge[eval]'``).
     """
     from cosyedge.artifacts import sha256_file
@@ -153,6 +154,9 @@ def evaluate(input: str | Path, engine: str | Path | None = None, baseline: bool
     items = validate_items(items if items is not None else find_items(input))
     paired = [it.clean is not None for it in items]
     mode = "paired" if all(paired) else ("noisy-only" if not any(paired) else "mixed")
+    if mode == "noisy-only" and not dnsmos and plot_dir is None:
+        raise UsageError(f"nothing to score in {input}: noisy files only (no clean references), which are "
+                         f"scored with DNSMOS alone; drop --no-dnsmos (or add --plot DIR for spectrograms)")
     if any(paired):  # fail now, not after the first file, when a library is missing
         for mod in ("pesq", "pystoi"):
             require(mod)

@@ -118,6 +118,20 @@ def test_noisy_only_folder_gives_dnsmos_only(cli, tmp_path):
     assert "SI-SNR" not in out and "OVRL" in out and "cosyedge" in out
 
 
+
+def test_noisy_only_folder_without_dnsmos_is_nothing_to_score(cli, tmp_path):
+    """Noisy-only input is scored by DNSMOS alone: with --no-dnsmos an empty table and exit 0 would look like
+    a pass; it is a one-line usage error, and an existing --json report is kept."""
+    x, sr = read(DEMO_NOISY)
+    (tmp_path / "rec").mkdir()
+    sf.write(str(tmp_path / "rec" / "call.wav"), x[sr: 2 * sr], sr)
+    (tmp_path / "r.json").write_text("keep")
+    rc, out, err = cli("eval", tmp_path / "rec", "--no-dnsmos", "--no-baseline", "--json", tmp_path / "r.json")
+    line = one_line_error(rc, err, code=2)
+    assert "nothing to score" in line and "drop --no-dnsmos" in line and out == ""
+    assert (tmp_path / "r.json").read_text() == "keep"
+
+
 @needs_metrics
 def test_folder_pairs_with_groups_no_baseline(cli, tmp_path):
     write_pair_folder(tmp_path / "set", seconds=2.0, names=("engine/a_0dB", "engine/b_5dB", "wind/c_0dB"))
