@@ -357,9 +357,10 @@ def run_check(onnx_path: str | Path | None = None, *, baseline: str | Path | Non
     if base is not None:
         _check_same_set(base, utts, chunk, baseline)
         missing = [lab for lab in labels if lab not in base.get("labels", {})]
-        if missing:
+        if missing:  # the baseline is rewritten with exactly --precisions: name the kept labels too
+            keep = list(base.get("labels", {})) + [lab for lab in labels if lab not in base.get("labels", {})]
             raise UsageError(f"baseline {baseline} has no entry for {missing} (it has {sorted(base.get('labels', {}))}); "
-                             f"run 'cosyedge check --update-baseline --precisions {','.join(labels)}'")
+                             f"run 'cosyedge check --update-baseline --precisions {','.join(keep)}'")
     engines_dir = Path(engines_dir) if engines_dir is not None else engines_root()
     cache = ReferenceCache(ref, chunk, threads)
     report: dict = {"reference": str(ref.model_path), "model_sha256": ref.model_sha256,

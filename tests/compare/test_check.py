@@ -94,6 +94,17 @@ def test_int8_engine_from_another_calibration_is_rebuilt_not_gated(baseline, ref
     assert m["value"] == pytest.approx(m["baseline"], abs=1e-4)
 
 
+
+def test_missing_label_hint_keeps_the_baseline_labels(baseline, ref_onnx, engines, utt_dir, capsys):
+    """--update-baseline rewrites the baseline with exactly --precisions: the hint for a label the baseline
+    lacks must name the labels it already has, or following it drops them (and breaks the CI gate)."""
+    rc = main(["check", "--onnx", str(ref_onnx), "--baseline", str(baseline), "--precisions", "fp16",
+               "--engines-dir", str(engines), "--utterances", str(utt_dir), "--no-pesq"])
+    line = _one_line_error(capsys)
+    assert rc == 2 and "has no entry for ['fp16']" in line
+    assert "'cosyedge check --update-baseline --precisions fp32,int8,fp16'" in line
+
+
 def _utts(d):
     from cosyedge.compare.utterances import utterances_from
 
