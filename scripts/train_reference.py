@@ -88,6 +88,29 @@ def evaluate(model, pairs, delay: int, by_noise: bool = False):
     return {"all": float(np.mean(gains)), **{k: float(np.mean(v)) for k, v in groups.items()}}
 
 
+def extend_blocks(model, dilations: tuple):
+    """Return a copy of ``model`` (ReferenceEnhancer) with gated blocks of ``dilations`` appended.
+
+    The new blocks' output projections are zero, so each is the identity (residual ``x + 0``) and the
+    extended model computes exactly the same function; training then uses the added capacity.
+    """
+    import dataclasses
+
+    import torch
+
+    from cosyedge.models.reference import ReferenceEnhancer
+
+    cfg = dataclasses.replace(model.config, dilations=tuple(model.config.dilations) + tuple(dilations))
+    new = ReferenceEnhancer(cfg)
+    missing, unexpected = new.load_state_dict(model.state_dict(), strict=False)
+    assert not unexpected and all(k.startswith("blocks.") for k in missing), (missing, unexpected)
+    with torch.no_grad():
+        for blk in new.blocks[len(model.config.dilations):]:
+            blk.proj.weight.zero_()
+            blk.proj.bias.zero_()
+    return new
+
+
 def plot_curves(history: dict, path: Path) -> None:
     """Save training loss and validation SI-SNRi curves to ``path`` (PNG)."""
     import matplotlib
@@ -127,6 +150,11 @@ def main(argv=None) -> int:
     ap.add_argument("--speech-weight", type=float, default=0.7,
                     help="a in [0, 1]: weight of speech distortion vs residual noise (0.5 = plain SNR loss)")
     ap.add_argument("--init", default=None, help="start from these safetensors weights")
+    ap.add_argument("--add-dilations", default=None,
+                    help="with --init: append gated blocks with these dilations (e.g. 1,2,4,8), initialised as the "
+                         "identity (zero output projection), so training resumes from the same function")
+    ap.add_argument("--data-version", type=int, default=2, choices=(1, 2),
+                    help="training data: 1 = that of the bundled weights, 2 = plus more real voices and noises")
     args = ap.parse_args(argv)
 
     import torch
@@ -138,7 +166,7 @@ def main(argv=None) -> int:
     torch.manual_seed(args.seed)
     rng = np.random.default_rng(args.seed)
     t_prep = time.perf_counter()
-    data = TrainingData(seed=args.seed)
+    data = TrainingData(seed=args.seed, data_version=args.data_version)
     val_pairs = data.validation_pairs()
     try:
         test_pairs = data.test_pairs((5,))
@@ -148,8 +176,12 @@ def main(argv=None) -> int:
     print(f"data ready in {time.perf_counter() - t_prep:.1f} s: {len(val_pairs)} validation, "
           f"{len(test_pairs)} test pairs", flush=True)
 
+    if args.add_dilations and not args.init:
+        ap.error("--add-dilations needs --init")
     model = load_reference(args.init).train() if args.init else ReferenceEnhancer(
         EnhancerConfig(channels=args.channels, dilations=tuple(int(d) for d in args.dilations.split(","))))
+    if args.add_dilations:
+        model = extend_blocks(model, tuple(int(d) for d in args.add_dilations.split(","))).train()
     delay = model.config.delay_samples
     if not args.init:  # global mean-variance normalisation of the log-power features
         stats = np.concatenate([data.batch(args.batch, 32000, np.random.default_rng(args.seed + 1))[0]

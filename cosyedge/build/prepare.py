@@ -145,7 +145,8 @@ def prepare_onnx(onnx_path: Any, dest: str | Path, *, precision: str = "fp32", s
 
             fields["fp16"] = fp16_onnx(stage_in, dest, exclude=exclude)
         elif precision == "int8":
-            res = int8_onnx(stage_in, dest, calib=calib, exclude=exclude, count=int(calib_count), amax=amax)
+            kw = {"cache_name": f"{StreamContract.from_onnx(src).name}-sparse"} if sparse else {}
+            res = int8_onnx(stage_in, dest, calib=calib, exclude=exclude, count=int(calib_count), amax=amax, **kw)
             fields["int8"] = res
             fields["calibration_sha256"] = _calibration_hash(res)
         elif not sparse:

@@ -37,9 +37,20 @@ ACTIVE_RANGE_DB = 40.0
 SPEECH_TRAIN_CORPORA = (
     "asterisk-en", "asterisk-fr", "asterisk-es", "asterisk-it", "asterisk-ru",
     "asterisk-prompt-fr-armelle", "asterisk-prompt-es-co", "asterisk-prompt-it-menardi",
-    "klettres", "ktuberling", "flite", "festival", "espeak",
+    "flite", "festival", "espeak",
 )
-"""Speech corpora used for training if available (missing ones are skipped with a warning)."""
+"""Speech corpora used for training (data version 1) if available (missing ones are skipped with a
+warning)."""
+
+EXTRA_SPEECH_CORPORA_V2 = ("klettres", "ktuberling")
+"""Data version 2 adds about 80 min of real wideband voices (KLettres letters/syllables and KTuberling
+words, many speakers and ~35 languages; amateur recordings, some with audible background noise)."""
+
+DATA_VERSIONS = (1, 2)
+"""Training data versions: 1 = the data of the bundled weights; 2 = version 1 plus
+:data:`EXTRA_SPEECH_CORPORA_V2` and the noises of :data:`cosyedge.datasets.noise.REAL_NOISE_CORPORA_V2`.
+(A 40-min fine-tune of the bundled model on version 2 raised validation SI-SNRi but not the held-out
+test figure; see docs/model-card.md.)"""
 
 SYNTHETIC_CORPORA = ("espeak", "flite", "festival")
 """Corpora made by a synthesizer; together they get ``synthetic_share`` of the speech draws."""
@@ -49,13 +60,20 @@ NARROWBAND_CORPORA = ("asterisk-prompt-fr-armelle", "asterisk-prompt-es-co", "as
 
 NOISE_WEIGHTS = {
     "white": 0.05, "pink": 0.08, "brown": 0.05, "colored": 0.09, "hum": 0.05, "babble": 0.13,
+    "clicks": 0.03, "band": 0.07, "tonal": 0.06, "machine": 0.12, "real-events": 0.05, "real-env": 0.16,
+    "music": 0.06,
+}
+"""Probability of each noise category for the first noise of a mixture (renormalised over the
+categories present in the bank), data version 1."""
+
+NOISE_WEIGHTS_V2 = {
+    "white": 0.05, "pink": 0.08, "brown": 0.05, "colored": 0.09, "hum": 0.05, "babble": 0.13,
     "clicks": 0.03, "band": 0.06, "tonal": 0.05, "machine": 0.08, "real-events": 0.04, "real-env": 0.12,
     "music": 0.07, "real-games": 0.16,
 }
-"""Probability of each noise category for the first noise of a mixture (renormalised over the
-categories present in the bank)."""
+"""Noise category probabilities of data version 2."""
 
-BANK_VERSION = 8
+BANK_VERSION = 6
 
 
 # ------------------------------------------------------------------------------------------ metrics
@@ -164,6 +182,8 @@ class TrainingData:
             festival). Defaults to 0.3.
         narrowband_share (float): Share of draws from the 8 kHz prompt packs. Defaults to 0.12.
         noise_minutes_per_kind (float): Length of each synthetic noise category, minutes.
+        data_version (int): 1 (default: the data of the bundled weights) or 2 (more real voices and real
+            noises; see :data:`DATA_VERSIONS`). Ignored for speech when ``corpora`` is given.
     Attributes:
         speech (np.ndarray): float32, shape (samples,), all training speech concatenated.
         speech_ranges (dict[str, tuple[int, int]]): sample range of each corpus in ``speech``.
@@ -176,10 +196,18 @@ class TrainingData:
 
     def __init__(self, seed: int = 0, cache_dir: str | os.PathLike | None = None, corpora=None,
                  synthetic_share: float = 0.3, narrowband_share: float = 0.12,
-                 noise_minutes_per_kind: float = 2.0):
+                 noise_minutes_per_kind: float = 2.0, data_version: int = 1):
+        if data_version not in DATA_VERSIONS:
+            raise UsageError(f"unknown training data version {data_version} (use one of {DATA_VERSIONS})")
         self.seed = seed
         self.cache_dir = cache_dir
-        corpora = tuple(SPEECH_TRAIN_CORPORA if corpora is None else corpora)
+        self.data_version = data_version
+        if corpora is None:  # v2: the extra real voices go after the real prompt packs, before the synthetic ones
+            corpora = SPEECH_TRAIN_CORPORA
+            if data_version >= 2:
+                k = SPEECH_TRAIN_CORPORA.index("flite")
+                corpora = SPEECH_TRAIN_CORPORA[:k] + EXTRA_SPEECH_CORPORA_V2 + SPEECH_TRAIN_CORPORA[k:]
+        corpora = tuple(corpora)
         bad = {"librivox", "cards"} & set(corpora)
         if bad:
             raise UsageError(f"test corpora {sorted(bad)} must never be used for training")
@@ -207,7 +235,8 @@ class TrainingData:
             self._speech_w = self._corpus_weights({tuple(SYNTHETIC_CORPORA): synthetic_share,
                                                    tuple(NARROWBAND_CORPORA): narrowband_share})
             self.bank, self.bank_ranges = self._load_bank(noise_minutes_per_kind)
-            w = np.array([NOISE_WEIGHTS.get(k, 0.05) for k in self.bank_ranges])
+            weights = NOISE_WEIGHTS_V2 if data_version >= 2 else NOISE_WEIGHTS
+            w = np.array([weights.get(k, 0.05) for k in self.bank_ranges])
             self._noise_kinds = list(self.bank_ranges)
             self._noise_w = w / w.sum()
         LOG.info("training speech: %s", self.summary())
@@ -232,7 +261,10 @@ class TrainingData:
         return w / w.sum()
 
     def _load_bank(self, minutes: float):
-        key = json.dumps([BANK_VERSION, self.seed, minutes, {k: b - a for k, (a, b) in self.speech_ranges.items()}])
+        key = [BANK_VERSION, self.seed, minutes, {k: b - a for k, (a, b) in self.speech_ranges.items()}]
+        if self.data_version >= 2:
+            key.append({"data_version": self.data_version})
+        key = json.dumps(key)
         tag = hashlib.sha1(key.encode()).hexdigest()[:10]
         path = data_dir(self.cache_dir) / "derived" / f"noisebank-{tag}.npy"
         pj = path.with_suffix(".json")
@@ -245,8 +277,9 @@ class TrainingData:
             except Exception as e:  # noqa: BLE001
                 LOG.warning("noise bank cache %s unreadable (%s); rebuilding", path, e)
         with LOG.stage("build noise bank"):
+            real = noise_mod.REAL_NOISE_CORPORA_V2 if self.data_version >= 2 else noise_mod.REAL_NOISE_CORPORA
             bank, ranges = noise_mod.build_noise_bank(self.speech, seed=self.seed, minutes_per_kind=minutes,
-                                                      cache_dir=self.cache_dir)
+                                                      cache_dir=self.cache_dir, real_corpora=real)
         path.parent.mkdir(parents=True, exist_ok=True)
         np.save(path.with_suffix(".tmp.npy"), bank)
         path.with_suffix(".tmp.npy").replace(path)

@@ -257,11 +257,19 @@ def real_sounds(rng: np.random.Generator, corpora: tuple[str, ...], cache_dir=No
 REAL_NOISE_CORPORA = {
     "real-events": ("sound-icons", "freedesktop"),
     "real-env": ("opensfx", "lincity-sfx", "etr-sfx"),
+    "music": ("moh", "lmms-samples"),
+}
+"""Real TRAINING noise categories and their corpora of data version 1 (all files of each, except the
+held-out ``opensfx`` recordings, see :func:`is_heldout_sound`)."""
+
+REAL_NOISE_CORPORA_V2 = {
+    "real-events": ("sound-icons", "freedesktop"),
+    "real-env": ("opensfx", "lincity-sfx", "etr-sfx"),
     "music": ("moh", "lmms-samples", "stk-music"),
     "real-games": ("scorched3d-sfx", "torcs-sfx", "stk-sfx", "hedgewars-sfx"),
 }
-"""Real TRAINING noise categories and their corpora (all files of each, except the held-out
-``opensfx`` recordings, see :func:`is_heldout_sound`)."""
+"""Data version 2 adds about 30 min of real game effects and ambiences (``real-games``: rain, thunder,
+waves, birds, jets, car engines, crowds...) and 59 min of SuperTuxKart music."""
 
 HELDOUT_SOUND_CORPUS = "opensfx"
 HELDOUT_SOUND_MODULUS = 4
@@ -280,10 +288,13 @@ def is_heldout_sound(corpus: str, name: str) -> bool:
     return int(hashlib.sha1(name.encode()).hexdigest()[:12], 16) % HELDOUT_SOUND_MODULUS == 0
 
 
-def build_noise_bank(speech: np.ndarray, seed: int = 0, minutes_per_kind: float = 2.0, cache_dir=None) -> tuple[np.ndarray, dict]:
+def build_noise_bank(speech: np.ndarray, seed: int = 0, minutes_per_kind: float = 2.0, cache_dir=None,
+                     real_corpora: dict | None = None) -> tuple[np.ndarray, dict]:
     """Build the deterministic training noise bank.
 
     Args:
+        real_corpora (dict | None): ``{category: corpora}`` of real sounds; defaults to
+            :data:`REAL_NOISE_CORPORA` (data version 1).
         speech (np.ndarray): float32, shape (samples,), TRAINING speech only (for babble).
         seed (int): Random seed; the same seed and speech give the same bank.
         minutes_per_kind (float): Length of each synthetic category in minutes.
@@ -305,7 +316,7 @@ def build_noise_bank(speech: np.ndarray, seed: int = 0, minutes_per_kind: float 
     parts["band"] = band_noise(rng, n_blocks)
     parts["tonal"] = tonal_noise(rng, n_blocks)
     parts["machine"] = machine_noise(rng, n_blocks)
-    for kind, corpora in REAL_NOISE_CORPORA.items():
+    for kind, corpora in (REAL_NOISE_CORPORA if real_corpora is None else real_corpora).items():
         ev = real_sounds(rng, corpora, cache_dir, passes={"music": 1, "real-games": 2}.get(kind, 4),
                          max_gap_s=0.0 if kind == "music" else 0.3)
         if ev.size > BLOCK_SAMPLES:

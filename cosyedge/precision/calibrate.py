@@ -183,8 +183,11 @@ def load_amax(path: str | Path, model_sha256: str | None = None, where: str = ""
 
 def calibrate(model_path: str | Path, calib: CalibrationSet, *, out_dir: str | Path | None = None,
               threads: int = 1, force: bool = False, trt_version: str | None = None,
-              progress: bool | None = None) -> Path:
+              progress: bool | None = None, cache_name: str | None = None) -> Path:
     """Return the amax cache of ``model_path`` on ``calib``, computing it only when needed.
+
+    ``cache_name`` (default: the model's contract name) names the cache files; give variants of one
+    model (e.g. its 2:4-pruned copy, ``<name>-sparse``) their own name so they do not evict each other.
 
     Args:
         model_path (str | Path): FP32 streaming ONNX (cosyedge stream metadata required).
@@ -216,15 +219,16 @@ def calibrate(model_path: str | Path, calib: CalibrationSet, *, out_dir: str | P
     if not tensors:
         raise UsageError(f"{model_path} has no Conv/ConvTranspose/Gemm/MatMul with constant weights to quantize")
     out_dir = Path(out_dir) if out_dir is not None else calib.folder
-    path = amax_path_for(out_dir, contract.name)
+    cache_name = cache_name or contract.name
+    path = amax_path_for(out_dir, cache_name)
     params = {"method": METHOD, "num_bits": 8, "num_bins": NUM_BINS, "start_bin": START_BIN, "stride": 1,
               "chunk_samples": contract.hop_samples * CHUNK_HOPS, "histogram": "two-pass, |x| over [0, max]"}
     if path.is_file() and not force:
         why = _stale_reason(path, model_sha, calib.sha256, params, tensors)
         if why is None:
             LOG.info("amax cache %s matches the model and calibration set: reused", path)
-            if not trt_cache_path_for(out_dir, contract.name).is_file():
-                write_trt_cache(trt_cache_path_for(out_dir, contract.name), _with_aliases(load_amax(path)["amax"],
+            if not trt_cache_path_for(out_dir, cache_name).is_file():
+                write_trt_cache(trt_cache_path_for(out_dir, cache_name), _with_aliases(load_amax(path)["amax"],
                                                                                           aliases), trt_version)
             return path
         LOG.info("amax cache %s is stale (%s): recalibrating", path, why)
@@ -247,7 +251,7 @@ def calibrate(model_path: str | Path, calib: CalibrationSet, *, out_dir: str | P
         "elements": res["elements"],
     }
     write_json(path, data)
-    write_trt_cache(trt_cache_path_for(out_dir, contract.name), _with_aliases(res["amax"], aliases), trt_version)
+    write_trt_cache(trt_cache_path_for(out_dir, cache_name), _with_aliases(res["amax"], aliases), trt_version)
     LOG.info("amax cache written: %s (%d tensors, %.1f s)", path, len(tensors), res["elapsed_s"])
     return path
 

@@ -56,7 +56,7 @@ def resolve_calibration_set(calib: Any, count: int = 2048):
 
 
 def int8_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, calib: Any = None, exclude=(), count: int = 2048,
-              amax: str | Path | None = None, threads: int = 1) -> dict:
+              amax: str | Path | None = None, threads: int = 1, cache_name: str | None = None) -> dict:
     """Calibrate (or reuse the amax cache) and write the INT8 Q/DQ streaming ONNX atomically.
 
     Args:
@@ -71,6 +71,8 @@ def int8_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, calib: Any = None,
         amax (str | Path | None): Use this amax cache instead of calibrating; it must belong to this
             model (same SHA-256).
         threads (int): ONNX Runtime threads for calibration.
+        cache_name (str | None): Name of the amax / TensorRT cache files in the calibration folder
+            (default: the model's contract name); ``cosyedge build --sparse`` uses ``<name>-sparse``.
     Returns:
         dict: manifest fields: ``precision`` ("int8"), ``amax_path``, ``trt_calibration_cache``,
         ``calibration_manifest_sha256``, ``calibration_utterances``, ``model_sha256`` (the FP32 parent),
@@ -106,9 +108,9 @@ def int8_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, calib: Any = None,
         trt_cache = cal.trt_cache_path_for(amax_path.parent, contract.name)
     else:
         cset = resolve_calibration_set(calib, count)
-        amax_path = cal.calibrate(src, cset, threads=threads)
+        amax_path = cal.calibrate(src, cset, threads=threads, cache_name=cache_name)
         data = cal.load_amax(amax_path, model_sha256=model_sha, where=str(src))
-        trt_cache = cal.trt_cache_path_for(amax_path.parent, contract.name)
+        trt_cache = cal.trt_cache_path_for(amax_path.parent, cache_name or contract.name)
     calib_info = data["calibration"]
     with LOG.stage(f"insert Q/DQ into {src.name} ({len(to_quantize)} weighted nodes, {len(kept)} kept in float)"):
         report = graph.insert_qdq(data["amax"], to_quantize)

@@ -180,3 +180,8 @@ def test_heldout_sounds_rule_is_fixed_and_only_for_opensfx():
     assert not any(noise.is_heldout_sound("freedesktop", n) for n in names)
     # the two opensfx wind recordings fall on the held-out side (fixed by the hash rule)
     assert noise.is_heldout_sound("opensfx", '52 "Wind"') and noise.is_heldout_sound("opensfx", '57 "Heavy wind"')
+
+
+def test_unknown_data_version_is_refused():
+    with pytest.raises(UsageError, match="data version 3"):
+        TrainingData(data_version=3)
