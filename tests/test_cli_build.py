@@ -20,8 +20,11 @@ from cosyedge.models import REFERENCE_STREAM_ONNX
 from cosyedge.precision.sparsity import check_2to4
 from tests import models
 from tests.precision.int8_fixtures import LIBRIVOX
+from tests.reference_structure import reference_structure
 
 REF = REFERENCE_STREAM_ONNX
+REF_NET = reference_structure()  # convs/blocks of the bundled model, from its weights' config
+LAST_BLOCK = REF_NET.n_blocks - 1
 HAS_INT8 = importlib.util.find_spec("cosyedge.precision.int8") is not None
 
 
@@ -84,9 +87,10 @@ def test_fp32_and_sparse_builds(engines, capsys):
     m = json.loads((folder / MANIFEST_NAME).read_text())
     assert m["sparse"] is True and m["flags"]["exclude"] == ["/out/Conv"]
     rows = {r["node"]: r for r in m["reports"]["sparsity"]["layers"]}
-    assert rows["/out/Conv"]["reason"] == "excluded" and m["reports"]["sparsity"]["summary"]["pruned"] == 12
+    assert rows["/out/Conv"]["reason"] == "excluded"
+    assert m["reports"]["sparsity"]["summary"]["pruned"] == len(REF_NET.sparse_eligible) - 1  # all but /out/Conv
     w = {t.name: numpy_helper.to_array(t) for t in onnx.load(str(folder / "model.onnx")).graph.initializer}
-    assert check_2to4(w["blocks.3.conv.conv.weight"], 1) and not check_2to4(w["out.weight"], 1)
+    assert check_2to4(w[f"blocks.{LAST_BLOCK}.conv.conv.weight"], 1) and not check_2to4(w["out.weight"], 1)
     engine = load_engine(folder)
     assert engine.manifest["sparse"] is True
     # a model swapped behind the manifest's back: the message gives the full rebuild command
@@ -180,8 +184,9 @@ def test_fp16_sparse_keeps_the_pattern(engines, capsys):
     folder = engines / "reference-fp16-sparse-onnxruntime"
     assert rc == 0 and out[-1] == str(folder), err
     m = json.loads((folder / MANIFEST_NAME).read_text())
-    assert m["reports"]["sparsity"]["summary"]["pruned"] == 13 and m["reports"]["fp16"]["snr_db_vs_fp32"] > 0
+    assert m["reports"]["sparsity"]["summary"]["pruned"] == len(REF_NET.sparse_eligible)
+    assert m["reports"]["fp16"]["snr_db_vs_fp32"] > 0
     model = onnx.load(str(folder / "model.onnx"))
     w = {t.name: (t.data_type, numpy_helper.to_array(t)) for t in model.graph.initializer}
-    dtype, blk = w["blocks.4.proj.weight"]
+    dtype, blk = w[f"blocks.{LAST_BLOCK}.proj.weight"]
     assert dtype == onnx.TensorProto.FLOAT16 and check_2to4(blk, 1) and np.count_nonzero(blk) == blk.size // 2

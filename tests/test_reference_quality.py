@@ -7,6 +7,7 @@ for numeric differences between machines; a regression of the model or the runti
 """
 
 import numpy as np
+import onnx
 import pytest
 import soundfile as sf
 
@@ -14,6 +15,7 @@ from cosyedge.artifacts import StreamContract
 from cosyedge.datasets import si_snr
 from cosyedge.models import MODELS_DIR, REFERENCE_STREAM_ONNX
 from cosyedge.runtime import OrtStreamSession, enhance_array
+from tests.reference_structure import reference_structure
 
 DEMO = MODELS_DIR.parent / "assets" / "demo"
 
@@ -30,7 +32,25 @@ def test_bundled_contract():
     c = StreamContract.from_onnx(REFERENCE_STREAM_ONNX)
     assert (c.sample_rate_hz, c.hop_samples, c.total_stride, c.delay_samples) == (16000, 160, 160, 160)
     assert c.algorithmic_latency_ms == 20.0
-    assert len(c.states) == 8 and c.states[0].shape == ["N", 1, 160]
+    want = reference_structure()  # from the config in the bundled safetensors header
+    assert [(s.input, s.output, s.shape, s.node) for s in c.states] == list(
+        zip(want.state_inputs, want.state_outputs, want.state_shapes, want.state_nodes))
+    assert c.states[0].shape == ["N", 1, 160]
+
+
+def test_bundled_structure():
+    """The bundled streaming ONNX has exactly the convs and state inputs/outputs its weights' config implies
+    (tests/reference_structure.py: the other tests derive their expected counts and names from it)."""
+    want = reference_structure()
+    m = onnx.load(str(REFERENCE_STREAM_ONNX))
+    assert [n.name for n in m.graph.node if n.op_type in ("Conv", "ConvTranspose")] == want.conv_nodes
+    assert [i.name for i in m.graph.input] == ["audio", *want.state_inputs]
+    assert [o.name for o in m.graph.output] == ["enhanced", *want.state_outputs]
+    inits = {t.name: t for t in m.graph.initializer}
+    for i, d in enumerate(want.dilations):  # the block convs have the config's width and dilation
+        conv = next(n for n in m.graph.node if n.name == f"/blocks.{i}/conv/conv/Conv")
+        assert {a.name: list(a.ints) for a in conv.attribute}.get("dilations") == [d]
+        assert list(inits[conv.input[1]].dims) == [2 * want.channels, want.channels, want.kernel_size]
 
 
 def test_enhances_the_demo_recording(demo):

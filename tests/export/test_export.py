@@ -20,6 +20,7 @@ sf = pytest.importorskip("soundfile")
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from models_torch import PointwiseNet, UserCausalNet, run_streaming  # noqa: E402
+from reference_structure import reference_structure  # noqa: E402
 
 from cosyedge.artifacts import StreamContract  # noqa: E402
 from cosyedge.errors import ArtifactError, UsageError  # noqa: E402
@@ -223,7 +224,10 @@ def test_export_reference_bundled_weights(tmp_path, signals):
 
     out = export_reference(out=tmp_path / "reference.stream.onnx", full_onnx=tmp_path / "reference.onnx")
     contract = StreamContract.from_onnx(out)
-    assert (tmp_path / "reference.onnx").is_file() and contract.name == "reference" and len(contract.states) == 8
+    assert (tmp_path / "reference.onnx").is_file() and contract.name == "reference"
+    want = reference_structure()  # from the config in the weights' safetensors header, not from the export
+    assert [(s.input, s.output, s.shape, s.node) for s in contract.states] == list(
+        zip(want.state_inputs, want.state_outputs, want.state_shapes, want.state_nodes))
     x = signals["speech"][None, None, :16000]
     y = run_streaming(out, contract, x, 160)
     assert np.abs(y - _torch_out(load_reference(), x)).max() <= ATOL

@@ -91,7 +91,8 @@ def test_every_output_finite_at_every_chunk_size(fp16):
 
 def test_round_trip_casts_are_stripped(tmp_path, speech):
     """With every node kept FP32, the result must equal FP32 exactly: the converter alone rounds the
-    edges between FP32 nodes to FP16 and back (measured 53.6 dB)."""
+    edges between FP32 nodes to FP16 and back (output SNR measured 53.6 dB with the 6-block reference,
+    61.1 dB with the 10-block one)."""
     from onnxruntime.transformers import float16
 
     model = onnx.load(str(REF))
@@ -104,7 +105,11 @@ def test_round_trip_casts_are_stripped(tmp_path, speech):
     assert output_snr_db(REF, tmp_path / "all_fp32.onnx", x) == float("inf")
     raw = float16.convert_float_to_float16(onnx.load(str(REF)), keep_io_types=True, node_block_list=names)
     onnx.save(raw, str(tmp_path / "raw.onnx"))
-    assert output_snr_db(REF, tmp_path / "raw.onnx", x) < 60.0
+    # control: the plain converter really inserts FP16 round trips that change the output (FP16 rounding
+    # noise, far from the exact 'inf' above); the figure itself depends on the model, not on our code
+    assert sum(n.op_type == "Cast" for n in raw.graph.node) > 0
+    raw_snr = output_snr_db(REF, tmp_path / "raw.onnx", x)
+    assert np.isfinite(raw_snr) and raw_snr < 100.0, raw_snr
 
 
 def test_scan_finds_nan(tmp_path):

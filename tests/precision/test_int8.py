@@ -26,6 +26,10 @@ from cosyedge.precision.int8 import int8_onnx
 from cosyedge.precision.qdq import float_nodes, weighted_nodes
 from cosyedge.runtime import OrtStreamSession, enhance_array
 from tests.precision import int8_fixtures as fx
+from tests.reference_structure import BOUNDARY_CONVS, reference_structure
+
+REF_NET = reference_structure()
+"""Convs, states and blocks of the bundled model, from its weights' config (tests/reference_structure.py)."""
 
 
 # ------------------------------------------------------------------------------------------- fixtures
@@ -167,10 +171,11 @@ def test_qdq_model_structure(int8, model):
             consumers.setdefault(i, []).append(n)
 
     kept = float_nodes(fp, contract.input, contract.output)
-    assert set(kept) == {"/analysis/conv/Conv", "/synthesis/conv/conv/Conv"}
+    assert set(kept) == set(BOUNDARY_CONVS)
     assert info["excluded_nodes"] == kept
     quantized = [w for w in weighted_nodes(fp) if w.name not in kept]
-    assert len(quantized) == 14 and info["quantized_nodes"] == sorted(w.name for w in quantized)
+    assert [w.name for w in quantized] == REF_NET.int8_convs  # every conv of the graph but the two boundary ones
+    assert info["quantized_nodes"] == sorted(REF_NET.int8_convs)
     nodes = {n.name: n for n in m.graph.node}
     n_pairs = 0
     for w in quantized:
@@ -196,11 +201,11 @@ def test_qdq_model_structure(int8, model):
         assert inits[q.input[1]].shape == () and inits[q.input[2]].dtype == np.int8 and inits[q.input[2]] == 0
         assert q.input[0] == w.data
         n_pairs += 1
-    assert info["qdq_pairs"] == 2 * n_pairs == 28
+    assert info["qdq_pairs"] == 2 * n_pairs == 2 * len(REF_NET.int8_convs)
 
     # exactly one Q/DQ on each state Concat feeding a quantized conv; the state Slice reads the float Concat
     concats = [n for n in m.graph.node if n.op_type == "Concat" and any(i.startswith("state_in.") for i in n.input)]
-    assert len(concats) == 8
+    assert sorted(i for cat in concats for i in cat.input if i.startswith("state_in.")) == REF_NET.state_inputs
     for cat in concats:
         users = consumers[cat.output[0]]
         qs = [u for u in users if u.op_type == "QuantizeLinear"]
@@ -240,7 +245,8 @@ def test_exclude_keeps_node_in_float(work, model, calib_set):
     out = work / "excl.int8.onnx"
     info = int8_onnx(model, out, calib=calib_set.folder, exclude=["/blocks.2/proj/Conv"])
     assert info["excluded_nodes"]["/blocks.2/proj/Conv"] == "excluded by the user"
-    assert info["qdq_pairs"] == 26 and "/blocks.2/proj/Conv" not in info["quantized_nodes"]
+    assert info["qdq_pairs"] == 2 * (len(REF_NET.int8_convs) - 1)
+    assert sorted(info["quantized_nodes"]) == sorted(set(REF_NET.int8_convs) - {"/blocks.2/proj/Conv"})
     m = onnx.load(str(out))
     conv = next(n for n in m.graph.node if n.name == "/blocks.2/proj/Conv")
     inits = {t.name: t for t in m.graph.initializer}
@@ -295,7 +301,9 @@ def cal_tensors(model):
 
     m = onnx.load(str(model))
     acts, every = activation_tensors(m), calibration_tensors(m)
-    assert every[:len(acts)] == acts and len(every) == len(acts) + 16  # + the 16 Conv outputs
+    conv_outputs = [n.output[0] for n in m.graph.node if n.op_type == "Conv"]
+    assert len(conv_outputs) == len(REF_NET.conv_nodes)
+    assert every[:len(acts)] == acts and sorted(every[len(acts):]) == sorted(conv_outputs)  # + the Conv outputs
     return every
 
 
@@ -308,10 +316,11 @@ def test_trt_calibration_cache_format(int8, calib_set, tmp_path):
         assert back[t] == pytest.approx(a, rel=1e-6)
     # the inputs of each state Concat carry the Concat output's amax (TensorRT shares the scale)
     extra = set(back) - set(amax)
-    assert {f"state_in.{i:02d}" for i in range(8)} <= extra and "audio" in extra
-    cat = "/blocks.3/conv/conv/Conv/state_concat_output"
-    assert back["state_in.04"] == pytest.approx(amax[cat], rel=1e-6)
-    assert back["/blocks.2/Add_1_output_0"] == pytest.approx(amax[cat], rel=1e-6)
+    assert set(REF_NET.state_inputs) <= extra and "audio" in extra
+    b = REF_NET.n_blocks - 1  # the last block: its state is state_in.<b + 1>, its input the previous block's output
+    cat = f"/blocks.{b}/conv/conv/Conv/state_concat_output"
+    assert back[f"state_in.{b + 1:02d}"] == pytest.approx(amax[cat], rel=1e-6)
+    assert back[f"/blocks.{b - 1}/Add_1_output_0"] == pytest.approx(amax[cat], rel=1e-6)
     p = cal.write_trt_cache(tmp_path / "c.cache", {"x": 127.0, "y:1": 2.0 * 127}, trt_version="8.6.1")
     assert p.read_text().splitlines() == ["TRT-8601-EntropyCalibration2", "x: 3f800000", "y:1: 40000000"]
     cal.write_trt_cache(p, {"x": 1.0}, trt_version="10.3.0")
@@ -364,7 +373,7 @@ def test_cli_int8_end_to_end(work, model, calib_set, capsys):
     out = work / "cli.int8.onnx"
     rc = main(["calib", "int8", "--onnx", str(model), "--calib", str(calib_set.folder), "-o", str(out)])
     lines = capsys.readouterr().out.strip().splitlines()
-    assert rc == 0 and lines[-1] == str(out) and "28 Q/DQ pairs" in lines[-2]
+    assert rc == 0 and lines[-1] == str(out) and f"{2 * len(REF_NET.int8_convs)} Q/DQ pairs" in lines[-2]
     assert main(["calib", "amax", "--onnx", str(model), "--calib", str(calib_set.folder)]) == 0
     assert capsys.readouterr().out.strip().splitlines()[-1] == str(calib_set.folder / "reference.amax.json")
 

@@ -22,9 +22,13 @@ from cosyedge.precision.sparsity import (
     sparsify_onnx,
 )
 from tests import models
+from tests.reference_structure import reference_structure
 
 REF = REFERENCE_STREAM_ONNX
-ELIGIBLE = {f"/blocks.{i}/{k}" for i in range(6) for k in ("conv/conv/Conv", "proj/Conv")} | {"/out/Conv"}
+REF_NET = reference_structure()  # from the bundled weights' config (tests/reference_structure.py)
+ELIGIBLE = set(REF_NET.sparse_eligible)
+"""Both convs of every gated block and /out/Conv (input channels a multiple of 4)."""
+N_PRUNED, N_LAYERS = len(ELIGIBLE), len(REF_NET.conv_nodes)
 
 
 def _groups_ok(w: np.ndarray, axis: int) -> bool:
@@ -69,7 +73,8 @@ def test_reference_layers_pruned_and_verified(pruned):
     assert all(rows[n]["verified"] is True and rows[n]["sparsity"] == 0.5 for n in ELIGIBLE)
     assert not any(r["speedup_likely"] for r in rows.values())  # 96-channel layers are narrow
     s = report["summary"]
-    assert s["pruned"] == 13 and s["layers"] == 16 and s["all_verified"]
+    assert s["pruned"] == N_PRUNED and s["layers"] == N_LAYERS and s["all_verified"]
+    assert [r["node"] for r in report["layers"]] == REF_NET.conv_nodes  # every conv reported, in graph order
     # the written file, checked independently of the module's own checker
     m = onnx.load(str(out))
     ref = {t.name: numpy_helper.to_array(t) for t in onnx.load(str(REF)).graph.initializer}
@@ -84,7 +89,8 @@ def test_reference_layers_pruned_and_verified(pruned):
     assert StreamContract.from_onnx(out) == StreamContract.from_onnx(REF)
     assert {p.key: p.value for p in m.metadata_props}[SPARSITY_KEY] == "2:4"
     table = format_report(report)
-    assert "/inp/Conv" in table and "13/16 layers pruned 2:4" in table and "verified in the written ONNX: yes" in table
+    assert "/inp/Conv" in table and f"{N_PRUNED}/{N_LAYERS} layers pruned 2:4" in table
+    assert "verified in the written ONNX: yes" in table
 
 
 def test_pruned_model_still_streams(pruned):
@@ -137,7 +143,7 @@ def test_cli_table_json_and_errors(tmp_path, capsys):
     lines = capsys.readouterr().out.strip().splitlines()
     assert lines[-1] == str(out) and lines[0].split()[:2] == ["node", "op"]
     report = json.loads(js.read_text())
-    assert report["summary"]["pruned"] == 13 and len(report["layers"]) == 16
+    assert report["summary"]["pruned"] == N_PRUNED and len(report["layers"]) == N_LAYERS
     assert main(["sparsify", str(REF), str(tmp_path / "t.onnx"), "--json", "-"]) == 0
     assert json.loads(capsys.readouterr().out)["pattern"] == "2:4"
     # a model with nothing to prune: one-line error, exit 2, nothing written
@@ -161,7 +167,7 @@ def test_torch_masks_stay_fixed_during_finetune():
 
     ref = load_reference()
     names = set(eligible_modules(ref))
-    assert names == {f"blocks.{i}.{k}" for i in range(6) for k in ("conv.conv", "proj")} | {"out"}
+    assert names == {*REF_NET.block_convs("torch"), "out"}
 
     torch.manual_seed(0)
     net = torch.nn.Sequential(torch.nn.Conv1d(8, 16, 3), torch.nn.Tanh(), torch.nn.Conv1d(16, 4, 1),

@@ -12,6 +12,7 @@ from cosyedge.artifacts import StreamContract
 from cosyedge.build import trt as bt
 from cosyedge.errors import ArtifactError, DependencyError, UsageError
 from cosyedge.models import REFERENCE_STREAM_ONNX
+from tests.reference_structure import reference_structure
 from tests.trt import fakes
 from tests.trt.conftest import HOP
 
@@ -27,9 +28,11 @@ def test_profile_of_the_reference_model_is_exact():
         mn, opt, mx = prof[s.input]
         assert mn[1:] == opt[1:] == mx[1:] == tuple(s.shape[1:])  # every non-batch dim exact
         assert (mn[0], opt[0], mx[0]) == (1, 2, 8)
-    # dilated blocks: state frames (kernel - 1) * dilation = 2, 4, ..., 64 for kernel 3, dilations 1..32
-    frames = [prof[f"state_in.0{i}"][0][2] for i in range(1, 7)]
-    assert frames == [2, 4, 8, 16, 32, 64]
+    # dilated blocks: state frames (kernel - 1) * dilation (2, 4, ..., 64 for kernel 3, dilations 1..32), with
+    # kernel and dilations from the bundled weights' config
+    net = reference_structure()
+    frames = [prof[f"state_in.{i:02d}"][0][2] for i in range(1, net.n_blocks + 1)]
+    assert frames == [(net.kernel_size - 1) * d for d in net.dilations] and len(prof) == 1 + net.n_states
     # the reference ONNX agrees with its own profile
     bt.check_onnx_against_profile(onnx.load(str(REFERENCE_STREAM_ONNX), load_external_data=False), c, prof)
 

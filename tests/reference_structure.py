@@ -1,0 +1,112 @@
+"""The bundled reference model's structure, for tests that must follow the model when it is retrained.
+
+Everything here is derived from the hyper-parameters stored in the JSON header of the bundled
+``reference.safetensors`` (``EnhancerConfig``: dilations, channels, kernel size, window, hop) and the
+architecture described in ``cosyedge/models/reference.py`` -- never from the export, streamify or
+precision code under test. ``tests/test_reference_quality.py::test_bundled_structure`` checks that the
+bundled streaming ONNX really has exactly these convs and states, so a model whose ONNX and weights
+disagree fails there (and the tests using this module then compare against the weights' config).
+
+Per gated block ``i`` (dilation ``d``): one causal conv ``/blocks.i/conv/conv/Conv`` (C -> 2C, kernel k,
+state (N, C, (k-1)*d) frames) and one 1x1 ``/blocks.i/proj/Conv`` (C -> C). Around them: the analysis conv
+(1 -> 2F, state (N, 1, win - hop) samples), the 1x1 ``/inp/Conv`` (F -> C) and ``/out/Conv`` (C -> F), and the
+synthesis conv (2F -> 1, state (N, 2F, 1) frames).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+from pathlib import Path
+
+from safetensors import safe_open
+
+from cosyedge.models import REFERENCE_WEIGHTS
+
+ANALYSIS_CONV = "/analysis/conv/Conv"
+SYNTHESIS_CONV = "/synthesis/conv/conv/Conv"
+BOUNDARY_CONVS = (ANALYSIS_CONV, SYNTHESIS_CONV)
+"""The first and last conv (1 and 2F channels, fixed STFT bases): kept in float by INT8 and FP16."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ReferenceStructure:
+    """Expected graph structure of the reference model with the given hyper-parameters."""
+
+    dilations: tuple[int, ...]
+    channels: int
+    kernel_size: int
+    hop_samples: int
+    win_samples: int
+
+    @property
+    def n_blocks(self) -> int:
+        """int: gated blocks (one per dilation)."""
+        return len(self.dilations)
+
+    @property
+    def n_bins(self) -> int:
+        """int: F = win / 2 + 1 STFT bins."""
+        return self.win_samples // 2 + 1
+
+    @property
+    def n_states(self) -> int:
+        """int: streaming states: analysis + one per block + synthesis."""
+        return self.n_blocks + 2
+
+    @property
+    def state_inputs(self) -> list[str]:
+        """list[str]: ``state_in.00`` ... in contract order."""
+        return [f"state_in.{i:02d}" for i in range(self.n_states)]
+
+    @property
+    def state_outputs(self) -> list[str]:
+        """list[str]: ``state_out.00`` ... in contract order."""
+        return [f"state_out.{i:02d}" for i in range(self.n_states)]
+
+    @property
+    def state_shapes(self) -> list[list]:
+        """list[list]: contract shape of each state: ["N", channels, frames or samples]."""
+        return ([["N", 1, self.win_samples - self.hop_samples]]
+                + [["N", self.channels, (self.kernel_size - 1) * d] for d in self.dilations]
+                + [["N", 2 * self.n_bins, 1]])
+
+    @property
+    def state_nodes(self) -> list[str]:
+        """list[str]: the conv that owns each state, in contract order."""
+        return [ANALYSIS_CONV, *[f"/blocks.{i}/conv/conv/Conv" for i in range(self.n_blocks)], SYNTHESIS_CONV]
+
+    def block_convs(self, sep: str = "onnx") -> list[str]:
+        """list[str]: the two convs of every block, as ONNX node names (``sep="onnx"``) or torch module
+        names (``sep="torch"``: ``blocks.i.conv.conv``, ``blocks.i.proj``)."""
+        if sep == "torch":
+            return [f"blocks.{i}.{k}" for i in range(self.n_blocks) for k in ("conv.conv", "proj")]
+        return [f"/blocks.{i}/{k}" for i in range(self.n_blocks) for k in ("conv/conv/Conv", "proj/Conv")]
+
+    @property
+    def conv_nodes(self) -> list[str]:
+        """list[str]: every Conv node of the ONNX graph, in graph order."""
+        return [ANALYSIS_CONV, "/inp/Conv", *self.block_convs(), "/out/Conv", SYNTHESIS_CONV]
+
+    @property
+    def int8_convs(self) -> list[str]:
+        """list[str]: convs INT8 quantizes by default (all but the two boundary convs)."""
+        return [n for n in self.conv_nodes if n not in BOUNDARY_CONVS]
+
+    @property
+    def sparse_eligible(self) -> list[str]:
+        """list[str]: convs whose input channels are a multiple of 4 (2:4 sparsity): the block convs and
+        ``/out/Conv`` when C % 4 == 0 (``/inp/Conv`` has F = 161 inputs, analysis 1, synthesis 2F = 322)."""
+        assert self.channels % 4 == 0 and self.n_bins % 4 and (2 * self.n_bins) % 4, "update this helper"
+        return [*self.block_convs(), "/out/Conv"]
+
+
+@functools.lru_cache(maxsize=4)
+def reference_structure(weights: str | Path = REFERENCE_WEIGHTS) -> ReferenceStructure:
+    """Structure of the reference model from the config JSON in the safetensors header (no torch)."""
+    with safe_open(str(weights), framework="np") as f:
+        cfg = json.loads(f.metadata()["config"])
+    return ReferenceStructure(dilations=tuple(cfg["dilations"]), channels=cfg["channels"],
+                              kernel_size=cfg["kernel_size"], hop_samples=cfg["hop_samples"],
+                              win_samples=cfg["win_samples"])
