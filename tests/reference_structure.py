@@ -28,6 +28,8 @@ ANALYSIS_CONV = "/analysis/conv/Conv"
 SYNTHESIS_CONV = "/synthesis/conv/conv/Conv"
 BOUNDARY_CONVS = (ANALYSIS_CONV, SYNTHESIS_CONV)
 """The first and last conv (1 and 2F channels, fixed STFT bases): kept in float by INT8 and FP16."""
+DECLARED_FLOAT = ("/inp/Conv",)
+"""Convs the bundled streaming ONNX keeps in float for INT8 (metadata ``cosyedge.int8_keep_float``)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,8 +93,9 @@ class ReferenceStructure:
 
     @property
     def int8_convs(self) -> list[str]:
-        """list[str]: convs INT8 quantizes by default (all but the two boundary convs)."""
-        return [n for n in self.conv_nodes if n not in BOUNDARY_CONVS]
+        """list[str]: convs INT8 quantizes by default: all but the two boundary convs and the feature
+        projection the bundled ONNX declares float-only (:data:`DECLARED_FLOAT`)."""
+        return [n for n in self.conv_nodes if n not in BOUNDARY_CONVS and n not in DECLARED_FLOAT]
 
     @property
     def sparse_eligible(self) -> list[str]:

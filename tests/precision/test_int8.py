@@ -26,7 +26,7 @@ from cosyedge.precision.int8 import int8_onnx
 from cosyedge.precision.qdq import float_nodes, weighted_nodes
 from cosyedge.runtime import OrtStreamSession, enhance_array
 from tests.precision import int8_fixtures as fx
-from tests.reference_structure import BOUNDARY_CONVS, reference_structure
+from tests.reference_structure import BOUNDARY_CONVS, DECLARED_FLOAT, reference_structure
 
 REF_NET = reference_structure()
 """Convs, states and blocks of the bundled model, from its weights' config (tests/reference_structure.py)."""
@@ -171,7 +171,7 @@ def test_qdq_model_structure(int8, model):
             consumers.setdefault(i, []).append(n)
 
     kept = float_nodes(fp, contract.input, contract.output)
-    assert set(kept) == set(BOUNDARY_CONVS)
+    assert set(kept) == set(BOUNDARY_CONVS) | set(DECLARED_FLOAT)
     assert info["excluded_nodes"] == kept
     quantized = [w for w in weighted_nodes(fp) if w.name not in kept]
     assert [w.name for w in quantized] == REF_NET.int8_convs  # every conv of the graph but the two boundary ones
@@ -434,3 +434,27 @@ def test_cli_make_bad_arguments(tmp_path, capsys):
     assert main(["calib", "make", "--count", "0", "--out", str(tmp_path / "c")]) == 2
     assert capsys.readouterr().err.strip() == "[!] --count must be >= 1, got 0"
     assert not (tmp_path / "c" / "manifest.json").exists()
+
+
+def test_model_declared_float_nodes(tmp_path):
+    """``cosyedge.int8_keep_float`` in the ONNX metadata keeps those nodes in float like --exclude; the
+    bundled model declares its log-feature projection; bad metadata is a one-line ArtifactError."""
+    import onnx
+
+    from cosyedge.errors import ArtifactError
+    from cosyedge.precision.qdq import KEEP_FLOAT_KEY, declared_float_nodes, float_nodes
+
+    ref = onnx.load(str(REFERENCE_STREAM_ONNX))
+    assert declared_float_nodes(ref) == ["/inp/Conv"]
+    kept = float_nodes(ref, "audio", "enhanced")
+    assert kept["/inp/Conv"].startswith("declared by the model")
+    for p in ref.metadata_props:
+        if p.key == KEEP_FLOAT_KEY:
+            p.value = "[1, 2]"
+    with pytest.raises(ArtifactError, match=KEEP_FLOAT_KEY):
+        float_nodes(ref, "audio", "enhanced")
+    stripped = onnx.load(str(REFERENCE_STREAM_ONNX))
+    keep = [p for p in stripped.metadata_props if p.key != KEEP_FLOAT_KEY]
+    del stripped.metadata_props[:]
+    stripped.metadata_props.extend(keep)
+    assert "/inp/Conv" not in float_nodes(stripped, "audio", "enhanced")
