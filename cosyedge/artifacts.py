@@ -23,6 +23,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any, Iterator
@@ -277,6 +278,60 @@ def atomic_output(dest: str | Path, suffix: str | None = None) -> Iterator[Path]
     finally:
         if tmp.exists():
             tmp.unlink()
+
+
+@contextlib.contextmanager
+def atomic_folder(dest: str | Path, what: str = "folder") -> Iterator[Path]:
+    """Yield an empty temporary folder next to ``dest``; on success it replaces ``dest`` (see
+    :func:`replace_dir`), on any error (or interrupt) it is deleted and a previous ``dest`` is kept.
+
+    Args:
+        dest (str | Path): Final folder; its parent is created if needed.
+        what (str): Name of the folder in error messages (e.g. ``"engine folder"``).
+    Raises:
+        ArtifactError: the parent cannot be created or written, or the rename fails.
+    """
+    dest = Path(dest)
+    root = dest.parent
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=root))
+    except OSError as err:
+        raise ArtifactError(f"cannot write {what} in {root}: {err.strerror or err}") from None
+    try:
+        yield tmp
+        os.chmod(tmp, default_file_mode(0o777))  # mkdtemp creates 0700
+        replace_dir(tmp, dest, what)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def replace_dir(tmp: Path, dest: Path, what: str = "folder") -> None:
+    """Rename folder ``tmp`` onto ``dest``; an existing ``dest`` is moved aside first and removed after
+    (restored if the rename fails).
+
+    Raises:
+        ArtifactError: a rename fails (the message names ``what`` and ``dest``).
+    """
+    old = None
+    try:
+        if dest.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{dest.name}.old.", dir=dest.parent))
+            os.rmdir(old)
+            os.rename(dest, old)
+        os.rename(tmp, dest)
+    except OSError as err:
+        if old is not None and not dest.exists():
+            os.rename(old, dest)
+            old = None
+        raise ArtifactError(f"cannot write {what} {dest}: {err.strerror or err}") from None
+    finally:
+        if old is not None:
+            if old.is_dir() and not old.is_symlink():
+                shutil.rmtree(old, ignore_errors=True)
+            else:
+                old.unlink(missing_ok=True)
 
 
 def check_writable(dest: str | Path) -> Path:

@@ -24,8 +24,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import shutil
-import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -37,7 +35,7 @@ from cosyedge.artifacts import (
     MANIFEST_NAME,
     Stage,
     StreamContract,
-    default_file_mode,
+    atomic_folder,
     load_manifest,
     resolve_artifact,
     sha256_file,
@@ -122,43 +120,32 @@ def build_ort(onnx_path: Any, out_dir: str | Path | None = None, name: str | Non
     root = Path(out_dir) if out_dir is not None else engines_root()
     dest = root / engine_folder_name(name, precision, BACKEND, sparse)
     label = precision + ("+2:4 sparse" if sparse else "")
-    with LOG.stage(f"build {BACKEND} {label} engine {dest}"):
-        try:
-            root.mkdir(parents=True, exist_ok=True)
-            tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=root))
-        except OSError as err:
-            raise ArtifactError(f"cannot write engine folder in {root}: {err.strerror or err}") from None
-        try:
-            model_dst = tmp / MODEL_FILE
-            fields = prepare_onnx(src, model_dst, precision=precision, sparse=sparse, exclude=exclude,
-                                  calib=calib, calib_count=calib_count, amax=amax)
-            _smoke_test(model_dst, StreamContract.from_onnx(model_dst))
-            write_manifest(tmp, {
-                "stage": "build",
-                "name": name,
-                "backend": BACKEND,
-                "precision": precision,
-                "sparse": bool(sparse),
-                "model": {"file": MODEL_FILE, "sha256": sha256_file(model_dst)},
-                "artifact": {"file": MODEL_FILE, "kind": "onnx (loaded by onnxruntime.InferenceSession)"},
-                "parent_sha256": sha256_file(src),
-                "parent_path": str(src.resolve()),
-                "calibration_sha256": fields["calibration_sha256"],
-                "tools": _tool_versions(precision),
-                "flags": {"backend": BACKEND, "precision": precision, "fp16": precision == "fp16",
-                          "int8": precision == "int8", "sparse": bool(sparse), "exclude": list(exclude),
-                          "calib": None if calib is None else str(calib),
-                          "calib_count": int(calib_count) if precision == "int8" else None},
-                "reports": {k: fields[k] for k in ("sparsity", "fp16", "int8") if fields[k] is not None},
-                "contract": contract.to_metadata(),
-                "chunk_samples": contract.hop_samples,
-                "sample_rate_hz": contract.sample_rate_hz,
-            })
-            os.chmod(tmp, default_file_mode(0o777))  # mkdtemp/mkstemp create 0700/0600
-            _replace_dir(tmp, dest)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
+    with LOG.stage(f"build {BACKEND} {label} engine {dest}"), atomic_folder(dest, "engine folder") as tmp:
+        model_dst = tmp / MODEL_FILE
+        fields = prepare_onnx(src, model_dst, precision=precision, sparse=sparse, exclude=exclude,
+                              calib=calib, calib_count=calib_count, amax=amax)
+        _smoke_test(model_dst, StreamContract.from_onnx(model_dst))
+        write_manifest(tmp, {
+            "stage": "build",
+            "name": name,
+            "backend": BACKEND,
+            "precision": precision,
+            "sparse": bool(sparse),
+            "model": {"file": MODEL_FILE, "sha256": sha256_file(model_dst)},
+            "artifact": {"file": MODEL_FILE, "kind": "onnx (loaded by onnxruntime.InferenceSession)"},
+            "parent_sha256": sha256_file(src),
+            "parent_path": str(src.resolve()),
+            "calibration_sha256": fields["calibration_sha256"],
+            "tools": _tool_versions(precision),
+            "flags": {"backend": BACKEND, "precision": precision, "fp16": precision == "fp16",
+                      "int8": precision == "int8", "sparse": bool(sparse), "exclude": list(exclude),
+                      "calib": None if calib is None else str(calib),
+                      "calib_count": int(calib_count) if precision == "int8" else None},
+            "reports": {k: fields[k] for k in ("sparsity", "fp16", "int8") if fields[k] is not None},
+            "contract": contract.to_metadata(),
+            "chunk_samples": contract.hop_samples,
+            "sample_rate_hz": contract.sample_rate_hz,
+        })
     LOG.info("engine: %s", dest)
     return dest
 
@@ -174,28 +161,6 @@ def _tool_versions(precision: str) -> dict:
         except ImportError:  # pragma: no cover - a hard dependency, but the manifest must not fail on it
             pass
     return tools
-
-
-def _replace_dir(tmp: Path, dest: Path) -> None:
-    """Rename folder ``tmp`` onto ``dest``; an existing ``dest`` is moved aside first and removed after."""
-    old = None
-    try:
-        if dest.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{dest.name}.old.", dir=dest.parent))
-            os.rmdir(old)
-            os.rename(dest, old)
-        os.rename(tmp, dest)
-    except OSError as err:
-        if old is not None and not dest.exists():
-            os.rename(old, dest)
-            old = None
-        raise ArtifactError(f"cannot write engine folder {dest}: {err.strerror or err}") from None
-    finally:
-        if old is not None:
-            if old.is_dir() and not old.is_symlink():
-                shutil.rmtree(old, ignore_errors=True)
-            else:
-                old.unlink(missing_ok=True)
 
 
 class OrtEngineFromOnnx(Stage):

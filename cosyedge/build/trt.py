@@ -41,7 +41,6 @@ version differences):
 from __future__ import annotations
 
 import dataclasses
-import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -54,8 +53,8 @@ from cosyedge.artifacts import (
     MANIFEST_NAME,
     Stage,
     StreamContract,
+    atomic_folder,
     atomic_output,
-    default_file_mode,
     load_manifest,
     load_onnx,
     resolve_artifact,
@@ -286,57 +285,45 @@ def build_trt(onnx_path: Any, out_dir: str | Path | None = None, name: str | Non
     for note in plan.notes:
         LOG.info("%s", note)
     with LOG.stage(f"build {BACKEND} {precision}{' sparse' if sparse else ''} engine {dest} "
-                   f"(TensorRT {trt.__version__}, {gpu['name']} sm{gpu['compute_capability']})"):
-        try:
-            root.mkdir(parents=True, exist_ok=True)
-            tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=root))
-        except OSError as err:
-            raise ArtifactError(f"cannot write engine folder in {root}: {err.strerror or err}") from None
-        try:
-            model_dst = tmp / MODEL_FILE
-            if _uses_external_data(model):
-                import onnx
+                   f"(TensorRT {trt.__version__}, {gpu['name']} sm{gpu['compute_capability']})"), \
+            atomic_folder(dest, "engine folder") as tmp:
+        model_dst = tmp / MODEL_FILE
+        if _uses_external_data(model):
+            import onnx
 
-                onnx.save(load_onnx(src, load_external_data=True), str(model_dst))
-            else:
-                shutil.copyfile(src, model_dst)
-            cache_file = timing_cache_path(root, trt.__version__, gpu["compute_capability"]) if timing_cache else None
-            report = _build_plan_file(trt, model_dst, tmp / PLAN_FILE, plan, profile, workspace_mib, cache_file)
-            _smoke_test(tmp / PLAN_FILE, contract, profile, device)
-            write_manifest(tmp, {
-                "stage": "build",
-                "name": name,
-                "backend": BACKEND,
-                "precision": precision,
-                "sparse": bool(sparse),
-                "model": {"file": MODEL_FILE, "sha256": sha256_file(model_dst)},
-                "plan": {"file": PLAN_FILE, "sha256": sha256_file(tmp / PLAN_FILE)},
-                "parent_sha256": sha256_file(parent),
-                "parent_path": str(parent.resolve()),
-                "tools": {"tensorrt": trt.__version__, "onnx": _onnx_version()},
-                "gpu": gpu,
-                "flags": {"backend": BACKEND, "precision": precision, "fp16": precision == "fp16",
-                          "int8": precision == "int8", "sparse": bool(sparse), "dla_core": plan.dla_core,
-                          "gpu_fallback": bool(gpu_fallback), "workspace_mib": int(workspace_mib),
-                          "max_batch": int(max_batch), "opt_batch": int(opt_batch)},
-                "build_plan": plan.as_dict(),
-                "onnx_precision": stats,
-                "profile": {k: [list(s) for s in v] for k, v in profile.items()},
-                "layers": report,
-                "timing_cache": str(cache_file) if cache_file else None,
-                "contract": contract.to_metadata(),
-                "chunk_samples": profile[contract.input][0][2],
-                "max_batch": int(max_batch),
-                "sample_rate_hz": contract.sample_rate_hz,
-                **(extra_manifest or {}),
-            })
-            os.chmod(tmp, default_file_mode(0o777))
-            from cosyedge.build.ort import _replace_dir
-
-            _replace_dir(tmp, dest)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
+            onnx.save(load_onnx(src, load_external_data=True), str(model_dst))
+        else:
+            shutil.copyfile(src, model_dst)
+        cache_file = timing_cache_path(root, trt.__version__, gpu["compute_capability"]) if timing_cache else None
+        report = _build_plan_file(trt, model_dst, tmp / PLAN_FILE, plan, profile, workspace_mib, cache_file)
+        _smoke_test(tmp / PLAN_FILE, contract, profile, device)
+        write_manifest(tmp, {
+            "stage": "build",
+            "name": name,
+            "backend": BACKEND,
+            "precision": precision,
+            "sparse": bool(sparse),
+            "model": {"file": MODEL_FILE, "sha256": sha256_file(model_dst)},
+            "plan": {"file": PLAN_FILE, "sha256": sha256_file(tmp / PLAN_FILE)},
+            "parent_sha256": sha256_file(parent),
+            "parent_path": str(parent.resolve()),
+            "tools": {"tensorrt": trt.__version__, "onnx": _onnx_version()},
+            "gpu": gpu,
+            "flags": {"backend": BACKEND, "precision": precision, "fp16": precision == "fp16",
+                      "int8": precision == "int8", "sparse": bool(sparse), "dla_core": plan.dla_core,
+                      "gpu_fallback": bool(gpu_fallback), "workspace_mib": int(workspace_mib),
+                      "max_batch": int(max_batch), "opt_batch": int(opt_batch)},
+            "build_plan": plan.as_dict(),
+            "onnx_precision": stats,
+            "profile": {k: [list(s) for s in v] for k, v in profile.items()},
+            "layers": report,
+            "timing_cache": str(cache_file) if cache_file else None,
+            "contract": contract.to_metadata(),
+            "chunk_samples": profile[contract.input][0][2],
+            "max_batch": int(max_batch),
+            "sample_rate_hz": contract.sample_rate_hz,
+            **(extra_manifest or {}),
+        })
     if sparse:
         LOG.info("sparse tactics picked for %d of %d eligible layer(s): %s", len(report["sparse_picked"]),
                  len(report["sparse_eligible"]), ", ".join(report["sparse_picked"]) or "none")
