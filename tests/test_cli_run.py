@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import os
 import subprocess
 import sys
@@ -12,7 +11,6 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from cosyedge.cli.main import main
 from tests import models
 
 DATA = Path(__file__).parent / "data"
@@ -24,20 +22,6 @@ DELAY = 160  # like the reference model: hop 160 at 16 kHz, delay 160
 def engine_onnx(tmp_path_factory):
     """Pure-delay model (hop 160, delay 160): after delay compensation, output == input."""
     return models.make_delay_model(tmp_path_factory.mktemp("m") / "delay.onnx", delay_samples=DELAY, hop=160)
-
-
-@pytest.fixture
-def cli(capsys):
-    """Run the CLI in process; return (exit code, stdout, stderr)."""
-
-    def run(*args):
-        logging.getLogger("cosyedge").handlers.clear()  # re-attach LOG to this test's captured stderr
-        rc = main([str(a) for a in args])
-        out, err = capsys.readouterr()
-        return rc, out, err
-
-    yield run
-    logging.getLogger("cosyedge").handlers.clear()
 
 
 def _speech(seconds: float = 0.5) -> tuple[np.ndarray, int]:

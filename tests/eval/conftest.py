@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 
 import numpy as np
@@ -22,20 +21,10 @@ def read(path: Path) -> tuple[np.ndarray, int]:
 
 
 @pytest.fixture
-def cli(capsys, monkeypatch, tmp_path_factory):
-    """Run the CLI in process with a private engines root; return (exit code, stdout, stderr)."""
-    from cosyedge.cli.main import main
-
+def cli(cli, monkeypatch, tmp_path_factory):
+    """The CLI runner of tests/conftest.py with a private engines root."""
     monkeypatch.setenv("COSYEDGE_ENGINES_DIR", str(tmp_path_factory.getbasetemp() / "engines"))
-
-    def run(*args):
-        logging.getLogger("cosyedge").handlers.clear()  # re-attach LOG to this test's captured stderr
-        rc = main([str(a) for a in args])
-        out, err = capsys.readouterr()
-        return rc, out, err
-
-    yield run
-    logging.getLogger("cosyedge").handlers.clear()
+    return cli
 
 
 def one_line_error(rc: int, err: str, code: int | None = None) -> str:

@@ -4,7 +4,6 @@ give one-line errors."""
 
 from __future__ import annotations
 
-import logging
 import sys
 import types
 from pathlib import Path
@@ -13,7 +12,6 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from cosyedge.cli.main import main
 from cosyedge.errors import ArtifactError, DependencyError, UsageError
 from cosyedge.realtime import devices as devmod
 from cosyedge.realtime.enhancer import RateMonitor, RealtimeEnhancer
@@ -187,20 +185,12 @@ def test_load_sounddevice_without_portaudio(monkeypatch):
 
 
 @pytest.fixture
-def cli(capsys, monkeypatch):
-    """Run the CLI in process with a fake sounddevice; return (exit code, stdout, stderr)."""
+def cli(cli, monkeypatch):
+    """The CLI runner of tests/conftest.py with a fake sounddevice (``cli.state.sd``)."""
     state = types.SimpleNamespace(sd=fake_sounddevice(DEVICES, signal=_noise(3.0, rate=48000)))
     monkeypatch.setattr(devmod, "load_sounddevice", lambda: state.sd)
-
-    def run(*args):
-        logging.getLogger("cosyedge").handlers.clear()
-        rc = main([str(a) for a in args])
-        out, err = capsys.readouterr()
-        return rc, out, err
-
-    run.state = state
-    yield run
-    logging.getLogger("cosyedge").handlers.clear()
+    cli.state = state
+    return cli
 
 
 def _one_line_error(rc, err, code):

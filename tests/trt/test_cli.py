@@ -4,7 +4,6 @@ errors without TensorRT, and the full path through the CLI on the fake TensorRT/
 from __future__ import annotations
 
 import json
-import logging
 import subprocess
 import sys
 from pathlib import Path
@@ -15,25 +14,12 @@ import soundfile as sf
 
 from cosyedge._lazy import has_module
 from cosyedge.build import trt as bt
-from cosyedge.cli.main import main
 from tests import models
 from tests.trt import fakes
 
 ROOT = Path(__file__).resolve().parents[2]
 SPEECH = ROOT / "tests" / "data" / "speech_librivox_0890.wav"
 HOP = 160
-
-
-@pytest.fixture
-def cli(capsys):
-    def run(*args):
-        logging.getLogger("cosyedge").handlers.clear()
-        rc = main([str(a) for a in args])
-        out, err = capsys.readouterr()
-        return rc, out, err
-
-    yield run
-    logging.getLogger("cosyedge").handlers.clear()
 
 
 @pytest.fixture(scope="module")

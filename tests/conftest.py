@@ -1,0 +1,23 @@
+"""Shared fixtures."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+
+@pytest.fixture
+def cli(capsys):
+    """Run the CLI in process; ``cli(*args)`` returns (exit code, stdout, stderr). Folders add to it by
+    overriding this fixture (e.g. a private engines root, a fake sound device)."""
+    from cosyedge.cli.main import main
+
+    def run(*args):
+        logging.getLogger("cosyedge").handlers.clear()  # re-attach LOG to this test's captured stderr
+        rc = main([str(a) for a in args])
+        out, err = capsys.readouterr()
+        return rc, out, err
+
+    yield run
+    logging.getLogger("cosyedge").handlers.clear()
