@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import time
 from pathlib import Path
@@ -115,23 +114,11 @@ def main(argv=None) -> int:
         frac = min(1.0, (time.perf_counter() - t0) / budget_s)
         if frac >= 1.0:
             break
-        lr = args.lr * min(1.0, (step + 1) / 100) * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * frac)))
+        lr = tr.lr_at(args.lr, step, frac, warmup_steps=100)
         for g in opt.param_groups:
             g["lr"] = lr
         noisy, clean = data.batch(args.batch, n_samples, rng)
-        x = torch.from_numpy(noisy)[:, None]
-        s = torch.from_numpy(clean)
-        spec = model.analysis(x)
-        g2 = torch.cat([model.gains(spec)] * 2, dim=1)
-        y = model.synthesis(spec * g2)[:, 0]
-        ref, mix = s[:, : n_samples - delay], x[:, 0, : n_samples - delay]
-        a = args.speech_weight
-        if a == 0.5:
-            loss = tr.thresholded_snr_loss(y[:, delay:], ref, mix)
-        else:
-            y_s = model.synthesis(model.analysis(s[:, None]) * g2)[:, 0, delay:]
-            err = 2 * a * ((y_s - ref) ** 2).sum(-1) + 2 * (1 - a) * ((y[:, delay:] - y_s) ** 2).sum(-1)
-            loss = tr.thresholded_snr_loss(y[:, delay:], ref, mix, err_energy=err)
+        loss = tr.batch_loss(model, noisy, clean, delay, args.speech_weight)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 5.0)

@@ -58,6 +58,40 @@ def thresholded_snr_loss(est, ref, mix, tau_db: float = -30.0, err_energy=None):
     return (10 * torch.log10(e_err + tau * e_ref + floor) - 10 * torch.log10(e_ref + floor)).mean()
 
 
+def lr_at(base_lr: float, step: int, frac: float, warmup_steps: int) -> float:
+    """Learning rate: linear warm-up over ``warmup_steps``, then cosine decay to 5 % of ``base_lr`` over
+    the fraction ``frac`` in [0, 1] of the wall-clock budget."""
+    return base_lr * min(1.0, (step + 1) / warmup_steps) * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * frac)))
+
+
+def batch_loss(model, noisy: np.ndarray, clean: np.ndarray, delay: int, speech_weight: float):
+    """Training loss (scalar torch.Tensor, dB) of ``model`` on one batch.
+
+    Args:
+        model: ReferenceEnhancer in train mode.
+        noisy, clean (np.ndarray): float32 (B, T) batch from :meth:`TrainingData.batch`.
+        delay (int): model delay in samples (output aligned by dropping the first ``delay`` samples).
+        speech_weight (float): ``a`` of the weighted speech-distortion loss (0.5 = plain thresholded SNR).
+    """
+    import torch
+
+    n_samples = noisy.shape[-1]
+    x = torch.from_numpy(noisy)[:, None]
+    s = torch.from_numpy(clean)
+    spec = model.analysis(x)
+    g = model.gains(spec)
+    g2 = torch.cat([g, g], dim=1)
+    y = model.synthesis(spec * g2)[:, 0]
+    ref, mix = s[:, : n_samples - delay], x[:, 0, : n_samples - delay]
+    a = speech_weight
+    if a == 0.5:
+        return thresholded_snr_loss(y[:, delay:], ref, mix)
+    y_s = model.synthesis(model.analysis(s[:, None]) * g2)[:, 0, delay:]
+    y_n = y[:, delay:] - y_s
+    err = 2 * a * ((y_s - ref) ** 2).sum(-1) + 2 * (1 - a) * (y_n ** 2).sum(-1)
+    return thresholded_snr_loss(y[:, delay:], ref, mix, err_energy=err)
+
+
 def si_snr_db(est: np.ndarray, ref: np.ndarray) -> float:
     """Scale-invariant SNR (dB) of est vs ref, both (T,) float: :func:`cosyedge.datasets.si_snr`."""
     from cosyedge.datasets import si_snr
@@ -203,25 +237,11 @@ def main(argv=None) -> int:
         frac = min(1.0, (time.perf_counter() - t0) / budget_s)
         if frac >= 1.0:
             break
-        lr = args.lr * (min(1.0, (step + 1) / 200)) * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * frac)))
+        lr = lr_at(args.lr, step, frac, warmup_steps=200)
         for g in opt.param_groups:
             g["lr"] = lr
         noisy, clean = data.batch(args.batch, n_samples, rng)
-        x = torch.from_numpy(noisy)[:, None]
-        s = torch.from_numpy(clean)
-        spec = model.analysis(x)
-        g = model.gains(spec)
-        g2 = torch.cat([g, g], dim=1)
-        y = model.synthesis(spec * g2)[:, 0]
-        ref, mix = s[:, : n_samples - delay], x[:, 0, : n_samples - delay]
-        a = args.speech_weight
-        if a == 0.5:
-            loss = thresholded_snr_loss(y[:, delay:], ref, mix)
-        else:
-            y_s = model.synthesis(model.analysis(s[:, None]) * g2)[:, 0, delay:]
-            y_n = y[:, delay:] - y_s
-            err = 2 * a * ((y_s - ref) ** 2).sum(-1) + 2 * (1 - a) * (y_n ** 2).sum(-1)
-            loss = thresholded_snr_loss(y[:, delay:], ref, mix, err_energy=err)
+        loss = batch_loss(model, noisy, clean, delay, args.speech_weight)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 5.0)
