@@ -29,6 +29,36 @@ DEFAULT_MAX_LATENCY_RECORDS = 1 << 16
 """int: per-chunk latencies kept by default (a ring buffer; 65536 chunks = 11 min at 10 ms)."""
 
 
+class LatencyLog:
+    """The last ``size`` latencies in ms, in a preallocated ring (memory stays bounded however long a
+    stream runs).
+
+    Args:
+        size (int): K, the number of records kept (>= 1).
+    """
+
+    def __init__(self, size: int):
+        self._buf = np.zeros(int(size), dtype=np.float64)
+        self._n = 0
+
+    def add(self, ms: float) -> None:
+        """Record one latency in ms (overwrites the oldest once K are kept)."""
+        self._buf[self._n % self._buf.size] = ms
+        self._n += 1
+
+    def values(self) -> np.ndarray:
+        """np.ndarray: float64 (k,), k <= K, the kept latencies in ms, oldest first (a copy)."""
+        n, size = self._n, self._buf.size
+        if n <= size:
+            return self._buf[:n].copy()
+        i = n % size
+        return np.concatenate([self._buf[i:], self._buf[:i]])
+
+    def clear(self) -> None:
+        """Forget all records."""
+        self._n = 0
+
+
 class StreamSession(abc.ABC):
     """Abstract streaming session over a model that follows the cosyedge stream contract.
 
@@ -54,8 +84,7 @@ class StreamSession(abc.ABC):
         self.batch = int(batch)
         self.is_active = False
         self.chunks_pushed = 0
-        self._lat = np.zeros(int(max_latency_records), dtype=np.float64)
-        self._lat_count = 0
+        self._lat = LatencyLog(max_latency_records)
 
     # ------------------------------------------------------------------ hooks for backends
     @abc.abstractmethod
@@ -131,8 +160,7 @@ class StreamSession(abc.ABC):
         t0 = time.perf_counter()
         out = self.push_impl(chunk)
         ms = (time.perf_counter() - t0) * 1000.0
-        self._lat[self._lat_count % self._lat.size] = ms
-        self._lat_count += 1
+        self._lat.add(ms)
         self.chunks_pushed += 1
         return out
 
@@ -150,15 +178,11 @@ class StreamSession(abc.ABC):
     def latencies_ms(self) -> np.ndarray:
         """np.ndarray: float64 (K,), wall time of the last K pushes in ms (perf_counter around
         ``push_impl``), oldest first; K <= ``max_latency_records`` so memory stays bounded."""
-        n, size = self._lat_count, self._lat.size
-        if n <= size:
-            return self._lat[:n].copy()
-        i = n % size
-        return np.concatenate([self._lat[i:], self._lat[:i]])
+        return self._lat.values()
 
     def clear_latencies(self) -> None:
         """Forget the recorded per-chunk latencies."""
-        self._lat_count = 0
+        self._lat.clear()
 
     # ------------------------------------------------------------------ helpers
     def _check_chunk(self, chunk: np.ndarray) -> None:

@@ -36,6 +36,7 @@ from cosyedge._lazy import lazy_import
 from cosyedge.artifacts import StreamContract
 from cosyedge.errors import ArtifactError, UsageError, first_line
 from cosyedge.log import LOG
+from cosyedge.runtime.base import LatencyLog
 
 ort = lazy_import("onnxruntime")
 
@@ -102,8 +103,7 @@ class StreamPool:
         self._pending: dict[int, collections.deque] = {}
         self.dropped: dict[int, int] = {}
         self._free: list[int] = []
-        self._lat = np.zeros(MAX_TICK_RECORDS, np.float64)
-        self._lat_n = 0
+        self._lat = LatencyLog(MAX_TICK_RECORDS)
         self.ticks = 0
         self.inplace_ticks = 0  # ticks that ran on the slot stores without copying any state
         self.chunks_run = 0
@@ -278,8 +278,7 @@ class StreamPool:
                 self._run_gathered(m, slots, par, bool((par == p).all()))
             out = {sid: self._y[i, 0].copy() for i, (_, sid) in enumerate(ready)}
             ms = (time.perf_counter() - t0) * 1000.0
-            self._lat[self._lat_n % self._lat.size] = ms
-            self._lat_n += 1
+            self._lat.add(ms)
             self.ticks += 1
             self.chunks_run += m
             return out
@@ -307,15 +306,11 @@ class StreamPool:
     @property
     def tick_latencies_ms(self) -> np.ndarray:
         """np.ndarray: float64 (K,), wall time of the last K ticks in ms (gather + run + scatter), oldest first."""
-        n, size = self._lat_n, self._lat.size
-        if n <= size:
-            return self._lat[:n].copy()
-        i = n % size
-        return np.concatenate([self._lat[i:], self._lat[:i]])
+        return self._lat.values()
 
     def clear_latencies(self) -> None:
         """Forget the recorded tick latencies."""
-        self._lat_n = 0
+        self._lat.clear()
 
     # ------------------------------------------------------------------ helpers
     def _check_active(self, what: str) -> None:

@@ -331,3 +331,17 @@ def test_insane_metadata_is_an_artifact_error(tmp_path, key, value, words):
             p.value = value
     with pytest.raises(ArtifactError, match=words):
         StreamContract.from_onnx(model)
+
+
+def test_latency_log_keeps_the_last_k_oldest_first():
+    from cosyedge.runtime.base import LatencyLog
+
+    log = LatencyLog(4)
+    for ms in (1.0, 2.0, 3.0):
+        log.add(ms)
+    assert log.values().tolist() == [1.0, 2.0, 3.0]
+    for ms in (4.0, 5.0, 6.0):
+        log.add(ms)
+    assert log.values().tolist() == [3.0, 4.0, 5.0, 6.0]
+    log.clear()
+    assert log.values().size == 0
