@@ -126,7 +126,7 @@ def prepare_onnx(onnx_path: Any, dest: str | Path, *, precision: str = "fp32", s
         raise UsageError(f"calibration count must be >= 1, got {calib_count}")
     exclude = tuple(exclude)
     src = resolve_artifact(onnx_path)
-    check_streaming_onnx(src)
+    contract = check_streaming_onnx(src)
     dest = Path(dest)
     int8_onnx = int8_entry() if precision == "int8" else None  # fail before any work
     fields: dict = {"precision": precision, "sparse": bool(sparse), "exclude": list(exclude), "sparsity": None,
@@ -145,7 +145,7 @@ def prepare_onnx(onnx_path: Any, dest: str | Path, *, precision: str = "fp32", s
 
             fields["fp16"] = fp16_onnx(stage_in, dest, exclude=exclude)
         elif precision == "int8":
-            kw = {"cache_name": f"{StreamContract.from_onnx(src).name}-sparse"} if sparse else {}
+            kw = {"cache_name": f"{contract.name}-sparse"} if sparse else {}
             res = int8_onnx(stage_in, dest, calib=calib, exclude=exclude, count=int(calib_count), amax=amax, **kw)
             fields["int8"] = res
             fields["calibration_sha256"] = _calibration_hash(res)
