@@ -263,9 +263,8 @@ REAL_NOISE_CORPORA = {
 held-out ``opensfx`` recordings, see :func:`is_heldout_sound`)."""
 
 REAL_NOISE_CORPORA_V2 = {
-    "real-events": ("sound-icons", "freedesktop"),
-    "real-env": ("opensfx", "lincity-sfx", "etr-sfx"),
-    "music": ("moh", "lmms-samples", "stk-music"),
+    **REAL_NOISE_CORPORA,
+    "music": REAL_NOISE_CORPORA["music"] + ("stk-music",),
     "real-games": ("scorched3d-sfx", "torcs-sfx", "stk-sfx", "hedgewars-sfx"),
 }
 """Data version 2 adds about 30 min of real game effects and ambiences (``real-games``: rain, thunder,
