@@ -187,8 +187,9 @@ def main(argv=None) -> int:
     ap.add_argument("--add-dilations", default=None,
                     help="with --init: append gated blocks with these dilations (e.g. 1,2,4,8), initialised as the "
                          "identity (zero output projection), so training resumes from the same function")
-    ap.add_argument("--data-version", type=int, default=2, choices=(1, 2),
-                    help="training data: 1 = that of the bundled weights, 2 = plus more real voices and noises")
+    ap.add_argument("--data-version", type=int, default=3, choices=(1, 2, 3),
+                    help="training data (cosyedge.datasets.mix.DATA_VERSIONS): 1 = the first data, 2 = plus more "
+                         "real voices and noises, 3 = plus male-converted prompts")
     args = ap.parse_args(argv)
 
     import torch

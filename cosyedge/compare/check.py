@@ -21,7 +21,8 @@ INT8 build without its calibration. Other failures keep their usual codes (3 art
 **Baseline** (``--baseline``, default the committed ``cosyedge/compare/baselines/reference.accuracy.json``
 for the bundled model): JSON keyed by the reference model's SHA-256, with the utterance set's hashes,
 chunk length and, per label, every metric's value. ``cosyedge check --update-baseline`` is the one
-command that (re)writes it, after the model changes: it builds every label (INT8: calibrates on the
+command that (re)writes it, after the model changes: it builds every label of ``--precisions`` (the
+other labels of a baseline of the same model, utterances and chunk are kept) (INT8: calibrates on the
 calibration set, ``--calib DIR`` or the default ``calib/`` which is generated from Debian packages on
 first use) and stores next to the baseline the amax cache of each INT8 label
 (``<model>.<label>.amax.json``), so later checks build INT8 without any calibration audio (CI).
@@ -458,12 +459,27 @@ def _write_baseline(path: Path, ref: CompareModel, utts: list[Utterance], chunk:
         "chunk_samples": chunk, "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "tools": _tools(), "tolerances": BASELINE_TOLERANCES,
         "regenerate": "cosyedge check --update-baseline",
-        "labels": {lab: {"metrics": {k: _num(v["value"]) for k, v in d["metrics"].items()},
-                         "amax": (amax_cache_path(path, ref.contract.name, lab).name
-                                  if lab.startswith("int8") else None)}
-                   for lab, d in report["labels"].items()},
+        "labels": {**_kept_labels(path, ref, utts, chunk, set(report["labels"])),
+                   **{lab: {"metrics": {k: _num(v["value"]) for k, v in d["metrics"].items()},
+                            "amax": (amax_cache_path(path, ref.contract.name, lab).name
+                                     if lab.startswith("int8") else None)}
+                      for lab, d in report["labels"].items()}},
     }
     write_json(path, data)
+
+
+def _kept_labels(path: Path, ref: CompareModel, utts: list[Utterance], chunk: int, measured: set) -> dict:
+    """Labels of the baseline already at ``path`` that this update did not measure, kept when that baseline
+    is for the same model, utterance set and chunk (else ``{}``: its values no longer apply)."""
+    try:
+        old = load_baseline(path, ref)
+        _check_same_set(old, utts, chunk, path)
+    except UsageError:
+        return {}
+    kept = {lab: v for lab, v in (old.get("labels") or {}).items() if lab not in measured}
+    if kept:
+        LOG.info("baseline %s: kept the entries of %s (not re-measured)", path, sorted(kept))
+    return kept
 
 
 def _tools() -> dict:

@@ -24,7 +24,7 @@ import os
 import numpy as np
 
 from cosyedge.datasets import noise as noise_mod
-from cosyedge.datasets.sources import SAMPLE_RATE_HZ, Corpus, data_dir, load_corpus
+from cosyedge.datasets.sources import MALE_CONVERTED_CORPORA, SAMPLE_RATE_HZ, Corpus, data_dir, load_corpus
 from cosyedge.errors import ArtifactError, DependencyError, UsageError
 from cosyedge.log import LOG
 
@@ -46,9 +46,19 @@ EXTRA_SPEECH_CORPORA_V2 = ("klettres", "ktuberling")
 """Data version 2 adds about 80 min of real wideband voices (KLettres letters/syllables and KTuberling
 words, many speakers and ~35 languages; amateur recordings, some with audible background noise)."""
 
-DATA_VERSIONS = (1, 2)
-"""Training data versions: 1 = the data of the bundled weights; 2 = version 1 plus
-:data:`EXTRA_SPEECH_CORPORA_V2` and the noises of :data:`cosyedge.datasets.noise.REAL_NOISE_CORPORA_V2`.
+EXTRA_SPEECH_CORPORA_V3 = MALE_CONVERTED_CORPORA
+"""Data version 3 adds the asterisk training prompts converted to male-range voices (about 100 min; see
+:mod:`cosyedge.datasets.voice`): the real connected speech of versions 1-2 is almost all female."""
+
+MALE_SHARE_V3 = 0.3
+"""Share of speech draws given to :data:`EXTRA_SPEECH_CORPORA_V3` in data version 3."""
+
+
+DATA_VERSIONS = (1, 2, 3)
+"""Training data versions: 1 = the data of the first bundled weights; 2 = version 1 plus
+:data:`EXTRA_SPEECH_CORPORA_V2` and the noises of :data:`cosyedge.datasets.noise.REAL_NOISE_CORPORA_V2`;
+3 = version 2 plus :data:`EXTRA_SPEECH_CORPORA_V3` (male-converted prompts, drawn with :data:`MALE_SHARE_V3`;
+its validation set also converts every second prompt, see :meth:`TrainingData.validation_pairs`).
 (A 40-min fine-tune of the bundled model on version 2 raised validation SI-SNRi but not the held-out
 test figure; see docs/model-card.md.)"""
 
@@ -206,7 +216,8 @@ class TrainingData:
             corpora = SPEECH_TRAIN_CORPORA
             if data_version >= 2:
                 k = SPEECH_TRAIN_CORPORA.index("flite")
-                corpora = SPEECH_TRAIN_CORPORA[:k] + EXTRA_SPEECH_CORPORA_V2 + SPEECH_TRAIN_CORPORA[k:]
+                extra = EXTRA_SPEECH_CORPORA_V2 + (EXTRA_SPEECH_CORPORA_V3 if data_version >= 3 else ())
+                corpora = SPEECH_TRAIN_CORPORA[:k] + extra + SPEECH_TRAIN_CORPORA[k:]
         corpora = tuple(corpora)
         bad = {"librivox", "cards"} & set(corpora)
         if bad:
@@ -232,8 +243,10 @@ class TrainingData:
             if not pieces:
                 raise ArtifactError("no training speech available (check apt-get access)")
             self.speech = np.concatenate(pieces)
-            self._speech_w = self._corpus_weights({tuple(SYNTHETIC_CORPORA): synthetic_share,
-                                                   tuple(NARROWBAND_CORPORA): narrowband_share})
+            shares = {tuple(SYNTHETIC_CORPORA): synthetic_share, tuple(NARROWBAND_CORPORA): narrowband_share}
+            if data_version >= 3:
+                shares[EXTRA_SPEECH_CORPORA_V3] = MALE_SHARE_V3
+            self._speech_w = self._corpus_weights(shares)
             self.bank, self.bank_ranges = self._load_bank(noise_minutes_per_kind)
             weights = NOISE_WEIGHTS_V2 if data_version >= 2 else NOISE_WEIGHTS
             w = np.array([weights.get(k, 0.05) for k in self.bank_ranges])
@@ -374,7 +387,8 @@ class TrainingData:
         """Return the deterministic validation set: held-out asterisk prompts x training-type noise.
 
         Prompts are the ``"val"`` split (about 10 % by file-name hash) of every loaded ``asterisk-*``
-        corpus, never used in training; noise comes from a separate bank realisation (seed
+        corpus, never used in training (data version 3: every second one converted to a male-range voice,
+        name suffix ``~male``); noise comes from a separate bank realisation (seed
         ``seed``) of the training categories; SNR uniform in [-5, 20] dB (active-speech SNR); no gain.
 
         Args:
@@ -394,6 +408,11 @@ class TrainingData:
         items.sort(key=lambda t: _stable_int(t[0]))
         if limit is not None:
             items = items[:limit]
+        if self.data_version >= 3:  # every second held-out prompt as a male-range voice (same conversion as training)
+            from cosyedge.datasets.voice import change_gender, conversion_params  # noqa: PLC0415
+
+            items = [(f"{n}~male", change_gender(x, *conversion_params(n))) if k % 2 else (n, x)
+                     for k, (n, x) in enumerate(items)]
         rng = np.random.default_rng(seed)
         out = []
         for name, clean in items:

@@ -21,6 +21,8 @@ Corpora (see :data:`CORPORA`):
 - ``espeak``: espeak-ng (17 languages x 34 variants, random speed and pitch), ``flite``: voices slt, rms,
   awb, kal16; ``festival``: 10 festvox voices (must be installed). Text from ``fortune-mod`` or a built-in
   list. Synthetic utterances are normalised to -20 dBFS RMS.
+- ``asterisk-{en,fr,es,it,ru}-male``: the TRAINING prompts of each asterisk pack converted to a male-range
+  voice (Praat "Change gender", :mod:`cosyedge.datasets.voice`; formants x0.80-0.90, median f0 85-135 Hz).
 - Real TRAINING noise sources: ``sound-icons`` (GPL-2+), ``freedesktop`` (``sound-theme-freedesktop``,
   GPL-2+/CC-BY-SA), ``opensfx`` (``openttd-opensfx``, CC-BY-SA 3.0 collection of freesound recordings),
   ``moh`` (``asterisk-moh-opsound-g722``, CC-BY-SA 3.0 music), ``lmms-samples`` (``lmms-common``, GPL-2+),
@@ -684,3 +686,16 @@ def _corpus_from_arrays(name: str, audios, names, spk, source: str) -> Corpus:
 
 
 CORPORA.update({"espeak": _build_espeak, "flite": _build_flite, "festival": _build_festival})
+
+
+def _build_male(src: str, cache_dir) -> Corpus:
+    from cosyedge.datasets.voice import build_male_corpus  # noqa: PLC0415 (needs praat-parselmouth)
+
+    return build_male_corpus(load_corpus(src, cache_dir), f"{src}-male")
+
+
+MALE_CONVERTED_CORPORA = tuple(f"asterisk-{lang}-male" for lang in ("en", "fr", "es", "it", "ru"))
+"""Training prompts of the five asterisk core packs converted to male-range voices
+(:mod:`cosyedge.datasets.voice`); used by training data version 3."""
+
+CORPORA.update({name: (lambda cd, _s=name[: -len("-male")]: _build_male(_s, cd)) for name in MALE_CONVERTED_CORPORA})

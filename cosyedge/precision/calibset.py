@@ -232,13 +232,23 @@ def _generated(count: int, seed: int, audio: Path, training_data=None):
         yield {"file": name, **entry, "snr_db": _snr_db(noisy[0], clean[0])}
 
 
-def _from_folder(src: Path, count: int | None, seed: int, audio: Path, skipped: dict):
-    """Yield manifest entries for the usable recordings of ``src``; count skipped ones in ``skipped``."""
+def _from_folder(src: Path, count: int | None, seed: int, audio: Path, skipped: dict, out: Path | None = None):
+    """Yield manifest entries for the usable recordings of ``src``; count skipped ones in ``skipped``.
+
+    Hidden files and folders are skipped, and so is a calibration set's own ``audio/`` when the set
+    folder ``out`` lies inside ``src`` (``--from D --out D`` must not feed the previous set back in)."""
     from cosyedge.audio import load_audio
 
     if not src.is_dir():
         raise UsageError(f"--from {src}: not a folder of recordings")
-    files = sorted(p for p in src.rglob("*") if p.is_file() and not p.name.startswith("."))
+    own = (Path(out) / AUDIO_DIR).resolve() if out is not None else None
+
+    def usable(p: Path) -> bool:
+        if not p.is_file() or any(part.startswith(".") for part in p.relative_to(src).parts):
+            return False
+        return own is None or not p.resolve().is_relative_to(own)
+
+    files = sorted(p for p in src.rglob("*") if usable(p))
     if count is not None and len(files) > count:
         # a seeded subset keeps the result reproducible while sampling the whole folder
         rng = np.random.default_rng(seed)
@@ -310,7 +320,7 @@ def make_calibration_set(out: str | Path | None = None, *, count: int | None = N
                           "training noise bank; test speech and held-out noises excluded"}
             else:
                 src = Path(from_dir)
-                entries = list(_from_folder(src, count, seed, audio, skipped))
+                entries = list(_from_folder(src, count, seed, audio, skipped, out))
                 n_skip = sum(skipped.values())
                 if len(entries) < MIN_FROM_FILES:
                     raise UsageError(

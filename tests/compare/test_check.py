@@ -105,6 +105,24 @@ def test_missing_label_hint_keeps_the_baseline_labels(baseline, ref_onnx, engine
     assert "'cosyedge check --update-baseline --precisions fp32,int8,fp16'" in line
 
 
+def test_update_baseline_of_one_label_keeps_the_others(baseline, ref_onnx, engines, utt_dir, tmp_path):
+    """Re-measuring one label rewrites that label only: the other labels of a baseline of the same model,
+    utterances and chunk stay, so the CI gate keeps gating them."""
+    path = tmp_path / "copy.json"
+    shutil.copy(baseline, path)
+    before = json.loads(path.read_text())["labels"]
+    rc = main(["check", "--onnx", str(ref_onnx), "--baseline", str(path), "--update-baseline", "--precisions",
+               "fp32", "--engines-dir", str(engines), "--utterances", str(utt_dir), "--no-pesq", "-q"])
+    assert rc == 0
+    after = json.loads(path.read_text())["labels"]
+    assert set(after) == {"fp32", "int8"} and after["int8"] == before["int8"]
+    # another chunk length: the old values no longer apply and are dropped
+    rc = main(["check", "--onnx", str(ref_onnx), "--baseline", str(path), "--update-baseline", "--precisions",
+               "fp32", "--engines-dir", str(engines), "--utterances", str(utt_dir), "--no-pesq", "-q",
+               "--chunk-ms", "20"])
+    assert rc == 0 and set(json.loads(path.read_text())["labels"]) == {"fp32"}
+
+
 def _utts(d):
     from cosyedge.compare.utterances import utterances_from
 

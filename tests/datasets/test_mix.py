@@ -183,5 +183,5 @@ def test_heldout_sounds_rule_is_fixed_and_only_for_opensfx():
 
 
 def test_unknown_data_version_is_refused():
-    with pytest.raises(UsageError, match="data version 3"):
-        TrainingData(data_version=3)
+    with pytest.raises(UsageError, match="data version 4"):
+        TrainingData(data_version=4)

@@ -458,3 +458,14 @@ def test_model_declared_float_nodes(tmp_path):
     del stripped.metadata_props[:]
     stripped.metadata_props.extend(keep)
     assert "/inp/Conv" not in float_nodes(stripped, "audio", "enhanced")
+
+
+def test_calib_make_in_place_does_not_count_the_previous_set(tmp_path):
+    """``calib make --from D --out D`` twice: the second run must not take the first set's audio/ as input."""
+    d = fx.write_recordings(tmp_path / "rec", count=20)
+    assert main(["calib", "make", "--from", str(d), "--out", str(d), "-q"]) == 0
+    first = load_calibration_set(d)
+    assert main(["calib", "make", "--from", str(d), "--out", str(d), "-q"]) == 0
+    second = load_calibration_set(d)
+    assert len(first.files) == len(second.files) == 20
+    assert not any(f["source"].startswith("audio/") for f in second.manifest["files"])

@@ -1,0 +1,84 @@
+"""Voice conversion used by training data version 3 (Praat "Change gender" through parselmouth)."""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pytest
+
+from cosyedge.datasets import sources, voice
+from cosyedge.errors import DependencyError
+
+pytest.importorskip("parselmouth", reason="praat-parselmouth (the [data]/[dev] extra) is not installed")
+librosa = pytest.importorskip("librosa", reason="librosa (the [eval]/[dev] extra) is not installed")
+
+SR = 16000
+
+
+def _female_vowels(seconds: float, f0_hz: float = 210.0) -> np.ndarray:
+    """A glottal-pulse-like harmonic source at ``f0_hz`` through two formant resonances, with
+    syllable envelope: float32 (n,)."""
+    from scipy.signal import lfilter
+
+    n = int(seconds * SR)
+    t = np.arange(n) / SR
+    f0 = f0_hz * (1 + 0.05 * np.sin(2 * np.pi * 0.5 * t))
+    ph = 2 * np.pi * np.cumsum(f0) / SR
+    x = sum(np.sin(k * ph) / k for k in range(1, 30))
+    for fc, bw in ((800.0, 90.0), (1600.0, 120.0)):
+        r = np.exp(-np.pi * bw / SR)
+        x = lfilter([1 - r], [1, -2 * r * np.cos(2 * np.pi * fc / SR), r * r], x)
+    env = 0.5 + 0.5 * np.clip(np.sin(2 * np.pi * 2 * t), 0, None)
+    x = x * env
+    return (0.3 * x / np.abs(x).max()).astype(np.float32)
+
+
+def _median_f0(x: np.ndarray) -> float:
+    return float(np.median(librosa.yin(x, fmin=60, fmax=400, sr=SR)))
+
+
+def test_change_gender_lowers_pitch_and_keeps_length():
+    x = _female_vowels(2.0)
+    assert 195 < _median_f0(x) < 225
+    y = voice.change_gender(x, formant_ratio=0.85, pitch_median_hz=110.0)
+    assert y.dtype == np.float32 and y.shape == x.shape
+    assert np.isfinite(y).all() and np.abs(y).max() <= 0.99 + 1e-6
+    assert 95 < _median_f0(y) < 125
+    # still speech-level signal, not silence
+    assert 0.1 < np.sqrt(np.mean(y**2)) / np.sqrt(np.mean(x**2)) < 10
+
+
+def test_conversion_params_are_deterministic_and_in_range():
+    a = voice.conversion_params("asterisk-en/digits/1.g722")
+    assert a == voice.conversion_params("asterisk-en/digits/1.g722")
+    assert a != voice.conversion_params("asterisk-en/digits/2.g722")
+    for name in (f"u{i}" for i in range(50)):
+        fr, f0, pr = voice.conversion_params(name)
+        assert voice.FORMANT_RATIO_RANGE[0] <= fr <= voice.FORMANT_RATIO_RANGE[1]
+        assert voice.PITCH_MEDIAN_RANGE_HZ[0] <= f0 <= voice.PITCH_MEDIAN_RANGE_HZ[1]
+        assert voice.PITCH_RANGE_FACTOR_RANGE[0] <= pr <= voice.PITCH_RANGE_FACTOR_RANGE[1]
+
+
+def test_build_male_corpus_converts_only_training_prompts():
+    utts = [_female_vowels(s) for s in (1.0, 0.1, 1.5, 1.2)]
+    off = np.concatenate([[0], np.cumsum([u.size for u in utts])]).astype(np.int64)
+    src = sources.Corpus("asterisk-en", np.concatenate(utts), off, ["a", "short", "b", "held"],
+                         ["train", "train", "train", "val"], ["spk"] * 4, "fake-pkg")
+    c = voice.build_male_corpus(src, "asterisk-en-male")
+    assert c.names == ["a", "b"]  # the 0.1 s prompt is too short to convert; the val prompt is never used
+    assert c.splits == ["train", "train"] and c.speakers == ["spk~male", "spk~male"]
+    assert [c.utterance(i).size for i in range(2)] == [utts[0].size, utts[2].size]
+    assert _median_f0(c.utterance(1)) < 140
+    assert c.meta["converted_from"] == "asterisk-en"
+
+
+def test_missing_parselmouth_is_a_dependency_error(monkeypatch):
+    monkeypatch.setitem(sys.modules, "parselmouth", None)
+    with pytest.raises(DependencyError, match="praat-parselmouth"):
+        voice.change_gender(np.zeros(SR, np.float32), 0.85, 110.0)
+
+
+def test_male_corpora_are_registered_and_never_test_corpora():
+    assert set(sources.MALE_CONVERTED_CORPORA) <= set(sources.CORPORA)
+    assert all(n.startswith("asterisk-") and n.endswith("-male") for n in sources.MALE_CONVERTED_CORPORA)
