@@ -1,0 +1,119 @@
+#!/usr/bin/env python3
+"""Upper bounds of real-valued masks on the fixed test set: what a perfect gain estimator could reach.
+
+For every (noisy, clean) pair of the test set (``scripts/make_testset.py``; noise = noisy - clean), an
+oracle gain is computed from the TRUE speech and noise STFTs and applied to the noisy STFT, then
+SI-SNR improvement is scored exactly as ``cosyedge eval`` does (``cosyedge.datasets.si_snr``). Masks
+(all floored at the reference model's gain floor, 0.03 = -30 dB):
+
+- ``iam``: ideal amplitude mask ``min(1, |S| / |X|)`` (the best a real gain <= 1 can do per bin);
+- ``irm``: ideal ratio mask ``sqrt(|S|^2 / (|S|^2 + |N|^2))``;
+- ``wiener``: ideal Wiener gain ``|S|^2 / (|S|^2 + |N|^2)``.
+
+Windows: 320 samples (20 ms: the reference model's STFT, sqrt-Hann analysis and synthesis, hop 160) and
+longer ones (512, 1024 samples: more latency than issue 3 allows, shown for scale). A real gain cannot
+change the noisy phase, so where speech and noise overlap in a bin the residual stays; this bounds every
+gain/mask model with this filterbank, including the bundled one (see docs/model-card.md).
+
+Sources: ideal ratio/amplitude masks, Wang, Narayanan & Wang, "On training targets for supervised speech
+separation", IEEE/ACM TASLP 22(12), 2014 (doi:10.1109/TASLP.2014.2352935); Wiener gain, Loizou,
+"Speech Enhancement: Theory and Practice", 2nd ed., ch. 6.
+
+Commands::
+
+    python scripts/make_testset.py                                 # the test set, once
+    python scripts/oracle_testset.py --json docs/eval/oracle.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+WINDOWS = (320, 512, 1024)
+MASKS = ("iam", "irm", "wiener")
+GAIN_FLOOR = 0.03
+
+
+def oracle_gain(kind: str, s: np.ndarray, n: np.ndarray, x: np.ndarray, floor: float = GAIN_FLOOR) -> np.ndarray:
+    """Oracle real gain per bin.
+
+    Args:
+        kind (str): ``"iam"``, ``"irm"`` or ``"wiener"``.
+        s, n, x (np.ndarray): complex STFTs of speech, noise and mixture, same shape (F, frames).
+        floor (float): minimum gain.
+    Returns:
+        np.ndarray: float64 gains in [floor, 1], shape (F, frames).
+    """
+    ps, pn = np.abs(s) ** 2, np.abs(n) ** 2
+    if kind == "iam":
+        g = np.clip(np.abs(s) / (np.abs(x) + 1e-12), 0.0, 1.0)
+    elif kind == "irm":
+        g = np.sqrt(ps / (ps + pn + 1e-20))
+    elif kind == "wiener":
+        g = ps / (ps + pn + 1e-20)
+    else:
+        raise ValueError(f"unknown mask {kind!r}")
+    return np.maximum(g, floor)
+
+
+def apply_oracle(noisy: np.ndarray, clean: np.ndarray, kind: str, win: int) -> np.ndarray:
+    """Return the oracle-masked signal: float64 (T,), same length as ``noisy`` (16 kHz, sqrt-Hann STFT with
+    50 % overlap, perfect reconstruction with gain 1)."""
+    from scipy.signal import istft, stft
+
+    w = np.sqrt(np.hanning(win + 1)[:-1])  # periodic sqrt-Hann, as the reference model's bases
+    kw = {"fs": 16000, "window": w, "nperseg": win, "noverlap": win // 2}
+    _, _, x = stft(noisy, **kw)
+    _, _, s = stft(clean, **kw)
+    _, _, n = stft(noisy - clean, **kw)
+    _, y = istft(oracle_gain(kind, s, n, x) * x, **kw)
+    return y[: noisy.size]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    ap.add_argument("--testset", type=Path, default=Path("~/.cache/cosyedge/testset").expanduser(),
+                    help="folder written by scripts/make_testset.py")
+    ap.add_argument("--json", type=Path, default=None, help="write the table here")
+    args = ap.parse_args(argv)
+
+    from cosyedge.audio import load_audio
+    from cosyedge.datasets import si_snr
+
+    manifest = args.testset / "manifest.json"
+    if not manifest.is_file():
+        print(f"no test set at {args.testset}: run scripts/make_testset.py first", file=sys.stderr)
+        return 2
+    pairs = json.loads(manifest.read_text())["pairs"]
+    rows: dict = {}
+    for p in pairs:
+        noisy = load_audio(args.testset / p["noisy"])[0][:, 0].astype(np.float64)
+        clean = load_audio(args.testset / p["clean"])[0][:, 0].astype(np.float64)
+        base = float(si_snr(noisy, clean))
+        for win in WINDOWS:
+            for kind in MASKS:
+                gain = float(si_snr(apply_oracle(noisy, clean, kind, win), clean)) - base
+                for group in (f"{p['condition']}@{p['snr_db']:g}dB", f"all@{p['snr_db']:g}dB"):
+                    rows.setdefault(f"{win}/{kind}", {}).setdefault(group, []).append(gain)
+    table = {k: {g: round(float(np.mean(v)), 2) for g, v in sorted(groups.items())} for k, groups in rows.items()}
+    groups = sorted(next(iter(table.values())))
+    print(f"{'window/mask':14s} " + " ".join(f"{g:>24s}" for g in groups))
+    for k, v in table.items():
+        print(f"{k:14s} " + " ".join(f"{v[g]:24.2f}" for g in groups))
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps({"what": "oracle real-mask SI-SNR improvement (dB), mean per group",
+                                         "gain_floor": GAIN_FLOOR, "pairs": len(pairs), "table": table},
+                                        indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    sys.exit(main())
