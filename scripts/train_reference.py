@@ -190,6 +190,8 @@ def main(argv=None) -> int:
     ap.add_argument("--data-version", type=int, default=3, choices=(1, 2, 3),
                     help="training data (cosyedge.datasets.mix.DATA_VERSIONS): 1 = the first data, 2 = plus more "
                          "real voices and noises, 3 = plus male-converted prompts")
+    ap.add_argument("--male-share", type=float, default=0.3,
+                    help="data version 3: share of speech draws from the male-converted prompts")
     args = ap.parse_args(argv)
 
     import torch
@@ -201,7 +203,7 @@ def main(argv=None) -> int:
     torch.manual_seed(args.seed)
     rng = np.random.default_rng(args.seed)
     t_prep = time.perf_counter()
-    data = TrainingData(seed=args.seed, data_version=args.data_version)
+    data = TrainingData(seed=args.seed, data_version=args.data_version, male_share=args.male_share)
     val_pairs = data.validation_pairs()
     try:
         test_pairs = data.test_pairs((5,))

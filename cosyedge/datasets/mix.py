@@ -191,6 +191,8 @@ class TrainingData:
         synthetic_share (float): Share of speech draws from synthetic voices (espeak-ng, flite,
             festival). Defaults to 0.3.
         narrowband_share (float): Share of draws from the 8 kHz prompt packs. Defaults to 0.12.
+        male_share (float): Data version 3: share of draws from the male-converted prompts
+            (:data:`EXTRA_SPEECH_CORPORA_V3`). Defaults to :data:`MALE_SHARE_V3`.
         noise_minutes_per_kind (float): Length of each synthetic noise category, minutes.
         data_version (int): 1 (default: the data of the bundled weights) or 2 (more real voices and real
             noises; see :data:`DATA_VERSIONS`). Ignored for speech when ``corpora`` is given.
@@ -206,7 +208,7 @@ class TrainingData:
 
     def __init__(self, seed: int = 0, cache_dir: str | os.PathLike | None = None, corpora=None,
                  synthetic_share: float = 0.3, narrowband_share: float = 0.12,
-                 noise_minutes_per_kind: float = 2.0, data_version: int = 1):
+                 noise_minutes_per_kind: float = 2.0, data_version: int = 1, male_share: float = MALE_SHARE_V3):
         if data_version not in DATA_VERSIONS:
             raise UsageError(f"unknown training data version {data_version} (use one of {DATA_VERSIONS})")
         self.seed = seed
@@ -245,7 +247,7 @@ class TrainingData:
             self.speech = np.concatenate(pieces)
             shares = {tuple(SYNTHETIC_CORPORA): synthetic_share, tuple(NARROWBAND_CORPORA): narrowband_share}
             if data_version >= 3:
-                shares[EXTRA_SPEECH_CORPORA_V3] = MALE_SHARE_V3
+                shares[EXTRA_SPEECH_CORPORA_V3] = male_share
             self._speech_w = self._corpus_weights(shares)
             self.bank, self.bank_ranges = self._load_bank(noise_minutes_per_kind)
             weights = NOISE_WEIGHTS_V2 if data_version >= 2 else NOISE_WEIGHTS
