@@ -24,7 +24,13 @@ import os
 import numpy as np
 
 from cosyedge.datasets import noise as noise_mod
-from cosyedge.datasets.sources import MALE_CONVERTED_CORPORA, SAMPLE_RATE_HZ, Corpus, data_dir, load_corpus
+from cosyedge.datasets.sources import (
+    MALE_CONVERTED_CORPORA,
+    SAMPLE_RATE_HZ,
+    Corpus,
+    data_dir,
+    load_corpus,
+)
 from cosyedge.errors import ArtifactError, DependencyError, UsageError
 from cosyedge.log import LOG
 
@@ -411,7 +417,7 @@ class TrainingData:
         if limit is not None:
             items = items[:limit]
         if self.data_version >= 3:  # every second held-out prompt as a male-range voice (same conversion as training)
-            from cosyedge.datasets.voice import change_gender, conversion_params  # noqa: PLC0415
+            from cosyedge.datasets.voice import change_gender, conversion_params
 
             items = [(f"{n}~male", change_gender(x, *conversion_params(n))) if k % 2 else (n, x)
                      for k, (n, x) in enumerate(items)]

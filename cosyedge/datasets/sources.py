@@ -207,7 +207,7 @@ def _decode_av(path: Path) -> tuple[np.ndarray, int]:
                 else:
                     a = a.reshape(-1, len(frame.layout.channels)).mean(axis=1)
                 chunks.append(a)
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         raise ArtifactError(f"{path}: cannot decode with PyAV ({type(e).__name__}: {e})") from e
     if not chunks:
         raise ArtifactError(f"{path}: no audio frames (corrupt file?)")
@@ -303,7 +303,7 @@ def _load_corpus(path_npy: Path, name: str) -> Corpus | None:
         if meta.get("version") != CACHE_VERSION:
             return None
         audio = np.load(path_npy, mmap_mode="r")  # read-only memory map: utterances are read on demand
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         raise ArtifactError(f"corrupt corpus cache {path_npy} ({e}); delete it and retry") from e
     offsets = np.asarray(meta["offsets"], np.int64)
     if audio.dtype != np.float32 or audio.ndim != 1 or offsets[-1] != audio.size:
@@ -689,7 +689,7 @@ CORPORA.update({"espeak": _build_espeak, "flite": _build_flite, "festival": _bui
 
 
 def _build_male(src: str, cache_dir) -> Corpus:
-    from cosyedge.datasets.voice import build_male_corpus  # noqa: PLC0415 (needs praat-parselmouth)
+    from cosyedge.datasets.voice import build_male_corpus
 
     return build_male_corpus(load_corpus(src, cache_dir), f"{src}-male")
 

@@ -37,8 +37,8 @@ PITCH_RANGE_FACTOR_RANGE = (0.8, 1.2)
 
 def _parselmouth():
     try:
-        import parselmouth  # noqa: PLC0415
-        from parselmouth.praat import call  # noqa: PLC0415
+        import parselmouth
+        from parselmouth.praat import call
     except ImportError as e:
         raise DependencyError("voice conversion needs praat-parselmouth: pip install 'cosyedge[data]'") from e
     return parselmouth, call
@@ -101,7 +101,7 @@ def build_male_corpus(source, name: str):
         DependencyError: praat-parselmouth is missing.
         ArtifactError: no utterance could be converted.
     """
-    from cosyedge.datasets.sources import Corpus  # noqa: PLC0415 (sources registers this builder)
+    from cosyedge.datasets.sources import Corpus
 
     _parselmouth()
     audios, names, speakers = [], [], []
