@@ -698,4 +698,4 @@ MALE_CONVERTED_CORPORA = tuple(f"asterisk-{lang}-male" for lang in ("en", "fr", 
 """Training prompts of the five asterisk core packs converted to male-range voices
 (:mod:`cosyedge.datasets.voice`); used by training data version 3."""
 
-CORPORA.update({name: (lambda cd, _s=name[: -len("-male")]: _build_male(_s, cd)) for name in MALE_CONVERTED_CORPORA})
+CORPORA.update({name: (lambda cd, _s=name.removesuffix("-male"): _build_male(_s, cd)) for name in MALE_CONVERTED_CORPORA})
