@@ -81,7 +81,7 @@ def test_chunk_size_does_not_change_the_output(demo):
 
 def test_bundled_sparse_model_is_2to4_and_close_to_dense(demo):
     """The fine-tuned 2:4 variant holds the pattern in every eligible conv and enhances the demo as well
-    as the dense model (measured when committed: +2.0 dB vs dense +1.95 dB)."""
+    as the dense model (measured when committed: +2.26 dB vs dense +2.45 dB)."""
     from onnx import numpy_helper
 
     from cosyedge.models import REFERENCE_SPARSE_STREAM_ONNX
@@ -97,4 +97,4 @@ def test_bundled_sparse_model_is_2to4_and_close_to_dense(demo):
     with OrtStreamSession(REFERENCE_SPARSE_STREAM_ONNX) as s:
         y = enhance_array(s, x).reshape(-1)[: len(c)]
     gain = float(si_snr(y, c) - si_snr(x, c))
-    assert gain >= 1.5, gain
+    assert gain >= 1.8, gain
