@@ -13,7 +13,8 @@ model's SI-SNR improvement next to the oracle ideal amplitude mask's (same 20 ms
   segments of the held-out real noises of the test set).
 
 The run that motivated training data version 3 (docs/model-card.md): with the stage-3 model, female
-prompts kept 4.8 dB in the test noises, male-converted prompts 1.05 dB and the male test readings 1.9 dB.
+prompts kept 4.80 dB in the test noises, male-converted prompts 0.97 dB and the male test readings 1.89 dB
+(`docs/eval/domains-stage3.json`).
 
 Commands::
 
@@ -39,6 +40,8 @@ def main(argv=None) -> int:
     ap.add_argument("--snr", type=float, default=5.0, help="active-speech SNR, dB")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args(argv)
+    if args.prompts < 1:
+        ap.error("--prompts must be >= 1")
 
     import torch
 
@@ -105,6 +108,7 @@ def main(argv=None) -> int:
               + " | ".join(f"{k}: model {v['model_sisnri_db']:+.2f} dB, oracle {v['oracle_iam_sisnri_db']:+.2f} dB"
                            for k, v in row.items() if k.endswith("_noise")), flush=True)
     if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({"weights": args.weights or "bundled", "snr_db": args.snr,
                                          "table": table}, indent=2) + "\n")
     return 0

@@ -90,17 +90,26 @@ def main(argv=None) -> int:
     if not manifest.is_file():
         print(f"no test set at {args.testset}: run scripts/make_testset.py first", file=sys.stderr)
         return 2
-    pairs = json.loads(manifest.read_text())["pairs"]
+    from cosyedge.errors import CosyEdgeError
+
     rows: dict = {}
-    for p in pairs:
-        noisy = load_audio(args.testset / p["noisy"])[0][:, 0].astype(np.float64)
-        clean = load_audio(args.testset / p["clean"])[0][:, 0].astype(np.float64)
-        base = float(si_snr(noisy, clean))
-        for win in WINDOWS:
-            for kind in MASKS:
-                gain = float(si_snr(apply_oracle(noisy, clean, kind, win), clean)) - base
-                for group in (f"{p['condition']}@{p['snr_db']:g}dB", f"all@{p['snr_db']:g}dB"):
-                    rows.setdefault(f"{win}/{kind}", {}).setdefault(group, []).append(gain)
+    try:
+        pairs = json.loads(manifest.read_text())["pairs"]
+        if not pairs:
+            raise ValueError("no pairs")
+        for p in pairs:
+            noisy = load_audio(args.testset / p["noisy"])[0][:, 0].astype(np.float64)
+            clean = load_audio(args.testset / p["clean"])[0][:, 0].astype(np.float64)
+            base = float(si_snr(noisy, clean))
+            for win in WINDOWS:
+                for kind in MASKS:
+                    gain = float(si_snr(apply_oracle(noisy, clean, kind, win), clean)) - base
+                    for group in (f"{p['condition']}@{p['snr_db']:g}dB", f"all@{p['snr_db']:g}dB"):
+                        rows.setdefault(f"{win}/{kind}", {}).setdefault(group, []).append(gain)
+    except (OSError, ValueError, KeyError, TypeError, CosyEdgeError) as err:  # JSONDecodeError is a ValueError
+        print(f"test set {args.testset} unusable ({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}); "
+              f"regenerate it: python scripts/make_testset.py --out {args.testset}", file=sys.stderr)
+        return 2
     table = {k: {g: round(float(np.mean(v)), 2) for g, v in sorted(groups.items())} for k, groups in rows.items()}
     groups = sorted(next(iter(table.values())))
     print(f"{'window/mask':14s} " + " ".join(f"{g:>24s}" for g in groups))

@@ -215,8 +215,9 @@ class TrainingData:
     def __init__(self, seed: int = 0, cache_dir: str | os.PathLike | None = None, corpora=None,
                  synthetic_share: float = 0.3, narrowband_share: float = 0.12,
                  noise_minutes_per_kind: float = 2.0, data_version: int = 1, male_share: float = MALE_SHARE_V3):
-        if data_version not in DATA_VERSIONS:
-            raise UsageError(f"unknown training data version {data_version} (use one of {DATA_VERSIONS})")
+        if isinstance(data_version, bool) or not isinstance(data_version, (int, np.integer)) \
+                or data_version not in DATA_VERSIONS:
+            raise UsageError(f"unknown training data version {data_version!r} (use one of the integers {DATA_VERSIONS})")
         self.seed = seed
         self.cache_dir = cache_dir
         self.data_version = data_version
@@ -396,7 +397,7 @@ class TrainingData:
 
         Prompts are the ``"val"`` split (about 10 % by file-name hash) of every loaded ``asterisk-*``
         corpus, never used in training (data version 3: every second one converted to a male-range voice,
-        name suffix ``~male``); noise comes from a separate bank realisation (seed
+        its ``<corpus>/<file>`` part suffixed ``~male``); noise comes from a separate bank realisation (seed
         ``seed``) of the training categories; SNR uniform in [-5, 20] dB (active-speech SNR); no gain.
 
         Args:

@@ -21,7 +21,7 @@ import hashlib
 
 import numpy as np
 
-from cosyedge.errors import ArtifactError, DependencyError
+from cosyedge.errors import ArtifactError, DependencyError, UsageError
 
 SAMPLE_RATE_HZ = 16000
 
@@ -55,13 +55,24 @@ def change_gender(x: np.ndarray, formant_ratio: float, pitch_median_hz: float, p
         pitch_range_factor (float): Scale of the pitch excursions around the median.
         sample_rate_hz (int): Sample rate of ``x`` and of the result.
     Returns:
-        np.ndarray: float32, shape (T,), peak <= 0.99 (scaled down only if the conversion overshoots).
+        np.ndarray: float32, shape (T,), peak <= 0.99 (scaled down only if the conversion overshoots;
+        all zeros if Praat returned non-finite samples).
     Raises:
         DependencyError: praat-parselmouth is not installed.
+        UsageError: ``x`` is not a non-empty 1-D float array of finite samples, or ``sample_rate_hz`` <= 0.
         ArtifactError: Praat failed on this utterance (e.g. too short to analyse pitch).
     """
+    x = np.asarray(x)
+    if x.ndim != 1 or x.size == 0:
+        raise UsageError(f"change_gender needs mono samples, shape (T,) with T > 0; got shape {x.shape}")
+    if x.dtype.kind != "f":
+        raise UsageError(f"change_gender needs float samples in [-1, 1]; got {x.dtype} (convert PCM first)")
+    if not np.isfinite(x).all():
+        raise UsageError("change_gender: the audio holds NaN or Inf samples")
+    if not sample_rate_hz or sample_rate_hz <= 0:
+        raise UsageError(f"change_gender: sample rate must be > 0 Hz, got {sample_rate_hz}")
     parselmouth, call = _parselmouth()
-    s = parselmouth.Sound(np.asarray(x, np.float64), sampling_frequency=float(sample_rate_hz))
+    s = parselmouth.Sound(x.astype(np.float64), sampling_frequency=float(sample_rate_hz))
     try:
         # arguments: pitch floor, pitch ceiling (analysis, Hz), formant shift ratio, new pitch median,
         # pitch range factor, duration factor
@@ -107,11 +118,13 @@ def build_male_corpus(source, name: str):
     audios, names, speakers = [], [], []
     for i in source.indices("train"):
         x = source.utterance(i)
-        if x.size < SAMPLE_RATE_HZ // 4:  # too short for a pitch analysis
+        if x.size < SAMPLE_RATE_HZ // 4 or not np.isfinite(x).all():  # too short for a pitch analysis, or broken
             continue
         try:
             y = change_gender(x, *conversion_params(source.names[i]))
         except ArtifactError:
+            continue
+        if not np.any(y):  # Praat gave silence: not speech
             continue
         audios.append(y)
         names.append(source.names[i])

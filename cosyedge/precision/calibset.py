@@ -235,17 +235,22 @@ def _generated(count: int, seed: int, audio: Path, training_data=None):
 def _from_folder(src: Path, count: int | None, seed: int, audio: Path, skipped: dict, out: Path | None = None):
     """Yield manifest entries for the usable recordings of ``src``; count skipped ones in ``skipped``.
 
-    Hidden files and folders are skipped, and so is a calibration set's own ``audio/`` when the set
-    folder ``out`` lies inside ``src`` (``--from D --out D`` must not feed the previous set back in)."""
+    Hidden files and folders are skipped, and so are a calibration set's own ``audio/``, manifest and
+    amax/calibration caches when the set folder ``out`` lies inside ``src`` (``--from D --out D`` must
+    neither feed the previous set back in nor count its files as unreadable)."""
     from cosyedge.audio import load_audio
 
     if not src.is_dir():
         raise UsageError(f"--from {src}: not a folder of recordings")
     own = (Path(out) / AUDIO_DIR).resolve() if out is not None else None
+    set_dir = Path(out).resolve() if out is not None else None
 
     def usable(p: Path) -> bool:
         if not p.is_file() or any(part.startswith(".") for part in p.relative_to(src).parts):
             return False
+        if set_dir is not None and p.resolve().parent == set_dir and (
+                p.name == MANIFEST or p.name.endswith((".amax.json", ".calibration.cache"))):
+            return False  # the set's own manifest and amax/calibration caches, not recordings
         return own is None or not p.resolve().is_relative_to(own)
 
     files = sorted(p for p in src.rglob("*") if usable(p))

@@ -183,5 +183,6 @@ def test_heldout_sounds_rule_is_fixed_and_only_for_opensfx():
 
 
 def test_unknown_data_version_is_refused():
-    with pytest.raises(UsageError, match="data version 4"):
-        TrainingData(data_version=4)
+    for bad in (4, 3.0, "3", True):
+        with pytest.raises(UsageError, match="unknown training data version"):
+            TrainingData(data_version=bad)

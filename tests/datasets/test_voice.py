@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from cosyedge.datasets import sources, voice
-from cosyedge.errors import DependencyError
+from cosyedge.errors import DependencyError, UsageError
 
 pytest.importorskip("parselmouth", reason="praat-parselmouth (the [data]/[dev] extra) is not installed")
 librosa = pytest.importorskip("librosa", reason="librosa (the [eval]/[dev] extra) is not installed")
@@ -82,3 +82,25 @@ def test_missing_parselmouth_is_a_dependency_error(monkeypatch):
 def test_male_corpora_are_registered_and_never_test_corpora():
     assert set(sources.MALE_CONVERTED_CORPORA) <= set(sources.CORPORA)
     assert all(n.startswith("asterisk-") and n.endswith("-male") for n in sources.MALE_CONVERTED_CORPORA)
+
+
+@pytest.mark.parametrize("bad, why", [
+    (np.zeros((SR, 2), np.float32), "shape"),
+    (np.zeros(0, np.float32), "shape"),
+    (np.zeros(SR, np.int16), "float samples"),
+    (np.r_[np.zeros(SR, np.float32), np.float32("nan")], "NaN or Inf"),
+])
+def test_bad_audio_is_a_one_line_usage_error(bad, why):
+    with pytest.raises(UsageError, match=why):
+        voice.change_gender(bad, 0.85, 110.0)
+    with pytest.raises(UsageError, match="sample rate"):
+        voice.change_gender(np.zeros(SR, np.float32), 0.85, 110.0, sample_rate_hz=0)
+
+
+def test_build_male_corpus_skips_broken_prompts():
+    good, broken = _female_vowels(1.0), _female_vowels(1.0)
+    broken[100] = np.nan
+    off = np.array([0, good.size, good.size + broken.size], np.int64)
+    src = sources.Corpus("asterisk-en", np.concatenate([good, broken]), off, ["ok", "nan"], ["train", "train"],
+                         ["spk", "spk"], "fake")
+    assert voice.build_male_corpus(src, "m").names == ["ok"]

@@ -469,3 +469,10 @@ def test_calib_make_in_place_does_not_count_the_previous_set(tmp_path):
     second = load_calibration_set(d)
     assert len(first.files) == len(second.files) == 20
     assert not any(f["source"].startswith("audio/") for f in second.manifest["files"])
+    # nothing of the set itself (manifest, amax/calibration caches) is counted as an unreadable recording,
+    # so the manifest, and the hash that keys the amax cache, stays the same
+    (d / "reference.amax.json").write_text("{}")
+    (d / "reference.calibration.cache").write_text("x")
+    assert main(["calib", "make", "--from", str(d), "--out", str(d), "-q"]) == 0
+    third = load_calibration_set(d)
+    assert third.manifest["skipped"]["unreadable"] == 0 and third.sha256 == second.sha256
