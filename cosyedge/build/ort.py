@@ -43,11 +43,13 @@ from cosyedge.artifacts import (
 )
 from cosyedge.build.prepare import (
     DEFAULT_CALIB_COUNT,
+    check_engine_name,
     check_streaming_onnx,
     engine_folder_name,
+    manifest_head,
     prepare_onnx,
 )
-from cosyedge.errors import ArtifactError, CosyEdgeError, UsageError
+from cosyedge.errors import ArtifactError, CosyEdgeError
 from cosyedge.log import LOG
 
 onnx = lazy_import("onnx")
@@ -114,9 +116,7 @@ def build_ort(onnx_path: Any, out_dir: str | Path | None = None, name: str | Non
     """
     src = resolve_artifact(onnx_path)
     contract = check_streaming_onnx(src)
-    name = name or contract.name
-    if not name or any(ch in name for ch in "/\\") or name in (".", ".."):
-        raise UsageError(f"engine name {name!r} must be a plain folder name (no path separators)")
+    name = check_engine_name(name or contract.name)
     root = Path(out_dir) if out_dir is not None else engines_root()
     dest = root / engine_folder_name(name, precision, BACKEND, sparse)
     label = precision + ("+2:4 sparse" if sparse else "")
@@ -125,21 +125,14 @@ def build_ort(onnx_path: Any, out_dir: str | Path | None = None, name: str | Non
         fields = prepare_onnx(src, model_dst, precision=precision, sparse=sparse, exclude=exclude,
                               calib=calib, calib_count=calib_count, amax=amax)
         _smoke_test(model_dst, StreamContract.from_onnx(model_dst))
+        head = manifest_head(name=name, backend=BACKEND, precision=precision, sparse=sparse,
+                             model_file=MODEL_FILE, model_path=model_dst, parent=src)
         write_manifest(tmp, {
-            "stage": "build",
-            "name": name,
-            "backend": BACKEND,
-            "precision": precision,
-            "sparse": bool(sparse),
-            "model": {"file": MODEL_FILE, "sha256": sha256_file(model_dst)},
+            **head,
             "artifact": {"file": MODEL_FILE, "kind": "onnx (loaded by onnxruntime.InferenceSession)"},
-            "parent_sha256": sha256_file(src),
-            "parent_path": str(src.resolve()),
             "calibration_sha256": fields["calibration_sha256"],
             "tools": _tool_versions(precision),
-            "flags": {"backend": BACKEND, "precision": precision, "fp16": precision == "fp16",
-                      "int8": precision == "int8", "sparse": bool(sparse), "exclude": list(exclude),
-                      "calib": None if calib is None else str(calib),
+            "flags": {**head["flags"], "exclude": list(exclude), "calib": None if calib is None else str(calib),
                       "calib_count": int(calib_count) if precision == "int8" else None},
             "reports": {k: fields[k] for k in ("sparsity", "fp16", "int8") if fields[k] is not None},
             "contract": contract.to_metadata(),

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from cosyedge._lazy import lazy_import
-from cosyedge.artifacts import StreamContract, load_onnx, resolve_artifact
+from cosyedge.artifacts import StreamContract, load_onnx, resolve_artifact, sha256_file
 from cosyedge.errors import ArtifactError, UsageError
 from cosyedge.log import LOG
 
@@ -43,9 +43,46 @@ def precision_from_flags(fp16: bool = False, int8: bool = False) -> str:
     return "fp16" if fp16 else "int8" if int8 else "fp32"
 
 
-def engine_folder_name(name: str, precision: str = "fp32", backend: str = "onnxruntime", sparse: bool = False) -> str:
-    """Return the engine folder name (str) encoding its configuration, e.g. ``reference-int8-sparse-onnxruntime``."""
-    return f"{name}-{precision}{'-sparse' if sparse else ''}-{backend}"
+def engine_folder_name(name: str, precision: str = "fp32", backend: str = "onnxruntime", sparse: bool = False,
+                       dla_core: int | None = None) -> str:
+    """Return the engine folder name (str) encoding its configuration, e.g. ``reference-int8-sparse-onnxruntime``
+    or ``reference-fp16-dla0-tensorrt`` (``dla_core``: TensorRT's DLA core, None for the GPU)."""
+    parts = [name, precision] + (["sparse"] if sparse else []) + ([f"dla{int(dla_core)}"] if dla_core is not None else [])
+    return "-".join(parts + [backend])
+
+
+def check_engine_name(name: str | None) -> str:
+    """Return ``name`` if it is usable as an engine folder name.
+
+    Raises:
+        UsageError: empty, ``.``/``..``, or holding a path separator.
+    """
+    if not name or any(ch in name for ch in "/\\") or name in (".", ".."):
+        raise UsageError(f"engine name {name!r} must be a plain folder name (no path separators)")
+    return name
+
+
+def manifest_head(*, name: str, backend: str, precision: str, sparse: bool, model_file: str, model_path: Path,
+                  parent: Path) -> dict:
+    """The manifest fields every backend's engine folder shares (dict): stage, name, backend, precision,
+    sparse flag, the model file and its SHA-256, the parent ONNX's SHA-256 and path, and the common
+    ``flags`` (backend, precision, fp16, int8, sparse) that each backend extends with its own.
+
+    Raises:
+        ArtifactError: ``model_path`` or ``parent`` cannot be read (from :func:`sha256_file`).
+    """
+    return {
+        "stage": "build",
+        "name": name,
+        "backend": backend,
+        "precision": precision,
+        "sparse": bool(sparse),
+        "model": {"file": model_file, "sha256": sha256_file(model_path)},
+        "parent_sha256": sha256_file(parent),
+        "parent_path": str(Path(parent).resolve()),
+        "flags": {"backend": backend, "precision": precision, "fp16": precision == "fp16",
+                  "int8": precision == "int8", "sparse": bool(sparse)},
+    }
 
 
 def check_streaming_onnx(src: Path) -> StreamContract:
@@ -175,5 +212,6 @@ def _calibration_hash(res: Any) -> str | None:
     return None
 
 
-__all__ = ["DEFAULT_CALIB_COUNT", "PRECISIONS", "check_streaming_onnx", "engine_folder_name", "int8_entry",
+__all__ = ["DEFAULT_CALIB_COUNT", "PRECISIONS", "check_engine_name", "check_streaming_onnx", "engine_folder_name",
+           "int8_entry", "manifest_head",
            "precision_from_flags", "prepare_onnx"]

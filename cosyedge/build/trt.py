@@ -61,6 +61,8 @@ from cosyedge.artifacts import (
     sha256_file,
     write_manifest,
 )
+from cosyedge.build.prepare import check_engine_name, manifest_head
+from cosyedge.build.prepare import engine_folder_name as _folder_name
 from cosyedge.build.trt_compat import (
     PRECISIONS,
     check_engine_compat,
@@ -194,8 +196,7 @@ def check_precision(precision: str, stats: dict, strongly_typed: bool, where: st
 def engine_folder_name(name: str, precision: str = "fp32", sparse: bool = False, dla_core: int | None = None) -> str:
     """Return the engine folder name (str), e.g. ``reference-int8-sparse-tensorrt`` or
     ``reference-fp16-dla0-tensorrt``."""
-    parts = [name, precision] + (["sparse"] if sparse else []) + ([f"dla{int(dla_core)}"] if dla_core is not None else [])
-    return "-".join(parts + [BACKEND])
+    return _folder_name(name, precision, BACKEND, sparse, dla_core)
 
 
 def timing_cache_path(root: Path, trt_version: str, compute_capability: str) -> Path:
@@ -263,9 +264,7 @@ def build_trt(onnx_path: Any, out_dir: str | Path | None = None, name: str | Non
     contract = StreamContract.from_onnx(src)
     if not contract.is_streaming:
         raise ArtifactError(f"{src} has no streaming state (state_in.*/state_out.*); run 'cosyedge streamify' first")
-    name = name or contract.name
-    if not name or any(ch in name for ch in "/\\") or name in (".", ".."):
-        raise UsageError(f"engine name {name!r} must be a plain folder name (no path separators)")
+    name = check_engine_name(name or contract.name)
     profile = profile_from_contract(contract, chunk_samples, max_batch, opt_batch)
     parent = Path(parent_path) if parent_path is not None else src
     model = load_onnx(src, load_external_data=False)
@@ -297,20 +296,14 @@ def build_trt(onnx_path: Any, out_dir: str | Path | None = None, name: str | Non
         cache_file = timing_cache_path(root, trt.__version__, gpu["compute_capability"]) if timing_cache else None
         report = _build_plan_file(trt, model_dst, tmp / PLAN_FILE, plan, profile, workspace_mib, cache_file)
         _smoke_test(tmp / PLAN_FILE, contract, profile, device)
+        head = manifest_head(name=name, backend=BACKEND, precision=precision, sparse=sparse,
+                             model_file=MODEL_FILE, model_path=model_dst, parent=parent)
         write_manifest(tmp, {
-            "stage": "build",
-            "name": name,
-            "backend": BACKEND,
-            "precision": precision,
-            "sparse": bool(sparse),
-            "model": {"file": MODEL_FILE, "sha256": sha256_file(model_dst)},
+            **head,
             "plan": {"file": PLAN_FILE, "sha256": sha256_file(tmp / PLAN_FILE)},
-            "parent_sha256": sha256_file(parent),
-            "parent_path": str(parent.resolve()),
             "tools": {"tensorrt": trt.__version__, "onnx": _onnx_version()},
             "gpu": gpu,
-            "flags": {"backend": BACKEND, "precision": precision, "fp16": precision == "fp16",
-                      "int8": precision == "int8", "sparse": bool(sparse), "dla_core": plan.dla_core,
+            "flags": {**head["flags"], "dla_core": plan.dla_core,
                       "gpu_fallback": bool(gpu_fallback), "workspace_mib": int(workspace_mib),
                       "max_batch": int(max_batch), "opt_batch": int(opt_batch)},
             "build_plan": plan.as_dict(),
