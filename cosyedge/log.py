@@ -16,6 +16,20 @@ import time
 _logger = logging.getLogger("cosyedge")
 
 
+class _StderrHandler(logging.StreamHandler):
+    """A StreamHandler on whatever ``sys.stderr`` is when a record is emitted, not the object it was when the
+    handler was made: stderr redirected later (``contextlib.redirect_stderr``, pytest's capture, a CLI run
+    in process) still gets the log, and a closed earlier stream is never written."""
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value) -> None:  # StreamHandler.__init__/setStream assign it; the live sys.stderr wins
+        pass
+
+
 class _Log:
     def __init__(self) -> None:
         self._once: set[str] = set()
@@ -25,7 +39,7 @@ class _Log:
         level = logging.WARNING if verbosity < 0 else (logging.INFO if verbosity == 0 else logging.DEBUG)
         _logger.setLevel(level)
         if not _logger.handlers:
-            h = logging.StreamHandler(sys.stderr)
+            h = _StderrHandler()
             h.setFormatter(logging.Formatter("[%(levelname).1s] %(message)s"))
             _logger.addHandler(h)
         _logger.propagate = False

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import logging
-
 import pytest
 
 
@@ -14,10 +12,8 @@ def cli(capsys):
     from cosyedge.cli.main import main
 
     def run(*args):
-        logging.getLogger("cosyedge").handlers.clear()  # re-attach LOG to this test's captured stderr
         rc = main([str(a) for a in args])
         out, err = capsys.readouterr()
         return rc, out, err
 
     yield run
-    logging.getLogger("cosyedge").handlers.clear()

@@ -24,8 +24,6 @@ def demo_report(tmp_path_factory):
     """Run 'cosyedge eval' once on the bundled demo pair (17 s, engine noise at 5 dB) with --json and --plot.
 
     DNSMOS is left out here to keep the test fast (it is tested in test_metrics and the noisy-only test)."""
-    import logging
-
     from cosyedge.cli.main import main
 
     if not HAVE_METRICS:
@@ -36,13 +34,11 @@ def demo_report(tmp_path_factory):
                                      "snr_db": 5, "condition": "camaro-engine"}]))
     mp = pytest.MonkeyPatch()
     mp.setenv("COSYEDGE_ENGINES_DIR", str(tmp / "engines"))
-    logging.getLogger("cosyedge").handlers.clear()
     try:
         args = ["eval", manifest, "--json", tmp / "out" / "report.json", "--plot", tmp / "plots", "--no-dnsmos"]
         rc = main([str(a) for a in args])
     finally:
         mp.undo()
-        logging.getLogger("cosyedge").handlers.clear()
     assert rc == 0
     return tmp, json.loads((tmp / "out" / "report.json").read_text())
 
