@@ -8,7 +8,7 @@ model's SI-SNR improvement next to the oracle ideal amplitude mask's (same 20 ms
 - speech: ``librivox`` (the test readings: one male reader, f0 about 80-100 Hz; each reading 6 times with
   other noise segments), ``asterisk`` (held-out validation prompts, mostly female voices, f0 about
   180-220 Hz), ``asterisk-male`` (the same held-out prompts converted to male-range voices with
-  :func:`cosyedge.datasets.voice.change_gender`; never trained on, as only training prompts are converted);
+  :func:`cosyedge.datasets.voice.convert_to_male`; never trained on, as only training prompts are converted);
 - noise: ``train`` (a fresh realisation of the training noise categories, seed 1) and ``test`` (random
   segments of the held-out real noises of the test set).
 
@@ -47,7 +47,7 @@ def main(argv=None) -> int:
 
     from cosyedge.datasets import noise as noise_mod
     from cosyedge.datasets.mix import TrainingData, load_corpus, mix_at_snr, si_snr
-    from cosyedge.datasets.voice import change_gender, conversion_params
+    from cosyedge.datasets.voice import convert_to_male
     from cosyedge.models.reference import load_reference
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -70,13 +70,12 @@ def main(argv=None) -> int:
     speech = {
         "librivox": [lib.utterance(i) for i in range(len(lib))] * 6,
         "asterisk": [c for _, _, c in val],
-        "asterisk-male": [change_gender(c, *conversion_params(n.split("|")[0])) for n, _, c in val],
+        "asterisk-male": [convert_to_male(c, n.split("|")[0]) for n, _, c in val],
     }
     held = noise_mod.heldout_noises()
-    kinds = list(data._noise_kinds)
 
     def train_noise(n: int) -> np.ndarray:
-        return data._val_noise(kinds[rng.choice(len(kinds), p=data._noise_w)], n, rng)
+        return data.validation_noise(n, rng)[1]
 
     def test_noise(n: int) -> np.ndarray:
         z = held[list(held)[rng.integers(len(held))]][0]

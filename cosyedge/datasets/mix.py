@@ -418,20 +418,29 @@ class TrainingData:
         if limit is not None:
             items = items[:limit]
         if self.data_version >= 3:  # every second held-out prompt as a male-range voice (same conversion as training)
-            from cosyedge.datasets.voice import change_gender, conversion_params
+            from cosyedge.datasets.voice import convert_to_male
 
-            items = [(f"{n}~male", change_gender(x, *conversion_params(n))) if k % 2 else (n, x)
+            items = [(f"{n}~male", convert_to_male(x, n)) if k % 2 else (n, x)
                      for k, (n, x) in enumerate(items)]
         rng = np.random.default_rng(seed)
         out = []
         for name, clean in items:
-            kind = self._noise_kinds[rng.choice(len(self._noise_kinds), p=self._noise_w)]
-            nz = self._val_noise(kind, clean.size, rng)
+            kind, nz = self.validation_noise(clean.size, rng)
             snr = float(np.round(rng.uniform(-5, 20), 1))
             noisy = mix_at_snr(clean, nz, snr)
             g = min(1.0, 0.95 / max(float(np.abs(noisy).max()), 1e-9))
             out.append((f"{name}|{kind}|{snr:g}dB", (noisy * g).astype(np.float32), (clean * g).astype(np.float32)))
         return out
+
+    def validation_noise(self, n_samples: int, rng: np.random.Generator) -> tuple[str, np.ndarray]:
+        """Draw one validation noise: a category by the training probabilities, then a FRESH realisation of
+        it (synthetic kinds) or a bank segment (real kinds), as :meth:`validation_pairs` uses.
+
+        Returns:
+            tuple[str, np.ndarray]: the category name and the noise, float32, shape (n_samples,), 16 kHz.
+        """
+        kind = self._noise_kinds[rng.choice(len(self._noise_kinds), p=self._noise_w)]
+        return kind, self._val_noise(kind, n_samples, rng)
 
     def _val_noise(self, kind: str, n: int, rng: np.random.Generator) -> np.ndarray:
         nb = -(-n // noise_mod.BLOCK_SAMPLES)

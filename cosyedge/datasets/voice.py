@@ -45,8 +45,12 @@ def _parselmouth():
 
 
 def change_gender(x: np.ndarray, formant_ratio: float, pitch_median_hz: float, pitch_range_factor: float = 1.0,
-                  sample_rate_hz: int = SAMPLE_RATE_HZ) -> np.ndarray:
+                  sample_rate_hz: int = SAMPLE_RATE_HZ, seed: int = 0) -> np.ndarray:
     """Convert one utterance with Praat's "Change gender" (PSOLA), duration unchanged.
+
+    Praat's resynthesis places pseudo-random pulses in unvoiced stretches, so the result depends on Praat's
+    random generator: it is seeded with ``seed`` first (the same input and seed give the same samples),
+    then set back to unpredictable seeding.
 
     Args:
         x (np.ndarray): float32/float64, shape (T,), mono speech at ``sample_rate_hz``, [-1, 1].
@@ -54,6 +58,7 @@ def change_gender(x: np.ndarray, formant_ratio: float, pitch_median_hz: float, p
         pitch_median_hz (float): New median f0 in Hz (0 = keep the source's).
         pitch_range_factor (float): Scale of the pitch excursions around the median.
         sample_rate_hz (int): Sample rate of ``x`` and of the result.
+        seed (int): Seed of Praat's random generator for this conversion (>= 0).
     Returns:
         np.ndarray: float32, shape (T,), peak <= 0.99 (scaled down only if the conversion overshoots;
         all zeros if Praat returned non-finite samples).
@@ -74,12 +79,15 @@ def change_gender(x: np.ndarray, formant_ratio: float, pitch_median_hz: float, p
     parselmouth, call = _parselmouth()
     s = parselmouth.Sound(x.astype(np.float64), sampling_frequency=float(sample_rate_hz))
     try:
+        parselmouth.praat.run(f"random_initializeWithSeedUnsafelyButPredictably ({int(seed)})\n")
         # arguments: pitch floor, pitch ceiling (analysis, Hz), formant shift ratio, new pitch median,
         # pitch range factor, duration factor
         y = call(s, "Change gender", 75.0, 600.0, float(formant_ratio), float(pitch_median_hz),
                  float(pitch_range_factor), 1.0).values[0]
     except parselmouth.PraatError as e:
         raise ArtifactError(f"Praat 'Change gender' failed: {str(e).strip().splitlines()[0]}") from e
+    finally:
+        parselmouth.praat.run("random_initializeSafelyAndUnpredictably ()\n")
     y = np.asarray(y[: x.size], np.float32)
     if y.size < x.size:
         y = np.pad(y, (0, x.size - y.size))
@@ -96,6 +104,17 @@ def conversion_params(name: str) -> tuple[float, float, float]:
     lo = (FORMANT_RATIO_RANGE[0], PITCH_MEDIAN_RANGE_HZ[0], PITCH_RANGE_FACTOR_RANGE[0])
     hi = (FORMANT_RATIO_RANGE[1], PITCH_MEDIAN_RANGE_HZ[1], PITCH_RANGE_FACTOR_RANGE[1])
     return tuple(float(a + (b - a) * v) for a, b, v in zip(lo, hi, u))
+
+
+def convert_to_male(x: np.ndarray, name: str) -> np.ndarray:
+    """Convert utterance ``x`` (float (T,), 16 kHz) to a male-range voice with the parameters and Praat seed
+    derived from its ``name`` (:func:`conversion_params`): the same utterance always converts the same way.
+
+    Returns:
+        np.ndarray: float32, shape (T,). Raises as :func:`change_gender`.
+    """
+    seed = int.from_bytes(hashlib.sha1(name.encode()).digest()[12:16], "little") & 0x7FFFFFFF
+    return change_gender(x, *conversion_params(name), seed=seed)
 
 
 def build_male_corpus(source, name: str):
@@ -121,7 +140,7 @@ def build_male_corpus(source, name: str):
         if x.size < SAMPLE_RATE_HZ // 4 or not np.isfinite(x).all():  # too short for a pitch analysis, or broken
             continue
         try:
-            y = change_gender(x, *conversion_params(source.names[i]))
+            y = convert_to_male(x, source.names[i])
         except ArtifactError:
             continue
         if not np.any(y):  # Praat gave silence: not speech
