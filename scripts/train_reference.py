@@ -79,14 +79,13 @@ def batch_loss(model, noisy: np.ndarray, clean: np.ndarray, delay: int, speech_w
     x = torch.from_numpy(noisy)[:, None]
     s = torch.from_numpy(clean)
     spec = model.analysis(x)
-    g = model.gains(spec)
-    g2 = torch.cat([g, g], dim=1)
-    y = model.synthesis(spec * g2)[:, 0]
+    g, coefs = model.estimate(spec)
+    y = model.synthesis(model.apply_filter(spec, g, coefs))[:, 0]
     ref, mix = s[:, : n_samples - delay], x[:, 0, : n_samples - delay]
     a = speech_weight
     if a == 0.5:
         return thresholded_snr_loss(y[:, delay:], ref, mix)
-    y_s = model.synthesis(model.analysis(s[:, None]) * g2)[:, 0, delay:]
+    y_s = model.synthesis(model.apply_filter(model.analysis(s[:, None]), g, coefs))[:, 0, delay:]
     y_n = y[:, delay:] - y_s
     err = 2 * a * ((y_s - ref) ** 2).sum(-1) + 2 * (1 - a) * (y_n ** 2).sum(-1)
     return thresholded_snr_loss(y[:, delay:], ref, mix, err_energy=err)
@@ -145,6 +144,22 @@ def extend_blocks(model, dilations: tuple):
     return new
 
 
+def add_deep_filter(model, order: int, bins: int):
+    """Return a copy of ``model`` (ReferenceEnhancer without a deep filter) with a deep filter of
+    ``order`` taps on the lowest ``bins`` bins whose coefficient head is zero, so the extended model
+    computes exactly the same function and training then learns the filter."""
+    import dataclasses
+
+    from cosyedge.models.reference import ReferenceEnhancer
+
+    if model.config.df_order:
+        raise SystemExit(f"the --init model already has a deep filter (order {model.config.df_order})")
+    new = ReferenceEnhancer(dataclasses.replace(model.config, df_order=order, df_bins=bins))
+    missing, unexpected = new.load_state_dict(model.state_dict(), strict=False)
+    assert not unexpected and all(k.startswith(("df_out.", "df_taps.")) for k in missing), (missing, unexpected)
+    return new
+
+
 def plot_curves(history: dict, path: Path) -> None:
     """Save training loss and validation SI-SNRi curves to ``path`` (PNG)."""
     import matplotlib
@@ -187,6 +202,11 @@ def main(argv=None) -> int:
     ap.add_argument("--add-dilations", default=None,
                     help="with --init: append gated blocks with these dilations (e.g. 1,2,4,8), initialised as the "
                          "identity (zero output projection), so training resumes from the same function")
+    ap.add_argument("--add-df", default=None, metavar="K,BINS",
+                    help="with --init: add a deep filter of K taps on the lowest BINS bins (e.g. 3,64), its "
+                         "coefficients initialised to zero, so training resumes from the same function")
+    ap.add_argument("--df", default=None, metavar="K,BINS",
+                    help="from scratch: model with a deep filter of K taps on the lowest BINS bins")
     ap.add_argument("--data-version", type=int, default=3, choices=(1, 2, 3),
                     help="training data (cosyedge.datasets.mix.DATA_VERSIONS): 1 = the first data, 2 = plus more "
                          "real voices and noises, 3 = plus male-converted prompts")
@@ -215,10 +235,16 @@ def main(argv=None) -> int:
 
     if args.add_dilations and not args.init:
         ap.error("--add-dilations needs --init")
+    if args.add_df and not args.init:
+        ap.error("--add-df needs --init (use --df from scratch)")
+    df = tuple(int(v) for v in args.df.split(",")) if args.df else (0, 0)
     model = load_reference(args.init).train() if args.init else ReferenceEnhancer(
-        EnhancerConfig(channels=args.channels, dilations=tuple(int(d) for d in args.dilations.split(","))))
+        EnhancerConfig(channels=args.channels, dilations=tuple(int(d) for d in args.dilations.split(",")),
+                       df_order=df[0], df_bins=df[1]))
     if args.add_dilations:
         model = extend_blocks(model, tuple(int(d) for d in args.add_dilations.split(","))).train()
+    if args.add_df:
+        model = add_deep_filter(model, *(int(v) for v in args.add_df.split(","))).train()
     delay = model.config.delay_samples
     if not args.init:  # global mean-variance normalisation of the log-power features
         stats = np.concatenate([data.batch(args.batch, 32000, np.random.default_rng(args.seed + 1))[0]

@@ -10,7 +10,10 @@ disagree fails there (and the tests using this module then compare against the w
 Per gated block ``i`` (dilation ``d``): one causal conv ``/blocks.i/conv/conv/Conv`` (C -> 2C, kernel k,
 state (N, C, (k-1)*d) frames) and one 1x1 ``/blocks.i/proj/Conv`` (C -> C). Around them: the analysis conv
 (1 -> 2F, state (N, 1, win - hop) samples), the 1x1 ``/inp/Conv`` (F -> C) and ``/out/Conv`` (C -> F), and the
-synthesis conv (2F -> 1, state (N, 2F, 1) frames).
+synthesis conv (2F -> 1, state (N, 2F, 1) frames). With a deep filter (``df_order`` K > 0 on ``df_bins``
+bins B): the fixed grouped tap buffer ``/df_taps/conv/Conv`` (2B -> 2BK, kernel K, state (N, 2B, K-1)
+frames; graph position right after the analysis conv, whose output it reads) and the 1x1 coefficient head
+``/df_out/Conv`` (C -> 2BK, after ``/out/Conv``).
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ ANALYSIS_CONV = "/analysis/conv/Conv"
 SYNTHESIS_CONV = "/synthesis/conv/conv/Conv"
 BOUNDARY_CONVS = (ANALYSIS_CONV, SYNTHESIS_CONV)
 """The first and last conv (1 and 2F channels, fixed STFT bases): kept in float by INT8 and FP16."""
+DF_TAPS_CONV = "/df_taps/conv/Conv"
+DF_OUT_CONV = "/df_out/Conv"
 DECLARED_FLOAT = ("/inp/Conv",)
 """Convs the bundled streaming ONNX keeps in float for INT8 (metadata ``cosyedge.int8_keep_float``)."""
 
@@ -41,6 +46,8 @@ class ReferenceStructure:
     kernel_size: int
     hop_samples: int
     win_samples: int
+    df_order: int = 0
+    df_bins: int = 0
 
     @property
     def n_blocks(self) -> int:
@@ -54,8 +61,8 @@ class ReferenceStructure:
 
     @property
     def n_states(self) -> int:
-        """int: streaming states: analysis + one per block + synthesis."""
-        return self.n_blocks + 2
+        """int: streaming states: analysis + one per block + synthesis (+ the deep-filter taps)."""
+        return self.n_blocks + 2 + (self.df_order > 1)
 
     @property
     def state_inputs(self) -> list[str]:
@@ -71,13 +78,19 @@ class ReferenceStructure:
     def state_shapes(self) -> list[list]:
         """list[list]: contract shape of each state: ["N", channels, frames or samples]."""
         return ([["N", 1, self.win_samples - self.hop_samples]]
+                + ([["N", 2 * self.df_bins, self.df_order - 1]] if self.df_order > 1 else [])
                 + [["N", self.channels, (self.kernel_size - 1) * d] for d in self.dilations]
                 + [["N", 2 * self.n_bins, 1]])
 
     @property
     def state_nodes(self) -> list[str]:
         """list[str]: the conv that owns each state, in contract order."""
-        return [ANALYSIS_CONV, *[f"/blocks.{i}/conv/conv/Conv" for i in range(self.n_blocks)], SYNTHESIS_CONV]
+        return [ANALYSIS_CONV, *self._df_taps, *[f"/blocks.{i}/conv/conv/Conv" for i in range(self.n_blocks)],
+                SYNTHESIS_CONV]
+
+    @property
+    def _df_taps(self) -> list[str]:
+        return [DF_TAPS_CONV] if self.df_order else []
 
     def block_convs(self, sep: str = "onnx") -> list[str]:
         """list[str]: the two convs of every block, as ONNX node names (``sep="onnx"``) or torch module
@@ -89,7 +102,8 @@ class ReferenceStructure:
     @property
     def conv_nodes(self) -> list[str]:
         """list[str]: every Conv node of the ONNX graph, in graph order."""
-        return [ANALYSIS_CONV, "/inp/Conv", *self.block_convs(), "/out/Conv", SYNTHESIS_CONV]
+        return [ANALYSIS_CONV, *self._df_taps, "/inp/Conv", *self.block_convs(), "/out/Conv",
+                *([DF_OUT_CONV] if self.df_order else []), SYNTHESIS_CONV]
 
     @property
     def int8_convs(self) -> list[str]:
@@ -100,9 +114,10 @@ class ReferenceStructure:
     @property
     def sparse_eligible(self) -> list[str]:
         """list[str]: convs whose input channels are a multiple of 4 (2:4 sparsity): the block convs and
-        ``/out/Conv`` when C % 4 == 0 (``/inp/Conv`` has F = 161 inputs, analysis 1, synthesis 2F = 322)."""
+        ``/out/Conv`` (and ``/df_out/Conv``) when C % 4 == 0 (``/inp/Conv`` has F = 161 inputs, analysis 1,
+        synthesis 2F = 322, the grouped deep-filter taps 1 per group)."""
         assert self.channels % 4 == 0 and self.n_bins % 4 and (2 * self.n_bins) % 4, "update this helper"
-        return [*self.block_convs(), "/out/Conv"]
+        return [*self.block_convs(), "/out/Conv", *([DF_OUT_CONV] if self.df_order else [])]
 
 
 @functools.lru_cache(maxsize=4)
@@ -112,4 +127,5 @@ def reference_structure(weights: str | Path = REFERENCE_WEIGHTS) -> ReferenceStr
         cfg = json.loads(f.metadata()["config"])
     return ReferenceStructure(dilations=tuple(cfg["dilations"]), channels=cfg["channels"],
                               kernel_size=cfg["kernel_size"], hop_samples=cfg["hop_samples"],
-                              win_samples=cfg["win_samples"])
+                              win_samples=cfg["win_samples"], df_order=cfg.get("df_order", 0),
+                              df_bins=cfg.get("df_bins", 0))
