@@ -64,7 +64,7 @@ def main(argv=None) -> int:
     ap.add_argument("--seconds", type=float, default=2.0, help="segment length")
     ap.add_argument("--lr", type=float, default=5e-4, help="peak learning rate (cosine decay, 100-step warm-up)")
     ap.add_argument("--speech-weight", type=float, default=0.7, help="as in train_reference.py")
-    ap.add_argument("--data-version", type=int, default=2, choices=(1, 2, 3),
+    ap.add_argument("--data-version", type=int, default=2, choices=(1, 2, 3, 4),
                     help="training data version (see cosyedge.datasets.mix.DATA_VERSIONS)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)

@@ -207,9 +207,10 @@ def main(argv=None) -> int:
                          "coefficients initialised to zero, so training resumes from the same function")
     ap.add_argument("--df", default=None, metavar="K,BINS",
                     help="from scratch: model with a deep filter of K taps on the lowest BINS bins")
-    ap.add_argument("--data-version", type=int, default=3, choices=(1, 2, 3),
+    ap.add_argument("--data-version", type=int, default=3, choices=(1, 2, 3, 4),
                     help="training data (cosyedge.datasets.mix.DATA_VERSIONS): 1 = the first data, 2 = plus more "
-                         "real voices and noises, 3 = plus male-converted prompts")
+                         "real voices and noises, 3 = plus male-converted prompts, 4 = 3 with noise speed and EQ "
+                         "augmentation of every batch")
     ap.add_argument("--male-share", type=float, default=0.3,
                     help="data version 3: share of speech draws from the male-converted prompts")
     args = ap.parse_args(argv)

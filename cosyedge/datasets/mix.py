@@ -60,11 +60,15 @@ MALE_SHARE_V3 = 0.3
 """Share of speech draws given to :data:`EXTRA_SPEECH_CORPORA_V3` in data version 3."""
 
 
-DATA_VERSIONS = (1, 2, 3)
+DATA_VERSIONS = (1, 2, 3, 4)
 """Training data versions: 1 = the data of the first bundled weights; 2 = version 1 plus
 :data:`EXTRA_SPEECH_CORPORA_V2` and the noises of :data:`cosyedge.datasets.noise.REAL_NOISE_CORPORA_V2`;
 3 = version 2 plus :data:`EXTRA_SPEECH_CORPORA_V3` (male-converted prompts, drawn with :data:`MALE_SHARE_V3`;
-its validation set also converts every second prompt, see :meth:`TrainingData.validation_pairs`).
+its validation set also converts every second prompt, see :meth:`TrainingData.validation_pairs`);
+4 = version 3 (same corpora, noise bank and validation set) with on-the-fly augmentation of every batch:
+noise speed perturbation (:func:`speed_perturb`, :data:`NOISE_SPEED_RANGE`) and random equalisation of
+noise and speech (:func:`random_eq`), so a noise seen in training stands for its faster, slower and
+differently coloured variants (an engine at other revs, another room or microphone).
 (A 40-min fine-tune of the bundled model on version 2 raised validation SI-SNRi but not the held-out
 test figure; see docs/model-card.md.)"""
 
@@ -90,6 +94,16 @@ NOISE_WEIGHTS_V2 = {
 """Noise category probabilities of data version 2."""
 
 BANK_VERSION = 6
+
+NOISE_SPEED_RANGE = (0.67, 1.5)
+"""Data version 4: noise playback-speed factors (log-uniform), applied to :data:`P_NOISE_SPEED` of the
+noise draws; 1.5 plays 1.5 x faster (pitch and tempo up by 7 semitones)."""
+P_NOISE_SPEED = 0.5
+P_NOISE_EQ = 0.5
+"""Data version 4: probability of random equalisation of a noise draw (up to +-12 dB bumps)."""
+P_SPEECH_EQ = 0.3
+"""Data version 4: probability of random equalisation of a speech segment (up to +-6 dB bumps; the clean
+target gets the same filter)."""
 
 
 # ------------------------------------------------------------------------------------------ metrics
@@ -151,6 +165,64 @@ def scale_noise(speech: np.ndarray, noise: np.ndarray, snr_db, active: bool = Tr
     return (noise * np.asarray(g, np.float32)[..., None]) if noise.ndim > 1 else (noise * np.float32(g))
 
 
+def speed_perturb(x: np.ndarray, factors: np.ndarray, n_samples: int) -> np.ndarray:
+    """Play each row of ``x`` at its own speed (resampling by linear interpolation; no anti-alias filter).
+
+    Args:
+        x (np.ndarray): float32 (B, L), L >= ceil(n_samples * max(factors)) + 1 samples.
+        factors (np.ndarray): (B,) speed factors > 0 (2 = twice as fast: frequencies doubled).
+        n_samples (int): output length T.
+    Returns:
+        np.ndarray: float32 (B, T), row b = ``x[b]`` read at ``t * factors[b]``, t = 0..T-1.
+    Raises:
+        ValueError: a row would read past the end of ``x``.
+    """
+    factors = np.asarray(factors, dtype=np.float64)
+    pos = np.arange(n_samples)[None, :] * factors[:, None]
+    i0 = np.floor(pos).astype(np.int64)
+    if i0.size and int(i0.max()) + 1 >= x.shape[1]:
+        raise ValueError(f"speed_perturb: {x.shape[1]} input samples are too few for {n_samples} output samples "
+                         f"at speed {factors.max():.3f}")
+    frac = (pos - i0).astype(np.float32)
+    rows = np.arange(x.shape[0])[:, None]
+    return x[rows, i0] * (1 - frac) + x[rows, i0 + 1] * frac
+
+
+def random_eq(x: np.ndarray, rng: np.random.Generator, p: float, max_db: float,
+              sample_rate_hz: int = SAMPLE_RATE_HZ) -> np.ndarray:
+    """Random zero-phase equalisation of each row with probability ``p`` (data augmentation).
+
+    The gain curve over log-frequency is a tilt (uniform +-``max_db`` / 8 dB per octave around 1 kHz)
+    plus two Gaussian bumps (centres 60 Hz-7 kHz log-uniform, widths 0.3-1.5 octaves, gains uniform
+    +-``max_db``), clipped to +-1.5 ``max_db``, applied in the DFT domain of the whole row (the spectral
+    augmentation of e.g. the DNS challenge recipes; a smooth magnitude curve, so the circular
+    convolution it implies is short).
+
+    Args:
+        x (np.ndarray): float32 (B, T).
+        rng (np.random.Generator): random source (the result is a pure function of its state).
+        p (float): probability per row in [0, 1].
+        max_db (float): bump gain range in dB.
+        sample_rate_hz (int): sample rate, Hz.
+    Returns:
+        np.ndarray: float32 (B, T), a new array (rows not drawn are copied unchanged).
+    """
+    out = np.array(x, dtype=np.float32, copy=True)
+    sel = np.flatnonzero(rng.random(x.shape[0]) < p)
+    if not sel.size:
+        return out
+    k = sel.size
+    lf = np.log2(np.maximum(np.fft.rfftfreq(x.shape[1], 1.0 / sample_rate_hz), 20.0))[None, :]
+    tilt = rng.uniform(-max_db / 8, max_db / 8, (k, 1))
+    centre = rng.uniform(np.log2(60.0), np.log2(7000.0), (k, 2, 1))
+    width = rng.uniform(0.3, 1.5, (k, 2, 1))
+    gain = rng.uniform(-max_db, max_db, (k, 2, 1))
+    g_db = tilt * (lf - np.log2(1000.0)) + (gain * np.exp(-0.5 * ((lf[:, None] - centre) / width) ** 2)).sum(1)
+    g = 10 ** (np.clip(g_db, -1.5 * max_db, 1.5 * max_db) / 20)
+    out[sel] = np.fft.irfft(np.fft.rfft(out[sel], axis=1) * g, n=x.shape[1], axis=1).astype(np.float32)
+    return out
+
+
 def si_snr(est: np.ndarray, ref: np.ndarray, eps: float = 1e-8) -> np.ndarray:
     """Scale-invariant signal-to-noise ratio in dB.
 
@@ -200,8 +272,9 @@ class TrainingData:
         male_share (float): Data version 3: share of draws from the male-converted prompts
             (:data:`EXTRA_SPEECH_CORPORA_V3`). Defaults to :data:`MALE_SHARE_V3`.
         noise_minutes_per_kind (float): Length of each synthetic noise category, minutes.
-        data_version (int): 1 (default: the data of the bundled weights) or 2 (more real voices and real
-            noises; see :data:`DATA_VERSIONS`). Ignored for speech when ``corpora`` is given.
+        data_version (int): 1 (default), 2 (more real voices and real noises), 3 (plus male-converted
+            prompts) or 4 (version 3 with batch augmentation); see :data:`DATA_VERSIONS`. Ignored for
+            speech when ``corpora`` is given.
     Attributes:
         speech (np.ndarray): float32, shape (samples,), all training speech concatenated.
         speech_ranges (dict[str, tuple[int, int]]): sample range of each corpus in ``speech``.
@@ -284,8 +357,8 @@ class TrainingData:
 
     def _load_bank(self, minutes: float):
         key = [BANK_VERSION, self.seed, minutes, {k: b - a for k, (a, b) in self.speech_ranges.items()}]
-        if self.data_version >= 2:
-            key.append({"data_version": self.data_version})
+        if self.data_version >= 2:  # version 4 augments batches of the version-3 bank
+            key.append({"data_version": min(self.data_version, 3)})
         key = json.dumps(key)
         tag = hashlib.sha1(key.encode()).hexdigest()[:10]
         path = data_dir(self.cache_dir) / "derived" / f"noisebank-{tag}.npy"
@@ -343,6 +416,15 @@ class TrainingData:
         return x
 
     def _draw_noise(self, batch_size: int, n_samples: int, rng: np.random.Generator) -> np.ndarray:
+        if self.data_version >= 4:  # augmented: speed perturbation, then random EQ
+            lo_f, hi_f = NOISE_SPEED_RANGE
+            raw = self._draw_raw_noise(batch_size, int(np.ceil(n_samples * hi_f)) + 2, rng)
+            f = np.where(rng.random(batch_size) < P_NOISE_SPEED,
+                         np.exp(rng.uniform(np.log(lo_f), np.log(hi_f), batch_size)), 1.0)
+            return random_eq(speed_perturb(raw, f, n_samples), rng, P_NOISE_EQ, 12.0)
+        return self._draw_raw_noise(batch_size, n_samples, rng)
+
+    def _draw_raw_noise(self, batch_size: int, n_samples: int, rng: np.random.Generator) -> np.ndarray:
         ki = rng.choice(len(self._noise_kinds), size=batch_size, p=self._noise_w)
         lo = np.array([self.bank_ranges[k][0] for k in self._noise_kinds])[ki]
         hi = np.array([self.bank_ranges[k][1] for k in self._noise_kinds])[ki]
@@ -375,6 +457,8 @@ class TrainingData:
         """
         s = self.speech_segments(batch_size, n_samples, rng)
         n = self.noise_segments(batch_size, n_samples, rng)
+        if self.data_version >= 4:
+            s = random_eq(s, rng, P_SPEECH_EQ, 6.0)
         snr = rng.uniform(*snr_db_range, size=batch_size)
         nz = scale_noise(s, n, snr)
         u = rng.random(batch_size)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from cosyedge.datasets import noise, sources
-from cosyedge.datasets.mix import TrainingData, active_power, mix_at_snr, si_snr
+from cosyedge.datasets.mix import TrainingData, active_power, mix_at_snr, random_eq, si_snr, speed_perturb
 from cosyedge.errors import ArtifactError, UsageError
 
 SR = 16000
@@ -183,6 +183,60 @@ def test_heldout_sounds_rule_is_fixed_and_only_for_opensfx():
 
 
 def test_unknown_data_version_is_refused():
-    for bad in (4, 3.0, "3", True):
+    for bad in (5, 3.0, "3", True):
         with pytest.raises(UsageError, match="unknown training data version"):
             TrainingData(data_version=bad)
+
+
+def _peak_hz(x: np.ndarray) -> float:
+    spec = np.abs(np.fft.rfft(x * np.hanning(x.size)))
+    return float(np.fft.rfftfreq(x.size, 1 / SR)[np.argmax(spec)])
+
+
+def test_speed_perturb_scales_frequency():
+    t = np.arange(3 * SR) / SR
+    x = np.sin(2 * np.pi * 1000 * t).astype(np.float32)[None].repeat(3, 0)
+    y = speed_perturb(x, np.array([1.0, 1.25, 0.8]), SR)
+    assert y.shape == (3, SR) and y.dtype == np.float32
+    np.testing.assert_allclose(y[0], x[0, :SR], atol=1e-6)  # factor 1 is the identity
+    assert abs(_peak_hz(y[1]) - 1250) <= 2 and abs(_peak_hz(y[2]) - 800) <= 2
+    with pytest.raises(ValueError, match="too few"):
+        speed_perturb(x[:, : SR + 10], np.array([1.0, 1.5, 1.0]), SR)
+
+
+def test_random_eq_bounded_and_deterministic():
+    x = np.random.default_rng(0).standard_normal((64, 32000)).astype(np.float32)
+    np.testing.assert_array_equal(random_eq(x, np.random.default_rng(1), 0.0, 12.0), x)
+    a = random_eq(x, np.random.default_rng(1), 1.0, 12.0)
+    b = random_eq(x, np.random.default_rng(1), 1.0, 12.0)
+    np.testing.assert_array_equal(a, b)
+    assert a.dtype == np.float32 and a.shape == x.shape and not np.shares_memory(a, x)
+    ratio_db = 20 * np.log10(np.abs(np.fft.rfft(a, axis=1)[:, 1:]) / np.abs(np.fft.rfft(x, axis=1)[:, 1:]))
+    assert np.abs(ratio_db).max() <= 18.0 + 1e-3  # clipped at 1.5 x 12 dB
+    assert (np.abs(ratio_db).max(axis=1) > 3.0).mean() > 0.9  # and it really colours almost every row
+    half = random_eq(x, np.random.default_rng(2), 0.5, 12.0)
+    changed = np.any(half != x, axis=1)
+    assert 0.25 < changed.mean() < 0.75
+
+
+def test_data_version_4_augments_the_batches(tmp_path, monkeypatch):
+    cache = tmp_path / "cosy_data"
+    rng = np.random.default_rng(0)
+    utts = [_fake_speech(rng, s) for s in (3.0, 4.0, 5.0, 2.5, 6.0)]
+    off = np.concatenate([[0], np.cumsum([u.size for u in utts])])
+    c = sources.Corpus("asterisk-en", np.concatenate(utts), off, [f"u{i}.g722" for i in range(len(utts))],
+                       ["val" if i == 0 else "train" for i in range(len(utts))], ["fake"] * len(utts), "fake")
+    sources._save_corpus(cache / "corpora" / "asterisk-en.npy", c)
+    monkeypatch.setattr(noise, "REAL_NOISE_CORPORA_V2", {})  # no package downloads in unit tests
+    v3 = TrainingData(seed=0, cache_dir=cache, corpora=("asterisk-en",), noise_minutes_per_kind=0.2, data_version=3)
+    v4 = TrainingData(seed=0, cache_dir=cache, corpora=("asterisk-en",), noise_minutes_per_kind=0.2, data_version=4)
+    np.testing.assert_array_equal(v3.bank, v4.bank)  # same noise bank (one cache entry), augmented per batch
+    a = v4.batch(200, 16000, np.random.default_rng(3))
+    np.testing.assert_array_equal(a[0], v4.batch(200, 16000, np.random.default_rng(3))[0])
+    assert not np.array_equal(a[0], v3.batch(200, 16000, np.random.default_rng(3))[0])
+    noisy, clean = a
+    assert noisy.dtype == np.float32 and np.isfinite(noisy).all() and np.abs(noisy).max() <= 10 ** (-1 / 20) + 1e-6
+    n = noisy - clean
+    both = np.any(n, axis=1) & np.any(clean, axis=1)
+    snr = 10 * np.log10(active_power(clean[both]) / np.mean(n[both].astype(np.float64) ** 2, axis=1))
+    assert snr.min() > -5.1 and snr.max() < 20.1  # the SNR is set after augmentation
