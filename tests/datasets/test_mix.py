@@ -134,17 +134,6 @@ def test_batch_snr_and_special_rows(data):
     assert np.std(snr) > 5  # spread over the range
 
 
-def test_batch_is_fast(data):
-    import time
-
-    rng = np.random.default_rng(10)
-    data.batch(16, 32000, rng)
-    t0 = time.perf_counter()
-    for _ in range(5):
-        data.batch(16, 32000, rng)
-    assert (time.perf_counter() - t0) / 5 < 0.05
-
-
 def test_validation_pairs_deterministic_and_heldout(data):
     v1 = data.validation_pairs()
     v2 = data.validation_pairs()
