@@ -3,8 +3,9 @@
 
 Steps: load the dense weights (``--init``, default the bundled ``cosyedge/models/reference.safetensors``),
 compute 2:4 magnitude masks on the trainable convs whose input channels are a multiple of 4 (the gated
-blocks' dilated convs and 1x1 projections and the output conv; the fixed STFT analysis/synthesis convs and
-the 161-bin input conv stay dense), fine-tune with the masks re-applied after every optimizer step, keep the
+blocks' dilated convs and 1x1 projections, the output conv and, in a deep-filter model, its coefficient head
+``df_out``; the fixed STFT analysis/synthesis convs, the fixed deep-filter taps and the 161-bin input conv
+stay dense), fine-tune with the masks re-applied after every optimizer step, keep the
 checkpoint with the best validation SI-SNR improvement, then export it to a streaming ONNX
 (``cosyedge.export`` + ``streamify``) and verify the 2:4 pattern in the ONNX
 (:func:`cosyedge.precision.sparsity.sparsify_onnx` on the exported model finds the pattern already there
@@ -55,6 +56,8 @@ def _train_reference():
 
 
 def main(argv=None) -> int:
+    from cosyedge.datasets.mix import DATA_VERSIONS
+
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     ap.add_argument("--init", default=None, help="dense weights (default: bundled reference.safetensors)")
@@ -64,7 +67,7 @@ def main(argv=None) -> int:
     ap.add_argument("--seconds", type=float, default=2.0, help="segment length")
     ap.add_argument("--lr", type=float, default=5e-4, help="peak learning rate (cosine decay, 100-step warm-up)")
     ap.add_argument("--speech-weight", type=float, default=0.7, help="as in train_reference.py")
-    ap.add_argument("--data-version", type=int, default=2, choices=(1, 2, 3, 4),
+    ap.add_argument("--data-version", type=int, default=2, choices=DATA_VERSIONS,
                     help="training data version (see cosyedge.datasets.mix.DATA_VERSIONS)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)

@@ -156,7 +156,8 @@ def add_deep_filter(model, order: int, bins: int):
         raise SystemExit(f"the --init model already has a deep filter (order {model.config.df_order})")
     new = ReferenceEnhancer(dataclasses.replace(model.config, df_order=order, df_bins=bins))
     missing, unexpected = new.load_state_dict(model.state_dict(), strict=False)
-    assert not unexpected and all(k.startswith(("df_out.", "df_taps.")) for k in missing), (missing, unexpected)
+    if unexpected or not all(k.startswith(("df_out.", "df_taps.")) for k in missing):
+        raise SystemExit(f"cannot add a deep filter: unexpected keys {unexpected}, missing {missing}")
     return new
 
 
@@ -181,7 +182,21 @@ def plot_curves(history: dict, path: Path) -> None:
     plt.close(fig)
 
 
+def _df_spec(text: str) -> tuple[int, int]:
+    """argparse type of ``--df`` / ``--add-df``: ``"K,BINS"`` -> (K, BINS), both positive ints."""
+    parts = text.split(",")
+    try:
+        k, bins = (int(v) for v in parts)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected K,BINS (two positive integers, e.g. 3,64), got {text!r}") from None
+    if k < 1 or not 1 <= bins <= 161:
+        raise argparse.ArgumentTypeError(f"need K >= 1 and 1 <= BINS <= 161, got {text!r}")
+    return k, bins
+
+
 def main(argv=None) -> int:
+    from cosyedge.datasets.mix import DATA_VERSIONS
+
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     ap.add_argument("--seed", type=int, default=0)
@@ -202,18 +217,24 @@ def main(argv=None) -> int:
     ap.add_argument("--add-dilations", default=None,
                     help="with --init: append gated blocks with these dilations (e.g. 1,2,4,8), initialised as the "
                          "identity (zero output projection), so training resumes from the same function")
-    ap.add_argument("--add-df", default=None, metavar="K,BINS",
+    ap.add_argument("--add-df", default=None, metavar="K,BINS", type=_df_spec,
                     help="with --init: add a deep filter of K taps on the lowest BINS bins (e.g. 3,64), its "
                          "coefficients initialised to zero, so training resumes from the same function")
-    ap.add_argument("--df", default=None, metavar="K,BINS",
+    ap.add_argument("--df", default=None, metavar="K,BINS", type=_df_spec,
                     help="from scratch: model with a deep filter of K taps on the lowest BINS bins")
-    ap.add_argument("--data-version", type=int, default=3, choices=(1, 2, 3, 4),
+    ap.add_argument("--data-version", type=int, default=3, choices=DATA_VERSIONS,
                     help="training data (cosyedge.datasets.mix.DATA_VERSIONS): 1 = the first data, 2 = plus more "
                          "real voices and noises, 3 = plus male-converted prompts, 4 = 3 with noise speed and EQ "
                          "augmentation of every batch")
     ap.add_argument("--male-share", type=float, default=0.3,
-                    help="data version 3: share of speech draws from the male-converted prompts")
+                    help="data versions 3 and 4: share of speech draws from the male-converted prompts")
     args = ap.parse_args(argv)
+    if args.add_dilations and not args.init:
+        ap.error("--add-dilations needs --init")
+    if args.add_df and not args.init:
+        ap.error("--add-df needs --init (use --df from scratch)")
+    if args.df and args.init:
+        ap.error("--df builds a model from scratch; with --init use --add-df")
 
     import torch
 
@@ -234,18 +255,14 @@ def main(argv=None) -> int:
     print(f"data ready in {time.perf_counter() - t_prep:.1f} s: {len(val_pairs)} validation, "
           f"{len(test_pairs)} test pairs", flush=True)
 
-    if args.add_dilations and not args.init:
-        ap.error("--add-dilations needs --init")
-    if args.add_df and not args.init:
-        ap.error("--add-df needs --init (use --df from scratch)")
-    df = tuple(int(v) for v in args.df.split(",")) if args.df else (0, 0)
+    df = args.df or (0, 0)
     model = load_reference(args.init).train() if args.init else ReferenceEnhancer(
         EnhancerConfig(channels=args.channels, dilations=tuple(int(d) for d in args.dilations.split(",")),
                        df_order=df[0], df_bins=df[1]))
     if args.add_dilations:
         model = extend_blocks(model, tuple(int(d) for d in args.add_dilations.split(","))).train()
     if args.add_df:
-        model = add_deep_filter(model, *(int(v) for v in args.add_df.split(","))).train()
+        model = add_deep_filter(model, *args.add_df).train()
     delay = model.config.delay_samples
     if not args.init:  # global mean-variance normalisation of the log-power features
         stats = np.concatenate([data.batch(args.batch, 32000, np.random.default_rng(args.seed + 1))[0]

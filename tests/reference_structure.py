@@ -90,7 +90,8 @@ class ReferenceStructure:
 
     @property
     def _df_taps(self) -> list[str]:
-        return [DF_TAPS_CONV] if self.df_order else []
+        """The deep-filter tap conv as a state owner: only with K > 1 (K = 1 has no past frames)."""
+        return [DF_TAPS_CONV] if self.df_order > 1 else []
 
     def block_convs(self, sep: str = "onnx") -> list[str]:
         """list[str]: the two convs of every block, as ONNX node names (``sep="onnx"``) or torch module
@@ -102,7 +103,7 @@ class ReferenceStructure:
     @property
     def conv_nodes(self) -> list[str]:
         """list[str]: every Conv node of the ONNX graph, in graph order."""
-        return [ANALYSIS_CONV, *self._df_taps, "/inp/Conv", *self.block_convs(), "/out/Conv",
+        return [ANALYSIS_CONV, *([DF_TAPS_CONV] if self.df_order else []), "/inp/Conv", *self.block_convs(), "/out/Conv",
                 *([DF_OUT_CONV] if self.df_order else []), SYNTHESIS_CONV]
 
     @property

@@ -99,6 +99,7 @@ NOISE_SPEED_RANGE = (0.67, 1.5)
 """Data version 4: noise playback-speed factors (log-uniform), applied to :data:`P_NOISE_SPEED` of the
 noise draws; 1.5 plays 1.5 x faster (pitch and tempo up by 7 semitones)."""
 P_NOISE_SPEED = 0.5
+"""Data version 4: probability that a noise draw is speed-perturbed (:data:`NOISE_SPEED_RANGE`)."""
 P_NOISE_EQ = 0.5
 """Data version 4: probability of random equalisation of a noise draw (up to +-12 dB bumps)."""
 P_SPEECH_EQ = 0.3
@@ -404,7 +405,10 @@ class TrainingData:
         """Return random training noise: float32, shape (batch_size, n_samples), about unit RMS.
 
         A noise is one bank category; with probability ``p_second`` a second category is added at
-        -15..0 dB relative level. Random polarity.
+        -15..0 dB relative level. Random polarity. In data version 4 each draw is first augmented
+        (:func:`speed_perturb`, :func:`random_eq`); the EQ changes a draw's RMS (about -5..+8 dB for 90 %
+        of white-noise draws), so the mixture is then only roughly unit RMS and the second noise's
+        relative level spreads wider. The SNR is unaffected: :meth:`batch` sets it afterwards.
         """
         x = self._draw_noise(batch_size, n_samples, rng)
         second = rng.random(batch_size) < p_second
@@ -442,7 +446,8 @@ class TrainingData:
         ``snr_db_range`` (active-speech SNR, see module doc), then one gain for both signals so the
         noisy peak is uniform in ``peak_dbfs_range`` dBFS (never clipping). With probability
         ``p_noise_only`` the row is noise only (clean = 0), with ``p_speech_only`` speech only
-        (noisy = clean).
+        (noisy = clean). In data version 4 the speech segments get :func:`random_eq` with probability
+        :data:`P_SPEECH_EQ` before mixing, so ``clean`` is the equalised speech.
 
         Args:
             batch_size (int): B.

@@ -13,8 +13,8 @@ Architecture (gain estimation in an STFT filterbank domain, all causal):
    gives complex coefficients ``c_j = tanh(.)`` and the output bin is ``g X_t + sum_{j<K} c_j X_{t-j}``
    (complex products with the current and K - 1 past frames, which the fixed
    :class:`~cosyedge.nn.CausalConv1d` ``df_taps`` buffers as streaming state). It is phase-aware and
-   resolves harmonics closer than the 20 ms window's bins (e.g. a male voice's 85-135 Hz f0) without
-   adding latency; with zero coefficients it is the plain gain model (DeepFilterNet, Schroeter et al.
+   can separate harmonics that fall inside one main lobe of the 20 ms window (about 200 Hz wide, e.g. a
+   male voice's 85-135 Hz f0 spacing) without adding latency; with zero coefficients it is the plain gain model (DeepFilterNet, Schroeter et al.
    2022, arXiv:2110.05588; deep filtering, Mack & Habets 2020, arXiv:1911.12235).
 5. Synthesis: :class:`~cosyedge.nn.CausalConv1dUpsample` (2F -> 1, factor 160, kernel 2 frames) with
    the fixed sqrt-Hann inverse-DFT basis: exactly overlap-add inverse STFT. The output is delayed by one
@@ -212,14 +212,20 @@ class ReferenceEnhancer(nn.Module):
         Args:
             spec (torch.Tensor): (N, 2F, T) float32, Re then Im.
             g (torch.Tensor): (N, F, T) float32 gains from :meth:`estimate`.
-            coefs (torch.Tensor | None): deep-filter coefficients from :meth:`estimate`.
+            coefs (torch.Tensor | None): (N, 2 * df_bins * df_order, T) float32 deep-filter coefficients
+                from :meth:`estimate` (Re then Im, bin-major, lag-minor); None exactly when ``df_order`` is 0.
         Returns:
             torch.Tensor: (N, 2F, T) float32 filtered spectrum.
+        Raises:
+            ValueError: ``coefs`` given to a model without a deep filter, or missing for one with it.
         """
+        f, k, fd = self.config.n_bins, self.config.df_order, self.config.df_bins
+        if (coefs is None) != (k == 0):
+            raise ValueError(f"apply_filter: deep-filter coefficients {'missing' if coefs is None else 'given'} "
+                             f"for a model with df_order {k}")
         out = spec * torch.cat([g, g], dim=1)
         if coefs is None:
             return out
-        f, k, fd = self.config.n_bins, self.config.df_order, self.config.df_bins
         n, t = spec.shape[0], spec.shape[-1]
         past = self.df_taps(torch.cat([spec[:, :fd], spec[:, f:f + fd]], dim=1)).reshape(n, 2, fd, k, t)
         c = coefs.reshape(n, 2, fd, k, t)

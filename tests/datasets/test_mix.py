@@ -219,7 +219,11 @@ def test_data_version_4_augments_the_batches(tmp_path, monkeypatch):
     monkeypatch.setattr(noise, "REAL_NOISE_CORPORA_V2", {})  # no package downloads in unit tests
     v3 = TrainingData(seed=0, cache_dir=cache, corpora=("asterisk-en",), noise_minutes_per_kind=0.2, data_version=3)
     v4 = TrainingData(seed=0, cache_dir=cache, corpora=("asterisk-en",), noise_minutes_per_kind=0.2, data_version=4)
-    np.testing.assert_array_equal(v3.bank, v4.bank)  # same noise bank (one cache entry), augmented per batch
+    np.testing.assert_array_equal(v3.bank, v4.bank)  # same noise bank, augmented per batch
+    assert len(list((cache / "derived").glob("noisebank-*.npy"))) == 1  # one cache entry for both versions
+    n3 = v3.noise_segments(64, 16000, np.random.default_rng(4))
+    n4 = v4.noise_segments(64, 16000, np.random.default_rng(4))
+    assert n3.shape == n4.shape and not np.array_equal(n3, n4)  # the noise itself is augmented
     a = v4.batch(200, 16000, np.random.default_rng(3))
     np.testing.assert_array_equal(a[0], v4.batch(200, 16000, np.random.default_rng(3))[0])
     assert not np.array_equal(a[0], v3.batch(200, 16000, np.random.default_rng(3))[0])

@@ -66,6 +66,18 @@ def test_filter_equals_numpy_definition():
     assert np.abs(got[BINS:] - g[BINS:] * xc[BINS:]).max() <= 1e-6  # bins above df_bins: gains only
 
 
+def test_apply_filter_refuses_mismatched_coefficients():
+    model = _df_model()
+    plain = ReferenceEnhancer(EnhancerConfig(channels=16, dilations=(1, 2))).eval()
+    with torch.no_grad():
+        spec = model.analysis(torch.from_numpy(_audio(1600)))
+        g, c = model.estimate(spec)
+        with pytest.raises(ValueError, match="coefficients missing for a model with df_order 3"):
+            model.apply_filter(spec, g, None)
+        with pytest.raises(ValueError, match="coefficients given for a model with df_order 0"):
+            plain.apply_filter(spec, g, c)
+
+
 def test_bad_df_config_is_refused():
     with pytest.raises(ValueError, match="0 < df_bins <= 161"):
         ReferenceEnhancer(EnhancerConfig(df_order=3, df_bins=0))
@@ -100,6 +112,17 @@ def test_deep_filter_streams_exactly(tmp_path, dynamo):
     shapes = [tuple(s.shape[1:]) for s in contract.states]
     assert (2 * BINS, K - 1) in shapes  # the tap buffer: K - 1 past frames of Re and Im of the DF bins
     assert len(shapes) == len(model.config.dilations) + 3  # analysis, blocks, taps, synthesis
+    if not dynamo:  # tests/reference_structure.py describes the torchscript export (the bundled path)
+        import onnx
+
+        from reference_structure import ReferenceStructure
+
+        cfg = model.config
+        want = ReferenceStructure(dilations=cfg.dilations, channels=cfg.channels, kernel_size=cfg.kernel_size,
+                                  hop_samples=cfg.hop_samples, win_samples=cfg.win_samples, df_order=K, df_bins=BINS)
+        assert [(s.node, s.shape) for s in contract.states] == list(zip(want.state_nodes, want.state_shapes))
+        graph = onnx.load(str(tmp_path / "df.stream.onnx")).graph
+        assert [n.name for n in graph.node if n.op_type == "Conv"] == want.conv_nodes
     x = _audio(4800)
     with torch.no_grad():
         ref = model(torch.from_numpy(x)).numpy()
