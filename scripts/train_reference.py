@@ -236,14 +236,34 @@ def main(argv=None) -> int:
     if args.df and args.init:
         ap.error("--df builds a model from scratch; with --init use --add-df")
 
+    if args.minutes <= 0 or args.batch < 1 or args.seconds <= 0 or args.lr <= 0 or args.threads < 1:
+        ap.error("--minutes, --batch, --seconds, --lr and --threads must be positive")
+    try:
+        dilations = tuple(int(d) for d in args.dilations.split(","))
+        added = tuple(int(d) for d in args.add_dilations.split(",")) if args.add_dilations else ()
+    except ValueError:
+        ap.error("--dilations/--add-dilations: comma-separated integers, e.g. 1,2,4,8")
+
     import torch
 
     from cosyedge.datasets.mix import TrainingData
+    from cosyedge.errors import CosyEdgeError
     from cosyedge.models.reference import EnhancerConfig, ReferenceEnhancer, load_reference, save_reference
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     rng = np.random.default_rng(args.seed)
+    # the model first: a bad --init or model option fails here, before minutes of data preparation
+    df = args.df or (0, 0)
+    try:
+        model = load_reference(args.init).train() if args.init else ReferenceEnhancer(
+            EnhancerConfig(channels=args.channels, dilations=dilations, df_order=df[0], df_bins=df[1]))
+    except (CosyEdgeError, ValueError) as err:
+        ap.error(str(err))
+    if added:
+        model = extend_blocks(model, added).train()
+    if args.add_df:
+        model = add_deep_filter(model, *args.add_df).train()
     t_prep = time.perf_counter()
     data = TrainingData(seed=args.seed, data_version=args.data_version, male_share=args.male_share)
     val_pairs = data.validation_pairs()
@@ -255,14 +275,6 @@ def main(argv=None) -> int:
     print(f"data ready in {time.perf_counter() - t_prep:.1f} s: {len(val_pairs)} validation, "
           f"{len(test_pairs)} test pairs", flush=True)
 
-    df = args.df or (0, 0)
-    model = load_reference(args.init).train() if args.init else ReferenceEnhancer(
-        EnhancerConfig(channels=args.channels, dilations=tuple(int(d) for d in args.dilations.split(",")),
-                       df_order=df[0], df_bins=df[1]))
-    if args.add_dilations:
-        model = extend_blocks(model, tuple(int(d) for d in args.add_dilations.split(","))).train()
-    if args.add_df:
-        model = add_deep_filter(model, *args.add_df).train()
     delay = model.config.delay_samples
     if not args.init:  # global mean-variance normalisation of the log-power features
         stats = np.concatenate([data.batch(args.batch, 32000, np.random.default_rng(args.seed + 1))[0]

@@ -132,6 +132,9 @@ class ReferenceEnhancer(nn.Module):
 
     Shapes:
         forward: x (N, 1, T) float32, T % 160 == 0 -> y (N, 1, T) float32, delayed by 160 samples.
+    Raises:
+        ValueError: an inconsistent deep-filter config (``df_order`` < 0, ``df_bins`` outside 1..F with
+            ``df_order`` > 0, or ``df_bins`` set without ``df_order``); window != 2 * hop.
     """
 
     def __init__(self, config: EnhancerConfig | None = None):
@@ -153,9 +156,9 @@ class ReferenceEnhancer(nn.Module):
         self.inp = nn.Conv1d(f, cfg.channels, 1)
         self.blocks = nn.ModuleList(GatedBlock(cfg.channels, cfg.kernel_size, d) for d in cfg.dilations)
         self.out = nn.Conv1d(cfg.channels, f, 1)
-        if cfg.df_order < 0 or (cfg.df_order > 0 and not 0 < cfg.df_bins <= f):
-            raise ValueError(f"df_order {cfg.df_order} and df_bins {cfg.df_bins}: need df_order >= 0 and "
-                             f"0 < df_bins <= {f} when df_order > 0")
+        if cfg.df_order < 0 or (cfg.df_order > 0 and not 0 < cfg.df_bins <= f) or (cfg.df_order == 0 and cfg.df_bins):
+            raise ValueError(f"df_order {cfg.df_order} and df_bins {cfg.df_bins}: need df_order >= 0, "
+                             f"0 < df_bins <= {f} when df_order > 0 and df_bins = 0 when df_order = 0")
         if cfg.df_order:
             k, fd = cfg.df_order, cfg.df_bins
             # fixed tap buffer: input channel c (Re then Im of bins < fd) -> outputs c*K + j = X_c[t - j]

@@ -81,8 +81,10 @@ def test_apply_filter_refuses_mismatched_coefficients():
 def test_bad_df_config_is_refused():
     with pytest.raises(ValueError, match="0 < df_bins <= 161"):
         ReferenceEnhancer(EnhancerConfig(df_order=3, df_bins=0))
-    with pytest.raises(ValueError, match="df_order >= 0"):
+    with pytest.raises(ValueError, match="need df_order >= 0"):
         ReferenceEnhancer(EnhancerConfig(df_order=-1))
+    with pytest.raises(ValueError, match="df_bins = 0 when df_order = 0"):
+        ReferenceEnhancer(EnhancerConfig(df_order=0, df_bins=64))
 
 
 def test_add_deep_filter_keeps_the_function():
