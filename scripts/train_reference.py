@@ -121,22 +121,34 @@ def evaluate(model, pairs, delay: int, by_noise: bool = False):
     return {"all": float(np.mean(gains)), **{k: float(np.mean(v)) for k, v in groups.items()}}
 
 
+def _grown_copy(model, new_keys: tuple, **changes):
+    """Return a ReferenceEnhancer with ``model``'s config updated by ``changes`` and ``model``'s weights
+    loaded; only parameters whose names start with one of ``new_keys`` may be new (they keep their fresh
+    initialisation for the caller to set).
+
+    Raises:
+        SystemExit: the weights do not fit (keys other than ``new_keys`` missing or unexpected).
+    """
+    import dataclasses
+
+    from cosyedge.models.reference import ReferenceEnhancer
+
+    new = ReferenceEnhancer(dataclasses.replace(model.config, **changes))
+    missing, unexpected = new.load_state_dict(model.state_dict(), strict=False)
+    if unexpected or not all(k.startswith(new_keys) for k in missing):
+        raise SystemExit(f"cannot grow the model ({changes}): unexpected keys {unexpected}, missing {missing}")
+    return new
+
+
 def extend_blocks(model, dilations: tuple):
     """Return a copy of ``model`` (ReferenceEnhancer) with gated blocks of ``dilations`` appended.
 
     The new blocks' output projections are zero, so each is the identity (residual ``x + 0``) and the
     extended model computes exactly the same function; training then uses the added capacity.
     """
-    import dataclasses
-
     import torch
 
-    from cosyedge.models.reference import ReferenceEnhancer
-
-    cfg = dataclasses.replace(model.config, dilations=tuple(model.config.dilations) + tuple(dilations))
-    new = ReferenceEnhancer(cfg)
-    missing, unexpected = new.load_state_dict(model.state_dict(), strict=False)
-    assert not unexpected and all(k.startswith("blocks.") for k in missing), (missing, unexpected)
+    new = _grown_copy(model, ("blocks.",), dilations=tuple(model.config.dilations) + tuple(dilations))
     with torch.no_grad():
         for blk in new.blocks[len(model.config.dilations):]:
             blk.proj.weight.zero_()
@@ -146,19 +158,17 @@ def extend_blocks(model, dilations: tuple):
 
 def add_deep_filter(model, order: int, bins: int):
     """Return a copy of ``model`` (ReferenceEnhancer without a deep filter) with a deep filter of
-    ``order`` taps on the lowest ``bins`` bins whose coefficient head is zero, so the extended model
-    computes exactly the same function and training then learns the filter."""
-    import dataclasses
+    ``order`` taps on the lowest ``bins`` bins whose coefficient head is zero (as
+    :class:`~cosyedge.models.reference.ReferenceEnhancer` initialises it), so the extended model computes
+    exactly the same function and training then learns the filter.
 
-    from cosyedge.models.reference import ReferenceEnhancer
-
+    Raises:
+        SystemExit: ``model`` already has a deep filter.
+        ValueError: ``order``/``bins`` out of range (from :class:`~cosyedge.models.reference.EnhancerConfig`).
+    """
     if model.config.df_order:
         raise SystemExit(f"the --init model already has a deep filter (order {model.config.df_order})")
-    new = ReferenceEnhancer(dataclasses.replace(model.config, df_order=order, df_bins=bins))
-    missing, unexpected = new.load_state_dict(model.state_dict(), strict=False)
-    if unexpected or not all(k.startswith(("df_out.", "df_taps.")) for k in missing):
-        raise SystemExit(f"cannot add a deep filter: unexpected keys {unexpected}, missing {missing}")
-    return new
+    return _grown_copy(model, ("df_out.", "df_taps."), df_order=order, df_bins=bins)
 
 
 def plot_curves(history: dict, path: Path) -> None:
@@ -183,14 +193,15 @@ def plot_curves(history: dict, path: Path) -> None:
 
 
 def _df_spec(text: str) -> tuple[int, int]:
-    """argparse type of ``--df`` / ``--add-df``: ``"K,BINS"`` -> (K, BINS), both positive ints."""
+    """argparse type of ``--df`` / ``--add-df``: ``"K,BINS"`` -> (K, BINS), both positive ints (the upper
+    bound of BINS, the model's bin count, is checked by :class:`EnhancerConfig` when the model is built)."""
     parts = text.split(",")
     try:
         k, bins = (int(v) for v in parts)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected K,BINS (two positive integers, e.g. 3,64), got {text!r}") from None
-    if k < 1 or not 1 <= bins <= 161:
-        raise argparse.ArgumentTypeError(f"need K >= 1 and 1 <= BINS <= 161, got {text!r}")
+    if k < 1 or bins < 1:
+        raise argparse.ArgumentTypeError(f"need K >= 1 and BINS >= 1, got {text!r}")
     return k, bins
 
 
@@ -258,12 +269,12 @@ def main(argv=None) -> int:
     try:
         model = load_reference(args.init).train() if args.init else ReferenceEnhancer(
             EnhancerConfig(channels=args.channels, dilations=dilations, df_order=df[0], df_bins=df[1]))
+        if added:
+            model = extend_blocks(model, added).train()
+        if args.add_df:
+            model = add_deep_filter(model, *args.add_df).train()
     except (CosyEdgeError, ValueError) as err:
         ap.error(str(err))
-    if added:
-        model = extend_blocks(model, added).train()
-    if args.add_df:
-        model = add_deep_filter(model, *args.add_df).train()
     t_prep = time.perf_counter()
     data = TrainingData(seed=args.seed, data_version=args.data_version, male_share=args.male_share)
     val_pairs = data.validation_pairs()

@@ -85,11 +85,11 @@ class ReferenceStructure:
     @property
     def state_nodes(self) -> list[str]:
         """list[str]: the conv that owns each state, in contract order."""
-        return [ANALYSIS_CONV, *self._df_taps, *[f"/blocks.{i}/conv/conv/Conv" for i in range(self.n_blocks)],
+        return [ANALYSIS_CONV, *self._df_state_owner, *[f"/blocks.{i}/conv/conv/Conv" for i in range(self.n_blocks)],
                 SYNTHESIS_CONV]
 
     @property
-    def _df_taps(self) -> list[str]:
+    def _df_state_owner(self) -> list[str]:
         """The deep-filter tap conv as a state owner: only with K > 1 (K = 1 has no past frames)."""
         return [DF_TAPS_CONV] if self.df_order > 1 else []
 

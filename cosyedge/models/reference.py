@@ -14,8 +14,9 @@ Architecture (gain estimation in an STFT filterbank domain, all causal):
    (complex products with the current and K - 1 past frames, which the fixed
    :class:`~cosyedge.nn.CausalConv1d` ``df_taps`` buffers as streaming state). It is phase-aware and
    can separate harmonics that fall inside one main lobe of the 20 ms window (about 200 Hz wide, e.g. a
-   male voice's 85-135 Hz f0 spacing) without adding latency; with zero coefficients it is the plain gain model (DeepFilterNet, Schroeter et al.
-   2022, arXiv:2110.05588; deep filtering, Mack & Habets 2020, arXiv:1911.12235).
+   male voice's 85-135 Hz f0 spacing) without adding latency; with zero coefficients it is the plain gain
+   model (DeepFilterNet, Schroeter et al. 2022, arXiv:2110.05588; deep filtering, Mack & Habets 2020,
+   arXiv:1911.12235).
 5. Synthesis: :class:`~cosyedge.nn.CausalConv1dUpsample` (2F -> 1, factor 160, kernel 2 frames) with
    the fixed sqrt-Hann inverse-DFT basis: exactly overlap-add inverse STFT. The output is delayed by one
    hop (160 samples) relative to the input: algorithmic latency = chunk (10 ms) + delay (10 ms) = 20 ms.
