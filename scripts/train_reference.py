@@ -14,13 +14,12 @@ held-out real noise are never used here). Loss: thresholded negative SNR on the 
 aligned by the model's delay (Wisdom et al. 2020, arXiv:2011.02329, "soft-thresholded SNR").
 Model selection by SI-SNR improvement on the validation pairs (held-out asterisk prompts).
 
-The bundled weights were made in two stages (see docs/model-card.md)::
-
-    python scripts/train_reference.py --seed 0 --minutes 45 --speech-weight 0.5 --out stage1.safetensors
-    python scripts/train_reference.py --seed 0 --init stage1.safetensors --lr 1e-3 --speech-weight 0.7 \
-        --minutes 22 --out cosyedge/models/reference.safetensors
-
-(stage 1 was stopped after 24 of its 45 minutes; its best-validation checkpoint, step 10000, was kept.)
+The bundled weights were made in four stages (``--init`` chains them); the commands, and the runs tried
+since and not kept, are in docs/model-card.md ("Recipe of the bundled weights", "Tried after stage 4").
+Model growth from a checkpoint keeps its function: ``--add-dilations`` (identity blocks), ``--add-df``
+(zero deep-filter head), ``--add-lw`` (zero long-window feature conv). ``--ema`` evaluates and saves an
+exponential moving average of the weights; ``--select last`` keeps the end of the schedule instead of
+the best validation checkpoint.
 
 Writes the weights (safetensors, config + training notes in the header), ``<log-dir>/curves.png`` and
 ``<log-dir>/history.json``.
@@ -79,7 +78,7 @@ def batch_loss(model, noisy: np.ndarray, clean: np.ndarray, delay: int, speech_w
     x = torch.from_numpy(noisy)[:, None]
     s = torch.from_numpy(clean)
     spec = model.analysis(x)
-    g, coefs = model.estimate(spec)
+    g, coefs = model.estimate(spec, model.long_spec(x))
     y = model.synthesis(model.apply_filter(spec, g, coefs))[:, 0]
     ref, mix = s[:, : n_samples - delay], x[:, 0, : n_samples - delay]
     a = speech_weight
@@ -171,6 +170,51 @@ def add_deep_filter(model, order: int, bins: int):
     return _grown_copy(model, ("df_out.", "df_taps."), df_order=order, df_bins=bins)
 
 
+def add_long_window(model, window: int, bins: int):
+    """Return a copy of ``model`` (ReferenceEnhancer without long-window features) with long-window
+    features of ``window`` samples on the lowest ``bins`` bins whose 1x1 conv is zero (as
+    :class:`~cosyedge.models.reference.ReferenceEnhancer` initialises it), so the extended model computes
+    exactly the same function; the caller sets their normalisation with
+    ``set_feature_stats(x, long_window_only=True)``.
+
+    Raises:
+        SystemExit: ``model`` already has long-window features.
+        ValueError: ``window``/``bins`` out of range (from :class:`~cosyedge.models.reference.ReferenceEnhancer`).
+    """
+    if model.config.lw_window:
+        raise SystemExit(f"the --init model already has long-window features (window {model.config.lw_window})")
+    return _grown_copy(model, ("lw_",), lw_window=window, lw_bins=bins)
+
+
+class WeightAverage:
+    """Exponential moving average of a model's trainable parameters (fixed weights and buffers are copied once).
+
+    ``avg = decay * avg + (1 - decay) * current`` after every optimiser step (Polyak averaging; e.g.
+    Izmailov et al. 2018, arXiv:1803.05407, for why averaged weights generalise better).
+
+    Args:
+        model (torch.nn.Module): the trained model.
+        decay (float): in (0, 1); 0.999 averages over about the last 1000 steps.
+    """
+
+    def __init__(self, model, decay: float):
+        import copy
+
+        self.decay = decay
+        self.model = copy.deepcopy(model).eval()
+        for p in self.model.parameters():
+            p.requires_grad_(False)
+
+    def update(self, model) -> None:
+        """Blend ``model``'s current state into the average (call after each optimiser step)."""
+        import torch
+
+        with torch.no_grad():
+            for avg, cur in zip(self.model.parameters(), model.parameters()):
+                if cur.requires_grad:  # the fixed STFT bases and feature statistics stay bit-exact
+                    avg.mul_(self.decay).add_(cur, alpha=1.0 - self.decay)
+
+
 def plot_curves(history: dict, path: Path) -> None:
     """Save training loss and validation SI-SNRi curves to ``path`` (PNG)."""
     import matplotlib
@@ -192,17 +236,27 @@ def plot_curves(history: dict, path: Path) -> None:
     plt.close(fig)
 
 
+def _pair_spec(text: str, what: str, example: str) -> tuple[int, int]:
+    """Parse ``"A,B"`` into two positive ints or raise argparse.ArgumentTypeError naming ``what``."""
+    try:
+        a, b = (int(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected {what} (two positive integers, e.g. {example}), got {text!r}") from None
+    if a < 1 or b < 1:
+        raise argparse.ArgumentTypeError(f"need {what.replace(',', ' >= 1 and ')} >= 1, got {text!r}")
+    return a, b
+
+
 def _df_spec(text: str) -> tuple[int, int]:
     """argparse type of ``--df`` / ``--add-df``: ``"K,BINS"`` -> (K, BINS), both positive ints (the upper
     bound of BINS, the model's bin count, is checked by :class:`EnhancerConfig` when the model is built)."""
-    parts = text.split(",")
-    try:
-        k, bins = (int(v) for v in parts)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected K,BINS (two positive integers, e.g. 3,64), got {text!r}") from None
-    if k < 1 or bins < 1:
-        raise argparse.ArgumentTypeError(f"need K >= 1 and BINS >= 1, got {text!r}")
-    return k, bins
+    return _pair_spec(text, "K,BINS", "3,64")
+
+
+def _lw_spec(text: str) -> tuple[int, int]:
+    """argparse type of ``--lw`` / ``--add-lw``: ``"W,BINS"`` -> (W, BINS), both positive ints (their
+    range is checked by :class:`ReferenceEnhancer` when the model is built)."""
+    return _pair_spec(text, "W,BINS", "1024,128")
 
 
 def main(argv=None) -> int:
@@ -233,10 +287,25 @@ def main(argv=None) -> int:
                          "coefficients initialised to zero, so training resumes from the same function")
     ap.add_argument("--df", default=None, metavar="K,BINS", type=_df_spec,
                     help="from scratch: model with a deep filter of K taps on the lowest BINS bins")
+    ap.add_argument("--add-lw", default=None, metavar="W,BINS", type=_lw_spec,
+                    help="with --init: add long-window features (a W-sample causal window, its lowest BINS bins, "
+                         "e.g. 1024,128 = 64 ms, 0-2 kHz) through a zero-initialised 1x1 conv, so training resumes "
+                         "from the same function")
+    ap.add_argument("--lw", default=None, metavar="W,BINS", type=_lw_spec,
+                    help="from scratch: model with long-window features of W samples on the lowest BINS bins")
+    ap.add_argument("--ema", type=float, default=0.0,
+                    help="decay in (0, 1) of an exponential moving average of the weights, which is then what is "
+                         "evaluated and saved (e.g. 0.999); 0 = off")
+    ap.add_argument("--select", choices=("val", "last"), default="val",
+                    help="which weights --out keeps: the best validation SI-SNRi, or the last (end of the schedule; "
+                         "for losses that trade in-domain validation for robustness, e.g. a higher --speech-weight)")
     ap.add_argument("--data-version", type=int, default=3, choices=DATA_VERSIONS,
                     help="training data (cosyedge.datasets.mix.DATA_VERSIONS): 1 = the first data, 2 = plus more "
                          "real voices and noises, 3 = plus male-converted prompts, 4 = 3 with noise speed and EQ "
                          "augmentation of every batch")
+    ap.add_argument("--speech-low-boost", type=float, default=0.0,
+                    help="probability in [0, 1] that a training speech segment gets its f0 band (70-140 Hz) boosted "
+                         "by 0-10 dB (cosyedge.datasets.mix.low_band_boost)")
     ap.add_argument("--male-share", type=float, default=0.3,
                     help="data versions 3 and 4: share of speech draws from the male-converted prompts")
     args = ap.parse_args(argv)
@@ -246,6 +315,14 @@ def main(argv=None) -> int:
         ap.error("--add-df needs --init (use --df from scratch)")
     if args.df and args.init:
         ap.error("--df builds a model from scratch; with --init use --add-df")
+    if args.add_lw and not args.init:
+        ap.error("--add-lw needs --init (use --lw from scratch)")
+    if args.lw and args.init:
+        ap.error("--lw builds a model from scratch; with --init use --add-lw")
+    if not 0 <= args.speech_low_boost <= 1:
+        ap.error(f"--speech-low-boost must be in [0, 1], got {args.speech_low_boost}")
+    if not 0 <= args.ema < 1:
+        ap.error(f"--ema must be in [0, 1), got {args.ema}")
 
     if args.minutes <= 0 or args.batch < 1 or args.seconds <= 0 or args.lr <= 0 or args.threads < 1:
         ap.error("--minutes, --batch, --seconds, --lr and --threads must be positive")
@@ -265,18 +342,22 @@ def main(argv=None) -> int:
     torch.manual_seed(args.seed)
     rng = np.random.default_rng(args.seed)
     # the model first: a bad --init or model option fails here, before minutes of data preparation
-    df = args.df or (0, 0)
+    df, lw = args.df or (0, 0), args.lw or (0, 0)
     try:
         model = load_reference(args.init).train() if args.init else ReferenceEnhancer(
-            EnhancerConfig(channels=args.channels, dilations=dilations, df_order=df[0], df_bins=df[1]))
+            EnhancerConfig(channels=args.channels, dilations=dilations, df_order=df[0], df_bins=df[1],
+                           lw_window=lw[0], lw_bins=lw[1]))
         if added:
             model = extend_blocks(model, added).train()
         if args.add_df:
             model = add_deep_filter(model, *args.add_df).train()
+        if args.add_lw:
+            model = add_long_window(model, *args.add_lw).train()
     except (CosyEdgeError, ValueError) as err:
         ap.error(str(err))
     t_prep = time.perf_counter()
-    data = TrainingData(seed=args.seed, data_version=args.data_version, male_share=args.male_share)
+    data = TrainingData(seed=args.seed, data_version=args.data_version, male_share=args.male_share,
+                        speech_low_boost=args.speech_low_boost)
     val_pairs = data.validation_pairs()
     try:
         test_pairs = data.test_pairs((5,))
@@ -287,13 +368,15 @@ def main(argv=None) -> int:
           f"{len(test_pairs)} test pairs", flush=True)
 
     delay = model.config.delay_samples
-    if not args.init:  # global mean-variance normalisation of the log-power features
+    if not args.init or args.add_lw:  # global mean-variance normalisation of the (new) log-power features
         stats = np.concatenate([data.batch(args.batch, 32000, np.random.default_rng(args.seed + 1))[0]
                                 for _ in range(16)])
-        model.set_feature_stats(torch.from_numpy(stats)[:, None])
+        model.set_feature_stats(torch.from_numpy(stats)[:, None], long_window_only=bool(args.init))
     params = [p for p in model.parameters() if p.requires_grad]
     print(f"trainable parameters: {sum(p.numel() for p in params)}", flush=True)
     opt = torch.optim.AdamW(params, lr=args.lr, weight_decay=1e-4)
+    ema = WeightAverage(model, args.ema) if args.ema else None
+    scored = ema.model if ema else model  # what is evaluated and saved
     n_samples = int(args.seconds * model.config.sample_rate_hz) // model.config.hop_samples * model.config.hop_samples
 
     budget_s = args.minutes * 60
@@ -316,13 +399,15 @@ def main(argv=None) -> int:
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 5.0)
         opt.step()
+        if ema:
+            ema.update(model)
         step += 1
         hist["step"].append(step)
         hist["loss"].append(float(loss.detach()))
         if step % args.eval_every == 0:
             model.eval()
-            v = evaluate(model, val_pairs, delay)
-            tn = evaluate(model, test_pairs, delay, by_noise=True) if test_pairs else {"all": float("nan")}
+            v = evaluate(scored, val_pairs, delay)
+            tn = evaluate(scored, test_pairs, delay, by_noise=True) if test_pairs else {"all": float("nan")}
             t = tn["all"]
             model.train()
             hist["val_step"].append(step)
@@ -332,24 +417,25 @@ def main(argv=None) -> int:
             print(f"step {step} t={el/60:.1f} min lr={lr:.2e} loss={np.mean(hist['loss'][-args.eval_every:]):.2f} "
                   f"val SI-SNRi={v:.2f} dB test SI-SNRi={t:.2f} dB "
                   + " ".join(f"{k}={x:.2f}" for k, x in tn.items() if k != "all"), flush=True)
-            if v > best:
-                best = v
-                save_reference(model, args.out, extra={"step": step, "val_sisnri_db": v, "test_sisnri_db_5db": tn,
-                                                       "seed": args.seed, "minutes": el / 60})
+            if v > best or args.select == "last":
+                best = max(best, v)
+                save_reference(scored, args.out, extra={"step": step, "val_sisnri_db": v, "test_sisnri_db_5db": tn,
+                                                        "seed": args.seed, "minutes": el / 60, "ema": args.ema})
             plot_curves(hist, log_dir / "curves.png")
             (log_dir / "history.json").write_text(json.dumps(hist))
     model.eval()
-    v = evaluate(model, val_pairs, delay)
-    tn = evaluate(model, test_pairs, delay, by_noise=True) if test_pairs else {"all": float("nan")}
+    v = evaluate(scored, val_pairs, delay)
+    tn = evaluate(scored, test_pairs, delay, by_noise=True) if test_pairs else {"all": float("nan")}
     t = tn["all"]
     hist["val_step"].append(step)
     hist["val_sisnri"].append(v)
     hist["test_sisnri"].append(t)
     print(f"final step {step}: val SI-SNRi={v:.2f} dB test SI-SNRi={t:.2f} dB "
           + " ".join(f"{k}={x:.2f}" for k, x in tn.items() if k != "all"), flush=True)
-    if v > best:
-        save_reference(model, args.out, extra={"step": step, "val_sisnri_db": v, "test_sisnri_db_5db": tn,
-                                               "seed": args.seed, "minutes": (time.perf_counter() - t0) / 60})
+    if v > best or args.select == "last":
+        save_reference(scored, args.out, extra={"step": step, "val_sisnri_db": v, "test_sisnri_db_5db": tn,
+                                                "seed": args.seed, "minutes": (time.perf_counter() - t0) / 60,
+                                                "ema": args.ema})
     plot_curves(hist, log_dir / "curves.png")
     (log_dir / "history.json").write_text(json.dumps(hist))
     return 0

@@ -17,6 +17,13 @@ Architecture (gain estimation in an STFT filterbank domain, all causal):
    male voice's 85-135 Hz f0 spacing) without adding latency; with zero coefficients it is the plain gain
    model (DeepFilterNet, Schroeter et al. 2022, arXiv:2110.05588; deep filtering, Mack & Habets 2020,
    arXiv:1911.12235).
+   Optional long-window features (``lw_window`` W > 0): a second fixed analysis
+   :class:`~cosyedge.nn.CausalConv1dDownsample` (1 -> 2 * ``lw_bins``, window W, hop 160, Hann-windowed
+   real DFT of the W most recent samples, lowest ``lw_bins`` bins) whose normalised log power enters the
+   estimator through its own 1x1 conv, added to the features above. The window only looks back, so it adds
+   no latency; W = 1024 (64 ms, 15.6 Hz bins) resolves the harmonics of a low voice that the 20 ms
+   window blurs into one main lobe (its 161 bins are 50 Hz apart). The gains are still applied in the
+   20 ms STFT. Its input history (W - 160 samples) is one more streaming state.
 5. Synthesis: :class:`~cosyedge.nn.CausalConv1dUpsample` (2F -> 1, factor 160, kernel 2 frames) with
    the fixed sqrt-Hann inverse-DFT basis: exactly overlap-add inverse STFT. The output is delayed by one
    hop (160 samples) relative to the input: algorithmic latency = chunk (10 ms) + delay (10 ms) = 20 ms.
@@ -60,6 +67,10 @@ class EnhancerConfig:
         df_order (int): K, deep-filter taps (current + K - 1 past frames); 0 = gains only.
         df_bins (int): number of lowest bins that get the deep filter (0 < df_bins <= F when K > 0);
             64 bins = 0-3.2 kHz.
+        lw_window (int): W, samples of the optional long feature window (W > win_samples); 0 = off.
+            1024 = 64 ms.
+        lw_bins (int): lowest bins of the long window used as features (0 < lw_bins <= W/2 + 1 when
+            W > 0); 128 bins of a 1024 window = 0-2 kHz.
     """
 
     sample_rate_hz: int = 16000
@@ -72,6 +83,8 @@ class EnhancerConfig:
     log_eps: float = 1e-6
     df_order: int = 0
     df_bins: int = 0
+    lw_window: int = 0
+    lw_bins: int = 0
 
     @property
     def n_bins(self) -> int:
@@ -107,6 +120,21 @@ def stft_bases(win: int, hop: int) -> tuple[np.ndarray, np.ndarray]:
     return analysis.astype(np.float32), synthesis.astype(np.float32)
 
 
+def long_window_basis(window: int, bins: int) -> np.ndarray:
+    """Analysis weights of the long feature window: (2 * bins, 1, window) float32.
+
+    Rows 0..bins-1 = ``h[n] cos(2 pi k n / W)``, rows bins..2*bins-1 = ``-h[n] sin(2 pi k n / W)`` for the
+    lowest ``bins`` DFT bins k, with ``h`` the periodic Hann window (peak 1, unnormalised like the 20 ms
+    analysis, so white noise gives a per-bin power 3W/8 times its variance, well above ``log_eps``).
+    Sample n = W - 1 is the newest.
+    """
+    n = np.arange(window)
+    k = np.arange(bins)[:, None]
+    h = 0.5 - 0.5 * np.cos(2 * np.pi * n / window)
+    ang = 2 * np.pi * k * n / window
+    return np.concatenate([h * np.cos(ang), -h * np.sin(ang)])[:, None, :].astype(np.float32)
+
+
 class GatedBlock(nn.Module):
     """Residual gated dilated causal conv block over frames: (N, C, T) -> (N, C, T) float32.
 
@@ -135,7 +163,9 @@ class ReferenceEnhancer(nn.Module):
         forward: x (N, 1, T) float32, T % 160 == 0 -> y (N, 1, T) float32, delayed by 160 samples.
     Raises:
         ValueError: an inconsistent deep-filter config (``df_order`` < 0, ``df_bins`` outside 1..F with
-            ``df_order`` > 0, or ``df_bins`` set without ``df_order``); window != 2 * hop.
+            ``df_order`` > 0, or ``df_bins`` set without ``df_order``); window != 2 * hop; an inconsistent
+            long-window config (``lw_window`` neither 0 nor above ``win_samples``,
+            ``lw_bins`` outside 1..W/2+1 with it, or set without it).
     """
 
     def __init__(self, config: EnhancerConfig | None = None):
@@ -172,40 +202,76 @@ class ReferenceEnhancer(nn.Module):
             self.df_out = nn.Conv1d(cfg.channels, 2 * fd * k, 1)
             nn.init.zeros_(self.df_out.weight)
             nn.init.zeros_(self.df_out.bias)
+        w_lw, b_lw = cfg.lw_window, cfg.lw_bins
+        if w_lw < 0 or (w_lw and (w_lw <= cfg.win_samples or not 0 < b_lw <= w_lw // 2 + 1)) \
+                or (not w_lw and b_lw):
+            raise ValueError(f"lw_window {w_lw} and lw_bins {b_lw}: need lw_window = 0 (and lw_bins = 0) or "
+                             f"lw_window > {cfg.win_samples} with 0 < lw_bins <= lw_window/2 + 1")
+        if w_lw:
+            self.lw_analysis = CausalConv1dDownsample(1, 2 * b_lw, cfg.hop_samples, w_lw, bias=False)
+            self.lw_analysis.conv.weight.data.copy_(torch.from_numpy(long_window_basis(w_lw, b_lw)))
+            self.lw_analysis.conv.weight.requires_grad_(False)
+            self.register_buffer("lw_mean", torch.zeros(b_lw))
+            self.register_buffer("lw_scale", torch.ones(b_lw))
+            self.lw_inp = nn.Conv1d(b_lw, cfg.channels, 1)
+            nn.init.zeros_(self.lw_inp.weight)
+            nn.init.zeros_(self.lw_inp.bias)
 
     def log_power(self, spec: torch.Tensor) -> torch.Tensor:
-        """spec (N, 2F, T) float32 (Re; Im) -> log bin power (N, F, T) float32 (natural log)."""
-        f = self.config.n_bins
-        re, im = spec[:, :f], spec[:, f:]
+        """spec (N, 2B, T) float32 (Re; Im of B bins) -> log bin power (N, B, T) float32 (natural log)."""
+        b = spec.shape[1] // 2
+        re, im = spec[:, :b], spec[:, b:]
         return torch.log(re * re + im * im + self.config.log_eps)
 
-    @torch.no_grad()
-    def set_feature_stats(self, x: torch.Tensor) -> None:
-        """Set the per-bin feature mean and scale (1/std) from training audio x (N, 1, T) float32."""
-        lp = self.log_power(self.analysis(x))  # (N, F, T)
-        self.feat_mean.copy_(lp.mean(dim=(0, 2)))
-        self.feat_scale.copy_(1.0 / lp.std(dim=(0, 2)).clamp_min(1e-3))
+    def long_spec(self, x: torch.Tensor) -> torch.Tensor | None:
+        """x (N, 1, T) float32 -> long-window spectrum (N, 2 * lw_bins, T / hop) float32 (Re; Im), or None
+        when ``lw_window`` is 0."""
+        return self.lw_analysis(x) if self.config.lw_window else None
 
-    def estimate(self, spec: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+    @torch.no_grad()
+    def set_feature_stats(self, x: torch.Tensor, long_window_only: bool = False) -> None:
+        """Set the per-bin feature mean and scale (1/std) from training audio x (N, 1, T) float32: of both
+        feature windows when the long window is on, of the long one alone with ``long_window_only``
+        (when it is added to a trained model)."""
+        pairs = [] if long_window_only else [(self.analysis(x), self.feat_mean, self.feat_scale)]
+        if self.config.lw_window:
+            pairs.append((self.lw_analysis(x), self.lw_mean, self.lw_scale))
+        for spec, mean, scale in pairs:
+            lp = self.log_power(spec)  # (N, bins, T)
+            mean.copy_(lp.mean(dim=(0, 2)))
+            scale.copy_(1.0 / lp.std(dim=(0, 2)).clamp_min(1e-3))
+
+    def estimate(self, spec: torch.Tensor, lw_spec: torch.Tensor | None = None
+                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Estimate the filter from the noisy spectrum.
 
         Args:
             spec (torch.Tensor): (N, 2F, T) float32, Re then Im of the noisy STFT.
+            lw_spec (torch.Tensor | None): (N, 2 * lw_bins, T) float32 from :meth:`long_spec`; required
+                exactly when ``lw_window`` > 0.
         Returns:
             tuple: gains (N, F, T) float32 in [floor, 1]; deep-filter coefficients (N, 2 * df_bins * K, T)
             float32 in (-1, 1) (Re then Im, bin-major, lag-minor), or None when ``df_order`` is 0.
+        Raises:
+            ValueError: ``lw_spec`` missing for a model with the long window, or given to one without.
         """
+        if (lw_spec is None) == bool(self.config.lw_window):
+            raise ValueError(f"estimate: long-window spectrum {'missing' if lw_spec is None else 'given'} "
+                             f"for a model with lw_window {self.config.lw_window}")
         lp = self.log_power(spec)
         h = self.inp((lp - self.feat_mean[:, None]) * self.feat_scale[:, None])
+        if lw_spec is not None:
+            h = h + self.lw_inp((self.log_power(lw_spec) - self.lw_mean[:, None]) * self.lw_scale[:, None])
         for blk in self.blocks:
             h = blk(h)
         fl = self.config.gain_floor
         g = fl + (1.0 - fl) * torch.sigmoid(self.out(h))
         return g, (torch.tanh(self.df_out(h)) if self.config.df_order else None)
 
-    def gains(self, spec: torch.Tensor) -> torch.Tensor:
-        """spec (N, 2F, T) float32 (Re; Im) -> gains (N, F, T) float32 in [floor, 1]."""
-        return self.estimate(spec)[0]
+    def gains(self, spec: torch.Tensor, lw_spec: torch.Tensor | None = None) -> torch.Tensor:
+        """spec (N, 2F, T) float32 (Re; Im) [, lw_spec as in :meth:`estimate`] -> gains (N, F, T) float32
+        in [floor, 1]."""
+        return self.estimate(spec, lw_spec)[0]
 
     def apply_filter(self, spec: torch.Tensor, g: torch.Tensor, coefs: torch.Tensor | None) -> torch.Tensor:
         """Apply gains and the deep filter (see the module docstring) to a spectrum.
@@ -241,7 +307,7 @@ class ReferenceEnhancer(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x (N, 1, T) float32 -> enhanced (N, 1, T) float32, 160 samples late."""
         spec = self.analysis(x)
-        return self.synthesis(self.apply_filter(spec, *self.estimate(spec)))
+        return self.synthesis(self.apply_filter(spec, *self.estimate(spec, self.long_spec(x))))
 
     def stream_metadata(self) -> dict:
         """dict: model-level contract fields for export (name, sample rate, hop, delay)."""
@@ -311,4 +377,6 @@ def count_macs_per_second(config: EnhancerConfig) -> float:
     per_frame += 2 * f * config.hop_samples * 2  # synthesis
     if config.df_order:  # coefficient head + 4 real products per complex tap
         per_frame += c * 2 * config.df_bins * config.df_order + 4 * config.df_bins * config.df_order
+    if config.lw_window:  # long-window analysis + its 1x1 conv
+        per_frame += 2 * config.lw_bins * config.lw_window + config.lw_bins * c
     return per_frame * config.sample_rate_hz / config.hop_samples

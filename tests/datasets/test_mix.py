@@ -6,7 +6,15 @@ import numpy as np
 import pytest
 
 from cosyedge.datasets import noise, sources
-from cosyedge.datasets.mix import TrainingData, active_power, mix_at_snr, random_eq, si_snr, speed_perturb
+from cosyedge.datasets.mix import (
+    TrainingData,
+    active_power,
+    low_band_boost,
+    mix_at_snr,
+    random_eq,
+    si_snr,
+    speed_perturb,
+)
 from cosyedge.errors import ArtifactError, UsageError
 
 SR = 16000
@@ -233,3 +241,49 @@ def test_data_version_4_augments_the_batches(tmp_path, monkeypatch):
     both = np.any(n, axis=1) & np.any(clean, axis=1)
     snr = 10 * np.log10(active_power(clean[both]) / np.mean(n[both].astype(np.float64) ** 2, axis=1))
     assert snr.min() > -5.1 and snr.max() < 20.1  # the SNR is set after augmentation
+
+
+def test_low_band_boost_raises_only_the_f0_band():
+    x = np.random.default_rng(0).standard_normal((64, 32000)).astype(np.float32)
+    np.testing.assert_array_equal(low_band_boost(x, np.random.default_rng(1), 0.0), x)
+    a = low_band_boost(x, np.random.default_rng(1), 1.0)
+    np.testing.assert_array_equal(a, low_band_boost(x, np.random.default_rng(1), 1.0))
+    assert a.dtype == np.float32 and not np.shares_memory(a, x)
+    fr = np.fft.rfftfreq(x.shape[1], 1 / SR)
+    gain_db = 20 * np.log10(np.abs(np.fft.rfft(a, axis=1)) / np.abs(np.fft.rfft(x, axis=1)))
+    assert gain_db.min() > -1e-3 and gain_db.max() <= 10.0 + 1e-3  # a boost of 0..10 dB, never a cut
+    peak_hz = fr[np.argmax(gain_db, axis=1)]
+    assert ((peak_hz >= 69) & (peak_hz <= 141)).all()  # centred on a male f0
+    assert np.abs(gain_db[:, fr >= 1000]).max() < 0.05  # speech above 1 kHz untouched
+    assert (gain_db.max(axis=1) > 2.0).mean() > 0.6
+    half = low_band_boost(x, np.random.default_rng(2), 0.5)
+    assert 0.25 < np.any(half != x, axis=1).mean() < 0.75
+
+
+def test_low_boost_probability_is_checked():
+    for bad in (-0.1, 1.5):
+        with pytest.raises(UsageError, match="speech_low_boost must be a probability"):
+            TrainingData(data_version=3, speech_low_boost=bad)
+
+
+def test_low_boost_reaches_the_clean_target(tmp_path, monkeypatch):
+    cache = tmp_path / "cosy_data"
+    rng = np.random.default_rng(0)
+    utts = [_fake_speech(rng, s) for s in (3.0, 4.0, 5.0, 2.5, 6.0)]
+    off = np.concatenate([[0], np.cumsum([u.size for u in utts])])
+    c = sources.Corpus("asterisk-en", np.concatenate(utts), off, [f"u{i}.g722" for i in range(len(utts))],
+                       ["val" if i == 0 else "train" for i in range(len(utts))], ["fake"] * len(utts), "fake")
+    sources._save_corpus(cache / "corpora" / "asterisk-en.npy", c)
+    monkeypatch.setattr(noise, "REAL_NOISE_CORPORA_V2", {})
+    kw = {"seed": 0, "cache_dir": cache, "corpora": ("asterisk-en",), "noise_minutes_per_kind": 0.2, "data_version": 3}
+    plain, boosted = TrainingData(**kw), TrainingData(**kw, speech_low_boost=1.0)
+    _, c0 = plain.batch(64, 16000, np.random.default_rng(3), p_noise_only=0.0)
+    _, c1 = boosted.batch(64, 16000, np.random.default_rng(3), p_noise_only=0.0)
+    fr = np.fft.rfftfreq(16000, 1 / SR)
+
+    def low_share_db(x):  # 70-140 Hz energy relative to the whole segment
+        p = np.abs(np.fft.rfft(x.astype(np.float64), axis=1)) ** 2
+        return 10 * np.log10(p[:, (fr >= 70) & (fr <= 140)].sum(1) / p.sum(1))
+
+    d = low_share_db(c1) - low_share_db(c0)
+    assert (d > -1e-4).all() and np.median(d) > 0.5  # the clean targets carry the boosted f0 band

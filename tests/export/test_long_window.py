@@ -1,0 +1,153 @@
+"""The reference enhancer's optional long-window features (``EnhancerConfig.lw_window``, ``lw_bins``).
+
+Checks the long analysis against a direct NumPy DFT of the last W samples (zeros before the start), that a
+zero feature conv is exactly the plain model (so ``train_reference.py --add-lw`` resumes from the same
+function), that a bad config is refused, that ``--ema`` averages the weights, and that export -> streamify
+turns the long window's input history into one more state and streams exactly (1e-5) with both exporters.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from models_torch import run_streaming  # noqa: E402
+
+from cosyedge.export import onnx_from_torch  # noqa: E402
+from cosyedge.models.reference import EnhancerConfig, ReferenceEnhancer  # noqa: E402
+from cosyedge.surgery import streamify  # noqa: E402
+
+W, BINS = 1024, 48
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _train_module():
+    spec = importlib.util.spec_from_file_location("train_reference", ROOT / "scripts" / "train_reference.py")
+    tr = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tr)
+    return tr
+
+
+def _lw_model(seed: int = 0) -> ReferenceEnhancer:
+    """A small model with long-window features whose feature conv is random (non-zero), eval mode."""
+    torch.manual_seed(seed)
+    model = ReferenceEnhancer(EnhancerConfig(channels=16, dilations=(1, 2), lw_window=W, lw_bins=BINS)).eval()
+    model.set_feature_stats(torch.from_numpy(_audio(8000, seed=5)))
+    with torch.no_grad():
+        model.lw_inp.weight.normal_(0.0, 0.5)
+        model.out.bias.normal_(0.0, 1.0)
+    return model
+
+
+def _audio(n: int = 16000, seed: int = 1) -> np.ndarray:
+    return (0.1 * np.random.default_rng(seed).standard_normal((1, 1, n))).astype(np.float32)
+
+
+def test_long_window_is_a_causal_dft_of_the_last_w_samples():
+    model = _lw_model()
+    x = _audio(3200)
+    with torch.no_grad():
+        got = model.long_spec(torch.from_numpy(x)).numpy()[0]  # (2 BINS, 20)
+    hop = model.config.hop_samples
+    padded = np.concatenate([np.zeros(W - hop), x[0, 0]])
+    h = 0.5 - 0.5 * np.cos(2 * np.pi * np.arange(W) / W)
+    assert model.feat_mean.abs().sum() > 0 and model.lw_mean.abs().sum() > 0  # stats set for both windows
+    for t in (0, 7, 19):  # frame t ends with input sample (t + 1) * hop - 1
+        seg = padded[t * hop: t * hop + W]
+        want = np.fft.rfft(h * seg)[:BINS]
+        assert np.abs(got[:BINS, t] + 1j * got[BINS:, t] - want).max() <= 1e-4 * np.abs(want).max()
+
+
+def test_estimate_refuses_mismatched_long_spectrum():
+    model = _lw_model()
+    plain = ReferenceEnhancer(EnhancerConfig(channels=16, dilations=(1, 2))).eval()
+    x = torch.from_numpy(_audio(1600))
+    with torch.no_grad():
+        spec, lw = model.analysis(x), model.long_spec(x)
+        with pytest.raises(ValueError, match="long-window spectrum missing for a model with lw_window 1024"):
+            model.estimate(spec)
+        with pytest.raises(ValueError, match="long-window spectrum given for a model with lw_window 0"):
+            plain.estimate(spec, lw)
+
+
+@pytest.mark.parametrize("window, bins", [(320, 10), (1024, 0), (1024, 514), (0, 10), (-160, 0)])
+def test_bad_long_window_config_is_refused(window, bins):
+    with pytest.raises(ValueError, match=f"lw_window {window} and lw_bins {bins}: need"):
+        ReferenceEnhancer(EnhancerConfig(lw_window=window, lw_bins=bins))
+
+
+def test_add_long_window_keeps_the_function():
+    tr = _train_module()
+    torch.manual_seed(0)
+    plain = ReferenceEnhancer(EnhancerConfig(channels=16, dilations=(1, 2))).eval()
+    with torch.no_grad():
+        plain.out.bias.normal_(0.0, 1.0)
+    ext = tr.add_long_window(plain, W, BINS).eval()
+    assert dataclasses.asdict(ext.config) == {**dataclasses.asdict(plain.config), "lw_window": W, "lw_bins": BINS}
+    x = torch.from_numpy(_audio())
+    mean_before = ext.feat_mean.clone()
+    ext.set_feature_stats(x, long_window_only=True)
+    assert torch.equal(ext.feat_mean, mean_before)  # the trained model's normalisation is kept
+    assert ext.lw_scale.min() > 0 and ext.lw_mean.abs().sum() > 0
+    with torch.no_grad():
+        assert torch.equal(plain(x), ext(x))
+        ext.lw_inp.bias.fill_(0.3)
+        assert (plain(x) - ext(x)).abs().max() > 1e-3  # and the new features change the output once trained
+    with pytest.raises(SystemExit, match="already has long-window features"):
+        tr.add_long_window(ext, W, BINS)
+
+
+def test_weight_average_blends_parameters_not_fixed_bases():
+    tr = _train_module()
+    model = ReferenceEnhancer(EnhancerConfig(channels=8, dilations=(1,)))
+    ema = tr.WeightAverage(model, 0.9)
+    before = model.inp.weight.detach().clone()
+    with torch.no_grad():
+        model.inp.weight.add_(1.0)
+    ema.update(model)
+    assert torch.allclose(ema.model.inp.weight, before + 0.1, atol=1e-6)  # 0.9 * old + 0.1 * (old + 1)
+    assert torch.equal(ema.model.analysis.conv.weight, model.analysis.conv.weight)
+    assert not ema.model.training and not any(p.requires_grad for p in ema.model.parameters())
+
+
+@pytest.mark.parametrize("dynamo", [False, True], ids=["torchscript", "dynamo"])
+def test_long_window_streams_exactly(tmp_path, dynamo):
+    model = _lw_model()
+    full = onnx_from_torch(model, tmp_path / "lw.onnx", dynamo=dynamo)
+    contract = streamify(full, tmp_path / "lw.stream.onnx")
+    shapes = [tuple(s.shape[1:]) for s in contract.states]
+    assert (1, W - model.config.hop_samples) in shapes  # the long window's input history
+    assert len(shapes) == len(model.config.dilations) + 3  # analysis, long analysis, blocks, synthesis
+    x = _audio(4800)
+    with torch.no_grad():
+        ref = model(torch.from_numpy(x)).numpy()
+    for chunk in (160, 480):
+        y = run_streaming(tmp_path / "lw.stream.onnx", contract, x, chunk)
+        assert y.shape == ref.shape
+        assert float(np.abs(y - ref).max()) <= 1e-5
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--add-lw", "1024"], "expected W,BINS"),
+    (["--add-lw", "1024,128"], "--add-lw needs --init"),
+    (["--lw", "1024,128", "--init", "x.safetensors"], "--lw builds a model from scratch"),
+    (["--ema", "1.0"], "--ema must be in [0, 1)"),
+    (["--select", "best"], "invalid choice"),
+    (["--init", "cosyedge/models/reference.safetensors", "--add-lw", "320,10"], "lw_window 320 and lw_bins 10: need"),
+])
+def test_training_options_are_checked_before_data_preparation(argv, message, capsys, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    tr = _train_module()
+    with pytest.raises(SystemExit) as exc:
+        tr.main(argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert message in err[-1]
