@@ -13,7 +13,9 @@ state (N, C, (k-1)*d) frames) and one 1x1 ``/blocks.i/proj/Conv`` (C -> C). Arou
 synthesis conv (2F -> 1, state (N, 2F, 1) frames). With a deep filter (``df_order`` K > 0 on ``df_bins``
 bins B): the fixed grouped tap buffer ``/df_taps/conv/Conv`` (2B -> 2BK, kernel K, state (N, 2B, K-1)
 frames; graph position right after the analysis conv, whose output it reads) and the 1x1 coefficient head
-``/df_out/Conv`` (C -> 2BK, after ``/out/Conv``).
+``/df_out/Conv`` (C -> 2BK, after ``/out/Conv``). With long-window features (``lw_window`` W > 0 on
+``lw_bins`` bins): the fixed analysis ``/lw_analysis/conv/Conv`` (1 -> 2 lw_bins, state (N, 1, W - hop)
+samples, right after the analysis conv) and the 1x1 ``/lw_inp/Conv`` (lw_bins -> C, after ``/inp/Conv``).
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ BOUNDARY_CONVS = (ANALYSIS_CONV, SYNTHESIS_CONV)
 """The first and last conv (1 and 2F channels, fixed STFT bases): kept in float by INT8 and FP16."""
 DF_TAPS_CONV = "/df_taps/conv/Conv"
 DF_OUT_CONV = "/df_out/Conv"
+LW_ANALYSIS_CONV = "/lw_analysis/conv/Conv"
+LW_INP_CONV = "/lw_inp/Conv"
 DECLARED_FLOAT = ("/inp/Conv",)
 """Convs the bundled streaming ONNX keeps in float for INT8 (metadata ``cosyedge.int8_keep_float``)."""
 
@@ -48,6 +52,8 @@ class ReferenceStructure:
     win_samples: int
     df_order: int = 0
     df_bins: int = 0
+    lw_window: int = 0
+    lw_bins: int = 0
 
     @property
     def n_blocks(self) -> int:
@@ -61,8 +67,8 @@ class ReferenceStructure:
 
     @property
     def n_states(self) -> int:
-        """int: streaming states: analysis + one per block + synthesis (+ the deep-filter taps)."""
-        return self.n_blocks + 2 + (self.df_order > 1)
+        """int: streaming states: analysis + one per block + synthesis (+ the long window, + the deep-filter taps)."""
+        return self.n_blocks + 2 + (self.df_order > 1) + (self.lw_window > 0)
 
     @property
     def state_inputs(self) -> list[str]:
@@ -78,6 +84,7 @@ class ReferenceStructure:
     def state_shapes(self) -> list[list]:
         """list[list]: contract shape of each state: ["N", channels, frames or samples]."""
         return ([["N", 1, self.win_samples - self.hop_samples]]
+                + ([["N", 1, self.lw_window - self.hop_samples]] if self.lw_window else [])
                 + ([["N", 2 * self.df_bins, self.df_order - 1]] if self.df_order > 1 else [])
                 + [["N", self.channels, (self.kernel_size - 1) * d] for d in self.dilations]
                 + [["N", 2 * self.n_bins, 1]])
@@ -85,8 +92,12 @@ class ReferenceStructure:
     @property
     def state_nodes(self) -> list[str]:
         """list[str]: the conv that owns each state, in contract order."""
-        return [ANALYSIS_CONV, *self._df_state_owner, *[f"/blocks.{i}/conv/conv/Conv" for i in range(self.n_blocks)],
+        return [ANALYSIS_CONV, *self._lw(LW_ANALYSIS_CONV), *self._df_state_owner, *[f"/blocks.{i}/conv/conv/Conv" for i in range(self.n_blocks)],
                 SYNTHESIS_CONV]
+
+    def _lw(self, node: str) -> list[str]:
+        """``[node]`` when the model has long-window features, else ``[]``."""
+        return [node] if self.lw_window else []
 
     @property
     def _df_state_owner(self) -> list[str]:
@@ -103,13 +114,15 @@ class ReferenceStructure:
     @property
     def conv_nodes(self) -> list[str]:
         """list[str]: every Conv node of the ONNX graph, in graph order."""
-        return [ANALYSIS_CONV, *([DF_TAPS_CONV] if self.df_order else []), "/inp/Conv", *self.block_convs(), "/out/Conv",
+        return [ANALYSIS_CONV, *self._lw(LW_ANALYSIS_CONV), *([DF_TAPS_CONV] if self.df_order else []), "/inp/Conv",
+                *self._lw(LW_INP_CONV), *self.block_convs(), "/out/Conv",
                 *([DF_OUT_CONV] if self.df_order else []), SYNTHESIS_CONV]
 
     @property
     def int8_convs(self) -> list[str]:
         """list[str]: convs INT8 quantizes by default: all but the two boundary convs and the feature
-        projection the bundled ONNX declares float-only (:data:`DECLARED_FLOAT`)."""
+        projection the bundled ONNX declares float-only (:data:`DECLARED_FLOAT`). (No long-window model has
+        been bundled: whether its fixed ``/lw_analysis`` basis should stay float is not settled here.)"""
         return [n for n in self.conv_nodes if n not in BOUNDARY_CONVS and n not in DECLARED_FLOAT]
 
     @property
@@ -129,4 +142,5 @@ def reference_structure(weights: str | Path = REFERENCE_WEIGHTS) -> ReferenceStr
     return ReferenceStructure(dilations=tuple(cfg["dilations"]), channels=cfg["channels"],
                               kernel_size=cfg["kernel_size"], hop_samples=cfg["hop_samples"],
                               win_samples=cfg["win_samples"], df_order=cfg.get("df_order", 0),
-                              df_bins=cfg.get("df_bins", 0))
+                              df_bins=cfg.get("df_bins", 0), lw_window=cfg.get("lw_window", 0),
+                              lw_bins=cfg.get("lw_bins", 0))

@@ -126,6 +126,17 @@ def test_long_window_streams_exactly(tmp_path, dynamo):
     shapes = [tuple(s.shape[1:]) for s in contract.states]
     assert (1, W - model.config.hop_samples) in shapes  # the long window's input history
     assert len(shapes) == len(model.config.dilations) + 3  # analysis, long analysis, blocks, synthesis
+    if not dynamo:  # tests/reference_structure.py describes the torchscript export (the bundled path)
+        import onnx
+
+        from reference_structure import ReferenceStructure
+
+        cfg = model.config
+        want = ReferenceStructure(dilations=cfg.dilations, channels=cfg.channels, kernel_size=cfg.kernel_size,
+                                  hop_samples=cfg.hop_samples, win_samples=cfg.win_samples, lw_window=W, lw_bins=BINS)
+        assert [(s.node, s.shape) for s in contract.states] == list(zip(want.state_nodes, want.state_shapes))
+        graph = onnx.load(str(tmp_path / "lw.stream.onnx")).graph
+        assert [n.name for n in graph.node if n.op_type == "Conv"] == want.conv_nodes
     x = _audio(4800)
     with torch.no_grad():
         ref = model(torch.from_numpy(x)).numpy()
