@@ -6,22 +6,26 @@ model's own 20 ms STFT (161 bins, 50 Hz apart), with ``S``, ``N`` the clean-spee
 the model's gains computed from the noisy input, per band and per noise:
 
 - ``speech_db`` / ``noise_db``: band energy of ``S`` / ``N``;
-- ``distortion_db``: ``sum (1 - g)^2 |S|^2`` (speech removed by the gains);
-- ``residual_db``: ``sum g^2 |N|^2`` (noise let through);
+- ``distortion_db``: ``sum |F(S) - S|^2``, with ``F`` the model's filter (``(1 - g)^2 |S|^2`` for the
+  gains-only model): speech removed or changed;
+- ``residual_db``: ``sum |F(N)|^2`` (``g^2 |N|^2``): noise let through;
 - ``oracle_distortion_db`` / ``oracle_residual_db``: the same for the ideal amplitude mask
-  ``min(1, |S| / |X|)`` (floor 0.03; ``scripts/oracle_testset.py``);
+  ``min(1, |S| / |X|)`` (floored at the model's gain floor, 0.03; ``scripts/oracle_testset.py``);
 - ``mean_gain``.
 
 All energies are in dB relative to the total clean-speech energy of the file, averaged over the files of
 each noise. The two error terms add up to the error of the output (cross terms aside), so the band with
-the largest terms bounds the SI-SNR. As a check of one suspect, it also scores the model with each file's
+the largest terms bounds the SI-SNR. With ``--speech-bands`` it also compares the long-term spectrum
+(DC, 1-60, 60-100, 100-150, 150-300, 300-8000 Hz) of every training speech corpus with the test readings.
+As a check of one suspect, it also scores the model with each file's
 DC offset removed before and added back after the model (``sisnri_dc_bypass_db``; the LibriVox readings
-carry a DC offset of about 0.12 of their RMS).
+carry a DC offset of 0.09-0.17 of their RMS).
 
 Commands::
 
     python scripts/diagnose_bands.py                     # the bundled model, 5 dB
     python scripts/diagnose_bands.py --weights /tmp/run/model.safetensors --json /tmp/bands.json
+    python scripts/diagnose_bands.py --speech-bands --json docs/eval/bands-stage4.json
 """
 
 from __future__ import annotations
@@ -40,32 +44,79 @@ BANDS_HZ = ((0, 100), (100, 200), (200, 300), (300, 500), (500, 1000), (1000, 20
 def band_budget(model, noisy: np.ndarray, clean: np.ndarray) -> dict:
     """Per-bin energies of one pair, relative to the total clean-speech energy (linear).
 
+    The model's filter ``F`` (gains, and the deep filter when the model has one) is estimated from the
+    noisy input and is linear in the spectrum it is applied to, so ``F(X) = F(S) + F(N)``: speech
+    distortion ``|F(S) - S|^2``, residual noise ``|F(N)|^2``.
+
     Args:
         model: ReferenceEnhancer (eval mode).
         noisy, clean (np.ndarray): (T,) float32, 16 kHz, T a multiple of the hop.
     Returns:
         dict of (F,) float64 arrays: ``speech``, ``noise``, ``distortion``, ``residual``,
-        ``oracle_distortion``, ``oracle_residual``, ``gain`` (mean over frames).
+        ``oracle_distortion``, ``oracle_residual`` (ideal amplitude mask, ``oracle_testset.oracle_gain``,
+        floor = the model's gain floor), ``gain`` (mean over frames).
     """
     import torch
+    from oracle_testset import oracle_gain
 
     f = model.config.n_bins
     x = torch.from_numpy(noisy.astype(np.float32))[None, None]
     s = torch.from_numpy(clean.astype(np.float32))[None, None]
     with torch.no_grad():
         spec_x, spec_s = model.analysis(x), model.analysis(s)
-        g = model.gains(spec_x, model.long_spec(x))[0].double().numpy()
+        g, coefs = model.estimate(spec_x, model.long_spec(x))
+        out_s = model.apply_filter(spec_s, g, coefs)
+        out_n = model.apply_filter(spec_x - spec_s, g, coefs)
 
     def power(spec):  # (1, 2F, T) -> (F, T) float64
         return (spec[0, :f] ** 2 + spec[0, f:] ** 2).double().numpy()
 
-    sp, xp, np_ = power(spec_s), power(spec_x), power(spec_x - spec_s)
-    iam = np.clip(np.sqrt(sp / (xp + 1e-12)), model.config.gain_floor, 1.0)
+    def cplx(spec):  # (1, 2F, T) -> (F, T) complex128
+        return spec[0, :f].double().numpy() + 1j * spec[0, f:].double().numpy()
+
+    sp, np_ = power(spec_s), power(spec_x - spec_s)
+    cs, cx = cplx(spec_s), cplx(spec_x)
+    iam = oracle_gain("iam", cs, cx - cs, cx, floor=model.config.gain_floor)
     tot = sp.sum()
     return {"speech": sp.sum(1) / tot, "noise": np_.sum(1) / tot,
-            "distortion": ((1 - g) ** 2 * sp).sum(1) / tot, "residual": (g ** 2 * np_).sum(1) / tot,
+            "distortion": power(out_s - spec_s).sum(1) / tot, "residual": power(out_n).sum(1) / tot,
             "oracle_distortion": ((1 - iam) ** 2 * sp).sum(1) / tot, "oracle_residual": (iam ** 2 * np_).sum(1) / tot,
-            "gain": g.mean(1)}
+            "gain": g[0].double().numpy().mean(1)}
+
+
+SPEECH_BANDS_HZ = ((0, 1), (1, 60), (60, 100), (100, 150), (150, 300), (300, 8000))
+"""tuple[tuple[int, int], ...]: bands (Hz) of the long-term speech spectrum comparison (``--speech-bands``)."""
+
+
+def band_shares_db(x: np.ndarray, bands=SPEECH_BANDS_HZ, sample_rate_hz: int = 16000) -> list[float]:
+    """Long-term energy share of each band in ``x`` (T,) float, dB relative to the total energy (one DFT
+    of the whole signal; band 0-1 Hz is the DC offset)."""
+    p = np.abs(np.fft.rfft(np.asarray(x, np.float64))) ** 2
+    fr = np.fft.rfftfreq(x.size, 1.0 / sample_rate_hz)
+    return [round(float(10 * np.log10(p[(fr >= lo) & (fr < hi)].sum() / p.sum() + 1e-12)), 1) for lo, hi in bands]
+
+
+def speech_band_report(pieces: int = 20, seconds: float = 4.0) -> dict:
+    """Long-term band shares (:data:`SPEECH_BANDS_HZ`) of every training speech corpus (data version 3,
+    seed 2: the mean over ``pieces`` random ``seconds``-long pieces, rng seed 0) and of each clean test
+    reading, plus the DC offset of the readings relative to their RMS. Returns ``{"bands_hz", "train":
+    {corpus: [dB...]}, "test": {file: [dB...]}, "test_dc_over_rms": {file: float}}``."""
+    from cosyedge.datasets.mix import TrainingData, test_pairs
+
+    data = TrainingData(seed=2, data_version=3)
+    rng = np.random.default_rng(0)
+    n = int(seconds * 16000)
+    train = {}
+    for name, (a, b) in data.speech_ranges.items():
+        starts = rng.integers(a, max(a + 1, b - n), pieces)
+        train[name] = [round(float(v), 1) for v in np.mean([band_shares_db(data.speech[s:s + n]) for s in starts], axis=0)]
+    test, dc = {}, {}
+    for name, _, clean in test_pairs((5,)):
+        reading = name.split("+")[0]
+        if reading not in test:
+            test[reading] = band_shares_db(clean)
+            dc[reading] = round(float(abs(clean.mean()) / clean.std()), 3)
+    return {"bands_hz": SPEECH_BANDS_HZ, "train": train, "test": test, "test_dc_over_rms": dc}
 
 
 def main(argv=None) -> int:
@@ -74,6 +125,9 @@ def main(argv=None) -> int:
     ap.add_argument("--weights", default=None, help="safetensors weights (default: the bundled model)")
     ap.add_argument("--snr", type=float, default=5.0, help="active-speech SNR of the test pairs, dB")
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--speech-bands", action="store_true",
+                    help="also compare the long-term spectrum of the training speech corpora (data version 3) with "
+                         "the test readings (about 20 s more for loading the training data)")
     args = ap.parse_args(argv)
 
     import torch
@@ -130,6 +184,13 @@ def main(argv=None) -> int:
         for r in [*rows, {"band_hz": ["all", ""], **report["noises"][noise]["total"], "mean_gain": float("nan")}]:
             lo, hi = r["band_hz"]
             print(f"  {f'{lo}-{hi}':>11s} " + " ".join(f"{r[f'{k}_db']:7.1f}" for k in keys) + f" {r['mean_gain']:5.2f}")
+    if args.speech_bands:
+        report["speech_bands"] = sb = speech_band_report()
+        print("long-term speech spectrum, band energy in dB re total:",
+              " ".join(f"{lo}-{hi}Hz" for lo, hi in SPEECH_BANDS_HZ))
+        for group in ("train", "test"):
+            for name, row in sb[group].items():
+                print(f"  {group:5s} {name[-28:]:28s} " + " ".join(f"{v:7.1f}" for v in row))
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(report, indent=1))
@@ -137,5 +198,6 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parent))  # oracle_testset
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     sys.exit(main())

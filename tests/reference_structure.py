@@ -92,8 +92,8 @@ class ReferenceStructure:
     @property
     def state_nodes(self) -> list[str]:
         """list[str]: the conv that owns each state, in contract order."""
-        return [ANALYSIS_CONV, *self._lw(LW_ANALYSIS_CONV), *self._df_state_owner, *[f"/blocks.{i}/conv/conv/Conv" for i in range(self.n_blocks)],
-                SYNTHESIS_CONV]
+        return [ANALYSIS_CONV, *self._lw(LW_ANALYSIS_CONV), *self._df_state_owner,
+                *[f"/blocks.{i}/conv/conv/Conv" for i in range(self.n_blocks)], SYNTHESIS_CONV]
 
     def _lw(self, node: str) -> list[str]:
         """``[node]`` when the model has long-window features, else ``[]``."""
@@ -121,17 +121,20 @@ class ReferenceStructure:
     @property
     def int8_convs(self) -> list[str]:
         """list[str]: convs INT8 quantizes by default: all but the two boundary convs and the feature
-        projection the bundled ONNX declares float-only (:data:`DECLARED_FLOAT`). (No long-window model has
-        been bundled: whether its fixed ``/lw_analysis`` basis should stay float is not settled here.)"""
-        return [n for n in self.conv_nodes if n not in BOUNDARY_CONVS and n not in DECLARED_FLOAT]
+        projection the bundled ONNX declares float-only (:data:`DECLARED_FLOAT`); with long-window features
+        also ``/lw_analysis`` (it reads the audio input, like the analysis conv, and has 1 input channel)."""
+        return [n for n in self.conv_nodes
+                if n not in BOUNDARY_CONVS and n not in DECLARED_FLOAT and n != LW_ANALYSIS_CONV]
 
     @property
     def sparse_eligible(self) -> list[str]:
         """list[str]: convs whose input channels are a multiple of 4 (2:4 sparsity): the block convs and
         ``/out/Conv`` (and ``/df_out/Conv``) when C % 4 == 0 (``/inp/Conv`` has F = 161 inputs, analysis 1,
-        synthesis 2F = 322, the grouped deep-filter taps 1 per group)."""
+        synthesis 2F = 322, the grouped deep-filter taps 1 per group; ``/lw_inp/Conv`` when lw_bins % 4 == 0,
+        ``/lw_analysis`` has 1 input)."""
         assert self.channels % 4 == 0 and self.n_bins % 4 and (2 * self.n_bins) % 4, "update this helper"
-        return [*self.block_convs(), "/out/Conv", *([DF_OUT_CONV] if self.df_order else [])]
+        return [*(self._lw(LW_INP_CONV) if self.lw_bins % 4 == 0 else []), *self.block_convs(), "/out/Conv",
+                *([DF_OUT_CONV] if self.df_order else [])]
 
 
 @functools.lru_cache(maxsize=4)

@@ -233,10 +233,11 @@ def low_band_boost(x: np.ndarray, rng: np.random.Generator, p: float, max_db: fl
     A zero-phase Gaussian bump over log-frequency: centre log-uniform in :data:`LOW_BOOST_CENTRE_HZ`, width
     0.4-0.8 octave (standard deviation), gain uniform in [0, ``max_db``] dB, applied in the DFT domain of
     the whole row as :func:`random_eq`. Why: real male voices carry much of their energy at the fundamental
-    (80-150 Hz); the male-converted prompts of data version 3 keep the spectral envelope of the female
-    originals (60-100 Hz: -13..-17 dB of the total energy, against -25..-38 dB in the originals and
-    -7..-12 dB in the LibriVox reader of the test set), so a model trained on them meets strong
-    low-frequency speech energy only in noise.
+    (80-150 Hz). In the long-term spectrum (``scripts/diagnose_bands.py --speech-bands``) the 60-100 Hz band
+    holds -25..-38 dB of the total energy in the asterisk prompts, -13..-17 dB in their male conversions
+    (data version 3) and -7..-12 dB in the test set's LibriVox reader, so a model trained on the prompts
+    meets strong low-frequency speech energy mostly in noise. (Designed after comparing those long-term
+    spectra, including the test reader's; not tuned on test scores.)
 
     Args:
         x (np.ndarray): float32 (B, T) speech.
@@ -491,8 +492,8 @@ class TrainingData:
         noisy peak is uniform in ``peak_dbfs_range`` dBFS (never clipping). With probability
         ``p_noise_only`` the row is noise only (clean = 0), with ``p_speech_only`` speech only
         (noisy = clean). In data version 4 the speech segments get :func:`random_eq` with probability
-        :data:`P_SPEECH_EQ` before mixing, so ``clean`` is the equalised speech; likewise
-        :func:`low_band_boost` with probability ``speech_low_boost``.
+        :data:`P_SPEECH_EQ` before mixing, so ``clean`` is the equalised speech. In any data version the
+        speech segments get :func:`low_band_boost` with probability ``speech_low_boost`` (clean boosted too).
 
         Args:
             batch_size (int): B.

@@ -123,6 +123,10 @@ def stft_bases(win: int, hop: int) -> tuple[np.ndarray, np.ndarray]:
 def long_window_basis(window: int, bins: int) -> np.ndarray:
     """Analysis weights of the long feature window: (2 * bins, 1, window) float32.
 
+    Args:
+        window (int): W, window length in samples (e.g. 1024 = 64 ms at 16 kHz).
+        bins (int): number of lowest DFT bins kept (bin spacing 16000 / W Hz).
+
     Rows 0..bins-1 = ``h[n] cos(2 pi k n / W)``, rows bins..2*bins-1 = ``-h[n] sin(2 pi k n / W)`` for the
     lowest ``bins`` DFT bins k, with ``h`` the periodic Hann window (peak 1, unnormalised like the 20 ms
     analysis, so white noise gives a per-bin power 3W/8 times its variance, well above ``log_eps``).
@@ -232,7 +236,13 @@ class ReferenceEnhancer(nn.Module):
     def set_feature_stats(self, x: torch.Tensor, long_window_only: bool = False) -> None:
         """Set the per-bin feature mean and scale (1/std) from training audio x (N, 1, T) float32: of both
         feature windows when the long window is on, of the long one alone with ``long_window_only``
-        (when it is added to a trained model)."""
+        (when it is added to a trained model).
+
+        Raises:
+            ValueError: ``long_window_only`` for a model without long-window features.
+        """
+        if long_window_only and not self.config.lw_window:
+            raise ValueError("set_feature_stats(long_window_only=True) on a model without long-window features")
         pairs = [] if long_window_only else [(self.analysis(x), self.feat_mean, self.feat_scale)]
         if self.config.lw_window:
             pairs.append((self.lw_analysis(x), self.lw_mean, self.lw_scale))

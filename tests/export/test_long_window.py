@@ -99,8 +99,10 @@ def test_add_long_window_keeps_the_function():
     assert ext.lw_scale.min() > 0 and ext.lw_mean.abs().sum() > 0
     with torch.no_grad():
         assert torch.equal(plain(x), ext(x))
-        ext.lw_inp.bias.fill_(0.3)
+        ext.lw_inp.weight.normal_(0.0, 0.3)
         assert (plain(x) - ext(x)).abs().max() > 1e-3  # and the new features change the output once trained
+    with pytest.raises(ValueError, match="without long-window features"):
+        plain.set_feature_stats(x, long_window_only=True)
     with pytest.raises(SystemExit, match="already has long-window features"):
         tr.add_long_window(ext, W, BINS)
 
@@ -110,11 +112,14 @@ def test_weight_average_blends_parameters_not_fixed_bases():
     model = ReferenceEnhancer(EnhancerConfig(channels=8, dilations=(1,)))
     ema = tr.WeightAverage(model, 0.9)
     before = model.inp.weight.detach().clone()
+    basis, mean = model.analysis.conv.weight.detach().clone(), model.feat_mean.clone()
     with torch.no_grad():
         model.inp.weight.add_(1.0)
+        model.analysis.conv.weight.add_(1.0)  # a frozen parameter and a buffer change in the trained model:
+        model.feat_mean.add_(1.0)  # the average keeps its own copies
     ema.update(model)
     assert torch.allclose(ema.model.inp.weight, before + 0.1, atol=1e-6)  # 0.9 * old + 0.1 * (old + 1)
-    assert torch.equal(ema.model.analysis.conv.weight, model.analysis.conv.weight)
+    assert torch.equal(ema.model.analysis.conv.weight, basis) and torch.equal(ema.model.feat_mean, mean)
     assert not ema.model.training and not any(p.requires_grad for p in ema.model.parameters())
 
 
@@ -137,6 +142,10 @@ def test_long_window_streams_exactly(tmp_path, dynamo):
         assert [(s.node, s.shape) for s in contract.states] == list(zip(want.state_nodes, want.state_shapes))
         graph = onnx.load(str(tmp_path / "lw.stream.onnx")).graph
         assert [n.name for n in graph.node if n.op_type == "Conv"] == want.conv_nodes
+        from cosyedge.precision.qdq import float_nodes
+
+        assert "/lw_analysis/conv/Conv" in float_nodes(onnx.load(str(tmp_path / "lw.stream.onnx")), "audio", "enhanced")
+        assert not set(want.int8_convs) & set(float_nodes(onnx.load(str(tmp_path / "lw.stream.onnx")), "audio", "enhanced"))
     x = _audio(4800)
     with torch.no_grad():
         ref = model(torch.from_numpy(x)).numpy()
@@ -157,8 +166,30 @@ def test_long_window_streams_exactly(tmp_path, dynamo):
 def test_training_options_are_checked_before_data_preparation(argv, message, capsys, monkeypatch):
     monkeypatch.chdir(ROOT)
     tr = _train_module()
+
+    def no_data(*a, **k):
+        raise AssertionError("data preparation started before the options were checked")
+
+    monkeypatch.setattr("cosyedge.datasets.mix.TrainingData", no_data)
     with pytest.raises(SystemExit) as exc:
         tr.main(argv)
     assert exc.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert message in err[-1]
+
+
+def test_long_window_with_deep_filter_structure(tmp_path):
+    import onnx
+
+    from reference_structure import ReferenceStructure
+
+    torch.manual_seed(0)
+    cfg = EnhancerConfig(channels=16, dilations=(1, 2), lw_window=W, lw_bins=BINS, df_order=3, df_bins=20)
+    model = ReferenceEnhancer(cfg).eval()
+    contract = streamify(onnx_from_torch(model, tmp_path / "b.onnx", dynamo=False), tmp_path / "b.stream.onnx")
+    want = ReferenceStructure(dilations=cfg.dilations, channels=cfg.channels, kernel_size=cfg.kernel_size,
+                              hop_samples=cfg.hop_samples, win_samples=cfg.win_samples, df_order=3, df_bins=20,
+                              lw_window=W, lw_bins=BINS)
+    assert [(s.node, s.shape) for s in contract.states] == list(zip(want.state_nodes, want.state_shapes))
+    graph = onnx.load(str(tmp_path / "b.stream.onnx")).graph
+    assert [n.name for n in graph.node if n.op_type == "Conv"] == want.conv_nodes
