@@ -137,13 +137,27 @@ class ReferenceStructure:
                 *([DF_OUT_CONV] if self.df_order else [])]
 
 
+    @classmethod
+    def from_config(cls, cfg: dict) -> ReferenceStructure:
+        """Structure of a model whose ``EnhancerConfig`` fields are ``cfg`` (a dict, e.g. the safetensors header
+        JSON or ``dataclasses.asdict(config)``); optional fields missing from older configs default to off."""
+        return cls(dilations=tuple(cfg["dilations"]), channels=cfg["channels"], kernel_size=cfg["kernel_size"],
+                   hop_samples=cfg["hop_samples"], win_samples=cfg["win_samples"],
+                   df_order=cfg.get("df_order", 0), df_bins=cfg.get("df_bins", 0),
+                   lw_window=cfg.get("lw_window", 0), lw_bins=cfg.get("lw_bins", 0))
+
+    def assert_matches(self, contract, stream_onnx: str | Path) -> None:
+        """Assert that a streamified torchscript export (its ``StreamContract`` and ONNX file) has exactly
+        this structure's states (owner conv and shape, in contract order) and Conv nodes (in graph order)."""
+        import onnx
+
+        assert [(s.node, s.shape) for s in contract.states] == list(zip(self.state_nodes, self.state_shapes))
+        graph = onnx.load(str(stream_onnx)).graph
+        assert [n.name for n in graph.node if n.op_type == "Conv"] == self.conv_nodes
+
+
 @functools.lru_cache(maxsize=4)
 def reference_structure(weights: str | Path = REFERENCE_WEIGHTS) -> ReferenceStructure:
     """Structure of the reference model from the config JSON in the safetensors header (no torch)."""
     with safe_open(str(weights), framework="np") as f:
-        cfg = json.loads(f.metadata()["config"])
-    return ReferenceStructure(dilations=tuple(cfg["dilations"]), channels=cfg["channels"],
-                              kernel_size=cfg["kernel_size"], hop_samples=cfg["hop_samples"],
-                              win_samples=cfg["win_samples"], df_order=cfg.get("df_order", 0),
-                              df_bins=cfg.get("df_bins", 0), lw_window=cfg.get("lw_window", 0),
-                              lw_bins=cfg.get("lw_bins", 0))
+        return ReferenceStructure.from_config(json.loads(f.metadata()["config"]))

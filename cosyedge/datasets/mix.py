@@ -210,18 +210,28 @@ def random_eq(x: np.ndarray, rng: np.random.Generator, p: float, max_db: float,
     Returns:
         np.ndarray: float32 (B, T), a new array (rows not drawn are copied unchanged).
     """
+    def gain_db(k: int, lf: np.ndarray) -> np.ndarray:
+        tilt = rng.uniform(-max_db / 8, max_db / 8, (k, 1))
+        centre = rng.uniform(np.log2(60.0), np.log2(7000.0), (k, 2, 1))
+        width = rng.uniform(0.3, 1.5, (k, 2, 1))
+        gain = rng.uniform(-max_db, max_db, (k, 2, 1))
+        g_db = tilt * (lf - np.log2(1000.0)) + (gain * np.exp(-0.5 * ((lf[:, None] - centre) / width) ** 2)).sum(1)
+        return np.clip(g_db, -1.5 * max_db, 1.5 * max_db)
+
+    return _filter_random_rows(x, rng, p, gain_db, sample_rate_hz)
+
+
+def _filter_random_rows(x: np.ndarray, rng: np.random.Generator, p: float, gain_db, sample_rate_hz: int) -> np.ndarray:
+    """Zero-phase filter each row of ``x`` (B, T) float32 with probability ``p``, in the DFT domain of the
+    whole row, by ``gain_db(k, lf)``: a (k, T // 2 + 1) dB curve for the k drawn rows over ``lf`` (1, T // 2 + 1),
+    log2 of the bin frequency in Hz (floored at 20 Hz). Shared by :func:`random_eq` and :func:`low_band_boost`;
+    the rows are drawn from ``rng`` before ``gain_db`` draws its parameters. Returns a new float32 (B, T) array."""
     out = np.array(x, dtype=np.float32, copy=True)
     sel = np.flatnonzero(rng.random(x.shape[0]) < p)
     if not sel.size:
         return out
-    k = sel.size
     lf = np.log2(np.maximum(np.fft.rfftfreq(x.shape[1], 1.0 / sample_rate_hz), 20.0))[None, :]
-    tilt = rng.uniform(-max_db / 8, max_db / 8, (k, 1))
-    centre = rng.uniform(np.log2(60.0), np.log2(7000.0), (k, 2, 1))
-    width = rng.uniform(0.3, 1.5, (k, 2, 1))
-    gain = rng.uniform(-max_db, max_db, (k, 2, 1))
-    g_db = tilt * (lf - np.log2(1000.0)) + (gain * np.exp(-0.5 * ((lf[:, None] - centre) / width) ** 2)).sum(1)
-    g = 10 ** (np.clip(g_db, -1.5 * max_db, 1.5 * max_db) / 20)
+    g = 10 ** (gain_db(sel.size, lf) / 20)
     out[sel] = np.fft.irfft(np.fft.rfft(out[sel], axis=1) * g, n=x.shape[1], axis=1).astype(np.float32)
     return out
 
@@ -248,19 +258,14 @@ def low_band_boost(x: np.ndarray, rng: np.random.Generator, p: float, max_db: fl
     Returns:
         np.ndarray: float32 (B, T), a new array (rows not drawn are copied unchanged).
     """
-    out = np.array(x, dtype=np.float32, copy=True)
-    sel = np.flatnonzero(rng.random(x.shape[0]) < p)
-    if not sel.size:
-        return out
-    k = sel.size
-    lf = np.log2(np.maximum(np.fft.rfftfreq(x.shape[1], 1.0 / sample_rate_hz), 20.0))[None, :]
-    lo, hi = LOW_BOOST_CENTRE_HZ
-    centre = rng.uniform(np.log2(lo), np.log2(hi), (k, 1))
-    width = rng.uniform(0.4, 0.8, (k, 1))
-    gain = rng.uniform(0.0, max_db, (k, 1))
-    g = 10 ** (gain * np.exp(-0.5 * ((lf - centre) / width) ** 2) / 20)
-    out[sel] = np.fft.irfft(np.fft.rfft(out[sel], axis=1) * g, n=x.shape[1], axis=1).astype(np.float32)
-    return out
+    def gain_db(k: int, lf: np.ndarray) -> np.ndarray:
+        lo, hi = LOW_BOOST_CENTRE_HZ
+        centre = rng.uniform(np.log2(lo), np.log2(hi), (k, 1))
+        width = rng.uniform(0.4, 0.8, (k, 1))
+        gain = rng.uniform(0.0, max_db, (k, 1))
+        return gain * np.exp(-0.5 * ((lf - centre) / width) ** 2)
+
+    return _filter_random_rows(x, rng, p, gain_db, sample_rate_hz)
 
 
 def si_snr(est: np.ndarray, ref: np.ndarray, eps: float = 1e-8) -> np.ndarray:

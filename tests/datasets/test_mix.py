@@ -216,7 +216,9 @@ def test_random_eq_bounded_and_deterministic():
     assert 0.25 < changed.mean() < 0.75
 
 
-def test_data_version_4_augments_the_batches(tmp_path, monkeypatch):
+def _fake_asterisk_cache(tmp_path, monkeypatch):
+    """A data cache holding one fake ``asterisk-en`` corpus (5 harmonic utterances, the first held out) and
+    no real-noise packages, so TrainingData builds in seconds without downloads. Returns the cache Path."""
     cache = tmp_path / "cosy_data"
     rng = np.random.default_rng(0)
     utts = [_fake_speech(rng, s) for s in (3.0, 4.0, 5.0, 2.5, 6.0)]
@@ -225,6 +227,11 @@ def test_data_version_4_augments_the_batches(tmp_path, monkeypatch):
                        ["val" if i == 0 else "train" for i in range(len(utts))], ["fake"] * len(utts), "fake")
     sources._save_corpus(cache / "corpora" / "asterisk-en.npy", c)
     monkeypatch.setattr(noise, "REAL_NOISE_CORPORA_V2", {})  # no package downloads in unit tests
+    return cache
+
+
+def test_data_version_4_augments_the_batches(tmp_path, monkeypatch):
+    cache = _fake_asterisk_cache(tmp_path, monkeypatch)
     v3 = TrainingData(seed=0, cache_dir=cache, corpora=("asterisk-en",), noise_minutes_per_kind=0.2, data_version=3)
     v4 = TrainingData(seed=0, cache_dir=cache, corpora=("asterisk-en",), noise_minutes_per_kind=0.2, data_version=4)
     np.testing.assert_array_equal(v3.bank, v4.bank)  # same noise bank, augmented per batch
@@ -267,14 +274,7 @@ def test_low_boost_probability_is_checked():
 
 
 def test_low_boost_reaches_the_clean_target(tmp_path, monkeypatch):
-    cache = tmp_path / "cosy_data"
-    rng = np.random.default_rng(0)
-    utts = [_fake_speech(rng, s) for s in (3.0, 4.0, 5.0, 2.5, 6.0)]
-    off = np.concatenate([[0], np.cumsum([u.size for u in utts])])
-    c = sources.Corpus("asterisk-en", np.concatenate(utts), off, [f"u{i}.g722" for i in range(len(utts))],
-                       ["val" if i == 0 else "train" for i in range(len(utts))], ["fake"] * len(utts), "fake")
-    sources._save_corpus(cache / "corpora" / "asterisk-en.npy", c)
-    monkeypatch.setattr(noise, "REAL_NOISE_CORPORA_V2", {})
+    cache = _fake_asterisk_cache(tmp_path, monkeypatch)
     kw = {"seed": 0, "cache_dir": cache, "corpora": ("asterisk-en",), "noise_minutes_per_kind": 0.2, "data_version": 3}
     plain, boosted = TrainingData(**kw), TrainingData(**kw, speech_low_boost=1.0)
     _, c0 = plain.batch(64, 16000, np.random.default_rng(3), p_noise_only=0.0)

@@ -136,16 +136,14 @@ def test_long_window_streams_exactly(tmp_path, dynamo):
 
         from reference_structure import ReferenceStructure
 
-        cfg = model.config
-        want = ReferenceStructure(dilations=cfg.dilations, channels=cfg.channels, kernel_size=cfg.kernel_size,
-                                  hop_samples=cfg.hop_samples, win_samples=cfg.win_samples, lw_window=W, lw_bins=BINS)
-        assert [(s.node, s.shape) for s in contract.states] == list(zip(want.state_nodes, want.state_shapes))
-        graph = onnx.load(str(tmp_path / "lw.stream.onnx")).graph
-        assert [n.name for n in graph.node if n.op_type == "Conv"] == want.conv_nodes
         from cosyedge.precision.qdq import float_nodes
 
-        assert "/lw_analysis/conv/Conv" in float_nodes(onnx.load(str(tmp_path / "lw.stream.onnx")), "audio", "enhanced")
-        assert not set(want.int8_convs) & set(float_nodes(onnx.load(str(tmp_path / "lw.stream.onnx")), "audio", "enhanced"))
+        want = ReferenceStructure.from_config(dataclasses.asdict(model.config))
+        assert (want.lw_window, want.lw_bins) == (W, BINS)
+        want.assert_matches(contract, tmp_path / "lw.stream.onnx")
+        kept_float = float_nodes(onnx.load(str(tmp_path / "lw.stream.onnx")), "audio", "enhanced")
+        assert "/lw_analysis/conv/Conv" in kept_float
+        assert not set(want.int8_convs) & set(kept_float)
     x = _audio(4800)
     with torch.no_grad():
         ref = model(torch.from_numpy(x)).numpy()
@@ -179,17 +177,12 @@ def test_training_options_are_checked_before_data_preparation(argv, message, cap
 
 
 def test_long_window_with_deep_filter_structure(tmp_path):
-    import onnx
-
     from reference_structure import ReferenceStructure
 
     torch.manual_seed(0)
     cfg = EnhancerConfig(channels=16, dilations=(1, 2), lw_window=W, lw_bins=BINS, df_order=3, df_bins=20)
     model = ReferenceEnhancer(cfg).eval()
     contract = streamify(onnx_from_torch(model, tmp_path / "b.onnx", dynamo=False), tmp_path / "b.stream.onnx")
-    want = ReferenceStructure(dilations=cfg.dilations, channels=cfg.channels, kernel_size=cfg.kernel_size,
-                              hop_samples=cfg.hop_samples, win_samples=cfg.win_samples, df_order=3, df_bins=20,
-                              lw_window=W, lw_bins=BINS)
-    assert [(s.node, s.shape) for s in contract.states] == list(zip(want.state_nodes, want.state_shapes))
-    graph = onnx.load(str(tmp_path / "b.stream.onnx")).graph
-    assert [n.name for n in graph.node if n.op_type == "Conv"] == want.conv_nodes
+    want = ReferenceStructure.from_config(dataclasses.asdict(cfg))
+    assert (want.df_order, want.df_bins, want.lw_window, want.lw_bins) == (3, 20, W, BINS)
+    want.assert_matches(contract, tmp_path / "b.stream.onnx")
