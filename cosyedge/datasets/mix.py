@@ -322,29 +322,35 @@ class TrainingData:
             speech when ``corpora`` is given.
         speech_low_boost (float): probability in [0, 1] that a training speech segment gets
             :func:`low_band_boost` (any data version; validation and test sets are unaffected). Defaults to 0.
+        speech_low_boost_db (float): largest f0-band boost in dB (``max_db`` of :func:`low_band_boost`),
+            in [0, 30]. Defaults to 10.
     Attributes:
         speech (np.ndarray): float32, shape (samples,), all training speech concatenated.
         speech_ranges (dict[str, tuple[int, int]]): sample range of each corpus in ``speech``.
         bank (np.ndarray): float32, shape (samples,), training noise bank.
         bank_ranges (dict[str, tuple[int, int]]): sample range of each noise category in ``bank``.
     Raises:
-        UsageError: a test corpus was requested for training; ``speech_low_boost`` outside [0, 1].
+        UsageError: a test corpus was requested for training; ``speech_low_boost`` outside [0, 1];
+            ``speech_low_boost_db`` outside [0, 30].
         ArtifactError: no training speech could be loaded.
     """
 
     def __init__(self, seed: int = 0, cache_dir: str | os.PathLike | None = None, corpora=None,
                  synthetic_share: float = 0.3, narrowband_share: float = 0.12,
                  noise_minutes_per_kind: float = 2.0, data_version: int = 1, male_share: float = MALE_SHARE_V3,
-                 speech_low_boost: float = 0.0):
+                 speech_low_boost: float = 0.0, speech_low_boost_db: float = 10.0):
         if isinstance(data_version, bool) or not isinstance(data_version, (int, np.integer)) \
                 or data_version not in DATA_VERSIONS:
             raise UsageError(f"unknown training data version {data_version!r} (use one of the integers {DATA_VERSIONS})")
         if not 0.0 <= speech_low_boost <= 1.0:
             raise UsageError(f"speech_low_boost must be a probability in [0, 1], got {speech_low_boost}")
+        if not 0.0 <= speech_low_boost_db <= 30.0:
+            raise UsageError(f"speech_low_boost_db must be in [0, 30] dB, got {speech_low_boost_db}")
         self.seed = seed
         self.cache_dir = cache_dir
         self.data_version = data_version
         self.speech_low_boost = speech_low_boost
+        self.speech_low_boost_db = speech_low_boost_db
         if corpora is None:  # v2: the extra real voices go after the real prompt packs, before the synthetic ones
             corpora = SPEECH_TRAIN_CORPORA
             if data_version >= 2:
@@ -516,7 +522,7 @@ class TrainingData:
         if self.data_version >= 4:
             s = random_eq(s, rng, P_SPEECH_EQ, 6.0)
         if self.speech_low_boost:
-            s = low_band_boost(s, rng, self.speech_low_boost)
+            s = low_band_boost(s, rng, self.speech_low_boost, self.speech_low_boost_db)
         snr = rng.uniform(*snr_db_range, size=batch_size)
         nz = scale_noise(s, n, snr)
         u = rng.random(batch_size)

@@ -273,6 +273,12 @@ def test_low_boost_probability_is_checked():
             TrainingData(data_version=3, speech_low_boost=bad)
 
 
+def test_low_boost_strength_is_checked():
+    for bad in (-1.0, 31.0):
+        with pytest.raises(UsageError, match=r"speech_low_boost_db must be in \[0, 30\] dB"):
+            TrainingData(data_version=3, speech_low_boost=0.5, speech_low_boost_db=bad)
+
+
 def test_low_boost_reaches_the_clean_target(tmp_path, monkeypatch):
     cache = _fake_asterisk_cache(tmp_path, monkeypatch)
     kw = {"seed": 0, "cache_dir": cache, "corpora": ("asterisk-en",), "noise_minutes_per_kind": 0.2, "data_version": 3}
@@ -287,3 +293,8 @@ def test_low_boost_reaches_the_clean_target(tmp_path, monkeypatch):
 
     d = low_share_db(c1) - low_share_db(c0)
     assert (d > -1e-4).all() and np.median(d) > 0.5  # the clean targets carry the boosted f0 band
+    # a larger largest boost (same draws, gains scaled by 20/10) lifts the band further
+    stronger = TrainingData(**kw, speech_low_boost=1.0, speech_low_boost_db=20.0)
+    _, c2 = stronger.batch(64, 16000, np.random.default_rng(3), p_noise_only=0.0)
+    d2 = low_share_db(c2) - low_share_db(c0)
+    assert (d2 >= d - 1e-4).all() and np.median(d2) > np.median(d) + 0.5

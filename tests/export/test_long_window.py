@@ -159,6 +159,7 @@ def test_long_window_streams_exactly(tmp_path, dynamo):
     (["--lw", "1024,128", "--init", "x.safetensors"], "--lw builds a model from scratch"),
     (["--ema", "1.0"], "--ema must be in [0, 1)"),
     (["--select", "best"], "invalid choice"),
+    (["--speech-low-boost", "0.5", "--speech-low-boost-db", "40"], "--speech-low-boost-db must be in [0, 30]"),
     (["--init", "cosyedge/models/reference.safetensors", "--add-lw", "320,10"], "lw_window 320 and lw_bins 10: need"),
 ])
 def test_training_options_are_checked_before_data_preparation(argv, message, capsys, monkeypatch):
