@@ -162,11 +162,11 @@ def add_deep_filter(model, order: int, bins: int):
     exactly the same function and training then learns the filter.
 
     Raises:
-        SystemExit: ``model`` already has a deep filter.
+        ValueError: ``model`` already has a deep filter.
         ValueError: ``order``/``bins`` out of range (from :class:`~cosyedge.models.reference.EnhancerConfig`).
     """
     if model.config.df_order:
-        raise SystemExit(f"the --init model already has a deep filter (order {model.config.df_order})")
+        raise ValueError(f"the --init model already has a deep filter (order {model.config.df_order})")
     return _grown_copy(model, ("df_out.", "df_taps."), df_order=order, df_bins=bins)
 
 
@@ -178,11 +178,11 @@ def add_long_window(model, window: int, bins: int):
     ``set_feature_stats(x, long_window_only=True)``.
 
     Raises:
-        SystemExit: ``model`` already has long-window features.
+        ValueError: ``model`` already has long-window features.
         ValueError: ``window``/``bins`` out of range (from :class:`~cosyedge.models.reference.ReferenceEnhancer`).
     """
     if model.config.lw_window:
-        raise SystemExit(f"the --init model already has long-window features (window {model.config.lw_window})")
+        raise ValueError(f"the --init model already has long-window features (window {model.config.lw_window})")
     return _grown_copy(model, ("lw_",), lw_window=window, lw_bins=bins)
 
 

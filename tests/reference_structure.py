@@ -118,6 +118,16 @@ class ReferenceStructure:
                 *self._lw(LW_INP_CONV), *self.block_convs(), "/out/Conv",
                 *([DF_OUT_CONV] if self.df_order else []), SYNTHESIS_CONV]
 
+    def block_state(self, i: int) -> int:
+        """int: contract index of gated block ``i``'s state (``state_in.<index>``): after the analysis state
+        and the long-window / deep-filter states the model has."""
+        return self.state_nodes.index(f"/blocks.{i}/conv/conv/Conv")
+
+    @property
+    def float_convs(self) -> list[str]:
+        """list[str]: the convs INT8 keeps in float, in graph order: every conv but :attr:`int8_convs`."""
+        return [n for n in self.conv_nodes if n not in self.int8_convs]
+
     @property
     def int8_convs(self) -> list[str]:
         """list[str]: convs INT8 quantizes by default: all but the two boundary convs and the feature
@@ -136,6 +146,11 @@ class ReferenceStructure:
         return [*(self._lw(LW_INP_CONV) if self.lw_bins % 4 == 0 else []), *self.block_convs(), "/out/Conv",
                 *([DF_OUT_CONV] if self.df_order else [])]
 
+    @property
+    def sparse_eligible_modules(self) -> list[str]:
+        """list[str]: :attr:`sparse_eligible` as torch module names (``/blocks.0/conv/conv/Conv`` ->
+        ``blocks.0.conv.conv``, ``/lw_inp/Conv`` -> ``lw_inp``)."""
+        return [n.removeprefix("/").removesuffix("/Conv").replace("/", ".") for n in self.sparse_eligible]
 
     @classmethod
     def from_config(cls, cfg: dict) -> ReferenceStructure:

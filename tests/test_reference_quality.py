@@ -1,9 +1,11 @@
 """The bundled reference model, run exactly as deployed (streaming ONNX through OrtStreamSession),
 on the bundled real recording (LibriVox speech + a real engine noise held out from training, 5 dB).
 
-Measured when the weights were committed (stage 4): noisy SI-SNR 4.38 dB -> enhanced 6.83 dB (+2.45 dB);
-clean speech in -> 21.25 dB SI-SNR out (speech distortion). The thresholds below leave ~0.5 dB margin
-for numeric differences between machines; a regression of the model or the runtime trips them.
+Measured when the weights were committed (stage 5: long-window features + f0-band boost, see
+docs/model-card.md): noisy SI-SNR 4.38 dB -> enhanced 7.03 dB (+2.65 dB); clean speech in -> 20.22 dB SI-SNR
+out (speech distortion; stage 4 gave 21.25 dB: the stage-5 model trades 1 dB of clean-speech fidelity for
++0.1..0.2 dB SI-SNRi on the noisy test set). The thresholds below leave ~0.5 dB margin for numeric differences
+between machines; a regression of the model or the runtime trips them.
 """
 
 import numpy as np
@@ -59,14 +61,14 @@ def test_enhances_the_demo_recording(demo):
         y = enhance_array(s, x)
     assert y.shape == x.shape and np.isfinite(y).all()
     gain = float(si_snr(y, c) - si_snr(x, c))
-    assert gain >= 2.0, f"SI-SNR improvement {gain:.2f} dB on the demo (was 2.45 dB when committed)"
+    assert gain >= 2.15, f"SI-SNR improvement {gain:.2f} dB on the demo (was 2.65 dB when committed)"
 
 
 def test_clean_speech_passes_with_little_distortion(demo):
     _, c = demo
     with OrtStreamSession(REFERENCE_STREAM_ONNX) as s:
         y = enhance_array(s, c)
-    assert float(si_snr(y, c)) >= 20.5
+    assert float(si_snr(y, c)) >= 19.7  # 20.22 dB when committed
 
 
 def test_chunk_size_does_not_change_the_output(demo):

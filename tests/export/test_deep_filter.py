@@ -102,7 +102,7 @@ def test_add_deep_filter_keeps_the_function():
         assert torch.equal(plain(x), ext(x))
         ext.df_out.bias.fill_(0.3)
         assert (plain(x) - ext(x)).abs().max() > 1e-3  # and the new head changes the output once trained
-    with pytest.raises(SystemExit, match="already has a deep filter"):
+    with pytest.raises(ValueError, match="already has a deep filter"):
         tr.add_deep_filter(ext, K, BINS)
 
 

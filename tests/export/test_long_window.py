@@ -103,7 +103,7 @@ def test_add_long_window_keeps_the_function():
         assert (plain(x) - ext(x)).abs().max() > 1e-3  # and the new features change the output once trained
     with pytest.raises(ValueError, match="without long-window features"):
         plain.set_feature_stats(x, long_window_only=True)
-    with pytest.raises(SystemExit, match="already has long-window features"):
+    with pytest.raises(ValueError, match="already has long-window features"):
         tr.add_long_window(ext, W, BINS)
 
 
@@ -160,11 +160,18 @@ def test_long_window_streams_exactly(tmp_path, dynamo):
     (["--ema", "1.0"], "--ema must be in [0, 1)"),
     (["--select", "best"], "invalid choice"),
     (["--speech-low-boost", "0.5", "--speech-low-boost-db", "40"], "--speech-low-boost-db must be in [0, 30]"),
-    (["--init", "cosyedge/models/reference.safetensors", "--add-lw", "320,10"], "lw_window 320 and lw_bins 10: need"),
+    (["--init", "{plain}", "--add-lw", "320,10"], "lw_window 320 and lw_bins 10: need"),
+    (["--init", "{lw}", "--add-lw", "1024,128"], "the --init model already has long-window features (window 1024)"),
+    (["--init", "{lw}", "--add-df", "3,64", "--add-lw", "512,64"], "already has long-window features (window 1024)"),
 ])
-def test_training_options_are_checked_before_data_preparation(argv, message, capsys, monkeypatch):
+def test_training_options_are_checked_before_data_preparation(argv, message, capsys, monkeypatch, tmp_path):
     monkeypatch.chdir(ROOT)
     tr = _train_module()
+    from cosyedge.models.reference import save_reference
+    inits = {"plain": EnhancerConfig(), "lw": EnhancerConfig(lw_window=1024, lw_bins=128)}
+    for name, cfg in inits.items():  # small weights files of a known structure, whatever is bundled
+        save_reference(ReferenceEnhancer(cfg), tmp_path / f"{name}.safetensors")
+    argv = [a.format(**{k: str(tmp_path / f"{k}.safetensors") for k in inits}) for a in argv]
 
     def no_data(*a, **k):
         raise AssertionError("data preparation started before the options were checked")

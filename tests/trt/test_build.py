@@ -31,7 +31,7 @@ def test_profile_of_the_reference_model_is_exact():
     # dilated blocks: state frames (kernel - 1) * dilation (2, 4, ..., 64 for kernel 3, dilations 1..32), with
     # kernel and dilations from the bundled weights' config
     net = reference_structure()
-    frames = [prof[f"state_in.{i:02d}"][0][2] for i in range(1, net.n_blocks + 1)]
+    frames = [prof[f"state_in.{net.block_state(i):02d}"][0][2] for i in range(net.n_blocks)]
     assert frames == [(net.kernel_size - 1) * d for d in net.dilations] and len(prof) == 1 + net.n_states
     # the reference ONNX agrees with its own profile
     bt.check_onnx_against_profile(onnx.load(str(REFERENCE_STREAM_ONNX), load_external_data=False), c, prof)
