@@ -316,6 +316,9 @@ def main(argv=None) -> int:
                          "by 0 to --speech-low-boost-db dB (cosyedge.datasets.mix.low_band_boost)")
     ap.add_argument("--speech-low-boost-db", type=float, default=10.0,
                     help="largest f0-band boost of --speech-low-boost, dB in [0, 30]")
+    ap.add_argument("--speech-reverb", type=float, default=0.0,
+                    help="probability in [0, 1] that a training speech segment gets synthetic room reverberation "
+                         "(RT60 0.15-0.6 s, clean target reverberant too; cosyedge.datasets.mix.room_reverb)")
     ap.add_argument("--male-share", type=float, default=0.3,
                     help="data versions 3 and 4: share of speech draws from the male-converted prompts")
     args = ap.parse_args(argv)
@@ -331,6 +334,8 @@ def main(argv=None) -> int:
         ap.error("--lw builds a model from scratch; with --init use --add-lw")
     if not 0 <= args.speech_low_boost <= 1:
         ap.error(f"--speech-low-boost must be in [0, 1], got {args.speech_low_boost}")
+    if not 0 <= args.speech_reverb <= 1:
+        ap.error(f"--speech-reverb must be in [0, 1], got {args.speech_reverb}")
     if not 0 <= args.speech_low_boost_db <= 30:
         ap.error(f"--speech-low-boost-db must be in [0, 30], got {args.speech_low_boost_db}")
     if not 0 <= args.ema < 1:
@@ -369,7 +374,8 @@ def main(argv=None) -> int:
         ap.error(str(err))
     t_prep = time.perf_counter()
     data = TrainingData(seed=args.seed, data_version=args.data_version, male_share=args.male_share,
-                        speech_low_boost=args.speech_low_boost, speech_low_boost_db=args.speech_low_boost_db)
+                        speech_low_boost=args.speech_low_boost, speech_low_boost_db=args.speech_low_boost_db,
+                        speech_reverb=args.speech_reverb)
     val_pairs = data.validation_pairs()
     try:
         test_pairs = data.test_pairs((5,))

@@ -107,6 +107,10 @@ P_SPEECH_EQ = 0.3
 target gets the same filter)."""
 LOW_BOOST_CENTRE_HZ = (70.0, 140.0)
 """:func:`low_band_boost`: range of the boost's centre frequency (log-uniform), Hz: a male voice's f0."""
+REVERB_RT60_S = (0.15, 0.6)
+""":func:`room_reverb`: range of the reverberation time RT60 (uniform), seconds: small to mid-sized rooms."""
+REVERB_DRR_DB = (0.0, 12.0)
+""":func:`room_reverb`: range of the direct-to-reverberant energy ratio (uniform), dB."""
 
 
 # ------------------------------------------------------------------------------------------ metrics
@@ -268,6 +272,53 @@ def low_band_boost(x: np.ndarray, rng: np.random.Generator, p: float, max_db: fl
     return _filter_random_rows(x, rng, p, gain_db, sample_rate_hz)
 
 
+def room_reverb(x: np.ndarray, rng: np.random.Generator, p: float,
+                sample_rate_hz: int = SAMPLE_RATE_HZ) -> np.ndarray:
+    """Add synthetic room reverberation to each row with probability ``p`` (speech augmentation).
+
+    Each drawn row is convolved with a synthetic room impulse response: a unit direct path at lag 0 (so the
+    reverberant speech stays aligned with the dry one) plus a diffuse tail of Gaussian noise from a 2-10 ms
+    pre-delay on, decaying by 60 dB over RT60 (uniform in :data:`REVERB_RT60_S`), one-pole low-passed
+    (corner 2-6 kHz: walls absorb highs), scaled to a direct-to-reverberant energy ratio uniform in
+    :data:`REVERB_DRR_DB`; the row is then rescaled to its dry RMS. This is the exponentially decaying
+    noise model of late reverberation (Polack 1988; e.g. Lehmann & Johansson, JASA 124(1), 2008). Why: the
+    training voices are dry studio prompts and synthetic voices, while real read speech (the LibriVox test
+    readings) is recorded in rooms; the clean target is the reverberant speech (the model denoises, it does
+    not dereverberate).
+
+    Args:
+        x (np.ndarray): float32 (B, T) speech.
+        rng (np.random.Generator): random source (the result is a pure function of its state).
+        p (float): probability per row in [0, 1].
+        sample_rate_hz (int): sample rate, Hz.
+    Returns:
+        np.ndarray: float32 (B, T), a new array (rows not drawn are copied unchanged), the same length
+        (the tail past T is cut).
+    """
+    from scipy.signal import fftconvolve, lfilter  # scipy: already needed by the training noise (noise.py)
+
+    out = np.array(x, dtype=np.float32, copy=True)
+    sel = np.flatnonzero(rng.random(x.shape[0]) < p)
+    n_t = x.shape[1]
+    for i in sel:
+        rt60 = rng.uniform(*REVERB_RT60_S)
+        drr_db = rng.uniform(*REVERB_DRR_DB)
+        pre = int(rng.uniform(0.002, 0.010) * sample_rate_hz)
+        n_h = min(int(rt60 * sample_rate_hz), n_t)
+        t = np.arange(n_h) / sample_rate_hz
+        tail = rng.standard_normal(n_h) * np.exp(-3.0 * np.log(10.0) * t / rt60)  # -60 dB at t = RT60
+        a = np.exp(-2 * np.pi * rng.uniform(2000.0, 6000.0) / sample_rate_hz)
+        tail = lfilter([1 - a], [1, -a], tail)  # one-pole low-pass
+        h = np.zeros(pre + n_h)
+        h[pre:] = tail * np.sqrt(10 ** (-drr_db / 10) / max(float(np.sum(tail ** 2)), 1e-12))
+        h[0] = 1.0
+        dry = x[i].astype(np.float64)
+        y = fftconvolve(dry, h)[:n_t]
+        wet_rms = float(np.sqrt(np.mean(y ** 2)))
+        out[i] = (y * (float(np.sqrt(np.mean(dry ** 2))) / wet_rms if wet_rms > 0 else 1.0)).astype(np.float32)
+    return out
+
+
 def si_snr(est: np.ndarray, ref: np.ndarray, eps: float = 1e-8) -> np.ndarray:
     """Scale-invariant signal-to-noise ratio in dB.
 
@@ -324,6 +375,9 @@ class TrainingData:
             :func:`low_band_boost` (any data version; validation and test sets are unaffected). Defaults to 0.
         speech_low_boost_db (float): largest f0-band boost in dB (``max_db`` of :func:`low_band_boost`),
             in [0, 30]. Defaults to 10.
+        speech_reverb (float): probability in [0, 1] that a training speech segment gets
+            :func:`room_reverb` (after the f0-band boost; the clean target is the reverberant speech).
+            Defaults to 0.
     Attributes:
         speech (np.ndarray): float32, shape (samples,), all training speech concatenated.
         speech_ranges (dict[str, tuple[int, int]]): sample range of each corpus in ``speech``.
@@ -331,14 +385,14 @@ class TrainingData:
         bank_ranges (dict[str, tuple[int, int]]): sample range of each noise category in ``bank``.
     Raises:
         UsageError: a test corpus was requested for training; ``speech_low_boost`` outside [0, 1];
-            ``speech_low_boost_db`` outside [0, 30].
+            ``speech_low_boost_db`` outside [0, 30]; ``speech_reverb`` outside [0, 1].
         ArtifactError: no training speech could be loaded.
     """
 
     def __init__(self, seed: int = 0, cache_dir: str | os.PathLike | None = None, corpora=None,
                  synthetic_share: float = 0.3, narrowband_share: float = 0.12,
                  noise_minutes_per_kind: float = 2.0, data_version: int = 1, male_share: float = MALE_SHARE_V3,
-                 speech_low_boost: float = 0.0, speech_low_boost_db: float = 10.0):
+                 speech_low_boost: float = 0.0, speech_low_boost_db: float = 10.0, speech_reverb: float = 0.0):
         if isinstance(data_version, bool) or not isinstance(data_version, (int, np.integer)) \
                 or data_version not in DATA_VERSIONS:
             raise UsageError(f"unknown training data version {data_version!r} (use one of the integers {DATA_VERSIONS})")
@@ -346,11 +400,14 @@ class TrainingData:
             raise UsageError(f"speech_low_boost must be a probability in [0, 1], got {speech_low_boost}")
         if not 0.0 <= speech_low_boost_db <= 30.0:
             raise UsageError(f"speech_low_boost_db must be in [0, 30] dB, got {speech_low_boost_db}")
+        if not 0.0 <= speech_reverb <= 1.0:
+            raise UsageError(f"speech_reverb must be a probability in [0, 1], got {speech_reverb}")
         self.seed = seed
         self.cache_dir = cache_dir
         self.data_version = data_version
         self.speech_low_boost = speech_low_boost
         self.speech_low_boost_db = speech_low_boost_db
+        self.speech_reverb = speech_reverb
         if corpora is None:  # v2: the extra real voices go after the real prompt packs, before the synthetic ones
             corpora = SPEECH_TRAIN_CORPORA
             if data_version >= 2:
@@ -504,7 +561,8 @@ class TrainingData:
         ``p_noise_only`` the row is noise only (clean = 0), with ``p_speech_only`` speech only
         (noisy = clean). In data version 4 the speech segments get :func:`random_eq` with probability
         :data:`P_SPEECH_EQ` before mixing, so ``clean`` is the equalised speech. In any data version the
-        speech segments get :func:`low_band_boost` with probability ``speech_low_boost`` (clean boosted too).
+        speech segments get :func:`low_band_boost` with probability ``speech_low_boost`` (clean boosted too),
+        then :func:`room_reverb` with probability ``speech_reverb`` (clean reverberant too).
 
         Args:
             batch_size (int): B.
@@ -523,6 +581,8 @@ class TrainingData:
             s = random_eq(s, rng, P_SPEECH_EQ, 6.0)
         if self.speech_low_boost:
             s = low_band_boost(s, rng, self.speech_low_boost, self.speech_low_boost_db)
+        if self.speech_reverb:
+            s = room_reverb(s, rng, self.speech_reverb)
         snr = rng.uniform(*snr_db_range, size=batch_size)
         nz = scale_noise(s, n, snr)
         u = rng.random(batch_size)

@@ -12,6 +12,7 @@ from cosyedge.datasets.mix import (
     low_band_boost,
     mix_at_snr,
     random_eq,
+    room_reverb,
     si_snr,
     speed_perturb,
 )
@@ -271,6 +272,51 @@ def test_low_boost_probability_is_checked():
     for bad in (-0.1, 1.5):
         with pytest.raises(UsageError, match="speech_low_boost must be a probability"):
             TrainingData(data_version=3, speech_low_boost=bad)
+
+
+def test_room_reverb_impulse_response():
+    """An impulse through room_reverb is its RIR: unit direct path at lag 0, a tail from 2-10 ms on whose
+    energy is 0-12 dB below the direct path's and decays (later 50 ms windows hold less energy)."""
+    from cosyedge.datasets.mix import REVERB_DRR_DB
+
+    x = np.zeros((32, 16000), np.float32)
+    x[:, 0] = 1.0
+    h = room_reverb(x, np.random.default_rng(0), 1.0).astype(np.float64)
+    h /= h[:, :1]  # undo the RMS rescaling: direct path = 1
+    assert np.abs(h[:, 1:32]).max() < 1e-6  # nothing before the 2 ms pre-delay (FFT round-off only)
+    drr = 10 * np.log10(1.0 / (h[:, 1:] ** 2).sum(1))
+    lo, hi = REVERB_DRR_DB
+    assert (drr > lo - 0.01).all() and (drr < hi + 0.01).all() and drr.std() > 1.0
+    e = (h[:, 160:160 + 15 * 800] ** 2).reshape(32, -1, 800).sum(2)  # 50 ms windows from 10 ms on
+    assert (e[:, 0] > 10 * e[:, 4]).all()  # 200 ms later at least 10 dB down (RT60 <= 0.6 s: >= 20 dB)
+
+
+def test_room_reverb_keeps_level_alignment_and_rows():
+    rng = np.random.default_rng(3)
+    x = (rng.standard_normal((8, 16000)) * np.linspace(0.1, 1, 8)[:, None]).astype(np.float32)
+    y = room_reverb(x, np.random.default_rng(1), 1.0)
+    assert y.dtype == np.float32 and y.shape == x.shape
+    np.testing.assert_allclose(np.sqrt((y ** 2).mean(1)), np.sqrt((x ** 2).mean(1)), rtol=1e-4)  # dry RMS kept
+    xc = np.array([np.correlate(y[i], x[i], "full")[16000 - 1 - 5: 16000 + 5] for i in range(8)])
+    assert (xc.argmax(1) == 5).all()  # best aligned at lag 0: the direct path is not delayed
+    assert (np.abs(y - x).max(1) > 0).all()
+    np.testing.assert_array_equal(room_reverb(x, np.random.default_rng(1), 1.0), y)  # pure function of the rng
+    np.testing.assert_array_equal(room_reverb(x, np.random.default_rng(1), 0.0), x)
+    half = room_reverb(np.tile(x, (8, 1)), np.random.default_rng(2), 0.5)
+    assert 0.25 < np.any(half != np.tile(x, (8, 1)), axis=1).mean() < 0.75
+
+
+def test_reverb_probability_is_checked_and_reaches_the_clean_target(tmp_path, monkeypatch):
+    for bad in (-0.1, 1.5):
+        with pytest.raises(UsageError, match=r"speech_reverb must be a probability in \[0, 1\]"):
+            TrainingData(data_version=3, speech_reverb=bad)
+    cache = _fake_asterisk_cache(tmp_path, monkeypatch)
+    kw = {"seed": 0, "cache_dir": cache, "corpora": ("asterisk-en",), "noise_minutes_per_kind": 0.2, "data_version": 3}
+    _, c0 = TrainingData(**kw).batch(16, 16000, np.random.default_rng(3), p_noise_only=0.0, p_speech_only=1.0)
+    n1, c1 = TrainingData(**kw, speech_reverb=1.0).batch(16, 16000, np.random.default_rng(3), p_noise_only=0.0,
+                                                        p_speech_only=1.0)
+    np.testing.assert_array_equal(n1, c1)  # speech-only rows: the model input is the reverberant clean target
+    assert (np.abs(c1 - c0).max(1) > 1e-3).all()
 
 
 def test_low_boost_strength_is_checked():
