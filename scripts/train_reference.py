@@ -319,6 +319,9 @@ def main(argv=None) -> int:
     ap.add_argument("--speech-reverb", type=float, default=0.0,
                     help="probability in [0, 1] that a training speech segment gets synthetic room reverberation "
                          "(RT60 0.15-0.6 s, clean target reverberant too; cosyedge.datasets.mix.room_reverb)")
+    ap.add_argument("--read-phrase-share", type=float, default=0.0,
+                    help="share in [0, 1) of speech draws from real read phrases, mostly male voices (Tux Paint's "
+                         "spoken stamp descriptions, cosyedge.datasets.mix.READ_PHRASE_CORPORA); 0 = off")
     ap.add_argument("--male-share", type=float, default=0.3,
                     help="data versions 3 and 4: share of speech draws from the male-converted prompts")
     args = ap.parse_args(argv)
@@ -334,6 +337,8 @@ def main(argv=None) -> int:
         ap.error("--lw builds a model from scratch; with --init use --add-lw")
     if not 0 <= args.speech_low_boost <= 1:
         ap.error(f"--speech-low-boost must be in [0, 1], got {args.speech_low_boost}")
+    if not 0 <= args.read_phrase_share < 1:
+        ap.error(f"--read-phrase-share must be in [0, 1), got {args.read_phrase_share}")
     if not 0 <= args.speech_reverb <= 1:
         ap.error(f"--speech-reverb must be in [0, 1], got {args.speech_reverb}")
     if not 0 <= args.speech_low_boost_db <= 30:
@@ -352,7 +357,7 @@ def main(argv=None) -> int:
     import torch
 
     from cosyedge.datasets.mix import TrainingData
-    from cosyedge.errors import CosyEdgeError
+    from cosyedge.errors import CosyEdgeError, UsageError
     from cosyedge.models.reference import EnhancerConfig, ReferenceEnhancer, load_reference, save_reference
 
     torch.set_num_threads(args.threads)
@@ -373,9 +378,12 @@ def main(argv=None) -> int:
     except (CosyEdgeError, ValueError) as err:
         ap.error(str(err))
     t_prep = time.perf_counter()
-    data = TrainingData(seed=args.seed, data_version=args.data_version, male_share=args.male_share,
-                        speech_low_boost=args.speech_low_boost, speech_low_boost_db=args.speech_low_boost_db,
-                        speech_reverb=args.speech_reverb)
+    try:  # TrainingData checks its options (e.g. the speech shares adding up to <= 1) before loading anything
+        data = TrainingData(seed=args.seed, data_version=args.data_version, male_share=args.male_share,
+                            speech_low_boost=args.speech_low_boost, speech_low_boost_db=args.speech_low_boost_db,
+                            speech_reverb=args.speech_reverb, read_phrase_share=args.read_phrase_share)
+    except UsageError as err:
+        ap.error(str(err))
     val_pairs = data.validation_pairs()
     try:
         test_pairs = data.test_pairs((5,))

@@ -59,6 +59,10 @@ EXTRA_SPEECH_CORPORA_V3 = MALE_CONVERTED_CORPORA
 MALE_SHARE_V3 = 0.3
 """Share of speech draws given to :data:`EXTRA_SPEECH_CORPORA_V3` in data version 3."""
 
+READ_PHRASE_CORPORA = ("tuxpaint",)
+"""Real read phrases in several voices, most of them male (Tux Paint's spoken stamp descriptions, about 3.3 h;
+:data:`cosyedge.datasets.sources.CORPORA`), added to any data version with ``TrainingData(read_phrase_share=)``."""
+
 
 DATA_VERSIONS = (1, 2, 3, 4)
 """Training data versions: 1 = the data of the first bundled weights; 2 = version 1 plus
@@ -375,6 +379,9 @@ class TrainingData:
             :func:`low_band_boost` (any data version; validation and test sets are unaffected). Defaults to 0.
         speech_low_boost_db (float): largest f0-band boost in dB (``max_db`` of :func:`low_band_boost`),
             in [0, 30]. Defaults to 10.
+        read_phrase_share (float): share of speech draws from :data:`READ_PHRASE_CORPORA` (real read phrases,
+            mostly male voices), in [0, 1); 0 (default) leaves them out. The shares of the synthetic, narrowband,
+            male-converted and read-phrase groups must add up to at most 1.
         speech_reverb (float): probability in [0, 1] that a training speech segment gets
             :func:`room_reverb` (after the f0-band boost; the clean target is the reverberant speech).
             Defaults to 0.
@@ -385,14 +392,16 @@ class TrainingData:
         bank_ranges (dict[str, tuple[int, int]]): sample range of each noise category in ``bank``.
     Raises:
         UsageError: a test corpus was requested for training; ``speech_low_boost`` outside [0, 1];
-            ``speech_low_boost_db`` outside [0, 30]; ``speech_reverb`` outside [0, 1].
+            ``speech_low_boost_db`` outside [0, 30]; ``speech_reverb`` outside [0, 1]; ``read_phrase_share``
+            outside [0, 1) or the group shares adding up to more than 1.
         ArtifactError: no training speech could be loaded.
     """
 
     def __init__(self, seed: int = 0, cache_dir: str | os.PathLike | None = None, corpora=None,
                  synthetic_share: float = 0.3, narrowband_share: float = 0.12,
                  noise_minutes_per_kind: float = 2.0, data_version: int = 1, male_share: float = MALE_SHARE_V3,
-                 speech_low_boost: float = 0.0, speech_low_boost_db: float = 10.0, speech_reverb: float = 0.0):
+                 speech_low_boost: float = 0.0, speech_low_boost_db: float = 10.0, speech_reverb: float = 0.0,
+                 read_phrase_share: float = 0.0):
         if isinstance(data_version, bool) or not isinstance(data_version, (int, np.integer)) \
                 or data_version not in DATA_VERSIONS:
             raise UsageError(f"unknown training data version {data_version!r} (use one of the integers {DATA_VERSIONS})")
@@ -402,6 +411,13 @@ class TrainingData:
             raise UsageError(f"speech_low_boost_db must be in [0, 30] dB, got {speech_low_boost_db}")
         if not 0.0 <= speech_reverb <= 1.0:
             raise UsageError(f"speech_reverb must be a probability in [0, 1], got {speech_reverb}")
+        if not 0.0 <= read_phrase_share < 1.0:
+            raise UsageError(f"read_phrase_share must be in [0, 1), got {read_phrase_share}")
+        total = synthetic_share + narrowband_share + (male_share if data_version >= 3 else 0.0) + read_phrase_share
+        if total > 1.0 + 1e-9:
+            raise UsageError(f"speech shares add up to {total:.2f} > 1 (synthetic {synthetic_share}, narrowband "
+                             f"{narrowband_share}, male-converted {male_share if data_version >= 3 else 0.0}, "
+                             f"read phrases {read_phrase_share}): lower one")
         self.seed = seed
         self.cache_dir = cache_dir
         self.data_version = data_version
@@ -414,7 +430,9 @@ class TrainingData:
                 k = SPEECH_TRAIN_CORPORA.index("flite")
                 extra = EXTRA_SPEECH_CORPORA_V2 + (EXTRA_SPEECH_CORPORA_V3 if data_version >= 3 else ())
                 corpora = SPEECH_TRAIN_CORPORA[:k] + extra + SPEECH_TRAIN_CORPORA[k:]
-        corpora = tuple(corpora)
+        # the read phrases go last (see _val_speech_end), added when a share is asked for
+        read = tuple(c for c in READ_PHRASE_CORPORA if read_phrase_share or c in corpora)
+        corpora = tuple(c for c in corpora if c not in READ_PHRASE_CORPORA) + read
         bad = {"librivox", "cards"} & set(corpora)
         if bad:
             raise UsageError(f"test corpora {sorted(bad)} must never be used for training")
@@ -439,9 +457,16 @@ class TrainingData:
             if not pieces:
                 raise ArtifactError("no training speech available (check apt-get access)")
             self.speech = np.concatenate(pieces)
+            # the noise bank and the validation babble draw from the speech of the data version only (the read
+            # phrases, appended last, are left out), so adding them keeps the data version's noise and
+            # validation set for the same seed
+            self._val_speech_end = min([a for n, (a, _) in self.speech_ranges.items() if n in READ_PHRASE_CORPORA]
+                                       or [self.speech.size])
             shares = {tuple(SYNTHETIC_CORPORA): synthetic_share, tuple(NARROWBAND_CORPORA): narrowband_share}
             if data_version >= 3:
                 shares[EXTRA_SPEECH_CORPORA_V3] = male_share
+            if read_phrase_share:
+                shares[READ_PHRASE_CORPORA] = read_phrase_share
             self._speech_w = self._corpus_weights(shares)
             self.bank, self.bank_ranges = self._load_bank(noise_minutes_per_kind)
             weights = NOISE_WEIGHTS_V2 if data_version >= 2 else NOISE_WEIGHTS
@@ -470,7 +495,10 @@ class TrainingData:
         return w / w.sum()
 
     def _load_bank(self, minutes: float):
-        key = [BANK_VERSION, self.seed, minutes, {k: b - a for k, (a, b) in self.speech_ranges.items()}]
+        # the bank (its babble) is built from the data version's speech only: adding the read phrases
+        # (READ_PHRASE_CORPORA, appended last) keeps the noise bank, like the validation set
+        key = [BANK_VERSION, self.seed, minutes,
+               {k: b - a for k, (a, b) in self.speech_ranges.items() if k not in READ_PHRASE_CORPORA}]
         if self.data_version >= 2:  # version 4 augments batches of the version-3 bank
             key.append({"data_version": min(self.data_version, 3)})
         key = json.dumps(key)
@@ -487,7 +515,8 @@ class TrainingData:
                 LOG.warning("noise bank cache %s unreadable (%s); rebuilding", path, e)
         with LOG.stage("build noise bank"):
             real = noise_mod.REAL_NOISE_CORPORA_V2 if self.data_version >= 2 else noise_mod.REAL_NOISE_CORPORA
-            bank, ranges = noise_mod.build_noise_bank(self.speech, seed=self.seed, minutes_per_kind=minutes,
+            bank, ranges = noise_mod.build_noise_bank(self.speech[: self._val_speech_end], seed=self.seed,
+                                                      minutes_per_kind=minutes,
                                                       cache_dir=self.cache_dir, real_corpora=real)
         path.parent.mkdir(parents=True, exist_ok=True)
         np.save(path.with_suffix(".tmp.npy"), bank)
@@ -656,7 +685,7 @@ class TrainingData:
             a = {"white": 0.0, "pink": 1.0, "brown": 2.0}.get(kind, rng.uniform(0, 2.5))
             x = noise_mod.colored_noise(rng, nb, a)
         elif kind == "babble":
-            x = noise_mod.babble_noise(rng, self.speech, nb)
+            x = noise_mod.babble_noise(rng, self.speech[: self._val_speech_end], nb)
         elif kind in ("hum", "clicks", "band", "tonal"):
             fn = {"hum": noise_mod.hum_noise, "clicks": noise_mod.click_noise, "band": noise_mod.band_noise,
                   "tonal": noise_mod.tonal_noise}[kind]

@@ -431,6 +431,11 @@ CORPORA: dict = {
     # spoken object names of KTuberling (GPL-2+ / GFDL; /usr/share/doc/{klettres,ktuberling}-data/copyright)
     "klettres": lambda cd: _build_glob("klettres-data", "usr/share/klettres", ("*.ogg", "*.wav"), cd),
     "ktuberling": lambda cd: _build_glob("ktuberling-data", "usr/share/ktuberling/sounds", ("*.ogg", "*.wav"), cd),
+    # real read phrases: the spoken descriptions of Tux Paint's stamps ("*_desc*.ogg", 7418 files, about 3.3 h,
+    # 44.1 kHz; GPL-2, /usr/share/doc/tuxpaint-stamps-default/copyright), one volunteer voice per language, most
+    # of them male (fr, ru, ca, bg, da, lt, nl: median f0 about 105-140 Hz; ro, es, be, el: female); the
+    # stamps' sound effects are not included
+    "tuxpaint": lambda cd: _build_glob("tuxpaint-stamps-default", "usr/share/tuxpaint/stamps", ("*_desc*.ogg",), cd),
     # real effects and ambiences: rain, thunder, ocean waves, birds, jets, helicopter, tank tracks,
     # explosions (GPL-2+ / CC0 / CC-BY(-SA) 3.0 per file; /usr/share/doc/scorched3d-data/copyright)
     "scorched3d-sfx": lambda cd: _build_glob("scorched3d-data", "usr/share/games/scorched3d/data", ("*.wav",), cd),

@@ -319,6 +319,44 @@ def test_reverb_probability_is_checked_and_reaches_the_clean_target(tmp_path, mo
     assert (np.abs(c1 - c0).max(1) > 1e-3).all()
 
 
+def test_read_phrases_keep_the_noise_bank_and_validation_set(tmp_path, monkeypatch):
+    """Adding the read phrases (READ_PHRASE_CORPORA) changes only the speech draws: the noise bank (its babble
+    is made from training speech) and the validation pairs stay those of the same data version and seed."""
+    from cosyedge.datasets.mix import READ_PHRASE_CORPORA
+
+    cache = _fake_asterisk_cache(tmp_path, monkeypatch)
+    rng = np.random.default_rng(5)
+    utts = [_fake_speech(rng, s) * 0.5 for s in (2.0, 3.0, 2.5, 4.0)]
+    off = np.concatenate([[0], np.cumsum([u.size for u in utts])])
+    name = READ_PHRASE_CORPORA[0]
+    sources._save_corpus(cache / "corpora" / f"{name}.npy", sources.Corpus(
+        name, np.concatenate(utts), off, [f"p{i}_desc.ogg" for i in range(4)], ["train"] * 4, ["fake"] * 4, "fake"))
+    kw = {"seed": 0, "cache_dir": cache, "noise_minutes_per_kind": 0.2, "data_version": 3}
+    base = TrainingData(corpora=("asterisk-en",), **kw)
+    more = TrainingData(corpora=("asterisk-en",), read_phrase_share=0.25, **kw)
+    assert list(more.speech_ranges) == ["asterisk-en", name] and list(base.speech_ranges) == ["asterisk-en"]
+    np.testing.assert_array_equal(base.bank, more.bank)
+    assert base.bank_ranges == more.bank_ranges
+    vb, vm = base.validation_pairs(), more.validation_pairs()
+    assert [v[0] for v in vb] == [v[0] for v in vm] and vb
+    for a, b in zip(vb, vm):
+        np.testing.assert_array_equal(a[1], b[1])
+    assert more.summary()[name][1] == pytest.approx(0.25, abs=1e-3)  # its share of the draws
+    seg = more.speech_segments(400, 800, np.random.default_rng(1))
+    lo, hi = more.speech_ranges[name]
+    read = more.speech[lo:hi]
+    hits = sum(any(np.array_equal(row, read[k:k + 800]) for k in np.flatnonzero(read[:read.size - 799] == row[0]))
+               for row in seg[:40])  # rows cut from the read phrases (exact sample match)
+    assert 3 <= hits <= 20  # about 25 % of 40 draws
+
+
+def test_read_phrase_share_is_checked():
+    for kw, msg in (({"read_phrase_share": 1.0}, r"read_phrase_share must be in \[0, 1\)"),
+                    ({"read_phrase_share": 0.4, "male_share": 0.3}, r"speech shares add up to 1\.12 > 1")):
+        with pytest.raises(UsageError, match=msg):
+            TrainingData(data_version=3, **kw)
+
+
 def test_low_boost_strength_is_checked():
     for bad in (-1.0, 31.0):
         with pytest.raises(UsageError, match=r"speech_low_boost_db must be in \[0, 30\] dB"):

@@ -161,6 +161,7 @@ def test_long_window_streams_exactly(tmp_path, dynamo):
     (["--select", "best"], "invalid choice"),
     (["--speech-low-boost", "0.5", "--speech-low-boost-db", "40"], "--speech-low-boost-db must be in [0, 30]"),
     (["--speech-reverb", "1.5"], "--speech-reverb must be in [0, 1]"),
+    (["--read-phrase-share", "1"], "--read-phrase-share must be in [0, 1)"),
     (["--init", "{plain}", "--add-lw", "320,10"], "lw_window 320 and lw_bins 10: need"),
     (["--init", "{lw}", "--add-lw", "1024,128"], "the --init model already has long-window features (window 1024)"),
     (["--init", "{lw}", "--add-df", "3,64", "--add-lw", "512,64"], "already has long-window features (window 1024)"),
@@ -183,6 +184,22 @@ def test_training_options_are_checked_before_data_preparation(argv, message, cap
     assert exc.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert message in err[-1]
+
+
+def test_speech_shares_over_one_exit_2_before_loading_data(capsys, monkeypatch):
+    """TrainingData refuses shares adding up to more than 1 before it loads any corpus; the script turns that
+    into a one-line usage error (exit 2)."""
+    monkeypatch.chdir(ROOT)
+    tr = _train_module()
+
+    def no_corpus(*a, **k):
+        raise AssertionError("a corpus was loaded before the shares were checked")
+
+    monkeypatch.setattr("cosyedge.datasets.mix.load_corpus", no_corpus)
+    with pytest.raises(SystemExit) as exc:
+        tr.main(["--male-share", "0.5", "--read-phrase-share", "0.3"])
+    assert exc.value.code == 2
+    assert "speech shares add up to 1.22 > 1" in capsys.readouterr().err.strip().splitlines()[-1]
 
 
 def test_long_window_with_deep_filter_structure(tmp_path):
