@@ -14,7 +14,7 @@ held-out real noise are never used here). Loss: thresholded negative SNR on the 
 aligned by the model's delay (Wisdom et al. 2020, arXiv:2011.02329, "soft-thresholded SNR").
 Model selection by SI-SNR improvement on the validation pairs (held-out asterisk prompts).
 
-The bundled weights were made in four stages (``--init`` chains them); the commands, and the runs tried
+The bundled weights were made in five stages (``--init`` chains them); the commands, and the runs tried
 since and not kept, are in docs/model-card.md ("Recipe of the bundled weights", "Tried after stage 4").
 Model growth from a checkpoint keeps its function: ``--add-dilations`` (identity blocks), ``--add-df``
 (zero deep-filter head), ``--add-lw`` (zero long-window feature conv). ``--ema`` evaluates and saves an
@@ -446,7 +446,8 @@ def main(argv=None) -> int:
             if v > best or args.select == "last":
                 best = max(best, v)
                 save_reference(scored, args.out, extra={"step": step, "val_sisnri_db": v, "test_sisnri_db_5db": tn,
-                                                        "seed": args.seed, "minutes": el / 60, "ema": args.ema})
+                                                        "seed": args.seed, "minutes": el / 60, "ema": args.ema,
+                                                        "options": vars(args)})
             plot_curves(hist, log_dir / "curves.png")
             (log_dir / "history.json").write_text(json.dumps(hist))
     model.eval()
@@ -461,7 +462,7 @@ def main(argv=None) -> int:
     if v > best or args.select == "last":
         save_reference(scored, args.out, extra={"step": step, "val_sisnri_db": v, "test_sisnri_db_5db": tn,
                                                 "seed": args.seed, "minutes": (time.perf_counter() - t0) / 60,
-                                                "ema": args.ema})
+                                                "ema": args.ema, "options": vars(args)})
     plot_curves(hist, log_dir / "curves.png")
     (log_dir / "history.json").write_text(json.dumps(hist))
     return 0

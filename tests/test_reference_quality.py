@@ -82,21 +82,24 @@ def test_chunk_size_does_not_change_the_output(demo):
 
 
 def test_bundled_sparse_model_is_2to4_and_close_to_dense(demo):
-    """The fine-tuned 2:4 variant holds the pattern in every eligible conv and enhances the demo as well
-    as the dense model (measured when committed: +2.26 dB vs dense +2.45 dB)."""
+    """The fine-tuned 2:4 variant holds the pattern in exactly the eligible convs of its config
+    (tests/reference_structure.py) and enhances the demo almost as well as the dense model (measured when
+    committed, stage 5: +2.56 dB vs dense +2.65 dB)."""
     from onnx import numpy_helper
 
-    from cosyedge.models import REFERENCE_SPARSE_STREAM_ONNX
+    from cosyedge.models import REFERENCE_SPARSE_STREAM_ONNX, REFERENCE_SPARSE_WEIGHTS
     from cosyedge.precision.sparsity import check_2to4
 
+    want = reference_structure(REFERENCE_SPARSE_WEIGHTS)
     m = onnx.load(str(REFERENCE_SPARSE_STREAM_ONNX))
     inits = {t.name: numpy_helper.to_array(t) for t in m.graph.initializer}
-    weights = [inits[n.input[1]] for n in m.graph.node if n.op_type == "Conv" and n.input[1] in inits]
-    eligible = [w for w in weights if w.shape[1] % 4 == 0]  # input channels in groups of 4
-    assert len(eligible) >= len(weights) - 3  # only the analysis, input and synthesis convs are not
-    assert all(check_2to4(w, 1) and (w == 0).mean() >= 0.5 for w in eligible)
+    convs = {n.name: inits[n.input[1]] for n in m.graph.node if n.op_type == "Conv" and n.input[1] in inits}
+    assert list(convs) == want.conv_nodes
+    for name, w in convs.items():
+        pruned = check_2to4(w, 1) and (w == 0).mean() >= 0.5
+        assert pruned == (name in want.sparse_eligible), name
     x, c = demo
     with OrtStreamSession(REFERENCE_SPARSE_STREAM_ONNX) as s:
         y = enhance_array(s, x).reshape(-1)[: len(c)]
     gain = float(si_snr(y, c) - si_snr(x, c))
-    assert gain >= 1.8, gain
+    assert gain >= 2.05, f"SI-SNR improvement {gain:.2f} dB on the demo (was 2.56 dB when committed)"

@@ -265,7 +265,12 @@ def low_band_boost(x: np.ndarray, rng: np.random.Generator, p: float, max_db: fl
         sample_rate_hz (int): sample rate, Hz.
     Returns:
         np.ndarray: float32 (B, T), a new array (rows not drawn are copied unchanged).
+    Raises:
+        UsageError: ``max_db`` negative.
     """
+    if not max_db >= 0:
+        raise UsageError(f"low_band_boost: max_db must be >= 0 dB, got {max_db}")
+
     def gain_db(k: int, lf: np.ndarray) -> np.ndarray:
         lo, hi = LOW_BOOST_CENTRE_HZ
         centre = rng.uniform(np.log2(lo), np.log2(hi), (k, 1))
@@ -282,8 +287,9 @@ def room_reverb(x: np.ndarray, rng: np.random.Generator, p: float,
 
     Each drawn row is convolved with a synthetic room impulse response: a unit direct path at lag 0 (so the
     reverberant speech stays aligned with the dry one) plus a diffuse tail of Gaussian noise from a 2-10 ms
-    pre-delay on, decaying by 60 dB over RT60 (uniform in :data:`REVERB_RT60_S`), one-pole low-passed
-    (corner 2-6 kHz: walls absorb highs), scaled to a direct-to-reverberant energy ratio uniform in
+    pre-delay on, decaying by 60 dB over RT60 (uniform in :data:`REVERB_RT60_S`), low-passed by a first-order
+    Butterworth filter (-3 dB corner uniform in 2-6 kHz: walls absorb highs), scaled to a direct-to-reverberant
+    energy ratio uniform in
     :data:`REVERB_DRR_DB`; the row is then rescaled to its dry RMS. This is the exponentially decaying
     noise model of late reverberation (Polack 1988; e.g. Lehmann & Johansson, JASA 124(1), 2008). Why: the
     training voices are dry studio prompts and synthetic voices, while real read speech (the LibriVox test
@@ -298,9 +304,15 @@ def room_reverb(x: np.ndarray, rng: np.random.Generator, p: float,
     Returns:
         np.ndarray: float32 (B, T), a new array (rows not drawn are copied unchanged), the same length
         (the tail past T is cut).
+    Raises:
+        UsageError: ``x`` not 2-D, or ``p`` outside [0, 1].
     """
-    from scipy.signal import fftconvolve, lfilter  # scipy: already needed by the training noise (noise.py)
+    from scipy.signal import butter, fftconvolve, lfilter  # scipy: already needed by the training noise (noise.py)
 
+    if np.ndim(x) != 2:
+        raise UsageError(f"room_reverb: x must be (B, T), got shape {np.shape(x)}")
+    if not 0.0 <= p <= 1.0:
+        raise UsageError(f"room_reverb: p must be a probability in [0, 1], got {p}")
     out = np.array(x, dtype=np.float32, copy=True)
     sel = np.flatnonzero(rng.random(x.shape[0]) < p)
     n_t = x.shape[1]
@@ -311,8 +323,8 @@ def room_reverb(x: np.ndarray, rng: np.random.Generator, p: float,
         n_h = min(int(rt60 * sample_rate_hz), n_t)
         t = np.arange(n_h) / sample_rate_hz
         tail = rng.standard_normal(n_h) * np.exp(-3.0 * np.log(10.0) * t / rt60)  # -60 dB at t = RT60
-        a = np.exp(-2 * np.pi * rng.uniform(2000.0, 6000.0) / sample_rate_hz)
-        tail = lfilter([1 - a], [1, -a], tail)  # one-pole low-pass
+        b, a = butter(1, rng.uniform(2000.0, 6000.0), fs=sample_rate_hz)  # first-order low-pass
+        tail = lfilter(b, a, tail)
         h = np.zeros(pre + n_h)
         h[pre:] = tail * np.sqrt(10 ** (-drr_db / 10) / max(float(np.sum(tail ** 2)), 1e-12))
         h[0] = 1.0

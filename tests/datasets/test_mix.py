@@ -310,13 +310,32 @@ def test_reverb_probability_is_checked_and_reaches_the_clean_target(tmp_path, mo
     for bad in (-0.1, 1.5):
         with pytest.raises(UsageError, match=r"speech_reverb must be a probability in \[0, 1\]"):
             TrainingData(data_version=3, speech_reverb=bad)
+        with pytest.raises(UsageError, match=r"room_reverb: p must be a probability"):
+            room_reverb(np.zeros((2, 100), np.float32), np.random.default_rng(0), bad)
+    with pytest.raises(UsageError, match=r"room_reverb: x must be \(B, T\)"):
+        room_reverb(np.zeros(100, np.float32), np.random.default_rng(0), 0.5)
     cache = _fake_asterisk_cache(tmp_path, monkeypatch)
     kw = {"seed": 0, "cache_dir": cache, "corpora": ("asterisk-en",), "noise_minutes_per_kind": 0.2, "data_version": 3}
-    _, c0 = TrainingData(**kw).batch(16, 16000, np.random.default_rng(3), p_noise_only=0.0, p_speech_only=1.0)
-    n1, c1 = TrainingData(**kw, speech_reverb=1.0).batch(16, 16000, np.random.default_rng(3), p_noise_only=0.0,
-                                                        p_speech_only=1.0)
-    np.testing.assert_array_equal(n1, c1)  # speech-only rows: the model input is the reverberant clean target
-    assert (np.abs(c1 - c0).max(1) > 1e-3).all()
+    seen = []
+    from cosyedge.datasets import mix
+
+    def spy(x, rng, p, *a, **k):  # record what batch() passes in and gets back
+        y = room_reverb(x, rng, p, *a, **k)
+        seen.append((x.copy(), y))
+        return y
+
+    monkeypatch.setattr(mix, "room_reverb", spy)
+    noisy, clean = TrainingData(**kw, speech_reverb=1.0).batch(16, 16000, np.random.default_rng(3),
+                                                              p_noise_only=0.0, p_speech_only=1.0)
+    assert len(seen) == 1
+    dry, wet = seen[0]
+
+    def cos(a, b):  # gain-invariant similarity of two rows
+        return float(np.dot(a, b) / (np.linalg.norm(a) * np.linalg.norm(b) + 1e-12))
+
+    np.testing.assert_array_equal(noisy, clean)  # speech-only rows: the input is the clean target
+    for i in range(16):  # every clean target is its reverberant segment (up to the level gain), not the dry one
+        assert cos(clean[i], wet[i]) > 0.99999 and cos(clean[i], dry[i]) < 0.999
 
 
 def test_read_phrases_keep_the_noise_bank_and_validation_set(tmp_path, monkeypatch):
@@ -358,6 +377,8 @@ def test_read_phrase_share_is_checked():
 
 
 def test_low_boost_strength_is_checked():
+    with pytest.raises(UsageError, match="low_band_boost: max_db must be >= 0 dB"):
+        low_band_boost(np.zeros((2, 100), np.float32), np.random.default_rng(0), 0.5, -3.0)
     for bad in (-1.0, 31.0):
         with pytest.raises(UsageError, match=r"speech_low_boost_db must be in \[0, 30\] dB"):
             TrainingData(data_version=3, speech_low_boost=0.5, speech_low_boost_db=bad)

@@ -26,7 +26,7 @@ from cosyedge.precision.int8 import int8_onnx
 from cosyedge.precision.qdq import float_nodes, weighted_nodes
 from cosyedge.runtime import OrtStreamSession, enhance_array
 from tests.precision import int8_fixtures as fx
-from tests.reference_structure import BOUNDARY_CONVS, DECLARED_FLOAT, reference_structure
+from tests.reference_structure import BOUNDARY_CONVS, DECLARED_FLOAT, LW_ANALYSIS_CONV, reference_structure
 
 REF_NET = reference_structure()
 """Convs, states and blocks of the bundled model, from its weights' config (tests/reference_structure.py)."""
@@ -171,10 +171,12 @@ def test_qdq_model_structure(int8, model):
             consumers.setdefault(i, []).append(n)
 
     kept = float_nodes(fp, contract.input, contract.output)
-    assert set(kept) == set(REF_NET.float_convs) >= set(BOUNDARY_CONVS) | set(DECLARED_FLOAT)
+    # the boundary convs, the declared float-only projection and, with long-window features, /lw_analysis
+    assert set(kept) == set(REF_NET.float_convs) == (set(BOUNDARY_CONVS) | set(DECLARED_FLOAT)
+                                                     | ({LW_ANALYSIS_CONV} if REF_NET.lw_window else set()))
     assert info["excluded_nodes"] == kept
     quantized = [w for w in weighted_nodes(fp) if w.name not in kept]
-    assert [w.name for w in quantized] == REF_NET.int8_convs  # every conv of the graph but the two boundary ones
+    assert [w.name for w in quantized] == REF_NET.int8_convs  # every conv of the graph but the float ones above
     assert info["quantized_nodes"] == sorted(REF_NET.int8_convs)
     nodes = {n.name: n for n in m.graph.node}
     n_pairs = 0
