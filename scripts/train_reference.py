@@ -322,6 +322,9 @@ def main(argv=None) -> int:
     ap.add_argument("--read-phrase-share", type=float, default=0.0,
                     help="share in [0, 1) of speech draws from real read phrases, mostly male voices (Tux Paint's "
                          "spoken stamp descriptions, cosyedge.datasets.mix.READ_PHRASE_CORPORA); 0 = off")
+    ap.add_argument("--read-phrases", default="tuxpaint", choices=("tuxpaint", "tuxpaint-male-clean"),
+                    help="which read phrases --read-phrase-share adds: all Tux Paint voices, or only its male voices "
+                         "without an audible noise floor")
     ap.add_argument("--male-share", type=float, default=0.3,
                     help="data versions 3 and 4: share of speech draws from the male-converted prompts")
     args = ap.parse_args(argv)
@@ -381,7 +384,8 @@ def main(argv=None) -> int:
     try:  # TrainingData checks its options (e.g. the speech shares adding up to <= 1) before loading anything
         data = TrainingData(seed=args.seed, data_version=args.data_version, male_share=args.male_share,
                             speech_low_boost=args.speech_low_boost, speech_low_boost_db=args.speech_low_boost_db,
-                            speech_reverb=args.speech_reverb, read_phrase_share=args.read_phrase_share)
+                            speech_reverb=args.speech_reverb, read_phrase_share=args.read_phrase_share,
+                            read_phrase_corpus=args.read_phrases)
     except UsageError as err:
         ap.error(str(err))
     val_pairs = data.validation_pairs()

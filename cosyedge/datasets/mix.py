@@ -59,9 +59,10 @@ EXTRA_SPEECH_CORPORA_V3 = MALE_CONVERTED_CORPORA
 MALE_SHARE_V3 = 0.3
 """Share of speech draws given to :data:`EXTRA_SPEECH_CORPORA_V3` in data version 3."""
 
-READ_PHRASE_CORPORA = ("tuxpaint",)
-"""Real read phrases in several voices, most of them male (Tux Paint's spoken stamp descriptions, about 3.3 h;
-:data:`cosyedge.datasets.sources.CORPORA`), added to any data version with ``TrainingData(read_phrase_share=)``."""
+READ_PHRASE_CORPORA = ("tuxpaint", "tuxpaint-male-clean")
+"""Real read phrases (Tux Paint's spoken stamp descriptions: all 13 voices, most of them male, 178 min; or only
+the male voices without an audible noise floor, about 40 min; :data:`cosyedge.datasets.sources.CORPORA`), one of
+them added to any data version with ``TrainingData(read_phrase_share=, read_phrase_corpus=)``."""
 
 
 DATA_VERSIONS = (1, 2, 3, 4)
@@ -392,7 +393,9 @@ class TrainingData:
         speech_low_boost_db (float): largest f0-band boost in dB (``max_db`` of :func:`low_band_boost`),
             in [0, 30]. Defaults to 10.
         read_phrase_share (float): share of speech draws from :data:`READ_PHRASE_CORPORA` (real read phrases,
-            mostly male voices), in [0, 1); 0 (default) leaves them out. The shares of the synthetic, narrowband,
+            mostly male voices), in [0, 1); 0 (default) leaves them out.
+        read_phrase_corpus (str): which of :data:`READ_PHRASE_CORPORA` ``read_phrase_share`` adds
+            (default ``"tuxpaint"``). The shares of the synthetic, narrowband,
             male-converted and read-phrase groups must add up to at most 1.
         speech_reverb (float): probability in [0, 1] that a training speech segment gets
             :func:`room_reverb` (after the f0-band boost; the clean target is the reverberant speech).
@@ -405,7 +408,7 @@ class TrainingData:
     Raises:
         UsageError: a test corpus was requested for training; ``speech_low_boost`` outside [0, 1];
             ``speech_low_boost_db`` outside [0, 30]; ``speech_reverb`` outside [0, 1]; ``read_phrase_share``
-            outside [0, 1) or the group shares adding up to more than 1.
+            outside [0, 1), an unknown ``read_phrase_corpus``, or the group shares adding up to more than 1.
         ArtifactError: no training speech could be loaded.
     """
 
@@ -413,7 +416,7 @@ class TrainingData:
                  synthetic_share: float = 0.3, narrowband_share: float = 0.12,
                  noise_minutes_per_kind: float = 2.0, data_version: int = 1, male_share: float = MALE_SHARE_V3,
                  speech_low_boost: float = 0.0, speech_low_boost_db: float = 10.0, speech_reverb: float = 0.0,
-                 read_phrase_share: float = 0.0):
+                 read_phrase_share: float = 0.0, read_phrase_corpus: str = "tuxpaint"):
         if isinstance(data_version, bool) or not isinstance(data_version, (int, np.integer)) \
                 or data_version not in DATA_VERSIONS:
             raise UsageError(f"unknown training data version {data_version!r} (use one of the integers {DATA_VERSIONS})")
@@ -423,6 +426,8 @@ class TrainingData:
             raise UsageError(f"speech_low_boost_db must be in [0, 30] dB, got {speech_low_boost_db}")
         if not 0.0 <= speech_reverb <= 1.0:
             raise UsageError(f"speech_reverb must be a probability in [0, 1], got {speech_reverb}")
+        if read_phrase_corpus not in READ_PHRASE_CORPORA:
+            raise UsageError(f"read_phrase_corpus must be one of {READ_PHRASE_CORPORA}, got {read_phrase_corpus!r}")
         if not 0.0 <= read_phrase_share < 1.0:
             raise UsageError(f"read_phrase_share must be in [0, 1), got {read_phrase_share}")
         total = synthetic_share + narrowband_share + (male_share if data_version >= 3 else 0.0) + read_phrase_share
@@ -443,7 +448,7 @@ class TrainingData:
                 extra = EXTRA_SPEECH_CORPORA_V2 + (EXTRA_SPEECH_CORPORA_V3 if data_version >= 3 else ())
                 corpora = SPEECH_TRAIN_CORPORA[:k] + extra + SPEECH_TRAIN_CORPORA[k:]
         # the read phrases go last (see _val_speech_end), added when a share is asked for
-        read = tuple(c for c in READ_PHRASE_CORPORA if read_phrase_share or c in corpora)
+        read = tuple(c for c in READ_PHRASE_CORPORA if (read_phrase_share and c == read_phrase_corpus) or c in corpora)
         corpora = tuple(c for c in corpora if c not in READ_PHRASE_CORPORA) + read
         bad = {"librivox", "cards"} & set(corpora)
         if bad:
@@ -603,7 +608,9 @@ class TrainingData:
         (noisy = clean). In data version 4 the speech segments get :func:`random_eq` with probability
         :data:`P_SPEECH_EQ` before mixing, so ``clean`` is the equalised speech. In any data version the
         speech segments get :func:`low_band_boost` with probability ``speech_low_boost`` (clean boosted too),
-        then :func:`room_reverb` with probability ``speech_reverb`` (clean reverberant too).
+        then :func:`room_reverb` with probability ``speech_reverb`` (clean reverberant too). Each augmentation
+        draws from ``rng``, so turning one on also changes the later draws (SNR, row kind, peak level): batches
+        with and without it are not paired row by row.
 
         Args:
             batch_size (int): B.

@@ -338,7 +338,8 @@ def test_reverb_probability_is_checked_and_reaches_the_clean_target(tmp_path, mo
         assert cos(clean[i], wet[i]) > 0.99999 and cos(clean[i], dry[i]) < 0.999
 
 
-def test_read_phrases_keep_the_noise_bank_and_validation_set(tmp_path, monkeypatch):
+@pytest.mark.parametrize("which", [0, 1])
+def test_read_phrases_keep_the_noise_bank_and_validation_set(which, tmp_path, monkeypatch):
     """Adding the read phrases (READ_PHRASE_CORPORA) changes only the speech draws: the noise bank (its babble
     is made from training speech) and the validation pairs stay those of the same data version and seed."""
     from cosyedge.datasets.mix import READ_PHRASE_CORPORA
@@ -347,12 +348,12 @@ def test_read_phrases_keep_the_noise_bank_and_validation_set(tmp_path, monkeypat
     rng = np.random.default_rng(5)
     utts = [_fake_speech(rng, s) * 0.5 for s in (2.0, 3.0, 2.5, 4.0)]
     off = np.concatenate([[0], np.cumsum([u.size for u in utts])])
-    name = READ_PHRASE_CORPORA[0]
+    name = READ_PHRASE_CORPORA[which]
     sources._save_corpus(cache / "corpora" / f"{name}.npy", sources.Corpus(
         name, np.concatenate(utts), off, [f"p{i}_desc.ogg" for i in range(4)], ["train"] * 4, ["fake"] * 4, "fake"))
     kw = {"seed": 0, "cache_dir": cache, "noise_minutes_per_kind": 0.2, "data_version": 3}
     base = TrainingData(corpora=("asterisk-en",), **kw)
-    more = TrainingData(corpora=("asterisk-en",), read_phrase_share=0.25, **kw)
+    more = TrainingData(corpora=("asterisk-en",), read_phrase_share=0.25, read_phrase_corpus=name, **kw)
     assert list(more.speech_ranges) == ["asterisk-en", name] and list(base.speech_ranges) == ["asterisk-en"]
     np.testing.assert_array_equal(base.bank, more.bank)
     assert base.bank_ranges == more.bank_ranges
@@ -371,9 +372,22 @@ def test_read_phrases_keep_the_noise_bank_and_validation_set(tmp_path, monkeypat
 
 def test_read_phrase_share_is_checked():
     for kw, msg in (({"read_phrase_share": 1.0}, r"read_phrase_share must be in \[0, 1\)"),
+                    ({"read_phrase_share": 0.1, "read_phrase_corpus": "librivox"}, r"read_phrase_corpus must be one of"),
                     ({"read_phrase_share": 0.4, "male_share": 0.3}, r"speech shares add up to 1\.12 > 1")):
         with pytest.raises(UsageError, match=msg):
             TrainingData(data_version=3, **kw)
+
+
+def test_floor_range_db():
+    """The loud-to-quiet frame level range tracks a recording's noise floor (tuxpaint-male-clean's filter)."""
+    rng = np.random.default_rng(0)
+    speech = _fake_speech(rng, 2.0)
+    gaps = np.concatenate([speech, np.zeros(16000, np.float32), speech])
+    floor = 10 ** (-25 / 20) * float(np.sqrt(np.mean(speech ** 2)))
+    noisy = gaps + floor * rng.standard_normal(gaps.size).astype(np.float32)
+    assert sources.floor_range_db(gaps) > 60.0  # digital silence between phrases
+    assert 20.0 < sources.floor_range_db(noisy) < 35.0  # a floor 25 dB under the speech RMS
+    assert sources.floor_range_db(speech[:1000]) == 0.0  # under 10 frames
 
 
 def test_low_boost_strength_is_checked():
