@@ -407,6 +407,12 @@ def main(argv=None) -> int:
     opt = torch.optim.AdamW(params, lr=args.lr, weight_decay=1e-4)
     ema = WeightAverage(model, args.ema) if args.ema else None
     scored = ema.model if ema else model  # what is evaluated and saved
+
+    def keep(step: int, v: float, tn: dict, elapsed_s: float) -> None:  # write the scored weights to --out
+        save_reference(scored, args.out, extra={"step": step, "val_sisnri_db": v, "test_sisnri_db_5db": tn,
+                                                "seed": args.seed, "minutes": elapsed_s / 60, "ema": args.ema,
+                                                "options": vars(args)})
+
     n_samples = int(args.seconds * model.config.sample_rate_hz) // model.config.hop_samples * model.config.hop_samples
 
     budget_s = args.minutes * 60
@@ -449,9 +455,7 @@ def main(argv=None) -> int:
                   + " ".join(f"{k}={x:.2f}" for k, x in tn.items() if k != "all"), flush=True)
             if v > best or args.select == "last":
                 best = max(best, v)
-                save_reference(scored, args.out, extra={"step": step, "val_sisnri_db": v, "test_sisnri_db_5db": tn,
-                                                        "seed": args.seed, "minutes": el / 60, "ema": args.ema,
-                                                        "options": vars(args)})
+                keep(step, v, tn, el)
             plot_curves(hist, log_dir / "curves.png")
             (log_dir / "history.json").write_text(json.dumps(hist))
     model.eval()
@@ -464,9 +468,7 @@ def main(argv=None) -> int:
     print(f"final step {step}: val SI-SNRi={v:.2f} dB test SI-SNRi={t:.2f} dB "
           + " ".join(f"{k}={x:.2f}" for k, x in tn.items() if k != "all"), flush=True)
     if v > best or args.select == "last":
-        save_reference(scored, args.out, extra={"step": step, "val_sisnri_db": v, "test_sisnri_db_5db": tn,
-                                                "seed": args.seed, "minutes": (time.perf_counter() - t0) / 60,
-                                                "ema": args.ema, "options": vars(args)})
+        keep(step, v, tn, time.perf_counter() - t0)
     plot_curves(hist, log_dir / "curves.png")
     (log_dir / "history.json").write_text(json.dumps(hist))
     return 0

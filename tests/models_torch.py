@@ -121,3 +121,22 @@ def run_streaming(onnx_path, contract, audio, chunk: int):
         outs.append(res[contract.output])
         states = {s.input: res[s.output] for s in contract.states}
     return np.concatenate(outs, axis=-1)
+
+
+def noise_input(n: int = 16000, seed: int = 1):
+    """White noise at 0.1 RMS as a model input: float32 (1, 1, n), reproducible from ``seed``."""
+    import numpy as np
+
+    return (0.1 * np.random.default_rng(seed).standard_normal((1, 1, n))).astype(np.float32)
+
+
+def train_reference_module():
+    """``scripts/train_reference.py`` imported as a module (it is a script, not part of the package)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "train_reference.py"
+    spec = importlib.util.spec_from_file_location("train_reference", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

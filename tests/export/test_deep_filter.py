@@ -9,7 +9,6 @@ function), and that export -> streamify turns its tap buffer into one more state
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import sys
 from pathlib import Path
 
@@ -19,14 +18,13 @@ import pytest
 torch = pytest.importorskip("torch")
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from models_torch import run_streaming  # noqa: E402
+from models_torch import noise_input, run_streaming, train_reference_module  # noqa: E402
 
 from cosyedge.export import onnx_from_torch  # noqa: E402
 from cosyedge.models.reference import EnhancerConfig, ReferenceEnhancer  # noqa: E402
 from cosyedge.surgery import streamify  # noqa: E402
 
 K, BINS = 3, 40
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def _df_model(seed: int = 0) -> ReferenceEnhancer:
@@ -39,13 +37,9 @@ def _df_model(seed: int = 0) -> ReferenceEnhancer:
     return model
 
 
-def _audio(n: int = 16000, seed: int = 1) -> np.ndarray:
-    return (0.1 * np.random.default_rng(seed).standard_normal((1, 1, n))).astype(np.float32)
-
-
 def test_filter_equals_numpy_definition():
     model = _df_model()
-    x = torch.from_numpy(_audio(3200))
+    x = torch.from_numpy(noise_input(3200))
     with torch.no_grad():
         spec = model.analysis(x)
         g, c = model.estimate(spec)
@@ -70,7 +64,7 @@ def test_apply_filter_refuses_mismatched_coefficients():
     model = _df_model()
     plain = ReferenceEnhancer(EnhancerConfig(channels=16, dilations=(1, 2))).eval()
     with torch.no_grad():
-        spec = model.analysis(torch.from_numpy(_audio(1600)))
+        spec = model.analysis(torch.from_numpy(noise_input(1600)))
         g, c = model.estimate(spec)
         with pytest.raises(ValueError, match="coefficients missing for a model with df_order 3"):
             model.apply_filter(spec, g, None)
@@ -88,16 +82,14 @@ def test_bad_df_config_is_refused():
 
 
 def test_add_deep_filter_keeps_the_function():
-    spec = importlib.util.spec_from_file_location("train_reference", ROOT / "scripts" / "train_reference.py")
-    tr = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tr)
+    tr = train_reference_module()
     torch.manual_seed(0)
     plain = ReferenceEnhancer(EnhancerConfig(channels=16, dilations=(1, 2))).eval()
     with torch.no_grad():
         plain.out.bias.normal_(0.0, 1.0)  # gains away from 0.5 everywhere
     ext = tr.add_deep_filter(plain, K, BINS).eval()
     assert dataclasses.asdict(ext.config) == {**dataclasses.asdict(plain.config), "df_order": K, "df_bins": BINS}
-    x = torch.from_numpy(_audio())
+    x = torch.from_numpy(noise_input())
     with torch.no_grad():
         assert torch.equal(plain(x), ext(x))
         ext.df_out.bias.fill_(0.3)
@@ -120,7 +112,7 @@ def test_deep_filter_streams_exactly(tmp_path, dynamo):
         want = ReferenceStructure.from_config(dataclasses.asdict(model.config))
         assert (want.df_order, want.df_bins) == (K, BINS)
         want.assert_matches(contract, tmp_path / "df.stream.onnx")
-    x = _audio(4800)
+    x = noise_input(4800)
     with torch.no_grad():
         ref = model(torch.from_numpy(x)).numpy()
     for chunk in (160, 480):

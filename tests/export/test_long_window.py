@@ -9,7 +9,6 @@ turns the long window's input history into one more state and streams exactly (1
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import sys
 from pathlib import Path
 
@@ -19,7 +18,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from models_torch import run_streaming  # noqa: E402
+from models_torch import noise_input, run_streaming, train_reference_module  # noqa: E402
 
 from cosyedge.export import onnx_from_torch  # noqa: E402
 from cosyedge.models.reference import EnhancerConfig, ReferenceEnhancer  # noqa: E402
@@ -29,31 +28,20 @@ W, BINS = 1024, 48
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _train_module():
-    spec = importlib.util.spec_from_file_location("train_reference", ROOT / "scripts" / "train_reference.py")
-    tr = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tr)
-    return tr
-
-
 def _lw_model(seed: int = 0) -> ReferenceEnhancer:
     """A small model with long-window features whose feature conv is random (non-zero), eval mode."""
     torch.manual_seed(seed)
     model = ReferenceEnhancer(EnhancerConfig(channels=16, dilations=(1, 2), lw_window=W, lw_bins=BINS)).eval()
-    model.set_feature_stats(torch.from_numpy(_audio(8000, seed=5)))
+    model.set_feature_stats(torch.from_numpy(noise_input(8000, seed=5)))
     with torch.no_grad():
         model.lw_inp.weight.normal_(0.0, 0.5)
         model.out.bias.normal_(0.0, 1.0)
     return model
 
 
-def _audio(n: int = 16000, seed: int = 1) -> np.ndarray:
-    return (0.1 * np.random.default_rng(seed).standard_normal((1, 1, n))).astype(np.float32)
-
-
 def test_long_window_is_a_causal_dft_of_the_last_w_samples():
     model = _lw_model()
-    x = _audio(3200)
+    x = noise_input(3200)
     with torch.no_grad():
         got = model.long_spec(torch.from_numpy(x)).numpy()[0]  # (2 BINS, 20)
     hop = model.config.hop_samples
@@ -69,7 +57,7 @@ def test_long_window_is_a_causal_dft_of_the_last_w_samples():
 def test_estimate_refuses_mismatched_long_spectrum():
     model = _lw_model()
     plain = ReferenceEnhancer(EnhancerConfig(channels=16, dilations=(1, 2))).eval()
-    x = torch.from_numpy(_audio(1600))
+    x = torch.from_numpy(noise_input(1600))
     with torch.no_grad():
         spec, lw = model.analysis(x), model.long_spec(x)
         with pytest.raises(ValueError, match="long-window spectrum missing for a model with lw_window 1024"):
@@ -85,14 +73,14 @@ def test_bad_long_window_config_is_refused(window, bins):
 
 
 def test_add_long_window_keeps_the_function():
-    tr = _train_module()
+    tr = train_reference_module()
     torch.manual_seed(0)
     plain = ReferenceEnhancer(EnhancerConfig(channels=16, dilations=(1, 2))).eval()
     with torch.no_grad():
         plain.out.bias.normal_(0.0, 1.0)
     ext = tr.add_long_window(plain, W, BINS).eval()
     assert dataclasses.asdict(ext.config) == {**dataclasses.asdict(plain.config), "lw_window": W, "lw_bins": BINS}
-    x = torch.from_numpy(_audio())
+    x = torch.from_numpy(noise_input())
     mean_before = ext.feat_mean.clone()
     ext.set_feature_stats(x, long_window_only=True)
     assert torch.equal(ext.feat_mean, mean_before)  # the trained model's normalisation is kept
@@ -108,7 +96,7 @@ def test_add_long_window_keeps_the_function():
 
 
 def test_weight_average_blends_parameters_not_fixed_bases():
-    tr = _train_module()
+    tr = train_reference_module()
     model = ReferenceEnhancer(EnhancerConfig(channels=8, dilations=(1,)))
     ema = tr.WeightAverage(model, 0.9)
     before = model.inp.weight.detach().clone()
@@ -144,7 +132,7 @@ def test_long_window_streams_exactly(tmp_path, dynamo):
         kept_float = float_nodes(onnx.load(str(tmp_path / "lw.stream.onnx")), "audio", "enhanced")
         assert "/lw_analysis/conv/Conv" in kept_float
         assert not set(want.int8_convs) & set(kept_float)
-    x = _audio(4800)
+    x = noise_input(4800)
     with torch.no_grad():
         ref = model(torch.from_numpy(x)).numpy()
     for chunk in (160, 480):
@@ -169,7 +157,7 @@ def test_long_window_streams_exactly(tmp_path, dynamo):
 ])
 def test_training_options_are_checked_before_data_preparation(argv, message, capsys, monkeypatch, tmp_path):
     monkeypatch.chdir(ROOT)
-    tr = _train_module()
+    tr = train_reference_module()
     from cosyedge.models.reference import save_reference
     inits = {"plain": EnhancerConfig(), "lw": EnhancerConfig(lw_window=1024, lw_bins=128)}
     for name, cfg in inits.items():  # small weights files of a known structure, whatever is bundled
@@ -191,7 +179,7 @@ def test_speech_shares_over_one_exit_2_before_loading_data(capsys, monkeypatch):
     """TrainingData refuses shares adding up to more than 1 before it loads any corpus; the script turns that
     into a one-line usage error (exit 2)."""
     monkeypatch.chdir(ROOT)
-    tr = _train_module()
+    tr = train_reference_module()
 
     def no_corpus(*a, **k):
         raise AssertionError("a corpus was loaded before the shares were checked")
