@@ -131,6 +131,10 @@ def compare(reference, candidate, modes, chunk_ms, utt_path, max_utterances, snr
 @click.option("--engines-dir", metavar="DIR", default=None,
               help="Where engines are built/reused. Default: $COSYEDGE_ENGINES_DIR or ./engines.")
 @click.option("--calib", metavar="DIR", default=None, help="INT8: calibrate on this set instead of the kept amax.")
+@click.option("--sparse-onnx", metavar="PATH", default=None,
+              help="FP32 parent of the -sparse labels: the 2:4-pruned, fine-tuned streaming ONNX they are built "
+                   "from and compared with. Default: the bundled reference.sparse.stream.onnx for the bundled "
+                   "model; otherwise the --onnx model, pruned on the fly.")
 @click.option("--utterances", "utt_path", metavar="PATH", default=None,
               help="Real recordings to use instead of the bundled set (the baseline must use the same).")
 @click.option("--chunk-ms", type=float, default=100.0, show_default=True, help="Chunk (ms).")
@@ -138,10 +142,11 @@ def compare(reference, candidate, modes, chunk_ms, utt_path, max_utterances, snr
 @click.option("--junit", "junit_path", metavar="FILE", default=None, help="Write JUnit XML.")
 @click.option("--no-pesq", is_flag=True, help="Skip PESQ-WB.")
 @log_opts
-def check(onnx_path, baseline, update_baseline, precisions, candidate_opts, engines_dir, calib, utt_path, chunk_ms,
-          json_path, junit_path, no_pesq):
+def check(onnx_path, baseline, update_baseline, precisions, candidate_opts, engines_dir, calib, sparse_onnx, utt_path,
+          chunk_ms, json_path, junit_path, no_pesq):
     """CI accuracy gate: build (or reuse) each precision on ONNX Runtime, compare with the FP32 reference
     on real speech, and fail when any metric is worse than the baseline by more than its tolerance.
+    Sparse labels are built from and compared with the 2:4 fine-tuned FP32 model (--sparse-onnx).
 
     Prints a table; --json/--junit write the report. Exit 0 pass, 1 regression (the metrics are named),
     2 bad input (a baseline of another model, a candidate with other inputs/outputs, an engine that
@@ -169,7 +174,7 @@ def check(onnx_path, baseline, update_baseline, precisions, candidate_opts, engi
         utts = _utterances(utt_path, rate, None)
     report = run_check(onnx_path, baseline=baseline, update_baseline=update_baseline, precisions=labels,
                        engines_dir=engines_dir, candidates=cands, utterances=utts, chunk_ms=chunk_ms, calib=calib,
-                       json_path=json_path, junit_path=junit_path, pesq=not no_pesq)
+                       json_path=json_path, junit_path=junit_path, pesq=not no_pesq, sparse_onnx=sparse_onnx)
     click.echo(format_table(report))
     if not report["passed"]:
         n = len(report["regressions"])

@@ -10,13 +10,21 @@ checked against the **baseline** file:
 * free-running, per utterance: audio output SNR and max abs error, PESQ-WB and SI-SNR of the candidate
   against the clean speech.
 
+**Sparse labels** (``fp16-sparse``, ``int8-sparse``, ...) are built from, and compared with, the
+**sparse parent**: the FP32 model whose weights were pruned 2:4 and fine-tuned (``--sparse-onnx``; for the
+bundled model the committed ``reference.sparse.stream.onnx``, :data:`cosyedge.models.REFERENCE_SPARSE_STREAM_ONNX`),
+so the gate measures the precision change of the sparse model users deploy rather than the accuracy that
+pruning without fine-tuning loses. Without a sparse parent (another ``--onnx`` and no ``--sparse-onnx``) they
+are pruned from the reference on the fly and compared with it. The baseline records each label's parent
+(SHA-256); a check whose parent differs is refused (exit 2).
+
 A metric fails when it is worse than its baseline value by more than
 :data:`cosyedge.compare.tolerances.BASELINE_TOLERANCES` (SNR 1 dB, max abs +50 %, PESQ 0.05, SI-SNR
 0.2 dB; an SNR still >= 90 dB never fails). Exit codes: 0 pass; **1** regression
 (:class:`~cosyedge.errors.RegressionError`: the table, JSON and JUnit name every failing metric);
 **2** bad input (:class:`~cosyedge.errors.UsageError`): a baseline of another model or utterance set, a
-missing baseline entry, a candidate with other inputs/outputs, an engine that cannot run here, an
-INT8 build without its calibration. Other failures keep their usual codes (3 artifact, 4 dependency).
+missing baseline entry, a baseline label measured against another sparse parent, a sparse parent or
+candidate with other inputs/outputs, an engine that cannot run here, an INT8 build without its calibration. Other failures keep their usual codes (3 artifact, 4 dependency).
 
 **Baseline** (``--baseline``, default the committed ``cosyedge/compare/baselines/reference.accuracy.json``
 for the bundled model): JSON keyed by the reference model's SHA-256, with the utterance set's hashes,
@@ -237,6 +245,46 @@ def _amax_matches(amax: Path | None, folder: Path) -> bool:
     return (data.get("calibration") or {}).get("manifest_sha256") == rep.get("calibration_manifest_sha256")
 
 
+def sparse_parent(ref: CompareModel, sparse_onnx: str | Path | None = None) -> CompareModel:
+    """Return the FP32 model the sparse labels of a check of ``ref`` are built from and compared with.
+
+    Args:
+        ref (CompareModel): The FP32 streaming reference of the check.
+        sparse_onnx (str | Path | None): FP32 streaming ONNX with 2:4-pruned, fine-tuned weights. Default:
+            :data:`cosyedge.models.REFERENCE_SPARSE_STREAM_ONNX` when ``ref`` is the bundled reference model
+            (and that file exists), else ``ref`` itself (sparse builds then prune ``ref`` on the fly).
+    Returns:
+        CompareModel: the sparse parent (``ref`` when there is none).
+    Raises:
+        UsageError: ``sparse_onnx`` is not an FP32 streaming ONNX, or its inputs, outputs, stream contract or
+            state pairs differ from ``ref``'s (names the tensor).
+    """
+    from cosyedge.compare.models import check_compatible
+    from cosyedge.models import REFERENCE_SPARSE_STREAM_ONNX, REFERENCE_STREAM_ONNX
+
+    if sparse_onnx is None:
+        bundled = Path(ref.model_path).resolve() == REFERENCE_STREAM_ONNX.resolve()
+        if not (bundled and REFERENCE_SPARSE_STREAM_ONNX.is_file()):
+            return ref
+        sparse_onnx = REFERENCE_SPARSE_STREAM_ONNX
+    parent = load_compare_model(sparse_onnx)
+    if parent.precision != "fp32":
+        raise UsageError(f"--sparse-onnx {parent.path} is a {parent.label} build; give the FP32 streaming ONNX "
+                         f"of the 2:4 fine-tuned model")
+    try:
+        check_compatible(ref, parent)
+    except UsageError as err:
+        raise UsageError(f"--sparse-onnx does not fit the reference: {err}") from None
+    return parent
+
+
+def _parent_of_label(base: dict, label: str) -> str:
+    """SHA-256 of the FP32 model a baseline measured ``label`` against (str): the label's ``reference``
+    entry, or the baseline's model for baselines written before sparse parents existed."""
+    entry = (base.get("labels") or {}).get(label) or {}
+    return (entry.get("reference") or {}).get("sha256") or (base.get("model") or {}).get("sha256", "")
+
+
 def ensure_engine(ref: CompareModel, label: str, engines_dir: Path, *, baseline: Path, update: bool,
                   calib: str | Path | None) -> Path:
     """Return an ONNX Runtime engine folder of ``ref`` for ``label``, building it when needed.
@@ -307,8 +355,9 @@ def run_check(onnx_path: str | Path | None = None, *, baseline: str | Path | Non
               engines_dir: str | Path | None = None, candidates: dict | None = None,
               utterances: list[Utterance] | None = None, chunk_ms: float = DEFAULT_CHUNK_MS,
               calib: str | Path | None = None, json_path: str | Path | None = None,
-              junit_path: str | Path | None = None, pesq: bool = True, threads: int = 1) -> dict:
-    """Build (or reuse) each precision, compare it with the FP32 reference, gate on the baseline.
+              junit_path: str | Path | None = None, pesq: bool = True, threads: int = 1,
+              sparse_onnx: str | Path | None = None) -> dict:
+    """Build (or reuse) each precision, compare it with its FP32 parent, gate on the baseline.
 
     Args:
         onnx_path (str | Path | None): FP32 streaming ONNX (default: the bundled reference model).
@@ -326,9 +375,11 @@ def run_check(onnx_path: str | Path | None = None, *, baseline: str | Path | Non
         junit_path (str | Path | None): Write JUnit XML here (one test case per label, mode and utterance).
         pesq (bool): Score PESQ-WB.
         threads (int): ONNX Runtime threads.
+        sparse_onnx (str | Path | None): FP32 parent of the sparse labels (see :func:`sparse_parent`).
     Returns:
         dict: ``passed`` (bool), ``regressions`` (list of one-line texts), ``rows`` (table rows),
-        ``labels[label]`` (engine, compare result, metrics with baseline values and verdicts),
+        ``labels[label]`` (engine, FP32 parent ``reference``/``reference_sha256``, compare result, metrics
+        with baseline values and verdicts),
         ``baseline`` (path), ``updated`` (bool).
     Raises:
         UsageError: see module docstring (exit 2). The caller raises RegressionError on ``not passed``.
@@ -340,6 +391,7 @@ def run_check(onnx_path: str | Path | None = None, *, baseline: str | Path | Non
     ref = load_compare_model(onnx_path or REFERENCE_STREAM_ONNX)
     if ref.precision != "fp32" or ref.sparse:
         raise UsageError(f"the reference {ref.path} is a {ref.label} model; give the FP32 streaming ONNX")
+    sparse_ref = sparse_parent(ref, sparse_onnx)
     baseline = Path(baseline) if baseline is not None else default_baseline_path(ref.contract.name)
     for p in (json_path, junit_path):
         if p is not None:
@@ -362,17 +414,26 @@ def run_check(onnx_path: str | Path | None = None, *, baseline: str | Path | Non
             keep = list(base.get("labels", {})) + [lab for lab in labels if lab not in base.get("labels", {})]
             raise UsageError(f"baseline {baseline} has no entry for {missing} (it has {sorted(base.get('labels', {}))}); "
                              f"run 'cosyedge check --update-baseline --precisions {','.join(keep)}'")
+        for lab in labels:
+            parent = sparse_ref if parse_precision_label(lab)[1] else ref
+            if _parent_of_label(base, lab) != parent.model_sha256:
+                raise UsageError(f"baseline {baseline} measured '{lab}' against another FP32 model (sha256 "
+                                 f"{_parent_of_label(base, lab)[:12]}), not {parent.model_path} (sha256 "
+                                 f"{parent.model_sha256[:12]}); pass the same --sparse-onnx or run "
+                                 f"'cosyedge check --update-baseline'")
     engines_dir = Path(engines_dir) if engines_dir is not None else engines_root()
-    cache = ReferenceCache(ref, chunk, threads)
+    caches: dict[str, ReferenceCache] = {}
     report: dict = {"reference": str(ref.model_path), "model_sha256": ref.model_sha256,
                     "baseline": str(baseline), "updated": bool(update_baseline), "chunk_samples": chunk,
                     "utterances": [u.describe() for u in utts], "labels": {}, "regressions": [], "rows": []}
     state_outs = [s.output for s in ref.contract.states]
     for label in labels:
-        target = candidates.get(label) or ensure_engine(ref, label, engines_dir, baseline=baseline,
+        parent = sparse_ref if parse_precision_label(label)[1] else ref
+        target = candidates.get(label) or ensure_engine(parent, label, engines_dir, baseline=baseline,
                                                         update=update_baseline, calib=calib)
         cand = load_compare_model(target)
-        res = compare(ref, cand, utts, chunk=chunk, tolerance=tolerance_for(label), pesq=pesq, threads=threads,
+        cache = caches.setdefault(parent.model_sha256, ReferenceCache(parent, chunk, threads))
+        res = compare(parent, cand, utts, chunk=chunk, tolerance=tolerance_for(label), pesq=pesq, threads=threads,
                       ref_cache=cache)
         metrics = metrics_of(res, ref.contract.output, state_outs)
         base_vals = (base or {}).get("labels", {}).get(label, {}).get("metrics", {}) if base else {}
@@ -385,10 +446,11 @@ def run_check(onnx_path: str | Path | None = None, *, baseline: str | Path | Non
             rows_m[m.key] = {"value": m.value, "baseline": b, "better": m.better, "regression": why}
             if why:
                 report["regressions"].append(f"{label} {m.key}: {why}")
-        report["labels"][label] = {"engine": str(target), "candidate": res["candidate"], "compare": res,
+        report["labels"][label] = {"engine": str(target), "reference": str(parent.model_path),
+                                   "reference_sha256": parent.model_sha256, "candidate": res["candidate"], "compare": res,
                                    "metrics": rows_m, "default_tolerance_failures": res["failures"]}
         if any(v["regression"] for v in rows_m.values()):
-            report["labels"][label]["debug"] = (f"cosyedge compare {ref.model_path} {target} --mark-all "
+            report["labels"][label]["debug"] = (f"cosyedge compare {parent.model_path} {target} --mark-all "
                                                 f"--chunk-ms {chunk_ms:g}")
         report["rows"] += _rows(label, res, rows_m, ref.contract.output, state_outs)
     report["passed"] = not report["regressions"]
@@ -460,7 +522,8 @@ def _write_baseline(path: Path, ref: CompareModel, utts: list[Utterance], chunk:
         "tools": _tools(), "tolerances": BASELINE_TOLERANCES,
         "regenerate": "cosyedge check --update-baseline",
         "labels": {**_kept_labels(path, ref, utts, chunk, set(report["labels"])),
-                   **{lab: {"metrics": {k: _num(v["value"]) for k, v in d["metrics"].items()},
+                   **{lab: {"reference": {"path": Path(d["reference"]).name, "sha256": d["reference_sha256"]},
+                            "metrics": {k: _num(v["value"]) for k, v in d["metrics"].items()},
                             "amax": (amax_cache_path(path, ref.contract.name, lab).name
                                      if lab.startswith("int8") else None)}
                       for lab, d in report["labels"].items()}},

@@ -12,10 +12,13 @@ import shutil
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+import onnx
 import pytest
+from onnx import numpy_helper
 
 from cosyedge.cli.main import main
 from cosyedge.compare.check import default_baseline_path, regression, run_check
+from cosyedge.models import REFERENCE_STREAM_ONNX
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -249,6 +252,13 @@ def test_committed_baseline_is_well_formed():
     assert data["kind"] == "cosyedge.accuracy-baseline" and re.fullmatch(r"[0-9a-f]{64}", data["model"]["sha256"])
     assert set(data["labels"]) >= {"fp16", "int8-sparse"}
     assert (path.parent / data["labels"]["int8-sparse"]["amax"]).is_file()
+    # the sparse label is measured against the committed 2:4 fine-tuned model, the others against the model
+    from cosyedge.artifacts import sha256_file
+    from cosyedge.models import REFERENCE_SPARSE_STREAM_ONNX
+
+    assert data["labels"]["int8-sparse"]["reference"]["sha256"] == sha256_file(REFERENCE_SPARSE_STREAM_ONNX)
+    assert data["labels"]["fp16"]["reference"]["sha256"] == data["model"]["sha256"]
+    assert data["model"]["sha256"] == sha256_file(REFERENCE_STREAM_ONNX)
     assert data["regenerate"] == "cosyedge check --update-baseline"
 
 
@@ -257,3 +267,71 @@ def test_ci_runs_check_for_fp16_and_int8_sparse_after_the_tests():
     i_test = next(i for i, ln in enumerate(lines) if "pytest" in ln)
     i_check = next(i for i, ln in enumerate(lines) if ln.startswith("cosyedge check"))
     assert i_test < i_check and "--precisions fp16,int8-sparse" in lines[i_check]
+
+
+@pytest.fixture(scope="module")
+def sparse_parent_onnx(cmp_dir, ref_onnx) -> Path:
+    """A stand-in for a 2:4 fine-tuned model: the reference pruned 2:4, then its pruned weights scaled by 1.05
+    (the pattern stays 2:4), so it differs from what pruning the reference on the fly gives."""
+    from cosyedge.precision.sparsity import sparsify_onnx
+
+    pruned = cmp_dir / "pruned.onnx"
+    rep = sparsify_onnx(ref_onnx, pruned)
+    m = onnx.load(str(pruned))
+    names = {layer["weight"] for layer in rep["layers"] if layer["eligible"]}
+    scaled = 0
+    for t in m.graph.initializer:
+        if t.name in names:
+            w = numpy_helper.to_array(t)
+            t.CopyFrom(numpy_helper.from_array((w * 1.05).astype(w.dtype), t.name))
+            scaled += 1
+    assert scaled >= 10
+    p = cmp_dir / "finetuned.sparse.stream.onnx"
+    onnx.save(m, str(p))
+    return p
+
+
+def test_sparse_labels_are_built_from_and_compared_with_the_sparse_parent(ref_onnx, sparse_parent_onnx, engines,
+                                                                           utt_dir, tmp_path, capsys):
+    """With --sparse-onnx, fp32-sparse is the parent itself (pruning a 2:4 model changes nothing): exact
+    against the parent, and the baseline records the parent's hash. Without it the same label is the
+    reference pruned on the fly, far from the dense reference. A baseline measured against one parent
+    refuses a check against the other (exit 2)."""
+    from cosyedge.artifacts import sha256_file
+
+    with_parent, on_the_fly = tmp_path / "with.json", tmp_path / "fly.json"
+    common = ["--onnx", str(ref_onnx), "--precisions", "fp32-sparse", "--engines-dir", str(tmp_path / "eng"),
+              "--utterances", str(utt_dir), "--no-pesq", "-q"]
+    assert main(["check", *common, "--baseline", str(with_parent), "--update-baseline",
+                 "--sparse-onnx", str(sparse_parent_onnx)]) == 0
+    entry = json.loads(with_parent.read_text())["labels"]["fp32-sparse"]
+    assert entry["reference"] == {"path": sparse_parent_onnx.name, "sha256": sha256_file(sparse_parent_onnx)}
+    assert entry["metrics"]["free-running/demo-late-noisy/enhanced/snr_db"] == 150.0
+    assert main(["check", *common, "--baseline", str(on_the_fly), "--update-baseline"]) == 0
+    entry = json.loads(on_the_fly.read_text())["labels"]["fp32-sparse"]
+    assert entry["reference"]["sha256"] == sha256_file(ref_onnx)
+    assert 5.0 < entry["metrics"]["free-running/demo-late-noisy/enhanced/snr_db"] < 40.0
+    assert main(["check", *common, "--baseline", str(with_parent), "--sparse-onnx", str(sparse_parent_onnx)]) == 0
+    capsys.readouterr()
+    assert main(["check", *common, "--baseline", str(with_parent)]) == 2
+    line = _one_line_error(capsys)
+    assert "measured 'fp32-sparse' against another FP32 model" in line and "--sparse-onnx" in line
+
+
+def test_sparse_parent_with_other_states_is_exit_2(baseline, ref_onnx, engines, utt_dir, two_state, capsys):
+    rc = main(["check", "--onnx", str(ref_onnx), "--baseline", str(baseline), "--engines-dir", str(engines),
+               "--utterances", str(utt_dir), "--no-pesq", "--sparse-onnx", str(two_state[0])])
+    assert rc == 2
+    line = _one_line_error(capsys)
+    assert "--sparse-onnx does not fit the reference" in line and "different inputs" in line
+
+
+def test_bundled_model_checks_sparse_labels_against_its_fine_tuned_sibling(ref_onnx):
+    from cosyedge.compare.check import sparse_parent
+    from cosyedge.compare.models import load_compare_model
+    from cosyedge.models import REFERENCE_SPARSE_STREAM_ONNX
+
+    bundled = load_compare_model(REFERENCE_STREAM_ONNX)
+    assert sparse_parent(bundled).model_path.resolve() == REFERENCE_SPARSE_STREAM_ONNX.resolve()
+    copied = load_compare_model(ref_onnx)  # another model: no sibling, sparse builds prune it on the fly
+    assert sparse_parent(copied) is copied
