@@ -183,6 +183,7 @@ def test_fp16_sparse_keeps_the_pattern(engines, capsys):
     rc, out, err = _build(capsys, "--fp16", "--sparse", "--backend", "onnxruntime", "-o", engines)
     folder = engines / "reference-fp16-sparse-onnxruntime"
     assert rc == 0 and out[-1] == str(folder), err
+    assert "without fine-tuning; the fine-tuned 2:4 model is --onnx" in err and "reference.sparse.stream.onnx" in err
     m = json.loads((folder / MANIFEST_NAME).read_text())
     assert m["reports"]["sparsity"]["summary"]["pruned"] == len(REF_NET.sparse_eligible)
     assert m["reports"]["fp16"]["snr_db_vs_fp32"] > 0
