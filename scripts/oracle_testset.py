@@ -11,7 +11,10 @@ SI-SNR improvement is scored exactly as ``cosyedge eval`` does (``cosyedge.datas
 - ``wiener``: ideal Wiener gain ``|S|^2 / (|S|^2 + |N|^2)``.
 
 Windows: 320 samples (20 ms: the reference model's STFT, sqrt-Hann analysis and synthesis, hop 160) and
-longer ones (512, 1024 samples: more latency than issue 3 allows, shown for scale). A real gain cannot
+longer symmetric ones (512, 1024 samples: more latency than issue 3 allows, shown for scale); and
+**asymmetric** ones (rows ``512a``, ``768a``, ``1024a``): the model's own low-latency analysis/synthesis
+pair (:func:`cosyedge.models.stft.stft_bases`, ``EnhancerConfig(win_samples=N)``): an N-sample analysis
+window at N/2 + 1 bins, a synthesis window on the last 320 samples, so the latency stays 20 ms. A real gain cannot
 change the noisy phase, so where speech and noise overlap in a bin the residual stays; this bounds every
 gain/mask model with this filterbank, including the bundled one (see docs/model-card.md).
 
@@ -35,6 +38,8 @@ from pathlib import Path
 import numpy as np
 
 WINDOWS = (320, 512, 1024)
+ASYM_WINDOWS = (512, 768, 1024)
+HOP = 160
 MASKS = ("iam", "irm", "wiener")
 GAIN_FLOOR = 0.03
 
@@ -75,6 +80,29 @@ def apply_oracle(noisy: np.ndarray, clean: np.ndarray, kind: str, win: int) -> n
     return y[: noisy.size]
 
 
+def apply_oracle_asym(noisy: np.ndarray, clean: np.ndarray, kind: str, win: int) -> np.ndarray:
+    """Return the oracle-masked signal through the model's asymmetric STFT of ``win`` samples: float64 (T,),
+    aligned with ``noisy`` (the one-hop delay removed; the last hop is zero)."""
+    from cosyedge.models.stft import stft_bases
+
+    ana, syn = stft_bases(win, HOP)
+    basis, f = ana[:, 0, :].astype(np.float64), ana.shape[0] // 2
+
+    def spec(x: np.ndarray) -> np.ndarray:  # frame t ends with sample (t + 1) * HOP - 1
+        xp = np.concatenate([np.zeros(win - HOP), x])
+        frames = (xp.size - win) // HOP + 1
+        z = xp[np.arange(win)[None, :] + HOP * np.arange(frames)[:, None]] @ basis.T
+        return z[:, :f] + 1j * z[:, f:]
+
+    x, s, n = spec(noisy), spec(clean), spec(noisy - clean)
+    y = oracle_gain(kind, s, n, x) * x
+    frames = np.concatenate([y.real, y.imag], axis=1) @ syn.astype(np.float64)  # (frames, 2 HOP)
+    out = np.zeros((frames.shape[0] + 1) * HOP)
+    for t, fr in enumerate(frames):  # frame t's synthesis covers samples (t - 1) * HOP .. (t + 1) * HOP - 1,
+        out[t * HOP:(t + 2) * HOP] += fr  # stored one hop later: out[i + HOP] estimates noisy[i]
+    return out[HOP: HOP + noisy.size]
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -106,6 +134,11 @@ def main(argv=None) -> int:
                     gain = float(si_snr(apply_oracle(noisy, clean, kind, win), clean)) - base
                     for group in (f"{p['condition']}@{p['snr_db']:g}dB", f"all@{p['snr_db']:g}dB"):
                         rows.setdefault(f"{win}/{kind}", {}).setdefault(group, []).append(gain)
+            for win in ASYM_WINDOWS:
+                for kind in MASKS:
+                    gain = float(si_snr(apply_oracle_asym(noisy, clean, kind, win), clean)) - base
+                    for group in (f"{p['condition']}@{p['snr_db']:g}dB", f"all@{p['snr_db']:g}dB"):
+                        rows.setdefault(f"{win}a/{kind}", {}).setdefault(group, []).append(gain)
     except (OSError, ValueError, KeyError, TypeError, CosyEdgeError) as err:  # JSONDecodeError is a ValueError
         print(f"test set {args.testset} unusable ({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}); "
               f"regenerate it: python scripts/make_testset.py --out {args.testset}", file=sys.stderr)

@@ -186,6 +186,50 @@ def add_long_window(model, window: int, bins: int):
     return _grown_copy(model, ("lw_",), lw_window=window, lw_bins=bins)
 
 
+def regrid_window(model, win: int):
+    """Return a copy of ``model`` (ReferenceEnhancer, no deep filter) whose STFT uses a ``win``-sample analysis
+    window (:func:`cosyedge.models.reference.stft_bases`: asymmetric when ``win`` > 2 * hop; same one-hop
+    delay), with F' = win/2 + 1 bins instead of F.
+
+    The estimator blocks (and long-window branch) are copied; the per-bin convs are resampled to the new
+    bins by nearest frequency: new bin k (``k * fs / win`` Hz) takes old bin ``j = round(k * W / win)``
+    (``W`` = the old window): the gain head's row and bias are copied, the feature conv's column is divided
+    by the number of new bins sharing ``j`` (so a flat spectrum gives the same first-layer activations).
+    The function is then close to, not equal to, the old one; the caller measures the new feature
+    normalisation with ``set_feature_stats(x, main_only=True)``.
+
+    Raises:
+        ValueError: ``model`` has a deep filter, ``win`` equals its window, or ``win`` is odd or below 2 * hop.
+    """
+    import dataclasses
+
+    import numpy as np
+    import torch
+
+    from cosyedge.models.reference import ReferenceEnhancer
+
+    old = model.config
+    if old.df_order:
+        raise ValueError("--add-window: the --init model has a deep filter (not supported)")
+    if win == old.win_samples:
+        raise ValueError(f"--add-window {win}: the --init model already uses a {win}-sample window")
+    new = ReferenceEnhancer(dataclasses.replace(old, win_samples=win))
+    state = {k: v for k, v in model.state_dict().items()
+             if not k.startswith(("analysis.", "synthesis.", "inp.", "out.", "feat_"))}
+    _, unexpected = new.load_state_dict(state, strict=False)  # the per-bin convs are set below
+    if unexpected:
+        raise ValueError(f"--add-window: unexpected weights {unexpected}")
+    j = np.minimum(np.rint(np.arange(new.config.n_bins) * old.win_samples / win).astype(int), old.n_bins - 1)
+    share = np.bincount(j, minlength=old.n_bins)[j].astype(np.float32)
+    jt = torch.from_numpy(j)
+    with torch.no_grad():
+        new.inp.weight.copy_(model.inp.weight[:, jt] / torch.from_numpy(share)[None, :, None])
+        new.inp.bias.copy_(model.inp.bias)
+        new.out.weight.copy_(model.out.weight[jt])
+        new.out.bias.copy_(model.out.bias[jt])
+    return new
+
+
 class WeightAverage:
     """Exponential moving average of a model's trainable parameters (fixed weights and buffers are copied once).
 
@@ -301,6 +345,10 @@ def main(argv=None) -> int:
                          "from the same function")
     ap.add_argument("--lw", default=None, metavar="W,BINS", type=_lw_spec,
                     help="from scratch: model with long-window features of W samples on the lowest BINS bins")
+    ap.add_argument("--add-window", type=int, default=None, metavar="N",
+                    help="with --init: move the model to an N-sample STFT analysis window (asymmetric low-latency "
+                         "window when N > 320, e.g. 768 = 48 ms, 20.8 Hz bins; same 20 ms latency), its per-bin convs "
+                         "resampled to the new bins (regrid_window)")
     ap.add_argument("--ema", type=float, default=0.0,
                     help="decay in (0, 1) of an exponential moving average of the weights, which is then what is "
                          "evaluated and saved (e.g. 0.999); 0 = off")
@@ -338,6 +386,8 @@ def main(argv=None) -> int:
         ap.error("--add-lw needs --init (use --lw from scratch)")
     if args.lw and args.init:
         ap.error("--lw builds a model from scratch; with --init use --add-lw")
+    if args.add_window is not None and not args.init:
+        ap.error("--add-window needs --init")
     if not 0 <= args.speech_low_boost <= 1:
         ap.error(f"--speech-low-boost must be in [0, 1], got {args.speech_low_boost}")
     if not 0 <= args.read_phrase_share < 1:
@@ -378,6 +428,8 @@ def main(argv=None) -> int:
             model = add_deep_filter(model, *args.add_df).train()
         if args.add_lw:
             model = add_long_window(model, *args.add_lw).train()
+        if args.add_window is not None:
+            model = regrid_window(model, args.add_window).train()
     except (CosyEdgeError, ValueError) as err:
         ap.error(str(err))
     t_prep = time.perf_counter()
@@ -398,10 +450,12 @@ def main(argv=None) -> int:
           f"{len(test_pairs)} test pairs", flush=True)
 
     delay = model.config.delay_samples
-    if not args.init or args.add_lw:  # global mean-variance normalisation of the (new) log-power features
+    new_main = not args.init or args.add_window is not None  # the main STFT's features are new
+    if new_main or args.add_lw:  # global mean-variance normalisation of the (new) log-power features
         stats = np.concatenate([data.batch(args.batch, 32000, np.random.default_rng(args.seed + 1))[0]
                                 for _ in range(16)])
-        model.set_feature_stats(torch.from_numpy(stats)[:, None], long_window_only=bool(args.init))
+        model.set_feature_stats(torch.from_numpy(stats)[:, None], long_window_only=not new_main,
+                                main_only=new_main and bool(args.init) and not args.add_lw)
     params = [p for p in model.parameters() if p.requires_grad]
     print(f"trainable parameters: {sum(p.numel() for p in params)}", flush=True)
     opt = torch.optim.AdamW(params, lr=args.lr, weight_decay=1e-4)

@@ -4,6 +4,11 @@ Architecture (gain estimation in an STFT filterbank domain, all causal):
 
 1. Analysis: :class:`~cosyedge.nn.CausalConv1dDownsample` (1 -> 2F channels, window 320, hop 160) whose
    fixed weights are the sqrt-Hann-windowed real DFT basis (F = 161 bins: real then imaginary parts).
+   Optionally (``win_samples`` N > 2 * hop) an asymmetric low-latency window pair: a long analysis window
+   (N samples, F = N/2 + 1 bins, e.g. 768 = 48 ms, 20.8 Hz bins) and a synthesis window that is non-zero
+   only on its last 2 * hop samples, so the gains are estimated and applied at the long window's frequency
+   resolution while the overlap-add delay stays one hop (algorithmic latency still 20 ms; see
+   :func:`stft_bases`).
 2. Features: log power per bin ``log(re^2 + im^2 + eps)``, eps = 1e-6, normalised per bin with a fixed
    mean and scale measured on training data (global mean-variance normalisation) -> 1x1 conv to C channels.
 3. Estimator: B gated dilated causal conv blocks over frames (WaveNet-style
@@ -47,7 +52,11 @@ import torch
 from torch import nn
 
 from cosyedge.errors import ArtifactError, first_line
+from cosyedge.models.stft import analysis_window, long_window_basis, stft_bases
 from cosyedge.nn import CausalConv1d, CausalConv1dDownsample, CausalConv1dUpsample
+
+__all__ = ["EnhancerConfig", "GatedBlock", "ReferenceEnhancer", "analysis_window", "count_macs_per_second",
+           "load_reference", "long_window_basis", "save_reference", "stft_bases"]
 
 
 @dataclasses.dataclass
@@ -57,7 +66,8 @@ class EnhancerConfig:
     Attributes:
         sample_rate_hz (int): 16000.
         hop_samples (int): STFT hop = model step, 160 samples (10 ms).
-        win_samples (int): STFT window, 320 samples (20 ms); must be 2 * hop.
+        win_samples (int): STFT analysis window, even, >= 2 * hop: 320 samples (20 ms, symmetric sqrt-Hann);
+            longer = asymmetric low-latency analysis/synthesis pair (:func:`stft_bases`), same delay.
         channels (int): C, estimator width.
         dilations (tuple[int, ...]): one gated block per entry.
         kernel_size (int): estimator conv taps.
@@ -93,50 +103,9 @@ class EnhancerConfig:
 
     @property
     def delay_samples(self) -> int:
-        """int: output delay w.r.t. input (one hop, from the 50 % overlap-add)."""
-        return self.win_samples - self.hop_samples
-
-
-def stft_bases(win: int, hop: int) -> tuple[np.ndarray, np.ndarray]:
-    """Return (analysis, synthesis) weight arrays for a sqrt-periodic-Hann STFT.
-
-    Returns:
-        analysis (np.ndarray): (2F, 1, win) float32: rows 0..F-1 = ``w[n] cos(2 pi k n / win)``,
-            rows F..2F-1 = ``-w[n] sin(2 pi k n / win)`` (so conv output = Re, Im of the DFT).
-        synthesis (np.ndarray): (2F, win) float32: the windowed inverse real DFT, such that
-            ``frame[n] = sum_c spec[c] * synthesis[c, n]`` and overlap-adding frames at ``hop``
-            reconstructs the input exactly (sqrt-Hann^2 = Hann sums to 1 at 50 % overlap).
-    """
-    n = np.arange(win)
-    k = np.arange(win // 2 + 1)[:, None]
-    w = np.sqrt(0.5 - 0.5 * np.cos(2 * np.pi * n / win))  # sqrt periodic Hann
-    cos, sin = np.cos(2 * np.pi * k * n / win), np.sin(2 * np.pi * k * n / win)
-    analysis = np.concatenate([w * cos, -w * sin])[:, None, :]
-    a = np.full((win // 2 + 1, 1), 2.0 / win)
-    a[0, 0] = a[-1, 0] = 1.0 / win
-    synthesis = np.concatenate([a * cos * w, -a * sin * w])
-    if win != 2 * hop:
-        raise ValueError(f"win_samples {win} must be 2 * hop_samples {hop}")
-    return analysis.astype(np.float32), synthesis.astype(np.float32)
-
-
-def long_window_basis(window: int, bins: int) -> np.ndarray:
-    """Analysis weights of the long feature window: (2 * bins, 1, window) float32.
-
-    Args:
-        window (int): W, window length in samples (e.g. 1024 = 64 ms at 16 kHz).
-        bins (int): number of lowest DFT bins kept (bin spacing 16000 / W Hz).
-
-    Rows 0..bins-1 = ``h[n] cos(2 pi k n / W)``, rows bins..2*bins-1 = ``-h[n] sin(2 pi k n / W)`` for the
-    lowest ``bins`` DFT bins k, with ``h`` the periodic Hann window (peak 1, unnormalised like the 20 ms
-    analysis, so white noise gives a per-bin power 3W/8 times its variance, well above ``log_eps``).
-    Sample n = W - 1 is the newest.
-    """
-    n = np.arange(window)
-    k = np.arange(bins)[:, None]
-    h = 0.5 - 0.5 * np.cos(2 * np.pi * n / window)
-    ang = 2 * np.pi * k * n / window
-    return np.concatenate([h * np.cos(ang), -h * np.sin(ang)])[:, None, :].astype(np.float32)
+        """int: output delay w.r.t. input (one hop, from the 50 % overlap-add of the 2 * hop synthesis
+        window, for every ``win_samples``)."""
+        return self.hop_samples
 
 
 class GatedBlock(nn.Module):
@@ -167,7 +136,7 @@ class ReferenceEnhancer(nn.Module):
         forward: x (N, 1, T) float32, T % 160 == 0 -> y (N, 1, T) float32, delayed by 160 samples.
     Raises:
         ValueError: an inconsistent deep-filter config (``df_order`` < 0, ``df_bins`` outside 1..F with
-            ``df_order`` > 0, or ``df_bins`` set without ``df_order``); window != 2 * hop; an inconsistent
+            ``df_order`` > 0, or ``df_bins`` set without ``df_order``); window odd or < 2 * hop; an inconsistent
             long-window config (``lw_window`` neither 0 nor above ``win_samples``,
             ``lw_bins`` outside 1..W/2+1 with it, or set without it).
     """
@@ -233,18 +202,22 @@ class ReferenceEnhancer(nn.Module):
         return self.lw_analysis(x) if self.config.lw_window else None
 
     @torch.no_grad()
-    def set_feature_stats(self, x: torch.Tensor, long_window_only: bool = False) -> None:
+    def set_feature_stats(self, x: torch.Tensor, long_window_only: bool = False, main_only: bool = False) -> None:
         """Set the per-bin feature mean and scale (1/std) from training audio x (N, 1, T) float32: of both
         feature windows when the long window is on, of the long one alone with ``long_window_only``
-        (when it is added to a trained model).
+        (when it is added to a trained model), of the main STFT alone with ``main_only`` (when a trained
+        model moves to another analysis window).
 
         Raises:
-            ValueError: ``long_window_only`` for a model without long-window features.
+            ValueError: ``long_window_only`` for a model without long-window features, or together with
+                ``main_only``.
         """
         if long_window_only and not self.config.lw_window:
             raise ValueError("set_feature_stats(long_window_only=True) on a model without long-window features")
+        if long_window_only and main_only:
+            raise ValueError("set_feature_stats: long_window_only and main_only exclude each other")
         pairs = [] if long_window_only else [(self.analysis(x), self.feat_mean, self.feat_scale)]
-        if self.config.lw_window:
+        if self.config.lw_window and not main_only:
             pairs.append((self.lw_analysis(x), self.lw_mean, self.lw_scale))
         for spec, mean, scale in pairs:
             lp = self.log_power(spec)  # (N, bins, T)
