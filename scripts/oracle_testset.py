@@ -82,7 +82,8 @@ def apply_oracle(noisy: np.ndarray, clean: np.ndarray, kind: str, win: int) -> n
 
 def apply_oracle_asym(noisy: np.ndarray, clean: np.ndarray, kind: str, win: int) -> np.ndarray:
     """Return the oracle-masked signal through the model's asymmetric STFT of ``win`` samples: float64 (T,),
-    aligned with ``noisy`` (the one-hop delay removed; the last hop is zero)."""
+    aligned with ``noisy`` (the one-hop delay removed; the inputs are zero-padded to whole hops plus one, so
+    every sample of ``noisy`` is reconstructed)."""
     from cosyedge.models.stft import stft_bases
 
     ana, syn = stft_bases(win, HOP)
@@ -94,7 +95,9 @@ def apply_oracle_asym(noisy: np.ndarray, clean: np.ndarray, kind: str, win: int)
         z = xp[np.arange(win)[None, :] + HOP * np.arange(frames)[:, None]] @ basis.T
         return z[:, :f] + 1j * z[:, f:]
 
-    x, s, n = spec(noisy), spec(clean), spec(noisy - clean)
+    pad = np.zeros(-noisy.size % HOP + HOP)
+    noisy_p, clean_p = np.concatenate([noisy, pad]), np.concatenate([clean, pad])
+    x, s, n = spec(noisy_p), spec(clean_p), spec(noisy_p - clean_p)
     y = oracle_gain(kind, s, n, x) * x
     frames = np.concatenate([y.real, y.imag], axis=1) @ syn.astype(np.float64)  # (frames, 2 HOP)
     out = np.zeros((frames.shape[0] + 1) * HOP)

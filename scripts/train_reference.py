@@ -199,7 +199,8 @@ def regrid_window(model, win: int):
     normalisation with ``set_feature_stats(x, main_only=True)``.
 
     Raises:
-        ValueError: ``model`` has a deep filter, ``win`` equals its window, or ``win`` is odd or below 2 * hop.
+        ValueError: ``model`` has a deep filter, ``win`` equals its window, ``win`` is odd or below 2 * hop, or
+            its long feature window is not longer than ``win`` (from ReferenceEnhancer).
     """
     import dataclasses
 
@@ -210,7 +211,7 @@ def regrid_window(model, win: int):
 
     old = model.config
     if old.df_order:
-        raise ValueError("--add-window: the --init model has a deep filter (not supported)")
+        raise ValueError("--add-window: the model has a deep filter (not supported)")
     if win == old.win_samples:
         raise ValueError(f"--add-window {win}: the --init model already uses a {win}-sample window")
     new = ReferenceEnhancer(dataclasses.replace(old, win_samples=win))

@@ -128,9 +128,9 @@ def build_engine(onnx_path: str | Path | None = None, backend: str = "auto", nam
         onnx_path = REFERENCE_STREAM_ONNX
         if not Path(onnx_path).is_file():
             raise ArtifactError(f"bundled reference model {onnx_path} is missing; pass --onnx MODEL.stream.onnx")
-        if sparse and REFERENCE_SPARSE_STREAM_ONNX.is_file():
-            LOG.warning("pruning the bundled dense model 2:4 without fine-tuning; the fine-tuned 2:4 model is "
-                        "--onnx %s", REFERENCE_SPARSE_STREAM_ONNX)
+    if sparse and Path(onnx_path).resolve() == REFERENCE_STREAM_ONNX.resolve() and REFERENCE_SPARSE_STREAM_ONNX.is_file():
+        LOG.warning("pruning the bundled dense model 2:4 without fine-tuning; the fine-tuned 2:4 model is "
+                    "--onnx %s", REFERENCE_SPARSE_STREAM_ONNX)
     options = dict(precision=precision, sparse=sparse, exclude=tuple(exclude), calib=calib, calib_count=calib_count,
                    amax=amax)
     if chosen == "tensorrt":

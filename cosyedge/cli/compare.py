@@ -149,7 +149,8 @@ def check(onnx_path, baseline, update_baseline, precisions, candidate_opts, engi
     Sparse labels are built from and compared with the 2:4 fine-tuned FP32 model (--sparse-onnx).
 
     Prints a table; --json/--junit write the report. Exit 0 pass, 1 regression (the metrics are named),
-    2 bad input (a baseline of another model, a candidate with other inputs/outputs, an engine that
+    2 bad input (a baseline of another model, a baseline label measured against another sparse parent, a
+    sparse parent or candidate with other inputs/outputs or built from another model, an engine that
     cannot run here, INT8 without its calibration). After the model changes, run
     'cosyedge check --update-baseline' once and commit the baseline folder.
 

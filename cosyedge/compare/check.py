@@ -12,7 +12,8 @@ checked against the **baseline** file:
 
 **Sparse labels** (``fp16-sparse``, ``int8-sparse``, ...) are built from, and compared with, the
 **sparse parent**: the FP32 model whose weights were pruned 2:4 and fine-tuned (``--sparse-onnx``; for the
-bundled model the committed ``reference.sparse.stream.onnx``, :data:`cosyedge.models.REFERENCE_SPARSE_STREAM_ONNX`),
+bundled model the committed ``reference.sparse.stream.onnx``,
+:data:`cosyedge.models.REFERENCE_SPARSE_STREAM_ONNX`),
 so the gate measures the precision change of the sparse model users deploy rather than the accuracy that
 pruning without fine-tuning loses. Without a sparse parent (another ``--onnx`` and no ``--sparse-onnx``) they
 are pruned from the reference on the fly and compared with it. The baseline records each label's parent
@@ -256,25 +257,33 @@ def sparse_parent(ref: CompareModel, sparse_onnx: str | Path | None = None) -> C
     Returns:
         CompareModel: the sparse parent (``ref`` when there is none).
     Raises:
-        UsageError: ``sparse_onnx`` is not an FP32 streaming ONNX, or its inputs, outputs, stream contract or
-            state pairs differ from ``ref``'s (names the tensor).
+        UsageError: the sparse parent is not an FP32 streaming ONNX, has another model name, or its inputs,
+            outputs, stream contract or state pairs differ from ``ref``'s (names the tensor; for the bundled
+            default, says to re-run ``scripts/finetune_sparse.py`` or pass ``--sparse-onnx``).
+        ArtifactError: ``sparse_onnx`` missing or not a readable ONNX (exit 3).
     """
     from cosyedge.compare.models import check_compatible
     from cosyedge.models import REFERENCE_SPARSE_STREAM_ONNX, REFERENCE_STREAM_ONNX
 
+    what = "--sparse-onnx"
     if sparse_onnx is None:
         bundled = Path(ref.model_path).resolve() == REFERENCE_STREAM_ONNX.resolve()
         if not (bundled and REFERENCE_SPARSE_STREAM_ONNX.is_file()):
             return ref
         sparse_onnx = REFERENCE_SPARSE_STREAM_ONNX
+        what = (f"the bundled sparse model {REFERENCE_SPARSE_STREAM_ONNX.name} (re-run scripts/finetune_sparse.py "
+                f"after changing the model, or pass --sparse-onnx)")
     parent = load_compare_model(sparse_onnx)
     if parent.precision != "fp32":
-        raise UsageError(f"--sparse-onnx {parent.path} is a {parent.label} build; give the FP32 streaming ONNX "
+        raise UsageError(f"{what}: {parent.path} is a {parent.label} build; give the FP32 streaming ONNX "
                          f"of the 2:4 fine-tuned model")
+    if parent.contract.name != ref.contract.name:
+        raise UsageError(f"{what}: {parent.path} is model '{parent.contract.name}', the reference is "
+                         f"'{ref.contract.name}'")
     try:
         check_compatible(ref, parent)
     except UsageError as err:
-        raise UsageError(f"--sparse-onnx does not fit the reference: {err}") from None
+        raise UsageError(f"{what} does not fit the reference: {err}") from None
     return parent
 
 
@@ -391,7 +400,6 @@ def run_check(onnx_path: str | Path | None = None, *, baseline: str | Path | Non
     ref = load_compare_model(onnx_path or REFERENCE_STREAM_ONNX)
     if ref.precision != "fp32" or ref.sparse:
         raise UsageError(f"the reference {ref.path} is a {ref.label} model; give the FP32 streaming ONNX")
-    sparse_ref = sparse_parent(ref, sparse_onnx)
     baseline = Path(baseline) if baseline is not None else default_baseline_path(ref.contract.name)
     for p in (json_path, junit_path):
         if p is not None:
@@ -404,6 +412,8 @@ def run_check(onnx_path: str | Path | None = None, *, baseline: str | Path | Non
     labels = parse_precisions(",".join(precisions)) if precisions else (
         list(base["labels"]) if base else list(DEFAULT_PRECISIONS))
     candidates = {precision_label(*parse_precision_label(k)): v for k, v in (candidates or {}).items()}
+    has_sparse = any(parse_precision_label(lab)[1] for lab in labels)
+    sparse_ref = sparse_parent(ref, sparse_onnx) if has_sparse else ref  # only resolved when a sparse label is checked
     utts = utterances if utterances is not None else fixed_utterances(ref.contract.sample_rate_hz)
     chunk = round(chunk_ms * ref.contract.sample_rate_hz / 1000.0)
     ref.contract.check_chunk(chunk)
@@ -417,10 +427,13 @@ def run_check(onnx_path: str | Path | None = None, *, baseline: str | Path | Non
         for lab in labels:
             parent = sparse_ref if parse_precision_label(lab)[1] else ref
             if _parent_of_label(base, lab) != parent.model_sha256:
-                raise UsageError(f"baseline {baseline} measured '{lab}' against another FP32 model (sha256 "
+                was = ((base["labels"][lab].get("reference") or {}).get("path")
+                       or (base.get("model") or {}).get("path", "?"))
+                raise UsageError(f"baseline {baseline} measured '{lab}' against another FP32 model ({was}, sha256 "
                                  f"{_parent_of_label(base, lab)[:12]}), not {parent.model_path} (sha256 "
-                                 f"{parent.model_sha256[:12]}); pass the same --sparse-onnx or run "
-                                 f"'cosyedge check --update-baseline'")
+                                 f"{parent.model_sha256[:12]}); pass that model as --sparse-onnx, or re-measure "
+                                 f"the label: cosyedge check --update-baseline --precisions {lab} (with the same "
+                                 f"--onnx/--baseline/--sparse-onnx)")
     engines_dir = Path(engines_dir) if engines_dir is not None else engines_root()
     caches: dict[str, ReferenceCache] = {}
     report: dict = {"reference": str(ref.model_path), "model_sha256": ref.model_sha256,
@@ -432,6 +445,11 @@ def run_check(onnx_path: str | Path | None = None, *, baseline: str | Path | Non
         target = candidates.get(label) or ensure_engine(parent, label, engines_dir, baseline=baseline,
                                                         update=update_baseline, calib=calib)
         cand = load_compare_model(target)
+        if label in candidates and cand.parent_sha256 and cand.parent_sha256 != parent.model_sha256:
+            raise UsageError(f"--candidate {label}={target} was built from another model (parent sha256 "
+                             f"{cand.parent_sha256[:12]}), not from {parent.model_path} (sha256 "
+                             f"{parent.model_sha256[:12]}) that '{label}' is compared with; build it with "
+                             f"'cosyedge build --onnx {parent.model_path} ...'")
         cache = caches.setdefault(parent.model_sha256, ReferenceCache(parent, chunk, threads))
         res = compare(parent, cand, utts, chunk=chunk, tolerance=tolerance_for(label), pesq=pesq, threads=threads,
                       ref_cache=cache)
@@ -453,6 +471,12 @@ def run_check(onnx_path: str | Path | None = None, *, baseline: str | Path | Non
             report["labels"][label]["debug"] = (f"cosyedge compare {parent.model_path} {target} --mark-all "
                                                 f"--chunk-ms {chunk_ms:g}")
         report["rows"] += _rows(label, res, rows_m, ref.contract.output, state_outs)
+    report["parents"] = {"dense": ref.model_sha256, "sparse": sparse_ref.model_sha256}
+    if update_baseline and not has_sparse:  # the parent kept sparse labels would be checked against now
+        try:
+            report["parents"]["sparse"] = sparse_parent(ref, sparse_onnx).model_sha256
+        except CosyEdgeError:
+            report["parents"]["sparse"] = ""  # none usable: kept sparse labels are dropped
     report["passed"] = not report["regressions"]
     report["elapsed_s"] = round(time.perf_counter() - t0, 2)
     if update_baseline:
@@ -521,7 +545,7 @@ def _write_baseline(path: Path, ref: CompareModel, utts: list[Utterance], chunk:
         "chunk_samples": chunk, "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "tools": _tools(), "tolerances": BASELINE_TOLERANCES,
         "regenerate": "cosyedge check --update-baseline",
-        "labels": {**_kept_labels(path, ref, utts, chunk, set(report["labels"])),
+        "labels": {**_kept_labels(path, ref, utts, chunk, set(report["labels"]), report.get("parents", {})),
                    **{lab: {"reference": {"path": Path(d["reference"]).name, "sha256": d["reference_sha256"]},
                             "metrics": {k: _num(v["value"]) for k, v in d["metrics"].items()},
                             "amax": (amax_cache_path(path, ref.contract.name, lab).name
@@ -531,15 +555,27 @@ def _write_baseline(path: Path, ref: CompareModel, utts: list[Utterance], chunk:
     write_json(path, data)
 
 
-def _kept_labels(path: Path, ref: CompareModel, utts: list[Utterance], chunk: int, measured: set) -> dict:
+def _kept_labels(path: Path, ref: CompareModel, utts: list[Utterance], chunk: int, measured: set,
+                 parents: dict | None = None) -> dict:
     """Labels of the baseline already at ``path`` that this update did not measure, kept when that baseline
-    is for the same model, utterance set and chunk (else ``{}``: its values no longer apply)."""
+    is for the same model, utterance set and chunk (else ``{}``: its values no longer apply), and each kept
+    label was measured against the FP32 parent it would have now (``parents``: ``{"dense": sha256,
+    "sparse": sha256}``; a label of another parent is dropped, with a log line)."""
     try:
         old = load_baseline(path, ref)
         _check_same_set(old, utts, chunk, path)
     except UsageError:
         return {}
-    kept = {lab: v for lab, v in (old.get("labels") or {}).items() if lab not in measured}
+    kept = {}
+    for lab, v in (old.get("labels") or {}).items():
+        if lab in measured:
+            continue
+        want = (parents or {}).get("sparse" if parse_precision_label(lab)[1] else "dense")
+        if want is not None and _parent_of_label(old, lab) != want:
+            LOG.warning("baseline %s: dropped '%s' (measured against another FP32 parent; re-measure it with "
+                        "--update-baseline --precisions %s)", path, lab, lab)
+            continue
+        kept[lab] = v
     if kept:
         LOG.info("baseline %s: kept the entries of %s (not re-measured)", path, sorted(kept))
     return kept

@@ -318,12 +318,24 @@ def test_sparse_labels_are_built_from_and_compared_with_the_sparse_parent(ref_on
     assert "measured 'fp32-sparse' against another FP32 model" in line and "--sparse-onnx" in line
 
 
-def test_sparse_parent_with_other_states_is_exit_2(baseline, ref_onnx, engines, utt_dir, two_state, capsys):
-    rc = main(["check", "--onnx", str(ref_onnx), "--baseline", str(baseline), "--engines-dir", str(engines),
-               "--utterances", str(utt_dir), "--no-pesq", "--sparse-onnx", str(two_state[0])])
-    assert rc == 2
+def test_sparse_parent_of_another_model_or_contract_is_exit_2(baseline, ref_onnx, engines, utt_dir, two_state,
+                                                               tmp_path, capsys):
+    args = ["check", "--onnx", str(ref_onnx), "--baseline", str(baseline), "--engines-dir", str(engines),
+            "--utterances", str(utt_dir), "--no-pesq", "--precisions", "fp32-sparse"]
+    assert main([*args, "--sparse-onnx", str(two_state[0])]) == 2
+    line = _one_line_error(capsys)
+    assert "--sparse-onnx: " in line and "is model 'two_state', the reference is 'reference'" in line
+    m = onnx.load(str(two_state[0]))  # the same model named 'reference': its states and inputs still differ
+    for prop in m.metadata_props:
+        if prop.key == "cosyedge.name":
+            prop.value = "reference"
+    renamed = tmp_path / "renamed.onnx"
+    onnx.save(m, str(renamed))
+    assert main([*args, "--sparse-onnx", str(renamed)]) == 2
     line = _one_line_error(capsys)
     assert "--sparse-onnx does not fit the reference" in line and "different inputs" in line
+    # a dense-only check never resolves the sparse parent
+    assert main([*args[:-2], "--precisions", "fp32", "--sparse-onnx", str(two_state[0])]) == 0
 
 
 def test_bundled_model_checks_sparse_labels_against_its_fine_tuned_sibling(ref_onnx):
@@ -333,5 +345,30 @@ def test_bundled_model_checks_sparse_labels_against_its_fine_tuned_sibling(ref_o
 
     bundled = load_compare_model(REFERENCE_STREAM_ONNX)
     assert sparse_parent(bundled).model_path.resolve() == REFERENCE_SPARSE_STREAM_ONNX.resolve()
-    copied = load_compare_model(ref_onnx)  # another model: no sibling, sparse builds prune it on the fly
+    copied = load_compare_model(ref_onnx)  # not the bundled path: no sibling, sparse builds prune it on the fly
     assert sparse_parent(copied) is copied
+
+
+def test_dense_and_sparse_labels_in_one_run_each_use_their_parent(ref_onnx, sparse_parent_onnx, fp32_engine,
+                                                                  utt_dir, tmp_path, capsys):
+    """fp32 against the reference and fp32-sparse against the sparse parent, in one run: both exact (each
+    cache belongs to its parent); a --candidate built from another model is exit 2; updating only fp32 on a
+    baseline whose fp32-sparse was measured against another parent drops that stale label."""
+    from cosyedge.artifacts import sha256_file
+
+    path, js = tmp_path / "mixed.json", tmp_path / "r.json"
+    common = ["--onnx", str(ref_onnx), "--baseline", str(path), "--engines-dir", str(tmp_path / "eng"),
+              "--utterances", str(utt_dir), "--no-pesq", "-q"]
+    assert main(["check", *common, "--update-baseline", "--precisions", "fp32,fp32-sparse",
+                 "--sparse-onnx", str(sparse_parent_onnx), "--json", str(js)]) == 0
+    rep = json.loads(js.read_text())
+    assert rep["labels"]["fp32"]["reference_sha256"] == sha256_file(ref_onnx)
+    assert rep["labels"]["fp32-sparse"]["reference_sha256"] == sha256_file(sparse_parent_onnx)
+    for lab in ("fp32", "fp32-sparse"):
+        assert rep["labels"][lab]["metrics"]["free-running/demo-late-noisy/enhanced/snr_db"]["value"] == 150.0
+    capsys.readouterr()
+    assert main(["check", *common, "--precisions", "fp32-sparse", "--candidate", f"fp32-sparse={fp32_engine}",
+                 "--sparse-onnx", str(sparse_parent_onnx)]) == 2  # an engine of the dense reference
+    assert "was built from another model" in _one_line_error(capsys)
+    assert main(["check", *common, "--update-baseline", "--precisions", "fp32"]) == 0  # no sparse parent now
+    assert set(json.loads(path.read_text())["labels"]) == {"fp32"}

@@ -43,3 +43,19 @@ def test_oracle_gain_improves_a_noisy_mixture_and_is_bounded():
         assert g[0, 0] == pytest.approx(1.0) and g[0, 1] == pytest.approx(oracle.GAIN_FLOOR)
     with pytest.raises(ValueError, match="unknown mask"):
         oracle.oracle_gain("cirm", s, n, xx)
+
+
+def test_asymmetric_oracle_reconstructs_clean_input_and_resolves_a_low_voice_better():
+    """Through the model's asymmetric STFT (20 ms latency) a clean input comes back exactly at any length;
+    with harmonics 100 Hz apart in noise, the 768-sample analysis window's oracle beats the 320 one."""
+    c = _tone_speech(16005)  # not a multiple of the hop
+    for win in (320, 768):
+        y = oracle.apply_oracle_asym(c, c, "iam", win)
+        assert y.shape == c.shape and np.abs(y - c).max() < 1e-6
+    assert np.abs(oracle.apply_oracle_asym(c, c, "iam", 320) - oracle.apply_oracle(c, c, "iam", 320))[320:-320].max() < 1e-6
+    rng = np.random.default_rng(1)
+    t = np.arange(32000) / 16000
+    voice = 0.3 * np.clip(np.sin(2 * np.pi * 2 * t), 0, None) * sum(np.sin(2 * np.pi * 100 * k * t) for k in range(1, 13))
+    x = voice + 0.2 * rng.standard_normal(t.size)
+    gain = {w: si_snr(oracle.apply_oracle_asym(x, voice, "iam", w), voice) for w in (320, 768)}
+    assert gain[768] > gain[320] + 0.2, gain  # measured +0.41 dB (seed 1)
