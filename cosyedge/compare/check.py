@@ -260,7 +260,8 @@ def sparse_parent(ref: CompareModel, sparse_onnx: str | Path | None = None) -> C
         UsageError: the sparse parent is not an FP32 streaming ONNX, has another model name, or its inputs,
             outputs, stream contract or state pairs differ from ``ref``'s (names the tensor; for the bundled
             default, says to re-run ``scripts/finetune_sparse.py`` or pass ``--sparse-onnx``).
-        ArtifactError: ``sparse_onnx`` missing or not a readable ONNX (exit 3).
+        UsageError: ``sparse_onnx`` does not exist (exit 2).
+        ArtifactError: ``sparse_onnx`` is not a readable streaming ONNX (exit 3).
     """
     from cosyedge.compare.models import check_compatible
     from cosyedge.models import REFERENCE_SPARSE_STREAM_ONNX, REFERENCE_STREAM_ONNX
@@ -273,6 +274,9 @@ def sparse_parent(ref: CompareModel, sparse_onnx: str | Path | None = None) -> C
         sparse_onnx = REFERENCE_SPARSE_STREAM_ONNX
         what = (f"the bundled sparse model {REFERENCE_SPARSE_STREAM_ONNX.name} (re-run scripts/finetune_sparse.py "
                 f"after changing the model, or pass --sparse-onnx)")
+    if not Path(sparse_onnx).exists():
+        raise UsageError(f"--sparse-onnx {sparse_onnx} not found (give the FP32 streaming ONNX of the 2:4 "
+                         f"fine-tuned model, e.g. made by scripts/finetune_sparse.py)")
     parent = load_compare_model(sparse_onnx)
     if parent.precision != "fp32":
         raise UsageError(f"{what}: {parent.path} is a {parent.label} build; give the FP32 streaming ONNX "

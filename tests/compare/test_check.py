@@ -334,6 +334,9 @@ def test_sparse_parent_of_another_model_or_contract_is_exit_2(baseline, ref_onnx
     assert main([*args, "--sparse-onnx", str(renamed)]) == 2
     line = _one_line_error(capsys)
     assert "--sparse-onnx does not fit the reference" in line and "different inputs" in line
+    assert main([*args, "--sparse-onnx", str(tmp_path / "missing.onnx")]) == 2
+    line = _one_line_error(capsys)
+    assert f"--sparse-onnx {tmp_path / 'missing.onnx'} not found" in line
     # a dense-only check never resolves the sparse parent
     assert main([*args[:-2], "--precisions", "fp32", "--sparse-onnx", str(two_state[0])]) == 0
 
