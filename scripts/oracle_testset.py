@@ -132,16 +132,12 @@ def main(argv=None) -> int:
             noisy = load_audio(args.testset / p["noisy"])[0][:, 0].astype(np.float64)
             clean = load_audio(args.testset / p["clean"])[0][:, 0].astype(np.float64)
             base = float(si_snr(noisy, clean))
-            for win in WINDOWS:
-                for kind in MASKS:
-                    gain = float(si_snr(apply_oracle(noisy, clean, kind, win), clean)) - base
-                    for group in (f"{p['condition']}@{p['snr_db']:g}dB", f"all@{p['snr_db']:g}dB"):
-                        rows.setdefault(f"{win}/{kind}", {}).setdefault(group, []).append(gain)
-            for win in ASYM_WINDOWS:
-                for kind in MASKS:
-                    gain = float(si_snr(apply_oracle_asym(noisy, clean, kind, win), clean)) - base
-                    for group in (f"{p['condition']}@{p['snr_db']:g}dB", f"all@{p['snr_db']:g}dB"):
-                        rows.setdefault(f"{win}a/{kind}", {}).setdefault(group, []).append(gain)
+            for apply, windows, tag in ((apply_oracle, WINDOWS, ""), (apply_oracle_asym, ASYM_WINDOWS, "a")):
+                for win in windows:
+                    for kind in MASKS:
+                        gain = float(si_snr(apply(noisy, clean, kind, win), clean)) - base
+                        for group in (f"{p['condition']}@{p['snr_db']:g}dB", f"all@{p['snr_db']:g}dB"):
+                            rows.setdefault(f"{win}{tag}/{kind}", {}).setdefault(group, []).append(gain)
     except (OSError, ValueError, KeyError, TypeError, CosyEdgeError) as err:  # JSONDecodeError is a ValueError
         print(f"test set {args.testset} unusable ({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}); "
               f"regenerate it: python scripts/make_testset.py --out {args.testset}", file=sys.stderr)

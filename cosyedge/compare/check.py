@@ -25,7 +25,8 @@ A metric fails when it is worse than its baseline value by more than
 (:class:`~cosyedge.errors.RegressionError`: the table, JSON and JUnit name every failing metric);
 **2** bad input (:class:`~cosyedge.errors.UsageError`): a baseline of another model or utterance set, a
 missing baseline entry, a baseline label measured against another sparse parent, a sparse parent or
-candidate with other inputs/outputs, an engine that cannot run here, an INT8 build without its calibration. Other failures keep their usual codes (3 artifact, 4 dependency).
+candidate with other inputs/outputs, an engine that cannot run here, an INT8 build without its
+calibration. Other failures keep their usual codes (3 artifact, 4 dependency).
 
 **Baseline** (``--baseline``, default the committed ``cosyedge/compare/baselines/reference.accuracy.json``
 for the bundled model): JSON keyed by the reference model's SHA-256, with the utterance set's hashes,
@@ -291,11 +292,12 @@ def sparse_parent(ref: CompareModel, sparse_onnx: str | Path | None = None) -> C
     return parent
 
 
-def _parent_of_label(base: dict, label: str) -> str:
-    """SHA-256 of the FP32 model a baseline measured ``label`` against (str): the label's ``reference``
-    entry, or the baseline's model for baselines written before sparse parents existed."""
+def _parent_of_label(base: dict, label: str) -> dict:
+    """The FP32 model a baseline measured ``label`` against: ``{"path", "sha256"}`` (dict) from the label's
+    ``reference`` entry, or the baseline's model for baselines written before sparse parents existed."""
     entry = (base.get("labels") or {}).get(label) or {}
-    return (entry.get("reference") or {}).get("sha256") or (base.get("model") or {}).get("sha256", "")
+    ref = entry.get("reference") or base.get("model") or {}
+    return {"path": ref.get("path", "?"), "sha256": ref.get("sha256", "")}
 
 
 def ensure_engine(ref: CompareModel, label: str, engines_dir: Path, *, baseline: Path, update: bool,
@@ -418,6 +420,10 @@ def run_check(onnx_path: str | Path | None = None, *, baseline: str | Path | Non
     candidates = {precision_label(*parse_precision_label(k)): v for k, v in (candidates or {}).items()}
     has_sparse = any(parse_precision_label(lab)[1] for lab in labels)
     sparse_ref = sparse_parent(ref, sparse_onnx) if has_sparse else ref  # only resolved when a sparse label is checked
+
+    def parent_of(label: str) -> CompareModel:  # the FP32 model a label is built from and compared with
+        return sparse_ref if parse_precision_label(label)[1] else ref
+
     utts = utterances if utterances is not None else fixed_utterances(ref.contract.sample_rate_hz)
     chunk = round(chunk_ms * ref.contract.sample_rate_hz / 1000.0)
     ref.contract.check_chunk(chunk)
@@ -429,12 +435,10 @@ def run_check(onnx_path: str | Path | None = None, *, baseline: str | Path | Non
             raise UsageError(f"baseline {baseline} has no entry for {missing} (it has {sorted(base.get('labels', {}))}); "
                              f"run 'cosyedge check --update-baseline --precisions {','.join(keep)}'")
         for lab in labels:
-            parent = sparse_ref if parse_precision_label(lab)[1] else ref
-            if _parent_of_label(base, lab) != parent.model_sha256:
-                was = ((base["labels"][lab].get("reference") or {}).get("path")
-                       or (base.get("model") or {}).get("path", "?"))
-                raise UsageError(f"baseline {baseline} measured '{lab}' against another FP32 model ({was}, sha256 "
-                                 f"{_parent_of_label(base, lab)[:12]}), not {parent.model_path} (sha256 "
+            parent, was = parent_of(lab), _parent_of_label(base, lab)
+            if was["sha256"] != parent.model_sha256:
+                raise UsageError(f"baseline {baseline} measured '{lab}' against another FP32 model ({was['path']}, "
+                                 f"sha256 {was['sha256'][:12]}), not {parent.model_path} (sha256 "
                                  f"{parent.model_sha256[:12]}); pass that model as --sparse-onnx, or re-measure "
                                  f"the label: cosyedge check --update-baseline --precisions {lab} (with the same "
                                  f"--onnx/--baseline/--sparse-onnx)")
@@ -445,7 +449,7 @@ def run_check(onnx_path: str | Path | None = None, *, baseline: str | Path | Non
                     "utterances": [u.describe() for u in utts], "labels": {}, "regressions": [], "rows": []}
     state_outs = [s.output for s in ref.contract.states]
     for label in labels:
-        parent = sparse_ref if parse_precision_label(label)[1] else ref
+        parent = parent_of(label)
         target = candidates.get(label) or ensure_engine(parent, label, engines_dir, baseline=baseline,
                                                         update=update_baseline, calib=calib)
         cand = load_compare_model(target)
@@ -575,7 +579,7 @@ def _kept_labels(path: Path, ref: CompareModel, utts: list[Utterance], chunk: in
         if lab in measured:
             continue
         want = (parents or {}).get("sparse" if parse_precision_label(lab)[1] else "dense")
-        if want is not None and _parent_of_label(old, lab) != want:
+        if want is not None and _parent_of_label(old, lab)["sha256"] != want:
             LOG.warning("baseline %s: dropped '%s' (measured against another FP32 parent; re-measure it with "
                         "--update-baseline --precisions %s)", path, lab, lab)
             continue

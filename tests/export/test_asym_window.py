@@ -3,7 +3,8 @@
 Checks that the long analysis window is a DFT of the last N samples with the documented window, that analysis
 then synthesis reconstructs the input exactly with the same one-hop delay as the 20 ms window, that the
 symmetric case keeps the bundled bases, that export -> streamify turns the window's input history into a
-state and streams exactly (1e-5), and ``train_reference.py --add-window`` (regrid_window).
+state and streams exactly (1e-5), and ``train_reference.py --add-window`` (regrid_window; its option checks
+are cases of tests/export/test_long_window.py::test_training_options_are_checked_before_data_preparation).
 """
 
 from __future__ import annotations
@@ -30,7 +31,6 @@ from cosyedge.models.reference import (
 from cosyedge.surgery import streamify
 
 HOP = 160
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def _passthrough(win: int) -> ReferenceEnhancer:
@@ -125,26 +125,3 @@ def test_regrid_window_resamples_the_per_bin_convs():
         tr.regrid_window(new, 768)
     with pytest.raises(ValueError, match="has a deep filter"):
         tr.regrid_window(ReferenceEnhancer(EnhancerConfig(channels=8, dilations=(1,), df_order=2, df_bins=8)), 768)
-
-
-@pytest.mark.parametrize("argv, message", [
-    (["--add-window", "768"], "--add-window needs --init"),
-    (["--init", "{plain}", "--add-window", "321"], "win_samples 321 must be even"),
-    (["--init", "{plain}", "--add-window", "320"], "already uses a 320-sample window"),
-])
-def test_add_window_options_are_checked_before_data_preparation(argv, message, capsys, monkeypatch, tmp_path):
-    monkeypatch.chdir(ROOT)
-    tr = train_reference_module()
-    from cosyedge.models.reference import save_reference
-
-    save_reference(ReferenceEnhancer(EnhancerConfig(channels=8, dilations=(1,))), tmp_path / "plain.safetensors")
-    argv = [a.format(plain=str(tmp_path / "plain.safetensors")) for a in argv]
-
-    def no_data(*a, **k):
-        raise AssertionError("data preparation started before the options were checked")
-
-    monkeypatch.setattr("cosyedge.datasets.mix.TrainingData", no_data)
-    with pytest.raises(SystemExit) as exc:
-        tr.main(argv)
-    assert exc.value.code == 2
-    assert message in capsys.readouterr().err.strip().splitlines()[-1]

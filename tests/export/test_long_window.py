@@ -154,6 +154,9 @@ def test_long_window_streams_exactly(tmp_path, dynamo):
     (["--init", "{plain}", "--add-lw", "320,10"], "lw_window 320 and lw_bins 10: need"),
     (["--init", "{lw}", "--add-lw", "1024,128"], "the --init model already has long-window features (window 1024)"),
     (["--init", "{lw}", "--add-df", "3,64", "--add-lw", "512,64"], "already has long-window features (window 1024)"),
+    (["--add-window", "768"], "--add-window needs --init"),
+    (["--init", "{plain}", "--add-window", "321"], "win_samples 321 must be even"),
+    (["--init", "{plain}", "--add-window", "320"], "already uses a 320-sample window"),
 ])
 def test_training_options_are_checked_before_data_preparation(argv, message, capsys, monkeypatch, tmp_path):
     monkeypatch.chdir(ROOT)
