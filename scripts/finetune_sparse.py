@@ -75,7 +75,18 @@ def main(argv=None) -> int:
     ap.add_argument("--val-limit", type=int, default=120, help="validation pairs used")
     ap.add_argument("--out", default="reference.sparse.safetensors", help="fine-tuned sparse weights")
     ap.add_argument("--onnx-out", default="reference.sparse.stream.onnx", help="streaming ONNX of the result")
+    ap.add_argument("--dense-onnx", default=None,
+                    help="dense FP32 streaming ONNX of the --init weights, whose SHA-256 is recorded in --onnx-out "
+                         "(cosyedge check refuses a sparse model fine-tuned from another dense one); default: the "
+                         "bundled reference.stream.onnx when --init is the bundled weights, else none recorded")
     args = ap.parse_args(argv)
+    from cosyedge.models import REFERENCE_STREAM_ONNX, REFERENCE_WEIGHTS
+
+    dense_onnx = args.dense_onnx
+    if dense_onnx is None and (args.init is None or Path(args.init).resolve() == REFERENCE_WEIGHTS.resolve()):
+        dense_onnx = REFERENCE_STREAM_ONNX
+    if dense_onnx is not None and not Path(dense_onnx).is_file():
+        ap.error(f"--dense-onnx {dense_onnx} not found")
 
     import torch
 
@@ -84,7 +95,7 @@ def main(argv=None) -> int:
     from cosyedge.export import export_reference
     from cosyedge.models.reference import load_reference, save_reference
     from cosyedge.precision.sparse_torch import apply_2to4, masks_hold, reapply_masks
-    from cosyedge.precision.sparsity import check_2to4, format_report, sparsify_onnx
+    from cosyedge.precision.sparsity import check_2to4, format_report, sparsify_onnx, stamp_dense_parent
 
     tr = _train_reference()
     torch.set_num_threads(args.threads)
@@ -163,10 +174,14 @@ def main(argv=None) -> int:
         tmp.unlink(missing_ok=True)
     print(format_report(report))
     print(f"exported ONNX holds the 2:4 pattern: {pattern_ok and unchanged}; {onnx_out}")
+    dense_sha = stamp_dense_parent(onnx_out, dense_onnx) if dense_onnx is not None else None
+    print(f"dense parent recorded: {dense_onnx} (SHA-256 {dense_sha})" if dense_sha else
+          "dense parent not recorded (pass --dense-onnx)", flush=True)
     out_json = Path(str(args.out) + ".report.json")
     out_json.write_text(json.dumps({**notes, "best_val_sisnri_db": best, "best_step": best_step, "steps": step,
                                     "minutes": (time.perf_counter() - t0) / 60, "onnx": str(onnx_out),
-                                    "onnx_pattern_ok": pattern_ok and unchanged, "sparsity": report}, indent=2))
+                                    "onnx_pattern_ok": pattern_ok and unchanged, "dense_parent_sha256": dense_sha,
+                                    "sparsity": report}, indent=2))
     return 0 if pattern_ok and unchanged else 1
 
 

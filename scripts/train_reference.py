@@ -312,6 +312,23 @@ def _lw_spec(text: str) -> tuple[int, int]:
     return _pair_spec(text, "W,BINS", "1024,128")
 
 
+def _read_speech_spec(text: str) -> str:
+    """argparse type of ``--read-phrases``: one or more comma-separated names of
+    :data:`cosyedge.datasets.mix.READ_PHRASE_CORPORA`, returned unchanged.
+
+    Raises:
+        argparse.ArgumentTypeError: an unknown or repeated name (``invalid choice: 'NAME'``).
+    """
+    from cosyedge.datasets.mix import READ_PHRASE_CORPORA
+
+    names = text.split(",")
+    for name in names:
+        if name not in READ_PHRASE_CORPORA or names.count(name) > 1:
+            raise argparse.ArgumentTypeError(f"invalid choice: {name!r} (one or more of {', '.join(READ_PHRASE_CORPORA)}, "
+                                             f"comma-separated, each once)")
+    return text
+
+
 def main(argv=None) -> int:
     from cosyedge.datasets.mix import DATA_VERSIONS
 
@@ -369,11 +386,14 @@ def main(argv=None) -> int:
                     help="probability in [0, 1] that a training speech segment gets synthetic room reverberation "
                          "(RT60 0.15-0.6 s, clean target reverberant too; cosyedge.datasets.mix.room_reverb)")
     ap.add_argument("--read-phrase-share", type=float, default=0.0,
-                    help="share in [0, 1) of speech draws from real read phrases, mostly male voices (Tux Paint's "
-                         "spoken stamp descriptions, cosyedge.datasets.mix.READ_PHRASE_CORPORA); 0 = off")
-    ap.add_argument("--read-phrases", default="tuxpaint", choices=("tuxpaint", "tuxpaint-male-clean"),
-                    help="which read phrases --read-phrase-share adds: all Tux Paint voices, or only its male voices "
-                         "without an audible noise floor")
+                    help="share in [0, 1) of speech draws from real read speech, mostly male voices (Tux Paint's "
+                         "spoken stamp descriptions or festvox-ru's recordings, "
+                         "cosyedge.datasets.mix.READ_PHRASE_CORPORA); 0 = off")
+    ap.add_argument("--read-phrases", default="tuxpaint", metavar="NAME[,NAME...]", type=_read_speech_spec,
+                    help="which real speech --read-phrase-share adds, one or more (comma-separated) of tuxpaint (all "
+                         "Tux Paint voices), tuxpaint-male-clean (its male voices without an audible noise floor), "
+                         "festvox-ru (a male speaker's 620 read sentences) and fillets-male (two male actors' "
+                         "dubbed dialogue)")
     ap.add_argument("--male-share", type=float, default=0.3,
                     help="data versions 3 and 4: share of speech draws from the male-converted prompts")
     args = ap.parse_args(argv)

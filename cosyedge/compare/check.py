@@ -261,11 +261,14 @@ def sparse_parent(ref: CompareModel, sparse_onnx: str | Path | None = None) -> C
         UsageError: the sparse parent is not an FP32 streaming ONNX, has another model name, or its inputs,
             outputs, stream contract or state pairs differ from ``ref``'s (names the tensor; for the bundled
             default, says to re-run ``scripts/finetune_sparse.py`` or pass ``--sparse-onnx``).
+        UsageError: the sparse parent records (:func:`cosyedge.precision.sparsity.stamp_dense_parent`) that it
+            was fine-tuned from a dense ONNX other than ``ref`` (a stale sparse model; exit 2).
         UsageError: ``sparse_onnx`` does not exist (exit 2).
         ArtifactError: ``sparse_onnx`` is not a readable streaming ONNX (exit 3).
     """
     from cosyedge.compare.models import check_compatible
     from cosyedge.models import REFERENCE_SPARSE_STREAM_ONNX, REFERENCE_STREAM_ONNX
+    from cosyedge.precision.sparsity import dense_parent_sha256
 
     what = "--sparse-onnx"
     if sparse_onnx is None:
@@ -289,6 +292,11 @@ def sparse_parent(ref: CompareModel, sparse_onnx: str | Path | None = None) -> C
         check_compatible(ref, parent)
     except UsageError as err:
         raise UsageError(f"{what} does not fit the reference: {err}") from None
+    recorded = dense_parent_sha256(parent.model_path)
+    if recorded and recorded != ref.root_sha256:
+        raise UsageError(f"{what}: {parent.path} was fine-tuned from another dense model (SHA-256 {recorded[:12]}, "
+                         f"the reference {ref.path} is {ref.root_sha256[:12]}); fine-tune it again from the "
+                         f"reference's weights with scripts/finetune_sparse.py")
     return parent
 
 

@@ -59,10 +59,13 @@ EXTRA_SPEECH_CORPORA_V3 = MALE_CONVERTED_CORPORA
 MALE_SHARE_V3 = 0.3
 """Share of speech draws given to :data:`EXTRA_SPEECH_CORPORA_V3` in data version 3."""
 
-READ_PHRASE_CORPORA = ("tuxpaint", "tuxpaint-male-clean")
-"""Real read phrases (Tux Paint's spoken stamp descriptions: all 13 voices, most of them male, 178 min; or only
-the male voices without an audible noise floor, about 40 min; :data:`cosyedge.datasets.sources.CORPORA`), one of
-them added to any data version with ``TrainingData(read_phrase_share=, read_phrase_corpus=)``."""
+READ_PHRASE_CORPORA = ("tuxpaint", "tuxpaint-male-clean", "festvox-ru", "fillets-male")
+"""Real read or acted speech, mostly male (:data:`cosyedge.datasets.sources.CORPORA`): Tux Paint's spoken stamp
+descriptions (all 13 voices, 178 min; or only the male voices without an audible noise floor, about 40 min), the
+620 read sentences (99.5 min) of the male speaker behind festvox-ru's unit-selection voice, and the big fish's
+lines of Fish Fillets NG's Dutch and Czech dubbing (two male actors, about 70 min). One or more of them
+(comma-separated) are added to any data version with ``TrainingData(read_phrase_share=, read_phrase_corpus=)``;
+together they get ``read_phrase_share`` of the speech draws, split by duration."""
 
 
 DATA_VERSIONS = (1, 2, 3, 4)
@@ -394,7 +397,8 @@ class TrainingData:
             in [0, 30]. Defaults to 10.
         read_phrase_share (float): share of speech draws from :data:`READ_PHRASE_CORPORA` (real read phrases,
             mostly male voices), in [0, 1); 0 (default) leaves them out.
-        read_phrase_corpus (str): which of :data:`READ_PHRASE_CORPORA` ``read_phrase_share`` adds
+        read_phrase_corpus (str): which of :data:`READ_PHRASE_CORPORA` ``read_phrase_share`` adds (one name, or
+            several separated by commas)
             (default ``"tuxpaint"``). The shares of the synthetic, narrowband,
             male-converted and read-phrase groups must add up to at most 1.
         speech_reverb (float): probability in [0, 1] that a training speech segment gets
@@ -426,8 +430,10 @@ class TrainingData:
             raise UsageError(f"speech_low_boost_db must be in [0, 30] dB, got {speech_low_boost_db}")
         if not 0.0 <= speech_reverb <= 1.0:
             raise UsageError(f"speech_reverb must be a probability in [0, 1], got {speech_reverb}")
-        if read_phrase_corpus not in READ_PHRASE_CORPORA:
-            raise UsageError(f"read_phrase_corpus must be one of {READ_PHRASE_CORPORA}, got {read_phrase_corpus!r}")
+        chosen = set(str(read_phrase_corpus).split(","))
+        if not chosen <= set(READ_PHRASE_CORPORA):
+            raise UsageError(f"read_phrase_corpus must be one or more (comma-separated) of {READ_PHRASE_CORPORA}, "
+                             f"got {read_phrase_corpus!r}")
         if not 0.0 <= read_phrase_share < 1.0:
             raise UsageError(f"read_phrase_share must be in [0, 1), got {read_phrase_share}")
         total = synthetic_share + narrowband_share + (male_share if data_version >= 3 else 0.0) + read_phrase_share
@@ -448,7 +454,7 @@ class TrainingData:
                 extra = EXTRA_SPEECH_CORPORA_V2 + (EXTRA_SPEECH_CORPORA_V3 if data_version >= 3 else ())
                 corpora = SPEECH_TRAIN_CORPORA[:k] + extra + SPEECH_TRAIN_CORPORA[k:]
         # the read phrases go last (see _val_speech_end), added when a share is asked for
-        read = tuple(c for c in READ_PHRASE_CORPORA if (read_phrase_share and c == read_phrase_corpus) or c in corpora)
+        read = tuple(c for c in READ_PHRASE_CORPORA if (read_phrase_share and c in chosen) or c in corpora)
         corpora = tuple(c for c in corpora if c not in READ_PHRASE_CORPORA) + read
         bad = {"librivox", "cards"} & set(corpora)
         if bad:

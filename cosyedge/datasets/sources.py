@@ -415,6 +415,30 @@ def _build_tuxpaint_male_clean(cache_dir) -> Corpus:
                   [c.splits[i] for i in keep], [c.speakers[i] for i in keep], c.source)
 
 
+FILLETS_LANGS = ("nl", "cs")
+"""Languages of Fish Fillets NG's dubbed dialogues packaged for Debian (``fillets-ng-data-<lang>``)."""
+
+
+def _build_fillets_male(cache_dir) -> Corpus:
+    """The big fish's lines of Fish Fillets NG's Dutch and Czech dubbing (files ``*-v-*.ogg``: one male actor per
+    language, median f0 about 115-190 Hz; acted dialogue, 22.05/44.1 kHz, GPL-2) whose noise floor is at least
+    :data:`CLEAN_FLOOR_DB` below the speech (:func:`floor_range_db`): about 70 min."""
+    rows = []
+    for lang in FILLETS_LANGS:
+        pkg = f"fillets-ng-data-{lang}"
+        root = fetch_package(pkg, cache_dir) / "usr/share/games/fillets-ng/sound"
+        rows += [(str(p.relative_to(root)), p, "train", f"{pkg}:big-fish")
+                 for p in sorted(root.rglob(f"{lang}/*-v-*.ogg"))]
+    c = _from_files("fillets-male", rows, ", ".join(f"fillets-ng-data-{lang}" for lang in FILLETS_LANGS))
+    keep = [i for i in range(len(c.names)) if floor_range_db(c.utterance(i)) >= CLEAN_FLOOR_DB]
+    if not keep:
+        raise ArtifactError("corpus 'fillets-male': no file passes the noise-floor filter")
+    audios = [np.asarray(c.utterance(i), np.float32) for i in keep]
+    offsets = np.concatenate([[0], np.cumsum([a.size for a in audios])]).astype(np.int64)
+    return Corpus("fillets-male", np.concatenate(audios), offsets, [c.names[i] for i in keep],
+                  [c.splits[i] for i in keep], [c.speakers[i] for i in keep], c.source)
+
+
 def _build_opensfx(cache_dir) -> Corpus:
     """OpenTTD OpenSFX: 71 real recordings (freesound.org; CC0 / CC-BY 3.0 / CC-BY-SA 3.0, collection
     CC-BY-SA 3.0) stored in one ``opensfx.cat`` container: a table of (offset, size) uint32 pairs (high bit
@@ -477,6 +501,14 @@ CORPORA: dict = {
     "tuxpaint": lambda cd: _build_glob("tuxpaint-stamps-default", "usr/share/tuxpaint/stamps", ("*_desc*.ogg",), cd),
     # its male voices without an audible noise floor (about 40 min)
     "tuxpaint-male-clean": _build_tuxpaint_male_clean,
+    # real read sentences by one male speaker (Russian, median f0 about 115-150 Hz): the 620 studio recordings
+    # (16 kHz, 99.5 min) of the msu_ru_nsh unit-selection database that festvox-ru ships for Festival's
+    # synthesis (BSD-like, Nickolay V. Shmyrev 2005; /usr/share/doc/festvox-ru/copyright)
+    "festvox-ru": lambda cd: _build_glob("festvox-ru", "usr/share/festival/voices/russian/msu_ru_nsh_clunits/wav",
+                                         ("*.wav",), cd),
+    # real acted dialogue by two male actors: the big fish of Fish Fillets NG's Dutch and Czech dubbing
+    # (GPL-2; /usr/share/doc/fillets-ng-data-{nl,cs}/copyright)
+    "fillets-male": _build_fillets_male,
     # real effects and ambiences: rain, thunder, ocean waves, birds, jets, helicopter, tank tracks,
     # explosions (GPL-2+ / CC0 / CC-BY(-SA) 3.0 per file; /usr/share/doc/scorched3d-data/copyright)
     "scorched3d-sfx": lambda cd: _build_glob("scorched3d-data", "usr/share/games/scorched3d/data", ("*.wav",), cd),

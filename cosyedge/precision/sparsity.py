@@ -58,6 +58,9 @@ WIDE_CHANNELS = 256
 """int: channel count from which TensorRT's sparse tactics usually win (DESIGN.md, maintainers)."""
 SPARSITY_KEY = "cosyedge.sparsity"
 """str: ONNX ``metadata_props`` key set to ``"2:4"`` on pruned models."""
+DENSE_PARENT_KEY = "cosyedge.dense_parent_sha256"
+"""str: ONNX ``metadata_props`` key of a 2:4 fine-tuned FP32 model: the SHA-256 (hex) of the dense FP32 streaming
+ONNX whose weights the fine-tune started from (:func:`stamp_dense_parent`)."""
 
 
 @dataclasses.dataclass
@@ -328,6 +331,43 @@ def is_sparse_onnx(path: str | Path) -> bool:
     :func:`sparsify_onnx`)."""
     model = load_onnx(path, load_external_data=False)
     return any(p.key == SPARSITY_KEY for p in model.metadata_props)
+
+
+def stamp_dense_parent(sparse_onnx: str | Path, dense_onnx: str | Path) -> str:
+    """Record in ``sparse_onnx`` which dense model it was fine-tuned from: the SHA-256 of ``dense_onnx`` under
+    :data:`DENSE_PARENT_KEY`, so ``cosyedge check`` can tell a sparse model left over from an older dense one.
+
+    The file is rewritten in place through a temp file and a rename; graph and weights are unchanged.
+
+    Args:
+        sparse_onnx (str | Path): FP32 streaming ONNX with 2:4 fine-tuned weights (e.g. from
+            ``scripts/finetune_sparse.py``).
+        dense_onnx (str | Path): the dense FP32 streaming ONNX of the weights the fine-tune started from.
+    Returns:
+        str: the recorded SHA-256 (64 hex characters).
+    Raises:
+        ArtifactError: either file is missing or not a readable ONNX.
+    """
+    dense = Path(dense_onnx)
+    if not dense.is_file():
+        raise ArtifactError(f"dense parent {dense} not found")
+    sha = sha256_file(dense)
+    model = load_onnx(sparse_onnx)
+    keep = [(p.key, p.value) for p in model.metadata_props if p.key != DENSE_PARENT_KEY]
+    del model.metadata_props[:]
+    for k, v in keep + [(DENSE_PARENT_KEY, sha)]:
+        p = model.metadata_props.add()
+        p.key, p.value = k, v
+    with atomic_output(sparse_onnx) as tmp:
+        onnx.save(model, str(tmp))
+    return sha
+
+
+def dense_parent_sha256(path: str | Path) -> str | None:
+    """Return the SHA-256 (str, hex) recorded by :func:`stamp_dense_parent` in the ONNX at ``path``, or None
+    when it records none (a model pruned on the fly, or one fine-tuned without a known dense ONNX)."""
+    model = load_onnx(path, load_external_data=False)
+    return next((p.value for p in model.metadata_props if p.key == DENSE_PARENT_KEY), None)
 
 
 class SparseOnnxFromOnnx(Stage):

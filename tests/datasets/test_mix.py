@@ -338,23 +338,33 @@ def test_reverb_probability_is_checked_and_reaches_the_clean_target(tmp_path, mo
         assert cos(clean[i], wet[i]) > 0.99999 and cos(clean[i], dry[i]) < 0.999
 
 
-@pytest.mark.parametrize("which", [0, 1])
+@pytest.mark.parametrize("which", [(0,), (1,), (3, 2)])
 def test_read_phrases_keep_the_noise_bank_and_validation_set(which, tmp_path, monkeypatch):
-    """Adding the read phrases (READ_PHRASE_CORPORA) changes only the speech draws: the noise bank (its babble
-    is made from training speech) and the validation pairs stay those of the same data version and seed."""
+    """Adding the read phrases (READ_PHRASE_CORPORA, one or several) changes only the speech draws: the noise bank
+    (its babble is made from training speech) and the validation pairs stay those of the same data version and
+    seed; several corpora share the read-phrase share by duration."""
     from cosyedge.datasets.mix import READ_PHRASE_CORPORA
 
     cache = _fake_asterisk_cache(tmp_path, monkeypatch)
     rng = np.random.default_rng(5)
-    utts = [_fake_speech(rng, s) * 0.5 for s in (2.0, 3.0, 2.5, 4.0)]
-    off = np.concatenate([[0], np.cumsum([u.size for u in utts])])
-    name = READ_PHRASE_CORPORA[which]
-    sources._save_corpus(cache / "corpora" / f"{name}.npy", sources.Corpus(
-        name, np.concatenate(utts), off, [f"p{i}_desc.ogg" for i in range(4)], ["train"] * 4, ["fake"] * 4, "fake"))
+    names = [READ_PHRASE_CORPORA[w] for w in which]
+    for k, name in enumerate(names):  # the second corpus twice as long as the first
+        utts = [_fake_speech(rng, s) * 0.5 for s in (2.0, 3.0, 2.5, 4.0) * (k + 1)]
+        off = np.concatenate([[0], np.cumsum([u.size for u in utts])])
+        sources._save_corpus(cache / "corpora" / f"{name}.npy", sources.Corpus(
+            name, np.concatenate(utts), off, [f"p{i}_desc.ogg" for i in range(len(utts))], ["train"] * len(utts),
+            ["fake"] * len(utts), "fake"))
     kw = {"seed": 0, "cache_dir": cache, "noise_minutes_per_kind": 0.2, "data_version": 3}
     base = TrainingData(corpora=("asterisk-en",), **kw)
-    more = TrainingData(corpora=("asterisk-en",), read_phrase_share=0.25, read_phrase_corpus=name, **kw)
-    assert list(more.speech_ranges) == ["asterisk-en", name] and list(base.speech_ranges) == ["asterisk-en"]
+    more = TrainingData(corpora=("asterisk-en",), read_phrase_share=0.25, read_phrase_corpus=",".join(names), **kw)
+    # in READ_PHRASE_CORPORA's order, whatever the order asked for
+    assert list(more.speech_ranges) == ["asterisk-en", *sorted(names, key=READ_PHRASE_CORPORA.index)]
+    assert list(base.speech_ranges) == ["asterisk-en"]
+    if len(names) == 2:
+        shares = [more.summary()[n][1] for n in names]
+        assert sum(shares) == pytest.approx(0.25, abs=1e-3) and shares[1] == pytest.approx(2 * shares[0], abs=2e-3)
+        return
+    name = names[0]
     np.testing.assert_array_equal(base.bank, more.bank)
     assert base.bank_ranges == more.bank_ranges
     vb, vm = base.validation_pairs(), more.validation_pairs()
@@ -372,7 +382,9 @@ def test_read_phrases_keep_the_noise_bank_and_validation_set(which, tmp_path, mo
 
 def test_read_phrase_share_is_checked():
     for kw, msg in (({"read_phrase_share": 1.0}, r"read_phrase_share must be in \[0, 1\)"),
-                    ({"read_phrase_share": 0.1, "read_phrase_corpus": "librivox"}, r"read_phrase_corpus must be one of"),
+                    ({"read_phrase_share": 0.1, "read_phrase_corpus": "librivox"}, r"read_phrase_corpus must be one or more"),
+                    ({"read_phrase_share": 0.1, "read_phrase_corpus": "festvox-ru,cards"},
+                     r"read_phrase_corpus must be one or more"),
                     ({"read_phrase_share": 0.4, "male_share": 0.3}, r"speech shares add up to 1\.12 > 1")):
         with pytest.raises(UsageError, match=msg):
             TrainingData(data_version=3, **kw)
@@ -417,3 +429,32 @@ def test_low_boost_reaches_the_clean_target(tmp_path, monkeypatch):
     _, c2 = stronger.batch(64, 16000, np.random.default_rng(3), p_noise_only=0.0)
     d2 = low_share_db(c2) - low_share_db(c0)
     assert (d2 >= d - 1e-4).all() and np.median(d2) > np.median(d) + 0.5
+
+
+def test_fillets_male_keeps_the_big_fish_lines_without_a_noise_floor(tmp_path, monkeypatch):
+    """fillets-male: only '-v-' files (the big fish) of each language's folder, clean ones only, resampled and
+    downmixed to 16 kHz mono; no '-v-' file passing the filter is an ArtifactError."""
+    import soundfile as sf
+
+    rng = np.random.default_rng(0)
+    speech = _fake_speech(rng, 2.0)
+    clean = np.concatenate([speech, np.zeros(8000, np.float32), speech])
+    noisy = clean + 0.1 * float(np.sqrt(np.mean(speech ** 2))) * rng.standard_normal(clean.size).astype(np.float32)
+    roots = {}
+    for lang in sources.FILLETS_LANGS:
+        root = tmp_path / f"fillets-ng-data-{lang}"
+        d = root / "usr/share/games/fillets-ng/sound/city" / lang
+        d.mkdir(parents=True)
+        sf.write(d / "vit-v-ahoj.ogg", np.stack([clean, clean], 1), SR)  # stereo at 16 kHz
+        sf.write(d / "vit-m-ahoj.ogg", clean, SR)  # the small fish: left out
+        sf.write(d / "vit-v-hluk.ogg", noisy, SR)  # a floor 20 dB under the speech RMS: left out
+        roots[f"fillets-ng-data-{lang}"] = root
+    monkeypatch.setattr(sources, "fetch_package", lambda name, cache_dir=None: roots[name])
+    c = sources.CORPORA["fillets-male"](tmp_path)
+    assert c.names == [f"city/{lang}/vit-v-ahoj.ogg" for lang in sources.FILLETS_LANGS]
+    assert c.speakers == [f"fillets-ng-data-{lang}:big-fish" for lang in sources.FILLETS_LANGS]
+    assert c.utterance(0).shape == clean.shape and float(np.abs(c.utterance(0) - clean).max()) < 0.05
+    for lang in sources.FILLETS_LANGS:
+        (roots[f"fillets-ng-data-{lang}"] / "usr/share/games/fillets-ng/sound/city" / lang / "vit-v-ahoj.ogg").unlink()
+    with pytest.raises(ArtifactError, match="'fillets-male': no file passes the noise-floor filter"):
+        sources.CORPORA["fillets-male"](tmp_path)

@@ -151,6 +151,8 @@ def test_long_window_streams_exactly(tmp_path, dynamo):
     (["--speech-reverb", "1.5"], "--speech-reverb must be in [0, 1]"),
     (["--read-phrase-share", "1"], "--read-phrase-share must be in [0, 1)"),
     (["--read-phrase-share", "0.1", "--read-phrases", "librivox"], "invalid choice: 'librivox'"),
+    (["--read-phrase-share", "0.1", "--read-phrases", "festvox-ru,pocketsphinx"], "invalid choice: 'pocketsphinx'"),
+    (["--read-phrase-share", "0.1", "--read-phrases", "festvox-ru,festvox-ru"], "invalid choice: 'festvox-ru'"),
     (["--init", "{plain}", "--add-lw", "320,10"], "lw_window 320 and lw_bins 10: need"),
     (["--init", "{lw}", "--add-lw", "1024,128"], "the --init model already has long-window features (window 1024)"),
     (["--init", "{lw}", "--add-df", "3,64", "--add-lw", "512,64"], "already has long-window features (window 1024)"),
