@@ -58,6 +58,8 @@ def _train_reference():
 def main(argv=None) -> int:
     from cosyedge.datasets.mix import DATA_VERSIONS
 
+    tr_spec = _train_reference()._read_speech_spec
+
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     ap.add_argument("--init", default=None, help="dense weights (default: bundled reference.safetensors)")
@@ -70,6 +72,12 @@ def main(argv=None) -> int:
     ap.add_argument("--data-version", type=int, default=2, choices=DATA_VERSIONS,
                     help="training data version (see cosyedge.datasets.mix.DATA_VERSIONS)")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--read-phrase-share", type=float, default=0.0,
+                    help="as in train_reference.py: share of speech draws from real read speech (0 = off)")
+    ap.add_argument("--read-phrases", default="tuxpaint", type=tr_spec, metavar="NAME[,NAME...]",
+                    help="as in train_reference.py: which read-speech corpora --read-phrase-share adds")
+    ap.add_argument("--male-share", type=float, default=None,
+                    help="as in train_reference.py (data versions 3 and 4; default 0.3)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--eval-every", type=int, default=300)
     ap.add_argument("--val-limit", type=int, default=120, help="validation pairs used")
@@ -92,6 +100,7 @@ def main(argv=None) -> int:
 
     sys.path.insert(0, str(REPO))
     from cosyedge.datasets.mix import TrainingData
+    from cosyedge.errors import UsageError
     from cosyedge.export import export_reference
     from cosyedge.models.reference import load_reference, save_reference
     from cosyedge.precision.sparse_torch import apply_2to4, masks_hold, reapply_masks
@@ -102,7 +111,12 @@ def main(argv=None) -> int:
     torch.manual_seed(args.seed)
     rng = np.random.default_rng(args.seed)
     t_prep = time.perf_counter()
-    data = TrainingData(seed=args.seed, data_version=args.data_version)
+    male = {} if args.male_share is None else {"male_share": args.male_share}
+    try:  # options are checked before anything is loaded
+        data = TrainingData(seed=args.seed, data_version=args.data_version, read_phrase_share=args.read_phrase_share,
+                            read_phrase_corpus=args.read_phrases, **male)
+    except UsageError as err:
+        ap.error(str(err))
     val = data.validation_pairs(limit=args.val_limit)
     print(f"data ready in {time.perf_counter() - t_prep:.1f} s: {len(val)} validation pairs", flush=True)
 

@@ -352,6 +352,45 @@ def test_bundled_model_checks_sparse_labels_against_its_fine_tuned_sibling(ref_o
     assert sparse_parent(copied) is copied
 
 
+def test_bundled_sparse_model_records_the_bundled_dense_model_as_its_parent():
+    """A dense retrain without a new sparse fine-tune leaves a stale sparse model: this fails then."""
+    from cosyedge.artifacts import sha256_file
+    from cosyedge.models import REFERENCE_SPARSE_STREAM_ONNX
+    from cosyedge.precision.sparsity import dense_parent_sha256
+
+    assert dense_parent_sha256(REFERENCE_SPARSE_STREAM_ONNX) == sha256_file(REFERENCE_STREAM_ONNX)
+
+
+def test_sparse_parent_fine_tuned_from_another_dense_model_is_exit_2(baseline, ref_onnx, sparse_parent_onnx,
+                                                                     engines, utt_dir, tmp_path, capsys):
+    from cosyedge.artifacts import sha256_file
+    from cosyedge.compare.check import sparse_parent
+    from cosyedge.compare.models import load_compare_model
+    from cosyedge.precision.sparsity import dense_parent_sha256, stamp_dense_parent
+
+    assert dense_parent_sha256(sparse_parent_onnx) is None  # nothing recorded: accepted as before
+    stale = tmp_path / "stale.sparse.stream.onnx"
+    shutil.copy(sparse_parent_onnx, stale)
+    other_dense = tmp_path / "older-dense.stream.onnx"
+    m = onnx.load(str(ref_onnx))
+    m.graph.initializer[0].CopyFrom(numpy_helper.from_array(numpy_helper.to_array(m.graph.initializer[0]) * 0.5,
+                                                            m.graph.initializer[0].name))
+    onnx.save(m, str(other_dense))
+    before = numpy_helper.to_array(onnx.load(str(stale)).graph.initializer[3])
+    assert stamp_dense_parent(stale, other_dense) == sha256_file(other_dense) == dense_parent_sha256(stale)
+    assert (numpy_helper.to_array(onnx.load(str(stale)).graph.initializer[3]) == before).all()  # weights kept
+    args = ["check", "--onnx", str(ref_onnx), "--baseline", str(baseline), "--engines-dir", str(engines),
+            "--utterances", str(utt_dir), "--no-pesq", "--precisions", "fp32-sparse", "--sparse-onnx", str(stale)]
+    assert main(args) == 2
+    line = _one_line_error(capsys)
+    assert (f"--sparse-onnx: {stale} was fine-tuned from another dense model "
+            f"(SHA-256 {sha256_file(other_dense)[:12]}, the reference {ref_onnx} is {sha256_file(ref_onnx)[:12]})"
+            in line and "scripts/finetune_sparse.py" in line)
+    stamp_dense_parent(stale, ref_onnx)  # fine-tuned from the reference: accepted
+    ref = load_compare_model(ref_onnx)
+    assert sparse_parent(ref, stale).model_path == stale
+
+
 def test_dense_and_sparse_labels_in_one_run_each_use_their_parent(ref_onnx, sparse_parent_onnx, fp32_engine,
                                                                   utt_dir, tmp_path, capsys):
     """fp32 against the reference and fp32-sparse against the sparse parent, in one run: both exact (each
