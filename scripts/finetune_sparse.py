@@ -74,8 +74,9 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--read-phrase-share", type=float, default=0.0,
                     help="as in train_reference.py: share of speech draws from real read speech (0 = off)")
-    ap.add_argument("--read-phrases", default="tuxpaint", type=tr_spec, metavar="NAME[,NAME...]",
-                    help="as in train_reference.py: which read-speech corpora --read-phrase-share adds")
+    ap.add_argument("--read-phrases", default=None, type=tr_spec, metavar="NAME[,NAME...]",
+                    help="as in train_reference.py: which read-speech corpora --read-phrase-share adds "
+                         "(default tuxpaint)")
     ap.add_argument("--male-share", type=float, default=None,
                     help="as in train_reference.py (data versions 3 and 4; default 0.3)")
     ap.add_argument("--seed", type=int, default=0)
@@ -88,13 +89,24 @@ def main(argv=None) -> int:
                          "(cosyedge check refuses a sparse model fine-tuned from another dense one); default: the "
                          "bundled reference.stream.onnx when --init is the bundled weights, else none recorded")
     args = ap.parse_args(argv)
+    from cosyedge.errors import CosyEdgeError
     from cosyedge.models import REFERENCE_STREAM_ONNX, REFERENCE_WEIGHTS
+    from cosyedge.precision.sparsity import check_dense_parent
 
+    if args.read_phrases is not None and not args.read_phrase_share:
+        ap.error("--read-phrases needs --read-phrase-share > 0")
+    if args.male_share is not None and args.data_version < 3:
+        ap.error(f"--male-share needs --data-version 3 or 4 (data version {args.data_version} has no "
+                 f"male-converted prompts)")
     dense_onnx = args.dense_onnx
     if dense_onnx is None and (args.init is None or Path(args.init).resolve() == REFERENCE_WEIGHTS.resolve()):
         dense_onnx = REFERENCE_STREAM_ONNX
-    if dense_onnx is not None and not Path(dense_onnx).is_file():
-        ap.error(f"--dense-onnx {dense_onnx} not found")
+    dense_sha = None
+    if dense_onnx is not None:  # checked and hashed now: the file stamped at the end must be this one
+        try:
+            dense_sha = check_dense_parent(args.onnx_out, dense_onnx)
+        except CosyEdgeError as err:
+            ap.error(f"--dense-onnx: {err}")
 
     import torch
 
@@ -114,7 +126,7 @@ def main(argv=None) -> int:
     male = {} if args.male_share is None else {"male_share": args.male_share}
     try:  # options are checked before anything is loaded
         data = TrainingData(seed=args.seed, data_version=args.data_version, read_phrase_share=args.read_phrase_share,
-                            read_phrase_corpus=args.read_phrases, **male)
+                            read_phrase_corpus=args.read_phrases or "tuxpaint", **male)
     except UsageError as err:
         ap.error(str(err))
     val = data.validation_pairs(limit=args.val_limit)
@@ -135,7 +147,9 @@ def main(argv=None) -> int:
     budget_s = args.minutes * 60
     t0 = time.perf_counter()
     best, best_step, step, losses = pruned_v, 0, 0, []
-    notes = {"dense_val_sisnri_db": dense_v, "pruned_val_sisnri_db": pruned_v, "masked_layers": sorted(masks)}
+    notes = {"dense_val_sisnri_db": dense_v, "pruned_val_sisnri_db": pruned_v, "masked_layers": sorted(masks),
+             "options": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+             "dense_parent": None if dense_onnx is None else {"path": str(dense_onnx), "sha256": dense_sha}}
     save_reference(model.eval(), args.out, extra={**notes, "step": 0, "val_sisnri_db": pruned_v})
     model.train()
     while step < args.max_steps:
@@ -188,14 +202,14 @@ def main(argv=None) -> int:
         tmp.unlink(missing_ok=True)
     print(format_report(report))
     print(f"exported ONNX holds the 2:4 pattern: {pattern_ok and unchanged}; {onnx_out}")
-    dense_sha = stamp_dense_parent(onnx_out, dense_onnx) if dense_onnx is not None else None
+    if dense_onnx is not None:
+        stamp_dense_parent(onnx_out, dense_onnx, expect_sha256=dense_sha)
     print(f"dense parent recorded: {dense_onnx} (SHA-256 {dense_sha})" if dense_sha else
           "dense parent not recorded (pass --dense-onnx)", flush=True)
     out_json = Path(str(args.out) + ".report.json")
     out_json.write_text(json.dumps({**notes, "best_val_sisnri_db": best, "best_step": best_step, "steps": step,
                                     "minutes": (time.perf_counter() - t0) / 60, "onnx": str(onnx_out),
-                                    "onnx_pattern_ok": pattern_ok and unchanged, "dense_parent_sha256": dense_sha,
-                                    "sparsity": report}, indent=2))
+                                    "onnx_pattern_ok": pattern_ok and unchanged, "sparsity": report}, indent=2))
     return 0 if pattern_ok and unchanged else 1
 
 

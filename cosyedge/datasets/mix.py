@@ -412,8 +412,11 @@ class TrainingData:
     Raises:
         UsageError: a test corpus was requested for training; ``speech_low_boost`` outside [0, 1];
             ``speech_low_boost_db`` outside [0, 30]; ``speech_reverb`` outside [0, 1]; ``read_phrase_share``
-            outside [0, 1), an unknown ``read_phrase_corpus``, or the group shares adding up to more than 1.
-        ArtifactError: no training speech could be loaded.
+            outside [0, 1), an unknown ``read_phrase_corpus``, ``male_share`` outside [0, 1], or the group shares
+            adding up to more than 1.
+        ArtifactError: no training speech could be loaded; ``asterisk-en`` or a read-speech corpus asked for
+            with ``read_phrase_share`` > 0 cannot be loaded (other corpora are skipped with a warning).
+        DependencyError: a tool needed to build one of those two (``apt-get``, ``dpkg``) is missing.
     """
 
     def __init__(self, seed: int = 0, cache_dir: str | os.PathLike | None = None, corpora=None,
@@ -436,6 +439,8 @@ class TrainingData:
                              f"got {read_phrase_corpus!r}")
         if not 0.0 <= read_phrase_share < 1.0:
             raise UsageError(f"read_phrase_share must be in [0, 1), got {read_phrase_share}")
+        if not 0.0 <= male_share <= 1.0:
+            raise UsageError(f"male_share must be in [0, 1], got {male_share}")
         total = synthetic_share + narrowband_share + (male_share if data_version >= 3 else 0.0) + read_phrase_share
         if total > 1.0 + 1e-9:
             raise UsageError(f"speech shares add up to {total:.2f} > 1 (synthetic {synthetic_share}, narrowband "
@@ -466,7 +471,7 @@ class TrainingData:
                 try:
                     c = load_corpus(name, cache_dir)
                 except (ArtifactError, DependencyError, UsageError) as e:
-                    if name in ("asterisk-en",):
+                    if name == "asterisk-en" or (read_phrase_share and name in chosen):  # asked for by name
                         raise
                     LOG.warning("speech corpus %s skipped: %s", name, e)
                     continue

@@ -39,6 +39,7 @@ import numpy as np
 from cosyedge._lazy import lazy_import
 from cosyedge.artifacts import (
     Stage,
+    StreamContract,
     atomic_output,
     check_writable,
     load_onnx,
@@ -333,25 +334,55 @@ def is_sparse_onnx(path: str | Path) -> bool:
     return any(p.key == SPARSITY_KEY for p in model.metadata_props)
 
 
-def stamp_dense_parent(sparse_onnx: str | Path, dense_onnx: str | Path) -> str:
+def check_dense_parent(sparse_onnx: str | Path, dense_onnx: str | Path) -> str:
+    """Check that ``dense_onnx`` can be the dense parent of ``sparse_onnx`` and return its SHA-256.
+
+    Args:
+        sparse_onnx (str | Path): FP32 streaming ONNX (or, before it exists, any path other than ``dense_onnx``).
+        dense_onnx (str | Path): a cosyedge streaming ONNX (stream contract in its metadata).
+    Returns:
+        str: SHA-256 of ``dense_onnx`` (64 hex characters).
+    Raises:
+        ArtifactError: ``dense_onnx`` is missing, not a readable ONNX, or has no cosyedge stream contract.
+        UsageError: ``dense_onnx`` is ``sparse_onnx`` itself, or a 2:4-pruned model.
+    """
+    dense = Path(dense_onnx)
+    if not dense.is_file():
+        raise ArtifactError(f"dense parent {dense} not found")
+    if Path(sparse_onnx).exists() and dense.resolve() == Path(sparse_onnx).resolve():
+        raise UsageError(f"dense parent {dense} is the sparse model itself")
+    StreamContract.from_onnx(dense)  # a streaming ONNX made by cosyedge, not any file
+    if is_sparse_onnx(dense):
+        raise UsageError(f"dense parent {dense} is a 2:4-pruned model (cosyedge.sparsity), not a dense one")
+    return sha256_file(dense)
+
+
+def stamp_dense_parent(sparse_onnx: str | Path, dense_onnx: str | Path, expect_sha256: str | None = None) -> str:
     """Record in ``sparse_onnx`` which dense model it was fine-tuned from: the SHA-256 of ``dense_onnx`` under
     :data:`DENSE_PARENT_KEY`, so ``cosyedge check`` can tell a sparse model left over from an older dense one.
 
-    The file is rewritten in place through a temp file and a rename; graph and weights are unchanged.
+    The file is rewritten in place through a temp file and a rename; graph and weights are unchanged. Whether
+    ``dense_onnx`` holds the weights the fine-tune started from is the caller's knowledge (e.g. the bundled
+    ``reference.stream.onnx`` for the bundled ``reference.safetensors``); this only checks that it is a dense
+    streaming ONNX (:func:`check_dense_parent`).
 
     Args:
         sparse_onnx (str | Path): FP32 streaming ONNX with 2:4 fine-tuned weights (e.g. from
             ``scripts/finetune_sparse.py``).
         dense_onnx (str | Path): the dense FP32 streaming ONNX of the weights the fine-tune started from.
+        expect_sha256 (str | None): SHA-256 ``dense_onnx`` had when the fine-tune started; a different one now
+            (the file was replaced meanwhile) is an error.
     Returns:
         str: the recorded SHA-256 (64 hex characters).
     Raises:
-        ArtifactError: either file is missing or not a readable ONNX.
+        ArtifactError: ``sparse_onnx`` is missing or not a readable ONNX; ``dense_onnx`` is missing, not a
+            streaming ONNX, or no longer has ``expect_sha256``.
+        UsageError: ``dense_onnx`` is ``sparse_onnx`` itself or a 2:4-pruned model.
     """
-    dense = Path(dense_onnx)
-    if not dense.is_file():
-        raise ArtifactError(f"dense parent {dense} not found")
-    sha = sha256_file(dense)
+    sha = check_dense_parent(sparse_onnx, dense_onnx)
+    if expect_sha256 is not None and sha != expect_sha256:
+        raise ArtifactError(f"dense parent {dense_onnx} changed during the fine-tune (SHA-256 {expect_sha256[:12]} "
+                            f"at the start, {sha[:12]} now); fine-tune again from the current one")
     model = load_onnx(sparse_onnx)
     keep = [(p.key, p.value) for p in model.metadata_props if p.key != DENSE_PARENT_KEY]
     del model.metadata_props[:]
@@ -365,7 +396,11 @@ def stamp_dense_parent(sparse_onnx: str | Path, dense_onnx: str | Path) -> str:
 
 def dense_parent_sha256(path: str | Path) -> str | None:
     """Return the SHA-256 (str, hex) recorded by :func:`stamp_dense_parent` in the ONNX at ``path``, or None
-    when it records none (a model pruned on the fly, or one fine-tuned without a known dense ONNX)."""
+    when it records none (a model pruned on the fly, or one fine-tuned without a known dense ONNX).
+
+    Raises:
+        ArtifactError: ``path`` is missing or not a readable ONNX.
+    """
     model = load_onnx(path, load_external_data=False)
     return next((p.value for p in model.metadata_props if p.key == DENSE_PARENT_KEY), None)
 

@@ -385,7 +385,8 @@ def test_read_phrase_share_is_checked():
                     ({"read_phrase_share": 0.1, "read_phrase_corpus": "librivox"}, r"read_phrase_corpus must be one or more"),
                     ({"read_phrase_share": 0.1, "read_phrase_corpus": "festvox-ru,cards"},
                      r"read_phrase_corpus must be one or more"),
-                    ({"read_phrase_share": 0.4, "male_share": 0.3}, r"speech shares add up to 1\.12 > 1")):
+                    ({"read_phrase_share": 0.4, "male_share": 0.3}, r"speech shares add up to 1\.12 > 1"),
+                    ({"male_share": -0.1}, r"male_share must be in \[0, 1\], got -0.1")):
         with pytest.raises(UsageError, match=msg):
             TrainingData(data_version=3, **kw)
 
@@ -458,3 +459,40 @@ def test_fillets_male_keeps_the_big_fish_lines_without_a_noise_floor(tmp_path, m
         (roots[f"fillets-ng-data-{lang}"] / "usr/share/games/fillets-ng/sound/city" / lang / "vit-v-ahoj.ogg").unlink()
     with pytest.raises(ArtifactError, match="'fillets-male': no file passes the noise-floor filter"):
         sources.CORPORA["fillets-male"](tmp_path)
+
+
+def test_a_read_corpus_asked_for_that_cannot_load_is_an_error(tmp_path, monkeypatch):
+    """Other missing corpora are skipped with a warning; a read-speech corpus named with a share is not (its
+    share would silently go to the other corpora)."""
+    import cosyedge.datasets.mix as mix
+
+    cache = _fake_asterisk_cache(tmp_path, monkeypatch)
+    real = mix.load_corpus
+
+    def no_festvox(name, cache_dir=None):
+        if name == "festvox-ru":
+            raise ArtifactError("cannot download festvox-ru")
+        return real(name, cache_dir)
+
+    monkeypatch.setattr(mix, "load_corpus", no_festvox)
+    kw = {"seed": 0, "cache_dir": cache, "corpora": ("asterisk-en",), "noise_minutes_per_kind": 0.2, "data_version": 3}
+    with pytest.raises(ArtifactError, match="cannot download festvox-ru"):
+        TrainingData(**kw, read_phrase_share=0.2, read_phrase_corpus="festvox-ru")
+    assert list(TrainingData(**kw).speech_ranges) == ["asterisk-en"]  # not asked for: not loaded at all
+
+
+def test_festvox_ru_is_the_voice_database_recordings(tmp_path, monkeypatch):
+    import soundfile as sf
+
+    root = tmp_path / "festvox-ru"
+    d = root / "usr/share/festival/voices/russian/msu_ru_nsh_clunits/wav"
+    d.mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    for i in (2, 1):
+        sf.write(d / f"ru_000{i}.wav", _fake_speech(rng, 1.0 + i), SR, subtype="PCM_16")
+    (d.parent / "lab").mkdir()
+    (d.parent / "lab" / "ru_0001.lab").write_text("labels, not audio")
+    monkeypatch.setattr(sources, "fetch_package", lambda name, cache_dir=None: {"festvox-ru": root}[name])
+    c = sources.CORPORA["festvox-ru"](tmp_path)
+    assert c.names == ["ru_0001.wav", "ru_0002.wav"] and c.splits == ["train", "train"]
+    assert [c.utterance(i).size for i in range(2)] == [2 * SR, 3 * SR]

@@ -194,3 +194,37 @@ def test_torch_masks_stay_fixed_during_finetune():
     assert masks_hold(net, masks)
     w = net[0].weight.detach().numpy()
     assert _groups_ok(w, axis=1) and np.count_nonzero(w) == w.size // 2
+
+
+def test_dense_parent_must_be_a_dense_streaming_onnx_unchanged_since_the_start(pruned, tmp_path):
+    """stamp_dense_parent records only a real dense parent, and only the file hashed when the fine-tune began."""
+    import shutil
+
+    from cosyedge.artifacts import sha256_file
+    from cosyedge.errors import ArtifactError
+    from cosyedge.models import REFERENCE_WEIGHTS
+    from cosyedge.precision.sparsity import check_dense_parent, dense_parent_sha256, stamp_dense_parent
+
+    out = pruned[0]
+    sparse = tmp_path / "finetuned.sparse.stream.onnx"
+    shutil.copy(out, sparse)
+    dense = tmp_path / "dense.stream.onnx"
+    shutil.copy(REF, dense)
+    with pytest.raises(ArtifactError, match="cannot read ONNX file"):
+        check_dense_parent(sparse, REFERENCE_WEIGHTS)  # safetensors, not an ONNX
+    with pytest.raises(ArtifactError, match="not found"):
+        check_dense_parent(sparse, tmp_path / "missing.onnx")
+    with pytest.raises(UsageError, match="is the sparse model itself"):
+        check_dense_parent(sparse, sparse)
+    with pytest.raises(UsageError, match="is a 2:4-pruned model"):
+        check_dense_parent(sparse, out)  # sparsify_onnx output carries cosyedge.sparsity
+    start = check_dense_parent(sparse, dense)
+    assert start == sha256_file(REF)
+    m = onnx.load(str(dense))
+    m.doc_string = "re-exported meanwhile"
+    onnx.save(m, str(dense))
+    before = sparse.read_bytes()
+    with pytest.raises(ArtifactError, match=f"changed during the fine-tune \\(SHA-256 {start[:12]} at the start"):
+        stamp_dense_parent(sparse, dense, expect_sha256=start)
+    assert sparse.read_bytes() == before and dense_parent_sha256(sparse) is None  # nothing written
+    assert stamp_dense_parent(sparse, dense) == sha256_file(dense) == dense_parent_sha256(sparse)
