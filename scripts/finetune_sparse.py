@@ -58,7 +58,7 @@ def _train_reference():
 def main(argv=None) -> int:
     from cosyedge.datasets.mix import DATA_VERSIONS
 
-    tr_spec = _train_reference()._read_speech_spec
+    tr = _train_reference()  # loss, evaluation and the --read-phrases parser live there
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -74,7 +74,7 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--read-phrase-share", type=float, default=0.0,
                     help="as in train_reference.py: share of speech draws from real read speech (0 = off)")
-    ap.add_argument("--read-phrases", default=None, type=tr_spec, metavar="NAME[,NAME...]",
+    ap.add_argument("--read-phrases", default=None, type=tr._read_speech_spec, metavar="NAME[,NAME...]",
                     help="as in train_reference.py: which read-speech corpora --read-phrase-share adds "
                          "(default tuxpaint)")
     ap.add_argument("--male-share", type=float, default=None,
@@ -89,7 +89,7 @@ def main(argv=None) -> int:
                          "(cosyedge check refuses a sparse model fine-tuned from another dense one); default: the "
                          "bundled reference.stream.onnx when --init is the bundled weights, else none recorded")
     args = ap.parse_args(argv)
-    from cosyedge.errors import CosyEdgeError
+    from cosyedge.errors import CosyEdgeError, UsageError
     from cosyedge.models import REFERENCE_STREAM_ONNX, REFERENCE_WEIGHTS
     from cosyedge.precision.sparsity import check_dense_parent
 
@@ -112,13 +112,11 @@ def main(argv=None) -> int:
 
     sys.path.insert(0, str(REPO))
     from cosyedge.datasets.mix import TrainingData
-    from cosyedge.errors import UsageError
     from cosyedge.export import export_reference
     from cosyedge.models.reference import load_reference, save_reference
     from cosyedge.precision.sparse_torch import apply_2to4, masks_hold, reapply_masks
     from cosyedge.precision.sparsity import check_2to4, format_report, sparsify_onnx, stamp_dense_parent
 
-    tr = _train_reference()
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     rng = np.random.default_rng(args.seed)
@@ -148,7 +146,7 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     best, best_step, step, losses = pruned_v, 0, 0, []
     notes = {"dense_val_sisnri_db": dense_v, "pruned_val_sisnri_db": pruned_v, "masked_layers": sorted(masks),
-             "options": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+             "options": vars(args),
              "dense_parent": None if dense_onnx is None else {"path": str(dense_onnx), "sha256": dense_sha}}
     save_reference(model.eval(), args.out, extra={**notes, "step": 0, "val_sisnri_db": pruned_v})
     model.train()

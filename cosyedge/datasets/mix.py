@@ -459,7 +459,8 @@ class TrainingData:
                 extra = EXTRA_SPEECH_CORPORA_V2 + (EXTRA_SPEECH_CORPORA_V3 if data_version >= 3 else ())
                 corpora = SPEECH_TRAIN_CORPORA[:k] + extra + SPEECH_TRAIN_CORPORA[k:]
         # the read phrases go last (see _val_speech_end), added when a share is asked for
-        read = tuple(c for c in READ_PHRASE_CORPORA if (read_phrase_share and c in chosen) or c in corpora)
+        asked = chosen if read_phrase_share else set()  # read-speech corpora asked for by name
+        read = tuple(c for c in READ_PHRASE_CORPORA if c in asked or c in corpora)
         corpora = tuple(c for c in corpora if c not in READ_PHRASE_CORPORA) + read
         bad = {"librivox", "cards"} & set(corpora)
         if bad:
@@ -471,7 +472,7 @@ class TrainingData:
                 try:
                     c = load_corpus(name, cache_dir)
                 except (ArtifactError, DependencyError, UsageError) as e:
-                    if name == "asterisk-en" or (read_phrase_share and name in chosen):  # asked for by name
+                    if name == "asterisk-en" or name in asked:
                         raise
                     LOG.warning("speech corpus %s skipped: %s", name, e)
                     continue

@@ -252,6 +252,20 @@ class Corpus:
         """Return the utterance indices of ``split`` (``"train"``, ``"val"`` or ``"test"``)."""
         return [i for i, s in enumerate(self.splits) if s == split]
 
+    def subset(self, name: str, keep: list[int], why: str) -> "Corpus":
+        """Return a corpus called ``name`` holding the utterances ``keep`` (indices, in that order), with their
+        names, splits and speakers; ``source`` is kept.
+
+        Raises:
+            ArtifactError: ``keep`` is empty (``"corpus '<name>': no file passes the <why>"``).
+        """
+        if not keep:
+            raise ArtifactError(f"corpus '{name}': no file passes the {why}")
+        audios = [np.asarray(self.utterance(i), np.float32) for i in keep]
+        offsets = np.concatenate([[0], np.cumsum([a.size for a in audios])]).astype(np.int64)
+        return Corpus(name, np.concatenate(audios), offsets, [self.names[i] for i in keep],
+                      [self.splits[i] for i in keep], [self.speakers[i] for i in keep], self.source)
+
     def concat(self, split: str) -> np.ndarray:
         """Return all utterances of ``split`` concatenated: float32, shape (samples,)."""
         idx = self.indices(split)
@@ -407,12 +421,7 @@ def _build_tuxpaint_male_clean(cache_dir) -> Corpus:
     keep = [i for i, n in enumerate(c.names)
             if n.rsplit("_desc", 1)[-1].lstrip("_").removesuffix(".ogg") in TUXPAINT_MALE_LANGS
             and floor_range_db(c.utterance(i)) >= CLEAN_FLOOR_DB]
-    if not keep:
-        raise ArtifactError("corpus 'tuxpaint-male-clean': no file passes the filter")
-    audios = [np.asarray(c.utterance(i), np.float32) for i in keep]
-    offsets = np.concatenate([[0], np.cumsum([a.size for a in audios])]).astype(np.int64)
-    return Corpus("tuxpaint-male-clean", np.concatenate(audios), offsets, [c.names[i] for i in keep],
-                  [c.splits[i] for i in keep], [c.speakers[i] for i in keep], c.source)
+    return c.subset("tuxpaint-male-clean", keep, "filter")
 
 
 FILLETS_LANGS = ("nl", "cs")
@@ -431,12 +440,7 @@ def _build_fillets_male(cache_dir) -> Corpus:
                  for p in sorted(root.rglob(f"{lang}/*-v-*.ogg"))]
     c = _from_files("fillets-male", rows, ", ".join(f"fillets-ng-data-{lang}" for lang in FILLETS_LANGS))
     keep = [i for i in range(len(c.names)) if floor_range_db(c.utterance(i)) >= CLEAN_FLOOR_DB]
-    if not keep:
-        raise ArtifactError("corpus 'fillets-male': no file passes the noise-floor filter")
-    audios = [np.asarray(c.utterance(i), np.float32) for i in keep]
-    offsets = np.concatenate([[0], np.cumsum([a.size for a in audios])]).astype(np.int64)
-    return Corpus("fillets-male", np.concatenate(audios), offsets, [c.names[i] for i in keep],
-                  [c.splits[i] for i in keep], [c.speakers[i] for i in keep], c.source)
+    return c.subset("fillets-male", keep, "noise-floor filter")
 
 
 def _build_opensfx(cache_dir) -> Corpus:
