@@ -392,8 +392,9 @@ def main(argv=None) -> int:
     ap.add_argument("--read-phrases", default="tuxpaint", metavar="NAME[,NAME...]", type=_read_speech_spec,
                     help="which real speech --read-phrase-share adds, one or more (comma-separated) of tuxpaint (all "
                          "Tux Paint voices), tuxpaint-male-clean (its male voices without an audible noise floor), "
-                         "festvox-ru (a male speaker's 620 read sentences) and fillets-male (two male actors' "
-                         "dubbed dialogue)")
+                         "festvox-ru (a male speaker's 620 read sentences), fillets-male (two male actors' "
+                         "dubbed dialogue) and festvox-ru-voices (festvox-ru's sentences re-voiced over the low male "
+                         "range, median f0 75-125 Hz)")
     ap.add_argument("--male-share", type=float, default=0.3,
                     help="data versions 3 and 4: share of speech draws from the male-converted prompts")
     args = ap.parse_args(argv)

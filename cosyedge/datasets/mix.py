@@ -59,11 +59,12 @@ EXTRA_SPEECH_CORPORA_V3 = MALE_CONVERTED_CORPORA
 MALE_SHARE_V3 = 0.3
 """Share of speech draws given to :data:`EXTRA_SPEECH_CORPORA_V3` in data version 3."""
 
-READ_PHRASE_CORPORA = ("tuxpaint", "tuxpaint-male-clean", "festvox-ru", "fillets-male")
+READ_PHRASE_CORPORA = ("tuxpaint", "tuxpaint-male-clean", "festvox-ru", "fillets-male", "festvox-ru-voices")
 """Real read or acted speech, mostly male (:data:`cosyedge.datasets.sources.CORPORA`): Tux Paint's spoken stamp
 descriptions (all 13 voices, 178 min; or only the male voices without an audible noise floor, about 40 min), the
 620 read sentences (99.5 min) of the male speaker behind festvox-ru's unit-selection voice, and the big fish's
-lines of Fish Fillets NG's Dutch and Czech dubbing (two male actors, about 70 min). One or more of them
+lines of Fish Fillets NG's Dutch and Czech dubbing (two male actors, about 70 min), and festvox-ru's sentences
+re-voiced over the low male range (median f0 75-125 Hz, formants x0.90-1.05; :mod:`cosyedge.datasets.voice`). One or more of them
 (comma-separated) are added to any data version with ``TrainingData(read_phrase_share=, read_phrase_corpus=)``;
 together they get ``read_phrase_share`` of the speech draws, split by duration."""
 

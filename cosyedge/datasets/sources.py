@@ -23,6 +23,9 @@ Corpora (see :data:`CORPORA`):
   list. Synthetic utterances are normalised to -20 dBFS RMS.
 - ``asterisk-{en,fr,es,it,ru}-male``: the TRAINING prompts of each asterisk pack converted to a male-range
   voice (Praat "Change gender", :mod:`cosyedge.datasets.voice`; formants x0.80-0.90, median f0 85-135 Hz).
+- ``festvox-ru`` (real read sentences of one male speaker), ``festvox-ru-voices`` (those sentences re-voiced
+  over the low male range, :data:`cosyedge.datasets.voice.REVOICE_RANGES`), ``tuxpaint``, ``fillets-male``:
+  real read or acted speech added with ``--read-phrases`` (:data:`cosyedge.datasets.mix.READ_PHRASE_CORPORA`).
 - Real TRAINING noise sources: ``sound-icons`` (GPL-2+), ``freedesktop`` (``sound-theme-freedesktop``,
   GPL-2+/CC-BY-SA), ``opensfx`` (``openttd-opensfx``, CC-BY-SA 3.0 collection of freesound recordings),
   ``moh`` (``asterisk-moh-opsound-g722``, CC-BY-SA 3.0 music), ``lmms-samples`` (``lmms-common``, GPL-2+),
@@ -775,6 +778,16 @@ def _build_male(src: str, cache_dir) -> Corpus:
 
     return build_male_corpus(load_corpus(src, cache_dir), f"{src}-male")
 
+
+def _build_festvox_ru_voices(cache_dir) -> Corpus:
+    from cosyedge.datasets.voice import REVOICE_RANGES, build_converted_corpus
+
+    return build_converted_corpus(load_corpus("festvox-ru", cache_dir), "festvox-ru-voices", REVOICE_RANGES, "~revoiced")
+
+
+# festvox-ru's 620 real read sentences re-voiced, each with its own median f0 (75-125 Hz) and formant shift
+# (x0.90-1.05): one real male speaker's connected speech spread over the low male range (BSD-like, as festvox-ru)
+CORPORA["festvox-ru-voices"] = _build_festvox_ru_voices
 
 MALE_CONVERTED_CORPORA = tuple(f"asterisk-{lang}-male" for lang in ("en", "fr", "es", "it", "ru"))
 """Training prompts of the five asterisk core packs converted to male-range voices

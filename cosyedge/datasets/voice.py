@@ -1,4 +1,5 @@
-"""Voice conversion for training-data augmentation: female prompt voices -> male-range voices.
+"""Voice conversion for training-data augmentation: female prompt voices -> male-range voices, and one real
+male speaker -> many (re-voicing).
 
 Why: the real connected speech in the training data (the asterisk prompt packs) is almost all female
 (median f0 180-225 Hz per pack), while read male speech (f0 80-130 Hz) is what users and the LibriVox
@@ -18,6 +19,7 @@ so the validation set never hears a converted copy of itself.
 from __future__ import annotations
 
 import hashlib
+from typing import NamedTuple
 
 import numpy as np
 
@@ -33,6 +35,30 @@ PITCH_MEDIAN_RANGE_HZ = (85.0, 135.0)
 
 PITCH_RANGE_FACTOR_RANGE = (0.8, 1.2)
 """Intonation range scale drawn per utterance (1 = keep the source's pitch excursions)."""
+
+
+class VoiceRanges(NamedTuple):
+    """Ranges the per-utterance conversion parameters are drawn from (uniformly, by a hash of the name).
+
+    Attributes:
+        formant_ratio (tuple[float, float]): formant shift ratio (< 1 lowers formants: a longer vocal tract).
+        pitch_median_hz (tuple[float, float]): new median f0, Hz.
+        pitch_range_factor (tuple[float, float]): scale of the pitch excursions around the median.
+    """
+
+    formant_ratio: tuple[float, float]
+    pitch_median_hz: tuple[float, float]
+    pitch_range_factor: tuple[float, float]
+
+
+MALE_RANGES = VoiceRanges(FORMANT_RATIO_RANGE, PITCH_MEDIAN_RANGE_HZ, PITCH_RANGE_FACTOR_RANGE)
+"""Female prompt voices -> male-range voices (data version 3's ``asterisk-*-male`` corpora)."""
+
+REVOICE_RANGES = VoiceRanges((0.90, 1.05), (75.0, 125.0), (0.8, 1.2))
+"""One real male speaker -> other male voices (``festvox-ru-voices``): festvox-ru's speaker (median f0 about
+115-150 Hz) moved over the low male range, where real readers such as the LibriVox test reader (80-100 Hz) sit
+and where the model is weakest, and to slightly longer and shorter vocal tracts. Shifts this small keep PSOLA
+resynthesis close to natural speech."""
 
 
 def _parselmouth():
@@ -95,38 +121,44 @@ def change_gender(x: np.ndarray, formant_ratio: float, pitch_median_hz: float, p
     return y / max(1.0, peak / 0.99) if np.isfinite(peak) else np.zeros_like(y)
 
 
-def conversion_params(name: str) -> tuple[float, float, float]:
+def conversion_params(name: str, ranges: VoiceRanges = MALE_RANGES) -> tuple[float, float, float]:
     """Deterministic per-utterance (formant ratio, new pitch median Hz, pitch range factor) from a hash of
-    the utterance name: uniform in :data:`FORMANT_RATIO_RANGE`, :data:`PITCH_MEDIAN_RANGE_HZ`,
-    :data:`PITCH_RANGE_FACTOR_RANGE`."""
+    the utterance name (str): each uniform in its range of ``ranges`` (:class:`VoiceRanges`; default
+    :data:`MALE_RANGES`)."""
     h = hashlib.sha1(name.encode()).digest()
     u = [int.from_bytes(h[4 * i : 4 * i + 4], "little") / 2**32 for i in range(3)]
-    lo = (FORMANT_RATIO_RANGE[0], PITCH_MEDIAN_RANGE_HZ[0], PITCH_RANGE_FACTOR_RANGE[0])
-    hi = (FORMANT_RATIO_RANGE[1], PITCH_MEDIAN_RANGE_HZ[1], PITCH_RANGE_FACTOR_RANGE[1])
-    return tuple(float(a + (b - a) * v) for a, b, v in zip(lo, hi, u))
+    return tuple(float(lo + (hi - lo) * v) for (lo, hi), v in zip(ranges, u))
 
 
-def convert_to_male(x: np.ndarray, name: str) -> np.ndarray:
-    """Convert utterance ``x`` (float (T,), 16 kHz) to a male-range voice with the parameters and Praat seed
-    derived from its ``name`` (:func:`conversion_params`): the same utterance always converts the same way.
+def convert_voice(x: np.ndarray, name: str, ranges: VoiceRanges = MALE_RANGES) -> np.ndarray:
+    """Convert utterance ``x`` (float (T,), 16 kHz) with the parameters (:func:`conversion_params` over
+    ``ranges``) and Praat seed derived from its ``name``: the same utterance always converts the same way.
 
     Returns:
         np.ndarray: float32, shape (T,). Raises as :func:`change_gender`.
     """
     seed = int.from_bytes(hashlib.sha1(name.encode()).digest()[12:16], "little") & 0x7FFFFFFF
-    return change_gender(x, *conversion_params(name), seed=seed)
+    return change_gender(x, *conversion_params(name, ranges), seed=seed)
 
 
-def build_male_corpus(source, name: str):
-    """Return a new corpus: every TRAINING utterance of ``source`` converted to a male-range voice.
+def convert_to_male(x: np.ndarray, name: str) -> np.ndarray:
+    """:func:`convert_voice` with :data:`MALE_RANGES`: utterance ``x`` (float (T,), 16 kHz) to a male-range
+    voice. Returns float32, shape (T,); raises as :func:`change_gender`."""
+    return convert_voice(x, name, MALE_RANGES)
+
+
+def build_converted_corpus(source, name: str, ranges: VoiceRanges = MALE_RANGES, speaker_suffix: str = "~male"):
+    """Return a new corpus: every TRAINING utterance of ``source`` converted with :func:`convert_voice`.
 
     Args:
         source (cosyedge.datasets.sources.Corpus): Source corpus (16 kHz); its ``"val"``/``"test"``
-            utterances are skipped.
+            utterances are skipped, and so are utterances under 0.25 s, with non-finite samples, or that
+            Praat cannot convert or turns to silence.
         name (str): Name of the new corpus.
+        ranges (VoiceRanges): Ranges of the per-utterance parameters.
+        speaker_suffix (str): Appended to each speaker id.
     Returns:
-        cosyedge.datasets.sources.Corpus: all utterances split ``"train"``, speaker ids suffixed ``~male``,
-        ``meta`` recording the conversion ranges.
+        cosyedge.datasets.sources.Corpus: all utterances split ``"train"``, ``meta`` recording the ranges.
     Raises:
         DependencyError: praat-parselmouth is missing.
         ArtifactError: no utterance could be converted.
@@ -140,19 +172,30 @@ def build_male_corpus(source, name: str):
         if x.size < SAMPLE_RATE_HZ // 4 or not np.isfinite(x).all():  # too short for a pitch analysis, or broken
             continue
         try:
-            y = convert_to_male(x, source.names[i])
+            y = convert_voice(x, source.names[i], ranges)
         except ArtifactError:
             continue
         if not np.any(y):  # Praat gave silence: not speech
             continue
         audios.append(y)
         names.append(source.names[i])
-        speakers.append(f"{source.speakers[i]}~male")
+        speakers.append(f"{source.speakers[i]}{speaker_suffix}")
     if not audios:
         raise ArtifactError(f"corpus '{name}': no utterance of {source.name} could be converted")
     offsets = np.concatenate([[0], np.cumsum([a.size for a in audios])]).astype(np.int64)
     meta = {"converted_from": source.name, "method": "Praat Change gender (parselmouth)",
-            "formant_ratio": FORMANT_RATIO_RANGE, "pitch_median_hz": PITCH_MEDIAN_RANGE_HZ,
-            "pitch_range_factor": PITCH_RANGE_FACTOR_RANGE}
+            "formant_ratio": ranges.formant_ratio, "pitch_median_hz": ranges.pitch_median_hz,
+            "pitch_range_factor": ranges.pitch_range_factor}
     return Corpus(name, np.concatenate(audios), offsets, names, ["train"] * len(audios), speakers,
                   f"{source.source} (voice-converted)", meta)
+
+
+def build_male_corpus(source, name: str):
+    """Return a new corpus: every TRAINING utterance of ``source`` converted to a male-range voice
+    (:func:`build_converted_corpus` with :data:`MALE_RANGES`, speaker ids suffixed ``~male``).
+
+    Raises:
+        DependencyError: praat-parselmouth is missing.
+        ArtifactError: no utterance could be converted.
+    """
+    return build_converted_corpus(source, name, MALE_RANGES, "~male")

@@ -114,3 +114,32 @@ def test_conversion_is_reproducible():
     a, b = voice.convert_to_male(x, "u1"), voice.convert_to_male(x, "u1")
     assert np.array_equal(a, b)
     assert np.array_equal(voice.change_gender(x, 0.85, 110.0, seed=3), voice.change_gender(x, 0.85, 110.0, seed=3))
+
+
+def test_ranges_default_to_male_and_revoice_draws_in_its_own_ranges():
+    assert voice.conversion_params("u1") == voice.conversion_params("u1", voice.MALE_RANGES)
+    lows = []
+    for name in (f"ru_{i:04d}.wav" for i in range(200)):
+        fr, f0, pr = voice.conversion_params(name, voice.REVOICE_RANGES)
+        assert 0.90 <= fr <= 1.05 and 75.0 <= f0 <= 125.0 and 0.8 <= pr <= 1.2
+        lows.append(f0)
+    assert min(lows) < 80 and max(lows) > 120  # spread over the whole range, not one voice
+
+
+def test_festvox_ru_voices_revoices_each_sentence_to_its_own_low_male_pitch(tmp_path, monkeypatch):
+    """festvox-ru-voices: every sentence of festvox-ru (a male speaker, f0 ~140 Hz here) converted with its
+    own parameters from REVOICE_RANGES; lengths and names kept, speakers marked."""
+    names = [f"ru_{i:04d}.wav" for i in (1, 2, 3)]
+    utts = [_female_vowels(1.5, f0_hz=140.0) for _ in names]
+    off = np.concatenate([[0], np.cumsum([u.size for u in utts])]).astype(np.int64)
+    fake = sources.Corpus("festvox-ru", np.concatenate(utts), off, names, ["train"] * 3, ["msu_ru_nsh"] * 3, "festvox-ru")
+    monkeypatch.setattr(sources, "load_corpus", lambda name, cache_dir=None: {"festvox-ru": fake}[name])
+    c = sources.CORPORA["festvox-ru-voices"](tmp_path)
+    assert c.name == "festvox-ru-voices" and c.names == names
+    assert c.speakers == ["msu_ru_nsh~revoiced"] * 3 and c.splits == ["train"] * 3
+    assert c.meta["converted_from"] == "festvox-ru" and tuple(c.meta["pitch_median_hz"]) == (75.0, 125.0)
+    for i, n in enumerate(names):
+        y = c.utterance(i)
+        assert y.size == utts[i].size
+        target = voice.conversion_params(n, voice.REVOICE_RANGES)[1]
+        assert abs(_median_f0(y) - target) < 0.12 * target, (n, _median_f0(y), target)
