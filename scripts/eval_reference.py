@@ -67,6 +67,16 @@ def main(argv=None) -> int:
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
 
+    from cosyedge.errors import CosyEdgeError
+
+    try:
+        return _evaluate(args)
+    except CosyEdgeError as err:  # a missing or wrong engine, a test package that cannot be fetched: one line
+        print(f"[!] {err}", file=sys.stderr)
+        return err.exit_code
+
+
+def _evaluate(args) -> int:
     from cosyedge.build.ort import default_engine, load_engine
     from cosyedge.datasets import test_pairs
     from cosyedge.runtime import enhance_array
