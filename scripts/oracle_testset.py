@@ -18,6 +18,14 @@ window at N/2 + 1 bins, a synthesis window on the last 320 samples, so the laten
 change the noisy phase, so where speech and noise overlap in a bin the residual stays; this bounds every
 gain/mask model with this filterbank, including the bundled one (see docs/model-card.md).
 
+**Pitch comb pre-filter** (row ``320/iam+pitch``): the headroom of RNNoise's pitch filtering (Valin 2018,
+arXiv:1709.08243) at this filterbank. In voiced frames the noisy input is averaged with itself one TRUE pitch
+period earlier (Praat's pitch of the clean speech; causal, :func:`comb_prefilter`): harmonics add up, noise
+that is not periodic at that lag does not. Then, per 200 Hz band and frame, the oracle keeps the ideal amplitude
+mask applied to the plain or to the comb-filtered STFT, whichever is closer to the clean speech. Picking the
+better of two versions gains something by chance alone, so the row ``320/iam+pitch-wrong-lag`` repeats it with
+the period x1.37 (a comb that does not fit the voice) as the control.
+
 Sources: ideal ratio/amplitude masks, Wang, Narayanan & Wang, "On training targets for supervised speech
 separation", IEEE/ACM TASLP 22(12), 2014 (doi:10.1109/TASLP.2014.2352935); Wiener gain, Loizou,
 "Speech Enhancement: Theory and Practice", 2nd ed., ch. 6.
@@ -106,6 +114,66 @@ def apply_oracle_asym(noisy: np.ndarray, clean: np.ndarray, kind: str, win: int)
     return out[HOP: HOP + noisy.size]
 
 
+PITCH_BAND_BINS = 4
+"""Bins (50 Hz each at the 320-sample window) per band of the pitch oracle's choice: 200 Hz bands."""
+
+WRONG_LAG_FACTOR = 1.37
+"""Pitch period scale of the control row ``320/iam+pitch-wrong-lag``."""
+
+
+def true_pitch_periods(clean: np.ndarray, n_frames: int) -> np.ndarray:
+    """Pitch period per 10 ms hop of the clean speech (float (T,), 16 kHz): int samples, shape (n_frames,),
+    0 where unvoiced. Praat's autocorrelation pitch (Boersma 1993; parselmouth), 60-400 Hz, read at each
+    hop's centre. Raises ImportError without praat-parselmouth (the ``data`` extra)."""
+    import parselmouth
+
+    snd = parselmouth.Sound(clean.astype(np.float64), 16000)
+    pitch = snd.to_pitch(time_step=HOP / 16000, pitch_floor=60.0, pitch_ceiling=400.0)
+    f0 = np.nan_to_num(np.array([pitch.get_value_at_time(min((t + 0.5) * HOP / 16000, snd.duration))
+                                 for t in range(n_frames)], dtype=np.float64))
+    return np.where(f0 > 0, np.round(16000 / np.maximum(f0, 1.0)), 0).astype(np.int64)
+
+
+def comb_prefilter(x: np.ndarray, periods: np.ndarray) -> np.ndarray:
+    """Causal pitch comb filter: ``(x[n] + x[n - T]) / 2`` for the samples of each hop with period T > 0
+    (``periods``: int, one per 160-sample hop), ``x[n]`` elsewhere and before the first period. float64
+    (T,), same length as ``x``. A signal that is periodic with T passes unchanged."""
+    y = np.array(x, dtype=np.float64)
+    for t, per in enumerate(periods):
+        a, b = t * HOP, min((t + 1) * HOP, x.size)
+        if per <= 0 or a >= x.size:
+            continue
+        idx = np.arange(a, b)
+        ok = idx - per >= 0
+        y[idx[ok]] = 0.5 * (x[idx[ok]] + x[idx[ok] - per])
+    return y
+
+
+def apply_oracle_pitch(noisy: np.ndarray, clean: np.ndarray, lag_scale: float = 1.0,
+                       band_bins: int = PITCH_BAND_BINS) -> np.ndarray:
+    """Return the pitch-oracle signal: float64 (T,), same length as ``noisy``. Per band of ``band_bins`` bins
+    and frame (320-sample sqrt-Hann STFT, hop 160), the ideal amplitude mask on the plain or on the
+    comb-filtered (:func:`comb_prefilter`, the true period x ``lag_scale``) noisy STFT, whichever is closer
+    to the clean STFT. Raises ImportError without praat-parselmouth."""
+    from scipy.signal import istft, stft
+
+    w = np.sqrt(np.hanning(320 + 1)[:-1])
+    kw = {"fs": 16000, "window": w, "nperseg": 320, "noverlap": 160}
+    periods = true_pitch_periods(clean, noisy.size // HOP + 1)
+    periods = np.where(periods > 0, np.round(periods * lag_scale), 0).astype(np.int64)
+    _, _, x = stft(noisy, **kw)
+    _, _, s = stft(clean, **kw)
+    _, _, c = stft(comb_prefilter(noisy, periods), **kw)
+    ya, yc = oracle_gain("iam", s, x - s, x) * x, oracle_gain("iam", s, c - s, c) * c
+    y = ya.copy()
+    for b in range(0, x.shape[0], band_bins):
+        ea = np.sum(np.abs(ya[b:b + band_bins] - s[b:b + band_bins]) ** 2, axis=0)
+        ec = np.sum(np.abs(yc[b:b + band_bins] - s[b:b + band_bins]) ** 2, axis=0)
+        y[b:b + band_bins] = np.where(ec < ea, yc[b:b + band_bins], ya[b:b + band_bins])
+    _, out = istft(y, **kw)
+    return out[: noisy.size]
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -125,6 +193,12 @@ def main(argv=None) -> int:
 
     rows: dict = {}
     try:
+        import parselmouth  # noqa: F401 (the pitch rows need Praat's pitch tracker)
+        pitch_rows = (("320/iam+pitch", 1.0), ("320/iam+pitch-wrong-lag", WRONG_LAG_FACTOR))
+    except ImportError:
+        print("praat-parselmouth is not installed (the 'data' extra): the pitch rows are skipped", file=sys.stderr)
+        pitch_rows = ()
+    try:
         pairs = json.loads(manifest.read_text())["pairs"]
         if not pairs:
             raise ValueError("no pairs")
@@ -138,6 +212,10 @@ def main(argv=None) -> int:
                         gain = float(si_snr(apply(noisy, clean, kind, win), clean)) - base
                         for group in (f"{p['condition']}@{p['snr_db']:g}dB", f"all@{p['snr_db']:g}dB"):
                             rows.setdefault(f"{win}{tag}/{kind}", {}).setdefault(group, []).append(gain)
+            for label, scale in pitch_rows:
+                gain = float(si_snr(apply_oracle_pitch(noisy, clean, scale), clean)) - base
+                for group in (f"{p['condition']}@{p['snr_db']:g}dB", f"all@{p['snr_db']:g}dB"):
+                    rows.setdefault(label, {}).setdefault(group, []).append(gain)
     except (OSError, ValueError, KeyError, TypeError, CosyEdgeError) as err:  # JSONDecodeError is a ValueError
         print(f"test set {args.testset} unusable ({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}); "
               f"regenerate it: python scripts/make_testset.py --out {args.testset}", file=sys.stderr)
