@@ -26,7 +26,10 @@ mask applied to the plain or to the comb-filtered STFT, whichever is closer to t
 better of two versions gains something by chance alone, so the row ``320/iam+pitch-wrong-lag`` repeats it with
 the period x1.37 (a comb that does not fit the voice) as the control, and the row ``320/iam+pitch-causal``
 with the period a streaming model could know: estimated from the NOISY input's last 40 ms only
-(:func:`causal_pitch_periods`, normalised autocorrelation, 50-400 Hz).
+(:func:`causal_pitch_periods`, normalised autocorrelation, 50-400 Hz), and the row ``320/iam+pitch-lw`` with
+the period the bundled model could read off its own long-window features (:func:`lw_pitch_periods`: the
+power of the Hann-windowed 1024-sample frame's lowest 128 bins, 0-2 kHz, cosine-transformed into a
+band-limited autocorrelation; about 36 k MAC per hop).
 
 Sources: ideal ratio/amplitude masks, Wang, Narayanan & Wang, "On training targets for supervised speech
 separation", IEEE/ACM TASLP 22(12), 2014 (doi:10.1109/TASLP.2014.2352935); Wiener gain, Loizou,
@@ -158,6 +161,27 @@ def causal_pitch_periods(x: np.ndarray, n_frames: int, window: int = 640, min_la
     return out
 
 
+def lw_pitch_periods(x: np.ndarray, n_frames: int, window: int = 1024, bins: int = 128, min_lag: int = 40,
+                     max_lag: int = 320) -> np.ndarray:
+    """Pitch period per 10 ms hop from the power spectrum of the causal long window (the bundled model's
+    long-window features: Hann-windowed ``window`` samples ending at each hop's end, lowest ``bins`` bins):
+    the lag in [``min_lag``, ``max_lag``] samples maximising the band-limited autocorrelation
+    ``r(tau) = sum_k |X_k|^2 cos(2 pi k tau / window)`` (Wiener-Khinchin). ``x``: float (T,), 16 kHz.
+    int (n_frames,), 0 where the frame is silent. A multiple of the period may win, as in
+    :func:`causal_pitch_periods`."""
+    xp = np.concatenate([np.zeros(window), np.asarray(x, np.float64)])
+    lags = np.arange(min_lag, max_lag + 1)
+    cos = np.cos(2 * np.pi * np.outer(lags, np.arange(bins)) / window)  # (lags, bins)
+    hann = np.hanning(window + 1)[:-1]
+    out = np.zeros(n_frames, np.int64)
+    for t in range(n_frames):
+        end = min((t + 1) * HOP + window, xp.size)
+        power = np.abs(np.fft.rfft(xp[end - window:end] * hann)[:bins]) ** 2
+        if power.sum() > 1e-12:
+            out[t] = lags[int(np.argmax(cos @ power))]
+    return out
+
+
 def comb_prefilter(x: np.ndarray, periods: np.ndarray) -> np.ndarray:
     """Causal pitch comb filter: ``(x[n] + x[n - T]) / 2`` for the samples of each hop with period T > 0
     (``periods``: int, one per 160-sample hop), ``x[n]`` elsewhere and before the first period. float64
@@ -174,18 +198,24 @@ def comb_prefilter(x: np.ndarray, periods: np.ndarray) -> np.ndarray:
 
 
 def apply_oracle_pitch(noisy: np.ndarray, clean: np.ndarray, lag_scale: float = 1.0,
-                       band_bins: int = PITCH_BAND_BINS, causal: bool = False) -> np.ndarray:
+                       band_bins: int = PITCH_BAND_BINS, causal: str = "") -> np.ndarray:
     """Return the pitch-oracle signal: float64 (T,), same length as ``noisy``. Per band of ``band_bins`` bins
     and frame (320-sample sqrt-Hann STFT, hop 160), the ideal amplitude mask on the plain or on the
-    comb-filtered (:func:`comb_prefilter`, the true period x ``lag_scale``; with ``causal``, the period
-    :func:`causal_pitch_periods` estimates from the noisy input) noisy STFT, whichever is closer to the clean
-    STFT. Raises ImportError without praat-parselmouth (not needed with ``causal``)."""
+    comb-filtered (:func:`comb_prefilter`, the true period x ``lag_scale``; with ``causal="autocorr"`` or
+    ``"lw"``, the period :func:`causal_pitch_periods` or :func:`lw_pitch_periods` estimates from the noisy
+    input) noisy STFT, whichever is closer to the clean STFT. Raises ImportError without praat-parselmouth
+    (not needed with ``causal``); ValueError for another ``causal``."""
     from scipy.signal import istft, stft
 
     w = np.sqrt(np.hanning(320 + 1)[:-1])
     kw = {"fs": 16000, "window": w, "nperseg": 320, "noverlap": 160}
     n_frames = noisy.size // HOP + 1
-    periods = causal_pitch_periods(noisy, n_frames) if causal else true_pitch_periods(clean, n_frames)
+    estimators = {"": lambda: true_pitch_periods(clean, n_frames),
+                  "autocorr": lambda: causal_pitch_periods(noisy, n_frames),
+                  "lw": lambda: lw_pitch_periods(noisy, n_frames)}
+    if causal not in estimators:
+        raise ValueError(f"unknown pitch estimate {causal!r} (one of {sorted(estimators)})")
+    periods = estimators[causal]()
     periods = np.where(periods > 0, np.round(periods * lag_scale), 0).astype(np.int64)
     _, _, x = stft(noisy, **kw)
     _, _, s = stft(clean, **kw)
@@ -221,11 +251,11 @@ def main(argv=None) -> int:
     try:
         import parselmouth  # noqa: F401 (the pitch rows need Praat's pitch tracker)
         pitch_rows = (("320/iam+pitch", {}), ("320/iam+pitch-wrong-lag", {"lag_scale": WRONG_LAG_FACTOR}),
-                      ("320/iam+pitch-causal", {"causal": True}))
+                      ("320/iam+pitch-causal", {"causal": "autocorr"}), ("320/iam+pitch-lw", {"causal": "lw"}))
     except ImportError:
         print("praat-parselmouth is not installed (the 'data' extra): only the causal pitch row is scored",
               file=sys.stderr)
-        pitch_rows = (("320/iam+pitch-causal", {"causal": True}),)
+        pitch_rows = (("320/iam+pitch-causal", {"causal": "autocorr"}), ("320/iam+pitch-lw", {"causal": "lw"}))
     try:
         pairs = json.loads(manifest.read_text())["pairs"]
         if not pairs:

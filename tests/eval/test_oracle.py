@@ -110,3 +110,18 @@ def test_causal_pitch_finds_the_period_of_a_voice_in_noise_from_the_past_only():
     y[8000:] = rng.standard_normal(8000)  # another future
     assert np.array_equal(oracle.causal_pitch_periods(y, n)[:8000 // oracle.HOP], per[:8000 // oracle.HOP])
     assert not np.any(oracle.causal_pitch_periods(np.zeros(3200), 20))  # silence: no period
+
+
+def test_long_window_pitch_agrees_with_the_time_domain_estimate_and_unknown_estimate_is_refused():
+    """The band-limited autocorrelation of the 1024-sample window's 0-2 kHz power finds the 125 Hz voice's
+    period (or a multiple) like the time-domain search; an unknown estimator name is a ValueError."""
+    rng = np.random.default_rng(4)
+    t = np.arange(16000) / 16000
+    voice = 0.3 * sum(np.sin(2 * np.pi * 125 * k * t) / k for k in range(1, 20))
+    x = voice + 0.05 * rng.standard_normal(t.size)
+    per = oracle.lw_pitch_periods(x, 100)[7:]  # after the first 1024 samples
+    k = np.round(per / 128)
+    assert np.all(k >= 1) and np.all(np.abs(per - 128 * k) <= 2) and np.mean(k == 1) > 0.5
+    assert not np.any(oracle.lw_pitch_periods(np.zeros(3200), 20))
+    with pytest.raises(ValueError, match="unknown pitch estimate 'yin'"):
+        oracle.apply_oracle_pitch(x, voice, causal="yin")
