@@ -198,24 +198,25 @@ def comb_prefilter(x: np.ndarray, periods: np.ndarray) -> np.ndarray:
 
 
 def apply_oracle_pitch(noisy: np.ndarray, clean: np.ndarray, lag_scale: float = 1.0,
-                       band_bins: int = PITCH_BAND_BINS, causal: str = "") -> np.ndarray:
+                       band_bins: int = PITCH_BAND_BINS, pitch: str = "true") -> np.ndarray:
     """Return the pitch-oracle signal: float64 (T,), same length as ``noisy``. Per band of ``band_bins`` bins
     and frame (320-sample sqrt-Hann STFT, hop 160), the ideal amplitude mask on the plain or on the
-    comb-filtered (:func:`comb_prefilter`, the true period x ``lag_scale``; with ``causal="autocorr"`` or
-    ``"lw"``, the period :func:`causal_pitch_periods` or :func:`lw_pitch_periods` estimates from the noisy
-    input) noisy STFT, whichever is closer to the clean STFT. Raises ImportError without praat-parselmouth
-    (not needed with ``causal``); ValueError for another ``causal``."""
+    comb-filtered (:func:`comb_prefilter`) noisy STFT, whichever is closer to the clean STFT. The comb's
+    period (x ``lag_scale``) comes from ``pitch``: ``"true"`` (:func:`true_pitch_periods` of the clean speech),
+    ``"autocorr"`` (:func:`causal_pitch_periods` of the noisy input) or ``"lw"`` (:func:`lw_pitch_periods` of
+    the noisy input). Raises ImportError without praat-parselmouth for ``"true"``; ValueError for another
+    ``pitch``."""
     from scipy.signal import istft, stft
 
     w = np.sqrt(np.hanning(320 + 1)[:-1])
     kw = {"fs": 16000, "window": w, "nperseg": 320, "noverlap": 160}
     n_frames = noisy.size // HOP + 1
-    estimators = {"": lambda: true_pitch_periods(clean, n_frames),
+    estimators = {"true": lambda: true_pitch_periods(clean, n_frames),
                   "autocorr": lambda: causal_pitch_periods(noisy, n_frames),
                   "lw": lambda: lw_pitch_periods(noisy, n_frames)}
-    if causal not in estimators:
-        raise ValueError(f"unknown pitch estimate {causal!r} (one of {sorted(estimators)})")
-    periods = estimators[causal]()
+    if pitch not in estimators:
+        raise ValueError(f"unknown pitch estimate {pitch!r} (one of {sorted(estimators)})")
+    periods = estimators[pitch]()
     periods = np.where(periods > 0, np.round(periods * lag_scale), 0).astype(np.int64)
     _, _, x = stft(noisy, **kw)
     _, _, s = stft(clean, **kw)
@@ -251,11 +252,11 @@ def main(argv=None) -> int:
     try:
         import parselmouth  # noqa: F401 (the pitch rows need Praat's pitch tracker)
         pitch_rows = (("320/iam+pitch", {}), ("320/iam+pitch-wrong-lag", {"lag_scale": WRONG_LAG_FACTOR}),
-                      ("320/iam+pitch-causal", {"causal": "autocorr"}), ("320/iam+pitch-lw", {"causal": "lw"}))
+                      ("320/iam+pitch-causal", {"pitch": "autocorr"}), ("320/iam+pitch-lw", {"pitch": "lw"}))
     except ImportError:
         print("praat-parselmouth is not installed (the 'data' extra): only the causal pitch row is scored",
               file=sys.stderr)
-        pitch_rows = (("320/iam+pitch-causal", {"causal": "autocorr"}), ("320/iam+pitch-lw", {"causal": "lw"}))
+        pitch_rows = (("320/iam+pitch-causal", {"pitch": "autocorr"}), ("320/iam+pitch-lw", {"pitch": "lw"}))
     try:
         pairs = json.loads(manifest.read_text())["pairs"]
         if not pairs:

@@ -124,4 +124,4 @@ def test_long_window_pitch_agrees_with_the_time_domain_estimate_and_unknown_esti
     assert np.all(k >= 1) and np.all(np.abs(per - 128 * k) <= 2) and np.mean(k == 1) > 0.5
     assert not np.any(oracle.lw_pitch_periods(np.zeros(3200), 20))
     with pytest.raises(ValueError, match="unknown pitch estimate 'yin'"):
-        oracle.apply_oracle_pitch(x, voice, causal="yin")
+        oracle.apply_oracle_pitch(x, voice, pitch="yin")
