@@ -64,9 +64,12 @@ def band_budget(model, noisy: np.ndarray, clean: np.ndarray) -> dict:
     s = torch.from_numpy(clean.astype(np.float32))[None, None]
     with torch.no_grad():
         spec_x, spec_s = model.analysis(x), model.analysis(s)
-        g, coefs = model.estimate(spec_x, model.long_spec(x))
-        out_s = model.apply_filter(spec_s, g, coefs)
-        out_n = model.apply_filter(spec_x - spec_s, g, coefs)
+        lw_spec = model.long_spec(x)
+        comb_x = model.comb_input(x, lw_spec)
+        filt = model.estimate(spec_x, lw_spec, comb_x)
+        comb_s = None if comb_x is None else model.comb_spec(s, model.pitch_lags(lw_spec))
+        out_s = model.apply_filter(spec_s, *filt, comb=comb_s)
+        out_n = model.apply_filter(spec_x - spec_s, *filt, comb=None if comb_x is None else comb_x - comb_s)
 
     def power(spec):  # (1, 2F, T) -> (F, T) float64
         return (spec[0, :f] ** 2 + spec[0, f:] ** 2).double().numpy()
@@ -81,7 +84,7 @@ def band_budget(model, noisy: np.ndarray, clean: np.ndarray) -> dict:
     return {"speech": sp.sum(1) / tot, "noise": np_.sum(1) / tot,
             "distortion": power(out_s - spec_s).sum(1) / tot, "residual": power(out_n).sum(1) / tot,
             "oracle_distortion": ((1 - iam) ** 2 * sp).sum(1) / tot, "oracle_residual": (iam ** 2 * np_).sum(1) / tot,
-            "gain": g[0].double().numpy().mean(1)}
+            "gain": filt[0][0].double().numpy().mean(1)}
 
 
 SPEECH_BANDS_HZ = ((0, 1), (1, 60), (60, 100), (100, 150), (150, 300), (300, 8000))

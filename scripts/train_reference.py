@@ -14,10 +14,11 @@ held-out real noise are never used here). Loss: thresholded negative SNR on the 
 aligned by the model's delay (Wisdom et al. 2020, arXiv:2011.02329, "soft-thresholded SNR").
 Model selection by SI-SNR improvement on the validation pairs (held-out asterisk prompts).
 
-The bundled weights were made in five stages (``--init`` chains them); the commands, and the runs tried
+The bundled weights were made in six stages (``--init`` chains them); the commands, and the runs tried
 since and not kept, are in docs/model-card.md ("Recipe of the bundled weights", "Tried after stage 4").
 Model growth from a checkpoint keeps its function: ``--add-dilations`` (identity blocks), ``--add-df``
-(zero deep-filter head), ``--add-lw`` (zero long-window feature conv). ``--ema`` evaluates and saves an
+(zero deep-filter head), ``--add-lw`` (zero long-window feature conv), ``--add-pitch-comb`` (zero comb
+feature conv, comb mix 0.0003: nearly the same function). ``--ema`` evaluates and saves an
 exponential moving average of the weights; ``--select last`` keeps the end of the schedule instead of
 the best validation checkpoint.
 
@@ -77,14 +78,17 @@ def batch_loss(model, noisy: np.ndarray, clean: np.ndarray, delay: int, speech_w
     n_samples = noisy.shape[-1]
     x = torch.from_numpy(noisy)[:, None]
     s = torch.from_numpy(clean)
-    spec = model.analysis(x)
-    g, coefs = model.estimate(spec, model.long_spec(x))
-    y = model.synthesis(model.apply_filter(spec, g, coefs))[:, 0]
+    spec, lw_spec = model.analysis(x), model.long_spec(x)
+    comb = model.comb_input(x, lw_spec)
+    filt = model.estimate(spec, lw_spec, comb)
+    y = model.synthesis(model.apply_filter(spec, *filt, comb=comb))[:, 0]
     ref, mix = s[:, : n_samples - delay], x[:, 0, : n_samples - delay]
     a = speech_weight
     if a == 0.5:
         return thresholded_snr_loss(y[:, delay:], ref, mix)
-    y_s = model.synthesis(model.apply_filter(model.analysis(s[:, None]), g, coefs))[:, 0, delay:]
+    # the filter is linear in its input: the clean speech through it (the comb with the noisy input's lags)
+    comb_s = None if comb is None else model.comb_spec(s[:, None], model.pitch_lags(lw_spec))
+    y_s = model.synthesis(model.apply_filter(model.analysis(s[:, None]), *filt, comb=comb_s))[:, 0, delay:]
     y_n = y[:, delay:] - y_s
     err = 2 * a * ((y_s - ref) ** 2).sum(-1) + 2 * (1 - a) * (y_n ** 2).sum(-1)
     return thresholded_snr_loss(y[:, delay:], ref, mix, err_energy=err)
@@ -184,6 +188,20 @@ def add_long_window(model, window: int, bins: int):
     if model.config.lw_window:
         raise ValueError(f"the --init model already has long-window features (window {model.config.lw_window})")
     return _grown_copy(model, ("lw_",), lw_window=window, lw_bins=bins)
+
+
+def add_pitch_comb(model):
+    """Return a copy of ``model`` (ReferenceEnhancer with long-window features, no pitch comb) with the pitch
+    comb path (``EnhancerConfig.pitch_comb``): its feature conv is zero and its mix head starts at
+    m = 0.0003, so the extended model computes nearly the same function; the caller sets the comb features'
+    normalisation with ``set_feature_stats(x, pitch_comb_only=True)``.
+
+    Raises:
+        ValueError: ``model`` already has the pitch comb, or has no long-window features.
+    """
+    if model.config.pitch_comb:
+        raise ValueError("the --init model already has the pitch comb")
+    return _grown_copy(model, ("pc_",), pitch_comb=True)
 
 
 def regrid_window(model, win: int):
@@ -363,6 +381,10 @@ def main(argv=None) -> int:
                          "from the same function")
     ap.add_argument("--lw", default=None, metavar="W,BINS", type=_lw_spec,
                     help="from scratch: model with long-window features of W samples on the lowest BINS bins")
+    ap.add_argument("--add-pitch-comb", action="store_true",
+                    help="with --init: add the pitch comb path (RNNoise-style pitch filter, "
+                         "cosyedge.models.reference; needs long-window features), its feature conv zero and its "
+                         "mix near 0, so training resumes from nearly the same function")
     ap.add_argument("--add-window", type=int, default=None, metavar="N",
                     help="with --init: move the model to an N-sample STFT analysis window (asymmetric low-latency "
                          "window when N > 320, e.g. 768 = 48 ms, 20.8 Hz bins; same 20 ms latency), its per-bin convs "
@@ -406,6 +428,8 @@ def main(argv=None) -> int:
         ap.error("--df builds a model from scratch; with --init use --add-df")
     if args.add_lw and not args.init:
         ap.error("--add-lw needs --init (use --lw from scratch)")
+    if args.add_pitch_comb and not args.init:
+        ap.error("--add-pitch-comb needs --init (a trained model with long-window features)")
     if args.lw and args.init:
         ap.error("--lw builds a model from scratch; with --init use --add-lw")
     if args.add_window is not None and not args.init:
@@ -452,6 +476,8 @@ def main(argv=None) -> int:
             model = add_long_window(model, *args.add_lw).train()
         if args.add_window is not None:
             model = regrid_window(model, args.add_window).train()
+        if args.add_pitch_comb:
+            model = add_pitch_comb(model).train()
     except (CosyEdgeError, ValueError) as err:
         ap.error(str(err))
     t_prep = time.perf_counter()
@@ -478,6 +504,10 @@ def main(argv=None) -> int:
                                 for _ in range(16)])
         model.set_feature_stats(torch.from_numpy(stats)[:, None], long_window_only=not new_main,
                                 main_only=new_main and bool(args.init) and not args.add_lw)
+    if args.add_pitch_comb:  # the comb features are new; every other normalisation stays
+        stats = np.concatenate([data.batch(args.batch, 32000, np.random.default_rng(args.seed + 1))[0]
+                                for _ in range(16)])
+        model.set_feature_stats(torch.from_numpy(stats)[:, None], pitch_comb_only=True)
     params = [p for p in model.parameters() if p.requires_grad]
     print(f"trainable parameters: {sum(p.numel() for p in params)}", flush=True)
     opt = torch.optim.AdamW(params, lr=args.lr, weight_decay=1e-4)

@@ -29,6 +29,17 @@ Architecture (gain estimation in an STFT filterbank domain, all causal):
    no latency; W = 1024 (64 ms, 15.6 Hz bins) resolves the harmonics of a low voice that the 20 ms
    window blurs into one main lobe (its 161 bins are 50 Hz apart). The gains are still applied in the
    20 ms STFT. Its input history (W - 160 samples) is one more streaming state.
+   Optional pitch comb (``pitch_comb``, needs the long window): RNNoise's pitch filter (Valin 2018,
+   arXiv:1709.08243) at this filterbank. The pitch period T (40-320 samples, 400-50 Hz) per frame is the
+   lag that maximises the band-limited autocorrelation of the long window's power (Wiener-Khinchin:
+   ``r(T) = sum_k |L_k|^2 cos(2 pi k T / W)``, a fixed (lags x lw_bins) matrix); the analysis frame is
+   averaged with the input one period earlier (``(x[n] + x[n - T]) / 2``, from a fixed framing
+   :class:`~cosyedge.nn.CausalConv1dDownsample` of the last 2 * win samples: one more streaming state) and
+   transformed with the analysis basis into a comb spectrum C. Its normalised log power enters the estimator
+   through a zero-initialised 1x1 conv, and a per-bin mix ``m = sigmoid(.)`` (its head initialised to
+   m = 0.0003) filters ``g * (X + m (C - X))`` instead of ``g * X``: harmonics add up in C, noise that is not
+   periodic at T does not. Ideal masks with this choice per 200 Hz band reach 7.8 dB SI-SNRi at 5 dB on the
+   test set against 6.4 dB without it (``scripts/oracle_testset.py``, row ``320/iam+pitch-lw``).
 5. Synthesis: :class:`~cosyedge.nn.CausalConv1dUpsample` (2F -> 1, factor 160, kernel 2 frames) with
    the fixed sqrt-Hann inverse-DFT basis: exactly overlap-add inverse STFT. The output is delayed by one
    hop (160 samples) relative to the input: algorithmic latency = chunk (10 ms) + delay (10 ms) = 20 ms.
@@ -81,6 +92,8 @@ class EnhancerConfig:
             1024 = 64 ms.
         lw_bins (int): lowest bins of the long window used as features (0 < lw_bins <= W/2 + 1 when
             W > 0); 128 bins of a 1024 window = 0-2 kHz.
+        pitch_comb (bool): the pitch comb path (module docstring); needs ``lw_window`` > 0 and the symmetric
+            window (``win_samples`` = 2 * hop).
     """
 
     sample_rate_hz: int = 16000
@@ -95,6 +108,7 @@ class EnhancerConfig:
     df_bins: int = 0
     lw_window: int = 0
     lw_bins: int = 0
+    pitch_comb: bool = False
 
     @property
     def n_bins(self) -> int:
@@ -106,6 +120,13 @@ class EnhancerConfig:
         """int: output delay w.r.t. input (one hop, from the 50 % overlap-add of the 2 * hop synthesis
         window, for every ``win_samples``)."""
         return self.hop_samples
+
+
+PITCH_LAG_RANGE = (40, 320)
+"""Pitch periods searched by the pitch comb, samples at 16 kHz (400-50 Hz)."""
+
+PITCH_MIX_INIT_BIAS = -8.0
+"""Initial bias of the pitch comb's mix head: m = sigmoid(-8) = 0.0003, nearly the plain gain model."""
 
 
 class GatedBlock(nn.Module):
@@ -189,6 +210,25 @@ class ReferenceEnhancer(nn.Module):
             self.lw_inp = nn.Conv1d(b_lw, cfg.channels, 1)
             nn.init.zeros_(self.lw_inp.weight)
             nn.init.zeros_(self.lw_inp.bias)
+        if cfg.pitch_comb:
+            if not w_lw or cfg.win_samples != 2 * cfg.hop_samples:
+                raise ValueError(f"pitch_comb needs the long-window features (lw_window > 0, got {w_lw}) and the "
+                                 f"symmetric window (win_samples = {2 * cfg.hop_samples}, got {cfg.win_samples})")
+            lo, hi = PITCH_LAG_RANGE
+            cos = np.cos(2 * np.pi * np.outer(np.arange(lo, hi + 1), np.arange(b_lw)) / w_lw)
+            self.register_buffer("pc_cos", torch.from_numpy(cos.astype(np.float32)), persistent=False)
+            w2 = 2 * cfg.win_samples  # the analysis frame and one maximal period before it
+            self.pc_frames = CausalConv1dDownsample(1, w2, cfg.hop_samples, w2, bias=False)
+            self.pc_frames.conv.weight.data.copy_(torch.eye(w2)[:, None, :])
+            self.pc_frames.conv.weight.requires_grad_(False)
+            self.register_buffer("pc_mean", torch.zeros(f))
+            self.register_buffer("pc_scale", torch.ones(f))
+            self.pc_inp = nn.Conv1d(f, cfg.channels, 1)
+            nn.init.zeros_(self.pc_inp.weight)
+            nn.init.zeros_(self.pc_inp.bias)
+            self.pc_out = nn.Conv1d(cfg.channels, f, 1)
+            nn.init.zeros_(self.pc_out.weight)
+            nn.init.constant_(self.pc_out.bias, PITCH_MIX_INIT_BIAS)
 
     def log_power(self, spec: torch.Tensor) -> torch.Tensor:
         """spec (N, 2B, T) float32 (Re; Im of B bins) -> log bin power (N, B, T) float32 (natural log)."""
@@ -201,17 +241,49 @@ class ReferenceEnhancer(nn.Module):
         when ``lw_window`` is 0."""
         return self.lw_analysis(x) if self.config.lw_window else None
 
+    def pitch_lags(self, lw_spec: torch.Tensor) -> torch.Tensor:
+        """lw_spec (N, 2 * lw_bins, T) float32 from :meth:`long_spec` -> pitch period per frame (N, T) int64,
+        samples in :data:`PITCH_LAG_RANGE` (the band-limited autocorrelation maximum; a multiple of the
+        period may win, which still combs every harmonic)."""
+        b = lw_spec.shape[1] // 2
+        power = lw_spec[:, :b] * lw_spec[:, :b] + lw_spec[:, b:] * lw_spec[:, b:]
+        return torch.matmul(self.pc_cos, power).argmax(dim=1) + PITCH_LAG_RANGE[0]
+
+    def comb_spec(self, x: torch.Tensor, lags: torch.Tensor) -> torch.Tensor:
+        """Comb spectrum: x (N, 1, T) float32, lags (N, T / hop) int64 from :meth:`pitch_lags` -> (N, 2F, T / hop)
+        float32 (Re; Im), the analysis of ``(x[n] + x[n - T]) / 2`` over each frame. Linear in ``x`` for
+        given ``lags`` (training passes the clean speech with the noisy input's lags)."""
+        w = self.config.win_samples
+        frames = self.pc_frames(x)  # (N, 2W, T): the last 2W samples up to each hop's end
+        idx = (w - lags)[:, None, :] + torch.arange(w, device=x.device)[None, :, None]  # (N, W, T) in [0, 2W)
+        comb = 0.5 * (frames[:, w:] + torch.gather(frames, 1, idx))
+        return torch.matmul(self.analysis.conv.weight[:, 0, :], comb)
+
+    def comb_input(self, x: torch.Tensor, lw_spec: torch.Tensor | None) -> torch.Tensor | None:
+        """x (N, 1, T) float32 and its :meth:`long_spec` -> the comb spectrum (N, 2F, T / hop) of
+        :meth:`comb_spec` at :meth:`pitch_lags`, or None without ``pitch_comb``."""
+        return self.comb_spec(x, self.pitch_lags(lw_spec)) if self.config.pitch_comb else None
+
     @torch.no_grad()
-    def set_feature_stats(self, x: torch.Tensor, long_window_only: bool = False, main_only: bool = False) -> None:
+    def set_feature_stats(self, x: torch.Tensor, long_window_only: bool = False, main_only: bool = False,
+                          pitch_comb_only: bool = False) -> None:
         """Set the per-bin feature mean and scale (1/std) from training audio x (N, 1, T) float32: of both
         feature windows when the long window is on, of the long one alone with ``long_window_only``
         (when it is added to a trained model), of the main STFT alone with ``main_only`` (when a trained
-        model moves to another analysis window).
+        model moves to another analysis window), of the pitch comb's spectrum alone with ``pitch_comb_only``
+        (when the comb is added to a trained model; otherwise it is set with the long window's).
 
         Raises:
             ValueError: ``long_window_only`` for a model without long-window features, or together with
-                ``main_only``.
+                ``main_only``; ``pitch_comb_only`` for a model without the comb, or with another option.
         """
+        if pitch_comb_only:
+            if not self.config.pitch_comb or long_window_only or main_only:
+                raise ValueError("set_feature_stats(pitch_comb_only=True) needs a pitch-comb model and no other option")
+            lp = self.log_power(self.comb_input(x, self.lw_analysis(x)))
+            self.pc_mean.copy_(lp.mean(dim=(0, 2)))
+            self.pc_scale.copy_(1.0 / lp.std(dim=(0, 2)).clamp_min(1e-3))
+            return
         if long_window_only and not self.config.lw_window:
             raise ValueError("set_feature_stats(long_window_only=True) on a model without long-window features")
         if long_window_only and main_only:
@@ -219,44 +291,57 @@ class ReferenceEnhancer(nn.Module):
         pairs = [] if long_window_only else [(self.analysis(x), self.feat_mean, self.feat_scale)]
         if self.config.lw_window and not main_only:
             pairs.append((self.lw_analysis(x), self.lw_mean, self.lw_scale))
+        if self.config.pitch_comb and not main_only:
+            pairs.append((self.comb_input(x, self.lw_analysis(x)), self.pc_mean, self.pc_scale))
         for spec, mean, scale in pairs:
             lp = self.log_power(spec)  # (N, bins, T)
             mean.copy_(lp.mean(dim=(0, 2)))
             scale.copy_(1.0 / lp.std(dim=(0, 2)).clamp_min(1e-3))
 
-    def estimate(self, spec: torch.Tensor, lw_spec: torch.Tensor | None = None
-                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def estimate(self, spec: torch.Tensor, lw_spec: torch.Tensor | None = None, comb: torch.Tensor | None = None
+                 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
         """Estimate the filter from the noisy spectrum.
 
         Args:
             spec (torch.Tensor): (N, 2F, T) float32, Re then Im of the noisy STFT.
             lw_spec (torch.Tensor | None): (N, 2 * lw_bins, T) float32 from :meth:`long_spec`; required
                 exactly when ``lw_window`` > 0.
+            comb (torch.Tensor | None): (N, 2F, T) float32 comb spectrum from :meth:`comb_input`; required
+                exactly when ``pitch_comb`` is set.
         Returns:
             tuple: gains (N, F, T) float32 in [floor, 1]; deep-filter coefficients (N, 2 * df_bins * K, T)
-            float32 in (-1, 1) (Re then Im, bin-major, lag-minor), or None when ``df_order`` is 0.
+            float32 in (-1, 1) (Re then Im, bin-major, lag-minor), or None when ``df_order`` is 0; the pitch
+            comb mix (N, F, T) float32 in (0, 1), or None without ``pitch_comb``.
         Raises:
-            ValueError: ``lw_spec`` missing for a model with the long window, or given to one without.
+            ValueError: ``lw_spec`` or ``comb`` missing for a model with the long window or the comb, or given
+                to one without.
         """
         if (lw_spec is None) == bool(self.config.lw_window):
             raise ValueError(f"estimate: long-window spectrum {'missing' if lw_spec is None else 'given'} "
                              f"for a model with lw_window {self.config.lw_window}")
+        if (comb is None) == self.config.pitch_comb:
+            raise ValueError(f"estimate: comb spectrum {'missing' if comb is None else 'given'} "
+                             f"for a model with pitch_comb {self.config.pitch_comb}")
         lp = self.log_power(spec)
         h = self.inp((lp - self.feat_mean[:, None]) * self.feat_scale[:, None])
         if lw_spec is not None:
             h = h + self.lw_inp((self.log_power(lw_spec) - self.lw_mean[:, None]) * self.lw_scale[:, None])
+        if comb is not None:
+            h = h + self.pc_inp((self.log_power(comb) - self.pc_mean[:, None]) * self.pc_scale[:, None])
         for blk in self.blocks:
             h = blk(h)
         fl = self.config.gain_floor
         g = fl + (1.0 - fl) * torch.sigmoid(self.out(h))
-        return g, (torch.tanh(self.df_out(h)) if self.config.df_order else None)
+        return (g, torch.tanh(self.df_out(h)) if self.config.df_order else None,
+                torch.sigmoid(self.pc_out(h)) if comb is not None else None)
 
     def gains(self, spec: torch.Tensor, lw_spec: torch.Tensor | None = None) -> torch.Tensor:
         """spec (N, 2F, T) float32 (Re; Im) [, lw_spec as in :meth:`estimate`] -> gains (N, F, T) float32
         in [floor, 1]."""
         return self.estimate(spec, lw_spec)[0]
 
-    def apply_filter(self, spec: torch.Tensor, g: torch.Tensor, coefs: torch.Tensor | None) -> torch.Tensor:
+    def apply_filter(self, spec: torch.Tensor, g: torch.Tensor, coefs: torch.Tensor | None,
+                     mix: torch.Tensor | None = None, comb: torch.Tensor | None = None) -> torch.Tensor:
         """Apply gains and the deep filter (see the module docstring) to a spectrum.
 
         The filter is linear in ``spec``, so training can pass the clean spectrum with the coefficients
@@ -267,16 +352,25 @@ class ReferenceEnhancer(nn.Module):
             g (torch.Tensor): (N, F, T) float32 gains from :meth:`estimate`.
             coefs (torch.Tensor | None): (N, 2 * df_bins * df_order, T) float32 deep-filter coefficients
                 from :meth:`estimate` (Re then Im, bin-major, lag-minor); None exactly when ``df_order`` is 0.
+            mix (torch.Tensor | None): (N, F, T) float32 pitch comb mix from :meth:`estimate`, and
+            comb (torch.Tensor | None): (N, 2F, T) float32 comb spectrum of the same signal as ``spec``
+                (:meth:`comb_spec` with the noisy input's lags): both exactly when ``pitch_comb`` is set;
+                the gains then filter ``spec + mix (comb - spec)``.
         Returns:
             torch.Tensor: (N, 2F, T) float32 filtered spectrum.
         Raises:
-            ValueError: ``coefs`` given to a model without a deep filter, or missing for one with it.
+            ValueError: ``coefs`` given to a model without a deep filter, or missing for one with it;
+                ``mix``/``comb`` given to a model without the pitch comb, or missing for one with it.
         """
         f, k, fd = self.config.n_bins, self.config.df_order, self.config.df_bins
         if (coefs is None) != (k == 0):
             raise ValueError(f"apply_filter: deep-filter coefficients {'missing' if coefs is None else 'given'} "
                              f"for a model with df_order {k}")
-        out = spec * torch.cat([g, g], dim=1)
+        if (mix is None or comb is None) == self.config.pitch_comb:
+            raise ValueError(f"apply_filter: comb mix and spectrum {'missing' if mix is None or comb is None else 'given'}"
+                             f" for a model with pitch_comb {self.config.pitch_comb}")
+        src = spec if mix is None else spec + torch.cat([mix, mix], dim=1) * (comb - spec)
+        out = src * torch.cat([g, g], dim=1)
         if coefs is None:
             return out
         n, t = spec.shape[0], spec.shape[-1]
@@ -289,8 +383,9 @@ class ReferenceEnhancer(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x (N, 1, T) float32 -> enhanced (N, 1, T) float32, 160 samples late."""
-        spec = self.analysis(x)
-        return self.synthesis(self.apply_filter(spec, *self.estimate(spec, self.long_spec(x))))
+        spec, lw_spec = self.analysis(x), self.long_spec(x)
+        comb = self.comb_input(x, lw_spec)
+        return self.synthesis(self.apply_filter(spec, *self.estimate(spec, lw_spec, comb), comb=comb))
 
     def stream_metadata(self) -> dict:
         """dict: model-level contract fields for export (name, sample rate, hop, delay)."""
@@ -362,4 +457,8 @@ def count_macs_per_second(config: EnhancerConfig) -> float:
         per_frame += c * 2 * config.df_bins * config.df_order + 4 * config.df_bins * config.df_order
     if config.lw_window:  # long-window analysis + its 1x1 conv
         per_frame += 2 * config.lw_bins * config.lw_window + config.lw_bins * c
+    if config.pitch_comb:  # autocorrelation, framing, comb analysis, feature conv, mix head, mixing
+        lags = PITCH_LAG_RANGE[1] - PITCH_LAG_RANGE[0] + 1
+        w2 = 2 * config.win_samples
+        per_frame += lags * config.lw_bins + w2 * w2 + 2 * f * config.win_samples + 2 * f * c + 2 * f
     return per_frame * config.sample_rate_hz / config.hop_samples

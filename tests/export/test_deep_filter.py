@@ -42,7 +42,7 @@ def test_filter_equals_numpy_definition():
     x = torch.from_numpy(noise_input(3200))
     with torch.no_grad():
         spec = model.analysis(x)
-        g, c = model.estimate(spec)
+        g, c, _ = model.estimate(spec)
         out = model.apply_filter(spec, g, c).numpy()[0]
     f = model.config.n_bins
     s, g, c = spec.numpy()[0], g.numpy()[0], c.numpy()[0]
@@ -65,7 +65,7 @@ def test_apply_filter_refuses_mismatched_coefficients():
     plain = ReferenceEnhancer(EnhancerConfig(channels=16, dilations=(1, 2))).eval()
     with torch.no_grad():
         spec = model.analysis(torch.from_numpy(noise_input(1600)))
-        g, c = model.estimate(spec)
+        g, c, _ = model.estimate(spec)
         with pytest.raises(ValueError, match="coefficients missing for a model with df_order 3"):
             model.apply_filter(spec, g, None)
         with pytest.raises(ValueError, match="coefficients given for a model with df_order 0"):

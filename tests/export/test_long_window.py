@@ -144,6 +144,7 @@ def test_long_window_streams_exactly(tmp_path, dynamo):
 @pytest.mark.parametrize("argv, message", [
     (["--add-lw", "1024"], "expected W,BINS"),
     (["--add-lw", "1024,128"], "--add-lw needs --init"),
+    (["--add-pitch-comb"], "--add-pitch-comb needs --init"),
     (["--lw", "1024,128", "--init", "x.safetensors"], "--lw builds a model from scratch"),
     (["--ema", "1.0"], "--ema must be in [0, 1)"),
     (["--select", "best"], "invalid choice"),

@@ -1,0 +1,129 @@
+"""The reference enhancer's optional pitch comb (``EnhancerConfig.pitch_comb``, RNNoise-style pitch filter).
+
+Checks the pitch search on a voice of known period, that the comb passes a periodic signal unchanged and
+averages a signal with itself one period earlier, that ``train_reference.add_pitch_comb`` resumes from nearly
+the same function (mix 0.0003), that a bad config and mismatched inputs are refused, and that export ->
+streamify streams exactly (1e-5; the framing of the last 640 samples becomes one more state).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from models_torch import noise_input, run_streaming, train_reference_module  # noqa: E402
+
+from cosyedge.export import onnx_from_torch  # noqa: E402
+from cosyedge.models.reference import EnhancerConfig, ReferenceEnhancer  # noqa: E402
+from cosyedge.surgery import streamify  # noqa: E402
+
+W, BINS = 1024, 128
+
+
+def _voice(seconds: float = 1.0, f0: float = 125.0) -> torch.Tensor:
+    t = torch.arange(int(16000 * seconds)) / 16000
+    return (0.3 * sum(torch.sin(2 * np.pi * f0 * k * t) / k for k in range(1, 15)))[None, None].float()
+
+
+def _pc_model(seed: int = 0) -> ReferenceEnhancer:
+    """A small pitch-comb model whose comb feature conv and mix head are random (non-trivial), eval mode."""
+    torch.manual_seed(seed)
+    model = ReferenceEnhancer(EnhancerConfig(channels=16, dilations=(1, 2), lw_window=W, lw_bins=BINS,
+                                             pitch_comb=True)).eval()
+    model.set_feature_stats(torch.from_numpy(noise_input(8000, seed=5)))
+    with torch.no_grad():
+        model.pc_inp.weight.normal_(0.0, 0.3)
+        model.pc_out.weight.normal_(0.0, 0.3)
+        model.pc_out.bias.zero_()
+        model.out.bias.normal_(0.0, 1.0)
+    return model
+
+
+def test_pitch_search_finds_the_period_and_the_comb_passes_a_periodic_voice():
+    model = _pc_model()
+    v = _voice()
+    with torch.no_grad():
+        lags = model.pitch_lags(model.long_spec(v))[0]
+        comb, plain = model.comb_spec(v, lags[None]), model.analysis(v)
+    assert torch.all(lags[7:] == 128)  # 16000 / 125 Hz, once the 1024-sample window is full
+    assert float((comb - plain)[..., 4:].abs().max() / plain.abs().max()) < 1e-4
+
+
+def test_comb_spectrum_is_the_analysis_of_the_signal_averaged_with_itself_one_period_earlier():
+    model = _pc_model()
+    x = torch.from_numpy(noise_input(3200))
+    lags = torch.full((1, 20), 200, dtype=torch.int64)
+    want = x.clone()
+    want[..., 200:] = 0.5 * (x[..., 200:] + x[..., :-200])
+    with torch.no_grad():
+        got, ref = model.comb_spec(x, lags), model.analysis(want)
+    # frames from the third on see only samples >= 200 (frame t covers (t - 1) * 160 .. (t + 1) * 160)
+    assert float((got - ref)[..., 3:].abs().max()) <= 1e-5 * float(ref.abs().max())
+
+
+def test_bad_config_and_mismatched_inputs_are_refused():
+    with pytest.raises(ValueError, match="pitch_comb needs the long-window features"):
+        ReferenceEnhancer(EnhancerConfig(pitch_comb=True))
+    with pytest.raises(ValueError, match="symmetric window"):
+        ReferenceEnhancer(EnhancerConfig(win_samples=768, lw_window=W, lw_bins=BINS, pitch_comb=True))
+    model = _pc_model()
+    x = torch.from_numpy(noise_input(1600))
+    with torch.no_grad():
+        spec, lw = model.analysis(x), model.long_spec(x)
+        comb = model.comb_input(x, lw)
+        with pytest.raises(ValueError, match="comb spectrum missing for a model with pitch_comb True"):
+            model.estimate(spec, lw)
+        g, c, m = model.estimate(spec, lw, comb)
+        with pytest.raises(ValueError, match="comb mix and spectrum missing for a model with pitch_comb True"):
+            model.apply_filter(spec, g, c)
+    with pytest.raises(ValueError, match="pitch_comb_only=True\\) needs a pitch-comb model"):
+        ReferenceEnhancer(EnhancerConfig(lw_window=W, lw_bins=BINS)).set_feature_stats(x, pitch_comb_only=True)
+
+
+def test_add_pitch_comb_resumes_from_nearly_the_same_function():
+    tr = train_reference_module()
+    torch.manual_seed(0)
+    plain = ReferenceEnhancer(EnhancerConfig(channels=16, dilations=(1, 2), lw_window=W, lw_bins=BINS)).eval()
+    plain.set_feature_stats(torch.from_numpy(noise_input(8000, seed=5)))
+    with torch.no_grad():
+        plain.out.bias.normal_(0.0, 1.0)
+        plain.lw_inp.weight.normal_(0.0, 0.3)
+    ext = tr.add_pitch_comb(plain).eval()
+    assert dataclasses.asdict(ext.config) == {**dataclasses.asdict(plain.config), "pitch_comb": True}
+    x = torch.from_numpy(noise_input())
+    before = (ext.feat_mean.clone(), ext.lw_mean.clone())
+    ext.set_feature_stats(x, pitch_comb_only=True)
+    assert torch.equal(ext.feat_mean, before[0]) and torch.equal(ext.lw_mean, before[1])  # trained ones kept
+    assert ext.pc_scale.min() > 0 and ext.pc_mean.abs().sum() > 0
+    with torch.no_grad():
+        a, b = plain(x), ext(x)
+        assert float((a - b).abs().max()) <= 1e-3 * float(a.abs().max())  # mix sigmoid(-8) = 0.0003
+        ext.pc_out.bias.zero_()
+        assert float((plain(x) - ext(x)).abs().max()) > 1e-2 * float(a.abs().max())  # the comb acts once trained
+    with pytest.raises(ValueError, match="already has the pitch comb"):
+        tr.add_pitch_comb(ext)
+    with pytest.raises(ValueError, match="pitch_comb needs the long-window features"):
+        tr.add_pitch_comb(ReferenceEnhancer(EnhancerConfig(channels=8, dilations=(1,))))
+
+
+def test_pitch_comb_streams_exactly(tmp_path):
+    model = _pc_model()
+    full = onnx_from_torch(model, tmp_path / "pc.onnx", dynamo=False)
+    contract = streamify(full, tmp_path / "pc.stream.onnx")
+    shapes = [tuple(s.shape[1:]) for s in contract.states]
+    assert (1, 2 * model.config.win_samples - model.config.hop_samples) in shapes  # the comb's framing history
+    assert len(shapes) == len(model.config.dilations) + 4  # analysis, long analysis, framing, blocks, synthesis
+    x = (_voice(0.3).numpy() + 0.3 * noise_input(4800)).astype(np.float32)
+    with torch.no_grad():
+        ref = model(torch.from_numpy(x)).numpy()
+    for chunk in (160, 480):
+        y = run_streaming(tmp_path / "pc.stream.onnx", contract, x, chunk)
+        assert y.shape == ref.shape
+        assert float(np.abs(y - ref).max()) <= 1e-5
