@@ -132,11 +132,6 @@ def noise_input(n: int = 16000, seed: int = 1):
 
 def train_reference_module():
     """``scripts/train_reference.py`` imported as a module (it is a script, not part of the package)."""
-    import importlib.util
-    from pathlib import Path
+    from tests.scripts import load_script
 
-    path = Path(__file__).resolve().parents[1] / "scripts" / "train_reference.py"
-    spec = importlib.util.spec_from_file_location("train_reference", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("train_reference")

@@ -3,19 +3,9 @@ traceback, and no JSON report is written."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _eval_reference():
-    spec = importlib.util.spec_from_file_location("eval_reference", ROOT / "scripts" / "eval_reference.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from tests.scripts import load_script
 
 
 @pytest.mark.parametrize("engine, message", [
@@ -25,7 +15,7 @@ def _eval_reference():
 def test_bad_engine_is_one_line_and_nonzero(engine, message, tmp_path, capsys):
     (tmp_path / "not-an-onnx.onnx").write_bytes(b"this is not a protobuf")
     out = tmp_path / "eval.json"
-    rc = _eval_reference().main(["--engine", engine.format(tmp=tmp_path), "--no-rnnoise", "--json", str(out)])
+    rc = load_script("eval_reference").main(["--engine", engine.format(tmp=tmp_path), "--no-rnnoise", "--json", str(out)])
     err = capsys.readouterr().err.strip()
     assert rc != 0
     assert err.startswith("[!] ") and "\n" not in err and "Traceback" not in err

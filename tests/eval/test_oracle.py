@@ -1,18 +1,13 @@
 """scripts/oracle_testset.py: the oracle real-mask bounds quoted in docs/model-card.md."""
 
-import importlib.util
-from pathlib import Path
-
 import numpy as np
 import pytest
 
 from cosyedge.datasets import si_snr
+from tests.scripts import load_script
 
 pytest.importorskip("scipy")
-_spec = importlib.util.spec_from_file_location(
-    "oracle_testset", Path(__file__).resolve().parents[2] / "scripts" / "oracle_testset.py")
-oracle = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(oracle)
+oracle = load_script("oracle_testset")
 
 
 def _tone_speech(n: int) -> np.ndarray:

@@ -3,22 +3,20 @@ by scripts/make_testset.py."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 from pathlib import Path
 
 import pytest
 
+from tests.scripts import load_script
+
 ROOT = Path(__file__).resolve().parents[2]
 MANIFEST = ROOT / "cosyedge" / "assets" / "testset" / "manifest.json"
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("make_testset", ROOT / "scripts" / "make_testset.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("make_testset")
 
 
 def test_manifest_lists_30_pairs_of_heldout_speech_and_noise():

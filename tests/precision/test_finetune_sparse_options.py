@@ -3,22 +3,12 @@ prepared or any training starts: read-speech options, the dense parent it will r
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
-from pathlib import Path
 
 import pytest
 
 from cosyedge.models import REFERENCE_STREAM_ONNX, REFERENCE_WEIGHTS
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _finetune_sparse():
-    spec = importlib.util.spec_from_file_location("finetune_sparse", ROOT / "scripts" / "finetune_sparse.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from tests.scripts import load_script
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -40,7 +30,7 @@ def test_bad_options_exit_2_before_training(argv, message, tmp_path, capsys, mon
     if "{tmp}/pruned.onnx" in argv:
         sparsify_onnx(REFERENCE_STREAM_ONNX, tmp_path / "pruned.onnx")
     argv = [a.format(tmp=tmp_path) for a in argv]
-    fs = _finetune_sparse()
+    fs = load_script("finetune_sparse")
 
     def no_load(*a, **k):
         raise AssertionError("weights loaded before the options were checked")
