@@ -129,6 +129,21 @@ PITCH_MIX_INIT_BIAS = -8.0
 """Initial bias of the pitch comb's mix head: m = sigmoid(-8) = 0.0003, nearly the plain gain model."""
 
 
+def _zero_conv(in_channels: int, out_channels: int, bias: float = 0.0) -> nn.Conv1d:
+    """1x1 ``nn.Conv1d`` (in_channels -> out_channels) with zero weights and every bias ``bias``: a head or
+    feature input added to a trained model leaves its function as it was (or sets a fixed start value)."""
+    conv = nn.Conv1d(in_channels, out_channels, 1)
+    nn.init.zeros_(conv.weight)
+    nn.init.constant_(conv.bias, bias)
+    return conv
+
+
+def _fix_weight(conv: nn.Conv1d, weight: torch.Tensor) -> None:
+    """Set ``conv``'s weight (same shape, float32) to a fixed basis and exclude it from training."""
+    conv.weight.data.copy_(weight)
+    conv.weight.requires_grad_(False)
+
+
 class GatedBlock(nn.Module):
     """Residual gated dilated causal conv block over frames: (N, C, T) -> (N, C, T) float32.
 
@@ -191,11 +206,8 @@ class ReferenceEnhancer(nn.Module):
             taps = torch.zeros(2 * fd * k, 1, k)
             for j in range(k):
                 taps[j::k, 0, k - 1 - j] = 1.0
-            self.df_taps.conv.weight.data.copy_(taps)
-            self.df_taps.conv.weight.requires_grad_(False)
-            self.df_out = nn.Conv1d(cfg.channels, 2 * fd * k, 1)
-            nn.init.zeros_(self.df_out.weight)
-            nn.init.zeros_(self.df_out.bias)
+            _fix_weight(self.df_taps.conv, taps)
+            self.df_out = _zero_conv(cfg.channels, 2 * fd * k)
         w_lw, b_lw = cfg.lw_window, cfg.lw_bins
         if w_lw < 0 or (w_lw and (w_lw <= cfg.win_samples or not 0 < b_lw <= w_lw // 2 + 1)) \
                 or (not w_lw and b_lw):
@@ -203,13 +215,10 @@ class ReferenceEnhancer(nn.Module):
                              f"lw_window > {cfg.win_samples} with 0 < lw_bins <= lw_window/2 + 1")
         if w_lw:
             self.lw_analysis = CausalConv1dDownsample(1, 2 * b_lw, cfg.hop_samples, w_lw, bias=False)
-            self.lw_analysis.conv.weight.data.copy_(torch.from_numpy(long_window_basis(w_lw, b_lw)))
-            self.lw_analysis.conv.weight.requires_grad_(False)
+            _fix_weight(self.lw_analysis.conv, torch.from_numpy(long_window_basis(w_lw, b_lw)))
             self.register_buffer("lw_mean", torch.zeros(b_lw))
             self.register_buffer("lw_scale", torch.ones(b_lw))
-            self.lw_inp = nn.Conv1d(b_lw, cfg.channels, 1)
-            nn.init.zeros_(self.lw_inp.weight)
-            nn.init.zeros_(self.lw_inp.bias)
+            self.lw_inp = _zero_conv(b_lw, cfg.channels)
         if cfg.pitch_comb:
             if not w_lw or cfg.win_samples != 2 * cfg.hop_samples:
                 raise ValueError(f"pitch_comb needs the long-window features (lw_window > 0, got {w_lw}) and the "
@@ -219,16 +228,11 @@ class ReferenceEnhancer(nn.Module):
             self.register_buffer("pc_cos", torch.from_numpy(cos.astype(np.float32)), persistent=False)
             w2 = 2 * cfg.win_samples  # the analysis frame and one maximal period before it
             self.pc_frames = CausalConv1dDownsample(1, w2, cfg.hop_samples, w2, bias=False)
-            self.pc_frames.conv.weight.data.copy_(torch.eye(w2)[:, None, :])
-            self.pc_frames.conv.weight.requires_grad_(False)
+            _fix_weight(self.pc_frames.conv, torch.eye(w2)[:, None, :])
             self.register_buffer("pc_mean", torch.zeros(f))
             self.register_buffer("pc_scale", torch.ones(f))
-            self.pc_inp = nn.Conv1d(f, cfg.channels, 1)
-            nn.init.zeros_(self.pc_inp.weight)
-            nn.init.zeros_(self.pc_inp.bias)
-            self.pc_out = nn.Conv1d(cfg.channels, f, 1)
-            nn.init.zeros_(self.pc_out.weight)
-            nn.init.constant_(self.pc_out.bias, PITCH_MIX_INIT_BIAS)
+            self.pc_inp = _zero_conv(f, cfg.channels)
+            self.pc_out = _zero_conv(cfg.channels, f, PITCH_MIX_INIT_BIAS)
 
     def log_power(self, spec: torch.Tensor) -> torch.Tensor:
         """spec (N, 2B, T) float32 (Re; Im of B bins) -> log bin power (N, B, T) float32 (natural log)."""
@@ -277,22 +281,22 @@ class ReferenceEnhancer(nn.Module):
             ValueError: ``long_window_only`` for a model without long-window features, or together with
                 ``main_only``; ``pitch_comb_only`` for a model without the comb, or with another option.
         """
-        if pitch_comb_only:
-            if not self.config.pitch_comb or long_window_only or main_only:
-                raise ValueError("set_feature_stats(pitch_comb_only=True) needs a pitch-comb model and no other option")
-            lp = self.log_power(self.comb_input(x, self.lw_analysis(x)))
-            self.pc_mean.copy_(lp.mean(dim=(0, 2)))
-            self.pc_scale.copy_(1.0 / lp.std(dim=(0, 2)).clamp_min(1e-3))
-            return
+        if pitch_comb_only and (not self.config.pitch_comb or long_window_only or main_only):
+            raise ValueError("set_feature_stats(pitch_comb_only=True) needs a pitch-comb model and no other option")
         if long_window_only and not self.config.lw_window:
             raise ValueError("set_feature_stats(long_window_only=True) on a model without long-window features")
         if long_window_only and main_only:
             raise ValueError("set_feature_stats: long_window_only and main_only exclude each other")
-        pairs = [] if long_window_only else [(self.analysis(x), self.feat_mean, self.feat_scale)]
-        if self.config.lw_window and not main_only:
-            pairs.append((self.lw_analysis(x), self.lw_mean, self.lw_scale))
-        if self.config.pitch_comb and not main_only:
-            pairs.append((self.comb_input(x, self.lw_analysis(x)), self.pc_mean, self.pc_scale))
+        lw_spec = self.lw_analysis(x) if self.config.lw_window and not main_only else None  # the comb needs it too
+        comb = self.comb_input(x, lw_spec) if self.config.pitch_comb and lw_spec is not None else None
+        if pitch_comb_only:
+            pairs = [(comb, self.pc_mean, self.pc_scale)]
+        else:
+            pairs = [] if long_window_only else [(self.analysis(x), self.feat_mean, self.feat_scale)]
+            if lw_spec is not None:
+                pairs.append((lw_spec, self.lw_mean, self.lw_scale))
+            if comb is not None:
+                pairs.append((comb, self.pc_mean, self.pc_scale))
         for spec, mean, scale in pairs:
             lp = self.log_power(spec)  # (N, bins, T)
             mean.copy_(lp.mean(dim=(0, 2)))
