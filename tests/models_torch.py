@@ -123,6 +123,19 @@ def run_streaming(onnx_path, contract, audio, chunk: int):
     return np.concatenate(outs, axis=-1)
 
 
+def assert_streams_exactly(model, onnx_path, contract, audio, chunks=(160, 480), atol: float = 1e-5) -> None:
+    """Assert that streaming ``audio`` (N, 1, T) float32 through ``onnx_path`` in each chunk length (samples) of
+    ``chunks`` (:func:`run_streaming`) gives ``model``'s full-sequence output: same shape, max abs error <= atol."""
+    import numpy as np
+
+    with torch.no_grad():
+        ref = model(torch.from_numpy(audio)).numpy()
+    for chunk in chunks:
+        y = run_streaming(onnx_path, contract, audio, chunk)
+        assert y.shape == ref.shape
+        assert float(np.abs(y - ref).max()) <= atol, (chunk, float(np.abs(y - ref).max()))
+
+
 def noise_input(n: int = 16000, seed: int = 1):
     """White noise at 0.1 RMS as a model input: float32 (1, 1, n), reproducible from ``seed``."""
     import numpy as np

@@ -18,7 +18,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from models_torch import noise_input, run_streaming, train_reference_module  # noqa: E402
+from models_torch import assert_streams_exactly, noise_input, train_reference_module  # noqa: E402
 
 from cosyedge.export import onnx_from_torch  # noqa: E402
 from cosyedge.models.reference import EnhancerConfig, ReferenceEnhancer  # noqa: E402
@@ -133,12 +133,7 @@ def test_long_window_streams_exactly(tmp_path, dynamo):
         assert "/lw_analysis/conv/Conv" in kept_float
         assert not set(want.int8_convs) & set(kept_float)
     x = noise_input(4800)
-    with torch.no_grad():
-        ref = model(torch.from_numpy(x)).numpy()
-    for chunk in (160, 480):
-        y = run_streaming(tmp_path / "lw.stream.onnx", contract, x, chunk)
-        assert y.shape == ref.shape
-        assert float(np.abs(y - ref).max()) <= 1e-5
+    assert_streams_exactly(model, tmp_path / "lw.stream.onnx", contract, x)
 
 
 @pytest.mark.parametrize("argv, message", [
