@@ -65,9 +65,10 @@ def band_budget(model, noisy: np.ndarray, clean: np.ndarray) -> dict:
     with torch.no_grad():
         spec_x, spec_s = model.analysis(x), model.analysis(s)
         lw_spec = model.long_spec(x)
-        comb_x = model.comb_input(x, lw_spec)
+        lags = model.pitch_lags(lw_spec) if model.config.pitch_comb else None  # the noisy input's
+        comb_x = None if lags is None else model.comb_spec(x, lags)
         filt = model.estimate(spec_x, lw_spec, comb_x)
-        comb_s = None if comb_x is None else model.comb_spec(s, model.pitch_lags(lw_spec))
+        comb_s = None if lags is None else model.comb_spec(s, lags)
         out_s = model.apply_filter(spec_s, *filt, comb=comb_s)
         out_n = model.apply_filter(spec_x - spec_s, *filt, comb=None if comb_x is None else comb_x - comb_s)
 

@@ -79,7 +79,8 @@ def batch_loss(model, noisy: np.ndarray, clean: np.ndarray, delay: int, speech_w
     x = torch.from_numpy(noisy)[:, None]
     s = torch.from_numpy(clean)
     spec, lw_spec = model.analysis(x), model.long_spec(x)
-    comb = model.comb_input(x, lw_spec)
+    lags = model.pitch_lags(lw_spec) if model.config.pitch_comb else None  # the noisy input's, for both paths
+    comb = None if lags is None else model.comb_spec(x, lags)
     filt = model.estimate(spec, lw_spec, comb)
     y = model.synthesis(model.apply_filter(spec, *filt, comb=comb))[:, 0]
     ref, mix = s[:, : n_samples - delay], x[:, 0, : n_samples - delay]
@@ -87,7 +88,7 @@ def batch_loss(model, noisy: np.ndarray, clean: np.ndarray, delay: int, speech_w
     if a == 0.5:
         return thresholded_snr_loss(y[:, delay:], ref, mix)
     # the filter is linear in its input: the clean speech through it (the comb with the noisy input's lags)
-    comb_s = None if comb is None else model.comb_spec(s[:, None], model.pitch_lags(lw_spec))
+    comb_s = None if lags is None else model.comb_spec(s[:, None], lags)
     y_s = model.synthesis(model.apply_filter(model.analysis(s[:, None]), *filt, comb=comb_s))[:, 0, delay:]
     y_n = y[:, delay:] - y_s
     err = 2 * a * ((y_s - ref) ** 2).sum(-1) + 2 * (1 - a) * (y_n ** 2).sum(-1)
