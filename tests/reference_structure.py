@@ -16,6 +16,10 @@ frames; graph position right after the analysis conv, whose output it reads) and
 ``/df_out/Conv`` (C -> 2BK, after ``/out/Conv``). With long-window features (``lw_window`` W > 0 on
 ``lw_bins`` bins): the fixed analysis ``/lw_analysis/conv/Conv`` (1 -> 2 lw_bins, state (N, 1, W - hop)
 samples, right after the analysis conv) and the 1x1 ``/lw_inp/Conv`` (lw_bins -> C, after ``/inp/Conv``).
+With the pitch comb (``pitch_comb``): the fixed framing ``/pc_frames/conv/Conv`` (1 -> 2 win, state (N, 1,
+2 win - hop) samples, right after the long-window analysis), the 1x1 ``/pc_inp/Conv`` (F -> C, after
+``/lw_inp/Conv``) and the 1x1 mix head ``/pc_out/Conv`` (C -> F, after ``/out/Conv``); its autocorrelation and
+comb analysis are MatMuls with the constant as the first operand (not quantizable weighted ops).
 """
 
 from __future__ import annotations
@@ -37,6 +41,9 @@ DF_TAPS_CONV = "/df_taps/conv/Conv"
 DF_OUT_CONV = "/df_out/Conv"
 LW_ANALYSIS_CONV = "/lw_analysis/conv/Conv"
 LW_INP_CONV = "/lw_inp/Conv"
+PC_FRAMES_CONV = "/pc_frames/conv/Conv"
+PC_INP_CONV = "/pc_inp/Conv"
+PC_OUT_CONV = "/pc_out/Conv"
 DECLARED_FLOAT = ("/inp/Conv",)
 """Convs the bundled streaming ONNX keeps in float for INT8 (metadata ``cosyedge.int8_keep_float``)."""
 
@@ -54,6 +61,7 @@ class ReferenceStructure:
     df_bins: int = 0
     lw_window: int = 0
     lw_bins: int = 0
+    pitch_comb: bool = False
 
     @property
     def n_blocks(self) -> int:
@@ -67,8 +75,9 @@ class ReferenceStructure:
 
     @property
     def n_states(self) -> int:
-        """int: streaming states: analysis + one per block + synthesis (+ the long window, + the deep-filter taps)."""
-        return self.n_blocks + 2 + (self.df_order > 1) + (self.lw_window > 0)
+        """int: streaming states: analysis + one per block + synthesis (+ the long window, + the comb's framing,
+        + the deep-filter taps)."""
+        return self.n_blocks + 2 + (self.df_order > 1) + (self.lw_window > 0) + self.pitch_comb
 
     @property
     def state_inputs(self) -> list[str]:
@@ -85,6 +94,7 @@ class ReferenceStructure:
         """list[list]: contract shape of each state: ["N", channels, frames or samples]."""
         return ([["N", 1, self.win_samples - self.hop_samples]]
                 + ([["N", 1, self.lw_window - self.hop_samples]] if self.lw_window else [])
+                + ([["N", 1, 2 * self.win_samples - self.hop_samples]] if self.pitch_comb else [])
                 + ([["N", 2 * self.df_bins, self.df_order - 1]] if self.df_order > 1 else [])
                 + [["N", self.channels, (self.kernel_size - 1) * d] for d in self.dilations]
                 + [["N", 2 * self.n_bins, 1]])
@@ -92,12 +102,16 @@ class ReferenceStructure:
     @property
     def state_nodes(self) -> list[str]:
         """list[str]: the conv that owns each state, in contract order."""
-        return [ANALYSIS_CONV, *self._lw(LW_ANALYSIS_CONV), *self._df_state_owner,
+        return [ANALYSIS_CONV, *self._lw(LW_ANALYSIS_CONV), *self._pc(PC_FRAMES_CONV), *self._df_state_owner,
                 *[f"/blocks.{i}/conv/conv/Conv" for i in range(self.n_blocks)], SYNTHESIS_CONV]
 
     def _lw(self, node: str) -> list[str]:
         """``[node]`` when the model has long-window features, else ``[]``."""
         return [node] if self.lw_window else []
+
+    def _pc(self, node: str) -> list[str]:
+        """``[node]`` when the model has the pitch comb, else ``[]``."""
+        return [node] if self.pitch_comb else []
 
     @property
     def _df_state_owner(self) -> list[str]:
@@ -114,9 +128,10 @@ class ReferenceStructure:
     @property
     def conv_nodes(self) -> list[str]:
         """list[str]: every Conv node of the ONNX graph, in graph order."""
-        return [ANALYSIS_CONV, *self._lw(LW_ANALYSIS_CONV), *([DF_TAPS_CONV] if self.df_order else []), "/inp/Conv",
-                *self._lw(LW_INP_CONV), *self.block_convs(), "/out/Conv",
-                *([DF_OUT_CONV] if self.df_order else []), SYNTHESIS_CONV]
+        return [ANALYSIS_CONV, *self._lw(LW_ANALYSIS_CONV), *self._pc(PC_FRAMES_CONV),
+                *([DF_TAPS_CONV] if self.df_order else []), "/inp/Conv", *self._lw(LW_INP_CONV),
+                *self._pc(PC_INP_CONV), *self.block_convs(), "/out/Conv", *([DF_OUT_CONV] if self.df_order else []),
+                *self._pc(PC_OUT_CONV), SYNTHESIS_CONV]
 
     def block_state(self, i: int) -> int:
         """int: contract index of gated block ``i``'s state (``state_in.<index>``): after the analysis state
@@ -132,19 +147,21 @@ class ReferenceStructure:
     def int8_convs(self) -> list[str]:
         """list[str]: convs INT8 quantizes by default: all but the two boundary convs and the feature
         projection the bundled ONNX declares float-only (:data:`DECLARED_FLOAT`); with long-window features
-        also ``/lw_analysis`` (it reads the audio input, like the analysis conv, and has 1 input channel)."""
+        also ``/lw_analysis`` and with the pitch comb ``/pc_frames`` (they read the audio input, like the analysis
+        conv, and have 1 input channel)."""
         return [n for n in self.conv_nodes
-                if n not in BOUNDARY_CONVS and n not in DECLARED_FLOAT and n != LW_ANALYSIS_CONV]
+                if n not in BOUNDARY_CONVS and n not in DECLARED_FLOAT and n not in (LW_ANALYSIS_CONV, PC_FRAMES_CONV)]
 
     @property
     def sparse_eligible(self) -> list[str]:
         """list[str]: convs whose input channels are a multiple of 4 (2:4 sparsity): the block convs and
         ``/out/Conv`` (and ``/df_out/Conv``) when C % 4 == 0 (``/inp/Conv`` has F = 161 inputs, analysis 1,
         synthesis 2F = 322, the grouped deep-filter taps 1 per group; ``/lw_inp/Conv`` when lw_bins % 4 == 0,
-        ``/lw_analysis`` has 1 input)."""
+        ``/lw_analysis`` has 1 input; with the pitch comb ``/pc_out/Conv``, C inputs, but not ``/pc_inp/Conv``, F
+        inputs, or the 1-input ``/pc_frames``)."""
         assert self.channels % 4 == 0 and self.n_bins % 4 and (2 * self.n_bins) % 4, "update this helper"
         return [*(self._lw(LW_INP_CONV) if self.lw_bins % 4 == 0 else []), *self.block_convs(), "/out/Conv",
-                *([DF_OUT_CONV] if self.df_order else [])]
+                *([DF_OUT_CONV] if self.df_order else []), *self._pc(PC_OUT_CONV)]
 
     @property
     def sparse_eligible_modules(self) -> list[str]:
@@ -159,7 +176,8 @@ class ReferenceStructure:
         return cls(dilations=tuple(cfg["dilations"]), channels=cfg["channels"], kernel_size=cfg["kernel_size"],
                    hop_samples=cfg["hop_samples"], win_samples=cfg["win_samples"],
                    df_order=cfg.get("df_order", 0), df_bins=cfg.get("df_bins", 0),
-                   lw_window=cfg.get("lw_window", 0), lw_bins=cfg.get("lw_bins", 0))
+                   lw_window=cfg.get("lw_window", 0), lw_bins=cfg.get("lw_bins", 0),
+                   pitch_comb=cfg.get("pitch_comb", False))
 
     def assert_matches(self, contract, stream_onnx: str | Path) -> None:
         """Assert that a streamified torchscript export (its ``StreamContract`` and ONNX file) has exactly

@@ -120,5 +120,17 @@ def test_pitch_comb_streams_exactly(tmp_path):
     shapes = [tuple(s.shape[1:]) for s in contract.states]
     assert (1, 2 * model.config.win_samples - model.config.hop_samples) in shapes  # the comb's framing history
     assert len(shapes) == len(model.config.dilations) + 4  # analysis, long analysis, framing, blocks, synthesis
+    # tests/reference_structure.py (which the bundled-model tests follow) describes this export, and INT8 keeps
+    # the framing in float (it reads the audio input through one channel)
+    import onnx
+    from reference_structure import PC_FRAMES_CONV, ReferenceStructure
+
+    from cosyedge.precision.qdq import float_nodes
+
+    want = ReferenceStructure.from_config(dataclasses.asdict(model.config))
+    assert want.pitch_comb and want.n_states == len(shapes)
+    want.assert_matches(contract, tmp_path / "pc.stream.onnx")
+    kept = float_nodes(onnx.load(str(tmp_path / "pc.stream.onnx")), "audio", "enhanced")
+    assert PC_FRAMES_CONV in kept and not set(want.int8_convs) & set(kept)
     x = (_voice(0.3).numpy() + 0.3 * noise_input(4800)).astype(np.float32)
     assert_streams_exactly(model, tmp_path / "pc.stream.onnx", contract, x)
