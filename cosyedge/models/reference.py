@@ -158,8 +158,9 @@ class GatedBlock(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x (N, C, T) float32 -> (N, C, T) float32."""
-        a, b = self.conv(x).chunk(2, dim=1)
-        return x + self.proj(torch.tanh(a) * torch.sigmoid(b))
+        c = self.proj.in_channels  # a static split: the exported graph slices at a constant, no Shape/Div ops
+        ab = self.conv(x)
+        return x + self.proj(torch.tanh(ab[:, :c]) * torch.sigmoid(ab[:, c:]))
 
 
 class ReferenceEnhancer(nn.Module):
@@ -234,9 +235,10 @@ class ReferenceEnhancer(nn.Module):
             self.pc_inp = _zero_conv(f, cfg.channels)
             self.pc_out = _zero_conv(cfg.channels, f, PITCH_MIX_INIT_BIAS)
 
-    def log_power(self, spec: torch.Tensor) -> torch.Tensor:
-        """spec (N, 2B, T) float32 (Re; Im of B bins) -> log bin power (N, B, T) float32 (natural log)."""
-        b = spec.shape[1] // 2
+    def log_power(self, spec: torch.Tensor, bins: int | None = None) -> torch.Tensor:
+        """spec (N, 2B, T) float32 (Re; Im of B bins) -> log bin power (N, B, T) float32 (natural log).
+        ``bins`` (B) given as an int keeps the split static in an exported graph (no Shape/Div ops)."""
+        b = spec.shape[1] // 2 if bins is None else bins
         re, im = spec[:, :b], spec[:, b:]
         return torch.log(re * re + im * im + self.config.log_eps)
 
@@ -249,7 +251,7 @@ class ReferenceEnhancer(nn.Module):
         """lw_spec (N, 2 * lw_bins, T) float32 from :meth:`long_spec` -> pitch period per frame (N, T) int64,
         samples in :data:`PITCH_LAG_RANGE` (the band-limited autocorrelation maximum; a multiple of the
         period may win, which still combs every harmonic)."""
-        b = lw_spec.shape[1] // 2
+        b = self.config.lw_bins
         power = lw_spec[:, :b] * lw_spec[:, :b] + lw_spec[:, b:] * lw_spec[:, b:]
         return torch.matmul(self.pc_cos, power).argmax(dim=1) + PITCH_LAG_RANGE[0]
 
@@ -326,12 +328,14 @@ class ReferenceEnhancer(nn.Module):
         if (comb is None) == self.config.pitch_comb:
             raise ValueError(f"estimate: comb spectrum {'missing' if comb is None else 'given'} "
                              f"for a model with pitch_comb {self.config.pitch_comb}")
-        lp = self.log_power(spec)
+        f = self.config.n_bins
+        lp = self.log_power(spec, f)
         h = self.inp((lp - self.feat_mean[:, None]) * self.feat_scale[:, None])
         if lw_spec is not None:
-            h = h + self.lw_inp((self.log_power(lw_spec) - self.lw_mean[:, None]) * self.lw_scale[:, None])
+            lw = self.log_power(lw_spec, self.config.lw_bins)
+            h = h + self.lw_inp((lw - self.lw_mean[:, None]) * self.lw_scale[:, None])
         if comb is not None:
-            h = h + self.pc_inp((self.log_power(comb) - self.pc_mean[:, None]) * self.pc_scale[:, None])
+            h = h + self.pc_inp((self.log_power(comb, f) - self.pc_mean[:, None]) * self.pc_scale[:, None])
         for blk in self.blocks:
             h = blk(h)
         fl = self.config.gain_floor
