@@ -146,6 +146,8 @@ class CausalConv1dUpsample(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x (N, C_in, T) float32 -> (N, C_out, T * factor) float32."""
         y = self.conv(x)  # (N, C_out*r, T)
+        if self.out_channels == 1:  # same values; exports as Transpose + Flatten + Unsqueeze, no Shape ops
+            return y.transpose(1, 2).flatten(1).unsqueeze(1)  # (N, T, r) -> (N, 1, T*r)
         y = y.unflatten(1, (self.out_channels, self.factor))  # (N, C_out, r, T)
         return y.transpose(2, 3).flatten(2)  # (N, C_out, T*r)
 
