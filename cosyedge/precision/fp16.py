@@ -14,6 +14,9 @@ Nodes kept in FP32 (:func:`fp32_node_plan`, each with its reason, recorded in th
   ``re^2`` of quiet bins underflows to 0 in FP16;
 * the elementwise chain right after them up to the next Conv/Gemm/MatMul (the feature normalisation:
   a log power of about -14 rounded to FP16 loses 3 significant bits);
+* index-picking ops (:data:`DISCRETE_OPS`: ArgMax, ArgMin, TopK) and everything computing their input back to
+  the nearest Conv, MatMul and Gemm included (a pitch search's argmax over an autocorrelation of bin powers:
+  FP16 flips near-ties, and the powers overflow it at full scale);
 * the boundary layers: the first Conv fed by the audio input and the last Conv before the audio output
   (1-channel analysis/synthesis filterbanks, where FP16 rounding of the signal itself is audible), with
   their ``Concat(state, x)`` and state ``Slice`` nodes;
@@ -78,6 +81,11 @@ KEEP_FP32_OPS = (
 WEIGHTED_OPS = ("Conv", "ConvTranspose", "Gemm", "MatMul")
 """tuple[str]: ops that end the FP32 propagation around a kept op (they start a new FP16 region)."""
 
+DISCRETE_OPS = ("ArgMax", "ArgMin", "TopK")
+"""tuple[str]: ops that pick an index; kept in FP32 with their whole input chain back to the nearest Conv,
+Gemm and MatMul included (FP16 rounding flips near-ties, and e.g. the reference model's pitch search
+takes the argmax of an autocorrelation of bin powers that overflow FP16 at full scale)."""
+
 CHUNK_MULTIPLES = (1, 3, 10)
 """tuple[int]: chunk sizes scanned, in hops."""
 
@@ -110,8 +118,8 @@ def fp32_node_plan(model: Any, contract: StreamContract, keep_ops: Iterable[str]
         keep_ops (Iterable[str]): Overflow-prone op types kept in FP32.
         exclude (Iterable[str]): Node names kept in FP32 on request.
     Returns:
-        dict[str, str]: node name -> reason (``"op Log"``, ``"input of Log"``, ``"after Log"``,
-        ``"first conv"``, ``"last conv"``, ``"excluded"``), in graph order.
+        dict[str, str]: node name -> reason (``"op Log"``, ``"input of Log"``, ``"after Log"``, ``"op ArgMax"``,
+        ``"input of ArgMax"``, ``"first conv"``, ``"last conv"``, ``"excluded"``), in graph order.
     Raises:
         UsageError: a name in ``exclude`` is not a node of the model.
     """
@@ -135,6 +143,15 @@ def fp32_node_plan(model: Any, contract: StreamContract, keep_ops: Iterable[str]
         plan.setdefault(n.name, why)
 
     for n in nodes:
+        if n.op_type in DISCRETE_OPS:
+            mark(n, f"op {n.op_type}")
+            stack = [i for i in n.input if i in producer]
+            while stack:  # everything computing its input, through MatMul/Gemm, back to the nearest Conv
+                p = producer[stack.pop()]
+                if p.op_type in ("Conv", "ConvTranspose") or p.name in plan:
+                    continue
+                mark(p, f"input of {n.op_type}")
+                stack.extend(i for i in p.input if i in producer)
         if n.op_type in keep_ops:
             mark(n, f"op {n.op_type}")
             # backward: the elementwise chain computing its input (stop at weighted ops and graph inputs)

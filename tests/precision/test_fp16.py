@@ -20,6 +20,7 @@ from cosyedge.precision.fp16 import (
     scan_nonfinite,
 )
 from tests import models
+from tests.reference_structure import reference_structure
 from tests.precision.int8_fixtures import LIBRIVOX
 
 REF = REFERENCE_STREAM_ONNX
@@ -70,9 +71,22 @@ def test_fp32_io_states_and_fp16_compute(fp16):
 def test_fp32_plan_keeps_overflow_prone_chain_and_boundary_convs(fp16):
     _, result = fp16
     plan = result["fp32_nodes"]
-    assert plan["/Log"] == "op Log"
-    assert plan["/Mul"] == "input of Log" and plan["/Add_1"] == "input of Log"  # re^2 + im^2 + eps
-    assert plan["/Sub"] == "after Log"
+    nodes = onnx.load(str(REF)).graph.node
+    producer = {o: n for n in nodes for o in n.output}
+    logs = [n for n in nodes if n.op_type == "Log"]
+    assert logs and all(plan[n.name] == "op Log" for n in logs)  # one per feature window
+    for log in logs:
+        eps = producer[log.input[0]]  # re^2 + im^2 + eps, computed in FP32
+        power = producer[next(i for i in eps.input if i in producer)]
+        assert plan[eps.name].startswith("input of") and plan[power.name].startswith("input of"), (eps.name, power.name)
+        sub = next(n for n in nodes if log.output[0] in n.input)  # minus the feature mean
+        assert plan[sub.name] == "after Log"
+    if reference_structure().pitch_comb:  # the pitch search: ArgMax over the autocorrelation MatMul, in FP32
+        argmax = next(n for n in nodes if n.op_type == "ArgMax")
+        matmul = producer[argmax.input[0]]
+        assert plan[argmax.name] == "op ArgMax" and matmul.op_type == "MatMul"
+        assert plan[matmul.name] == "input of ArgMax"
+        assert plan[producer[next(i for i in matmul.input if i in producer)].name] == "input of ArgMax"
     assert plan["/analysis/conv/Conv"] == "first conv"
     assert plan["/analysis/conv/Conv/state_concat"] == "first conv state concat"
     assert plan["/synthesis/conv/conv/Conv"] == "last conv"
