@@ -133,6 +133,12 @@ class ReferenceStructure:
                 *self._pc(PC_INP_CONV), *self.block_convs(), "/out/Conv", *([DF_OUT_CONV] if self.df_order else []),
                 *self._pc(PC_OUT_CONV), SYNTHESIS_CONV]
 
+    @property
+    def n_matmuls(self) -> int:
+        """int: MatMul nodes: with the pitch comb its autocorrelation and comb analysis (the constant is the first
+        operand, so neither is quantized nor pruned: the sparsity report lists them as not prunable)."""
+        return 2 if self.pitch_comb else 0
+
     def block_state(self, i: int) -> int:
         """int: contract index of gated block ``i``'s state (``state_in.<index>``): after the analysis state
         and the long-window / deep-filter states the model has."""

@@ -26,7 +26,13 @@ from cosyedge.precision.int8 import int8_onnx
 from cosyedge.precision.qdq import float_nodes, weighted_nodes
 from cosyedge.runtime import OrtStreamSession, enhance_array
 from tests.precision import int8_fixtures as fx
-from tests.reference_structure import BOUNDARY_CONVS, DECLARED_FLOAT, LW_ANALYSIS_CONV, reference_structure
+from tests.reference_structure import (
+    BOUNDARY_CONVS,
+    DECLARED_FLOAT,
+    LW_ANALYSIS_CONV,
+    PC_FRAMES_CONV,
+    reference_structure,
+)
 
 REF_NET = reference_structure()
 """Convs, states and blocks of the bundled model, from its weights' config (tests/reference_structure.py)."""
@@ -64,6 +70,13 @@ def int8(work, model, calib_set):
     out = work / "reference.stream.int8.onnx"
     info = int8_onnx(model, out, calib=calib_set.folder)
     return out, info
+
+
+def _qdq_pairs(model_path, quantized) -> int:
+    """Q/DQ pairs int8_onnx should insert: one per quantized weight and one per distinct activation those nodes
+    read (with the pitch comb /out and /pc_out read the same features and share one)."""
+    data = {w.data for w in weighted_nodes(onnx.load(str(model_path))) if w.name in set(quantized)}
+    return len(quantized) + len(data)
 
 
 def _stream(path, x, chunk=None):
@@ -171,9 +184,11 @@ def test_qdq_model_structure(int8, model):
             consumers.setdefault(i, []).append(n)
 
     kept = float_nodes(fp, contract.input, contract.output)
-    # the boundary convs, the declared float-only projection and, with long-window features, /lw_analysis
+    # the boundary convs, the declared float-only projection and, with long-window features, /lw_analysis, with the
+    # pitch comb /pc_frames (both read the audio input through one channel)
     assert set(kept) == set(REF_NET.float_convs) == (set(BOUNDARY_CONVS) | set(DECLARED_FLOAT)
-                                                     | ({LW_ANALYSIS_CONV} if REF_NET.lw_window else set()))
+                                                     | ({LW_ANALYSIS_CONV} if REF_NET.lw_window else set())
+                                                     | ({PC_FRAMES_CONV} if REF_NET.pitch_comb else set()))
     assert info["excluded_nodes"] == kept
     quantized = [w for w in weighted_nodes(fp) if w.name not in kept]
     assert [w.name for w in quantized] == REF_NET.int8_convs  # every conv of the graph but the float ones above
@@ -203,7 +218,7 @@ def test_qdq_model_structure(int8, model):
         assert inits[q.input[1]].shape == () and inits[q.input[2]].dtype == np.int8 and inits[q.input[2]] == 0
         assert q.input[0] == w.data
         n_pairs += 1
-    assert info["qdq_pairs"] == 2 * n_pairs == 2 * len(REF_NET.int8_convs)
+    assert n_pairs == len(REF_NET.int8_convs) and info["qdq_pairs"] == _qdq_pairs(model, REF_NET.int8_convs)
 
     # exactly one Q/DQ on each state Concat feeding a quantized conv; the state Slice reads the float Concat
     concats = [n for n in m.graph.node if n.op_type == "Concat" and any(i.startswith("state_in.") for i in n.input)]
@@ -247,13 +262,14 @@ def test_exclude_keeps_node_in_float(work, model, calib_set):
     out = work / "excl.int8.onnx"
     info = int8_onnx(model, out, calib=calib_set.folder, exclude=["/blocks.2/proj/Conv"])
     assert info["excluded_nodes"]["/blocks.2/proj/Conv"] == "excluded by the user"
-    assert info["qdq_pairs"] == 2 * (len(REF_NET.int8_convs) - 1)
+    assert info["qdq_pairs"] == _qdq_pairs(model, set(REF_NET.int8_convs) - {"/blocks.2/proj/Conv"})
     assert sorted(info["quantized_nodes"]) == sorted(set(REF_NET.int8_convs) - {"/blocks.2/proj/Conv"})
     m = onnx.load(str(out))
     conv = next(n for n in m.graph.node if n.name == "/blocks.2/proj/Conv")
     inits = {t.name: t for t in m.graph.initializer}
     assert conv.input[1] in inits and inits[conv.input[1]].data_type == onnx.TensorProto.FLOAT
-    assert conv.input[0] == "/blocks.2/Mul_2_output_0"  # the float tensor, no DQ
+    fp_conv = next(n for n in onnx.load(str(model)).graph.node if n.name == "/blocks.2/proj/Conv")
+    assert conv.input[0] == fp_conv.input[0]  # the float tensor tanh(a) * sigmoid(b), no DQ
 
 
 # ------------------------------------------------------------------------------------ amax cache + TRT
@@ -322,7 +338,10 @@ def test_trt_calibration_cache_format(int8, calib_set, tmp_path):
     b = REF_NET.n_blocks - 1  # the last block: its input is the previous block's output
     cat = f"/blocks.{b}/conv/conv/Conv/state_concat_output"
     assert back[f"state_in.{REF_NET.block_state(b):02d}"] == pytest.approx(amax[cat], rel=1e-6)
-    assert back[f"/blocks.{b - 1}/Add_1_output_0"] == pytest.approx(amax[cat], rel=1e-6)
+    concat = next(n for n in onnx.load(str(REFERENCE_STREAM_ONNX)).graph.node if n.output[0] == cat)
+    block_in = next(i for i in concat.input if not i.startswith("state_in."))  # block b - 1's residual sum
+    assert block_in.startswith(f"/blocks.{b - 1}/")
+    assert back[block_in] == pytest.approx(amax[cat], rel=1e-6)
     p = cal.write_trt_cache(tmp_path / "c.cache", {"x": 127.0, "y:1": 2.0 * 127}, trt_version="8.6.1")
     assert p.read_text().splitlines() == ["TRT-8601-EntropyCalibration2", "x: 3f800000", "y:1: 40000000"]
     cal.write_trt_cache(p, {"x": 1.0}, trt_version="10.3.0")
@@ -375,7 +394,7 @@ def test_cli_int8_end_to_end(work, model, calib_set, capsys):
     out = work / "cli.int8.onnx"
     rc = main(["calib", "int8", "--onnx", str(model), "--calib", str(calib_set.folder), "-o", str(out)])
     lines = capsys.readouterr().out.strip().splitlines()
-    assert rc == 0 and lines[-1] == str(out) and f"{2 * len(REF_NET.int8_convs)} Q/DQ pairs" in lines[-2]
+    assert rc == 0 and lines[-1] == str(out) and f"{_qdq_pairs(model, REF_NET.int8_convs)} Q/DQ pairs" in lines[-2]
     assert main(["calib", "amax", "--onnx", str(model), "--calib", str(calib_set.folder)]) == 0
     assert capsys.readouterr().out.strip().splitlines()[-1] == str(calib_set.folder / "reference.amax.json")
 
@@ -415,7 +434,7 @@ def test_cli_amax_cache_from_another_model(work, model, calib_set, capsys):
 
 @pytest.mark.parametrize("args, code, text", [
     (["--exclude", "/no/such/Conv"], 2, "--exclude '/no/such/Conv': no node of that name"),
-    (["--exclude", "/blocks.0/Add_1"], 2, "--exclude '/blocks.0/Add_1' is not a quantizable op"),
+    (["--exclude", "/blocks.0/Add"], 2, "--exclude '/blocks.0/Add' is not a quantizable op"),
     (["--calib", "{work}/nowhere"], 2, "calibration folder {work}/nowhere has no manifest.json"),
 ])
 def test_cli_bad_arguments(work, model, calib_set, capsys, args, code, text):

@@ -28,7 +28,7 @@ REF = REFERENCE_STREAM_ONNX
 REF_NET = reference_structure()  # from the bundled weights' config (tests/reference_structure.py)
 ELIGIBLE = set(REF_NET.sparse_eligible)
 """Both convs of every gated block and /out/Conv (input channels a multiple of 4)."""
-N_PRUNED, N_LAYERS = len(ELIGIBLE), len(REF_NET.conv_nodes)
+N_PRUNED, N_LAYERS = len(ELIGIBLE), len(REF_NET.conv_nodes) + REF_NET.n_matmuls
 
 
 def _groups_ok(w: np.ndarray, axis: int) -> bool:
@@ -74,7 +74,9 @@ def test_reference_layers_pruned_and_verified(pruned):
     assert not any(r["speedup_likely"] for r in rows.values())  # 96-channel layers are narrow
     s = report["summary"]
     assert s["pruned"] == N_PRUNED and s["layers"] == N_LAYERS and s["all_verified"]
-    assert [r["node"] for r in report["layers"]] == REF_NET.conv_nodes  # every conv reported, in graph order
+    assert [r["node"] for r in report["layers"] if r["op"] == "Conv"] == REF_NET.conv_nodes  # every conv, in order
+    matmuls = [r for r in report["layers"] if r["op"] == "MatMul"]  # the pitch comb's, constant first operand
+    assert len(matmuls) == REF_NET.n_matmuls and not any(r["eligible"] for r in matmuls)
     # the written file, checked independently of the module's own checker
     m = onnx.load(str(out))
     ref = {t.name: numpy_helper.to_array(t) for t in onnx.load(str(REF)).graph.initializer}
@@ -168,7 +170,8 @@ def test_torch_masks_stay_fixed_during_finetune():
     ref = load_reference()
     names = set(eligible_modules(ref))
     assert names == set(REF_NET.sparse_eligible_modules) == {
-        *REF_NET.block_convs("torch"), "out", *(["lw_inp"] if REF_NET.lw_window and REF_NET.lw_bins % 4 == 0 else [])}
+        *REF_NET.block_convs("torch"), "out", *(["lw_inp"] if REF_NET.lw_window and REF_NET.lw_bins % 4 == 0 else []),
+        *(["pc_out"] if REF_NET.pitch_comb else [])}
 
     torch.manual_seed(0)
     net = torch.nn.Sequential(torch.nn.Conv1d(8, 16, 3), torch.nn.Tanh(), torch.nn.Conv1d(16, 4, 1),
