@@ -266,6 +266,8 @@ def load_engine(path: str | Path) -> OrtEngine:
             raise ArtifactError(f"{path} is neither an engine folder nor a .onnx file")
         manifest, model_path, folder = None, path, None
         contract = StreamContract.from_onnx(model_path)
+    elif path.suffix.lower() == ".onnx":  # meant as a model file (e.g. check --onnx), not an engine folder
+        raise ArtifactError(f"ONNX model not found: {path}")
     else:
         raise ArtifactError(f"engine not found: {path} (build one with 'cosyedge build --onnx MODEL.stream.onnx')")
     if not contract.is_streaming:

@@ -9,7 +9,7 @@ from tests.scripts import load_script
 
 
 @pytest.mark.parametrize("engine, message", [
-    ("{tmp}/missing.onnx", "engine not found: {tmp}/missing.onnx"),
+    ("{tmp}/missing.onnx", "ONNX model not found: {tmp}/missing.onnx"),
     ("{tmp}/not-an-onnx.onnx", "not-an-onnx.onnx"),
 ])
 def test_bad_engine_is_one_line_and_nonzero(engine, message, tmp_path, capsys):

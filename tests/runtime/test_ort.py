@@ -247,6 +247,8 @@ def test_stale_engine_is_detected(fir, tmp_path):
         load_engine(folder)
     with pytest.raises(ArtifactError, match="engine not found"):
         load_engine(tmp_path / "missing")
+    with pytest.raises(ArtifactError, match="^ONNX model not found: .*missing.onnx$"):
+        load_engine(tmp_path / "missing.onnx")
 
 
 def test_load_engine_accepts_bare_onnx(fir):
