@@ -191,3 +191,25 @@ def test_fp16_sparse_keeps_the_pattern(engines, capsys):
     w = {t.name: (t.data_type, numpy_helper.to_array(t)) for t in model.graph.initializer}
     dtype, blk = w[f"blocks.{LAST_BLOCK}.proj.weight"]
     assert dtype == onnx.TensorProto.FLOAT16 and check_2to4(blk, 1) and np.count_nonzero(blk) == blk.size // 2
+
+
+def test_rebuilding_a_folder_from_another_model_warns_and_name_keeps_both(tmp_path, capsys):
+    """The fine-tuned sparse ONNX carries its dense parent's model name, so without --sparse or --name it lands in
+    the dense FP32 engine's folder: the build says so (nothing silently replaced) and --name keeps both."""
+    from cosyedge.models import REFERENCE_SPARSE_STREAM_ONNX
+
+    root = tmp_path / "e"
+    rc, out, err = _build(capsys, "--onnx", REF, "--backend", "onnxruntime", "-o", root)
+    assert rc == 0 and "another model" not in err
+    rc, out, err = _build(capsys, "--onnx", REF, "--backend", "onnxruntime", "-o", root)  # same model again: quiet
+    assert rc == 0 and "another model" not in err
+    rc, out, err = _build(capsys, "--onnx", REFERENCE_SPARSE_STREAM_ONNX, "--backend", "onnxruntime", "-o", root)
+    dense = root / "reference-fp32-onnxruntime"
+    assert rc == 0 and out[-1] == str(dense)
+    assert (f"{dense} holds an engine built from another model (sha256 {sha256_file(REF)[:12]}...)" in err
+            and "pass --name to keep both" in err)
+    rc, out, err = _build(capsys, "--onnx", REF, "--backend", "onnxruntime", "-o", root)
+    rc2, out2, _ = _build(capsys, "--onnx", REFERENCE_SPARSE_STREAM_ONNX, "--backend", "onnxruntime", "-o", root,
+                          "--name", "reference-sparse")
+    assert rc == rc2 == 0 and out2[-1] == str(root / "reference-sparse-fp32-onnxruntime")
+    assert json.loads((dense / MANIFEST_NAME).read_text())["parent_sha256"] == sha256_file(REF)

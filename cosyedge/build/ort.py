@@ -48,6 +48,7 @@ from cosyedge.build.prepare import (
     engine_folder_name,
     manifest_head,
     prepare_onnx,
+    warn_replacing_other_model,
 )
 from cosyedge.errors import ArtifactError, CosyEdgeError
 from cosyedge.log import LOG
@@ -120,6 +121,7 @@ def build_ort(onnx_path: Any, out_dir: str | Path | None = None, name: str | Non
     root = Path(out_dir) if out_dir is not None else engines_root()
     dest = root / engine_folder_name(name, precision, BACKEND, sparse)
     label = precision + ("+2:4 sparse" if sparse else "")
+    warn_replacing_other_model(dest, src)
     with LOG.stage(f"build {BACKEND} {label} engine {dest}"), atomic_folder(dest, "engine folder") as tmp:
         model_dst = tmp / MODEL_FILE
         fields = prepare_onnx(src, model_dst, precision=precision, sparse=sparse, exclude=exclude,

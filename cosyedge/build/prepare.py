@@ -212,6 +212,25 @@ def _calibration_hash(res: Any) -> str | None:
     return None
 
 
+def warn_replacing_other_model(dest: Path, parent: Path) -> None:
+    """Log a warning when the engine folder ``dest`` already holds an engine built from another model (its
+    manifest's ``parent_sha256`` is not the SHA-256 of ``parent``, the streaming ONNX about to be built): the
+    build replaces it (e.g. a fine-tuned sparse ONNX whose metadata carries the same model name as its dense
+    parent). Unreadable or absent manifests are ignored: there is nothing to tell then."""
+    import json
+
+    from cosyedge.artifacts import MANIFEST_NAME
+
+    try:
+        old = json.loads((Path(dest) / MANIFEST_NAME).read_text()).get("parent_sha256")
+    except (OSError, ValueError, AttributeError):
+        return
+    new = sha256_file(parent)
+    if old and old != new:
+        LOG.warning("%s holds an engine built from another model (sha256 %s...); replacing it with one built from "
+                    "%s (%s...); pass --name to keep both", dest, str(old)[:12], Path(parent).name, new[:12])
+
+
 __all__ = ["DEFAULT_CALIB_COUNT", "PRECISIONS", "check_engine_name", "check_streaming_onnx", "engine_folder_name",
-           "int8_entry", "manifest_head",
+           "int8_entry", "manifest_head", "warn_replacing_other_model",
            "precision_from_flags", "prepare_onnx"]

@@ -61,7 +61,7 @@ from cosyedge.artifacts import (
     sha256_file,
     write_manifest,
 )
-from cosyedge.build.prepare import check_engine_name, manifest_head
+from cosyedge.build.prepare import check_engine_name, manifest_head, warn_replacing_other_model
 from cosyedge.build.prepare import engine_folder_name as _folder_name
 from cosyedge.build.trt_compat import (
     PRECISIONS,
@@ -281,6 +281,7 @@ def build_trt(onnx_path: Any, out_dir: str | Path | None = None, name: str | Non
     gpu = device_info(cuda, device)
     root = Path(out_dir) if out_dir is not None else _engines_root()
     dest = root / engine_folder_name(name, precision, sparse, plan.dla_core)
+    warn_replacing_other_model(dest, src)
     for note in plan.notes:
         LOG.info("%s", note)
     with LOG.stage(f"build {BACKEND} {precision}{' sparse' if sparse else ''} engine {dest} "
