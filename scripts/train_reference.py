@@ -408,6 +408,9 @@ def main(argv=None) -> int:
     ap.add_argument("--speech-reverb", type=float, default=0.0,
                     help="probability in [0, 1] that a training speech segment gets synthetic room reverberation "
                          "(RT60 0.15-0.6 s, clean target reverberant too; cosyedge.datasets.mix.room_reverb)")
+    ap.add_argument("--mixture-lowpass", type=float, default=0.0,
+                    help="probability in [0, 1] that a whole training mixture (noisy and clean) is band-limited to "
+                         "4 kHz, as an 8 kHz recording resampled to 16 kHz (cosyedge.datasets.mix.band_limit)")
     ap.add_argument("--read-phrase-share", type=float, default=0.0,
                     help="share in [0, 1) of speech draws from real read speech, mostly male voices (Tux Paint's "
                          "spoken stamp descriptions or festvox-ru's recordings, "
@@ -441,6 +444,8 @@ def main(argv=None) -> int:
         ap.error(f"--read-phrase-share must be in [0, 1), got {args.read_phrase_share}")
     if not 0 <= args.speech_reverb <= 1:
         ap.error(f"--speech-reverb must be in [0, 1], got {args.speech_reverb}")
+    if not 0 <= args.mixture_lowpass <= 1:
+        ap.error(f"--mixture-lowpass must be in [0, 1], got {args.mixture_lowpass}")
     if not 0 <= args.speech_low_boost_db <= 30:
         ap.error(f"--speech-low-boost-db must be in [0, 30], got {args.speech_low_boost_db}")
     if not 0 <= args.ema < 1:
@@ -485,7 +490,8 @@ def main(argv=None) -> int:
     try:  # TrainingData checks its options (e.g. the speech shares adding up to <= 1) before loading anything
         data = TrainingData(seed=args.seed, data_version=args.data_version, male_share=args.male_share,
                             speech_low_boost=args.speech_low_boost, speech_low_boost_db=args.speech_low_boost_db,
-                            speech_reverb=args.speech_reverb, read_phrase_share=args.read_phrase_share,
+                            speech_reverb=args.speech_reverb, mixture_lowpass=args.mixture_lowpass,
+                            read_phrase_share=args.read_phrase_share,
                             read_phrase_corpus=args.read_phrases)
     except UsageError as err:
         ap.error(str(err))

@@ -286,6 +286,29 @@ def low_band_boost(x: np.ndarray, rng: np.random.Generator, p: float, max_db: fl
     return _filter_random_rows(x, rng, p, gain_db, sample_rate_hz)
 
 
+def band_limit(x: np.ndarray, cutoff_hz: float = 4000.0, sample_rate_hz: int = SAMPLE_RATE_HZ) -> np.ndarray:
+    """Zero-phase low-pass of each row: every DFT bin above ``cutoff_hz`` set to zero.
+
+    What an 8 kHz recording (telephone, narrowband codecs) holds once resampled to 16 kHz: nothing above 4 kHz.
+    Used on whole training mixtures (speech and noise alike, so the clean target is band-limited too):
+    :meth:`TrainingData.batch` with ``mixture_lowpass``.
+
+    Args:
+        x (np.ndarray): float32 (B, T) rows.
+        cutoff_hz (float): highest frequency kept, Hz, in (0, sample_rate_hz / 2).
+        sample_rate_hz (int): sample rate, Hz.
+    Returns:
+        np.ndarray: float32 (B, T), a new array.
+    Raises:
+        UsageError: ``cutoff_hz`` outside (0, sample_rate_hz / 2).
+    """
+    if not 0.0 < cutoff_hz < sample_rate_hz / 2:
+        raise UsageError(f"band_limit: cutoff_hz must be in (0, {sample_rate_hz / 2:g}) Hz, got {cutoff_hz}")
+    spec = np.fft.rfft(np.asarray(x, dtype=np.float32), axis=-1)
+    spec[..., np.fft.rfftfreq(np.shape(x)[-1], 1.0 / sample_rate_hz) > cutoff_hz] = 0.0
+    return np.fft.irfft(spec, n=np.shape(x)[-1], axis=-1).astype(np.float32)
+
+
 def room_reverb(x: np.ndarray, rng: np.random.Generator, p: float,
                 sample_rate_hz: int = SAMPLE_RATE_HZ) -> np.ndarray:
     """Add synthetic room reverberation to each row with probability ``p`` (speech augmentation).
@@ -405,6 +428,8 @@ class TrainingData:
         speech_reverb (float): probability in [0, 1] that a training speech segment gets
             :func:`room_reverb` (after the f0-band boost; the clean target is the reverberant speech).
             Defaults to 0.
+        mixture_lowpass (float): probability in [0, 1] that a whole training mixture, noisy and clean alike,
+            is band-limited to 4 kHz (:func:`band_limit`: an 8 kHz recording resampled to 16 kHz). Defaults to 0.
     Attributes:
         speech (np.ndarray): float32, shape (samples,), all training speech concatenated.
         speech_ranges (dict[str, tuple[int, int]]): sample range of each corpus in ``speech``.
@@ -412,7 +437,7 @@ class TrainingData:
         bank_ranges (dict[str, tuple[int, int]]): sample range of each noise category in ``bank``.
     Raises:
         UsageError: a test corpus was requested for training; ``speech_low_boost`` outside [0, 1];
-            ``speech_low_boost_db`` outside [0, 30]; ``speech_reverb`` outside [0, 1]; ``read_phrase_share``
+            ``speech_low_boost_db`` outside [0, 30]; ``speech_reverb`` or ``mixture_lowpass`` outside [0, 1]; ``read_phrase_share``
             outside [0, 1), an unknown ``read_phrase_corpus``, ``male_share`` outside [0, 1], or the group shares
             adding up to more than 1.
         ArtifactError: no training speech could be loaded; ``asterisk-en`` or a read-speech corpus asked for
@@ -424,7 +449,7 @@ class TrainingData:
                  synthetic_share: float = 0.3, narrowband_share: float = 0.12,
                  noise_minutes_per_kind: float = 2.0, data_version: int = 1, male_share: float = MALE_SHARE_V3,
                  speech_low_boost: float = 0.0, speech_low_boost_db: float = 10.0, speech_reverb: float = 0.0,
-                 read_phrase_share: float = 0.0, read_phrase_corpus: str = "tuxpaint"):
+                 read_phrase_share: float = 0.0, read_phrase_corpus: str = "tuxpaint", mixture_lowpass: float = 0.0):
         if isinstance(data_version, bool) or not isinstance(data_version, (int, np.integer)) \
                 or data_version not in DATA_VERSIONS:
             raise UsageError(f"unknown training data version {data_version!r} (use one of the integers {DATA_VERSIONS})")
@@ -434,6 +459,8 @@ class TrainingData:
             raise UsageError(f"speech_low_boost_db must be in [0, 30] dB, got {speech_low_boost_db}")
         if not 0.0 <= speech_reverb <= 1.0:
             raise UsageError(f"speech_reverb must be a probability in [0, 1], got {speech_reverb}")
+        if not 0.0 <= mixture_lowpass <= 1.0:
+            raise UsageError(f"mixture_lowpass must be a probability in [0, 1], got {mixture_lowpass}")
         chosen = set(str(read_phrase_corpus).split(","))
         if not chosen <= set(READ_PHRASE_CORPORA):
             raise UsageError(f"read_phrase_corpus must be one or more (comma-separated) of {READ_PHRASE_CORPORA}, "
@@ -453,6 +480,7 @@ class TrainingData:
         self.speech_low_boost = speech_low_boost
         self.speech_low_boost_db = speech_low_boost_db
         self.speech_reverb = speech_reverb
+        self.mixture_lowpass = mixture_lowpass
         if corpora is None:  # v2: the extra real voices go after the real prompt packs, before the synthetic ones
             corpora = SPEECH_TRAIN_CORPORA
             if data_version >= 2:
@@ -621,7 +649,8 @@ class TrainingData:
         (noisy = clean). In data version 4 the speech segments get :func:`random_eq` with probability
         :data:`P_SPEECH_EQ` before mixing, so ``clean`` is the equalised speech. In any data version the
         speech segments get :func:`low_band_boost` with probability ``speech_low_boost`` (clean boosted too),
-        then :func:`room_reverb` with probability ``speech_reverb`` (clean reverberant too). Each augmentation
+        then :func:`room_reverb` with probability ``speech_reverb`` (clean reverberant too); the finished
+        mixture is band-limited to 4 kHz with probability ``mixture_lowpass`` (clean too). Each augmentation
         draws from ``rng``, so turning one on also changes the later draws (SNR, row kind, peak level): batches
         with and without it are not paired row by row.
 
@@ -655,6 +684,10 @@ class TrainingData:
             nz[noise_only] = n[noise_only] * lvl.astype(np.float32)[:, None]
         nz[speech_only] = 0.0
         noisy = s + nz
+        if self.mixture_lowpass:
+            narrow = np.flatnonzero(rng.random(batch_size) < self.mixture_lowpass)
+            if narrow.size:
+                noisy[narrow], s[narrow] = band_limit(noisy[narrow]), band_limit(s[narrow])
         peak = np.abs(noisy).max(axis=1)
         target = 10 ** (rng.uniform(*peak_dbfs_range, size=batch_size) / 20)
         g = (target / np.maximum(peak, 1e-9)).astype(np.float32)[:, None]

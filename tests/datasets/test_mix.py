@@ -7,6 +7,7 @@ import pytest
 
 from cosyedge.datasets import noise, sources
 from cosyedge.datasets.mix import (
+    band_limit,
     TrainingData,
     active_power,
     low_band_boost,
@@ -336,6 +337,34 @@ def test_reverb_probability_is_checked_and_reaches_the_clean_target(tmp_path, mo
     np.testing.assert_array_equal(noisy, clean)  # speech-only rows: the input is the clean target
     for i in range(16):  # every clean target is its reverberant segment (up to the level gain), not the dry one
         assert cos(clean[i], wet[i]) > 0.99999 and cos(clean[i], dry[i]) < 0.999
+
+
+def test_mixture_lowpass_band_limits_noisy_and_clean_alike(tmp_path, monkeypatch):
+    """``mixture_lowpass`` = 1: every row, noisy and clean, holds nothing above 4 kHz (an 8 kHz recording
+    resampled), and noisy - clean is still the (band-limited) noise; 0 leaves the full band; bad values refused."""
+    x = np.random.default_rng(0).standard_normal((3, 1600)).astype(np.float32)
+    y = band_limit(x)
+    freqs = np.fft.rfftfreq(1600, 1 / 16000)
+    assert np.abs(np.fft.rfft(y, axis=1)[:, freqs > 4000]).max() < 1e-3
+    np.testing.assert_allclose(np.fft.rfft(y, axis=1)[:, freqs < 3900], np.fft.rfft(x, axis=1)[:, freqs < 3900],
+                               atol=1e-3)  # the band below is kept
+    with pytest.raises(UsageError, match=r"band_limit: cutoff_hz must be in \(0, 8000\) Hz"):
+        band_limit(x, cutoff_hz=8000.0)
+    with pytest.raises(UsageError, match=r"mixture_lowpass must be a probability in \[0, 1\]"):
+        TrainingData(data_version=3, mixture_lowpass=1.5)
+    cache = _fake_asterisk_cache(tmp_path, monkeypatch)
+    kw = {"seed": 0, "cache_dir": cache, "corpora": ("asterisk-en",), "noise_minutes_per_kind": 0.2, "data_version": 3}
+
+    def high_band_share(rows):  # energy above 4 kHz / total, per row
+        p = np.abs(np.fft.rfft(rows.astype(np.float64), axis=1)) ** 2
+        return p[:, np.fft.rfftfreq(rows.shape[1], 1 / 16000) > 4000].sum(1) / (p.sum(1) + 1e-30)
+
+    noisy, clean = TrainingData(**kw, mixture_lowpass=1.0).batch(8, 16000, np.random.default_rng(3),
+                                                                 p_noise_only=0.0, p_speech_only=0.0)
+    assert high_band_share(noisy).max() < 1e-9 and high_band_share(clean).max() < 1e-9
+    assert high_band_share(noisy - clean).max() < 1e-9 and np.abs(noisy - clean).max() > 1e-3
+    noisy, clean = TrainingData(**kw).batch(8, 16000, np.random.default_rng(3), p_noise_only=0.0, p_speech_only=0.0)
+    assert high_band_share(noisy).min() > 1e-6  # full band without it (10^3 above the band-limited rows)
 
 
 @pytest.mark.parametrize("which", [(0,), (1,), (3, 2)])
