@@ -8,6 +8,9 @@ training) x each held-out real noise (never used for training: a real engine rec
 SI-SNR follows Le Roux et al. 2019 (arXiv:1811.02508). cosyedge's output is aligned by the model's
 stated delay; RNNoise's delay is searched (0..50 ms) and reported.
 
+``--narrowband`` scores the same pairs as 8 kHz recordings: noisy and clean both resampled to 8 kHz and back
+(soxr), so nothing above 4 kHz is left, which is what ``cosyedge run`` makes of a telephone-band file.
+
 Command (downloads the Debian test packages into the data cache on first use)::
 
     python scripts/eval_reference.py --snr 0 5 10 --json eval.json
@@ -52,6 +55,15 @@ def rnnoise_16k(x: np.ndarray) -> np.ndarray:
     return soxr.resample(np.concatenate(out), 48000, 16000).astype(np.float32)
 
 
+def narrowband(x: np.ndarray) -> np.ndarray:
+    """x (T,) float32 at 16 kHz -> (T,) float32 at 16 kHz as if recorded at 8 kHz: resampled to 8 kHz and back
+    (soxr), so it holds nothing above 4 kHz."""
+    import soxr
+
+    y = soxr.resample(soxr.resample(x, 16000, 8000), 8000, 16000).astype(np.float32)
+    return np.pad(y, (0, max(0, len(x) - len(y))))[: len(x)]
+
+
 def best_delay(y: np.ndarray, ref: np.ndarray, max_delay: int = 800, step: int = 16) -> tuple[float, int]:
     """Return (SI-SNR dB, delay samples) of y vs ref over delays 0..max_delay (y is late by the delay)."""
     n = len(ref) - max_delay
@@ -64,6 +76,8 @@ def main(argv=None) -> int:
     ap.add_argument("--engine", default=None, help="engine folder or streaming ONNX (default: bundled model)")
     ap.add_argument("--snr", type=float, nargs="+", default=[5.0])
     ap.add_argument("--no-rnnoise", action="store_true")
+    ap.add_argument("--narrowband", action="store_true",
+                    help="score the pairs as 8 kHz recordings (noisy and clean band-limited to 4 kHz)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
 
@@ -84,6 +98,8 @@ def _evaluate(args) -> int:
     engine = load_engine(args.engine or default_engine())
     rows = []
     for name, noisy, clean in test_pairs(tuple(args.snr)):
+        if args.narrowband:
+            noisy, clean = narrowband(noisy), narrowband(clean)
         with engine() as sess:
             y = enhance_array(sess, noisy)
         base = si_snr_db(noisy, clean)
@@ -108,8 +124,8 @@ def _evaluate(args) -> int:
         rn = v.get("rnnoise_si_snri_db", float("nan"))
         print(f"{k:32s} {v['cosyedge_si_snri_db']:14.2f} dB {rn:13.2f} dB")
     if args.json:
-        Path(args.json).write_text(json.dumps({"engine": str(engine.model_path), "summary": table, "pairs": rows},
-                                              indent=2))
+        Path(args.json).write_text(json.dumps({"engine": str(engine.model_path), "narrowband": args.narrowband,
+                                               "summary": table, "pairs": rows}, indent=2))
     return 0
 
 
