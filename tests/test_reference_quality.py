@@ -4,7 +4,8 @@ on the bundled real recording (LibriVox speech + a real engine noise held out fr
 Measured when the weights were committed (stage 7: stage 6 with the pitch comb, see docs/model-card.md):
 noisy SI-SNR 4.38 dB -> enhanced 7.44 dB (+3.06 dB); clean speech in -> 19.58 dB SI-SNR out (speech
 distortion; stage 4 gave 21.25 dB, stage 5 20.22 dB, stage 6 20.01 dB: the later stages trade about 1.7 dB of
-clean-speech fidelity for +0.2..0.5 dB SI-SNRi on the noisy test set). The thresholds below leave ~0.5 dB margin for numeric differences
+clean-speech fidelity for +0.2..0.5 dB SI-SNRi on the noisy test set); the demo as an 8 kHz recording (noisy and
+clean resampled to 8 kHz and back) 4.73 -> 6.34 dB (+1.61 dB: the model is weaker on narrowband input). The thresholds below leave ~0.5 dB margin for numeric differences
 between machines; a regression of the model or the runtime trips them.
 """
 
@@ -62,6 +63,21 @@ def test_enhances_the_demo_recording(demo):
     assert y.shape == x.shape and np.isfinite(y).all()
     gain = float(si_snr(y, c) - si_snr(x, c))
     assert gain >= 2.55, f"SI-SNR improvement {gain:.2f} dB on the demo (was 3.06 dB when committed)"
+
+
+def test_enhances_the_demo_as_an_8khz_recording(demo):
+    """Narrowband input (what ``cosyedge run`` makes of an 8 kHz file): noisy and clean resampled to 8 kHz and back."""
+    import soxr
+
+    def narrow(a):
+        return soxr.resample(soxr.resample(a, 16000, 8000), 8000, 16000).astype(np.float32)[: len(a)]
+
+    x, c = (narrow(a) for a in demo)
+    assert x.shape == demo[0].shape
+    with OrtStreamSession(REFERENCE_STREAM_ONNX) as s:
+        y = enhance_array(s, x)
+    gain = float(si_snr(y, c) - si_snr(x, c))
+    assert gain >= 1.1, f"SI-SNR improvement {gain:.2f} dB on the narrowband demo (was 1.61 dB when committed)"
 
 
 def test_clean_speech_passes_with_little_distortion(demo):
