@@ -437,9 +437,9 @@ class TrainingData:
         bank_ranges (dict[str, tuple[int, int]]): sample range of each noise category in ``bank``.
     Raises:
         UsageError: a test corpus was requested for training; ``speech_low_boost`` outside [0, 1];
-            ``speech_low_boost_db`` outside [0, 30]; ``speech_reverb`` or ``mixture_lowpass`` outside [0, 1]; ``read_phrase_share``
-            outside [0, 1), an unknown ``read_phrase_corpus``, ``male_share`` outside [0, 1], or the group shares
-            adding up to more than 1.
+            ``speech_low_boost_db`` outside [0, 30]; ``speech_reverb`` or ``mixture_lowpass`` outside [0, 1];
+            ``read_phrase_share`` outside [0, 1), an unknown ``read_phrase_corpus``, ``male_share`` outside [0, 1],
+            or the group shares adding up to more than 1.
         ArtifactError: no training speech could be loaded; ``asterisk-en`` or a read-speech corpus asked for
             with ``read_phrase_share`` > 0 cannot be loaded (other corpora are skipped with a warning).
         DependencyError: a tool needed to build one of those two (``apt-get``, ``dpkg``) is missing.
