@@ -142,26 +142,23 @@ def fp32_node_plan(model: Any, contract: StreamContract, keep_ops: Iterable[str]
     def mark(n, why: str) -> None:
         plan.setdefault(n.name, why)
 
+    def mark_inputs(n, stop_ops) -> None:
+        """Mark what computes ``n``'s inputs, walking back until ``stop_ops``, graph inputs or marked nodes."""
+        stack = [i for i in n.input if i in producer]
+        while stack:
+            p = producer[stack.pop()]
+            if p.op_type in stop_ops or p.name in plan:
+                continue
+            mark(p, f"input of {n.op_type}")
+            stack.extend(i for i in p.input if i in producer)
+
     for n in nodes:
         if n.op_type in DISCRETE_OPS:
             mark(n, f"op {n.op_type}")
-            stack = [i for i in n.input if i in producer]
-            while stack:  # everything computing its input, through MatMul/Gemm, back to the nearest Conv
-                p = producer[stack.pop()]
-                if p.op_type in ("Conv", "ConvTranspose") or p.name in plan:
-                    continue
-                mark(p, f"input of {n.op_type}")
-                stack.extend(i for i in p.input if i in producer)
+            mark_inputs(n, ("Conv", "ConvTranspose"))  # through MatMul/Gemm, back to the nearest Conv
         if n.op_type in keep_ops:
             mark(n, f"op {n.op_type}")
-            # backward: the elementwise chain computing its input (stop at weighted ops and graph inputs)
-            stack = [i for i in n.input if i in producer]
-            while stack:
-                p = producer[stack.pop()]
-                if p.op_type in WEIGHTED_OPS or p.name in plan:
-                    continue
-                mark(p, f"input of {n.op_type}")
-                stack.extend(i for i in p.input if i in producer)
+            mark_inputs(n, WEIGHTED_OPS)  # the elementwise chain computing its input
             # forward: the elementwise chain after it, up to the next weighted op
             stack = list(n.output)
             while stack:
