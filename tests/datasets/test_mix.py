@@ -7,9 +7,9 @@ import pytest
 
 from cosyedge.datasets import noise, sources
 from cosyedge.datasets.mix import (
-    band_limit,
     TrainingData,
     active_power,
+    band_limit,
     low_band_boost,
     mix_at_snr,
     random_eq,

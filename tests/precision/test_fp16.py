@@ -20,8 +20,8 @@ from cosyedge.precision.fp16 import (
     scan_nonfinite,
 )
 from tests import models
-from tests.reference_structure import reference_structure
 from tests.precision.int8_fixtures import LIBRIVOX
+from tests.reference_structure import reference_structure
 
 REF = REFERENCE_STREAM_ONNX
 
