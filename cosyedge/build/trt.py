@@ -33,6 +33,21 @@ version differences):
   * ``IOptimizationProfile.set_shape(name, min, opt, max)``: .../python-api/infer/Core/OptimizationProfile.html
   * ``ICudaEngine.create_engine_inspector``, ``IEngineInspector.get_engine_information(
     LayerInformationFormat.JSON)``: .../python-api/infer/Core/EngineInspector.html
+  * FP32 pins of weakly typed FP16/INT8 builds (:func:`_pin_fp32_layers`):
+    ``INetworkDefinition.num_layers``, ``get_layer(i)``:
+    https://docs.nvidia.com/deeplearning/tensorrt/archives/tensorrt-861/api/python_api/infer/Graph/Network.html;
+    ``ILayer.name``, ``num_outputs``, ``get_output(i)``, ``precision``, ``set_output_type(i, dtype)``,
+    ``ITensor.dtype``: .../python-api/infer/Graph/LayerBase.html (C++ ``ILayer::setPrecision``: "preferred or
+    required computational precision of this layer in a weakly-typed network",
+    https://docs.nvidia.com/deeplearning/sdk/tensorrt-api/c_api/classnvinfer1_1_1_i_layer.html; the Python
+    calls as in Polygraphy ``examples/cli/run/08_adding_precision_constraints/constrained_network.py``);
+    ``trt.float32``/``trt.float16`` (aliases of ``DataType.FLOAT``/``HALF``):
+    https://docs.nvidia.com/deeplearning/tensorrt/archives/tensorrt-861/api/python_api/infer/FoundationalTypes/DataType.html;
+    ``BuilderFlag.PREFER_PRECISION_CONSTRAINTS`` (prefer: TensorRT may fall back to another precision when no
+    implementation exists in the requested one; ``OBEY`` requires it): Polygraphy ``CreateConfig``
+    ``precision_constraints``,
+    https://docs.nvidia.com/deeplearning/tensorrt/latest/_static/polygraphy/backend/trt/config.html, and
+    "Precision Control", https://docs.nvidia.com/deeplearning/tensorrt/latest/inference-library/precision-control.html
   * custom ``ILogger`` subclass (``ILogger.__init__(self)``, ``log(severity, msg)``), one per process
     (:func:`cosyedge.runtime.trt.trt_logger`): .../python-api/infer/Core/Logger.html
   * Polygraphy ``backend/trt/config.py`` ``CreateConfig`` (same calls, timing cache handling).
@@ -67,8 +82,11 @@ from cosyedge.build.trt_compat import (
     PRECISIONS,
     check_engine_compat,
     features,
+    fp32_pin_nodes,
     layers_from_inspector,
+    layers_to_pin,
     network_flags_mask,
+    parser_node_name,
     plan_build,
     sparse_layers_from_log,
 )
@@ -278,6 +296,8 @@ def build_trt(onnx_path: Any, out_dir: str | Path | None = None, name: str | Non
     plan = plan_build(feat, precision, sparse, dla_core, gpu_fallback,
                       available_builder_flags=_enum_names(trt.BuilderFlag))
     check_precision(precision, stats, plan.strongly_typed, str(src))
+    # Weak typing + FP16 flag: TensorRT may run any layer in FP16, so the ONNX's FP32 region is pinned.
+    pins = fp32_pin_nodes(model, contract) if not plan.strongly_typed and "FP16" in plan.builder_flags else None
     gpu = device_info(cuda, device)
     root = Path(out_dir) if out_dir is not None else _engines_root()
     dest = root / engine_folder_name(name, precision, sparse, plan.dla_core)
@@ -295,7 +315,8 @@ def build_trt(onnx_path: Any, out_dir: str | Path | None = None, name: str | Non
         else:
             shutil.copyfile(src, model_dst)
         cache_file = timing_cache_path(root, trt.__version__, gpu["compute_capability"]) if timing_cache else None
-        report = _build_plan_file(trt, model_dst, tmp / PLAN_FILE, plan, profile, workspace_mib, cache_file)
+        report = _build_plan_file(trt, model_dst, tmp / PLAN_FILE, plan, profile, workspace_mib, cache_file,
+                                  fp32_nodes=pins, node_names=[parser_node_name(n) for n in model.graph.node])
         _smoke_test(tmp / PLAN_FILE, contract, profile, device)
         head = manifest_head(name=name, backend=BACKEND, precision=precision, sparse=sparse,
                              model_file=MODEL_FILE, model_path=model_dst, parent=parent)
@@ -354,9 +375,52 @@ def _onnx_version() -> str:
     return onnx.__version__
 
 
+def _pin_fp32_layers(trt: Any, network: Any, fp32_nodes: dict[str, str], node_names: list[str]) -> dict:
+    """Pin the parsed layers of ``fp32_nodes`` to FP32 (weakly typed builds with the ``FP16`` flag).
+
+    Each layer matched to a node to pin (:func:`~cosyedge.build.trt_compat.layers_to_pin`) that has a float
+    (FP32/FP16) output gets ``layer.precision = trt.float32`` and ``set_output_type(i, trt.float32)`` on
+    every float output (without the output type the data between layers may still be stored as FP16);
+    layers with only integer/bool outputs (e.g. the index output of ArgMax) are left alone.
+
+    Args:
+        trt (module): ``tensorrt``.
+        network (tensorrt.INetworkDefinition): The parsed network.
+        fp32_nodes (dict[str, str]): Node (parser) name -> reason, from :func:`fp32_pin_nodes`.
+        node_names (list[str]): Parser names of all ONNX nodes.
+    Returns:
+        dict: ``{"count": int, "layers": [layer names], "nodes": int (ONNX nodes to pin), "nodes_without_layer":
+        [node names no float layer was found for]}``.
+    """
+    layers = [network.get_layer(i) for i in range(network.num_layers)]
+    match = layers_to_pin([layer.name for layer in layers], fp32_nodes, node_names)
+    floats = (trt.float32, trt.float16)
+    pinned: list[str] = []
+    covered: set[str] = set()
+    for layer in layers:
+        if layer.name not in match:
+            continue
+        outs = [i for i in range(layer.num_outputs) if layer.get_output(i).dtype in floats]
+        if not outs:
+            continue
+        layer.precision = trt.float32
+        for i in outs:
+            layer.set_output_type(i, trt.float32)
+        pinned.append(layer.name)
+        covered.add(match[layer.name])
+    return {"count": len(pinned), "layers": pinned, "nodes": len(fp32_nodes),
+            "nodes_without_layer": [n for n in fp32_nodes if n not in covered]}
+
+
 def _build_plan_file(trt: Any, onnx_file: Path, plan_file: Path, plan: Any, profile: dict, workspace_mib: int,
-                     cache_file: Path | None) -> dict:
-    """Parse, configure, build and serialize; save the timing cache; return the layer/sparsity report."""
+                     cache_file: Path | None, fp32_nodes: dict[str, str] | None = None,
+                     node_names: list[str] | None = None) -> dict:
+    """Parse, configure, build and serialize; save the timing cache; return the layer/sparsity report.
+
+    ``fp32_nodes`` (node -> reason, None for strongly typed builds): ONNX nodes whose layers are pinned to
+    FP32 (:func:`_pin_fp32_layers`) with ``PREFER_PRECISION_CONSTRAINTS``; the report's ``fp32_pinned``
+    says how many layers and which.
+    """
     from cosyedge.runtime.trt import trt_logger
 
     logger = trt_logger(trt)
@@ -373,6 +437,18 @@ def _build_plan_file(trt: Any, onnx_file: Path, plan_file: Path, plan: Any, prof
         raise ArtifactError(f"TensorRT {trt.__version__} cannot parse {onnx_file.name}: {first}")
     config = builder.create_builder_config()
     config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, int(workspace_mib) << 20)
+    pinned = {"count": 0, "layers": [], "nodes": 0, "nodes_without_layer": []}
+    if fp32_nodes:
+        pinned = _pin_fp32_layers(trt, network, fp32_nodes, list(node_names or fp32_nodes))
+        if pinned["count"]:
+            # PREFER, not OBEY: where a pinned layer has no FP32 implementation (DLA runs FP16/INT8 only; some
+            # GPU layers may lack one) TensorRT warns and uses another precision; OBEY fails the whole build.
+            plan.builder_flags.append("PREFER_PRECISION_CONSTRAINTS")
+            plan.notes.append(f"{pinned['count']} layer(s) the ONNX keeps in FP32 pinned to FP32 "
+                              f"(PREFER_PRECISION_CONSTRAINTS): the FP16 flag would allow FP16 kernels there")
+        shown = ", ".join(pinned["layers"][:8]) + (", ..." if pinned["count"] > 8 else "")
+        LOG.info("weakly typed build with the FP16 flag: %d layer(s) of %d FP32 ONNX node(s) pinned to FP32%s",
+                 pinned["count"], pinned["nodes"], f": {shown}" if shown else "")
     for flag in plan.builder_flags:
         config.set_flag(getattr(trt.BuilderFlag, flag))
     if plan.dla_core is not None:
@@ -423,6 +499,7 @@ def _build_plan_file(trt: Any, onnx_file: Path, plan_file: Path, plan: Any, prof
         "sparse_eligible": sparsity["eligible"],
         "sparse_picked": sparsity["picked"],
         "sparse_tactics": [layer["name"] for layer in layers if layer["sparse"]],
+        "fp32_pinned": pinned,
         "engine_layers": layers,
     }
 

@@ -13,6 +13,7 @@ precision builder flags      FP16 / INT8+FP16    none (GPU); FP16/INT8   none: r
 INT8 calibrators             exist (unused)      deprecated (unused)     removed
 ``SPARSE_WEIGHTS``           yes                 yes                     yes
 DLA                          yes                 yes                     refused (not on JetPack)
+FP32 layers of the ONNX      pinned (FP16 flag)  pinned on DLA only      nothing to pin
 enqueue                      ``execute_async_v3``  ``execute_async_v3``  ``execute_async_v3``
 ===========================  ==================  ======================  ==========================
 
@@ -23,6 +24,10 @@ On 8.6 both exist; the shim prefers v3 so that 8.6, 10.x and 11.x run one code p
 Precision always lives in the ONNX (FP16 casts, explicit Q/DQ): on 10.x/11.x the network is strongly typed
 and no precision flag is set; on 8.6 (no strong typing) the FP16/INT8 flags are what allow the builder to
 pick the reduced-precision kernels the ONNX asks for (explicit quantization needs ``INT8`` on 8.x).
+But ``FP16`` lets a weakly typed build (8.6 GPU, any DLA build) run *any* layer in FP16, the FP32 region of
+the ONNX included (e.g. the reference model's MatMul -> ArgMax pitch search), so those builds pin the layers
+of :func:`fp32_pin_nodes` to FP32 (``ILayer.precision``, ``set_output_type`` and
+``PREFER_PRECISION_CONSTRAINTS``; :func:`layers_to_pin` maps layer names to nodes).
 
 Sources (NVIDIA docs):
   * TensorRT 10.x -> 11.x Python migration, removed APIs:
@@ -37,6 +42,12 @@ Sources (NVIDIA docs):
   * DLA on 11.x ("not supported for Linux SBSA, NVIDIA JetPack, or NVIDIA DriveOS deployments in 11.4.0"):
     https://docs.nvidia.com/deeplearning/tensorrt/11.4.0/inference-library/dla-build-and-run.html; DLA runs
     FP16 and INT8 only (same page, "Running on DLA during TensorRT Inference").
+  * Per-layer precision in weakly typed networks (``ILayer::setPrecision`` / ``setOutputType``): TensorRT
+    Developer Guide, "Precision Control",
+    https://docs.nvidia.com/deeplearning/tensorrt/latest/inference-library/precision-control.html
+  * ONNX parser layer names (onnx-tensorrt ``ImporterContext::registerLayer``/``generateUniqueName``,
+    ``getNodeName``): a node's first layer is named after the node (``node_of_<first output>`` when the node
+    has no name), further layers of the same node get ``<name>_<counter>``.
   * Sparsity log lines ("(Sparsity) Layers eligible for sparse math: ...", "(Sparsity) TRT inference plan
     picked sparse implementation for layers: ..."): TensorRT Developer Guide, "Structured Sparsity".
   * Plans are tied to the TensorRT version and the GPU model they were built on: TensorRT Developer Guide,
@@ -292,6 +303,122 @@ def network_flags_mask(names: Iterable[str], enum: Any) -> int:
     for n in names:
         mask |= 1 << int(getattr(enum, n))
     return mask
+
+
+# ------------------------------------------------------------------------------- FP32 pins (weak typing)
+PIN_SKIP_OPS = ("Cast", "CastLike", "Constant", "QuantizeLinear", "DequantizeLinear")
+"""tuple[str]: ONNX ops never pinned: casts and Q/DQ carry their own output types, a Constant makes no layer."""
+
+_FLOAT_TYPES = (1, 10, 11, 16)  # onnx.TensorProto FLOAT, FLOAT16, DOUBLE, BFLOAT16
+_FLOAT, _FLOAT16 = 1, 10
+_LAYER_SUFFIX = re.compile(r"^(.*)_\d+$")
+
+
+def parser_node_name(node: Any) -> str:
+    """Return the name TensorRT's ONNX parser gives the first layer of ``node`` (str): the node name, or
+    ``node_of_<first output>`` for an unnamed node. Source: onnx-tensorrt ``getNodeName``."""
+    if not node.name and len(node.output):
+        return f"node_of_{node.output[0]}"
+    return node.name
+
+
+def _tensor_types(model: Any) -> dict[str, int]:
+    """ONNX elem type of every typed tensor (graph I/O, initializers, value_info after shape inference)."""
+    import onnx
+
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model)
+    except Exception:  # noqa: BLE001 - inference is best effort; the declared types are used then
+        inferred = model
+    g = inferred.graph
+    types = {v.name: v.type.tensor_type.elem_type for v in (*g.input, *g.output, *g.value_info)}
+    types.update({t.name: t.data_type for t in g.initializer})
+    return {k: v for k, v in types.items() if v}
+
+
+def fp32_pin_nodes(model: Any, contract: Any = None) -> dict[str, str]:
+    """Decide which ONNX nodes a weakly typed build with the ``FP16`` flag pins to FP32.
+
+    * An ONNX holding FP16 tensors (the FP16 ONNX of ``cosyedge build --fp16``) says itself what stays FP32:
+      every node whose float tensors are all FP32 (its outputs; its inputs when it has no float output, e.g.
+      ArgMax) is pinned, i.e. what :func:`cosyedge.precision.fp16.fp32_node_plan` kept (and the converter's
+      FP32 output Identities).
+    * Otherwise every float tensor is FP32 (the FP32 ONNX, or the INT8 Q/DQ ONNX made from it), so the types
+      say nothing: the nodes of :func:`~cosyedge.precision.fp16.fp32_node_plan` of that ONNX are pinned (the
+      index-picking chains, the overflow-prone ops, the boundary convs), minus the nodes reading a
+      ``DequantizeLinear`` output (quantized compute: their precision is the Q/DQ's), not every node.
+
+    Nodes of :data:`PIN_SKIP_OPS` are never pinned.
+
+    Args:
+        model (onnx.ModelProto): The ONNX handed to TensorRT (external data need not be loaded).
+        contract (StreamContract | None): Its stream contract; read from ``model`` when None.
+    Returns:
+        dict[str, str]: parser layer name of the node (:func:`parser_node_name`) -> reason, in graph order.
+    Raises:
+        ArtifactError: ``model`` has no cosyedge stream contract (FP32/INT8 ONNX only).
+    Source: NVIDIA TensorRT Developer Guide, "Precision Control" (reduced precision in weakly typed
+        networks: the builder may run any layer in FP16 unless constrained).
+    """
+    nodes = list(model.graph.node)
+    types = _tensor_types(model)
+    if _FLOAT16 in types.values():
+        pins: dict[str, str] = {}
+        for n in nodes:
+            if n.op_type in PIN_SKIP_OPS:
+                continue
+            floats = [types[o] for o in n.output if types.get(o) in _FLOAT_TYPES]
+            floats = floats or [types[i] for i in n.input if i and types.get(i) in _FLOAT_TYPES]
+            if floats and all(t == _FLOAT for t in floats):
+                pins[parser_node_name(n)] = f"FP32 in the FP16 ONNX ({n.op_type})"
+        return pins
+
+    import onnx
+
+    from cosyedge.artifacts import StreamContract
+    from cosyedge.precision.fp16 import fp32_node_plan
+
+    contract = contract if contract is not None else StreamContract.from_onnx(model)
+    named = onnx.ModelProto()  # the nodes only (no weights), named as the parser names their layers
+    named.graph.node.extend(nodes)
+    for n in named.graph.node:
+        n.name = parser_node_name(n)
+    dq_out = {o for n in nodes if n.op_type == "DequantizeLinear" for o in n.output}
+    by_name = {n.name: n for n in named.graph.node}
+    plan = fp32_node_plan(named, contract)
+    return {name: why for name, why in plan.items()
+            if by_name[name].op_type not in PIN_SKIP_OPS and not any(i in dq_out for i in by_name[name].input)}
+
+
+def layers_to_pin(layer_names: Iterable[str], pin_nodes: Iterable[str], node_names: Iterable[str]) -> dict[str, str]:
+    """Match parsed-network layer names to ONNX nodes and keep the layers of the nodes to pin.
+
+    TensorRT's ONNX parser names a node's first layer after the node and any further layer of that node
+    ``<node>_<counter>`` (a counter shared by the whole parse, so the suffix is not a per-node index). A layer
+    name equal to a node name belongs to that node; otherwise one ``_<digits>`` suffix is removed and the rest
+    must be a node name. Layers the parser adds without a node name (``(Unnamed Layer* 12) [Shuffle]``,
+    weights constants) match nothing. Ambiguity: a helper layer ``/Add_7`` of node ``/Add`` is taken for node
+    ``/Add_7`` when the graph has both names.
+
+    Args:
+        layer_names (Iterable[str]): ``network.get_layer(i).name`` for every layer, in network order.
+        pin_nodes (Iterable[str]): Node names to pin (keys of :func:`fp32_pin_nodes`).
+        node_names (Iterable[str]): Parser names of all ONNX nodes (:func:`parser_node_name`).
+    Returns:
+        dict[str, str]: layer name -> node name, for the layers to pin, in network order.
+    Source: onnx-tensorrt ``ImporterContext::registerLayer`` / ``generateUniqueName``.
+    """
+    pin = set(pin_nodes)
+    names = set(node_names) | pin
+    out: dict[str, str] = {}
+    for layer in layer_names:
+        node = layer if layer in names else None
+        if node is None:
+            m = _LAYER_SUFFIX.match(layer)
+            node = m.group(1) if m and m.group(1) in names else None
+        if node in pin:
+            out[layer] = node
+    return out
 
 
 # ---------------------------------------------------------------------------------------- sparsity report

@@ -10,6 +10,11 @@ would enforce loudly or silently:
   an input and an output (the aliasing bug ping-pong buffers avoid) and shapes outside the profile;
 * the "plan" is JSON naming the TensorRT version, the ONNX, the flags and the profile, so a plan from
   another version fails to deserialize (returns None) like a real one;
+* the parsed network has layers named as TensorRT's ONNX parser names them (first layer of a node = node
+  name, or ``node_of_<output>``; further layers ``<name>_<counter>``; an ArgMax becomes a TopK layer with a
+  float values and an int32 indices output plus an int32 helper layer, a Conv gets two float shuffle helper
+  layers), with output dtypes from ONNX shape inference (int64 -> int32 as on 8.6), and one unnamed helper
+  layer; per-layer ``precision``/``set_output_type`` calls are recorded in ``trt.calls["layer_precisions"]``;
 * CUDA graphs record the H2D/enqueue/D2H calls issued during capture and replay them.
 
 Nothing here is a claim about real TensorRT numerics; GPU behaviour is checked by ``scripts/gpu_check.py``.
@@ -256,7 +261,12 @@ def make_fake_trt(version: str, cuda_state: FakeCudaState, dla_cores: int = 0, s
     trt.LayerInformationFormat = types.SimpleNamespace(JSON="JSON", ONELINE="ONELINE")
     trt.TensorIOMode = types.SimpleNamespace(INPUT="INPUT", OUTPUT="OUTPUT", NONE="NONE")
     trt.calls = {"network_flags": None, "builder_flags": [], "profile": {}, "workspace": None, "dla": None,
-                 "timing_cache_in": None, "builds": 0}
+                 "timing_cache_in": None, "builds": 0, "layer_precisions": {}, "layer_names": []}
+    trt.DataType = types.SimpleNamespace(FLOAT="DataType.FLOAT", HALF="DataType.HALF", INT8="DataType.INT8",
+                                         INT32="DataType.INT32", BOOL="DataType.BOOL")
+    trt.float32, trt.float16, trt.int8, trt.int32 = (trt.DataType.FLOAT, trt.DataType.HALF, trt.DataType.INT8,
+                                                     trt.DataType.INT32)
+    trt.bool = trt.DataType.BOOL
     if major < 11:
         trt.IInt8EntropyCalibrator2 = type("IInt8EntropyCalibrator2", (), {})
     del net_flags
@@ -279,10 +289,88 @@ def make_fake_trt(version: str, cuda_state: FakeCudaState, dla_cores: int = 0, s
     trt.ILogger, trt.Logger = ILogger, Logger
     trt.nptype = lambda dt: {"float32": np.float32, "float16": np.float16}[dt]
 
+    class Tensor:
+        def __init__(self, name, dtype):
+            self.name, self.dtype = name, dtype
+
+    class Layer:
+        def __init__(self, name, dtypes):
+            self.name = name
+            self._outputs = [Tensor(f"({name}_output_{i})", d) for i, d in enumerate(dtypes)]
+            self._precision = None
+            self.output_types = {}
+
+        @property
+        def num_outputs(self):
+            return len(self._outputs)
+
+        def get_output(self, i):
+            return self._outputs[i]
+
+        @property
+        def precision(self):
+            return self._precision if self._precision is not None else trt.float32
+
+        @precision.setter
+        def precision(self, dtype):
+            assert dtype in vars(trt.DataType).values(), dtype
+            self._precision = dtype
+
+        @property
+        def precision_is_set(self):
+            return self._precision is not None
+
+        def set_output_type(self, index, dtype):
+            assert 0 <= index < self.num_outputs and dtype in vars(trt.DataType).values(), (index, dtype)
+            self.output_types[index] = dtype
+
+    def layers_from_onnx(model):
+        """Layers as the ONNX parser names them (see the module docstring)."""
+        import onnx
+
+        g = onnx.shape_inference.infer_shapes(model).graph
+        elem = {v.name: v.type.tensor_type.elem_type for v in (*g.input, *g.output, *g.value_info)}
+        elem.update({t.name: t.data_type for t in g.initializer})
+        to_trt = {1: trt.float32, 10: trt.float16, 6: trt.int32, 7: trt.int32, 9: trt.bool, 3: trt.int8}
+        used, counter = set(), itertools.count()
+
+        def unique(base):  # onnx-tensorrt generateUniqueName: base, else base_<shared counter>
+            cand = base
+            while cand in used:
+                cand = f"{base}_{next(counter)}"
+            used.add(cand)
+            return cand
+
+        layers = []
+        for n in g.node:
+            if n.op_type == "Constant":  # the parser adds no layer for a Constant node
+                continue
+            base = n.name or f"node_of_{n.output[0]}"
+            outs = [to_trt.get(elem.get(o), trt.float32) for o in n.output]
+            if n.op_type in ("ArgMax", "ArgMin"):  # TopK (values, indices) + a shuffle of the indices
+                layers.append(Layer(unique(base), [to_trt.get(elem.get(n.input[0]), trt.float32), trt.int32]))
+                layers.append(Layer(unique(base), [trt.int32]))
+            elif n.op_type == "Conv":  # 1-D conv: unsqueeze shuffle, 2-D conv, squeeze shuffle
+                layers.append(Layer(unique(base), outs))
+                layers.append(Layer(unique(base), outs))
+                layers.append(Layer(unique(base), outs))
+            else:
+                layers.append(Layer(unique(base), outs))
+        layers.append(Layer(f"(Unnamed Layer* {len(layers)}) [Shape]", [trt.int32]))
+        return layers
+
     class Network:
         def __init__(self, flags):
             self.flags = flags
             self.onnx = None
+            self.layers = []
+
+        @property
+        def num_layers(self):
+            return len(self.layers)
+
+        def get_layer(self, i):
+            return self.layers[i]
 
     class Parser:
         def __init__(self, network, logger):
@@ -292,10 +380,11 @@ def make_fake_trt(version: str, cuda_state: FakeCudaState, dla_cores: int = 0, s
             import onnx
 
             try:
-                onnx.load(path, load_external_data=False)
+                model = onnx.load(path, load_external_data=False)
             except Exception as err:  # noqa: BLE001
                 self.errors.append(f"ModelImporter.cpp:1: failed to parse: {err}")
                 return False
+            self.network.layers = layers_from_onnx(model)
             self.network.onnx = base64.b64encode(Path(path).read_bytes()).decode()  # a plan embeds the weights
             return True
 
@@ -367,6 +456,10 @@ def make_fake_trt(version: str, cuda_state: FakeCudaState, dla_cores: int = 0, s
             trt.calls["builder_flags"] = bflags
             trt.calls["profile"] = config.profiles[0].shapes
             trt.calls["dla"] = (config.default_device_type, config.DLA_core)
+            trt.calls["layer_names"] = [layer.name for layer in network.layers]
+            trt.calls["layer_precisions"] = {
+                layer.name: {"precision": layer._precision, "output_types": dict(layer.output_types)}
+                for layer in network.layers if layer.precision_is_set or layer.output_types}
             if fail_build:
                 self.logger.log(ILogger.Severity.ERROR, "[optimizer] no implementation for layer conv_x")
                 return None

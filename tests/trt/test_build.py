@@ -138,7 +138,9 @@ def test_build_writes_plan_manifest_and_timing_cache(fake10, two_state, tmp_path
 def test_build_on_86_sets_precision_flags(monkeypatch, two_state, tmp_path):
     f = fakes.install(monkeypatch, version="8.6.1")
     out = bt.build_trt(two_state, out_dir=tmp_path, precision="fp16")  # 8.6: FP16 flag, no strong typing
-    assert f.trt.calls["builder_flags"] == ["FP16"]
+    # the FP32 plan of this FP32 ONNX (its boundary convs) is pinned to FP32 (tests/trt/test_fp32_pins.py)
+    assert f.trt.calls["builder_flags"] == ["FP16", "PREFER_PRECISION_CONSTRAINTS"]
+    assert f.trt.calls["layer_precisions"] and _manifest(out)["layers"]["fp32_pinned"]["count"] > 0
     assert f.trt.calls["network_flags"] == 1 << 0  # EXPLICIT_BATCH
     assert _manifest(out)["build_plan"]["strongly_typed"] is False
 
@@ -157,7 +159,7 @@ def test_dla_build(monkeypatch, two_state, tmp_path):
     out = bt.build_trt(two_state, out_dir=tmp_path, precision="fp16", dla_core=1, gpu_fallback=True)
     assert out.name == "two_state-fp16-dla1-tensorrt"
     assert f.trt.calls["dla"] == ("DLA", 1)
-    assert f.trt.calls["builder_flags"] == ["FP16", "GPU_FALLBACK"]
+    assert f.trt.calls["builder_flags"] == ["FP16", "GPU_FALLBACK", "PREFER_PRECISION_CONSTRAINTS"]  # DLA: weak
     with pytest.raises(UsageError, match="--dla-core 2: this device has 2 DLA core"):
         bt.build_trt(two_state, out_dir=tmp_path, precision="fp16", dla_core=2)
 
