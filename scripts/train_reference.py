@@ -386,6 +386,17 @@ def _lw_spec(text: str) -> tuple[int, int]:
     return _pair_spec(text, "W,BINS", "1024,128")
 
 
+def _snr_range_spec(text: str) -> tuple[float, float]:
+    """``LO,HI`` (dB, -20 <= LO < HI <= 40) -> (LO, HI); argparse type of ``--snr-range``."""
+    try:
+        lo, hi = (float(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected LO,HI in dB, e.g. -5,15, got {text!r}") from None
+    if not -20 <= lo < hi <= 40:
+        raise argparse.ArgumentTypeError(f"need -20 <= LO < HI <= 40 dB, got {text!r}")
+    return lo, hi
+
+
 def _read_speech_spec(text: str) -> str:
     """argparse type of ``--read-phrases``: one or more comma-separated names of
     :data:`cosyedge.datasets.mix.READ_PHRASE_CORPORA`, returned unchanged.
@@ -422,6 +433,9 @@ def main(argv=None) -> int:
     ap.add_argument("--log-dir", default="docs/training")
     ap.add_argument("--speech-weight", type=float, default=0.7,
                     help="a in [0, 1]: weight of speech distortion vs residual noise (0.5 = plain SNR loss)")
+    ap.add_argument("--snr-range", default="-5,20", metavar="LO,HI", type=_snr_range_spec,
+                    help="active-speech SNR range of the training mixtures in dB, drawn uniformly (default -5,20); "
+                         "write it with = (--snr-range=-5,15): a value starting with - is otherwise read as an option")
     ap.add_argument("--spectral-weight", type=float, default=0.0,
                     help="weight of a compressed spectral loss (Braun & Tashev 2021) added to the SNR loss "
                          "(0: none); it weighs quiet bins, i.e. residual noise, as listeners do")
@@ -602,7 +616,7 @@ def main(argv=None) -> int:
         lr = lr_at(args.lr, step, frac, warmup_steps=200)
         for g in opt.param_groups:
             g["lr"] = lr
-        noisy, clean = data.batch(args.batch, n_samples, rng)
+        noisy, clean = data.batch(args.batch, n_samples, rng, snr_db_range=args.snr_range)
         loss = batch_loss(model, noisy, clean, delay, args.speech_weight, args.spectral_weight)
         opt.zero_grad(set_to_none=True)
         loss.backward()

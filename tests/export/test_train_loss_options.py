@@ -1,8 +1,9 @@
-"""The compressed spectral training loss of ``scripts/train_reference.py`` (Braun & Tashev 2021).
+"""Training options of ``scripts/train_reference.py``: the compressed spectral loss and the SNR range.
 
-Checks that it ranks estimates as a listener would (the clean target best, a trace of residual noise next,
-the noisy input worst), that it does not depend on the level, that it is added to the SNR loss with
-``--spectral-weight`` and that bad settings are refused.
+Checks that the compressed spectral loss (Braun & Tashev 2021) ranks estimates as a listener would (the
+clean target best, a trace of residual noise next, the noisy input worst), that it does not depend on the
+level, that ``--spectral-weight`` adds it to the SNR loss, that ``--snr-range`` parses, and that bad
+settings of both are refused.
 """
 
 from __future__ import annotations
@@ -73,3 +74,19 @@ def test_spectral_weight_out_of_range_is_a_usage_error(value, capsys):
         tr.main(["--spectral-weight", value])
     assert exc.value.code == 2
     assert "--spectral-weight must be in [0, 10]" in capsys.readouterr().err
+
+
+def test_snr_range_parses_and_refuses_bad_ranges():
+    tr = train_reference_module()
+    assert tr._snr_range_spec("-5,15") == (-5.0, 15.0)
+    for bad, why in (("5", "expected LO,HI"), ("10,0", "need -20 <= LO < HI <= 40"), ("-30,0", "need -20")):
+        with pytest.raises(tr.argparse.ArgumentTypeError, match=why):
+            tr._snr_range_spec(bad)
+
+
+def test_snr_range_out_of_bounds_is_a_usage_error(capsys):
+    tr = train_reference_module()
+    with pytest.raises(SystemExit) as exc:
+        tr.main(["--snr-range=0,50"])
+    assert exc.value.code == 2
+    assert "need -20 <= LO < HI <= 40 dB" in capsys.readouterr().err
