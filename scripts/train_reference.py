@@ -11,12 +11,12 @@ complex + magnitude spectral loss (Braun & Tashev 2021, arXiv:2009.12286; :func:
 which weighs quiet bins, such as residual noise in speech pauses, more than a waveform loss does.
 
 Data: :class:`cosyedge.datasets.mix.TrainingData` (real speech from Debian packages, espeak-ng/flite
-variety, synthetic and packaged noises, SNR -5..20 dB, random gain; the pocketsphinx recordings and the
-held-out real noise are never used here). Loss: thresholded negative SNR on the waveform, output
+variety, synthetic and packaged noises, SNR -5..20 dB (``--snr-range``), random gain; the pocketsphinx
+recordings and the held-out real noise are never used here). Loss: thresholded negative SNR on the waveform, output
 aligned by the model's delay (Wisdom et al. 2020, arXiv:2011.02329, "soft-thresholded SNR").
 Model selection by SI-SNR improvement on the validation pairs (held-out asterisk prompts).
 
-The bundled weights were made in six stages (``--init`` chains them); the commands, and the runs tried
+The bundled weights were made in seven stages (``--init`` chains them); the commands, and the runs tried
 since and not kept, are in docs/model-card.md ("Recipe of the bundled weights", "Tried after stage 4").
 Model growth from a checkpoint keeps its function: ``--add-dilations`` (identity blocks), ``--add-df``
 (zero deep-filter head), ``--add-lw`` (zero long-window feature conv), ``--add-pitch-comb`` (zero comb
@@ -352,7 +352,7 @@ def plot_curves(history: dict, path: Path) -> None:
     fig, ax = plt.subplots(1, 2, figsize=(10, 3.5))
     steps, loss = history["step"], history["loss"]
     ax[0].plot(steps, loss, lw=0.6)
-    ax[0].set(xlabel="step", ylabel="loss (neg. thresholded SNR, dB)", title="training loss")
+    ax[0].set(xlabel="step", ylabel="loss (neg. thresholded SNR [+ W x spectral], dB)", title="training loss")
     ax[1].plot(history["val_step"], history["val_sisnri"], "o-", label="validation (held-out asterisk)")
     if history.get("test_sisnri"):
         ax[1].plot(history["val_step"], history["test_sisnri"], "s--", label="test (LibriVox x held-out real noises, 5 dB)")
