@@ -301,7 +301,8 @@ def build_trt(onnx_path: Any, out_dir: str | Path | None = None, name: str | Non
     gpu = device_info(cuda, device)
     root = Path(out_dir) if out_dir is not None else _engines_root()
     dest = root / engine_folder_name(name, precision, sparse, plan.dla_core)
-    warn_replacing_other_model(dest, src)
+    # compared with what the old manifest records as its parent: the FP32 ONNX, not this precision ONNX
+    warn_replacing_other_model(dest, parent)
     for note in plan.notes:
         LOG.info("%s", note)
     with LOG.stage(f"build {BACKEND} {precision}{' sparse' if sparse else ''} engine {dest} "

@@ -145,6 +145,22 @@ def test_build_on_86_sets_precision_flags(monkeypatch, two_state, tmp_path):
     assert _manifest(out)["build_plan"]["strongly_typed"] is False
 
 
+def test_precision_rebuild_of_the_same_parent_does_not_warn_of_another_model(monkeypatch, two_state, tmp_path, caplog):
+    """The manifest records the FP32 parent (``parent_path``), not the precision ONNX built from it, so a rebuild
+    from the same parent is quiet and one from another parent warns."""
+    fakes.install(monkeypatch, version="8.6.1")
+    m = onnx.load(str(two_state))
+    onnx.helper.set_model_props(m, {**{p.key: p.value for p in m.metadata_props}, "made_by": "precision stage"})
+    precision_onnx = tmp_path / "model.fp16.onnx"  # other bytes than its parent, same contract
+    onnx.save(m, str(precision_onnx))
+    for _ in range(2):
+        caplog.clear()
+        bt.build_trt(precision_onnx, out_dir=tmp_path, precision="fp16", parent_path=two_state)
+        assert "another model" not in caplog.text
+    out = bt.build_trt(precision_onnx, out_dir=tmp_path, precision="fp16", parent_path=precision_onnx)
+    assert f"{out} holds an engine built from another model" in caplog.text
+
+
 def test_build_on_11_refuses_int8_without_qdq(monkeypatch, two_state, tmp_path):
     f = fakes.install(monkeypatch, version="11.1.0")
     with pytest.raises(UsageError, match="no QuantizeLinear/DequantizeLinear nodes"):
