@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
 
@@ -17,3 +19,21 @@ def cli(capsys):
         return rc, out, err
 
     yield run
+
+
+@pytest.fixture
+def warnings_seen():
+    """Collect cosyedge warning records (LOG does not propagate to the root logger once configured)."""
+    records: list[logging.LogRecord] = []
+
+    class _H(logging.Handler):
+        def emit(self, record):
+            records.append(record)
+
+    logger = logging.getLogger("cosyedge")
+    h, old = _H(level=logging.WARNING), logger.level
+    logger.addHandler(h)
+    logger.setLevel(logging.INFO)
+    yield records
+    logger.removeHandler(h)
+    logger.setLevel(old)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import logging
-
 import numpy as np
 import pytest
 import soundfile as sf
@@ -21,24 +19,6 @@ from cosyedge.errors import ArtifactError, UsageError
 def _sine(sr: int, seconds: float, hz: float = 440.0, amp: float = 0.5) -> np.ndarray:
     t = np.arange(int(sr * seconds)) / sr
     return (amp * np.sin(2 * np.pi * hz * t)).astype(np.float32)
-
-
-@pytest.fixture
-def warnings_seen():
-    """Collect cosyedge log records (LOG does not propagate to the root logger once configured)."""
-    records: list[logging.LogRecord] = []
-
-    class _H(logging.Handler):
-        def emit(self, record):
-            records.append(record)
-
-    logger = logging.getLogger("cosyedge")
-    h, old = _H(level=logging.WARNING), logger.level
-    logger.addHandler(h)
-    logger.setLevel(logging.INFO)
-    yield records
-    logger.removeHandler(h)
-    logger.setLevel(old)
 
 
 def test_load_audio_shape_dtype_rate(tmp_path):
