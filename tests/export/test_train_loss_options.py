@@ -1,9 +1,10 @@
-"""Training options of ``scripts/train_reference.py``: the compressed spectral loss and the SNR range.
+"""Training options of ``scripts/train_reference.py``: the compressed spectral and STOI losses, the SNR range.
 
 Checks that the compressed spectral loss (Braun & Tashev 2021) ranks estimates as a listener would (the
 clean target best, a trace of residual noise next, the noisy input worst), that it does not depend on the
-level, that ``--spectral-weight`` adds it to the SNR loss, that ``--snr-range`` parses, and that bad
-settings of both are refused.
+level, that ``--spectral-weight`` adds it to the SNR loss; that the differentiable STOI loss gives pystoi's
+figure on the bundled real recording and passes gradients, that ``--stoi-weight`` adds it; that
+``--snr-range`` parses, and that bad settings of all three are refused.
 """
 
 from __future__ import annotations
@@ -67,13 +68,78 @@ def test_spectral_weight_adds_the_spectral_loss_to_the_snr_loss():
     assert both == pytest.approx(base + 0.5 * spec, abs=1e-3)
 
 
+@pytest.mark.parametrize("option", ["--spectral-weight", "--stoi-weight"])
 @pytest.mark.parametrize("value", ["-1", "11"])
-def test_spectral_weight_out_of_range_is_a_usage_error(value, capsys):
+def test_loss_weight_out_of_range_is_a_usage_error(option, value, capsys):
     tr = train_reference_module()
     with pytest.raises(SystemExit) as exc:
-        tr.main(["--spectral-weight", value])
+        tr.main([option, value])
     assert exc.value.code == 2
-    assert "--spectral-weight must be in [0, 10]" in capsys.readouterr().err
+    assert f"{option} must be in [0, 10]" in capsys.readouterr().err
+
+
+def test_stoi_weight_needs_segments_long_enough_for_one_stoi_segment(capsys):
+    tr = train_reference_module()
+    with pytest.raises(SystemExit) as exc:
+        tr.main(["--stoi-weight", "1", "--seconds", "0.5"])
+    assert exc.value.code == 2
+    assert "--stoi-weight needs segments of at least 0.6 s" in capsys.readouterr().err
+
+
+def _demo():
+    sf = pytest.importorskip("soundfile")
+    demo = Path(__file__).resolve().parents[2] / "cosyedge" / "assets" / "demo"
+    noisy, rate = sf.read(demo / "noisy.wav", dtype="float32")
+    clean, _ = sf.read(demo / "clean.wav", dtype="float32")
+    return noisy, clean, rate
+
+
+def _d(loss_db: float) -> float:  # stoi_loss = 10 log10(1 - d + 1e-3)
+    return 1 + 1e-3 - 10 ** (loss_db / 10)
+
+
+def test_stoi_loss_gives_pystois_figure_on_the_real_demo_recording():
+    pystoi = pytest.importorskip("pystoi")
+    tr = train_reference_module()
+    noisy, clean, rate = _demo()
+    assert rate == 16000
+    for est in (noisy, 0.5 * noisy + 0.5 * clean, clean + 0.1 * (noisy - clean)):
+        ours = _d(float(tr.stoi_loss(torch.from_numpy(est)[None], torch.from_numpy(clean)[None])))
+        ref = pystoi.stoi(clean, est, rate)
+        assert ours == pytest.approx(ref, abs=0.01), (ours, ref)  # 16 kHz bands instead of 10 kHz resampling
+    assert float(tr.stoi_loss(torch.from_numpy(clean)[None], torch.from_numpy(clean)[None])) == pytest.approx(-30.0, abs=0.01)
+
+
+def test_stoi_loss_passes_gradients_ignores_speechless_items_and_refuses_short_input():
+    tr = train_reference_module()
+    noisy, clean, _ = _demo()
+    x = torch.from_numpy(noisy[None, :32000]).clone().requires_grad_(True)
+    s = torch.from_numpy(clean[None, :32000])
+    one = tr.stoi_loss(x, s)
+    one.backward()
+    assert torch.isfinite(x.grad).all() and float(x.grad.abs().sum()) > 0
+    # a noise-only item (ref == 0) has no STOI: it adds nothing to the batch mean
+    both = tr.stoi_loss(torch.cat([x.detach(), x.detach()]), torch.cat([s, torch.zeros_like(s)]))
+    assert float(both) == pytest.approx(float(one.detach()), abs=1e-4)
+    with pytest.raises(ValueError, match="STOI loss needs at least 6355 samples"):
+        tr.stoi_loss(x[:, :6000], s[:, :6000])
+
+
+def test_stoi_weight_adds_the_stoi_loss_to_the_snr_loss():
+    tr = train_reference_module()
+    torch.manual_seed(0)
+    model = ReferenceEnhancer(EnhancerConfig(channels=8, dilations=(1, 2))).train()
+    s, _, x = _signals(1)
+    noisy, clean = x.numpy().astype(np.float32), s.numpy().astype(np.float32)
+    delay = model.config.delay_samples
+    with torch.no_grad():
+        base = float(tr.batch_loss(model, noisy, clean, delay, 0.7))
+        both = float(tr.batch_loss(model, noisy, clean, delay, 0.7, stoi_weight=2.0))
+        y = model(torch.from_numpy(noisy)[:, None])[:, 0, delay:]
+        n = noisy.shape[-1] - delay
+        st = float(tr.stoi_loss(y, torch.from_numpy(clean)[:, :n]))
+    assert st < -0.5  # a real figure (an untrained model: STOI about 0.2), not the zero of an unused term
+    assert both == pytest.approx(base + 2.0 * st, abs=1e-3)
 
 
 def test_snr_range_parses_and_refuses_bad_ranges():
