@@ -12,8 +12,10 @@ checkpoint with the best validation SI-SNR improvement, then export it to a stre
 and reports it; the file written is the verified one).
 
 Loss, data and evaluation are those of ``scripts/train_reference.py`` (imported, not copied): the
-weighted speech-distortion thresholded SNR loss on :class:`cosyedge.datasets.mix.TrainingData` batches
-and SI-SNR improvement on the held-out validation pairs.
+weighted speech-distortion thresholded SNR loss, plus its compressed spectral (``--spectral-weight``) and
+STOI (``--stoi-weight``) losses when the dense parent was trained with them, on
+:class:`cosyedge.datasets.mix.TrainingData` batches at ``--snr-range`` SNRs, and SI-SNR improvement on the
+held-out validation pairs.
 
 Commands::
 
@@ -69,6 +71,10 @@ def main(argv=None) -> int:
     ap.add_argument("--seconds", type=float, default=2.0, help="segment length")
     ap.add_argument("--lr", type=float, default=5e-4, help="peak learning rate (cosine decay, 100-step warm-up)")
     ap.add_argument("--speech-weight", type=float, default=0.7, help="as in train_reference.py")
+    ap.add_argument("--spectral-weight", type=float, default=0.0, help="as in train_reference.py (0: none)")
+    ap.add_argument("--stoi-weight", type=float, default=0.0, help="as in train_reference.py (0: none)")
+    ap.add_argument("--snr-range", default="-5,20", metavar="LO,HI", type=tr._snr_range_spec,
+                    help="as in train_reference.py; write it with = (--snr-range=-5,12)")
     ap.add_argument("--data-version", type=int, default=2, choices=DATA_VERSIONS,
                     help="training data version (see cosyedge.datasets.mix.DATA_VERSIONS)")
     ap.add_argument("--threads", type=int, default=2)
@@ -93,6 +99,11 @@ def main(argv=None) -> int:
     from cosyedge.models import REFERENCE_STREAM_ONNX, REFERENCE_WEIGHTS
     from cosyedge.precision.sparsity import check_dense_parent
 
+    for name in ("spectral_weight", "stoi_weight"):
+        if not 0 <= getattr(args, name) <= 10:
+            ap.error(f"--{name.replace('_', '-')} must be in [0, 10], got {getattr(args, name)}")
+    if args.stoi_weight and args.seconds < tr.STOI_MIN_SECONDS:
+        ap.error(f"--stoi-weight needs segments of at least {tr.STOI_MIN_SECONDS:.2f} s (--seconds), got {args.seconds}")
     if args.read_phrases is not None and not args.read_phrase_share:
         ap.error("--read-phrases needs --read-phrase-share > 0")
     if args.male_share is not None and args.data_version < 3:
@@ -157,8 +168,8 @@ def main(argv=None) -> int:
         lr = tr.lr_at(args.lr, step, frac, warmup_steps=100)
         for g in opt.param_groups:
             g["lr"] = lr
-        noisy, clean = data.batch(args.batch, n_samples, rng)
-        loss = tr.batch_loss(model, noisy, clean, delay, args.speech_weight)
+        noisy, clean = data.batch(args.batch, n_samples, rng, snr_db_range=args.snr_range)
+        loss = tr.batch_loss(model, noisy, clean, delay, args.speech_weight, args.spectral_weight, args.stoi_weight)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 5.0)

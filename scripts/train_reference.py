@@ -104,6 +104,11 @@ def compressed_spectral_loss(est, ref, mix, compress: float = 0.3, alpha: float 
     return (10 * torch.log10(err + floor) - 10 * torch.log10(e_ref + floor)).mean()
 
 
+# shortest training segment the STOI loss can score: one 30-frame segment (410 + 29 x 205 samples, 384 ms at
+# 16 kHz) after the model's one-hop (160-sample) delay is dropped, rounded up to 10 ms
+STOI_MIN_SECONDS = math.ceil((410 + 29 * 205 + 160) / 160) / 100
+
+
 def stoi_loss(est, ref, frame: int = 410, n_fft: int = 1024, segment: int = 30, beta_db: float = -15.0,
               dyn_range_db: float = 40.0, sample_rate: int = 16000):
     """Differentiable short-time objective intelligibility (STOI) loss in dB: ``10 log10(1 - d + 1e-3)``.
@@ -131,10 +136,13 @@ def stoi_loss(est, ref, frame: int = 410, n_fft: int = 1024, segment: int = 30, 
     Returns:
         torch.Tensor: scalar loss (dB; lower is better; -30 dB for d = 1).
     Raises:
-        ValueError: T too short for one segment.
+        ValueError: T too short for one segment, or ``est`` and ``ref`` of different shapes.
     """
     import torch
 
+    if est.shape != ref.shape:
+        raise ValueError(f"STOI loss needs estimate and reference of one shape, got {tuple(est.shape)} and "
+                         f"{tuple(ref.shape)}")
     hop = frame // 2
     n_frames = (est.shape[-1] - frame) // hop + 1
     if n_frames < segment:
@@ -152,7 +160,8 @@ def stoi_loss(est, ref, frame: int = 410, n_fft: int = 1024, segment: int = 30, 
     def bands(sig):
         frames = sig.unfold(-1, frame, hop) * window  # (B, M, frame)
         power = torch.fft.rfft(frames, n_fft).abs().pow(2)  # (B, M, F)
-        return frames.pow(2).sum(-1), (power @ obm.T + 1e-10).sqrt().transpose(1, 2)  # (B, M), (B, 15, M)
+        # the floor keeps sqrt differentiable at 0 and is taken off again: a silent band is 0, not flat
+        return frames.pow(2).sum(-1), ((power @ obm.T + 1e-10).sqrt() - 1e-5).transpose(1, 2)  # (B, M), (B, 15, M)
 
     e_ref, x = bands(ref)
     _, y = bands(est)
@@ -512,7 +521,7 @@ def main(argv=None) -> int:
                     help="weight of a compressed spectral loss (Braun & Tashev 2021) added to the SNR loss "
                          "(0: none); it weighs quiet bins, i.e. residual noise, as listeners do")
     ap.add_argument("--stoi-weight", type=float, default=0.0,
-                    help="weight of a differentiable STOI loss (Taal et al. 2011; 10 log10(1 - d), dB) added to "
+                    help="weight of a differentiable STOI loss (Taal et al. 2011; 10 log10(1 - d + 0.001), dB) added to "
                          "the SNR loss (0: none)")
     ap.add_argument("--init", default=None, help="start from these safetensors weights")
     ap.add_argument("--add-dilations", default=None,
@@ -599,8 +608,8 @@ def main(argv=None) -> int:
         ap.error(f"--spectral-weight must be in [0, 10], got {args.spectral_weight}")
     if not 0 <= args.stoi_weight <= 10:
         ap.error(f"--stoi-weight must be in [0, 10], got {args.stoi_weight}")
-    if args.stoi_weight and args.seconds < 0.6:
-        ap.error(f"--stoi-weight needs segments of at least 0.6 s (--seconds), got {args.seconds}")
+    if args.stoi_weight and args.seconds < STOI_MIN_SECONDS:
+        ap.error(f"--stoi-weight needs segments of at least {STOI_MIN_SECONDS:.2f} s (--seconds), got {args.seconds}")
     if not 0 <= args.ema < 1:
         ap.error(f"--ema must be in [0, 1), got {args.ema}")
 

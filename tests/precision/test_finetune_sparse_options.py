@@ -20,6 +20,10 @@ from tests.scripts import load_script
     (["--dense-onnx", "{tmp}/same.onnx", "--onnx-out", "{tmp}/same.onnx"], "is the sparse model itself"),
     (["--init", "{tmp}/copy.safetensors", "--dense-onnx", "{tmp}/pruned.onnx"], "is a 2:4-pruned model"),
     (["--data-version", "3", "--read-phrase-share", "0.5"], "speech shares add up to 1.22 > 1"),
+    (["--stoi-weight", "11"], "--stoi-weight must be in [0, 10], got 11.0"),
+    (["--spectral-weight", "-1"], "--spectral-weight must be in [0, 10], got -1.0"),
+    (["--stoi-weight", "1", "--seconds", "0.4"], "--stoi-weight needs segments of at least 0.41 s"),
+    (["--snr-range=0,50"], "need -20 <= LO < HI <= 40 dB"),
 ])
 def test_bad_options_exit_2_before_training(argv, message, tmp_path, capsys, monkeypatch):
     torch = pytest.importorskip("torch")  # noqa: F841 (the script imports it after the option checks)
