@@ -18,7 +18,7 @@ recordings and the held-out real noise are never used here). Loss: thresholded n
 aligned by the model's delay (Wisdom et al. 2020, arXiv:2011.02329, "soft-thresholded SNR").
 Model selection by SI-SNR improvement on the validation pairs (held-out asterisk prompts).
 
-The bundled weights were made in seven stages (``--init`` chains them); the commands, and the runs tried
+The bundled weights were made in eight stages (``--init`` chains them); the commands, and the runs tried
 since and not kept, are in docs/model-card.md ("Recipe of the bundled weights", "Tried after stage 4").
 Model growth from a checkpoint keeps its function: ``--add-dilations`` (identity blocks), ``--add-df``
 (zero deep-filter head), ``--add-lw`` (zero long-window feature conv), ``--add-pitch-comb`` (zero comb
