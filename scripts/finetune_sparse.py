@@ -99,11 +99,7 @@ def main(argv=None) -> int:
     from cosyedge.models import REFERENCE_STREAM_ONNX, REFERENCE_WEIGHTS
     from cosyedge.precision.sparsity import check_dense_parent
 
-    for name in ("spectral_weight", "stoi_weight"):
-        if not 0 <= getattr(args, name) <= 10:
-            ap.error(f"--{name.replace('_', '-')} must be in [0, 10], got {getattr(args, name)}")
-    if args.stoi_weight and args.seconds < tr.STOI_MIN_SECONDS:
-        ap.error(f"--stoi-weight needs segments of at least {tr.STOI_MIN_SECONDS:.2f} s (--seconds), got {args.seconds}")
+    tr.check_loss_weights(ap, args)
     if args.read_phrases is not None and not args.read_phrase_share:
         ap.error("--read-phrases needs --read-phrase-share > 0")
     if args.male_share is not None and args.data_version < 3:

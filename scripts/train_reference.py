@@ -33,6 +33,7 @@ Writes the weights (safetensors, config + training notes in the header), ``<log-
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import sys
@@ -109,6 +110,21 @@ def compressed_spectral_loss(est, ref, mix, compress: float = 0.3, alpha: float 
 STOI_MIN_SECONDS = math.ceil((410 + 29 * 205 + 160) / 160) / 100
 
 
+@functools.lru_cache(maxsize=None)
+def _third_octave_matrix(sample_rate: int, n_fft: int) -> np.ndarray:
+    """STOI's 15 one-third-octave bands from 150 Hz as a (15, n_fft // 2 + 1) float32 0/1 matrix over the rfft
+    bins, band edges moved to the nearest bin (``pystoi.utils.thirdoct``, Taal et al. 2011); built once per
+    (rate, FFT size), not on every training step."""
+    f = np.linspace(0, sample_rate, n_fft + 1)[: n_fft // 2 + 1]
+    obm = np.zeros((15, len(f)), np.float32)
+    for i in range(15):
+        lo = int(np.argmin((f - 150.0 * 2.0 ** ((2 * i - 1) / 6)) ** 2))
+        hi = int(np.argmin((f - 150.0 * 2.0 ** ((2 * i + 1) / 6)) ** 2))
+        obm[i, lo:hi] = 1.0
+    obm.setflags(write=False)
+    return obm
+
+
 def stoi_loss(est, ref, frame: int = 410, n_fft: int = 1024, segment: int = 30, beta_db: float = -15.0,
               dyn_range_db: float = 40.0, sample_rate: int = 16000):
     """Differentiable short-time objective intelligibility (STOI) loss in dB: ``10 log10(1 - d + 1e-3)``.
@@ -148,14 +164,7 @@ def stoi_loss(est, ref, frame: int = 410, n_fft: int = 1024, segment: int = 30, 
     if n_frames < segment:
         raise ValueError(f"STOI loss needs at least {frame + (segment - 1) * hop} samples, got {est.shape[-1]}")
     window = torch.hann_window(frame + 2, periodic=False, device=est.device)[1:-1]
-    f = np.linspace(0, sample_rate, n_fft + 1)[: n_fft // 2 + 1]
-    k = np.arange(15, dtype=float)
-    obm = np.zeros((15, len(f)), np.float32)
-    for i in range(15):  # pystoi.utils.thirdoct: band edges moved to the nearest bin
-        lo = int(np.argmin((f - 150.0 * 2.0 ** ((2 * k[i] - 1) / 6)) ** 2))
-        hi = int(np.argmin((f - 150.0 * 2.0 ** ((2 * k[i] + 1) / 6)) ** 2))
-        obm[i, lo:hi] = 1.0
-    obm = torch.from_numpy(obm).to(est.device)
+    obm = torch.tensor(_third_octave_matrix(sample_rate, n_fft), device=est.device)  # a copy: the cache is read-only
 
     def bands(sig):
         frames = sig.unfold(-1, frame, hop) * window  # (B, M, frame)
@@ -179,6 +188,17 @@ def stoi_loss(est, ref, frame: int = 410, n_fft: int = 1024, segment: int = 30, 
         d = ((xs * ys).sum(-1) / (xs.norm(dim=-1) * ys.norm(dim=-1) + 1e-8)).mean()
         losses.append(10 * torch.log10(1 - d + 1e-3))
     return torch.stack(losses).mean() if losses else est.sum() * 0.0
+
+
+def check_loss_weights(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Usage errors (``ap.error``: one line, exit 2) for ``--spectral-weight`` and ``--stoi-weight`` outside
+    [0, 10] and for ``--stoi-weight`` with segments (``--seconds``) shorter than :data:`STOI_MIN_SECONDS`;
+    shared by this script and ``scripts/finetune_sparse.py``."""
+    for name in ("spectral_weight", "stoi_weight"):
+        if not 0 <= getattr(args, name) <= 10:
+            ap.error(f"--{name.replace('_', '-')} must be in [0, 10], got {getattr(args, name)}")
+    if args.stoi_weight and args.seconds < STOI_MIN_SECONDS:
+        ap.error(f"--stoi-weight needs segments of at least {STOI_MIN_SECONDS:.2f} s (--seconds), got {args.seconds}")
 
 
 def lr_at(base_lr: float, step: int, frac: float, warmup_steps: int) -> float:
@@ -604,12 +624,7 @@ def main(argv=None) -> int:
         ap.error(f"--mixture-lowpass must be in [0, 1], got {args.mixture_lowpass}")
     if not 0 <= args.speech_low_boost_db <= 30:
         ap.error(f"--speech-low-boost-db must be in [0, 30], got {args.speech_low_boost_db}")
-    if not 0 <= args.spectral_weight <= 10:
-        ap.error(f"--spectral-weight must be in [0, 10], got {args.spectral_weight}")
-    if not 0 <= args.stoi_weight <= 10:
-        ap.error(f"--stoi-weight must be in [0, 10], got {args.stoi_weight}")
-    if args.stoi_weight and args.seconds < STOI_MIN_SECONDS:
-        ap.error(f"--stoi-weight needs segments of at least {STOI_MIN_SECONDS:.2f} s (--seconds), got {args.seconds}")
+    check_loss_weights(ap, args)
     if not 0 <= args.ema < 1:
         ap.error(f"--ema must be in [0, 1), got {args.ema}")
 
