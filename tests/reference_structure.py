@@ -16,8 +16,10 @@ frames; graph position right after the analysis conv, whose output it reads) and
 ``/df_out/Conv`` (C -> 2BK, after ``/out/Conv``). With long-window features (``lw_window`` W > 0 on
 ``lw_bins`` bins): the fixed analysis ``/lw_analysis/conv/Conv`` (1 -> 2 lw_bins, state (N, 1, W - hop)
 samples, right after the analysis conv) and the 1x1 ``/lw_inp/Conv`` (lw_bins -> C, after ``/inp/Conv``).
-With the pitch comb (``pitch_comb``): the fixed framing ``/pc_frames/conv/Conv`` (1 -> 2 win, state (N, 1,
-2 win - hop) samples, right after the long-window analysis), the 1x1 ``/pc_inp/Conv`` (F -> C, after
+With the pitch comb (``pitch_comb``): the fixed framing (``CausalFraming``) of two convs, the polyphase
+``/pc_frames/poly/Conv`` (1 -> hop, kernel = stride = hop, no state; first in the graph) and the grouped
+``/pc_frames/taps/Conv`` (hop -> 2 win, hop groups, kernel 2 win / hop, state (N, hop, 2 win / hop - 1) frames,
+right after the long-window analysis), the 1x1 ``/pc_inp/Conv`` (F -> C, after
 ``/lw_inp/Conv``) and the 1x1 mix head ``/pc_out/Conv`` (C -> F, after ``/out/Conv``); its autocorrelation and
 comb analysis are MatMuls with the constant as the first operand (not quantizable weighted ops).
 """
@@ -41,11 +43,17 @@ DF_TAPS_CONV = "/df_taps/conv/Conv"
 DF_OUT_CONV = "/df_out/Conv"
 LW_ANALYSIS_CONV = "/lw_analysis/conv/Conv"
 LW_INP_CONV = "/lw_inp/Conv"
-PC_FRAMES_CONV = "/pc_frames/conv/Conv"
+PC_POLY_CONV = "/pc_frames/poly/Conv"
+PC_FRAMES_CONV = "/pc_frames/taps/Conv"
+PC_FRAMES_CONVS = (PC_POLY_CONV, PC_FRAMES_CONV)
+"""The pitch comb's fixed framing convs: the polyphase split (reads the audio input) and the grouped tap conv
+(owns the framing state)."""
 PC_INP_CONV = "/pc_inp/Conv"
 PC_OUT_CONV = "/pc_out/Conv"
 DECLARED_FLOAT = ("/inp/Conv",)
 """Convs the bundled streaming ONNX keeps in float for INT8 (metadata ``cosyedge.int8_keep_float``)."""
+COPY_CONVS = (PC_FRAMES_CONV, DF_TAPS_CONV)
+"""Fixed convs with one-hot weights (they copy samples or frames): INT8 keeps them in float."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,7 +102,7 @@ class ReferenceStructure:
         """list[list]: contract shape of each state: ["N", channels, frames or samples]."""
         return ([["N", 1, self.win_samples - self.hop_samples]]
                 + ([["N", 1, self.lw_window - self.hop_samples]] if self.lw_window else [])
-                + ([["N", 1, 2 * self.win_samples - self.hop_samples]] if self.pitch_comb else [])
+                + ([["N", self.hop_samples, 2 * self.win_samples // self.hop_samples - 1]] if self.pitch_comb else [])
                 + ([["N", 2 * self.df_bins, self.df_order - 1]] if self.df_order > 1 else [])
                 + [["N", self.channels, (self.kernel_size - 1) * d] for d in self.dilations]
                 + [["N", 2 * self.n_bins, 1]])
@@ -128,7 +136,7 @@ class ReferenceStructure:
     @property
     def conv_nodes(self) -> list[str]:
         """list[str]: every Conv node of the ONNX graph, in graph order."""
-        return [ANALYSIS_CONV, *self._lw(LW_ANALYSIS_CONV), *self._pc(PC_FRAMES_CONV),
+        return [*self._pc(PC_POLY_CONV), ANALYSIS_CONV, *self._lw(LW_ANALYSIS_CONV), *self._pc(PC_FRAMES_CONV),
                 *([DF_TAPS_CONV] if self.df_order else []), "/inp/Conv", *self._lw(LW_INP_CONV),
                 *self._pc(PC_INP_CONV), *self.block_convs(), "/out/Conv", *([DF_OUT_CONV] if self.df_order else []),
                 *self._pc(PC_OUT_CONV), SYNTHESIS_CONV]
@@ -153,10 +161,11 @@ class ReferenceStructure:
     def int8_convs(self) -> list[str]:
         """list[str]: convs INT8 quantizes by default: all but the two boundary convs and the feature
         projection the bundled ONNX declares float-only (:data:`DECLARED_FLOAT`); with long-window features
-        also ``/lw_analysis`` and with the pitch comb ``/pc_frames`` (they read the audio input, like the analysis
-        conv, and have 1 input channel)."""
-        return [n for n in self.conv_nodes
-                if n not in BOUNDARY_CONVS and n not in DECLARED_FLOAT and n not in (LW_ANALYSIS_CONV, PC_FRAMES_CONV)]
+        also ``/lw_analysis`` and with the pitch comb ``/pc_frames/poly`` (they read the audio input, like the
+        analysis conv, and have 1 input channel), and the copies :data:`COPY_CONVS` (the comb's framing taps, the
+        deep filter's tap buffer)."""
+        return [n for n in self.conv_nodes if n not in BOUNDARY_CONVS + DECLARED_FLOAT + COPY_CONVS
+                and n not in (LW_ANALYSIS_CONV, PC_POLY_CONV)]
 
     @property
     def sparse_eligible(self) -> list[str]:
@@ -164,7 +173,7 @@ class ReferenceStructure:
         ``/out/Conv`` (and ``/df_out/Conv``) when C % 4 == 0 (``/inp/Conv`` has F = 161 inputs, analysis 1,
         synthesis 2F = 322, the grouped deep-filter taps 1 per group; ``/lw_inp/Conv`` when lw_bins % 4 == 0,
         ``/lw_analysis`` has 1 input; with the pitch comb ``/pc_out/Conv``, C inputs, but not ``/pc_inp/Conv``, F
-        inputs, or the 1-input ``/pc_frames``)."""
+        inputs, or the framing convs: 1 input channel per group)."""
         assert self.channels % 4 == 0 and self.n_bins % 4 and (2 * self.n_bins) % 4, "update this helper"
         return [*(self._lw(LW_INP_CONV) if self.lw_bins % 4 == 0 else []), *self.block_convs(), "/out/Conv",
                 *([DF_OUT_CONV] if self.df_order else []), *self._pc(PC_OUT_CONV)]

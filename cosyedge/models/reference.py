@@ -34,7 +34,7 @@ Architecture (gain estimation in an STFT filterbank domain, all causal):
    lag that maximises the band-limited autocorrelation of the long window's power (Wiener-Khinchin:
    ``r(T) = sum_k |L_k|^2 cos(2 pi k T / W)``, a fixed (lags x lw_bins) matrix); the analysis frame is
    averaged with the input one period earlier (``(x[n] + x[n - T]) / 2``, from a fixed framing
-   :class:`~cosyedge.nn.CausalConv1dDownsample` of the last 2 * win samples: one more streaming state) and
+   :class:`~cosyedge.nn.CausalFraming` of the last 2 * win samples: one more streaming state) and
    transformed with the analysis basis into a comb spectrum C. Its normalised log power enters the estimator
    through a zero-initialised 1x1 conv, and a per-bin mix ``m = sigmoid(.)`` (its head initialised to
    m = 0.0003) filters ``g * (X + m (C - X))`` instead of ``g * X``: harmonics add up in C, noise that is not
@@ -64,7 +64,7 @@ from torch import nn
 
 from cosyedge.errors import ArtifactError, first_line
 from cosyedge.models.stft import analysis_window, long_window_basis, stft_bases
-from cosyedge.nn import CausalConv1d, CausalConv1dDownsample, CausalConv1dUpsample
+from cosyedge.nn import CausalConv1d, CausalConv1dDownsample, CausalConv1dUpsample, CausalFraming
 
 __all__ = ["EnhancerConfig", "GatedBlock", "ReferenceEnhancer", "analysis_window", "count_macs_per_second",
            "load_reference", "long_window_basis", "save_reference", "stft_bases"]
@@ -228,8 +228,10 @@ class ReferenceEnhancer(nn.Module):
             cos = np.cos(2 * np.pi * np.outer(np.arange(lo, hi + 1), np.arange(b_lw)) / w_lw)
             self.register_buffer("pc_cos", torch.from_numpy(cos.astype(np.float32)), persistent=False)
             w2 = 2 * cfg.win_samples  # the analysis frame and one maximal period before it
-            self.pc_frames = CausalConv1dDownsample(1, w2, cfg.hop_samples, w2, bias=False)
-            _fix_weight(self.pc_frames.conv, torch.eye(w2)[:, None, :])
+            if w2 % cfg.hop_samples:
+                raise ValueError(f"pitch_comb needs 2 * win_samples ({w2}) to be a multiple of hop_samples "
+                                 f"({cfg.hop_samples})")
+            self.pc_frames = CausalFraming(cfg.hop_samples, w2 // cfg.hop_samples)
             self.register_buffer("pc_mean", torch.zeros(f))
             self.register_buffer("pc_scale", torch.ones(f))
             self.pc_inp = _zero_conv(f, cfg.channels)
@@ -260,9 +262,10 @@ class ReferenceEnhancer(nn.Module):
         float32 (Re; Im), the analysis of ``(x[n] + x[n - T]) / 2`` over each frame. Linear in ``x`` for
         given ``lags`` (training passes the clean speech with the noisy input's lags)."""
         w = self.config.win_samples
-        frames = self.pc_frames(x)  # (N, 2W, T): the last 2W samples up to each hop's end
+        frames = self.pc_frames(x)  # (N, 2W, T): the last 2W samples up to each hop's end (polyphase order)
         idx = (w - lags)[:, None, :] + torch.arange(w, device=x.device)[None, :, None]  # (N, W, T) in [0, 2W)
-        comb = 0.5 * (frames[:, w:] + torch.gather(frames, 1, idx))
+        current = torch.arange(w, 2 * w, device=x.device)  # the analysis frame: the newest W samples
+        comb = 0.5 * (self.pc_frames.take(frames, current) + self.pc_frames.take(frames, idx))
         return torch.matmul(self.analysis.conv.weight[:, 0, :], comb)
 
     def comb_input(self, x: torch.Tensor, lw_spec: torch.Tensor | None) -> torch.Tensor | None:
@@ -415,6 +418,29 @@ def save_reference(model: ReferenceEnhancer, path: str | Path, extra: dict | Non
         save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(tmp), metadata=meta)
 
 
+LEGACY_FRAMING_KEY = "pc_frames.conv.weight"
+"""State-dict key of the pitch comb's dense identity framing conv (2W, 1, 2W) in checkpoints saved before
+:class:`~cosyedge.nn.CausalFraming` replaced it (same values, a fixed basis)."""
+
+
+def _upgrade_legacy_framing(state: dict, model: ReferenceEnhancer, path: Path) -> None:
+    """Replace a legacy dense framing weight in ``state`` (in place) by the fixed :class:`CausalFraming` weights.
+
+    Raises:
+        ArtifactError: the legacy weight is not the identity framing (not a cosyedge checkpoint).
+    """
+    if LEGACY_FRAMING_KEY not in state or not model.config.pitch_comb:
+        return
+    legacy = state.pop(LEGACY_FRAMING_KEY)
+    w2 = 2 * model.config.win_samples
+    if tuple(legacy.shape) != (w2, 1, w2) or not torch.equal(legacy[:, 0, :], torch.eye(w2, dtype=legacy.dtype)):
+        raise ArtifactError(f"weights {path}: {LEGACY_FRAMING_KEY} of shape {tuple(legacy.shape)} is not the "
+                            f"identity framing ({w2}, 1, {w2}); is it a cosyedge reference checkpoint?")
+    for key, value in model.state_dict().items():
+        if key.startswith("pc_frames."):
+            state[key] = value.clone()
+
+
 def load_reference(path: str | Path | None = None) -> ReferenceEnhancer:
     """Load a :class:`ReferenceEnhancer` from safetensors (no pickle), in eval mode.
 
@@ -437,6 +463,7 @@ def load_reference(path: str | Path | None = None) -> ReferenceEnhancer:
         cfg = json.loads(meta.get("config", "{}"))
         cfg["dilations"] = tuple(cfg.get("dilations", EnhancerConfig.dilations))
         model = ReferenceEnhancer(EnhancerConfig(**cfg))
+        _upgrade_legacy_framing(state, model, path)
         own = model.state_dict()
         missing = sorted(set(own) - set(state))
         unexpected = sorted(set(state) - set(own))
@@ -467,6 +494,6 @@ def count_macs_per_second(config: EnhancerConfig) -> float:
         per_frame += 2 * config.lw_bins * config.lw_window + config.lw_bins * c
     if config.pitch_comb:  # autocorrelation, framing, comb analysis, feature conv, mix head, mixing
         lags = PITCH_LAG_RANGE[1] - PITCH_LAG_RANGE[0] + 1
-        w2 = 2 * config.win_samples
-        per_frame += lags * config.lw_bins + w2 * w2 + 2 * f * config.win_samples + 2 * f * c + 2 * f
+        hop, k2 = config.hop_samples, 2 * config.win_samples // config.hop_samples  # CausalFraming's two convs
+        per_frame += lags * config.lw_bins + hop * hop + k2 * k2 * hop + 2 * f * config.win_samples + 2 * f * c + 2 * f
     return per_frame * config.sample_rate_hz / config.hop_samples

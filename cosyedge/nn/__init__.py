@@ -11,6 +11,7 @@ from cosyedge.nn.blocks import (  # noqa: E402
     CausalConv1d,
     CausalConv1dDownsample,
     CausalConv1dUpsample,
+    CausalFraming,
 )
 
-__all__ = ["CausalConv1d", "CausalConv1dDownsample", "CausalConv1dUpsample"]
+__all__ = ["CausalConv1d", "CausalConv1dDownsample", "CausalConv1dUpsample", "CausalFraming"]

@@ -105,6 +105,77 @@ class CausalConv1dDownsample(nn.Module):
         return self.conv(F.pad(x, (self.pad, 0)))
 
 
+class CausalFraming(nn.Module):
+    """The most recent ``frames`` hops of input samples at the end of each hop, without a dense framing matrix.
+
+    Output frame ``t`` holds the ``K * hop`` samples ``x[(t + 1 - K) * hop .. (t + 1) * hop)`` (zeros before the
+    start), the values a ``CausalConv1dDownsample(1, K * hop, hop, K * hop)`` with an identity kernel computes
+    with ``(K * hop)^2`` MACs per frame. Here: a polyphase split (a fixed identity conv, kernel = stride = hop:
+    channel ``p`` of frame ``t`` is ``x[t * hop + p]``) and a fixed grouped causal conv over frames (``hop``
+    groups of ``K`` one-hot taps: the ``K - 1`` previous frames), ``hop^2 + K^2 hop`` MACs per frame, exact in
+    float (each output is one input times 1.0). The channels come out in polyphase order: sample ``s`` of the
+    frame (0 = oldest) is channel :attr:`channel_of` ``[s] = (s % hop) * K + s // hop``; :meth:`take` gathers
+    by sample index.
+
+    Args:
+        hop (int): hop in input samples (> 0).
+        frames (int): K >= 1, hops per output frame.
+
+    Shapes:
+        x: (N, 1, T) float32 with T a multiple of hop -> y: (N, K * hop, T // hop) float32 (polyphase order).
+
+    Receptive field: ``K * hop`` input samples. Streaming state (``cosyedge streamify``, at the grouped conv):
+    (N, hop, K - 1) float32 frames = the ``(K - 1) * hop`` previous samples, zeros at start.
+
+    Raises:
+        ValueError: ``hop`` < 1 or ``frames`` < 1.
+    """
+
+    def __init__(self, hop: int, frames: int):
+        super().__init__()
+        if hop < 1 or frames < 1:
+            raise ValueError(f"CausalFraming(hop={hop}, frames={frames}): both must be >= 1")
+        self.hop, self.frames = hop, frames
+        self.pad = frames - 1
+        self.poly = nn.Conv1d(1, hop, hop, stride=hop, bias=False)
+        self.taps = nn.Conv1d(hop, hop * frames, frames, groups=hop, bias=False)
+        taps = torch.zeros(hop * frames, 1, frames)
+        for j in range(frames):
+            taps[j::frames, 0, j] = 1.0  # output p*K + j = phase p, j frames after the oldest
+        for conv, weight in ((self.poly, torch.eye(hop)[:, None, :]), (self.taps, taps)):
+            conv.weight.data.copy_(weight)
+            conv.weight.requires_grad_(False)
+        s = torch.arange(hop * frames)
+        self.register_buffer("channel_of", (s % hop) * frames + s // hop, persistent=False)
+
+    @property
+    def state_frames(self) -> int:
+        """int: frames (of ``hop`` samples) kept between chunks, ``K - 1``."""
+        return self.pad
+
+    @property
+    def receptive_field(self) -> int:
+        """int: input samples in one output frame, ``K * hop``."""
+        return self.frames * self.hop
+
+    def take(self, y: torch.Tensor, samples: torch.Tensor) -> torch.Tensor:
+        """Pick samples of each frame by their index in the frame.
+
+        Args:
+            y (torch.Tensor): (N, K * hop, T) float32 from :meth:`forward`.
+            samples (torch.Tensor): (N, S, T) or (S,) int64 sample indices in ``[0, K * hop)`` (0 = oldest).
+        Returns:
+            torch.Tensor: (N, S, T) float32, ``out[n, i, t]`` = sample ``samples[n, i, t]`` of frame ``t``.
+        """
+        if samples.dim() == 1:
+            return y.index_select(1, self.channel_of[samples])
+        return torch.gather(y, 1, self.channel_of[samples])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x (N, 1, T) float32, T % hop == 0 -> (N, K * hop, T // hop) float32 in polyphase order."""
+        return self.taps(F.pad(self.poly(x), (self.pad, 0)))
+
+
 class CausalConv1dUpsample(nn.Module):
     """Causal upsampling by ``factor``: a causal conv at the low rate with ``factor*C_out`` channels,
     then a time pixel-shuffle (sub-pixel convolution along time).

@@ -183,6 +183,20 @@ def declared_float_nodes(model: Any) -> list[str]:
     return []
 
 
+def _is_copy(weight: Any, biases: list) -> bool:
+    """True when a Conv weight (TensorProto) is one-hot per output channel (a single 1.0, zeros elsewhere) and
+    its bias (TensorProto or None) is absent or zero: the conv copies one input sample per output."""
+    from onnx import numpy_helper
+
+    w = numpy_helper.to_array(weight)
+    if w.size == 0 or w.shape[0] == 0:
+        return False
+    flat = w.reshape(w.shape[0], -1)
+    if not (np.all((flat == 0) | (flat == 1)) and np.all(flat.sum(axis=1) == 1)):
+        return False
+    return all(b is None or not np.any(numpy_helper.to_array(b)) for b in biases)
+
+
 def float_nodes(model: Any, audio_input: str, audio_output: str) -> dict[str, str]:
     """Weighted ops kept in float by default, with the reason.
 
@@ -192,9 +206,13 @@ def float_nodes(model: Any, audio_input: str, audio_output: str) -> dict[str, st
         audio_output (str): Audio output name (contract ``output``).
     Returns:
         dict[str, str]: node name -> reason (``"first conv (reads the audio input)"``, ``"last conv (feeds
-        the audio output)"``, ``"1 input channel"``, ``"1 output channel"``).
+        the audio output)"``, ``"1 input channel"``, ``"1 output channel"``, ``"copy (one-hot weights)"``: a
+        fixed conv that only moves samples or frames, e.g. :class:`~cosyedge.nn.CausalFraming`'s taps, where
+        int8 would round its input and save nothing).
     """
     nodes = weighted_nodes(model)
+    inits = {t.name: t for t in model.graph.initializer}
+    by_name = {n.name: n for n in model.graph.node}
     names = {w.name for w in nodes}
     producer = {o: n for n in model.graph.node for o in n.output}
     consumers: dict[str, list] = {}
@@ -210,6 +228,8 @@ def float_nodes(model: Any, audio_input: str, audio_output: str) -> dict[str, st
             reasons[w.name] = "1 input channel"
         elif w.out_channels == 1:
             reasons[w.name] = "1 output channel"
+        elif w.op == "Conv" and _is_copy(inits[w.weight], [inits.get(i) for i in by_name[w.name].input[2:]]):
+            reasons[w.name] = "copy (one-hot weights)"
     # nodes the model itself declares quantization-sensitive (metadata written by its exporter)
     for name in declared_float_nodes(model):
         if name in names:

@@ -3,12 +3,15 @@
 Checks the pitch search on a voice of known period, that the comb passes a periodic signal unchanged and
 averages a signal with itself one period earlier, that ``train_reference.add_pitch_comb`` resumes from nearly
 the same function (mix 0.0003), that a bad config and mismatched inputs are refused, and that export ->
-streamify streams exactly (1e-5; the framing of the last 640 samples becomes one more state).
+streamify streams exactly (1e-5; the framing of the last 640 samples becomes one more state), that the framing
+(:class:`cosyedge.nn.CausalFraming`) equals the dense identity framing conv it replaced, bit for bit, and that a
+checkpoint saved with that dense conv still loads (and a corrupt one is refused).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import sys
 from pathlib import Path
 
@@ -118,12 +121,13 @@ def test_pitch_comb_streams_exactly(tmp_path):
     full = onnx_from_torch(model, tmp_path / "pc.onnx", dynamo=False)
     contract = streamify(full, tmp_path / "pc.stream.onnx")
     shapes = [tuple(s.shape[1:]) for s in contract.states]
-    assert (1, 2 * model.config.win_samples - model.config.hop_samples) in shapes  # the comb's framing history
+    hop = model.config.hop_samples
+    assert (hop, 2 * model.config.win_samples // hop - 1) in shapes  # the comb's framing history: 3 frames of 160
     assert len(shapes) == len(model.config.dilations) + 4  # analysis, long analysis, framing, blocks, synthesis
     # tests/reference_structure.py (which the bundled-model tests follow) describes this export, and INT8 keeps
-    # the framing in float (it reads the audio input through one channel)
+    # the framing in float (the polyphase conv reads the audio input, the tap conv is a copy)
     import onnx
-    from reference_structure import PC_FRAMES_CONV, ReferenceStructure
+    from reference_structure import PC_FRAMES_CONV, PC_POLY_CONV, ReferenceStructure
 
     from cosyedge.precision.qdq import float_nodes
 
@@ -131,6 +135,56 @@ def test_pitch_comb_streams_exactly(tmp_path):
     assert want.pitch_comb and want.n_states == len(shapes)
     want.assert_matches(contract, tmp_path / "pc.stream.onnx")
     kept = float_nodes(onnx.load(str(tmp_path / "pc.stream.onnx")), "audio", "enhanced")
-    assert PC_FRAMES_CONV in kept and not set(want.int8_convs) & set(kept)
+    assert kept[PC_POLY_CONV] == "first conv (reads the audio input)" and kept[PC_FRAMES_CONV] == "copy (one-hot weights)"
+    assert not set(want.int8_convs) & set(kept)
     x = (_voice(0.3).numpy() + 0.3 * noise_input(4800)).astype(np.float32)
     assert_streams_exactly(model, tmp_path / "pc.stream.onnx", contract, x)
+
+
+@pytest.mark.parametrize("hop,frames", [(160, 4), (3, 1), (5, 3)])
+def test_causal_framing_equals_the_dense_identity_framing_conv(hop, frames):
+    """CausalFraming gives exactly what CausalConv1dDownsample(1, K hop, hop, K hop) with an identity kernel gave
+    (the pitch comb's framing before it), with samples picked by frame index through take()."""
+    from cosyedge.nn import CausalConv1dDownsample, CausalFraming
+
+    w2 = hop * frames
+    dense = CausalConv1dDownsample(1, w2, hop, w2, bias=False)
+    framing = CausalFraming(hop, frames)
+    with torch.no_grad():
+        dense.conv.weight.copy_(torch.eye(w2)[:, None, :])
+        x = torch.randn(2, 1, hop * 11)
+        want = dense(x)  # (N, K hop, T / hop), oldest sample first
+        got = framing(x)
+        assert got.shape == want.shape
+        assert torch.equal(framing.take(got, torch.arange(w2)), want)
+        idx = torch.randint(0, w2, (2, 5, 11))
+        assert torch.equal(framing.take(got, idx), torch.gather(want, 1, idx))
+    assert framing.state_frames == frames - 1 and framing.receptive_field == w2
+    assert not any(p.requires_grad for p in framing.parameters())  # fixed bases
+    with pytest.raises(ValueError, match="both must be >= 1"):
+        CausalFraming(160, 0)
+
+
+def test_a_checkpoint_with_the_dense_framing_conv_loads_and_a_corrupt_one_is_refused(tmp_path):
+    """Weights saved before CausalFraming (key pc_frames.conv.weight, a (2W, 1, 2W) identity) load into the same
+    function; any other tensor under that key is not a cosyedge checkpoint: a one-line ArtifactError."""
+    from safetensors.torch import save_file
+
+    from cosyedge.errors import ArtifactError
+    from cosyedge.models.reference import LEGACY_FRAMING_KEY, load_reference, save_reference
+
+    model = _pc_model()
+    save_reference(model, tmp_path / "new.safetensors")
+    meta = {"config": json.dumps(dataclasses.asdict(model.config))}
+    legacy = {k: v for k, v in model.state_dict().items() if not k.startswith("pc_frames.")}
+    w2 = 2 * model.config.win_samples
+    legacy[LEGACY_FRAMING_KEY] = torch.eye(w2)[:, None, :].contiguous()
+    save_file(legacy, str(tmp_path / "legacy.safetensors"), metadata=meta)
+    x = torch.from_numpy(noise_input(3200, seed=2))
+    with torch.no_grad():
+        want = load_reference(tmp_path / "new.safetensors")(x)
+        assert torch.equal(load_reference(tmp_path / "legacy.safetensors")(x), want)
+    legacy[LEGACY_FRAMING_KEY] = 2.0 * legacy[LEGACY_FRAMING_KEY]
+    save_file(legacy, str(tmp_path / "bad.safetensors"), metadata=meta)
+    with pytest.raises(ArtifactError, match=r"pc_frames.conv.weight of shape \(640, 1, 640\) is not the identity"):
+        load_reference(tmp_path / "bad.safetensors")

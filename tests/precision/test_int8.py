@@ -30,7 +30,7 @@ from tests.reference_structure import (
     BOUNDARY_CONVS,
     DECLARED_FLOAT,
     LW_ANALYSIS_CONV,
-    PC_FRAMES_CONV,
+    PC_FRAMES_CONVS,
     reference_structure,
 )
 
@@ -185,10 +185,10 @@ def test_qdq_model_structure(int8, model):
 
     kept = float_nodes(fp, contract.input, contract.output)
     # the boundary convs, the declared float-only projection and, with long-window features, /lw_analysis, with the
-    # pitch comb /pc_frames (both read the audio input through one channel)
+    # pitch comb its framing convs (the polyphase split reads the audio input through one channel, the taps copy it)
     assert set(kept) == set(REF_NET.float_convs) == (set(BOUNDARY_CONVS) | set(DECLARED_FLOAT)
                                                      | ({LW_ANALYSIS_CONV} if REF_NET.lw_window else set())
-                                                     | ({PC_FRAMES_CONV} if REF_NET.pitch_comb else set()))
+                                                     | (set(PC_FRAMES_CONVS) if REF_NET.pitch_comb else set()))
     assert info["excluded_nodes"] == kept
     quantized = [w for w in weighted_nodes(fp) if w.name not in kept]
     assert [w.name for w in quantized] == REF_NET.int8_convs  # every conv of the graph but the float ones above
@@ -334,7 +334,10 @@ def test_trt_calibration_cache_format(int8, calib_set, tmp_path):
         assert back[t] == pytest.approx(a, rel=1e-6)
     # the inputs of each state Concat carry the Concat output's amax (TensorRT shares the scale)
     extra = set(back) - set(amax)
-    assert set(REF_NET.state_inputs) <= extra and "audio" in extra
+    assert set(REF_NET.state_inputs) <= extra
+    # the audio input: an alias of the analysis Concat, or (with the pitch comb, whose polyphase conv reads it
+    # directly) calibrated itself
+    assert "audio" in (set(amax) if REF_NET.pitch_comb else extra)
     b = REF_NET.n_blocks - 1  # the last block: its input is the previous block's output
     cat = f"/blocks.{b}/conv/conv/Conv/state_concat_output"
     assert back[f"state_in.{REF_NET.block_state(b):02d}"] == pytest.approx(amax[cat], rel=1e-6)
@@ -497,3 +500,33 @@ def test_calib_make_in_place_does_not_count_the_previous_set(tmp_path):
     assert main(["calib", "make", "--from", str(d), "--out", str(d), "-q"]) == 0
     third = load_calibration_set(d)
     assert third.manifest["skipped"]["unreadable"] == 0 and third.sha256 == second.sha256
+
+
+@pytest.mark.parametrize("weight,bias,copy", [
+    (np.eye(4, dtype=np.float32)[:, :, None], None, True),  # 1x1 identity: a copy
+    (np.eye(4, dtype=np.float32)[:, :, None], np.zeros(4, np.float32), True),  # zero bias: still a copy
+    (np.eye(4, dtype=np.float32)[:, :, None], np.full(4, 0.1, np.float32), False),  # a bias adds something
+    (2.0 * np.eye(4, dtype=np.float32)[:, :, None], None, False),  # a gain of 2 is a weight, not a copy
+    (np.ones((4, 4, 1), np.float32), None, False),  # a sum of 4 inputs
+])
+def test_float_nodes_keeps_copy_convs_in_float(weight, bias, copy):
+    """A fixed conv with one-hot weights (one 1.0 per output channel, no bias) only moves samples: INT8 keeps it
+    in float with the reason 'copy (one-hot weights)'; any other weight or a bias is quantized as usual."""
+    from onnx import TensorProto, helper
+
+    inits = [numpy_helper.from_array(weight, "w"), numpy_helper.from_array(np.full((4, 4, 1), 0.5, np.float32), "w0")]
+    inputs = ["h", "w"]
+    if bias is not None:
+        inits.append(numpy_helper.from_array(bias, "b"))
+        inputs.append("b")
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w0"], ["h"], name="first", pads=[0, 0]),  # reads the audio: float anyway
+         helper.make_node("Relu", ["h"], ["r"], name="relu"),
+         helper.make_node("Conv", ["r", *inputs[1:]], ["c"], name="probe"),
+         helper.make_node("Relu", ["c"], ["c2"], name="relu2"),
+         helper.make_node("Conv", ["c2", "w0"], ["y"], name="last")],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8])], inits)
+    reasons = float_nodes(helper.make_model(graph), "x", "y")
+    assert reasons.get("probe") == ("copy (one-hot weights)" if copy else None)
+    assert reasons["first"] == "first conv (reads the audio input)" and reasons["last"].startswith("last conv")
