@@ -75,6 +75,7 @@ def main(argv=None) -> int:
     ap.add_argument("--stoi-weight", type=float, default=0.0, help="as in train_reference.py (0: none)")
     ap.add_argument("--snr-range", default="-5,20", metavar="LO,HI", type=tr._snr_range_spec,
                     help="as in train_reference.py; write it with = (--snr-range=-5,12)")
+    ap.add_argument("--allow-missing-corpora", action="store_true", help=tr.ALLOW_MISSING_HELP)
     ap.add_argument("--data-version", type=int, default=2, choices=DATA_VERSIONS,
                     help="training data version (see cosyedge.datasets.mix.DATA_VERSIONS)")
     ap.add_argument("--threads", type=int, default=2)
@@ -95,7 +96,7 @@ def main(argv=None) -> int:
                          "(cosyedge check refuses a sparse model fine-tuned from another dense one); default: the "
                          "bundled reference.stream.onnx when --init is the bundled weights, else none recorded")
     args = ap.parse_args(argv)
-    from cosyedge.errors import CosyEdgeError, UsageError
+    from cosyedge.errors import CosyEdgeError
     from cosyedge.models import REFERENCE_STREAM_ONNX, REFERENCE_WEIGHTS
     from cosyedge.precision.sparsity import check_dense_parent
 
@@ -118,7 +119,6 @@ def main(argv=None) -> int:
     import torch
 
     sys.path.insert(0, str(REPO))
-    from cosyedge.datasets.mix import TrainingData
     from cosyedge.export import export_reference
     from cosyedge.models.reference import load_reference, save_reference
     from cosyedge.precision.sparse_torch import apply_2to4, masks_hold, reapply_masks
@@ -129,11 +129,9 @@ def main(argv=None) -> int:
     rng = np.random.default_rng(args.seed)
     t_prep = time.perf_counter()
     male = {} if args.male_share is None else {"male_share": args.male_share}
-    try:  # options are checked before anything is loaded
-        data = TrainingData(seed=args.seed, data_version=args.data_version, read_phrase_share=args.read_phrase_share,
-                            read_phrase_corpus=args.read_phrases or "tuxpaint", **male)
-    except UsageError as err:
-        ap.error(str(err))
+    data = tr.training_data_or_exit(ap, args, seed=args.seed, data_version=args.data_version,
+                                    read_phrase_share=args.read_phrase_share,
+                                    read_phrase_corpus=args.read_phrases or "tuxpaint", **male)
     val = data.validation_pairs(limit=args.val_limit)
     print(f"data ready in {time.perf_counter() - t_prep:.1f} s: {len(val)} validation pairs", flush=True)
 
@@ -153,7 +151,7 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     best, best_step, step, losses = pruned_v, 0, 0, []
     notes = {"dense_val_sisnri_db": dense_v, "pruned_val_sisnri_db": pruned_v, "masked_layers": sorted(masks),
-             "options": vars(args),
+             "options": vars(args), "missing_corpora": data.missing,
              "dense_parent": None if dense_onnx is None else {"path": str(dense_onnx), "sha256": dense_sha}}
     save_reference(model.eval(), args.out, extra={**notes, "step": 0, "val_sisnri_db": pruned_v})
     model.train()

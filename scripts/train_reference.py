@@ -201,6 +201,36 @@ def check_loss_weights(ap: argparse.ArgumentParser, args: argparse.Namespace) ->
         ap.error(f"--stoi-weight needs segments of at least {STOI_MIN_SECONDS:.2f} s (--seconds), got {args.seconds}")
 
 
+ALLOW_MISSING_HELP = ("train even when a speech or real-noise corpus of the data version cannot be loaded (a tool "
+                      "such as espeak-ng, flite or festival, or a Debian package missing): it is skipped and listed "
+                      "in the training notes, and the run is not reproducible on a machine that has it")
+
+
+def training_data_or_exit(ap: argparse.ArgumentParser, args: argparse.Namespace, **options):
+    """Build ``TrainingData(**options)``, requiring every source of the data version unless
+    ``args.allow_missing_corpora``; shared by this script and ``scripts/finetune_sparse.py``.
+
+    Returns:
+        TrainingData: the data; its ``missing`` lists what was skipped (only with ``--allow-missing-corpora``).
+    Raises:
+        SystemExit: 2 (``ap.error``) for bad data options; the error's exit code (4 for a missing tool, 3 for a
+            corpus that cannot be built) with a one-line ``[!]`` message when a source is missing.
+    """
+    from cosyedge.datasets.mix import TrainingData
+    from cosyedge.errors import CosyEdgeError, UsageError
+
+    try:  # TrainingData checks its options (e.g. the speech shares adding up to <= 1) before loading anything
+        data = TrainingData(require_all=not args.allow_missing_corpora, **options)
+    except UsageError as err:
+        ap.error(str(err))
+    except CosyEdgeError as err:
+        print(f"[!] {err} (or pass --allow-missing-corpora)", file=sys.stderr)
+        raise SystemExit(err.exit_code) from None
+    for reason in data.missing.values():
+        print(f"[!] {reason} (--allow-missing-corpora: trained without it)", file=sys.stderr, flush=True)
+    return data
+
+
 def lr_at(base_lr: float, step: int, frac: float, warmup_steps: int) -> float:
     """Learning rate: linear warm-up over ``warmup_steps``, then cosine decay to 5 % of ``base_lr`` over
     the fraction ``frac`` in [0, 1] of the wall-clock budget."""
@@ -572,6 +602,7 @@ def main(argv=None) -> int:
     ap.add_argument("--select", choices=("val", "last"), default="val",
                     help="which weights --out keeps: the best validation SI-SNRi, or the last (end of the schedule; "
                          "for losses that trade in-domain validation for robustness, e.g. a higher --speech-weight)")
+    ap.add_argument("--allow-missing-corpora", action="store_true", help=ALLOW_MISSING_HELP)
     ap.add_argument("--data-version", type=int, default=3, choices=DATA_VERSIONS,
                     help="training data (cosyedge.datasets.mix.DATA_VERSIONS): 1 = the first data, 2 = plus more "
                          "real voices and noises, 3 = plus male-converted prompts, 4 = 3 with noise speed and EQ "
@@ -638,8 +669,7 @@ def main(argv=None) -> int:
 
     import torch
 
-    from cosyedge.datasets.mix import TrainingData
-    from cosyedge.errors import CosyEdgeError, UsageError
+    from cosyedge.errors import CosyEdgeError
     from cosyedge.models.reference import EnhancerConfig, ReferenceEnhancer, load_reference, save_reference
 
     torch.set_num_threads(args.threads)
@@ -664,14 +694,10 @@ def main(argv=None) -> int:
     except (CosyEdgeError, ValueError) as err:
         ap.error(str(err))
     t_prep = time.perf_counter()
-    try:  # TrainingData checks its options (e.g. the speech shares adding up to <= 1) before loading anything
-        data = TrainingData(seed=args.seed, data_version=args.data_version, male_share=args.male_share,
-                            speech_low_boost=args.speech_low_boost, speech_low_boost_db=args.speech_low_boost_db,
-                            speech_reverb=args.speech_reverb, mixture_lowpass=args.mixture_lowpass,
-                            read_phrase_share=args.read_phrase_share,
-                            read_phrase_corpus=args.read_phrases)
-    except UsageError as err:
-        ap.error(str(err))
+    data = training_data_or_exit(ap, args, seed=args.seed, data_version=args.data_version, male_share=args.male_share,
+                                 speech_low_boost=args.speech_low_boost, speech_low_boost_db=args.speech_low_boost_db,
+                                 speech_reverb=args.speech_reverb, mixture_lowpass=args.mixture_lowpass,
+                                 read_phrase_share=args.read_phrase_share, read_phrase_corpus=args.read_phrases)
     val_pairs = data.validation_pairs()
     try:
         test_pairs = data.test_pairs((5,))
@@ -701,7 +727,7 @@ def main(argv=None) -> int:
     def keep(step: int, v: float, tn: dict, elapsed_s: float) -> None:  # write the scored weights to --out
         save_reference(scored, args.out, extra={"step": step, "val_sisnri_db": v, "test_sisnri_db_5db": tn,
                                                 "seed": args.seed, "minutes": elapsed_s / 60, "ema": args.ema,
-                                                "options": vars(args)})
+                                                "options": vars(args), "missing_corpora": data.missing})
 
     n_samples = int(args.seconds * model.config.sample_rate_hz) // model.config.hop_samples * model.config.hop_samples
 

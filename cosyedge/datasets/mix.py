@@ -25,13 +25,14 @@ import numpy as np
 
 from cosyedge.datasets import noise as noise_mod
 from cosyedge.datasets.sources import (
+    FESTIVAL_VOICES,
     MALE_CONVERTED_CORPORA,
     SAMPLE_RATE_HZ,
     Corpus,
     data_dir,
     load_corpus,
 )
-from cosyedge.errors import ArtifactError, DependencyError, UsageError
+from cosyedge.errors import ArtifactError, DependencyError, UsageError, first_line
 from cosyedge.log import LOG
 
 FRAME_SAMPLES = 320
@@ -430,26 +431,34 @@ class TrainingData:
             Defaults to 0.
         mixture_lowpass (float): probability in [0, 1] that a whole training mixture, noisy and clean alike,
             is band-limited to 4 kHz (:func:`band_limit`: an 8 kHz recording resampled to 16 kHz). Defaults to 0.
+        require_all (bool): every speech corpus and real-noise corpus of the data version must load, and the
+            festival corpus must hold every voice of :data:`~cosyedge.datasets.sources.FESTIVAL_VOICES`; without
+            it (the default) a missing one is skipped with a warning and listed in :attr:`missing`, so the data
+            differs from a machine that has it (a training run is then not reproducible elsewhere).
     Attributes:
         speech (np.ndarray): float32, shape (samples,), all training speech concatenated.
         speech_ranges (dict[str, tuple[int, int]]): sample range of each corpus in ``speech``.
         bank (np.ndarray): float32, shape (samples,), training noise bank.
         bank_ranges (dict[str, tuple[int, int]]): sample range of each noise category in ``bank``.
+        missing (dict[str, str]): corpora of the data version left out (or built incomplete), with the reason
+            (one line each); empty when every source was there.
     Raises:
         UsageError: a test corpus was requested for training; ``speech_low_boost`` outside [0, 1];
             ``speech_low_boost_db`` outside [0, 30]; ``speech_reverb`` or ``mixture_lowpass`` outside [0, 1];
             ``read_phrase_share`` outside [0, 1), an unknown ``read_phrase_corpus``, ``male_share`` outside [0, 1],
             or the group shares adding up to more than 1.
         ArtifactError: no training speech could be loaded; ``asterisk-en`` or a read-speech corpus asked for
-            with ``read_phrase_share`` > 0 cannot be loaded (other corpora are skipped with a warning).
-        DependencyError: a tool needed to build one of those two (``apt-get``, ``dpkg``) is missing.
+            with ``read_phrase_share`` > 0 cannot be loaded (other corpora are skipped with a warning); with
+            ``require_all``, any corpus of the data version cannot be loaded or festival lacks a voice.
+        DependencyError: a tool needed to build one of those (``apt-get``, ``dpkg``, ``espeak-ng``, ...) is missing.
     """
 
     def __init__(self, seed: int = 0, cache_dir: str | os.PathLike | None = None, corpora=None,
                  synthetic_share: float = 0.3, narrowband_share: float = 0.12,
                  noise_minutes_per_kind: float = 2.0, data_version: int = 1, male_share: float = MALE_SHARE_V3,
                  speech_low_boost: float = 0.0, speech_low_boost_db: float = 10.0, speech_reverb: float = 0.0,
-                 read_phrase_share: float = 0.0, read_phrase_corpus: str = "tuxpaint", mixture_lowpass: float = 0.0):
+                 read_phrase_share: float = 0.0, read_phrase_corpus: str = "tuxpaint", mixture_lowpass: float = 0.0,
+                 require_all: bool = False):
         if isinstance(data_version, bool) or not isinstance(data_version, (int, np.integer)) \
                 or data_version not in DATA_VERSIONS:
             raise UsageError(f"unknown training data version {data_version!r} (use one of the integers {DATA_VERSIONS})")
@@ -494,6 +503,7 @@ class TrainingData:
         bad = {"librivox", "cards"} & set(corpora)
         if bad:
             raise UsageError(f"test corpora {sorted(bad)} must never be used for training")
+        self.missing: dict[str, str] = {}
         with LOG.stage("TrainingData prepare"):
             self.corpora: dict[str, Corpus] = {}
             pieces, self.speech_ranges, pos = [], {}, 0
@@ -503,8 +513,14 @@ class TrainingData:
                 except (ArtifactError, DependencyError, UsageError) as e:
                     if name == "asterisk-en" or name in asked:
                         raise
-                    LOG.warning("speech corpus %s skipped: %s", name, e)
+                    self._missing(name, f"speech corpus {name} unavailable: {first_line(e, with_type=False)}", require_all, e)
                     continue
+                if name == "festival":
+                    lacking = [pkg for v, pkg in FESTIVAL_VOICES.items() if f"festival:{v}" not in set(c.speakers)]
+                    if lacking:
+                        self._missing(name, f"speech corpus festival was built without the voices of "
+                                            f"{' '.join(lacking)} (apt-get install them, then delete "
+                                            f"{data_dir(cache_dir) / 'corpora' / 'festival.npy'})", require_all)
                 self.corpora[name] = c
                 x = c.concat("train")
                 if x.size < 4 * SAMPLE_RATE_HZ:
@@ -526,7 +542,7 @@ class TrainingData:
             if read_phrase_share:
                 shares[READ_PHRASE_CORPORA] = read_phrase_share
             self._speech_w = self._corpus_weights(shares)
-            self.bank, self.bank_ranges = self._load_bank(noise_minutes_per_kind)
+            self.bank, self.bank_ranges = self._load_bank(noise_minutes_per_kind, self._real_noise_corpora(require_all))
             weights = NOISE_WEIGHTS_V2 if data_version >= 2 else NOISE_WEIGHTS
             w = np.array([weights.get(k, 0.05) for k in self.bank_ranges])
             self._noise_kinds = list(self.bank_ranges)
@@ -534,6 +550,31 @@ class TrainingData:
         LOG.info("training speech: %s", self.summary())
 
     # ---------------------------------------------------------------------------- preparation
+    def _missing(self, name: str, reason: str, require_all: bool, err: Exception | None = None) -> None:
+        """Record corpus ``name`` as left out (or incomplete) for ``reason``; with ``require_all`` raise instead
+        (the original error's type, so a missing tool stays a DependencyError)."""
+        if require_all:
+            kind = type(err) if isinstance(err, (ArtifactError, DependencyError)) else ArtifactError
+            raise kind(f"{reason}; every source of the data version is needed for a reproducible run")
+        LOG.warning("%s", reason)
+        self.missing[name] = reason
+
+    def _real_noise_corpora(self, require_all: bool) -> dict:
+        """``{category: corpora}`` of the data version's real noises that load; the others are recorded with
+        :meth:`_missing` (or raise with ``require_all``)."""
+        real = noise_mod.REAL_NOISE_CORPORA_V2 if self.data_version >= 2 else noise_mod.REAL_NOISE_CORPORA
+        out = {}
+        for kind, names in real.items():
+            have = []
+            for name in names:
+                try:
+                    load_corpus(name, self.cache_dir)
+                    have.append(name)
+                except (ArtifactError, DependencyError) as e:
+                    self._missing(name, f"real noise corpus {name} unavailable: {first_line(e, with_type=False)}", require_all, e)
+            out[kind] = tuple(have)
+        return out
+
     def _corpus_weights(self, shares: dict[tuple[str, ...], float]) -> np.ndarray:
         """Draw probability per corpus: proportional to duration inside a group; each group in ``shares``
         gets its share (if present), the remaining corpora share the rest."""
@@ -552,13 +593,16 @@ class TrainingData:
             w[rest] = dur[rest] / dur[rest].sum() * max(left, 0.0)
         return w / w.sum()
 
-    def _load_bank(self, minutes: float):
+    def _load_bank(self, minutes: float, real: dict):
         # the bank (its babble) is built from the data version's speech only: adding the read phrases
         # (READ_PHRASE_CORPORA, appended last) keeps the noise bank, like the validation set
         key = [BANK_VERSION, self.seed, minutes,
                {k: b - a for k, (a, b) in self.speech_ranges.items() if k not in READ_PHRASE_CORPORA}]
         if self.data_version >= 2:  # version 4 augments batches of the version-3 bank
             key.append({"data_version": min(self.data_version, 3)})
+        full = noise_mod.REAL_NOISE_CORPORA_V2 if self.data_version >= 2 else noise_mod.REAL_NOISE_CORPORA
+        if real != {k: tuple(v) for k, v in full.items()}:  # a bank without some real noise is another bank
+            key.append({"real_noise": real})
         key = json.dumps(key)
         tag = hashlib.sha1(key.encode()).hexdigest()[:10]
         path = data_dir(self.cache_dir) / "derived" / f"noisebank-{tag}.npy"
@@ -572,7 +616,6 @@ class TrainingData:
             except Exception as e:  # noqa: BLE001
                 LOG.warning("noise bank cache %s unreadable (%s); rebuilding", path, e)
         with LOG.stage("build noise bank"):
-            real = noise_mod.REAL_NOISE_CORPORA_V2 if self.data_version >= 2 else noise_mod.REAL_NOISE_CORPORA
             bank, ranges = noise_mod.build_noise_bank(self.speech[: self._val_speech_end], seed=self.seed,
                                                       minutes_per_kind=minutes,
                                                       cache_dir=self.cache_dir, real_corpora=real)

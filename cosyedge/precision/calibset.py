@@ -214,14 +214,11 @@ def _umask() -> int:
     return m
 
 
-def _generated(count: int, seed: int, audio: Path, training_data=None):
-    """Yield manifest entries of ``count`` generated utterances (written one by one)."""
+def _generated(count: int, seed: int, audio: Path, training_data):
+    """Yield manifest entries of ``count`` utterances mixed by ``training_data`` (a ``TrainingData``), written
+    one by one."""
     from tqdm import tqdm
 
-    if training_data is None:
-        from cosyedge.datasets.mix import TrainingData
-
-        training_data = TrainingData(seed=0)  # the training bank (cached); ``seed`` only drives the draws
     rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(0xCA11B,)))
     lo, hi = DURATION_RANGE_S
     for i in tqdm(range(count), desc="calibration set", unit="utt", disable=None):
@@ -319,10 +316,16 @@ def make_calibration_set(out: str | Path | None = None, *, count: int | None = N
         with LOG.stage(f"calibration set {out}"):
             if from_dir is None:
                 n = DEFAULT_COUNT if count is None else int(count)
+                if training_data is None:
+                    from cosyedge.datasets.mix import TrainingData
+
+                    training_data = TrainingData(seed=0)  # the training bank (cached); ``seed`` drives the draws
                 entries = list(_generated(n, seed, audio, training_data))
+                # sources missing on this machine (e.g. no espeak-ng): another machine makes another set
                 source = {"kind": "training-mix", "seed": seed, "duration_range_s": list(DURATION_RANGE_S),
                           "snr_db_range": [-5.0, 20.0], "note": "TrainingData(seed=0) training speech x "
-                          "training noise bank; test speech and held-out noises excluded"}
+                          "training noise bank; test speech and held-out noises excluded",
+                          "missing_corpora": dict(getattr(training_data, "missing", {}))}
             else:
                 src = Path(from_dir)
                 entries = list(_from_folder(src, count, seed, audio, skipped, out))

@@ -17,7 +17,7 @@ from cosyedge.datasets.mix import (
     si_snr,
     speed_perturb,
 )
-from cosyedge.errors import ArtifactError, UsageError
+from cosyedge.errors import ArtifactError, DependencyError, UsageError
 
 SR = 16000
 
@@ -525,3 +525,61 @@ def test_festvox_ru_is_the_voice_database_recordings(tmp_path, monkeypatch):
     c = sources.CORPORA["festvox-ru"](tmp_path)
     assert c.names == ["ru_0001.wav", "ru_0002.wav"] and c.splits == ["train", "train"]
     assert [c.utterance(i).size for i in range(2)] == [2 * SR, 3 * SR]
+
+
+def _missing_sources(tmp_path, monkeypatch):
+    """A fake cache (asterisk-en) plus corpora that fail as on a machine without the tools: flite not installed,
+    festival built with one of its voices, and a real-noise package that cannot be fetched."""
+    cache = _fake_asterisk_cache(tmp_path, monkeypatch)
+
+    def no_flite(cache_dir):
+        raise DependencyError("'flite' not found on PATH (install it: apt-get install flite)")
+
+    def one_festival_voice(cache_dir):
+        u = _fake_speech(np.random.default_rng(4), 5.0)
+        return sources.Corpus("festival", u, np.array([0, u.size]), ["0000|kal_diphone"], ["train"],
+                              ["festival:kal_diphone"], "fake")
+
+    def no_package(cache_dir):
+        raise ArtifactError("apt-get download fake-noise-pkg failed")
+
+    monkeypatch.setitem(sources.CORPORA, "flite", no_flite)
+    monkeypatch.setitem(sources.CORPORA, "festival", one_festival_voice)
+    monkeypatch.setitem(sources.CORPORA, "fake-noise", no_package)
+    monkeypatch.setattr(noise, "REAL_NOISE_CORPORA_V2", {"real-env": ("fake-noise",)})
+    return dict(seed=0, cache_dir=cache, noise_minutes_per_kind=0.2, data_version=3)
+
+
+def test_missing_sources_are_listed_or_refused_with_require_all(tmp_path, monkeypatch):
+    """A corpus the machine cannot make changes the data: without require_all it is skipped and listed in
+    ``missing`` (one line each, naming the fix); with require_all (the training scripts' default) it is an error
+    of the original kind, so a --seed N run never silently trains on other data."""
+    kw = _missing_sources(tmp_path, monkeypatch)
+    d = TrainingData(corpora=("asterisk-en", "flite", "festival"), **kw)
+    assert set(d.missing) == {"flite", "festival", "fake-noise"}
+    assert d.missing["flite"] == ("speech corpus flite unavailable: 'flite' not found on PATH "
+                                  "(install it: apt-get install flite)")
+    assert d.missing["festival"].startswith("speech corpus festival was built without the voices of festvox-kdlpc16k ")
+    assert d.missing["fake-noise"] == "real noise corpus fake-noise unavailable: apt-get download fake-noise-pkg failed"
+    assert all("\n" not in m for m in d.missing.values())
+    assert set(d.speech_ranges) == {"asterisk-en", "festival"}  # what it trains on
+    with pytest.raises(DependencyError, match=r"^speech corpus flite unavailable: .*apt-get install flite\); every "
+                                              r"source of the data version is needed for a reproducible run$"):
+        TrainingData(corpora=("asterisk-en", "flite"), require_all=True, **kw)
+    with pytest.raises(ArtifactError, match="festival was built without the voices of festvox-kdlpc16k"):
+        TrainingData(corpora=("asterisk-en", "festival"), require_all=True, **kw)
+    with pytest.raises(ArtifactError, match="real noise corpus fake-noise unavailable"):
+        TrainingData(corpora=("asterisk-en",), require_all=True, **kw)
+    full = TrainingData(corpora=("asterisk-en",), **{**kw, "seed": 1})
+    assert full.missing == {"fake-noise": d.missing["fake-noise"]}
+
+
+def test_a_bank_built_without_a_real_noise_is_not_reused_for_the_full_one(tmp_path, monkeypatch):
+    """The noise bank cache is keyed by the real-noise corpora it holds: a bank made while one was missing is
+    another file than the bank made once it is there."""
+    kw = _missing_sources(tmp_path, monkeypatch)
+    TrainingData(corpora=("asterisk-en",), **kw)
+    banks = set((kw["cache_dir"] / "derived").glob("noisebank-*.npy"))
+    monkeypatch.setattr(noise, "REAL_NOISE_CORPORA_V2", {})  # nothing missing now
+    TrainingData(corpora=("asterisk-en",), require_all=True, **kw)
+    assert len(set((kw["cache_dir"] / "derived").glob("noisebank-*.npy")) - banks) == 1

@@ -137,6 +137,11 @@ def test_generated_set_is_deterministic_and_records_snr(tmp_path):
     assert all(s is not None and -1.0 < s < 21.0 for s in snrs)  # the stand-in mixes at 0..20 dB
     durs = [f["duration_s"] for f in a.files]
     assert all(1.0 <= d <= 4.0 for d in durs) and len(set(durs)) > 1
+    assert a.manifest["source"]["missing_corpora"] == {}  # the stand-in has every source
+    src.missing = {"espeak": "speech corpus espeak unavailable: 'espeak-ng' not found on PATH"}
+    d = make_calibration_set(tmp_path / "d", count=6, seed=5, training_data=src)
+    assert d.manifest["source"]["missing_corpora"] == src.missing  # says why another machine's set differs
+    assert d.sha256 != a.sha256
 
 
 def test_too_few_recordings_is_an_error_and_keeps_the_old_set(tmp_path, calib_set, capsys):
