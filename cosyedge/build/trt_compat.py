@@ -379,8 +379,9 @@ def fp32_pin_nodes(model: Any, contract: Any = None) -> dict[str, str]:
     from cosyedge.precision.fp16 import fp32_node_plan
 
     contract = contract if contract is not None else StreamContract.from_onnx(model)
-    named = onnx.ModelProto()  # the nodes only (no weights), named as the parser names their layers
+    named = onnx.ModelProto()  # the nodes, named as the parser names their layers, and the weights (copy convs)
     named.graph.node.extend(nodes)
+    named.graph.initializer.extend(model.graph.initializer)
     for n in named.graph.node:
         n.name = parser_node_name(n)
     dq_out = {o for n in nodes if n.op_type == "DequantizeLinear" for o in n.output}

@@ -587,14 +587,21 @@ Every morning he walks the dog along the river.
 """.strip().splitlines()
 
 
-def sentences(n: int, seed: int = 0) -> list[str]:
+FORTUNES_DIR = Path("/usr/share/games/fortunes")
+"""Where Debian's ``fortune-mod`` keeps its cookie files (the text of the synthetic voices)."""
+
+
+def sentences(n: int, seed: int = 0, require_fortunes: bool = False) -> list[str]:
     """Return ``n`` deterministic sentences (3 to 40 words) from ``fortune`` or a built-in list.
 
-    Fortune cookies are read from the ``fortune-mod`` data files (``/usr/share/games/fortunes``, plain
-    text, ``%``-separated); if absent, the built-in list is used (with repetition).
+    Fortune cookies are read from the ``fortune-mod`` data files (:data:`FORTUNES_DIR`, plain
+    text, ``%``-separated); if absent, the built-in list is used (with repetition), unless ``require_fortunes``.
+
+    Raises:
+        DependencyError: ``require_fortunes`` and no fortune-mod data (other texts would make another corpus).
     """
     texts: list[str] = []
-    fdir = Path("/usr/share/games/fortunes")
+    fdir = FORTUNES_DIR
     if fdir.is_dir():
         for f in sorted(fdir.iterdir()):
             if f.suffix or not f.is_file() or f.name.endswith(".dat"):
@@ -607,6 +614,8 @@ def sentences(n: int, seed: int = 0) -> list[str]:
                 t = " ".join(cookie.split())
                 if t and 3 <= len(t.split()) <= 40 and t.isascii():
                     texts.append(t)
+    if not texts and require_fortunes:
+        raise DependencyError(f"fortune-mod data not found in {fdir} (install it: apt-get install fortune-mod)")
     if not texts:
         LOG.warning_once("fortune-mod data not found; using the built-in sentence list")
         texts = list(_BUILTIN_SENTENCES)
@@ -616,8 +625,13 @@ def sentences(n: int, seed: int = 0) -> list[str]:
 
 
 def _sentences_for_synth(n: int, seed: int) -> list[str]:
-    """``n`` texts of at least 8 words (short sentences are joined), for synthesis."""
-    pool = sentences(4 * n + 40, seed)
+    """``n`` texts of at least 8 words (short sentences are joined), for synthesis: from fortune-mod only, so a
+    synthetic corpus is the same on every machine that can build it.
+
+    Raises:
+        DependencyError: fortune-mod is not installed.
+    """
+    pool = sentences(4 * n + 40, seed, require_fortunes=True)
     out, cur = [], ""
     for t in pool:
         t = t.replace('"', "").replace("`", "'").replace("\\", " ")

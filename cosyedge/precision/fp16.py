@@ -20,6 +20,9 @@ Nodes kept in FP32 (:func:`fp32_node_plan`, each with its reason, recorded in th
 * the boundary layers: the first Conv fed by the audio input and the last Conv before the audio output
   (1-channel analysis/synthesis filterbanks, where FP16 rounding of the signal itself is audible), with
   their ``Concat(state, x)`` and state ``Slice`` nodes;
+* Convs that only copy samples or frames (one-hot weights, :func:`cosyedge.precision.qdq.is_copy_conv`, e.g. the
+  pitch comb's framing taps), with their state ``Concat`` and ``Slice``: FP16 would round the audio they carry
+  from chunk to chunk and save nothing;
 * any node named in ``exclude``.
 
 The converter leaves FP16 round trips (``Cast(to=FP16) -> Cast(to=FP32)``) on edges between two FP32
@@ -63,6 +66,7 @@ from cosyedge.artifacts import (
 )
 from cosyedge.errors import AccuracyError, ArtifactError, UsageError, first_line
 from cosyedge.log import LOG
+from cosyedge.precision.qdq import is_copy_conv
 
 onnx = lazy_import("onnx")
 
@@ -119,7 +123,7 @@ def fp32_node_plan(model: Any, contract: StreamContract, keep_ops: Iterable[str]
         exclude (Iterable[str]): Node names kept in FP32 on request.
     Returns:
         dict[str, str]: node name -> reason (``"op Log"``, ``"input of Log"``, ``"after Log"``, ``"op ArgMax"``,
-        ``"input of ArgMax"``, ``"first conv"``, ``"last conv"``, ``"excluded"``), in graph order.
+        ``"input of ArgMax"``, ``"first conv"``, ``"last conv"``, ``"copy conv"``, ``"excluded"``), in graph order.
     Raises:
         UsageError: a name in ``exclude`` is not a node of the model.
     """
@@ -201,6 +205,12 @@ def fp32_node_plan(model: Any, contract: StreamContract, keep_ops: Iterable[str]
         else:
             mark(p, "after last conv")
             stack.extend(i for i in p.input if i in producer)
+    # copies (one-hot weights): the audio they move stays FP32, in their state too
+    inits = {t.name: t for t in g.initializer}
+    for n in nodes:
+        if n.op_type == "Conv" and len(n.input) > 1 and n.input[1] in inits \
+                and is_copy_conv(inits[n.input[1]], [inits.get(i) for i in n.input[2:]]):
+            conv_with_state(n, "copy conv")
     for e in exclude:
         plan[e] = "excluded"
     order = {n.name: i for i, n in enumerate(nodes)}

@@ -183,10 +183,18 @@ def declared_float_nodes(model: Any) -> list[str]:
     return []
 
 
-def _is_copy(weight: Any, biases: list) -> bool:
-    """True when a Conv weight (TensorProto) is one-hot per output channel (a single 1.0, zeros elsewhere) and
-    its bias (TensorProto or None) is absent or zero: the conv copies one input sample per output."""
-    from onnx import numpy_helper
+def is_copy_conv(weight: Any, biases: list) -> bool:
+    """Tell whether a Conv only copies: its weight (onnx.TensorProto, any shape (C_out, ...)) is one-hot per
+    output channel (a single 1.0, zeros elsewhere) and every bias (onnx.TensorProto, or None when absent) is
+    zero, so each output is one input sample or frame, e.g. :class:`cosyedge.nn.CausalFraming`'s taps.
+
+    Returns:
+        bool: True for a copy; False also for a weight whose external data is not loaded (nothing to read).
+    """
+    from onnx import TensorProto, numpy_helper
+
+    if weight.data_location == TensorProto.EXTERNAL and not weight.raw_data:
+        return False
 
     w = numpy_helper.to_array(weight)
     if w.size == 0 or w.shape[0] == 0:
@@ -228,7 +236,7 @@ def float_nodes(model: Any, audio_input: str, audio_output: str) -> dict[str, st
             reasons[w.name] = "1 input channel"
         elif w.out_channels == 1:
             reasons[w.name] = "1 output channel"
-        elif w.op == "Conv" and _is_copy(inits[w.weight], [inits.get(i) for i in by_name[w.name].input[2:]]):
+        elif w.op == "Conv" and is_copy_conv(inits[w.weight], [inits.get(i) for i in by_name[w.name].input[2:]]):
             reasons[w.name] = "copy (one-hot weights)"
     # nodes the model itself declares quantization-sensitive (metadata written by its exporter)
     for name in declared_float_nodes(model):

@@ -583,3 +583,20 @@ def test_a_bank_built_without_a_real_noise_is_not_reused_for_the_full_one(tmp_pa
     monkeypatch.setattr(noise, "REAL_NOISE_CORPORA_V2", {})  # nothing missing now
     TrainingData(corpora=("asterisk-en",), require_all=True, **kw)
     assert len(set((kw["cache_dir"] / "derived").glob("noisebank-*.npy")) - banks) == 1
+
+
+def test_synthetic_voices_need_fortune_mod_text(tmp_path, monkeypatch):
+    """Without fortune-mod the synthetic corpora would read the built-in sentences: another corpus under the same
+    name. Their text source refuses instead (a DependencyError naming the package), so TrainingData skips or, with
+    require_all, refuses them; plain ``sentences`` still falls back."""
+    monkeypatch.setattr(sources, "FORTUNES_DIR", tmp_path / "no-fortunes")
+    with pytest.raises(DependencyError, match=r"fortune-mod data not found in .*no-fortunes \(install it: "
+                                              r"apt-get install fortune-mod\)"):
+        sources._sentences_for_synth(10, seed=3)
+    assert len(sources.sentences(5, seed=3)) == 5
+    (tmp_path / "fortunes").mkdir()
+    (tmp_path / "fortunes" / "cookies").write_text("one two three four five six\n%\nseven eight nine ten\n%\n")
+    monkeypatch.setattr(sources, "FORTUNES_DIR", tmp_path / "fortunes")
+    texts = sources._sentences_for_synth(4, seed=3)
+    assert len(texts) == 4 and all(len(t.split()) >= 8 for t in texts)
+    assert set(" ".join(texts).split()) <= {"one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten"}

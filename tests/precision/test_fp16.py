@@ -21,7 +21,7 @@ from cosyedge.precision.fp16 import (
 )
 from tests import models
 from tests.precision.int8_fixtures import LIBRIVOX
-from tests.reference_structure import reference_structure
+from tests.reference_structure import PC_FRAMES_CONV, PC_POLY_CONV, reference_structure
 
 REF = REFERENCE_STREAM_ONNX
 
@@ -91,6 +91,31 @@ def test_fp32_plan_keeps_overflow_prone_chain_and_boundary_convs(fp16):
     assert plan["/analysis/conv/Conv/state_concat"] == "first conv state concat"
     assert plan["/synthesis/conv/conv/Conv"] == "last conv"
     assert not any(k.startswith("/blocks.") for k in plan)  # the estimator runs in FP16
+    if reference_structure().pitch_comb:  # the comb's framing: a polyphase first conv and a copy with its state
+        assert plan[PC_POLY_CONV] == "first conv"
+        assert plan[PC_FRAMES_CONV] == "copy conv"
+        assert plan[PC_FRAMES_CONV + "/state_concat"] == "copy conv state concat"
+        assert plan[PC_FRAMES_CONV + "/state_slice"] == "copy conv state slice"
+
+
+def test_the_framing_state_carries_the_audio_exactly_in_fp16(fp16, speech):
+    """The pitch comb's framing state holds past audio samples: the FP16 model carries them bit-exact (a copy conv
+    stays FP32), every other state within FP16 rounding."""
+    if not reference_structure().pitch_comb:
+        pytest.skip("the bundled model has no pitch comb")
+    path, _ = fp16
+    contract = StreamContract.from_onnx(REF)
+    k = reference_structure().state_nodes.index(PC_FRAMES_CONV)
+    outs = []
+    for model in (REF, path):
+        sess = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+        feeds = {s.input: s.zeros(1) for s in contract.states}
+        for i in range(40):  # 40 chunks of real speech, states carried
+            feeds[contract.input] = speech[None, None, 160 * (100 + i):160 * (101 + i)].astype(np.float32)
+            res = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds)))
+            feeds.update({s.input: res[s.output] for s in contract.states})
+        outs.append(feeds[contract.states[k].input])
+    assert np.abs(outs[0]).max() > 0.01 and np.array_equal(outs[0], outs[1])
 
 
 def test_every_output_finite_at_every_chunk_size(fp16):
