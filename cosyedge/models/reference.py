@@ -175,7 +175,8 @@ class ReferenceEnhancer(nn.Module):
         ValueError: an inconsistent deep-filter config (``df_order`` < 0, ``df_bins`` outside 1..F with
             ``df_order`` > 0, or ``df_bins`` set without ``df_order``); window odd or < 2 * hop; an inconsistent
             long-window config (``lw_window`` neither 0 nor above ``win_samples``,
-            ``lw_bins`` outside 1..W/2+1 with it, or set without it).
+            ``lw_bins`` outside 1..W/2+1 with it, or set without it); ``pitch_comb`` without the long window or
+            with another window than 2 * hop.
     """
 
     def __init__(self, config: EnhancerConfig | None = None):
@@ -228,10 +229,7 @@ class ReferenceEnhancer(nn.Module):
             cos = np.cos(2 * np.pi * np.outer(np.arange(lo, hi + 1), np.arange(b_lw)) / w_lw)
             self.register_buffer("pc_cos", torch.from_numpy(cos.astype(np.float32)), persistent=False)
             w2 = 2 * cfg.win_samples  # the analysis frame and one maximal period before it
-            if w2 % cfg.hop_samples:
-                raise ValueError(f"pitch_comb needs 2 * win_samples ({w2}) to be a multiple of hop_samples "
-                                 f"({cfg.hop_samples})")
-            self.pc_frames = CausalFraming(cfg.hop_samples, w2 // cfg.hop_samples)
+            self.pc_frames = CausalFraming(cfg.hop_samples, w2 // cfg.hop_samples)  # win = 2 hop: 4 hops
             self.register_buffer("pc_mean", torch.zeros(f))
             self.register_buffer("pc_scale", torch.ones(f))
             self.pc_inp = _zero_conv(f, cfg.channels)
