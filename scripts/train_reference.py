@@ -219,6 +219,8 @@ def training_data_or_exit(ap: argparse.ArgumentParser, args: argparse.Namespace,
     from cosyedge.datasets.mix import TrainingData
     from cosyedge.errors import CosyEdgeError, UsageError
 
+    print("preparing the training data (the first run on a machine fetches Debian packages, synthesises and "
+          "converts voices: several minutes; later runs load the cache)", flush=True)
     try:  # TrainingData checks its options (e.g. the speech shares adding up to <= 1) before loading anything
         data = TrainingData(require_all=not args.allow_missing_corpora, **options)
     except UsageError as err:
