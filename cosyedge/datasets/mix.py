@@ -513,10 +513,12 @@ class TrainingData:
                 except (ArtifactError, DependencyError, UsageError) as e:
                     if name == "asterisk-en" or name in asked:
                         raise
-                    self._missing(name, f"speech corpus {name} unavailable: {first_line(e, with_type=False)}", require_all, e)
+                    self._missing(name, f"speech corpus {name} unavailable: {first_line(e, with_type=False)}",
+                                  require_all, e)
                     continue
                 if name == "festival":
-                    lacking = [pkg for v, pkg in FESTIVAL_VOICES.items() if f"festival:{v}" not in set(c.speakers)]
+                    voices = set(c.speakers)
+                    lacking = [pkg for v, pkg in FESTIVAL_VOICES.items() if f"festival:{v}" not in voices]
                     if lacking:
                         self._missing(name, f"speech corpus festival was built without the voices of "
                                             f"{' '.join(lacking)} (apt-get install them, then delete "
@@ -559,19 +561,23 @@ class TrainingData:
         LOG.warning("%s", reason)
         self.missing[name] = reason
 
+    def _version_real_noise(self) -> dict:
+        """``{category: corpora}`` of the data version's real training noises (all of them)."""
+        return noise_mod.REAL_NOISE_CORPORA_V2 if self.data_version >= 2 else noise_mod.REAL_NOISE_CORPORA
+
     def _real_noise_corpora(self, require_all: bool) -> dict:
         """``{category: corpora}`` of the data version's real noises that load; the others are recorded with
         :meth:`_missing` (or raise with ``require_all``)."""
-        real = noise_mod.REAL_NOISE_CORPORA_V2 if self.data_version >= 2 else noise_mod.REAL_NOISE_CORPORA
         out = {}
-        for kind, names in real.items():
+        for kind, names in self._version_real_noise().items():
             have = []
             for name in names:
                 try:
                     load_corpus(name, self.cache_dir)
                     have.append(name)
                 except (ArtifactError, DependencyError) as e:
-                    self._missing(name, f"real noise corpus {name} unavailable: {first_line(e, with_type=False)}", require_all, e)
+                    self._missing(name, f"real noise corpus {name} unavailable: {first_line(e, with_type=False)}",
+                                  require_all, e)
             out[kind] = tuple(have)
         return out
 
@@ -600,8 +606,8 @@ class TrainingData:
                {k: b - a for k, (a, b) in self.speech_ranges.items() if k not in READ_PHRASE_CORPORA}]
         if self.data_version >= 2:  # version 4 augments batches of the version-3 bank
             key.append({"data_version": min(self.data_version, 3)})
-        full = noise_mod.REAL_NOISE_CORPORA_V2 if self.data_version >= 2 else noise_mod.REAL_NOISE_CORPORA
-        if real != {k: tuple(v) for k, v in full.items()}:  # a bank without some real noise is another bank
+        # a bank without some of the version's real noises is another bank
+        if real != {k: tuple(v) for k, v in self._version_real_noise().items()}:
             key.append({"real_noise": real})
         key = json.dumps(key)
         tag = hashlib.sha1(key.encode()).hexdigest()[:10]

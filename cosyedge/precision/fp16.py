@@ -208,8 +208,7 @@ def fp32_node_plan(model: Any, contract: StreamContract, keep_ops: Iterable[str]
     # copies (one-hot weights): the audio they move stays FP32, in their state too
     inits = {t.name: t for t in g.initializer}
     for n in nodes:
-        if n.op_type == "Conv" and len(n.input) > 1 and n.input[1] in inits \
-                and is_copy_conv(inits[n.input[1]], [inits.get(i) for i in n.input[2:]]):
+        if is_copy_conv(n, inits):
             conv_with_state(n, "copy conv")
     for e in exclude:
         plan[e] = "excluded"

@@ -183,26 +183,32 @@ def declared_float_nodes(model: Any) -> list[str]:
     return []
 
 
-def is_copy_conv(weight: Any, biases: list) -> bool:
-    """Tell whether a Conv only copies: its weight (onnx.TensorProto, any shape (C_out, ...)) is one-hot per
-    output channel (a single 1.0, zeros elsewhere) and every bias (onnx.TensorProto, or None when absent) is
-    zero, so each output is one input sample or frame, e.g. :class:`cosyedge.nn.CausalFraming`'s taps.
+def is_copy_conv(node: Any, inits: dict) -> bool:
+    """Tell whether a node is a Conv that only copies: its weight (an initializer, any shape (C_out, ...)) is
+    one-hot per output channel (a single 1.0, zeros elsewhere) and its bias, if any, is zero, so each output is one
+    input sample or frame, e.g. :class:`cosyedge.nn.CausalFraming`'s taps.
 
+    Args:
+        node (onnx.NodeProto): Any node.
+        inits (dict[str, onnx.TensorProto]): The graph's initializers by name.
     Returns:
-        bool: True for a copy; False also for a weight whose external data is not loaded (nothing to read).
+        bool: True for a copy; False for any other op, a weight or bias that is not an initializer, or one whose
+        external data is not loaded (nothing to read).
     """
     from onnx import TensorProto, numpy_helper
 
-    if weight.data_location == TensorProto.EXTERNAL and not weight.raw_data:
+    if node.op_type != "Conv" or len(node.input) < 2:
         return False
-
-    w = numpy_helper.to_array(weight)
+    tensors = [inits.get(i) for i in node.input[1:] if i]
+    if any(t is None or (t.data_location == TensorProto.EXTERNAL and not t.raw_data) for t in tensors):
+        return False
+    w, *biases = (numpy_helper.to_array(t) for t in tensors)
     if w.size == 0 or w.shape[0] == 0:
         return False
     flat = w.reshape(w.shape[0], -1)
     if not (np.all((flat == 0) | (flat == 1)) and np.all(flat.sum(axis=1) == 1)):
         return False
-    return all(b is None or not np.any(numpy_helper.to_array(b)) for b in biases)
+    return not any(np.any(b) for b in biases)
 
 
 def float_nodes(model: Any, audio_input: str, audio_output: str) -> dict[str, str]:
@@ -236,7 +242,7 @@ def float_nodes(model: Any, audio_input: str, audio_output: str) -> dict[str, st
             reasons[w.name] = "1 input channel"
         elif w.out_channels == 1:
             reasons[w.name] = "1 output channel"
-        elif w.op == "Conv" and is_copy_conv(inits[w.weight], [inits.get(i) for i in by_name[w.name].input[2:]]):
+        elif is_copy_conv(by_name[w.name], inits):
             reasons[w.name] = "copy (one-hot weights)"
     # nodes the model itself declares quantization-sensitive (metadata written by its exporter)
     for name in declared_float_nodes(model):
