@@ -166,7 +166,7 @@ def test_run_usage_errors(cli, engine_onnx, tmp_path):
                      "--chunk-ms", "0.01")
     assert "whole number of samples" in _assert_one_line_error(rc, err, code=2)
     rc, _, err = cli("run", "mic")  # microphone: nothing to record or play (tests/realtime/ cover the rest)
-    assert "nothing to do: give --output FILE and/or --monitor" in _assert_one_line_error(rc, err, code=2)
+    assert "nothing to do: give --output FILE, --save-input FILE and/or --monitor" in _assert_one_line_error(rc, err, code=2)
     rc, _, err = cli("run", tmp_path / "in.wav", "--engine", engine_onnx)
     assert "missing output" in _assert_one_line_error(rc, err, code=2)
     rc, _, err = cli("run", tmp_path / "in.wav", "-o", tmp_path / "o.wav", "--engine", tmp_path / "nope")

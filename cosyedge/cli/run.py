@@ -22,8 +22,11 @@ from cosyedge.cli.options import log_opts
 @click.option("--monitor", is_flag=True, help="mic only: play the enhanced audio on the default output device.")
 @click.option("--duration", type=float, default=None, metavar="S",
               help="mic only: stop after S seconds of captured audio. Default: run until Ctrl-C.")
+@click.option("--save-input", metavar="FILE", default=None,
+              help="mic only: also record what the model heard (the captured audio resampled to the model rate, "
+              "mono); 'cosyedge run FILE' with the same engine and chunk reproduces --output.")
 @log_opts
-def run(input, output, engine, chunk_ms, threads, device, monitor, duration):
+def run(input, output, engine, chunk_ms, threads, device, monitor, duration, save_input):
     """Enhance an audio file, or the microphone (INPUT = mic), by streaming it chunk by chunk, state carried.
 
     INPUT is a wav/flac/ogg file of any sample rate and channel count (mixed to mono, resampled to the
@@ -33,6 +36,7 @@ def run(input, output, engine, chunk_ms, threads, device, monitor, duration):
     INPUT 'mic' captures the --device at its own rate, resamples to the model rate, enhances live and
     records to --output and/or plays to the speakers (--monitor), with a live status line (chunks,
     latency p50/p99, xruns, RTF). Ctrl-C stops cleanly; the recording is always a complete file.
+    --save-input keeps the model's input too, to replay or check a live run offline.
     (Use ./mic for a file named mic.)
 
     Examples: cosyedge run noisy.wav -o clean.wav --chunk-ms 10;
@@ -41,8 +45,9 @@ def run(input, output, engine, chunk_ms, threads, device, monitor, duration):
     from cosyedge.errors import UsageError
 
     if input == "mic":
-        return _run_mic(output, engine, chunk_ms, threads, device, monitor, duration)
-    mic_only = [flag for flag, v in (("--device", device), ("--monitor", monitor), ("--duration", duration)) if v]
+        return _run_mic(output, engine, chunk_ms, threads, device, monitor, duration, save_input)
+    mic_only = [flag for flag, v in (("--device", device), ("--monitor", monitor), ("--duration", duration),
+                                     ("--save-input", save_input)) if v]
     if mic_only:
         raise UsageError(f"{', '.join(mic_only)} only apply to 'cosyedge run mic'")
     if not output:
@@ -61,7 +66,7 @@ STATUS_EVERY_S_NO_TTY = 5.0
 """float: seconds between status lines when stderr is not a terminal (logs, CI)."""
 
 
-def _run_mic(output, engine, chunk_ms, threads, device, monitor, duration):
+def _run_mic(output, engine, chunk_ms, threads, device, monitor, duration, save_input=None):
     """``cosyedge run mic``: live status on stderr (one rewritten line on a terminal), report line on stdout."""
     import sys
     import time
@@ -80,12 +85,13 @@ def _run_mic(output, engine, chunk_ms, threads, device, monitor, duration):
 
     try:
         s = run_mic(device=device, output=output, monitor=monitor, engine=engine, duration_s=duration,
-                    chunk_ms=chunk_ms, threads=threads, on_status=on_status)
+                    chunk_ms=chunk_ms, threads=threads, on_status=on_status, save_input=save_input)
     finally:
         if tty:
             click.echo("", err=True)
     where = ", ".join(filter(None, [s["output"] and f"-> {s['output']} ({s['output_s']:.2f} s at "
-                                    f"{s['model_rate_hz']} Hz)", s["monitor"] and "monitored"]))
+                                    f"{s['model_rate_hz']} Hz)", s["saved_input"] and f"input -> {s['saved_input']}",
+                                    s["monitor"] and "monitored"]))
     click.echo(
         f"mic {s['device_index']} '{s['device']}' at {s['device_rate_hz']} Hz {where or '(nothing written)'}: "
         f"{s['captured_s']:.2f} s captured, chunks {s['chunks']}, latency p50 {s['latency_ms_p50']:.3f} ms "

@@ -175,7 +175,7 @@ def pick_sample_rate(device: DeviceInfo, output: DeviceInfo | None = None, sd=No
 def run_mic(device: str | int | None = None, output: str | Path | None = None, monitor: bool = False,
             engine: str | Path | None = None, duration_s: float | None = None, chunk_ms: float | None = None,
             threads: int = 1, on_status: Callable | None = None, on_started: Callable | None = None,
-            sd=None) -> dict:
+            sd=None, save_input: str | Path | None = None) -> dict:
     """Enhance the microphone live: capture, resample, stream through the model, play and/or record.
 
     The capture runs at the device's rate (its default, else the first of :data:`FALLBACK_RATES_HZ`
@@ -195,12 +195,18 @@ def run_mic(device: str | int | None = None, output: str | Path | None = None, m
         on_status (Callable[[RealtimeStats], None] | None): Live status callback (about 2 per second).
         on_started (Callable[[], None] | None): Called once the audio stream runs.
         sd (module | None): sounddevice module (tests may inject one).
+        save_input (str | Path | None): Also record what the model heard: the captured audio after
+            resampling, at the model rate, mono, chunk by chunk (kept like ``output``); a .wav is
+            32-bit float, bit-exact (:data:`cosyedge.audio.EXACT_FORMATS`). ``cosyedge run`` on that
+            .wav with the same engine and chunk reproduces ``output`` (aligned by the model delay):
+            the way to check a live run offline, or to replay a session. None: not kept.
     Returns:
         dict: see :func:`cosyedge.realtime.live.run_live`, plus ``device`` (str), ``device_index`` (int),
         ``monitor`` (bool).
     Raises:
-        UsageError: nothing to do (neither ``output`` nor ``monitor``), unknown/ambiguous device, no rate
-            opens, bad chunk/duration, rate change mid-stream.
+        UsageError: nothing to do (none of ``output``, ``save_input``, ``monitor``), ``save_input`` is
+            ``output``, unknown/ambiguous device, no rate opens, bad chunk/duration, rate change
+            mid-stream.
         DependencyError: sounddevice/PortAudio missing, no audio server or device.
         ArtifactError: engine missing/stale, output unwritable, the stream died (device gone).
     """
@@ -210,14 +216,15 @@ def run_mic(device: str | int | None = None, output: str | Path | None = None, m
     from cosyedge.realtime.live import run_live
     from cosyedge.realtime.writer import IncrementalAudioWriter
 
-    if output is None and not monitor:
-        raise UsageError("nothing to do: give --output FILE and/or --monitor")
+    if output is None and save_input is None and not monitor:
+        raise UsageError("nothing to do: give --output FILE, --save-input FILE and/or --monitor")
     if duration_s is not None and not float(duration_s) > 0:
         raise UsageError(f"--duration must be a positive number of seconds, got {duration_s}")
-    if output is not None:
-        from cosyedge.audio import check_output_path
+    from cosyedge.audio import check_output_path
 
-        check_output_path(output)
+    paths = [check_output_path(p) for p in (output, save_input) if p is not None]
+    if len(paths) == 2 and paths[0].resolve() == paths[1].resolve():
+        raise UsageError(f"--save-input and --output are the same file ({paths[0]}): give two names")
     sd = sd or load_sounddevice()
     dev = resolve_device(device, "input", sd)
     out_dev = resolve_device(None, "output", sd) if monitor else None
@@ -227,7 +234,15 @@ def run_mic(device: str | int | None = None, output: str | Path | None = None, m
     chunk = None if chunk_ms is None else chunk_samples_from_ms(chunk_ms, c.sample_rate_hz, c.total_stride)
     session = eng(chunk_samples=chunk, threads=threads)
     writer = IncrementalAudioWriter(output, c.sample_rate_hz) if output is not None else None
-    enh = RealtimeEnhancer(session, rate, monitor=monitor, writer=writer, on_status=on_status)
+    try:
+        in_writer = (IncrementalAudioWriter(save_input, c.sample_rate_hz, exact=True) if save_input is not None
+                     else None)
+    except BaseException:
+        if writer is not None:
+            writer.close()
+        raise
+    enh = RealtimeEnhancer(session, rate, monitor=monitor, writer=writer, input_writer=in_writer,
+                           on_status=on_status)
     block = max(1, round(rate * session.chunk_samples / c.sample_rate_hz))
 
     def in_cb(indata, frames, time_info, status):
@@ -245,13 +260,15 @@ def run_mic(device: str | int | None = None, output: str | Path | None = None, m
             stream = sd.InputStream(device=dev.index, samplerate=rate, blocksize=block, channels=1,
                                     dtype="float32", latency="high", callback=in_cb)
     except Exception as err:  # sounddevice.PortAudioError
-        if writer is not None:
-            writer.close()
+        for w in (in_writer, writer):
+            if w is not None:
+                w.close()
         raise UsageError(f"cannot open device {dev.index} '{dev.name}' at {rate} Hz: "
                          f"{first_line(err, with_type=False)}") from None
     def started():
-        LOG.info("listening on device %d '%s' at %d Hz (model %d Hz, chunk %d samples)%s%s", dev.index, dev.name,
+        LOG.info("listening on device %d '%s' at %d Hz (model %d Hz, chunk %d samples)%s%s%s", dev.index, dev.name,
                  rate, c.sample_rate_hz, session.chunk_samples, f", recording to {output}" if output else "",
+                 f", saving the model-rate input to {save_input}" if save_input is not None else "",
                  f", playing on '{out_dev.name}'" if monitor else "")
         if on_started is not None:
             on_started()
@@ -259,7 +276,8 @@ def run_mic(device: str | int | None = None, output: str | Path | None = None, m
     restore = _sigterm_as_keyboard_interrupt()
     try:
         with session:
-            result = run_live(enh, stream, writer=writer, duration_s=duration_s, on_started=started)
+            result = run_live(enh, stream, writer=writer, duration_s=duration_s, on_started=started,
+                              input_writer=in_writer)
     except Exception as err:
         if type(err).__module__.startswith("sounddevice"):
             raise ArtifactError(f"audio stream on '{dev.name}' failed: {first_line(err, with_type=False)} "

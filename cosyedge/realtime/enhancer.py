@@ -5,6 +5,7 @@ Data path (one input device at ``device_rate_hz``, one model at ``model_rate_hz`
     audio callback --copy--> input RingBuffer (device rate)            [PortAudio thread: copy only]
     worker thread: ring -> soxr.ResampleStream -> model-rate FIFO -> fixed chunks -> session.push
                    -> file writer (model rate)
+                   (the chunks themselves, before the model -> input writer: what the model heard)
                    -> soxr.ResampleStream -> output RingBuffer (device rate)   (monitor only)
     audio callback <--copy-- output RingBuffer, zeros when short          [output underflow]
 
@@ -214,6 +215,10 @@ class RealtimeEnhancer:
         monitor (bool): Also produce output at the device rate for :meth:`output_callback`.
         writer (object | None): Receives model-rate float32 (n,) blocks via ``writer.write(y)``
             (e.g. :class:`~cosyedge.realtime.writer.IncrementalAudioWriter`); None: no file.
+        input_writer (object | None): Receives the model-rate input chunks as they are pushed (float32
+            (n,) blocks, the same ``write`` interface): exactly the samples the model heard, on the
+            chunk grid of the live run, so an offline run on that file reproduces ``writer``'s audio
+            (shifted by the model delay). None: not kept.
         ring_ms (float): Capacity of the input and output rings, ms of audio (> 0).
         clock (Callable[[], float]): Monotonic clock in s (status interval, rate monitor); injectable.
         rate_monitor (RateMonitor | None | bool): True (default) builds one at ``device_rate_hz``;
@@ -229,7 +234,7 @@ class RealtimeEnhancer:
     """
 
     def __init__(self, session: StreamSession, device_rate_hz: int, *, monitor: bool = False, writer=None,
-                 ring_ms: float = DEFAULT_RING_MS, clock: Callable[[], float] = time.monotonic,
+                 input_writer=None, ring_ms: float = DEFAULT_RING_MS, clock: Callable[[], float] = time.monotonic,
                  rate_monitor: RateMonitor | bool | None = True,
                  on_status: Callable[[RealtimeStats], None] | None = None, status_interval_s: float = 0.5,
                  resample_quality: str = RESAMPLE_QUALITY, monitor_max_ms: float = MONITOR_MAX_MS,
@@ -246,6 +251,7 @@ class RealtimeEnhancer:
         self.chunk_samples = session.chunk_samples
         self.monitor = bool(monitor)
         self.writer = writer
+        self.input_writer = input_writer
         self.clock = clock
         ring = max(1, round(float(ring_ms) * self.device_rate_hz / 1000.0))
         self.in_ring = RingBuffer(ring)
@@ -337,6 +343,8 @@ class RealtimeEnhancer:
     def _push(self, chunk: np.ndarray, keep: int | None = None) -> None:
         """Run one model-rate chunk (chunk_samples,); send the first ``keep`` output samples (all when None)
         to the writer and the monitor."""
+        if self.input_writer is not None:
+            self.input_writer.write(chunk if keep is None else chunk[:keep])
         t0 = time.perf_counter()
         y = self.session.push(chunk.reshape(1, 1, -1))[self._out_name].reshape(-1).copy()
         self.compute_s += time.perf_counter() - t0

@@ -15,11 +15,12 @@ from cosyedge.realtime.enhancer import RealtimeEnhancer
 
 
 def run_live(enhancer: RealtimeEnhancer, stream, writer=None, duration_s: float | None = None,
-             poll_s: float = 0.02, on_started=None) -> dict:
+             poll_s: float = 0.02, on_started=None, input_writer=None) -> dict:
     """Run ``stream`` into ``enhancer`` until ``duration_s`` of audio was captured, Ctrl-C, or an error.
 
     Whatever ends the stream, the stream is stopped and closed, the worker drains what was captured,
-    and ``writer`` is closed (the file renamed into place), so a partial recording is kept.
+    and ``writer`` and ``input_writer`` are closed (the files renamed into place), so a partial
+    recording is kept.
 
     Args:
         enhancer (RealtimeEnhancer): Core fed by ``stream``'s callback (its worker is started here).
@@ -29,9 +30,12 @@ def run_live(enhancer: RealtimeEnhancer, stream, writer=None, duration_s: float 
             None: until Ctrl-C (KeyboardInterrupt) or an error.
         poll_s (float): Main-thread polling period, s.
         on_started (Callable[[], None] | None): Called once the stream runs (tests wait on it).
+        input_writer (IncrementalAudioWriter | None): The enhancer's ``input_writer`` (the model-rate
+            input), closed at the end like ``writer``.
     Returns:
-        dict: :meth:`RealtimeStats.as_dict` plus ``interrupted`` (bool, stopped by Ctrl-C) and
-        ``output`` (str | None, the file written) and ``output_s`` (float, seconds in the file).
+        dict: :meth:`RealtimeStats.as_dict` plus ``interrupted`` (bool, stopped by Ctrl-C),
+        ``output`` (str | None, the file written), ``output_s`` (float, seconds in the file) and
+        ``saved_input`` (str | None, the input file written).
     Raises:
         UsageError: ``duration_s`` not positive; the input rate changed mid-stream.
         ArtifactError: the stream stopped by itself (device unplugged, audio server gone).
@@ -40,7 +44,7 @@ def run_live(enhancer: RealtimeEnhancer, stream, writer=None, duration_s: float 
     if duration_s is not None and not float(duration_s) > 0:
         raise UsageError(f"--duration must be a positive number of seconds, got {duration_s}")
     interrupted = False
-    out_path = None
+    out_path = in_path = None
     enhancer.start()
     try:
         try:
@@ -72,9 +76,14 @@ def run_live(enhancer: RealtimeEnhancer, stream, writer=None, duration_s: float 
     finally:
         if enhancer.running:
             enhancer.stop(drain=False)
-        if writer is not None:
-            out_path = writer.close()
+        try:
+            if input_writer is not None:
+                in_path = input_writer.close()
+        finally:
+            if writer is not None:
+                out_path = writer.close()
     result = enhancer.stats().as_dict()
     result.update(interrupted=interrupted, output=None if out_path is None else str(out_path),
-                  output_s=0.0 if writer is None else writer.duration_s)
+                  output_s=0.0 if writer is None else writer.duration_s,
+                  saved_input=None if in_path is None else str(in_path))
     return result

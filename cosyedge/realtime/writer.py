@@ -28,6 +28,8 @@ class IncrementalAudioWriter:
         path (str | Path): Destination ``.wav``/``.flac`` (PCM 16-bit) or ``.ogg`` (Vorbis); checked by
             :func:`cosyedge.audio.check_output_path` before anything is opened.
         sample_rate_hz (int): Sample rate of the written samples, Hz.
+        exact (bool): Keep the samples as given where the format can: :data:`cosyedge.audio.EXACT_FORMATS`
+            (.wav 32-bit float, bit-exact and not clipped; .flac 24-bit) instead of 16-bit PCM.
     Raises:
         UsageError: unsupported extension.
         ArtifactError: the path or its folder cannot be written.
@@ -36,12 +38,13 @@ class IncrementalAudioWriter:
         frames (int): Samples written so far.
     """
 
-    def __init__(self, path: str | Path, sample_rate_hz: int):
-        from cosyedge.audio import OUTPUT_FORMATS, check_output_path
+    def __init__(self, path: str | Path, sample_rate_hz: int, exact: bool = False):
+        from cosyedge.audio import EXACT_FORMATS, OUTPUT_FORMATS, check_output_path
 
         self.path = check_output_path(path)
         self.sample_rate_hz = int(sample_rate_hz)
-        fmt, subtype = OUTPUT_FORMATS[self.path.suffix.lower()]
+        fmt, subtype = (EXACT_FORMATS if exact else OUTPUT_FORMATS)[self.path.suffix.lower()]
+        self._clip = subtype != "FLOAT"
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".part" + self.path.suffix,
@@ -63,11 +66,15 @@ class IncrementalAudioWriter:
         """Append samples.
 
         Args:
-            y (np.ndarray): float32 mono, shape (n,), clipped to [-1, 1] here; NaN/Inf written as 0.
+            y (np.ndarray): float32 mono, shape (n,), clipped to [-1, 1] here unless written as float;
+                NaN/Inf written as 0.
         Raises:
             ArtifactError: the disk write failed (the file so far is kept by :meth:`close`).
         """
-        y = np.nan_to_num(np.clip(np.asarray(y, np.float32).reshape(-1), -1.0, 1.0), nan=0.0)
+        y = np.asarray(y, np.float32).reshape(-1)
+        if self._clip:
+            y = np.clip(y, -1.0, 1.0)
+        y = np.nan_to_num(y, nan=0.0, posinf=0.0, neginf=0.0)
         try:
             self._file.write(y)
         except Exception as err:

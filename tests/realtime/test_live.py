@@ -116,6 +116,25 @@ def test_run_live_bad_duration(fir, tmp_path):
     assert not (tmp_path / "out.wav").exists()  # nothing recorded, nothing written
 
 
+@pytest.mark.parametrize("ext, exact, subtype, tol", [
+    (".wav", False, "PCM_16", 1.0 / 32768), (".wav", True, "FLOAT", 0.0), (".flac", True, "PCM_24", 1.0 / 2 ** 23),
+])
+def test_writer_exact_keeps_the_samples(tmp_path, ext, exact, subtype, tol):
+    """16-bit PCM rounds and clips to [-1, 1]; exact=True keeps float samples in a .wav bit for bit
+    (out-of-range ones too) and 24 bits in a .flac; NaN/Inf are 0 in every case."""
+    x = _noise(0.1)
+    x[:3] = [1.25, -1.5, np.nan]
+    w = IncrementalAudioWriter(tmp_path / f"h{ext}", SR, exact=exact)
+    w.write(x[:700])
+    w.write(x[700:])
+    assert w.close() == tmp_path / f"h{ext}"
+    info = sf.info(str(tmp_path / f"h{ext}"))
+    assert info.subtype == subtype and info.frames == x.size
+    y, _ = sf.read(str(tmp_path / f"h{ext}"), dtype="float32")
+    want = np.nan_to_num(x if subtype == "FLOAT" else np.clip(x, -1.0, 1.0), nan=0.0)
+    assert np.abs(y - want).max() <= tol
+
+
 # ---------------------------------------------------------------------------------------------- device layer
 DEVICES = [
     {"name": "Built-in Mic", "max_input_channels": 2, "max_output_channels": 0, "default_samplerate": 44100.0},
@@ -215,6 +234,40 @@ def test_cli_run_mic_records_at_model_rate(cli, fir, tmp_path):
     assert info.samplerate == 16000 and info.channels == 1 and info.frames >= 0.55 * 16000
 
 
+def test_cli_run_mic_save_input_replays_offline_to_the_live_output(cli, fir, tmp_path):
+    """--save-input keeps what the model heard (48 kHz capture resampled to 16 kHz) on the live chunk grid:
+    `cosyedge run` on that file gives the live output, delay-compensated, to one LSB of the 16-bit files."""
+    import soxr
+
+    rc, out, err = cli("run", "mic", "--device", "headset", "--output", tmp_path / "live.wav", "--save-input",
+                       tmp_path / "heard.wav", "--duration", "0.6", "--engine", fir)
+    assert rc == 0, err
+    report = out.strip().splitlines()[-1]
+    assert f"input -> {tmp_path / 'heard.wav'}" in report, report
+    assert "saving the model-rate input to" in err
+    live, sr = sf.read(str(tmp_path / "live.wav"), dtype="float32")
+    heard, sr_in = sf.read(str(tmp_path / "heard.wav"), dtype="float32")
+    assert sr == sr_in == SR and heard.size == live.size >= 0.55 * SR
+    # the heard file is the device signal through the streaming resampler
+    signal = cli.state.sd.opened[-1]["stream"].signal
+    want = soxr.ResampleStream(48000, SR, 1, dtype="float32", quality="HQ").resample_chunk(signal)
+    n = heard.size - 160  # the end: the resampler's flush at the stop
+    assert sf.info(str(tmp_path / "heard.wav")).subtype == "FLOAT"  # the samples as the model got them
+    assert np.abs(heard[:n] - want[:n]).max() <= 1e-6
+    rc, _out, err = cli("run", tmp_path / "heard.wav", "-o", tmp_path / "replay.wav", "--engine", fir)
+    assert rc == 0, err
+    replay, _ = sf.read(str(tmp_path / "replay.wav"), dtype="float32")
+    d = load_contract_delay(fir)
+    assert np.abs(replay[: live.size - d] - live[d:]).max() <= 1.0 / 32768  # the same floats, both PCM_16
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["heard.wav", "live.wav", "replay.wav"]
+
+
+def load_contract_delay(engine: Path) -> int:
+    from cosyedge.build.ort import load_engine
+
+    return load_engine(engine).contract.delay_samples
+
+
 def test_cli_run_mic_monitor_opens_a_duplex_stream(cli, fir, tmp_path):
     rc, out, err = cli("run", "mic", "--device", "0", "--monitor", "--duration", "0.3", "--engine", fir)
     assert rc == 0, err
@@ -226,7 +279,9 @@ def test_cli_run_mic_monitor_opens_a_duplex_stream(cli, fir, tmp_path):
     (["--device", "Zoom", "--output", "{tmp}/x.wav"], 2, "unknown input device 'Zoom'"),
     (["--device", "USB", "--output", "{tmp}/x.wav"], 2, "is ambiguous"),
     (["--output", "{tmp}/x.wav", "--duration", "-1"], 2, "--duration must be a positive number"),
-    ([], 2, "nothing to do: give --output FILE and/or --monitor"),
+    ([], 2, "nothing to do: give --output FILE, --save-input FILE and/or --monitor"),
+    (["--output", "{tmp}/x.wav", "--save-input", "{tmp}/./x.wav"], 2, "--save-input and --output are the same file"),
+    (["--output", "{tmp}/x.wav", "--save-input", "{tmp}/x.mp3"], 2, "unsupported extension"),
     (["--output", "{tmp}/x.mp3"], 2, "unsupported extension"),
     (["--output", "{tmp}/x.wav", "--chunk-ms", "7"], 2, "not a multiple of the model's total stride"),
 ])
@@ -254,3 +309,5 @@ def test_cli_devices_and_file_run_rejects_mic_options(cli, tmp_path):
     assert rc == 0 and "USB Camera Mic" in out and out.count("\n") == 5
     rc, out, err = cli("run", "in.wav", "-o", tmp_path / "o.wav", "--monitor")
     assert "--monitor only apply to 'cosyedge run mic'" in _one_line_error(rc, err, 2)
+    rc, out, err = cli("run", "in.wav", "-o", tmp_path / "o.wav", "--save-input", tmp_path / "h.wav")
+    assert "--save-input only apply to 'cosyedge run mic'" in _one_line_error(rc, err, 2)
