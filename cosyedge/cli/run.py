@@ -23,8 +23,9 @@ from cosyedge.cli.options import log_opts
 @click.option("--duration", type=float, default=None, metavar="S",
               help="mic only: stop after S seconds of captured audio. Default: run until Ctrl-C.")
 @click.option("--save-input", metavar="FILE", default=None,
-              help="mic only: also record what the model heard (the captured audio resampled to the model rate, "
-              "mono); 'cosyedge run FILE' with the same engine and chunk reproduces --output.")
+              help="mic only: also record what the model heard (the capture resampled to the model rate, mono; "
+              ".wav: 32-bit float, bit-exact, or .flac: 24-bit). 'cosyedge run FILE' with the same engine and "
+              "chunk gives --output back, which lags it by the model delay.")
 @log_opts
 def run(input, output, engine, chunk_ms, threads, device, monitor, duration, save_input):
     """Enhance an audio file, or the microphone (INPUT = mic), by streaming it chunk by chunk, state carried.
@@ -40,16 +41,18 @@ def run(input, output, engine, chunk_ms, threads, device, monitor, duration, sav
     (Use ./mic for a file named mic.)
 
     Examples: cosyedge run noisy.wav -o clean.wav --chunk-ms 10;
-    cosyedge run mic --device 1 --output live.wav --monitor --duration 30
+    cosyedge run mic --device 1 --output live.wav --monitor --duration 30;
+    cosyedge run mic --output live.wav --save-input heard.wav (then: cosyedge run heard.wav -o replay.wav)
     """
     from cosyedge.errors import UsageError
 
     if input == "mic":
         return _run_mic(output, engine, chunk_ms, threads, device, monitor, duration, save_input)
-    mic_only = [flag for flag, v in (("--device", device), ("--monitor", monitor), ("--duration", duration),
-                                     ("--save-input", save_input)) if v]
+    mic_only = [flag for flag, v in (("--device", device), ("--monitor", monitor or None), ("--duration", duration),
+                                     ("--save-input", save_input)) if v is not None]
     if mic_only:
-        raise UsageError(f"{', '.join(mic_only)} only apply to 'cosyedge run mic'")
+        raise UsageError(f"{', '.join(mic_only)} only appl{'ies' if len(mic_only) == 1 else 'y'} to "
+                         f"'cosyedge run mic'")
     if not output:
         raise UsageError("missing output file: cosyedge run INPUT -o OUTPUT.wav")
     from cosyedge.enhance import enhance_file
@@ -92,8 +95,9 @@ def _run_mic(output, engine, chunk_ms, threads, device, monitor, duration, save_
     where = ", ".join(filter(None, [s["output"] and f"-> {s['output']} ({s['output_s']:.2f} s at "
                                     f"{s['model_rate_hz']} Hz)", s["saved_input"] and f"input -> {s['saved_input']}",
                                     s["monitor"] and "monitored"]))
+    where = (" " if where.startswith("->") else ", ") + where if where else " (nothing written)"
     click.echo(
-        f"mic {s['device_index']} '{s['device']}' at {s['device_rate_hz']} Hz {where or '(nothing written)'}: "
+        f"mic {s['device_index']} '{s['device']}' at {s['device_rate_hz']} Hz{where}: "
         f"{s['captured_s']:.2f} s captured, chunks {s['chunks']}, latency p50 {s['latency_ms_p50']:.3f} ms "
         f"p99 {s['latency_ms_p99']:.3f} ms, xruns {s['xruns']} (input overflows {s['input_overflows']}, "
         f"output underflows {s['output_underflows']}), RTF {s['rtf']:.4f}"

@@ -13,10 +13,14 @@ Source: python-sounddevice docs (``query_devices``, ``check_input_settings``, ``
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import os
 import signal
+import sys
+import tempfile
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from cosyedge.errors import ArtifactError, DependencyError, UsageError, first_line
@@ -28,6 +32,39 @@ NO_SERVER_HINT = ("no audio server running (start PulseAudio or PipeWire) or no 
                   "'cosyedge devices' lists what PortAudio sees")
 
 
+SAVE_INPUT_FORMATS = (".wav", ".flac")
+"""tuple[str]: extensions ``save_input`` takes: .wav (32-bit float, bit-exact) and .flac (24-bit); a lossy
+.ogg could not reproduce the live output."""
+
+
+@contextlib.contextmanager
+def quiet_native_stderr() -> Iterator[None]:
+    """Hold back what C libraries write to file descriptor 2 (ALSA's ``ALSA lib pcm_...`` lines and
+    PortAudio's ``Expression ... failed`` while probing or opening a device), so a failure stays a
+    one-line error; what they wrote goes to the debug log (``-vv``). Main thread only (elsewhere, and
+    where fd 2 cannot be duplicated, it does nothing)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError, AttributeError):
+        yield
+        return
+    with tempfile.TemporaryFile() as sink:
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            sink.seek(0)
+            held = sink.read().decode(errors="replace").strip()
+            if held:
+                LOG.debug("audio library messages:\n%s", held)
+
+
 def load_sounddevice():
     """Import and return the ``sounddevice`` module.
 
@@ -35,7 +72,8 @@ def load_sounddevice():
         DependencyError: sounddevice is not installed, or the PortAudio library is missing.
     """
     try:
-        import sounddevice
+        with quiet_native_stderr():  # PortAudio's initialisation lists ALSA's PCMs, some noisily
+            import sounddevice
     except ImportError:
         raise DependencyError("microphone input needs sounddevice: pip install 'cosyedge[audio]'") from None
     except OSError as err:  # sounddevice raises OSError('PortAudio library not found')
@@ -82,7 +120,9 @@ def list_devices(sd=None) -> list[DeviceInfo]:
     except Exception:  # pragma: no cover - sounddevice versions without a pair
         din = dout = -1
     out = []
-    for d in sd.query_devices():
+    with quiet_native_stderr():
+        found = sd.query_devices()
+    for d in found:
         idx = int(d["index"])
         out.append(DeviceInfo(idx, str(d["name"]), apis[d["hostapi"]] if d["hostapi"] < len(apis) else "?",
                               int(d["max_input_channels"]), int(d["max_output_channels"]),
@@ -161,9 +201,10 @@ def pick_sample_rate(device: DeviceInfo, output: DeviceInfo | None = None, sd=No
             continue
         tried.append(rate)
         try:
-            sd.check_input_settings(device=device.index, channels=1, dtype="float32", samplerate=rate)
-            if output is not None:
-                sd.check_output_settings(device=output.index, channels=1, dtype="float32", samplerate=rate)
+            with quiet_native_stderr():
+                sd.check_input_settings(device=device.index, channels=1, dtype="float32", samplerate=rate)
+                if output is not None:
+                    sd.check_output_settings(device=output.index, channels=1, dtype="float32", samplerate=rate)
             return int(rate)
         except Exception as err:  # sounddevice.PortAudioError, ValueError
             last = first_line(err, with_type=False)
@@ -222,6 +263,9 @@ def run_mic(device: str | int | None = None, output: str | Path | None = None, m
         raise UsageError(f"--duration must be a positive number of seconds, got {duration_s}")
     from cosyedge.audio import check_output_path
 
+    if save_input is not None and Path(save_input).suffix.lower() not in SAVE_INPUT_FORMATS:
+        raise UsageError(f"--save-input {save_input}: use a .wav (32-bit float, bit-exact) or .flac (24-bit) file, "
+                         f"not '{Path(save_input).suffix}' (a lossy or unknown format would not replay the live run)")
     paths = [check_output_path(p) for p in (output, save_input) if p is not None]
     if len(paths) == 2 and paths[0].resolve() == paths[1].resolve():
         raise UsageError(f"--save-input and --output are the same file ({paths[0]}): give two names")
@@ -253,18 +297,15 @@ def run_mic(device: str | int | None = None, output: str | Path | None = None, m
         enh.output_callback(outdata, bool(status.output_underflow))
 
     try:
-        if monitor:
-            stream = sd.Stream(device=(dev.index, out_dev.index), samplerate=rate, blocksize=block, channels=1,
-                               dtype="float32", latency="low", callback=duplex_cb)
-        else:
-            stream = sd.InputStream(device=dev.index, samplerate=rate, blocksize=block, channels=1,
-                                    dtype="float32", latency="high", callback=in_cb)
+        with quiet_native_stderr():
+            stream = _open_stream(sd, monitor, dev, out_dev, rate, block, duplex_cb if monitor else in_cb)
     except Exception as err:  # sounddevice.PortAudioError
         for w in (in_writer, writer):
             if w is not None:
                 w.close()
         raise UsageError(f"cannot open device {dev.index} '{dev.name}' at {rate} Hz: "
                          f"{first_line(err, with_type=False)}") from None
+
     def started():
         LOG.info("listening on device %d '%s' at %d Hz (model %d Hz, chunk %d samples)%s%s%s", dev.index, dev.name,
                  rate, c.sample_rate_hz, session.chunk_samples, f", recording to {output}" if output else "",
@@ -287,6 +328,16 @@ def run_mic(device: str | int | None = None, output: str | Path | None = None, m
         restore()
     result.update(device=dev.name, device_index=dev.index, monitor=bool(monitor))
     return result
+
+
+def _open_stream(sd, monitor: bool, dev: DeviceInfo, out_dev: DeviceInfo | None, rate: int, block: int, callback):
+    """Open (not start) the mono float32 stream: duplex ``sd.Stream`` (low latency) with ``monitor``,
+    else ``sd.InputStream`` (high latency: fewer xruns, the file is written anyway)."""
+    if monitor:
+        return sd.Stream(device=(dev.index, out_dev.index), samplerate=rate, blocksize=block, channels=1,
+                         dtype="float32", latency="low", callback=callback)
+    return sd.InputStream(device=dev.index, samplerate=rate, blocksize=block, channels=1, dtype="float32",
+                          latency="high", callback=callback)
 
 
 def _sigterm_as_keyboard_interrupt() -> Callable[[], None]:

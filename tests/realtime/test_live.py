@@ -281,15 +281,40 @@ def test_cli_run_mic_monitor_opens_a_duplex_stream(cli, fir, tmp_path):
     (["--output", "{tmp}/x.wav", "--duration", "-1"], 2, "--duration must be a positive number"),
     ([], 2, "nothing to do: give --output FILE, --save-input FILE and/or --monitor"),
     (["--output", "{tmp}/x.wav", "--save-input", "{tmp}/./x.wav"], 2, "--save-input and --output are the same file"),
-    (["--output", "{tmp}/x.wav", "--save-input", "{tmp}/x.mp3"], 2, "unsupported extension"),
+    (["--output", "{tmp}/x.wav", "--save-input", "{tmp}/x.mp3"], 2, "--save-input {tmp}/x.mp3: use a .wav"),
+    (["--save-input", "{tmp}/x.ogg"], 2, "not '.ogg' (a lossy or unknown format would not replay the live run)"),
     (["--output", "{tmp}/x.mp3"], 2, "unsupported extension"),
     (["--output", "{tmp}/x.wav", "--chunk-ms", "7"], 2, "not a multiple of the model's total stride"),
 ])
 def test_cli_run_mic_bad_input(cli, fir, tmp_path, args, code, words):
     args = [a.replace("{tmp}", str(tmp_path)) for a in args]
+    words = words.replace("{tmp}", str(tmp_path))
     rc, _out, err = cli("run", "mic", *args, "--engine", fir)
     assert words in _one_line_error(rc, err, code)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_native_library_noise_is_held_back_from_a_one_line_error(capfd):
+    """ALSA and PortAudio write straight to fd 2 while probing a device that does not open (ALSA lib
+    pcm_pulse.c ... Unable to create stream, Expression 'ret' failed ...): none of it reaches the
+    terminal, the error stays one line; -vv shows it in the debug log."""
+    import os
+
+    sd = fake_sounddevice(DEVICES, rates={0: set()})
+    check = sd.check_input_settings
+
+    def noisy(**kw):
+        os.write(2, b"ALSA lib pcm_pulse.c:758:(pulse_prepare) PulseAudio: Unable to create stream: Timeout\n")
+        return check(**kw)
+
+    sd.check_input_settings = noisy
+    with pytest.raises(UsageError, match="cannot open at any supported rate"):
+        devmod.pick_sample_rate(devmod.resolve_device(0, "input", sd), sd=sd)
+    assert "ALSA lib" not in capfd.readouterr().err
+    with devmod.quiet_native_stderr():
+        os.write(2, b"held\n")
+    os.write(2, b"shown\n")
+    assert capfd.readouterr().err == "shown\n"
 
 
 def test_cli_run_mic_no_rate_and_no_server(cli, fir, tmp_path):
@@ -308,6 +333,9 @@ def test_cli_devices_and_file_run_rejects_mic_options(cli, tmp_path):
     rc, out, err = cli("devices")
     assert rc == 0 and "USB Camera Mic" in out and out.count("\n") == 5
     rc, out, err = cli("run", "in.wav", "-o", tmp_path / "o.wav", "--monitor")
-    assert "--monitor only apply to 'cosyedge run mic'" in _one_line_error(rc, err, 2)
+    assert "--monitor only applies to 'cosyedge run mic'" in _one_line_error(rc, err, 2)
     rc, out, err = cli("run", "in.wav", "-o", tmp_path / "o.wav", "--save-input", tmp_path / "h.wav")
-    assert "--save-input only apply to 'cosyedge run mic'" in _one_line_error(rc, err, 2)
+    assert "--save-input only applies to 'cosyedge run mic'" in _one_line_error(rc, err, 2)
+    rc, out, err = cli("run", "in.wav", "-o", tmp_path / "o.wav", "--save-input", "", "--duration", "0")
+    assert "--duration, --save-input only apply to 'cosyedge run mic'" in _one_line_error(rc, err, 2)
+    assert list(tmp_path.iterdir()) == []

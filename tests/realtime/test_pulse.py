@@ -30,6 +30,7 @@ DEMO = ROOT / "cosyedge" / "assets" / "demo" / "noisy.wav"
 SINK = "cosyedge_ci_sink"
 SPEAKERS = "cosyedge_ci_speakers"
 PCM = "cosyedge_ci_src"
+BAD_PCM = "cosyedge_ci_bad"  # a PCM whose PulseAudio source does not exist: it is listed but never opens
 DEVICE_RATE_HZ = 44100  # the rate PortAudio reports for ALSA pulse devices, so PulseAudio resamples nothing
 APT = "apt-get install pulseaudio pulseaudio-utils libasound2-plugins libportaudio2"
 
@@ -70,7 +71,8 @@ def pulse(tmp_path_factory):
         f"set-default-sink {SPEAKERS}\n"
         f"set-default-source {SINK}.monitor\n"
     )
-    (home / ".asoundrc").write_text(f'pcm.{PCM} {{ type pulse; device "{SINK}.monitor" }}\n')
+    (home / ".asoundrc").write_text(f'pcm.{PCM} {{ type pulse; device "{SINK}.monitor" }}\n'
+                                    f'pcm.{BAD_PCM} {{ type pulse; device "no_such_source" }}\n')
     env = {**os.environ, "HOME": str(home), "PULSE_RUNTIME_PATH": str(runtime), "PULSE_SERVER": f"unix:{socket}",
            "XDG_RUNTIME_DIR": str(runtime), "PYTHONPATH": str(ROOT)}
     log = open(tmp / "pulseaudio.log", "w")
@@ -215,6 +217,14 @@ def test_run_mic_unknown_device_and_bad_rate_on_real_server(pulse):
     assert not (tmp / "x.wav").exists()
     r = subprocess.run(_cli("devices"), env=env, cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and PCM in r.stdout
+    # ALSA and PortAudio print a few lines per rate tried on such a device: held back, one line remains
+    (tmp / "keep.wav").write_bytes(b"old")
+    r = subprocess.run(_cli("run", "mic", "--device", BAD_PCM, "--output", tmp / "keep.wav", "--duration", "1"),
+                       env=env, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.strip().splitlines() == [f"[!] device input '{BAD_PCM}' cannot open at any supported rate "
+                                             + r.stderr.split("cannot open at any supported rate ", 1)[1].strip()]
+    assert (tmp / "keep.wav").read_bytes() == b"old"
 
 
 def test_no_audio_server_is_a_one_line_error(tmp_path):
