@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import io
 import os
 import signal
 import sys
@@ -37,32 +38,56 @@ SAVE_INPUT_FORMATS = (".wav", ".flac")
 .ogg could not reproduce the live output."""
 
 
+HELD_STDERR_LOG_BYTES = 8192
+"""int: most bytes of held-back library output that go to the debug log (the last ones)."""
+
+
 @contextlib.contextmanager
 def quiet_native_stderr() -> Iterator[None]:
-    """Hold back what C libraries write to file descriptor 2 (ALSA's ``ALSA lib pcm_...`` lines and
-    PortAudio's ``Expression ... failed`` while probing or opening a device), so a failure stays a
-    one-line error; what they wrote goes to the debug log (``-vv``). Main thread only (elsewhere, and
-    where fd 2 cannot be duplicated, it does nothing)."""
+    """Hold back what C libraries write to file descriptor 2: ALSA's ``ALSA lib pcm_...`` lines and
+    PortAudio's ``Expression ... failed in pa_linux_alsa.c`` while a device is probed or opened, or from
+    PortAudio's audio thread when the server goes away mid-stream; a failure stays a one-line error.
+
+    Python's own ``sys.stderr`` output (log, status line) still reaches the terminal: when
+    ``sys.stderr`` is file descriptor 2, it is pointed at a duplicate of the original descriptor for
+    the duration. What the libraries wrote goes to the debug log (``-vv``; its last
+    :data:`HELD_STDERR_LOG_BYTES`). Nests. Main thread only (elsewhere, and where fd 2 cannot be
+    duplicated, it does nothing)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     try:
-        sys.stderr.flush()
+        swap = sys.stderr is not None and sys.stderr.fileno() == 2
+    except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+        swap = False  # pytest's capsys, click's CliRunner: not fd 2, nothing to reroute
+    try:
+        if sys.stderr is not None:
+            sys.stderr.flush()
         saved = os.dup(2)
     except (OSError, ValueError, AttributeError):
         yield
         return
+    old = sys.stderr
     with tempfile.TemporaryFile() as sink:
         os.dup2(sink.fileno(), 2)
+        if swap:
+            sys.stderr = open(saved, "w", buffering=1, closefd=False, encoding=old.encoding,  # noqa: SIM115
+                              errors=old.errors)
         try:
             yield
         finally:
+            if swap:
+                try:
+                    sys.stderr.flush()
+                finally:
+                    sys.stderr = old
             os.dup2(saved, 2)
             os.close(saved)
-            sink.seek(0)
+            size = sink.seek(0, os.SEEK_END)
+            sink.seek(max(0, size - HELD_STDERR_LOG_BYTES))
             held = sink.read().decode(errors="replace").strip()
             if held:
-                LOG.debug("audio library messages:\n%s", held)
+                LOG.debug("audio library messages (%d bytes held back from stderr):\n%s", size, held)
 
 
 def load_sounddevice():
@@ -316,7 +341,7 @@ def run_mic(device: str | int | None = None, output: str | Path | None = None, m
 
     restore = _sigterm_as_keyboard_interrupt()
     try:
-        with session:
+        with session, quiet_native_stderr():  # PortAudio's thread prints when the server goes away
             result = run_live(enh, stream, writer=writer, duration_s=duration_s, on_started=started,
                               input_writer=in_writer)
     except Exception as err:
