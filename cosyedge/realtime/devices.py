@@ -271,7 +271,7 @@ def run_mic(device: str | int | None = None, output: str | Path | None = None, m
         ``monitor`` (bool).
     Raises:
         UsageError: nothing to do (none of ``output``, ``save_input``, ``monitor``), ``save_input`` is
-            ``output``, unknown/ambiguous device, no rate opens, bad chunk/duration, rate change
+            ``output`` or not a .wav/.flac (:data:`SAVE_INPUT_FORMATS`), unknown/ambiguous device, no rate opens, bad chunk/duration, rate change
             mid-stream.
         DependencyError: sounddevice/PortAudio missing, no audio server or device.
         ArtifactError: engine missing/stale, output unwritable, the stream died (device gone).
