@@ -30,7 +30,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from cosyedge.errors import ArtifactError, first_line
+from cosyedge.errors import ArtifactError, UsageError, first_line
 
 SCHEMA_VERSION = 1
 META_PREFIX = "cosyedge."
@@ -332,6 +332,21 @@ def replace_dir(tmp: Path, dest: Path, what: str = "folder") -> None:
                 shutil.rmtree(old, ignore_errors=True)
             else:
                 old.unlink(missing_ok=True)
+
+
+def check_not_input(src: str | Path, dest: str | Path) -> None:
+    """Refuse an output path that is the input file (any spelling: ``./x``, ``a/../x``, a symlink to it),
+    so a stage never replaces what it reads.
+
+    Args:
+        src (str | Path): Input file.
+        dest (str | Path): Output file (need not exist).
+    Raises:
+        UsageError: ``dest`` is ``src`` (the input is kept).
+    """
+    src, dest = Path(src), Path(dest)
+    if src.exists() and dest.exists() and src.resolve() == dest.resolve():
+        raise UsageError(f"output {dest} is the input file: give another output path (the input is kept)")
 
 
 def check_writable(dest: str | Path) -> Path:

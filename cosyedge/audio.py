@@ -27,6 +27,9 @@ from cosyedge.log import LOG
 sf = lazy_import("soundfile")
 soxr = lazy_import("soxr")
 
+MIN_SAMPLE_RATE_HZ = 4000
+"""int: lowest input sample rate taken, Hz (below it a file holds no speech band worth enhancing: most
+likely a wrong header)."""
 CLIP_LEVEL = 0.999
 """float: |x| at or above this counts as clipped."""
 CLIP_WARN_FRACTION = 1e-4
@@ -51,7 +54,8 @@ def load_audio(path: str | Path) -> tuple[np.ndarray, int]:
     Raises:
         ArtifactError: the file is missing, is not a file, cannot be decoded (corrupt or not audio), or
             holds no samples.
-        UsageError: the file holds NaN/Inf samples (the message gives the count and the first one).
+        UsageError: the file holds NaN/Inf samples (the message gives the count and the first one), or
+            its sample rate is below :data:`MIN_SAMPLE_RATE_HZ`.
     Warns:
         via ``LOG.warning`` when more than :data:`CLIP_WARN_FRACTION` of the samples have
         ``|x| >= CLIP_LEVEL`` (clipped input; processing continues).
@@ -69,6 +73,9 @@ def load_audio(path: str | Path) -> tuple[np.ndarray, int]:
         ) from None
     if x.shape[0] == 0:
         raise ArtifactError(f"input audio {path} holds no samples (0 frames at {sr} Hz)")
+    if sr < MIN_SAMPLE_RATE_HZ:
+        raise UsageError(f"input audio {path} has a sample rate of {sr} Hz, below {MIN_SAMPLE_RATE_HZ} Hz: no "
+                         f"speech band to enhance (a wrong header? resample it or fix the rate)")
     finite = np.isfinite(x)
     if not finite.all():
         bad = np.argwhere(~finite)

@@ -74,6 +74,7 @@ def enhance_file(input: str | Path, output: str | Path, engine: str | Path | Non
         ArtifactError: unwritable output path, input missing/corrupt/empty, engine missing/stale, model
             output not finite.
     """
+    from cosyedge.artifacts import check_not_input
     from cosyedge.audio import check_output_path, from_model_output, load_audio, to_model_input, write_audio
     from cosyedge.build.ort import default_engine, load_engine
     from cosyedge.runtime.stream import enhance_array
@@ -81,8 +82,7 @@ def enhance_file(input: str | Path, output: str | Path, engine: str | Path | Non
     if chunk_samples is not None and chunk_ms is not None:
         raise UsageError("give chunk_samples or chunk_ms, not both")
     check_output_path(output)
-    if Path(input).exists() and Path(output).exists() and Path(input).resolve() == Path(output).resolve():
-        raise UsageError(f"output {output} is the input file: give another output path (the input is kept)")
+    check_not_input(input, output)
     x, sr = load_audio(input)
     eng = load_engine(engine if engine is not None else default_engine())
     c = eng.contract

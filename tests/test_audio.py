@@ -61,6 +61,17 @@ def test_load_audio_nan(tmp_path):
         load_audio(tmp_path / "nan.wav")
 
 
+@pytest.mark.parametrize("rate, ok", [(1, False), (3999, False), (4000, True), (8000, True)])
+def test_load_audio_refuses_a_rate_with_no_speech_band(tmp_path, rate, ok):
+    """A 1 Hz header once 'enhanced' into 20 s of zeros; below 4 kHz the file is refused (exit 2)."""
+    sf.write(tmp_path / "r.wav", _sine(16000, 0.01)[:200], rate)
+    if ok:
+        assert load_audio(tmp_path / "r.wav")[1] == rate
+    else:
+        with pytest.raises(UsageError, match=rf"sample rate of {rate} Hz, below 4000 Hz: no speech band"):
+            load_audio(tmp_path / "r.wav")
+
+
 def test_load_audio_clipped_warns(tmp_path, warnings_seen):
     x = _sine(16000, 0.1, amp=2.0)  # ~ 2/3 of the samples at full scale after PCM_16 clipping
     sf.write(tmp_path / "loud.wav", np.clip(x, -1, 1), 16000, subtype="PCM_16")

@@ -13,6 +13,18 @@ CASES = [
     (["compare"], "Missing argument 'REF'", "cosyedge compare --help"),
     (["calib", "make", "--count", "abc"], "'abc' is not a valid integer", "cosyedge calib make --help"),
     (["nosuchcmd"], "No such command 'nosuchcmd'", "cosyedge --help"),
+    # numbers that parse but mean nothing: refused before any work (a NaN once crashed compare's bisection)
+    (["compare", "a.onnx", "b.onnx", "--mark-all", "--seconds", "nan"], "'nan' is not a finite number",
+     "cosyedge compare --help"),
+    (["compare", "a.onnx", "b.onnx", "--seconds", "0"], "0 is not > 0", "cosyedge compare --help"),
+    (["compare", "a.onnx", "b.onnx", "--snr-db", "nan"], "'nan' is not a finite number", "cosyedge compare --help"),
+    (["compare", "a.onnx", "b.onnx", "--snr-db", "inf"], "'inf' is not a finite number", "cosyedge compare --help"),
+    (["compare", "a.onnx", "b.onnx", "--jump-db", "-1"], "-1 is not > 0", "cosyedge compare --help"),
+    (["compare", "a.onnx", "b.onnx", "--max-utterances", "-1"], "-1 is not in the range x>=1",
+     "cosyedge compare --help"),
+    (["compare", "a.onnx", "b.onnx", "--chunk-ms", "nan"], "'nan' is not a finite number", "cosyedge compare --help"),
+    (["check", "--chunk-ms", "-10"], "-10 is not > 0", "cosyedge check --help"),
+    (["eval", "pairs", "--max-delay-ms", "nan"], "'nan' is not a finite number", "cosyedge eval --help"),
 ]
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from cosyedge.cli.options import log_opts
+from cosyedge.cli.options import FiniteFloat, log_opts
 
 
 def _utterances(path, rate, limit):
@@ -19,20 +19,20 @@ def _utterances(path, rate, limit):
 @click.option("--mode", "modes", type=click.Choice(["teacher-forced", "free-running", "both"]), default="both",
               show_default=True, help="teacher-forced: the candidate gets the reference's states every chunk "
                                       "(per-step error); free-running: each carries its own (what a user hears).")
-@click.option("--chunk-ms", type=float, default=100.0, show_default=True,
+@click.option("--chunk-ms", type=FiniteFloat(min=0, min_open=True), default=100.0, show_default=True,
               help="Chunk (ms), a multiple of the hop; teacher forcing happens every chunk.")
 @click.option("--utterances", "utt_path", metavar="PATH", default=None,
               help="Folder (noisy/ + clean/) or manifest of real recordings. Default: the bundled demo "
                    "recording, noisy and clean.")
-@click.option("--max-utterances", type=int, default=None, help="Use the first N utterances.")
-@click.option("--snr-db", type=float, default=None, help="Override the minimum audio output SNR (dB).")
+@click.option("--max-utterances", type=click.IntRange(min=1), default=None, help="Use the first N utterances.")
+@click.option("--snr-db", type=FiniteFloat(), default=None, help="Override the minimum audio output SNR (dB).")
 @click.option("--no-pesq", is_flag=True, help="Skip PESQ-WB (needs the 'pesq' package).")
 @click.option("--mark-all", is_flag=True,
               help="Layer bisection: mark every tensor as an output and name the first whose error jumps.")
-@click.option("--seconds", type=float, default=2.0, show_default=True, help="--mark-all: audio streamed (s).")
-@click.option("--jump-db", type=float, default=20.0, show_default=True,
+@click.option("--seconds", type=FiniteFloat(min=0, min_open=True), default=2.0, show_default=True, help="--mark-all: audio streamed (s).")
+@click.option("--jump-db", type=FiniteFloat(min=0, min_open=True), default=20.0, show_default=True,
               help="--mark-all: SNR drop across one node (dB) that counts as a jump.")
-@click.option("--floor-db", type=float, default=40.0, show_default=True,
+@click.option("--floor-db", type=FiniteFloat(), default=40.0, show_default=True,
               help="--mark-all: tensors at or above this SNR (dB) are never the jump.")
 @click.option("--json", "json_path", metavar="FILE", default=None, help="Write the full result as JSON.")
 @click.option("--threads", type=int, default=1, show_default=True, help="ONNX Runtime threads per model.")
@@ -137,7 +137,8 @@ def compare(reference, candidate, modes, chunk_ms, utt_path, max_utterances, snr
                    "model; otherwise the --onnx model, pruned on the fly.")
 @click.option("--utterances", "utt_path", metavar="PATH", default=None,
               help="Real recordings to use instead of the bundled set (the baseline must use the same).")
-@click.option("--chunk-ms", type=float, default=100.0, show_default=True, help="Chunk (ms).")
+@click.option("--chunk-ms", type=FiniteFloat(min=0, min_open=True), default=100.0, show_default=True,
+              help="Chunk (ms).")
 @click.option("--json", "json_path", metavar="FILE", default=None, help="Write the full report as JSON.")
 @click.option("--junit", "junit_path", metavar="FILE", default=None, help="Write JUnit XML.")
 @click.option("--no-pesq", is_flag=True, help="Skip PESQ-WB.")
@@ -165,7 +166,7 @@ def check(onnx_path, baseline, update_baseline, precisions, candidate_opts, engi
         if not sep or not label or not path:
             raise UsageError(f"--candidate takes LABEL=PATH (e.g. int8-sparse=engines/x), got {opt!r}")
         cands[label] = path
-    labels = parse_precisions(precisions) if precisions else None
+    labels = parse_precisions(precisions) if precisions is not None else None
     utts = None
     if utt_path:
         from cosyedge.compare.models import load_compare_model

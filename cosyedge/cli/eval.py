@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from cosyedge.cli.options import log_opts
+from cosyedge.cli.options import FiniteFloat, log_opts
 
 
 @click.command("eval")
@@ -20,7 +20,7 @@ from cosyedge.cli.options import log_opts
 @click.option("--no-dnsmos", is_flag=True, help="Skip DNSMOS (the slowest metric).")
 @click.option("--chunk-ms", type=float, default=None,
               help="Streaming chunk in ms (a multiple of the model hop). Default: one hop.")
-@click.option("--max-delay-ms", type=float, default=50.0, show_default=True,
+@click.option("--max-delay-ms", type=FiniteFloat(min=0), default=50.0, show_default=True,
               help="Search range (+-ms) of the cross-correlation delay used to align outputs to the reference.")
 @click.option("--threads", type=int, default=1, show_default=True, help="ONNX Runtime threads (engine, DNSMOS).")
 @log_opts

@@ -2,7 +2,33 @@
 
 from __future__ import annotations
 
+import math
+
 import click
+
+
+class FiniteFloat(click.ParamType):
+    """A finite float (NaN and Inf refused), optionally bounded below: ``FiniteFloat(min=0, min_open=True)``
+    takes only positive numbers. Bad values are click usage errors (one ``[!]`` line, exit 2).
+
+    Args:
+        min (float | None): Lower bound; None: any finite number.
+        min_open (bool): The bound itself is refused (``> min`` instead of ``>= min``).
+    """
+
+    name = "float"
+
+    def __init__(self, min: float | None = None, min_open: bool = False):
+        self.min = min
+        self.min_open = min_open
+
+    def convert(self, value, param, ctx) -> float:
+        v = click.FLOAT.convert(value, param, ctx)
+        if not math.isfinite(v):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        if self.min is not None and (v <= self.min if self.min_open else v < self.min):
+            self.fail(f"{v:g} is not {'>' if self.min_open else '>='} {self.min:g}", param, ctx)
+        return v
 
 
 def log_opts(fn):
@@ -11,7 +37,7 @@ def log_opts(fn):
 
     from cosyedge.log import LOG
 
-    @click.option("-v", "--verbose", count=True, help="More log output (repeat for debug).")
+    @click.option("-v", "--verbose", count=True, help="Debug log output.")
     @click.option("-q", "--quiet", is_flag=True, help="Warnings and errors only.")
     @functools.wraps(fn)
     def wrapper(*args, verbose: int = 0, quiet: bool = False, **kwargs):

@@ -26,7 +26,8 @@ A metric fails when it is worse than its baseline value by more than
 **2** bad input (:class:`~cosyedge.errors.UsageError`): a baseline of another model or utterance set, a
 missing baseline entry, a baseline label measured against another sparse parent, a sparse parent or
 candidate with other inputs/outputs, an engine that cannot run here, an INT8 build without its
-calibration. Other failures keep their usual codes (3 artifact, 4 dependency).
+calibration. Other failures keep their usual codes (3 artifact: a missing, non-JSON or non-baseline
+``--baseline`` file, a missing ``--sparse-onnx``; 4 dependency).
 
 **Baseline** (``--baseline``, default the committed ``cosyedge/compare/baselines/reference.accuracy.json``
 for the bundled model): JSON keyed by the reference model's SHA-256, with the utterance set's hashes,
@@ -174,20 +175,20 @@ def load_baseline(path: Path, ref: CompareModel) -> dict:
     """Load and validate a baseline for ``ref``.
 
     Raises:
-        UsageError: file missing, not a cosyedge baseline, or made for another model (one line naming
-            both hashes and the regenerate command).
+        ArtifactError: file missing, not JSON, or not a cosyedge baseline (exit 3).
+        UsageError: made for another model (one line naming both hashes and the regenerate command).
     """
     path = Path(path)
     fix = f"regenerate it: cosyedge check --update-baseline --onnx {ref.model_path} --baseline {path}"
     if not path.is_file():
-        raise UsageError(f"baseline {path} not found; create it: cosyedge check --update-baseline "
+        raise ArtifactError(f"baseline {path} not found; create it: cosyedge check --update-baseline "
                          f"--onnx {ref.model_path} --baseline {path}")
     try:
         data = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as err:
-        raise UsageError(f"baseline {path} is not valid JSON ({err}); {fix}") from None
+        raise ArtifactError(f"baseline {path} is not valid JSON ({err}); {fix}") from None
     if not isinstance(data, dict) or data.get("kind") != BASELINE_KIND or "model" not in data:
-        raise UsageError(f"{path} is not a cosyedge accuracy baseline (kind '{BASELINE_KIND}'); {fix}")
+        raise ArtifactError(f"{path} is not a cosyedge accuracy baseline (kind '{BASELINE_KIND}'); {fix}")
     sha = (data.get("model") or {}).get("sha256")
     if sha != ref.model_sha256:
         raise UsageError(
@@ -263,8 +264,7 @@ def sparse_parent(ref: CompareModel, sparse_onnx: str | Path | None = None) -> C
             default, says to re-run ``scripts/finetune_sparse.py`` or pass ``--sparse-onnx``).
         UsageError: the sparse parent records (:func:`cosyedge.precision.sparsity.stamp_dense_parent`) that it
             was fine-tuned from a dense ONNX other than ``ref`` (a stale sparse model; exit 2).
-        UsageError: ``sparse_onnx`` does not exist (exit 2).
-        ArtifactError: ``sparse_onnx`` is not a readable streaming ONNX (exit 3).
+        ArtifactError: ``sparse_onnx`` does not exist or is not a readable streaming ONNX (exit 3).
     """
     from cosyedge.compare.models import check_compatible
     from cosyedge.models import REFERENCE_SPARSE_STREAM_ONNX, REFERENCE_STREAM_ONNX
@@ -279,7 +279,7 @@ def sparse_parent(ref: CompareModel, sparse_onnx: str | Path | None = None) -> C
         what = (f"the bundled sparse model {REFERENCE_SPARSE_STREAM_ONNX.name} (re-run scripts/finetune_sparse.py "
                 f"after changing the model, or pass --sparse-onnx)")
     if not Path(sparse_onnx).exists():
-        raise UsageError(f"--sparse-onnx {sparse_onnx} not found (give the FP32 streaming ONNX of the 2:4 "
+        raise ArtifactError(f"--sparse-onnx {sparse_onnx} not found (give the FP32 streaming ONNX of the 2:4 "
                          f"fine-tuned model, e.g. made by scripts/finetune_sparse.py)")
     parent = load_compare_model(sparse_onnx)
     if parent.precision != "fp32":
@@ -580,7 +580,7 @@ def _kept_labels(path: Path, ref: CompareModel, utts: list[Utterance], chunk: in
     try:
         old = load_baseline(path, ref)
         _check_same_set(old, utts, chunk, path)
-    except UsageError:
+    except (UsageError, ArtifactError):  # none yet, unreadable, or of another model: nothing to keep
         return {}
     kept = {}
     for lab, v in (old.get("labels") or {}).items():

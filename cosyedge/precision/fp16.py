@@ -59,6 +59,7 @@ from cosyedge.artifacts import (
     Stage,
     StreamContract,
     atomic_output,
+    check_not_input,
     check_writable,
     load_onnx,
     resolve_artifact,
@@ -458,6 +459,7 @@ def fp16_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, exclude: Iterable[
     t0 = time.perf_counter()
     src = resolve_artifact(fp32_stream_onnx)
     out_path = check_writable(out_path)
+    check_not_input(src, out_path)
     contract = StreamContract.from_onnx(src)
     if not contract.is_streaming:
         raise ArtifactError(f"{src} has no streaming state (state_in.*/state_out.*); run 'cosyedge streamify' first")

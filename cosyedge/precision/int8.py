@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from cosyedge.artifacts import Stage, StreamContract, check_writable, resolve_artifact, sha256_file
+from cosyedge.artifacts import Stage, StreamContract, check_not_input, check_writable, resolve_artifact, sha256_file
 from cosyedge.errors import ArtifactError, UsageError
 from cosyedge.log import LOG
 
@@ -92,8 +92,7 @@ def int8_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, calib: Any = None,
     contract = StreamContract.from_onnx(src)
     if not contract.is_streaming:
         raise ArtifactError(f"{src} has no streaming state (state_in.*/state_out.*); run 'cosyedge streamify' first")
-    if out_path.exists() and out_path.resolve() == src.resolve():
-        raise UsageError(f"output {out_path} is the input model; choose another path")
+    check_not_input(src, out_path)
     check_writable(out_path)
     exclude = tuple(exclude or ())
     graph, model = io.load_graph(src)

@@ -41,6 +41,7 @@ from cosyedge.artifacts import (
     Stage,
     StreamContract,
     atomic_output,
+    check_not_input,
     check_writable,
     load_onnx,
     resolve_artifact,
@@ -301,8 +302,7 @@ def sparsify_onnx(in_onnx: Any, out_onnx: str | Path, *, exclude: Iterable[str] 
     t0 = time.perf_counter()
     src = resolve_artifact(in_onnx)
     out_onnx = check_writable(out_onnx)
-    if out_onnx.exists() and src.resolve() == out_onnx.resolve():
-        raise UsageError(f"output {out_onnx} is the input; write the pruned model to another file")
+    check_not_input(src, out_onnx)
     model = load_onnx(src)
     with LOG.stage(f"sparsify 2:4 {src.name} -> {out_onnx}"):
         reports = sparsify_model(model, exclude=exclude)

@@ -50,7 +50,7 @@ def quiet_native_stderr() -> Iterator[None]:
 
     Python's own ``sys.stderr`` output (log, status line) still reaches the terminal: when
     ``sys.stderr`` is file descriptor 2, it is pointed at a duplicate of the original descriptor for
-    the duration. What the libraries wrote goes to the debug log (``-vv``; its last
+    the duration. What the libraries wrote goes to the debug log (``-v``; its last
     :data:`HELD_STDERR_LOG_BYTES`). Nests. Main thread only (elsewhere, and where fd 2 cannot be
     duplicated, it does nothing)."""
     if threading.current_thread() is not threading.main_thread():

@@ -38,7 +38,7 @@ from collections.abc import Callable
 import numpy as np
 
 from cosyedge._lazy import lazy_import
-from cosyedge.errors import CosyEdgeError, UsageError
+from cosyedge.errors import ArtifactError, CosyEdgeError, UsageError
 from cosyedge.log import LOG
 from cosyedge.realtime.ring import RingBuffer
 from cosyedge.runtime.base import StreamSession
@@ -59,6 +59,9 @@ RATE_TOLERANCE = 0.05
 """float: relative deviation of the measured input rate that counts as a rate change (5%)."""
 RATE_WINDOW_S = 2.0
 """float: length of one rate-measurement window, s; two bad windows in a row stop the stream."""
+RATE_STEADY = 0.02
+"""float: relative spread allowed between the rates of the bad windows that stop the stream (2%): a
+device at another rate is steady, a stalling one is not."""
 
 
 @dataclasses.dataclass
@@ -126,8 +129,12 @@ class RateMonitor:
 
     Frames delivered (counted by the input ring) are compared with the clock over windows of
     ``window_s``. The first window after the first frames is a warm-up (stream start-up bursts); a
-    window in which PortAudio flagged an input overflow is not judged (lost frames are not a rate
-    change). ``bad_windows`` consecutive windows off by more than ``tolerance`` raise.
+    window with an xrun (PortAudio's input overflow or output underflow flag, or the monitor's own
+    underflow: in a duplex stream PortAudio restarts both directions after one and input frames go
+    missing unflagged) is not judged: lost or late frames are not a rate change. ``bad_windows``
+    consecutive windows off by more than ``tolerance`` raise, but only when their rates agree within
+    ``steady`` of each other: a device at another rate delivers that rate steadily, a stalled one
+    (scheduling, a server busy or starting up) does not.
 
     Args:
         nominal_hz (int): Rate the stream was opened at, Hz.
@@ -135,27 +142,36 @@ class RateMonitor:
         tolerance (float): Relative deviation allowed (0.05 = 5%).
         window_s (float): Window length, s.
         bad_windows (int): Consecutive bad windows before raising.
+        steady (float): Relative spread allowed between the bad windows' rates (0.02 = 2%).
     """
 
     def __init__(self, nominal_hz: int, clock: Callable[[], float] = time.monotonic,
-                 tolerance: float = RATE_TOLERANCE, window_s: float = RATE_WINDOW_S, bad_windows: int = 2):
+                 tolerance: float = RATE_TOLERANCE, window_s: float = RATE_WINDOW_S, bad_windows: int = 2,
+                 steady: float = RATE_STEADY):
         self.nominal_hz = int(nominal_hz)
         self.clock = clock
         self.tolerance = float(tolerance)
         self.window_s = float(window_s)
         self.bad_windows = int(bad_windows)
+        self.steady = float(steady)
+        self._bad_rates: list[float] = []
         self._t0 = None
         self._f0 = 0
         self._ovf0 = 0
         self._warm = False
-        self._bad = 0
         self.measured_hz: float | None = None
 
     def update(self, frames_total: int, device_overflows: int) -> None:
-        """Feed the running frame count and PortAudio overflow count; called by the worker.
+        """Feed the running frame count and xrun count; called by the worker.
 
+        Args:
+            frames_total (int): Frames the device delivered so far.
+            device_overflows (int): Xruns so far (any kind: see the class docstring); a window in which
+                it grew is not judged.
         Raises:
-            UsageError: the measured rate stayed off by more than ``tolerance`` for ``bad_windows`` windows.
+            UsageError: the measured rate stayed off by more than ``tolerance``, steadily, for
+                ``bad_windows`` windows.
+            ArtifactError: those windows delivered (almost) nothing: a stalled device, not a rate.
         """
         now = self.clock()
         if self._t0 is None:
@@ -172,15 +188,22 @@ class RateMonitor:
             return
         self.measured_hz = rate
         if abs(rate / self.nominal_hz - 1.0) > self.tolerance:
-            self._bad += 1
-            if self._bad >= self.bad_windows:
+            self._bad_rates = [*self._bad_rates, rate][-self.bad_windows:]
+            if len(self._bad_rates) < self.bad_windows:
+                return
+            if max(self._bad_rates) < 0.01 * self.nominal_hz:
+                raise ArtifactError(
+                    f"the input device delivered no audio for {self.bad_windows * self.window_s:g} s (stalled: "
+                    f"device unplugged, muted at the driver or audio server hung); the recording so far is kept"
+                )
+            if min(self._bad_rates) > 0 and max(self._bad_rates) / min(self._bad_rates) - 1.0 <= self.steady:
                 raise UsageError(
                     f"input sample rate changed mid-stream: the device delivers about {rate:.0f} Hz but the "
                     f"stream was opened at {self.nominal_hz} Hz; restart 'cosyedge run mic' (the recording "
                     f"so far is kept)"
                 )
         else:
-            self._bad = 0
+            self._bad_rates = []
 
 
 class _Fifo:
@@ -366,6 +389,7 @@ class RealtimeEnhancer:
             int: chunks pushed by this call.
         Raises:
             UsageError: the input sample rate changed mid-stream (see :class:`RateMonitor`).
+            ArtifactError: the input stalled (no audio for two rate windows).
             CosyEdgeError: from the session or the writer.
         """
         x = self.in_ring.read_all()
@@ -377,7 +401,8 @@ class RealtimeEnhancer:
             self._push(self._fifo.pop(c))
             n += 1
         if self.rate_monitor is not None:
-            self.rate_monitor.update(self.in_ring.written, self.device_input_overflows)
+            xruns = self.device_input_overflows + self.device_output_underflows + self.output_underflows
+            self.rate_monitor.update(self.in_ring.written, xruns)
         if self.on_status is not None:
             now = self.clock()
             if self._last_status is None or now - self._last_status >= self.status_interval_s:

@@ -45,6 +45,7 @@ from cosyedge.artifacts import (
     Stage,
     StateSpec,
     StreamContract,
+    check_not_input,
     check_writable,
     resolve_artifact,
 )
@@ -375,6 +376,7 @@ class StatefulOnnxFromOnnx(Stage):
         """Run the surgery now; returns the streaming ONNX path (see :func:`streamify` for errors)."""
         src = resolve_artifact(self.onnx_in)
         check_writable(self.out)
+        check_not_input(src, self.out)
         with LOG.stage(f"streamify {src} -> {self.out}"):
             graph, model = io.load_graph(src)
             fields = _contract_fields(model, str(src), sample_rate_hz=self.sample_rate_hz,

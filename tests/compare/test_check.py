@@ -334,7 +334,7 @@ def test_sparse_parent_of_another_model_or_contract_is_exit_2(baseline, ref_onnx
     assert main([*args, "--sparse-onnx", str(renamed)]) == 2
     line = _one_line_error(capsys)
     assert "--sparse-onnx does not fit the reference" in line and "different inputs" in line
-    assert main([*args, "--sparse-onnx", str(tmp_path / "missing.onnx")]) == 2
+    assert main([*args, "--sparse-onnx", str(tmp_path / "missing.onnx")]) == 3  # a missing file
     line = _one_line_error(capsys)
     assert f"--sparse-onnx {tmp_path / 'missing.onnx'} not found" in line
     # a dense-only check never resolves the sparse parent
@@ -414,3 +414,22 @@ def test_dense_and_sparse_labels_in_one_run_each_use_their_parent(ref_onnx, spar
     assert "was built from another model" in _one_line_error(capsys)
     assert main(["check", *common, "--update-baseline", "--precisions", "fp32"]) == 0  # no sparse parent now
     assert set(json.loads(path.read_text())["labels"]) == {"fp32"}
+
+
+@pytest.mark.parametrize("text", ["", ",", " , "])
+def test_empty_precisions_are_refused_not_defaulted(text, capsys):
+    """`--precisions ""` once ran the whole default check; every empty list is a one-line exit 2."""
+    assert main(["check", "--precisions", text]) == 2
+    assert "--precisions is empty" in _one_line_error(capsys)
+
+
+def test_missing_or_unreadable_baseline_is_exit_3(tmp_path, capsys):
+    """A --baseline file that is missing, not JSON or not a baseline is a bad file (exit 3), before any build."""
+    (tmp_path / "text.json").write_text("not json")
+    (tmp_path / "list.json").write_text("[1, 2]")
+    for name, words in (("missing.json", "not found; create it"), ("text.json", "is not valid JSON"),
+                        ("list.json", "is not a cosyedge accuracy baseline")):
+        assert main(["check", "--precisions", "fp16", "--baseline", str(tmp_path / name), "--no-pesq",
+                     "--engines-dir", str(tmp_path / "engines")]) == 3
+        assert words in _one_line_error(capsys)
+    assert not (tmp_path / "engines").exists()

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import soxr
 
-from cosyedge.errors import UsageError
+from cosyedge.errors import ArtifactError, UsageError
 from cosyedge.realtime.enhancer import RateMonitor, RealtimeEnhancer
 from cosyedge.runtime import OrtStreamSession, stream_array
 from tests import models
@@ -202,6 +202,57 @@ def test_rate_monitor_ignores_windows_with_device_overflow():
         frames += 4410
         mon.update(frames, device_overflows=step)
     assert mon.measured_hz is None
+
+
+def _feed(mon, rates_hz, xruns_per_window=0, window_s=1.0, step_s=0.1):
+    """Feed ``mon`` windows delivering ``rates_hz[k]`` frames per second each (in 0.1 s steps)."""
+    t = frames = xruns = 0.0
+    for rate in rates_hz:
+        xruns += xruns_per_window
+        for _ in range(round(window_s / step_s)):
+            t += step_s
+            frames += rate * step_s
+            mon.clock = lambda t=t: t
+            mon.update(int(frames), device_overflows=int(xruns))
+
+
+def test_rate_monitor_skips_windows_with_any_xrun():
+    """In a duplex stream an output underflow restarts both directions and input frames go missing without
+    an input flag (CI once stopped a monitored stream with 'delivers about 6271 Hz'): such windows are not
+    judged, whatever their rate."""
+    mon = RateMonitor(44100, window_s=1.0)
+    _feed(mon, [44100] + [6271] * 6, xruns_per_window=1)
+    assert mon.measured_hz is None
+
+
+def test_enhancer_gives_the_rate_monitor_every_kind_of_xrun(fir):
+    class Spy:
+        calls = []
+
+        def update(self, frames_total, device_overflows):
+            self.calls.append((frames_total, device_overflows))
+
+    enh = RealtimeEnhancer(OrtStreamSession(fir), SR, monitor=True, rate_monitor=Spy())
+    enh.session.activate()
+    enh.input_callback(np.zeros((HOP, 1), np.float32), overflow=True)
+    enh.output_callback(np.zeros((HOP, 1), np.float32), underflow=True)  # PortAudio's flag
+    enh.device_output_underflows, enh.output_underflows = 1, 2
+    enh.process_available()
+    assert enh.rate_monitor.calls[-1] == (HOP, 1 + 1 + 2)
+
+
+def test_rate_monitor_tells_a_stall_from_a_rate():
+    """Bad windows that disagree are a stall (no error); a steady other rate raises; no audio at all is a
+    stalled device (ArtifactError, not a rate)."""
+    mon = RateMonitor(44100, window_s=1.0)
+    _feed(mon, [44100, 6271, 20000, 9000, 30000, 44100, 12000, 25000])
+    assert mon.measured_hz is not None and abs(mon.measured_hz / 44100 - 1) > 0.05  # judged, bad, no error
+    mon = RateMonitor(44100, window_s=1.0)
+    with pytest.raises(UsageError, match="delivers about 4800[0-9] Hz but the stream was opened at 44100 Hz"):
+        _feed(mon, [44100, 44100, 48000, 48000, 48000, 48000])
+    mon = RateMonitor(44100, window_s=1.0)
+    with pytest.raises(ArtifactError, match="delivered no audio for 2 s .stalled"):
+        _feed(mon, [44100, 44100, 0, 0, 0, 0])
 
 
 def test_bad_arguments(fir, tmp_path):

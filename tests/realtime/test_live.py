@@ -297,7 +297,7 @@ def test_cli_run_mic_bad_input(cli, fir, tmp_path, args, code, words):
 def test_native_library_noise_is_held_back_from_a_one_line_error(capfd):
     """ALSA and PortAudio write straight to fd 2 while probing a device that does not open (ALSA lib
     pcm_pulse.c ... Unable to create stream, Expression 'ret' failed ...): none of it reaches the
-    terminal, the error stays one line; -vv shows it in the debug log."""
+    terminal, the error stays one line; -v shows it in the debug log."""
     import os
 
     sd = fake_sounddevice(DEVICES, rates={0: set()})

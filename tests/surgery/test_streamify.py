@@ -237,3 +237,19 @@ def test_cli_streamify_ok(tmp_path):
     assert res.returncode == 0, res.stderr
     assert "FINISH streamify" in res.stderr
     assert StreamContract.from_onnx(tmp_path / "s.onnx").name == "cli"
+
+
+@pytest.mark.parametrize("spelling", ["same", "dot", "link"])
+def test_cli_streamify_refuses_to_overwrite_its_input(tmp_path, spelling):
+    """`streamify m.onnx m.onnx` (any spelling of the same file) once replaced the input with the streaming
+    model; now it is a one-line exit 2 and the input is kept byte for byte."""
+    src = _conv_model(tmp_path / "m.onnx")
+    before = src.read_bytes()
+    out = {"same": src, "dot": tmp_path / "." / "m.onnx", "link": tmp_path / "link.onnx"}[spelling]
+    if spelling == "link":
+        out.symlink_to(src)
+    res = _cli("streamify", "-q", str(src), str(out), "--sample-rate-hz", "16000", "--hop-samples", "160")
+    assert res.returncode == 2, res.stderr
+    assert res.stderr.strip().splitlines() == [f"[!] output {out} is the input file: give another output path "
+                                               f"(the input is kept)"]
+    assert src.read_bytes() == before
