@@ -280,7 +280,9 @@ def test_run_mic_monitor_plays_the_enhanced_audio(pulse):
         subprocess.run(["paplay", "--device", SINK, str(tmp / "play2.wav")], env=env, check=True, timeout=60)
         stdout, stderr = proc.communicate(timeout=60)
         assert proc.returncode == 0, stderr
-        assert "monitored" in stdout.strip().splitlines()[-1]
+        report = stdout.strip().splitlines()[-1]
+        print(report)
+        assert "monitored" in report
         time.sleep(0.5)
     finally:
         rec.terminate()
@@ -289,12 +291,24 @@ def test_run_mic_monitor_plays_the_enhanced_audio(pulse):
     assert rate == DEVICE_RATE_HZ and spk44.size > sr
     spk = soxr.resample(spk44, DEVICE_RATE_HZ, sr).astype(np.float32)
     enhanced, _ = sf.read(str(tmp / "mic2.wav"), dtype="float32")
-    # the enhanced file's speech part, found in what the speakers played
+    # the enhanced file's speech, found in what the speakers played, 100 ms at a time: an output underflow
+    # (counted in the report) re-primes the monitor (later audio comes later by the silence inserted) and a
+    # backlog past MONITOR_MAX_MS is skipped (later audio comes earlier); on a loaded machine PulseAudio's
+    # ALSA plugin has also been seen to stall a duplex stream for about 2 s (the lag jumps by that much)
     start = int(np.argmax(np.abs(enhanced) > 0.01))
-    lag, snr = _align(spk, enhanced, start=start, length=sr)
-    print(f"speakers vs enhanced file: lag {lag:.2f} samples, SNR {snr:.1f} dB")
-    assert lag >= 0  # played after it was computed
-    assert snr > 20.0
+    seg = sr // 10
+    starts = [k for k in range(start, start + int(1.8 * sr), int(0.15 * sr))
+              if np.sqrt(np.mean(enhanced[k:k + seg] ** 2)) > 0.003]  # speech, not a pause
+    found = [_align(spk, enhanced, start=k, length=seg) for k in starts]
+    underflows = int(report.split("output underflows ")[1].split(")")[0])
+    print(f"speakers vs enhanced file ({underflows} output underflows): " +
+          ", ".join(f"{lag:.1f}/{snr:.0f} dB" for lag, snr in found))
+    assert len(starts) >= 8
+    good = [lag for lag, snr in found if snr > 20.0]
+    assert len(good) >= 0.75 * len(found), found  # the speakers played the enhanced audio
+    assert min(good) >= 0  # after it was computed
+    if underflows == 0:
+        assert max(good) - min(good) < 2.0, found  # one unbroken copy, one delay
 
 
 def test_server_gone_mid_stream_is_one_line_and_keeps_the_recording(tmp_path):
@@ -311,8 +325,12 @@ def test_server_gone_mid_stream_is_one_line_and_keeps_the_recording(tmp_path):
             lines.append(line)
             if "listening on device" in line:
                 break
-        time.sleep(1.5)
+        player = subprocess.Popen(["paplay", "--device", SINK, str(DEMO)], env=env)  # audio flowing
+        deadline = time.monotonic() + 20  # until the recording holds audio (an idle source may start late)
+        while time.monotonic() < deadline and not any(p.stat().st_size > 16000 for p in tmp_path.glob(".partial*")):
+            time.sleep(0.1)
         server.kill()
+        player.wait(timeout=10)
         server.wait(timeout=10)
         _stdout, rest = proc.communicate(timeout=60)
     err = "".join(lines) + rest
