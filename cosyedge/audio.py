@@ -37,10 +37,10 @@ CLIP_WARN_FRACTION = 1e-4
 
 OUTPUT_FORMATS = {".wav": ("WAV", "PCM_16"), ".flac": ("FLAC", "PCM_16"), ".ogg": ("OGG", "VORBIS")}
 """dict[str, tuple[str, str]]: output extension -> (soundfile format, subtype)."""
-EXACT_FORMATS = {".wav": ("WAV", "FLOAT"), ".flac": ("FLAC", "PCM_24"), ".ogg": ("OGG", "VORBIS")}
+EXACT_FORMATS = {".wav": ("WAV", "FLOAT"), ".flac": ("FLAC", "PCM_24")}
 """dict[str, tuple[str, str]]: output extension -> (format, subtype) for recordings that must keep the
 samples as computed (``cosyedge run mic --save-input``): .wav is 32-bit float (bit-exact, not clipped),
-.flac 24-bit, .ogg lossy."""
+.flac 24-bit; a lossy .ogg has no entry."""
 
 
 def load_audio(path: str | Path) -> tuple[np.ndarray, int]:

@@ -29,7 +29,8 @@ def _utterances(path, rate, limit):
 @click.option("--no-pesq", is_flag=True, help="Skip PESQ-WB (needs the 'pesq' package).")
 @click.option("--mark-all", is_flag=True,
               help="Layer bisection: mark every tensor as an output and name the first whose error jumps.")
-@click.option("--seconds", type=FiniteFloat(min=0, min_open=True), default=2.0, show_default=True, help="--mark-all: audio streamed (s).")
+@click.option("--seconds", type=FiniteFloat(min=0, min_open=True), default=2.0, show_default=True,
+              help="--mark-all: audio streamed (s).")
 @click.option("--jump-db", type=FiniteFloat(min=0, min_open=True), default=20.0, show_default=True,
               help="--mark-all: SNR drop across one node (dB) that counts as a jump.")
 @click.option("--floor-db", type=FiniteFloat(), default=40.0, show_default=True,

@@ -33,11 +33,6 @@ NO_SERVER_HINT = ("no audio server running (start PulseAudio or PipeWire) or no 
                   "'cosyedge devices' lists what PortAudio sees")
 
 
-SAVE_INPUT_FORMATS = (".wav", ".flac")
-"""tuple[str]: extensions ``save_input`` takes: .wav (32-bit float, bit-exact) and .flac (24-bit); a lossy
-.ogg could not reproduce the live output."""
-
-
 HELD_STDERR_LOG_BYTES = 8192
 """int: most bytes of held-back library output that go to the debug log (the last ones)."""
 
@@ -221,18 +216,18 @@ def pick_sample_rate(device: DeviceInfo, output: DeviceInfo | None = None, sd=No
     """
     sd = sd or load_sounddevice()
     tried, last = [], ""
-    for rate in dict.fromkeys([device.default_samplerate_hz, *candidates_hz]):
-        if rate <= 0:
-            continue
-        tried.append(rate)
-        try:
-            with quiet_native_stderr():
+    with quiet_native_stderr():  # every refused rate makes ALSA and PortAudio print
+        for rate in dict.fromkeys([device.default_samplerate_hz, *candidates_hz]):
+            if rate <= 0:
+                continue
+            tried.append(rate)
+            try:
                 sd.check_input_settings(device=device.index, channels=1, dtype="float32", samplerate=rate)
                 if output is not None:
                     sd.check_output_settings(device=output.index, channels=1, dtype="float32", samplerate=rate)
-            return int(rate)
-        except Exception as err:  # sounddevice.PortAudioError, ValueError
-            last = first_line(err, with_type=False)
+                return int(rate)
+            except Exception as err:  # sounddevice.PortAudioError, ValueError
+                last = first_line(err, with_type=False)
     pair = f"input '{device.name}'" + ("" if output is None else f" with output '{output.name}'")
     raise UsageError(f"device {pair} cannot open at any supported rate (tried {', '.join(map(str, tried))} Hz): "
                      f"{last}")
@@ -271,8 +266,8 @@ def run_mic(device: str | int | None = None, output: str | Path | None = None, m
         ``monitor`` (bool).
     Raises:
         UsageError: nothing to do (none of ``output``, ``save_input``, ``monitor``), ``save_input`` is
-            ``output`` or not a .wav/.flac (:data:`SAVE_INPUT_FORMATS`), unknown/ambiguous device, no rate opens, bad chunk/duration, rate change
-            mid-stream.
+            ``output`` or not a .wav/.flac (:data:`cosyedge.audio.EXACT_FORMATS`), unknown/ambiguous
+            device, no rate opens, bad chunk/duration, rate change mid-stream.
         DependencyError: sounddevice/PortAudio missing, no audio server or device.
         ArtifactError: engine missing/stale, output unwritable, the stream died (device gone).
     """
@@ -286,9 +281,9 @@ def run_mic(device: str | int | None = None, output: str | Path | None = None, m
         raise UsageError("nothing to do: give --output FILE, --save-input FILE and/or --monitor")
     if duration_s is not None and not float(duration_s) > 0:
         raise UsageError(f"--duration must be a positive number of seconds, got {duration_s}")
-    from cosyedge.audio import check_output_path
+    from cosyedge.audio import EXACT_FORMATS, check_output_path
 
-    if save_input is not None and Path(save_input).suffix.lower() not in SAVE_INPUT_FORMATS:
+    if save_input is not None and Path(save_input).suffix.lower() not in EXACT_FORMATS:
         raise UsageError(f"--save-input {save_input}: use a .wav (32-bit float, bit-exact) or .flac (24-bit) file, "
                          f"not '{Path(save_input).suffix}' (a lossy or unknown format would not replay the live run)")
     paths = [check_output_path(p) for p in (output, save_input) if p is not None]

@@ -157,17 +157,17 @@ class RateMonitor:
         self._bad_rates: list[float] = []
         self._t0 = None
         self._f0 = 0
-        self._ovf0 = 0
+        self._xruns0 = 0
         self._warm = False
         self.measured_hz: float | None = None
 
-    def update(self, frames_total: int, device_overflows: int) -> None:
+    def update(self, frames_total: int, xruns: int) -> None:
         """Feed the running frame count and xrun count; called by the worker.
 
         Args:
             frames_total (int): Frames the device delivered so far.
-            device_overflows (int): Xruns so far (any kind: see the class docstring); a window in which
-                it grew is not judged.
+            xruns (int): Xruns so far (any kind: see the class docstring); a window in which it grew is
+                not judged.
         Raises:
             UsageError: the measured rate stayed off by more than ``tolerance``, steadily, for
                 ``bad_windows`` windows.
@@ -176,14 +176,14 @@ class RateMonitor:
         now = self.clock()
         if self._t0 is None:
             if frames_total > 0:
-                self._t0, self._f0, self._ovf0 = now, frames_total, device_overflows
+                self._t0, self._f0, self._xruns0 = now, frames_total, xruns
             return
         dt = now - self._t0
         if dt < self.window_s:
             return
         rate = (frames_total - self._f0) / dt
-        judged = self._warm and device_overflows == self._ovf0
-        self._t0, self._f0, self._ovf0, self._warm = now, frames_total, device_overflows, True
+        judged = self._warm and xruns == self._xruns0
+        self._t0, self._f0, self._xruns0, self._warm = now, frames_total, xruns, True
         if not judged:
             return
         self.measured_hz = rate

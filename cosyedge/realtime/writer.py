@@ -16,7 +16,7 @@ import numpy as np
 
 from cosyedge._lazy import lazy_import
 from cosyedge.artifacts import default_file_mode
-from cosyedge.errors import ArtifactError, first_line
+from cosyedge.errors import ArtifactError, UsageError, first_line
 
 sf = lazy_import("soundfile")
 
@@ -28,10 +28,10 @@ class IncrementalAudioWriter:
         path (str | Path): Destination ``.wav``/``.flac`` (PCM 16-bit) or ``.ogg`` (Vorbis); checked by
             :func:`cosyedge.audio.check_output_path` before anything is opened.
         sample_rate_hz (int): Sample rate of the written samples, Hz.
-        exact (bool): Keep the samples as given where the format can: :data:`cosyedge.audio.EXACT_FORMATS`
-            (.wav 32-bit float, bit-exact and not clipped; .flac 24-bit) instead of 16-bit PCM.
+        exact (bool): Keep the samples as given: :data:`cosyedge.audio.EXACT_FORMATS` (.wav 32-bit
+            float, bit-exact and not clipped; .flac 24-bit) instead of 16-bit PCM.
     Raises:
-        UsageError: unsupported extension.
+        UsageError: unsupported extension (with ``exact``, one not in ``EXACT_FORMATS``: .ogg is lossy).
         ArtifactError: the path or its folder cannot be written.
 
     Attributes:
@@ -43,7 +43,11 @@ class IncrementalAudioWriter:
 
         self.path = check_output_path(path)
         self.sample_rate_hz = int(sample_rate_hz)
-        fmt, subtype = (EXACT_FORMATS if exact else OUTPUT_FORMATS)[self.path.suffix.lower()]
+        formats = EXACT_FORMATS if exact else OUTPUT_FORMATS
+        if self.path.suffix.lower() not in formats:
+            raise UsageError(f"{self.path}: use a {' or '.join(formats)} file, not '{self.path.suffix}' (a lossy "
+                             f"or unknown format would not keep the samples)")
+        fmt, subtype = formats[self.path.suffix.lower()]
         self._clip = subtype != "FLOAT"
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)

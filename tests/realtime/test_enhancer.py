@@ -200,7 +200,7 @@ def test_rate_monitor_ignores_windows_with_device_overflow():
     for step in range(1, 60):  # 44.1 kHz delivered, but PortAudio flags an overflow in every window
         clock.t = step * 0.1
         frames += 4410
-        mon.update(frames, device_overflows=step)
+        mon.update(frames, xruns=step)
     assert mon.measured_hz is None
 
 
@@ -213,7 +213,7 @@ def _feed(mon, rates_hz, xruns_per_window=0, window_s=1.0, step_s=0.1):
             t += step_s
             frames += rate * step_s
             mon.clock = lambda t=t: t
-            mon.update(int(frames), device_overflows=int(xruns))
+            mon.update(int(frames), xruns=int(xruns))
 
 
 def test_rate_monitor_skips_windows_with_any_xrun():
@@ -229,8 +229,8 @@ def test_enhancer_gives_the_rate_monitor_every_kind_of_xrun(fir):
     class Spy:
         calls = []
 
-        def update(self, frames_total, device_overflows):
-            self.calls.append((frames_total, device_overflows))
+        def update(self, frames_total, xruns):
+            self.calls.append((frames_total, xruns))
 
     enh = RealtimeEnhancer(OrtStreamSession(fir), SR, monitor=True, rate_monitor=Spy())
     enh.session.activate()

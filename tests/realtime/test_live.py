@@ -135,6 +135,12 @@ def test_writer_exact_keeps_the_samples(tmp_path, ext, exact, subtype, tol):
     assert np.abs(y - want).max() <= tol
 
 
+def test_writer_exact_refuses_a_lossy_format(tmp_path):
+    with pytest.raises(UsageError, match=r"h\.ogg: use a \.wav or \.flac file, not '\.ogg'"):
+        IncrementalAudioWriter(tmp_path / "h.ogg", SR, exact=True)
+    assert list(tmp_path.iterdir()) == []
+
+
 # ---------------------------------------------------------------------------------------------- device layer
 DEVICES = [
     {"name": "Built-in Mic", "max_input_channels": 2, "max_output_channels": 0, "default_samplerate": 44100.0},
