@@ -51,6 +51,10 @@ class StateSpec:
         dtype (str): numpy dtype name, ``"float32"`` by default.
         node (str): Name of the node (Conv) whose causal left pad this state replaces; informational.
         init (float): Initial value of every element at stream start (0.0).
+        kind (str): What the state carries: ``"context"`` (past frames of a conv or pool input),
+            ``"delay"`` (a delay line re-aligning paths), ``"recurrent"`` (GRU/LSTM/RNN hidden or cell
+            state), ``"overlap"`` (transposed-conv overlap-add tail), ``"running"`` (running sum of a
+            CumSum), ``"counter"`` (ticks since the stream's start, saturating).
     """
 
     input: str
@@ -59,6 +63,7 @@ class StateSpec:
     dtype: str = "float32"
     node: str = ""
     init: float = 0.0
+    kind: str = "context"
 
     @property
     def batch_axis(self) -> int:
@@ -77,6 +82,43 @@ class StateSpec:
         return np.full(self.concrete_shape(batch), self.init, dtype=_NP_DTYPES.get(self.dtype, np.float32))
 
 
+TIME_DIM = "T"
+
+
+@dataclasses.dataclass
+class StreamIO:
+    """One streaming input or output of a model: where time is and how many frames a hop holds.
+
+    Attributes:
+        name (str): ONNX tensor name.
+        shape (list): Shape with the batch axis as ``"N"`` and the time axis as ``"T"``, e.g.
+            ``["N", 1, "T"]`` (audio) or ``["N", 1, "T", 32]`` (DeepFilterNet's ERB features).
+        dtype (str): numpy dtype name.
+        time_axis (int): Index of ``"T"`` in :attr:`shape`.
+        frames_per_hop (int): Frames of the time axis per hop (``hop_samples`` for audio at the model rate,
+            1 for one feature frame per hop, 2 for a x2 upsampled output...).
+        delay_frames (int): Outputs only: frames this output is late with respect to the full-sequence
+            graph (look-ahead found by streamify); 0 for inputs.
+        kind (str): ``"audio"`` (a waveform at the model rate) or ``"features"`` (anything else).
+    """
+
+    name: str
+    shape: list
+    dtype: str = "float32"
+    time_axis: int = 2
+    frames_per_hop: int = 1
+    delay_frames: int = 0
+    kind: str = "features"
+
+    def frames(self, chunk_samples: int, hop_samples: int) -> int:
+        """Frames (int) of the time axis in a chunk of ``chunk_samples`` (a multiple of the total stride)."""
+        return self.frames_per_hop * chunk_samples // hop_samples
+
+    def concrete_shape(self, batch: int, frames: int) -> tuple[int, ...]:
+        """The shape (tuple[int]) with ``"N"`` = ``batch`` and ``"T"`` = ``frames``."""
+        return tuple(batch if d == BATCH_DIM else frames if d == TIME_DIM else int(d) for d in self.shape)
+
+
 @dataclasses.dataclass
 class StreamContract:
     """Everything a runtime needs to stream a model (see module docstring).
@@ -90,6 +132,11 @@ class StreamContract:
         delay_samples (int): Algorithmic delay of the output w.r.t. the input, beyond the chunk itself.
         states (list[StateSpec]): State pairs; empty before streamify.
         name (str): Model name used for artifact folders.
+        inputs (list[StreamIO]): Every streaming input (the audio input first when there is one);
+            empty in contracts written before multi-input models (then it is ``input`` alone, (N, 1, T)).
+        outputs (list[StreamIO]): Every streaming output, likewise.
+        proof (dict): What streamify measured when it proved the stream graph (max abs error, SNR per
+            output and chunk); empty when not proved.
     """
 
     input: str
@@ -100,6 +147,31 @@ class StreamContract:
     delay_samples: int = 0
     states: list = dataclasses.field(default_factory=list)
     name: str = "model"
+    inputs: list = dataclasses.field(default_factory=list)
+    outputs: list = dataclasses.field(default_factory=list)
+    proof: dict = dataclasses.field(default_factory=dict)
+
+    @property
+    def stream_inputs(self) -> list[StreamIO]:
+        """list[StreamIO]: :attr:`inputs`, or the single audio input (N, 1, T) of an older contract."""
+        if self.inputs:
+            return list(self.inputs)
+        return [StreamIO(self.input, [BATCH_DIM, 1, TIME_DIM], "float32", 2, self.hop_samples, 0, "audio")]
+
+    @property
+    def stream_outputs(self) -> list[StreamIO]:
+        """list[StreamIO]: :attr:`outputs`, or the single audio output (N, 1, T) of an older contract."""
+        if self.outputs:
+            return list(self.outputs)
+        return [StreamIO(self.output, [BATCH_DIM, 1, TIME_DIM], "float32", 2, self.hop_samples, 0, "audio")]
+
+    @property
+    def is_audio(self) -> bool:
+        """bool: one audio input (N, 1, T) and an audio output named by :attr:`input` / :attr:`output`:
+        what ``cosyedge run``, StreamPool and the precision stages stream."""
+        ins, outs = self.stream_inputs, self.stream_outputs
+        return (len(ins) == 1 and ins[0].kind == "audio" and ins[0].name == self.input
+                and any(o.name == self.output and o.kind == "audio" for o in outs))
 
     @property
     def algorithmic_latency_ms(self) -> float:
@@ -136,6 +208,11 @@ class StreamContract:
             "algorithmic_latency_ms": f"{self.algorithmic_latency_ms:g}",
             "state": json.dumps([dataclasses.asdict(s) for s in self.states]),
         }
+        if self.inputs or self.outputs:
+            meta["io"] = json.dumps({"inputs": [dataclasses.asdict(i) for i in self.inputs],
+                                     "outputs": [dataclasses.asdict(o) for o in self.outputs]})
+        if self.proof:
+            meta["proof"] = json.dumps(self.proof)
         return {META_PREFIX + k: v for k, v in meta.items()}
 
     @classmethod
@@ -160,6 +237,7 @@ class StreamContract:
                 raise ArtifactError(f"{where} has cosyedge metadata schema {schema}, newer than this cosyedge "
                                     f"understands ({SCHEMA_VERSION}); upgrade cosyedge")
             states = [StateSpec(**s) for s in json.loads(meta.get(META_PREFIX + "state", "[]"))]
+            io = json.loads(meta.get(META_PREFIX + "io", "{}"))
             contract = cls(
                 input=get("input"),
                 output=get("output"),
@@ -169,8 +247,11 @@ class StreamContract:
                 delay_samples=int(meta.get(META_PREFIX + "delay_samples", "0")),
                 states=states,
                 name=meta.get(META_PREFIX + "name", "model"),
+                inputs=[StreamIO(**i) for i in io.get("inputs", [])],
+                outputs=[StreamIO(**o) for o in io.get("outputs", [])],
+                proof=json.loads(meta.get(META_PREFIX + "proof", "{}")),
             )
-        except (ValueError, TypeError, json.JSONDecodeError) as err:
+        except (ValueError, TypeError, AttributeError, json.JSONDecodeError) as err:
             raise ArtifactError(f"{where} has malformed cosyedge metadata ({err})") from None
         contract.validate(where)
         return contract

@@ -1,38 +1,33 @@
-"""Stage 2, streamify: turn a full-sequence causal-conv ONNX into a chunk-in/chunk-out ONNX with state.
+"""Stage 2, streamify: full-sequence ONNX -> chunk-in / chunk-out ONNX with explicit state, proved equal.
 
-Works on any causal-convolution ONNX (made by :mod:`cosyedge.export` or by the user), in both forms
-the PyTorch exporters emit for ``conv(F.pad(x, (P, 0)))`` (DESIGN.md, ONNX export facts):
+One rule per op kind (:mod:`cosyedge.surgery.rules`) over a stream fact carried through the graph: which
+axis is time, frames per input tick (strides and upsampling so far), delay in frames
+(:mod:`cosyedge.surgery.facts`, :mod:`cosyedge.surgery.walker`). Closed world: every node that touches a
+tensor with a time axis either has a rule or the run stops, naming every such node with its op and the
+reason, in one line. What becomes state: causal context of Conv / pooling (1-D or 2-D, time on any spatial
+axis, strided, dilated, grouped), Pad on time, GRU / LSTM / RNN hidden and cell state, transposed-conv
+overlap, running sums, delay lines where paths of different delay meet. Look-ahead (right pads, symmetric
+conv pads that are not chomped, crops at the start) becomes delay; the outputs share one delay, added to
+the contract's ``delay_samples``. States are batch-first, named ``state_in.NN`` / ``state_out.NN`` with a
+fixed width (no name a prefix of another).
 
-(a) ``Pad`` (mode constant, value 0, constant ``pads`` after constant folding, only a left pad on the
-    last = time axis) feeding a ``Conv`` (``torch.onnx.export(dynamo=False)``);
-(b) ``Conv`` with asymmetric ``pads=[P, 0]`` (``dynamo=True`` folds the pad into the Conv).
+Before anything is written the stream graph is run chunk by chunk (the smallest chunk and a larger one)
+against the full-sequence graph on real speech for waveform inputs (:mod:`cosyedge.surgery.proof`); above
+tolerance nothing is written and the message names the first diverging tensor.
 
-Each becomes ``Concat(state_in.NN, x, axis=-1)`` feeding the Conv (pads zeroed) and
-``state_out.NN = Slice(concat, -P:)``, P = (k-1)*d for a stride-1 conv (k - s for
-``CausalConv1dDownsample``). States are numbered in topological order with a fixed zero-padded
-width, so no state name is a prefix of another (DESIGN.md, known failure kinds). The graph's total
-stride (least common multiple of the cumulative Conv strides from the audio input) is stored in the
-contract; a chunk must be a multiple of it (:meth:`~cosyedge.artifacts.StreamContract.check_chunk`):
-ONNX Runtime silently truncates other lengths instead of failing (DESIGN.md).
+Several ONNX files that form one model (DeepFilterNet3's encoder and two decoders) are merged first
+(:mod:`cosyedge.surgery.merge`): outputs of one feed inputs of the same name of another.
 
-Refused with :class:`~cosyedge.errors.UsageError` naming the node: any pad that is not causal (right or
-symmetric pads, pads on other axes, negative pads, non-constant mode, non-zero value, pads that are
-not constant after folding), a causal Pad feeding anything but a Conv, a Conv whose time pad does not
-give exactly ``T / stride`` frames per chunk (needs ``k_eff - s <= P <= k_eff - 1``), ops that keep
-hidden time state (ConvTranspose, LSTM, GRU, RNN, pooling), and a graph without any causal pad.
-Not detected: other ops that mix time steps (reductions or cumulative sums over time, attention):
-such a model is not causal-conv and streams wrongly.
-
-Sources: onnx-graphsurgeon docs and source (``Graph.fold_constants``, ``Graph.cleanup``,
-``Graph.toposort``, ``Graph.register``); ONNX operator docs: Pad (opset 18 ``pads`` = all begins then
-all ends, optional ``constant_value`` and ``axes`` inputs), Conv (``pads`` = begins then ends per
-spatial axis, ``auto_pad``), Concat, Slice; icefall ``export-onnx-streaming.py`` (explicit cache I/O).
+Sources: sonos/tract ``pulse/`` (pulsify rules per op, stream facts, delays); onnx-graphsurgeon docs
+(``Graph.fold_constants``, ``cleanup``, ``toposort``); icefall ``export-onnx-streaming.py`` (explicit
+cache I/O).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +40,7 @@ from cosyedge.artifacts import (
     Stage,
     StateSpec,
     StreamContract,
+    StreamIO,
     check_not_input,
     check_writable,
     resolve_artifact,
@@ -52,260 +48,243 @@ from cosyedge.artifacts import (
 from cosyedge.errors import UsageError
 from cosyedge.log import LOG
 from cosyedge.surgery import io, ops  # noqa: F401  (ops registers graph functions)
+from cosyedge.surgery.proof import ATOL
 
 gs = lazy_import("onnx_graphsurgeon")
 
 STATE_IN_PREFIX = "state_in."
 STATE_OUT_PREFIX = "state_out."
 
-# Ops that keep time state streamify cannot expose as Conv left pads.
-_REFUSED_OPS = {"ConvTranspose", "LSTM", "GRU", "RNN", "MaxPool", "AveragePool", "LpPool"}
-
 
 @dataclasses.dataclass
-class _Site:
-    """One causal left pad to replace: ``conv(pad(x, P))`` -> ``conv(concat(state, x))``."""
+class StreamGraph:
+    """What :func:`streamify_graph` made.
 
-    conv: Any  # gs.Node (Conv)
-    x: Any  # gs.Tensor, the unpadded input
-    pad_frames: int  # P
-
-
-def _const(t: Any) -> np.ndarray | None:
-    """Values of a constant tensor (initializer or Constant-node output), else None."""
-    if isinstance(t, gs.Constant):
-        return np.asarray(t.values)
-    if len(t.inputs) == 1 and t.inputs[0].op == "Constant":
-        return np.asarray(t.inputs[0].attrs["value"].values)
-    return None
-
-
-def _is_omitted(node: Any, index: int) -> bool:
-    """True when optional input ``index`` of ``node`` is absent or empty."""
-    return index >= len(node.inputs) or node.inputs[index].name == ""
-
-
-def _desc(node: Any) -> str:
-    return f"{node.op} node '{node.name}'"
-
-
-def _pad_left_frames(pad: Any, rank_hint: int | None) -> int:
-    """Validate a Pad node and return its left pad P (frames) on the time (last) axis.
-
-    Returns 0 for a no-op Pad (all pads zero). Raises UsageError for anything not causal.
+    Attributes:
+        states (list[StateSpec]): State pairs in creation (graph) order, batch-first.
+        inputs (list[StreamIO]): Streaming inputs (frames per hop, time axis).
+        outputs (list[StreamIO]): Streaming outputs with their delay in frames.
+        stride_ticks (int): Chunks must hold a multiple of this many input ticks.
+        delay_ticks (int): The outputs' common delay in input ticks (look-ahead found in the graph).
+        walker (Walker): The walker (per-tensor delays and facts, for the proof's bisection).
+        rf_ticks (int): Longest time context of one stateful layer, in input ticks.
+        full_model (onnx.ModelProto): The constant-folded full-sequence graph (the proof's reference).
     """
-    mode = pad.attrs.get("mode", "constant")
-    mode = mode.decode() if isinstance(mode, bytes) else mode
-    if mode != "constant":
-        raise UsageError(f"{_desc(pad)} uses mode '{mode}': only zero constant padding can become a stream state")
-    if "pads" in pad.attrs:  # opset < 11: pads attribute
-        pads = np.asarray(pad.attrs["pads"], dtype=np.int64)
-        value = float(pad.attrs.get("value", 0.0))
-    else:
-        pads = _const(pad.inputs[1]) if len(pad.inputs) > 1 else None
-        if pads is None:
-            raise UsageError(f"{_desc(pad)} has pads computed at run time (not constant after folding): "
-                             "cannot tell whether it is causal")
-        value = 0.0
-        if not _is_omitted(pad, 2):
-            v = _const(pad.inputs[2])
-            if v is None:
-                raise UsageError(f"{_desc(pad)} has a run-time pad value: only zero padding can become a state")
-            value = float(np.asarray(v).reshape(-1)[0]) if np.asarray(v).size else 0.0
-    pads = pads.astype(np.int64).reshape(-1)
-    if not _is_omitted(pad, 3):  # opset 18 axes input
-        axes = _const(pad.inputs[3])
-        x_shape = pad.inputs[0].shape
-        rank = len(x_shape) if x_shape is not None else rank_hint
-        if axes is None or rank is None:
-            raise UsageError(f"{_desc(pad)} has run-time axes or unknown input rank: cannot tell whether it is causal")
-        full = np.zeros(2 * rank, dtype=np.int64)
-        axes = [int(a) % rank for a in np.asarray(axes).reshape(-1)]
-        for i, a in enumerate(axes):
-            full[a], full[rank + a] = pads[i], pads[len(axes) + i]
-        pads = full
-    rank = len(pads) // 2
-    begins, ends = pads[:rank], pads[rank:]
-    if not pads.any():
-        return 0
-    if ends.any() or begins[:-1].any() or begins[-1] < 0:
-        raise UsageError(
-            f"{_desc(pad)} pads begins={begins.tolist()} ends={ends.tolist()}: not causal (only a left pad on "
-            "the last = time axis can become a stream state; use F.pad(x, (P, 0)))"
-        )
-    if value != 0.0:
-        raise UsageError(f"{_desc(pad)} pads with value {value:g}: only zero padding can become a stream state")
-    return int(begins[-1])
+
+    states: list
+    inputs: list
+    outputs: list
+    stride_ticks: int
+    delay_ticks: int
+    walker: Any
+    rf_ticks: int
+    full_model: Any = None
 
 
-def _conv_geometry(conv: Any) -> tuple[int, int, int, int, Any]:
-    """Return (left pad P on time, effective time kernel k_eff, time stride s, rank, weight shape)."""
-    w = conv.inputs[1]
-    w_shape = list(_const(w).shape) if _const(w) is not None else (list(w.shape) if w.shape else None)
-    ksz = conv.attrs.get("kernel_shape") or (w_shape[2:] if w_shape else None)
-    if not ksz or not all(isinstance(k, (int, np.integer)) for k in ksz):
-        raise UsageError(f"{_desc(conv)} has an unknown kernel shape: cannot tell its time receptive field")
-    n_sp = len(ksz)
-    auto_pad = conv.attrs.get("auto_pad", "NOTSET")
-    auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else auto_pad
-    if auto_pad not in ("NOTSET", "VALID"):
-        raise UsageError(f"{_desc(conv)} uses auto_pad={auto_pad}: not causal (export with explicit left pads)")
-    pads = np.asarray(conv.attrs.get("pads", [0] * 2 * n_sp) if auto_pad == "NOTSET" else [0] * 2 * n_sp,
-                      dtype=np.int64)
-    begins, ends = pads[:n_sp], pads[n_sp:]
-    if ends.any() or begins[:-1].any() or begins[-1] < 0:
-        raise UsageError(
-            f"{_desc(conv)} pads begins={begins.tolist()} ends={ends.tolist()}: not causal (only a left pad on "
-            "the last = time axis can become a stream state; use F.pad(x, (P, 0)) instead of padding=...)"
-        )
-    dil = conv.attrs.get("dilations", [1] * n_sp)[-1]
-    stride = conv.attrs.get("strides", [1] * n_sp)[-1]
-    k_eff = (int(ksz[-1]) - 1) * int(dil) + 1
-    return int(begins[-1]), k_eff, int(stride), n_sp + 2, w_shape
+def _input_time_axes(graph: Any, given: dict[str, int] | None) -> dict[str, int]:
+    axes = {}
+    for t in graph.inputs:
+        if given and t.name in given:
+            axes[t.name] = int(given[t.name])
+            continue
+        shape = list(t.shape or [])
+        sym = [i for i, d in enumerate(shape) if i > 0 and not (isinstance(d, (int, np.integer)) and d > 0)]
+        if len(sym) == 1:
+            axes[t.name] = sym[0]
+        elif len(sym) > 1:
+            raise UsageError(f"input '{t.name}' has several symbolic axes {sym} ({shape}): give its time axis "
+                             f"(--time-axis {t.name}=AXIS)")
+        else:
+            raise UsageError(f"input '{t.name}' has no symbolic axis ({shape}): export it with a dynamic time axis, "
+                             f"or give its time axis (--time-axis {t.name}=AXIS)")
+    return axes
 
 
-def find_causal_pads(graph: Any) -> list[_Site]:
-    """Validate every Pad and Conv of a folded, sorted graph and list the causal pads to replace.
+def _is_audio(shape: list, axis: int) -> bool:
+    return len(shape) == 3 and axis == 2 and shape[1] == 1
+
+
+def streamify_graph(graph: Any, *, hop_ticks: int, time_axes: dict[str, int] | None = None,
+                    where: str = "model", hop_label: str = "hop_samples") -> StreamGraph:
+    """Rewrite ``graph`` in place into its stream graph: one rule per node (:mod:`cosyedge.surgery.rules`).
 
     Args:
-        graph (gs.Graph): Constant-folded, topologically sorted graph.
+        graph (gs.Graph): Full-sequence graph; every input has a time axis (found from its one symbolic
+            axis besides batch, or given in ``time_axes``).
+        hop_ticks (int): Input ticks (samples for a waveform input, frames for features) per hop; the probe
+            lengths are multiples of it.
+        time_axes (dict[str, int] | None): Time axis by input name, where the shapes do not tell.
+        where (str): Name for messages.
+        hop_label (str): What the hop is called in messages (``hop_samples`` or ``frames_per_hop``).
     Returns:
-        list[_Site]: one per Conv with a causal left pad (Pad node, Conv pads or both), in graph order.
+        StreamGraph: states, I/O and strides (see there).
     Raises:
-        UsageError: a non-causal pad, a causal Pad that feeds something other than a Conv, a Conv whose
-            time pad breaks chunking, or an op with hidden time state (the message names the node).
+        UsageError: one line naming every node that cannot stream (node, op, reason), inputs without a time
+            axis, no state at all, tensors already named ``state_in.*``.
+        ArtifactError: ONNX Runtime cannot run the graph.
     """
-    pad_frames: dict[int, int] = {}
-    for node in graph.nodes:
-        if node.op in _REFUSED_OPS:
-            raise UsageError(f"{_desc(node)}: {node.op} keeps time state streamify cannot carry "
-                             "(supported: Conv with causal left pads; upsample with CausalConv1dUpsample)")
-        if node.op != "Pad":
-            continue
-        consumers = list(node.outputs[0].outputs)
-        hint = next((len(c.inputs[1].shape) for c in consumers if c.op == "Conv" and c.inputs[1].shape), None)
-        p = _pad_left_frames(node, hint)
-        if p == 0:
-            continue
-        for c in consumers:
-            if c.op != "Conv" or c.inputs[0] is not node.outputs[0]:
-                raise UsageError(f"{_desc(node)} (causal left pad of {p} frames) feeds {_desc(c)}, not a Conv "
-                                 "input: streamify only carries state into Conv inputs")
-        if node.outputs[0] in graph.outputs:
-            raise UsageError(f"{_desc(node)} output is a graph output: a padded tensor cannot be streamed")
-        pad_frames[id(node)] = p
+    from cosyedge.surgery.facts import measure
+    from cosyedge.surgery.walker import Walker
 
-    sites = []
-    for conv in graph.nodes:
-        if conv.op != "Conv":
-            continue
-        p_conv, k_eff, stride, _, _ = _conv_geometry(conv)
-        x, p_pad = conv.inputs[0], 0
-        producer = x.inputs[0] if len(x.inputs) == 1 else None
-        if producer is not None and id(producer) in pad_frames:
-            x, p_pad = producer.inputs[0], pad_frames[id(producer)]
-        p = p_pad + p_conv
-        lo, hi = max(0, k_eff - stride), k_eff - 1
-        if not lo <= p <= hi:
-            raise UsageError(
-                f"{_desc(conv)} (time kernel {k_eff} with dilation, stride {stride}) has a left pad of {p}: "
-                f"chunked output needs {lo} <= pad <= {hi} (causal conv: pad = kernel - stride)"
-            )
-        if p > 0:
-            sites.append(_Site(conv=conv, x=x, pad_frames=p))
-    return sites
+    for i, node in enumerate(graph.nodes):  # error messages and StateSpec.node need names
+        if not node.name:
+            node.name = f"{node.op}_{i}"
+    graph.toposort()
+    graph.fold_constants().cleanup().toposort()
+    taken = [n for n in graph.tensors() if n.startswith((STATE_IN_PREFIX, STATE_OUT_PREFIX))]
+    if taken:
+        raise UsageError(f"model already has tensor '{taken[0]}': is it already streamified?")
+    axes = _input_time_axes(graph, time_axes)
+    # Probe at multiples of the hop and, for waveforms, of 64 samples, so strides up to 64 are measured
+    # exactly even when the hop is not a multiple of them (then refused below, naming the stride).
+    quantum = math.lcm(hop_ticks, 64) if _is_audio(list(graph.inputs[0].shape or []), axes[graph.inputs[0].name]) \
+        else hop_ticks
+    m1 = max(8, -(-512 // quantum))
+    t1, t2 = m1 * quantum, (m1 + 5) * quantum
+    folded = gs.export_onnx(graph)
+    facts, values, batch_axes = measure(folded, axes, t1, t2, where)
+    in_names = [t.name for t in graph.inputs]
+    out_names = [t.name for t in graph.outputs]
+    first = graph.inputs[0]
+    walker = Walker(graph, facts, values, batch_axes, (first.name, axes[first.name]))
+    walker.walk()
+    delays = walker.finish(out_names)
+    if walker.blockers:
+        n = len(walker.blockers)
+        raise UsageError(f"{where} cannot stream: {n} node{'s' if n > 1 else ''} block{'' if n > 1 else 's'} it: "
+                         + "; ".join(walker.blockers))
+    if not walker.states:
+        raise UsageError(f"{where} has no time context to carry (every op works frame by frame): nothing to "
+                         "stream; is the time axis right?")
+    denoms = [f.rate.denominator for f in facts.values() if f.is_stream]
+    stride = math.lcm(*denoms) if denoms else 1
+    for t in graph.outputs:
+        f = walker.facts.get(t.name)
+        if f is not None and f.is_stream:
+            stride = math.lcm(stride, f.rate.denominator)
+    if hop_ticks % stride:
+        raise UsageError(f"{hop_label} {hop_ticks} is not a multiple of the model's total stride {stride} "
+                         f"{'samples' if hop_label == 'hop_samples' else 'frames'} (use "
+                         f"{stride * max(1, round(hop_ticks / stride))})")
+    inputs = []
+    for name in in_names:
+        f = facts[name]
+        shape = [BATCH_DIM if i == 0 else ("T" if i == axes[name] else int(d)) for i, d in enumerate(f.shape1)]
+        kind = "audio" if _is_audio(list(f.shape1), axes[name]) else "features"
+        inputs.append(StreamIO(name, shape, _np_name(values[name].dtype), axes[name], hop_ticks, 0, kind))
+    outputs, delay_ticks = [], 0
+    for name in out_names:
+        f = walker.facts[name]
+        fph = f.rate * hop_ticks
+        shape = [BATCH_DIM if i == walker.batch_axis(next(t for t in graph.outputs if t.name == name)) else
+                 ("T" if i == f.axis else int(d)) for i, d in enumerate(f.shape1)]
+        kind = ("audio" if inputs[0].kind == "audio" and fph == hop_ticks and _is_audio(list(f.shape1), f.axis)
+                else "features")
+        dtype = _np_name(values[name].dtype) if name in values else "float32"
+        outputs.append(StreamIO(name, shape, dtype, f.axis, int(fph) if fph.denominator == 1 else 0,
+                                delays.get(name, 0), kind))
+        delay_ticks = max(delay_ticks, int(Fraction(delays.get(name, 0)) / f.rate))
+    bad = [o.name for o in outputs if o.frames_per_hop == 0]
+    if bad:
+        raise UsageError(f"{where}: output '{bad[0]}' has a fractional number of frames per hop of {hop_ticks} "
+                         f"ticks: use a hop that is a multiple of {stride}")
+    graph.clear_intermediate_shapes().cleanup().toposort()
+    return StreamGraph(walker.states, inputs, outputs, stride, delay_ticks, walker, walker.rf_ticks, folded)
 
 
-def total_stride(graph: Any, input_name: str) -> int:
-    """Return the model's total stride in input samples (int).
-
-    Each tensor gets the stride of its time axis relative to the audio input: a Conv multiplies its
-    input's stride by its time stride, other ops take the least common multiple of their inputs'.
-    The result is the lcm over all tensors. A reshape-based upsampler (``CausalConv1dUpsample``) does not
-    reduce it, which is right: chunks must still fill whole frames of the strided layers.
-
-    Args:
-        graph (gs.Graph): Topologically sorted graph (before the rewrite).
-        input_name (str): Audio input name.
-    """
-    stride = {input_name: 1}
-    total = 1
-    for node in graph.nodes:
-        ins = [stride[t.name] for t in node.inputs if t.name in stride]
-        if not ins:
-            continue
-        s = math.lcm(*ins)
-        if node.op == "Conv" and node.inputs[0].name in stride:
-            s = stride[node.inputs[0].name] * int(node.attrs.get("strides", [1])[-1])
-        for o in node.outputs:
-            stride[o.name] = s
-        total = math.lcm(total, s)
-    return total
-
-
-def _dtype_name(dtype: Any) -> str:
+def _np_name(dtype: Any) -> str:
     try:
         return np.dtype(dtype).name
     except TypeError:
         return "float32"
 
 
-def _state_shape(site: _Site, w_shape: list | None) -> list:
-    """["N", C_in, ..., P] for the state of ``site``."""
-    conv, x = site.conv, site.x
-    rank = len(w_shape) if w_shape else (len(x.shape) if x.shape else 3)
-    x_shape = list(x.shape) if x.shape else [None] * rank
-    c_in = int(w_shape[1]) * int(conv.attrs.get("group", 1)) if w_shape else x_shape[1]
-    middle = x_shape[2:-1]
-    dims = [c_in, *middle]
-    if not all(isinstance(d, (int, np.integer)) and d > 0 for d in dims):
-        raise UsageError(f"{_desc(conv)}: input shape {x_shape} has unknown non-time dims: cannot size its state")
-    return [BATCH_DIM, *(int(d) for d in dims), int(site.pad_frames)]
-
-
-def streamify_graph(graph: Any, input_name: str) -> tuple[list[StateSpec], int]:
-    """Rewrite every causal left pad of ``graph`` in place into explicit state I/O (the surgery pass).
+def proof_inputs(contract: StreamContract, ticks: int, seed: int = 0) -> dict[str, np.ndarray]:
+    """Inputs for the proof: real speech for waveform inputs (the bundled demo recording, noisy, at the model
+    rate, repeated to ``ticks`` samples), seeded N(0, 0.5^2) values for other inputs; batch 1.
 
     Args:
-        graph (gs.Graph): Full-sequence graph; audio input ``input_name`` (N, C, T), time last.
-        input_name (str): Audio input name (for the total stride).
+        contract (StreamContract): The stream contract (inputs, rate).
+        ticks (int): Length of every time axis.
+        seed (int): Seed for non-audio inputs.
     Returns:
-        tuple[list[StateSpec], int]: the state pairs in graph order and the total stride (samples).
-    Raises:
-        UsageError: see :func:`find_causal_pads`; also when the graph has no causal pad or already has
-            tensors named ``state_in.*`` / ``state_out.*``.
+        dict[str, np.ndarray]: by input name.
     """
-    for i, node in enumerate(graph.nodes):  # error messages and StateSpec.node need names
-        if not node.name:
-            node.name = f"{node.op}_{i}"
-    graph.toposort()
-    graph.fold_constants().cleanup().toposort()
-    sites = find_causal_pads(graph)
-    if not sites:
-        raise UsageError("model has no causal left pad (no Conv with a left pad on time): nothing to stream; "
-                         "is it a causal-conv model? (streamify needs conv(F.pad(x, (P, 0))))")
-    taken = [n for n in graph.tensors() if n.startswith((STATE_IN_PREFIX, STATE_OUT_PREFIX))]
-    if taken:
-        raise UsageError(f"model already has tensor '{taken[0]}': is it already streamified?")
-    stride = total_stride(graph, input_name)
+    rng = np.random.default_rng(seed)
+    feeds = {}
+    for io in contract.stream_inputs:
+        shape = io.concrete_shape(1, ticks)
+        if io.kind == "audio":
+            feeds[io.name] = _demo_audio(contract.sample_rate_hz, ticks).reshape(shape)
+        else:
+            feeds[io.name] = (0.5 * rng.standard_normal(shape)).astype(io.dtype)
+    return feeds
 
-    width = max(2, len(str(len(sites) - 1)))
-    specs = []
-    for i, site in enumerate(sites):
-        _, _, _, _, w_shape = _conv_geometry(site.conv)
-        shape = _state_shape(site, w_shape)
-        dtype = site.x.dtype if site.x.dtype is not None else np.float32
-        name_in, name_out = f"{STATE_IN_PREFIX}{i:0{width}d}", f"{STATE_OUT_PREFIX}{i:0{width}d}"
-        cat = graph.expose_state(site.x, site.pad_frames, shape, name_in, name_out, dtype=dtype,
-                                 prefix=site.conv.name)
-        site.conv.inputs[0] = cat
-        if "pads" in site.conv.attrs:
-            site.conv.attrs["pads"] = [0] * len(site.conv.attrs["pads"])
-        specs.append(StateSpec(input=name_in, output=name_out, shape=shape, dtype=_dtype_name(dtype),
-                               node=site.conv.name, init=0.0))
-        LOG.debug("state %s: %s before %s", name_in, shape, site.conv.name)
-    graph.clear_intermediate_shapes().cleanup().toposort()
-    return specs, stride
+
+def _demo_audio(rate: int, n: int) -> np.ndarray:
+    from cosyedge.audio import load_audio, to_model_input
+
+    path = Path(__file__).resolve().parents[1] / "assets" / "demo" / "noisy.wav"
+    x, sr = load_audio(path)
+    x = to_model_input(x, sr, rate).reshape(-1)
+    reps = -(-n // x.size)
+    return np.tile(x, reps)[:n].astype(np.float32)
+
+
+def prove_stream(full_model: Any, stream_model: Any, contract: StreamContract, sg: StreamGraph, *,
+                 inputs: dict[str, np.ndarray] | None = None, atol: float = ATOL, where: str = "model") -> dict:
+    """Prove ``stream_model`` == ``full_model`` chunk by chunk (:func:`cosyedge.surgery.proof.prove`) at the
+    smallest chunk and a larger one; returns the summary for the contract.
+
+    Args:
+        full_model (onnx.ModelProto): The full-sequence graph (folded).
+        stream_model (onnx.ModelProto): The stream graph.
+        contract (StreamContract): Its contract.
+        sg (StreamGraph): What :func:`streamify_graph` returned (facts and delays for the bisection).
+        inputs (dict[str, np.ndarray] | None): Proof inputs (time length a multiple of every chunk);
+            default :func:`proof_inputs`.
+        atol (float): Tolerance relative to max(1, peak |full output|).
+        where (str): Name for messages.
+    Returns:
+        dict: max abs error, worst SNR, chunks, length (:meth:`ProofResult.summary`).
+    Raises:
+        AccuracyError: the stream differs; the message names the first diverging tensor.
+    """
+    from cosyedge.errors import AccuracyError
+    from cosyedge.surgery.proof import prove
+
+    s = sg.stride_ticks
+    hop = contract.stream_inputs[0].frames_per_hop
+    chunks = [s, max(hop, 3 * s)]
+    big = max(chunks)
+    if inputs is None:
+        need = max(64 * big, 8 * sg.rf_ticks + sg.delay_ticks, 4 * contract.sample_rate_hz * hop //
+                   contract.hop_samples)
+        ticks = math.lcm(*chunks) * -(-need // math.lcm(*chunks))
+        inputs = proof_inputs(contract, ticks)
+    else:
+        ticks = next(iter(inputs.values())).shape[contract.stream_inputs[0].time_axis]
+        chunks = [c for c in chunks if ticks % c == 0] or [s]
+    w = sg.walker
+    out_facts = {o.name: (o.time_axis, w.facts[o.name].rate, o.delay_frames) for o in contract.stream_outputs}
+    all_facts = {n: (f.axis, f.rate, w.delay.get(n)) for n, f in w.facts.items() if f.is_stream}
+    order, producers = [], {}
+    for node in full_model.graph.node:
+        for o in node.output:
+            order.append(o)
+            producers[o] = f"{node.op_type} node '{node.name}'"
+    res = prove(full_model, stream_model, contract, inputs, chunks, out_facts, all_facts, order, producers, atol)
+    worst = max(res.rows, key=lambda r: r["max_abs"])
+    if not res.ok:
+        raise AccuracyError(f"{where}: the stream graph differs from the full-sequence graph: output "
+                            f"'{worst['output']}' max abs error {worst['max_abs']:.3g} (SNR {worst['snr_db']:.1f} dB) "
+                            f"at chunks of {worst['chunk_ticks']} ticks; "
+                            + (res.first_bad or "no single tensor found") + "; nothing written")
+    LOG.info("proved on %d ticks at chunks %s: max abs error %.3g, SNR >= %.1f dB", res.ticks, chunks,
+             worst["max_abs"], min(r["snr_db"] for r in res.rows))
+    return res.summary()
+
+
 
 
 def _contract_fields(model: Any, where: str, *, sample_rate_hz, hop_samples, delay_samples, name) -> dict:
@@ -338,78 +317,119 @@ def _contract_fields(model: Any, where: str, *, sample_rate_hz, hop_samples, del
 
 
 class StatefulOnnxFromOnnx(Stage):
-    """Stage: full-sequence causal-conv ONNX -> streaming ONNX with explicit state I/O (see module doc).
+    """Stage: full-sequence ONNX (one file, or several forming one model) -> proved stream ONNX (module doc).
 
     Args:
-        onnx_in (str | Path | Stage): Source ONNX path, or a stage producing it (e.g. ``OnnxFromTorch``).
+        onnx_in (str | Path | Stage | list): Source ONNX path, a stage producing it (e.g. ``OnnxFromTorch``),
+            or a list of paths merged into one model (:func:`cosyedge.surgery.merge.merge_models`).
         out (str | Path): Destination ``.stream.onnx`` (one self-contained file, written atomically).
         sample_rate_hz (int | None): Sample rate; required when the source has no cosyedge metadata.
         hop_samples (int | None): Samples per model step; required without metadata; must be a multiple
             of the graph's total stride.
-        delay_samples (int | None): Algorithmic delay (samples); defaults to the metadata value or 0.
+        delay_samples (int | None): Algorithmic delay beyond the graph's own (samples, e.g. the overlap-add
+            of an STFT model); defaults to the metadata value or 0. The look-ahead streamify finds is added.
         name (str | None): Model name; defaults to the metadata value or the file stem.
+        time_axes (dict[str, int] | None): Time axis by input name where the input's shape does not tell
+            (one symbolic axis besides batch axis 0 is taken as time).
+        frames_per_hop (int): Frames per hop of feature inputs (not waveforms): 1 by default.
+        proof_inputs (dict[str, np.ndarray] | None): Inputs for the proof (batch 1, full length); default
+            real speech for waveform inputs, seeded values for others.
+        atol (float): Proof tolerance relative to max(1, peak output).
 
     Calling it returns the output Path; afterwards :attr:`contract` holds the written
-    :class:`~cosyedge.artifacts.StreamContract`.
+    :class:`~cosyedge.artifacts.StreamContract` (with ``inputs``/``outputs``: time axis, frames per hop and
+    delay of each; ``proof``: the measured error).
 
-    Streaming model I/O: ``<input>`` (N, C, T) float32 with T a positive multiple of
-    ``contract.total_stride``; ``state_in.NN`` (N, C_l, P_l) float32, zeros at stream start; outputs
-    ``<output>`` (N, 1, T) and ``state_out.NN`` (same shape as ``state_in.NN``), to feed back next chunk.
+    Stream model I/O: every input with its time axis holding ``frames_per_hop * chunk / hop`` frames
+    (``<audio input>`` (N, 1, T) for a waveform model, T a positive multiple of ``contract.total_stride``);
+    ``state_in.NN`` batch-first, zeros at stream start (a tick counter state starts at 0); outputs likewise
+    and ``state_out.NN`` (same shapes as ``state_in.NN``), fed back next chunk.
 
     Raises:
         ArtifactError: source missing/corrupt, output not writable, rewritten graph fails ONNX checks.
-        UsageError: non-causal model (message names the node), missing metadata (names the option),
-            hop not a multiple of the total stride, already streaming.
+        UsageError: a node that cannot stream (every one named, with op and reason), missing metadata
+            (names the option), hop not a multiple of the total stride, already streaming.
+        AccuracyError: the proof failed (names the first diverging tensor); nothing is written.
     """
 
     def __init__(self, onnx_in: Any, out: str | Path, *, sample_rate_hz: int | None = None,
-                 hop_samples: int | None = None, delay_samples: int | None = None, name: str | None = None):
+                 hop_samples: int | None = None, delay_samples: int | None = None, name: str | None = None,
+                 time_axes: dict[str, int] | None = None, frames_per_hop: int = 1,
+                 proof_inputs: dict | None = None, atol: float = ATOL):
         self.onnx_in = onnx_in
         self.out = Path(out)
         self.sample_rate_hz = sample_rate_hz
         self.hop_samples = hop_samples
         self.delay_samples = delay_samples
         self.name = name
+        self.time_axes = dict(time_axes or {})
+        self.frames_per_hop = int(frames_per_hop)
+        self.proof_inputs = proof_inputs
+        self.atol = float(atol)
         self.contract: StreamContract | None = None
 
-    def call_impl(self) -> Path:
-        """Run the surgery now; returns the streaming ONNX path (see :func:`streamify` for errors)."""
+    def _load(self) -> tuple[Any, Any, Path]:
+        if isinstance(self.onnx_in, (list, tuple)):
+            from cosyedge.surgery.merge import merge_models
+
+            srcs = [Path(p) for p in self.onnx_in]
+            for src in srcs:
+                check_not_input(src, self.out)
+            if len(srcs) > 1:
+                model = merge_models(srcs)
+                return gs.import_onnx(model), model, srcs[0]
+            self.onnx_in = srcs[0]
         src = resolve_artifact(self.onnx_in)
-        check_writable(self.out)
         check_not_input(src, self.out)
+        graph, model = io.load_graph(src)
+        return graph, model, src
+
+    def call_impl(self) -> Path:
+        """Run the surgery and the proof now; returns the stream ONNX path (errors: class doc)."""
+        check_writable(self.out)
+        if self.frames_per_hop < 1:
+            raise UsageError(f"frames_per_hop must be >= 1, got {self.frames_per_hop}")
+        graph, model, src = self._load()
         with LOG.stage(f"streamify {src} -> {self.out}"):
-            graph, model = io.load_graph(src)
             fields = _contract_fields(model, str(src), sample_rate_hz=self.sample_rate_hz,
                                       hop_samples=self.hop_samples, delay_samples=self.delay_samples,
                                       name=self.name)
-            in_names = [t.name for t in graph.inputs]
-            out_names = [t.name for t in graph.outputs]
-            audio_in = fields.get("input") or (in_names[0] if len(in_names) == 1 else None)
-            audio_out = fields.get("output") or (out_names[0] if len(out_names) == 1 else None)
-            if audio_in not in in_names or audio_out not in out_names or len(in_names) != 1:
-                raise UsageError(f"{src} must have exactly one audio input and one audio output, "
-                                 f"has inputs {in_names} and outputs {out_names}")
-            t_dim = (graph.inputs[0].shape or [None])[-1]
-            if isinstance(t_dim, (int, np.integer)):
-                LOG.warning("%s: input '%s' has a fixed time length %d: the streaming model only accepts "
-                            "chunks of exactly %d samples", src, audio_in, t_dim, t_dim)
-
-            specs, stride = streamify_graph(graph, audio_in)
             hop = int(fields["hop_samples"])
-            if hop % stride:
-                raise UsageError(f"hop_samples {hop} is not a multiple of the model's total stride {stride} "
-                                 f"samples (use {stride * max(1, round(hop / stride))})")
+            first = graph.inputs[0] if graph.inputs else None
+            if first is None or not graph.outputs:
+                raise UsageError(f"{src} has no inputs or no outputs")
+            axes0 = _input_time_axes(graph, self.time_axes)
+            audio = _is_audio(list(first.shape or []), axes0[first.name]) and first.name not in self.time_axes
+            hop_ticks = hop if audio else self.frames_per_hop
+            if hop % hop_ticks:
+                raise UsageError(f"hop_samples {hop} is not a multiple of frames_per_hop {hop_ticks}")
+            sg = streamify_graph(graph, hop_ticks=hop_ticks, time_axes=self.time_axes, where=str(src),
+                                 hop_label="hop_samples" if audio else "frames_per_hop")
+            per_tick = hop // hop_ticks
+            in_names = [i.name for i in sg.inputs]
+            audio_out = next((o.name for o in sg.outputs if o.kind == "audio"), sg.outputs[0].name)
+            want_in, want_out = fields.get("input"), fields.get("output")
+            if want_in and want_in not in in_names or want_out and want_out not in [o.name for o in sg.outputs]:
+                raise UsageError(f"{src}: metadata names input '{want_in}' / output '{want_out}', the graph has "
+                                 f"inputs {in_names} and outputs {[o.name for o in sg.outputs]}")
             contract = StreamContract(
-                input=audio_in, output=audio_out, sample_rate_hz=int(fields["sample_rate_hz"]),
-                hop_samples=hop, total_stride=stride, delay_samples=int(fields.get("delay_samples") or 0),
-                states=specs, name=str(fields.get("name") or _stem(src)),
+                input=want_in or in_names[0], output=want_out or audio_out,
+                sample_rate_hz=int(fields["sample_rate_hz"]), hop_samples=hop,
+                total_stride=sg.stride_ticks * per_tick,
+                delay_samples=int(fields.get("delay_samples") or 0) + sg.delay_ticks * per_tick,
+                states=sg.states, name=str(fields.get("name") or _stem(src)),
+                inputs=sg.inputs, outputs=sg.outputs,
             )
             new = io.graph_to_model(graph, like=model)
             contract.write_to_onnx(new)
             new = io.finalize_model(new, where=str(src))
+            contract.proof = prove_stream(sg.full_model, new, contract, sg, inputs=self.proof_inputs,
+                                          atol=self.atol, where=str(src))
+            contract.write_to_onnx(new)
             io.save_model(new, self.out)
-            LOG.info("%d states, total stride %d samples, %s", len(specs), stride,
-                     ", ".join(f"{s.input}{s.shape[1:]}" for s in specs))
+            LOG.info("%d states, total stride %d samples, delay %d samples (%d from the graph), %s",
+                     len(sg.states), contract.total_stride, contract.delay_samples, sg.delay_ticks * per_tick,
+                     ", ".join(f"{s.input}{s.shape[1:]}" for s in sg.states))
         self.contract = contract
         return self.out
 
@@ -423,22 +443,29 @@ def _stem(path: Path) -> str:
 
 def streamify(in_onnx: Any, out_onnx: str | Path, *, sample_rate_hz: int | None = None,
               hop_samples: int | None = None, delay_samples: int | None = None,
-              name: str | None = None) -> StreamContract:
-    """Function twin of :class:`StatefulOnnxFromOnnx`: rewrite ``in_onnx`` into a streaming ``out_onnx``.
+              name: str | None = None, time_axes: dict[str, int] | None = None, frames_per_hop: int = 1,
+              proof_inputs: dict | None = None, atol: float = ATOL) -> StreamContract:
+    """Function twin of :class:`StatefulOnnxFromOnnx`: rewrite ``in_onnx`` into a proved stream ``out_onnx``.
 
     Args:
-        in_onnx (str | Path | Stage): Full-sequence causal-conv ONNX (or a stage producing it).
-        out_onnx (str | Path): Destination streaming ONNX.
+        in_onnx (str | Path | Stage | list): Full-sequence ONNX (or a stage producing it, or several paths
+            forming one model).
+        out_onnx (str | Path): Destination stream ONNX.
         sample_rate_hz (int | None): Required when ``in_onnx`` has no cosyedge metadata.
         hop_samples (int | None): Required when ``in_onnx`` has no cosyedge metadata.
-        delay_samples (int | None): Defaults to the metadata value or 0.
+        delay_samples (int | None): Delay beyond the graph's own look-ahead; defaults to the metadata value or 0.
         name (str | None): Defaults to the metadata value or the file stem.
+        time_axes (dict[str, int] | None): Time axis by input name where the shape does not tell.
+        frames_per_hop (int): Frames per hop of feature inputs (1).
+        proof_inputs (dict | None): Inputs for the proof (default: real speech / seeded values).
+        atol (float): Proof tolerance relative to max(1, peak output).
     Returns:
-        StreamContract: the contract written into ``out_onnx``'s metadata (states, total stride...).
+        StreamContract: the contract written into ``out_onnx``'s metadata (states, I/O, strides, proof).
     Raises:
-        ArtifactError, UsageError: see :class:`StatefulOnnxFromOnnx`.
+        ArtifactError, UsageError, AccuracyError: see :class:`StatefulOnnxFromOnnx`.
     """
     stage = StatefulOnnxFromOnnx(in_onnx, out_onnx, sample_rate_hz=sample_rate_hz, hop_samples=hop_samples,
-                                 delay_samples=delay_samples, name=name)
+                                 delay_samples=delay_samples, name=name, time_axes=time_axes,
+                                 frames_per_hop=frames_per_hop, proof_inputs=proof_inputs, atol=atol)
     stage()
     return stage.contract

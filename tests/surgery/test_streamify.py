@@ -82,35 +82,56 @@ def test_hand_built_both_forms_stream_exactly(tmp_path):
         assert "Pad" not in ops and ops.count("Concat") == 1 and ops.count("Slice") == 1
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    (dict(conv_pads=(1, 1)), r"Conv node 'conv_a' pads begins=\[1\] ends=\[1\]: not causal"),
-    (dict(conv_pads=(0, 2)), r"Conv node 'conv_a' pads begins=\[0\] ends=\[2\]: not causal"),
-    (dict(pad_node={"pads": [0, 0, 0, 0, 0, 2]}, conv_pads=(0, 0)), r"Pad node 'the_pad' .*not causal"),
-    (dict(pad_node={"pads": [0, 0, 1, 0, 0, 1]}, conv_pads=(0, 0)), r"Pad node 'the_pad' .*not causal"),
-    (dict(pad_node={"pads": [0, 1, 2, 0, 0, 0]}, conv_pads=(0, 0)), r"Pad node 'the_pad' .*not causal"),
-    (dict(pad_node={"pads": [0, 0, 2, 0, 0, 0], "mode": "reflect"}, conv_pads=(0, 0)),
-     r"Pad node 'the_pad' uses mode 'reflect'"),
-    (dict(pad_node={"pads": [0, 0, 2, 0, 0, 0], "value": 1.0}, conv_pads=(0, 0)),
-     r"Pad node 'the_pad' pads with value 1"),
-    (dict(conv_pads=(0, 0)), r"Conv node 'conv_a' .* left pad of 0: chunked output needs 2 <= pad <= 2"),
-    (dict(conv_pads=(0, 0), kernel=1), r"no causal left pad"),
+def _full_and_stream(src, out, x, chunk, contract):
+    import onnxruntime as ort
+
+    sys.path.insert(0, str(TESTS))
+    from models_torch import run_streaming
+
+    full = ort.InferenceSession(str(src), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    return full, run_streaming(out, contract, x, chunk)
+
+
+@pytest.mark.parametrize("kwargs, delay", [
+    (dict(conv_pads=(1, 1)), 1),  # symmetric 'same' pad, not chomped: one frame of look-ahead
+    (dict(conv_pads=(0, 2)), 2),  # right pad only
+    (dict(conv_pads=(0, 0)), 2),  # valid conv
+    (dict(pad_node={"pads": [0, 0, 0, 0, 0, 2]}, conv_pads=(0, 0)), 2),  # causal_type='right'
+    (dict(pad_node={"pads": [0, 0, 1, 0, 0, 1]}, conv_pads=(0, 0)), 1),
+    (dict(pad_node={"pads": [0, 0, 3, 0, 0, 0]}, conv_pads=(0, 0)), 0),  # over-padded: one frame early
+    (dict(pad_node={"pads": [0, 0, 2, 0, 0, 0]}, conv_pads=(0, 0), pad_consumer="Relu"), 2),
+    (dict(mid_node=helper.make_node("MaxPool", ["h"], ["h2"], name="pool", kernel_shape=[2])), 1),
 ])
-def test_non_causal_refused_naming_the_node(tmp_path, kwargs, match):
+def test_look_ahead_becomes_delay_and_streams_exactly(tmp_path, kwargs, delay):
+    """Look-ahead (right pads, un-chomped symmetric pads, valid convs and pools) is no longer refused: the
+    stream output comes ``delay`` frames later and equals the full output shifted by it."""
+    src = _conv_model(tmp_path / "m.onnx", **kwargs)
+    c = streamify(src, tmp_path / "out.onnx", **SR)
+    assert c.delay_samples == delay and c.outputs[0].delay_frames == delay
+    assert c.proof["max_abs"] <= 1e-5 and c.proof["chunks_ticks"] == [1, 3]
+    x = np.random.default_rng(5).standard_normal((1, 1, 90)).astype(np.float32)
+    for chunk in (1, 9):
+        full, y = _full_and_stream(src, tmp_path / "out.onnx", x, chunk, c)
+        n = min(full.shape[-1], y.shape[-1] - delay)
+        assert np.abs(y[..., delay:delay + n] - full[..., :n]).max() <= ATOL, (kwargs, chunk)
+        if delay:  # without the shift it does not match: the delay is real
+            assert np.abs(y[..., :n] - full[..., :n]).max() > 0.1
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(pad_node={"pads": [0, 0, 2, 0, 0, 0], "mode": "reflect"}, conv_pads=(0, 0)),
+     r"Pad node 'the_pad': pads time in 'reflect' mode"),
+    (dict(pad_node={"pads": [0, 0, 2, 0, 0, 0], "value": 1.0}, conv_pads=(0, 0)),
+     r"Pad node 'the_pad': left-pads time with a value other than 0"),
+    (dict(conv_pads=(0, 0), kernel=1), r"no time context to carry"),
+    (dict(mid_node=helper.make_node("LpNormalization", ["h"], ["h2"], name="norm", axis=2)),
+     r"1 node blocks it: LpNormalization node 'norm': works along the time axis 2"),
+])
+def test_unstreamable_refused_naming_the_node(tmp_path, kwargs, match):
     src = _conv_model(tmp_path / "m.onnx", **kwargs)
     with pytest.raises(UsageError, match=match):
         streamify(src, tmp_path / "out.onnx", **SR)
     assert not (tmp_path / "out.onnx").exists()
-
-
-def test_pad_feeding_non_conv_and_hidden_state_ops_refused(tmp_path):
-    src = _conv_model(tmp_path / "m.onnx", pad_node={"pads": [0, 0, 2, 0, 0, 0]}, conv_pads=(0, 0),
-                      pad_consumer="Relu")
-    with pytest.raises(UsageError, match=r"Pad node 'the_pad' .* feeds Relu node 'relu_on_pad', not a Conv"):
-        streamify(src, tmp_path / "out.onnx", **SR)
-    src = _conv_model(tmp_path / "m2.onnx", mid_node=helper.make_node("MaxPool", ["h"], ["h2"], name="pool",
-                                                                      kernel_shape=[2]))
-    with pytest.raises(UsageError, match=r"MaxPool node 'pool'"):
-        streamify(src, tmp_path / "out.onnx", **SR)
 
 
 def test_missing_metadata_names_the_option(tmp_path):
@@ -203,15 +224,14 @@ def test_odd_chunk_is_silently_truncated_by_onnx_so_check_chunk_refuses_it(user_
         streamify(tmp_path / "user.onnx", tmp_path / "bad.onnx", sample_rate_hz=8000, hop_samples=3)
 
 
-def test_user_non_causal_models_refused(user_model, tmp_path):
+def test_user_look_ahead_models_stream_with_their_delay(user_model, tmp_path):
+    """A 'same'-padded conv looks one sample ahead, a right pad two: both stream, that much later."""
     mt, _ = user_model
-    mt.export_plain(mt.SamePadNet(), tmp_path / "same.onnx")
-    with pytest.raises(UsageError, match=r"Conv node '/conv/Conv' .*not causal"):
-        streamify(tmp_path / "same.onnx", tmp_path / "out.onnx", sample_rate_hz=8000, hop_samples=1)
-    mt.export_plain(mt.RightPadNet(), tmp_path / "right.onnx")
-    with pytest.raises(UsageError, match=r"Pad node '/Pad' pads begins=\[0, 0, 0\] ends=\[0, 0, 2\]: not causal"):
-        streamify(tmp_path / "right.onnx", tmp_path / "out.onnx", sample_rate_hz=8000, hop_samples=1)
-    assert not (tmp_path / "out.onnx").exists()
+    for net, name, delay in ((mt.SamePadNet(), "same", 1), (mt.RightPadNet(), "right", 2)):
+        mt.export_plain(net, tmp_path / f"{name}.onnx")
+        c = streamify(tmp_path / f"{name}.onnx", tmp_path / f"{name}.stream.onnx", sample_rate_hz=8000,
+                      hop_samples=1)
+        assert c.delay_samples == delay, name
 
 
 # ---------------------------------------------------------------- CLI
@@ -220,12 +240,13 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
                           timeout=120)
 
 
-def test_cli_streamify_non_causal_exits_2_one_line(tmp_path):
-    src = _conv_model(tmp_path / "m.onnx", conv_pads=(1, 1))
+def test_cli_streamify_unstreamable_exits_2_one_line(tmp_path):
+    src = _conv_model(tmp_path / "m.onnx", mid_node=helper.make_node("LpNormalization", ["h"], ["h2"], name="norm",
+                                                                      axis=2))
     out = tmp_path / "m.stream.onnx"
     res = _cli("streamify", "-q", str(src), str(out), "--sample-rate-hz", "16000", "--hop-samples", "160")
     assert res.returncode == 2
-    assert res.stderr.count("\n") == 1 and res.stderr.startswith("[!] Conv node 'conv_a' pads")
+    assert res.stderr.count("\n") == 1 and res.stderr.startswith("[!] ") and "LpNormalization node 'norm'" in res.stderr
     assert "Traceback" not in res.stderr and not out.exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx"]  # no temp file left either
 

@@ -1,0 +1,46 @@
+"""One streaming rule per ONNX op kind, in one registry (closed world: an op without a rule is refused).
+
+A rule is ``rule(node, ctx) -> None``: it rewrites ``node`` (and may add nodes and state pairs through
+``ctx``) so that the node computes, on one chunk, the chunk's part of what it computes on the whole
+sequence, and it sets the delay of every output that streams (``ctx.set_delay``). A rule that cannot
+stream a node raises :class:`Blocker` with the reason; the walker names the node and op, records the
+blocker and goes on, so every blocker of a graph is reported in one run.
+
+Families (one module each): :mod:`.perframe` (pass-through, following the time axis), :mod:`.context`
+(Conv, Pad, pooling: causal context becomes state; look-ahead becomes delay), :mod:`.timeslice` (Slice on
+time: crops become delay, steps decimate), :mod:`.recurrent` (GRU, LSTM, RNN: hidden state becomes state
+I/O), :mod:`.deconv` (ConvTranspose over time: an overlap-add state), :mod:`.running` (CumSum over time:
+a running-sum state), :mod:`.refuse` (ops that see the whole sequence, named with the reason).
+
+Source: sonos/tract ``pulse/src/ops/`` (one ``pulsify`` per op family, ``register_all!``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+RULES: dict[str, Callable[[Any, Any], None]] = {}
+
+
+class Blocker(Exception):
+    """A node that cannot be streamed; ``str()`` is the reason (one line, without the node's name)."""
+
+
+def register(*ops: str) -> Callable:
+    """Decorator: register a rule ``f(node, ctx)`` for each ONNX op type in ``ops`` (str)."""
+
+    def deco(fn: Callable) -> Callable:
+        for op in ops:
+            if op in RULES:
+                raise RuntimeError(f"two streaming rules for {op}")
+            RULES[op] = fn
+        return fn
+
+    return deco
+
+
+def load_all() -> dict[str, Callable]:
+    """Import every rule module (registering its rules) and return the registry (dict[str, callable])."""
+    from cosyedge.surgery.rules import context, deconv, perframe, recurrent, refuse, running, timeslice  # noqa: F401
+
+    return RULES

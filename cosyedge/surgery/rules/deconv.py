@@ -1,0 +1,106 @@
+"""ConvTranspose over time: an overlap-add state; over other axes only (time kernel 1): pass through.
+
+A transposed conv with time kernel ``K`` (dilation included) and stride ``S`` spreads every input frame
+over ``K`` output frames, ``S`` apart. In the chunk graph it runs without bias and without time pads on the
+chunk (``(C - 1) S + K`` frames); the first ``K - S`` frames get the overlap state (the tail of the
+previous chunk) added, the first ``C S`` frames are the output (bias added once, after the overlap-add),
+the last ``K - S`` the new state. A begin pad ``p_b`` crops the start: the output is ``d S + p_b`` frames
+late; end pads and ``output_padding`` only shape the sequence's tail. A late input is zeroed before the
+stream's start (its pre-roll would spill into real frames). ``K < S`` is refused (gaps between chunks).
+
+Sources: ONNX ConvTranspose (output shape ``S (T - 1) + output_padding + K - pads``); sonos/tract
+``pulse/src/ops/cnn/deconv.rs`` (pulsed deconv with a zero bias, overlap-add, bias added once).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from cosyedge._lazy import lazy_import
+from cosyedge.surgery.rules import Blocker, register
+from cosyedge.surgery.rules.perframe import pass_through
+
+gs = lazy_import("onnx_graphsurgeon")
+
+INT64_MAX = int(np.iinfo(np.int64).max)
+
+
+@register("ConvTranspose")
+def conv_transpose(node: Any, ctx: Any) -> None:
+    """ConvTranspose (module doc)."""
+    if ctx.stream_inputs(node) != [0]:
+        raise Blocker("its weights or bias run over time")
+    x = node.inputs[0]
+    f = ctx.fact(x)
+    rank = len(f.shape1)
+    if f.axis < 2:
+        raise Blocker(f"time is axis {f.axis} (batch or channels), not a spatial axis")
+    w = ctx.value(node.inputs[1])
+    if w is None:
+        raise Blocker("its weight is computed at run time")
+    n_sp, t_sp = rank - 2, f.axis - 2
+    kernel = [int(k) for k in node.attrs.get("kernel_shape", w.shape[2:])]
+    dil = list(node.attrs.get("dilations", [1] * n_sp))
+    strides = list(node.attrs.get("strides", [1] * n_sp))
+    auto = node.attrs.get("auto_pad", "NOTSET")
+    auto = auto.decode() if isinstance(auto, bytes) else auto
+    if auto != "NOTSET":
+        raise Blocker(f"auto_pad={auto} (export with explicit pads)")
+    if "output_shape" in node.attrs:
+        raise Blocker("output_shape fixes the sequence length")
+    pads = list(node.attrs.get("pads", [0] * 2 * n_sp))
+    k_eff = (kernel[t_sp] - 1) * int(dil[t_sp]) + 1
+    s = int(strides[t_sp])
+    p_b = int(pads[t_sp])
+    d = ctx.delay_of(x) or 0
+    if k_eff == 1 and s == 1:
+        if p_b or pads[n_sp + t_sp]:
+            raise Blocker("crops time with a kernel of 1 frame")
+        return pass_through(node, ctx, [0])
+    if k_eff < s:
+        raise Blocker(f"time kernel {k_eff} shorter than its stride {s} leaves gaps between chunks")
+    if d < 0:
+        x, d = ctx.delay_line(x, -d, node.name), 0
+    if d > 0:
+        x = ctx.mask_preroll(x, node.name)
+    node.inputs[0] = x
+    bias = node.inputs[2] if len(node.inputs) > 2 and node.inputs[2].name else None
+    del node.inputs[2:]
+    pads[t_sp] = pads[n_sp + t_sp] = 0
+    node.attrs["pads"] = pads
+    if "output_padding" in node.attrs:
+        op = list(node.attrs["output_padding"])
+        op[t_sp] = 0
+        node.attrs["output_padding"] = op
+    y_final = node.outputs[0]
+    y_raw = gs.Variable(ctx.name(f"{node.name}/raw"), dtype=y_final.dtype)
+    node.outputs[0] = y_raw
+    ctx.facts[y_raw.name] = ctx.facts[y_final.name]
+    t = f.axis
+    o = k_eff - s
+    if o > 0:
+        head = ctx.time_slice(y_raw, 0, o, t, node.name)
+        rest = ctx.time_slice(y_raw, o, INT64_MAX, t, node.name)
+        shape = list(ctx.fact(y_final).shape1)
+        b = ctx.batch_axis(y_final)
+        shape[t], shape[b] = o, "N"
+        if b != 0:
+            raise Blocker("overlap state with the batch axis not first")
+        s_in, s_out = ctx.new_state(shape, y_final.dtype or np.float32, "overlap", node.name)
+        head = ctx.op("Add", [head, s_in], node.name)
+        full = ctx.op("Concat", [head, rest], node.name, {"axis": t})
+        out = ctx.time_slice(full, 0, -o, t, node.name)
+        ctx.graph.layer(op="Slice", name=ctx.name(f"{node.name}/overlap_out"),
+                        inputs=[full, ctx.const([-o]), ctx.const([INT64_MAX]), ctx.const([t])], outputs=[s_out])
+    else:
+        out = y_raw
+    if bias is not None:
+        bshape = [1] * rank
+        bshape[1] = -1
+        b4 = ctx.op("Reshape", [bias, ctx.const(bshape)], node.name)
+        ctx.graph.layer(op="Add", name=ctx.name(f"{node.name}/bias"), inputs=[out, b4], outputs=[y_final])
+    else:
+        ctx.graph.layer(op="Identity", name=ctx.name(f"{node.name}/out"), inputs=[out], outputs=[y_final])
+    ctx.set_delay(y_final, d * s + p_b)

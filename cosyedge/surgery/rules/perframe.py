@@ -1,0 +1,254 @@
+"""Per-frame ops: they never mix frames, so the chunk graph runs them unchanged.
+
+The time axis follows the measured facts wherever it moves (Transpose, Reshape, Squeeze, Unsqueeze,
+Flatten); inputs of different delay are re-aligned first (:meth:`Walker.align`). Ops with an axis
+attribute pass only when that axis is not time (Softmax, Concat, Split, Gather, LayerNormalization,
+reductions, ...); MatMul, Gemm and Einsum only when they do not contract time. A rate change (a Reshape
+that folds or unfolds time, a nearest Resize by an integer factor) scales the delay; a fold by ``m``
+needs a delay that is a multiple of ``m`` (added when it is not).
+
+Sources: ONNX operator docs (axis conventions of Softmax before/after opset 13, MatMul broadcasting,
+Gemm transA, Einsum equations, Reshape row-major order); sonos/tract ``pulse/src/ops/`` (pass-through
+ops keep the stream fact).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from cosyedge.surgery.rules import Blocker, register
+
+ELEMENTWISE = (
+    "Abs Acos Acosh Add And Asin Asinh Atan Atanh BatchNormalization BitShift Cast CastLike Ceil Celu Clip Cos "
+    "Cosh DequantizeLinear Div Dropout Elu Equal Erf Exp Floor Gelu Greater GreaterOrEqual HardSigmoid HardSwish "
+    "Identity IsInf IsNaN LeakyRelu Less LessOrEqual Log Max Mean Min Mish Mod Mul Neg Not Or PRelu Pow "
+    "QuantizeLinear Reciprocal Relu Round Selu Shrink Sigmoid Sign Sin Sinh Softplus Softsign Sqrt Sub Sum Tan "
+    "Tanh ThresholdedRelu Where Xor Shape Size Transpose Squeeze Unsqueeze Expand"
+).split()
+
+
+def pass_through(node: Any, ctx: Any, idxs: list[int] | None = None) -> None:
+    """Align the streaming inputs ``idxs`` (default: all) and give every streaming output their delay,
+    scaled by the output's rate over the input's (a fold by ``m`` first rounds the delay up to a multiple
+    of ``m``)."""
+    idxs = ctx.stream_inputs(node) if idxs is None else idxs
+    d = ctx.align(node, idxs)
+    outs = [o for o in node.outputs if o.name and ctx.fact(o).is_stream]
+    if d is None or not idxs:
+        for o in outs:
+            ctx.set_delay(o, None)
+        return
+    rate_in = ctx.fact(node.inputs[idxs[0]]).rate
+    folds = [ctx.fact(o).rate / rate_in for o in outs]
+    m = math.lcm(*(q.denominator for q in folds)) if folds else 1
+    if d % m:
+        d = ctx.align(node, idxs, minimum=d + (-d) % m)
+    for o, q in zip(outs, folds):
+        ctx.set_delay(o, int(d * q))
+
+
+register(*ELEMENTWISE)(pass_through)
+
+
+def _time_axis(ctx: Any, node: Any, i: int = 0) -> tuple[int, int]:
+    """(time axis, rank) of streaming input ``i`` of ``node``."""
+    f = ctx.fact(node.inputs[i])
+    return f.axis, len(f.shape1)
+
+
+def _axis_attr(node: Any, default: int, rank: int) -> int:
+    a = int(node.attrs.get("axis", default))
+    return a % rank if rank else a
+
+
+@register("Concat", "Split", "Gather", "LpNormalization", "ArgMax", "ArgMin", "TopK", "Compress")
+def axis_op(node: Any, ctx: Any) -> None:
+    """Concat/Split/Gather/... along an axis that is not time: pass through; along time: refused."""
+    default = {"Concat": 0, "Split": 0, "Gather": 0, "LpNormalization": -1, "ArgMax": 0, "ArgMin": 0,
+               "TopK": -1, "Compress": 0}[node.op]
+    for i in ctx.stream_inputs(node):
+        if node.op == "Gather" and i == 1:
+            raise Blocker("gathers with indices that run over time")
+        t, rank = _time_axis(ctx, node, i)
+        if node.op == "Compress" and "axis" not in node.attrs:
+            raise Blocker("Compress without an axis flattens time")
+        if _axis_attr(node, default, rank) == t:
+            what = {"Concat": "concatenates", "Split": "splits", "Gather": "gathers"}.get(node.op, "works")
+            raise Blocker(f"{what} along the time axis {t} (a chunk holds only part of the sequence)")
+    pass_through(node, ctx, [i for i in ctx.stream_inputs(node) if not (node.op == "Gather" and i == 1)])
+
+
+@register("Softmax", "LogSoftmax", "Hardmax")
+def softmax(node: Any, ctx: Any) -> None:
+    """Softmax over an axis that is not time (opset < 13: over all axes from ``axis`` on)."""
+    t, rank = _time_axis(ctx, node)
+    if ctx.opset >= 13:
+        if _axis_attr(node, -1, rank) == t:
+            raise Blocker(f"{node.op} over the time axis {t} (normalises over the whole sequence)")
+    elif t >= _axis_attr(node, 1, rank):
+        raise Blocker(f"{node.op} (opset {ctx.opset}) flattens axes {_axis_attr(node, 1, rank)}.. including time")
+    pass_through(node, ctx)
+
+
+@register("LayerNormalization")
+def layer_norm(node: Any, ctx: Any) -> None:
+    """LayerNormalization over axes ``axis``.. that exclude time (per frame: a channel norm)."""
+    t, rank = _time_axis(ctx, node)
+    if t >= _axis_attr(node, -1, rank):
+        raise Blocker(f"normalises over axes {_axis_attr(node, -1, rank)}..{rank - 1}, which include the time "
+                      f"axis {t} (statistics of the whole sequence)")
+    pass_through(node, ctx, [0])
+
+
+@register("ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
+          "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare")
+def reduce(node: Any, ctx: Any) -> None:
+    """Reductions over axes that exclude time pass; over time (or over all axes) refused."""
+    t, rank = _time_axis(ctx, node)
+    axes = node.attrs.get("axes")
+    if axes is None and len(node.inputs) > 1 and node.inputs[1].name:
+        v = ctx.value(node.inputs[1])
+        if v is None:
+            raise Blocker("reduces over axes computed at run time")
+        axes = v.reshape(-1).tolist()
+    if not axes:
+        if int(node.attrs.get("noop_with_empty_axes", 0)):
+            return pass_through(node, ctx, [0])
+        raise Blocker(f"reduces over all axes, including the time axis {t} (a statistic of the whole sequence)")
+    if t in [int(a) % rank for a in axes]:
+        raise Blocker(f"reduces over the time axis {t} (a statistic of the whole sequence: a global mean or norm)")
+    pass_through(node, ctx, [0])
+
+
+@register("MatMul", "MatMulInteger")
+def matmul(node: Any, ctx: Any) -> None:
+    """MatMul that does not contract time: A's time axis is not its last, B's not its second to last."""
+    idxs = ctx.stream_inputs(node)
+    if len(idxs) == 2:
+        raise Blocker("multiplies two tensors that both run over time (attention over the whole sequence)")
+    i = idxs[0]
+    t, rank = _time_axis(ctx, node, i)
+    if (i == 0 and t == rank - 1) or (i == 1 and (rank == 1 or t == rank - 2)):
+        raise Blocker(f"contracts the time axis {t} of input {i}")
+    pass_through(node, ctx, idxs)
+
+
+@register("Gemm")
+def gemm(node: Any, ctx: Any) -> None:
+    """Gemm with time on A's row axis (not contracted); a streaming B is refused."""
+    idxs = ctx.stream_inputs(node)
+    if idxs != [0]:
+        raise Blocker("its B or C input runs over time")
+    t, _ = _time_axis(ctx, node)
+    if t != (1 if int(node.attrs.get("transA", 0)) else 0):
+        raise Blocker("contracts the time axis")
+    pass_through(node, ctx, [0])
+
+
+def _einsum_terms(eq: str, ranks: list[int]) -> tuple[list[str], str]:
+    lhs, _, rhs = eq.replace(" ", "").partition("->")
+    terms = lhs.split(",")
+    ell = "".join(chr(0x100 + k) for k in range(max(ranks) if ranks else 0))
+    out = []
+    for term, rank in zip(terms, ranks):
+        if "..." in term:
+            n = rank - (len(term) - 3)
+            term = term.replace("...", ell[len(ell) - n:] if n > 0 else "")
+        out.append(term)
+    if not rhs and "->" not in eq:
+        letters = sorted({c for t in out for c in t if sum(t2.count(c) for t2 in out) == 1})
+        rhs = "".join(letters)
+    elif "..." in rhs:
+        n = max(len(t) for t in out) - max(len(t.replace("...", "")) for t in [rhs])
+        rhs = rhs.replace("...", ell[len(ell) - max(n, 0):])
+    return out, rhs
+
+
+@register("Einsum")
+def einsum(node: Any, ctx: Any) -> None:
+    """Einsum whose time label survives into the output (not summed over); every streaming operand
+    carries it on its time axis."""
+    eq = node.attrs.get("equation", "")
+    eq = eq.decode() if isinstance(eq, bytes) else eq
+    ranks = [len(ctx.fact(t).shape1) for t in node.inputs]
+    terms, rhs = _einsum_terms(eq, ranks)
+    labels = set()
+    for i in ctx.stream_inputs(node):
+        labels.add(terms[i][ctx.fact(node.inputs[i]).axis])
+    if len(labels) != 1:
+        raise Blocker(f"'{eq}': streaming operands put time on different labels {sorted(labels)}")
+    lab = labels.pop()
+    if lab not in rhs:
+        raise Blocker(f"'{eq}' sums over the time label '{lab}'")
+    for i, term in enumerate(terms):
+        if lab in term and i not in ctx.stream_inputs(node):
+            raise Blocker(f"'{eq}': operand {i} has the time label '{lab}' but does not stream")
+    pass_through(node, ctx)
+
+
+@register("Tile")
+def tile(node: Any, ctx: Any) -> None:
+    """Tile with repeat 1 on the time axis."""
+    t, _ = _time_axis(ctx, node)
+    reps = ctx.value(node.inputs[1])
+    if reps is None or int(reps.reshape(-1)[t]) != 1:
+        raise Blocker("repeats along the time axis")
+    pass_through(node, ctx, [0])
+
+
+def _prod(xs) -> int:
+    return math.prod(int(x) for x in xs)
+
+
+@register("Reshape", "Flatten")
+def reshape(node: Any, ctx: Any) -> None:
+    """Reshape/Flatten that keeps time the outer axis of whatever it merges or splits (row-major: every
+    axis before time keeps its product), so a chunk maps to a contiguous block; the rate may change
+    (a time pixel shuffle)."""
+    fi, fo = ctx.fact(node.inputs[0]), ctx.fact(node.outputs[0])
+    if not fo.is_stream:
+        raise Blocker("merges the time axis away (its output does not grow with the input)")
+    if _prod(fi.shape1[:fi.axis]) != _prod(fo.shape1[:fo.axis]):
+        raise Blocker(f"mixes time with the axes before it ({list(fi.shape1)} -> {list(fo.shape1)}, time axis "
+                      f"{fi.axis} -> {fo.axis}): time must stay the outer axis of what it is merged with")
+    pass_through(node, ctx, [0])
+
+
+@register("Resize", "Upsample")
+def resize(node: Any, ctx: Any) -> None:
+    """Nearest Resize by an integer factor on time (frame repetition) passes; linear or cubic over time
+    (mixes neighbouring frames across chunks) and downscaling over time are refused."""
+    fi, fo = ctx.fact(node.inputs[0]), ctx.fact(node.outputs[0])
+    q = fo.rate / fi.rate
+    mode = node.attrs.get("mode", "nearest")
+    mode = mode.decode() if isinstance(mode, bytes) else mode
+    if q != 1 and (q.denominator != 1):
+        raise Blocker(f"resizes time by {q} (only integer upsampling streams)")
+    if q != 1 and mode != "nearest":
+        raise Blocker(f"'{mode}' Resize over time interpolates between frames across chunk boundaries "
+                      "(use nearest, then a causal conv)")
+    pass_through(node, ctx, [0])
+
+
+@register("DepthToSpace", "SpaceToDepth")
+def depth_space(node: Any, ctx: Any) -> None:
+    """DepthToSpace/SpaceToDepth when time is not one of the rearranged spatial axes."""
+    t, _ = _time_axis(ctx, node)
+    if t >= 2:
+        raise Blocker(f"rearranges the time axis {t} in blocks")
+    pass_through(node, ctx)
+
+
+@register("ConstantOfShape")
+def constant_of_shape(node: Any, ctx: Any) -> None:
+    """A constant over a computed shape: the same value in every frame (delay-free)."""
+    for o in node.outputs:
+        ctx.set_delay(o, None)
+
+
+@register("Range")
+def range_op(node: Any, ctx: Any) -> None:
+    """Range whose length is the sequence length: positions from the sequence start, refused."""
+    raise Blocker("counts positions from the sequence start (e.g. a positional encoding): a chunk restarts "
+                  "at 0")

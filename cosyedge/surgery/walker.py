@@ -1,0 +1,374 @@
+"""The streamify walker: visit every node once, in topological order, and ask its op's rule.
+
+The walker carries the **delay** of every streaming tensor: stream frame ``k`` of tensor ``x`` holds full-
+sequence frame ``k - delay(x)`` (frames of ``x``'s own time axis; the axis and rate come from
+:mod:`cosyedge.surgery.facts`). A delay is negative after a causal left pad that a following Conv has not
+absorbed yet; it is ``None`` for a tensor that is constant along time (``ConstantOfShape`` over a computed
+shape). Rules use the services of :class:`Walker` to rewrite a node:
+
+* :meth:`Walker.add_state`: ``Concat(state_in, x)`` on the time axis, ``state_out`` = the last P frames
+  (causal context, delay lines); states are stored batch-first;
+* :meth:`Walker.delay_line`: ``x`` late by D more frames (re-aligning paths of different delay);
+* :meth:`Walker.align`: give every streaming input of a node the same delay (at least ``minimum``);
+* :meth:`Walker.mask_preroll`: zero the frames of ``x`` that come before the stream's start (frames
+  ``< delay``: a full-sequence graph sees zeros or nothing there), with one saturating tick counter state.
+
+Blockers are collected, so one run names every node that cannot stream.
+
+Source: sonos/tract ``pulse/src/model.rs`` (pulsify walk), ``pulse/src/ops/delay.rs`` (delay lines),
+``pulse/src/ops/array/pad.rs`` (PulsePad: the stream's start is overwritten with the pad value).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+
+from cosyedge._lazy import lazy_import
+from cosyedge.artifacts import BATCH_DIM, StateSpec
+from cosyedge.surgery.facts import TimeFact
+from cosyedge.surgery.rules import RULES, Blocker, load_all
+
+gs = lazy_import("onnx_graphsurgeon")
+
+INT64_MAX = int(np.iinfo(np.int64).max)
+COUNTER = "counter"
+
+
+def node_desc(node: Any) -> str:
+    """'Op node 'name'' for messages."""
+    return f"{node.op} node '{node.name}'"
+
+
+class Walker:
+    """Rewrites a constant-folded, sorted full-sequence graph in place into its streaming form.
+
+    Args:
+        graph (gs.Graph): The graph (modified in place).
+        facts (dict[str, TimeFact]): Measured stream facts by tensor name (:func:`facts.measure`).
+        values (dict[str, np.ndarray]): Tensor values of the first probe run (for rules that must know
+            a value: zero initial states, computed pad sizes).
+        batch_axes (dict[str, int]): Batch axis by tensor name where a batch-2 probe found it.
+        tick_source (tuple[str, int]): (graph input name, its time axis): the chunk length in ticks.
+    """
+
+    def __init__(self, graph: Any, facts: dict[str, TimeFact], values: dict[str, np.ndarray],
+                 batch_axes: dict[str, int], tick_source: tuple[str, int]):
+        load_all()
+        self.graph = graph
+        self.facts = facts
+        self.values = values
+        self.batch_axes = batch_axes
+        self.tick_source = tick_source
+        self.delay: dict[str, int | None] = {}
+        self.states: list[StateSpec] = []
+        self.blockers: list[str] = []
+        self._state_vars: list[tuple[Any, Any]] = []  # (state_in, state_out) Variables, creation order
+        self._uid = 0
+        self._delayed: dict[tuple[str, int], Any] = {}
+        self._masked: dict[str, Any] = {}
+        self._counter_in = None
+        self._counter_max = 0
+        self._ticks = None
+        self.rf_ticks = 0
+
+    # ------------------------------------------------------------------ facts
+    def fact(self, t: Any) -> TimeFact:
+        """The :class:`TimeFact` of tensor ``t`` (an empty one for constants and new tensors)."""
+        f = self.facts.get(t.name)
+        if f is None:
+            shape = tuple(np.asarray(t.values).shape) if isinstance(t, gs.Constant) else ()
+            f = TimeFact(shape, shape)
+        return f
+
+    def is_stream(self, t: Any) -> bool:
+        """bool: tensor ``t`` has a time axis."""
+        return bool(t.name) and self.fact(t).is_stream
+
+    def delay_of(self, t: Any) -> int | None:
+        """Delay (frames, int; None: constant along time) of streaming tensor ``t``."""
+        return self.delay.get(t.name, 0)
+
+    def set_delay(self, t: Any, d: int | None) -> None:
+        """Record the delay ``d`` (frames) of tensor ``t``."""
+        self.delay[t.name] = d
+
+    def value(self, t: Any) -> np.ndarray | None:
+        """Value of ``t`` in the first probe run (or its constant value), else None."""
+        if isinstance(t, gs.Constant):
+            return np.asarray(t.values)
+        if len(t.inputs) == 1 and t.inputs[0].op == "Constant":
+            return np.asarray(t.inputs[0].attrs["value"].values)
+        return self.values.get(t.name)
+
+    def batch_axis(self, t: Any) -> int:
+        """Batch axis of ``t`` (int): from the batch probe, else 0."""
+        return self.batch_axes.get(t.name, 0)
+
+    def stream_inputs(self, node: Any) -> list[int]:
+        """Indices (list[int]) of ``node``'s inputs that stream."""
+        return [i for i, t in enumerate(node.inputs) if self.is_stream(t)]
+
+    # ------------------------------------------------------------------ graph building
+    def name(self, base: str) -> str:
+        """A fresh, unique tensor/node name starting with ``base``."""
+        self._uid += 1
+        return f"{base}/s{self._uid}"
+
+    def const(self, values: Any, base: str = "c", dtype: Any = np.int64) -> Any:
+        """A new gs.Constant holding ``values`` as ``dtype``."""
+        return gs.Constant(self.name(base), np.asarray(values, dtype=dtype))
+
+    def op(self, op: str, inputs: list, base: str, attrs: dict | None = None, n_out: int = 1,
+           dtype: Any = None, like: Any = None) -> Any:
+        """Add node ``op`` and return its output Variable (or list when ``n_out`` > 1); when ``like`` is
+        a streaming tensor, the outputs get its fact (same axis and rate)."""
+        outs = [gs.Variable(self.name(f"{base}_{op.lower()}"), dtype=dtype) for _ in range(n_out)]
+        self.graph.layer(op=op, name=self.name(f"{base}/{op}"), inputs=inputs, outputs=outs, attrs=attrs or {})
+        if like is not None and like.name in self.facts:
+            for o in outs:
+                self.facts[o.name] = self.facts[like.name]
+                if like.name in self.batch_axes:
+                    self.batch_axes[o.name] = self.batch_axes[like.name]
+        return outs[0] if n_out == 1 else outs
+
+    @property
+    def opset(self) -> int:
+        """int: the default-domain opset of the graph."""
+        return int(self.graph.opset or 13)
+
+    def unsqueeze(self, x: Any, axes: list[int], base: str, squeeze: bool = False) -> Any:
+        """Unsqueeze (or Squeeze) ``x`` at ``axes``: axes as an input from opset 13, an attribute before."""
+        op = "Squeeze" if squeeze else "Unsqueeze"
+        if self.opset >= 13:
+            return self.op(op, [x, self.const(list(axes))], base)
+        return self.op(op, [x], base, {"axes": list(axes)})
+
+    def time_slice(self, x: Any, start: int, end: int, axis: int, base: str) -> Any:
+        """``x[start:end]`` along ``axis`` (Slice with int64 constants)."""
+        return self.op("Slice", [x, self.const([start]), self.const([end]), self.const([axis])], base, like=x)
+
+    # ------------------------------------------------------------------ states
+    def _state_shape(self, x: Any, frames: int, axis: int) -> tuple[list, int]:
+        f = self.fact(x)
+        shape = list(f.shape1)
+        b = self.batch_axis(x)
+        if b == axis:
+            raise Blocker(f"time axis {axis} is also the batch axis")
+        shape[axis] = int(frames)
+        shape[b] = BATCH_DIM
+        return shape, b
+
+    def new_state(self, shape: list, dtype: Any, kind: str, node: str, init: float = 0.0) -> tuple[Any, Any]:
+        """Create a state pair with a batch-first ``shape`` (list, ``"N"`` at axis 0); returns the
+        (state_in, state_out) Variables, named ``state_in.NN`` / ``state_out.NN`` when the walk ends.
+        The caller produces ``state_out``."""
+        i = len(self._state_vars)
+        s_in = gs.Variable(f"__state_in_{i}", dtype=dtype, shape=list(shape))
+        s_out = gs.Variable(f"__state_out_{i}", dtype=dtype, shape=list(shape))
+        self.graph.inputs.append(s_in)
+        self.graph.outputs.append(s_out)
+        self._state_vars.append((s_in, s_out))
+        self.states.append(StateSpec(input=s_in.name, output=s_out.name, shape=list(shape),
+                                     dtype=np.dtype(dtype).name, node=node, init=float(init), kind=kind))
+        return s_in, s_out
+
+    def add_state(self, x: Any, frames: int, axis: int, kind: str, node: str) -> Any:
+        """Carry the last ``frames`` frames of ``x`` across chunks: returns ``cat = Concat(state, x)`` on
+        ``axis`` (``frames`` + chunk frames long); ``state_out = cat[-frames:]``. The state is stored with
+        the batch axis first (Transposes are added when ``x``'s batch axis is not 0)."""
+        shape, b = self._state_shape(x, frames, axis)
+        rate = self.fact(x).rate
+        if rate:
+            self.rf_ticks = max(self.rf_ticks, math.ceil(Fraction(frames) / rate))
+        perm = None
+        if b != 0:
+            perm = [b] + [i for i in range(len(shape)) if i != b]
+            shape = [shape[i] for i in perm]
+        dtype = x.dtype if x.dtype is not None else np.float32
+        s_in, s_out = self.new_state(shape, dtype, kind, node)
+        src = s_in
+        if perm is not None:
+            inv = [perm.index(i) for i in range(len(perm))]
+            src = self.op("Transpose", [s_in], f"{node}/state", {"perm": inv})
+        cat = self.op("Concat", [src, x], f"{node}/state", {"axis": axis}, like=x)
+        if perm is None:
+            self.graph.layer(op="Slice", name=self.name(f"{node}/state_slice"),
+                             inputs=[cat, self.const([-frames]), self.const([INT64_MAX]), self.const([axis])],
+                             outputs=[s_out])
+        else:
+            tail = self.time_slice(cat, -frames, INT64_MAX, axis, f"{node}/state")
+            self.graph.layer(op="Transpose", name=self.name(f"{node}/state_out"), inputs=[tail], outputs=[s_out],
+                             attrs={"perm": perm})
+        return cat
+
+    def delay_line(self, x: Any, frames: int, base: str) -> Any:
+        """Return ``x`` late by ``frames`` (> 0) more frames: ``Concat(state, x)[:-frames]`` on its time axis,
+        a state of ``frames`` frames (zeros at the stream's start). Cached per (tensor, frames)."""
+        key = (x.name, frames)
+        if key in self._delayed:
+            return self._delayed[key]
+        axis = self.fact(x).axis
+        cat = self.add_state(x, frames, axis, "delay", f"{base}/delay{frames}")
+        out = self.time_slice(cat, 0, -frames, axis, f"{base}/delay{frames}")
+        d = self.delay_of(x)
+        self.set_delay(out, None if d is None else d + frames)
+        self._delayed[key] = out
+        return out
+
+    def align(self, node: Any, idxs: list[int], minimum: int | None = 0) -> int | None:
+        """Delay the streaming inputs ``idxs`` of ``node`` so they all have the same delay (the largest,
+        at least ``minimum``); returns that delay (None when every one is constant along time).
+
+        Raises:
+            Blocker: inputs of different rates (frames per tick) meet in one node.
+        """
+        ds = {i: self.delay_of(node.inputs[i]) for i in idxs}
+        known = [d for d in ds.values() if d is not None]
+        if not known:
+            return None
+        rates = {self.fact(node.inputs[i]).rate for i in idxs if ds[i] is not None}
+        if len(rates) > 1:
+            raise Blocker(f"inputs at different frame rates ({sorted(str(r) for r in rates)} frames per tick) meet")
+        target = max(known + ([minimum] if minimum is not None else []))
+        for i, d in ds.items():
+            if d is not None and d < target:
+                node.inputs[i] = self.delay_line(node.inputs[i], target - d, node.name)
+        return target
+
+    # ------------------------------------------------------------------ stream start
+    def ticks(self) -> Any:
+        """Float32 scalar-like tensor (1,): input ticks in this chunk (time length of the tick source)."""
+        if self._ticks is None:
+            name, axis = self.tick_source
+            src = next(t for t in self.graph.inputs if t.name == name)
+            shape = self.op("Shape", [src], "ticks")
+            n = self.op("Gather", [shape, self.const([axis])], "ticks", {"axis": 0})
+            self._ticks = self.op("Cast", [n], "ticks", {"to": 1}, dtype=np.float32)
+        return self._ticks
+
+    def mask_preroll(self, x: Any, base: str) -> Any:
+        """Return ``x`` with its frames before the stream's start set to zero (stream frames ``< delay``):
+        ``x * (counter * rate + arange(frames) >= delay)``, where the counter state holds the ticks streamed
+        so far (float32 (N, 1), saturating once every mask is past its delay). No-op for delay <= 0."""
+        d = self.delay_of(x)
+        if d is None or d <= 0:
+            return x
+        if x.name in self._masked:
+            return self._masked[x.name]
+        f = self.fact(x)
+        axis, b, rank = f.axis, self.batch_axis(x), len(f.shape1)
+        if self._counter_in is None:
+            self._counter_in, _ = self.new_state([BATCH_DIM, 1], np.float32, COUNTER, "stream start")
+        self._counter_max = max(self._counter_max, math.ceil(Fraction(d) / f.rate))
+        shape = self.op("Shape", [x], base)
+        n = self.op("Gather", [shape, self.const([axis])], base, {"axis": 0})
+        nf = self.op("Cast", [self.unsqueeze(n, [0], base, squeeze=True)], base, {"to": 1}, dtype=np.float32)
+        rng = self.op("Range", [self.const(0.0, dtype=np.float32), nf, self.const(1.0, dtype=np.float32)], base,
+                      dtype=np.float32)
+        start = self.op("Mul", [self._counter_in, self.const([[float(f.rate)]], dtype=np.float32)], base)
+        idx = self.op("Add", [start, rng], base)  # (N, frames)
+        keep = self.op("Cast", [self.op("GreaterOrEqual", [idx, self.const([[float(d)]], dtype=np.float32)], base)],
+                       base, {"to": 1}, dtype=np.float32)
+        if b > axis:
+            keep = self.op("Transpose", [keep], base, {"perm": [1, 0]})
+        others = [i for i in range(rank) if i not in (axis, b)]
+        if others:
+            keep = self.unsqueeze(keep, others, base)
+        out = self.op("Mul", [x, keep], base, like=x)
+        self.set_delay(out, d)
+        self._masked[x.name] = out
+        return out
+
+    # ------------------------------------------------------------------ walk
+    def walk(self) -> None:
+        """Visit every node of the graph (snapshot in topological order) and apply its rule; record
+        blockers in :attr:`blockers` (one line each: node, op, reason)."""
+        for name, f in self.facts.items():  # graph inputs that stream start at delay 0
+            if f.is_stream:
+                self.delay.setdefault(name, 0)
+        for node in list(self.graph.nodes):
+            outs_stream = [o for o in node.outputs if o.name and self.fact(o).is_stream]
+            errors = [self.fact(o).error for o in node.outputs if o.name and self.fact(o).error]
+            if errors:
+                self.blockers.append(f"{node_desc(node)}: output {errors[0]}")
+                continue
+            if not self.stream_inputs(node) and not outs_stream:
+                continue  # static, or arithmetic on sizes (recomputed per chunk; its consumers decide)
+            rule = RULES.get(node.op)
+            if rule is None:
+                self.blockers.append(f"{node_desc(node)}: no streaming rule for {node.op} on a tensor with a time "
+                                     f"axis (closed world: the op is refused until it has one)")
+                self._fallback(node)
+                continue
+            try:
+                rule(node, self)
+            except Blocker as err:
+                self.blockers.append(f"{node_desc(node)}: {err}")
+                self._fallback(node)
+
+    def _fallback(self, node: Any) -> None:
+        d = max([self.delay_of(node.inputs[i]) or 0 for i in self.stream_inputs(node)] or [0])
+        for o in node.outputs:
+            self.set_delay(o, d)
+
+    def finish(self, output_names: list[str]) -> dict[str, int]:
+        """Align the graph outputs to one delay in ticks, add the counter update, name the states.
+
+        Args:
+            output_names (list[str]): The model's streaming outputs (graph outputs before the walk).
+        Returns:
+            dict[str, int]: delay of each output in its own frames.
+        """
+        outs = {t.name: t for t in self.graph.outputs}
+        need = {}
+        for name in output_names:
+            t = outs[name]
+            f, d = self.fact(t), self.delay_of(t)
+            if not f.is_stream:
+                self.blockers.append(f"graph output '{name}' has no time axis (a summary of the whole sequence "
+                                     "cannot be streamed)")
+                continue
+            need[name] = (f.rate, 0 if d is None else d)
+        delays = {}
+        if need:
+            ticks = max(Fraction(d) / r for r, d in need.values())
+            ticks = max(ticks, Fraction(0))
+            step = math.lcm(*(r.denominator for r, _ in need.values()))
+            ticks = Fraction(math.ceil(ticks * step), step) if step > 1 else Fraction(math.ceil(ticks))
+            while not all((ticks * r).denominator == 1 for r, _ in need.values()):
+                ticks += Fraction(1, step)
+            for name, (rate, d) in need.items():
+                want = int(ticks * rate)
+                if want > d:
+                    t = outs[name]
+                    t.name = name + "/undelayed"
+                    self.facts[t.name] = self.facts[name]
+                    self.delay[t.name] = d
+                    if name in self.batch_axes:
+                        self.batch_axes[t.name] = self.batch_axes[name]
+                    out = self.delay_line(t, want - d, name)
+                    self.graph.outputs[self.graph.outputs.index(t)] = out
+                    out.name = name
+                    self.delay[name] = want
+                delays[name] = want
+        if self._counter_in is not None:
+            s_out = self._state_vars[[s.kind for s in self.states].index(COUNTER)][1]
+            inc = self.op("Add", [self._counter_in, self.ticks()], "counter")
+            self.graph.layer(op="Min", name=self.name("counter/Min"),
+                             inputs=[inc, self.const([[float(self._counter_max)]], dtype=np.float32)],
+                             outputs=[s_out])
+        width = max(2, len(str(len(self._state_vars) - 1)))
+        for i, ((s_in, s_out), spec) in enumerate(zip(self._state_vars, self.states)):
+            s_in.name, s_out.name = f"state_in.{i:0{width}d}", f"state_out.{i:0{width}d}"
+            spec.input, spec.output = s_in.name, s_out.name
+        return delays
+
+
+def copy_fact(fact: TimeFact) -> TimeFact:
+    """A copy of ``fact`` (TimeFact)."""
+    return copy.copy(fact)
