@@ -261,3 +261,23 @@ def test_foreign_weights_are_named_in_one_line(tmp_path):
     save_file({"encoder.weight": torch.zeros(3, 3)}, str(tmp_path / "other.safetensors"))
     with pytest.raises(ArtifactError, match=r"do not fit the reference model: \d+ missing .* 1 unexpected"):
         load_reference(tmp_path / "other.safetensors")
+
+
+def test_rule_based_streamify_is_bit_identical_to_the_bundled_stream_onnx(tmp_path):
+    """Issue 22: the reference re-exported through the rule-based streamify streams the demo recording to
+    exactly the bundled stream ONNX's output (chunks 160 and 480), with the same state contract."""
+    from cosyedge.audio import load_audio
+    from cosyedge.models import REFERENCE_STREAM_ONNX
+
+    out = export_reference(out=tmp_path / "reference.stream.onnx")
+    new, old = StreamContract.from_onnx(out), StreamContract.from_onnx(REFERENCE_STREAM_ONNX)
+    assert [(s.input, s.output, s.shape) for s in new.states] == [(s.input, s.output, s.shape) for s in old.states]
+    assert (new.total_stride, new.delay_samples, new.hop_samples) == (old.total_stride, old.delay_samples,
+                                                                      old.hop_samples)
+    assert new.proof["max_abs"] <= 1e-5 and new.proof["chunks_ticks"] == [160, 480]
+    x, _ = load_audio(Path(__file__).resolve().parents[2] / "cosyedge/assets/demo/noisy.wav")
+    x = x.reshape(-1)[None, None, : x.size // 480 * 480].astype(np.float32)
+    for chunk in (160, 480):
+        a = run_streaming(out, new, x, chunk)
+        b = run_streaming(REFERENCE_STREAM_ONNX, old, x, chunk)
+        assert np.array_equal(a, b), chunk

@@ -62,21 +62,50 @@ def _axis_attr(node: Any, default: int, rank: int) -> int:
     return a % rank if rank else a
 
 
-@register("Concat", "Split", "Gather", "LpNormalization", "ArgMax", "ArgMin", "TopK", "Compress")
+@register("Gather")
+def gather(node: Any, ctx: Any) -> None:
+    """Gather off the time axis: a streaming data tensor with constant indices along another axis, or a
+    constant table looked up with streaming indices (per-frame lookups)."""
+    idxs = ctx.stream_inputs(node)
+    if idxs == [1]:
+        return pass_through(node, ctx, [1])
+    if 1 in idxs:
+        raise Blocker("gathers from a streaming tensor with indices that run over time")
+    t, rank = _time_axis(ctx, node)
+    if _axis_attr(node, 0, rank) == t:
+        raise Blocker(f"gathers along the time axis {t} (picks frames by their position in the sequence)")
+    pass_through(node, ctx, [0])
+
+
+@register("GatherElements", "ScatterElements")
+def gather_elements(node: Any, ctx: Any) -> None:
+    """GatherElements/ScatterElements along an axis that is not time, with indices (and updates) that run
+    over the same time axis as the data: per frame."""
+    idxs = ctx.stream_inputs(node)
+    if 0 not in idxs:
+        raise Blocker("the data does not stream but its indices do")
+    t, rank = _time_axis(ctx, node)
+    if _axis_attr(node, 0, rank) == t:
+        raise Blocker(f"{'gathers' if node.op.startswith('Gather') else 'scatters'} along the time axis {t}")
+    for i in range(1, len(node.inputs)):
+        if node.inputs[i].name and ctx.fact(node.inputs[i]).axis != t:
+            raise Blocker(f"input {i} does not run over the data's time axis {t}")
+    pass_through(node, ctx)
+
+
+@register("Concat", "Split", "LpNormalization", "ArgMax", "ArgMin", "TopK", "Compress")
 def axis_op(node: Any, ctx: Any) -> None:
     """Concat/Split/Gather/... along an axis that is not time: pass through; along time: refused."""
-    default = {"Concat": 0, "Split": 0, "Gather": 0, "LpNormalization": -1, "ArgMax": 0, "ArgMin": 0,
+    default = {"Concat": 0, "Split": 0, "LpNormalization": -1, "ArgMax": 0, "ArgMin": 0,
                "TopK": -1, "Compress": 0}[node.op]
     for i in ctx.stream_inputs(node):
-        if node.op == "Gather" and i == 1:
-            raise Blocker("gathers with indices that run over time")
         t, rank = _time_axis(ctx, node, i)
         if node.op == "Compress" and "axis" not in node.attrs:
             raise Blocker("Compress without an axis flattens time")
         if _axis_attr(node, default, rank) == t:
-            what = {"Concat": "concatenates", "Split": "splits", "Gather": "gathers"}.get(node.op, "works")
+            what = {"Concat": "concatenates", "Split": "splits"}.get(node.op, "works")
             raise Blocker(f"{what} along the time axis {t} (a chunk holds only part of the sequence)")
-    pass_through(node, ctx, [i for i in ctx.stream_inputs(node) if not (node.op == "Gather" and i == 1)])
+    pass_through(node, ctx)
 
 
 @register("Softmax", "LogSoftmax", "Hardmax")
