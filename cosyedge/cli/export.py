@@ -33,26 +33,58 @@ def export(weights: Path | None, dynamo: bool, out: Path | None, full_onnx: Path
     export_reference(weights=weights, out=out, dynamo=dynamo, full_onnx=full_onnx)
 
 
+def _time_axes(values: tuple[str, ...]) -> dict[str, int]:
+    from cosyedge.errors import UsageError
+
+    axes = {}
+    for v in values:
+        name, sep, axis = v.rpartition("=")
+        if not sep or not name or not axis.lstrip("-").isdigit():
+            raise UsageError(f"--time-axis takes NAME=AXIS (e.g. feat_erb=2), got '{v}'")
+        axes[name] = int(axis)
+    return axes
+
+
 @click.command("streamify")
 @log_opts
-@click.argument("in_onnx", type=_PATH)
-@click.argument("out_onnx", type=_PATH)
+@click.argument("onnx_files", type=_PATH, nargs=-1, required=True)
+@click.option("-o", "--output", "out_onnx", type=_PATH, default=None,
+              help="Stream ONNX to write. Without it the last argument is the output (IN.onnx OUT.onnx).")
 @click.option("--sample-rate-hz", type=click.IntRange(min=1), default=None,
-              help="Sample rate; required when IN_ONNX has no cosyedge metadata.")
+              help="Sample rate; required when the ONNX has no cosyedge metadata.")
 @click.option("--hop-samples", type=click.IntRange(min=1), default=None,
               help="Samples per model step (natural chunk); required without cosyedge metadata.")
 @click.option("--delay-samples", type=click.IntRange(min=0), default=None,
-              help="Algorithmic delay of the output in samples. Default: metadata value or 0.")
+              help="Delay of the output beyond the graph's own look-ahead (e.g. an STFT overlap-add), in samples. "
+                   "Default: metadata value or 0.")
 @click.option("--name", type=str, default=None, help="Model name. Default: metadata value or the file stem.")
-def streamify(in_onnx: Path, out_onnx: Path, sample_rate_hz: int | None, hop_samples: int | None,
-              delay_samples: int | None, name: str | None) -> None:
-    """Turn a full-sequence causal-conv ONNX into a streaming ONNX with explicit state I/O.
+@click.option("--time-axis", "time_axis", multiple=True, metavar="NAME=AXIS",
+              help="Time axis of an input whose shape does not tell (repeatable).")
+@click.option("--frames-per-hop", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Frames per hop of feature (non-waveform) inputs.")
+@click.option("--atol", type=click.FloatRange(min=0, max=1), default=1e-4, show_default=True,
+              help="Proof tolerance: max abs error relative to max(1, peak output).")
+def streamify(onnx_files: tuple[Path, ...], out_onnx: Path | None, sample_rate_hz: int | None,
+              hop_samples: int | None, delay_samples: int | None, name: str | None, time_axis: tuple[str, ...],
+              frames_per_hop: int, atol: float) -> None:
+    """Turn a full-sequence ONNX (or several forming one model) into a proved stream ONNX.
 
-    Every causal left pad (a Pad before a Conv, or a Conv with pads=[P, 0]) becomes an input
-    state_in.NN (zeros at stream start) concatenated before the Conv and an output state_out.NN (the
-    last P frames) to feed back with the next chunk. Non-causal pads are refused (exit 2).
+    Every node gets its op's streaming rule: causal context of convs and pools, GRU/LSTM/RNN states,
+    transposed-conv overlap and running sums become state_in.NN / state_out.NN pairs (zeros at stream start,
+    fed back with the next chunk); look-ahead (right pads, symmetric pads, valid convs) becomes delay,
+    added to the contract. Ops that see the whole sequence (norms or means over time, bidirectional RNNs,
+    attention) are refused, every one named in one line (exit 2). The stream graph is then run chunk by chunk
+    against the full graph on real speech; a mismatch writes nothing and names the first diverging tensor
+    (exit 5).
     """
+    from cosyedge.errors import UsageError
     from cosyedge.surgery import streamify as streamify_api
 
-    streamify_api(in_onnx, out_onnx, sample_rate_hz=sample_rate_hz, hop_samples=hop_samples,
-                  delay_samples=delay_samples, name=name)
+    files = list(onnx_files)
+    if out_onnx is None:
+        if len(files) < 2:
+            raise UsageError("give the output: cosyedge streamify IN.onnx OUT.onnx, or -o OUT.onnx")
+        out_onnx = files.pop()
+    streamify_api(files if len(files) > 1 else files[0], out_onnx, sample_rate_hz=sample_rate_hz,
+                  hop_samples=hop_samples, delay_samples=delay_samples, name=name,
+                  time_axes=_time_axes(time_axis), frames_per_hop=frames_per_hop, atol=atol)

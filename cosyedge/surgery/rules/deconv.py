@@ -67,7 +67,8 @@ def conv_transpose(node: Any, ctx: Any) -> None:
         x = ctx.mask_preroll(x, node.name)
     node.inputs[0] = x
     bias = node.inputs[2] if len(node.inputs) > 2 and node.inputs[2].name else None
-    del node.inputs[2:]
+    while len(node.inputs) > 2:
+        node.inputs.pop()
     pads[t_sp] = pads[n_sp + t_sp] = 0
     node.attrs["pads"] = pads
     if "output_padding" in node.attrs:

@@ -1,0 +1,283 @@
+"""Streaming rules on small PyTorch models: recurrent state, transposed convs, 2-D convs with time on axis 2,
+running sums, multi-input/-output graphs, several files as one model; refusals name every blocker.
+
+Each model is exported with the TorchScript exporter (``dynamo=False``: DESIGN.md, the dynamo exporter fails
+on nn.LSTM with a dynamic time axis) and streamified; streamify's own proof already ran (stream == full on
+real speech or seeded inputs); the tests check it again independently with raw ONNX Runtime.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+from cosyedge.errors import UsageError
+from cosyedge.surgery import streamify
+
+torch = pytest.importorskip("torch")
+nn = torch.nn
+F = torch.nn.functional
+
+
+def _export(model, path, example, names_in, names_out, time_axes):
+    dyn = {n: {0: "N", ax: "T"} for n, ax in zip(names_in + names_out, time_axes)}
+    torch.onnx.export(model.eval(), example, str(path), input_names=names_in, output_names=names_out,
+                      dynamic_axes=dyn, opset_version=17, dynamo=False)
+    return path
+
+
+def _stream(path, contract, feeds, chunk_frames):
+    """Stream ``feeds`` (full inputs, batch 1) chunk by chunk; returns outputs concatenated on their time axis."""
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    names = [o.name for o in sess.get_outputs()]
+    states = {s.input: s.zeros(feeds[next(iter(feeds))].shape[0]) for s in contract.states}
+    ios = {i.name: i for i in contract.stream_inputs}
+    total = next(iter(feeds.values())).shape[ios[next(iter(feeds))].time_axis]
+    parts = {o.name: [] for o in contract.stream_outputs}
+    for start in range(0, total, chunk_frames):
+        feed = dict(states)
+        for name, x in feeds.items():
+            feed[name] = np.ascontiguousarray(np.take(x, np.arange(start, start + chunk_frames),
+                                                      axis=ios[name].time_axis))
+        res = dict(zip(names, sess.run(None, feed)))
+        for o in contract.stream_outputs:
+            parts[o.name].append(res[o.name])
+        states = {s.input: res[s.output] for s in contract.states}
+    return {o.name: np.concatenate(parts[o.name], axis=o.time_axis) for o in contract.stream_outputs}
+
+
+def _assert_stream_equals_full(model, path, contract, feeds, chunks, atol=1e-5):
+    with torch.no_grad():
+        full = model(*[torch.from_numpy(v) for v in feeds.values()])
+    full = full if isinstance(full, tuple) else (full,)
+    for chunk in chunks:
+        got = _stream(path, contract, feeds, chunk)
+        for o, ref in zip(contract.stream_outputs, full):
+            ref = ref.numpy()
+            d = o.delay_frames
+            n = min(ref.shape[o.time_axis], got[o.name].shape[o.time_axis] - d)
+            a = np.take(got[o.name], np.arange(d, d + n), axis=o.time_axis)
+            b = np.take(ref, np.arange(n), axis=o.time_axis)
+            err = float(np.abs(a - b).max())
+            assert err <= atol, (o.name, chunk, err)
+
+
+class GruNet(nn.Module):
+    """Features (N, T, 16) -> GRU(32) -> GRU(24) -> linear (N, T, 8): NSNet2's form (layout 0 in ONNX)."""
+
+    def __init__(self, cell=nn.GRU, batch_first=True):
+        super().__init__()
+        self.r1 = cell(16, 32, batch_first=batch_first)
+        self.r2 = cell(32, 24, batch_first=batch_first)
+        self.out = nn.Linear(24, 8)
+        self.batch_first = batch_first
+
+    def forward(self, x):
+        if not self.batch_first:
+            x = x.transpose(0, 1)
+        h, _ = self.r1(x)
+        h, _ = self.r2(torch.tanh(h))
+        if not self.batch_first:
+            h = h.transpose(0, 1)
+        return torch.sigmoid(self.out(h))
+
+
+@pytest.mark.parametrize("cell", [nn.GRU, nn.LSTM, nn.RNN])
+def test_recurrent_states_batch_first_and_exact(tmp_path, cell):
+    torch.manual_seed(0)
+    model = GruNet(cell)
+    path = _export(model, tmp_path / "rnn.onnx", (torch.zeros(1, 20, 16),), ["feat"], ["gain"], [1, 1])
+    c = streamify(path, tmp_path / "rnn.stream.onnx", sample_rate_hz=16000, hop_samples=160)
+    n_states = 4 if cell is nn.LSTM else 2
+    assert [s.kind for s in c.states] == ["recurrent"] * n_states
+    assert all(s.shape[0] == "N" and s.shape[1] == 1 for s in c.states)  # batch-first, not ONNX's (1, N, H)
+    assert (c.total_stride, c.delay_samples, c.inputs[0].time_axis, c.inputs[0].kind) == (160, 0, 1, "features")
+    feeds = {"feat": np.random.default_rng(1).standard_normal((2, 60, 16)).astype(np.float32)}
+    _assert_stream_equals_full(model, tmp_path / "rnn.stream.onnx", c, feeds, [1, 6, 60])
+
+
+def test_bidirectional_gru_refused_naming_the_node(tmp_path):
+    model = nn.GRU(16, 8, batch_first=True, bidirectional=True)
+
+    class Bi(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.g = model
+
+        def forward(self, x):
+            return self.g(x)[0]
+
+    path = _export(Bi(), tmp_path / "bi.onnx", (torch.zeros(1, 20, 16),), ["x"], ["y"], [1, 1])
+    with pytest.raises(UsageError, match=r"GRU node '[^']+': direction 'bidirectional' reads the sequence"):
+        streamify(path, tmp_path / "out.onnx", sample_rate_hz=16000, hop_samples=160)
+    assert not (tmp_path / "out.onnx").exists()
+
+
+class TwoDimNet(nn.Module):
+    """(N, C, T, F) with causal time pads on axis 2, frequency 'same' pads, a strided-in-frequency conv, a
+    grouped conv, a frequency-only ConvTranspose and a GRU over frames: DeepFilterNet's shapes."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1 = nn.Conv2d(2, 8, (3, 3), padding=(0, 1))
+        self.c2 = nn.Conv2d(8, 8, (2, 3), stride=(1, 2), padding=(0, 1), groups=4)
+        self.up = nn.ConvTranspose2d(8, 4, (1, 4), stride=(1, 2), padding=(0, 1))
+        self.gru = nn.GRU(8 * 4, 16, batch_first=True)
+        self.lin = nn.Linear(16, 4 * 8)
+
+    def forward(self, x, y):
+        h = torch.relu(self.c1(F.pad(x, (0, 0, 2, 0))))
+        h = torch.relu(self.c2(F.pad(h, (0, 0, 1, 0))))  # (N, 8, T, 4)
+        n, c, t, f = h.shape
+        r, _ = self.gru(h.permute(0, 2, 1, 3).reshape(n, t, c * f))
+        g = self.lin(r).reshape(n, t, 4, 8).permute(0, 2, 1, 3)  # (N, 4, T, 8)
+        return self.up(h) * torch.sigmoid(g) + y, r
+
+
+def test_two_dim_convs_time_on_axis_2_two_inputs_two_outputs(tmp_path):
+    torch.manual_seed(0)
+    model = TwoDimNet()
+    ex = (torch.zeros(1, 2, 12, 8), torch.zeros(1, 4, 12, 8))
+    path = _export(model, tmp_path / "2d.onnx", ex, ["x", "y"], ["z", "r"], [2, 2, 2, 1])
+    c = streamify(path, tmp_path / "2d.stream.onnx", sample_rate_hz=48000, hop_samples=480)
+    assert [i.name for i in c.inputs] == ["x", "y"] and [o.name for o in c.outputs] == ["z", "r"]
+    assert [o.time_axis for o in c.outputs] == [2, 1] and c.total_stride == 480
+    assert sorted(s.kind for s in c.states) == ["context", "context", "recurrent"]
+    rng = np.random.default_rng(2)
+    feeds = {"x": rng.standard_normal((1, 2, 50, 8)).astype(np.float32),
+             "y": rng.standard_normal((1, 4, 50, 8)).astype(np.float32)}
+    _assert_stream_equals_full(model, tmp_path / "2d.stream.onnx", c, feeds, [1, 5])
+
+
+class DeconvNet(nn.Module):
+    """Strided causal conv down x4, ConvTranspose up x4 (kernel 8: an overlap of 4 frames, bias once)."""
+
+    def __init__(self, k=8, s=4):
+        super().__init__()
+        self.down = nn.Conv1d(1, 6, k, stride=s)
+        self.up = nn.ConvTranspose1d(6, 1, k, stride=s)
+        self.k, self.s = k, s
+
+    def forward(self, x):
+        return self.up(torch.tanh(self.down(F.pad(x, (self.k - self.s, 0)))))
+
+
+def test_transposed_conv_overlap_state_bias_once(tmp_path):
+    torch.manual_seed(0)
+    model = DeconvNet()
+    path = _export(model, tmp_path / "dc.onnx", (torch.zeros(1, 1, 64),), ["x"], ["y"], [2, 2])
+    c = streamify(path, tmp_path / "dc.stream.onnx", sample_rate_hz=16000, hop_samples=16)
+    assert sorted(s.kind for s in c.states) == ["context", "overlap"] and c.total_stride == 4
+    overlap = next(s for s in c.states if s.kind == "overlap")
+    assert overlap.shape == ["N", 1, 4]
+    feeds = {"x": np.random.default_rng(3).standard_normal((1, 1, 400)).astype(np.float32)}
+    _assert_stream_equals_full(model, tmp_path / "dc.stream.onnx", c, feeds, [4, 16, 40])
+
+
+class CumulativeLayerNorm(nn.Module):
+    """Causal conv + cumulative layer norm over (channels, time so far), as in Conv-TasNet's cLN."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv1d(1, 4, 3)
+
+    def forward(self, x):
+        h = self.conv(F.pad(x, (2, 0)))
+        c = h.shape[1]
+        s = torch.cumsum(h.sum(1, keepdim=True), dim=2)
+        s2 = torch.cumsum((h * h).sum(1, keepdim=True), dim=2)
+        cnt = torch.cumsum(torch.ones_like(h[:, :1]), dim=2) * c
+        mean = s / cnt
+        var = s2 / cnt - mean * mean
+        return (h - mean) / torch.sqrt(var + 1e-5)
+
+
+def test_cumulative_norm_streams_with_running_sums_after_the_first_chunk(tmp_path):
+    """A running-sum state per CumSum: exact on every chunk, not only the first (a one-chunk check would pass
+    a graph that restarts the sums)."""
+    torch.manual_seed(0)
+    model = CumulativeLayerNorm()
+    path = _export(model, tmp_path / "cln.onnx", (torch.zeros(1, 1, 64),), ["x"], ["y"], [2, 2])
+    c = streamify(path, tmp_path / "cln.stream.onnx", sample_rate_hz=16000, hop_samples=16)
+    assert sorted(s.kind for s in c.states).count("running") == 3
+    feeds = {"x": np.random.default_rng(4).standard_normal((1, 1, 320)).astype(np.float32)}
+    _assert_stream_equals_full(model, tmp_path / "cln.stream.onnx", c, feeds, [16, 64], atol=1e-4)
+
+
+@pytest.mark.parametrize("norm, match", [
+    (lambda: nn.GroupNorm(2, 4), r"InstanceNormalization node|GroupNormalization node"),
+    (lambda: nn.InstanceNorm1d(4), r"InstanceNormalization node '[^']+': normalises over the time axis 2"),
+    ("mean", r"ReduceMean node '[^']+': reduces over the time axis 2"),
+])
+def test_norms_and_means_over_time_refused_exit_2_nothing_written(tmp_path, norm, match):
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv1d(1, 4, 3)
+            self.norm = None if norm == "mean" else norm()
+
+        def forward(self, x):
+            h = self.conv(F.pad(x, (2, 0)))
+            return h - h.mean(-1, keepdim=True) if self.norm is None else self.norm(h)
+
+    path = _export(Net(), tmp_path / "n.onnx", (torch.zeros(1, 1, 64),), ["x"], ["y"], [2, 2])
+    with pytest.raises(UsageError, match=match):
+        streamify(path, tmp_path / "out.onnx", sample_rate_hz=16000, hop_samples=16)
+    assert not (tmp_path / "out.onnx").exists()
+
+
+def test_every_blocker_named_in_one_run(tmp_path):
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv1d(1, 4, 3)
+            self.gru = nn.GRU(4, 4, batch_first=True, bidirectional=True)
+
+        def forward(self, x):
+            h = self.conv(F.pad(x, (2, 0)))
+            h = h - h.mean(-1, keepdim=True)
+            return self.gru(h.transpose(1, 2))[0]
+
+    path = _export(Net(), tmp_path / "n.onnx", (torch.zeros(1, 1, 64),), ["x"], ["y"], [2, 1])
+    with pytest.raises(UsageError) as err:
+        streamify(path, tmp_path / "out.onnx", sample_rate_hz=16000, hop_samples=16)
+    msg = str(err.value)
+    assert "2 nodes block it" in msg and "ReduceMean node" in msg and "GRU node" in msg and "\n" not in msg
+
+
+def test_several_files_as_one_model(tmp_path):
+    """An encoder and a decoder in two files (DeepFilterNet3's layout): one stream graph, proved."""
+    torch.manual_seed(0)
+
+    class Enc(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv1d(1, 8, 4, stride=2)
+
+        def forward(self, x):
+            return torch.tanh(self.conv(F.pad(x, (2, 0))))
+
+    class Dec(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv1d(8, 2, 3)
+
+        def forward(self, e):
+            h = self.conv(F.pad(e, (2, 0)))
+            n, _, t = h.shape
+            return h.reshape(n, 1, 2, t).transpose(2, 3).reshape(n, 1, 2 * t)
+
+    enc, dec = Enc().eval(), Dec().eval()
+    _export(enc, tmp_path / "enc.onnx", (torch.zeros(1, 1, 32),), ["x"], ["e"], [2, 2])
+    _export(dec, tmp_path / "dec.onnx", (torch.zeros(1, 8, 16),), ["e"], ["y"], [2, 2])
+    c = streamify([tmp_path / "enc.onnx", tmp_path / "dec.onnx"], tmp_path / "ed.stream.onnx",
+                  sample_rate_hz=16000, hop_samples=2, name="encdec")
+    assert [i.name for i in c.inputs] == ["x"] and [o.name for o in c.outputs] == ["y"] and c.total_stride == 2
+
+    class Both(nn.Module):
+        def forward(self, x):
+            return dec(enc(x))
+
+    feeds = {"x": np.random.default_rng(5).standard_normal((1, 1, 200)).astype(np.float32)}
+    _assert_stream_equals_full(Both(), tmp_path / "ed.stream.onnx", c, feeds, [2, 10])
