@@ -251,6 +251,14 @@ class Walker:
             self._ticks = self.op("Cast", [n], "ticks", {"to": 1}, dtype=np.float32)
         return self._ticks
 
+    def counter(self, delay: int, rate: Fraction) -> Any:
+        """The tick counter state_in (float32 (N, 1): input ticks streamed so far), created on first use; it
+        saturates once past ``delay`` frames at ``rate`` frames per tick (and every other user's)."""
+        if self._counter_in is None:
+            self._counter_in, _ = self.new_state([BATCH_DIM, 1], np.float32, COUNTER, "stream start")
+        self._counter_max = max(self._counter_max, math.ceil(Fraction(delay) / rate))
+        return self._counter_in
+
     def mask_preroll(self, x: Any, base: str) -> Any:
         """Return ``x`` with its frames before the stream's start set to zero (stream frames ``< delay``):
         ``x * (counter * rate + arange(frames) >= delay)``, where the counter state holds the ticks streamed
@@ -262,15 +270,13 @@ class Walker:
             return self._masked[x.name]
         f = self.fact(x)
         axis, b, rank = f.axis, self.batch_axis(x), len(f.shape1)
-        if self._counter_in is None:
-            self._counter_in, _ = self.new_state([BATCH_DIM, 1], np.float32, COUNTER, "stream start")
-        self._counter_max = max(self._counter_max, math.ceil(Fraction(d) / f.rate))
+        counter = self.counter(d, f.rate)
         shape = self.op("Shape", [x], base)
         n = self.op("Gather", [shape, self.const([axis])], base, {"axis": 0})
         nf = self.op("Cast", [self.unsqueeze(n, [0], base, squeeze=True)], base, {"to": 1}, dtype=np.float32)
         rng = self.op("Range", [self.const(0.0, dtype=np.float32), nf, self.const(1.0, dtype=np.float32)], base,
                       dtype=np.float32)
-        start = self.op("Mul", [self._counter_in, self.const([[float(f.rate)]], dtype=np.float32)], base)
+        start = self.op("Mul", [counter, self.const([[float(f.rate)]], dtype=np.float32)], base)
         idx = self.op("Add", [start, rng], base)  # (N, frames)
         keep = self.op("Cast", [self.op("GreaterOrEqual", [idx, self.const([[float(d)]], dtype=np.float32)], base)],
                        base, {"to": 1}, dtype=np.float32)

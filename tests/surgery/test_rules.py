@@ -281,3 +281,33 @@ def test_several_files_as_one_model(tmp_path):
 
     feeds = {"x": np.random.default_rng(5).standard_normal((1, 1, 200)).astype(np.float32)}
     _assert_stream_equals_full(Both(), tmp_path / "ed.stream.onnx", c, feeds, [2, 10])
+
+
+class LookAheadLstm(nn.Module):
+    """A valid (look-ahead) strided conv before an LSTM, as in Demucs's encoder: the LSTM's input is late in
+    the stream, so its first frames come before the sequence's start; the start gate must hold its state."""
+
+    def __init__(self, batch_first):
+        super().__init__()
+        self.conv = nn.Conv1d(1, 8, 8, stride=4)
+        self.lstm = nn.LSTM(8, 8, batch_first=batch_first)
+        self.up = nn.ConvTranspose1d(8, 1, 8, stride=4)
+        self.batch_first = batch_first
+
+    def forward(self, x):
+        h = torch.relu(self.conv(x))  # (N, 8, T')
+        h = h.transpose(1, 2) if self.batch_first else h.permute(2, 0, 1)
+        r, _ = self.lstm(h)
+        r = r.transpose(1, 2) if self.batch_first else r.permute(1, 2, 0)
+        return self.up(r)
+
+
+@pytest.mark.parametrize("batch_first", [True, False])
+def test_recurrence_after_look_ahead_starts_at_the_real_first_frame(tmp_path, batch_first):
+    torch.manual_seed(0)
+    model = LookAheadLstm(batch_first)
+    path = _export(model, tmp_path / "la.onnx", (torch.zeros(1, 1, 64),), ["x"], ["y"], [2, 2])
+    c = streamify(path, tmp_path / "la.stream.onnx", sample_rate_hz=16000, hop_samples=16)
+    assert c.delay_samples == 4 and "counter" in [s.kind for s in c.states]
+    feeds = {"x": np.random.default_rng(6).standard_normal((2, 1, 400)).astype(np.float32)}
+    _assert_stream_equals_full(model, tmp_path / "la.stream.onnx", c, feeds, [4, 8, 40], atol=1e-5)

@@ -6,8 +6,9 @@ run) gets ``state_in`` (N, 1, H) as ``initial_h`` (and ``initial_c``; transposed
 0), and ``Y_h`` (``Y_c``) becomes ``state_out``: batch-first, so StreamPool and Triton's sequence batcher
 can batch streams. Refused: bidirectional and reverse directions (they read the sequence from its end),
 ``sequence_lens``, an initial state computed from the data or not zero, a graph that uses ``Y_h``/``Y_c``
-(the state after the whole sequence), and a late input (its frames before the stream's start would advance
-the state: not supported yet).
+(the state after the whole sequence). A late input (a look-ahead before the op: its first stream frames come
+before the sequence's start) gets a start gate (:func:`_start_gate`) so the state starts at the real first
+frame, as the full graph's does.
 
 Sources: ONNX operator docs GRU/LSTM/RNN (opset 14 ``layout``; inputs X, W, R, B, sequence_lens,
 initial_h, initial_c, P; outputs Y, Y_h, Y_c; Y is (T, D, N, H) for layout 0, (N, T, D, H) for 1).
@@ -50,9 +51,6 @@ def recurrent(node: Any, ctx: Any) -> None:
         x = ctx.delay_line(x, -d, node.name)
         node.inputs[0] = x
         d = 0
-    if d > 0:
-        raise Blocker(f"its input is {d} frames late (a look-ahead before it): its frames before the stream's start "
-                      "would advance the state (not supported yet)")
     hidden = int(node.attrs.get("hidden_size", 0))
     if not hidden:
         raise Blocker("has no hidden_size")
@@ -74,16 +72,84 @@ def recurrent(node: Any, ctx: Any) -> None:
     while len(node.outputs) < max(outs) + 1:
         node.outputs.append(gs.Variable.empty())
     dtype = x.dtype if x.dtype is not None else np.float32
+    y_out = node.outputs[0]
+    gate = _start_gate(node, ctx, x, d, layout) if d > 0 else None
     for i, o in zip(slots, outs):
         kind = "recurrent"
         s_in, s_out = ctx.new_state(["N", 1, hidden], dtype, kind, node.name)
+        h0 = ctx.op("Transpose", [s_in], node.name, {"perm": [1, 0, 2]}) if layout == 0 else s_in
+        if gate is None:
+            node.inputs[i] = h0
+            if layout == 0:
+                y = gs.Variable(ctx.name(f"{node.name}/Y_state"), dtype=dtype)
+                node.outputs[o] = y
+                ctx.graph.layer(op="Transpose", name=ctx.name(f"{node.name}/state_out"), inputs=[y],
+                                outputs=[s_out], attrs={"perm": [1, 0, 2]})
+            else:
+                node.outputs[o] = s_out
+            continue
+        node.inputs[i] = ctx.op("Mul", [h0, gate["fresh_keep"]], node.name)
+        y = gs.Variable(ctx.name(f"{node.name}/Y_state"), dtype=dtype)
+        node.outputs[o] = y
+        y = ctx.op("Mul", [y, gate["alive"]], node.name)
         if layout == 0:
-            node.inputs[i] = ctx.op("Transpose", [s_in], node.name, {"perm": [1, 0, 2]})
-            y = gs.Variable(ctx.name(f"{node.name}/Y_state"), dtype=dtype)
-            node.outputs[o] = y
             ctx.graph.layer(op="Transpose", name=ctx.name(f"{node.name}/state_out"), inputs=[y], outputs=[s_out],
                             attrs={"perm": [1, 0, 2]})
         else:
-            node.inputs[i] = s_in
-            node.outputs[o] = s_out
-    ctx.set_delay(node.outputs[0], d)
+            ctx.graph.layer(op="Identity", name=ctx.name(f"{node.name}/state_out"), inputs=[y], outputs=[s_out])
+    ctx.set_delay(y_out, d)
+
+
+def _start_gate(node: Any, ctx: Any, x: Any, d: int, layout: int) -> dict:
+    """Start a recurrence on a late input at the stream's real start, even inside a chunk.
+
+    The input's first ``d`` stream frames come before the start (pre-roll: the full graph has no such frames).
+    Per stream, ``b`` = pre-roll frames in this chunk (from the tick counter). The chunk's frames are rotated
+    left by ``b`` (GatherElements), the op runs with ``sequence_lens = max(frames - b, 1)`` from the initial
+    state multiplied by ``b == 0`` (a fresh stream starts from zeros), its ``Y`` is rotated back (frames ``< b``
+    are pre-roll and ignored downstream) and its final state is kept only when ``b < frames``. In the steady
+    state (``b = 0``) this is the plain op. Returns the gate tensors ``fresh_keep`` and ``alive``, shaped to
+    multiply the (layout's) initial state and ``Y_h``.
+    """
+    f = ctx.fact(x)
+    base = f"{node.name}/gate"
+    counter = ctx.counter(d, f.rate)
+    shape = ctx.op("Shape", [x], base)
+    n_i = ctx.op("Gather", [shape, ctx.const([layout])], base, {"axis": 0})  # (1,) int64 frames
+    n_f = ctx.op("Cast", [n_i], base, {"to": 1}, dtype=np.float32)
+    before = ctx.op("Mul", [counter, ctx.const([[float(f.rate)]], dtype=np.float32)], base)  # (N, 1)
+    b = ctx.op("Clip", [ctx.op("Sub", [ctx.const([[float(d)]], dtype=np.float32), before], base),
+                        ctx.const(0.0, dtype=np.float32), ctx.unsqueeze(n_f, [0], base, squeeze=True)], base)
+    b_i = ctx.op("Cast", [b], base, {"to": 7}, dtype=np.int64)  # (N, 1)
+    ar = ctx.op("Range", [ctx.const(0), ctx.unsqueeze(n_i, [0], base, squeeze=True), ctx.const(1)], base,
+                dtype=np.int64)  # (frames,)
+
+    def rotate(t: Any, sign: str, y_rank: int) -> Any:
+        idx = ctx.op("Mod", [ctx.op(sign, [ar, b_i], base), n_i], base)  # (N, frames)
+        if layout == 0:
+            idx = ctx.op("Transpose", [idx], base, {"perm": [1, 0]})  # (frames, N)
+            extra = [2] if y_rank == 3 else [1, 3]
+        else:
+            extra = [2] if y_rank == 3 else [2, 3]
+        idx = ctx.unsqueeze(idx, extra, base)
+        idx = ctx.op("Expand", [idx, ctx.op("Shape", [t], base)], base)
+        return ctx.op("GatherElements", [t, idx], base, {"axis": layout})
+
+    node.inputs[0] = rotate(x, "Add", 3)
+    seq = ctx.op("Max", [ctx.op("Sub", [n_f, b], base), ctx.const([[1.0]], dtype=np.float32)], base)
+    seq = ctx.op("Cast", [ctx.op("Reshape", [seq, ctx.const([-1])], base)], base, {"to": 6}, dtype=np.int32)
+    node.inputs[4] = seq
+    y_full = node.outputs[0]
+    y_raw = gs.Variable(ctx.name(f"{node.name}/Y_rotated"), dtype=y_full.dtype)
+    node.outputs[0] = y_raw
+    ctx.graph.layer(op="Identity", name=ctx.name(f"{node.name}/Y"), inputs=[rotate(y_raw, "Sub", 4)],
+                    outputs=[y_full])
+    perm_shape = [1, -1, 1] if layout == 0 else [-1, 1, 1]
+
+    def as_state(cond: Any) -> Any:
+        return ctx.op("Reshape", [ctx.op("Cast", [cond], base, {"to": 1}, dtype=np.float32),
+                                  ctx.const(perm_shape)], base)
+
+    fresh = as_state(ctx.op("LessOrEqual", [b, ctx.const([[0.0]], dtype=np.float32)], base))
+    alive = as_state(ctx.op("Less", [b, n_f], base))
+    return {"fresh_keep": fresh, "alive": alive}
