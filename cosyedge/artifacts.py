@@ -166,6 +166,12 @@ class StreamContract:
         return [StreamIO(self.output, [BATCH_DIM, 1, TIME_DIM], "float32", 2, self.hop_samples, 0, "audio")]
 
     @property
+    def audio_in(self) -> bool:
+        """bool: the model streams one input and it is a waveform (N, 1, T): ``push`` takes an array."""
+        ins = self.stream_inputs
+        return len(ins) == 1 and ins[0].kind == "audio"
+
+    @property
     def is_audio(self) -> bool:
         """bool: one audio input (N, 1, T) and an audio output named by :attr:`input` / :attr:`output`:
         what ``cosyedge run``, StreamPool and the precision stages stream."""

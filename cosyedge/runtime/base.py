@@ -140,11 +140,15 @@ class StreamSession(abc.ABC):
             self.reset_impl()
 
     # ------------------------------------------------------------------ streaming
-    def push(self, chunk: np.ndarray) -> dict[str, np.ndarray]:
-        """Process one chunk of audio and advance the state.
+    def push(self, chunk: np.ndarray | dict) -> dict[str, np.ndarray]:
+        """Process one chunk of audio (or of every streaming input) and advance the state.
 
         Args:
-            chunk (np.ndarray): float32 PCM, shape (batch, 1, chunk_samples), range [-1, 1], finite.
+            chunk (np.ndarray | dict[str, np.ndarray]): float32 PCM, shape (batch, 1, chunk_samples), range
+                [-1, 1], finite; for a model whose inputs are not one waveform (``contract.is_audio`` False,
+                e.g. features), a dict with one array per ``contract.stream_inputs`` entry, each of its shape
+                with ``N`` = batch and ``T`` = its frames per chunk (:meth:`StreamIO.frames`). Then every
+                streaming output is returned.
         Returns:
             dict[str, np.ndarray]: model outputs by ONNX name (without states), e.g.
             ``{contract.output: (batch, 1, chunk_samples) float32}``. The arrays are the session's
@@ -152,11 +156,14 @@ class StreamSession(abc.ABC):
         Raises:
             UsageError: the session is inactive; ``chunk`` is not a float32 ndarray of that shape, its
                 length is not a multiple of the total stride or not ``chunk_samples``, or it holds
-                NaN/Inf.
+                NaN/Inf (for a dict: a missing or unknown input, or one of another shape or dtype).
         """
         if not self.is_active:
             raise UsageError("push() on an inactive session: call activate() first or use 'with session:'")
-        self._check_chunk(chunk)
+        if isinstance(chunk, dict) or not self.contract.audio_in:
+            self._check_inputs(chunk)
+        else:
+            self._check_chunk(chunk)
         t0 = time.perf_counter()
         out = self.push_impl(chunk)
         ms = (time.perf_counter() - t0) * 1000.0
@@ -185,6 +192,32 @@ class StreamSession(abc.ABC):
         self._lat.clear()
 
     # ------------------------------------------------------------------ helpers
+    def input_shape(self, io) -> tuple[int, ...]:
+        """Shape (tuple[int]) a pushed array for stream input ``io`` (StreamIO) must have."""
+        return io.concrete_shape(self.batch, io.frames(self.chunk_samples, self.contract.hop_samples))
+
+    def _check_inputs(self, feeds) -> None:
+        if not isinstance(feeds, dict):
+            names = [i.name for i in self.contract.stream_inputs]
+            raise UsageError(f"this model streams inputs {names} (not one waveform): push a dict of arrays by name")
+        want = {i.name: i for i in self.contract.stream_inputs}
+        missing = sorted(set(want) - set(feeds))
+        extra = sorted(set(feeds) - set(want))
+        if missing or extra:
+            raise UsageError(f"push() needs exactly the inputs {sorted(want)}: missing {missing}, unknown {extra}")
+        for name, io in want.items():
+            a = feeds[name]
+            shape = self.input_shape(io)
+            if not isinstance(a, np.ndarray) or a.shape != shape:
+                got = a.shape if isinstance(a, np.ndarray) else type(a).__name__
+                raise UsageError(f"input '{name}' has shape {got}, expected {shape} (shape {io.shape}, "
+                                 f"{io.frames(self.chunk_samples, self.contract.hop_samples)} frames per chunk of "
+                                 f"{self.chunk_samples} samples)")
+            if a.dtype != np.dtype(io.dtype):
+                raise UsageError(f"input '{name}' dtype is {a.dtype}, expected {io.dtype}")
+            if a.dtype.kind == "f" and not np.isfinite(a).all():
+                raise UsageError(f"input '{name}' holds {int((~np.isfinite(a)).sum())} NaN/Inf value(s)")
+
     def _check_chunk(self, chunk: np.ndarray) -> None:
         if not isinstance(chunk, np.ndarray):
             raise UsageError(f"chunk must be a numpy array, got {type(chunk).__name__}")

@@ -101,8 +101,11 @@ class OrtStreamSession(StreamSession):
 
         inputs = {i.name: i for i in sess.get_inputs()}
         outputs = {o.name: o for o in sess.get_outputs()}
-        want_in = [c.input] + [s.input for s in c.states]
-        want_out = [c.output] + [s.output for s in c.states]
+        self._audio = c.is_audio
+        io_in = c.stream_inputs if not self._audio else [i for i in c.stream_inputs if i.name == c.input]
+        io_out = c.stream_outputs if not self._audio else [o for o in c.stream_outputs if o.name == c.output]
+        want_in = [i.name for i in io_in] + [s.input for s in c.states]
+        want_out = [o.name for o in io_out] + [s.output for s in c.states]
         for name in want_in:
             if name not in inputs:
                 raise ArtifactError(f"{self.model_path}: contract input '{name}' is not a model input "
@@ -118,20 +121,26 @@ class OrtStreamSession(StreamSession):
         for s in c.states:
             self._check_state_shape(s, inputs[s.input].shape, "input")
             self._check_state_shape(s, outputs[s.output].shape, "output")
+        for io, arg in [(i, inputs[i.name]) for i in io_in] + [(o, outputs[o.name]) for o in io_out]:
+            self._check_io_shape(io, arg.shape)
 
         def dtype_of(arg) -> type:
             return _ORT_DTYPES.get(arg.type, np.float32)
 
-        audio_shape = (self.batch, 1, self.chunk_samples)
-        self._x = np.zeros(audio_shape, dtype=dtype_of(inputs[c.input]))
-        self._y = np.zeros(audio_shape, dtype=dtype_of(outputs[c.output]))
+        hop = c.hop_samples
+        self._xs = {i.name: np.zeros(self.input_shape(i), dtype=dtype_of(inputs[i.name])) for i in io_in}
+        self._ys = {o.name: np.zeros(o.concrete_shape(self.batch, o.frames(self.chunk_samples, hop)),
+                                     dtype=dtype_of(outputs[o.name])) for o in io_out}
+        self._x = self._xs.get(c.input)
+        self._y = self._ys.get(c.output)
         # ping-pong state buffers: _states[k][i] is set k (0 = A, 1 = B) of state i
         self._states = ([s.zeros(self.batch) for s in c.states], [s.zeros(self.batch) for s in c.states])
 
         def ov(a: np.ndarray):
             return ort.OrtValue.ortvalue_from_numpy(a, "cpu", 0)
 
-        self._ov_x, self._ov_y = ov(self._x), ov(self._y)
+        self._ov_xs = {k: ov(a) for k, a in self._xs.items()}
+        self._ov_ys = {k: ov(a) for k, a in self._ys.items()}
         self._ov_states = ([ov(a) for a in self._states[0]], [ov(a) for a in self._states[1]])
         # binding k reads states from set k and writes the new states into set 1 - k
         self._bindings = [sess.io_binding(), sess.io_binding()]
@@ -159,10 +168,20 @@ class OrtStreamSession(StreamSession):
                     f"but the contract says {s.shape}; re-run 'cosyedge streamify'"
                 )
 
+    def _check_io_shape(self, io, model_shape) -> None:
+        want = io.concrete_shape(self.batch, io.frames(self.chunk_samples, self.contract.hop_samples))
+        bad = len(model_shape) != len(want) or any(
+            isinstance(m, int) and m != w and d not in ("N", "T") for m, w, d in zip(model_shape, want, io.shape))
+        if bad:
+            raise ArtifactError(f"{self.model_path}: '{io.name}' has shape {list(model_shape)} in the model but the "
+                                f"contract says {io.shape}; re-run 'cosyedge streamify'")
+
     def _bind(self, binding, k: int) -> None:
         c = self.contract
-        binding.bind_ortvalue_input(c.input, self._ov_x)
-        binding.bind_ortvalue_output(c.output, self._ov_y)
+        for name, v in self._ov_xs.items():
+            binding.bind_ortvalue_input(name, v)
+        for name, v in self._ov_ys.items():
+            binding.bind_ortvalue_output(name, v)
         for i, s in enumerate(c.states):
             binding.bind_ortvalue_input(s.input, self._ov_states[k][i])
             binding.bind_ortvalue_output(s.output, self._ov_states[1 - k][i])
@@ -170,8 +189,8 @@ class OrtStreamSession(StreamSession):
     def deactivate_impl(self) -> None:
         """Drop the session, bindings and buffers."""
         self._sess = None
-        self._bindings = self._ov_states = self._states = self._ov_x = self._ov_y = None
-        self._x = self._y = None
+        self._bindings = self._ov_states = self._states = self._ov_xs = self._ov_ys = None
+        self._x = self._y = self._xs = self._ys = None
 
     def reset_impl(self) -> None:
         """Fill both ping-pong sets with the initial state values (zeros) and restart at set A."""
@@ -186,14 +205,24 @@ class OrtStreamSession(StreamSession):
 
         Returns:
             dict[str, np.ndarray]: ``{contract.output: (batch, 1, chunk_samples)}``, the preallocated
-            output buffer (float32; a float32 copy if the model output has another dtype).
+            output buffer (float32; a float32 copy if the model output has another dtype); for a
+            multi-input model every streaming output's buffer by name.
         """
-        np.copyto(self._x, chunk, casting="same_kind")
+        if isinstance(chunk, dict):
+            for name, a in chunk.items():
+                np.copyto(self._xs[name], a, casting="same_kind")
+        else:
+            np.copyto(self._x if self._audio else next(iter(self._xs.values())), chunk, casting="same_kind")
         b = self._bindings[self._parity]
         if self._rebind:
             self._bind(b, self._parity)
-        self._sess.run_with_iobinding(b)
+        try:
+            self._sess.run_with_iobinding(b)
+        except Exception as err:  # onnxruntime's own exception types
+            raise ArtifactError(f"ONNX Runtime failed on {self.model_path}: {first_line(err)}") from None
         self._parity ^= 1
+        if not self._audio:
+            return self._ys
         y = self._y if self._y.dtype == np.float32 else self._y.astype(np.float32)
         return {self.contract.output: y}
 

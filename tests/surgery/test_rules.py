@@ -311,3 +311,33 @@ def test_recurrence_after_look_ahead_starts_at_the_real_first_frame(tmp_path, ba
     assert c.delay_samples == 4 and "counter" in [s.kind for s in c.states]
     feeds = {"x": np.random.default_rng(6).standard_normal((2, 1, 400)).astype(np.float32)}
     _assert_stream_equals_full(model, tmp_path / "la.stream.onnx", c, feeds, [4, 8, 40], atol=1e-5)
+
+
+def test_ort_session_streams_a_multi_input_model_and_checks_its_inputs(tmp_path):
+    """OrtStreamSession.push takes a dict for a model whose inputs are features, returns every output, and
+    refuses a wrong name, shape or dtype with one line."""
+    from cosyedge.runtime import OrtStreamSession
+
+    torch.manual_seed(0)
+    model = TwoDimNet()
+    ex = (torch.zeros(1, 2, 12, 8), torch.zeros(1, 4, 12, 8))
+    path = _export(model, tmp_path / "2d.onnx", ex, ["x", "y"], ["z", "r"], [2, 2, 2, 1])
+    c = streamify(path, tmp_path / "2d.stream.onnx", sample_rate_hz=48000, hop_samples=480)
+    rng = np.random.default_rng(2)
+    feeds = {"x": rng.standard_normal((2, 2, 30, 8)).astype(np.float32),
+             "y": rng.standard_normal((2, 4, 30, 8)).astype(np.float32)}
+    want = _stream(tmp_path / "2d.stream.onnx", c, feeds, 3)
+    got = {"z": [], "r": []}
+    with OrtStreamSession(tmp_path / "2d.stream.onnx", chunk_samples=3 * 480, batch=2) as sess:
+        for i in range(0, 30, 3):
+            out = sess.push({k: np.ascontiguousarray(v[:, :, i:i + 3]) for k, v in feeds.items()})
+            for k in got:
+                got[k].append(out[k].copy())
+        with pytest.raises(UsageError, match=r"missing \['y'\]"):
+            sess.push({"x": feeds["x"][:, :, :3].copy()})
+        with pytest.raises(UsageError, match=r"input 'y' has shape \(2, 4, 2, 8\), expected \(2, 4, 3, 8\)"):
+            sess.push({"x": feeds["x"][:, :, :3].copy(), "y": feeds["y"][:, :, :2].copy()})
+        with pytest.raises(UsageError, match="push a dict"):
+            sess.push(feeds["x"][:, :, :3].copy())
+    assert np.array_equal(np.concatenate(got["z"], axis=2), want["z"])
+    assert np.array_equal(np.concatenate(got["r"], axis=1), want["r"])
