@@ -23,6 +23,8 @@ Nodes kept in FP32 (:func:`fp32_node_plan`, each with its reason, recorded in th
 * Convs that only copy samples or frames (one-hot weights, :func:`cosyedge.precision.qdq.is_copy_conv`, e.g. the
   pitch comb's framing taps), with their state ``Concat`` and ``Slice``: FP16 would round the audio they carry
   from chunk to chunk and save nothing;
+* streamify's bookkeeping: every node computed from the tick counter state (pre-roll masks, recurrent start
+  gates) and the recurrent ops (GRU, LSTM, RNN: their state carries FP16 rounding through the whole stream);
 * any node named in ``exclude``.
 
 The converter leaves FP16 round trips (``Cast(to=FP16) -> Cast(to=FP32)``) on edges between two FP32
@@ -68,6 +70,7 @@ from cosyedge.artifacts import (
 from cosyedge.errors import AccuracyError, ArtifactError, UsageError, first_line
 from cosyedge.log import LOG
 from cosyedge.precision.qdq import is_copy_conv
+from cosyedge.surgery.walker import BOOKKEEPING
 
 onnx = lazy_import("onnx")
 
@@ -82,6 +85,9 @@ KEEP_FP32_OPS = (
     "LpNormalization", "MeanVarianceNormalization", "CumSum", "STFT", "DFT",
 )
 """tuple[str]: overflow/underflow-prone op types kept in FP32 (sums of squares, logs, norms)."""
+
+RECURRENT_OPS = ("GRU", "LSTM", "RNN")
+"""tuple[str]: kept in FP32: their state runs for the whole stream, and FP16 rounding of it accumulates."""
 
 WEIGHTED_OPS = ("Conv", "ConvTranspose", "Gemm", "MatMul")
 """tuple[str]: ops that end the FP32 propagation around a kept op (they start a new FP16 region)."""
@@ -211,6 +217,13 @@ def fp32_node_plan(model: Any, contract: StreamContract, keep_ops: Iterable[str]
     for n in nodes:
         if is_copy_conv(n, inits):
             conv_with_state(n, "copy conv")
+    # stream bookkeeping (streamify's tick counter: pre-roll masks, recurrent start gates): positions and
+    # counts in FP16 would round (2049 ticks is not an FP16 number), and the gated ops mix them with data
+    for n in nodes:
+        if BOOKKEEPING in n.name:
+            mark(n, "stream counter")
+        if n.op_type in RECURRENT_OPS:
+            mark(n, f"op {n.op_type}")
     for e in exclude:
         plan[e] = "excluded"
     order = {n.name: i for i, n in enumerate(nodes)}
@@ -231,10 +244,11 @@ def strip_fp16_round_trips(model: Any) -> int:
         int: number of Cast nodes removed or turned into Identity.
     """
     g = model.graph
-    consumers: dict[str, list] = {}
-    for n in g.node:
+    nodes = list(g.node)  # one Python object per node for the whole pass: removal is by index, not id()
+    consumers: dict[str, list[int]] = {}
+    for k, n in enumerate(nodes):
         for i in n.input:
-            consumers.setdefault(i, []).append(n)
+            consumers.setdefault(i, []).append(k)
     outputs = {o.name for o in g.output}
 
     def cast_to(n) -> int | None:
@@ -243,14 +257,16 @@ def strip_fp16_round_trips(model: Any) -> int:
         return next((a.i for a in n.attribute if a.name == "to"), None)
 
     remove: set[int] = set()
+    turned: set[int] = set()  # re-casts turned into Identity (graph outputs), not the model's own Identities
     rename: dict[str, str] = {}
     changed = 0
-    for a in g.node:
+    for ka, a in enumerate(nodes):
         if cast_to(a) != _FLOAT16:
             continue
         src = a.input[0]
         users = consumers.get(a.output[0], [])
-        for b in users:
+        for kb in users:
+            b = nodes[kb]
             if cast_to(b) != _FLOAT:
                 continue
             changed += 1
@@ -258,11 +274,12 @@ def strip_fp16_round_trips(model: Any) -> int:
                 b.op_type = "Identity"
                 del b.attribute[:]
                 b.input[0] = src
+                turned.add(kb)
             else:
                 rename[b.output[0]] = src
-                remove.add(id(b))
-        if a.output[0] not in outputs and all(id(b) in remove or b.op_type == "Identity" for b in users):
-            remove.add(id(a))
+                remove.add(kb)
+        if a.output[0] not in outputs and all(kb in remove or kb in turned for kb in users):
+            remove.add(ka)
             changed += 1
     # the FP16 source of a round trip may itself be FP32 only after an earlier rename: resolve chains
     def resolve(name: str) -> str:
@@ -270,7 +287,7 @@ def strip_fp16_round_trips(model: Any) -> int:
             name = rename[name]
         return name
 
-    keep = [n for n in g.node if id(n) not in remove]
+    keep = [n for k, n in enumerate(nodes) if k not in remove]
     for n in keep:
         for k, i in enumerate(n.input):
             if i in rename:

@@ -37,6 +37,9 @@ gs = lazy_import("onnx_graphsurgeon")
 
 INT64_MAX = int(np.iinfo(np.int64).max)
 COUNTER = "counter"
+BOOKKEEPING = "~stream"
+"""str: part of the name of every node that computes stream positions (tick counter, pre-roll masks, start
+gates); precision stages keep them in FP32 (positions in FP16 round) and never quantize them."""
 
 
 def node_desc(node: Any) -> str:
@@ -246,9 +249,10 @@ class Walker:
         if self._ticks is None:
             name, axis = self.tick_source
             src = next(t for t in self.graph.inputs if t.name == name)
-            shape = self.op("Shape", [src], "ticks")
-            n = self.op("Gather", [shape, self.const([axis])], "ticks", {"axis": 0})
-            self._ticks = self.op("Cast", [n], "ticks", {"to": 1}, dtype=np.float32)
+            base = f"{BOOKKEEPING}_ticks"
+            shape = self.op("Shape", [src], base)
+            n = self.op("Gather", [shape, self.const([axis])], base, {"axis": 0})
+            self._ticks = self.op("Cast", [n], base, {"to": 1}, dtype=np.float32)
         return self._ticks
 
     def counter(self, delay: int, rate: Fraction) -> Any:
@@ -271,6 +275,7 @@ class Walker:
         f = self.fact(x)
         axis, b, rank = f.axis, self.batch_axis(x), len(f.shape1)
         counter = self.counter(d, f.rate)
+        base = f"{base}/{BOOKKEEPING}_mask"
         shape = self.op("Shape", [x], base)
         n = self.op("Gather", [shape, self.const([axis])], base, {"axis": 0})
         nf = self.op("Cast", [self.unsqueeze(n, [0], base, squeeze=True)], base, {"to": 1}, dtype=np.float32)
@@ -364,8 +369,8 @@ class Walker:
                 delays[name] = want
         if self._counter_in is not None:
             s_out = self._state_vars[[s.kind for s in self.states].index(COUNTER)][1]
-            inc = self.op("Add", [self._counter_in, self.ticks()], "counter")
-            self.graph.layer(op="Min", name=self.name("counter/Min"),
+            inc = self.op("Add", [self._counter_in, self.ticks()], f"{BOOKKEEPING}_counter")
+            self.graph.layer(op="Min", name=self.name(f"{BOOKKEEPING}_counter/Min"),
                              inputs=[inc, self.const([[float(self._counter_max)]], dtype=np.float32)],
                              outputs=[s_out])
         width = max(2, len(str(len(self._state_vars) - 1)))

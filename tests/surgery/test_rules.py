@@ -341,3 +341,49 @@ def test_ort_session_streams_a_multi_input_model_and_checks_its_inputs(tmp_path)
             sess.push(feeds["x"][:, :, :3].copy())
     assert np.array_equal(np.concatenate(got["z"], axis=2), want["z"])
     assert np.array_equal(np.concatenate(got["r"], axis=1), want["r"])
+
+
+def test_downstream_fp16_int8_accept_a_recurrent_look_ahead_graph(tmp_path):
+    """A stream graph with an LSTM, a start gate, a pre-roll mask and an overlap state builds in FP16 (the
+    LSTM and the tick-counter bookkeeping stay FP32; the FP16 round-trip strip once deleted a Cast in front
+    of an Identity and broke the graph) and in INT8 (the LSTM stays float), and both stream."""
+    import onnx
+
+    from cosyedge.precision.calibset import load_calibration_set
+    from cosyedge.precision.fp16 import fp16_onnx
+    from cosyedge.precision.int8 import int8_onnx
+    from cosyedge.runtime import OrtStreamSession, stream_array
+    from cosyedge.cli.main import main
+    from tests.precision import int8_fixtures as fx
+
+    class WithMidConv(LookAheadLstm):  # a conv between the boundary layers: something for INT8 to quantize
+        def __init__(self):
+            super().__init__(True)
+            self.mid = nn.Conv1d(8, 8, 3)
+
+        def forward(self, x):
+            h = torch.relu(self.conv(x)).transpose(1, 2)
+            r = self.lstm(h)[0].transpose(1, 2)
+            return self.up(torch.tanh(self.mid(F.pad(r, (2, 0)))))
+
+    torch.manual_seed(0)
+    model = WithMidConv()
+    path = _export(model, tmp_path / "la.onnx", (torch.zeros(1, 1, 64),), ["x"], ["y"], [2, 2])
+    streamify(path, tmp_path / "la.stream.onnx", sample_rate_hz=16000, hop_samples=160)
+    info = fp16_onnx(tmp_path / "la.stream.onnx", tmp_path / "la.fp16.onnx")
+    plan = info["fp32_nodes"]
+    assert plan["/lstm/LSTM"] == "op LSTM" and any("~stream_gate" in n for n in plan)
+    assert info["snr_db_vs_fp32"] > 60
+    d = fx.write_recordings(tmp_path / "rec", count=16)
+    assert main(["calib", "make", "--from", str(d), "--out", str(tmp_path / "calib")]) == 0
+    int8_onnx(tmp_path / "la.stream.onnx", tmp_path / "la.int8.onnx", calib=load_calibration_set(tmp_path / "calib").folder)
+    ops = {n.name: n.op_type for n in onnx.load(str(tmp_path / "la.int8.onnx")).graph.node}
+    assert "QuantizeLinear" in ops.values() and ops["/lstm/LSTM"] == "LSTM"
+    x = fx.eval_pair()[0][:16000]
+    with OrtStreamSession(tmp_path / "la.stream.onnx") as s:
+        ref = stream_array(s, x)
+    for name in ("la.fp16.onnx", "la.int8.onnx"):
+        with OrtStreamSession(tmp_path / name) as s:
+            y = stream_array(s, x)
+        snr = 10 * np.log10(np.sum(ref ** 2) / np.sum((y - ref) ** 2))
+        assert snr > (50 if "fp16" in name else 15), (name, snr)

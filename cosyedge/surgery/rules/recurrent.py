@@ -22,6 +22,7 @@ import numpy as np
 
 from cosyedge._lazy import lazy_import
 from cosyedge.surgery.rules import Blocker, register
+from cosyedge.surgery.walker import BOOKKEEPING
 
 gs = lazy_import("onnx_graphsurgeon")
 
@@ -112,7 +113,7 @@ def _start_gate(node: Any, ctx: Any, x: Any, d: int, layout: int) -> dict:
     multiply the (layout's) initial state and ``Y_h``.
     """
     f = ctx.fact(x)
-    base = f"{node.name}/gate"
+    base = f"{node.name}/{BOOKKEEPING}_gate"
     counter = ctx.counter(d, f.rate)
     shape = ctx.op("Shape", [x], base)
     n_i = ctx.op("Gather", [shape, ctx.const([layout])], base, {"axis": 0})  # (1,) int64 frames
