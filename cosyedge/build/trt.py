@@ -110,7 +110,8 @@ def profile_from_contract(contract: StreamContract, chunk_samples: int | None = 
     """Derive the optimization profile from a stream contract.
 
     The audio input is (N, 1, chunk_samples) with the chunk fixed (one multiple of the total stride,
-    default one hop); every state input has its exact contract shape; only ``N`` ranges over
+    default one hop); a feature input has its contract shape with ``T`` = its frames per chunk
+    (:meth:`StreamIO.frames`); every state input has its exact contract shape; only ``N`` ranges over
     ``1..max_batch`` (many streams per enqueue), optimised for ``opt_batch``.
 
     Args:
@@ -134,7 +135,10 @@ def profile_from_contract(contract: StreamContract, chunk_samples: int | None = 
     if not 1 <= int(opt_batch) <= int(max_batch):
         raise UsageError(f"opt batch must be between 1 and max batch {max_batch}, got {opt_batch}")
     lo, opt, hi = 1, int(opt_batch), int(max_batch)
-    prof = {contract.input: ((lo, 1, chunk), (opt, 1, chunk), (hi, 1, chunk))}
+    prof = {}
+    for io in contract.stream_inputs:  # audio (N, 1, chunk) or features: frames per chunk from the contract
+        frames = io.frames(chunk, contract.hop_samples)
+        prof[io.name] = tuple(io.concrete_shape(b, frames) for b in (lo, opt, hi))
     for s in contract.states:
         _ = s.batch_axis  # raises ArtifactError without "N"
         if any(d != BATCH_DIM and (not isinstance(d, int) or d <= 0) for d in s.shape):

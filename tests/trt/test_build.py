@@ -264,3 +264,19 @@ def test_smoke_test_catches_non_finite_output(fake10, tmp_path):
     with pytest.raises(ArtifactError, match="produced NaN/Inf for a zero chunk"):
         bt.build_trt(path, out_dir=tmp_path / "engines")
     assert [p.name for p in (tmp_path / "engines").iterdir()] == ["timing-cache"]
+
+
+def test_profile_covers_every_stream_input_of_a_feature_model():
+    """Issue 22: a multi-input feature model (DeepFilterNet3's shapes) gets one profile entry per input, with
+    its frames per chunk from the contract, and every state batch-first; nothing typed by hand."""
+    from cosyedge.artifacts import StateSpec, StreamContract, StreamIO
+
+    c = StreamContract(input="feat_erb", output="m", sample_rate_hz=48000, hop_samples=480, total_stride=480,
+                       states=[StateSpec("state_in.00", "state_out.00", ["N", 1, 256], kind="recurrent")],
+                       inputs=[StreamIO("feat_erb", ["N", 1, "T", 32], time_axis=2),
+                               StreamIO("feat_spec", ["N", 2, "T", 96], time_axis=2)],
+                       outputs=[StreamIO("m", ["N", 1, "T", 32], time_axis=2)])
+    prof = bt.profile_from_contract(c, chunk_samples=960, max_batch=8, opt_batch=2)
+    assert prof == {"feat_erb": ((1, 1, 2, 32), (2, 1, 2, 32), (8, 1, 2, 32)),
+                    "feat_spec": ((1, 2, 2, 96), (2, 2, 2, 96), (8, 2, 2, 96)),
+                    "state_in.00": ((1, 1, 256), (2, 1, 256), (8, 1, 256))}
