@@ -263,6 +263,44 @@ class Walker:
         self._counter_max = max(self._counter_max, math.ceil(Fraction(delay) / rate))
         return self._counter_in
 
+    def stream_sizes(self, sizes: Any, out: Any, base: str) -> Any:
+        """A shape vector for the chunk graph in place of ``sizes`` (a shape computed from the sequence length,
+        e.g. ``view(-1, 1, time)``): every entry as in the full graph except the entry of ``out``'s time axis,
+        which becomes this chunk's frames of ``out`` (ticks x frames per tick). The full graph's value there
+        counts the sequence's frames, edge frames included, which a chunk does not have.
+
+        Raises:
+            Blocker: ``sizes`` is not a 1-D shape, or an entry other than time also changes with the length.
+        """
+        fs, fo = self.fact(sizes), self.fact(out)
+        v1, v2 = fs.values1, fs.values2
+        if v1 is None or v1.ndim != 1 or len(v1) != len(fo.shape1):
+            raise Blocker("its shape is computed from the sequence length in a form streamify cannot follow")
+        t = fo.axis
+        if any(v1[i] != v2[i] for i in range(len(v1)) if i != t):
+            raise Blocker("its shape changes with the sequence length on an axis other than time")
+        frames = self.frames_tensor(fo.rate, base)
+        parts = []
+        if t > 0:
+            parts.append(self.const(v1[:t].tolist()))
+        parts.append(frames)
+        if t + 1 < len(v1):
+            parts.append(self.const(v1[t + 1:].tolist()))
+        return self.op("Concat", parts, f"{base}/{BOOKKEEPING}_shape", {"axis": 0}, dtype=np.int64) \
+            if len(parts) > 1 else frames
+
+    def frames_tensor(self, rate: Fraction, base: str) -> Any:
+        """int64 (1,): frames at ``rate`` frames per tick in this chunk (ticks x rate)."""
+        name, axis = self.tick_source
+        src = next(t for t in self.graph.inputs if t.name == name)
+        b = f"{base}/{BOOKKEEPING}_frames"
+        n = self.op("Gather", [self.op("Shape", [src], b), self.const([axis])], b, {"axis": 0})
+        if rate.numerator != 1:
+            n = self.op("Mul", [n, self.const([rate.numerator])], b)
+        if rate.denominator != 1:
+            n = self.op("Div", [n, self.const([rate.denominator])], b)
+        return n
+
     def mask_preroll(self, x: Any, base: str) -> Any:
         """Return ``x`` with its frames before the stream's start set to zero (stream frames ``< delay``):
         ``x * (counter * rate + arange(frames) >= delay)``, where the counter state holds the ticks streamed

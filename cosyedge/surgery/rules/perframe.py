@@ -24,7 +24,7 @@ ELEMENTWISE = (
     "Cosh DequantizeLinear Div Dropout Elu Equal Erf Exp Floor Gelu Greater GreaterOrEqual HardSigmoid HardSwish "
     "Identity IsInf IsNaN LeakyRelu Less LessOrEqual Log Max Mean Min Mish Mod Mul Neg Not Or PRelu Pow "
     "QuantizeLinear Reciprocal Relu Round Selu Shrink Sigmoid Sign Sin Sinh Softplus Softsign Sqrt Sub Sum Tan "
-    "Tanh ThresholdedRelu Where Xor Shape Size Transpose Squeeze Unsqueeze Expand"
+    "Tanh ThresholdedRelu Where Xor Shape Size Transpose Squeeze Unsqueeze"
 ).split()
 
 
@@ -241,7 +241,17 @@ def reshape(node: Any, ctx: Any) -> None:
     if _prod(fi.shape1[:fi.axis]) != _prod(fo.shape1[:fo.axis]):
         raise Blocker(f"mixes time with the axes before it ({list(fi.shape1)} -> {list(fo.shape1)}, time axis "
                       f"{fi.axis} -> {fo.axis}): time must stay the outer axis of what it is merged with")
+    if node.op == "Reshape" and ctx.fact(node.inputs[1]).sizes:
+        node.inputs[1] = ctx.stream_sizes(node.inputs[1], node.outputs[0], node.name)
     pass_through(node, ctx, [0])
+
+
+@register("Expand")
+def expand(node: Any, ctx: Any) -> None:
+    """Expand: per frame; a target shape computed from the sequence length gets the chunk's frames on time."""
+    if node.outputs[0].name and ctx.fact(node.outputs[0]).is_stream and ctx.fact(node.inputs[1]).sizes:
+        node.inputs[1] = ctx.stream_sizes(node.inputs[1], node.outputs[0], node.name)
+    pass_through(node, ctx, [0] if ctx.is_stream(node.inputs[0]) else [])
 
 
 @register("Resize", "Upsample")
@@ -257,6 +267,8 @@ def resize(node: Any, ctx: Any) -> None:
     if q != 1 and mode != "nearest":
         raise Blocker(f"'{mode}' Resize over time interpolates between frames across chunk boundaries "
                       "(use nearest, then a causal conv)")
+    if len(node.inputs) > 3 and node.inputs[3].name and ctx.fact(node.inputs[3]).sizes:
+        node.inputs[3] = ctx.stream_sizes(node.inputs[3], node.outputs[0], node.name)
     pass_through(node, ctx, [0])
 
 
@@ -271,7 +283,10 @@ def depth_space(node: Any, ctx: Any) -> None:
 
 @register("ConstantOfShape")
 def constant_of_shape(node: Any, ctx: Any) -> None:
-    """A constant over a computed shape: the same value in every frame (delay-free)."""
+    """A constant over a computed shape: the same value in every frame (delay-free), as many frames as the
+    chunk has."""
+    if ctx.fact(node.inputs[0]).sizes:
+        node.inputs[0] = ctx.stream_sizes(node.inputs[0], node.outputs[0], node.name)
     for o in node.outputs:
         ctx.set_delay(o, None)
 
