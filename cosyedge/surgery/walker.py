@@ -279,15 +279,23 @@ class Walker:
         t = fo.axis
         if any(v1[i] != v2[i] for i in range(len(v1)) if i != t):
             raise Blocker("its shape changes with the sequence length on an axis other than time")
-        frames = self.frames_tensor(fo.rate, base)
+        b = self.batch_axis(out) if out.name in self.batch_axes or v1[0] == 1 else None
         parts = []
-        if t > 0:
-            parts.append(self.const(v1[:t].tolist()))
-        parts.append(frames)
-        if t + 1 < len(v1):
-            parts.append(self.const(v1[t + 1:].tolist()))
-        return self.op("Concat", parts, f"{base}/{BOOKKEEPING}_shape", {"axis": 0}, dtype=np.int64) \
-            if len(parts) > 1 else frames
+        for i, v in enumerate(v1.tolist()):
+            if i == t:
+                parts.append(self.frames_tensor(fo.rate, base))
+            elif i == b and v != -1:  # the batch: as many streams as this chunk has (the probes ran batch 1)
+                parts.append(self.batch_tensor(base))
+            else:
+                parts.append(self.const([v]))
+        return self.op("Concat", parts, f"{base}/{BOOKKEEPING}_shape", {"axis": 0}, dtype=np.int64)
+
+    def batch_tensor(self, base: str) -> Any:
+        """int64 (1,): the batch size of this chunk (axis 0 of the tick source)."""
+        name, _ = self.tick_source
+        src = next(t for t in self.graph.inputs if t.name == name)
+        b = f"{base}/{BOOKKEEPING}_batch"
+        return self.op("Gather", [self.op("Shape", [src], b), self.const([0])], b, {"axis": 0})
 
     def frames_tensor(self, rate: Fraction, base: str) -> Any:
         """int64 (1,): frames at ``rate`` frames per tick in this chunk (ticks x rate)."""
