@@ -187,14 +187,15 @@ def measure(model: Any, time_axes: dict[str, int], t1: int, t2: int,
         t2 (int): Second probe length (> t1).
         where (str): Name for error messages.
     Returns:
-        tuple: (facts, values, batch_axes): the :class:`TimeFact` by tensor name; every tensor's value in
-        the ``T1`` run (np.ndarray); the batch axis by tensor name, found by a third run with batch 2 (empty
+        tuple: (facts, values, batch_axes): the :class:`TimeFact` by tensor name; every tensor's values in
+        the ``T1`` and the ``T2`` run (a pair of dicts; the two runs have different seeded inputs, so a value
+        equal in both does not depend on the data); the batch axis by tensor name, found by a third run with batch 2 (empty
         when the model fixes its batch at 1).
     Raises:
         ArtifactError: ONNX Runtime cannot run the model.
         UsageError: an input has an unknown symbolic axis.
     """
-    f1, f2 = probe_inputs(model, time_axes, t1), probe_inputs(model, time_axes, t2)
+    f1, f2 = probe_inputs(model, time_axes, t1), probe_inputs(model, time_axes, t2, seed=1)
     v1, v2 = run_all(model, f1, where), run_all(model, f2, where)
     for name, arr in f1.items():
         v1[name], v2[name] = arr, f2[name]
@@ -222,4 +223,4 @@ def measure(model: Any, time_axes: dict[str, int], t1: int, t2: int,
         diff = [i for i, (p, q) in enumerate(zip(np.shape(a), np.shape(b))) if p != q]
         if len(diff) == 1 and np.ndim(a) == np.ndim(b):
             batch_axes[name] = diff[0]
-    return facts, v1, batch_axes
+    return facts, (v1, v2), batch_axes

@@ -171,7 +171,7 @@ def streamify_graph(graph: Any, *, hop_ticks: int, time_axes: dict[str, int] | N
         f = facts[name]
         shape = [BATCH_DIM if i == 0 else ("T" if i == axes[name] else int(d)) for i, d in enumerate(f.shape1)]
         kind = "audio" if _is_audio(list(f.shape1), axes[name]) else "features"
-        inputs.append(StreamIO(name, shape, _np_name(values[name].dtype), axes[name], hop_ticks, 0, kind))
+        inputs.append(StreamIO(name, shape, _np_name(values[0][name].dtype), axes[name], hop_ticks, 0, kind))
     outputs, delay_ticks = [], 0
     for name in out_names:
         f = walker.facts[name]
@@ -180,7 +180,7 @@ def streamify_graph(graph: Any, *, hop_ticks: int, time_axes: dict[str, int] | N
                  ("T" if i == f.axis else int(d)) for i, d in enumerate(f.shape1)]
         kind = ("audio" if inputs[0].kind == "audio" and fph == hop_ticks and _is_audio(list(f.shape1), f.axis)
                 else "features")
-        dtype = _np_name(values[name].dtype) if name in values else "float32"
+        dtype = _np_name(values[0][name].dtype) if name in values[0] else "float32"
         outputs.append(StreamIO(name, shape, dtype, f.axis, int(fph) if fph.denominator == 1 else 0,
                                 delays.get(name, 0), kind))
         delay_ticks = max(delay_ticks, int(Fraction(delays.get(name, 0)) / f.rate))

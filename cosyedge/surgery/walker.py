@@ -53,8 +53,8 @@ class Walker:
     Args:
         graph (gs.Graph): The graph (modified in place).
         facts (dict[str, TimeFact]): Measured stream facts by tensor name (:func:`facts.measure`).
-        values (dict[str, np.ndarray]): Tensor values of the first probe run (for rules that must know
-            a value: zero initial states, computed pad sizes).
+        values (tuple[dict, dict]): Tensor values of the two probe runs (for rules that must know a value:
+            zero initial states, computed pad sizes, the frames a left pad adds).
         batch_axes (dict[str, int]): Batch axis by tensor name where a batch-2 probe found it.
         tick_source (tuple[str, int]): (graph input name, its time axis): the chunk length in ticks.
     """
@@ -64,7 +64,7 @@ class Walker:
         load_all()
         self.graph = graph
         self.facts = facts
-        self.values = values
+        self.values, self.values2 = values
         self.batch_axes = batch_axes
         self.tick_source = tick_source
         self.delay: dict[str, int | None] = {}
@@ -194,7 +194,7 @@ class Walker:
             shape = [shape[i] for i in perm]
         dtype = x.dtype if x.dtype is not None else np.float32
         s_in, s_out = self.new_state(shape, dtype, kind, node)
-        src = s_in
+        src = self._lead_start(s_in, x, frames, axis, perm, node)
         if perm is not None:
             inv = [perm.index(i) for i in range(len(perm))]
             src = self.op("Transpose", [s_in], f"{node}/state", {"perm": inv})
@@ -208,6 +208,41 @@ class Walker:
             self.graph.layer(op="Transpose", name=self.name(f"{node}/state_out"), inputs=[tail], outputs=[s_out],
                              attrs={"perm": perm})
         return cat
+
+    def _lead_start(self, s_in: Any, x: Any, frames: int, axis: int, perm: list | None, node: str) -> Any:
+        """The state to use in place of ``s_in`` for ``x``: when ``x`` is early (delay ``d < 0``: a left pad
+        not yet absorbed), the state's last ``min(frames, -d)`` frames at the stream's start are the frames
+        the pad put before the sequence, computed per frame by the ops since (their full-graph values,
+        the same in both probe runs); zeros when they are zeros. Added at the first chunk only (tick counter
+        at 0), so every runtime can still start states at zeros."""
+        d = self.delay_of(x)
+        if d is None or d >= 0:
+            return s_in
+        n = min(frames, -d)
+        v1, v2 = self.values.get(x.name), self.values2.get(x.name)
+        if v1 is None or v2 is None:
+            raise Blocker(f"the {-d} frames a left pad adds before '{x.name}' cannot be traced to constants")
+        lead1 = np.take(v1, np.arange(-d - n, -d), axis=axis)
+        lead2 = np.take(v2, np.arange(-d - n, -d), axis=axis)
+        if lead1.shape != lead2.shape or not np.array_equal(lead1, lead2):
+            raise Blocker(f"the frames a left pad adds before '{x.name}' depend on the data")
+        if not np.any(lead1):
+            return s_in
+        shape, _ = self._state_shape(x, frames, axis)
+        init = np.zeros([1 if d_ == BATCH_DIM else d_ for d_ in shape], dtype=lead1.dtype)
+        idx = [slice(None)] * init.ndim
+        idx[axis] = slice(frames - n, frames)
+        b = self.batch_axis(x)
+        init[tuple(idx)] = np.take(lead1, [0], axis=b) if lead1.shape[b] != 1 else lead1
+        if perm is not None:
+            init = np.transpose(init, perm)
+        counter = self.counter(1, self.fact(x).rate)
+        base = f"{node}/{BOOKKEEPING}_lead"
+        first = self.op("Cast", [self.op("Equal", [counter, self.const([[0.0]], dtype=np.float32)], base)], base,
+                        {"to": 1}, dtype=np.float32)  # (N, 1)
+        first = self.unsqueeze(first, list(range(2, init.ndim)), base) if init.ndim > 2 else first
+        lead = self.op("Mul", [first, self.const(init, dtype=init.dtype)], base)
+        return self.op("Add", [s_in, lead], base)
 
     def delay_line(self, x: Any, frames: int, base: str) -> Any:
         """Return ``x`` late by ``frames`` (> 0) more frames: ``Concat(state, x)[:-frames]`` on its time axis,
@@ -223,9 +258,11 @@ class Walker:
         self._delayed[key] = out
         return out
 
-    def align(self, node: Any, idxs: list[int], minimum: int | None = 0) -> int | None:
+    def align(self, node: Any, idxs: list[int], minimum: int | None = None) -> int | None:
         """Delay the streaming inputs ``idxs`` of ``node`` so they all have the same delay (the largest,
-        at least ``minimum``); returns that delay (None when every one is constant along time).
+        at least ``minimum``); returns that delay (None when every one is constant along time). A negative
+        delay (a tensor early after a left pad) may stay negative: per-frame ops compute the pad's frames
+        like any other, and the state that finally absorbs them starts with their values (:meth:`add_state`).
 
         Raises:
             Blocker: inputs of different rates (frames per tick) meet in one node.
@@ -404,13 +441,17 @@ class Walker:
                 if want > d:
                     t = outs[name]
                     t.name = name + "/undelayed"
-                    self.facts[t.name] = self.facts[name]
+                    for table in (self.facts, self.batch_axes, self.values, self.values2):
+                        if name in table:
+                            table[t.name] = table[name]
                     self.delay[t.name] = d
-                    if name in self.batch_axes:
-                        self.batch_axes[t.name] = self.batch_axes[name]
-                    out = self.delay_line(t, want - d, name)
+                    try:
+                        out = self.delay_line(t, want - d, name)
+                    except Blocker as err:
+                        self.blockers.append(f"graph output '{name}': {err}")
+                        continue
                     self.graph.outputs[self.graph.outputs.index(t)] = out
-                    out.name = name
+                    out.name, out.dtype, out.shape = name, t.dtype, t.shape
                     self.delay[name] = want
                 delays[name] = want
         if self._counter_in is not None:

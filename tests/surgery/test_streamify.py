@@ -99,7 +99,8 @@ def _full_and_stream(src, out, x, chunk, contract):
     (dict(pad_node={"pads": [0, 0, 0, 0, 0, 2]}, conv_pads=(0, 0)), 2),  # causal_type='right'
     (dict(pad_node={"pads": [0, 0, 1, 0, 0, 1]}, conv_pads=(0, 0)), 1),
     (dict(pad_node={"pads": [0, 0, 3, 0, 0, 0]}, conv_pads=(0, 0)), 0),  # over-padded: one frame early
-    (dict(pad_node={"pads": [0, 0, 2, 0, 0, 0]}, conv_pads=(0, 0), pad_consumer="Relu"), 2),
+    # a pad, a per-frame op, then the conv: still causal (the pad's frames pass through Relu as frames)
+    (dict(pad_node={"pads": [0, 0, 2, 0, 0, 0]}, conv_pads=(0, 0), pad_consumer="Relu"), 0),
     (dict(mid_node=helper.make_node("MaxPool", ["h"], ["h2"], name="pool", kernel_shape=[2])), 1),
 ])
 def test_look_ahead_becomes_delay_and_streams_exactly(tmp_path, kwargs, delay):

@@ -7,7 +7,9 @@ of ``P_s`` frames and no time pads, where ``P_s`` is the one value in ``[max(0, 
 ``C / S`` outputs for a chunk of ``C`` frames) with ``(P_s + d - P_l) % S == 0``. Its output is then
 ``(P_s + d - P_l) / S`` frames late: 0 for a causal conv (``P_l = K - 1``, stride 1; or ``K - S`` strided),
 ``K - 1`` for a look-ahead conv (``causal_type='right'``, a right pad), the un-chomped half of a symmetric
-pad. When that would be negative (a left pad longer than the kernel) the input is delayed first. When the
+pad. It is negative when the left pad is longer than the kernel needs (a 1x1 conv after a pad, as in the
+Conformer convolution module): the output's first frames only saw padding, the stream starts after them
+(early), and the next window op's state starts with their values (:meth:`Walker.add_state`). When the
 input is late and the full graph zero-pads on the left, the frames before the stream's start are zeroed
 (:meth:`Walker.mask_preroll`), as the full graph sees zeros there. Pads on other axes are kept.
 
@@ -54,12 +56,13 @@ def window_geometry(node: Any, ctx: Any, n_sp: int, t_sp: int, kernel: list[int]
 
 def choose_state(k_eff: int, s: int, p_l: int, d: int) -> tuple[int, int, int]:
     """(P_s state frames, extra input delay e, output delay) for a window (see module doc)."""
-    lo = max(0, k_eff - s)
-    for e in range(0, s + p_l + k_eff + 1):
-        for p_s in range(lo, k_eff):
-            if (p_s + d + e - p_l) % s == 0 and p_s + d + e >= p_l:
-                return p_s, e, (p_s + d + e - p_l) // s
-    raise Blocker(f"no state fits time kernel {k_eff}, stride {s}, left pad {p_l}")  # unreachable
+    best = None
+    for p_s in range(max(0, k_eff - s), k_eff):
+        e = (p_l - p_s - d) % s  # (p_s + d + e - p_l) divisible by s; the output may come out early (< 0)
+        cand = (e, (p_s + d + e - p_l) // s, p_s)
+        best = cand if best is None or cand < best else best
+    e, d_out, p_s = best
+    return p_s, e, d_out
 
 
 def _set_time_pads(node: Any, n_sp: int, t_sp: int) -> None:

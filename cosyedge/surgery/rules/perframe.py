@@ -17,6 +17,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
+
 from cosyedge.surgery.rules import Blocker, register
 
 ELEMENTWISE = (
@@ -93,17 +95,50 @@ def gather_elements(node: Any, ctx: Any) -> None:
     pass_through(node, ctx)
 
 
-@register("Concat", "Split", "LpNormalization", "ArgMax", "ArgMin", "TopK", "Compress")
+@register("Concat")
+def concat(node: Any, ctx: Any) -> None:
+    """Concat off the time axis: per frame. On the time axis, one streaming input between blocks of zeros
+    of a fixed length is a zero pad written as a concatenation (CosyVoice's ``CausalConv1d``:
+    ``concat(zeros(N, C, P), x)``): the zeros before it make the tensor ``P`` frames early (as a left Pad),
+    the zeros after it only lengthen the sequence's end; both are dropped from the chunk graph."""
+    idxs = ctx.stream_inputs(node)
+    t, rank = _time_axis(ctx, node, idxs[0])
+    if _axis_attr(node, 0, rank) != t:
+        return pass_through(node, ctx)
+    if len(idxs) > 1:
+        raise Blocker(f"concatenates streaming tensors along the time axis {t} (a chunk holds only part of "
+                      "the sequence)")
+    i = idxs[0]
+    lead = 0
+    for j, tin in enumerate(node.inputs):
+        if j == i:
+            continue
+        v = ctx.value(tin)
+        if v is None or np.any(np.asarray(v) != 0):
+            raise Blocker(f"concatenates non-zero frames to a stream along the time axis {t}")
+        if j < i:
+            lead += int(np.asarray(v).shape[t])
+    x = node.inputs[i]
+    d = ctx.delay_of(x) or 0
+    if lead and d > 0:
+        x = ctx.mask_preroll(x, node.name)
+    node.op, node.attrs = "Identity", {}
+    node.inputs.clear()
+    node.inputs.append(x)
+    ctx.set_delay(node.outputs[0], d - lead)
+
+
+@register("Split", "LpNormalization", "ArgMax", "ArgMin", "TopK", "Compress")
 def axis_op(node: Any, ctx: Any) -> None:
     """Concat/Split/Gather/... along an axis that is not time: pass through; along time: refused."""
-    default = {"Concat": 0, "Split": 0, "LpNormalization": -1, "ArgMax": 0, "ArgMin": 0,
+    default = {"Split": 0, "LpNormalization": -1, "ArgMax": 0, "ArgMin": 0,
                "TopK": -1, "Compress": 0}[node.op]
     for i in ctx.stream_inputs(node):
         t, rank = _time_axis(ctx, node, i)
         if node.op == "Compress" and "axis" not in node.attrs:
             raise Blocker("Compress without an axis flattens time")
         if _axis_attr(node, default, rank) == t:
-            what = {"Concat": "concatenates", "Split": "splits"}.get(node.op, "works")
+            what = {"Split": "splits"}.get(node.op, "works")
             raise Blocker(f"{what} along the time axis {t} (a chunk holds only part of the sequence)")
     pass_through(node, ctx)
 
