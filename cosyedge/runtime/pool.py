@@ -84,6 +84,9 @@ class StreamPool:
         if not c.is_streaming:
             raise ArtifactError(f"{self.model_path} has no streaming state (state_in.*/state_out.*); "
                                 f"run 'cosyedge streamify' on it first")
+        from cosyedge.runtime.stream import require_waveform_model
+
+        require_waveform_model(c, str(self.model_path))
         self.contract = c
         self.chunk_samples = int(c.hop_samples if chunk_samples is None else chunk_samples)
         c.check_chunk(self.chunk_samples)

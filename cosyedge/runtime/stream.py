@@ -55,7 +55,23 @@ class StreamStats:
         return dataclasses.asdict(self)
 
 
+def require_waveform_model(contract, where: str) -> None:
+    """Refuse a model that does not map one waveform to one waveform (``contract.is_audio``).
+
+    Raises:
+        UsageError: the model streams other inputs or outputs (features, several inputs): the message
+            names them.
+    """
+    if not contract.is_audio:
+        ins = [f"{i.name}{i.shape}" for i in contract.stream_inputs]
+        outs = [f"{o.name}{o.shape}" for o in contract.stream_outputs]
+        raise UsageError(f"{where} streams inputs {', '.join(ins)} to outputs {', '.join(outs)}, not one waveform "
+                         f"(N, 1, T) to another: stream it with OrtStreamSession.push(dict), or wrap its features "
+                         f"in a recipe that takes and gives audio")
+
+
 def _as_batch(session: StreamSession, x: np.ndarray) -> np.ndarray:
+    require_waveform_model(session.contract, str(getattr(session, "model_path", "the model")))
     x = np.asarray(x)
     if x.ndim == 1:
         x = x[None, :]

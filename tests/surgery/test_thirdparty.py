@@ -226,3 +226,45 @@ def test_whole_sequence_models_refused_exit_2_one_line(tmp_path, kind, match):
 
     assert re.search(match, lines[0]), lines[0]
     assert not out.exists() and sorted(f.name for f in tmp_path.iterdir()) == [f"{kind}.onnx"]
+
+
+def test_demucs_in_a_stream_pool_with_streams_joining_late(tmp_path):
+    """StreamPool batches Demucs streams (LSTM start gates and pre-roll masks per slot: each stream's tick
+    counter is its own state), a stream that joins 10 chunks late equals its own session run bit for bit."""
+    pytest.importorskip("denoiser")
+    from cosyedge.runtime import OrtStreamSession, stream_array
+    from cosyedge.runtime.pool import StreamPool
+
+    info = tm.demucs_onnx(tmp_path / "demucs.onnx", resample=4, dynamo=False)
+    p = tmp_path / "demucs.stream.onnx"
+    streamify(info.path, p, sample_rate_hz=16000, hop_samples=16)
+    x = _demo(16 * 200)
+    late = 10
+    with OrtStreamSession(p, chunk_samples=16) as s:
+        ref_a = stream_array(s, x)
+        ref_b = stream_array(s, 0.5 * x[16 * late:])
+    with StreamPool(p, max_streams=4, chunk_samples=16) as pool:
+        a = pool.join()
+        out = {a: []}
+        b = None
+        for k, i in enumerate(range(0, x.size, 16)):
+            chunks = {a: x[i:i + 16]}
+            if k == late:
+                b = pool.join()
+                out[b] = []
+            if b is not None:
+                chunks[b] = 0.5 * x[i:i + 16]
+            for sid, y in pool.push(chunks).items():
+                out[sid].append(y)
+    assert np.array_equal(np.concatenate(out[a]), ref_a)
+    assert np.array_equal(np.concatenate(out[b]), ref_b)
+
+
+def test_run_refuses_a_feature_model_in_one_line(tmp_path):
+    c = streamify(tm.nsnet2_onnx_path(), tmp_path / "nsnet2.stream.onnx", sample_rate_hz=16000, hop_samples=160)
+    assert not c.is_audio
+    res = subprocess.run([sys.executable, "-m", "cosyedge.cli.main", "run", "-q", str(DEMO), "-o",
+                          str(tmp_path / "out.wav"), "--engine", str(tmp_path / "nsnet2.stream.onnx")],
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 2 and res.stderr.count("\n") == 1, res.stderr
+    assert "not one waveform (N, 1, T) to another" in res.stderr and not (tmp_path / "out.wav").exists()
