@@ -762,3 +762,30 @@ def negative_onnx(kind, path, *, dynamo=False, seed=0, verify=True):
     if verify:
         verify_onnx(model, Path(path), [_noise(2, 1, n, seed + 1 + i) for i, n in enumerate((160, 237))])
     return Path(path)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# EnCodec's SEANet encoder (facebookresearch/encodec, MIT): waveform in, features out
+# ---------------------------------------------------------------------------------------------------------
+
+
+def seanet_encoder_onnx(path, *, pad_mode="constant", seed=0):
+    """Export ``encodec.modules.SEANetEncoder(causal=True, pad_mode=..., lstm=0)`` (small: 4 filters, ratios
+    [4, 2], dimension 16; total stride 8) with the dynamo exporter as ``wav`` (N, 1, T) -> ``emb`` (N, 16, T/8).
+    The TorchScript exporter bakes the example length into its extra padding (``math.ceil`` on a traced shape),
+    and dynamo cannot export its LSTM with a dynamic time axis (torch 2.13), hence dynamo and ``lstm=0``.
+    ``torchaudio`` (imported by encodec.utils for audio I/O only) is stubbed."""
+    import sys
+    import types
+
+    torch = _torch()
+    sys.modules.setdefault("torchaudio", types.ModuleType("torchaudio"))
+    modules = pytest.importorskip("encodec.modules")
+    torch.manual_seed(seed)
+    enc = modules.SEANetEncoder(channels=1, dimension=16, n_filters=4, ratios=[4, 2], causal=True,
+                                pad_mode=pad_mode, lstm=0).eval()
+    example = torch.from_numpy(_noise(1, 1, 640, seed))
+    t = torch.export.Dim("T", min=64, max=1 << 20)
+    torch.onnx.export(enc, (example,), str(path), input_names=["wav"], output_names=["emb"],
+                      dynamic_shapes={"x": {2: t}}, dynamo=True)
+    return Path(path), enc

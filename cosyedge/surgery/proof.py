@@ -92,12 +92,14 @@ def stream_run(model: Any, contract: Any, inputs: dict[str, np.ndarray], chunk_t
 
 def compare_aligned(full: np.ndarray, stream: np.ndarray, axis: int, delay: int) -> tuple[float, float, float]:
     """(max abs error, SNR dB, peak |full|) of ``stream`` shifted by ``delay`` frames against ``full``,
-    over the frames both have along ``axis``. SNR is capped at 200 dB (identical)."""
-    n = min(full.shape[axis], stream.shape[axis] - delay)
+    over the frames both have along ``axis`` (a negative delay: the stream starts ``-delay`` frames into the
+    full tensor). SNR is capped at 200 dB (identical)."""
+    s0, f0 = (delay, 0) if delay >= 0 else (0, -delay)  # an early tensor (delay < 0) lacks the pad's frames
+    n = min(full.shape[axis] - f0, stream.shape[axis] - s0)
     if n <= 0:
         return float("inf"), -float("inf"), 0.0
-    a = np.take(full, np.arange(n), axis=axis).astype(np.float64)
-    b = np.take(stream, np.arange(delay, delay + n), axis=axis).astype(np.float64)
+    a = np.take(full, np.arange(f0, f0 + n), axis=axis).astype(np.float64)
+    b = np.take(stream, np.arange(s0, s0 + n), axis=axis).astype(np.float64)
     err = b - a
     peak = float(np.abs(a).max()) if a.size else 0.0
     e2, s2 = float((err ** 2).sum()), float((a ** 2).sum())

@@ -424,8 +424,9 @@ class Walker:
             t = outs[name]
             f, d = self.fact(t), self.delay_of(t)
             if not f.is_stream:
-                self.blockers.append(f"graph output '{name}' has no time axis (a summary of the whole sequence "
-                                     "cannot be streamed)")
+                self.blockers.append(f"graph output '{name}' does not grow with the input length (a summary of "
+                                     "the whole sequence, or an export that fixed its length: math.ceil/int on a "
+                                     "traced shape bakes the example's length in)")
                 continue
             need[name] = (f.rate, 0 if d is None else d)
         delays = {}

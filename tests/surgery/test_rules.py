@@ -387,3 +387,21 @@ def test_downstream_fp16_int8_accept_a_recurrent_look_ahead_graph(tmp_path):
             y = stream_array(s, x)
         snr = 10 * np.log10(np.sum(ref ** 2) / np.sum((y - ref) ** 2))
         assert snr > (50 if "fp16" in name else 15), (name, snr)
+
+
+def test_proof_catches_a_wrong_rule_and_names_the_first_diverging_tensor(tmp_path, monkeypatch):
+    """A CumSum streamed without its running-sum state is exact on the first chunk and wrong after it: the
+    proof (several receptive fields, two chunk lengths) catches it, names the CumSum's output, writes nothing."""
+    from cosyedge.errors import AccuracyError
+    from cosyedge.surgery.rules import RULES, load_all
+    from cosyedge.surgery.rules.perframe import pass_through
+
+    load_all()
+    torch.manual_seed(0)
+    path = _export(CumulativeLayerNorm(), tmp_path / "cln.onnx", (torch.zeros(1, 1, 64),), ["x"], ["y"], [2, 2])
+    monkeypatch.setitem(RULES, "CumSum", lambda node, ctx: pass_through(node, ctx, [0]))
+    with pytest.raises(AccuracyError, match=r"differs from the full-sequence graph: .*first diverging tensor "
+                                            r"'[^']*CumSum[^']*' \(output of CumSum node") as err:
+        streamify(path, tmp_path / "out.onnx", sample_rate_hz=16000, hop_samples=16)
+    assert "nothing written" in str(err.value) and not (tmp_path / "out.onnx").exists()
+    assert err.value.exit_code == 5

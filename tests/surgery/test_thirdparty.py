@@ -268,3 +268,28 @@ def test_run_refuses_a_feature_model_in_one_line(tmp_path):
                          capture_output=True, text=True, timeout=300)
     assert res.returncode == 2 and res.stderr.count("\n") == 1, res.stderr
     assert "not one waveform (N, 1, T) to another" in res.stderr and not (tmp_path / "out.wav").exists()
+
+
+def test_seanet_encoder_features_out_stream_and_push_checks(tmp_path):
+    """EnCodec's SEANet encoder (waveform in, an embedding out at 1/8 the rate): streamed and proved; the
+    contract describes the embedding; OrtStreamSession.push returns it with its own shape (it used to die
+    on the first push with a raw ONNX Runtime error); reflect pads are refused by name."""
+    from cosyedge.runtime import OrtStreamSession
+
+    p, enc = tm.seanet_encoder_onnx(tmp_path / "seanet.onnx")
+    c = streamify(p, tmp_path / "seanet.stream.onnx", sample_rate_hz=16000, hop_samples=8)
+    assert c.outputs[0].shape == ["N", 16, "T"] and c.outputs[0].frames_per_hop == 1
+    assert c.outputs[0].kind == "features" and c.audio_in and not c.is_audio
+    x = _demo(8 * 400)
+    with torch.no_grad():
+        ref = enc(torch.from_numpy(x[None, None])).numpy()
+    got = []
+    with OrtStreamSession(tmp_path / "seanet.stream.onnx", chunk_samples=16) as s:
+        for i in range(0, x.size, 16):
+            out = s.push(x[None, None, i:i + 16].copy())
+            assert set(out) == {"emb"} and out["emb"].shape == (1, 16, 2)
+            got.append(out["emb"].copy())
+    assert _aligned_err(ref, np.concatenate(got, axis=2), 2, c.outputs[0].delay_frames) <= 1e-4
+    p2, _ = tm.seanet_encoder_onnx(tmp_path / "seanet_reflect.onnx", pad_mode="reflect")
+    with pytest.raises(UsageError, match=r"Pad node '[^']+': pads time in 'reflect' mode"):
+        streamify(p2, tmp_path / "out.onnx", sample_rate_hz=16000, hop_samples=8)
