@@ -38,7 +38,6 @@ from cosyedge.artifacts import (
     BATCH_DIM,
     META_PREFIX,
     Stage,
-    StateSpec,
     StreamContract,
     StreamIO,
     check_not_input,
@@ -212,12 +211,12 @@ def proof_inputs(contract: StreamContract, ticks: int, seed: int = 0) -> dict[st
     """
     rng = np.random.default_rng(seed)
     feeds = {}
-    for io in contract.stream_inputs:
-        shape = io.concrete_shape(1, ticks)
-        if io.kind == "audio":
-            feeds[io.name] = _demo_audio(contract.sample_rate_hz, ticks).reshape(shape)
+    for spec in contract.stream_inputs:
+        shape = spec.concrete_shape(1, ticks)
+        if spec.kind == "audio":
+            feeds[spec.name] = _demo_audio(contract.sample_rate_hz, ticks).reshape(shape)
         else:
-            feeds[io.name] = (0.5 * rng.standard_normal(shape)).astype(io.dtype)
+            feeds[spec.name] = (0.5 * rng.standard_normal(shape)).astype(spec.dtype)
     return feeds
 
 

@@ -21,7 +21,6 @@ Source: sonos/tract ``pulse/src/model.rs`` (pulsify walk), ``pulse/src/ops/delay
 
 from __future__ import annotations
 
-import copy
 import math
 from fractions import Fraction
 from typing import Any
@@ -467,7 +466,3 @@ class Walker:
             spec.input, spec.output = s_in.name, s_out.name
         return delays
 
-
-def copy_fact(fact: TimeFact) -> TimeFact:
-    """A copy of ``fact`` (TimeFact)."""
-    return copy.copy(fact)
