@@ -293,3 +293,20 @@ def test_seanet_encoder_features_out_stream_and_push_checks(tmp_path):
     p2, _ = tm.seanet_encoder_onnx(tmp_path / "seanet_reflect.onnx", pad_mode="reflect")
     with pytest.raises(UsageError, match=r"Pad node '[^']+': pads time in 'reflect' mode"):
         streamify(p2, tmp_path / "out.onnx", sample_rate_hz=16000, hop_samples=8)
+
+
+def test_demucs_build_fp16_and_check_gate(tmp_path):
+    """Downstream on a third-party stream graph: `cosyedge check --onnx` measures an FP16 baseline for it and
+    then gates it (exit 0), with an engine folder built through `cosyedge build`."""
+    pytest.importorskip("denoiser")
+    from cosyedge.cli.main import main
+
+    info = tm.demucs_onnx(tmp_path / "demucs.onnx", resample=1, dynamo=False)
+    p = tmp_path / "demucs.stream.onnx"
+    streamify(info.path, p, sample_rate_hz=16000, hop_samples=info.total_stride)
+    base = tmp_path / "demucs.accuracy.json"
+    args = ["check", "-q", "--onnx", str(p), "--precisions", "fp16", "--baseline", str(base), "--engines-dir",
+            str(tmp_path / "engines")]
+    assert main(args + ["--update-baseline"]) == 0 and base.is_file()
+    assert main(args) == 0
+    assert (tmp_path / "engines" / "demucs-fp16-onnxruntime" / "manifest.json").is_file()
