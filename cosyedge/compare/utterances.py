@@ -92,18 +92,25 @@ def fixed_utterances(sample_rate_hz: int = 16000) -> list[Utterance]:
 
 
 def utterances_from(path: str | Path, sample_rate_hz: int = 16000, limit: int | None = None) -> list[Utterance]:
-    """Return the utterances of a folder or manifest (:func:`cosyedge.eval.pairs.find_items`).
+    """Return the utterances of a folder or manifest, found and checked as ``cosyedge eval`` does.
+
+    The pairs come from :func:`cosyedge.eval.pairs.find_items` and every pair is checked by
+    :func:`cosyedge.eval.pairs.validate_items` before any audio is read: a clean file at another sample rate
+    or of another length than its noisy file is refused (each file is resampled to the model rate on its
+    own, so such a pair would otherwise score PESQ/SI-SNR against band-limited or misaligned speech).
 
     Args:
         path (str | Path): Folder (``noisy/`` + ``clean/``, or audio files) or ``.json``/``.csv`` manifest.
         sample_rate_hz (int): Model rate, Hz (files are downmixed and resampled to it).
         limit (int | None): Keep the first ``limit`` items (stable order).
     Raises:
-        ArtifactError: missing/unreadable input (see ``find_items``).
+        ArtifactError: missing/unreadable input (see ``find_items``), a file that is not audio or empty.
+        UsageError: a noisy file and its clean file differ in sample rate or length
+            (:func:`cosyedge.eval.pairs.check_pair`: the line names both files and both rates).
     """
-    from cosyedge.eval.pairs import find_items
+    from cosyedge.eval.pairs import find_items, validate_items
 
-    items = find_items(path)
+    items = validate_items(find_items(path))
     if limit is not None:
         items = items[: int(limit)]
     return [_make(it.name, Path(it.noisy), Path(it.clean) if it.clean else None, sample_rate_hz) for it in items]

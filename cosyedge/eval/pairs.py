@@ -202,8 +202,46 @@ def _info(path: Path):
                             "is it a valid wav/flac/ogg file?") from None
 
 
+def check_pair(noisy: Path, clean: Path | None) -> tuple[int, int]:
+    """Open the headers of a noisy file and its clean reference and check that they pair up.
+
+    The one pair check of cosyedge: :func:`validate_items` (``cosyedge eval``) and
+    :func:`cosyedge.compare.utterances.utterances_from` (``cosyedge compare/check --utterances``) both call it, so a
+    pair one refuses the other refuses with the same line.
+
+    Args:
+        noisy (Path): Noisy input audio (wav/flac/ogg).
+        clean (Path | None): Its clean reference, or None (noisy only: only ``noisy`` is checked).
+    Returns:
+        tuple[int, int]: ``(sample_rate_hz, frames)`` of ``noisy`` (Hz, samples per channel).
+    Raises:
+        ArtifactError: a file is missing, not audio, or empty.
+        UsageError: the two files differ in sample rate (names both files and both rates) or in length (frames).
+    """
+    noisy = Path(noisy)
+    if not noisy.is_file():
+        raise ArtifactError(f"noisy file missing: {noisy}")
+    a = _info(noisy)
+    if a.frames <= 0:
+        raise ArtifactError(f"{noisy} holds no samples")
+    rate, frames = int(a.samplerate), int(a.frames)
+    if clean is None:
+        return rate, frames
+    clean = Path(clean)
+    if not clean.is_file():
+        raise ArtifactError(f"clean reference missing for {noisy}: {clean} not found")
+    b = _info(clean)
+    if int(b.samplerate) != rate:
+        raise UsageError(f"{clean} is at {b.samplerate} Hz but {noisy} at {rate} Hz: a pair must share one "
+                         "sample rate")
+    if int(b.frames) != frames:
+        raise UsageError(f"{clean} has {b.frames} samples but {noisy} has {frames}: a pair must have the same "
+                         "length (and be aligned)")
+    return rate, frames
+
+
 def validate_items(items: list[EvalItem]) -> list[EvalItem]:
-    """Open every file's header and check each pair; fill ``sample_rate_hz`` and ``frames``.
+    """Open every file's header and check each pair (:func:`check_pair`); fill ``sample_rate_hz`` and ``frames``.
 
     Args:
         items (list[EvalItem]): From :func:`find_items`.
@@ -214,21 +252,5 @@ def validate_items(items: list[EvalItem]) -> list[EvalItem]:
         UsageError: a noisy file and its clean file differ in sample rate or length (frames).
     """
     for it in items:
-        if not it.noisy.is_file():
-            raise ArtifactError(f"noisy file missing: {it.noisy}")
-        a = _info(it.noisy)
-        if a.frames <= 0:
-            raise ArtifactError(f"{it.noisy} holds no samples")
-        it.sample_rate_hz, it.frames = int(a.samplerate), int(a.frames)
-        if it.clean is None:
-            continue
-        if not it.clean.is_file():
-            raise ArtifactError(f"clean reference missing for {it.noisy}: {it.clean} not found")
-        b = _info(it.clean)
-        if int(b.samplerate) != it.sample_rate_hz:
-            raise UsageError(f"{it.clean} is at {b.samplerate} Hz but {it.noisy} at {it.sample_rate_hz} Hz: a pair "
-                             "must share one sample rate")
-        if int(b.frames) != it.frames:
-            raise UsageError(f"{it.clean} has {b.frames} samples but {it.noisy} has {it.frames}: a pair must have "
-                             "the same length (and be aligned)")
+        it.sample_rate_hz, it.frames = check_pair(it.noisy, it.clean)
     return items

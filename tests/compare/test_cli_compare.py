@@ -50,3 +50,35 @@ def test_mark_all_names_the_scaled_qdq_tensor(int8_engine, qdq_x4, utt_dir, tmp_
     jump = json.loads(js.read_text())["bisection"]["first_jump"]
     assert jump["op"] == "DequantizeLinear" and jump["node"].startswith(QDQ_SCALE.rsplit("/", 1)[0])
     assert f"error jumps first at tensor '{jump['tensor']}' (node '{jump['node']}', DequantizeLinear)" in out
+
+
+def test_pair_at_two_sample_rates_is_refused_by_compare_check_and_eval_alike(tmp_path, capsys):
+    """Issue 23: a clean file at 8 kHz next to its 16 kHz noisy file once passed 'compare --utterances' (each
+    file resampled on its own: a PESQ against band-limited speech) while 'eval' refused it. One pair loader
+    (cosyedge.eval.pairs) now refuses it for all three, with the same line naming both files and rates."""
+    import numpy as np
+    import soundfile as sf
+
+    from cosyedge.models import REFERENCE_STREAM_ONNX
+    from tests.compare.conftest import eval_segments
+
+    name, noisy, clean = eval_segments()[0]
+    for sub in ("noisy", "clean"):
+        (tmp_path / sub).mkdir()
+    sf.write(str(tmp_path / "noisy" / f"{name}.wav"), noisy, 16000, subtype="FLOAT")
+    sf.write(str(tmp_path / "clean" / f"{name}.wav"), np.ascontiguousarray(clean[::2]), 8000, subtype="FLOAT")
+    want = (f"[!] {tmp_path / 'clean' / f'{name}.wav'} is at 8000 Hz but {tmp_path / 'noisy' / f'{name}.wav'} "
+            f"at 16000 Hz: a pair must share one sample rate")
+    lines = []
+    for args in (["compare", str(REFERENCE_STREAM_ONNX), str(REFERENCE_STREAM_ONNX), "--no-pesq"],
+                 ["check", "--precisions", "fp32", "--no-pesq", "--engines-dir", str(tmp_path / "eng")],
+                 ["eval", str(tmp_path), "--no-baseline", "--no-dnsmos"]):
+        if args[0] in ("compare", "check"):
+            args = [*args, "--utterances", str(tmp_path)]
+        rc = main(args)
+        err = capsys.readouterr().err
+        bang = [ln for ln in err.splitlines() if ln.startswith("[!]")]
+        assert rc == 2 and len(bang) == 1 and "Traceback" not in err, (args[0], rc, err)
+        lines.append(bang[0])
+    assert lines == [want] * 3
+    assert not (tmp_path / "eng").exists()
