@@ -319,9 +319,13 @@ class Walker:
         parts = []
         for i, v in enumerate(v1.tolist()):
             if i == t:
-                parts.append(self.frames_tensor(fo.rate, base))
-            elif i == b and v != -1:  # the batch: as many streams as this chunk has (the probes ran batch 1)
-                parts.append(self.batch_tensor(base))
+                frames = self.frames_tensor(fo.rate, base)
+                if out.name in self.batch_axes and b == t:  # batch folded into time (N x frames: per-frame RNNs)
+                    frames = self.op("Mul", [frames, self.batch_tensor(base)], base)
+                parts.append(frames)
+            elif i == b and v != -1:  # the batch: this chunk's streams (the probes ran batch 1) x what it folds
+                n = self.batch_tensor(base)
+                parts.append(n if v == 1 else self.op("Mul", [n, self.const([v])], base))
             else:
                 parts.append(self.const([v]))
         return self.op("Concat", parts, f"{base}/{BOOKKEEPING}_shape", {"axis": 0}, dtype=np.int64)

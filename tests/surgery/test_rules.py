@@ -405,3 +405,37 @@ def test_proof_catches_a_wrong_rule_and_names_the_first_diverging_tensor(tmp_pat
         streamify(path, tmp_path / "out.onnx", sample_rate_hz=16000, hop_samples=16)
     assert "nothing written" in str(err.value) and not (tmp_path / "out.onnx").exists()
     assert err.value.exit_code == 5
+
+
+class DualPath(nn.Module):
+    """GTCRN/DPRNN-style dual path over (N, C, T, F): an intra-frame bidirectional GRU over frequency (time
+    folded into its batch: per frame) and an inter-frame forward GRU over time (per frequency bin)."""
+
+    def __init__(self, c=4, f=6, h=5):
+        super().__init__()
+        self.conv = nn.Conv2d(1, c, (2, 3), padding=(0, 1))
+        self.intra = nn.GRU(c, h, batch_first=True, bidirectional=True)
+        self.intra_fc = nn.Linear(2 * h, c)
+        self.inter = nn.GRU(c, c, batch_first=True)
+
+    def forward(self, x):  # (N, 1, T, F)
+        h = self.conv(F.pad(x, (0, 0, 1, 0)))  # (N, C, T, F)
+        n, c, t, f = h.shape
+        a = h.permute(0, 2, 3, 1).reshape(n * t, f, c)  # sequences over frequency, one per frame
+        a = self.intra_fc(self.intra(a)[0]).reshape(n, t, f, c)
+        b = a.permute(0, 2, 1, 3).reshape(n * f, t, c)  # sequences over time, one per bin
+        b = self.inter(b)[0].reshape(n, f, t, c).permute(0, 3, 2, 1)
+        return b + h
+
+
+def test_dual_path_intra_frame_bidirectional_gru_streams(tmp_path):
+    """A bidirectional GRU over frequency is per frame (allowed); the GRU over time carries state."""
+    torch.manual_seed(0)
+    model = DualPath()
+    path = _export(model, tmp_path / "dp.onnx", (torch.zeros(1, 1, 12, 6),), ["x"], ["y"], [2, 2])
+    c = streamify(path, tmp_path / "dp.stream.onnx", sample_rate_hz=16000, hop_samples=160)
+    assert sorted(s.kind for s in c.states) == ["context", "recurrent"]
+    # the inter GRU's batch is N x 6 bins: its state is stored (N, 6, H), batch-first
+    assert next(s for s in c.states if s.kind == "recurrent").shape == ["N", 6, 4]
+    feeds = {"x": np.random.default_rng(8).standard_normal((2, 1, 40, 6)).astype(np.float32)}
+    _assert_stream_equals_full(model, tmp_path / "dp.stream.onnx", c, feeds, [1, 4])

@@ -1,6 +1,8 @@
 """GRU, LSTM and RNN over time: the hidden (and cell) state becomes a state pair.
 
-A forward recurrent op (layout 0: X (T, N, I); layout 1: X (N, T, I)) whose initial state is absent or
+A recurrent op whose batch axis carries time (time folded into the batch: intra-frame RNNs over frequency in
+dual-path models such as DPRNN or GTCRN, any direction) is per frame and passes through. Otherwise a forward
+recurrent op over time (layout 0: X (T, N, I); layout 1: X (N, T, I)) whose initial state is absent or
 zeros (an initializer of zeros, ``ConstantOfShape``, or a Slice/Expand of it: checked by value in the probe
 run) gets ``state_in`` (N, 1, H) as ``initial_h`` (and ``initial_c``; transposed to (1, N, H) for layout
 0), and ``Y_h`` (``Y_c``) becomes ``state_out``: batch-first, so StreamPool and Triton's sequence batcher
@@ -34,15 +36,26 @@ def _uses(t: Any, ctx: Any) -> bool:
 @register("GRU", "LSTM", "RNN")
 def recurrent(node: Any, ctx: Any) -> None:
     """GRU / LSTM / RNN (module doc)."""
+    layout = int(node.attrs.get("layout", 0))
+    x = node.inputs[0]
+    f = ctx.fact(x)
+    if f.axis == 1 - layout:
+        # time folded into the op's batch axis (dual-path / intra-frame RNNs over frequency, as in DPRNN and
+        # GTCRN): every frame is its own sequence, any direction; per frame
+        for i in ctx.stream_inputs(node):
+            fi = ctx.fact(node.inputs[i])
+            want = 1 - layout if i == 0 else (1 if layout == 0 else 0)
+            if i not in (0, 5, 6) or fi.axis != want:
+                raise Blocker(f"input {i} runs over time on another axis than the batch axis of its sequences")
+        from cosyedge.surgery.rules.perframe import pass_through
+
+        return pass_through(node, ctx)
     if ctx.stream_inputs(node) != [0]:
         raise Blocker("its weights, sequence_lens or initial state run over time")
     direction = node.attrs.get("direction", "forward")
     direction = direction.decode() if isinstance(direction, bytes) else direction
     if direction != "forward":
         raise Blocker(f"direction '{direction}' reads the sequence from its end (only forward recurrences stream)")
-    layout = int(node.attrs.get("layout", 0))
-    x = node.inputs[0]
-    f = ctx.fact(x)
     if f.axis != layout:
         raise Blocker(f"time is axis {f.axis} of X, not the sequence axis {layout} of layout {layout}")
     if len(node.inputs) > 4 and node.inputs[4].name:
@@ -74,31 +87,40 @@ def recurrent(node: Any, ctx: Any) -> None:
         node.outputs.append(gs.Variable.empty())
     dtype = x.dtype if x.dtype is not None else np.float32
     y_out = node.outputs[0]
+    # the op's batch B: the model's N, or N x k when other axes were folded into it (one sequence per
+    # frequency bin in a dual-path model): the state is stored (N, k, H), batch-first
+    k = int(f.shape1[1 - layout])
+    if k > 1 and d > 0:
+        raise Blocker(f"its input is {d} frames late and its batch folds {k} sequences per stream (a start gate "
+                      "per folded sequence is not supported)")
     gate = _start_gate(node, ctx, x, d, layout) if d > 0 else None
     for i, o in zip(slots, outs):
-        kind = "recurrent"
-        s_in, s_out = ctx.new_state(["N", 1, hidden], dtype, kind, node.name)
-        h0 = ctx.op("Transpose", [s_in], node.name, {"perm": [1, 0, 2]}) if layout == 0 else s_in
-        if gate is None:
-            node.inputs[i] = h0
-            if layout == 0:
-                y = gs.Variable(ctx.name(f"{node.name}/Y_state"), dtype=dtype)
-                node.outputs[o] = y
-                ctx.graph.layer(op="Transpose", name=ctx.name(f"{node.name}/state_out"), inputs=[y],
-                                outputs=[s_out], attrs={"perm": [1, 0, 2]})
-            else:
-                node.outputs[o] = s_out
-            continue
-        node.inputs[i] = ctx.op("Mul", [h0, gate["fresh_keep"]], node.name)
+        s_in, s_out = ctx.new_state(["N", k, hidden], dtype, "recurrent", node.name)
+        h0 = _to_op_state(ctx, s_in, layout, k, hidden, node.name)
+        if gate is not None:
+            h0 = ctx.op("Mul", [h0, gate["fresh_keep"]], node.name)
+        node.inputs[i] = h0
         y = gs.Variable(ctx.name(f"{node.name}/Y_state"), dtype=dtype)
         node.outputs[o] = y
-        y = ctx.op("Mul", [y, gate["alive"]], node.name)
-        if layout == 0:
+        if gate is not None:
+            y = ctx.op("Mul", [y, gate["alive"]], node.name)
+        if layout == 0 and k == 1:
             ctx.graph.layer(op="Transpose", name=ctx.name(f"{node.name}/state_out"), inputs=[y], outputs=[s_out],
                             attrs={"perm": [1, 0, 2]})
-        else:
+        elif k == 1:
             ctx.graph.layer(op="Identity", name=ctx.name(f"{node.name}/state_out"), inputs=[y], outputs=[s_out])
+        else:
+            ctx.graph.layer(op="Reshape", name=ctx.name(f"{node.name}/state_out"),
+                            inputs=[y, ctx.const([-1, k, hidden])], outputs=[s_out])
     ctx.set_delay(y_out, d)
+
+
+def _to_op_state(ctx: Any, s_in: Any, layout: int, k: int, hidden: int, base: str) -> Any:
+    """The batch-first state (N, k, H) as the op's initial state: (1, N k, H) for layout 0, (N k, 1, H) for 1."""
+    if k == 1:
+        return ctx.op("Transpose", [s_in], base, {"perm": [1, 0, 2]}) if layout == 0 else s_in
+    shape = [1, -1, hidden] if layout == 0 else [-1, 1, hidden]
+    return ctx.op("Reshape", [s_in, ctx.const(shape)], base)
 
 
 def _start_gate(node: Any, ctx: Any, x: Any, d: int, layout: int) -> dict:
