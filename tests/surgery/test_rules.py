@@ -439,3 +439,29 @@ def test_dual_path_intra_frame_bidirectional_gru_streams(tmp_path):
     assert next(s for s in c.states if s.kind == "recurrent").shape == ["N", 6, 4]
     feeds = {"x": np.random.default_rng(8).standard_normal((2, 1, 40, 6)).astype(np.float32)}
     _assert_stream_equals_full(model, tmp_path / "dp.stream.onnx", c, feeds, [1, 4])
+
+
+def test_gru_layout_1_hand_built(tmp_path):
+    """An ONNX GRU with layout=1 (X (N, T, I)): the rule maps it to (N, 1, H) states, but ONNX Runtime cannot
+    run it on CPU, so streamify stops with that reason before writing anything."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(9)
+    i, h = 6, 5
+    w = numpy_helper.from_array((0.5 * rng.standard_normal((1, 3 * h, i))).astype(np.float32), "W")
+    r = numpy_helper.from_array((0.5 * rng.standard_normal((1, 3 * h, h))).astype(np.float32), "R")
+    b = numpy_helper.from_array((0.1 * rng.standard_normal((1, 6 * h))).astype(np.float32), "B")
+    nodes = [helper.make_node("GRU", ["x", "W", "R", "B"], ["y4"], name="gru", hidden_size=h, layout=1),
+             helper.make_node("Squeeze", ["y4", "ax"], ["y"], name="sq")]
+    ax = numpy_helper.from_array(np.array([2], dtype=np.int64), "ax")
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", "T", i])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", "T", h])], [w, r, b, ax])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 14)]), str(tmp_path / "g.onnx"))
+    # ONNX Runtime's CPU GRU has no layout=1 kernel, so neither the probes nor the proof can run it here: a
+    # one-line ArtifactError (exit 3) that says so, nothing written
+    from cosyedge.errors import ArtifactError
+
+    with pytest.raises(ArtifactError, match=r"ONNX Runtime cannot run the full-sequence graph .*layout == 1"):
+        streamify(tmp_path / "g.onnx", tmp_path / "g.stream.onnx", sample_rate_hz=16000, hop_samples=160)
+    assert not (tmp_path / "g.stream.onnx").exists()

@@ -102,6 +102,8 @@ def _full_and_stream(src, out, x, chunk, contract):
     # a pad, a per-frame op, then the conv: still causal (the pad's frames pass through Relu as frames)
     (dict(pad_node={"pads": [0, 0, 2, 0, 0, 0]}, conv_pads=(0, 0), pad_consumer="Relu"), 0),
     (dict(mid_node=helper.make_node("MaxPool", ["h"], ["h2"], name="pool", kernel_shape=[2])), 1),
+    # DeepFilterNet's pad_feat: F.pad(x, (-2, 2)) crops two frames at the start (a look-ahead of two)
+    (dict(pad_node={"pads": [0, 0, -2, 0, 0, 2]}, conv_pads=(2, 0)), 2),
 ])
 def test_look_ahead_becomes_delay_and_streams_exactly(tmp_path, kwargs, delay):
     """Look-ahead (right pads, un-chomped symmetric pads, valid convs and pools) is no longer refused: the
