@@ -153,7 +153,8 @@ def check(onnx_path, baseline, update_baseline, precisions, candidate_opts, engi
     Prints a table; --json/--junit write the report. Exit 0 pass, 1 regression (the metrics are named),
     2 bad input (a baseline of another model, a baseline label measured against another sparse parent, a
     sparse parent or candidate with other inputs/outputs or built from another model, an engine that
-    cannot run here, INT8 without its calibration). After the model changes, run
+    cannot run here, INT8 without its calibration), 3 a missing or malformed baseline (the line names
+    the field). After the model changes, run
     'cosyedge check --update-baseline' once and commit the baseline folder.
 
     Example: cosyedge check --precisions fp16,int8-sparse --json accuracy.json --junit accuracy.xml

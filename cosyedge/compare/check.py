@@ -26,8 +26,9 @@ A metric fails when it is worse than its baseline value by more than
 **2** bad input (:class:`~cosyedge.errors.UsageError`): a baseline of another model or utterance set, a
 missing baseline entry, a baseline label measured against another sparse parent, a sparse parent or
 candidate with other inputs/outputs, an engine that cannot run here, an INT8 build without its
-calibration. Other failures keep their usual codes (3 artifact: a missing, non-JSON or non-baseline
-``--baseline`` file, a missing ``--sparse-onnx``; 4 dependency).
+calibration. Other failures keep their usual codes (3 artifact: a missing, non-JSON, non-baseline or
+malformed ``--baseline`` file (validated against its schema when loaded, :func:`validate_baseline`: the
+line names the field), a missing ``--sparse-onnx``; 4 dependency).
 
 **Baseline** (``--baseline``, default the committed ``cosyedge/compare/baselines/reference.accuracy.json``
 for the bundled model): JSON keyed by the reference model's SHA-256, with the utterance set's hashes,
@@ -174,8 +175,13 @@ def regression(metric: str, value: float, base: float) -> str | None:
 def load_baseline(path: Path, ref: CompareModel) -> dict:
     """Load and validate a baseline for ``ref``.
 
+    The file is checked against the baseline schema (:func:`validate_baseline`) before anything reads it, so a
+    malformed baseline is one line naming the file and the field, never a traceback and never exit 1 (which CI
+    reads as an accuracy regression).
+
     Raises:
-        ArtifactError: file missing, not JSON, or not a cosyedge baseline (exit 3).
+        ArtifactError: file missing, not JSON, not a cosyedge baseline, or malformed (a field of the wrong
+            type, a metric that is not a finite number, a schema newer than this cosyedge; exit 3).
         UsageError: made for another model (one line naming both hashes and the regenerate command).
     """
     path = Path(path)
@@ -185,16 +191,119 @@ def load_baseline(path: Path, ref: CompareModel) -> dict:
                          f"--onnx {ref.model_path} --baseline {path}")
     try:
         data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as err:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         raise ArtifactError(f"baseline {path} is not valid JSON ({err}); {fix}") from None
     if not isinstance(data, dict) or data.get("kind") != BASELINE_KIND or "model" not in data:
         raise ArtifactError(f"{path} is not a cosyedge accuracy baseline (kind '{BASELINE_KIND}'); {fix}")
-    sha = (data.get("model") or {}).get("sha256")
+    validate_baseline(data, path, fix)
+    sha = data["model"]["sha256"]
     if sha != ref.model_sha256:
         raise UsageError(
             f"baseline {path} is for model '{data['model'].get('name', '?')}' sha256 {str(sha)[:12]}, not "
             f"{ref.model_path} (sha256 {ref.model_sha256[:12]}): the model changed; {fix}")
     return data
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def validate_baseline(data: dict, path: Path, fix: str = "regenerate it: cosyedge check --update-baseline") -> None:
+    """Check a parsed baseline against its schema (what :func:`run_check` reads, and what
+    :func:`_write_baseline` writes).
+
+    Schema (``?`` = optional)::
+
+        kind: "cosyedge.accuracy-baseline"
+        schema_version: int <= cosyedge.artifacts.SCHEMA_VERSION
+        model: {sha256: str, name?: str, path?: str}
+        utterances: [{name: str, sha256: str, ...}, ...]
+        chunk_samples?: int > 0
+        labels: {<precision label, e.g. fp16 or int8-sparse>: {  (at least one)
+            metrics: {"<mode>/<utterance>/<tensor>/<metric>": finite number, ...}  (at least one),
+            reference?: {sha256: str, path?: str},
+            amax?: str | null}}
+
+    Args:
+        data (dict): The parsed JSON (already known to be a dict of kind ``cosyedge.accuracy-baseline``).
+        path (Path): The file, for the message.
+        fix (str): The fix the message ends with.
+    Raises:
+        ArtifactError: the first field that breaks the schema, named as a dotted path
+            (``'labels.fp16.metrics.free-running/demo-noisy/enhanced/pesq' is NaN``); exit 3.
+    """
+    def bad(field: str, why: str):
+        return ArtifactError(f"baseline {path}: '{field}' {why}; {fix}")
+
+    def kind(v: Any) -> str:
+        return "null" if v is None else {"str": "a string", "list": "a list", "dict": "an object", "bool": "a boolean",
+                                         "int": "a number", "float": "a number"}.get(type(v).__name__, type(v).__name__)
+
+    def obj(v: Any, field: str) -> dict:
+        if not isinstance(v, dict):
+            raise bad(field, f"must be an object, not {kind(v)}")
+        return v
+
+    def text(v: Any, field: str) -> str:
+        if not isinstance(v, str) or not v:
+            raise bad(field, "must be a non-empty string" + ("" if isinstance(v, str) else f", not {kind(v)}"))
+        return v
+
+    if "schema_version" not in data:
+        raise bad("schema_version", "is missing")
+    version = data["schema_version"]
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise bad("schema_version", f"must be a positive integer, not {version!r}")
+    if version > SCHEMA_VERSION:
+        raise ArtifactError(f"baseline {path}: 'schema_version' {version} is newer than this cosyedge understands "
+                            f"({SCHEMA_VERSION}); upgrade cosyedge, or {fix}")
+    model = obj(data.get("model"), "model")
+    text(model.get("sha256"), "model.sha256")
+    if "name" in model:
+        text(model["name"], "model.name")
+    utts = data.get("utterances")
+    if not isinstance(utts, list):
+        raise bad("utterances", "is missing" if utts is None and "utterances" not in data else
+                  f"must be a list, not {kind(utts)}")
+    for i, u in enumerate(utts):
+        obj(u, f"utterances[{i}]")
+        for key in ("name", "sha256"):
+            text(u.get(key), f"utterances[{i}].{key}")
+    if "chunk_samples" in data:
+        chunk = data["chunk_samples"]
+        if not isinstance(chunk, int) or isinstance(chunk, bool) or chunk < 1:
+            raise bad("chunk_samples", f"must be a positive integer, not {chunk!r}")
+    if "labels" not in data:
+        raise bad("labels", "is missing")
+    labels = obj(data["labels"], "labels")
+    if not labels:
+        raise bad("labels", "is empty (nothing to gate)")
+    for label, entry in labels.items():
+        where = f"labels.{label}"
+        try:
+            norm = precision_label(*parse_precision_label(str(label)))
+        except UsageError:
+            norm = None
+        if norm != label:
+            raise bad(where, "is not a precision label (fp32, fp16 or int8, optionally with -sparse)")
+        obj(entry, where)
+        if "metrics" not in entry:
+            raise bad(f"{where}.metrics", "is missing")
+        metrics = obj(entry["metrics"], f"{where}.metrics")
+        if not metrics:
+            raise bad(f"{where}.metrics", "is empty (nothing to gate)")
+        for key, value in metrics.items():
+            field = f"{where}.metrics.{key}"
+            if not _is_number(value):
+                raise bad(field, f"must be a number, not {kind(value)} {json.dumps(value)}")
+            if not math.isfinite(value):
+                raise bad(field, f"is {value!r}".replace("nan", "NaN").replace("inf", "Infinity") +
+                          " (a metric must be a finite number, or it drops out of the gate)")
+        if "reference" in entry:
+            ref = obj(entry["reference"], f"{where}.reference")
+            text(ref.get("sha256"), f"{where}.reference.sha256")
+        if entry.get("amax") is not None:
+            text(entry["amax"], f"{where}.amax")
 
 
 def _check_same_set(baseline: dict, utts: list[Utterance], chunk: int, path: Path) -> None:
@@ -552,7 +661,23 @@ def format_table(report: dict) -> str:
 
 
 def _write_baseline(path: Path, ref: CompareModel, utts: list[Utterance], chunk: int, report: dict) -> None:
+    """Write the baseline of ``report`` (the measured labels, plus the kept ones; see :func:`_kept_labels`).
+
+    Raises:
+        UsageError: a measured metric is NaN/Inf (a baseline holds finite numbers only: a non-finite value
+            would drop out of the gate); nothing is written.
+    """
     from cosyedge import __version__
+
+    for lab, d in report["labels"].items():
+        for key, v in d["metrics"].items():
+            value = v["value"]
+            if value is None or (_is_number(value) and not math.isfinite(value)):
+                what = "NaN" if value is None or math.isnan(value) else repr(value).replace("inf", "Infinity")
+                raise UsageError(f"cannot write baseline {path}: '{lab}' {key} is {what} (the candidate or the "
+                                 f"utterance gives no finite value; a baseline holds finite numbers only); check "
+                                 f"the build with 'cosyedge compare', or use other --utterances (or --no-pesq "
+                                 f"for a PESQ that cannot be scored)")
 
     data = {
         "kind": BASELINE_KIND, "schema_version": SCHEMA_VERSION, "cosyedge_version": __version__,
@@ -652,4 +777,4 @@ def write_junit(path: str | Path, report: dict) -> Path:
 
 __all__ = ["BASELINE_KIND", "DEFAULT_CHUNK_MS", "DEFAULT_PRECISIONS", "amax_cache_path", "default_baseline_path",
            "ensure_engine", "format_table", "load_baseline", "metrics_of", "parse_precisions", "regression",
-           "run_check", "write_junit"]
+           "run_check", "validate_baseline", "write_junit"]

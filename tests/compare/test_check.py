@@ -433,3 +433,112 @@ def test_missing_or_unreadable_baseline_is_exit_3(tmp_path, capsys):
                      "--engines-dir", str(tmp_path / "engines")]) == 3
         assert words in _one_line_error(capsys)
     assert not (tmp_path / "engines").exists()
+
+
+def _hand_baseline(ref_onnx: Path, utt_dir: Path, labels: dict) -> dict:
+    """A well-formed baseline of the (copied) reference on ``utt_dir``, written by hand: ``labels`` maps a label to
+    its metrics (lenient values: an FP32 engine passes them)."""
+    from cosyedge.artifacts import SCHEMA_VERSION, sha256_file
+
+    sha = sha256_file(ref_onnx)
+    return {"kind": "cosyedge.accuracy-baseline", "schema_version": SCHEMA_VERSION, "cosyedge_version": "0.1.0",
+            "model": {"name": "reference", "path": ref_onnx.name, "sha256": sha},
+            "utterances": [u.describe() for u in _utts(utt_dir)], "chunk_samples": 1600,
+            "labels": {lab: {"reference": {"path": ref_onnx.name, "sha256": sha}, "metrics": dict(m), "amax": None}
+                       for lab, m in labels.items()}}
+
+
+_LENIENT = {"teacher-forced/demo-late-noisy/enhanced/max_abs": 1.0}
+
+
+def _malformed(data: dict, what: str) -> dict:
+    data = json.loads(json.dumps(data))
+    key = next(iter(_LENIENT))
+    if what == "no labels":
+        del data["labels"]
+    elif what == "labels not an object":
+        data["labels"] = ["fp32"]
+    elif what == "labels empty":
+        data["labels"] = {}
+    elif what == "metrics a string":
+        data["labels"]["fp32"]["metrics"] = "snr 40 dB"
+    elif what == "metric a string":
+        data["labels"]["fp32"]["metrics"][key] = "1.0"
+    elif what == "metric NaN":
+        data["labels"]["fp32"]["metrics"][key] = float("nan")
+    elif what == "metric Infinity":
+        data["labels"]["fp32"]["metrics"][key] = float("inf")
+    elif what == "metric true":
+        data["labels"]["fp32"]["metrics"][key] = True
+    elif what == "label entry not an object":
+        data["labels"]["fp32"] = "fp32"
+    elif what == "no metrics":
+        del data["labels"]["fp32"]["metrics"]
+    elif what == "unknown label":
+        data["labels"]["int4"] = data["labels"]["fp32"]
+    elif what == "reference not an object":
+        data["labels"]["fp32"]["reference"] = "reference.stream.onnx"
+    elif what == "model a string":
+        data["model"] = "reference"
+    elif what == "utterances not a list":
+        data["utterances"] = {"demo": "x"}
+    elif what == "utterance without sha256":
+        del data["utterances"][0]["sha256"]
+    elif what == "chunk_samples a string":
+        data["chunk_samples"] = "1600"
+    elif what == "future schema_version":
+        data["schema_version"] = 99
+    return data
+
+
+_FIELDS = {"no labels": "'labels'", "labels not an object": "'labels'", "labels empty": "'labels' is empty", "metrics a string": "'labels.fp32.metrics'",
+           "metric a string": f"'labels.fp32.metrics.{next(iter(_LENIENT))}'",
+           "metric NaN": f"'labels.fp32.metrics.{next(iter(_LENIENT))}'",
+           "metric Infinity": f"'labels.fp32.metrics.{next(iter(_LENIENT))}'",
+           "metric true": f"'labels.fp32.metrics.{next(iter(_LENIENT))}'",
+           "label entry not an object": "'labels.fp32'", "no metrics": "'labels.fp32.metrics'",
+           "unknown label": "'labels.int4'", "reference not an object": "'labels.fp32.reference'",
+           "model a string": "'model'", "utterances not a list": "'utterances'",
+           "utterance without sha256": "'utterances[0].sha256'", "chunk_samples a string": "'chunk_samples'",
+           "future schema_version": "'schema_version' 99"}
+
+
+@pytest.mark.parametrize("what", list(_FIELDS))
+def test_malformed_baseline_is_one_line_exit_3_naming_the_field(what, ref_onnx, utt_dir, tmp_path, capsys):
+    """Issue 23: a baseline that is JSON but malformed died with a KeyError/AttributeError/TypeError traceback and
+    exit 1 (read by CI as an accuracy regression), and a NaN metric silently left the gate. The baseline is
+    validated when loaded: one line naming the file and the field, exit 3, before any engine is built."""
+    from cosyedge.compare.check import load_baseline
+    from cosyedge.compare.models import load_compare_model
+
+    good = _hand_baseline(ref_onnx, utt_dir, {"fp32": _LENIENT})
+    load_baseline(_write(tmp_path / "good.json", good), load_compare_model(ref_onnx))  # the hand-made one is valid
+    path = _write(tmp_path / "bad.json", _malformed(good, what))
+    rc = main(["check", "--onnx", str(ref_onnx), "--baseline", str(path), "--engines-dir", str(tmp_path / "eng"),
+               "--utterances", str(utt_dir), "--no-pesq"])
+    line = _one_line_error(capsys)
+    assert rc == 3, line
+    assert line.startswith(f"[!] baseline {path}: ") and _FIELDS[what] in line, line
+    assert "cosyedge check --update-baseline" in line
+    assert not (tmp_path / "eng").exists()
+
+
+def _write(path: Path, data: dict) -> Path:
+    path.write_text(json.dumps(data))  # NaN/Infinity are written as the JSON extensions Python reads back
+    return path
+
+
+def test_update_baseline_refuses_to_write_a_non_finite_metric(ref_onnx, utt_dir, tmp_path):
+    """A NaN measured by --update-baseline was written as null, which no later check gates: refused instead."""
+    from cosyedge.compare.check import _write_baseline
+    from cosyedge.compare.models import load_compare_model
+    from cosyedge.errors import UsageError
+
+    ref = load_compare_model(ref_onnx)
+    key = "free-running/demo-late-noisy/enhanced/pesq"
+    report = {"labels": {"fp32": {"reference": str(ref_onnx), "reference_sha256": ref.model_sha256,
+                                  "metrics": {key: {"value": float("nan")}}}}, "parents": {}}
+    path = tmp_path / "b.json"
+    with pytest.raises(UsageError, match=rf"cannot write baseline {re.escape(str(path))}: 'fp32' {key} is NaN"):
+        _write_baseline(path, ref, _utts(utt_dir), 1600, report)
+    assert not path.exists()
