@@ -533,7 +533,9 @@ def load_manifest(folder: str | Path) -> dict:
     Returns:
         dict: the manifest; ``manifest["contract"]`` is the contract's metadata dict.
     Raises:
-        ArtifactError: missing file, bad JSON, or a missing required key (named in the message).
+        ArtifactError: missing file, bad JSON, a missing required key (named in the message), or a
+            ``schema_version`` that is not an integer or is newer than :data:`SCHEMA_VERSION` (written by a
+            newer cosyedge: its fields may mean something else).
     """
     path = Path(folder) / MANIFEST_NAME
     if not path.is_file():
@@ -542,7 +544,16 @@ def load_manifest(folder: str | Path) -> dict:
         data = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as err:
         raise ArtifactError(f"{path} is not valid JSON ({err})") from None
+    if not isinstance(data, dict):
+        raise ArtifactError(f"{path} is not a manifest (a JSON object); rebuild it with 'cosyedge build'")
     for key in MANIFEST_REQUIRED:
         if key not in data:
             raise ArtifactError(f"{path} missing '{key}' (rebuild it with 'cosyedge build')")
+    version = data["schema_version"]
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise ArtifactError(f"{path} has schema_version {version!r}, not an integer (rebuild it with 'cosyedge build')")
+    if version > SCHEMA_VERSION:
+        raise ArtifactError(f"{path} has schema_version {version}, newer than this cosyedge understands "
+                            f"({SCHEMA_VERSION}); upgrade cosyedge, or rebuild the engine with this one "
+                            f"('cosyedge build')")
     return data

@@ -542,3 +542,46 @@ def test_update_baseline_refuses_to_write_a_non_finite_metric(ref_onnx, utt_dir,
     with pytest.raises(UsageError, match=rf"cannot write baseline {re.escape(str(path))}: 'fp32' {key} is NaN"):
         _write_baseline(path, ref, _utts(utt_dir), 1600, report)
     assert not path.exists()
+
+
+def _edited_engine(src: Path, dest: Path, **fields) -> Path:
+    """A copy of engine folder ``src`` whose manifest has ``fields`` changed (model.onnx and its hash kept)."""
+    shutil.copytree(src, dest)
+    m = json.loads((dest / "manifest.json").read_text())
+    m.update(fields)
+    (dest / "manifest.json").write_text(json.dumps(m))
+    return dest
+
+
+def test_candidate_must_be_what_its_label_says(ref_onnx, fp32_engine, utt_dir, tmp_path, capsys):
+    """Issue 23: '--candidate fp16=<an FP32 engine folder>' passed the fp16 gate. The label is checked against the
+    engine's manifest (precision, sparse; a schema newer than this cosyedge is exit 3) and against the ONNX's
+    own precision markers (FP16 initializers/casts, Q/DQ nodes), before anything is built or compared."""
+    from cosyedge.artifacts import SCHEMA_VERSION
+
+    base = _write(tmp_path / "b.json", _hand_baseline(ref_onnx, utt_dir, {lab: _LENIENT for lab in
+                                                                         ("fp32", "fp16", "fp32-sparse", "int8")}))
+    eng = tmp_path / "eng"
+
+    def check(label, cand):
+        rc = main(["check", "--onnx", str(ref_onnx), "--baseline", str(base), "--precisions", label,
+                   "--candidate", f"{label}={cand}", "--engines-dir", str(eng), "--utterances", str(utt_dir),
+                   "--no-pesq"])
+        return rc, _one_line_error(capsys)
+
+    rc, line = check("fp16", fp32_engine)
+    assert rc == 2 and f"--candidate fp16={fp32_engine}: its manifest says precision 'fp32'" in line, line
+    rc, line = check("fp32-sparse", fp32_engine)
+    assert rc == 2 and f"--candidate fp32-sparse={fp32_engine}: its manifest says dense (sparse: false)" in line, line
+    # a manifest edited to say fp16 over an FP32 model.onnx: the ONNX content contradicts the label
+    said_fp16 = _edited_engine(fp32_engine, tmp_path / "said-fp16", precision="fp16")
+    rc, line = check("fp16", said_fp16)
+    assert rc == 2 and f"--candidate fp16={said_fp16}: " in line and "holds no FP16 tensor" in line, line
+    rc, line = check("fp16", ref_onnx)  # a bare FP32 ONNX: no precision metadata, FP32 content
+    assert rc == 2 and f"--candidate fp16={ref_onnx}: " in line and "holds no FP16 tensor" in line, line
+    rc, line = check("int8", ref_onnx)
+    assert rc == 2 and "has no QuantizeLinear/DequantizeLinear nodes" in line, line
+    future = _edited_engine(fp32_engine, tmp_path / "future", schema_version=SCHEMA_VERSION + 1)
+    rc, line = check("fp32", future)
+    assert rc == 3 and f"schema_version {SCHEMA_VERSION + 1}, newer than this cosyedge understands" in line, line
+    assert not eng.exists()  # refused before any build
