@@ -382,16 +382,53 @@ def atomic_folder(dest: str | Path, what: str = "folder") -> Iterator[Path]:
     root = dest.parent
     try:
         root.mkdir(parents=True, exist_ok=True)
+        remove_stale_temp_folders(dest)
         tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=root))
+        (tmp / OWNER_FILE).write_text(f"{os.getpid()}\n")
     except OSError as err:
         raise ArtifactError(f"cannot write {what} in {root}: {err.strerror or err}") from None
     try:
         yield tmp
+        (tmp / OWNER_FILE).unlink(missing_ok=True)
         os.chmod(tmp, default_file_mode(0o777))  # mkdtemp creates 0700
         replace_dir(tmp, dest, what)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+OWNER_FILE = ".cosyedge-owner"
+"""str: file in an :func:`atomic_folder` temp folder holding the writing process's pid (removed before the rename)."""
+
+
+def remove_stale_temp_folders(dest: str | Path) -> list[Path]:
+    """Remove temp folders that a killed writer of ``dest`` left (``.<name>.XXXX`` beside it, whose owner
+    pid is no longer running; a SIGKILL or power loss skips every cleanup). A folder of a live writer (a
+    concurrent build) is kept.
+
+    Args:
+        dest (str | Path): The final folder.
+    Returns:
+        list[Path]: the folders removed.
+    """
+    dest = Path(dest)
+    removed = []
+    for cand in dest.parent.glob(f".{dest.name}.*"):
+        owner = cand / OWNER_FILE
+        if not cand.is_dir() or cand.is_symlink() or not owner.is_file():
+            continue
+        try:
+            pid = int(owner.read_text().strip())
+            os.kill(pid, 0)
+            if pid != os.getpid():
+                continue  # a live writer
+        except ProcessLookupError:
+            pass  # its writer is gone
+        except (ValueError, OSError):
+            continue
+        shutil.rmtree(cand, ignore_errors=True)
+        removed.append(cand)
+    return removed
 
 
 def replace_dir(tmp: Path, dest: Path, what: str = "folder") -> None:

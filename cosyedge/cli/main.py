@@ -8,6 +8,7 @@ argument: exit 2), with a pointer to the command's ``--help``. Source: Polygraph
 from __future__ import annotations
 
 import importlib
+import signal
 import sys
 
 import click
@@ -57,13 +58,31 @@ def cli():
     """
 
 
+class Terminated(BaseException):
+    """SIGTERM, raised in the main thread so that every ``finally`` runs: temp files and folders of atomic
+    writes are removed and finished outputs are kept, as on Ctrl-C. A BaseException, so no ``except
+    Exception`` swallows it."""
+
+
+def _on_sigterm(signum, frame) -> None:
+    raise Terminated()
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Console entry point. Returns the exit code (0 ok, CosyEdgeError.exit_code on failure)."""
+    """Console entry point. Returns the exit code (0 ok, CosyEdgeError.exit_code on failure, 130 on Ctrl-C,
+    143 on SIGTERM)."""
     from cosyedge.log import LOG
 
     LOG.configure(0)
     try:
+        old = signal.signal(signal.SIGTERM, _on_sigterm)
+    except ValueError:  # not the main thread (main() called from a thread): leave signals alone
+        old = None
+    try:
         cli.main(args=argv, prog_name="cosyedge", standalone_mode=False)
+    except Terminated:
+        click.echo("[!] terminated (SIGTERM): unfinished outputs removed, earlier files kept", err=True)
+        return 143
     except CosyEdgeError as err:
         click.echo(f"[!] {err}", err=True)
         return err.exit_code
@@ -78,6 +97,9 @@ def main(argv: list[str] | None = None) -> int:
         return err.exit_code
     except click.exceptions.Exit as err:
         return err.exit_code
+    finally:
+        if old is not None:
+            signal.signal(signal.SIGTERM, old)
     return 0
 
 
