@@ -193,9 +193,20 @@ def test_fp16_sparse_keeps_the_pattern(engines, capsys):
     assert dtype == onnx.TensorProto.FLOAT16 and check_2to4(blk, 1) and np.count_nonzero(blk) == blk.size // 2
 
 
+def _retrained(tmp_path):
+    """A retrained dense reference: the bundled ONNX with one weight scaled (same name, no dense-parent record)."""
+    m = onnx.load(str(REF))
+    w = m.graph.initializer[0]
+    w.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(w) * 0.5, w.name))
+    path = tmp_path / "retrained.stream.onnx"
+    onnx.save(m, str(path))
+    return path
+
+
 def test_rebuilding_a_folder_from_another_model_warns_and_name_keeps_both(tmp_path, capsys):
-    """The fine-tuned sparse ONNX carries its dense parent's model name, so without --sparse or --name it lands in
-    the dense FP32 engine's folder: the build says so (nothing silently replaced) and --name keeps both."""
+    """A retrained dense model carries the same name, so without --name it lands in the old engine's folder: the
+    build says so (nothing silently replaced) and --name keeps both. (The 2:4 fine-tuned model no longer lands
+    there: it records its dense parent and gets a folder of its own, see the next test.)"""
     from cosyedge.models import REFERENCE_SPARSE_STREAM_ONNX
 
     root = tmp_path / "e"
@@ -203,13 +214,58 @@ def test_rebuilding_a_folder_from_another_model_warns_and_name_keeps_both(tmp_pa
     assert rc == 0 and "another model" not in err
     rc, out, err = _build(capsys, "--onnx", REF, "--backend", "onnxruntime", "-o", root)  # same model again: quiet
     assert rc == 0 and "another model" not in err
-    rc, out, err = _build(capsys, "--onnx", REFERENCE_SPARSE_STREAM_ONNX, "--backend", "onnxruntime", "-o", root)
+    retrained = _retrained(tmp_path)
+    rc, out, err = _build(capsys, "--onnx", retrained, "--backend", "onnxruntime", "-o", root)
     dense = root / "reference-fp32-onnxruntime"
     assert rc == 0 and out[-1] == str(dense)
     assert (f"{dense} holds an engine built from another model (sha256 {sha256_file(REF)[:12]}...)" in err
             and "pass --name to keep both" in err)
     rc, out, err = _build(capsys, "--onnx", REF, "--backend", "onnxruntime", "-o", root)
-    rc2, out2, _ = _build(capsys, "--onnx", REFERENCE_SPARSE_STREAM_ONNX, "--backend", "onnxruntime", "-o", root,
-                          "--name", "reference-sparse")
-    assert rc == rc2 == 0 and out2[-1] == str(root / "reference-sparse-fp32-onnxruntime")
+    rc2, out2, _ = _build(capsys, "--onnx", retrained, "--backend", "onnxruntime", "-o", root,
+                          "--name", "reference-retrained")
+    assert rc == rc2 == 0 and out2[-1] == str(root / "reference-retrained-fp32-onnxruntime")
     assert json.loads((dense / MANIFEST_NAME).read_text())["parent_sha256"] == sha256_file(REF)
+    rc, out, err = _build(capsys, "--onnx", REFERENCE_SPARSE_STREAM_ONNX, "--backend", "onnxruntime", "-o", root)
+    assert rc == 0 and out[-1] == str(root / f"reference-{sha256_file(REFERENCE_SPARSE_STREAM_ONNX)[:8]}-fp32-onnxruntime")
+    assert "another model" not in err
+    assert json.loads((dense / MANIFEST_NAME).read_text())["parent_sha256"] == sha256_file(REF)
+
+
+def test_dense_and_fine_tuned_sparse_parents_never_share_an_engine_folder(tmp_path, capsys):
+    """Issue 23: 'cosyedge build --int8 --sparse' on the bundled dense model and check's build of the fine-tuned
+    sparse model both wrote reference-int8-sparse-onnxruntime and replaced each other. The fine-tuned model records
+    its dense parent (cosyedge.dense_parent_sha256), so its engines are <name>-<sha256[:8]>-...; check builds and
+    reuses that folder too."""
+    from cosyedge.build.prepare import engine_folder_name, engine_model_name
+    from cosyedge.compare.check import default_baseline_path, ensure_engine, sparse_parent
+    from cosyedge.compare.models import load_compare_model
+    from cosyedge.models import REFERENCE_SPARSE_STREAM_ONNX
+
+    sha8 = sha256_file(REFERENCE_SPARSE_STREAM_ONNX)[:8]
+    assert engine_model_name("reference", REF) == "reference"
+    assert engine_model_name("reference", REFERENCE_SPARSE_STREAM_ONNX) == f"reference-{sha8}"
+    root = tmp_path / "e"
+    rc, out, err = _build(capsys, "--sparse", "--backend", "onnxruntime", "-o", root)  # dense, pruned on the fly
+    dense = root / "reference-fp32-sparse-onnxruntime"
+    assert rc == 0 and out[-1] == str(dense), err
+    rc, out, err = _build(capsys, "--onnx", REFERENCE_SPARSE_STREAM_ONNX, "--sparse", "--backend", "onnxruntime",
+                          "-o", root)
+    fine_tuned = root / f"reference-{sha8}-fp32-sparse-onnxruntime"
+    assert rc == 0 and out[-1] == str(fine_tuned) and "another model" not in err, err
+    # check's builds of the sparse labels: the fine-tuned model's folder (reused here), never the dense one
+    ref = load_compare_model(REF)
+    sparse = sparse_parent(ref)
+    before = sha256_file(fine_tuned / MANIFEST_NAME)
+    got = ensure_engine(sparse, "fp32-sparse", root, baseline=default_baseline_path(), update=False, calib=None,
+                        derived=True)
+    assert got == fine_tuned and sha256_file(fine_tuned / MANIFEST_NAME) == before  # reused, not rebuilt
+    if HAS_INT8:  # INT8 from the committed amax cache of the bundled baseline: no calibration audio
+        got = ensure_engine(sparse, "int8-sparse", root, baseline=default_baseline_path(), update=False, calib=None,
+                            derived=True)
+        assert got == root / f"reference-{sha8}-int8-sparse-onnxruntime"
+        assert got.name != engine_folder_name("reference", "int8", "onnxruntime", True)
+        assert json.loads((got / MANIFEST_NAME).read_text())["parent_sha256"] == sha256_file(REFERENCE_SPARSE_STREAM_ONNX)
+    for folder, parent in ((dense, REF), (fine_tuned, REFERENCE_SPARSE_STREAM_ONNX)):
+        assert json.loads((folder / MANIFEST_NAME).read_text())["parent_sha256"] == sha256_file(parent)
+    # an unstamped sparse parent given to check (--sparse-onnx) gets the hashed name too (derived=True)
+    assert engine_model_name("reference", REF, derived=True) == f"reference-{sha256_file(REF)[:8]}"

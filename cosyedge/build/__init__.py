@@ -92,7 +92,8 @@ def build_engine(onnx_path: str | Path | None = None, backend: str = "auto", nam
         onnx_path (str | Path | None): Streaming FP32 ONNX; defaults to the bundled reference
             (``cosyedge.models.REFERENCE_STREAM_ONNX``).
         backend (str): ``auto`` | ``onnxruntime`` | ``tensorrt``.
-        name (str | None): Engine name (defaults to the model's contract name).
+        name (str | None): Engine name (defaults to the model's contract name; ``<name>-<sha256[:8]>`` for a
+            model derived from another one, :func:`cosyedge.build.prepare.engine_model_name`).
         out_dir (str | Path | None): Engines root (defaults to ``$COSYEDGE_ENGINES_DIR`` or ``./engines``).
         precision (str): ``fp32`` | ``fp16`` | ``int8``.
         sparse (bool): 2:4-prune Conv/Gemm/MatMul weights first.
@@ -134,8 +135,11 @@ def build_engine(onnx_path: str | Path | None = None, backend: str = "auto", nam
     options = dict(precision=precision, sparse=sparse, exclude=tuple(exclude), calib=calib, calib_count=calib_count,
                    amax=amax)
     if chosen == "tensorrt":
+        from cosyedge.build.prepare import check_engine_name, engine_model_name
+
         src = Path(onnx_path)
         contract = check_streaming_onnx(src)
+        name = check_engine_name(name or engine_model_name(contract.name, src))
         root = Path(out_dir) if out_dir is not None else engines_root()
         try:
             root.mkdir(parents=True, exist_ok=True)
@@ -143,12 +147,12 @@ def build_engine(onnx_path: str | Path | None = None, backend: str = "auto", nam
         except OSError as err:
             raise ArtifactError(f"cannot write in {root}: {err.strerror or err}") from None
         try:
-            model = tmp / f"{name or contract.name}.{precision}{'.sparse' if sparse else ''}.onnx"
+            model = tmp / f"{name}.{precision}{'.sparse' if sparse else ''}.onnx"
             fields = prepare_onnx(src, model, **options) or {}
             extra = {"calibration_sha256": fields.get("calibration_sha256"),
                      "reports": {k: fields[k] for k in ("sparsity", "fp16", "int8") if fields.get(k) is not None}}
             return importlib.import_module("cosyedge.build.trt").build_trt(
-                model, out_dir=out_dir, name=name or contract.name, precision=precision, sparse=sparse,
+                model, out_dir=out_dir, name=name, precision=precision, sparse=sparse,
                 dla_core=dla_core, gpu_fallback=gpu_fallback, parent_path=src, extra_manifest=extra)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)

@@ -1,6 +1,8 @@
 """Build stage for ONNX Runtime: a streaming ONNX -> a self-describing engine folder.
 
-An engine folder ``<engines root>/<name>-<precision>[-sparse]-onnxruntime/`` holds:
+An engine folder ``<engines root>/<name>-<precision>[-sparse]-onnxruntime/`` (``<name>``: the model's name, or
+``<name>-<sha256[:8]>`` for a model derived from another one, :func:`cosyedge.build.prepare.engine_model_name`)
+holds:
 
 * ``model.onnx``: the precision ONNX (:func:`cosyedge.build.prepare.prepare_onnx`: FP32 copy, FP16
   with FP32 I/O and states, or INT8 Q/DQ; optionally 2:4-pruned first). ONNX Runtime runs it as is, so it
@@ -46,6 +48,7 @@ from cosyedge.build.prepare import (
     check_engine_name,
     check_streaming_onnx,
     engine_folder_name,
+    engine_model_name,
     manifest_head,
     prepare_onnx,
     warn_replacing_other_model,
@@ -98,7 +101,9 @@ def build_ort(onnx_path: Any, out_dir: str | Path | None = None, name: str | Non
             stage returning its path.
         out_dir (str | Path | None): Engines root that receives the engine folder; defaults to
             :func:`engines_root` (``$COSYEDGE_ENGINES_DIR`` or ``./engines``).
-        name (str | None): Model name for the folder; defaults to the contract's ``name``.
+        name (str | None): Model name for the folder; defaults to the contract's ``name``, plus a short hash
+            of the ONNX for a model derived from another one (:func:`cosyedge.build.prepare.engine_model_name`:
+            the 2:4 fine-tuned ``reference.sparse.stream.onnx`` builds into ``reference-60b615af-...``).
         precision (str): ``fp32`` (default) | ``fp16`` | ``int8``.
         sparse (bool): Prune Conv/Gemm/MatMul weights 2:4 first (then quantize/convert).
         exclude (Iterable[str]): Node names kept as in the FP32 model (dense, float).
@@ -117,7 +122,7 @@ def build_ort(onnx_path: Any, out_dir: str | Path | None = None, name: str | Non
     """
     src = resolve_artifact(onnx_path)
     contract = check_streaming_onnx(src)
-    name = check_engine_name(name or contract.name)
+    name = check_engine_name(name or engine_model_name(contract.name, src))
     root = Path(out_dir) if out_dir is not None else engines_root()
     dest = root / engine_folder_name(name, precision, BACKEND, sparse)
     label = precision + ("+2:4 sparse" if sparse else "")

@@ -76,7 +76,7 @@ from cosyedge.artifacts import (
     sha256_file,
     write_manifest,
 )
-from cosyedge.build.prepare import check_engine_name, manifest_head, warn_replacing_other_model
+from cosyedge.build.prepare import check_engine_name, engine_model_name, manifest_head, warn_replacing_other_model
 from cosyedge.build.prepare import engine_folder_name as _folder_name
 from cosyedge.build.trt_compat import (
     PRECISIONS,
@@ -255,7 +255,8 @@ def build_trt(onnx_path: Any, out_dir: str | Path | None = None, name: str | Non
         onnx_path (str | Path | callable): Streaming ONNX (FP32, the FP16 ONNX or the Q/DQ INT8 ONNX of
             the precision stage, optionally 2:4-pruned), or a stage returning its path.
         out_dir (str | Path | None): Engines root; defaults to ``$COSYEDGE_ENGINES_DIR`` or ``./engines``.
-        name (str | None): Model name for the folder; defaults to the contract's ``name``.
+        name (str | None): Model name for the folder; defaults to the contract's ``name`` (``<name>-<sha256[:8]>``
+            of the parent for a model derived from another one: :func:`cosyedge.build.prepare.engine_model_name`).
         precision (str): ``fp32`` | ``fp16`` | ``int8``: what the ONNX holds.
         sparse (bool): Set ``SPARSE_WEIGHTS`` (2:4 sparse tactics where faster; reported per layer).
         dla_core (int | None): Build for this DLA core (Jetson, TensorRT 8.6/10.x; fp16/int8 only).
@@ -286,9 +287,9 @@ def build_trt(onnx_path: Any, out_dir: str | Path | None = None, name: str | Non
     contract = StreamContract.from_onnx(src)
     if not contract.is_streaming:
         raise ArtifactError(f"{src} has no streaming state (state_in.*/state_out.*); run 'cosyedge streamify' first")
-    name = check_engine_name(name or contract.name)
-    profile = profile_from_contract(contract, chunk_samples, max_batch, opt_batch)
     parent = Path(parent_path) if parent_path is not None else src
+    name = check_engine_name(name or engine_model_name(contract.name, parent))
+    profile = profile_from_contract(contract, chunk_samples, max_batch, opt_batch)
     model = load_onnx(src, load_external_data=False)
     check_onnx_against_profile(model, contract, profile)
     stats = onnx_precision_stats(model)

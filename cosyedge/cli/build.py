@@ -19,7 +19,9 @@ from cosyedge.cli.options import log_opts
               help="INT8 calibration set folder (from 'cosyedge calib make [--from DIR]'). "
                    "Default: $COSYEDGE_CALIB_DIR or ./calib (made when missing).")
 @click.option("--calib-count", type=int, default=2048, show_default=True, help="INT8 calibration utterances when the default set has to be made.")
-@click.option("--name", default=None, help="Engine name. Default: the model's name from its metadata.")
+@click.option("--name", default=None, help="Engine name. Default: the model's name from its metadata, plus the first "
+                                           "8 hex digits of the ONNX's SHA-256 for a model derived from another one "
+                                           "(the 2:4 fine-tuned model, a 'cosyedge sparsify' output).")
 @click.option("--backend", type=click.Choice(["auto", "onnxruntime", "tensorrt"]), default="auto",
               show_default=True, help="auto picks tensorrt when TensorRT, pycuda and a GPU are present, else onnxruntime.")
 @click.option("-o", "--out-dir", metavar="DIR", default=None,
@@ -33,7 +35,10 @@ def build(onnx_path, fp16, int8, sparse, exclude, calib, calib_count, name, back
     """Build an FP32/FP16/INT8 (optionally 2:4-sparse) engine folder for one backend.
 
     Writes <out-dir>/<name>-<precision>[-sparse]-<backend>/ with the precision ONNX, the backend's
-    artifact and manifest.json (model and calibration hashes, flags, tool versions, reports).
+    artifact and manifest.json (model and calibration hashes, flags, tool versions, reports). A model
+    derived from another one (it records its dense parent, or was pruned by 'cosyedge sparsify') carries
+    that one's name, so its <name> is <model>-<sha256[:8]> (reference-60b615af-int8-sparse-onnxruntime for
+    the bundled fine-tuned 2:4 model): it never replaces the dense model's engines.
     Neither --fp16 nor --int8 builds FP32. The model is checked by running one chunk before the folder
     is written; the folder appears atomically (nothing is left on failure). Prints the engine folder
     path as the last line.

@@ -15,7 +15,9 @@ checked against the **baseline** file:
 bundled model the committed ``reference.sparse.stream.onnx``,
 :data:`cosyedge.models.REFERENCE_SPARSE_STREAM_ONNX`),
 so the gate measures the precision change of the sparse model users deploy rather than the accuracy that
-pruning without fine-tuning loses. Without a sparse parent (another ``--onnx`` and no ``--sparse-onnx``) they
+pruning without fine-tuning loses. Their engines have folders of their own,
+``<name>-<sparse parent sha256[:8]>-<label>-onnxruntime`` (:func:`ensure_engine`), so they never replace a
+``cosyedge build --sparse`` of the dense model. Without a sparse parent (another ``--onnx`` and no ``--sparse-onnx``) they
 are pruned from the reference on the fly and compared with it. The baseline records each label's parent
 (SHA-256); a check whose parent differs is refused (exit 2).
 
@@ -418,27 +420,44 @@ def _parent_of_label(base: dict, label: str) -> dict:
 
 
 def ensure_engine(ref: CompareModel, label: str, engines_dir: Path, *, baseline: Path, update: bool,
-                  calib: str | Path | None) -> Path:
+                  calib: str | Path | None, derived: bool | None = None) -> Path:
     """Return an ONNX Runtime engine folder of ``ref`` for ``label``, building it when needed.
 
-    Reused when ``<engines_dir>/<name>-<label>-onnxruntime`` loads, its manifest's ``parent_sha256``
+    The folder is ``<engines_dir>/<model>-<label>-onnxruntime``, ``<model>`` as ``cosyedge build`` names it
+    (:func:`cosyedge.build.prepare.engine_model_name`): the model's name for the dense reference, and
+    ``<name>-<sha256[:8]>`` for the sparse parent (``derived``; the bundled fine-tuned model records its dense
+    parent, so a plain ``cosyedge build --onnx reference.sparse.stream.onnx --sparse [--int8]`` writes the same
+    folder), so check's builds of the sparse parent and the user's builds of the dense model (``--sparse``
+    prunes it on the fly) never replace each other.
+
+    Reused when that folder loads, its manifest's ``parent_sha256``
     is the reference's hash and it was built without ``--exclude`` (INT8: and from the amax cache kept
     next to the baseline, or from ``calib``: same quantized model and same calibration manifest SHA-256;
     a user's own ``cosyedge build --int8 --calib DIR`` in that folder is rebuilt, not gated). INT8 builds
     use that amax cache; with ``update`` (or ``calib``) they calibrate instead (reusing the calibration
     set's own cache when current) and the cache is copied next to the baseline.
 
+    Args:
+        ref (CompareModel): The FP32 parent the label is built from (the reference or the sparse parent).
+        label (str): Normalized precision label.
+        engines_dir (Path): Engines root.
+        baseline (Path): The baseline file (INT8 amax caches are kept next to it).
+        update (bool): ``--update-baseline``: INT8 calibrates instead of using the kept amax.
+        calib (str | Path | None): INT8 calibration set to calibrate on.
+        derived (bool | None): ``ref`` is not the model its name stands for (check's sparse parent): the folder
+            name gets its hash even when the ONNX records no dense parent. None: from ``ref``'s metadata.
     Raises:
         UsageError: INT8 without its amax cache and without ``update``/``calib`` (says what to run);
             the cache belongs to another model.
         ArtifactError / DependencyError / AccuracyError: from the build.
     """
     from cosyedge.build import build_engine
-    from cosyedge.build.prepare import engine_folder_name
+    from cosyedge.build.prepare import engine_folder_name, engine_model_name
 
     precision, sparse = parse_precision_label(label)
     name = ref.contract.name
-    folder = Path(engines_dir) / engine_folder_name(name, precision, "onnxruntime", sparse)
+    engine_name = engine_model_name(name, ref.model_path, derived=derived)
+    folder = Path(engines_dir) / engine_folder_name(engine_name, precision, "onnxruntime", sparse)
     amax = amax_cache_path(baseline, name, label)
     use_amax = precision == "int8" and not update and calib is None
     if use_amax and not amax.is_file():
@@ -464,7 +483,7 @@ def ensure_engine(ref: CompareModel, label: str, engines_dir: Path, *, baseline:
         if precision == "int8":
             kwargs = {"amax": amax} if use_amax else {"calib": calib}
         try:
-            folder = build_engine(ref.model_path, backend="onnxruntime", out_dir=engines_dir, name=name,
+            folder = build_engine(ref.model_path, backend="onnxruntime", out_dir=engines_dir, name=engine_name,
                                   precision=precision, sparse=sparse, **kwargs)
         except ArtifactError as err:
             if use_amax and "amax" in str(err):
@@ -657,7 +676,8 @@ def run_check(onnx_path: str | Path | None = None, *, baseline: str | Path | Non
         if label in given:
             target, cand = candidates[label], given[label]
         else:
-            target = ensure_engine(parent, label, engines_dir, baseline=baseline, update=update_baseline, calib=calib)
+            target = ensure_engine(parent, label, engines_dir, baseline=baseline, update=update_baseline, calib=calib,
+                                   derived=True if parent is not ref else None)
             cand = load_compare_model(target)
         cache = caches.setdefault(parent.model_sha256, ReferenceCache(parent, chunk, threads))
         res = compare(parent, cand, utts, chunk=chunk, tolerance=tolerance_for(label), pesq=pesq, threads=threads,
