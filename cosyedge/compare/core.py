@@ -268,6 +268,22 @@ def default_chunk(model: CompareModel, chunk_ms: float | None) -> int:
     return chunk
 
 
+_PESQ_WARNED = []
+
+
+def pesq_available() -> bool:
+    """bool: the ``pesq`` package is installed. When it is not, says so once (a warning) and PESQ-WB is left
+    out of ``compare`` and ``check`` (their other metrics still run on a base install)."""
+    import importlib.util
+
+    if importlib.util.find_spec("pesq") is not None:
+        return True
+    if not _PESQ_WARNED:
+        LOG.warning("pesq is not installed: PESQ-WB is omitted (pip install 'cosyedge[eval]' to score it)")
+        _PESQ_WARNED.append(True)
+    return False
+
+
 def compare(ref: CompareModel, cand: CompareModel, utterances: list[Utterance], *, chunk: int | None = None,
             tolerance: Tolerance | None = None, modes: tuple = MODES, pesq: bool = True, threads: int = 1,
             ref_cache: ReferenceCache | None = None) -> dict:
@@ -306,6 +322,7 @@ def compare(ref: CompareModel, cand: CompareModel, utterances: list[Utterance], 
             raise UsageError(f"TensorRT engine {m.path} streams {fixed}-sample chunks only; pass --chunk-ms "
                              f"{1000.0 * int(fixed) / c_rate(ref):g}")
     tol = tolerance or tolerance_for(cand.label)
+    pesq = pesq and pesq_available()
     cache = ref_cache or ReferenceCache(ref, chunk, threads)
     c = ref.contract
     state_outs = [s.output for s in c.states]

@@ -33,8 +33,8 @@ def resolve_calibration_set(calib: Any, count: int = 2048):
     Returns:
         CalibrationSet: the loaded set.
     Raises:
-        UsageError: an explicit folder without ``manifest.json``.
-        ArtifactError: a malformed manifest or missing audio.
+        ArtifactError: an explicit folder without ``manifest.json`` (a missing file: exit 3), a malformed
+            manifest or missing audio.
     """
     from cosyedge.precision.calibset import (
         CalibrationSet,
@@ -48,7 +48,8 @@ def resolve_calibration_set(calib: Any, count: int = 2048):
         return calib
     folder = Path(calib) if calib is not None else default_calib_dir()
     if calib is not None and not (folder / MANIFEST).is_file():
-        raise UsageError(f"calibration folder {folder} has no {MANIFEST} (make one: 'cosyedge calib make --out {folder}')")
+        raise ArtifactError(f"calibration folder {folder} has no {MANIFEST} (make one: 'cosyedge calib make --out "
+                            f"{folder}')")
     if not (folder / MANIFEST).is_file():
         LOG.info("no calibration set in %s: making the default one (%d utterances)", folder, count)
         return make_calibration_set(folder, count=count)
@@ -81,7 +82,8 @@ def int8_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, calib: Any = None,
     Raises:
         ArtifactError: ONNX missing/corrupt or without cosyedge state metadata; an ``amax`` cache from
             another model; the result fails shape inference or does not run in ONNX Runtime.
-        UsageError: unknown ``exclude`` node; bad calibration folder; ``out_path`` equals the input.
+        UsageError: unknown ``exclude`` node; ``out_path`` equals the input.
+        ArtifactError: a calibration folder without ``manifest.json``.
     """
     from cosyedge.precision import calibrate as cal
     from cosyedge.precision import qdq
