@@ -1,4 +1,5 @@
-"""cosyedge: deploy streaming causal-convolution speech models with TensorRT (GPU) and ONNX Runtime (CPU).
+"""cosyedge: deploy streaming speech models (causal convs, recurrent layers, transposed convs) with TensorRT
+(GPU) and ONNX Runtime (CPU).
 
 Pipeline: export (PyTorch -> FP32 ONNX) -> streamify (state surgery) -> precision -> build -> run ->
 compare/check. Importing this package imports no heavy dependency (torch, tensorrt, pycuda,

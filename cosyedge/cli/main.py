@@ -52,7 +52,7 @@ class LazyGroup(click.Group):
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="cosyedge")
 def cli():
-    """cosyedge: stream causal-convolution speech models on TensorRT (GPU) and ONNX Runtime (CPU).
+    """cosyedge: stream speech models (causal convs, recurrent layers) on TensorRT (GPU) and ONNX Runtime (CPU).
 
     Pipeline: export -> streamify -> build -> run. Run 'cosyedge COMMAND --help' for details.
     """

@@ -189,8 +189,8 @@ def measure(model: Any, time_axes: dict[str, int], t1: int, t2: int,
     Returns:
         tuple: (facts, values, batch_axes): the :class:`TimeFact` by tensor name; every tensor's values in
         the ``T1`` and the ``T2`` run (a pair of dicts; the two runs have different seeded inputs, so a value
-        equal in both does not depend on the data); the batch axis by tensor name, found by a third run with batch 2 (empty
-        when the model fixes its batch at 1).
+        equal in both does not depend on the data); the batch axis by tensor name, found by a third run
+        with batch 2 (empty when the model fixes its batch at 1).
     Raises:
         ArtifactError: ONNX Runtime cannot run the model.
         UsageError: an input has an unknown symbolic axis.
