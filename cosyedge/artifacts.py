@@ -186,8 +186,9 @@ class StreamContract:
 
     @property
     def is_streaming(self) -> bool:
-        """bool: True once the model has explicit state inputs/outputs (after streamify)."""
-        return bool(self.states)
+        """bool: True once the model is a stream graph (after streamify: explicit state inputs/outputs, or
+        a proved model without any, which streams as it is)."""
+        return bool(self.states) or bool(self.proof)
 
     def check_chunk(self, chunk_samples: int) -> None:
         """Raise :class:`~cosyedge.errors.UsageError` unless ``chunk_samples`` (int) is a positive

@@ -93,7 +93,7 @@ class OrtStreamSession(StreamSession):
         so.inter_op_num_threads = self.threads
         so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        so.log_severity_level = 3
+        so.log_severity_level = 4  # fatal only: errors come back as one line
         try:
             sess = ort.InferenceSession(str(self.model_path), sess_options=so, providers=self.providers)
         except Exception as err:  # onnxruntime raises its own exception types (Fail, InvalidGraph, ...)

@@ -63,8 +63,9 @@ def require_waveform_model(contract, where: str) -> None:
             names them.
     """
     if not contract.is_audio:
-        ins = [f"{i.name}{i.shape}" for i in contract.stream_inputs]
-        outs = [f"{o.name}{o.shape}" for o in contract.stream_outputs]
+        hop = contract.hop_samples
+        ins = [f"{i.name}{i.shape} ({i.frames_per_hop} frames per {hop}-sample hop)" for i in contract.stream_inputs]
+        outs = [f"{o.name}{o.shape} ({o.frames_per_hop} frames per hop)" for o in contract.stream_outputs]
         raise UsageError(f"{where} streams inputs {', '.join(ins)} to outputs {', '.join(outs)}, not one waveform "
                          f"(N, 1, T) to another: stream it with OrtStreamSession.push(dict), or wrap its features "
                          f"in a recipe that takes and gives audio")

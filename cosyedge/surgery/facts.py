@@ -165,7 +165,7 @@ def run_all(model: Any, feeds: dict[str, np.ndarray], where: str = "model") -> d
     so = ort.SessionOptions()
     so.intra_op_num_threads = 1
     so.inter_op_num_threads = 1
-    so.log_severity_level = 3
+    so.log_severity_level = 4  # fatal only: errors come back as one line
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     try:
         sess = ort.InferenceSession(marked.SerializeToString(), so, providers=["CPUExecutionProvider"])

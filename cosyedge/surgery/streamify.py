@@ -44,7 +44,7 @@ from cosyedge.artifacts import (
     check_writable,
     resolve_artifact,
 )
-from cosyedge.errors import UsageError
+from cosyedge.errors import ArtifactError, UsageError
 from cosyedge.log import LOG
 from cosyedge.surgery import io, ops  # noqa: F401  (ops registers graph functions)
 from cosyedge.surgery.proof import ATOL
@@ -81,12 +81,20 @@ class StreamGraph:
 
 
 def _input_time_axes(graph: Any, given: dict[str, int] | None) -> dict[str, int]:
+    names = [t.name for t in graph.inputs]
+    unknown = sorted(set(given or {}) - set(names))
+    if unknown:
+        raise UsageError(f"--time-axis names {unknown}, which are not inputs of the model (its inputs: {names})")
     axes = {}
     for t in graph.inputs:
-        if given and t.name in given:
-            axes[t.name] = int(given[t.name])
-            continue
         shape = list(t.shape or [])
+        if given and t.name in given:
+            ax = int(given[t.name])
+            if shape and not -len(shape) < ax < len(shape) or shape and ax % len(shape) == 0:
+                raise UsageError(f"--time-axis {t.name}={ax}: input '{t.name}' has shape {shape}; time must be one of "
+                                 f"axes 1..{len(shape) - 1} (axis 0 is the batch)")
+            axes[t.name] = ax % len(shape) if shape else ax
+            continue
         sym = [i for i, d in enumerate(shape) if i > 0 and not (isinstance(d, (int, np.integer)) and d > 0)]
         if len(sym) == 1:
             axes[t.name] = sym[0]
@@ -94,8 +102,9 @@ def _input_time_axes(graph: Any, given: dict[str, int] | None) -> dict[str, int]
             raise UsageError(f"input '{t.name}' has several symbolic axes {sym} ({shape}): give its time axis "
                              f"(--time-axis {t.name}=AXIS)")
         else:
-            raise UsageError(f"input '{t.name}' has no symbolic axis ({shape}): export it with a dynamic time axis, "
-                             f"or give its time axis (--time-axis {t.name}=AXIS)")
+            raise UsageError(f"input '{t.name}' has no symbolic axis ({shape}): every input must run over time "
+                             f"(export it with a dynamic time axis, or give it: --time-axis {t.name}=AXIS); inputs "
+                             f"without a time axis (a fixed conditioning vector) are not supported")
     return axes
 
 
@@ -153,8 +162,8 @@ def streamify_graph(graph: Any, *, hop_ticks: int, time_axes: dict[str, int] | N
         raise UsageError(f"{where} cannot stream: {n} node{'s' if n > 1 else ''} block{'' if n > 1 else 's'} it: "
                          + "; ".join(walker.blockers))
     if not walker.states:
-        raise UsageError(f"{where} has no time context to carry (every op works frame by frame): nothing to "
-                         "stream; is the time axis right?")
+        LOG.warning("%s has no time context to carry: every op works on whole chunks of the total stride (a "
+                    "frame-by-frame model streams as it is; if it should not, check the time axis)", where)
     denoms = [f.rate.denominator for f in facts.values() if f.is_stream]
     stride = math.lcm(*denoms) if denoms else 1
     for t in graph.outputs:
@@ -275,10 +284,14 @@ def prove_stream(full_model: Any, stream_model: Any, contract: StreamContract, s
     res = prove(full_model, stream_model, contract, inputs, chunks, out_facts, all_facts, order, producers, atol)
     worst = max(res.rows, key=lambda r: r["max_abs"])
     if not res.ok:
+        hint = ""
+        if "CumSum" in res.first_bad:
+            hint = (" (a running sum in float32 drifts over a long input in the full graph as well: if the model is "
+                    "meant to sum that long, loosen the proof with --atol)")
         raise AccuracyError(f"{where}: the stream graph differs from the full-sequence graph: output "
                             f"'{worst['output']}' max abs error {worst['max_abs']:.3g} (SNR {worst['snr_db']:.1f} dB) "
                             f"at chunks of {worst['chunk_ticks']} ticks; "
-                            + (res.first_bad or "no single tensor found") + "; nothing written")
+                            + (res.first_bad or "no single tensor found") + hint + "; nothing written")
     LOG.info("proved on %d ticks at chunks %s: max abs error %.3g, SNR >= %.1f dB", res.ticks, chunks,
              worst["max_abs"], min(r["snr_db"] for r in res.rows))
     return res.summary()
@@ -396,7 +409,7 @@ class StatefulOnnxFromOnnx(Stage):
             hop = int(fields["hop_samples"])
             first = graph.inputs[0] if graph.inputs else None
             if first is None or not graph.outputs:
-                raise UsageError(f"{src} has no inputs or no outputs")
+                raise ArtifactError(f"{src} has no inputs or no outputs (an empty or truncated ONNX?)")
             axes0 = _input_time_axes(graph, self.time_axes)
             audio = _is_audio(list(first.shape or []), axes0[first.name]) and first.name not in self.time_axes
             hop_ticks = hop if audio else self.frames_per_hop

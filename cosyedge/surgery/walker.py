@@ -179,14 +179,24 @@ class Walker:
                                      dtype=np.dtype(dtype).name, node=node, init=float(init), kind=kind))
         return s_in, s_out
 
+    def batch_fold(self, t: Any) -> int:
+        """Streams folded into the batch axis of ``t`` per model stream (int): 1 normally; ``k`` when the model
+        reshaped (N, k, ...) into (N k, ...) (per-channel or per-band processing in a dual-path model)."""
+        if t.name not in self.batch_axes:
+            return 1
+        return int(self.fact(t).shape1[self.batch_axis(t)])
+
     def add_state(self, x: Any, frames: int, axis: int, kind: str, node: str) -> Any:
         """Carry the last ``frames`` frames of ``x`` across chunks: returns ``cat = Concat(state, x)`` on
         ``axis`` (``frames`` + chunk frames long); ``state_out = cat[-frames:]``. The state is stored with
-        the batch axis first (Transposes are added when ``x``'s batch axis is not 0)."""
+        the batch axis first (Transposes are added when ``x``'s batch axis is not 0; a batch that folds ``k``
+        sequences per stream is stored (N, k, ...) and reshaped)."""
         shape, b = self._state_shape(x, frames, axis)
         rate = self.fact(x).rate
         if rate:
             self.rf_ticks = max(self.rf_ticks, math.ceil(Fraction(frames) / rate))
+        if self.batch_fold(x) > 1:
+            return self._add_folded_state(x, frames, axis, b, kind, node)
         perm = None
         if b != 0:
             perm = [b] + [i for i in range(len(shape)) if i != b]
@@ -196,7 +206,7 @@ class Walker:
         src = self._lead_start(s_in, x, frames, axis, perm, node)
         if perm is not None:
             inv = [perm.index(i) for i in range(len(perm))]
-            src = self.op("Transpose", [s_in], f"{node}/state", {"perm": inv})
+            src = self.op("Transpose", [src], f"{node}/state", {"perm": inv})
         cat = self.op("Concat", [src, x], f"{node}/state", {"axis": axis}, like=x)
         if perm is None:
             self.graph.layer(op="Slice", name=self.name(f"{node}/state_slice"),
@@ -208,15 +218,40 @@ class Walker:
                              attrs={"perm": perm})
         return cat
 
-    def _lead_start(self, s_in: Any, x: Any, frames: int, axis: int, perm: list | None, node: str) -> Any:
-        """The state to use in place of ``s_in`` for ``x``: when ``x`` is early (delay ``d < 0``: a left pad
-        not yet absorbed), the state's last ``min(frames, -d)`` frames at the stream's start are the frames
-        the pad put before the sequence, computed per frame by the ops since (their full-graph values,
-        the same in both probe runs); zeros when they are zeros. Added at the first chunk only (tick counter
-        at 0), so every runtime can still start states at zeros."""
+    def _add_folded_state(self, x: Any, frames: int, axis: int, b: int, kind: str, node: str) -> Any:
+        """:meth:`add_state` for a batch axis that holds N x k sequences: the state is (N, k, other axes)."""
+        k = self.batch_fold(x)
+        full = list(self.fact(x).shape1)
+        full[axis] = int(frames)
+        others = [i for i in range(len(full)) if i != b]
+        if self._lead_values(x, frames, axis) is not None:
+            raise Blocker(f"the frames a left pad adds before '{x.name}' are not zeros and its batch folds {k} "
+                          "sequences per stream (not supported)")
+        dtype = x.dtype if x.dtype is not None else np.float32
+        s_in, s_out = self.new_state([BATCH_DIM, k] + [full[i] for i in others], dtype, kind, node)
+        src = self.op("Reshape", [s_in, self.const([-1] + [full[i] for i in others])], f"{node}/state")
+        order = [b] + others  # batch-first axis j is axis order[j] of x
+        if b != 0:
+            src = self.op("Transpose", [src], f"{node}/state", {"perm": [order.index(i) for i in range(len(order))]})
+        cat = self.op("Concat", [src, x], f"{node}/state", {"axis": axis}, like=x)
+        tail = self.time_slice(cat, -frames, INT64_MAX, axis, f"{node}/state")
+        if b != 0:
+            tail = self.op("Transpose", [tail], f"{node}/state", {"perm": order})
+        self.graph.layer(op="Reshape", name=self.name(f"{node}/state_out"),
+                         inputs=[tail, self.const([-1, k] + [full[i] for i in others])], outputs=[s_out])
+        return cat
+
+    def _lead_values(self, x: Any, frames: int, axis: int) -> np.ndarray | None:
+        """The frames a left pad put before the sequence that a state of ``frames`` frames on early ``x``
+        (delay ``d < 0``) must start with: its last ``min(frames, -d)`` frames, as the full graph computes them
+        (the same in both probe runs); None when ``x`` is not early or they are zeros.
+
+        Raises:
+            Blocker: they cannot be found or depend on the data.
+        """
         d = self.delay_of(x)
         if d is None or d >= 0:
-            return s_in
+            return None
         n = min(frames, -d)
         v1, v2 = self.values.get(x.name), self.values2.get(x.name)
         if v1 is None or v2 is None:
@@ -225,8 +260,17 @@ class Walker:
         lead2 = np.take(v2, np.arange(-d - n, -d), axis=axis)
         if lead1.shape != lead2.shape or not np.array_equal(lead1, lead2):
             raise Blocker(f"the frames a left pad adds before '{x.name}' depend on the data")
-        if not np.any(lead1):
+        return lead1 if np.any(lead1) else None
+
+    def _lead_start(self, s_in: Any, x: Any, frames: int, axis: int, perm: list | None, node: str) -> Any:
+        """The state to use in place of ``s_in`` for ``x``: when ``x`` is early (a left pad not yet absorbed),
+        the state's last frames at the stream's start are the pad's frames as the ops since compute them
+        (:meth:`_lead_values`); zeros when they are zeros. Added at the first chunk only (tick counter at 0),
+        so every runtime can still start states at zeros."""
+        lead1 = self._lead_values(x, frames, axis)
+        if lead1 is None:
             return s_in
+        n = lead1.shape[axis]
         shape, _ = self._state_shape(x, frames, axis)
         init = np.zeros([1 if d_ == BATCH_DIM else d_ for d_ in shape], dtype=lead1.dtype)
         idx = [slice(None)] * init.ndim

@@ -465,3 +465,55 @@ def test_gru_layout_1_hand_built(tmp_path):
     with pytest.raises(ArtifactError, match=r"ONNX Runtime cannot run the full-sequence graph .*layout == 1"):
         streamify(tmp_path / "g.onnx", tmp_path / "g.stream.onnx", sample_rate_hz=16000, hop_samples=160)
     assert not (tmp_path / "g.stream.onnx").exists()
+
+
+class ChanToBatch(nn.Module):
+    """Channels folded into the batch before a shared causal conv: (N, 4, T) -> (N*4, 1, T) -> (N, 4, T)."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Conv1d(1, 4, 1)
+        self.shared = nn.Conv1d(1, 1, 5)
+
+    def forward(self, x):
+        h = self.a(x)
+        n, c, t = h.shape
+        return self.shared(F.pad(h.reshape(n * c, 1, t), (4, 0))).reshape(n, c, t).sum(1, keepdim=True)
+
+
+def test_conv_state_on_a_folded_batch(tmp_path):
+    """A conv whose batch holds N x 4 sequences keeps its state (N, 4, 1, P), batch-first (found by a newcomer
+    check: the stream graph once failed in ONNX Runtime)."""
+    torch.manual_seed(0)
+    model = ChanToBatch()
+    path = _export(model, tmp_path / "fold.onnx", (torch.zeros(2, 1, 64),), ["x"], ["y"], [2, 2])
+    c = streamify(path, tmp_path / "fold.stream.onnx", sample_rate_hz=16000, hop_samples=160)
+    assert [(s.kind, s.shape) for s in c.states] == [("context", ["N", 4, 1, 4])]
+    feeds = {"x": np.random.default_rng(10).standard_normal((2, 1, 480)).astype(np.float32)}
+    _assert_stream_equals_full(model, tmp_path / "fold.stream.onnx", c, feeds, [1, 160])
+
+
+def test_time_axis_option_and_empty_model_errors(tmp_path):
+    """--time-axis naming no input, or an axis out of range or the batch, is exit 2; an empty ONNX exit 3."""
+    import subprocess
+    import sys
+
+    torch.manual_seed(0)
+    path = _export(ChanToBatch(), tmp_path / "m.onnx", (torch.zeros(1, 1, 64),), ["x"], ["y"], [2, 2])
+    (tmp_path / "empty.onnx").write_bytes(b"")
+
+    def run(*args):
+        return subprocess.run([sys.executable, "-m", "cosyedge.cli.main", "streamify", "-q", *args, "-o",
+                               str(tmp_path / "out.onnx"), "--sample-rate-hz", "16000", "--hop-samples", "160"],
+                              capture_output=True, text=True, timeout=120)
+
+    for args, code, text in (([str(path), "--time-axis", "nope=2"], 2, "--time-axis names ['nope'], which are not "
+                                                                       "inputs of the model (its inputs: ['x'])"),
+                             ([str(path), "--time-axis", "x=7"], 2, "--time-axis x=7: input 'x' has shape"),
+                             ([str(path), "--time-axis", "x=0"], 2, "time must be one of axes 1..2"),
+                             ([str(tmp_path / "empty.onnx")], 3, "")):
+        res = run(*args)
+        lines = res.stderr.strip().splitlines()
+        assert res.returncode == code and len(lines) == 1 and lines[0].startswith("[!] ") and text in lines[0], \
+            (args, res.stderr)
+        assert not (tmp_path / "out.onnx").exists()

@@ -102,6 +102,8 @@ def _full_and_stream(src, out, x, chunk, contract):
     # a pad, a per-frame op, then the conv: still causal (the pad's frames pass through Relu as frames)
     (dict(pad_node={"pads": [0, 0, 2, 0, 0, 0]}, conv_pads=(0, 0), pad_consumer="Relu"), 0),
     (dict(mid_node=helper.make_node("MaxPool", ["h"], ["h2"], name="pool", kernel_shape=[2])), 1),
+    # no time context at all (1x1 convs): streams as it is, with a warning
+    (dict(conv_pads=(0, 0), kernel=1), 0),
     # DeepFilterNet's pad_feat: F.pad(x, (-2, 2)) crops two frames at the start (a look-ahead of two)
     (dict(pad_node={"pads": [0, 0, -2, 0, 0, 2]}, conv_pads=(2, 0)), 2),
 ])
@@ -126,7 +128,6 @@ def test_look_ahead_becomes_delay_and_streams_exactly(tmp_path, kwargs, delay):
      r"Pad node 'the_pad': pads time in 'reflect' mode"),
     (dict(pad_node={"pads": [0, 0, 2, 0, 0, 0], "value": 1.0}, conv_pads=(0, 0)),
      r"Pad node 'the_pad': left-pads time with a value other than 0"),
-    (dict(conv_pads=(0, 0), kernel=1), r"no time context to carry"),
     (dict(mid_node=helper.make_node("LpNormalization", ["h"], ["h2"], name="norm", axis=2)),
      r"1 node blocks it: LpNormalization node 'norm': works along the time axis 2"),
 ])

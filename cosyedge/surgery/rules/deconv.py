@@ -89,6 +89,8 @@ def conv_transpose(node: Any, ctx: Any) -> None:
         shape[t], shape[b] = o, "N"
         if b != 0:
             raise Blocker("overlap state with the batch axis not first")
+        if ctx.batch_fold(y_final) > 1:
+            raise Blocker("its batch folds several sequences per stream (not supported for this state)")
         s_in, s_out = ctx.new_state(shape, y_final.dtype or np.float32, "overlap", node.name)
         head = ctx.op("Add", [head, s_in], node.name)
         full = ctx.op("Concat", [head, rest], node.name, {"axis": t})

@@ -52,6 +52,8 @@ def cumsum(node: Any, ctx: Any) -> None:
     b = ctx.batch_axis(y)
     if b != 0:
         raise Blocker("running-sum state with the batch axis not first")
+    if ctx.batch_fold(y) > 1:
+        raise Blocker("its batch folds several sequences per stream (not supported for this state)")
     shape[f.axis], shape[b] = 1, "N"
     s_in, s_out = ctx.new_state(shape, y.dtype or np.float32, "running", node.name)
     ctx.graph.layer(op="Add", name=ctx.name(f"{node.name}/running"), inputs=[raw, s_in], outputs=[y])
