@@ -26,6 +26,12 @@ class Blocker(Exception):
     """A node that cannot be streamed; ``str()`` is the reason (one line, without the node's name)."""
 
 
+def attr_str(node: Any, key: str, default: str) -> str:
+    """A string attribute of ``node`` (onnx-graphsurgeon keeps some as bytes), or ``default``."""
+    v = node.attrs.get(key, default)
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
 def register(*ops: str) -> Callable:
     """Decorator: register a rule ``f(node, ctx)`` for each ONNX op type in ``ops`` (str)."""
 

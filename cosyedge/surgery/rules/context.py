@@ -30,11 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from cosyedge.surgery.rules import Blocker, register
-
-
-def _str(v: Any) -> str:
-    return v.decode() if isinstance(v, bytes) else str(v)
+from cosyedge.surgery.rules import Blocker, attr_str, register
 
 
 def window_geometry(node: Any, ctx: Any, n_sp: int, t_sp: int, kernel: list[int]) -> tuple[int, int, int, int]:
@@ -43,7 +39,7 @@ def window_geometry(node: Any, ctx: Any, n_sp: int, t_sp: int, kernel: list[int]
     strides = list(node.attrs.get("strides", [1] * n_sp))
     k_eff = (int(kernel[t_sp]) - 1) * int(dil[t_sp]) + 1
     s = int(strides[t_sp])
-    auto = _str(node.attrs.get("auto_pad", "NOTSET"))
+    auto = attr_str(node, "auto_pad", "NOTSET")
     if auto in ("NOTSET", "VALID"):
         pads = list(node.attrs.get("pads", [0] * 2 * n_sp)) if auto == "NOTSET" else [0] * 2 * n_sp
         return k_eff, s, int(pads[t_sp]), int(pads[n_sp + t_sp])
@@ -66,7 +62,7 @@ def choose_state(k_eff: int, s: int, p_l: int, d: int) -> tuple[int, int, int]:
 
 
 def _set_time_pads(node: Any, n_sp: int, t_sp: int) -> None:
-    auto = _str(node.attrs.get("auto_pad", "NOTSET"))
+    auto = attr_str(node, "auto_pad", "NOTSET")
     if auto not in ("NOTSET", "VALID"):  # SAME_*: make explicit (stride 1, checked)
         node.attrs["auto_pad"] = "NOTSET"
         pads = [0] * 2 * n_sp
@@ -171,7 +167,7 @@ def pad(node: Any, ctx: Any) -> None:
     f = ctx.fact(x)
     rank, t = len(f.shape1), f.axis
     p1, p2, value_ok = _pad_values(node, ctx, rank)
-    mode = _str(node.attrs.get("mode", "constant"))
+    mode = attr_str(node, "mode", "constant")
     if len(p1) != 2 * rank:
         raise Blocker(f"has {len(p1)} pads for a rank-{rank} input")
     others = [i for i in range(2 * rank) if i not in (t, rank + t)]

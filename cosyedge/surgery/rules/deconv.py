@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from cosyedge._lazy import lazy_import
-from cosyedge.surgery.rules import Blocker, register
+from cosyedge.surgery.rules import Blocker, attr_str, register
 from cosyedge.surgery.rules.perframe import pass_through
 
 gs = lazy_import("onnx_graphsurgeon")
@@ -44,8 +44,7 @@ def conv_transpose(node: Any, ctx: Any) -> None:
     kernel = [int(k) for k in node.attrs.get("kernel_shape", w.shape[2:])]
     dil = list(node.attrs.get("dilations", [1] * n_sp))
     strides = list(node.attrs.get("strides", [1] * n_sp))
-    auto = node.attrs.get("auto_pad", "NOTSET")
-    auto = auto.decode() if isinstance(auto, bytes) else auto
+    auto = attr_str(node, "auto_pad", "NOTSET")
     if auto != "NOTSET":
         raise Blocker(f"auto_pad={auto} (export with explicit pads)")
     if "output_shape" in node.attrs:

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from cosyedge.surgery.rules import Blocker, register
+from cosyedge.surgery.rules import Blocker, attr_str, register
 
 ELEMENTWISE = (
     "Abs Acos Acosh Add And Asin Asinh Atan Atanh BatchNormalization BitShift Cast CastLike Ceil Celu Clip Cos "
@@ -233,8 +233,7 @@ def _einsum_terms(eq: str, ranks: list[int]) -> tuple[list[str], str]:
 def einsum(node: Any, ctx: Any) -> None:
     """Einsum whose time label survives into the output (not summed over); every streaming operand
     carries it on its time axis."""
-    eq = node.attrs.get("equation", "")
-    eq = eq.decode() if isinstance(eq, bytes) else eq
+    eq = attr_str(node, "equation", "")
     ranks = [len(ctx.fact(t).shape1) for t in node.inputs]
     terms, rhs = _einsum_terms(eq, ranks)
     labels = set()
@@ -295,8 +294,7 @@ def resize(node: Any, ctx: Any) -> None:
     (mixes neighbouring frames across chunks) and downscaling over time are refused."""
     fi, fo = ctx.fact(node.inputs[0]), ctx.fact(node.outputs[0])
     q = fo.rate / fi.rate
-    mode = node.attrs.get("mode", "nearest")
-    mode = mode.decode() if isinstance(mode, bytes) else mode
+    mode = attr_str(node, "mode", "nearest")
     if q != 1 and (q.denominator != 1):
         raise Blocker(f"resizes time by {q} (only integer upsampling streams)")
     if q != 1 and mode != "nearest":

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from cosyedge._lazy import lazy_import
-from cosyedge.surgery.rules import Blocker, register
+from cosyedge.surgery.rules import Blocker, attr_str, register
 from cosyedge.surgery.walker import BOOKKEEPING
 
 gs = lazy_import("onnx_graphsurgeon")
@@ -52,8 +52,7 @@ def recurrent(node: Any, ctx: Any) -> None:
         return pass_through(node, ctx)
     if ctx.stream_inputs(node) != [0]:
         raise Blocker("its weights, sequence_lens or initial state run over time")
-    direction = node.attrs.get("direction", "forward")
-    direction = direction.decode() if isinstance(direction, bytes) else direction
+    direction = attr_str(node, "direction", "forward")
     if direction != "forward":
         raise Blocker(f"direction '{direction}' reads the sequence from its end (only forward recurrences stream)")
     if f.axis != layout:
