@@ -6,24 +6,17 @@
 It returns the graph; the caller ends its pass with ``graph.cleanup().toposort()``. (The state pairs themselves
 are built by :class:`cosyedge.surgery.walker.Walker`.)
 
-Sources: onnx-graphsurgeon ``Graph.register`` / ``Graph.layer`` (``ir/graph.py``) and its example
-``08_replacing_a_subgraph/replace.py``; ONNX operator docs for Concat and Slice (opset 13+:
-``starts``/``ends``/``axes`` as int64 inputs; ``ends`` clamps to the dimension, so INT64_MAX means
-"to the end").
+Sources: onnx-graphsurgeon ``Graph.register`` (``ir/graph.py``) and ``exporters/onnx_exporter.py``
+(``has_value_info``).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
 from cosyedge._lazy import lazy_import
 
 gs = lazy_import("onnx_graphsurgeon")
-
-INT64_MAX = int(np.iinfo(np.int64).max)
-
 
 @gs.Graph.register()
 def clear_intermediate_shapes(self: Any) -> Any:

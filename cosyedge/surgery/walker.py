@@ -76,6 +76,8 @@ class Walker:
         self._counter_in = None
         self._counter_max = 0
         self._ticks = None
+        self._source_shape = None
+        self._source_dims: dict[int, Any] = {}
         self.rf_ticks = 0
 
     # ------------------------------------------------------------------ facts
@@ -150,9 +152,14 @@ class Walker:
             return self.op(op, [x, self.const(list(axes))], base)
         return self.op(op, [x], base, {"axes": list(axes)})
 
-    def time_slice(self, x: Any, start: int, end: int, axis: int, base: str) -> Any:
-        """``x[start:end]`` along ``axis`` (Slice with int64 constants)."""
-        return self.op("Slice", [x, self.const([start]), self.const([end]), self.const([axis])], base, like=x)
+    def time_slice(self, x: Any, start: int, end: int, axis: int, base: str, out: Any = None) -> Any:
+        """``x[start:end]`` along ``axis`` (Slice with int64 constants; ``end`` :data:`INT64_MAX` is "to the
+        end"); written into ``out`` (a Variable, e.g. a state_out) when given, else a new tensor."""
+        inputs = [x, self.const([start]), self.const([end]), self.const([axis])]
+        if out is None:
+            return self.op("Slice", inputs, base, like=x)
+        self.graph.layer(op="Slice", name=self.name(f"{base}/Slice"), inputs=inputs, outputs=[out])
+        return out
 
     # ------------------------------------------------------------------ states
     def _state_shape(self, x: Any, frames: int, axis: int) -> tuple[list, int]:
@@ -209,9 +216,7 @@ class Walker:
             src = self.op("Transpose", [src], f"{node}/state", {"perm": inv})
         cat = self.op("Concat", [src, x], f"{node}/state", {"axis": axis}, like=x)
         if perm is None:
-            self.graph.layer(op="Slice", name=self.name(f"{node}/state_slice"),
-                             inputs=[cat, self.const([-frames]), self.const([INT64_MAX]), self.const([axis])],
-                             outputs=[s_out])
+            self.time_slice(cat, -frames, INT64_MAX, axis, f"{node}/state_slice", out=s_out)
         else:
             tail = self.time_slice(cat, -frames, INT64_MAX, axis, f"{node}/state")
             self.graph.layer(op="Transpose", name=self.name(f"{node}/state_out"), inputs=[tail], outputs=[s_out],
@@ -324,15 +329,26 @@ class Walker:
         return target
 
     # ------------------------------------------------------------------ stream start
+    def source_shape(self) -> Any:
+        """int64 (rank,): Shape of the tick source input in this chunk (built once, shared)."""
+        if self._source_shape is None:
+            name, _ = self.tick_source
+            src = next(t for t in self.graph.inputs if t.name == name)
+            self._source_shape = self.op("Shape", [src], f"{BOOKKEEPING}_source")
+        return self._source_shape
+
+    def _source_dim(self, axis: int) -> Any:
+        """int64 (1,): axis ``axis`` of the tick source's shape in this chunk (built once per axis)."""
+        if axis not in self._source_dims:
+            self._source_dims[axis] = self.op("Gather", [self.source_shape(), self.const([axis])],
+                                              f"{BOOKKEEPING}_source", {"axis": 0})
+        return self._source_dims[axis]
+
     def ticks(self) -> Any:
         """Float32 scalar-like tensor (1,): input ticks in this chunk (time length of the tick source)."""
         if self._ticks is None:
-            name, axis = self.tick_source
-            src = next(t for t in self.graph.inputs if t.name == name)
-            base = f"{BOOKKEEPING}_ticks"
-            shape = self.op("Shape", [src], base)
-            n = self.op("Gather", [shape, self.const([axis])], base, {"axis": 0})
-            self._ticks = self.op("Cast", [n], base, {"to": 1}, dtype=np.float32)
+            self._ticks = self.op("Cast", [self._source_dim(self.tick_source[1])], f"{BOOKKEEPING}_ticks",
+                                  {"to": 1}, dtype=np.float32)
         return self._ticks
 
     def counter(self, delay: int, rate: Fraction) -> Any:
@@ -376,17 +392,12 @@ class Walker:
 
     def batch_tensor(self, base: str) -> Any:
         """int64 (1,): the batch size of this chunk (axis 0 of the tick source)."""
-        name, _ = self.tick_source
-        src = next(t for t in self.graph.inputs if t.name == name)
-        b = f"{base}/{BOOKKEEPING}_batch"
-        return self.op("Gather", [self.op("Shape", [src], b), self.const([0])], b, {"axis": 0})
+        return self._source_dim(0)
 
     def frames_tensor(self, rate: Fraction, base: str) -> Any:
         """int64 (1,): frames at ``rate`` frames per tick in this chunk (ticks x rate)."""
-        name, axis = self.tick_source
-        src = next(t for t in self.graph.inputs if t.name == name)
+        n = self._source_dim(self.tick_source[1])
         b = f"{base}/{BOOKKEEPING}_frames"
-        n = self.op("Gather", [self.op("Shape", [src], b), self.const([axis])], b, {"axis": 0})
         if rate.numerator != 1:
             n = self.op("Mul", [n, self.const([rate.numerator])], b)
         if rate.denominator != 1:

@@ -21,11 +21,9 @@ import numpy as np
 from cosyedge._lazy import lazy_import
 from cosyedge.surgery.rules import Blocker, attr_str, register
 from cosyedge.surgery.rules.perframe import pass_through
+from cosyedge.surgery.walker import INT64_MAX
 
 gs = lazy_import("onnx_graphsurgeon")
-
-INT64_MAX = int(np.iinfo(np.int64).max)
-
 
 @register("ConvTranspose")
 def conv_transpose(node: Any, ctx: Any) -> None:
@@ -94,8 +92,7 @@ def conv_transpose(node: Any, ctx: Any) -> None:
         head = ctx.op("Add", [head, s_in], node.name)
         full = ctx.op("Concat", [head, rest], node.name, {"axis": t})
         out = ctx.time_slice(full, 0, -o, t, node.name)
-        ctx.graph.layer(op="Slice", name=ctx.name(f"{node.name}/overlap_out"),
-                        inputs=[full, ctx.const([-o]), ctx.const([INT64_MAX]), ctx.const([t])], outputs=[s_out])
+        ctx.time_slice(full, -o, INT64_MAX, t, f"{node.name}/overlap_out", out=s_out)
     else:
         out = y_raw
     if bias is not None:

@@ -18,9 +18,7 @@ import numpy as np
 
 from cosyedge.surgery.rules import Blocker, register
 from cosyedge.surgery.rules.perframe import pass_through
-
-INT64_MAX = int(np.iinfo(np.int64).max)
-
+from cosyedge.surgery.walker import INT64_MAX
 
 @register("CumSum")
 def cumsum(node: Any, ctx: Any) -> None:
@@ -57,6 +55,5 @@ def cumsum(node: Any, ctx: Any) -> None:
     shape[f.axis], shape[b] = 1, "N"
     s_in, s_out = ctx.new_state(shape, y.dtype or np.float32, "running", node.name)
     ctx.graph.layer(op="Add", name=ctx.name(f"{node.name}/running"), inputs=[raw, s_in], outputs=[y])
-    ctx.graph.layer(op="Slice", name=ctx.name(f"{node.name}/running_out"),
-                    inputs=[y, ctx.const([-1]), ctx.const([INT64_MAX]), ctx.const([f.axis])], outputs=[s_out])
+    ctx.time_slice(y, -1, INT64_MAX, f.axis, f"{node.name}/running_out", out=s_out)
     ctx.set_delay(y, None if d is None else d)

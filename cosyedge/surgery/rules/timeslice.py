@@ -19,9 +19,7 @@ import numpy as np
 
 from cosyedge.surgery.rules import Blocker, register
 from cosyedge.surgery.rules.perframe import pass_through
-
-INT64_MAX = int(np.iinfo(np.int64).max)
-
+from cosyedge.surgery.walker import INT64_MAX
 
 def _norm(i: int, n: int) -> int:
     return max(0, min(n, i + n if i < 0 else i))
