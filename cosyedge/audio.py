@@ -1,7 +1,9 @@
 """Audio file I/O and validation for file-level streaming (``cosyedge run IN -o OUT``).
 
-* :func:`load_audio` reads wav/flac/ogg (anything libsndfile decodes) as float32 (T, C) and rejects
-  missing, corrupt, empty and non-finite files with a one-line error; heavy clipping only warns.
+* :class:`AudioReader` opens wav/flac/ogg (anything libsndfile decodes) and yields validated float32
+  (t, C) blocks (``cosyedge run`` streams files through with it); :func:`load_audio` reads a whole file
+  the same way. Missing, corrupt, empty and non-finite files get a one-line error; heavy clipping only
+  warns.
 * :func:`to_model_input` downmixes to mono (channel mean) and resamples to the model rate (soxr, HQ);
   :func:`from_model_output` resamples back and fixes the length to the input's.
 * :func:`check_output_path` validates an output path *before* any processing (extension, folder,
@@ -15,6 +17,7 @@ and an unsupported output extension are :class:`~cosyedge.errors.UsageError` (ex
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -43,8 +46,133 @@ samples as computed (``cosyedge run mic --save-input``): .wav is 32-bit float (b
 .flac 24-bit; a lossy .ogg has no entry."""
 
 
+BLOCK_FRAMES = 1 << 16
+"""int: frames per block of :meth:`AudioReader.blocks` (65536: 1.4 s at 48 kHz; a few MB however long the file)."""
+
+
+class AudioReader:
+    """An audio file opened for reading block by block, validated as it is read.
+
+    Opening checks what the header tells (the file exists, decodes, holds frames, has a usable rate);
+    :meth:`blocks` checks every sample it yields (NaN/Inf refused, clipped samples counted and warned
+    about once the file is read). Memory stays at one block however long the file is.
+
+    Args:
+        path (str | Path): wav, flac or ogg file (any format libsndfile can decode).
+    Attributes:
+        path (Path): The file.
+        sample_rate_hz (int): Its sample rate, Hz.
+        channels (int): Its channel count.
+        frames (int): Frames the header announces (``frames_read`` is what was really read).
+        frames_read (int): Frames yielded so far.
+    Raises:
+        ArtifactError: the file is missing, is not a file, cannot be decoded (corrupt or not audio), or
+            holds no samples.
+        UsageError: its sample rate is below :data:`MIN_SAMPLE_RATE_HZ`.
+    Source: python-soundfile ``SoundFile.blocks`` (python-soundfile.readthedocs.io).
+    """
+
+    def __init__(self, path: str | Path):
+        path = Path(path)
+        if not path.exists():
+            raise ArtifactError(f"input audio not found: {path}")
+        if not path.is_file():
+            raise ArtifactError(f"input audio {path} is not a file")
+        try:
+            self._file = sf.SoundFile(str(path))
+        except Exception as err:  # soundfile.LibsndfileError, RuntimeError, TypeError on odd headers
+            raise ArtifactError(
+                f"cannot decode {path} as audio ({first_line(err, with_type=False)}); is it a valid wav/flac/ogg "
+                f"file?") from None
+        self.path = path
+        self.sample_rate_hz = int(self._file.samplerate)
+        self.channels = int(self._file.channels)
+        self.frames = max(int(self._file.frames), 0)
+        self.frames_read = 0
+        self._clipped = 0
+        if self.frames == 0:
+            self.close()
+            raise ArtifactError(f"input audio {path} holds no samples (0 frames at {self.sample_rate_hz} Hz)")
+        if self.sample_rate_hz < MIN_SAMPLE_RATE_HZ:
+            self.close()
+            raise UsageError(f"input audio {path} has a sample rate of {self.sample_rate_hz} Hz, below "
+                             f"{MIN_SAMPLE_RATE_HZ} Hz: no speech band to enhance (a wrong header? resample it "
+                             f"or fix the rate)")
+
+    @property
+    def duration_s(self) -> float:
+        """float: duration the header announces, seconds."""
+        return self.frames / self.sample_rate_hz
+
+    def _read(self, n: int) -> np.ndarray:
+        try:
+            return self._file.read(n, dtype="float32", always_2d=True)
+        except Exception as err:  # a truncated or damaged stream inside a valid header
+            raise ArtifactError(f"cannot decode {self.path} after {self.frames_read} frames "
+                                f"({first_line(err, with_type=False)}); is the file complete?") from None
+
+    def _check(self, x: np.ndarray) -> None:
+        """Refuse NaN/Inf in block ``x`` (counting them over the rest of the file) and count clipped samples."""
+        finite = np.isfinite(x)
+        if not finite.all():
+            bad = np.argwhere(~finite)
+            t, ch = self.frames_read + int(bad[0][0]), int(bad[0][1])
+            count, total = len(bad), self.frames_read + x.shape[0]
+            while True:  # the count covers the whole file, as the user will want to know how bad it is
+                rest = self._read(BLOCK_FRAMES)
+                if not rest.shape[0]:
+                    break
+                count += int(np.count_nonzero(~np.isfinite(rest)))
+                total += rest.shape[0]
+            raise UsageError(
+                f"input audio {self.path} holds {count} NaN/Inf sample(s) of {total * self.channels} (first at "
+                f"sample {t} = {t / self.sample_rate_hz:.3f} s, channel {ch}); fix or re-export the file")
+        self._clipped += int(np.count_nonzero(np.abs(x) >= CLIP_LEVEL))
+
+    def blocks(self, block_frames: int = BLOCK_FRAMES) -> Iterator[np.ndarray]:
+        """Yield the file's samples in order, from the start, one validated block at a time.
+
+        Args:
+            block_frames (int): Frames per block (the last block is shorter).
+        Yields:
+            np.ndarray: float32 (t, C), t <= ``block_frames``, range [-1, 1] for integer formats.
+        Raises:
+            UsageError: a block holds NaN/Inf samples (the message counts them over the whole file and
+                gives the first one).
+            ArtifactError: the file holds no samples after all, or its data is damaged.
+        Warns:
+            via ``LOG.warning`` after the last block when more than :data:`CLIP_WARN_FRACTION` of the
+            samples have ``|x| >= CLIP_LEVEL`` (clipped input; processing continues).
+        """
+        self._file.seek(0)
+        self.frames_read, self._clipped = 0, 0
+        while True:
+            x = self._read(int(block_frames))
+            if not x.shape[0]:
+                break
+            self._check(x)
+            self.frames_read += x.shape[0]
+            yield x
+        if self.frames_read == 0:
+            raise ArtifactError(f"input audio {self.path} holds no samples (0 frames at {self.sample_rate_hz} Hz)")
+        clipped = self._clipped / (self.frames_read * self.channels)
+        if clipped > CLIP_WARN_FRACTION:
+            LOG.warning("input audio %s looks clipped: %.2f%% of samples at |x| >= %g (processing anyway)",
+                        self.path, 100.0 * clipped, CLIP_LEVEL)
+
+    def close(self) -> None:
+        """Close the file; idempotent."""
+        self._file.close()
+
+    def __enter__(self) -> "AudioReader":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
 def load_audio(path: str | Path) -> tuple[np.ndarray, int]:
-    """Read an audio file and validate its samples.
+    """Read a whole audio file and validate its samples (:class:`AudioReader`, all blocks at once).
 
     Args:
         path (str | Path): wav, flac or ogg file (any format libsndfile can decode).
@@ -60,36 +188,12 @@ def load_audio(path: str | Path) -> tuple[np.ndarray, int]:
         via ``LOG.warning`` when more than :data:`CLIP_WARN_FRACTION` of the samples have
         ``|x| >= CLIP_LEVEL`` (clipped input; processing continues).
     """
-    path = Path(path)
-    if not path.exists():
-        raise ArtifactError(f"input audio not found: {path}")
-    if not path.is_file():
-        raise ArtifactError(f"input audio {path} is not a file")
-    try:
-        x, sr = sf.read(str(path), dtype="float32", always_2d=True)
-    except Exception as err:  # soundfile.LibsndfileError, RuntimeError, TypeError on odd headers
-        raise ArtifactError(
-            f"cannot decode {path} as audio ({first_line(err, with_type=False)}); is it a valid wav/flac/ogg file?"
-        ) from None
-    if x.shape[0] == 0:
-        raise ArtifactError(f"input audio {path} holds no samples (0 frames at {sr} Hz)")
-    if sr < MIN_SAMPLE_RATE_HZ:
-        raise UsageError(f"input audio {path} has a sample rate of {sr} Hz, below {MIN_SAMPLE_RATE_HZ} Hz: no "
-                         f"speech band to enhance (a wrong header? resample it or fix the rate)")
-    finite = np.isfinite(x)
-    if not finite.all():
-        bad = np.argwhere(~finite)
-        t, ch = int(bad[0][0]), int(bad[0][1])
-        raise UsageError(
-            f"input audio {path} holds {len(bad)} NaN/Inf sample(s) of {x.size} (first at sample {t} = "
-            f"{t / sr:.3f} s, channel {ch}); fix or re-export the file"
-        )
-    clipped = np.count_nonzero(np.abs(x) >= CLIP_LEVEL) / x.size
-    if clipped > CLIP_WARN_FRACTION:
-        LOG.warning("input audio %s looks clipped: %.2f%% of samples at |x| >= %g (processing anyway)",
-                    path, 100.0 * clipped, CLIP_LEVEL)
-    LOG.debug("loaded %s: %d frames x %d channel(s) at %d Hz", path, x.shape[0], x.shape[1], sr)
-    return x, int(sr)
+    with AudioReader(path) as reader:
+        blocks = list(reader.blocks(max(reader.frames, 1)))
+        x = blocks[0] if len(blocks) == 1 else np.concatenate(blocks)
+        LOG.debug("loaded %s: %d frames x %d channel(s) at %d Hz", reader.path, x.shape[0], x.shape[1],
+                  reader.sample_rate_hz)
+        return x, reader.sample_rate_hz
 
 
 def to_model_input(x: np.ndarray, sample_rate_hz: int, model_sample_rate_hz: int) -> np.ndarray:

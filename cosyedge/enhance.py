@@ -1,9 +1,10 @@
 """File-level API: enhance one audio file by streaming it chunk by chunk through an engine.
 
-``enhance_file("noisy.wav", "clean.wav")`` reads any sample rate and channel count, downmixes to mono,
-resamples to the model rate, streams fixed chunks through an
+``enhance_file("noisy.wav", "clean.wav")`` reads any sample rate and channel count block by block,
+downmixes to mono, resamples to the model rate, streams fixed chunks through an
 :class:`~cosyedge.runtime.ort.OrtStreamSession` (state carried), compensates the model delay, resamples
 back and writes a **mono** file at the input's sample rate with the input's length, aligned with it.
+Memory does not grow with the file's length.
 """
 
 from __future__ import annotations
@@ -46,13 +47,28 @@ def chunk_samples_from_ms(chunk_ms: float, sample_rate_hz: int, total_stride: in
     return samples
 
 
-def enhance_file(input: str | Path, output: str | Path, engine: str | Path | None = None,
-                 chunk_samples: int | None = None, threads: int = 1, chunk_ms: float | None = None) -> dict:
-    """Enhance an audio file with a streaming model and write the result.
+MAX_RECORDED_CHUNKS = 1 << 20
+"""int: per-chunk latencies kept for a file's report (8 MB; 2.9 h of 10 ms chunks; a longer file reports
+the percentiles of its last this many chunks)."""
+PROGRESS_MIN_S = 30.0
+"""float: inputs longer than this (seconds) get a progress bar on a terminal."""
 
-    The output path is validated before any processing; the output is written atomically (an existing
-    file survives any failure). Output: mono, float clipped to [-1, 1], the input's sample rate and
-    length (frames), aligned with the input (model delay compensated).
+
+def enhance_file(input: str | Path, output: str | Path, engine: str | Path | None = None,
+                 chunk_samples: int | None = None, threads: int = 1, chunk_ms: float | None = None,
+                 progress: bool | None = None, block_frames: int | None = None) -> dict:
+    """Enhance an audio file with a streaming model and write the result, block by block.
+
+    The file is streamed through: a block of the input is read (:class:`~cosyedge.audio.AudioReader`),
+    downmixed, resampled to the model rate (``soxr.ResampleStream``), pushed chunk by chunk (state
+    carried), resampled back and appended to the output (:class:`~cosyedge.realtime.writer.IncrementalAudioWriter`).
+    Memory stays at a few blocks however long the file is, and the samples written are bit-identical
+    to processing the whole file at once (soxr's stream resampler gives its one-shot output; the model
+    sees the same chunks). The output path is validated before any processing and written to a temp
+    file renamed at the end: an existing file survives any failure or interrupt. Output: mono, float
+    clipped to [-1, 1], the input's sample rate and length (frames), aligned with the input (the model
+    delay is compensated: ``delay_samples`` zeros flush the tail and the first ``delay_samples`` model
+    outputs are dropped).
 
     Args:
         input (str | Path): Input audio (wav/flac/ogg), any sample rate, any channel count (mixed to mono).
@@ -63,52 +79,178 @@ def enhance_file(input: str | Path, output: str | Path, engine: str | Path | Non
             defaults to one hop.
         threads (int): ONNX Runtime threads.
         chunk_ms (float | None): Chunk length in ms instead of ``chunk_samples`` (e.g. 10.0).
+        progress (bool | None): tqdm progress bar on stderr; None: only on a terminal and for inputs
+            over :data:`PROGRESS_MIN_S`.
+        block_frames (int | None): Input frames read per block (default
+            :data:`~cosyedge.audio.BLOCK_FRAMES`); the result does not depend on it.
     Returns:
-        dict: ``duration_s`` (float, s), ``elapsed_s`` (float, s, streaming loop only), ``rtf`` (float),
-        ``latency_ms_p50`` / ``latency_ms_p99`` (float, ms per chunk), ``chunks`` (int),
+        dict: ``duration_s`` (float, s), ``elapsed_s`` (float, s: the whole streaming loop, decoding,
+        resampling and writing included), ``rtf`` (float), ``latency_ms_p50`` / ``latency_ms_p99``
+        (float, ms per chunk, over the last :data:`MAX_RECORDED_CHUNKS` chunks), ``chunks`` (int),
         ``chunk_samples`` (int), ``chunk_ms`` (float), ``delay_samples`` (int, model rate),
         ``delay_ms`` (float), ``sample_rate_hz_in`` / ``sample_rate_hz_out`` / ``model_sample_rate_hz``
         (int, Hz), ``channels_in`` (int), ``engine`` (str), ``output`` (str).
     Raises:
-        UsageError: unsupported output extension, NaN/Inf input, bad chunk length, both chunk options.
+        UsageError: unsupported output extension, NaN/Inf input, bad chunk length, both chunk options, a
+            model that does not map a waveform to a waveform.
         ArtifactError: unwritable output path, input missing/corrupt/empty, engine missing/stale, model
             output not finite.
     """
+    import time
+
     from cosyedge.artifacts import check_not_input
-    from cosyedge.audio import check_output_path, from_model_output, load_audio, to_model_input, write_audio
+    from cosyedge.audio import BLOCK_FRAMES, AudioReader, check_output_path
     from cosyedge.build.ort import default_engine, load_engine
-    from cosyedge.runtime.stream import enhance_array
+    from cosyedge.realtime.writer import IncrementalAudioWriter
+    from cosyedge.runtime.stream import require_waveform_model
 
     if chunk_samples is not None and chunk_ms is not None:
         raise UsageError("give chunk_samples or chunk_ms, not both")
     check_output_path(output)
     check_not_input(input, output)
-    x, sr = load_audio(input)
-    eng = load_engine(engine if engine is not None else default_engine())
-    c = eng.contract
-    if chunk_ms is not None:
-        chunk_samples = chunk_samples_from_ms(chunk_ms, c.sample_rate_hz, c.total_stride)
-    session = eng(chunk_samples=chunk_samples, threads=threads)
-    with LOG.stage(f"enhance {input} -> {output}"):
-        xm = to_model_input(x, sr, c.sample_rate_hz)
-        with session:
-            ym, stats = enhance_array(session, xm, return_stats=True)
-        if not np.isfinite(ym).all():
-            bad = np.flatnonzero(~np.isfinite(ym))
-            raise ArtifactError(f"model {eng.model_path} produced {bad.size} NaN/Inf samples "
-                                f"(first at {bad[0] / c.sample_rate_hz:.3f} s); output not written")
-        y = from_model_output(ym, c.sample_rate_hz, sr, length=x.shape[0])
-        write_audio(output, y, sr)
-    result = stats.as_dict()
-    result.update(
-        chunk_ms=1000.0 * stats.chunk_samples / c.sample_rate_hz,
+    with AudioReader(input) as reader:
+        sr = reader.sample_rate_hz
+        eng = load_engine(engine if engine is not None else default_engine())
+        c = eng.contract
+        require_waveform_model(c, str(eng.model_path))
+        if chunk_ms is not None:
+            chunk_samples = chunk_samples_from_ms(chunk_ms, c.sample_rate_hz, c.total_stride)
+        chunk = int(c.hop_samples if chunk_samples is None else chunk_samples)
+        c.check_chunk(chunk)
+        expect = -(-(reader.frames * c.sample_rate_hz // sr + c.delay_samples) // chunk) + 1
+        session = eng(chunk_samples=chunk, threads=threads, max_latency_records=min(expect, MAX_RECORDED_CHUNKS))
+        if progress is None:
+            import sys
+
+            progress = sys.stderr.isatty() and reader.duration_s > PROGRESS_MIN_S
+        with LOG.stage(f"enhance {input} -> {output}"), session:
+            writer = IncrementalAudioWriter(output, sr)
+            try:
+                t0 = time.perf_counter()
+                streamer = _FileStreamer(session, sr, writer, str(eng.model_path))
+                for x in _with_progress(reader, block_frames or BLOCK_FRAMES, progress):
+                    streamer.feed(x.mean(axis=1) if x.shape[1] > 1 else x[:, 0], reader.frames_read)
+                streamer.finish(reader.frames_read)
+                elapsed = time.perf_counter() - t0
+            except BaseException:
+                writer.discard()
+                raise
+            writer.close()
+            lat = session.latencies_ms
+    duration = streamer.fed / c.sample_rate_hz
+    return dict(
+        duration_s=duration,
+        elapsed_s=elapsed,
+        rtf=elapsed / duration if duration > 0 else 0.0,
+        latency_ms_p50=float(np.percentile(lat, 50)) if lat.size else 0.0,
+        latency_ms_p99=float(np.percentile(lat, 99)) if lat.size else 0.0,
+        chunks=streamer.chunks,
+        chunk_samples=chunk,
+        delay_samples=c.delay_samples,
+        chunk_ms=1000.0 * chunk / c.sample_rate_hz,
         delay_ms=1000.0 * c.delay_samples / c.sample_rate_hz,
         sample_rate_hz_in=sr,
         sample_rate_hz_out=sr,
         model_sample_rate_hz=c.sample_rate_hz,
-        channels_in=int(x.shape[1]),
+        channels_in=reader.channels,
         engine=str(eng.folder or eng.model_path),
         output=str(output),
     )
-    result.pop("sample_rate_hz", None)
-    return result
+
+
+def _with_progress(reader, block_frames: int, show: bool):
+    """Yield ``reader``'s blocks, with a tqdm bar in seconds of audio when ``show``."""
+    if not show:
+        yield from reader.blocks(block_frames)
+        return
+    from tqdm import tqdm
+
+    sr = reader.sample_rate_hz
+    with tqdm(total=round(reader.duration_s, 1), unit="s", desc="enhance", leave=False,
+              bar_format="{desc}: {percentage:3.0f}%|{bar}| {n:.0f}/{total:.0f} s audio [{elapsed}<{remaining}]") as bar:
+        for x in reader.blocks(block_frames):
+            bar.update(x.shape[0] / sr)
+            yield x
+
+
+class _FileStreamer:
+    """Input blocks (file rate, mono) -> model chunks -> output blocks (file rate) for :func:`enhance_file`.
+
+    Keeps, between blocks, only what cannot be used yet: model-rate samples short of a chunk, the
+    resamplers' filter state, output samples ahead of the input read so far. At the end (:meth:`finish`)
+    the input resampler is flushed, ``delay_samples`` zeros and the last chunk's zero padding are pushed,
+    the model output is cut to the model-rate input length and the file-rate output to the input's frames.
+    """
+
+    def __init__(self, session, sample_rate_hz: int, writer, model_name: str):
+        from cosyedge.audio import soxr
+
+        c = session.contract
+        self.session, self.writer, self.model_name = session, writer, model_name
+        self.rate, self.model_rate = int(sample_rate_hz), int(c.sample_rate_hz)
+        self.chunk, self.delay, self.out_name = session.chunk_samples, int(c.delay_samples), c.output
+        self.rs_in = self.rs_out = None
+        if self.rate != self.model_rate:
+            self.rs_in = soxr.ResampleStream(self.rate, self.model_rate, 1, dtype="float32", quality="HQ")
+            self.rs_out = soxr.ResampleStream(self.model_rate, self.rate, 1, dtype="float32", quality="HQ")
+        self.buf = np.zeros(0, np.float32)  # model-rate input not yet pushed (< one chunk)
+        self.ahead = np.zeros(0, np.float32)  # file-rate output beyond the input frames read so far
+        self.x = np.zeros((1, 1, self.chunk), np.float32)
+        self.fed = 0  # model-rate input samples (the file's, not the flush)
+        self.kept = 0  # model-rate outputs kept (after the delay's)
+        self.dropped = 0  # model-rate outputs dropped (the first ``delay``)
+        self.written = 0  # file-rate samples written
+        self.chunks = 0
+
+    def feed(self, mono: np.ndarray, frames_read: int) -> None:
+        """Stream one block: float32 (t,) mono at the file rate; ``frames_read`` frames read so far."""
+        mono = np.ascontiguousarray(mono, dtype=np.float32)
+        xm = self.rs_in.resample_chunk(mono, last=False) if self.rs_in is not None else mono
+        self.fed += xm.shape[0]
+        self._model(xm, limit=None)
+        self._flush_output(frames_read, final=False)
+
+    def finish(self, frames_read: int) -> None:
+        """Flush everything; the output is then exactly ``frames_read`` samples long."""
+        tail = self.rs_in.resample_chunk(np.zeros(0, np.float32), last=True) if self.rs_in is not None else None
+        if tail is not None and tail.shape[0]:
+            self.fed += tail.shape[0]
+            self._model(tail, limit=None)
+        pad = (-(self.buf.shape[0] + self.delay)) % self.chunk
+        self._model(np.zeros(self.delay + pad, np.float32), limit=self.fed, final=True)
+        self._flush_output(frames_read, final=True)
+
+    def _model(self, xm: np.ndarray, limit: int | None, final: bool = False) -> None:
+        """Push every whole chunk of buffer + ``xm``; keep outputs after the delay, at most ``limit`` in all."""
+        xs = np.concatenate([self.buf, xm]) if self.buf.shape[0] else xm
+        n = xs.shape[0] - xs.shape[0] % self.chunk
+        self.buf = xs[n:].copy()
+        y = np.empty(n, np.float32)
+        x, c = self.x, self.chunk
+        for i in range(0, n, c):
+            x[0, 0, :] = xs[i:i + c]
+            y[i:i + c] = self.session.push(x)[self.out_name][0, 0]
+        self.chunks += n // c
+        drop = min(self.delay - self.dropped, n)
+        self.dropped += drop
+        y = y[drop:]
+        if limit is not None:
+            y = y[:max(limit - self.kept, 0)]
+        if not np.isfinite(y).all():
+            bad = self.kept + int(np.flatnonzero(~np.isfinite(y))[0])
+            raise ArtifactError(f"model {self.model_name} produced NaN/Inf samples (first at "
+                                f"{bad / self.model_rate:.3f} s); output not written")
+        self.kept += y.shape[0]
+        z = self.rs_out.resample_chunk(y, last=final) if self.rs_out is not None else y
+        self.ahead = np.concatenate([self.ahead, z]) if self.ahead.shape[0] else z
+
+    def _flush_output(self, frames_read: int, final: bool) -> None:
+        """Write the output samples up to ``frames_read``; at the end zero-pad to exactly that length."""
+        n = min(self.ahead.shape[0], frames_read - self.written)
+        if n > 0:
+            self.writer.write(self.ahead[:n])
+            self.written += n
+            self.ahead = self.ahead[n:]
+        if final and self.written < frames_read:
+            self.writer.write(np.zeros(frames_read - self.written, np.float32))
+            self.written = frames_read

@@ -17,18 +17,18 @@ from cosyedge.artifacts import OWNER_FILE, atomic_folder
 ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / "cosyedge" / "assets" / "demo" / "noisy.wav"
 
-# cosyedge with the audio writer held for 60 s inside its atomic temp file, so SIGTERM lands mid-write
+# cosyedge with the block writer held for 60 s at its first block, so SIGTERM lands mid-stream with the temp
+# output file open
 SLOW_WRITE = """
-import contextlib, sys, time
-import cosyedge.artifacts as a, cosyedge.audio as au
-orig = a.atomic_output
-@contextlib.contextmanager
-def slow(dest, suffix=None):
-    with orig(dest, suffix) as tmp:
+import sys, time
+import cosyedge.realtime.writer as w
+orig = w.IncrementalAudioWriter.write
+def slow(self, y):
+    if not self.frames:
         print("WRITING", flush=True)
         time.sleep(60)
-        yield tmp
-au.atomic_output = slow
+    orig(self, y)
+w.IncrementalAudioWriter.write = slow
 from cosyedge.cli.main import main
 sys.exit(main(sys.argv[1:]))
 """
@@ -38,7 +38,7 @@ def _hidden(folder: Path) -> list[str]:
     return sorted(p.name for p in folder.iterdir() if p.name.startswith("."))
 
 
-def test_sigterm_during_the_final_write_of_run_leaves_no_temp_file(tmp_path):
+def test_sigterm_while_run_writes_leaves_no_temp_file(tmp_path):
     out = tmp_path / "out.wav"
     out.write_bytes(b"earlier result")
     env = dict(os.environ, COSYEDGE_ENGINES_DIR=str(tmp_path / "engines"))

@@ -206,7 +206,7 @@ class OrtEngine:
     manifest: dict | None = None
 
     def __call__(self, chunk_samples: int | None = None, batch: int = 1, threads: int = 1,
-                 providers: list[str] | None = None):
+                 providers: list[str] | None = None, max_latency_records: int | None = None):
         """Return a new inactive :class:`~cosyedge.runtime.ort.OrtStreamSession` on this engine.
 
         Args:
@@ -214,11 +214,15 @@ class OrtEngine:
             batch (int): Streams per push.
             threads (int): ONNX Runtime threads.
             providers (list[str] | None): Execution providers (defaults to CPU).
+            max_latency_records (int | None): Per-chunk latencies kept (default
+                :data:`~cosyedge.runtime.base.DEFAULT_MAX_LATENCY_RECORDS`).
         """
+        from cosyedge.runtime.base import DEFAULT_MAX_LATENCY_RECORDS
         from cosyedge.runtime.ort import OrtStreamSession
 
         return OrtStreamSession(self.model_path, chunk_samples=chunk_samples, batch=batch, threads=threads,
-                                providers=providers)
+                                providers=providers,
+                                max_latency_records=max_latency_records or DEFAULT_MAX_LATENCY_RECORDS)
 
     session = __call__
 

@@ -565,7 +565,8 @@ class TrtEngine:
     manifest: dict
 
     def __call__(self, chunk_samples: int | None = None, batch: int = 1, threads: int = 1,
-                 providers: list[str] | None = None, cuda_graph: bool = False, device: int = 0):
+                 providers: list[str] | None = None, cuda_graph: bool = False, device: int = 0,
+                 max_latency_records: int | None = None):
         """Return a new inactive :class:`~cosyedge.runtime.trt.TrtStreamSession`.
 
         Args:
@@ -575,13 +576,16 @@ class TrtEngine:
             providers (list[str] | None): Ignored.
             cuda_graph (bool): Capture steps in CUDA graphs.
             device (int): CUDA device.
+            max_latency_records (int | None): Per-chunk latencies kept (default
+                :data:`~cosyedge.runtime.base.DEFAULT_MAX_LATENCY_RECORDS`).
         """
+        from cosyedge.runtime.base import DEFAULT_MAX_LATENCY_RECORDS
         from cosyedge.runtime.trt import TrtStreamSession
 
         return TrtStreamSession(self.plan_path, self.contract, chunk_samples=chunk_samples, batch=batch,
                                 max_batch=self.manifest.get("max_batch"),
                                 built_chunk_samples=self.manifest.get("chunk_samples"), cuda_graph=cuda_graph,
-                                device=device)
+                                device=device, max_latency_records=max_latency_records or DEFAULT_MAX_LATENCY_RECORDS)
 
     session = __call__
 

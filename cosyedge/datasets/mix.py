@@ -395,6 +395,21 @@ def _stable_int(text: str) -> int:
 
 
 # ---------------------------------------------------------------------------------------- dataset
+SPEECH_CACHE_VERSION = 1
+"""int: version of the derived training-speech cache (``derived/speech-<key>.npy``)."""
+
+
+def _train_samples(c: Corpus) -> int:
+    """Samples in corpus ``c``'s train split, from its offsets (no audio read)."""
+    d = np.diff(c.offsets)
+    return int(d[np.array([s == "train" for s in c.splits], bool)].sum()) if len(c.splits) else 0
+
+
+def _layout_hash(c: Corpus) -> str:
+    """SHA-1 of corpus ``c``'s utterance offsets and splits (a rebuilt corpus of other files gets another)."""
+    return hashlib.sha1(json.dumps([[int(o) for o in c.offsets], list(c.splits)]).encode()).hexdigest()[:12]
+
+
 class TrainingData:
     """All training, validation and test audio, prepared once and cached as .npy.
 
@@ -436,9 +451,10 @@ class TrainingData:
             it (the default) a missing one is skipped with a warning and listed in :attr:`missing`, so the data
             differs from a machine that has it (a training run is then not reproducible elsewhere).
     Attributes:
-        speech (np.ndarray): float32, shape (samples,), all training speech concatenated.
+        speech (np.ndarray): float32, shape (samples,), all training speech concatenated (a read-only memory map
+            of a derived cache file: a calibration set or a training run keeps only what its draws touch).
         speech_ranges (dict[str, tuple[int, int]]): sample range of each corpus in ``speech``.
-        bank (np.ndarray): float32, shape (samples,), training noise bank.
+        bank (np.ndarray): float32, shape (samples,), training noise bank (a read-only memory map).
         bank_ranges (dict[str, tuple[int, int]]): sample range of each noise category in ``bank``.
         missing (dict[str, str]): corpora of the data version left out (or built incomplete), with the reason
             (one line each); empty when every source was there.
@@ -506,7 +522,7 @@ class TrainingData:
         self.missing: dict[str, str] = {}
         with LOG.stage("TrainingData prepare"):
             self.corpora: dict[str, Corpus] = {}
-            pieces, self.speech_ranges, pos = [], {}, 0
+            self.speech_ranges, pos = {}, 0
             for name in corpora:
                 try:
                     c = load_corpus(name, cache_dir)
@@ -524,15 +540,14 @@ class TrainingData:
                                             f"{' '.join(lacking)} (apt-get install them, then delete "
                                             f"{data_dir(cache_dir) / 'corpora' / 'festival.npy'})", require_all)
                 self.corpora[name] = c
-                x = c.concat("train")
-                if x.size < 4 * SAMPLE_RATE_HZ:
+                size = _train_samples(c)
+                if size < 4 * SAMPLE_RATE_HZ:
                     continue
-                pieces.append(x)
-                self.speech_ranges[name] = (pos, pos + x.size)
-                pos += x.size
-            if not pieces:
+                self.speech_ranges[name] = (pos, pos + size)
+                pos += size
+            if not self.speech_ranges:
                 raise ArtifactError("no training speech available (check apt-get access)")
-            self.speech = np.concatenate(pieces)
+            self.speech = self._load_speech()
             # the noise bank and the validation babble draw from the speech of the data version only (the read
             # phrases, appended last, are left out), so adding them keeps the data version's noise and
             # validation set for the same seed
@@ -615,7 +630,7 @@ class TrainingData:
         pj = path.with_suffix(".json")
         if path.exists() and pj.exists():
             try:
-                bank = np.load(path)
+                bank = np.load(path, mmap_mode="r")  # read-only memory map: draws read what they touch
                 ranges = {k: tuple(v) for k, v in json.loads(pj.read_text()).items()}
                 if max(b for _, b in ranges.values()) == bank.size:
                     return bank, ranges
@@ -629,7 +644,56 @@ class TrainingData:
         np.save(path.with_suffix(".tmp.npy"), bank)
         path.with_suffix(".tmp.npy").replace(path)
         pj.write_text(json.dumps(ranges))
-        return bank, ranges
+        del bank  # the saved bank, memory-mapped like a cached one (the built copy is freed)
+        return np.load(path, mmap_mode="r"), ranges
+
+    def _load_speech(self) -> np.ndarray:
+        """The training speech of :attr:`speech_ranges`' corpora (their train splits, in order), as a read-only
+        memory map of a derived cache file built once, utterance by utterance: memory holds only the pages that
+        draws touch, never the whole speech (nor a second copy while it is assembled)."""
+        from numpy.lib.format import open_memmap
+
+        key = [SPEECH_CACHE_VERSION] + [[n, int(self.corpora[n].offsets[-1]), _layout_hash(self.corpora[n]), b - a]
+                                        for n, (a, b) in self.speech_ranges.items()]
+        tag = hashlib.sha1(json.dumps(key).encode()).hexdigest()[:10]
+        path = data_dir(self.cache_dir) / "derived" / f"speech-{tag}.npy"
+        total = max(b for _, b in self.speech_ranges.values())
+        if path.exists():
+            try:
+                speech = np.load(path, mmap_mode="r")
+                if speech.dtype == np.float32 and speech.shape == (total,):
+                    return speech
+            except Exception as e:  # noqa: BLE001
+                LOG.warning("training speech cache %s unreadable (%s); rebuilding", path, e)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp.npy")
+        out = open_memmap(tmp, mode="w+", dtype=np.float32, shape=(total,))
+        for name, (a, _) in self.speech_ranges.items():
+            c, pos = self.corpora[name], a
+            for i in c.indices("train"):
+                u = c.utterance(i)
+                out[pos:pos + u.size] = u
+                pos += u.size
+            out.flush()
+            self.corpora[name] = load_corpus(name, self.cache_dir)  # a fresh map: the pages read are let go
+        del out
+        tmp.replace(path)
+        return np.load(path, mmap_mode="r")
+
+    def release_pages(self) -> None:
+        """Let go of the pages of :attr:`speech` and :attr:`bank` that draws have read (both are read-only
+        memory maps): resident memory drops back, the pages stay in the OS page cache, so the next draws
+        fault them back in cheaply. Long generation loops (a calibration set) call it every few dozen draws
+        to keep their resident memory flat; arrays built in memory (no map) are left alone.
+
+        Source: madvise(2), ``MADV_DONTNEED`` on a shared file mapping (Python ``mmap.madvise``).
+        """
+        import mmap
+
+        for a in (self.speech, self.bank):
+            m = getattr(a, "_mmap", None)  # numpy.memmap keeps its mmap.mmap here
+            if m is not None and hasattr(m, "madvise") and hasattr(mmap, "MADV_DONTNEED"):
+                m.madvise(mmap.MADV_DONTNEED)
 
     def summary(self) -> dict:
         """Return ``{corpus: (minutes of training speech, draw probability)}`` plus ``"noise": {kind: minutes}``."""

@@ -559,7 +559,8 @@ def load_corpus(name: str, cache_dir: str | os.PathLike | None = None) -> Corpus
         c = CORPORA[name](cache_dir)
         _save_corpus(path, c)
     LOG.info("corpus %s: %d utterances, %.1f min (%s)", name, len(c), c.seconds() / 60, c.source)
-    return c
+    del c  # the saved corpus, memory-mapped as a cached one is (the built copy is freed)
+    return _load_corpus(path, name)
 
 
 # ------------------------------------------------------------------------------- synthetic speech

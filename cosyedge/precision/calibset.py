@@ -57,6 +57,9 @@ CALIB_ENV = "COSYEDGE_CALIB_DIR"
 DURATION_RANGE_S = (1.0, 4.0)
 """tuple[float, float]: length range of generated utterances, seconds (uniform)."""
 
+RELEASE_EVERY = 32
+"""int: utterances between :meth:`TrainingData.release_pages` calls while a set is generated."""
+
 _AUDIO_EXT = {".wav", ".flac", ".ogg", ".oga", ".aiff", ".aif", ".au"}
 
 
@@ -221,7 +224,10 @@ def _generated(count: int, seed: int, audio: Path, training_data):
 
     rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(0xCA11B,)))
     lo, hi = DURATION_RANGE_S
+    release = getattr(training_data, "release_pages", None)
     for i in tqdm(range(count), desc="calibration set", unit="utt", disable=None):
+        if release is not None and i % RELEASE_EVERY == 0:
+            release()  # resident memory stays at the pages of the last few dozen draws
         n = int(round(rng.uniform(lo, hi) * SAMPLE_RATE_HZ))
         noisy, clean = training_data.batch(1, n, rng)
         name = f"{AUDIO_DIR}/{i:05d}.wav"

@@ -112,6 +112,18 @@ class IncrementalAudioWriter:
                                 f"{err.strerror or err} (the recording is kept at {self.tmp_path})") from None
         return self.path
 
+    def discard(self) -> None:
+        """Close and delete the temp file without touching the destination (an existing file is kept);
+        idempotent, and a no-op after :meth:`close`."""
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            self._file.close()
+        except Exception:  # pragma: no cover - the file is deleted anyway
+            pass
+        self.tmp_path.unlink(missing_ok=True)
+
     @property
     def duration_s(self) -> float:
         """float: seconds written so far."""

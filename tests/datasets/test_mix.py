@@ -600,3 +600,73 @@ def test_synthetic_voices_need_fortune_mod_text(tmp_path, monkeypatch):
     texts = sources._sentences_for_synth(4, seed=3)
     assert len(texts) == 4 and all(len(t.split()) >= 8 for t in texts)
     assert set(" ".join(texts).split()) <= {"one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten"}
+
+
+def _rss_file_kb() -> int:
+    """File-backed resident memory of this process, kB (Linux /proc)."""
+    for line in open("/proc/self/status"):
+        if line.startswith("RssFile:"):
+            return int(line.split()[1])
+    raise OSError("no RssFile line")
+
+
+@pytest.fixture(scope="module")
+def big_cache(tmp_path_factory):
+    """A 24 MB (6.5 min) fake corpus, so page counts stand out of the process's noise."""
+    cache = tmp_path_factory.mktemp("cosy_big")
+    rng = np.random.default_rng(1)
+    utts = [_fake_speech(rng, s) for s in (40.0, 70.0, 55.0, 90.0, 65.0, 70.0, 5.0)]
+    off = np.concatenate([[0], np.cumsum([u.size for u in utts])])
+    c = sources.Corpus("asterisk-en", np.concatenate(utts), off, [f"u{i}.g722" for i in range(len(utts))],
+                       ["train"] * (len(utts) - 1) + ["val"], ["fake"] * len(utts), "fake")
+    sources._save_corpus(cache / "corpora" / "asterisk-en.npy", c)
+    return cache, c
+
+
+def test_training_speech_is_a_memory_map_of_a_cache_built_once(big_cache, monkeypatch):
+    """Issue 23 item 6: the speech is not held in memory (nor assembled from a second copy): a derived cache
+    file, memory-mapped, equal to the train utterances concatenated; a corpus of other files gets another."""
+    cache, c = big_cache
+    monkeypatch.setattr(noise, "REAL_NOISE_CORPORA", {})
+    d = TrainingData(seed=0, cache_dir=cache, corpora=("asterisk-en",), noise_minutes_per_kind=0.1)
+    assert isinstance(d.speech, np.memmap) and not d.speech.flags.writeable
+    assert isinstance(d.bank, np.memmap) and not d.bank.flags.writeable
+    np.testing.assert_array_equal(d.speech, np.concatenate([c.utterance(i) for i in range(6)]))
+    files = sorted((cache / "derived").glob("speech-*.npy"))
+    assert len(files) == 1 and str(d.speech.filename) == str(files[0])
+    again = TrainingData(seed=0, cache_dir=cache, corpora=("asterisk-en",), noise_minutes_per_kind=0.1)
+    assert again.speech.filename == d.speech.filename and sorted((cache / "derived").glob("speech-*.npy")) == files
+    noisy, clean = again.batch(4, 16000, np.random.default_rng(0))
+    n2, c2 = d.batch(4, 16000, np.random.default_rng(0))
+    np.testing.assert_array_equal(noisy, n2)
+
+
+def test_release_pages_lets_go_of_what_draws_touched(big_cache, monkeypatch):
+    cache, _ = big_cache
+    monkeypatch.setattr(noise, "REAL_NOISE_CORPORA", {})
+    d = TrainingData(seed=0, cache_dir=cache, corpora=("asterisk-en",), noise_minutes_per_kind=0.1)
+    size_kb = d.speech.nbytes // 1024
+    d.release_pages()
+    before = _rss_file_kb()
+    assert float(d.speech[::256].sum()) != 0.0  # touches every page of the speech
+    touched = _rss_file_kb() - before
+    assert touched > 0.8 * size_kb, (touched, size_kb)
+    d.release_pages()
+    assert _rss_file_kb() - before < 0.1 * size_kb
+    assert float(d.speech[::256].sum()) != 0.0  # still readable after the release
+
+
+def test_a_calibration_set_releases_pages_as_it_goes(data, tmp_path):
+    from cosyedge.precision import calibset
+
+    calls = []
+
+    class Spy:
+        def batch(self, *a, **k):
+            return data.batch(*a, **k)
+
+        def release_pages(self):
+            calls.append(1)
+
+    calibset.make_calibration_set(tmp_path / "set", count=70, seed=0, training_data=Spy())
+    assert len(calls) == -(-70 // calibset.RELEASE_EVERY) == 3
