@@ -62,6 +62,28 @@ class _Log:
             self._once.add(msg)
             _logger.warning(msg)
 
+    def progress(self, iterable, desc: str, unit: str, show: bool | None = None, total: int | None = None):
+        """Yield the items of ``iterable`` with a tqdm progress bar on stderr; log lines print above the bar.
+
+        Args:
+            iterable: Items to yield.
+            desc (str): Bar label.
+            unit (str): Unit of one item (e.g. ``"utt"``).
+            show (bool | None): True/False forces the bar on/off; None (default): only when stderr is a
+                terminal and the log is not quieted below info (``-q``).
+            total (int | None): Item count when ``iterable`` has no ``len``.
+        """
+        if show is None:
+            show = sys.stderr.isatty() and _logger.getEffectiveLevel() <= logging.INFO
+        if not show:
+            yield from iterable
+            return
+        from tqdm import tqdm
+        from tqdm.contrib.logging import logging_redirect_tqdm
+
+        with logging_redirect_tqdm(loggers=[_logger]):
+            yield from tqdm(iterable, desc=desc, unit=unit, total=total, leave=False, disable=False)
+
     @contextlib.contextmanager
     def stage(self, name: str):
         """Log ``START name`` and ``FINISH name (x.xx s)`` around a block."""

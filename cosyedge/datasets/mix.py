@@ -523,7 +523,9 @@ class TrainingData:
         with LOG.stage("TrainingData prepare"):
             self.corpora: dict[str, Corpus] = {}
             self.speech_ranges, pos = {}, 0
-            for name in corpora:
+            cached = data_dir(cache_dir) / "corpora"
+            to_build = [n for n in corpora if not (cached / f"{n}.npy").exists()]
+            for name in (LOG.progress(corpora, "training speech corpora", "corpus") if to_build else corpora):
                 try:
                     c = load_corpus(name, cache_dir)
                 except (ArtifactError, DependencyError, UsageError) as e:
@@ -583,18 +585,20 @@ class TrainingData:
     def _real_noise_corpora(self, require_all: bool) -> dict:
         """``{category: corpora}`` of the data version's real noises that load; the others are recorded with
         :meth:`_missing` (or raise with ``require_all``)."""
-        out = {}
-        for kind, names in self._version_real_noise().items():
-            have = []
-            for name in names:
-                try:
-                    load_corpus(name, self.cache_dir)
-                    have.append(name)
-                except (ArtifactError, DependencyError) as e:
-                    self._missing(name, f"real noise corpus {name} unavailable: {first_line(e, with_type=False)}",
-                                  require_all, e)
-            out[kind] = tuple(have)
-        return out
+        version = self._version_real_noise()
+        out = {kind: [] for kind in version}
+        todo = [(kind, name) for kind, names in version.items() for name in names]
+        cached = data_dir(self.cache_dir) / "corpora"
+        if any(not (cached / f"{name}.npy").exists() for _, name in todo):
+            todo = LOG.progress(todo, "training noise corpora", "corpus")
+        for kind, name in todo:
+            try:
+                load_corpus(name, self.cache_dir)
+                out[kind].append(name)
+            except (ArtifactError, DependencyError) as e:
+                self._missing(name, f"real noise corpus {name} unavailable: {first_line(e, with_type=False)}",
+                              require_all, e)
+        return {kind: tuple(names) for kind, names in out.items()}
 
     def _corpus_weights(self, shares: dict[tuple[str, ...], float]) -> np.ndarray:
         """Draw probability per corpus: proportional to duration inside a group; each group in ``shares``
@@ -640,6 +644,7 @@ class TrainingData:
             bank, ranges = noise_mod.build_noise_bank(self.speech[: self._val_speech_end], seed=self.seed,
                                                       minutes_per_kind=minutes,
                                                       cache_dir=self.cache_dir, real_corpora=real)
+        self.release_pages_of(self.speech)  # what the babble read
         path.parent.mkdir(parents=True, exist_ok=True)
         np.save(path.with_suffix(".tmp.npy"), bank)
         path.with_suffix(".tmp.npy").replace(path)
@@ -651,8 +656,6 @@ class TrainingData:
         """The training speech of :attr:`speech_ranges`' corpora (their train splits, in order), as a read-only
         memory map of a derived cache file built once, utterance by utterance: memory holds only the pages that
         draws touch, never the whole speech (nor a second copy while it is assembled)."""
-        from numpy.lib.format import open_memmap
-
         key = [SPEECH_CACHE_VERSION] + [[n, int(self.corpora[n].offsets[-1]), _layout_hash(self.corpora[n]), b - a]
                                         for n, (a, b) in self.speech_ranges.items()]
         tag = hashlib.sha1(json.dumps(key).encode()).hexdigest()[:10]
@@ -667,16 +670,14 @@ class TrainingData:
                 LOG.warning("training speech cache %s unreadable (%s); rebuilding", path, e)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp.npy")
-        out = open_memmap(tmp, mode="w+", dtype=np.float32, shape=(total,))
-        for name, (a, _) in self.speech_ranges.items():
-            c, pos = self.corpora[name], a
-            for i in c.indices("train"):
-                u = c.utterance(i)
-                out[pos:pos + u.size] = u
-                pos += u.size
-            out.flush()
-            self.corpora[name] = load_corpus(name, self.cache_dir)  # a fresh map: the pages read are let go
-        del out
+        with open(tmp, "wb") as f:  # plain writes, not a writable map: the written pages are not this process's
+            np.lib.format.write_array_header_1_0(f, {"descr": np.dtype("<f4").str, "fortran_order": False,
+                                                     "shape": (total,)})
+            for name in self.speech_ranges:
+                c = self.corpora[name]
+                for i in c.indices("train"):
+                    f.write(np.ascontiguousarray(c.utterance(i), "<f4").tobytes())
+                self.corpora[name] = load_corpus(name, self.cache_dir)  # a fresh map: the pages read are let go
         tmp.replace(path)
         return np.load(path, mmap_mode="r")
 
@@ -688,12 +689,17 @@ class TrainingData:
 
         Source: madvise(2), ``MADV_DONTNEED`` on a shared file mapping (Python ``mmap.madvise``).
         """
+        for a in (self.speech, self.bank):
+            self.release_pages_of(a)
+
+    @staticmethod
+    def release_pages_of(a: np.ndarray) -> None:
+        """:meth:`release_pages` for one array: a no-op unless ``a`` is a read-only file memory map."""
         import mmap
 
-        for a in (self.speech, self.bank):
-            m = getattr(a, "_mmap", None)  # numpy.memmap keeps its mmap.mmap here
-            if m is not None and hasattr(m, "madvise") and hasattr(mmap, "MADV_DONTNEED"):
-                m.madvise(mmap.MADV_DONTNEED)
+        m = getattr(a, "_mmap", None)  # numpy.memmap keeps its mmap.mmap here
+        if m is not None and not a.flags.writeable and hasattr(m, "madvise") and hasattr(mmap, "MADV_DONTNEED"):
+            m.madvise(mmap.MADV_DONTNEED)
 
     def summary(self) -> dict:
         """Return ``{corpus: (minutes of training speech, draw probability)}`` plus ``"noise": {kind: minutes}``."""

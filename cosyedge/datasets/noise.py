@@ -320,13 +320,17 @@ def build_noise_bank(speech: np.ndarray, seed: int = 0, minutes_per_kind: float 
                          max_gap_s=0.0 if kind == "music" else 0.3)
         if ev.size > BLOCK_SAMPLES:
             parts[kind] = ev
-    ranges, pieces, pos = {}, [], 0
-    for k, v in parts.items():
-        v = v.reshape(-1)
+    # one float32 array filled part by part, each part freed once copied: memory peaks at the parts plus the
+    # bank's pages filled so far, not at three copies (parts, concatenation, cast)
+    ranges, pos = {}, 0
+    bank = np.empty(sum(v.size for v in parts.values()), np.float32)
+    for k in list(parts):
+        v = parts.pop(k).reshape(-1)
+        bank[pos:pos + v.size] = v
         ranges[k] = (pos, pos + v.size)
-        pieces.append(v)
         pos += v.size
-    return np.concatenate(pieces).astype(np.float32), ranges
+        del v
+    return bank, ranges
 
 
 # -------------------------------------------------------------------------------- held-out test noise
