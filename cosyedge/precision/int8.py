@@ -87,6 +87,9 @@ def int8_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, calib: Any = None,
     """
     from cosyedge.precision import calibrate as cal
     from cosyedge.precision import qdq
+    import onnx_graphsurgeon as gs
+
+    from cosyedge.artifacts import load_onnx
     from cosyedge.surgery import io
 
     src = resolve_artifact(fp32_stream_onnx)
@@ -97,7 +100,8 @@ def int8_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, calib: Any = None,
     check_not_input(src, out_path)
     check_writable(out_path)
     exclude = tuple(exclude or ())
-    graph, model = io.load_graph(src)
+    model = io.at_least_opset(load_onnx(src), 13, str(src), "per-channel Q/DQ (DequantizeLinear axis)")
+    graph = gs.import_onnx(model)
     if any(n.op in ("QuantizeLinear", "DequantizeLinear") for n in graph.nodes):
         raise UsageError(f"{src} already holds Q/DQ nodes; give the FP32 streaming model")
     to_quantize, kept = qdq.select_nodes(model, contract.input, contract.output, exclude)

@@ -44,6 +44,45 @@ def load_graph(path: str | Path) -> tuple[Any, Any]:
     return graph, model
 
 
+def default_opset(model: Any) -> int:
+    """int: the default-domain (``ai.onnx``) opset of ``model`` (onnx.ModelProto); 1 when none is declared."""
+    return next((int(o.version) for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
+
+
+def at_least_opset(model: Any, minimum: int, where: str, why: str) -> Any:
+    """Return ``model`` converted to opset ``minimum`` when its default opset is older (else unchanged).
+
+    Args:
+        model (onnx.ModelProto): Model.
+        minimum (int): Lowest opset the caller needs.
+        where (str): Name for messages.
+        why (str): What needs the opset (for messages), e.g. ``"per-channel Q/DQ"``.
+    Returns:
+        onnx.ModelProto: the model at opset >= ``minimum`` (metadata kept).
+    Raises:
+        UsageError: the conversion failed (the message asks for a re-export at that opset).
+    Source: ``onnx.version_converter.convert_version`` (onnx.ai/onnx/api/version_converter.html).
+    """
+    import onnx
+    from onnx import version_converter
+
+    from cosyedge.errors import UsageError
+    from cosyedge.log import LOG
+
+    have = default_opset(model)
+    if have >= minimum:
+        return model
+    try:
+        new = version_converter.convert_version(model, int(minimum))
+        onnx.checker.check_model(new)
+    except Exception as err:  # an op without a version adapter
+        raise UsageError(f"{where} is ONNX opset {have}; {why} needs opset >= {minimum} and the automatic "
+                         f"conversion failed ({first_line(err)}): re-export the model at opset {minimum} or "
+                         f"newer") from None
+    LOG.info("%s: opset %d converted to %d (%s)", where, have, minimum, why)
+    return new
+
+
 def graph_to_model(graph: Any, like: Any | None = None) -> Any:
     """Export a gs graph to ``onnx.ModelProto``, copying model-level fields from ``like``.
 

@@ -424,8 +424,9 @@ class Walker:
                       dtype=np.float32)
         start = self.op("Mul", [counter, self.const([[float(f.rate)]], dtype=np.float32)], base)
         idx = self.op("Add", [start, rng], base)  # (N, frames)
-        keep = self.op("Cast", [self.op("GreaterOrEqual", [idx, self.const([[float(d)]], dtype=np.float32)], base)],
-                       base, {"to": 1}, dtype=np.float32)
+        # idx >= d as Not(idx < d): Less and Not exist in every opset (GreaterOrEqual only from 12)
+        late = self.op("Not", [self.op("Less", [idx, self.const([[float(d)]], dtype=np.float32)], base)], base)
+        keep = self.op("Cast", [late], base, {"to": 1}, dtype=np.float32)
         if b > axis:
             keep = self.op("Transpose", [keep], base, {"perm": [1, 0]})
         others = [i for i in range(rank) if i not in (axis, b)]

@@ -172,6 +172,7 @@ def _start_gate(node: Any, ctx: Any, x: Any, d: int, layout: int) -> dict:
         return ctx.op("Reshape", [ctx.op("Cast", [cond], base, {"to": 1}, dtype=np.float32),
                                   ctx.const(perm_shape)], base)
 
-    fresh = as_state(ctx.op("LessOrEqual", [b, ctx.const([[0.0]], dtype=np.float32)], base))
+    # b <= 0 as Not(b > 0): Greater and Not exist in every opset (LessOrEqual only from 12, e.g. NSNet2 is opset 11)
+    fresh = as_state(ctx.op("Not", [ctx.op("Greater", [b, ctx.const([[0.0]], dtype=np.float32)], base)], base))
     alive = as_state(ctx.op("Less", [b, n_f], base))
     return {"fresh_keep": fresh, "alive": alive}

@@ -1,0 +1,42 @@
+"""Recipes: pretrained third-party enhancers with their signal processing, as one stream ONNX each.
+
+``export_recipe("nsnet2", "nsnet2.stream.onnx")`` (CLI ``cosyedge export nsnet2 -o nsnet2.stream.onnx``)
+builds the recipe's full-sequence waveform graph and streamifies it (proved on real speech). See
+:mod:`cosyedge.recipes.base` for the pattern and each recipe module for its processing and sources.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from cosyedge.errors import UsageError
+
+
+def recipes() -> dict:
+    """dict[str, type]: recipe classes by CLI name."""
+    from cosyedge.recipes.nsnet2 import NSNet2
+
+    return {r.name: r for r in (NSNet2,)}
+
+
+def get_recipe(name: str):
+    """Return an instance of recipe ``name``.
+
+    Raises:
+        UsageError: unknown name (the message lists the known ones).
+    """
+    known = recipes()
+    if name not in known:
+        raise UsageError(f"unknown model '{name}': cosyedge export knows reference, {', '.join(sorted(known))}")
+    return known[name]()
+
+
+def export_recipe(name: str, out: str | Path, *, full_onnx: str | Path | None = None, atol: float | None = None):
+    """Write recipe ``name``'s stream ONNX to ``out`` (see :meth:`cosyedge.recipes.base.Recipe.export`).
+
+    Returns:
+        StreamContract: the written contract.
+    Raises:
+        UsageError: unknown recipe; DependencyError: its wheel is missing; AccuracyError: the proof failed.
+    """
+    return get_recipe(name).export(out, full_onnx=full_onnx, atol=atol)

