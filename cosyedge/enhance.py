@@ -163,13 +163,17 @@ def _with_progress(reader, block_frames: int, show: bool):
     if not show:
         yield from reader.blocks(block_frames)
         return
+    import logging
+
     from tqdm import tqdm
+    from tqdm.contrib.logging import logging_redirect_tqdm
 
     sr = reader.sample_rate_hz
-    with tqdm(total=round(reader.duration_s, 1), unit="s", desc="enhance", leave=False,
-              bar_format="{desc}: {percentage:3.0f}%|{bar}| {n:.0f}/{total:.0f} s audio [{elapsed}<{remaining}]") as bar:
+    with logging_redirect_tqdm(loggers=[logging.getLogger("cosyedge")]), \
+            tqdm(total=reader.duration_s, unit="s", desc="enhance", leave=False,
+                 bar_format="{desc}: {percentage:3.0f}%|{bar}| {n:.0f}/{total:.0f} s audio [{elapsed}<{remaining}]") as bar:
         for x in reader.blocks(block_frames):
-            bar.update(x.shape[0] / sr)
+            bar.update(min(x.shape[0] / sr, max(bar.total - bar.n, 0.0)))  # a header that undercounts
             yield x
 
 
