@@ -22,16 +22,26 @@ from cosyedge.cli.options import log_opts
 @click.option("--name", default=None, help="Engine name. Default: the model's name from its metadata, plus the first "
                                            "8 hex digits of the ONNX's SHA-256 for a model derived from another one "
                                            "(the 2:4 fine-tuned model, a 'cosyedge sparsify' output).")
-@click.option("--backend", type=click.Choice(["auto", "onnxruntime", "tensorrt"]), default="auto",
-              show_default=True, help="auto picks tensorrt when TensorRT, pycuda and a GPU are present, else onnxruntime.")
+@click.option("--backend", type=click.Choice(["auto", "onnxruntime", "tensorrt", "triton"]), default="auto",
+              show_default=True, help="auto picks tensorrt when TensorRT, pycuda and a GPU are present, else onnxruntime; "
+                                      "triton writes a Triton Inference Server model repository.")
 @click.option("-o", "--out-dir", metavar="DIR", default=None,
               help="Engines root. Default: $COSYEDGE_ENGINES_DIR or ./engines.")
 @click.option("--dla-core", type=int, default=None, metavar="N",
               help="TensorRT on Jetson: run on DLA core N (needs --fp16 or --int8; TensorRT 8.6/10.x).")
 @click.option("--gpu-fallback", is_flag=True, help="With --dla-core: layers the DLA cannot run go to the GPU.")
+@click.option("--max-batch-size", type=int, default=None, metavar="N",
+              help="Triton: streams per model execution (max_batch_size). Default: 64.")
+@click.option("--max-sequences", type=int, default=None, metavar="N",
+              help="Triton: concurrent streams per instance (oldest max_candidate_sequences). Default: 256.")
+@click.option("--instances", type=int, default=None, metavar="N", help="Triton: model instances (instance_group count). Default: 1.")
+@click.option("--instance-kind", type=click.Choice(["auto", "gpu", "cpu"]), default=None,
+              help="Triton: instance_group kind (auto: GPU when the server has one). Default: auto.")
+@click.option("--chunk-samples", type=int, default=None, metavar="N",
+              help="Triton: samples per request, a multiple of the model's hop (the config fixes it). Default: one hop.")
 @log_opts
 def build(onnx_path, fp16, int8, sparse, exclude, calib, calib_count, name, backend, out_dir, dla_core,
-          gpu_fallback):
+          gpu_fallback, max_batch_size, max_sequences, instances, instance_kind, chunk_samples):
     """Build an FP32/FP16/INT8 (optionally 2:4-sparse) engine folder for one backend.
 
     Writes <out-dir>/<name>-<precision>[-sparse]-<backend>/ with the precision ONNX, the backend's
@@ -42,6 +52,11 @@ def build(onnx_path, fp16, int8, sparse, exclude, calib, calib_count, name, back
     Neither --fp16 nor --int8 builds FP32. The model is checked by running one chunk before the folder
     is written; the folder appears atomically (nothing is left on failure). Prints the engine folder
     path as the last line.
+
+    --backend triton writes <out-dir>/<name>-<precision>[-sparse]-triton/, a Triton Inference Server
+    model repository: <name>/config.pbtxt (sequence batcher, oldest strategy, one implicit state per
+    state pair, zero initial state), <name>/1/model.onnx (onnxruntime backend) and manifest.json; serve
+    it with 'tritonserver --model-repository=<folder>' (see scripts/triton_client.py).
 
     Example: cosyedge build --onnx model.stream.onnx --int8 --sparse --backend onnxruntime -o engines
     """
@@ -54,7 +69,32 @@ def build(onnx_path, fp16, int8, sparse, exclude, calib, calib_count, name, back
         raise UsageError("--exclude applies to --fp16, --int8 or --sparse builds (an FP32 build changes no node)")
     if calib_count < 1:
         raise UsageError(f"--calib-count must be >= 1, got {calib_count}")
+    triton_opts = {"max_batch_size": max_batch_size, "max_sequences": max_sequences, "instances": instances,
+                   "instance_kind": instance_kind, "chunk_samples": chunk_samples}
+    given = {k: v for k, v in triton_opts.items() if v is not None}
+    if backend == "triton":
+        from cosyedge.build.triton import build_triton
+
+        if dla_core is not None or gpu_fallback:
+            raise UsageError("--dla-core/--gpu-fallback are TensorRT options (Jetson), not Triton ones")
+        folder = build_triton(onnx_path or _reference(), out_dir=out_dir, name=name, precision=precision,
+                              sparse=sparse, exclude=exclude, calib=calib, calib_count=calib_count, **given)
+        click.echo(str(folder))
+        return
+    if given:
+        flags = ", ".join("--" + k.replace("_", "-") for k in given)
+        raise UsageError(f"{flags} {'applies' if len(given) == 1 else 'apply'} to --backend triton only")
     folder = build_engine(onnx_path, backend=backend, name=name, out_dir=out_dir, precision=precision,
                           sparse=sparse, exclude=exclude, calib=calib, calib_count=calib_count,
                           dla_core=dla_core, gpu_fallback=gpu_fallback)
     click.echo(str(folder))
+
+
+def _reference():
+    """Path of the bundled reference model (``cosyedge.models.REFERENCE_STREAM_ONNX``)."""
+    from cosyedge.errors import ArtifactError
+    from cosyedge.models import REFERENCE_STREAM_ONNX
+
+    if not REFERENCE_STREAM_ONNX.is_file():
+        raise ArtifactError(f"bundled reference model {REFERENCE_STREAM_ONNX} is missing; pass --onnx MODEL.stream.onnx")
+    return REFERENCE_STREAM_ONNX
