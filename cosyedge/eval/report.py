@@ -81,12 +81,14 @@ def summarize(rows: list[dict], systems: list[str], metric_names: list[str]) -> 
 def format_table(report: dict) -> str:
     """Return the terminal table (str) of a report from :func:`cosyedge.eval.evaluate.evaluate`.
 
-    One block per summary group; rows are systems (noisy, cosyedge, rnnoise, clean), columns the metrics
-    present (:data:`COLUMNS`); ``-`` where a metric does not apply or could not be computed.
+    One block per summary group; rows are systems (noisy, the engines, the baselines, clean), columns the
+    metrics present (:data:`COLUMNS`); ``-`` where a metric does not apply or could not be computed. Then one
+    line per engine and baseline: algorithmic latency (ms) and CPU time per 10 ms of audio (ms, this run).
     """
     metrics = [c for c in COLUMNS if c[0] in report["metrics"]]
     gw = max([len("group")] + [len(g) for g in report["summary"]]) + 2
-    head = f"{'group':<{gw}}{'n':>4}  {'system':<9}" + "".join(
+    sw = max([9] + [len(s) for s in report["systems"]])
+    head = f"{'group':<{gw}}{'n':>4}  {'system':<{sw}}" + "".join(
         f" {h:>{len(fmt.format(0.0))}}" for _, h, fmt in metrics)
     lines = [head, "-" * len(head)]
     for g, entry in report["summary"].items():
@@ -100,8 +102,15 @@ def format_table(report: dict) -> str:
                 w = len(fmt.format(0.0))
                 cells.append(f" {fmt.format(v):>{w}}" if v is not None and math.isfinite(v) else f" {'-':>{w}}")
             label = f"{g:<{gw}}{entry['n']:>4}" if first else " " * (gw + 4)
-            lines.append(f"{label}  {s:<9}" + "".join(cells))
+            lines.append(f"{label}  {s:<{sw}}" + "".join(cells))
             first = False
+    info = report.get("systems_info") or {}
+    if info:
+        lines += ["", f"{'system':<{sw}}  {'algorithmic latency ms':>22}  {'CPU ms per 10 ms audio':>22}  kind"]
+        for s, i in info.items():
+            lat, cpu = i.get("algorithmic_latency_ms"), i.get("cpu_ms_per_10ms")
+            lines.append(f"{s:<{sw}}  {lat if lat is not None else float('nan'):>22.1f}  "
+                         f"{cpu if cpu is not None else float('nan'):>22.3f}  {i.get('kind', '')}")
     return "\n".join(lines)
 
 
