@@ -20,6 +20,7 @@ from cosyedge.errors import CosyEdgeError
 COMMANDS = {
     "export": ("cosyedge.cli.export", "export"),
     "streamify": ("cosyedge.cli.export", "streamify"),
+    "adopt": ("cosyedge.cli.adopt", "adopt"),
     "build": ("cosyedge.cli.build", "build"),
     "run": ("cosyedge.cli.run", "run"),
     "sparsify": ("cosyedge.cli.sparsify", "sparsify"),
@@ -54,7 +55,7 @@ class LazyGroup(click.Group):
 def cli():
     """cosyedge: stream speech models (causal convs, recurrent layers) on TensorRT (GPU) and ONNX Runtime (CPU).
 
-    Pipeline: export -> streamify -> build -> run. Run 'cosyedge COMMAND --help' for details.
+    Pipeline: export -> streamify (or adopt, for a graph that already streams) -> build -> run. Run 'cosyedge COMMAND --help' for details.
     """
 
 

@@ -1,7 +1,9 @@
 """Recipes: pretrained third-party enhancers with their signal processing, as one stream ONNX each.
 
 ``export_recipe("nsnet2", "nsnet2.stream.onnx")`` (CLI ``cosyedge export nsnet2 -o nsnet2.stream.onnx``)
-builds the recipe's full-sequence waveform graph and streamifies it (proved on real speech). See
+builds the recipe's full-sequence waveform graph and streamifies it (proved on real speech); a network
+published already streaming (``cosyedge export dtln``) is built as a one-hop graph and adopted
+(:mod:`cosyedge.surgery.adopt`). See
 :mod:`cosyedge.recipes.base` for the pattern and each recipe module for its processing and sources.
 """
 
@@ -14,9 +16,10 @@ from cosyedge.errors import UsageError
 
 def recipes() -> dict:
     """dict[str, type]: recipe classes by CLI name."""
+    from cosyedge.recipes.dtln import DTLN
     from cosyedge.recipes.nsnet2 import NSNet2
 
-    return {r.name: r for r in (NSNet2,)}
+    return {r.name: r for r in (NSNet2, DTLN)}
 
 
 def get_recipe(name: str):

@@ -139,6 +139,15 @@ class StreamPool:
         if missing:
             raise ArtifactError(f"{self.model_path}: contract names {missing} are not model inputs/outputs; "
                                 f"re-run 'cosyedge streamify'")
+        if self.max_streams > 1:
+            for arg in sess.get_inputs():
+                spec = next((s for s in c.states if s.input == arg.name), None)
+                axis = spec.batch_axis if spec is not None else 0 if arg.name == c.input else None
+                if axis is not None and len(arg.shape) > axis and arg.shape[axis] == 1:
+                    raise ArtifactError(f"{self.model_path} takes one stream per run (input '{arg.name}' has shape "
+                                        f"{list(arg.shape)}, a fixed batch of 1; 'cosyedge adopt' records why in "
+                                        f"cosyedge.adopted): StreamPool batches streams; give each stream its own "
+                                        f"OrtStreamSession, or use max_streams=1")
         cap = self.max_streams
         # slot stores, batch-first, ping-pong: _sets[q][k][slot] is set q of the slot's state k (model layout
         # minus the N axis); _parity[slot] says which set is current

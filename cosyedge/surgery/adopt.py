@@ -1,0 +1,854 @@
+"""Adopt a graph that already streams (its own state inputs and outputs) into a cosyedge stream contract.
+
+Many models are exported streaming by their authors (GTCRN, DPDFNet, DTLN): every call takes one step of
+audio and the states of the previous call, and returns the output and the new states, often with the batch
+on another axis than 0 or several states packed into one tensor. :func:`adopt` turns such a graph into a
+cosyedge stream ONNX that ``build``, ``compare``, ``check``, ``run``, ``StreamPool`` and Triton take
+unchanged:
+
+* **State pairs** are given (``IN=OUT``) or found from the names (``x_in``/``x_out``, ``h_in``/``h_out``,
+  ``cache``/``new_cache``, ``states_in``/``states_out``, a ``state``/``cache``/``hidden``-named input whose
+  output is the only one with its shape, or a ``state_pairs`` entry in the model metadata); an ambiguous or
+  missing pairing is refused in one line naming the candidates. Each pair must have equal shape and dtype.
+* **Batch axis**: cosyedge states are batch-first (``["N", ...]``). The batch axis of each state is the one
+  declared (``batch_axes``), else the one sharing the audio input's symbolic batch name, else its single
+  axis of size 1 (several: tried one by one, kept when the batch test below passes). A state whose batch
+  axis is elsewhere gets a ``Transpose`` on its way in and out, so the contract's state is ``(N, ...)``.
+* **Dynamic batch**: a graph exported for batch 1 gets ``N`` on the batch axes of its inputs and outputs,
+  and each ``Reshape`` to a constant shape starting with 1 gets ``-1`` there (identical at batch 1). The
+  result must give, at batch 2, exactly what it gives each stream at batch 1 over many chunks of real
+  speech. If not (a batch-1 constant deep inside), the graph is adopted **for batch 1 only**: its states and
+  audio tensors keep a fixed batch of 1 in the graph (the contract still writes ``N``), so
+  ``OrtStreamSession`` / ``cosyedge run`` (batch 1) work, and ``StreamPool`` (more than one slot) and the
+  Triton repository build (which runs the model at batch > 1) refuse it in one line; the metadata
+  ``cosyedge.adopted`` says ``"batch": "fixed 1"`` and why.
+* **Chunks**: a graph whose audio input takes exactly one hop per call is wrapped in an ONNX ``Scan`` over
+  the hops of a chunk (the states are the Scan's loop-carried values), so every chunk that is a multiple of
+  the hop works; a graph with a dynamic time axis is kept as it is.
+* States are renamed ``state_in.NN`` / ``state_out.NN`` (the original names are kept in the metadata
+  ``cosyedge.adopted``), initial values are zeros unless given (the graph must run on them and give finite
+  values).
+
+**Proof before writing** (nothing is written when one fails): the adopted graph, streamed chunk by chunk
+from its initial states on real speech (the bundled demo recording) at chunks of one hop and of three
+hops, must equal the original graph run hop by hop with its own state loop (max abs error <= ``atol``
+relative to max(1, peak), 1e-6 by default); zeroing every state before each chunk must change the output
+(else the graph does not stream: its output does not depend on state), and so must zeroing each state
+alone (else that "state" carries nothing). A ``check`` callable may add a comparison of its own (a recipe
+compares against the author's reference loop).
+
+Sources: ONNX ``Scan`` (onnx.ai/onnx/operators/onnx__Scan.html: loop-carried state variables, scan input
+and output axes); k2-fsa/icefall ``onnx_pretrained-streaming.py`` (the state loop an already-streaming
+export needs); breizhn/DTLN ``real_time_processing_onnx.py`` (packed LSTM states fed back per block).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import math
+import re
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from cosyedge._lazy import lazy_import
+from cosyedge.artifacts import (
+    BATCH_DIM,
+    TIME_DIM,
+    Stage,
+    StateSpec,
+    StreamContract,
+    StreamIO,
+    check_not_input,
+    check_writable,
+    load_onnx,
+    resolve_artifact,
+)
+from cosyedge.errors import AccuracyError, ArtifactError, UsageError, first_line
+from cosyedge.log import LOG
+from cosyedge.surgery import io
+
+gs = lazy_import("onnx_graphsurgeon")
+ort = lazy_import("onnxruntime")
+
+ADOPT_ATOL = 1e-6
+"""float: default proof tolerance (max abs error relative to max(1, peak |output|))."""
+ADOPTED_META_KEY = "cosyedge.adopted"
+"""str: metadata key of the adoption record (JSON: original state names and batch axes, batch mode)."""
+PROOF_SECONDS = 3.0
+"""float: seconds of real speech the proof streams."""
+BATCH_CHUNKS = 48
+"""int: chunks the batch test streams (two streams at batch 2 against each at batch 1)."""
+_STATE_WORDS = ("state", "cache", "hidden", "memory")
+
+_ORT_TO_NP = {"tensor(float)": "float32", "tensor(float16)": "float16", "tensor(double)": "float64",
+              "tensor(int64)": "int64", "tensor(int32)": "int32"}
+
+
+@dataclasses.dataclass
+class AdoptedState:
+    """One state pair of the original graph.
+
+    Attributes:
+        input (str): Original input name (e.g. DTLN's ``input_3``).
+        output (str): Original output name (e.g. ``tf_op_layer_stack_2``).
+        shape (tuple[int, ...]): Shape at batch 1 in the original layout, e.g. (1, 2, 128, 2).
+        dtype (str): numpy dtype name.
+        batch_axis (int | None): Batch axis in the original layout; None for a batch-1 graph whose state
+            has no batch axis.
+        init (float): Initial value of every element.
+        kind (str): :attr:`cosyedge.artifacts.StateSpec.kind` of the contract entry.
+    """
+
+    input: str
+    output: str
+    shape: tuple
+    dtype: str = "float32"
+    batch_axis: int | None = 0
+    init: float = 0.0
+    kind: str = "recurrent"
+
+
+def parse_state_pairs(values: Any) -> list[tuple[str, str]]:
+    """Parse state pairs given as ``"IN=OUT"`` strings, ``(IN, OUT)`` tuples or a dict ``{IN: OUT}``.
+
+    Args:
+        values (Iterable[str | tuple[str, str]] | dict[str, str] | None): The pairs.
+    Returns:
+        list[tuple[str, str]]: (input name, output name) pairs, in the given order.
+    Raises:
+        UsageError: a string without ``=`` or with an empty side.
+    """
+    if not values:
+        return []
+    if isinstance(values, dict):
+        return [(str(k), str(v)) for k, v in values.items()]
+    pairs = []
+    for v in values:
+        if isinstance(v, str):
+            name, sep, out = v.partition("=")
+            if not sep or not name or not out:
+                raise UsageError(f"a state pair is IN=OUT (input name = output name, e.g. h_in=h_out), got '{v}'")
+            pairs.append((name, out))
+        else:
+            a, b = v
+            pairs.append((str(a), str(b)))
+    return pairs
+
+
+def _name_candidates(name: str) -> list[str]:
+    """Output names a state input ``name`` conventionally pairs with (x_in -> x_out, cache -> new_cache ...)."""
+    out = []
+    for pat, rep in ((r"_in$", "_out"), (r"\.in$", ".out"), (r"^in_", "out_"), (r"_in_", "_out_"), (r"In$", "Out"),
+                     (r"_input$", "_output"), (r"^input_", "output_")):
+        if re.search(pat, name):
+            out.append(re.sub(pat, rep, name, count=1))
+    for pre in ("new_", "next_", "updated_", "out_"):
+        out.append(pre + name)
+    for suf in ("_new", "_next", "_out", "_updated"):
+        out.append(name + suf)
+    return list(dict.fromkeys(out))
+
+
+def _metadata_pairs(model: Any) -> list[tuple[str, str]]:
+    meta = {p.key: p.value for p in model.metadata_props}
+    raw = meta.get("state_pairs") or meta.get("states")
+    if not raw:
+        return []
+    try:
+        val = json.loads(raw)
+    except json.JSONDecodeError:
+        val = [v.strip() for v in raw.split(",") if v.strip()]
+    try:
+        return parse_state_pairs(val)
+    except (UsageError, TypeError, ValueError):
+        return []
+
+
+def _decl_shape(vi: Any) -> list:
+    t = vi.type.tensor_type
+    if not t.HasField("shape"):
+        return []
+    return [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in t.shape.dim]
+
+
+def find_state_pairs(model: Any, where: str = "model") -> list[tuple[str, str]]:
+    """Find the state pairs of an already-streaming graph from its metadata and name conventions.
+
+    Args:
+        model (onnx.ModelProto): The graph.
+        where (str): Name for messages.
+    Returns:
+        list[tuple[str, str]]: (input, output) pairs in input order.
+    Raises:
+        UsageError: an input could pair with several outputs, or several inputs with one output (the line
+            names the candidates), or no pair is found (the line lists inputs and outputs).
+    """
+    ins = [i.name for i in model.graph.input]
+    outs = [o.name for o in model.graph.output]
+    meta = _metadata_pairs(model)
+    if meta:
+        return meta
+    shapes_in = {i.name: (_decl_shape(i), i.type.tensor_type.elem_type) for i in model.graph.input}
+    shapes_out = {o.name: (_decl_shape(o), o.type.tensor_type.elem_type) for o in model.graph.output}
+    pairs: dict[str, str] = {}
+    for name in ins:
+        cands = [c for c in _name_candidates(name) if c in outs]
+        if len(cands) > 1:
+            raise UsageError(f"{where}: state input '{name}' could pair with outputs {cands}: give the pair, e.g. "
+                             f"--state {name}={cands[0]}")
+        if cands:
+            pairs[name] = cands[0]
+    taken = set(pairs.values())
+    for name in ins:
+        if name in pairs or not any(w in name.lower() for w in _STATE_WORDS):
+            continue
+        same = [o for o in outs if o not in taken and shapes_out[o] == shapes_in[name] and shapes_in[name][0]]
+        if len(same) > 1:
+            raise UsageError(f"{where}: state input '{name}' {shapes_in[name][0]} could pair with outputs {same} "
+                             f"(same shape): give the pair, e.g. --state {name}={same[0]}")
+        if same:
+            pairs[name] = same[0]
+            taken.add(same[0])
+    rev: dict[str, list[str]] = {}
+    for i, o in pairs.items():
+        rev.setdefault(o, []).append(i)
+    dup = next(((o, i) for o, i in rev.items() if len(i) > 1), None)
+    if dup:
+        raise UsageError(f"{where}: inputs {dup[1]} all pair with output '{dup[0]}': give the pairs with --state IN=OUT")
+    if not pairs:
+        raise UsageError(f"{where}: found no state pairs (inputs {ins}, outputs {outs}; no x_in/x_out, cache/new_cache "
+                         f"or state-named input whose output has its shape): give them with --state IN=OUT")
+    return [(i, pairs[i]) for i in ins if i in pairs]
+
+
+def _session(model: Any) -> Any:
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    so.inter_op_num_threads = 1
+    so.log_severity_level = 4
+    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+
+
+def run_state_loop(sess: Any, audio: str, x: np.ndarray, chunk: int, states: list[tuple[str, str, np.ndarray]],
+                   outputs: list[str], zero: set | None = None) -> dict[str, np.ndarray]:
+    """Stream ``x`` through a graph with its own state loop: each chunk's state outputs feed the next chunk.
+
+    Args:
+        sess (onnxruntime.InferenceSession): The graph.
+        audio (str): Audio input name.
+        x (np.ndarray): float32 (B, 1, L), L a multiple of ``chunk``.
+        chunk (int): Samples per call.
+        states (list[tuple[str, str, np.ndarray]]): (input, output, initial value) per state pair.
+        outputs (list[str]): Outputs to collect (concatenated along their last axis).
+        zero (set | None): State inputs reset to their initial value before every chunk (the carry test).
+    Returns:
+        dict[str, np.ndarray]: by output name.
+    Raises:
+        ArtifactError: ONNX Runtime fails on a chunk (first line of its message).
+    """
+    cur = {i: v for i, _o, v in states}
+    init = dict(cur)
+    got: dict[str, list] = {o: [] for o in outputs}
+    names = [o.name for o in sess.get_outputs()]
+    for start in range(0, x.shape[-1], chunk):
+        feed = {audio: np.ascontiguousarray(x[..., start:start + chunk])}
+        for i, v in cur.items():
+            feed[i] = init[i] if zero and i in zero else v
+        try:
+            res = dict(zip(names, sess.run(None, feed)))
+        except Exception as err:  # onnxruntime's own exception types
+            raise ArtifactError(f"ONNX Runtime fails on a chunk of {chunk} samples ({first_line(err)})") from None
+        for o in outputs:
+            got[o].append(res[o])
+        cur = {i: res[o] for i, o, _v in states}
+    return {o: np.concatenate(v, axis=-1) for o, v in got.items()}
+
+
+def _max_err(a: np.ndarray, b: np.ndarray) -> tuple[float, float, float]:
+    """(max abs error, SNR dB (capped at 200), peak |a|) of b against a over their common length."""
+    n = min(a.shape[-1], b.shape[-1])
+    a, b = a[..., :n].astype(np.float64), b[..., :n].astype(np.float64)
+    e = b - a
+    e2, s2 = float((e ** 2).sum()), float((a ** 2).sum())
+    snr = 200.0 if e2 == 0 else min(200.0, 10 * math.log10(max(s2, 1e-300) / e2))
+    return float(np.abs(e).max()) if e.size else 0.0, snr, float(np.abs(a).max()) if a.size else 0.0
+
+
+def _perm_to_first(rank: int, axis: int) -> list[int]:
+    """Permutation moving ``axis`` to 0 (the others keep their order)."""
+    return [axis] + [i for i in range(rank) if i != axis]
+
+
+def _perm_from_first(rank: int, axis: int) -> list[int]:
+    """Inverse of :func:`_perm_to_first`."""
+    p = _perm_to_first(rank, axis)
+    return [p.index(i) for i in range(rank)]
+
+
+def _set_dim(vi: Any, axis: int, value: Any) -> None:
+    d = vi.type.tensor_type.shape.dim[axis]
+    if isinstance(value, str):
+        d.dim_param = value
+    else:
+        d.dim_value = int(value)
+
+
+def _dynamic_batch(model: Any, audio: str, outs: list[str], states: list[AdoptedState]) -> tuple[Any, int]:
+    """Copy of ``model`` with ``N`` on every batch axis and Reshape shapes ``[1, ...]`` -> ``[-1, ...]``.
+
+    Returns:
+        tuple[onnx.ModelProto, int]: the copy and the number of Reshape shapes rewritten.
+    """
+    from onnx import numpy_helper
+
+    m = copy.deepcopy(model)
+    axes = {audio: 0, **{o: 0 for o in outs}}
+    for s in states:
+        axes[s.input] = axes[s.output] = s.batch_axis
+    for vi in list(m.graph.input) + list(m.graph.output):
+        if vi.name in axes and axes[vi.name] is not None and len(vi.type.tensor_type.shape.dim) > axes[vi.name]:
+            _set_dim(vi, axes[vi.name], BATCH_DIM)
+    del m.graph.value_info[:]
+    consts = {t.name: t for t in m.graph.initializer}
+    for n in m.graph.node:
+        if n.op_type == "Constant" and n.attribute and n.attribute[0].name == "value":
+            consts[n.output[0]] = n.attribute[0].t
+    users: dict[str, int] = {}
+    for n in m.graph.node:
+        for i in n.input:
+            users[i] = users.get(i, 0) + 1
+    patched = 0
+    for n in m.graph.node:
+        if n.op_type != "Reshape" or len(n.input) < 2 or n.input[1] not in consts:
+            continue
+        shape = numpy_helper.to_array(consts[n.input[1]])
+        if shape.ndim != 1 or shape.size < 2 or shape[0] != 1 or (shape == -1).any() or (shape == 0).any():
+            continue
+        new = shape.copy()
+        new[0] = -1
+        if users.get(n.input[1], 0) > 1:  # a shared constant: give this node its own
+            name = f"{n.input[1]}/adopt_batch_{patched}"
+            m.graph.initializer.append(numpy_helper.from_array(new.astype(shape.dtype), name))
+            n.input[1] = name
+        else:
+            consts[n.input[1]].CopyFrom(numpy_helper.from_array(new.astype(shape.dtype), consts[n.input[1]].name))
+        patched += 1
+    return m, patched
+
+
+def _rename_and_wrap(model: Any, audio: str, outs: list[str], states: list[AdoptedState], *, dynamic: bool,
+                     scan: bool, hop: int, out_frames: dict[str, int]) -> Any:
+    """The adopted graph: states renamed ``state_in.NN``/``state_out.NN`` batch-first (Transposes where the batch
+    axis is elsewhere); with ``scan``, the one-hop graph as the body of a Scan over the hops of a chunk."""
+    from cosyedge.surgery.streamify import STATE_IN_PREFIX, STATE_OUT_PREFIX
+
+    graph = gs.import_onnx(model)
+    for i, node in enumerate(graph.nodes):
+        if not node.name:
+            node.name = f"{node.op}_{i}"
+    tensors = graph.tensors()
+    width = max(2, len(str(len(states) - 1)))
+    new_inputs, new_outputs = [], []
+    by_in = {t.name: t for t in graph.inputs}
+    by_out = {t.name: t for t in graph.outputs}
+    for k, s in enumerate(states):
+        t_in, t_out = by_in[s.input], by_out[s.output]
+        rank = len(s.shape)
+        b = s.batch_axis
+        shape = list(s.shape)
+        if b is not None:
+            shape[b] = BATCH_DIM if dynamic else 1
+            first = [shape[b]] + [d for i, d in enumerate(shape) if i != b]
+        else:  # a batch-1 graph's state without batch axis: (1, ...) outside, reshaped to its own shape inside
+            first = [1] + shape
+        sin = gs.Variable(f"{STATE_IN_PREFIX}{k:0{width}d}", dtype=t_in.dtype, shape=first)
+        sout = gs.Variable(f"{STATE_OUT_PREFIX}{k:0{width}d}", dtype=t_out.dtype, shape=first)
+        if b is None:
+            graph.nodes.append(gs.Node("Reshape", name=f"adopt/{s.input}/drop_batch", outputs=[t_in], inputs=[
+                sin, gs.Constant(f"adopt/{s.input}/shape", np.array(shape, np.int64))]))
+            graph.nodes.append(gs.Node("Reshape", name=f"adopt/{s.output}/add_batch", outputs=[sout], inputs=[
+                t_out, gs.Constant(f"adopt/{s.output}/shape", np.array(first, np.int64))]))
+        elif b == 0:
+            graph.nodes.append(gs.Node("Identity", name=f"adopt/{s.input}/in", inputs=[sin], outputs=[t_in]))
+            graph.nodes.append(gs.Node("Identity", name=f"adopt/{s.output}/out", inputs=[t_out], outputs=[sout]))
+        else:
+            graph.nodes.append(gs.Node("Transpose", name=f"adopt/{s.input}/batch_axis_{b}", inputs=[sin],
+                                       outputs=[t_in], attrs={"perm": _perm_from_first(rank, b)}))
+            graph.nodes.append(gs.Node("Transpose", name=f"adopt/{s.output}/batch_first", inputs=[t_out],
+                                       outputs=[sout], attrs={"perm": _perm_to_first(rank, b)}))
+        t_in.shape = t_out.shape = None
+        new_inputs.append(sin)
+        new_outputs.append(sout)
+    a_in = by_in[audio]
+    bdim = BATCH_DIM if dynamic else 1
+    plain_outs = [by_out[o] for o in outs]
+    if dynamic:
+        a_in.shape = [BATCH_DIM] + list(a_in.shape[1:]) if a_in.shape else None
+        for t in plain_outs:
+            t.shape = [BATCH_DIM] + list(t.shape[1:]) if t.shape else None
+    graph.inputs = [a_in] + new_inputs
+    graph.outputs = plain_outs + new_outputs
+    for t in tensors.values():
+        if isinstance(t, gs.Variable) and t not in graph.inputs and t not in graph.outputs:
+            t.shape = None
+    graph.cleanup().toposort()
+    if not scan:
+        m = io.graph_to_model(graph, like=model)
+        return m
+    # Scan over the hops of a chunk: body = the one-hop graph (state vars first, then the scan input)
+    for t in graph.tensors().values():
+        if isinstance(t, gs.Variable):
+            t.name = f"step/{t.name}"
+    body = graph
+    body.inputs = new_inputs + [a_in]
+    body.outputs = new_outputs + plain_outs
+    body.name = "adopt_step"
+    a_in.shape = [bdim, 1, hop]
+    outer = gs.Graph(opset=graph.opset, name="adopted")
+    outer.import_domains = graph.import_domains
+    x = gs.Variable(audio, dtype=a_in.dtype, shape=[bdim, 1, TIME_DIM])
+    o_states_in = [gs.Variable(t.name.removeprefix("step/"), dtype=t.dtype, shape=t.shape) for t in new_inputs]
+    o_states_out = [gs.Variable(t.name.removeprefix("step/"), dtype=t.dtype, shape=t.shape) for t in new_outputs]
+    x4 = gs.Variable("adopt/hops", dtype=a_in.dtype)
+    outer.nodes.append(gs.Node("Reshape", name="adopt/split_hops",
+                               inputs=[x, gs.Constant("adopt/hops_shape", np.array([0, 0, -1, hop], np.int64))],
+                               outputs=[x4]))
+    ys4 = [gs.Variable(f"adopt/{o}/hops", dtype=t.dtype) for o, t in zip(outs, plain_outs)]
+    outer.nodes.append(gs.Node("Scan", name="adopt/scan_hops", inputs=o_states_in + [x4],
+                               outputs=o_states_out + ys4,
+                               attrs={"body": body, "num_scan_inputs": 1, "scan_input_axes": [2],
+                                      "scan_output_axes": [2] * len(outs)}))
+    finals = []
+    for o, t, y4 in zip(outs, plain_outs, ys4):
+        c = int(t.shape[1]) if t.shape and isinstance(t.shape[1], int) else 1
+        y = gs.Variable(o, dtype=t.dtype, shape=[bdim, c, TIME_DIM])
+        outer.nodes.append(gs.Node("Reshape", name=f"adopt/{o}/join_hops",
+                                   inputs=[y4, gs.Constant(f"adopt/{o}/join_shape", np.array([0, 0, -1], np.int64))],
+                                   outputs=[y]))
+        finals.append(y)
+    outer.inputs = [x] + o_states_in
+    outer.outputs = finals + o_states_out
+    outer.cleanup().toposort()
+    return io.graph_to_model(outer, like=model)
+
+
+def _demo_audio(rate: int, n: int, batch: int = 1) -> np.ndarray:
+    """Real speech (bundled demo recording at ``rate``) as float32 (batch, 1, n); row b is rolled and scaled so
+    that the rows differ."""
+    from cosyedge.surgery.streamify import _demo_audio as demo
+
+    x = demo(rate, n)
+    rows = [x] + [0.6 * np.roll(x[::-1], 1234 * b) for b in range(1, batch)]
+    return np.stack(rows)[:, None, :].astype(np.float32)
+
+
+@dataclasses.dataclass
+class _Graph:
+    audio: str
+    outs: list
+    states: list
+    hop_fixed: bool
+
+
+def _inspect(model: Any, pairs: list[tuple[str, str]], hop: int, batch_axes: dict, init: dict, kinds: dict,
+             where: str) -> _Graph:
+    ins = {i.name: i for i in model.graph.input}
+    outs = {o.name: o for o in model.graph.output}
+    elem = {**{n: v.type.tensor_type.elem_type for n, v in ins.items()},
+            **{n: v.type.tensor_type.elem_type for n, v in outs.items()}}
+    bad_in = [i for i, _ in pairs if i not in ins]
+    bad_out = [o for _, o in pairs if o not in outs]
+    if bad_in or bad_out:
+        what = (f"state input{'s' if len(bad_in) > 1 else ''} {bad_in} not among the inputs {list(ins)}" if bad_in
+                else f"state output{'s' if len(bad_out) > 1 else ''} {bad_out} not among the outputs {list(outs)}")
+        raise UsageError(f"{where}: {what}")
+    for side in (0, 1):
+        names = [p[side] for p in pairs]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise UsageError(f"{where}: '{dup[0]}' appears in several state pairs")
+    for name in list(batch_axes) + list(init) + list(kinds):
+        if name not in ins:
+            raise UsageError(f"{where}: '{name}' (given for --batch-axis/--init) is not an input of the graph "
+                             f"(inputs: {list(ins)})")
+    rest_in = [n for n in ins if n not in {p[0] for p in pairs}]
+    rest_out = [n for n in outs if n not in {p[1] for p in pairs}]
+    if len(rest_in) != 1:
+        raise UsageError(f"{where}: {'no input is' if not rest_in else f'inputs {rest_in} are'} left for the audio "
+                         f"after the state pairs {[f'{a}={b}' for a, b in pairs]}: adopt streams one waveform input "
+                         f"(N, 1, T); pair every state input with --state IN=OUT")
+    if not rest_out:
+        raise UsageError(f"{where}: every output is a state output: the graph has no audio output")
+    audio = rest_in[0]
+    a_shape = _decl_shape(ins[audio])
+    if len(a_shape) != 3 or a_shape[1] != 1:
+        raise UsageError(f"{where}: audio input '{audio}' has shape {a_shape}; adopt takes a waveform graph, audio "
+                         f"(N, 1, T): wrap a features graph in a recipe (as cosyedge.recipes.dtln does)")
+    if isinstance(a_shape[0], int) and a_shape[0] not in (0, 1):
+        raise UsageError(f"{where}: audio input '{audio}' has a fixed batch of {a_shape[0]}: export it with batch 1 "
+                         f"or a dynamic batch")
+    t = a_shape[2]
+    hop_fixed = isinstance(t, int) and t > 0
+    if hop_fixed and t != hop:
+        raise UsageError(f"{where}: audio input '{audio}' takes {t} samples per call, not hop_samples {hop}: give "
+                         f"--hop-samples {t}")
+    for o in rest_out:
+        sh = _decl_shape(outs[o])
+        if sh and len(sh) != 3:
+            raise UsageError(f"{where}: output '{o}' has shape {sh}; adopt streams outputs (N, C, T) with time last")
+    states = []
+    a_batch = a_shape[0] if isinstance(a_shape[0], str) and a_shape[0] != "?" else None
+    for i, o in pairs:
+        si, so = _decl_shape(ins[i]), _decl_shape(outs[o])
+        if elem[i] != elem[o]:
+            from onnx import helper
+
+            raise UsageError(f"{where}: state pair {i}={o} has dtypes {helper.tensor_dtype_to_np_dtype(elem[i])} and "
+                             f"{helper.tensor_dtype_to_np_dtype(elem[o])} (a state output feeds the next chunk's input: "
+                             f"dtypes must be equal)")
+        fixed = len(si) == len(so) and all(a == b for a, b in zip(si, so) if isinstance(a, int) and isinstance(b, int))
+        if not fixed:
+            raise UsageError(f"{where}: state pair {i}={o} has shapes {si} and {so} (a state output feeds the next "
+                             f"chunk's input: shapes must be equal)")
+        if i in batch_axes:
+            ax = int(batch_axes[i])
+            if not -len(si) <= ax < len(si):
+                raise UsageError(f"{where}: --batch-axis {i}={ax} is outside the state's {len(si)} axes {si}")
+            cands = [ax % len(si)]
+        else:
+            sym = [k for k, d in enumerate(si) if a_batch is not None and d == a_batch]
+            ones = [k for k, d in enumerate(si) if d == 1 or isinstance(d, str)]
+            cands = sym[:1] or ([0] if 0 in ones else []) + [k for k in ones if k != 0] or [None]
+        states.append((AdoptedState(i, o, tuple(si), "float32", cands[0], float(init.get(i, 0.0)),
+                                    kinds.get(i, "recurrent")), cands))
+    return _Graph(audio, rest_out, states, hop_fixed)
+
+
+class AdoptedOnnxFromOnnx(Stage):
+    """Stage: an already-streaming ONNX (own state inputs/outputs) -> proved cosyedge stream ONNX (module doc).
+
+    Args:
+        onnx_in (str | Path | Stage): The graph: one audio input float32 (B, 1, T) (B = 1 or dynamic, T = the
+            hop or dynamic), state inputs, outputs (B, C, T') and the matching state outputs.
+        out (str | Path): Stream ONNX to write (atomically; nothing is written when a check fails).
+        state_pairs (list[str] | list[tuple] | dict | None): ``"IN=OUT"`` pairs; None: found from the
+            metadata and name conventions (:func:`find_state_pairs`).
+        sample_rate_hz (int): Model sample rate (Hz).
+        hop_samples (int): Samples per call of the graph (its step); chunks are multiples of it.
+        delay_samples (int): Delay of the output behind the input (samples; e.g. DTLN's 384 = block - shift).
+        name (str | None): Model name; default the file stem.
+        batch_axes (dict[str, int] | None): Batch axis by original state input name, where the shapes do
+            not tell.
+        init (dict[str, float] | None): Initial value by original state input name (default 0).
+        kinds (dict[str, str] | None): :attr:`StateSpec.kind` by original state input name (default
+            ``"recurrent"``).
+        atol (float): Proof tolerance relative to max(1, peak |output|).
+        check (Callable | None): ``check(model, contract) -> dict``, run on the adopted ModelProto before
+            writing; its dict is added to the contract's ``proof``; it raises AccuracyError to refuse.
+        extra_metadata (dict[str, str] | None): ``metadata_props`` to add (a recipe's provenance).
+
+    Raises:
+        UsageError: ambiguous / missing / unknown state pairs, pairs with different shapes or dtypes, no single
+            waveform input, a state that carries nothing, outputs that do not depend on state, bad options.
+        ArtifactError: the file is missing or corrupt, ONNX Runtime cannot run it (or on zero state), the
+            output is not writable.
+        AccuracyError: the adopted graph differs from the original state loop (or ``check`` refuses).
+    """
+
+    def __init__(self, onnx_in: Any, out: str | Path, *, state_pairs: Any = None, sample_rate_hz: int,
+                 hop_samples: int, delay_samples: int = 0, name: str | None = None,
+                 batch_axes: dict | None = None, init: dict | None = None, kinds: dict | None = None,
+                 atol: float = ADOPT_ATOL, check: Callable | None = None, extra_metadata: dict | None = None):
+        self.onnx_in, self.out = onnx_in, Path(out)
+        self.state_pairs = state_pairs
+        self.sample_rate_hz, self.hop_samples = sample_rate_hz, hop_samples
+        self.delay_samples, self.name = delay_samples, name
+        self.batch_axes, self.init, self.kinds = dict(batch_axes or {}), dict(init or {}), dict(kinds or {})
+        self.atol, self.check, self.extra_metadata = float(atol), check, dict(extra_metadata or {})
+        self.contract: StreamContract | None = None
+
+    def call_impl(self) -> Path:
+        """Adopt, prove and write now; returns the stream ONNX path (errors: class doc)."""
+        check_writable(self.out)
+        for key, v, lo in (("sample_rate_hz", self.sample_rate_hz, 1), ("hop_samples", self.hop_samples, 1),
+                           ("delay_samples", self.delay_samples, 0)):
+            if v is None or int(v) < lo:
+                raise UsageError(f"{key} must be an integer >= {lo}, got {v} (CLI: --{key.replace('_', '-')} N)")
+        src = resolve_artifact(self.onnx_in)
+        check_not_input(src, self.out)
+        model = load_onnx(src)
+        where = str(src)
+        with LOG.stage(f"adopt {src} -> {self.out}"):
+            new, contract = adopt_model(
+                model, where=where, state_pairs=self.state_pairs, sample_rate_hz=int(self.sample_rate_hz),
+                hop_samples=int(self.hop_samples), delay_samples=int(self.delay_samples),
+                name=self.name or _stem(src), batch_axes=self.batch_axes, init=self.init, kinds=self.kinds,
+                atol=self.atol, check=self.check)
+            for k, v in self.extra_metadata.items():
+                p = new.metadata_props.add()
+                p.key, p.value = k, v
+            io.save_model(new, self.out)
+        self.contract = contract
+        return self.out
+
+
+def _stem(path: Path) -> str:
+    name = Path(path).name
+    for suffix in (".onnx", ".stream", ".streaming"):
+        name = name.removesuffix(suffix)
+    return name or "model"
+
+
+def adopt_model(model: Any, *, where: str = "model", state_pairs: Any = None, sample_rate_hz: int, hop_samples: int,
+                delay_samples: int = 0, name: str = "model", batch_axes: dict | None = None,
+                init: dict | None = None, kinds: dict | None = None, atol: float = ADOPT_ATOL,
+                check: Callable | None = None) -> tuple[Any, StreamContract]:
+    """Adopt ``model`` in memory and prove it (module doc); nothing is written.
+
+    Args:
+        model (onnx.ModelProto): The already-streaming graph (weights inline).
+        where (str): Name for messages.
+        state_pairs, sample_rate_hz, hop_samples, delay_samples, batch_axes, init, kinds, atol, check: see
+            :class:`AdoptedOnnxFromOnnx`.
+        name (str): Model name.
+    Returns:
+        tuple[onnx.ModelProto, StreamContract]: the adopted model (contract and ``cosyedge.adopted`` in its
+        metadata) and its contract (``proof`` filled).
+    Raises:
+        UsageError, ArtifactError, AccuracyError: see :class:`AdoptedOnnxFromOnnx`.
+    """
+    hop = int(hop_samples)
+    taken = [t for t in [i.name for i in model.graph.input] + [o.name for o in model.graph.output]
+             if t.startswith(("state_in.", "state_out."))]
+    meta = {p.key for p in model.metadata_props}
+    if taken and "cosyedge.state" in meta:
+        raise UsageError(f"{where} is already a cosyedge stream model (has '{taken[0]}'): nothing to adopt")
+    pairs = parse_state_pairs(state_pairs) or find_state_pairs(model, where)
+    g = _inspect(model, pairs, hop, dict(batch_axes or {}), dict(init or {}), dict(kinds or {}), where)
+    states = [s for s, _c in g.states]
+    LOG.info("%s: audio '%s', outputs %s, %d state pair(s): %s", where, g.audio, g.outs, len(states),
+             ", ".join(f"{s.input}={s.output}" for s in states))
+    try:
+        ref_sess = _session(model)
+    except Exception as err:
+        raise ArtifactError(f"ONNX Runtime cannot load {where} ({first_line(err)})") from None
+    # real shapes and zero-state check: one chunk at batch 1
+    ort_in = {i.name: i for i in ref_sess.get_inputs()}
+    for s in states:
+        s.dtype = _ORT_TO_NP.get(ort_in[s.input].type, "float32")
+        s.shape = tuple(1 if not isinstance(d, int) or d <= 0 else d for d in s.shape)
+    x = _demo_audio(sample_rate_hz, hop * max(12, -(-int(PROOF_SECONDS * sample_rate_hz) // hop)))
+    x = x[..., : hop * (x.shape[-1] // (3 * hop)) * 3]
+    init_vals = [(s.input, s.output, np.full(s.shape, s.init, dtype=s.dtype)) for s in states]
+    first = run_state_loop(ref_sess, g.audio, x[..., :hop], hop, init_vals, g.outs + [s.output for s in states])
+    for s in states:
+        got = first[s.output].shape
+        if tuple(got) != tuple(s.shape):
+            raise UsageError(f"{where}: state pair {s.input}={s.output} has shapes {list(s.shape)} and {list(got)} when "
+                             f"run (a state output feeds the next chunk's input: shapes must be equal)")
+    for o in g.outs + [s.output for s in states]:
+        if not np.isfinite(first[o]).all():
+            raise UsageError(f"{where}: output '{o}' is NaN/Inf on the first chunk from the initial state "
+                             f"({'zeros' if all(s.init == 0 for s in states) else 'given values'}): give the initial "
+                             f"values (--init NAME=VALUE)")
+    out_frames, out_channels = {}, {}
+    for o in g.outs:
+        if first[o].ndim != 3:
+            raise UsageError(f"{where}: output '{o}' has shape {list(first[o].shape)}; adopt streams outputs (N, C, T)")
+        out_frames[o] = int(first[o].shape[-1])
+        out_channels[o] = int(first[o].shape[1])
+    # the reference: the original graph, hop by hop, with its own state loop
+    ref = run_state_loop(ref_sess, g.audio, x, hop, init_vals, g.outs)
+    dynamic, patched, why_fixed = True, 0, ""
+    alternatives = [(k, c) for k, (_s, cands) in enumerate(g.states) for c in cands[1:]]
+    tried = [None] + alternatives
+    adopted = None
+    for alt in tried:
+        if alt is not None:
+            states[alt[0]].batch_axis = alt[1]
+        if any(s.batch_axis is None for s in states):
+            why_fixed = f"state '{next(s.input for s in states if s.batch_axis is None)}' has no axis of size 1"
+            break
+        dyn, patched = _dynamic_batch(model, g.audio, g.outs, states)
+        cand = _rename_and_wrap(dyn, g.audio, g.outs, states, dynamic=True, scan=g.hop_fixed, hop=hop,
+                                out_frames=out_frames)
+        why_fixed = _batch_test(cand, g, states, out_frames, x, hop, atol)
+        if not why_fixed:
+            adopted = cand
+            break
+        if alt is not None:
+            states[alt[0]].batch_axis = g.states[alt[0]][1][0]
+    if adopted is None:
+        dynamic = False
+        for s, cands in g.states:
+            s.batch_axis = cands[0]
+        adopted = _rename_and_wrap(model, g.audio, g.outs, states, dynamic=False, scan=g.hop_fixed, hop=hop,
+                                   out_frames=out_frames)
+        LOG.warning("%s: adopted for batch 1 only (%s): cosyedge run and OrtStreamSession work; StreamPool and "
+                    "Triton refuse it (a fixed batch of 1)", where, why_fixed)
+    contract = _contract(g, states, out_frames, out_channels, dynamic=dynamic, sample_rate_hz=sample_rate_hz, hop=hop,
+                         delay_samples=delay_samples, name=name)
+    contract.write_to_onnx(adopted)
+    adopted = io.finalize_model(adopted, where=where)
+    contract.proof = _prove(adopted, contract, g, states, ref, x, hop, atol, where)
+    if check is not None:
+        contract.proof.update(check(adopted, contract) or {})
+    contract.write_to_onnx(adopted)
+    record = {"states": [{"input": s.input, "output": s.output, "state_in": c.input, "state_out": c.output,
+                          "original_shape": list(s.shape), "batch_axis": s.batch_axis, "transposed":
+                          s.batch_axis not in (None, 0)} for s, c in zip(states, contract.states)],
+              "batch": "dynamic" if dynamic else "fixed 1", "why_fixed": why_fixed if not dynamic else "",
+              "reshapes_made_dynamic": patched if dynamic else 0, "scan_over_hops": g.hop_fixed}
+    keep = [(p.key, p.value) for p in adopted.metadata_props if p.key != ADOPTED_META_KEY]
+    del adopted.metadata_props[:]
+    for k, v in keep + [(ADOPTED_META_KEY, json.dumps(record, sort_keys=True))]:
+        p = adopted.metadata_props.add()
+        p.key, p.value = k, v
+    LOG.info("adopted: %d states (%s), batch %s, %s; proof: max abs error %.3g vs the graph's own state loop",
+             len(states), ", ".join(f"{c.input}{c.shape}" for c in contract.states),
+             "dynamic" if dynamic else "fixed 1", "Scan over hops" if g.hop_fixed else "dynamic time axis",
+             contract.proof["max_abs"])
+    return adopted, contract
+
+
+def _contract(g: _Graph, states: list[AdoptedState], out_frames: dict, out_channels: dict, *, dynamic: bool, sample_rate_hz: int,
+              hop: int, delay_samples: int, name: str) -> StreamContract:
+    from cosyedge.surgery.streamify import STATE_IN_PREFIX, STATE_OUT_PREFIX
+
+    width = max(2, len(str(len(states) - 1)))
+    b = BATCH_DIM  # a batch-1 graph declares 1 there: StreamPool and Triton refuse it, OrtStreamSession runs it
+    specs = []
+    for k, s in enumerate(states):
+        shape = [b] + [int(d) for i, d in enumerate(s.shape) if i != s.batch_axis]
+        specs.append(StateSpec(f"{STATE_IN_PREFIX}{k:0{width}d}", f"{STATE_OUT_PREFIX}{k:0{width}d}",
+                               shape, s.dtype, f"adopted:{s.input}", float(s.init), s.kind))
+    audio_io = StreamIO(g.audio, [b, 1, TIME_DIM], "float32", 2, hop, 0, "audio")
+    outs = []
+    for o in g.outs:
+        f = out_frames[o]
+        kind = "audio" if f == hop else "features"
+        kind = "audio" if f == hop and out_channels[o] == 1 else "features"
+        outs.append(StreamIO(o, [b, out_channels[o], TIME_DIM], "float32", 2, f, 0, kind))
+    audio_out = next((o.name for o in outs if o.kind == "audio"), None)
+    if audio_out is None:
+        raise UsageError(f"no output gives {hop} samples per hop of {hop} (outputs {out_frames}): adopt streams "
+                         f"waveform-out graphs")
+    return StreamContract(input=g.audio, output=audio_out, sample_rate_hz=int(sample_rate_hz), hop_samples=hop,
+                          total_stride=hop, delay_samples=int(delay_samples), states=specs, name=name,
+                          inputs=[audio_io], outputs=outs)
+
+
+def _adopted_states(model: Any, states: list[AdoptedState], batch: int, dynamic: bool) -> list:
+    res = []
+    width = max(2, len(str(len(states) - 1)))
+    for k, s in enumerate(states):
+        shape = [batch] + [d for i, d in enumerate(s.shape) if i != s.batch_axis]
+        name = f"state_in.{k:0{width}d}"
+        res.append((name, f"state_out.{k:0{width}d}", np.full(shape, s.init, dtype=s.dtype)))
+    return res
+
+
+def _batch_test(model: Any, g: _Graph, states: list[AdoptedState], out_frames: dict, x1: np.ndarray, hop: int,
+                atol: float) -> str:
+    """'' when ``model`` at batch 2 gives each stream what it gives at batch 1, else why not (str)."""
+    try:
+        sess = _session(model)
+    except Exception as err:
+        return f"the graph does not load with a dynamic batch ({first_line(err)})"
+    n = min(x1.shape[-1], BATCH_CHUNKS * hop)
+    xb = np.concatenate([x1[..., :n], 0.6 * np.roll(x1[..., :n][..., ::-1], 1234, axis=-1)], axis=0)
+    try:
+        both = run_state_loop(sess, g.audio, xb, hop, _adopted_states(model, states, 2, True), g.outs)
+        one = [run_state_loop(sess, g.audio, xb[b:b + 1], hop, _adopted_states(model, states, 1, True), g.outs)
+               for b in range(2)]
+    except ArtifactError as err:
+        return f"it does not run at batch 2: {err}"
+    for o in g.outs:
+        for b in range(2):
+            mx, _snr, peak = _max_err(one[b][o], both[o][b:b + 1])
+            if not mx <= max(atol, 1e-5) * max(1.0, peak):
+                return f"at batch 2 stream {b} of '{o}' differs from batch 1 by {mx:.3g}"
+    return ""
+
+
+def _prove(model: Any, contract: StreamContract, g: _Graph, states: list[AdoptedState], ref: dict, x: np.ndarray,
+           hop: int, atol: float, where: str) -> dict:
+    """Adopted == original state loop at chunks of 1 and 3 hops; states carry information (module doc)."""
+    try:
+        sess = _session(model)
+    except Exception as err:
+        raise ArtifactError(f"{where}: ONNX Runtime cannot load the adopted graph ({first_line(err)})") from None
+    svals = [(s.input, s.output, s.zeros(1)) for s in contract.states]
+    rows = []
+    for chunk in (hop, 3 * hop):
+        got = run_state_loop(sess, g.audio, x, chunk, svals, g.outs)
+        for o in g.outs:
+            mx, snr, peak = _max_err(ref[o], got[o])
+            rows.append({"output": o, "chunk_samples": chunk, "max_abs": mx, "snr_db": snr, "peak": peak})
+            if not mx <= atol * max(1.0, peak):
+                raise AccuracyError(f"{where}: the adopted graph differs from the original's own state loop: output "
+                                    f"'{o}' max abs error {mx:.3g} (SNR {snr:.1f} dB) at chunks of {chunk} samples "
+                                    f"(tolerance {atol:g}); nothing written")
+    main = contract.output
+    streamed = ref[main]
+    peak = max(1.0, float(np.abs(streamed).max()))
+    floor = max(1e-4, 100 * atol) * peak
+
+    def zeroed(which: set) -> float:
+        got = run_state_loop(sess, g.audio, x, hop, svals, [main], zero=which)[main]
+        return float(np.abs(got - streamed).max())
+
+    all_in = {s.input for s in contract.states}
+    d_all = zeroed(all_in)
+    if d_all <= floor:
+        raise UsageError(f"{where}: the outputs do not depend on the states {[s.input for s in states]} (zeroing them "
+                         f"every chunk changes '{main}' by {d_all:.3g} at most): this graph is not a streaming model; "
+                         f"nothing written")
+    carry = {}
+    for s, spec in zip(states, contract.states):
+        d = zeroed({spec.input}) if len(states) > 1 else d_all
+        carry[s.input] = d
+        if d <= floor:
+            raise UsageError(f"{where}: state {s.input}={s.output} carries nothing (zeroing it every chunk changes "
+                             f"'{main}' by {d:.3g} at most): drop it from the pairs or fix the export; nothing written")
+    return {"max_abs": max(r["max_abs"] for r in rows), "snr_db": min(r["snr_db"] for r in rows),
+            "chunks_ticks": sorted({r["chunk_samples"] for r in rows}), "ticks": int(x.shape[-1]),
+            "outputs": sorted(g.outs), "reference": "the original graph's own state loop, hop by hop",
+            "state_effect_max_abs": {k: float(v) for k, v in carry.items()}}
+
+
+def adopt(in_onnx: Any, out_onnx: str | Path, *, state_pairs: Any = None, sample_rate_hz: int, hop_samples: int,
+          delay_samples: int = 0, name: str | None = None, batch_axes: dict | None = None, init: dict | None = None,
+          kinds: dict | None = None, atol: float = ADOPT_ATOL, check: Callable | None = None,
+          extra_metadata: dict | None = None) -> StreamContract:
+    """Function twin of :class:`AdoptedOnnxFromOnnx`: adopt an already-streaming ONNX, prove it, write it.
+
+    Args:
+        in_onnx (str | Path | Stage): The graph (see :class:`AdoptedOnnxFromOnnx`).
+        out_onnx (str | Path): Stream ONNX to write.
+        state_pairs (list[str] | dict | None): ``"IN=OUT"`` pairs; None: found from names and metadata.
+        sample_rate_hz (int): Sample rate (Hz).
+        hop_samples (int): Samples per call of the graph.
+        delay_samples (int): Output delay behind the input (samples).
+        name (str | None): Model name (default the file stem).
+        batch_axes (dict[str, int] | None): Batch axis by original state input name.
+        init (dict[str, float] | None): Initial value by original state input name (default 0).
+        kinds (dict[str, str] | None): State kind by original state input name.
+        atol (float): Proof tolerance relative to max(1, peak).
+        check (Callable | None): Extra check ``check(model, contract) -> dict`` before writing.
+        extra_metadata (dict[str, str] | None): Metadata to add.
+    Returns:
+        StreamContract: the written contract (``proof`` filled; original names in ``cosyedge.adopted``).
+    Raises:
+        UsageError, ArtifactError, AccuracyError: see :class:`AdoptedOnnxFromOnnx`.
+    """
+    stage = AdoptedOnnxFromOnnx(in_onnx, out_onnx, state_pairs=state_pairs, sample_rate_hz=sample_rate_hz,
+                                hop_samples=hop_samples, delay_samples=delay_samples, name=name,
+                                batch_axes=batch_axes, init=init, kinds=kinds, atol=atol, check=check,
+                                extra_metadata=extra_metadata)
+    stage()
+    return stage.contract
