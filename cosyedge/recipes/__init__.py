@@ -1,6 +1,7 @@
 """Recipes: pretrained third-party enhancers with their signal processing, as one stream ONNX each.
 
-``export_recipe("nsnet2", "nsnet2.stream.onnx")`` (CLI ``cosyedge export nsnet2 -o nsnet2.stream.onnx``)
+``export_recipe("nsnet2", "nsnet2.stream.onnx")`` (CLI ``cosyedge export nsnet2 -o nsnet2.stream.onnx``; also
+``dfn3``, DeepFilterNet3 at 48 kHz)
 builds the recipe's full-sequence waveform graph and streamifies it (proved on real speech); a network
 published already streaming (``cosyedge export dtln``) is built as a one-hop graph and adopted
 (:mod:`cosyedge.surgery.adopt`). See
@@ -16,10 +17,11 @@ from cosyedge.errors import UsageError
 
 def recipes() -> dict:
     """dict[str, type]: recipe classes by CLI name."""
+    from cosyedge.recipes.dfn3 import DeepFilterNet3
     from cosyedge.recipes.dtln import DTLN
     from cosyedge.recipes.nsnet2 import NSNet2
 
-    return {r.name: r for r in (NSNet2, DTLN)}
+    return {r.name: r for r in (NSNet2, DTLN, DeepFilterNet3)}
 
 
 def get_recipe(name: str):
