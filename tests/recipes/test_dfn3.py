@@ -181,3 +181,39 @@ def test_a_damaged_tarball_is_named(tmp_path):
     bad.write_bytes(hashlib.sha256(b"x").digest())
     with pytest.raises(ArtifactError, match=r"cannot read .*DeepFilterNet3_onnx.tar.gz"):
         read_model_tarball(bad)
+
+
+def test_int8_quantizes_the_network_and_keeps_the_signal_processing_float(dfn3_onnx, demo48, tmp_path):
+    """A recipe declares its DSP nodes with weights float-only (the ERB filterbank and gain interpolation
+    MatMuls quantized gave 5 dB output SNR); the network alone in INT8, calibrated on a 16 kHz set resampled to
+    the model's 48 kHz, stays close to FP32 on real speech (24 dB measured with 64 training mixtures)."""
+    import onnx
+
+    from cosyedge.build import build_engine
+    from cosyedge.precision.calibset import make_calibration_set
+    from cosyedge.precision.qdq import declared_float_nodes
+    from cosyedge.runtime.ort import OrtStreamSession
+    from cosyedge.runtime.stream import enhance_array
+
+    keep = declared_float_nodes(onnx.load(str(dfn3_onnx)))
+    assert {"dfn3_dsp/stft_2", "dfn3_dsp/erb_power_20", "dfn3_dsp/gain_bins_74", "dfn3_dsp/istft_122"} <= set(keep)
+    assert all(k.startswith("dfn3_dsp/") for k in keep)
+    x16, _ = load_audio(DEMO)
+    x16 = x16[:, 0]
+
+    class Mix:  # seeded noisy speech from the demo recording, 16 kHz, no downloads
+        def batch(self, n, t, rng):
+            start = int(rng.integers(0, x16.size - t))
+            clean = x16[None, start:start + t].astype(np.float32)
+            return clean + 0.01 * rng.standard_normal(clean.shape).astype(np.float32), clean
+
+    calib = make_calibration_set(tmp_path / "calib", count=16, seed=0, training_data=Mix())
+    int8 = build_engine(dfn3_onnx, backend="onnxruntime", precision="int8", calib=calib.folder,
+                        out_dir=tmp_path / "engines")
+    x = demo48[: 48000 * 6]
+    with OrtStreamSession(dfn3_onnx) as s:
+        ref = enhance_array(s, x)
+    with OrtStreamSession(Path(int8) / "model.onnx") as s:
+        y = enhance_array(s, x)
+    snr = _snr_db(ref, y)
+    assert 12.0 < snr < 60.0, snr  # quantized (not FP32) and still the same enhancement
