@@ -88,6 +88,9 @@ class AudioReader:
         self.sample_rate_hz = int(self._file.samplerate)
         self.channels = int(self._file.channels)
         self.frames = max(int(self._file.frames), 0)
+        declared = _wav_declared_frames(path) if self._file.format == "WAV" else None
+        if declared is not None and declared > self.frames:  # libsndfile counts what is there; the header knows
+            self.frames = declared
         self.frames_read = 0
         self._clipped = 0
         if self.frames == 0:
@@ -139,7 +142,8 @@ class AudioReader:
         Raises:
             UsageError: a block holds NaN/Inf samples (the message counts them over the whole file and
                 gives the first one).
-            ArtifactError: the file holds no samples after all, or its data is damaged.
+            ArtifactError: the file holds no samples after all, fewer frames than its header says (truncated),
+                or its data is damaged.
         Warns:
             via ``LOG.warning`` after the last block when more than :data:`CLIP_WARN_FRACTION` of the
             samples have ``|x| >= CLIP_LEVEL`` (clipped input; processing continues).
@@ -155,6 +159,11 @@ class AudioReader:
             yield x
         if self.frames_read == 0:
             raise ArtifactError(f"input audio {self.path} holds no samples (0 frames at {self.sample_rate_hz} Hz)")
+        if self.frames_read < self.frames:  # a WAV cut short keeps its header's data size
+            raise ArtifactError(
+                f"input audio {self.path} is truncated: its header says {self.frames} frames "
+                f"({self.frames / self.sample_rate_hz:.2f} s), the file holds {self.frames_read} "
+                f"({self.frames_read / self.sample_rate_hz:.2f} s); is the file complete?")
         clipped = self._clipped / (self.frames_read * self.channels)
         if clipped > CLIP_WARN_FRACTION:
             LOG.warning("input audio %s looks clipped: %.2f%% of samples at |x| >= %g (processing anyway)",
@@ -169,6 +178,41 @@ class AudioReader:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _wav_declared_frames(path: Path) -> int | None:
+    """Frames a RIFF WAV's ``data`` chunk header announces (None: not found, or a streaming writer's 0 /
+    0xFFFFFFFF placeholder). libsndfile reports the frames actually present, so a file cut short would
+    otherwise pass as a shorter recording.
+
+    Source: Microsoft/IBM RIFF WAVE format (``fmt `` chunk ``nBlockAlign``, ``data`` chunk size).
+    """
+    import struct
+
+    try:
+        with open(path, "rb") as f:
+            head = f.read(12)
+            if len(head) < 12 or head[:4] != b"RIFF" or head[8:12] != b"WAVE":
+                return None
+            block_align = None
+            for _ in range(64):  # chunk list; data is usually the 2nd-4th chunk
+                hdr = f.read(8)
+                if len(hdr) < 8:
+                    return None
+                cid, size = hdr[:4], struct.unpack("<I", hdr[4:])[0]
+                if cid == b"fmt ":
+                    fmt = f.read(size + (size & 1))
+                    if len(fmt) >= 14:
+                        block_align = struct.unpack("<H", fmt[12:14])[0]
+                    continue
+                if cid == b"data":
+                    if not block_align or size in (0, 0xFFFFFFFF):
+                        return None
+                    return size // block_align
+                f.seek(size + (size & 1), 1)
+    except OSError:
+        return None
+    return None
 
 
 def load_audio(path: str | Path) -> tuple[np.ndarray, int]:

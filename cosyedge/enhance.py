@@ -79,8 +79,8 @@ def enhance_file(input: str | Path, output: str | Path, engine: str | Path | Non
             defaults to one hop.
         threads (int): ONNX Runtime threads.
         chunk_ms (float | None): Chunk length in ms instead of ``chunk_samples`` (e.g. 10.0).
-        progress (bool | None): tqdm progress bar on stderr; None: only on a terminal and for inputs
-            over :data:`PROGRESS_MIN_S`.
+        progress (bool | None): tqdm progress bar on stderr; None: only on a terminal, not under ``-q``, and
+            for inputs over :data:`PROGRESS_MIN_S`.
         block_frames (int | None): Input frames read per block (default
             :data:`~cosyedge.audio.BLOCK_FRAMES`); the result does not depend on it.
     Returns:
@@ -120,9 +120,7 @@ def enhance_file(input: str | Path, output: str | Path, engine: str | Path | Non
         expect = -(-(reader.frames * c.sample_rate_hz // sr + c.delay_samples) // chunk) + 1
         session = eng(chunk_samples=chunk, threads=threads, max_latency_records=min(expect, MAX_RECORDED_CHUNKS))
         if progress is None:
-            import sys
-
-            progress = sys.stderr.isatty() and reader.duration_s > PROGRESS_MIN_S
+            progress = LOG.progress_wanted() and reader.duration_s > PROGRESS_MIN_S
         with LOG.stage(f"enhance {input} -> {output}"), session:
             writer = IncrementalAudioWriter(output, sr)
             try:

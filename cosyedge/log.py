@@ -62,6 +62,10 @@ class _Log:
             self._once.add(msg)
             _logger.warning(msg)
 
+    def progress_wanted(self) -> bool:
+        """bool: progress bars are wanted: stderr is a terminal and the log is not quieted below info (``-q``)."""
+        return sys.stderr.isatty() and _logger.getEffectiveLevel() <= logging.INFO
+
     def progress(self, iterable, desc: str, unit: str, show: bool | None = None, total: int | None = None):
         """Yield the items of ``iterable`` with a tqdm progress bar on stderr; log lines print above the bar.
 
@@ -74,7 +78,7 @@ class _Log:
             total (int | None): Item count when ``iterable`` has no ``len``.
         """
         if show is None:
-            show = sys.stderr.isatty() and _logger.getEffectiveLevel() <= logging.INFO
+            show = self.progress_wanted()
         if not show:
             yield from iterable
             return

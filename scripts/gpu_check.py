@@ -50,6 +50,17 @@ sys.path.insert(0, str(ROOT))
 CONFIGS = [("fp32", False), ("fp16", False), ("int8", False), ("int8", True)]
 
 
+def _positive_seconds(text: str) -> float:
+    """argparse type: a finite number of seconds > 0."""
+    try:
+        v = float(text)
+    except ValueError:
+        v = float("nan")
+    if not (np.isfinite(v) and v > 0):
+        raise argparse.ArgumentTypeError(f"give a positive number of seconds, not {text!r}")
+    return v
+
+
 def snr_db(ref: np.ndarray, y: np.ndarray) -> float:
     """Output SNR (dB) of ``y`` against ``ref`` (same shape, float); inf when identical."""
     err = np.sum((ref.astype(np.float64) - y) ** 2)
@@ -82,9 +93,9 @@ def main(argv=None) -> int:
     p.add_argument("--chunks", type=int, default=2000, help="Chunks timed per latency measurement.")
     p.add_argument("--only", nargs="*", default=None, help="Subset, e.g. fp32 int8+sparse.")
     p.add_argument("--json", default=None, help="Write the results as JSON here.")
-    p.add_argument("--stand-in-seconds", type=float, default=None,
+    p.add_argument("--stand-in-seconds", type=_positive_seconds, default=None,
                    help="Without TensorRT: stream only the first S seconds through the PyTorch stand-in.")
-    p.add_argument("--stand-in-device", default=None,
+    p.add_argument("--stand-in-device", default=None, choices=["cpu", "cuda"],
                    help="Without TensorRT: device of the PyTorch stand-in (default cuda when available; cpu: dry run).")
     args = p.parse_args(argv)
 
@@ -97,7 +108,7 @@ def main(argv=None) -> int:
 
         trt, cuda = require_stack("run the GPU check")
     except CosyEdgeError as err:
-        print(f"[i] TensorRT engines skipped: {err}", flush=True)
+        print(f"[i] TensorRT engines skipped: {str(err).split('; or use --backend')[0]}", flush=True)
         return stand_in(args, reason=str(err))
     try:
         return run(args, trt, cuda)
@@ -118,7 +129,8 @@ def stand_in(args, reason: str) -> int:
     from cosyedge.runtime.ort import OrtStreamSession
     from cosyedge.runtime.stream import stream_array
 
-    rows = [("TensorRT engines (fp32, fp16, int8, int8+sparse)", "skipped", reason[:100])]
+    reason = reason.split("; or use --backend")[0]  # that hint is for cosyedge build, not this script
+    rows = [("TensorRT engines (fp32, fp16, int8, int8+sparse)", "skipped", reason)]
     try:
         import torch
     except ImportError:
@@ -126,6 +138,10 @@ def stand_in(args, reason: str) -> int:
         print(_rows_table(rows))
         return 4
     cuda_ok = torch.cuda.is_available()
+    if args.stand_in_device == "cuda" and not cuda_ok:
+        rows.append(("PyTorch stand-in", "skipped", "--stand-in-device cuda but torch sees no CUDA device"))
+        print(_rows_table(rows))
+        return 4
     device = args.stand_in_device or ("cuda" if cuda_ok else None)
     if device is None:
         rows.append(("PyTorch stand-in", "skipped", "no CUDA device (give --stand-in-device cpu for a dry run)"))

