@@ -217,3 +217,14 @@ def test_int8_quantizes_the_network_and_keeps_the_signal_processing_float(dfn3_o
         y = enhance_array(s, x)
     snr = _snr_db(ref, y)
     assert 12.0 < snr < 60.0, snr  # quantized (not FP32) and still the same enhancement
+
+
+def test_the_committed_ci_baseline_is_for_the_model_the_recipe_exports(dfn3_onnx):
+    """.ci/run gates `cosyedge export dfn3` (fp16, int8 calibrated at 48 kHz) with the committed baseline; the export
+    is deterministic, so a change of the recipe, of streamify or of the wheel shows here first."""
+    from cosyedge.artifacts import sha256_file
+
+    base_dir = Path(__file__).resolve().parents[2] / "cosyedge" / "compare" / "baselines"
+    base = json.loads((base_dir / "dfn3.accuracy.json").read_text())
+    assert base["model"]["name"] == "dfn3" and base["model"]["sha256"] == sha256_file(dfn3_onnx)
+    assert sorted(base["labels"]) == ["fp16", "int8"] and (base_dir / "dfn3.int8.amax.json").is_file()
