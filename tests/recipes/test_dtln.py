@@ -108,28 +108,15 @@ def test_cosyedge_run_output_is_aligned_with_the_input(dtln_onnx, reference, tmp
 
 
 def test_streampool_with_three_streams_equals_single_sessions(dtln_onnx):
-    from cosyedge.runtime.ort import OrtStreamSession
-    from cosyedge.runtime.pool import StreamPool
+    from tests.streams import pool_outputs, session_outputs
 
     x, _ = load_audio(DEMO)
     x = x[:32000, 0]
     streams = [x, x[::-1].copy(), 0.5 * np.roll(x, 7000)]
     hop = 128
-    with OrtStreamSession(dtln_onnx) as s:
-        want = []
-        for a in streams:
-            s.reset()
-            want.append(np.concatenate([s.push(a[None, None, i:i + hop])["enhanced"][0, 0].copy()
-                                        for i in range(0, a.size, hop)]))
-    with StreamPool(dtln_onnx, max_streams=4) as pool:
-        ids = [pool.join() for _ in streams]
-        got = [[] for _ in streams]
-        for i in range(0, x.size, hop):
-            out = pool.push({sid: a[i:i + hop] for sid, a in zip(ids, streams)})
-            for k, sid in enumerate(ids):
-                got[k].append(out[sid])
-    for w, g in zip(want, got):
-        np.testing.assert_allclose(np.concatenate(g), w, atol=2e-5)
+    want = session_outputs(dtln_onnx, streams, hop)
+    for w, g in zip(want, pool_outputs(dtln_onnx, streams, hop, max_streams=4)):
+        np.testing.assert_allclose(g, w, atol=2e-5)
     assert _snr_db(want[0], want[1]) < 0  # the streams really differ
 
 

@@ -120,27 +120,14 @@ def tm_training_data():
 
 
 def test_streampool_serves_nsnet2_like_single_sessions(nsnet2_onnx):
-    from cosyedge.runtime.ort import OrtStreamSession
-    from cosyedge.runtime.pool import StreamPool
+    from tests.streams import pool_outputs, session_outputs
 
     x, _ = load_audio(DEMO)
     x = x[:48000, 0]
     streams = [x, x[::-1].copy(), 0.5 * np.roll(x, 7000)]
-    with OrtStreamSession(nsnet2_onnx) as s:
-        want = []
-        for a in streams:
-            s.reset()
-            want.append(np.concatenate([s.push(a[None, None, i:i + 160])["enhanced"][0, 0].copy()
-                                        for i in range(0, a.size, 160)]))
-    with StreamPool(nsnet2_onnx, max_streams=4) as pool:
-        ids = [pool.join() for _ in streams]
-        got = [[] for _ in streams]
-        for i in range(0, x.size, 160):
-            out = pool.push({sid: a[i:i + 160] for sid, a in zip(ids, streams)})
-            for k, sid in enumerate(ids):
-                got[k].append(out[sid])
-    for w, g in zip(want, got):
-        np.testing.assert_allclose(np.concatenate(g), w, atol=2e-5)
+    want = session_outputs(nsnet2_onnx, streams, 160)
+    for w, g in zip(want, pool_outputs(nsnet2_onnx, streams, 160, max_streams=4)):
+        np.testing.assert_allclose(g, w, atol=2e-5)
 
 
 def test_export_cli_refuses_what_a_recipe_cannot_take(tmp_path, capsys):

@@ -159,21 +159,14 @@ def test_conv_cache_with_dynamic_time_is_adopted_without_scan(tmp_path):
 
 
 def test_the_adopted_model_runs_in_streampool_like_single_sessions(tmp_path):
-    from cosyedge.runtime.pool import StreamPool
+    from tests.streams import pool_outputs
 
     out = tmp_path / "packed.stream.onnx"
     adopt(packed_model(tmp_path / "p.onnx"), out, sample_rate_hz=SR, hop_samples=HOP)
     x = _speech(HOP * 30)
     streams = [x, x[::-1].copy(), 0.3 * x]
-    with StreamPool(out, max_streams=4) as pool:
-        ids = [pool.join() for _ in streams]
-        got = [[] for _ in streams]
-        for i in range(0, x.size, HOP):
-            res = pool.push({sid: a[i:i + HOP] for sid, a in zip(ids, streams)})
-            for k, sid in enumerate(ids):
-                got[k].append(res[sid])
-    for a, g in zip(streams, got):
-        np.testing.assert_allclose(np.concatenate(g), packed_reference(a.astype(np.float64)), atol=1e-5)
+    for a, g in zip(streams, pool_outputs(out, streams, HOP, max_streams=4)):
+        np.testing.assert_allclose(g, packed_reference(a.astype(np.float64)), atol=1e-5)
 
 
 def test_state_pairs_parse_and_names_are_found():
