@@ -519,6 +519,11 @@ def _lw_spec(text: str) -> tuple[int, int]:
     return _pair_spec(text, "W,BINS", "1024,128")
 
 
+def _gru_spec(text: str) -> tuple[int, int]:
+    """argparse type of ``--gru``: ``"H,LAYERS"`` -> (H, LAYERS), both positive ints."""
+    return _pair_spec(text, "H,LAYERS", "192,2")
+
+
 def _snr_range_spec(text: str) -> tuple[float, float]:
     """``LO,HI`` (dB, -20 <= LO < HI <= 40) -> (LO, HI); argparse type of ``--snr-range``."""
     try:
@@ -590,6 +595,11 @@ def main(argv=None) -> int:
                          "from the same function")
     ap.add_argument("--lw", default=None, metavar="W,BINS", type=_lw_spec,
                     help="from scratch: model with long-window features of W samples on the lowest BINS bins")
+    ap.add_argument("--pitch-comb", action="store_true",
+                    help="from scratch: build the model with the pitch comb (needs --lw; with --init use --add-pitch-comb)")
+    ap.add_argument("--gru", default=None, metavar="H,LAYERS", type=_gru_spec,
+                    help="from scratch: a recurrent block (GRU of H units, LAYERS layers) after the gated conv blocks "
+                         "(EnhancerConfig.gru_hidden / gru_layers), e.g. 192,2")
     ap.add_argument("--add-pitch-comb", action="store_true",
                     help="with --init: add the pitch comb path (RNNoise-style pitch filter, "
                          "cosyedge.models.reference; needs long-window features), its feature conv zero and its "
@@ -643,6 +653,10 @@ def main(argv=None) -> int:
         ap.error("--add-lw needs --init (use --lw from scratch)")
     if args.add_pitch_comb and not args.init:
         ap.error("--add-pitch-comb needs --init (a trained model with long-window features)")
+    if (args.pitch_comb or args.gru) and args.init:
+        ap.error("--pitch-comb and --gru build a model from scratch; with --init use --add-pitch-comb")
+    if args.pitch_comb and not args.lw:
+        ap.error("--pitch-comb needs --lw (the pitch is read off the long window)")
     if args.lw and args.init:
         ap.error("--lw builds a model from scratch; with --init use --add-lw")
     if args.add_window is not None and not args.init:
@@ -678,11 +692,12 @@ def main(argv=None) -> int:
     torch.manual_seed(args.seed)
     rng = np.random.default_rng(args.seed)
     # the model first: a bad --init or model option fails here, before minutes of data preparation
-    df, lw = args.df or (0, 0), args.lw or (0, 0)
+    df, lw, gru = args.df or (0, 0), args.lw or (0, 0), args.gru or (0, 1)
     try:
         model = load_reference(args.init).train() if args.init else ReferenceEnhancer(
             EnhancerConfig(channels=args.channels, dilations=dilations, df_order=df[0], df_bins=df[1],
-                           lw_window=lw[0], lw_bins=lw[1]))
+                           lw_window=lw[0], lw_bins=lw[1], pitch_comb=args.pitch_comb, gru_hidden=gru[0],
+                           gru_layers=gru[1]))
         if added:
             model = extend_blocks(model, added).train()
         if args.add_df:

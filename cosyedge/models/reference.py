@@ -94,6 +94,11 @@ class EnhancerConfig:
             W > 0); 128 bins of a 1024 window = 0-2 kHz.
         pitch_comb (bool): the pitch comb path (module docstring); needs ``lw_window`` > 0 and the symmetric
             window (``win_samples`` = 2 * hop).
+        gru_hidden (int): H, units of the optional recurrent block after the gated conv blocks (0 = off): a
+            unidirectional ``nn.GRU(C, H, gru_layers)`` over frames whose output, projected back to C by a
+            1x1 conv, is added to the conv features (residual). Its hidden state is one more streaming state
+            per layer; it carries the noise estimate over any length, past the convs' receptive field.
+        gru_layers (int): stacked GRU layers (>= 1) when ``gru_hidden`` > 0.
     """
 
     sample_rate_hz: int = 16000
@@ -109,6 +114,8 @@ class EnhancerConfig:
     lw_window: int = 0
     lw_bins: int = 0
     pitch_comb: bool = False
+    gru_hidden: int = 0
+    gru_layers: int = 1
 
     @property
     def n_bins(self) -> int:
@@ -176,7 +183,7 @@ class ReferenceEnhancer(nn.Module):
             ``df_order`` > 0, or ``df_bins`` set without ``df_order``); window odd or < 2 * hop; an inconsistent
             long-window config (``lw_window`` neither 0 nor above ``win_samples``,
             ``lw_bins`` outside 1..W/2+1 with it, or set without it); ``pitch_comb`` without the long window or
-            with another window than 2 * hop.
+            with another window than 2 * hop; ``gru_hidden`` < 0 or ``gru_layers`` < 1.
     """
 
     def __init__(self, config: EnhancerConfig | None = None):
@@ -234,6 +241,12 @@ class ReferenceEnhancer(nn.Module):
             self.register_buffer("pc_scale", torch.ones(f))
             self.pc_inp = _zero_conv(f, cfg.channels)
             self.pc_out = _zero_conv(cfg.channels, f, PITCH_MIX_INIT_BIAS)
+        if cfg.gru_hidden < 0 or cfg.gru_layers < 1:
+            raise ValueError(f"gru_hidden {cfg.gru_hidden} and gru_layers {cfg.gru_layers}: need gru_hidden >= 0 "
+                             f"and gru_layers >= 1")
+        if cfg.gru_hidden:
+            self.gru = nn.GRU(cfg.channels, cfg.gru_hidden, cfg.gru_layers, batch_first=True)
+            self.gru_out = nn.Conv1d(cfg.gru_hidden, cfg.channels, 1)
 
     def log_power(self, spec: torch.Tensor, bins: int | None = None) -> torch.Tensor:
         """spec (N, 2B, T) float32 (Re; Im of B bins) -> log bin power (N, B, T) float32 (natural log).
@@ -339,6 +352,8 @@ class ReferenceEnhancer(nn.Module):
             h = h + self.pc_inp((self.log_power(comb, f) - self.pc_mean[:, None]) * self.pc_scale[:, None])
         for blk in self.blocks:
             h = blk(h)
+        if self.config.gru_hidden:
+            h = h + self.gru_out(self.gru(h.transpose(1, 2))[0].transpose(1, 2))
         fl = self.config.gain_floor
         g = fl + (1.0 - fl) * torch.sigmoid(self.out(h))
         return (g, torch.tanh(self.df_out(h)) if self.config.df_order else None,
@@ -494,4 +509,7 @@ def count_macs_per_second(config: EnhancerConfig) -> float:
         lags = PITCH_LAG_RANGE[1] - PITCH_LAG_RANGE[0] + 1
         hop, k2 = config.hop_samples, 2 * config.win_samples // config.hop_samples  # CausalFraming's two convs
         per_frame += lags * config.lw_bins + hop * hop + k2 * k2 * hop + 2 * f * config.win_samples + 2 * f * c + 2 * f
+    if config.gru_hidden:  # 3 gates x (input + recurrent) matrices per layer, then the projection back to C
+        h = config.gru_hidden
+        per_frame += 3 * (c * h + h * h) + (config.gru_layers - 1) * 3 * 2 * h * h + h * c
     return per_frame * config.sample_rate_hz / config.hop_samples
