@@ -654,7 +654,8 @@ def main(argv=None) -> int:
     if args.add_pitch_comb and not args.init:
         ap.error("--add-pitch-comb needs --init (a trained model with long-window features)")
     if (args.pitch_comb or args.gru) and args.init:
-        ap.error("--pitch-comb and --gru build a model from scratch; with --init use --add-pitch-comb")
+        ap.error("--pitch-comb and --gru build a model from scratch; with --init, --add-pitch-comb grows the comb "
+                 "(a GRU block cannot be grown onto a trained model)")
     if args.pitch_comb and not args.lw:
         ap.error("--pitch-comb needs --lw (the pitch is read off the long window)")
     if args.lw and args.init:

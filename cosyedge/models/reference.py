@@ -12,7 +12,9 @@ Architecture (gain estimation in an STFT filterbank domain, all causal):
 2. Features: log power per bin ``log(re^2 + im^2 + eps)``, eps = 1e-6, normalised per bin with a fixed
    mean and scale measured on training data (global mean-variance normalisation) -> 1x1 conv to C channels.
 3. Estimator: B gated dilated causal conv blocks over frames (WaveNet-style
-   ``tanh(a) * sigmoid(b)``, kernel 3, dilations 1, 2, 4, ...), residual.
+   ``tanh(a) * sigmoid(b)``, kernel 3, dilations 1, 2, 4, ...), residual. Optionally (``gru_hidden`` H > 0) a
+   unidirectional GRU over frames after them, projected back to C by a 1x1 conv and added (residual); its
+   hidden state per layer is one more streaming state (GRU: Cho et al. 2014, arXiv:1406.1078).
 4. Gain: 1x1 conv C -> F, ``g = floor + (1 - floor) * sigmoid(.)`` per bin, applied to re and im.
    Optional deep filter (``df_order`` K > 0, on the lowest ``df_bins`` bins): a 1x1 conv C -> 2 * df_bins * K
    gives complex coefficients ``c_j = tanh(.)`` and the output bin is ``g X_t + sum_{j<K} c_j X_{t-j}``
