@@ -1,0 +1,163 @@
+#!/usr/bin/env python3
+"""What limits STOI and DNSMOS OVRL at 20 ms: oracle masks and inference-time gain shaping, all four measures.
+
+Issue 26 asks the bundled reference model to beat RNNoise and NSNet2 on SI-SNRi, PESQ-WB, STOI and DNSMOS
+OVRL at once. ``scripts/oracle_testset.py`` bounds SI-SNRi only; this script scores, on the fixed test set
+(``scripts/make_testset.py``) and with exactly the scorer of ``cosyedge eval``
+(:func:`cosyedge.eval.evaluate.score_item`: delay search, SI-SNRi, PESQ-WB, STOI, DNSMOS P.835), in one run:
+
+- ``oracle-iam`` / ``oracle-wiener``: ideal amplitude mask and ideal Wiener gain from the TRUE speech and
+  noise at the reference model's own 20 ms filterbank (320-sample sqrt-Hann STFT, hop 160), floored at the
+  model's gain floor 0.03 (:func:`oracle_testset.apply_oracle`): what a perfect gain estimator with this
+  filterbank reaches on each measure, and ``oracle-iam-floor0.001`` with a -60 dB floor;
+- ``model``: the model as given (``--weights``, default the bundled one), PyTorch full sequence (equal to the
+  stream graph, which ``cosyedge export`` proves on every run);
+- gain-shaping variants of the same model, no retraining: with ``u = (g - 0.03) / 0.97`` the model's
+  sigmoid output per bin and frame, ``g' = f + (1 - f) u^gamma`` (``floor=f``, ``gamma``), and a frame gate
+  ``g'' = g' * min(1, mean_bins(u) / tau)^beta`` (``gate<tau>b<beta>``) that deepens the suppression in
+  frames the model itself holds to be noise (pauses), as RNNoise's near-zero band gains do;
+- ``rnnoise``: the RNNoise baseline of ``cosyedge eval`` (pyrnnoise), scored in the same run as the anchor.
+
+Sources: ideal masks, Wang, Narayanan & Wang, IEEE/ACM TASLP 22(12), 2014 (doi:10.1109/TASLP.2014.2352935);
+DNSMOS P.835, Reddy et al., ICASSP 2022 (arXiv:2110.01763); RNNoise, Valin 2018 (arXiv:1709.08243).
+
+Command::
+
+    python scripts/make_testset.py        # the test set, once
+    python scripts/sweep_gain_shaping.py --json docs/eval/gain-shaping.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+VARIANTS = {  # name -> (floor, gamma, gate)
+    "model": (None, 1.0, None),
+    "floor0.01": (0.01, 1.0, None),
+    "floor0.003": (0.003, 1.0, None),
+    "gamma1.5": (0.03, 1.5, None),
+    "floor0.01-gamma1.5": (0.01, 1.5, None),
+    "gate0.2b1": (0.03, 1.0, (0.2, 1.0)),
+    "gate0.3b2": (0.03, 1.0, (0.3, 2.0)),
+    "floor0.01-gate0.3b2": (0.01, 1.0, (0.3, 2.0)),
+}
+METRICS = ("si_snri_db", "pesq_wb", "stoi", "dnsmos_sig", "dnsmos_bak", "dnsmos_ovrl")
+
+
+def shaped_model(model, floor: float | None, gamma: float, gate: tuple[float, float] | None):
+    """Return a callable x (N, 1, T) float32 tensor -> enhanced (N, 1, T), the model with its gains reshaped.
+
+    Args:
+        model (ReferenceEnhancer): the model (its gain floor ``fl`` is read from its config).
+        floor (float | None): new gain floor in [0, 1), or None to keep the model's.
+        gamma (float): exponent on the model's sigmoid output ``u`` (> 0; 1 keeps it).
+        gate (tuple[float, float] | None): ``(tau, beta)`` of the frame gate, or None.
+    """
+    import torch
+
+    fl = model.config.gain_floor
+    f = fl if floor is None else floor
+
+    def estimate(spec, lw_spec=None, comb=None, _orig=type(model).estimate):
+        g, coefs, mix = _orig(model, spec, lw_spec, comb)
+        u = ((g - fl) / (1.0 - fl)).clamp(0.0, 1.0) ** gamma
+        g2 = f + (1.0 - f) * u
+        if gate is not None:
+            tau, beta = gate
+            g2 = g2 * (u.mean(dim=1, keepdim=True) / tau).clamp(max=1.0) ** beta
+        return g2, coefs, mix
+
+    def run(x):
+        model.estimate = estimate
+        try:
+            with torch.no_grad():
+                return model(x)
+        finally:
+            del model.estimate
+
+    return run
+
+
+def oracle_masked(noisy: np.ndarray, clean: np.ndarray, kind: str, floor: float, win: int = 320) -> np.ndarray:
+    """Oracle-masked noisy signal, float32 (T,) at 16 kHz: the gain of :func:`oracle_testset.oracle_gain`
+    (``kind`` "iam" or "wiener", floored at ``floor``) at a ``win``-sample sqrt-Hann STFT, hop ``win/2``."""
+    from scipy.signal import istft, stft
+
+    from oracle_testset import oracle_gain
+
+    w = np.sqrt(np.hanning(win + 1)[:-1])
+    kw = {"fs": 16000, "window": w, "nperseg": win, "noverlap": win // 2}
+    x, s, n = (stft(v.astype(np.float64), **kw)[2] for v in (noisy, clean, noisy - clean))
+    return istft(oracle_gain(kind, s, n, x, floor) * x, **kw)[1][: noisy.size].astype(np.float32)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    ap.add_argument("--testset", type=Path, default=Path("~/.cache/cosyedge/testset").expanduser())
+    ap.add_argument("--weights", type=Path, default=None, help="reference weights (default: the bundled ones)")
+    ap.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated subset of the variants")
+    ap.add_argument("--json", type=Path, default=None, help="write the table here")
+    args = ap.parse_args(argv)
+
+    import torch
+
+    from cosyedge.audio import load_audio
+    from cosyedge.eval.baseline import rnnoise_enhance
+    from cosyedge.eval.evaluate import score_item
+    from cosyedge.models.reference import load_reference
+
+    torch.set_num_threads(1)
+    manifest = args.testset / "manifest.json"
+    if not manifest.is_file():
+        print(f"no test set at {args.testset}: run scripts/make_testset.py first", file=sys.stderr)
+        return 2
+    names = [v for v in args.variants.split(",") if v]
+    bad = [v for v in names if v not in VARIANTS]
+    if bad:
+        print(f"unknown variant(s) {bad}; known: {list(VARIANTS)}", file=sys.stderr)
+        return 2
+    model = load_reference(args.weights).eval()
+    runs = {v: shaped_model(model, *VARIANTS[v]) for v in names}
+    pairs = json.loads(manifest.read_text())["pairs"]
+    rows: dict = {}
+    for i, p in enumerate(pairs):
+        noisy = load_audio(args.testset / p["noisy"])[0][:, 0].astype(np.float32)
+        clean = load_audio(args.testset / p["clean"])[0][:, 0].astype(np.float32)
+        outs = {"oracle-iam": oracle_masked(noisy, clean, "iam", 0.03),
+                "oracle-wiener": oracle_masked(noisy, clean, "wiener", 0.03),
+                "oracle-iam-floor0.001": oracle_masked(noisy, clean, "iam", 0.001)}
+        x = torch.from_numpy(np.concatenate([noisy, np.zeros(320, np.float32)]))[None, None]
+        for v, run in runs.items():
+            outs[v] = run(x)[0, 0].numpy()
+        outs["rnnoise"] = rnnoise_enhance(noisy, 16000)
+        res = score_item(noisy, clean, outs)
+        for system, r in res.items():
+            for group in (f"all@{p['snr_db']:g}dB", "overall"):
+                for k in METRICS:
+                    if k in r:
+                        rows.setdefault(system, {}).setdefault(group, {}).setdefault(k, []).append(r[k])
+        print(f"[{i + 1}/{len(pairs)}] {p['noisy']}", file=sys.stderr, flush=True)
+    table = {s: {g: {k: round(float(np.nanmean(v)), 3) for k, v in ms.items()} for g, ms in sorted(gs.items())}
+             for s, gs in rows.items()}
+    print(f"{'system':24s} {'group':10s} " + " ".join(f"{k:>11s}" for k in METRICS))
+    for s, gs in table.items():
+        for gname, ms in gs.items():
+            print(f"{s:24s} {gname:10s} " + " ".join(f"{ms.get(k, float('nan')):11.3f}" for k in METRICS))
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        meta = {"command": "python scripts/sweep_gain_shaping.py " + " ".join(argv or sys.argv[1:]),
+                "weights": str(args.weights or "bundled"), "pairs": len(pairs), "variants": VARIANTS}
+        args.json.write_text(json.dumps({"meta": meta, "table": table}, indent=1, default=str) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
