@@ -79,9 +79,9 @@ def oracle_gain(kind: str, s: np.ndarray, n: np.ndarray, x: np.ndarray, floor: f
     return np.maximum(g, floor)
 
 
-def apply_oracle(noisy: np.ndarray, clean: np.ndarray, kind: str, win: int) -> np.ndarray:
+def apply_oracle(noisy: np.ndarray, clean: np.ndarray, kind: str, win: int, floor: float = GAIN_FLOOR) -> np.ndarray:
     """Return the oracle-masked signal: float64 (T,), same length as ``noisy`` (16 kHz, sqrt-Hann STFT with
-    50 % overlap, perfect reconstruction with gain 1)."""
+    50 % overlap, perfect reconstruction with gain 1); the gain of :func:`oracle_gain`, floored at ``floor``."""
     from scipy.signal import istft, stft
 
     w = np.sqrt(np.hanning(win + 1)[:-1])  # periodic sqrt-Hann, as the reference model's bases
@@ -89,7 +89,7 @@ def apply_oracle(noisy: np.ndarray, clean: np.ndarray, kind: str, win: int) -> n
     _, _, x = stft(noisy, **kw)
     _, _, s = stft(clean, **kw)
     _, _, n = stft(noisy - clean, **kw)
-    _, y = istft(oracle_gain(kind, s, n, x) * x, **kw)
+    _, y = istft(oracle_gain(kind, s, n, x, floor) * x, **kw)
     return y[: noisy.size]
 
 

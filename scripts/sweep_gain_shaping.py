@@ -85,19 +85,6 @@ def shaped_model(model, floor: float | None, gamma: float, gate: tuple[float, fl
     return run
 
 
-def oracle_masked(noisy: np.ndarray, clean: np.ndarray, kind: str, floor: float, win: int = 320) -> np.ndarray:
-    """Oracle-masked noisy signal, float32 (T,) at 16 kHz: the gain of :func:`oracle_testset.oracle_gain`
-    (``kind`` "iam" or "wiener", floored at ``floor``) at a ``win``-sample sqrt-Hann STFT, hop ``win/2``."""
-    from scipy.signal import istft, stft
-
-    from oracle_testset import oracle_gain
-
-    w = np.sqrt(np.hanning(win + 1)[:-1])
-    kw = {"fs": 16000, "window": w, "nperseg": win, "noverlap": win // 2}
-    x, s, n = (stft(v.astype(np.float64), **kw)[2] for v in (noisy, clean, noisy - clean))
-    return istft(oracle_gain(kind, s, n, x, floor) * x, **kw)[1][: noisy.size].astype(np.float32)
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -112,7 +99,9 @@ def main(argv=None) -> int:
     from cosyedge.audio import load_audio
     from cosyedge.eval.baseline import rnnoise_enhance
     from cosyedge.eval.evaluate import score_item
+    from cosyedge.eval.report import write_report
     from cosyedge.models.reference import load_reference
+    from oracle_testset import apply_oracle
 
     torch.set_num_threads(1)
     manifest = args.testset / "manifest.json"
@@ -131,9 +120,10 @@ def main(argv=None) -> int:
     for i, p in enumerate(pairs):
         noisy = load_audio(args.testset / p["noisy"])[0][:, 0].astype(np.float32)
         clean = load_audio(args.testset / p["clean"])[0][:, 0].astype(np.float32)
-        outs = {"oracle-iam": oracle_masked(noisy, clean, "iam", 0.03),
-                "oracle-wiener": oracle_masked(noisy, clean, "wiener", 0.03),
-                "oracle-iam-floor0.001": oracle_masked(noisy, clean, "iam", 0.001)}
+        n64, c64 = noisy.astype(np.float64), clean.astype(np.float64)
+        outs = {name: apply_oracle(n64, c64, kind, 320, floor).astype(np.float32) for name, kind, floor in
+                (("oracle-iam", "iam", 0.03), ("oracle-wiener", "wiener", 0.03),
+                 ("oracle-iam-floor0.001", "iam", 0.001))}
         x = torch.from_numpy(np.concatenate([noisy, np.zeros(320, np.float32)]))[None, None]
         for v, run in runs.items():
             outs[v] = run(x)[0, 0].numpy()
@@ -152,10 +142,9 @@ def main(argv=None) -> int:
         for gname, ms in gs.items():
             print(f"{s:24s} {gname:10s} " + " ".join(f"{ms.get(k, float('nan')):11.3f}" for k in METRICS))
     if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
         meta = {"command": "python scripts/sweep_gain_shaping.py " + " ".join(argv or sys.argv[1:]),
                 "weights": str(args.weights or "bundled"), "pairs": len(pairs), "variants": VARIANTS}
-        args.json.write_text(json.dumps({"meta": meta, "table": table}, indent=1, default=str) + "\n")
+        write_report(args.json, {"meta": meta, "table": table})
     return 0
 
 
