@@ -337,6 +337,39 @@ def sha256_file(path: str | Path, chunk_bytes: int = 1 << 20) -> str:
     return h.hexdigest()
 
 
+#: Metadata keys left out of :func:`model_content_sha256`: figures *measured* on the machine that wrote the file.
+MACHINE_MEASURED_KEYS = ("cosyedge.proof",)
+
+
+def model_content_sha256(path: str | Path) -> str:
+    """Return the hex SHA-256 (str) of an ONNX model without its machine-measured metadata.
+
+    The stream model records its proof's measured error (``cosyedge.proof``: max abs error, SNR). That figure depends on
+    the CPU kernels ONNX Runtime picks (measured: the DeepFilterNet3 export differs only in that key between AVX-512
+    and AVX2, under ``qemu-x86_64 -cpu Haswell``), so two machines exporting the same model write files with
+    different :func:`sha256_file`. This hash covers everything else (graph, weights, the other metadata), in the
+    model's own serialization (external data files are not read). Committed baselines use it to recognise their model
+    on any CPU.
+
+    Raises:
+        ArtifactError: the file is missing or not an ONNX model.
+    """
+    import onnx
+
+    from cosyedge.errors import ArtifactError
+
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except OSError as err:
+        raise ArtifactError(f"{path} is not readable ({err.strerror or err})") from None
+    except Exception as err:  # protobuf's DecodeError and onnx's own errors
+        raise ArtifactError(f"{path} is not a readable ONNX model ({type(err).__name__})") from None
+    keep = [p for p in model.metadata_props if p.key not in MACHINE_MEASURED_KEYS]
+    del model.metadata_props[:]
+    model.metadata_props.extend(keep)
+    return hashlib.sha256(model.SerializeToString(deterministic=True)).hexdigest()
+
+
 @contextlib.contextmanager
 def atomic_output(dest: str | Path, suffix: str | None = None) -> Iterator[Path]:
     """Yield a temporary path next to ``dest``; on success rename it onto ``dest``, on error delete it.

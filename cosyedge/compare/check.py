@@ -60,6 +60,7 @@ from cosyedge.artifacts import (
     SCHEMA_VERSION,
     atomic_output,
     check_writable,
+    model_content_sha256,
     sha256_file,
     write_json,
 )
@@ -199,7 +200,8 @@ def load_baseline(path: Path, ref: CompareModel) -> dict:
         raise ArtifactError(f"{path} is not a cosyedge accuracy baseline (kind '{BASELINE_KIND}'); {fix}")
     validate_baseline(data, path, fix)
     sha = data["model"]["sha256"]
-    if sha != ref.model_sha256:
+    content = data["model"].get("content_sha256")
+    if sha != ref.model_sha256 and not (content and content == model_content_sha256(ref.model_path)):
         raise UsageError(
             f"baseline {path} is for model '{data['model'].get('name', '?')}' sha256 {str(sha)[:12]}, not "
             f"{ref.model_path} (sha256 {ref.model_sha256[:12]}): the model changed; {fix}")
@@ -261,6 +263,8 @@ def validate_baseline(data: dict, path: Path, fix: str = "regenerate it: cosyedg
                             f"({SCHEMA_VERSION}); upgrade cosyedge, or {fix}")
     model = obj(data.get("model"), "model")
     text(model.get("sha256"), "model.sha256")
+    if "content_sha256" in model:
+        text(model["content_sha256"], "model.content_sha256")
     if "name" in model:
         text(model["name"], "model.name")
     utts = data.get("utterances")
@@ -785,7 +789,8 @@ def _write_baseline(path: Path, ref: CompareModel, utts: list[Utterance], chunk:
 
     data = {
         "kind": BASELINE_KIND, "schema_version": SCHEMA_VERSION, "cosyedge_version": __version__,
-        "model": {"name": ref.contract.name, "sha256": ref.model_sha256, "path": ref.model_path.name},
+        "model": {"name": ref.contract.name, "sha256": ref.model_sha256, "path": ref.model_path.name,
+                  "content_sha256": model_content_sha256(ref.model_path)},
         "utterances": [u.describe() | {"source": Path(u.source).name} for u in utts],
         "chunk_samples": chunk, "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "tools": _tools(), "tolerances": BASELINE_TOLERANCES,

@@ -16,6 +16,7 @@ import onnx
 import pytest
 from onnx import numpy_helper
 
+from cosyedge.artifacts import model_content_sha256, sha256_file
 from cosyedge.cli.main import main
 from cosyedge.compare.check import default_baseline_path, regression, run_check
 from cosyedge.models import REFERENCE_STREAM_ONNX
@@ -177,6 +178,41 @@ def test_baseline_of_another_model_is_exit_2(baseline, two_state, utt_dir, capsy
     assert rc == 2
     line = _one_line_error(capsys)
     assert "is for model 'reference' sha256" in line and "cosyedge check --update-baseline" in line
+
+
+def test_baseline_recognises_its_model_exported_on_another_cpu(ref_onnx, utt_dir, tmp_path):
+    """CI broke when DeepFilterNet3's export, identical in graph and weights, recorded another proof error on an
+    AVX-512 machine than on the AVX2 one the baseline was made on (``cosyedge.proof`` differs, so the file hash did).
+    The baseline also records the hash without that key: such a file is accepted; a changed weight is not."""
+    from cosyedge.compare.check import load_baseline
+    from cosyedge.compare.models import load_compare_model
+    from cosyedge.errors import UsageError
+
+    good = _hand_baseline(ref_onnx, utt_dir, {"fp32": _LENIENT})
+    model = onnx.load(str(ref_onnx))
+    proof = next((p for p in model.metadata_props if p.key == "cosyedge.proof"), None)
+    if proof is None:
+        proof = model.metadata_props.add()
+        proof.key = "cosyedge.proof"
+    proof.value = '{"max_abs": 1.0e-06}'
+    other_cpu = tmp_path / "other_cpu.onnx"
+    onnx.save(model, str(other_cpu))
+    good["model"]["content_sha256"] = model_content_sha256(other_cpu)
+    base = _write(tmp_path / "base.json", good)
+    with pytest.raises(UsageError):  # no content hash recorded: the file hash decides, as before
+        load_baseline(_write(tmp_path / "old.json", {**good, "model": {k: v for k, v in good["model"].items()
+                                                                        if k != "content_sha256"}}),
+                      load_compare_model(other_cpu))
+    assert good["model"]["sha256"] != sha256_file(other_cpu)
+    load_baseline(base, load_compare_model(other_cpu))  # accepted: only the machine-measured proof differs
+    w = model.graph.initializer[0]
+    arr = numpy_helper.to_array(w).copy()
+    arr.flat[0] += 1.0
+    w.CopyFrom(numpy_helper.from_array(arr, w.name))
+    changed = tmp_path / "changed.onnx"
+    onnx.save(model, str(changed))
+    with pytest.raises(UsageError, match="the model changed"):
+        load_baseline(base, load_compare_model(changed))
 
 
 def test_candidate_with_other_inputs_outputs_is_exit_2(baseline, ref_onnx, engines, utt_dir, two_state, capsys):

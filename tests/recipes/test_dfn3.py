@@ -208,9 +208,9 @@ def test_int8_quantizes_the_network_and_keeps_the_signal_processing_float(dfn3_o
 def test_the_committed_ci_baseline_is_for_the_model_the_recipe_exports(dfn3_onnx):
     """.ci/run gates `cosyedge export dfn3` (fp16, int8 calibrated at 48 kHz) with the committed baseline; the export
     is deterministic, so a change of the recipe, of streamify or of the wheel shows here first."""
-    from cosyedge.artifacts import sha256_file
+    from cosyedge.artifacts import model_content_sha256
 
     base_dir = Path(__file__).resolve().parents[2] / "cosyedge" / "compare" / "baselines"
     base = json.loads((base_dir / "dfn3.accuracy.json").read_text())
-    assert base["model"]["name"] == "dfn3" and base["model"]["sha256"] == sha256_file(dfn3_onnx)
+    assert base["model"]["name"] == "dfn3" and base["model"]["content_sha256"] == model_content_sha256(dfn3_onnx)
     assert sorted(base["labels"]) == ["fp16", "int8"] and (base_dir / "dfn3.int8.amax.json").is_file()

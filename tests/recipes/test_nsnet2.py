@@ -148,10 +148,10 @@ def test_the_committed_ci_baseline_is_for_the_model_the_recipe_exports(nsnet2_on
     """.ci/run gates `cosyedge export nsnet2` with cosyedge/compare/baselines/nsnet2.accuracy.json: the export is
     deterministic, so a change of the recipe, of streamify or of the wheel shows here first (then regenerate
     the baseline: the README's 'Deploy a pretrained model' check --update-baseline line)."""
-    from cosyedge.artifacts import sha256_file
+    from cosyedge.artifacts import model_content_sha256
 
     base = json.loads((ROOT / "cosyedge" / "compare" / "baselines" / "nsnet2.accuracy.json").read_text())
     assert base["model"]["name"] == "nsnet2"
-    assert base["model"]["sha256"] == sha256_file(nsnet2_onnx)
+    assert base["model"]["content_sha256"] == model_content_sha256(nsnet2_onnx)
     assert sorted(base["labels"]) == ["fp16", "int8"]
     assert (ROOT / "cosyedge" / "compare" / "baselines" / "nsnet2.int8.amax.json").is_file()
