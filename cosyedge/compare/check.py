@@ -308,6 +308,8 @@ def validate_baseline(data: dict, path: Path, fix: str = "regenerate it: cosyedg
         if "reference" in entry:
             ref = obj(entry["reference"], f"{where}.reference")
             text(ref.get("sha256"), f"{where}.reference.sha256")
+            if "content_sha256" in ref:
+                text(ref["content_sha256"], f"{where}.reference.content_sha256")
         if entry.get("amax") is not None:
             text(entry["amax"], f"{where}.amax")
 
@@ -416,11 +418,26 @@ def sparse_parent(ref: CompareModel, sparse_onnx: str | Path | None = None) -> C
 
 
 def _parent_of_label(base: dict, label: str) -> dict:
-    """The FP32 model a baseline measured ``label`` against: ``{"path", "sha256"}`` (dict) from the label's
-    ``reference`` entry, or the baseline's model for baselines written before sparse parents existed."""
+    """The FP32 model a baseline measured ``label`` against: ``{"path", "sha256", "content_sha256"}`` (dict) from
+    the label's ``reference`` entry, or the baseline's model for baselines written before sparse parents existed.
+    ``content_sha256`` (:func:`~cosyedge.artifacts.model_content_sha256`, ``""`` when unknown) is the label's own,
+    or the baseline model's when the label was measured against that model (baselines written before labels
+    recorded it)."""
+    model = base.get("model") or {}
     entry = (base.get("labels") or {}).get(label) or {}
-    ref = entry.get("reference") or base.get("model") or {}
-    return {"path": ref.get("path", "?"), "sha256": ref.get("sha256", "")}
+    ref = entry.get("reference") or model
+    content = ref.get("content_sha256") or (model.get("content_sha256") if ref.get("sha256") == model.get("sha256")
+                                            else None)
+    return {"path": ref.get("path", "?"), "sha256": ref.get("sha256", ""), "content_sha256": content or ""}
+
+
+def _is_parent(was: dict, sha256: str, path: str | Path | None) -> bool:
+    """Whether the model at ``path`` (file SHA-256 ``sha256``) is the parent ``was`` (:func:`_parent_of_label`):
+    the same file, or the same graph and weights exported on another CPU (same content hash; only the
+    machine-measured proof differs)."""
+    if was["sha256"] == sha256:
+        return True
+    return bool(was.get("content_sha256") and path) and was["content_sha256"] == model_content_sha256(path)
 
 
 def ensure_engine(ref: CompareModel, label: str, engines_dir: Path, *, baseline: Path, update: bool,
@@ -661,7 +678,7 @@ def run_check(onnx_path: str | Path | None = None, *, baseline: str | Path | Non
                              f"run 'cosyedge check --update-baseline --precisions {','.join(keep)}'")
         for lab in labels:
             parent, was = parent_of(lab), _parent_of_label(base, lab)
-            if was["sha256"] != parent.model_sha256:
+            if not _is_parent(was, parent.model_sha256, parent.model_path):
                 raise UsageError(f"baseline {baseline} measured '{lab}' against another FP32 model ({was['path']}, "
                                  f"sha256 {was['sha256'][:12]}), not {parent.model_path} (sha256 "
                                  f"{parent.model_sha256[:12]}); pass that model as --sparse-onnx, or re-measure "
@@ -705,11 +722,15 @@ def run_check(onnx_path: str | Path | None = None, *, baseline: str | Path | Non
                                                 f"--chunk-ms {chunk_ms:g}")
         report["rows"] += _rows(label, res, rows_m, ref.contract.output, state_outs)
     report["parents"] = {"dense": ref.model_sha256, "sparse": sparse_ref.model_sha256}
+    report["parent_paths"] = {"dense": str(ref.model_path), "sparse": str(sparse_ref.model_path)}
     if update_baseline and not has_sparse:  # the parent kept sparse labels would be checked against now
         try:
-            report["parents"]["sparse"] = sparse_parent(ref, sparse_onnx).model_sha256
+            kept_parent = sparse_parent(ref, sparse_onnx)
+            report["parents"]["sparse"] = kept_parent.model_sha256
+            report["parent_paths"]["sparse"] = str(kept_parent.model_path)
         except CosyEdgeError:
             report["parents"]["sparse"] = ""  # none usable: kept sparse labels are dropped
+            report["parent_paths"]["sparse"] = ""
     report["passed"] = not report["regressions"]
     report["elapsed_s"] = round(time.perf_counter() - t0, 2)
     if update_baseline:
@@ -795,8 +816,10 @@ def _write_baseline(path: Path, ref: CompareModel, utts: list[Utterance], chunk:
         "chunk_samples": chunk, "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "tools": _tools(), "tolerances": BASELINE_TOLERANCES,
         "regenerate": "cosyedge check --update-baseline",
-        "labels": {**_kept_labels(path, ref, utts, chunk, set(report["labels"]), report.get("parents", {})),
-                   **{lab: {"reference": {"path": Path(d["reference"]).name, "sha256": d["reference_sha256"]},
+        "labels": {**_kept_labels(path, ref, utts, chunk, set(report["labels"]), report.get("parents", {}),
+                                  report.get("parent_paths", {})),
+                   **{lab: {"reference": {"path": Path(d["reference"]).name, "sha256": d["reference_sha256"],
+                                          "content_sha256": model_content_sha256(d["reference"])},
                             "metrics": {k: _num(v["value"]) for k, v in d["metrics"].items()},
                             "amax": (amax_cache_path(path, ref.contract.name, lab).name
                                      if lab.startswith("int8") else None)}
@@ -806,11 +829,12 @@ def _write_baseline(path: Path, ref: CompareModel, utts: list[Utterance], chunk:
 
 
 def _kept_labels(path: Path, ref: CompareModel, utts: list[Utterance], chunk: int, measured: set,
-                 parents: dict | None = None) -> dict:
+                 parents: dict | None = None, parent_paths: dict | None = None) -> dict:
     """Labels of the baseline already at ``path`` that this update did not measure, kept when that baseline
     is for the same model, utterance set and chunk (else ``{}``: its values no longer apply), and each kept
     label was measured against the FP32 parent it would have now (``parents``: ``{"dense": sha256,
-    "sparse": sha256}``; a label of another parent is dropped, with a log line)."""
+    "sparse": sha256}``, their files ``parent_paths``; a label of another parent is dropped, with a log line; the
+    same model exported on another CPU is the same parent, see :func:`_is_parent`)."""
     try:
         old = load_baseline(path, ref)
         _check_same_set(old, utts, chunk, path)
@@ -820,8 +844,10 @@ def _kept_labels(path: Path, ref: CompareModel, utts: list[Utterance], chunk: in
     for lab, v in (old.get("labels") or {}).items():
         if lab in measured:
             continue
-        want = (parents or {}).get("sparse" if parse_precision_label(lab)[1] else "dense")
-        if want is not None and _parent_of_label(old, lab)["sha256"] != want:
+        kind = "sparse" if parse_precision_label(lab)[1] else "dense"
+        want = (parents or {}).get(kind)
+        if want is not None and not _is_parent(_parent_of_label(old, lab), want,
+                                               (parent_paths or {}).get(kind) or None):
             LOG.warning("baseline %s: dropped '%s' (measured against another FP32 parent; re-measure it with "
                         "--update-baseline --precisions %s)", path, lab, lab)
             continue

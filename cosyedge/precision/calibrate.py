@@ -34,7 +34,8 @@ from typing import Any
 import numpy as np
 
 from cosyedge._lazy import lazy_import
-from cosyedge.artifacts import SCHEMA_VERSION, StreamContract, atomic_output, load_onnx, sha256_file, write_json
+from cosyedge.artifacts import (SCHEMA_VERSION, StreamContract, atomic_output, load_onnx, model_content_sha256,
+                                sha256_file, write_json)
 from cosyedge.errors import ArtifactError, UsageError, first_line
 from cosyedge.log import LOG
 from cosyedge.precision.calibset import CalibrationSet
@@ -160,13 +161,19 @@ def collect_amax(model_path: str | Path, calib: CalibrationSet, tensors: list[st
             "chunk_samples": chunk, "elapsed_s": round(elapsed, 3)}
 
 
-def load_amax(path: str | Path, model_sha256: str | None = None, where: str = "") -> dict:
+def load_amax(path: str | Path, model_sha256: str | None = None, where: str = "",
+              model_path: str | Path | None = None) -> dict:
     """Load an amax cache and, when ``model_sha256`` is given, check it belongs to that model.
+
+    A cache whose file hash differs is still that model's when it records the model's
+    :func:`~cosyedge.artifacts.model_content_sha256` (``model.content_sha256``) and ``model_path`` has the same one:
+    the same graph and weights exported on another CPU (only the machine-measured proof differs).
 
     Args:
         path (str | Path): ``<model>.amax.json``.
-        model_sha256 (str | None): Expected model hash.
+        model_sha256 (str | None): Expected model hash (file SHA-256).
         where (str): Model path for the message.
+        model_path (str | Path | None): The model file, for the content-hash comparison.
     Returns:
         dict: the cache (``"amax"``: {tensor: float}, ``"model"``, ``"calibration"``, ``"params"``).
     Raises:
@@ -181,7 +188,9 @@ def load_amax(path: str | Path, model_sha256: str | None = None, where: str = ""
     except (OSError, json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as err:
         raise ArtifactError(f"{path} is not a cosyedge amax cache ({type(err).__name__}: {err}); "
                             f"delete it and recalibrate") from None
-    if model_sha256 is not None and data["model"]["sha256"] != model_sha256:
+    content = data["model"].get("content_sha256") if isinstance(data["model"], dict) else None
+    if (model_sha256 is not None and data["model"]["sha256"] != model_sha256
+            and not (content and model_path is not None and content == model_content_sha256(model_path))):
         raise ArtifactError(
             f"amax cache {path} was calibrated for another model (sha256 {data['model']['sha256'][:12]}, "
             f"'{data['model'].get('name', '?')}'), not {where or 'this model'} (sha256 {model_sha256[:12]}); "
@@ -249,7 +258,8 @@ def calibrate(model_path: str | Path, calib: CalibrationSet, *, out_dir: str | P
         "schema_version": SCHEMA_VERSION,
         "stage": "calibrate",
         "cosyedge_version": __version__,
-        "model": {"name": contract.name, "path": str(model_path), "sha256": model_sha},
+        "model": {"name": contract.name, "path": str(model_path), "sha256": model_sha,
+                  "content_sha256": model_content_sha256(model_path)},
         "calibration": {"dir": str(calib.folder), "manifest_sha256": calib.sha256, "utterances": len(calib),
                         "duration_s": round(calib.duration_s, 3)},
         "params": params,

@@ -109,12 +109,12 @@ def int8_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, calib: Any = None,
     calib_info: dict = {}
     if amax is not None:
         amax_path = Path(amax)
-        data = cal.load_amax(amax_path, model_sha256=model_sha, where=str(src))
+        data = cal.load_amax(amax_path, model_sha256=model_sha, where=str(src), model_path=src)
         trt_cache = cal.trt_cache_path_for(amax_path.parent, contract.name)
     else:
         cset = resolve_calibration_set(calib, count)
         amax_path = cal.calibrate(src, cset, threads=threads, cache_name=cache_name)
-        data = cal.load_amax(amax_path, model_sha256=model_sha, where=str(src))
+        data = cal.load_amax(amax_path, model_sha256=model_sha, where=str(src), model_path=src)
         trt_cache = cal.trt_cache_path_for(amax_path.parent, cache_name or contract.name)
     calib_info = data["calibration"]
     with LOG.stage(f"insert Q/DQ into {src.name} ({len(to_quantize)} weighted nodes, {len(kept)} kept in float)"):

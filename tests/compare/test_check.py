@@ -215,6 +215,76 @@ def test_baseline_recognises_its_model_exported_on_another_cpu(ref_onnx, utt_dir
         load_baseline(base, load_compare_model(changed))
 
 
+def _with_other_proof(src: Path, dest: Path) -> Path:
+    """``src`` with another machine-measured ``cosyedge.proof``: the same model as exported on another CPU."""
+    model = onnx.load(str(src))
+    proof = next((p for p in model.metadata_props if p.key == "cosyedge.proof"), None)
+    if proof is None:
+        proof = model.metadata_props.add()
+        proof.key = "cosyedge.proof"
+    proof.value = '{"max_abs": 2.0e-06}'
+    onnx.save(model, str(dest))
+    assert sha256_file(dest) != sha256_file(src) and model_content_sha256(dest) == model_content_sha256(src)
+    return dest
+
+
+def test_check_gates_the_same_model_exported_on_another_cpu(baseline, ref_onnx, utt_dir, tmp_path, capsys):
+    """The whole gate, not only the model line: CI failed at each label's recorded parent (and would have at the
+    INT8 amax cache) after the model line accepted DeepFilterNet3's AVX-512 export. The written baseline and amax
+    cache record the content hash per label; a baseline from before that (content hash on the model line only)
+    is accepted too; a changed weight is still refused."""
+    other = _with_other_proof(ref_onnx, tmp_path / "other_cpu.onnx")
+    data = json.loads(baseline.read_text())
+    content = model_content_sha256(ref_onnx)
+    assert data["model"]["content_sha256"] == content
+    assert {lab: v["reference"]["content_sha256"] for lab, v in data["labels"].items()} == {"fp32": content,
+                                                                                             "int8": content}
+    amax = baseline.parent / "reference.int8.amax.json"
+    assert json.loads(amax.read_text())["model"]["content_sha256"] == content
+    engines = tmp_path / "engines"
+    argv = ["--onnx", str(other), "--engines-dir", str(engines), "--utterances", str(utt_dir), "--no-pesq"]
+    capsys.readouterr()
+    rc = main(["check", "--baseline", str(baseline), *argv])
+    out = capsys.readouterr()
+    assert rc == 0, out.err
+    assert "PASS: fp32, int8 within baseline tolerance" in out.out
+    legacy_dir = tmp_path / "legacy"  # labels without content hashes, amax cache without one
+    legacy_dir.mkdir()
+    for lab in data["labels"].values():
+        del lab["reference"]["content_sha256"]
+    legacy = _write(legacy_dir / "accuracy.json", data)
+    cache = json.loads(amax.read_text())
+    cache["model"]["content_sha256"] = content  # as the committed caches were given by hand
+    _write(legacy_dir / amax.name, cache)
+    rc = main(["check", "--baseline", str(legacy), *argv])
+    out = capsys.readouterr()
+    assert rc == 0, out.err
+    model = onnx.load(str(other))
+    w = model.graph.initializer[0]
+    arr = numpy_helper.to_array(w).copy()
+    arr.flat[0] += 1.0
+    w.CopyFrom(numpy_helper.from_array(arr, w.name))
+    onnx.save(model, str(tmp_path / "changed.onnx"))
+    rc = main(["check", "--baseline", str(baseline), *argv[2:], "--onnx", str(tmp_path / "changed.onnx")])
+    assert rc == 2 and "the model changed" in _one_line_error(capsys)
+
+
+def test_amax_cache_of_another_model_is_refused_by_content_too(baseline, ref_onnx, tmp_path):
+    from cosyedge.errors import ArtifactError
+    from cosyedge.precision.calibrate import load_amax
+
+    amax = baseline.parent / "reference.int8.amax.json"
+    other = _with_other_proof(ref_onnx, tmp_path / "other_cpu.onnx")
+    load_amax(amax, sha256_file(other), str(other), model_path=other)  # same content: accepted
+    with pytest.raises(ArtifactError, match="calibrated for another model"):
+        load_amax(amax, sha256_file(other), str(other))  # no model file given: the file hash decides
+    model = onnx.load(str(other))
+    model.doc_string = "edited"  # not machine-measured: another content hash
+    onnx.save(model, str(tmp_path / "edited.onnx"))
+    with pytest.raises(ArtifactError, match="calibrated for another model"):
+        load_amax(amax, sha256_file(tmp_path / "edited.onnx"), "edited", model_path=tmp_path / "edited.onnx")
+
+
 def test_candidate_with_other_inputs_outputs_is_exit_2(baseline, ref_onnx, engines, utt_dir, two_state, capsys):
     rc = main(["check", "--onnx", str(ref_onnx), "--baseline", str(baseline), "--precisions", "fp32",
                "--candidate", f"fp32={two_state[0]}", "--engines-dir", str(engines), "--utterances", str(utt_dir)])
@@ -341,7 +411,8 @@ def test_sparse_labels_are_built_from_and_compared_with_the_sparse_parent(ref_on
     assert main(["check", *common, "--baseline", str(with_parent), "--update-baseline",
                  "--sparse-onnx", str(sparse_parent_onnx)]) == 0
     entry = json.loads(with_parent.read_text())["labels"]["fp32-sparse"]
-    assert entry["reference"] == {"path": sparse_parent_onnx.name, "sha256": sha256_file(sparse_parent_onnx)}
+    assert entry["reference"] == {"path": sparse_parent_onnx.name, "sha256": sha256_file(sparse_parent_onnx),
+                                  "content_sha256": model_content_sha256(sparse_parent_onnx)}
     assert entry["metrics"]["free-running/demo-late-noisy/enhanced/snr_db"] == 150.0
     assert main(["check", *common, "--baseline", str(on_the_fly), "--update-baseline"]) == 0
     entry = json.loads(on_the_fly.read_text())["labels"]["fp32-sparse"]

@@ -16,7 +16,7 @@ import onnxruntime as ort
 import pytest
 from onnx import numpy_helper
 
-from cosyedge.artifacts import StreamContract, sha256_file
+from cosyedge.artifacts import StreamContract, model_content_sha256, sha256_file
 from cosyedge.cli.main import main
 from cosyedge.errors import ArtifactError, UsageError
 from cosyedge.models import REFERENCE_STREAM_ONNX
@@ -426,7 +426,9 @@ def test_cli_amax_cache_from_another_model(work, model, calib_set, capsys):
         calib_set.folder / "reference.amax.json").exists() else None
     if data is None:
         data = json.loads(cal.calibrate(model, calib_set).read_text())
+    assert data["model"]["content_sha256"] == model_content_sha256(model)  # recorded with the file hash
     data["model"]["sha256"] = "0" * 64
+    data["model"]["content_sha256"] = "1" * 64  # another model: another graph or weights too
     data["model"]["name"] = "someone-else"
     foreign.write_text(json.dumps(data))
     out = work / "foreign.int8.onnx"

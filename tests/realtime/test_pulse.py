@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -78,7 +79,7 @@ def _pulse_server(tmp: Path):
            "XDG_RUNTIME_DIR": str(runtime), "PYTHONPATH": str(ROOT)}
     log = open(tmp / "pulseaudio.log", "w")  # noqa: SIM115 - closed in finally
     proc = subprocess.Popen(["pulseaudio", "--daemonize=no", "--exit-idle-time=-1", "-n", "-F", str(script),
-                             "--use-pid-file=no", "--log-target=stderr"],
+                             "--use-pid-file=no", "--log-target=stderr", "--log-level=debug"],  # underruns: debug
                             env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 15
@@ -265,6 +266,8 @@ def test_run_mic_monitor_plays_the_enhanced_audio(pulse):
     play16 = np.concatenate([lead, x[3 * sr: 5 * sr], lead])
     sf.write(tmp / "play2.wav", soxr.resample(play16, sr, DEVICE_RATE_HZ).astype(np.float32), DEVICE_RATE_HZ,
              subtype="FLOAT")
+    server_log = tmp / "pulseaudio.log"
+    log_before = server_log.stat().st_size
     rec = subprocess.Popen(["parecord", "--device", f"{SPEAKERS}.monitor", "--rate", str(DEVICE_RATE_HZ),
                             "--channels", "1", "--format", "float32le", "--file-format=wav", str(tmp / "spk.wav")],
                            env=env)
@@ -301,14 +304,23 @@ def test_run_mic_monitor_plays_the_enhanced_audio(pulse):
               if np.sqrt(np.mean(enhanced[k:k + seg] ** 2)) > 0.003]  # speech, not a pause
     found = [_align(spk, enhanced, start=k, length=seg) for k in starts]
     underflows = int(report.split("output underflows ")[1].split(")")[0])
-    print(f"speakers vs enhanced file ({underflows} output underflows): " +
+    # PulseAudio's own underruns of the monitor's playback stream (the server played silence because the ALSA
+    # plugin's data came late): the ALSA plugin need not pass them on as an xrun, so the report cannot count them
+    # (CI: 0 underflows counted, the lag 56 samples later from one segment on). The server logs each one.
+    with open(server_log, "rb") as f:
+        f.seek(log_before)
+        server_underruns = len(re.findall(rb"[Uu]nderrun of 'ALSA Playback'", f.read()))
+    print(f"speakers vs enhanced file ({underflows} output underflows, {server_underruns} server underruns): " +
           ", ".join(f"{lag:.1f}/{snr:.0f} dB" for lag, snr in found))
     assert len(starts) >= 8
     good = [lag for lag, snr in found if snr > 20.0]
     assert len(good) >= 0.75 * len(found), found  # the speakers played the enhanced audio
     assert min(good) >= 0  # after it was computed
-    if underflows == 0:
+    if underflows == 0 and server_underruns == 0:
         assert max(good) - min(good) < 2.0, found  # one unbroken copy, one delay
+    else:  # each counted xrun can move the copy once (silence inserted: later; a backlog skipped: earlier)
+        moves = sum(abs(b - a) >= 2.0 for a, b in zip(good, good[1:]))
+        assert moves <= underflows + server_underruns, (found, underflows, server_underruns)
 
 
 def test_server_gone_mid_stream_is_one_line_and_keeps_the_recording(tmp_path):
