@@ -16,6 +16,10 @@ OVRL at once. ``scripts/oracle_testset.py`` bounds SI-SNRi only; this script sco
   sigmoid output per bin and frame, ``g' = f + (1 - f) u^gamma`` (``floor=f``, ``gamma``), and a frame gate
   ``g'' = g' * min(1, mean_bins(u) / tau)^beta`` (``gate<tau>b<beta>``) that deepens the suppression in
   frames the model itself holds to be noise (pauses), as RNNoise's near-zero band gains do;
+- with ``--pitch-oracles``: ``oracle-iam+pitch`` / ``oracle-iam+pitch-causal``, the ideal amplitude mask
+  after RNNoise's pitch comb (per 200 Hz band and frame the better of plain and comb-filtered,
+  :func:`oracle_testset.apply_oracle_pitch`; period from the clean speech's Praat pitch, or estimated causally
+  from the noisy input): the bound for a real-gain model with the reference model's pitch comb front end;
 - ``rnnoise``: the RNNoise baseline of ``cosyedge eval`` (pyrnnoise), scored in the same run as the anchor.
 
 Sources: ideal masks, Wang, Narayanan & Wang, IEEE/ACM TASLP 22(12), 2014 (doi:10.1109/TASLP.2014.2352935);
@@ -25,6 +29,7 @@ Command::
 
     python scripts/make_testset.py        # the test set, once
     python scripts/sweep_gain_shaping.py --json docs/eval/gain-shaping.json
+    python scripts/sweep_gain_shaping.py --variants model --pitch-oracles --json docs/eval/pitch-oracle.json
 """
 
 from __future__ import annotations
@@ -91,6 +96,8 @@ def main(argv=None) -> int:
     ap.add_argument("--testset", type=Path, default=Path("~/.cache/cosyedge/testset").expanduser())
     ap.add_argument("--weights", type=Path, default=None, help="reference weights (default: the bundled ones)")
     ap.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated subset of the variants")
+    ap.add_argument("--pitch-oracles", action="store_true",
+                    help="also score the ideal amplitude mask after the pitch comb (true and causal period)")
     ap.add_argument("--json", type=Path, default=None, help="write the table here")
     args = ap.parse_args(argv)
 
@@ -101,7 +108,7 @@ def main(argv=None) -> int:
     from cosyedge.eval.evaluate import score_item
     from cosyedge.eval.report import write_report
     from cosyedge.models.reference import load_reference
-    from oracle_testset import apply_oracle
+    from oracle_testset import apply_oracle, apply_oracle_pitch
 
     torch.set_num_threads(1)
     manifest = args.testset / "manifest.json"
@@ -124,6 +131,9 @@ def main(argv=None) -> int:
         outs = {name: apply_oracle(n64, c64, kind, 320, floor).astype(np.float32) for name, kind, floor in
                 (("oracle-iam", "iam", 0.03), ("oracle-wiener", "wiener", 0.03),
                  ("oracle-iam-floor0.001", "iam", 0.001))}
+        if args.pitch_oracles:
+            for name, pitch in (("oracle-iam+pitch", "true"), ("oracle-iam+pitch-causal", "autocorr")):
+                outs[name] = apply_oracle_pitch(n64, c64, pitch=pitch).astype(np.float32)
         x = torch.from_numpy(np.concatenate([noisy, np.zeros(320, np.float32)]))[None, None]
         for v, run in runs.items():
             outs[v] = run(x)[0, 0].numpy()
@@ -143,7 +153,8 @@ def main(argv=None) -> int:
             print(f"{s:24s} {gname:10s} " + " ".join(f"{ms.get(k, float('nan')):11.3f}" for k in METRICS))
     if args.json:
         meta = {"command": "python scripts/sweep_gain_shaping.py " + " ".join(argv or sys.argv[1:]),
-                "weights": str(args.weights or "bundled"), "pairs": len(pairs), "variants": VARIANTS}
+                "weights": str(args.weights or "bundled"), "pairs": len(pairs), "variants": VARIANTS,
+                "pitch_oracles": bool(args.pitch_oracles)}
         write_report(args.json, {"meta": meta, "table": table})
     return 0
 
