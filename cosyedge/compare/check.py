@@ -372,7 +372,10 @@ def sparse_parent(ref: CompareModel, sparse_onnx: str | Path | None = None) -> C
         ref (CompareModel): The FP32 streaming reference of the check.
         sparse_onnx (str | Path | None): FP32 streaming ONNX with 2:4-pruned, fine-tuned weights. Default:
             :data:`cosyedge.models.REFERENCE_SPARSE_STREAM_ONNX` when ``ref`` is the bundled reference model
-            (and that file exists), else ``ref`` itself (sparse builds then prune ``ref`` on the fly).
+            (that path, and that file exists), else ``ref`` itself (sparse builds then prune ``ref`` on the fly;
+            a copy elsewhere passes ``sparse_onnx``). The dense parent the sparse model records matches ``ref``
+            by file hash, or by :func:`~cosyedge.artifacts.model_content_sha256` (the same graph and weights
+            with another machine-measured proof).
     Returns:
         CompareModel: the sparse parent (``ref`` when there is none).
     Raises:
@@ -410,7 +413,8 @@ def sparse_parent(ref: CompareModel, sparse_onnx: str | Path | None = None) -> C
     except UsageError as err:
         raise UsageError(f"{what} does not fit the reference: {err}") from None
     recorded = dense_parent_sha256(parent.model_path)
-    if recorded and recorded != ref.root_sha256:
+    if recorded and recorded != ref.root_sha256 and not (
+            not ref.parent_sha256 and recorded == model_content_sha256(ref.model_path)):  # a copy, proof changed
         raise UsageError(f"{what}: {parent.path} was fine-tuned from another dense model (SHA-256 {recorded[:12]}, "
                          f"the reference {ref.path} is {ref.root_sha256[:12]}); fine-tune it again from the "
                          f"reference's weights with scripts/finetune_sparse.py")

@@ -459,6 +459,28 @@ def test_bundled_model_checks_sparse_labels_against_its_fine_tuned_sibling(ref_o
     assert sparse_parent(copied) is copied
 
 
+def test_bundled_sparse_model_fits_a_copy_of_the_bundled_model_with_another_proof(tmp_path):
+    """A copy of the bundled dense model that differs only in the machine-measured proof (another CPU's export)
+    is the parent the bundled sparse model records: --sparse-onnx with it is accepted; a changed weight is the
+    stale case and is refused."""
+    from cosyedge.compare.check import sparse_parent
+    from cosyedge.compare.models import load_compare_model
+    from cosyedge.errors import UsageError
+    from cosyedge.models import REFERENCE_SPARSE_STREAM_ONNX
+
+    other = load_compare_model(_with_other_proof(REFERENCE_STREAM_ONNX, tmp_path / "other_cpu.onnx"))
+    got = sparse_parent(other, REFERENCE_SPARSE_STREAM_ONNX)
+    assert got.model_path.resolve() == REFERENCE_SPARSE_STREAM_ONNX.resolve()
+    model = onnx.load(str(tmp_path / "other_cpu.onnx"))
+    w = model.graph.initializer[0]
+    arr = numpy_helper.to_array(w).copy()
+    arr.flat[0] += 1e-3
+    w.CopyFrom(numpy_helper.from_array(arr, w.name))
+    onnx.save(model, str(tmp_path / "changed.onnx"))
+    with pytest.raises(UsageError, match="was fine-tuned from another dense model"):
+        sparse_parent(load_compare_model(tmp_path / "changed.onnx"), REFERENCE_SPARSE_STREAM_ONNX)
+
+
 def test_bundled_sparse_model_records_the_bundled_dense_model_as_its_parent():
     """A dense retrain without a new sparse fine-tune leaves a stale sparse model: this fails then."""
     from cosyedge.artifacts import sha256_file
