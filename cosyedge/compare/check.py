@@ -27,8 +27,8 @@ A metric fails when it is worse than its baseline value by more than
 (:class:`~cosyedge.errors.RegressionError`: the table, JSON and JUnit name every failing metric);
 **2** bad input (:class:`~cosyedge.errors.UsageError`): a baseline of another model or utterance set, a
 missing baseline entry, a baseline label measured against another sparse parent, a sparse parent or
-candidate with other inputs/outputs, an engine that cannot run here, an INT8 build without its
-calibration. Other failures keep their usual codes (3 artifact: a missing, non-JSON, non-baseline or
+candidate with other inputs/outputs, a ``--candidate`` for a label not in ``--precisions``, an engine that
+cannot run here, an INT8 build without its calibration. Other failures keep their usual codes (3 artifact: a missing, non-JSON, non-baseline or
 malformed ``--baseline`` file (validated against its schema when loaded, :func:`validate_baseline`: the
 line names the field), a missing ``--sparse-onnx``; 4 dependency).
 
@@ -664,6 +664,10 @@ def run_check(onnx_path: str | Path | None = None, *, baseline: str | Path | Non
     labels = parse_precisions(",".join(precisions)) if precisions else (
         list(base["labels"]) if base else list(DEFAULT_PRECISIONS))
     candidates = {precision_label(*parse_precision_label(k)): v for k, v in (candidates or {}).items()}
+    unchecked = [lab for lab in candidates if lab not in labels]
+    if unchecked:  # it would be silently ignored: the user believes that engine was gated
+        raise UsageError(f"--candidate {unchecked[0]}=... is for a label this check does not run (it checks "
+                         f"{','.join(labels)}); add it to --precisions")
     has_sparse = any(parse_precision_label(lab)[1] for lab in labels)
     sparse_ref = sparse_parent(ref, sparse_onnx) if has_sparse else ref  # only resolved when a sparse label is checked
 

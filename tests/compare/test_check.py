@@ -295,6 +295,17 @@ def test_candidate_with_other_inputs_outputs_is_exit_2(baseline, ref_onnx, engin
     assert "have different inputs" in _one_line_error(capsys)
 
 
+def test_candidate_for_a_label_not_checked_is_exit_2(baseline, ref_onnx, engines, fp32_engine, utt_dir, capsys):
+    """Found by a newcomer check: `--precisions fp32 --candidate int8=...` passed without looking at the int8
+    engine at all."""
+    rc = main(["check", "--onnx", str(ref_onnx), "--baseline", str(baseline), "--precisions", "fp32",
+               "--candidate", f"int8={fp32_engine}", "--engines-dir", str(engines), "--utterances", str(utt_dir),
+               "--no-pesq"])
+    assert rc == 2
+    assert _one_line_error(capsys) == ("[!] --candidate int8=... is for a label this check does not run (it checks "
+                                       "fp32); add it to --precisions")
+
+
 def _fake_trt_folder(src: Path, dest: Path) -> Path:
     """An engine folder whose manifest says TensorRT (plan bytes are not a real plan)."""
     from cosyedge.artifacts import sha256_file
