@@ -180,41 +180,6 @@ def test_baseline_of_another_model_is_exit_2(baseline, two_state, utt_dir, capsy
     assert "is for model 'reference' sha256" in line and "cosyedge check --update-baseline" in line
 
 
-def test_baseline_recognises_its_model_exported_on_another_cpu(ref_onnx, utt_dir, tmp_path):
-    """CI broke when DeepFilterNet3's export, identical in graph and weights, recorded another proof error on an
-    AVX-512 machine than on the AVX2 one the baseline was made on (``cosyedge.proof`` differs, so the file hash did).
-    The baseline also records the hash without that key: such a file is accepted; a changed weight is not."""
-    from cosyedge.compare.check import load_baseline
-    from cosyedge.compare.models import load_compare_model
-    from cosyedge.errors import UsageError
-
-    good = _hand_baseline(ref_onnx, utt_dir, {"fp32": _LENIENT})
-    model = onnx.load(str(ref_onnx))
-    proof = next((p for p in model.metadata_props if p.key == "cosyedge.proof"), None)
-    if proof is None:
-        proof = model.metadata_props.add()
-        proof.key = "cosyedge.proof"
-    proof.value = '{"max_abs": 1.0e-06}'
-    other_cpu = tmp_path / "other_cpu.onnx"
-    onnx.save(model, str(other_cpu))
-    good["model"]["content_sha256"] = model_content_sha256(other_cpu)
-    base = _write(tmp_path / "base.json", good)
-    with pytest.raises(UsageError):  # no content hash recorded: the file hash decides, as before
-        load_baseline(_write(tmp_path / "old.json", {**good, "model": {k: v for k, v in good["model"].items()
-                                                                        if k != "content_sha256"}}),
-                      load_compare_model(other_cpu))
-    assert good["model"]["sha256"] != sha256_file(other_cpu)
-    load_baseline(base, load_compare_model(other_cpu))  # accepted: only the machine-measured proof differs
-    w = model.graph.initializer[0]
-    arr = numpy_helper.to_array(w).copy()
-    arr.flat[0] += 1.0
-    w.CopyFrom(numpy_helper.from_array(arr, w.name))
-    changed = tmp_path / "changed.onnx"
-    onnx.save(model, str(changed))
-    with pytest.raises(UsageError, match="the model changed"):
-        load_baseline(base, load_compare_model(changed))
-
-
 def _with_other_proof(src: Path, dest: Path) -> Path:
     """``src`` with another machine-measured ``cosyedge.proof``: the same model as exported on another CPU."""
     model = onnx.load(str(src))
@@ -226,6 +191,40 @@ def _with_other_proof(src: Path, dest: Path) -> Path:
     onnx.save(model, str(dest))
     assert sha256_file(dest) != sha256_file(src) and model_content_sha256(dest) == model_content_sha256(src)
     return dest
+
+
+def _with_changed_weight(src: Path, dest: Path, delta: float) -> Path:
+    """``src`` with ``delta`` added to the first value of its first initializer: another model."""
+    model = onnx.load(str(src))
+    w = model.graph.initializer[0]
+    arr = numpy_helper.to_array(w).copy()
+    arr.flat[0] += delta
+    w.CopyFrom(numpy_helper.from_array(arr, w.name))
+    onnx.save(model, str(dest))
+    return dest
+
+
+def test_baseline_recognises_its_model_exported_on_another_cpu(ref_onnx, utt_dir, tmp_path):
+    """CI broke when DeepFilterNet3's export, identical in graph and weights, recorded another proof error on an
+    AVX-512 machine than on the AVX2 one the baseline was made on (``cosyedge.proof`` differs, so the file hash did).
+    The baseline also records the hash without that key: such a file is accepted; a changed weight is not."""
+    from cosyedge.compare.check import load_baseline
+    from cosyedge.compare.models import load_compare_model
+    from cosyedge.errors import UsageError
+
+    good = _hand_baseline(ref_onnx, utt_dir, {"fp32": _LENIENT})
+    other_cpu = _with_other_proof(ref_onnx, tmp_path / "other_cpu.onnx")
+    good["model"]["content_sha256"] = model_content_sha256(other_cpu)
+    base = _write(tmp_path / "base.json", good)
+    with pytest.raises(UsageError):  # no content hash recorded: the file hash decides, as before
+        load_baseline(_write(tmp_path / "old.json", {**good, "model": {k: v for k, v in good["model"].items()
+                                                                        if k != "content_sha256"}}),
+                      load_compare_model(other_cpu))
+    assert good["model"]["sha256"] != sha256_file(other_cpu)
+    load_baseline(base, load_compare_model(other_cpu))  # accepted: only the machine-measured proof differs
+    changed = _with_changed_weight(other_cpu, tmp_path / "changed.onnx", 1.0)
+    with pytest.raises(UsageError, match="the model changed"):
+        load_baseline(base, load_compare_model(changed))
 
 
 def test_check_gates_the_same_model_exported_on_another_cpu(baseline, ref_onnx, utt_dir, tmp_path, capsys):
@@ -259,13 +258,8 @@ def test_check_gates_the_same_model_exported_on_another_cpu(baseline, ref_onnx, 
     rc = main(["check", "--baseline", str(legacy), *argv])
     out = capsys.readouterr()
     assert rc == 0, out.err
-    model = onnx.load(str(other))
-    w = model.graph.initializer[0]
-    arr = numpy_helper.to_array(w).copy()
-    arr.flat[0] += 1.0
-    w.CopyFrom(numpy_helper.from_array(arr, w.name))
-    onnx.save(model, str(tmp_path / "changed.onnx"))
-    rc = main(["check", "--baseline", str(baseline), *argv[2:], "--onnx", str(tmp_path / "changed.onnx")])
+    changed = _with_changed_weight(other, tmp_path / "changed.onnx", 1.0)
+    rc = main(["check", "--baseline", str(baseline), *argv[2:], "--onnx", str(changed)])
     assert rc == 2 and "the model changed" in _one_line_error(capsys)
 
 
@@ -482,14 +476,9 @@ def test_bundled_sparse_model_fits_a_copy_of_the_bundled_model_with_another_proo
     other = load_compare_model(_with_other_proof(REFERENCE_STREAM_ONNX, tmp_path / "other_cpu.onnx"))
     got = sparse_parent(other, REFERENCE_SPARSE_STREAM_ONNX)
     assert got.model_path.resolve() == REFERENCE_SPARSE_STREAM_ONNX.resolve()
-    model = onnx.load(str(tmp_path / "other_cpu.onnx"))
-    w = model.graph.initializer[0]
-    arr = numpy_helper.to_array(w).copy()
-    arr.flat[0] += 1e-3
-    w.CopyFrom(numpy_helper.from_array(arr, w.name))
-    onnx.save(model, str(tmp_path / "changed.onnx"))
+    changed = _with_changed_weight(tmp_path / "other_cpu.onnx", tmp_path / "changed.onnx", 1e-3)
     with pytest.raises(UsageError, match="was fine-tuned from another dense model"):
-        sparse_parent(load_compare_model(tmp_path / "changed.onnx"), REFERENCE_SPARSE_STREAM_ONNX)
+        sparse_parent(load_compare_model(changed), REFERENCE_SPARSE_STREAM_ONNX)
 
 
 def test_bundled_sparse_model_records_the_bundled_dense_model_as_its_parent():
