@@ -194,9 +194,11 @@ def check_loss_weights(ap: argparse.ArgumentParser, args: argparse.Namespace) ->
     """Usage errors (``ap.error``: one line, exit 2) for ``--spectral-weight`` and ``--stoi-weight`` outside
     [0, 10] and for ``--stoi-weight`` with segments (``--seconds``) shorter than :data:`STOI_MIN_SECONDS`;
     shared by this script and ``scripts/finetune_sparse.py``."""
-    for name in ("spectral_weight", "stoi_weight"):
-        if not 0 <= getattr(args, name) <= 10:
+    for name in ("spectral_weight", "stoi_weight", "dnsmos_weight"):
+        if not 0 <= getattr(args, name, 0.0) <= 10:
             ap.error(f"--{name.replace('_', '-')} must be in [0, 10], got {getattr(args, name)}")
+    if getattr(args, "dnsmos_items", 1) < 1:
+        ap.error(f"--dnsmos-items must be at least 1, got {args.dnsmos_items}")
     if args.stoi_weight and args.seconds < STOI_MIN_SECONDS:
         ap.error(f"--stoi-weight needs segments of at least {STOI_MIN_SECONDS:.2f} s (--seconds), got {args.seconds}")
 
@@ -239,8 +241,36 @@ def lr_at(base_lr: float, step: int, frac: float, warmup_steps: int) -> float:
     return base_lr * min(1.0, (step + 1) / warmup_steps) * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * frac)))
 
 
+@functools.lru_cache(maxsize=1)
+def _dnsmos_model():
+    from cosyedge.eval.dnsmos_torch import build_dnsmos
+
+    return build_dnsmos()
+
+
+def dnsmos_loss(est, ref, items: int):
+    """Negative DNSMOS P.835 OVRL (MOS points; lower is better) of the first ``items`` items of ``est`` whose
+    clean target holds speech, from the differentiable port :func:`cosyedge.eval.dnsmos_torch.build_dnsmos`
+    (the scorer of ``cosyedge eval``, scored here on the training segment itself rather than 9.01 s windows).
+
+    Noise-only items are skipped (DNSMOS rates speech; an empty output is not a speech sample). Clipped to
+    [-1, 1] as the scorer does.
+
+    Args:
+        est, ref (torch.Tensor): (B, T) float32 aligned estimate and clean target at 16 kHz.
+        items (int): at most this many items are scored (the scorer costs about 4 G MAC per 2 s item).
+    Returns:
+        torch.Tensor: scalar, ``-mean(OVRL)`` (0 if no item holds speech).
+    """
+    keep = (ref.pow(2).sum(-1) > 0).nonzero()[:, 0][:items]
+    if len(keep) == 0:
+        return est.sum() * 0.0
+    return -_dnsmos_model()(est[keep].clamp(-1.0, 1.0))[:, 2].mean()
+
+
 def batch_loss(model, noisy: np.ndarray, clean: np.ndarray, delay: int, speech_weight: float,
-               spectral_weight: float = 0.0, stoi_weight: float = 0.0):
+               spectral_weight: float = 0.0, stoi_weight: float = 0.0, dnsmos_weight: float = 0.0,
+               dnsmos_items: int = 4):
     """Training loss (scalar torch.Tensor, dB) of ``model`` on one batch.
 
     Args:
@@ -250,8 +280,12 @@ def batch_loss(model, noisy: np.ndarray, clean: np.ndarray, delay: int, speech_w
         speech_weight (float): ``a`` of the weighted speech-distortion loss (0.5 = plain thresholded SNR).
         spectral_weight (float): weight of :func:`compressed_spectral_loss` added to the SNR loss (0: none).
         stoi_weight (float): weight of :func:`stoi_loss` added to the SNR loss (0: none).
+        dnsmos_weight (float): weight of :func:`dnsmos_loss` (per OVRL point) added (0: none).
+        dnsmos_items (int): items of the batch the DNSMOS loss scores.
     """
     loss, y, ref, mix = _snr_loss(model, noisy, clean, delay, speech_weight)
+    if dnsmos_weight:
+        loss = loss + dnsmos_weight * dnsmos_loss(y, ref, dnsmos_items)
     if spectral_weight:
         loss = loss + spectral_weight * compressed_spectral_loss(y, ref, mix)
     if stoi_weight:
@@ -311,6 +345,22 @@ def evaluate(model, pairs, delay: int, by_noise: bool = False):
     for (name, _, _), g in zip(pairs, gains):
         groups.setdefault(name.split("+")[-1].split("@")[0], []).append(g)
     return {"all": float(np.mean(gains)), **{k: float(np.mean(v)) for k, v in groups.items()}}
+
+
+def mean_dnsmos_ovrl(model, pairs, delay: int) -> float:
+    """Mean DNSMOS P.835 OVRL of ``model``'s output over ``pairs`` [(name, noisy (T,), clean (T,))], scored as
+    ``cosyedge eval`` scores it (:func:`cosyedge.eval.metrics.dnsmos`, 9.01 s windows, ONNX Runtime)."""
+    import torch
+
+    from cosyedge.eval.metrics import dnsmos
+
+    scores = []
+    with torch.no_grad():
+        for _, noisy, _ in pairs:
+            n = len(noisy) - len(noisy) % model.config.hop_samples
+            y = model(torch.from_numpy(np.ascontiguousarray(noisy[:n], dtype=np.float32))[None, None])[0, 0].numpy()
+            scores.append(dnsmos(y[delay:])["dnsmos_ovrl"])
+    return float(np.mean(scores))
 
 
 def _grown_copy(model, new_keys: tuple, **changes):
@@ -580,6 +630,12 @@ def main(argv=None) -> int:
     ap.add_argument("--stoi-weight", type=float, default=0.0,
                     help="weight of a differentiable STOI loss (Taal et al. 2011; 10 log10(1 - d + 0.001), dB) added to "
                          "the SNR loss (0: none)")
+    ap.add_argument("--dnsmos-weight", type=float, default=0.0,
+                    help="weight (dB of loss per MOS point) of the negative DNSMOS P.835 OVRL of the output, scored by "
+                         "a differentiable port of the scorer of cosyedge eval (0: none)")
+    ap.add_argument("--dnsmos-items", type=int, default=4,
+                    help="with --dnsmos-weight: items per batch the DNSMOS loss scores (each 2 s item costs about "
+                         "4 G MAC forward)")
     ap.add_argument("--init", default=None, help="start from these safetensors weights")
     ap.add_argument("--add-dilations", default=None,
                     help="with --init: append gated blocks with these dilations (e.g. 1,2,4,8), initialised as the "
@@ -764,7 +820,8 @@ def main(argv=None) -> int:
         for g in opt.param_groups:
             g["lr"] = lr
         noisy, clean = data.batch(args.batch, n_samples, rng, snr_db_range=args.snr_range)
-        loss = batch_loss(model, noisy, clean, delay, args.speech_weight, args.spectral_weight, args.stoi_weight)
+        loss = batch_loss(model, noisy, clean, delay, args.speech_weight, args.spectral_weight, args.stoi_weight,
+                          args.dnsmos_weight, args.dnsmos_items)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 5.0)
@@ -779,6 +836,8 @@ def main(argv=None) -> int:
             v = evaluate(scored, val_pairs, delay)
             tn = evaluate(scored, test_pairs, delay, by_noise=True) if test_pairs else {"all": float("nan")}
             t = tn["all"]
+            if args.dnsmos_weight and test_pairs:
+                tn["ovrl"] = mean_dnsmos_ovrl(scored, test_pairs, delay)
             model.train()
             hist["val_step"].append(step)
             hist["val_sisnri"].append(v)
