@@ -315,13 +315,15 @@ def load_onnx(path: str | Path, load_external_data: bool = True) -> Any:
     """Load an ONNX file as ``onnx.ModelProto``.
 
     Raises:
-        ArtifactError: the file is missing or is not a valid ONNX protobuf.
+        ArtifactError: the file is missing, empty (0 bytes) or is not a valid ONNX protobuf.
     """
     import onnx
 
     path = Path(path)
     if not path.is_file():
         raise ArtifactError(f"ONNX file not found: {path}")
+    if path.stat().st_size == 0:  # onnx.load reads 0 bytes as an empty, "valid" ModelProto
+        raise ArtifactError(f"ONNX file {path} is empty (0 bytes)")
     try:
         return onnx.load(str(path), load_external_data=load_external_data)
     except Exception as err:  # protobuf DecodeError and friends

@@ -154,7 +154,8 @@ def check(onnx_path, baseline, update_baseline, precisions, candidate_opts, engi
     2 bad input (a baseline of another model, a baseline label measured against another sparse parent, a
     sparse parent or candidate with other inputs/outputs or built from another model, an engine that
     cannot run here, INT8 without its calibration), 3 a missing or malformed baseline (the line names
-    the field). After the model changes, run
+    the field) or an utterance shorter than 1 s or silent. Metrics not in the baseline, or not measured,
+    are listed on NOT GATED lines. After the model changes, run
     'cosyedge check --update-baseline' once and commit the baseline folder.
 
     Example: cosyedge check --precisions fp16,int8-sparse --json accuracy.json --junit accuracy.xml
@@ -183,4 +184,5 @@ def check(onnx_path, baseline, update_baseline, precisions, candidate_opts, engi
     if not report["passed"]:
         n = len(report["regressions"])
         raise RegressionError(f"accuracy regression: {report['regressions'][0]}" + (f" (+{n - 1} more)" if n > 1 else ""))
-    click.echo(f"PASS: {', '.join(report['labels'])} within baseline tolerance ({report['elapsed_s']:.1f} s)")
+    ungated = f"; {len(report['not_gated'])} NOT GATED note(s) above" if report.get("not_gated") else ""
+    click.echo(f"PASS: {', '.join(report['labels'])} within baseline tolerance{ungated} ({report['elapsed_s']:.1f} s)")

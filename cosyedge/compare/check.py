@@ -21,16 +21,19 @@ pruning without fine-tuning loses. Their engines have folders of their own,
 are pruned from the reference on the fly and compared with it. The baseline records each label's parent
 (SHA-256); a check whose parent differs is refused (exit 2).
 
-A metric fails when it is worse than its baseline value by more than
-:data:`cosyedge.compare.tolerances.BASELINE_TOLERANCES` (SNR 1 dB, max abs +50 %, PESQ 0.05, SI-SNR
-0.2 dB; an SNR still >= 90 dB never fails). Exit codes: 0 pass; **1** regression
+A metric fails when it is worse than its baseline value by more than the baseline's ``tolerances``
+(written by ``--update-baseline`` as :data:`cosyedge.compare.tolerances.BASELINE_TOLERANCES`: SNR 1 dB, max
+abs +50 %, PESQ 0.05, SI-SNR 0.2 dB; an SNR still >= 90 dB never fails; edited values apply, and the table
+names them, and ``--update-baseline`` keeps them). A measured metric the baseline lacks, or a baseline metric
+this check does not measure, is not gated and is named on a ``NOT GATED`` line. Exit codes: 0 pass; **1** regression
 (:class:`~cosyedge.errors.RegressionError`: the table, JSON and JUnit name every failing metric);
 **2** bad input (:class:`~cosyedge.errors.UsageError`): a baseline of another model or utterance set, a
 missing baseline entry, a baseline label measured against another sparse parent, a sparse parent or
 candidate with other inputs/outputs, a ``--candidate`` for a label not in ``--precisions``, an engine that
 cannot run here, an INT8 build without its calibration. Other failures keep their usual codes (3 artifact: a missing, non-JSON, non-baseline or
 malformed ``--baseline`` file (validated against its schema when loaded, :func:`validate_baseline`: the
-line names the field), a missing ``--sparse-onnx``; 4 dependency).
+line names the field), a directory given as ``--baseline``, an utterance shorter than 1 s or silent
+(:data:`cosyedge.compare.utterances.MIN_SECONDS`), an empty ``--onnx``, a missing ``--sparse-onnx``; 4 dependency).
 
 **Baseline** (``--baseline``, default the committed ``cosyedge/compare/baselines/reference.accuracy.json``
 for the bundled model): JSON keyed by the reference model's SHA-256, with the utterance set's hashes,
@@ -143,32 +146,35 @@ def metrics_of(result: dict, output: str, state_outputs: list[str]) -> list[Metr
     return out
 
 
-def regression(metric: str, value: float, base: float) -> str | None:
+def regression(metric: str, value: float, base: float, tolerances: dict | None = None) -> str | None:
     """Return why ``value`` regressed from ``base`` (str) or None when it is within tolerance.
 
     Args:
         metric (str): Metric kind: the last part of the key (``snr_db``, ``max_abs``, ``pesq``, ``si_snr_db``).
         value (float): Now.
         base (float): Baseline.
+        tolerances (dict | None): The baseline's ``tolerances`` (same keys as
+            :data:`~cosyedge.compare.tolerances.BASELINE_TOLERANCES`, which fills any key it lacks).
     """
+    tols = {**BASELINE_TOLERANCES, **(tolerances or {})}
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "is NaN" if base is not None and not (isinstance(base, float) and math.isnan(base)) else None
     if base is None or (isinstance(base, float) and math.isnan(base)):
         return None
     if metric == "snr_db":
-        tol = BASELINE_TOLERANCES["snr_db"]
+        tol = tols["snr_db"]
         if value < base - tol and value < SNR_EXACT_DB:
             return f"SNR {value:.2f} dB < baseline {base:.2f} dB - {tol:g} dB"
     elif metric == "max_abs":
-        limit = base * (1.0 + BASELINE_TOLERANCES["max_abs_rel"]) + 1e-6
+        limit = base * (1.0 + tols["max_abs_rel"]) + 1e-6
         if value > limit:
-            return f"max abs error {value:.3g} > baseline {base:.3g} x {1 + BASELINE_TOLERANCES['max_abs_rel']:g}"
+            return f"max abs error {value:.3g} > baseline {base:.3g} x {1 + tols['max_abs_rel']:g}"
     elif metric == "pesq":
-        tol = BASELINE_TOLERANCES["pesq"]
+        tol = tols["pesq"]
         if value < base - tol:
             return f"PESQ-WB {value:.3f} < baseline {base:.3f} - {tol:g}"
     elif metric == "si_snr_db":
-        tol = BASELINE_TOLERANCES["si_snr_db"]
+        tol = tols["si_snr_db"]
         if value < base - tol:
             return f"SI-SNR {value:.2f} dB < baseline {base:.2f} dB - {tol:g} dB"
     return None
@@ -189,6 +195,9 @@ def load_baseline(path: Path, ref: CompareModel) -> dict:
     """
     path = Path(path)
     fix = f"regenerate it: cosyedge check --update-baseline --onnx {ref.model_path} --baseline {path}"
+    if path.is_dir():
+        raise ArtifactError(f"baseline {path} is a directory, not a baseline JSON file; give the file, e.g. "
+                            f"--baseline {path / default_baseline_path(ref.contract.name).name}")
     if not path.is_file():
         raise ArtifactError(f"baseline {path} not found; create it: cosyedge check --update-baseline "
                          f"--onnx {ref.model_path} --baseline {path}")
@@ -201,7 +210,7 @@ def load_baseline(path: Path, ref: CompareModel) -> dict:
     validate_baseline(data, path, fix)
     sha = data["model"]["sha256"]
     content = data["model"].get("content_sha256")
-    if sha != ref.model_sha256 and not (content and content == model_content_sha256(ref.model_path)):
+    if sha != ref.model_sha256 and not (content and content == ref.content_sha256):
         raise UsageError(
             f"baseline {path} is for model '{data['model'].get('name', '?')}' sha256 {str(sha)[:12]}, not "
             f"{ref.model_path} (sha256 {ref.model_sha256[:12]}): the model changed; {fix}")
@@ -226,7 +235,9 @@ def validate_baseline(data: dict, path: Path, fix: str = "regenerate it: cosyedg
         labels: {<precision label, e.g. fp16 or int8-sparse>: {  (at least one)
             metrics: {"<mode>/<utterance>/<tensor>/<metric>": finite number, ...}  (at least one),
             reference?: {sha256: str, path?: str},
-            amax?: str | null}}
+            amax?: str | null}},
+        tolerances?: {snr_db?, max_abs_rel?, pesq?, si_snr_db?: finite number >= 0}  (the gate's; missing
+            keys are cosyedge's BASELINE_TOLERANCES)
 
     Args:
         data (dict): The parsed JSON (already known to be a dict of kind ``cosyedge.accuracy-baseline``).
@@ -312,6 +323,13 @@ def validate_baseline(data: dict, path: Path, fix: str = "regenerate it: cosyedg
                 text(ref["content_sha256"], f"{where}.reference.content_sha256")
         if entry.get("amax") is not None:
             text(entry["amax"], f"{where}.amax")
+    if "tolerances" in data:
+        tols = obj(data["tolerances"], "tolerances")
+        for key, value in tols.items():
+            if key not in BASELINE_TOLERANCES:
+                raise bad(f"tolerances.{key}", f"is not a tolerance (known: {', '.join(BASELINE_TOLERANCES)})")
+            if not _is_number(value) or not math.isfinite(value) or value < 0:
+                raise bad(f"tolerances.{key}", f"must be a finite number >= 0, not {json.dumps(value)}")
 
 
 def _check_same_set(baseline: dict, utts: list[Utterance], chunk: int, path: Path) -> None:
@@ -414,7 +432,7 @@ def sparse_parent(ref: CompareModel, sparse_onnx: str | Path | None = None) -> C
         raise UsageError(f"{what} does not fit the reference: {err}") from None
     recorded = dense_parent_sha256(parent.model_path)
     if recorded and recorded != ref.root_sha256 and not (
-            not ref.parent_sha256 and recorded == model_content_sha256(ref.model_path)):  # a copy, proof changed
+            not ref.parent_sha256 and recorded == ref.content_sha256):  # a copy, proof changed
         raise UsageError(f"{what}: {parent.path} was fine-tuned from another dense model (SHA-256 {recorded[:12]}, "
                          f"the reference {ref.path} is {ref.root_sha256[:12]}); fine-tune it again from the "
                          f"reference's weights with scripts/finetune_sparse.py")
@@ -435,13 +453,15 @@ def _parent_of_label(base: dict, label: str) -> dict:
     return {"path": ref.get("path", "?"), "sha256": ref.get("sha256", ""), "content_sha256": content or ""}
 
 
-def _is_parent(was: dict, sha256: str, path: str | Path | None) -> bool:
-    """Whether the model at ``path`` (file SHA-256 ``sha256``) is the parent ``was`` (:func:`_parent_of_label`):
-    the same file, or the same graph and weights exported on another CPU (same content hash; only the
-    machine-measured proof differs)."""
-    if was["sha256"] == sha256:
+def _is_parent(was: dict, parent: CompareModel | None) -> bool:
+    """Whether ``parent`` is the FP32 parent ``was`` (:func:`_parent_of_label`): the same file, or the same graph
+    and weights exported on another CPU (same content hash; only the machine-measured proof differs). ``None``
+    (no usable parent) is nobody's parent."""
+    if parent is None:
+        return False
+    if was["sha256"] == parent.model_sha256:
         return True
-    return bool(was.get("content_sha256") and path) and was["content_sha256"] == model_content_sha256(path)
+    return bool(was.get("content_sha256")) and was["content_sha256"] == parent.content_sha256
 
 
 def ensure_engine(ref: CompareModel, label: str, engines_dir: Path, *, baseline: Path, update: bool,
@@ -686,7 +706,7 @@ def run_check(onnx_path: str | Path | None = None, *, baseline: str | Path | Non
                              f"run 'cosyedge check --update-baseline --precisions {','.join(keep)}'")
         for lab in labels:
             parent, was = parent_of(lab), _parent_of_label(base, lab)
-            if not _is_parent(was, parent.model_sha256, parent.model_path):
+            if not _is_parent(was, parent):
                 raise UsageError(f"baseline {baseline} measured '{lab}' against another FP32 model ({was['path']}, "
                                  f"sha256 {was['sha256'][:12]}), not {parent.model_path} (sha256 "
                                  f"{parent.model_sha256[:12]}); pass that model as --sparse-onnx, or re-measure "
@@ -694,9 +714,12 @@ def run_check(onnx_path: str | Path | None = None, *, baseline: str | Path | Non
                                  f"--onnx/--baseline/--sparse-onnx)")
     engines_dir = Path(engines_dir) if engines_dir is not None else engines_root()
     caches: dict[str, ReferenceCache] = {}
+    tolerances = {**BASELINE_TOLERANCES, **(_kept_tolerances(baseline) if update_baseline else
+                                            (base or {}).get("tolerances") or {})}
     report: dict = {"reference": str(ref.model_path), "model_sha256": ref.model_sha256,
                     "baseline": str(baseline), "updated": bool(update_baseline), "chunk_samples": chunk,
-                    "utterances": [u.describe() for u in utts], "labels": {}, "regressions": [], "rows": []}
+                    "utterances": [u.describe() for u in utts], "labels": {}, "regressions": [], "rows": [],
+                    "tolerances": tolerances, "not_gated": []}
     state_outs = [s.output for s in ref.contract.states]
     given = {label: load_candidate(label, candidates[label], parent_of(label)) for label in labels
              if label in candidates}  # every --candidate is checked before anything is built or compared
@@ -716,12 +739,23 @@ def run_check(onnx_path: str | Path | None = None, *, baseline: str | Path | Non
         rows_m = {}
         for m in metrics:
             b = base_vals.get(m.key)
-            why = regression(m.key.rsplit("/", 1)[1], m.value, b) if base is not None else None
+            why = regression(m.key.rsplit("/", 1)[1], m.value, b, tolerances) if base is not None else None
             if base is not None and m.key not in base_vals:
                 why = None
             rows_m[m.key] = {"value": m.value, "baseline": b, "better": m.better, "regression": why}
             if why:
                 report["regressions"].append(f"{label} {m.key}: {why}")
+        if base is not None:  # say what the gate did not compare: a trimmed or hand-edited baseline is visible
+            ungated = [k for k in rows_m if k not in base_vals]
+            unmeasured = [k for k in base_vals if k not in rows_m]
+            if ungated:
+                report["not_gated"].append(
+                    f"{label}: {len(ungated)} measured metric(s) have no baseline value and were not gated (e.g. "
+                    f"{ungated[0]}); re-measure: cosyedge check --update-baseline --precisions {label}")
+            if unmeasured:
+                report["not_gated"].append(
+                    f"{label}: {len(unmeasured)} baseline metric(s) were not measured by this check (e.g. "
+                    f"{unmeasured[0]}{'; PESQ is off (--no-pesq)' if not pesq and unmeasured[0].endswith('/pesq') else ''})")
         report["labels"][label] = {"engine": str(target), "reference": str(parent.model_path),
                                    "reference_sha256": parent.model_sha256, "candidate": res["candidate"], "compare": res,
                                    "metrics": rows_m, "default_tolerance_failures": res["failures"]}
@@ -729,20 +763,17 @@ def run_check(onnx_path: str | Path | None = None, *, baseline: str | Path | Non
             report["labels"][label]["debug"] = (f"cosyedge compare {parent.model_path} {target} --mark-all "
                                                 f"--chunk-ms {chunk_ms:g}")
         report["rows"] += _rows(label, res, rows_m, ref.contract.output, state_outs)
-    report["parents"] = {"dense": ref.model_sha256, "sparse": sparse_ref.model_sha256}
-    report["parent_paths"] = {"dense": str(ref.model_path), "sparse": str(sparse_ref.model_path)}
+    parents: dict[str, CompareModel | None] = {"dense": ref, "sparse": sparse_ref}
     if update_baseline and not has_sparse:  # the parent kept sparse labels would be checked against now
         try:
-            kept_parent = sparse_parent(ref, sparse_onnx)
-            report["parents"]["sparse"] = kept_parent.model_sha256
-            report["parent_paths"]["sparse"] = str(kept_parent.model_path)
+            parents["sparse"] = sparse_parent(ref, sparse_onnx)
         except CosyEdgeError:
-            report["parents"]["sparse"] = ""  # none usable: kept sparse labels are dropped
-            report["parent_paths"]["sparse"] = ""
+            parents["sparse"] = None  # none usable: kept sparse labels are dropped
+    report["parents"] = {k: (p.model_sha256 if p is not None else "") for k, p in parents.items()}
     report["passed"] = not report["regressions"]
     report["elapsed_s"] = round(time.perf_counter() - t0, 2)
     if update_baseline:
-        _write_baseline(baseline, ref, utts, chunk, report)
+        _write_baseline(baseline, ref, utts, chunk, report, parents)
     if json_path is not None:
         write_json(json_path, _jsonable(report))
     if junit_path is not None:
@@ -789,6 +820,12 @@ def format_table(report: dict) -> str:
                      f"{f(r['pesq'], '6.3f')} {f(r['si_snr_db'], '7.2f')}  {r['status']}")
     if report.get("updated"):
         lines.append(f"baseline written: {report['baseline']}")
+    changed = {k: v for k, v in (report.get("tolerances") or {}).items() if v != BASELINE_TOLERANCES.get(k)}
+    if changed and not report.get("updated"):
+        lines.append("tolerances from the baseline: " + ", ".join(
+            f"{k} {v:g} (cosyedge's {BASELINE_TOLERANCES[k]:g})" for k, v in changed.items()))
+    for note in report.get("not_gated", []):
+        lines.append(f"NOT GATED {note}")
     for reg in report["regressions"]:
         lines.append(f"REGRESSION {reg}")
     for label, data in report.get("labels", {}).items():
@@ -797,14 +834,24 @@ def format_table(report: dict) -> str:
     return "\n".join(lines)
 
 
-def _write_baseline(path: Path, ref: CompareModel, utts: list[Utterance], chunk: int, report: dict) -> None:
+def _write_baseline(path: Path, ref: CompareModel, utts: list[Utterance], chunk: int, report: dict,
+                    parents: dict | None = None) -> None:
     """Write the baseline of ``report`` (the measured labels, plus the kept ones; see :func:`_kept_labels`).
+
+    ``parents`` (``{"dense": CompareModel, "sparse": CompareModel | None}``) are the FP32 parents the labels
+    were measured against (each label's is found by its ``reference`` path; kept labels are checked against
+    them); without it, the labels' parents are loaded from their paths.
 
     Raises:
         UsageError: a measured metric is NaN/Inf (a baseline holds finite numbers only: a non-finite value
             would drop out of the gate); nothing is written.
     """
     from cosyedge import __version__
+
+    known = {str(p.model_path): p for p in (parents or {}).values() if p is not None}
+
+    def content_of(model_path: str) -> str:  # each parent's content hash computed once (CompareModel caches it)
+        return known[model_path].content_sha256 if model_path in known else model_content_sha256(model_path)
 
     for lab, d in report["labels"].items():
         for key, v in d["metrics"].items():
@@ -819,15 +866,14 @@ def _write_baseline(path: Path, ref: CompareModel, utts: list[Utterance], chunk:
     data = {
         "kind": BASELINE_KIND, "schema_version": SCHEMA_VERSION, "cosyedge_version": __version__,
         "model": {"name": ref.contract.name, "sha256": ref.model_sha256, "path": ref.model_path.name,
-                  "content_sha256": model_content_sha256(ref.model_path)},
+                  "content_sha256": ref.content_sha256},
         "utterances": [u.describe() | {"source": Path(u.source).name} for u in utts],
         "chunk_samples": chunk, "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "tools": _tools(), "tolerances": BASELINE_TOLERANCES,
+        "tools": _tools(), "tolerances": report.get("tolerances") or BASELINE_TOLERANCES,
         "regenerate": "cosyedge check --update-baseline",
-        "labels": {**_kept_labels(path, ref, utts, chunk, set(report["labels"]), report.get("parents", {}),
-                                  report.get("parent_paths", {})),
+        "labels": {**_kept_labels(path, ref, utts, chunk, set(report["labels"]), parents),
                    **{lab: {"reference": {"path": Path(d["reference"]).name, "sha256": d["reference_sha256"],
-                                          "content_sha256": model_content_sha256(d["reference"])},
+                                          "content_sha256": content_of(d["reference"])},
                             "metrics": {k: _num(v["value"]) for k, v in d["metrics"].items()},
                             "amax": (amax_cache_path(path, ref.contract.name, lab).name
                                      if lab.startswith("int8") else None)}
@@ -836,13 +882,28 @@ def _write_baseline(path: Path, ref: CompareModel, utts: list[Utterance], chunk:
     write_json(path, data)
 
 
+def _kept_tolerances(path: Path) -> dict:
+    """The ``tolerances`` of the baseline already at ``path`` when it has valid ones (kept by an update), else
+    ``{}``."""
+    try:
+        old = json.loads(Path(path).read_text())
+        tols = old.get("tolerances") if isinstance(old, dict) else None
+        if isinstance(tols, dict) and all(k in BASELINE_TOLERANCES and _is_number(v) and math.isfinite(v) and v >= 0
+                                          for k, v in tols.items()):
+            return dict(tols)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        pass
+    return {}
+
+
 def _kept_labels(path: Path, ref: CompareModel, utts: list[Utterance], chunk: int, measured: set,
-                 parents: dict | None = None, parent_paths: dict | None = None) -> dict:
+                 parents: dict | None = None) -> dict:
     """Labels of the baseline already at ``path`` that this update did not measure, kept when that baseline
     is for the same model, utterance set and chunk (else ``{}``: its values no longer apply), and each kept
-    label was measured against the FP32 parent it would have now (``parents``: ``{"dense": sha256,
-    "sparse": sha256}``, their files ``parent_paths``; a label of another parent is dropped, with a log line; the
-    same model exported on another CPU is the same parent, see :func:`_is_parent`)."""
+    label was measured against the FP32 parent it would have now (``parents``: ``{"dense": CompareModel,
+    "sparse": CompareModel | None}``; a label of another parent, or of a kind whose parent is None, is dropped,
+    with a log line; the same model exported on another CPU is the same parent, see :func:`_is_parent`;
+    without ``parents`` every label is kept)."""
     try:
         old = load_baseline(path, ref)
         _check_same_set(old, utts, chunk, path)
@@ -853,9 +914,7 @@ def _kept_labels(path: Path, ref: CompareModel, utts: list[Utterance], chunk: in
         if lab in measured:
             continue
         kind = "sparse" if parse_precision_label(lab)[1] else "dense"
-        want = (parents or {}).get(kind)
-        if want is not None and not _is_parent(_parent_of_label(old, lab), want,
-                                               (parent_paths or {}).get(kind) or None):
+        if parents is not None and not _is_parent(_parent_of_label(old, lab), parents.get(kind)):
             LOG.warning("baseline %s: dropped '%s' (measured against another FP32 parent; re-measure it with "
                         "--update-baseline --precisions %s)", path, lab, lab)
             continue

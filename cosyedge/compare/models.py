@@ -25,6 +25,7 @@ Sources: Polygraphy API docs, ``polygraphy/backend/onnxrt/runner.py`` (``OnnxrtR
 from __future__ import annotations
 
 import dataclasses
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -124,6 +125,14 @@ class CompareModel:
     def label(self) -> str:
         """str: precision label, e.g. ``int8-sparse``."""
         return precision_label(self.precision, self.sparse)
+
+    @functools.cached_property
+    def content_sha256(self) -> str:
+        """str: :func:`~cosyedge.artifacts.model_content_sha256` of ``model_path`` (the hash without the proof
+        figures measured on the exporting machine), computed once per model (an ONNX load and serialise)."""
+        from cosyedge.artifacts import model_content_sha256
+
+        return model_content_sha256(self.model_path)
 
     @property
     def root_sha256(self) -> str:

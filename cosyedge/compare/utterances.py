@@ -25,6 +25,12 @@ from cosyedge.errors import ArtifactError
 
 DEMO_DIR = Path(__file__).resolve().parents[1] / "assets" / "demo"
 
+MIN_SECONDS = 1.0
+"""float: shortest utterance a check or comparison accepts (s): 100 chunks of 10 ms, so the streaming state is
+exercised over many chunks (a few samples would gate nothing)."""
+SILENT_PEAK = 1e-4
+"""float: an utterance whose peak magnitude is below this (-80 dBFS) is silent and refused."""
+
 
 @dataclasses.dataclass
 class Utterance:
@@ -76,6 +82,11 @@ def _make(name: str, noisy: Path, clean: Path | None, rate: int) -> Utterance:
             import hashlib
 
             digest = hashlib.sha256((digest + sha256_file(clean)).encode()).hexdigest()
+    if len(x) < MIN_SECONDS * rate:
+        raise ArtifactError(f"utterance {noisy} is {len(x) / rate:.3f} s long; a check needs at least "
+                            f"{MIN_SECONDS:g} s of real speech per utterance")
+    if not np.abs(x).max() >= SILENT_PEAK:
+        raise ArtifactError(f"utterance {noisy} is silent (peak below -80 dBFS); a check needs real speech")
     return Utterance(name=name, x=x, clean=c, sample_rate_hz=rate, sha256=digest, source=str(noisy))
 
 
@@ -104,7 +115,8 @@ def utterances_from(path: str | Path, sample_rate_hz: int = 16000, limit: int | 
         sample_rate_hz (int): Model rate, Hz (files are downmixed and resampled to it).
         limit (int | None): Keep the first ``limit`` items (stable order).
     Raises:
-        ArtifactError: missing/unreadable input (see ``find_items``), a file that is not audio or empty.
+        ArtifactError: missing/unreadable input (see ``find_items``), a file that is not audio or empty, an
+            utterance shorter than :data:`MIN_SECONDS` or silent (peak below :data:`SILENT_PEAK`).
         UsageError: a noisy file and its clean file differ in sample rate or length
             (:func:`cosyedge.eval.pairs.check_pair`: the line names both files and both rates).
     """
@@ -116,4 +128,4 @@ def utterances_from(path: str | Path, sample_rate_hz: int = 16000, limit: int | 
     return [_make(it.name, Path(it.noisy), Path(it.clean) if it.clean else None, sample_rate_hz) for it in items]
 
 
-__all__ = ["Utterance", "fixed_utterances", "utterances_from"]
+__all__ = ["MIN_SECONDS", "SILENT_PEAK", "Utterance", "fixed_utterances", "utterances_from"]

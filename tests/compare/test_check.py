@@ -714,3 +714,85 @@ def test_candidate_must_be_what_its_label_says(ref_onnx, fp32_engine, utt_dir, t
     rc, line = check("fp32", future)
     assert rc == 3 and f"schema_version {SCHEMA_VERSION + 1}, newer than this cosyedge understands" in line, line
     assert not eng.exists()  # refused before any build
+
+
+def test_trimmed_or_made_up_baseline_metrics_are_named_not_gated(ref_onnx, fp32_engine, utt_dir, tmp_path, capsys):
+    """A hand-trimmed baseline (fewer metric keys) or one with a made-up key passed silently: both are named on
+    NOT GATED lines (and in the JSON report); the metrics that are in the baseline are still gated."""
+    made_up = "free-running/demo-late-noisy/enhanced/made_up"
+    base = _write(tmp_path / "b.json", _hand_baseline(ref_onnx, utt_dir, {"fp32": {**_LENIENT, made_up: 1.0}}))
+    js = tmp_path / "r.json"
+    rc = main(["check", "--onnx", str(ref_onnx), "--baseline", str(base), "--candidate", f"fp32={fp32_engine}",
+               "--utterances", str(utt_dir), "--no-pesq", "--engines-dir", str(tmp_path / "eng"), "--json", str(js)])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    notes = [ln for ln in out.splitlines() if ln.startswith("NOT GATED fp32: ")]
+    assert len(notes) == 2, out
+    assert re.search(r"\d+ measured metric\(s\) have no baseline value and were not gated", notes[0])
+    assert notes[1].startswith(f"NOT GATED fp32: 1 baseline metric(s) were not measured by this check (e.g. {made_up}")
+    assert "2 NOT GATED note(s) above" in out.splitlines()[-1]
+    assert len(json.loads(js.read_text())["not_gated"]) == 2
+
+
+def test_baseline_tolerances_are_applied(ref_onnx, int8_engine, utt_dir, tmp_path, capsys):
+    """The baseline's 'tolerances' field was written but never read. It sets the gate: an INT8 output SNR fails
+    against a baseline 1.5 dB above it with the default 1 dB and passes with 2 dB (the table says so); a negative
+    or unknown tolerance is a malformed baseline (exit 3)."""
+    key = "teacher-forced/demo-late-noisy/enhanced/snr_db"
+    common = dict(candidates={"int8": int8_engine}, utterances=_utts(utt_dir), pesq=False, engines_dir=tmp_path / "e")
+    rep = run_check(ref_onnx, baseline=_write(tmp_path / "m.json", _hand_baseline(ref_onnx, utt_dir, {"int8": _LENIENT})),
+                    **common)
+    snr = rep["labels"]["int8"]["metrics"][key]["value"]
+    assert 25.0 < snr < 80.0 and rep["tolerances"]["snr_db"] == 1.0
+    data = _hand_baseline(ref_onnx, utt_dir, {"int8": {key: snr + 1.5}})
+    rep = run_check(ref_onnx, baseline=_write(tmp_path / "d.json", data), **common)
+    assert not rep["passed"] and rep["regressions"][0].startswith(f"int8 {key}: SNR")
+    data["tolerances"] = {"snr_db": 2.0}
+    js = tmp_path / "r.json"
+    rc = main(["check", "--onnx", str(ref_onnx), "--baseline", str(_write(tmp_path / "t2.json", data)),
+               "--candidate", f"int8={int8_engine}", "--utterances", str(utt_dir), "--no-pesq",
+               "--engines-dir", str(tmp_path / "e"), "--json", str(js)])
+    out = capsys.readouterr().out
+    assert rc == 0 and "tolerances from the baseline: snr_db 2 (cosyedge's 1)" in out, out
+    assert json.loads(js.read_text())["tolerances"]["snr_db"] == 2.0
+    for tols, field in (({"snr_db": -1}, "'tolerances.snr_db' must be a finite number >= 0"),
+                        ({"snr": 1.0}, "'tolerances.snr' is not a tolerance")):
+        data["tolerances"] = tols
+        rc = main(["check", "--onnx", str(ref_onnx), "--baseline", str(_write(tmp_path / "t.json", data)),
+                   "--utterances", str(utt_dir), "--no-pesq", "--engines-dir", str(tmp_path / "eng")])
+        line = _one_line_error(capsys)
+        assert rc == 3 and field in line, line
+
+
+def test_vacuous_utterances_directory_baseline_and_empty_onnx_are_named(ref_onnx, tmp_path, capsys):
+    """Newcomer findings: --update-baseline accepted one 10-sample wav (it gates nothing); a directory as --baseline
+    said 'not found'; a 0-byte .onnx said 'has no cosyedge metadata'. Each is now one line naming the problem."""
+    import numpy as np
+    import soundfile as sf
+
+    from tests.eval.conftest import DEMO_CLEAN
+
+    x, sr = sf.read(str(DEMO_CLEAN), dtype="float32")
+    for name, sig, words in (("short", x[16000:16010], "is 0.001 s long; a check needs at least 1 s"),
+                             ("silent", np.zeros(32000, np.float32), "is silent")):
+        d = tmp_path / name
+        for sub in ("noisy", "clean"):
+            (d / sub).mkdir(parents=True)
+            sf.write(str(d / sub / "a.wav"), sig, sr, subtype="FLOAT")
+        rc = main(["check", "--onnx", str(ref_onnx), "--update-baseline", "--precisions", "fp32", "--baseline",
+                   str(tmp_path / f"{name}.json"), "--utterances", str(d), "--no-pesq",
+                   "--engines-dir", str(tmp_path / "eng")])
+        line = _one_line_error(capsys)
+        assert rc == 3 and words in line, line
+        assert not (tmp_path / f"{name}.json").exists()
+    (tmp_path / "bdir").mkdir()
+    rc = main(["check", "--onnx", str(ref_onnx), "--precisions", "fp16", "--baseline", str(tmp_path / "bdir"),
+               "--no-pesq", "--engines-dir", str(tmp_path / "eng")])
+    line = _one_line_error(capsys)
+    assert rc == 3 and "is a directory, not a baseline JSON file" in line, line
+    empty = tmp_path / "empty.onnx"
+    empty.write_bytes(b"")
+    rc = main(["check", "--onnx", str(empty), "--precisions", "fp16", "--no-pesq", "--engines-dir",
+               str(tmp_path / "eng")])
+    line = _one_line_error(capsys)
+    assert rc == 3 and f"ONNX file {empty} is empty (0 bytes)" in line, line
