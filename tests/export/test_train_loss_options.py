@@ -169,3 +169,27 @@ def test_snr_range_out_of_bounds_is_a_usage_error(capsys):
         tr.main(["--snr-range=0,50"])
     assert exc.value.code == 2
     assert "need -20 <= LO < HI <= 40 dB" in capsys.readouterr().err
+
+
+def test_dnsmos_loss_rates_clean_above_noisy_skips_speechless_items_and_passes_gradients(capsys):
+    """--dnsmos-weight: -OVRL of the output through the differentiable DNSMOS port; the clean demo speech scores
+    better (lower loss) than the noisy one, noise-only items are left out, gradients reach the waveform, and a
+    weight outside [0, 10] or --dnsmos-items 0 is a usage error."""
+    pytest.importorskip("speechmos")
+    tr = train_reference_module()
+    noisy, clean, _ = _demo()
+    x = torch.from_numpy(noisy[None, 16000:48000]).clone().requires_grad_(True)
+    s = torch.from_numpy(clean[None, 16000:48000])
+    loss_noisy = tr.dnsmos_loss(x, s, 4)
+    loss_clean = tr.dnsmos_loss(s, s, 4)
+    assert -5.0 < float(loss_clean) < float(loss_noisy.detach()) - 0.3 < -1.0
+    loss_noisy.backward()
+    assert torch.isfinite(x.grad).all() and float(x.grad.abs().sum()) > 0
+    both = tr.dnsmos_loss(torch.cat([x.detach(), x.detach()]), torch.cat([s, torch.zeros_like(s)]), 4)
+    assert float(both) == pytest.approx(float(loss_noisy.detach()), abs=1e-5)
+    assert float(tr.dnsmos_loss(x.detach(), torch.zeros_like(s), 4)) == 0.0
+    for argv, words in ((["--dnsmos-weight", "11"], "--dnsmos-weight must be in [0, 10]"),
+                        (["--dnsmos-weight", "1", "--dnsmos-items", "0"], "--dnsmos-items must be at least 1")):
+        with pytest.raises(SystemExit) as exc:
+            tr.main(argv)
+        assert exc.value.code == 2 and words in capsys.readouterr().err
