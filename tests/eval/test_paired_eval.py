@@ -1,0 +1,59 @@
+"""scripts/paired_eval.py: paired per-file differences against an anchor, as quoted in docs/model-card.md."""
+
+import json
+import math
+from pathlib import Path
+
+from tests.scripts import load_script
+
+paired = load_script("paired_eval")
+SIDE_BY_SIDE = Path(__file__).resolve().parents[2] / "docs" / "eval" / "side-by-side.json"
+
+
+def _report(a_vals, b_vals, metric="stoi"):
+    return {"items": [{"scores": {"rnnoise": {metric: a}, "model": {metric: b}, "clean": {}}}
+                      for a, b in zip(a_vals, b_vals)]}
+
+
+def test_mean_difference_standard_error_and_wins_by_hand():
+    d = paired.paired_differences(_report([0.8, 0.9, 0.7], [0.85, 0.88, 0.76]), metrics=("stoi",))
+    r = d["model"]["stoi"]
+    diffs = [0.05, -0.02, 0.06]
+    mean = sum(diffs) / 3
+    se = math.sqrt(sum((x - mean) ** 2 for x in diffs) / 2 / 3)
+    assert r["n"] == 3 and r["wins"] == 2
+    assert abs(r["mean_diff"] - mean) < 1e-12 and abs(r["se"] - se) < 1e-12
+    assert "clean" not in d  # no paired scores: left out
+
+
+def test_committed_side_by_side_figures_of_the_model_card():
+    d = paired.paired_differences(json.loads(SIDE_BY_SIDE.read_text()), "rnnoise")
+    # DeepFilterNet3 ties RNNoise on STOI (15 of 30 pairs above it), the bundled model trails it
+    assert d["deepfilternet3"]["stoi"]["wins"] == 15
+    assert abs(d["deepfilternet3"]["stoi"]["mean_diff"] + 0.0010) < 5e-4
+    assert abs(d["reference"]["stoi"]["mean_diff"] + 0.0172) < 5e-4 and d["reference"]["stoi"]["wins"] == 6
+    # the clean references score only +0.09 DNSMOS OVRL above RNNoise's output
+    assert abs(d["clean"]["dnsmos_ovrl"]["mean_diff"] - 0.0938) < 5e-4
+    assert "si_snri_db" not in d["clean"]
+
+
+def test_bad_reports_are_one_line_exit_3(tmp_path, capsys):
+    assert paired.main([str(tmp_path / "missing.json")]) == 3
+    assert capsys.readouterr().err.strip() == f"[!] {tmp_path / 'missing.json'}: not found"
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    assert paired.main([str(bad)]) == 3
+    assert "not readable as JSON" in capsys.readouterr().err
+    bad.write_text(json.dumps({"summary": {}}))
+    assert paired.main([str(bad)]) == 3
+    assert "no 'items' list" in capsys.readouterr().err
+    assert paired.main([str(SIDE_BY_SIDE), "--anchor", "nobody"]) == 3
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "anchor 'nobody' is not among" in err
+
+
+def test_json_output_is_written(tmp_path, capsys):
+    out = tmp_path / "d.json"
+    assert paired.main([str(SIDE_BY_SIDE), "--json", str(out)]) == 0
+    assert "| deepfilternet3 | stoi | -0.0010 |" in capsys.readouterr().out
+    assert json.loads(out.read_text())["differences"]["nsnet2"]["pesq_wb"]["wins"] == 28
