@@ -10,7 +10,8 @@ errors of 0 is a tie on this test set: it says whether "beats RNNoise on STOI" i
     python scripts/paired_eval.py docs/eval/side-by-side.json --anchor rnnoise [--json out.json]
 
 Exit codes: 0 printed; 2 usage error; 3 the report is missing, unreadable, not a ``cosyedge eval`` report with
-per-item scores, or lacks the anchor (one ``[!]`` line each).
+per-item scores (or a score is not a finite number), lacks the anchor or any other system, or ``--json`` cannot
+be written (one ``[!]`` line each; nothing is printed or written then).
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
+import tempfile
 from pathlib import Path
 
 #: metrics compared (SI-SNR itself is left out: SI-SNRi is the same difference)
@@ -29,6 +32,16 @@ class ReportError(Exception):
     """The eval report cannot be compared (message is the one-line reason)."""
 
 
+def _value(item_no: int, system: str, metric: str, scores: dict):
+    """The metric as a float, None where the pair has no such score; ReportError for anything but a finite number."""
+    v = scores.get(metric)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        raise ReportError(f"item {item_no}: {system} {metric} is {v!r}, not a finite number")
+    return float(v)
+
+
 def paired_differences(report: dict, anchor: str = "rnnoise", metrics=METRICS) -> dict:
     """Paired differences of every system against ``anchor``.
 
@@ -36,35 +49,45 @@ def paired_differences(report: dict, anchor: str = "rnnoise", metrics=METRICS) -
         report (dict): a ``cosyedge eval --json`` report (``items``: list of dicts with ``scores``:
             {system: {metric: float}}).
         anchor (str): system every other one is compared with.
-        metrics (tuple[str]): metric keys; a metric absent for a pair in either system skips that pair.
+        metrics (tuple[str]): metric keys; a metric absent (or null) for a pair in either system skips that pair.
     Returns:
-        dict: {system: {metric: {"n": int, "mean_diff": float, "se": float, "wins": int}}}; ``se`` is NaN for
-        n < 2. Systems without paired scores (``clean``) are left out.
+        dict: {system: {metric: {"n": int, "mean_diff": float, "se": float | None, "wins": int}}}; ``se`` is None
+        for n < 2. A system is compared on the metrics it shares with the anchor (``clean``: DNSMOS only).
     Raises:
-        ReportError: no per-item scores, or ``anchor`` not scored on any item.
+        ReportError: no per-item scores, a system's scores not a mapping, a score that is not a finite number,
+            ``anchor`` not scored on any item, or no other system to compare.
     """
     items = report.get("items") if isinstance(report, dict) else None
     if not isinstance(items, list) or not items or not all(isinstance(i, dict) and isinstance(i.get("scores"), dict)
                                                              for i in items):
         raise ReportError("not a cosyedge eval report with per-item scores (no 'items' list with 'scores')")
+    for n, i in enumerate(items):
+        for s, sc in i["scores"].items():
+            if not isinstance(sc, dict):
+                raise ReportError(f"item {n}: the scores of {s!r} are {type(sc).__name__}, not a mapping of metrics")
     if not any(anchor in i["scores"] for i in items):
         systems = sorted({s for i in items for s in i["scores"]})
         raise ReportError(f"anchor {anchor!r} is not among the report's systems ({', '.join(systems)})")
     systems = [s for s in dict.fromkeys(s for i in items for s in i["scores"]) if s != anchor]
+    if not systems:
+        raise ReportError(f"the report scores only {anchor!r}: no other system to compare")
     out: dict = {}
     for s in systems:
         for m in metrics:
             diffs = []
-            for i in items:
-                a, b = i["scores"].get(anchor, {}), i["scores"].get(s, {})
-                if isinstance(a.get(m), (int, float)) and isinstance(b.get(m), (int, float)):
-                    diffs.append(float(b[m]) - float(a[m]))
+            for n, i in enumerate(items):
+                a = _value(n, anchor, m, i["scores"].get(anchor, {}))
+                b = _value(n, s, m, i["scores"].get(s, {}))
+                if a is not None and b is not None:
+                    diffs.append(b - a)
             if not diffs:
                 continue
-            n = len(diffs)
-            mean = sum(diffs) / n
-            se = math.sqrt(sum((d - mean) ** 2 for d in diffs) / (n - 1) / n) if n > 1 else float("nan")
-            out.setdefault(s, {})[m] = {"n": n, "mean_diff": mean, "se": se, "wins": sum(d > 0 for d in diffs)}
+            k = len(diffs)
+            mean = sum(diffs) / k
+            se = math.sqrt(sum((d - mean) ** 2 for d in diffs) / (k - 1) / k) if k > 1 else None
+            out.setdefault(s, {})[m] = {"n": k, "mean_diff": mean, "se": se, "wins": sum(d > 0 for d in diffs)}
+    if not out:
+        raise ReportError(f"no metric ({', '.join(metrics)}) is scored for {anchor!r} and another system on one pair")
     return out
 
 
@@ -73,7 +96,8 @@ def format_table(diffs: dict, anchor: str) -> str:
     lines = [f"| system | metric | mean - {anchor} | standard error | pairs above {anchor} |", "|---|---|---|---|---|"]
     for s, per in diffs.items():
         for m, r in per.items():
-            lines.append(f"| {s} | {m} | {r['mean_diff']:+.4f} | {r['se']:.4f} | {r['wins']}/{r['n']} |")
+            se = "-" if r["se"] is None else f"{r['se']:.4f}"
+            lines.append(f"| {s} | {m} | {r['mean_diff']:+.4f} | {se} | {r['wins']}/{r['n']} |")
     return "\n".join(lines)
 
 
@@ -91,15 +115,31 @@ def main(argv=None) -> int:
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
             raise ReportError(f"{args.report}: not readable as JSON ({type(e).__name__})") from None
         diffs = paired_differences(report, args.anchor)
+        if args.json:
+            _write_json(Path(args.json), {"report": args.report, "anchor": args.anchor, "differences": diffs})
     except ReportError as e:
         print(f"[!] {e}", file=sys.stderr)
         return 3
     print(format_table(diffs, args.anchor))
-    if args.json:
-        tmp = Path(args.json).with_suffix(".json.tmp")
-        tmp.write_text(json.dumps({"report": args.report, "anchor": args.anchor, "differences": diffs}, indent=1))
-        tmp.replace(args.json)
     return 0
+
+
+def _write_json(path: Path, data: dict) -> None:
+    """Write ``data`` to ``path`` atomically (temp file in the same folder, then rename); ReportError if it can't."""
+    tmp = None
+    try:
+        if path.is_dir():
+            raise ReportError(f"--json {path}: is a folder")
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f, indent=1, allow_nan=False)
+        os.replace(tmp, path)
+        tmp = None
+    except (OSError, ValueError) as e:
+        raise ReportError(f"--json {path}: cannot write ({type(e).__name__}: {e})") from None
+    finally:
+        if tmp is not None and os.path.exists(tmp):
+            os.unlink(tmp)
 
 
 if __name__ == "__main__":

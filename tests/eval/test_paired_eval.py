@@ -57,3 +57,37 @@ def test_json_output_is_written(tmp_path, capsys):
     assert paired.main([str(SIDE_BY_SIDE), "--json", str(out)]) == 0
     assert "| deepfilternet3 | stoi | -0.0010 |" in capsys.readouterr().out
     assert json.loads(out.read_text())["differences"]["nsnet2"]["pesq_wb"]["wins"] == 28
+
+
+def test_malformed_scores_are_refused_by_name():
+    bad_scores = {"items": [{"scores": {"rnnoise": 5, "model": {"stoi": 0.9}}}]}
+    for report, text in ((bad_scores, "the scores of 'rnnoise' are int, not a mapping"),
+                         (_report([0.8], ["0.9"]), "item 0: model stoi is '0.9', not a finite number"),
+                         (_report([0.8, float("nan")], [0.9, 0.9]), "item 1: rnnoise stoi is nan"),
+                         (_report([True], [0.9]), "rnnoise stoi is True"),
+                         ({"items": [{"scores": {"rnnoise": {"stoi": 0.8}}}]}, "no other system to compare"),
+                         (_report([0.8], [0.9], metric="other"), "no metric")):
+        try:
+            paired.paired_differences(report)
+        except paired.ReportError as e:
+            assert text in str(e), (text, str(e))
+        else:
+            raise AssertionError(f"accepted: {report}")
+    # a missing (null) score skips the pair; one pair has no standard error
+    d = paired.paired_differences(_report([0.8, None], [0.9, 0.7]), metrics=("stoi",))
+    assert d["model"]["stoi"]["n"] == 1 and d["model"]["stoi"]["se"] is None
+    assert "| model | stoi | +0.1000 | - | 1/1 |" in paired.format_table(d, "rnnoise")
+
+
+def test_unwritable_json_is_one_line_and_nothing_printed_or_left(tmp_path, capsys):
+    report = tmp_path / "r.json"
+    report.write_text(json.dumps(_report([0.8, 0.7], [0.9, 0.75])))
+    for target in (tmp_path / "missing" / "d.json", tmp_path):
+        assert paired.main([str(report), "--json", str(target)]) == 3
+        out = capsys.readouterr()
+        assert out.out == "" and out.err.startswith(f"[!] --json {target}") and out.err.count("\n") == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json"]
+    one = tmp_path / "one.json"
+    one.write_text(json.dumps(_report([0.8], [0.9])))
+    assert paired.main([str(one), "--json", str(tmp_path / "d.json")]) == 0
+    assert json.loads((tmp_path / "d.json").read_text())["differences"]["model"]["stoi"]["se"] is None  # strict JSON
