@@ -37,8 +37,12 @@ def _value(item_no: int, system: str, metric: str, scores: dict):
     v = scores.get(metric)
     if v is None:
         return None
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-        raise ReportError(f"item {item_no}: {system} {metric} is {v!r}, not a finite number")
+    try:
+        ok = not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v) and abs(v) < 1e100
+    except OverflowError:  # an int too large for a float
+        ok = False
+    if not ok:
+        raise ReportError(f"item {item_no}: {system} {metric} is {repr(v)[:40]}, not a finite number")
     return float(v)
 
 
@@ -107,12 +111,14 @@ def main(argv=None) -> int:
     ap.add_argument("--anchor", default="rnnoise", help="system the others are compared with (default rnnoise)")
     ap.add_argument("--json", default=None, help="also write the differences here")
     args = ap.parse_args(argv)
+    if args.json is not None and not args.json.strip():
+        ap.error("--json needs a file name")
     try:
         try:
             report = json.loads(Path(args.report).read_text())
         except FileNotFoundError:
             raise ReportError(f"{args.report}: not found") from None
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
             raise ReportError(f"{args.report}: not readable as JSON ({type(e).__name__})") from None
         diffs = paired_differences(report, args.anchor)
         if args.json:
@@ -133,10 +139,13 @@ def _write_json(path: Path, data: dict) -> None:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
         with os.fdopen(fd, "w") as f:
             json.dump(data, f, indent=1, allow_nan=False)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # as an open() of the path would
         os.replace(tmp, path)
         tmp = None
     except (OSError, ValueError) as e:
-        raise ReportError(f"--json {path}: cannot write ({type(e).__name__}: {e})") from None
+        raise ReportError(f"--json {path}: cannot write ({getattr(e, 'strerror', None) or type(e).__name__})") from None
     finally:
         if tmp is not None and os.path.exists(tmp):
             os.unlink(tmp)

@@ -91,3 +91,17 @@ def test_unwritable_json_is_one_line_and_nothing_printed_or_left(tmp_path, capsy
     one.write_text(json.dumps(_report([0.8], [0.9])))
     assert paired.main([str(one), "--json", str(tmp_path / "d.json")]) == 0
     assert json.loads((tmp_path / "d.json").read_text())["differences"]["model"]["stoi"]["se"] is None  # strict JSON
+
+
+def test_huge_and_nested_inputs_are_refused_not_crashed(tmp_path, capsys):
+    for v in (10 ** 400, 1e308):
+        try:
+            paired.paired_differences(_report([0.5], [v]))
+        except paired.ReportError as e:
+            assert "not a finite number" in str(e)
+        else:
+            raise AssertionError(v)
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100000 + "]" * 100000)
+    assert paired.main([str(deep)]) == 3
+    assert "not readable as JSON (RecursionError)" in capsys.readouterr().err
