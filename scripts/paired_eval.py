@@ -19,9 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import sys
-import tempfile
 from pathlib import Path
 
 #: metrics compared (SI-SNR itself is left out: SI-SNRi is the same difference)
@@ -131,24 +129,21 @@ def main(argv=None) -> int:
 
 
 def _write_json(path: Path, data: dict) -> None:
-    """Write ``data`` to ``path`` atomically (temp file in the same folder, then rename); ReportError if it can't."""
-    tmp = None
+    """Write ``data`` to ``path`` with :func:`cosyedge.eval.report.write_report` (atomic: temp file + rename);
+    ReportError if it can't, and for a missing folder (refused, not created) or a folder as ``path``."""
+    from cosyedge.artifacts import ArtifactError
+    from cosyedge.eval.report import write_report
+
+    if path.is_dir():
+        raise ReportError(f"--json {path}: is a folder")
+    if not path.parent.is_dir():
+        raise ReportError(f"--json {path}: cannot write (No such file or directory)")
     try:
-        if path.is_dir():
-            raise ReportError(f"--json {path}: is a folder")
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=1, allow_nan=False)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # as an open() of the path would
-        os.replace(tmp, path)
-        tmp = None
-    except (OSError, ValueError) as e:
-        raise ReportError(f"--json {path}: cannot write ({getattr(e, 'strerror', None) or type(e).__name__})") from None
-    finally:
-        if tmp is not None and os.path.exists(tmp):
-            os.unlink(tmp)
+        write_report(path, data)
+    except ArtifactError as e:
+        raise ReportError(f"--json {path}: {e}") from None
+    except OSError as e:  # the rename onto path
+        raise ReportError(f"--json {path}: cannot write ({e.strerror or type(e).__name__})") from None
 
 
 if __name__ == "__main__":
