@@ -237,7 +237,8 @@ def test_dense_and_fine_tuned_sparse_parents_never_share_an_engine_folder(tmp_pa
     its dense parent (cosyedge.dense_parent_sha256), so its engines are <name>-<sha256[:8]>-...; check builds and
     reuses that folder too."""
     from cosyedge.build.prepare import engine_folder_name, engine_model_name
-    from cosyedge.compare.check import default_baseline_path, ensure_engine, sparse_parent
+    from cosyedge.compare.baseline import default_baseline_path
+    from cosyedge.compare.engines import ensure_engine, sparse_parent
     from cosyedge.compare.models import load_compare_model
     from cosyedge.models import REFERENCE_SPARSE_STREAM_ONNX
 

@@ -54,7 +54,7 @@ def compare(reference, candidate, modes, chunk_ms, utt_path, max_utterances, snr
     import dataclasses
 
     from cosyedge.artifacts import check_writable, write_json
-    from cosyedge.compare.check import _jsonable
+    from cosyedge.compare.report import _jsonable
     from cosyedge.compare.core import MODES, default_chunk
     from cosyedge.compare.core import compare as run_compare
     from cosyedge.compare.models import check_compatible, load_compare_model
@@ -160,7 +160,9 @@ def check(onnx_path, baseline, update_baseline, precisions, candidate_opts, engi
 
     Example: cosyedge check --precisions fp16,int8-sparse --json accuracy.json --junit accuracy.xml
     """
-    from cosyedge.compare.check import format_table, parse_precisions, run_check
+    from cosyedge.compare.check import run_check
+    from cosyedge.compare.labels import parse_precisions
+    from cosyedge.compare.report import format_table
     from cosyedge.errors import RegressionError, UsageError
 
     cands = {}

@@ -18,7 +18,8 @@ from onnx import numpy_helper
 
 from cosyedge.artifacts import model_content_sha256, sha256_file
 from cosyedge.cli.main import main
-from cosyedge.compare.check import default_baseline_path, regression, run_check
+from cosyedge.compare.baseline import default_baseline_path, regression
+from cosyedge.compare.check import run_check
 from cosyedge.models import REFERENCE_STREAM_ONNX
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -208,7 +209,7 @@ def test_baseline_recognises_its_model_exported_on_another_cpu(ref_onnx, utt_dir
     """CI broke when DeepFilterNet3's export, identical in graph and weights, recorded another proof error on an
     AVX-512 machine than on the AVX2 one the baseline was made on (``cosyedge.proof`` differs, so the file hash did).
     The baseline also records the hash without that key: such a file is accepted; a changed weight is not."""
-    from cosyedge.compare.check import load_baseline
+    from cosyedge.compare.baseline import load_baseline
     from cosyedge.compare.models import load_compare_model
     from cosyedge.errors import UsageError
 
@@ -454,7 +455,7 @@ def test_sparse_parent_of_another_model_or_contract_is_exit_2(baseline, ref_onnx
 
 
 def test_bundled_model_checks_sparse_labels_against_its_fine_tuned_sibling(ref_onnx):
-    from cosyedge.compare.check import sparse_parent
+    from cosyedge.compare.engines import sparse_parent
     from cosyedge.compare.models import load_compare_model
     from cosyedge.models import REFERENCE_SPARSE_STREAM_ONNX
 
@@ -468,7 +469,7 @@ def test_bundled_sparse_model_fits_a_copy_of_the_bundled_model_with_another_proo
     """A copy of the bundled dense model that differs only in the machine-measured proof (another CPU's export)
     is the parent the bundled sparse model records: --sparse-onnx with it is accepted; a changed weight is the
     stale case and is refused."""
-    from cosyedge.compare.check import sparse_parent
+    from cosyedge.compare.engines import sparse_parent
     from cosyedge.compare.models import load_compare_model
     from cosyedge.errors import UsageError
     from cosyedge.models import REFERENCE_SPARSE_STREAM_ONNX
@@ -493,7 +494,7 @@ def test_bundled_sparse_model_records_the_bundled_dense_model_as_its_parent():
 def test_sparse_parent_fine_tuned_from_another_dense_model_is_exit_2(baseline, ref_onnx, sparse_parent_onnx,
                                                                      engines, utt_dir, tmp_path, capsys):
     from cosyedge.artifacts import sha256_file
-    from cosyedge.compare.check import sparse_parent
+    from cosyedge.compare.engines import sparse_parent
     from cosyedge.compare.models import load_compare_model
     from cosyedge.precision.sparsity import dense_parent_sha256, stamp_dense_parent
 
@@ -637,7 +638,7 @@ def test_malformed_baseline_is_one_line_exit_3_naming_the_field(what, ref_onnx, 
     """Issue 23: a baseline that is JSON but malformed died with a KeyError/AttributeError/TypeError traceback and
     exit 1 (read by CI as an accuracy regression), and a NaN metric silently left the gate. The baseline is
     validated when loaded: one line naming the file and the field, exit 3, before any engine is built."""
-    from cosyedge.compare.check import load_baseline
+    from cosyedge.compare.baseline import load_baseline
     from cosyedge.compare.models import load_compare_model
 
     good = _hand_baseline(ref_onnx, utt_dir, {"fp32": _LENIENT})
@@ -659,7 +660,7 @@ def _write(path: Path, data: dict) -> Path:
 
 def test_update_baseline_refuses_to_write_a_non_finite_metric(ref_onnx, utt_dir, tmp_path):
     """A NaN measured by --update-baseline was written as null, which no later check gates: refused instead."""
-    from cosyedge.compare.check import _write_baseline
+    from cosyedge.compare.baseline import _write_baseline
     from cosyedge.compare.models import load_compare_model
     from cosyedge.errors import UsageError
 
