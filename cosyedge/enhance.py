@@ -178,71 +178,61 @@ def _with_progress(reader, block_frames: int, show: bool):
 class _FileStreamer:
     """Input blocks (file rate, mono) -> model chunks -> output blocks (file rate) for :func:`enhance_file`.
 
-    Keeps, between blocks, only what cannot be used yet: model-rate samples short of a chunk, the
-    resamplers' filter state, output samples ahead of the input read so far. At the end (:meth:`finish`)
-    the input resampler is flushed, ``delay_samples`` zeros and the last chunk's zero padding are pushed,
-    the model output is cut to the model-rate input length and the file-rate output to the input's frames.
+    Keeps, between blocks, only what cannot be used yet: model-rate samples short of a chunk (in the
+    :class:`~cosyedge.runtime.stream.DelayCompensator`), the resamplers' filter state, output samples ahead
+    of the input read so far. At the end (:meth:`finish`) the input resampler is flushed, the compensator
+    pushes ``delay_samples`` zeros and the last chunk's zero padding and cuts the model output to the
+    model-rate input length, and the file-rate output is cut to the input's frames.
     """
 
     def __init__(self, session, sample_rate_hz: int, writer, model_name: str):
         from cosyedge.audio import soxr
+        from cosyedge.runtime.stream import DelayCompensator
 
         c = session.contract
         self.session, self.writer, self.model_name = session, writer, model_name
         self.rate, self.model_rate = int(sample_rate_hz), int(c.sample_rate_hz)
-        self.chunk, self.delay, self.out_name = session.chunk_samples, int(c.delay_samples), c.output
+        self.out_name = c.output
         self.rs_in = self.rs_out = None
         if self.rate != self.model_rate:
             self.rs_in = soxr.ResampleStream(self.rate, self.model_rate, 1, dtype="float32", quality="HQ")
             self.rs_out = soxr.ResampleStream(self.model_rate, self.rate, 1, dtype="float32", quality="HQ")
-        self.buf = np.zeros(0, np.float32)  # model-rate input not yet pushed (< one chunk)
+        self.comp = DelayCompensator(lambda x: session.push(x)[self.out_name], session.chunk_samples,
+                                     int(c.delay_samples))
         self.ahead = np.zeros(0, np.float32)  # file-rate output beyond the input frames read so far
-        self.x = np.zeros((1, 1, self.chunk), np.float32)
-        self.fed = 0  # model-rate input samples (the file's, not the flush)
-        self.kept = 0  # model-rate outputs kept (after the delay's)
-        self.dropped = 0  # model-rate outputs dropped (the first ``delay``)
         self.written = 0  # file-rate samples written
-        self.chunks = 0
+
+    @property
+    def fed(self) -> int:
+        """int: model-rate input samples streamed (the file's, not the flush)."""
+        return self.comp.fed
+
+    @property
+    def chunks(self) -> int:
+        """int: chunks pushed."""
+        return self.comp.chunks
 
     def feed(self, mono: np.ndarray, frames_read: int) -> None:
         """Stream one block: float32 (t,) mono at the file rate; ``frames_read`` frames read so far."""
         mono = np.ascontiguousarray(mono, dtype=np.float32)
         xm = self.rs_in.resample_chunk(mono, last=False) if self.rs_in is not None else mono
-        self.fed += xm.shape[0]
-        self._model(xm, limit=None)
+        self._output(self.comp.feed(xm))
         self._flush_output(frames_read, final=False)
 
     def finish(self, frames_read: int) -> None:
         """Flush everything; the output is then exactly ``frames_read`` samples long."""
         tail = self.rs_in.resample_chunk(np.zeros(0, np.float32), last=True) if self.rs_in is not None else None
         if tail is not None and tail.shape[0]:
-            self.fed += tail.shape[0]
-            self._model(tail, limit=None)
-        pad = (-(self.buf.shape[0] + self.delay)) % self.chunk
-        self._model(np.zeros(self.delay + pad, np.float32), limit=self.fed, final=True)
+            self._output(self.comp.feed(tail))
+        self._output(self.comp.finish(ndim=1), final=True)
         self._flush_output(frames_read, final=True)
 
-    def _model(self, xm: np.ndarray, limit: int | None, final: bool = False) -> None:
-        """Push every whole chunk of buffer + ``xm``; keep outputs after the delay, at most ``limit`` in all."""
-        xs = np.concatenate([self.buf, xm]) if self.buf.shape[0] else xm
-        n = xs.shape[0] - xs.shape[0] % self.chunk
-        self.buf = xs[n:].copy()
-        y = np.empty(n, np.float32)
-        x, c = self.x, self.chunk
-        for i in range(0, n, c):
-            x[0, 0, :] = xs[i:i + c]
-            y[i:i + c] = self.session.push(x)[self.out_name][0, 0]
-        self.chunks += n // c
-        drop = min(self.delay - self.dropped, n)
-        self.dropped += drop
-        y = y[drop:]
-        if limit is not None:
-            y = y[:max(limit - self.kept, 0)]
+    def _output(self, y: np.ndarray, final: bool = False) -> None:
+        """Check the model-rate outputs ``y`` (float32 (n,), delay dropped), resample them to the file rate."""
         if not np.isfinite(y).all():
-            bad = self.kept + int(np.flatnonzero(~np.isfinite(y))[0])
+            bad = self.comp.kept - y.shape[0] + int(np.flatnonzero(~np.isfinite(y))[0])
             raise ArtifactError(f"model {self.model_name} produced NaN/Inf samples (first at "
                                 f"{bad / self.model_rate:.3f} s); output not written")
-        self.kept += y.shape[0]
         z = self.rs_out.resample_chunk(y, last=final) if self.rs_out is not None else y
         self.ahead = np.concatenate([self.ahead, z]) if self.ahead.shape[0] else z
 

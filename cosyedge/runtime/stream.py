@@ -5,6 +5,10 @@
   samples <= t and is ``delay_samples`` late).
 * :func:`enhance_array` is for files: it appends ``delay_samples`` zeros to flush the tail and drops the
   first ``delay_samples`` output samples, so the result is aligned with the input sample for sample.
+* :class:`DelayCompensator` is that compensation as a stream (``feed``/``finish`` at the model rate), the
+  one used by :func:`enhance_array`, ``cosyedge run`` (:func:`cosyedge.enhance.enhance_file`) and the live
+  path (:class:`cosyedge.realtime.enhancer.RealtimeEnhancer`, with no delay to drop); resampling stays
+  with each caller.
 
 Both report duration, elapsed time, real-time factor (RTF = processing time / audio duration) and the
 per-chunk latency percentiles when ``return_stats=True``.
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Callable
 
 import numpy as np
 
@@ -145,7 +150,8 @@ def enhance_array(session: StreamSession, x: np.ndarray, return_stats: bool = Fa
     """Stream ``x`` and compensate the model delay, so the output is aligned with the input.
 
     ``delay_samples`` zeros are appended to flush the tail and the first ``delay_samples`` output
-    samples are dropped: for a model that is a pure delay, the output equals the input.
+    samples are dropped (:class:`DelayCompensator`): for a model that is a pure delay, the output equals
+    the input.
 
     Args:
         session (StreamSession): Session (``batch`` must match ``x``).
@@ -157,14 +163,125 @@ def enhance_array(session: StreamSession, x: np.ndarray, return_stats: bool = Fa
         UsageError: bad shape/dtype or NaN/Inf samples.
     """
     xb = _as_batch(session, x)
-    d = session.contract.delay_samples
-    xpad = np.concatenate([xb, np.zeros((xb.shape[0], d), np.float32)], axis=1)
-    y, stats = stream_array(session, xpad, return_stats=True)
-    y = y[:, d:]
+    out_name = session.contract.output
+    comp = DelayCompensator(lambda xc: session.push(xc)[out_name], session.chunk_samples,
+                            session.contract.delay_samples, batch=xb.shape[0])
+    owns = not session.is_active
+    if owns:
+        session.activate()
+    try:
+        session.reset()
+        t0 = time.perf_counter()
+        head = comp.feed(xb)
+        y = np.concatenate([head, comp.finish()], axis=1)
+        elapsed = time.perf_counter() - t0
+        chunks = comp.chunks
+        lat = session.latencies_ms[-chunks:] if chunks else np.zeros(0)
+    finally:
+        if owns:
+            session.deactivate()
     y = y[0] if np.ndim(x) == 1 else y
     if not return_stats:
         return y
-    duration = xb.shape[1] / stats.sample_rate_hz
-    stats.duration_s = duration
-    stats.rtf = stats.elapsed_s / duration if duration > 0 else 0.0
-    return y, stats
+    sr = session.contract.sample_rate_hz
+    duration = xb.shape[1] / sr
+    return y, StreamStats(
+        duration_s=duration,
+        elapsed_s=elapsed,
+        rtf=elapsed / duration if duration > 0 else 0.0,
+        latency_ms_p50=float(np.percentile(lat, 50)) if lat.size else 0.0,
+        latency_ms_p99=float(np.percentile(lat, 99)) if lat.size else 0.0,
+        chunks=chunks,
+        chunk_samples=session.chunk_samples,
+        delay_samples=session.contract.delay_samples,
+        sample_rate_hz=sr,
+    )
+
+
+class DelayCompensator:
+    """Stream model-rate audio through fixed chunks and compensate the model delay.
+
+    :meth:`feed` pushes every whole chunk it can make (the rest waits for the next call), drops the first
+    ``delay_samples`` outputs and returns the others; :meth:`finish` pushes ``delay_samples`` zeros plus the
+    last chunk's zero padding and returns the outputs up to the input's length. The outputs of all calls,
+    concatenated, are the model output aligned with the input, sample for sample, with the input's length
+    (for a model that is a pure delay, the input itself). What the model sees does not depend on how the
+    input is split between calls. Resampling stays with the caller.
+
+    Args:
+        push (Callable[[np.ndarray], np.ndarray]): Runs one chunk: float32 (batch, 1, chunk_samples) in (a
+            buffer reused between calls), the model output float32 (batch, 1, chunk_samples) out, e.g.
+            ``lambda x: session.push(x)[contract.output]`` (it may return a buffer the next call reuses: it is
+            copied at once).
+        chunk_samples (int): Samples per chunk at the model rate.
+        delay_samples (int): Leading outputs to drop, the contract's ``delay_samples``; 0 drops none (the
+            live path, whose output is heard as it comes, ``delay_samples`` late).
+        batch (int): Streams in parallel (rows of the arrays fed).
+    Attributes:
+        fed (int): Input samples fed per row (not counting the flush zeros).
+        kept (int): Output samples returned per row.
+        dropped (int): Leading output samples dropped per row (at most ``delay_samples``).
+        chunks (int): Chunks pushed.
+    Raises:
+        UsageError: ``chunk_samples`` < 1 or ``delay_samples`` < 0.
+
+    Source: k2-fsa/sherpa-onnx ``python-api-examples/online-decode-files.py`` (tail padding; here the
+    padding also flushes the model's look-ahead).
+    """
+
+    def __init__(self, push: Callable[[np.ndarray], np.ndarray], chunk_samples: int, delay_samples: int,
+                 batch: int = 1):
+        if int(chunk_samples) < 1 or int(delay_samples) < 0:
+            raise UsageError(f"delay compensation needs chunk_samples >= 1 and delay_samples >= 0, got "
+                             f"{chunk_samples} and {delay_samples}")
+        self.push, self.chunk, self.delay, self.batch = push, int(chunk_samples), int(delay_samples), int(batch)
+        self.buf = np.zeros((self.batch, 0), np.float32)  # input not yet pushed (< one chunk)
+        self.x = np.zeros((self.batch, 1, self.chunk), np.float32)
+        self.fed = self.kept = self.dropped = self.chunks = 0
+
+    @property
+    def pending(self) -> int:
+        """int: input samples per row waiting for a whole chunk (< ``chunk_samples``)."""
+        return self.buf.shape[1]
+
+    def feed(self, x: np.ndarray) -> np.ndarray:
+        """Stream ``x``: float32 (t,) (batch 1) or (batch, t), model rate, any t >= 0.
+
+        Returns:
+            np.ndarray: float32 outputs now known, after the dropped delay, (n,) or (batch, n) like ``x``.
+        """
+        x2 = x[None, :] if x.ndim == 1 else x
+        self.fed += x2.shape[1]
+        y = self._run(x2, limit=None)
+        return y[0] if x.ndim == 1 else y
+
+    def finish(self, ndim: int = 2) -> np.ndarray:
+        """Flush the tail: push ``delay_samples`` zeros and the last chunk's padding.
+
+        Args:
+            ndim (int): 1 to return (n,) (batch 1), 2 for (batch, n).
+        Returns:
+            np.ndarray: float32, the last outputs, so that ``kept == fed`` afterwards.
+        """
+        pad = (-(self.pending + self.delay)) % self.chunk
+        y = self._run(np.zeros((self.batch, self.delay + pad), np.float32), limit=self.fed)
+        return y[0] if ndim == 1 else y
+
+    def _run(self, xm: np.ndarray, limit: int | None) -> np.ndarray:
+        """Push every whole chunk of buffer + ``xm``; keep outputs after the delay, at most ``limit`` in all."""
+        xs = np.concatenate([self.buf, xm], axis=1) if self.buf.shape[1] else xm
+        n = xs.shape[1] - xs.shape[1] % self.chunk
+        self.buf = xs[:, n:].copy()
+        y = np.empty((self.batch, n), np.float32)
+        x, c = self.x, self.chunk
+        for i in range(0, n, c):
+            x[:, 0, :] = xs[:, i:i + c]
+            y[:, i:i + c] = self.push(x)[:, 0]
+        self.chunks += n // c
+        drop = min(self.delay - self.dropped, n)
+        self.dropped += drop
+        y = y[:, drop:]
+        if limit is not None:
+            y = y[:, :max(limit - self.kept, 0)]
+        self.kept += y.shape[1]
+        return y
