@@ -3,7 +3,7 @@
 Data path (one input device at ``device_rate_hz``, one model at ``model_rate_hz``)::
 
     audio callback --copy--> input RingBuffer (device rate)            [PortAudio thread: copy only]
-    worker thread: ring -> soxr.ResampleStream -> model-rate FIFO -> fixed chunks -> session.push
+    worker thread: ring -> soxr.ResampleStream -> DelayCompensator (delay 0: chunking, tail padding) -> session.push
                    -> file writer (model rate)
                    (the chunks themselves, before the model -> input writer: what the model heard)
                    -> soxr.ResampleStream -> output RingBuffer (device rate)   (monitor only)
@@ -42,6 +42,7 @@ from cosyedge.errors import ArtifactError, CosyEdgeError, UsageError
 from cosyedge.log import LOG
 from cosyedge.realtime.ring import RingBuffer
 from cosyedge.runtime.base import StreamSession
+from cosyedge.runtime.stream import DelayCompensator
 
 soxr = lazy_import("soxr")
 
@@ -206,24 +207,6 @@ class RateMonitor:
             self._bad_rates = []
 
 
-class _Fifo:
-    """Growable float32 FIFO for the model-rate samples between resampler and chunker (small, worker only)."""
-
-    def __init__(self):
-        self._buf = np.zeros(0, np.float32)
-
-    def __len__(self) -> int:
-        return self._buf.shape[0]
-
-    def push(self, x: np.ndarray) -> None:
-        if x.size:
-            self._buf = np.concatenate([self._buf, x.astype(np.float32, copy=False)])
-
-    def pop(self, n: int) -> np.ndarray:
-        out, self._buf = self._buf[:n], self._buf[n:]
-        return out
-
-
 class RealtimeEnhancer:
     """Glue between an audio device's callbacks and a :class:`StreamSession` (batch 1), with xrun accounting.
 
@@ -286,7 +269,10 @@ class RealtimeEnhancer:
         self.status_interval_s = float(status_interval_s)
         self.resample_quality = resample_quality
         self._rs_in = self._rs_out = None
-        self._fifo = _Fifo()
+        # model-rate samples short of a chunk wait in the compensator; live output is not shifted back
+        # (it is heard as it comes, ``delay_samples`` late), so it drops nothing: delay 0
+        self._comp = DelayCompensator(self._run_chunk, self.chunk_samples, 0)
+        self._in_written = 0  # model-rate input samples given to input_writer
         self._out_name = session.contract.output
         self.chunks = 0
         self.compute_s = 0.0
@@ -363,24 +349,38 @@ class RealtimeEnhancer:
             setattr(self, attr, rs)
         return rs.resample_chunk(np.ascontiguousarray(x, np.float32), last=last)
 
-    def _push(self, chunk: np.ndarray, keep: int | None = None) -> None:
-        """Run one model-rate chunk (chunk_samples,); send the first ``keep`` output samples (all when None)
-        to the writer and the monitor."""
+    def _run_chunk(self, x: np.ndarray) -> np.ndarray:
+        """Run one model-rate chunk, float32 (1, 1, chunk_samples) (the compensator's buffer); give its real
+        samples (not the last chunk's zero padding) to the input writer. Returns the output (1, 1, chunk_samples)
+        with NaN/Inf as 0."""
         if self.input_writer is not None:
-            self.input_writer.write(chunk if keep is None else chunk[:keep])
+            real = min(self.chunk_samples, self._comp.fed - self._in_written)
+            self.input_writer.write(x[0, 0, :real].copy())
+            self._in_written += real
         t0 = time.perf_counter()
-        y = self.session.push(chunk.reshape(1, 1, -1))[self._out_name].reshape(-1).copy()
+        y = self.session.push(x)[self._out_name]
         self.compute_s += time.perf_counter() - t0
         self.chunks += 1
         if not np.isfinite(y).all():
             LOG.warning_once("the model produced NaN/Inf samples; they are written as silence")
             y = np.nan_to_num(y, nan=0.0, posinf=0.0, neginf=0.0)
-        if keep is not None:
-            y = y[:keep]
+        return y
+
+    def _emit(self, y: np.ndarray) -> None:
+        """Send model-rate output samples float32 (n,) to the writer and the monitor."""
+        if not y.shape[0]:
+            return
         if self.writer is not None:
             self.writer.write(y)
         if self.monitor:
             self.out_ring.write(self._resample("out", y))
+
+    def _feed(self, x: np.ndarray) -> None:
+        """Stream model-rate samples float32 (t,); each chunk's output is sent on as soon as it is pushed."""
+        while x.shape[0]:
+            take = self.chunk_samples - self._comp.pending
+            self._emit(self._comp.feed(x[:take]))
+            x = x[take:]
 
     def process_available(self) -> int:
         """Run every full chunk that the input ring can make now (worker thread, or tests).
@@ -392,14 +392,11 @@ class RealtimeEnhancer:
             ArtifactError: the input stalled (no audio for two rate windows).
             CosyEdgeError: from the session or the writer.
         """
+        before = self._comp.chunks
         x = self.in_ring.read_all()
         if x is not None and x.size:
-            self._fifo.push(self._resample("in", x))
-        n = 0
-        c = self.chunk_samples
-        while len(self._fifo) >= c:
-            self._push(self._fifo.pop(c))
-            n += 1
+            self._feed(self._resample("in", x))
+        n = self._comp.chunks - before
         if self.rate_monitor is not None:
             xruns = self.device_input_overflows + self.device_output_underflows + self.output_underflows
             self.rate_monitor.update(self.in_ring.written, xruns)
@@ -418,19 +415,11 @@ class RealtimeEnhancer:
             int: chunks pushed.
         """
         n = self.process_available()
+        before = self._comp.chunks
         if self.device_rate_hz != self.model_rate_hz and self._rs_in is not None:
-            self._fifo.push(self._resample("in", np.zeros(0, np.float32), last=True))
-        c = self.chunk_samples
-        while len(self._fifo) >= c:
-            self._push(self._fifo.pop(c))
-            n += 1
-        rest = len(self._fifo)
-        if rest:
-            chunk = np.zeros(c, np.float32)
-            chunk[:rest] = self._fifo.pop(rest)
-            self._push(chunk, keep=rest)
-            n += 1
-        return n
+            self._feed(self._resample("in", np.zeros(0, np.float32), last=True))
+        self._emit(self._comp.finish(ndim=1))
+        return n + self._comp.chunks - before
 
     def _worker(self) -> None:
         try:
