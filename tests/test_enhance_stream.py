@@ -121,3 +121,36 @@ def test_progress_bar_when_asked_and_only_on_a_terminal_by_default(tmp_path, cap
     assert "enhance:" in err and "s audio" in err and "/40 s audio" in err
     enhance_file(src, tmp_path / "b.wav", engine=MODEL, chunk_samples=1600)  # stderr is not a terminal here
     assert "enhance:" not in capsys.readouterr().err
+
+
+def test_delay_compensator_is_one_mechanism_for_files_arrays_and_the_live_path():
+    """runtime.stream.DelayCompensator (issue 36 item 2): a pure delay comes back as its input whatever the
+    split of the feeds; with delay 0 (the live path) the output is the raw stream cut to the input length."""
+    from cosyedge.runtime.stream import DelayCompensator
+
+    d, c = 7, 5
+    state = {"buf": np.zeros(d, np.float32)}
+
+    def delay_push(x):  # (1, 1, c) -> (1, 1, c): y[t] = x[t - d]
+        xs = np.concatenate([state["buf"], x[0, 0]])
+        state["buf"] = xs[-d:].copy()
+        return xs[None, None, :c].copy()
+
+    x = np.arange(1, 24, dtype=np.float32)
+    for splits in ([23], [1, 4, 18], [5, 5, 5, 8], [0, 3, 0, 20]):
+        state["buf"][:] = 0.0
+        comp = DelayCompensator(delay_push, c, d)
+        parts, at = [], 0
+        for n in splits:
+            parts.append(comp.feed(x[at:at + n]))
+            at += n
+        parts.append(comp.finish(ndim=1))
+        y = np.concatenate(parts)
+        np.testing.assert_array_equal(y, x)
+        assert (comp.fed, comp.kept, comp.dropped, comp.chunks) == (23, 23, d, -(-(23 + d) // c))
+    state["buf"][:] = 0.0
+    live = DelayCompensator(delay_push, c, 0)
+    y = np.concatenate([live.feed(x[:9]), live.feed(x[9:]), live.finish(ndim=1)])
+    np.testing.assert_array_equal(y, np.concatenate([np.zeros(d, np.float32), x[:-d]]))
+    with pytest.raises(UsageError, match="delay_samples >= 0"):
+        DelayCompensator(delay_push, c, -1)
