@@ -61,7 +61,7 @@ def enhance_file(input: str | Path, output: str | Path, engine: str | Path | Non
 
     The file is streamed through: a block of the input is read (:class:`~cosyedge.audio.AudioReader`),
     downmixed, resampled to the model rate (``soxr.ResampleStream``), pushed chunk by chunk (state
-    carried), resampled back and appended to the output (:class:`~cosyedge.realtime.writer.IncrementalAudioWriter`).
+    carried), resampled back and appended to the output (:class:`~cosyedge.audio.IncrementalAudioWriter`).
     Memory stays at a few blocks however long the file is, and the samples written are bit-identical
     to processing the whole file at once (soxr's stream resampler gives its one-shot output; the model
     sees the same chunks). The output path is validated before any processing and written to a temp
@@ -99,9 +99,8 @@ def enhance_file(input: str | Path, output: str | Path, engine: str | Path | Non
     import time
 
     from cosyedge.artifacts import check_not_input
-    from cosyedge.audio import BLOCK_FRAMES, AudioReader, check_output_path
+    from cosyedge.audio import BLOCK_FRAMES, AudioReader, IncrementalAudioWriter, check_output_path
     from cosyedge.build.ort import default_engine, load_engine
-    from cosyedge.realtime.writer import IncrementalAudioWriter
     from cosyedge.runtime.stream import require_waveform_model
 
     if chunk_samples is not None and chunk_ms is not None:

@@ -21,7 +21,7 @@ DEMO = ROOT / "cosyedge" / "assets" / "demo" / "noisy.wav"
 # output file open
 SLOW_WRITE = """
 import sys, time
-import cosyedge.realtime.writer as w
+import cosyedge.audio as w
 orig = w.IncrementalAudioWriter.write
 def slow(self, y):
     if not self.frames:

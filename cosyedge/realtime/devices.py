@@ -275,13 +275,12 @@ def run_mic(device: str | int | None = None, output: str | Path | None = None, m
     from cosyedge.enhance import chunk_samples_from_ms
     from cosyedge.realtime.enhancer import RealtimeEnhancer
     from cosyedge.realtime.live import run_live
-    from cosyedge.realtime.writer import IncrementalAudioWriter
 
     if output is None and save_input is None and not monitor:
         raise UsageError("nothing to do: give --output FILE, --save-input FILE and/or --monitor")
     if duration_s is not None and not float(duration_s) > 0:
         raise UsageError(f"--duration must be a positive number of seconds, got {duration_s}")
-    from cosyedge.audio import EXACT_FORMATS, check_output_path
+    from cosyedge.audio import EXACT_FORMATS, IncrementalAudioWriter, check_output_path
 
     if save_input is not None and Path(save_input).suffix.lower() not in EXACT_FORMATS:
         raise UsageError(f"--save-input {save_input}: use a .wav (32-bit float, bit-exact) or .flac (24-bit) file, "

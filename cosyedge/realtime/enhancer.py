@@ -220,7 +220,7 @@ class RealtimeEnhancer:
         device_rate_hz (int): Capture (and playback) rate of the device stream, Hz.
         monitor (bool): Also produce output at the device rate for :meth:`output_callback`.
         writer (object | None): Receives model-rate float32 (n,) blocks via ``writer.write(y)``
-            (e.g. :class:`~cosyedge.realtime.writer.IncrementalAudioWriter`); None: no file.
+            (e.g. :class:`~cosyedge.audio.IncrementalAudioWriter`); None: no file.
         input_writer (object | None): Receives the model-rate input chunks as they are pushed (float32
             (n,) blocks, the same ``write`` interface): exactly the samples the model heard, on the
             chunk grid of the live run, so an offline run on that file reproduces ``writer``'s audio

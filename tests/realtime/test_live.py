@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 import soundfile as sf
 
+from cosyedge.audio import IncrementalAudioWriter
 from cosyedge.errors import ArtifactError, DependencyError, UsageError
 from cosyedge.realtime import devices as devmod
 from cosyedge.realtime.enhancer import RateMonitor, RealtimeEnhancer
 from cosyedge.realtime.live import run_live
-from cosyedge.realtime.writer import IncrementalAudioWriter
 from cosyedge.runtime import OrtStreamSession, stream_array
 from tests import models
 from tests.realtime.fakes import ThreadedStream, fake_sounddevice
