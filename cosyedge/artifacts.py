@@ -310,6 +310,37 @@ class StreamContract:
             p.key, p.value = k, v
         return model
 
+    def chunk_samples(self, chunk_ms: float) -> int:
+        """Convert a chunk length in ms to samples at :attr:`sample_rate_hz` (Hz).
+
+        Args:
+            chunk_ms (float): Chunk length, ms, in (0, :data:`MAX_CHUNK_MS`].
+        Returns:
+            int: samples per chunk, a multiple of :attr:`total_stride`.
+        Raises:
+            UsageError: ``chunk_ms`` is not finite, not positive, too long, not a whole number of samples, or
+                not a multiple of the total stride (the message gives the multiple in ms).
+        """
+        sample_rate_hz, total_stride = self.sample_rate_hz, self.total_stride
+        chunk_ms = float(chunk_ms)
+        step_ms = 1000.0 * total_stride / sample_rate_hz
+        if not (0 < chunk_ms <= MAX_CHUNK_MS):  # also rejects NaN
+            raise UsageError(f"chunk of {chunk_ms} ms: give a positive multiple of {step_ms:g} ms up to "
+                             f"{MAX_CHUNK_MS:g} ms")
+        samples = chunk_ms * sample_rate_hz / 1000.0
+        if abs(samples - round(samples)) > 1e-6:
+            raise UsageError(f"chunk of {chunk_ms} ms is not a positive whole number of samples at {sample_rate_hz} Hz")
+        samples = int(round(samples))
+        if samples % total_stride:
+            raise UsageError(f"chunk of {chunk_ms:g} ms ({samples} samples) is not a multiple of the model's total "
+                             f"stride {total_stride} samples = {step_ms:g} ms (use {step_ms:g}, {2 * step_ms:g}, ... ms)")
+        return samples
+
+
+MAX_CHUNK_MS = 10_000.0
+"""float: longest chunk accepted by :meth:`StreamContract.chunk_samples`, ms (a chunk is buffered whole; 10 s
+bounds memory)."""
+
 
 def load_onnx(path: str | Path, load_external_data: bool = True) -> Any:
     """Load an ONNX file as ``onnx.ModelProto``.

@@ -17,36 +17,6 @@ from cosyedge.errors import ArtifactError, UsageError
 from cosyedge.log import LOG
 
 
-MAX_CHUNK_MS = 10_000.0
-"""float: longest chunk accepted, ms (a chunk is buffered whole; 10 s bounds memory)."""
-
-
-def chunk_samples_from_ms(chunk_ms: float, sample_rate_hz: int, total_stride: int = 1) -> int:
-    """Convert a chunk length in ms to samples at ``sample_rate_hz`` (Hz).
-
-    Args:
-        chunk_ms (float): Chunk length, ms, in (0, :data:`MAX_CHUNK_MS`].
-        sample_rate_hz (int): Model sample rate, Hz.
-        total_stride (int): The chunk must be a multiple of this many samples (the model's total stride).
-    Raises:
-        UsageError: ``chunk_ms`` is not finite, not positive, too long, not a whole number of samples, or
-            not a multiple of the total stride (the message gives the multiple in ms).
-    """
-    chunk_ms = float(chunk_ms)
-    step_ms = 1000.0 * total_stride / sample_rate_hz
-    if not (0 < chunk_ms <= MAX_CHUNK_MS):  # also rejects NaN
-        raise UsageError(f"chunk of {chunk_ms} ms: give a positive multiple of {step_ms:g} ms up to "
-                         f"{MAX_CHUNK_MS:g} ms")
-    samples = chunk_ms * sample_rate_hz / 1000.0
-    if abs(samples - round(samples)) > 1e-6:
-        raise UsageError(f"chunk of {chunk_ms} ms is not a positive whole number of samples at {sample_rate_hz} Hz")
-    samples = int(round(samples))
-    if samples % total_stride:
-        raise UsageError(f"chunk of {chunk_ms:g} ms ({samples} samples) is not a multiple of the model's total "
-                         f"stride {total_stride} samples = {step_ms:g} ms (use {step_ms:g}, {2 * step_ms:g}, ... ms)")
-    return samples
-
-
 MAX_RECORDED_CHUNKS = 1 << 20
 """int: per-chunk latencies kept for a file's report (8 MB; 2.9 h of 10 ms chunks; a longer file reports
 the percentiles of its last this many chunks)."""
@@ -113,7 +83,7 @@ def enhance_file(input: str | Path, output: str | Path, engine: str | Path | Non
         c = eng.contract
         require_waveform_model(c, str(eng.model_path))
         if chunk_ms is not None:
-            chunk_samples = chunk_samples_from_ms(chunk_ms, c.sample_rate_hz, c.total_stride)
+            chunk_samples = c.chunk_samples(chunk_ms)
         chunk = int(c.hop_samples if chunk_samples is None else chunk_samples)
         c.check_chunk(chunk)
         expect = -(-(reader.frames * c.sample_rate_hz // sr + c.delay_samples) // chunk) + 1

@@ -64,3 +64,31 @@ def test_nn_without_torch_is_a_dependency_error():
     r = _run("import cosyedge.nn\n", {"torch"})
     assert r.returncode != 0
     assert "DependencyError" in r.stderr and "pip install torch==2.13.0" in r.stderr
+
+
+def test_enhance_and_realtime_do_not_import_each_other():
+    """Circle 3 (issue 36 item 6) stays gone: the file API (cosyedge/enhance.py) and the live path
+    (cosyedge/realtime/) share the writer (cosyedge.audio) and the chunk conversion (StreamContract.chunk_samples),
+    so neither imports the other, at module level or inside a function."""
+    import ast
+
+    def imported(path: Path) -> set[str]:
+        names = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                names.update(a.name for a in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                names.add(node.module)
+                names.update(f"{node.module}.{a.name}" for a in node.names)
+        return names
+
+    def hits(names: set[str], package: str) -> list[str]:
+        return sorted(n for n in names if n == package or n.startswith(package + "."))
+
+    pkg = ROOT / "cosyedge"
+    assert not hits(imported(pkg / "enhance.py"), "cosyedge.realtime"), "cosyedge/enhance.py imports cosyedge.realtime"
+    realtime = sorted((pkg / "realtime").glob("*.py"))
+    assert realtime
+    for path in realtime:
+        names = imported(path)
+        assert not hits(names, "cosyedge.enhance"), f"{path.relative_to(ROOT)} imports cosyedge.enhance"

@@ -158,7 +158,6 @@ def evaluate(input: str | Path, engine: str | Path | None = None, baseline: bool
     """
     from cosyedge.artifacts import sha256_file
     from cosyedge.build.ort import default_engine, load_engine
-    from cosyedge.enhance import chunk_samples_from_ms
     from cosyedge.eval.report import summarize, to_jsonable
     from cosyedge.runtime.stream import enhance_array
 
@@ -204,7 +203,7 @@ def evaluate(input: str | Path, engine: str | Path | None = None, baseline: bool
     sessions = {}
     for label, eng in loaded.items():
         c = eng.contract
-        chunk_samples = chunk_samples_from_ms(chunk_ms, c.sample_rate_hz, c.total_stride) if chunk_ms else None
+        chunk_samples = c.chunk_samples(chunk_ms) if chunk_ms else None
         sessions[label] = eng(chunk_samples=chunk_samples, threads=threads, max_latency_records=1 << 20)
     LOG.info("eval: %d file(s) (%s) from %s, engine(s) %s%s", len(items), mode, input,
              ", ".join(f"{k}={e.folder or e.model_path}" for k, e in loaded.items()),

@@ -272,7 +272,6 @@ def run_mic(device: str | int | None = None, output: str | Path | None = None, m
         ArtifactError: engine missing/stale, output unwritable, the stream died (device gone).
     """
     from cosyedge.build.ort import default_engine, load_engine
-    from cosyedge.enhance import chunk_samples_from_ms
     from cosyedge.realtime.enhancer import RealtimeEnhancer
     from cosyedge.realtime.live import run_live
 
@@ -294,7 +293,7 @@ def run_mic(device: str | int | None = None, output: str | Path | None = None, m
     rate = pick_sample_rate(dev, out_dev, sd)
     eng = load_engine(engine if engine is not None else default_engine())
     c = eng.contract
-    chunk = None if chunk_ms is None else chunk_samples_from_ms(chunk_ms, c.sample_rate_hz, c.total_stride)
+    chunk = None if chunk_ms is None else c.chunk_samples(chunk_ms)
     session = eng(chunk_samples=chunk, threads=threads)
     writer = IncrementalAudioWriter(output, c.sample_rate_hz) if output is not None else None
     try:
