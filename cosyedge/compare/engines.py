@@ -9,7 +9,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from cosyedge.artifacts import atomic_output, check_writable, sha256_file
+from cosyedge.artifacts import atomic_output, check_writable, load_manifest, sha256_file
 from cosyedge.compare.baseline import amax_cache_path
 from cosyedge.compare.models import CompareModel, load_compare_model, parse_precision_label
 from cosyedge.errors import ArtifactError, CosyEdgeError, UsageError
@@ -17,12 +17,12 @@ from cosyedge.log import LOG
 
 
 def _manifest(folder: Path) -> dict:
-    """The engine folder's ``manifest.json`` (dict), or {} when missing or unreadable."""
+    """The engine folder's ``manifest.json`` (dict) as :func:`cosyedge.artifacts.load_manifest` reads and
+    validates it, or {} when missing, unreadable or invalid (the folder is then rebuilt, not reused)."""
     try:
-        manifest = json.loads((Path(folder) / "manifest.json").read_text())
-    except (OSError, json.JSONDecodeError):
+        return load_manifest(folder)
+    except ArtifactError:
         return {}
-    return manifest if isinstance(manifest, dict) else {}
 
 
 def _int8_report(folder: Path) -> dict:
