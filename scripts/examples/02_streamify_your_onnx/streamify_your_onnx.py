@@ -67,7 +67,7 @@ def export_toy(path: Path, seed: int = 0) -> Path:
     x = torch.randn(1, 1, 20 * HOP)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the TorchScript exporter's notes on Slice folding and GRU batch sizes
-            torch.onnx.export(model, (x,), str(path), input_names=["audio"], output_names=["enhanced"],
+        torch.onnx.export(model, (x,), str(path), input_names=["audio"], output_names=["enhanced"],
                           dynamic_axes={"audio": {0: "N", 2: "T"}, "enhanced": {0: "N", 2: "T"}},
                           opset_version=17, dynamo=False)
     return path
