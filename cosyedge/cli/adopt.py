@@ -55,6 +55,10 @@ def adopt(onnx_in: Path, out_onnx: Path, states: tuple[str, ...], sample_rate_hz
     refuse it), a one-hop graph is wrapped in a Scan so any multiple of the hop streams. Before writing, the
     result is streamed on real speech against the graph's own state loop (exit 5 when they differ) and every
     state must change the output (exit 2 for a state that carries nothing or a graph that does not stream).
+    State pairs are given (--state IN=OUT) or found from names (x_in/x_out, h_in/h_out, cache/new_cache,
+    states_in/states_out, a state_pairs metadata entry); the original names stay in the cosyedge.adopted
+    metadata. Known gap: build --fp16 of a Scan-wrapped model gives an FP32 model. See docs/adopt.md.
+
     Example: cosyedge adopt model_1.onnx -o m.stream.onnx --state h_in=h_out --sample-rate-hz 16000
     --hop-samples 160
     """

@@ -49,14 +49,26 @@ def build(onnx_path, fp16, int8, sparse, exclude, calib, calib_count, name, back
     derived from another one (it records its dense parent, or was pruned by 'cosyedge sparsify') carries
     that one's name, so its <name> is <model>-<sha256[:8]> (reference-60b615af-int8-sparse-onnxruntime for
     the bundled fine-tuned 2:4 model): it never replaces the dense model's engines.
-    Neither --fp16 nor --int8 builds FP32. The model is checked by running one chunk before the folder
-    is written; the folder appears atomically (nothing is left on failure). Prints the engine folder
-    path as the last line.
+    Neither --fp16 nor --int8 builds FP32. --fp16: FP16 compute with FP32 inputs, outputs and states
+    (scanned for non-finite values, its SNR vs FP32 in the manifest). --int8: Q/DQ nodes from KL
+    (entropy) calibration on real speech streamed with real states (see 'cosyedge calib --help').
+    --sparse prunes Conv/Gemm/MatMul weights 2:4 first (the per-layer report goes into the manifest).
+    The model is checked by running one chunk before the folder is written; the folder appears
+    atomically (nothing is left on failure; temp folders a killed build of the same engine left are
+    removed). Prints the engine folder path as the last line. 'cosyedge run --engine' runs any engine
+    folder except a Triton repository (served by Triton).
+
+    --backend tensorrt (the trt extra: TensorRT, pycuda, cuda-python; JetPack's TensorRT on Jetson)
+    writes <name>-<precision>[-sparse][-dlaN]-tensorrt/ with engine.plan and a manifest naming the
+    TensorRT version, GPU, flags and the layers that got sparse tactics; a plan from another TensorRT
+    version or GPU is rebuilt from its stored ONNX on load. TensorRT 8.6, 10.x and 11.x (11.x: precision
+    only from the ONNX, no DLA). Without TensorRT, pycuda or a GPU it stops with one line (exit 4);
+    --backend auto then builds for ONNX Runtime and says why. See docs/tensorrt.md.
 
     --backend triton writes <out-dir>/<name>-<precision>[-sparse]-triton/, a Triton Inference Server
     model repository: <name>/config.pbtxt (sequence batcher, oldest strategy, one implicit state per
     state pair, zero initial state), <name>/1/model.onnx (onnxruntime backend) and manifest.json; serve
-    it with 'tritonserver --model-repository=<folder>' (see scripts/triton_client.py).
+    it with 'tritonserver --model-repository=<folder>' (see scripts/triton_client.py, docs/triton.md).
 
     Example: cosyedge build --onnx model.stream.onnx --int8 --sparse --backend onnxruntime -o engines
     """

@@ -29,7 +29,12 @@ def make(count, seed, out, from_dir):
     """Write a deterministic calibration set: audio/*.wav + manifest.json (sha256, duration, SNR).
 
     Generated sets mix training speech and training noise like the training data (never the test set);
-    the first run downloads the Debian source packages (minutes). Prints the manifest path last.
+    the first run downloads the Debian source packages (minutes). The first 'cosyedge build --int8' makes
+    the set when calib/ holds none: progress bars on a terminal, under 1 GB of memory for 2048
+    utterances, about 10 s once the training corpora are cached, about 80 s with their first download.
+    The manifest also lists the training corpora this machine could not make (missing_corpora: a machine
+    without espeak-ng, flite or festival makes another set); the audio is regenerated, not committed.
+    Prints the manifest path last.
 
     Example: cosyedge calib make --count 2048 --seed 0 --out calib/
     """
@@ -56,6 +61,8 @@ def make(count, seed, out, from_dir):
 def amax(onnx_path, calib_dir, threads, force, trt_version):
     """KL-calibrate a streaming model: writes <model>.amax.json and <model>.calibration.cache.
 
+    KL (entropy) amax per tensor, streamed through the FP32 model with real states; cached as
+    calib/<model>.amax.json keyed by the model and manifest hashes, plus a TensorRT calibration cache.
     The cache is reused when the model and calibration manifest hashes match, recomputed otherwise.
     Prints the amax JSON path last.
 
@@ -85,8 +92,11 @@ def amax(onnx_path, calib_dir, threads, force, trt_version):
 def int8(onnx_path, output, calib_dir, amax_path, exclude, threads):
     """Write the INT8 streaming ONNX: KL-calibrated activations, per-channel weights, explicit Q/DQ.
 
-    The first and last (1-channel audio) convs and any --exclude node stay in float. The result runs
-    in ONNX Runtime ('cosyedge run --engine PATH') and is what TensorRT builds from. Prints its path last.
+    The first and last (1-channel audio) convs and any --exclude node stay in float, and so do the
+    analysis and synthesis convs, convs that only copy samples (one-hot weights, e.g. the pitch comb's
+    framing) and any node the model declares float-only (e.g. the reference's /inp); one scale per
+    Concat(state, x). The result runs in ONNX Runtime ('cosyedge run --engine PATH') and is what
+    TensorRT builds from. Prints its path last.
 
     Example: cosyedge calib int8 --onnx model.stream.onnx --calib calib/ -o model.stream.int8.onnx
     """

@@ -47,7 +47,8 @@ def compare(reference, candidate, modes, chunk_ms, utt_path, max_utterances, snr
     utterance PESQ-WB and SI-SNR against the clean speech and their differences. Default tolerances
     follow the candidate's precision (fp32, fp16, int8, *-sparse; see cosyedge.compare.tolerances).
     Exit 1 when a tolerance is exceeded (each failure named), 2 for incompatible models or an engine that
-    cannot run here.
+    cannot run here (and for a noisy/clean pair of different sample rate or length). --mark-all names
+    the first tensor whose error jumps (an SNR drop of --jump-db across one node, SNR below --floor-db).
 
     Example: cosyedge compare cosyedge/models/reference.stream.onnx engines/reference-int8-onnxruntime --mark-all
     """
@@ -157,6 +158,15 @@ def check(onnx_path, baseline, update_baseline, precisions, candidate_opts, engi
     the field) or an utterance shorter than 1 s or silent. Metrics not in the baseline, or not measured,
     are listed on NOT GATED lines. After the model changes, run
     'cosyedge check --update-baseline' once and commit the baseline folder.
+
+    Baselines (cosyedge/compare/baselines/) are keyed by the model's SHA-256, or by its content hash
+    without the proof figures measured on the machine that exported it; their tolerances are written from
+    cosyedge/compare/tolerances.py, and edited values apply and are printed. --update-baseline also keeps
+    the INT8 calibration next to the baseline, so CI needs no calibration audio. Exit 2 also for a sparse
+    parent fine-tuned from another dense model (a stale sparse model after a dense retrain) or a
+    --candidate whose manifest, ONNX metadata or content contradicts its label (e.g. fp16= an FP32
+    engine); exit 3 also for an engine manifest whose schema_version is newer than this cosyedge. Sparse
+    labels are built in their own folders (<name>-<sparse parent sha256[:8]>-<label>-onnxruntime).
 
     Example: cosyedge check --precisions fp16,int8-sparse --json accuracy.json --junit accuracy.xml
     """

@@ -37,6 +37,9 @@ def export(model: str, weights: Path | None, dynamo: bool, out: Path | None, ful
 
     Writes one self-contained ONNX with inputs audio (N, 1, T) and state_in.NN, outputs enhanced and
     state_out.NN, and the stream contract (sample rate, hop, total stride, state shapes) in its metadata.
+    Without -o, 'reference' rewrites the bundled cosyedge/models/reference.stream.onnx (--weights, --dynamo,
+    --full-onnx: see the options). What each recipe computes and how close it is to the authors' own
+    runtime: docs/streamify.md (nsnet2, dfn3), docs/adopt.md (dtln).
     Examples: cosyedge export nsnet2 -o nsnet2.stream.onnx; cosyedge export dtln -o dtln.stream.onnx;
     cosyedge export dfn3 -o dfn3.stream.onnx
     """
@@ -103,6 +106,15 @@ def streamify(onnx_files: tuple[Path, ...], out_onnx: Path | None, sample_rate_h
     attention) are refused, every one named in one line (exit 2). The stream graph is then run chunk by chunk
     against the full graph on real speech; a mismatch writes nothing and names the first diverging tensor
     (exit 5).
+
+    Several files form one model when outputs feed inputs of the same name. Every input must run over
+    time (its one symbolic axis besides the batch, or --time-axis NAME=AXIS); a waveform input (N, 1, T)
+    is chunked in samples, other inputs are features, --frames-per-hop frames per hop. --sample-rate-hz
+    and --hop-samples are required unless the ONNX carries cosyedge metadata; 'streamify IN.onnx
+    OUT.onnx' also works. The op rules, what is refused and measured third-party models:
+    docs/streamify.md; a graph that already streams is adopted instead ('cosyedge adopt').
+
+    Example: cosyedge streamify model.onnx -o model.stream.onnx --sample-rate-hz 16000 --hop-samples 160
     """
     from cosyedge.errors import UsageError
     from cosyedge.surgery import streamify as streamify_api

@@ -56,6 +56,12 @@ def cli():
     """cosyedge: stream speech models (causal convs, recurrent layers) on TensorRT (GPU) and ONNX Runtime (CPU).
 
     Pipeline: export -> streamify (or adopt, for a graph that already streams) -> build -> run. Run 'cosyedge COMMAND --help' for details.
+
+    Errors are one '[!] ...' line on stderr. Exit codes: 1 accuracy regression (compare, check); 2 bad
+    arguments or bad samples; 3 missing, corrupt, empty or stale file; 4 missing optional dependency or
+    device; 5 a stream graph that fails its proof or a build that fails its accuracy scan; 130 Ctrl-C,
+    143 SIGTERM (half-written output removed, earlier files kept). Add -v or -q after the command for
+    debug or warnings-only logs. Examples: scripts/examples/.
     """
 
 

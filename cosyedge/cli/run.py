@@ -31,14 +31,27 @@ def run(input, output, engine, chunk_ms, threads, device, monitor, duration, sav
     """Enhance an audio file, or the microphone (INPUT = mic), by streaming it chunk by chunk, state carried.
 
     INPUT is a wav/flac/ogg file of any sample rate and channel count (mixed to mono, resampled to the
-    model rate and back). The output is aligned with the input (model delay compensated). Prints a
-    final report line with RTF and per-chunk latency p50/p99.
+    model rate and back). The output is aligned with the input (model delay compensated), at the input's
+    rate and length: mono, 16-bit PCM for wav/flac, Vorbis for ogg; missing parent folders are created.
+    Prints a final report line with RTF and per-chunk latency p50/p99. The file is streamed in blocks
+    (read, resampled with soxr's stream resampler, enhanced, written), so memory does not grow with its
+    length (an hour fits in well under 200 MB) and the samples written are those of a whole-file pass
+    (wav/flac bit-identical; a Vorbis .ogg encodes them in blocks); inputs over 30 s show a progress bar
+    on a terminal; a bad sample found late still leaves an earlier output file untouched. Without
+    --engine the bundled reference model is used (its ONNX Runtime engine is built under ./engines, or
+    $COSYEDGE_ENGINES_DIR, on first use).
 
     INPUT 'mic' captures the --device at its own rate, resamples to the model rate, enhances live and
     records to --output and/or plays to the speakers (--monitor), with a live status line (chunks,
     latency p50/p99, xruns, RTF). Ctrl-C stops cleanly; the recording is always a complete file.
     --save-input keeps the model's input too, to replay or check a live run offline.
     (Use ./mic for a file named mic.)
+
+    The microphone needs the audio extra and PortAudio (Debian libportaudio2; PulseAudio/PipeWire
+    devices through ALSA's pulse plugin, libasound2-plugins): the audio callback only copies into a
+    bounded ring buffer and a worker thread runs the chunks. Xruns (input overflow, output underflow)
+    are counted, never fatal; a device whose rate changes mid-stream or that stops delivering audio
+    stops the run with a one-line error, keeping the recording.
 
     Examples: cosyedge run noisy.wav -o clean.wav --chunk-ms 10;
     cosyedge run mic --device 1 --output live.wav --monitor --duration 30;

@@ -20,7 +20,11 @@ def sparsify(in_onnx, out_onnx, exclude, json_path):
 
     Prints a per-layer table (eligible or not and why, sparsity reached, 2:4 pattern verified in the
     written ONNX), then OUT.onnx as the last line. Fine-tune afterwards to recover accuracy
-    (scripts/finetune_sparse.py for the reference model).
+    (scripts/finetune_sparse.py --minutes N for the reference model; it records the SHA-256 of the dense
+    streaming ONNX it started from, --dense-onnx, in the sparse ONNX). A fine-tuned 2:4 reference ships
+    as cosyedge/models/reference.sparse.stream.onnx ('cosyedge build --onnx
+    cosyedge/models/reference.sparse.stream.onnx --sparse [--int8]'; PESQ-WB on the test set 0.03 below
+    the dense model's, see docs/model-card.md).
 
     Example: cosyedge sparsify model.stream.onnx model.sparse.stream.onnx --json sparsity.json
     """

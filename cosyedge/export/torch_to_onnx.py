@@ -7,7 +7,7 @@ weights never go to a separate ``.onnx.data``). Its metadata holds a
 measures it) when the sample rate and hop are known. The export is verified against PyTorch in ONNX
 Runtime on silence followed by noise before anything is written.
 
-Exporter facts (DESIGN.md, torch 2.13): always pass ``dynamo=`` explicitly (the default changed);
+Exporter facts (docs/design.md, torch 2.13): always pass ``dynamo=`` explicitly (the default changed);
 ``dynamo=False`` emits a Pad whose pads become constant after constant folding; remove weight_norm
 before export. ``dynamo=True``: torch's built-in onnxscript optimizer (``optimize=True``) deletes
 ``x + 1e-8`` (its add-zero rule matches constants within abs_tol 1e-8; onnxscript 0.7.2), which turned

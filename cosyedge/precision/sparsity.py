@@ -57,7 +57,7 @@ M_GROUP = 4
 MIN_REDUCTION = 8
 """int: smallest reduction length (input channels per group, or K) pruned; shorter layers stay dense."""
 WIDE_CHANNELS = 256
-"""int: channel count from which TensorRT's sparse tactics usually win (DESIGN.md, maintainers)."""
+"""int: channel count from which TensorRT's sparse tactics usually win (docs/design.md, maintainers)."""
 SPARSITY_KEY = "cosyedge.sparsity"
 """str: ONNX ``metadata_props`` key set to ``"2:4"`` on pruned models."""
 DENSE_PARENT_KEY = "cosyedge.dense_parent_sha256"

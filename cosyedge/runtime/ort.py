@@ -4,7 +4,7 @@ Every buffer is allocated once in :meth:`OrtStreamSession.activate_impl` and bou
 ``OrtValue`` objects that wrap those numpy arrays (on CPU ``OrtValue.ortvalue_from_numpy`` shares the
 array's memory, so ONNX Runtime reads and writes them in place: no per-chunk allocation). States are
 **ping-pong** buffers: set A feeds ``state_in.*`` while ``state_out.*`` is written into set B, then the
-roles swap. One buffer is never bound as both input and output of one run (DESIGN.md, export facts).
+roles swap. One buffer is never bound as both input and output of one run (docs/design.md, export facts).
 
 Source: ONNX Runtime docs, "I/O Binding" (onnxruntime.ai/docs/performance/tune-performance/iobinding.html)
 and Python API ``InferenceSession.io_binding``, ``IOBinding.bind_ortvalue_input/bind_ortvalue_output``,
