@@ -40,6 +40,7 @@ from cosyedge.errors import ArtifactError, UsageError, first_line
 from cosyedge.log import LOG
 from cosyedge.precision.calibset import CalibrationSet
 from cosyedge.precision.entropy import NUM_BINS, START_BIN, AbsHistogram
+from cosyedge.runtime.ort import session_from_onnx
 
 ort = lazy_import("onnxruntime")
 soxr = lazy_import("soxr")
@@ -73,12 +74,8 @@ def _session_with_outputs(model: Any, tensors: list[str], threads: int) -> Any:
     for t in tensors:
         if t not in have:
             m.graph.output.append(helper.make_tensor_value_info(t, TensorProto.FLOAT, None))
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = threads
-    so.inter_op_num_threads = 1
-    so.log_severity_level = 3
     try:
-        return ort.InferenceSession(m.SerializeToString(), sess_options=so, providers=["CPUExecutionProvider"])
+        return session_from_onnx(m, threads=threads, inter_threads=1, log_severity=3)
     except Exception as err:  # onnxruntime raises its own types
         raise ArtifactError(f"ONNX Runtime cannot load the model for calibration: {first_line(err)}") from None
 

@@ -69,10 +69,10 @@ from cosyedge.artifacts import (
 )
 from cosyedge.errors import AccuracyError, ArtifactError, UsageError, first_line
 from cosyedge.log import LOG
+from cosyedge.runtime.ort import session_from_onnx
 from cosyedge.surgery import io
 
 gs = lazy_import("onnx_graphsurgeon")
-ort = lazy_import("onnxruntime")
 
 ADOPT_ATOL = 1e-6
 """float: default proof tolerance (max abs error relative to max(1, peak |output|))."""
@@ -226,11 +226,7 @@ def find_state_pairs(model: Any, where: str = "model") -> list[tuple[str, str]]:
 
 
 def _session(model: Any) -> Any:
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = 1
-    so.inter_op_num_threads = 1
-    so.log_severity_level = 4
-    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    return session_from_onnx(model, threads=1, inter_threads=1, log_severity=4)
 
 
 def run_state_loop(sess: Any, audio: str, x: np.ndarray, chunk: int, states: list[tuple[str, str, np.ndarray]],

@@ -24,22 +24,16 @@ from typing import Any
 
 import numpy as np
 
-from cosyedge._lazy import lazy_import
 from cosyedge.errors import ArtifactError, first_line
+from cosyedge.runtime.ort import session_from_onnx
 from cosyedge.surgery.facts import mark_all_outputs
-
-ort = lazy_import("onnxruntime")
 
 ATOL = 1e-4
 """float: default tolerance, relative to max(1, peak |full output|)."""
 
 
 def _session(model: Any) -> Any:
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = 1
-    so.inter_op_num_threads = 1
-    so.log_severity_level = 4  # fatal only: errors come back as one line
-    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    return session_from_onnx(model, threads=1, inter_threads=1, log_severity=4)
 
 
 def stream_run(model: Any, contract: Any, inputs: dict[str, np.ndarray], chunk_ticks: int,
