@@ -122,8 +122,7 @@ def collect_amax(model_path: str | Path, calib: CalibrationSet, tensors: list[st
 
     model = load_onnx(model_path)
     contract = StreamContract.from_onnx(model)
-    if not contract.is_streaming:
-        raise ArtifactError(f"{model_path} has no streaming state; run 'cosyedge streamify' first")
+    contract.require_streaming(model_path)
     resample = calib.sample_rate_hz != contract.sample_rate_hz
     if resample:  # calibrate at the model's rate: every utterance resampled (a 16 kHz set has no band above 8 kHz)
         LOG.info("calibration set %s is %d Hz: each utterance is resampled to the model's %d Hz (soxr HQ)%s",
@@ -221,9 +220,7 @@ def calibrate(model_path: str | Path, calib: CalibrationSet, *, out_dir: str | P
     """
     model_path = Path(model_path)
     contract = StreamContract.from_onnx(model_path)
-    if not contract.is_streaming:
-        raise ArtifactError(f"{model_path} has no streaming state (state_in.*/state_out.*); run 'cosyedge "
-                            f"streamify' first")
+    contract.require_streaming(model_path)
     from cosyedge.precision.qdq import calibration_tensors, concat_aliases
 
     model_sha = sha256_file(model_path)

@@ -95,8 +95,7 @@ def int8_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, calib: Any = None,
     src = resolve_artifact(fp32_stream_onnx)
     out_path = Path(out_path)
     contract = StreamContract.from_onnx(src)
-    if not contract.is_streaming:
-        raise ArtifactError(f"{src} has no streaming state (state_in.*/state_out.*); run 'cosyedge streamify' first")
+    contract.require_streaming(src)
     check_not_input(src, out_path)
     check_writable(out_path)
     exclude = tuple(exclude or ())

@@ -115,11 +115,7 @@ class OrtStreamSession(StreamSession):
 
         self.model_path = Path(model_path)
         contract = StreamContract.from_onnx(self.model_path)
-        if not contract.is_streaming:
-            raise ArtifactError(
-                f"{self.model_path} has no streaming state (state_in.*/state_out.*): it is a full-sequence "
-                f"model; run 'cosyedge streamify' on it first"
-            )
+        contract.require_streaming(self.model_path)
         super().__init__(contract, chunk_samples=chunk_samples, batch=batch,
                          max_latency_records=max_latency_records)
         if not 1 <= int(threads) <= MAX_THREADS:

@@ -82,9 +82,7 @@ class StreamPool:
                  max_pending: int = DEFAULT_MAX_PENDING):
         self.model_path = Path(model_path)
         c = StreamContract.from_onnx(self.model_path)
-        if not c.is_streaming:
-            raise ArtifactError(f"{self.model_path} has no streaming state (state_in.*/state_out.*); "
-                                f"run 'cosyedge streamify' on it first")
+        c.require_streaming(self.model_path)
         from cosyedge.runtime.stream import require_waveform_model
 
         require_waveform_model(c, str(self.model_path))
