@@ -40,6 +40,7 @@ from cosyedge.errors import ArtifactError, UsageError, first_line
 from cosyedge.log import LOG
 from cosyedge.precision.calibset import CalibrationSet
 from cosyedge.precision.entropy import NUM_BINS, START_BIN, AbsHistogram
+from cosyedge.runtime import loop
 from cosyedge.runtime.ort import session_from_onnx
 
 ort = lazy_import("onnxruntime")
@@ -85,17 +86,14 @@ def _stream_utterance(sess, contract: StreamContract, x: np.ndarray, chunk: int,
     ``names`` (tensor names, state outputs excluded) for every chunk."""
     hop = contract.total_stride
     usable = (x.size // hop) * hop
-    states = {s.input: s.zeros(1) for s in contract.states}
     outs = [s.output for s in contract.states] + names
-    for start in range(0, usable, chunk):
-        c = x[start:min(start + chunk, usable)].reshape(1, 1, -1)
-        feeds = {contract.input: c, **states}
-        res = sess.run([o for o in outs if o not in feeds], feeds)
-        it = iter(res)
-        vals = {o: (feeds[o] if o in feeds else next(it)) for o in outs}
-        for s in contract.states:
-            states[s.input] = vals[s.output]
-        fn([vals[n] for n in names])
+
+    def infer(feeds: dict) -> dict:
+        it = iter(sess.run([o for o in outs if o not in feeds], feeds))
+        return {o: (feeds[o] if o in feeds else next(it)) for o in outs}
+
+    loop.stream(infer, contract, {contract.input: x[:usable].reshape(1, 1, -1)}, chunk,
+                on_chunk=lambda _k, _feeds, vals: fn([vals[n] for n in names]))
 
 
 def collect_amax(model_path: str | Path, calib: CalibrationSet, tensors: list[str], *, threads: int = 1,

@@ -230,14 +230,14 @@ class DTLN(Recipe):
         Raises:
             AccuracyError: SNR below :data:`MIN_REFERENCE_SNR_DB` (nothing is written).
         """
-        from cosyedge.surgery.adopt import _session, run_state_loop
+        from cosyedge.surgery.proof import run_state_loop, session
 
         x = _demo_recording() if audio is None else np.asarray(audio, np.float32)
         p1, p2 = self.network_files()
         ref = reference_loop(x, p1, p2)
         n = SHIFT_SAMPLES * ((x.size - DELAY_SAMPLES) // SHIFT_SAMPLES)
         n4 = 4 * SHIFT_SAMPLES * (n // (4 * SHIFT_SAMPLES))
-        sess = _session(model)
+        sess = session(model)
         svals = [(s.input, s.output, s.zeros(1)) for s in contract.states]
         worst, mx = 200.0, 0.0
         for chunk, m in ((SHIFT_SAMPLES, n), (4 * SHIFT_SAMPLES, n4)):

@@ -47,7 +47,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
-import math
 import re
 from pathlib import Path
 from typing import Any, Callable
@@ -67,10 +66,9 @@ from cosyedge.artifacts import (
     load_onnx,
     resolve_artifact,
 )
-from cosyedge.errors import AccuracyError, ArtifactError, UsageError, first_line
+from cosyedge.errors import ArtifactError, UsageError, first_line
 from cosyedge.log import LOG
-from cosyedge.runtime.ort import session_from_onnx
-from cosyedge.surgery import io
+from cosyedge.surgery import io, proof
 
 gs = lazy_import("onnx_graphsurgeon")
 
@@ -223,55 +221,6 @@ def find_state_pairs(model: Any, where: str = "model") -> list[tuple[str, str]]:
         raise UsageError(f"{where}: found no state pairs (inputs {ins}, outputs {outs}; no x_in/x_out, cache/new_cache "
                          f"or state-named input whose output has its shape): give them with --state IN=OUT")
     return [(i, pairs[i]) for i in ins if i in pairs]
-
-
-def _session(model: Any) -> Any:
-    return session_from_onnx(model, threads=1, inter_threads=1, log_severity=4)
-
-
-def run_state_loop(sess: Any, audio: str, x: np.ndarray, chunk: int, states: list[tuple[str, str, np.ndarray]],
-                   outputs: list[str], zero: set | None = None) -> dict[str, np.ndarray]:
-    """Stream ``x`` through a graph with its own state loop: each chunk's state outputs feed the next chunk.
-
-    Args:
-        sess (onnxruntime.InferenceSession): The graph.
-        audio (str): Audio input name.
-        x (np.ndarray): float32 (B, 1, L), L a multiple of ``chunk``.
-        chunk (int): Samples per call.
-        states (list[tuple[str, str, np.ndarray]]): (input, output, initial value) per state pair.
-        outputs (list[str]): Outputs to collect (concatenated along their last axis).
-        zero (set | None): State inputs reset to their initial value before every chunk (the carry test).
-    Returns:
-        dict[str, np.ndarray]: by output name.
-    Raises:
-        ArtifactError: ONNX Runtime fails on a chunk (first line of its message).
-    """
-    cur = {i: v for i, _o, v in states}
-    init = dict(cur)
-    got: dict[str, list] = {o: [] for o in outputs}
-    names = [o.name for o in sess.get_outputs()]
-    for start in range(0, x.shape[-1], chunk):
-        feed = {audio: np.ascontiguousarray(x[..., start:start + chunk])}
-        for i, v in cur.items():
-            feed[i] = init[i] if zero and i in zero else v
-        try:
-            res = dict(zip(names, sess.run(None, feed)))
-        except Exception as err:  # onnxruntime's own exception types
-            raise ArtifactError(f"ONNX Runtime fails on a chunk of {chunk} samples ({first_line(err)})") from None
-        for o in outputs:
-            got[o].append(res[o])
-        cur = {i: res[o] for i, o, _v in states}
-    return {o: np.concatenate(v, axis=-1) for o, v in got.items()}
-
-
-def _max_err(a: np.ndarray, b: np.ndarray) -> tuple[float, float, float]:
-    """(max abs error, SNR dB (capped at 200), peak |a|) of b against a over their common length."""
-    n = min(a.shape[-1], b.shape[-1])
-    a, b = a[..., :n].astype(np.float64), b[..., :n].astype(np.float64)
-    e = b - a
-    e2, s2 = float((e ** 2).sum()), float((a ** 2).sum())
-    snr = 200.0 if e2 == 0 else min(200.0, 10 * math.log10(max(s2, 1e-300) / e2))
-    return float(np.abs(e).max()) if e.size else 0.0, snr, float(np.abs(a).max()) if a.size else 0.0
 
 
 def _perm_to_first(rank: int, axis: int) -> list[int]:
@@ -432,16 +381,6 @@ def _rename_and_wrap(model: Any, audio: str, outs: list[str], states: list[Adopt
     return io.graph_to_model(outer, like=model)
 
 
-def _demo_audio(rate: int, n: int, batch: int = 1) -> np.ndarray:
-    """Real speech (bundled demo recording at ``rate``) as float32 (batch, 1, n); row b is rolled and scaled so
-    that the rows differ."""
-    from cosyedge.surgery.streamify import _demo_audio as demo
-
-    x = demo(rate, n)
-    rows = [x] + [0.6 * np.roll(x[::-1], 1234 * b) for b in range(1, batch)]
-    return np.stack(rows)[:, None, :].astype(np.float32)
-
-
 @dataclasses.dataclass
 class _Graph:
     audio: str
@@ -582,7 +521,8 @@ class AdoptedOnnxFromOnnx(Stage):
             new, contract = adopt_model(
                 model, where=where, state_pairs=self.state_pairs, sample_rate_hz=int(self.sample_rate_hz),
                 hop_samples=int(self.hop_samples), delay_samples=int(self.delay_samples),
-                name=self.name or _stem(src), batch_axes=self.batch_axes, init=self.init, kinds=self.kinds,
+                name=self.name or io.model_stem(src, (".onnx", ".stream", ".streaming")),
+                batch_axes=self.batch_axes, init=self.init, kinds=self.kinds,
                 atol=self.atol, check=self.check)
             for k, v in self.extra_metadata.items():
                 p = new.metadata_props.add()
@@ -590,13 +530,6 @@ class AdoptedOnnxFromOnnx(Stage):
             io.save_model(new, self.out)
         self.contract = contract
         return self.out
-
-
-def _stem(path: Path) -> str:
-    name = Path(path).name
-    for suffix in (".onnx", ".stream", ".streaming"):
-        name = name.removesuffix(suffix)
-    return name or "model"
 
 
 def adopt_model(model: Any, *, where: str = "model", state_pairs: Any = None, sample_rate_hz: int, hop_samples: int,
@@ -629,7 +562,7 @@ def adopt_model(model: Any, *, where: str = "model", state_pairs: Any = None, sa
     LOG.info("%s: audio '%s', outputs %s, %d state pair(s): %s", where, g.audio, g.outs, len(states),
              ", ".join(f"{s.input}={s.output}" for s in states))
     try:
-        ref_sess = _session(model)
+        ref_sess = proof.session(model)
     except Exception as err:
         raise ArtifactError(f"ONNX Runtime cannot load {where} ({first_line(err)})") from None
     # real shapes and zero-state check: one chunk at batch 1
@@ -637,10 +570,10 @@ def adopt_model(model: Any, *, where: str = "model", state_pairs: Any = None, sa
     for s in states:
         s.dtype = _ORT_TO_NP.get(ort_in[s.input].type, "float32")
         s.shape = tuple(1 if not isinstance(d, int) or d <= 0 else d for d in s.shape)
-    x = _demo_audio(sample_rate_hz, hop * max(12, -(-int(PROOF_SECONDS * sample_rate_hz) // hop)))
+    x = proof.demo_audio_rows(sample_rate_hz, hop * max(12, -(-int(PROOF_SECONDS * sample_rate_hz) // hop)))
     x = x[..., : hop * (x.shape[-1] // (3 * hop)) * 3]
     init_vals = [(s.input, s.output, np.full(s.shape, s.init, dtype=s.dtype)) for s in states]
-    first = run_state_loop(ref_sess, g.audio, x[..., :hop], hop, init_vals, g.outs + [s.output for s in states])
+    first = proof.run_state_loop(ref_sess, g.audio, x[..., :hop], hop, init_vals, g.outs + [s.output for s in states])
     for s in states:
         got = first[s.output].shape
         if tuple(got) != tuple(s.shape):
@@ -658,7 +591,7 @@ def adopt_model(model: Any, *, where: str = "model", state_pairs: Any = None, sa
         out_frames[o] = int(first[o].shape[-1])
         out_channels[o] = int(first[o].shape[1])
     # the reference: the original graph, hop by hop, with its own state loop
-    ref = run_state_loop(ref_sess, g.audio, x, hop, init_vals, g.outs)
+    ref = proof.run_state_loop(ref_sess, g.audio, x, hop, init_vals, g.outs)
     dynamic, patched, why_fixed = True, 0, ""
     alternatives = [(k, c) for k, (_s, cands) in enumerate(g.states) for c in cands[1:]]
     tried = [None] + alternatives
@@ -690,7 +623,8 @@ def adopt_model(model: Any, *, where: str = "model", state_pairs: Any = None, sa
                          delay_samples=delay_samples, name=name)
     contract.write_to_onnx(adopted)
     adopted = io.finalize_model(adopted, where=where)
-    contract.proof = _prove(adopted, contract, g, states, ref, x, hop, atol, where)
+    contract.proof = proof.prove_against_loop(adopted, contract, g.audio, g.outs, [(s.input, s.output) for s in states],
+                                              ref, x, hop, atol, where)
     if check is not None:
         contract.proof.update(check(adopted, contract) or {})
     contract.write_to_onnx(adopted)
@@ -752,69 +686,23 @@ def _batch_test(model: Any, g: _Graph, states: list[AdoptedState], out_frames: d
                 atol: float) -> str:
     """'' when ``model`` at batch 2 gives each stream what it gives at batch 1, else why not (str)."""
     try:
-        sess = _session(model)
+        sess = proof.session(model)
     except Exception as err:
         return f"the graph does not load with a dynamic batch ({first_line(err)})"
     n = min(x1.shape[-1], BATCH_CHUNKS * hop)
     xb = np.concatenate([x1[..., :n], 0.6 * np.roll(x1[..., :n][..., ::-1], 1234, axis=-1)], axis=0)
     try:
-        both = run_state_loop(sess, g.audio, xb, hop, _adopted_states(model, states, 2, True), g.outs)
-        one = [run_state_loop(sess, g.audio, xb[b:b + 1], hop, _adopted_states(model, states, 1, True), g.outs)
+        both = proof.run_state_loop(sess, g.audio, xb, hop, _adopted_states(model, states, 2, True), g.outs)
+        one = [proof.run_state_loop(sess, g.audio, xb[b:b + 1], hop, _adopted_states(model, states, 1, True), g.outs)
                for b in range(2)]
     except ArtifactError as err:
         return f"it does not run at batch 2: {err}"
     for o in g.outs:
         for b in range(2):
-            mx, _snr, peak = _max_err(one[b][o], both[o][b:b + 1])
+            mx, _snr, peak = proof.max_err(one[b][o], both[o][b:b + 1])
             if not mx <= max(atol, 1e-5) * max(1.0, peak):
                 return f"at batch 2 stream {b} of '{o}' differs from batch 1 by {mx:.3g}"
     return ""
-
-
-def _prove(model: Any, contract: StreamContract, g: _Graph, states: list[AdoptedState], ref: dict, x: np.ndarray,
-           hop: int, atol: float, where: str) -> dict:
-    """Adopted == original state loop at chunks of 1 and 3 hops; states carry information (module doc)."""
-    try:
-        sess = _session(model)
-    except Exception as err:
-        raise ArtifactError(f"{where}: ONNX Runtime cannot load the adopted graph ({first_line(err)})") from None
-    svals = [(s.input, s.output, s.zeros(1)) for s in contract.states]
-    rows = []
-    for chunk in (hop, 3 * hop):
-        got = run_state_loop(sess, g.audio, x, chunk, svals, g.outs)
-        for o in g.outs:
-            mx, snr, peak = _max_err(ref[o], got[o])
-            rows.append({"output": o, "chunk_samples": chunk, "max_abs": mx, "snr_db": snr, "peak": peak})
-            if not mx <= atol * max(1.0, peak):
-                raise AccuracyError(f"{where}: the adopted graph differs from the original's own state loop: output "
-                                    f"'{o}' max abs error {mx:.3g} (SNR {snr:.1f} dB) at chunks of {chunk} samples "
-                                    f"(tolerance {atol:g}); nothing written")
-    main = contract.output
-    streamed = ref[main]
-    peak = max(1.0, float(np.abs(streamed).max()))
-    floor = max(1e-4, 100 * atol) * peak
-
-    def zeroed(which: set) -> float:
-        got = run_state_loop(sess, g.audio, x, hop, svals, [main], zero=which)[main]
-        return float(np.abs(got - streamed).max())
-
-    all_in = {s.input for s in contract.states}
-    d_all = zeroed(all_in)
-    if d_all <= floor:
-        raise UsageError(f"{where}: the outputs do not depend on the states {[s.input for s in states]} (zeroing them "
-                         f"every chunk changes '{main}' by {d_all:.3g} at most): this graph is not a streaming model; "
-                         f"nothing written")
-    carry = {}
-    for s, spec in zip(states, contract.states):
-        d = zeroed({spec.input}) if len(states) > 1 else d_all
-        carry[s.input] = d
-        if d <= floor:
-            raise UsageError(f"{where}: state {s.input}={s.output} carries nothing (zeroing it every chunk changes "
-                             f"'{main}' by {d:.3g} at most): drop it from the pairs or fix the export; nothing written")
-    return {"max_abs": max(r["max_abs"] for r in rows), "snr_db": min(r["snr_db"] for r in rows),
-            "chunks_ticks": sorted({r["chunk_samples"] for r in rows}), "ticks": int(x.shape[-1]),
-            "outputs": sorted(g.outs), "reference": "the original graph's own state loop, hop by hop",
-            "state_effect_max_abs": {k: float(v) for k, v in carry.items()}}
 
 
 def adopt(in_onnx: Any, out_onnx: str | Path, *, state_pairs: Any = None, sample_rate_hz: int, hop_samples: int,
