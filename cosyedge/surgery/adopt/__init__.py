@@ -40,14 +40,17 @@ compares against the author's reference loop).
 Sources: ONNX ``Scan`` (onnx.ai/onnx/operators/onnx__Scan.html: loop-carried state variables, scan input
 and output axes); k2-fsa/icefall ``onnx_pretrained-streaming.py`` (the state loop an already-streaming
 export needs); breizhn/DTLN ``real_time_processing_onnx.py`` (packed LSTM states fed back per block).
+
+Layout: :mod:`.pairs` (state pairs from names/metadata, :class:`AdoptedState`), :mod:`.batch` (batch axes,
+dynamic batch, the batch test), :mod:`.wrap` (renaming, Scan over hops); this module inspects the graph,
+drives the steps (:func:`adopt_model`) and holds the stage and its function twin. The proof against the
+graph's own state loop is :func:`cosyedge.surgery.proof.prove_against_loop`.
 """
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import json
-import re
 from pathlib import Path
 from typing import Any, Callable
 
@@ -69,6 +72,9 @@ from cosyedge.artifacts import (
 from cosyedge.errors import ArtifactError, UsageError, first_line
 from cosyedge.log import LOG
 from cosyedge.surgery import io, proof
+from cosyedge.surgery.adopt.batch import _batch_test, _dynamic_batch
+from cosyedge.surgery.adopt.pairs import AdoptedState, _decl_shape, find_state_pairs, parse_state_pairs
+from cosyedge.surgery.adopt.wrap import _rename_and_wrap
 
 gs = lazy_import("onnx_graphsurgeon")
 
@@ -78,307 +84,8 @@ ADOPTED_META_KEY = "cosyedge.adopted"
 """str: metadata key of the adoption record (JSON: original state names and batch axes, batch mode)."""
 PROOF_SECONDS = 3.0
 """float: seconds of real speech the proof streams."""
-BATCH_CHUNKS = 48
-"""int: chunks the batch test streams (two streams at batch 2 against each at batch 1)."""
-_STATE_WORDS = ("state", "cache", "hidden", "memory")
-
 _ORT_TO_NP = {"tensor(float)": "float32", "tensor(float16)": "float16", "tensor(double)": "float64",
               "tensor(int64)": "int64", "tensor(int32)": "int32"}
-
-
-@dataclasses.dataclass
-class AdoptedState:
-    """One state pair of the original graph.
-
-    Attributes:
-        input (str): Original input name (e.g. DTLN's ``input_3``).
-        output (str): Original output name (e.g. ``tf_op_layer_stack_2``).
-        shape (tuple[int, ...]): Shape at batch 1 in the original layout, e.g. (1, 2, 128, 2).
-        dtype (str): numpy dtype name.
-        batch_axis (int | None): Batch axis in the original layout; None for a batch-1 graph whose state
-            has no batch axis.
-        init (float): Initial value of every element.
-        kind (str): :attr:`cosyedge.artifacts.StateSpec.kind` of the contract entry.
-    """
-
-    input: str
-    output: str
-    shape: tuple
-    dtype: str = "float32"
-    batch_axis: int | None = 0
-    init: float = 0.0
-    kind: str = "recurrent"
-
-
-def parse_state_pairs(values: Any) -> list[tuple[str, str]]:
-    """Parse state pairs given as ``"IN=OUT"`` strings, ``(IN, OUT)`` tuples or a dict ``{IN: OUT}``.
-
-    Args:
-        values (Iterable[str | tuple[str, str]] | dict[str, str] | None): The pairs.
-    Returns:
-        list[tuple[str, str]]: (input name, output name) pairs, in the given order.
-    Raises:
-        UsageError: a string without ``=`` or with an empty side.
-    """
-    if not values:
-        return []
-    if isinstance(values, dict):
-        return [(str(k), str(v)) for k, v in values.items()]
-    pairs = []
-    for v in values:
-        if isinstance(v, str):
-            name, sep, out = v.partition("=")
-            if not sep or not name or not out:
-                raise UsageError(f"a state pair is IN=OUT (input name = output name, e.g. h_in=h_out), got '{v}'")
-            pairs.append((name, out))
-        else:
-            a, b = v
-            pairs.append((str(a), str(b)))
-    return pairs
-
-
-def _name_candidates(name: str) -> list[str]:
-    """Output names a state input ``name`` conventionally pairs with (x_in -> x_out, cache -> new_cache ...)."""
-    out = []
-    for pat, rep in ((r"_in$", "_out"), (r"\.in$", ".out"), (r"^in_", "out_"), (r"_in_", "_out_"), (r"In$", "Out"),
-                     (r"_input$", "_output"), (r"^input_", "output_")):
-        if re.search(pat, name):
-            out.append(re.sub(pat, rep, name, count=1))
-    for pre in ("new_", "next_", "updated_", "out_"):
-        out.append(pre + name)
-    for suf in ("_new", "_next", "_out", "_updated"):
-        out.append(name + suf)
-    return list(dict.fromkeys(out))
-
-
-def _metadata_pairs(model: Any) -> list[tuple[str, str]]:
-    meta = {p.key: p.value for p in model.metadata_props}
-    raw = meta.get("state_pairs") or meta.get("states")
-    if not raw:
-        return []
-    try:
-        val = json.loads(raw)
-    except json.JSONDecodeError:
-        val = [v.strip() for v in raw.split(",") if v.strip()]
-    try:
-        return parse_state_pairs(val)
-    except (UsageError, TypeError, ValueError):
-        return []
-
-
-def _decl_shape(vi: Any) -> list:
-    t = vi.type.tensor_type
-    if not t.HasField("shape"):
-        return []
-    return [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in t.shape.dim]
-
-
-def find_state_pairs(model: Any, where: str = "model") -> list[tuple[str, str]]:
-    """Find the state pairs of an already-streaming graph from its metadata and name conventions.
-
-    Args:
-        model (onnx.ModelProto): The graph.
-        where (str): Name for messages.
-    Returns:
-        list[tuple[str, str]]: (input, output) pairs in input order.
-    Raises:
-        UsageError: an input could pair with several outputs, or several inputs with one output (the line
-            names the candidates), or no pair is found (the line lists inputs and outputs).
-    """
-    ins = [i.name for i in model.graph.input]
-    outs = [o.name for o in model.graph.output]
-    meta = _metadata_pairs(model)
-    if meta:
-        return meta
-    shapes_in = {i.name: (_decl_shape(i), i.type.tensor_type.elem_type) for i in model.graph.input}
-    shapes_out = {o.name: (_decl_shape(o), o.type.tensor_type.elem_type) for o in model.graph.output}
-    pairs: dict[str, str] = {}
-    for name in ins:
-        cands = [c for c in _name_candidates(name) if c in outs]
-        if len(cands) > 1:
-            raise UsageError(f"{where}: state input '{name}' could pair with outputs {cands}: give the pair, e.g. "
-                             f"--state {name}={cands[0]}")
-        if cands:
-            pairs[name] = cands[0]
-    taken = set(pairs.values())
-    for name in ins:
-        if name in pairs or not any(w in name.lower() for w in _STATE_WORDS):
-            continue
-        same = [o for o in outs if o not in taken and shapes_out[o] == shapes_in[name] and shapes_in[name][0]]
-        if len(same) > 1:
-            raise UsageError(f"{where}: state input '{name}' {shapes_in[name][0]} could pair with outputs {same} "
-                             f"(same shape): give the pair, e.g. --state {name}={same[0]}")
-        if same:
-            pairs[name] = same[0]
-            taken.add(same[0])
-    rev: dict[str, list[str]] = {}
-    for i, o in pairs.items():
-        rev.setdefault(o, []).append(i)
-    dup = next(((o, i) for o, i in rev.items() if len(i) > 1), None)
-    if dup:
-        raise UsageError(f"{where}: inputs {dup[1]} all pair with output '{dup[0]}': give the pairs with --state IN=OUT")
-    if not pairs:
-        raise UsageError(f"{where}: found no state pairs (inputs {ins}, outputs {outs}; no x_in/x_out, cache/new_cache "
-                         f"or state-named input whose output has its shape): give them with --state IN=OUT")
-    return [(i, pairs[i]) for i in ins if i in pairs]
-
-
-def _perm_to_first(rank: int, axis: int) -> list[int]:
-    """Permutation moving ``axis`` to 0 (the others keep their order)."""
-    return [axis] + [i for i in range(rank) if i != axis]
-
-
-def _perm_from_first(rank: int, axis: int) -> list[int]:
-    """Inverse of :func:`_perm_to_first`."""
-    p = _perm_to_first(rank, axis)
-    return [p.index(i) for i in range(rank)]
-
-
-def _set_dim(vi: Any, axis: int, value: Any) -> None:
-    d = vi.type.tensor_type.shape.dim[axis]
-    if isinstance(value, str):
-        d.dim_param = value
-    else:
-        d.dim_value = int(value)
-
-
-def _dynamic_batch(model: Any, audio: str, outs: list[str], states: list[AdoptedState]) -> tuple[Any, int]:
-    """Copy of ``model`` with ``N`` on every batch axis and Reshape shapes ``[1, ...]`` -> ``[-1, ...]``.
-
-    Returns:
-        tuple[onnx.ModelProto, int]: the copy and the number of Reshape shapes rewritten.
-    """
-    from onnx import numpy_helper
-
-    m = copy.deepcopy(model)
-    axes = {audio: 0, **{o: 0 for o in outs}}
-    for s in states:
-        axes[s.input] = axes[s.output] = s.batch_axis
-    for vi in list(m.graph.input) + list(m.graph.output):
-        if vi.name in axes and axes[vi.name] is not None and len(vi.type.tensor_type.shape.dim) > axes[vi.name]:
-            _set_dim(vi, axes[vi.name], BATCH_DIM)
-    del m.graph.value_info[:]
-    consts = {t.name: t for t in m.graph.initializer}
-    for n in m.graph.node:
-        if n.op_type == "Constant" and n.attribute and n.attribute[0].name == "value":
-            consts[n.output[0]] = n.attribute[0].t
-    users: dict[str, int] = {}
-    for n in m.graph.node:
-        for i in n.input:
-            users[i] = users.get(i, 0) + 1
-    patched = 0
-    for n in m.graph.node:
-        if n.op_type != "Reshape" or len(n.input) < 2 or n.input[1] not in consts:
-            continue
-        shape = numpy_helper.to_array(consts[n.input[1]])
-        if shape.ndim != 1 or shape.size < 2 or shape[0] != 1 or (shape == -1).any() or (shape == 0).any():
-            continue
-        new = shape.copy()
-        new[0] = -1
-        if users.get(n.input[1], 0) > 1:  # a shared constant: give this node its own
-            name = f"{n.input[1]}/adopt_batch_{patched}"
-            m.graph.initializer.append(numpy_helper.from_array(new.astype(shape.dtype), name))
-            n.input[1] = name
-        else:
-            consts[n.input[1]].CopyFrom(numpy_helper.from_array(new.astype(shape.dtype), consts[n.input[1]].name))
-        patched += 1
-    return m, patched
-
-
-def _rename_and_wrap(model: Any, audio: str, outs: list[str], states: list[AdoptedState], *, dynamic: bool,
-                     scan: bool, hop: int, out_frames: dict[str, int]) -> Any:
-    """The adopted graph: states renamed ``state_in.NN``/``state_out.NN`` batch-first (Transposes where the batch
-    axis is elsewhere); with ``scan``, the one-hop graph as the body of a Scan over the hops of a chunk."""
-    from cosyedge.surgery.streamify import STATE_IN_PREFIX, STATE_OUT_PREFIX
-
-    graph = gs.import_onnx(model)
-    for i, node in enumerate(graph.nodes):
-        if not node.name:
-            node.name = f"{node.op}_{i}"
-    tensors = graph.tensors()
-    width = max(2, len(str(len(states) - 1)))
-    new_inputs, new_outputs = [], []
-    by_in = {t.name: t for t in graph.inputs}
-    by_out = {t.name: t for t in graph.outputs}
-    for k, s in enumerate(states):
-        t_in, t_out = by_in[s.input], by_out[s.output]
-        rank = len(s.shape)
-        b = s.batch_axis
-        shape = list(s.shape)
-        if b is not None:
-            shape[b] = BATCH_DIM if dynamic else 1
-            first = [shape[b]] + [d for i, d in enumerate(shape) if i != b]
-        else:  # a batch-1 graph's state without batch axis: (1, ...) outside, reshaped to its own shape inside
-            first = [1] + shape
-        sin = gs.Variable(f"{STATE_IN_PREFIX}{k:0{width}d}", dtype=t_in.dtype, shape=first)
-        sout = gs.Variable(f"{STATE_OUT_PREFIX}{k:0{width}d}", dtype=t_out.dtype, shape=first)
-        if b is None:
-            graph.nodes.append(gs.Node("Reshape", name=f"adopt/{s.input}/drop_batch", outputs=[t_in], inputs=[
-                sin, gs.Constant(f"adopt/{s.input}/shape", np.array(shape, np.int64))]))
-            graph.nodes.append(gs.Node("Reshape", name=f"adopt/{s.output}/add_batch", outputs=[sout], inputs=[
-                t_out, gs.Constant(f"adopt/{s.output}/shape", np.array(first, np.int64))]))
-        elif b == 0:
-            graph.nodes.append(gs.Node("Identity", name=f"adopt/{s.input}/in", inputs=[sin], outputs=[t_in]))
-            graph.nodes.append(gs.Node("Identity", name=f"adopt/{s.output}/out", inputs=[t_out], outputs=[sout]))
-        else:
-            graph.nodes.append(gs.Node("Transpose", name=f"adopt/{s.input}/batch_axis_{b}", inputs=[sin],
-                                       outputs=[t_in], attrs={"perm": _perm_from_first(rank, b)}))
-            graph.nodes.append(gs.Node("Transpose", name=f"adopt/{s.output}/batch_first", inputs=[t_out],
-                                       outputs=[sout], attrs={"perm": _perm_to_first(rank, b)}))
-        t_in.shape = t_out.shape = None
-        new_inputs.append(sin)
-        new_outputs.append(sout)
-    a_in = by_in[audio]
-    bdim = BATCH_DIM if dynamic else 1
-    plain_outs = [by_out[o] for o in outs]
-    if dynamic:
-        a_in.shape = [BATCH_DIM] + list(a_in.shape[1:]) if a_in.shape else None
-        for t in plain_outs:
-            t.shape = [BATCH_DIM] + list(t.shape[1:]) if t.shape else None
-    graph.inputs = [a_in] + new_inputs
-    graph.outputs = plain_outs + new_outputs
-    for t in tensors.values():
-        if isinstance(t, gs.Variable) and t not in graph.inputs and t not in graph.outputs:
-            t.shape = None
-    graph.cleanup().toposort()
-    if not scan:
-        m = io.graph_to_model(graph, like=model)
-        return m
-    # Scan over the hops of a chunk: body = the one-hop graph (state vars first, then the scan input)
-    for t in graph.tensors().values():
-        if isinstance(t, gs.Variable):
-            t.name = f"step/{t.name}"
-    body = graph
-    body.inputs = new_inputs + [a_in]
-    body.outputs = new_outputs + plain_outs
-    body.name = "adopt_step"
-    a_in.shape = [bdim, 1, hop]
-    outer = gs.Graph(opset=graph.opset, name="adopted")
-    outer.import_domains = graph.import_domains
-    x = gs.Variable(audio, dtype=a_in.dtype, shape=[bdim, 1, TIME_DIM])
-    o_states_in = [gs.Variable(t.name.removeprefix("step/"), dtype=t.dtype, shape=t.shape) for t in new_inputs]
-    o_states_out = [gs.Variable(t.name.removeprefix("step/"), dtype=t.dtype, shape=t.shape) for t in new_outputs]
-    x4 = gs.Variable("adopt/hops", dtype=a_in.dtype)
-    outer.nodes.append(gs.Node("Reshape", name="adopt/split_hops",
-                               inputs=[x, gs.Constant("adopt/hops_shape", np.array([0, 0, -1, hop], np.int64))],
-                               outputs=[x4]))
-    ys4 = [gs.Variable(f"adopt/{o}/hops", dtype=t.dtype) for o, t in zip(outs, plain_outs)]
-    outer.nodes.append(gs.Node("Scan", name="adopt/scan_hops", inputs=o_states_in + [x4],
-                               outputs=o_states_out + ys4,
-                               attrs={"body": body, "num_scan_inputs": 1, "scan_input_axes": [2],
-                                      "scan_output_axes": [2] * len(outs)}))
-    finals = []
-    for o, t, y4 in zip(outs, plain_outs, ys4):
-        c = int(t.shape[1]) if t.shape and isinstance(t.shape[1], int) else 1
-        y = gs.Variable(o, dtype=t.dtype, shape=[bdim, c, TIME_DIM])
-        outer.nodes.append(gs.Node("Reshape", name=f"adopt/{o}/join_hops",
-                                   inputs=[y4, gs.Constant(f"adopt/{o}/join_shape", np.array([0, 0, -1], np.int64))],
-                                   outputs=[y]))
-        finals.append(y)
-    outer.inputs = [x] + o_states_in
-    outer.outputs = finals + o_states_out
-    outer.cleanup().toposort()
-    return io.graph_to_model(outer, like=model)
 
 
 @dataclasses.dataclass
@@ -670,39 +377,6 @@ def _contract(g: _Graph, states: list[AdoptedState], out_frames: dict, out_chann
     return StreamContract(input=g.audio, output=audio_out, sample_rate_hz=int(sample_rate_hz), hop_samples=hop,
                           total_stride=hop, delay_samples=int(delay_samples), states=specs, name=name,
                           inputs=[audio_io], outputs=outs)
-
-
-def _adopted_states(model: Any, states: list[AdoptedState], batch: int, dynamic: bool) -> list:
-    res = []
-    width = max(2, len(str(len(states) - 1)))
-    for k, s in enumerate(states):
-        shape = [batch] + [d for i, d in enumerate(s.shape) if i != s.batch_axis]
-        name = f"state_in.{k:0{width}d}"
-        res.append((name, f"state_out.{k:0{width}d}", np.full(shape, s.init, dtype=s.dtype)))
-    return res
-
-
-def _batch_test(model: Any, g: _Graph, states: list[AdoptedState], out_frames: dict, x1: np.ndarray, hop: int,
-                atol: float) -> str:
-    """'' when ``model`` at batch 2 gives each stream what it gives at batch 1, else why not (str)."""
-    try:
-        sess = proof.session(model)
-    except Exception as err:
-        return f"the graph does not load with a dynamic batch ({first_line(err)})"
-    n = min(x1.shape[-1], BATCH_CHUNKS * hop)
-    xb = np.concatenate([x1[..., :n], 0.6 * np.roll(x1[..., :n][..., ::-1], 1234, axis=-1)], axis=0)
-    try:
-        both = proof.run_state_loop(sess, g.audio, xb, hop, _adopted_states(model, states, 2, True), g.outs)
-        one = [proof.run_state_loop(sess, g.audio, xb[b:b + 1], hop, _adopted_states(model, states, 1, True), g.outs)
-               for b in range(2)]
-    except ArtifactError as err:
-        return f"it does not run at batch 2: {err}"
-    for o in g.outs:
-        for b in range(2):
-            mx, _snr, peak = proof.max_err(one[b][o], both[o][b:b + 1])
-            if not mx <= max(atol, 1e-5) * max(1.0, peak):
-                return f"at batch 2 stream {b} of '{o}' differs from batch 1 by {mx:.3g}"
-    return ""
 
 
 def adopt(in_onnx: Any, out_onnx: str | Path, *, state_pairs: Any = None, sample_rate_hz: int, hop_samples: int,
