@@ -35,6 +35,10 @@ from cosyedge.errors import ArtifactError, UsageError, first_line
 SCHEMA_VERSION = 1
 META_PREFIX = "cosyedge."
 BATCH_DIM = "N"
+BOOKKEEPING = "~stream"
+"""str: part of the name of every node that computes stream positions (tick counter, pre-roll masks, start
+gates); a naming contract between surgery (which writes them) and the precision stages (which keep them
+in FP32, since positions in FP16 round, and never quantize them)."""
 
 _NP_DTYPES = {"float32": np.float32, "float16": np.float16, "int64": np.int64, "int32": np.int32}
 
@@ -189,6 +193,21 @@ class StreamContract:
         """bool: True once the model is a stream graph (after streamify: explicit state inputs/outputs, or
         a proved model without any, which streams as it is)."""
         return bool(self.states) or bool(self.proof)
+
+    def require_streaming(self, where: Any) -> None:
+        """Refuse a model that is not a stream graph yet (see :attr:`is_streaming`).
+
+        Args:
+            where (str | Path): The model, as the message names it (usually its path).
+        Raises:
+            ArtifactError: ``"<where> has no streaming state (state_in.*/state_out.*); run 'cosyedge
+                streamify' first"`` (exit code 3).
+        """
+        if not self.is_streaming:
+            from cosyedge.errors import ArtifactError
+
+            raise ArtifactError(f"{where} has no streaming state (state_in.*/state_out.*); run 'cosyedge streamify' "
+                                f"first")
 
     def check_chunk(self, chunk_samples: int) -> None:
         """Raise :class:`~cosyedge.errors.UsageError` unless ``chunk_samples`` (int) is a positive

@@ -41,6 +41,7 @@ from cosyedge.compare.tolerances import SNR_CAP_DB, Tolerance, tolerance_for
 from cosyedge.compare.utterances import Utterance
 from cosyedge.errors import ArtifactError, UsageError, first_line
 from cosyedge.log import LOG
+from cosyedge.runtime import loop
 
 MODES = ("teacher-forced", "free-running")
 
@@ -125,21 +126,23 @@ def stream(model: CompareModel, runner: Any, utt: Utterance, chunk: int,
     """
     c = model.contract
     xs, n = _chunks(utt, model, chunk)
-    states = {s.input: s.zeros(1) for s in c.states}
     per_chunk, fed = [], []
-    for k in range(n):
-        st = forced_states[k] if forced_states is not None else states
-        feed = {c.input: xs[k], **st}
+    calls = [0]
+
+    def infer(feeds: dict) -> dict:
+        calls[0] += 1
+        return runner.infer(feeds, check_inputs=(calls[0] == 1))
+
+    def on_chunk(_k: int, feeds: dict, res: dict) -> None:
         if keep_state_inputs:
-            fed.append({name: v.copy() for name, v in st.items()})
-        try:
-            res = runner.infer(feed, check_inputs=(k == 0))
-        except Exception as err:  # noqa: BLE001 -onnxruntime / polygraphy errors
-            raise reraise_runner_error(err, model, f"chunk {k} of '{utt.name}'") from None
-        kept = {name: np.array(v, copy=True) for name, v in res.items() if outputs is None or name in outputs}
-        per_chunk.append(kept)
-        if forced_states is None:
-            states = {s.input: np.array(res[s.output], copy=True) for s in c.states}
+            fed.append({name: v.copy() for name, v in feeds.items() if name != c.input})  # the states fed
+        per_chunk.append({name: np.array(v, copy=True) for name, v in res.items() if outputs is None or name in outputs})
+
+    def error(err: Exception, k: int) -> Exception:
+        return reraise_runner_error(err, model, f"chunk {k} of '{utt.name}'")
+
+    loop.stream(infer, c, {c.input: xs.reshape(1, 1, n * chunk)}, chunk, forced_states=forced_states,
+                on_chunk=on_chunk, on_error=error, copy_states=True)
     return StreamRecord(outputs=_collect(per_chunk, model, len(utt.x)), state_inputs=fed if keep_state_inputs else None)
 
 

@@ -45,7 +45,6 @@ from cosyedge.errors import (
 )
 
 onnx = lazy_import("onnx")
-ort = lazy_import("onnxruntime")
 
 PRECISION_KEY = "cosyedge.precision"
 SPARSITY_KEY = "cosyedge.sparsity"
@@ -165,21 +164,19 @@ class CompareModel:
         model_path = self.model_path
 
         def make_session():
-            so = ort.SessionOptions()
-            so.intra_op_num_threads = int(threads)
-            so.inter_op_num_threads = 1
-            so.log_severity_level = 3
+            from cosyedge.runtime.ort import session_from_onnx
+
             if mark_all:
                 pg_onnx = _polygraphy("polygraphy.backend.onnx")
                 constants = _polygraphy("polygraphy.constants")
                 model = pg_onnx.ModifyOutputs(pg_onnx.OnnxFromPath(str(model_path)), outputs=constants.MARK_ALL)()
-                # ONNX Runtime cannot optimise away marked tensors; fusions would rename them.
-                so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
                 src: Any = model.SerializeToString()
             else:
                 src = str(model_path)
             try:
-                return ort.InferenceSession(src, sess_options=so, providers=["CPUExecutionProvider"])
+                # ONNX Runtime cannot optimise away marked tensors; fusions would rename them.
+                return session_from_onnx(src, threads=int(threads), inter_threads=1, optimize=not mark_all,
+                                         log_severity=3)
             except Exception as err:  # noqa: BLE001 -onnxruntime raises its own exception types
                 raise UsageError(f"{self.path} cannot run in ONNX Runtime here: {first_line(err)}") from None
 

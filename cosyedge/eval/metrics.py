@@ -26,7 +26,6 @@ from cosyedge.errors import UsageError, first_line
 from cosyedge.log import LOG
 
 soxr = lazy_import("soxr")
-ort = lazy_import("onnxruntime")
 
 METRIC_RATE_HZ = 16000
 """int: sample rate (Hz) of every metric here (PESQ wideband and DNSMOS are defined at 16 kHz)."""
@@ -140,13 +139,12 @@ class DnsMos:
         root = os.path.dirname(os.path.abspath(dnsmos.__file__))
         primary = os.path.join(root, "dnsmos_models", "sig_bak_ovr.onnx")
         p808 = os.path.join(root, "dnsmos_models", "model_v8.onnx")
-        so = ort.SessionOptions()
-        so.intra_op_num_threads = int(threads)
-        so.inter_op_num_threads = 1
+        from cosyedge.runtime.ort import session_from_onnx
+
         model = dnsmos.DNSMOS.__new__(dnsmos.DNSMOS)  # same scoring code, our session options
         model.primary_model_path = primary
-        model.onnx_sess = ort.InferenceSession(primary, sess_options=so, providers=["CPUExecutionProvider"])
-        model.p808_onnx_sess = ort.InferenceSession(p808, sess_options=so, providers=["CPUExecutionProvider"])
+        model.onnx_sess = session_from_onnx(primary, threads=int(threads), inter_threads=1, log_severity=None)
+        model.p808_onnx_sess = session_from_onnx(p808, threads=int(threads), inter_threads=1, log_severity=None)
         self._model = model
 
     def __call__(self, x: np.ndarray, sample_rate_hz: int = METRIC_RATE_HZ) -> dict[str, float]:

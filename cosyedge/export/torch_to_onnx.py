@@ -236,15 +236,14 @@ def _verify(model: Any, proto: Any, n_samples: int, where: str) -> None:
     import numpy as np
 
     torch = require("torch")
-    ort = require("onnxruntime")
+    require("onnxruntime")
+    from cosyedge.runtime.ort import session_from_onnx
 
     rng = np.random.default_rng(0)
     x = np.concatenate([np.zeros(n_samples), 0.1 * rng.standard_normal(n_samples)]).astype(np.float32)[None, None]
     with torch.no_grad():
         ref = model(torch.from_numpy(x)).numpy()
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = 1
-    sess = ort.InferenceSession(proto.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    sess = session_from_onnx(proto, threads=1, inter_threads=None, log_severity=None)
     got = sess.run(None, {INPUT_NAME: x})[0]
     if got.shape != ref.shape:
         raise AccuracyError(f"{where}: ONNX output shape {got.shape} != PyTorch {ref.shape} for input {x.shape}")

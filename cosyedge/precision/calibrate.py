@@ -40,6 +40,8 @@ from cosyedge.errors import ArtifactError, UsageError, first_line
 from cosyedge.log import LOG
 from cosyedge.precision.calibset import CalibrationSet
 from cosyedge.precision.entropy import NUM_BINS, START_BIN, AbsHistogram
+from cosyedge.runtime import loop
+from cosyedge.runtime.ort import session_from_onnx
 
 ort = lazy_import("onnxruntime")
 soxr = lazy_import("soxr")
@@ -73,12 +75,8 @@ def _session_with_outputs(model: Any, tensors: list[str], threads: int) -> Any:
     for t in tensors:
         if t not in have:
             m.graph.output.append(helper.make_tensor_value_info(t, TensorProto.FLOAT, None))
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = threads
-    so.inter_op_num_threads = 1
-    so.log_severity_level = 3
     try:
-        return ort.InferenceSession(m.SerializeToString(), sess_options=so, providers=["CPUExecutionProvider"])
+        return session_from_onnx(m, threads=threads, inter_threads=1, log_severity=3)
     except Exception as err:  # onnxruntime raises its own types
         raise ArtifactError(f"ONNX Runtime cannot load the model for calibration: {first_line(err)}") from None
 
@@ -88,17 +86,14 @@ def _stream_utterance(sess, contract: StreamContract, x: np.ndarray, chunk: int,
     ``names`` (tensor names, state outputs excluded) for every chunk."""
     hop = contract.total_stride
     usable = (x.size // hop) * hop
-    states = {s.input: s.zeros(1) for s in contract.states}
     outs = [s.output for s in contract.states] + names
-    for start in range(0, usable, chunk):
-        c = x[start:min(start + chunk, usable)].reshape(1, 1, -1)
-        feeds = {contract.input: c, **states}
-        res = sess.run([o for o in outs if o not in feeds], feeds)
-        it = iter(res)
-        vals = {o: (feeds[o] if o in feeds else next(it)) for o in outs}
-        for s in contract.states:
-            states[s.input] = vals[s.output]
-        fn([vals[n] for n in names])
+
+    def infer(feeds: dict) -> dict:
+        it = iter(sess.run([o for o in outs if o not in feeds], feeds))
+        return {o: (feeds[o] if o in feeds else next(it)) for o in outs}
+
+    loop.stream(infer, contract, {contract.input: x[:usable].reshape(1, 1, -1)}, chunk,
+                on_chunk=lambda _k, _feeds, vals: fn([vals[n] for n in names]))
 
 
 def collect_amax(model_path: str | Path, calib: CalibrationSet, tensors: list[str], *, threads: int = 1,
@@ -125,8 +120,7 @@ def collect_amax(model_path: str | Path, calib: CalibrationSet, tensors: list[st
 
     model = load_onnx(model_path)
     contract = StreamContract.from_onnx(model)
-    if not contract.is_streaming:
-        raise ArtifactError(f"{model_path} has no streaming state; run 'cosyedge streamify' first")
+    contract.require_streaming(model_path)
     resample = calib.sample_rate_hz != contract.sample_rate_hz
     if resample:  # calibrate at the model's rate: every utterance resampled (a 16 kHz set has no band above 8 kHz)
         LOG.info("calibration set %s is %d Hz: each utterance is resampled to the model's %d Hz (soxr HQ)%s",
@@ -224,9 +218,7 @@ def calibrate(model_path: str | Path, calib: CalibrationSet, *, out_dir: str | P
     """
     model_path = Path(model_path)
     contract = StreamContract.from_onnx(model_path)
-    if not contract.is_streaming:
-        raise ArtifactError(f"{model_path} has no streaming state (state_in.*/state_out.*); run 'cosyedge "
-                            f"streamify' first")
+    contract.require_streaming(model_path)
     from cosyedge.precision.qdq import calibration_tensors, concat_aliases
 
     model_sha = sha256_file(model_path)

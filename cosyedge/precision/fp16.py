@@ -70,7 +70,7 @@ from cosyedge.artifacts import (
 from cosyedge.errors import AccuracyError, ArtifactError, UsageError, first_line
 from cosyedge.log import LOG
 from cosyedge.precision.qdq import is_copy_conv
-from cosyedge.surgery.walker import BOOKKEEPING
+from cosyedge.artifacts import BOOKKEEPING
 
 onnx = lazy_import("onnx")
 

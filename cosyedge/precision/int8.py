@@ -95,8 +95,7 @@ def int8_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, calib: Any = None,
     src = resolve_artifact(fp32_stream_onnx)
     out_path = Path(out_path)
     contract = StreamContract.from_onnx(src)
-    if not contract.is_streaming:
-        raise ArtifactError(f"{src} has no streaming state (state_in.*/state_out.*); run 'cosyedge streamify' first")
+    contract.require_streaming(src)
     check_not_input(src, out_path)
     check_writable(out_path)
     exclude = tuple(exclude or ())
@@ -149,13 +148,12 @@ def int8_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, calib: Any = None,
 
 def _smoke_test(model: Any, contract: StreamContract, where: Path) -> None:
     """Run one zero chunk of the Q/DQ model in ONNX Runtime (CPU); outputs must be finite."""
-    import onnxruntime as ort
+    import onnxruntime  # noqa: F401 - a missing onnxruntime stays ImportError here, as before
+
+    from cosyedge.runtime.ort import session_from_onnx
 
     try:
-        so = ort.SessionOptions()
-        so.log_severity_level = 3
-        so.intra_op_num_threads = 1
-        sess = ort.InferenceSession(model.SerializeToString(), sess_options=so, providers=["CPUExecutionProvider"])
+        sess = session_from_onnx(model, threads=1, inter_threads=None, log_severity=3)
         feeds = {contract.input: np.zeros((1, 1, contract.hop_samples), np.float32),
                  **{s.input: s.zeros(1) for s in contract.states}}
         outs = sess.run(None, feeds)

@@ -82,12 +82,10 @@ def reference_loop(x: np.ndarray, model_1: str | Path, model_2: str | Path) -> n
         the last ``L - 128 * num_blocks`` samples stay 0 as in the script (num_blocks = (L - 384) // 128).
     Source: github.com/breizhn/DTLN/blob/master/real_time_processing_onnx.py (block loop, buffers, states).
     """
-    import onnxruntime as ort
+    from cosyedge.runtime.ort import session_from_onnx
 
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = 1
-    s1 = ort.InferenceSession(str(model_1), so, providers=["CPUExecutionProvider"])
-    s2 = ort.InferenceSession(str(model_2), so, providers=["CPUExecutionProvider"])
+    s1 = session_from_onnx(model_1, threads=1, inter_threads=None, log_severity=None)
+    s2 = session_from_onnx(model_2, threads=1, inter_threads=None, log_severity=None)
     in1 = {i.name: np.zeros([d if isinstance(d, int) else 1 for d in i.shape], np.float32) for i in s1.get_inputs()}
     in2 = {i.name: np.zeros([d if isinstance(d, int) else 1 for d in i.shape], np.float32) for i in s2.get_inputs()}
     n1, n2 = [i.name for i in s1.get_inputs()], [i.name for i in s2.get_inputs()]
@@ -232,14 +230,14 @@ class DTLN(Recipe):
         Raises:
             AccuracyError: SNR below :data:`MIN_REFERENCE_SNR_DB` (nothing is written).
         """
-        from cosyedge.surgery.adopt import _session, run_state_loop
+        from cosyedge.surgery.proof import run_state_loop, session
 
         x = _demo_recording() if audio is None else np.asarray(audio, np.float32)
         p1, p2 = self.network_files()
         ref = reference_loop(x, p1, p2)
         n = SHIFT_SAMPLES * ((x.size - DELAY_SAMPLES) // SHIFT_SAMPLES)
         n4 = 4 * SHIFT_SAMPLES * (n // (4 * SHIFT_SAMPLES))
-        sess = _session(model)
+        sess = session(model)
         svals = [(s.input, s.output, s.zeros(1)) for s in contract.states]
         worst, mx = 200.0, 0.0
         for chunk, m in ((SHIFT_SAMPLES, n), (4 * SHIFT_SAMPLES, n4)):

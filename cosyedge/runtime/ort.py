@@ -14,6 +14,7 @@ and Python API ``InferenceSession.io_binding``, ``IOBinding.bind_ortvalue_input/
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -35,6 +36,56 @@ _ORT_DTYPES = {
     "tensor(int64)": np.int64,
     "tensor(int32)": np.int32,
 }
+
+
+def session_from_onnx(model_or_path: Any, *, threads: int | None = 1, inter_threads: int | None = 1,
+                      providers: list[str] | None = None, optimize: bool = True,
+                      log_severity: int | None = 4) -> Any:
+    """Create an ``onnxruntime.InferenceSession``: the one place in cosyedge that does (outside the builders).
+
+    Every option is passed explicitly by the caller so that each caller keeps its own effective
+    settings (outputs are bit-identical to the hand-written sessions this replaces). Execution is
+    sequential (ONNX Runtime's default ``ORT_SEQUENTIAL``).
+
+    Args:
+        model_or_path (onnx.ModelProto | bytes | str | Path): The model: an in-memory ``ModelProto``
+            (serialised here), its serialised bytes, or a path to an ``.onnx`` file.
+        threads (int | None): ``intra_op_num_threads``; ``None`` leaves ONNX Runtime's default (0 = all
+            cores). Defaults to 1.
+        inter_threads (int | None): ``inter_op_num_threads``; ``None`` leaves ONNX Runtime's default.
+            Defaults to 1.
+        providers (list[str] | None): Execution providers; ``None`` means ``["CPUExecutionProvider"]``.
+        optimize (bool): ``True`` keeps ``ORT_ENABLE_ALL`` graph optimisation (ONNX Runtime's default);
+            ``False`` sets ``ORT_DISABLE_ALL`` (needed when intermediate tensors are marked as outputs:
+            fusions would rename or remove them).
+        log_severity (int | None): ``log_severity_level`` (3 = error, 4 = fatal only, so errors come back
+            as one line); ``None`` leaves ONNX Runtime's default (2 = warning). Defaults to 4.
+    Returns:
+        onnxruntime.InferenceSession: The session.
+    Raises:
+        DependencyError: onnxruntime is not installed.
+        Exception: ONNX Runtime's own exception types when it cannot load the model; callers turn them
+            into their one-line ``ArtifactError``/``UsageError`` (the message differs by caller).
+    Source: NVIDIA/TensorRT Polygraphy ``backend/onnxrt/loader.py`` (``SessionFromOnnx``, one factory).
+    """
+    so = ort.SessionOptions()
+    if threads is not None:
+        so.intra_op_num_threads = int(threads)
+    if inter_threads is not None:
+        so.inter_op_num_threads = int(inter_threads)
+    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    so.graph_optimization_level = (ort.GraphOptimizationLevel.ORT_ENABLE_ALL if optimize
+                                   else ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
+    if log_severity is not None:
+        so.log_severity_level = int(log_severity)
+    if hasattr(model_or_path, "SerializeToString"):
+        src: Any = model_or_path.SerializeToString()
+    elif isinstance(model_or_path, (bytes, bytearray)):
+        src = bytes(model_or_path)
+    else:
+        src = str(model_or_path)
+    return ort.InferenceSession(src, sess_options=so, providers=list(providers) if providers
+                                else ["CPUExecutionProvider"])
 
 
 class OrtStreamSession(StreamSession):
@@ -64,11 +115,7 @@ class OrtStreamSession(StreamSession):
 
         self.model_path = Path(model_path)
         contract = StreamContract.from_onnx(self.model_path)
-        if not contract.is_streaming:
-            raise ArtifactError(
-                f"{self.model_path} has no streaming state (state_in.*/state_out.*): it is a full-sequence "
-                f"model; run 'cosyedge streamify' on it first"
-            )
+        contract.require_streaming(self.model_path)
         super().__init__(contract, chunk_samples=chunk_samples, batch=batch,
                          max_latency_records=max_latency_records)
         if not 1 <= int(threads) <= MAX_THREADS:
@@ -88,14 +135,9 @@ class OrtStreamSession(StreamSession):
             DependencyError: onnxruntime is not installed.
         """
         c = self.contract
-        so = ort.SessionOptions()
-        so.intra_op_num_threads = self.threads
-        so.inter_op_num_threads = self.threads
-        so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        so.log_severity_level = 4  # fatal only: errors come back as one line
         try:
-            sess = ort.InferenceSession(str(self.model_path), sess_options=so, providers=self.providers)
+            sess = session_from_onnx(self.model_path, threads=self.threads, inter_threads=self.threads,
+                                     providers=self.providers, log_severity=4)
         except Exception as err:  # onnxruntime raises its own exception types (Fail, InvalidGraph, ...)
             raise ArtifactError(f"ONNX Runtime cannot load {self.model_path}: {first_line(err)}") from None
 

@@ -37,6 +37,7 @@ from cosyedge.artifacts import StreamContract
 from cosyedge.errors import ArtifactError, UsageError, first_line
 from cosyedge.log import LOG
 from cosyedge.runtime.base import LatencyLog
+from cosyedge.runtime.ort import session_from_onnx
 
 ort = lazy_import("onnxruntime")
 
@@ -81,9 +82,7 @@ class StreamPool:
                  max_pending: int = DEFAULT_MAX_PENDING):
         self.model_path = Path(model_path)
         c = StreamContract.from_onnx(self.model_path)
-        if not c.is_streaming:
-            raise ArtifactError(f"{self.model_path} has no streaming state (state_in.*/state_out.*); "
-                                f"run 'cosyedge streamify' on it first")
+        c.require_streaming(self.model_path)
         from cosyedge.runtime.stream import require_waveform_model
 
         require_waveform_model(c, str(self.model_path))
@@ -122,14 +121,9 @@ class StreamPool:
         if self.is_active:
             return self
         c = self.contract
-        so = ort.SessionOptions()
-        so.intra_op_num_threads = self.threads
-        so.inter_op_num_threads = 1
-        so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        so.log_severity_level = 3
         try:
-            sess = ort.InferenceSession(str(self.model_path), sess_options=so, providers=self.providers)
+            sess = session_from_onnx(self.model_path, threads=self.threads, inter_threads=1,
+                                     providers=self.providers, log_severity=3)
         except Exception as err:  # noqa: BLE001 - onnxruntime raises its own exception types
             raise ArtifactError(f"ONNX Runtime cannot load {self.model_path}: {first_line(err)}") from None
         names_in = {i.name for i in sess.get_inputs()}

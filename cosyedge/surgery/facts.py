@@ -34,7 +34,6 @@ from cosyedge._lazy import lazy_import
 from cosyedge.errors import ArtifactError, UsageError, first_line
 
 onnx = lazy_import("onnx")
-ort = lazy_import("onnxruntime")
 
 _SIZE_VALUES_MAX = 64  # an int tensor with more elements is data, not sizes
 
@@ -162,13 +161,10 @@ def run_all(model: Any, feeds: dict[str, np.ndarray], where: str = "model") -> d
         ArtifactError: ONNX Runtime cannot load or run the model (first line of its message).
     """
     marked, _ = mark_all_outputs(model)
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = 1
-    so.inter_op_num_threads = 1
-    so.log_severity_level = 4  # fatal only: errors come back as one line
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    from cosyedge.runtime.ort import session_from_onnx
+
     try:
-        sess = ort.InferenceSession(marked.SerializeToString(), so, providers=["CPUExecutionProvider"])
+        sess = session_from_onnx(marked, threads=1, inter_threads=1, optimize=False, log_severity=4)
         names = [o.name for o in sess.get_outputs()]
         values = sess.run(None, feeds)
     except Exception as err:

@@ -145,3 +145,19 @@ def save_model(model: Any, path: str | Path) -> Path:
         except OSError as err:
             raise ArtifactError(f"cannot write {path}: {err.strerror or err}") from None
     return path
+
+
+def model_stem(path: str | Path, suffixes: tuple[str, ...] = (".onnx",)) -> str:
+    """The model name a file stands for: its file name without any of ``suffixes`` (removed in order);
+    ``"model"`` when nothing is left.
+
+    Args:
+        path (str | Path): The file.
+        suffixes (tuple[str, ...]): Suffixes to strip, in order (e.g. ``(".onnx", ".full", ".stream")``).
+    Returns:
+        str: the stem.
+    """
+    name = Path(path).name
+    for suffix in suffixes:
+        name = name.removesuffix(suffix)
+    return name or "model"

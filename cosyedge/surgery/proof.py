@@ -13,6 +13,11 @@ On a mismatch the error is bisected: every tensor that exists in both graphs is 
 and the first one in graph order whose error exceeds the tolerance is named (as ``compare --mark-all`` does
 for precision).
 
+Adopt's proof lives here too (:func:`prove_against_loop`): a graph that already streams has no
+full-sequence twin, so its reference is the original graph's own state loop (:func:`run_state_loop`), hop by
+hop, on real speech. Both proofs take their inputs from this module (:func:`proof_inputs`,
+:func:`demo_audio`, :func:`demo_audio_rows`) and stream through :func:`cosyedge.runtime.loop.stream`.
+
 Source: sonos/tract ``pulse`` tests (pulsed == full model after the delay).
 """
 
@@ -20,26 +25,25 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from cosyedge._lazy import lazy_import
-from cosyedge.errors import ArtifactError, first_line
+from cosyedge.artifacts import StreamContract
+from cosyedge.errors import AccuracyError, ArtifactError, UsageError, first_line
+from cosyedge.runtime import loop
+from cosyedge.runtime.ort import session_from_onnx
 from cosyedge.surgery.facts import mark_all_outputs
-
-ort = lazy_import("onnxruntime")
 
 ATOL = 1e-4
 """float: default tolerance, relative to max(1, peak |full output|)."""
 
 
-def _session(model: Any) -> Any:
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = 1
-    so.inter_op_num_threads = 1
-    so.log_severity_level = 4  # fatal only: errors come back as one line
-    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+def session(model: Any) -> Any:
+    """An ONNX Runtime CPU session of ``model`` (onnx.ModelProto) for proofs: one thread, full graph
+    optimisation, fatal-only logging (errors come back as one line)."""
+    return session_from_onnx(model, threads=1, inter_threads=1, log_severity=4)
 
 
 def stream_run(model: Any, contract: Any, inputs: dict[str, np.ndarray], chunk_ticks: int,
@@ -63,31 +67,20 @@ def stream_run(model: Any, contract: Any, inputs: dict[str, np.ndarray], chunk_t
     """
     m = mark_all_outputs(model)[0] if mark_all else model
     try:
-        sess = _session(m)
+        sess = session(m)
     except Exception as err:
         raise ArtifactError(f"ONNX Runtime cannot load the stream graph ({first_line(err)})") from None
     names = [o.name for o in sess.get_outputs()]
     want = [n for n in names if n in ticks_per_frame]
-    states = {s.input: s.zeros(1) for s in contract.states}
     io = {i.name: i for i in contract.stream_inputs}
-    total = next(iter(inputs.values())).shape[io[next(iter(inputs))].time_axis]
-    parts: dict[str, list] = {n: [] for n in want}
-    for start in range(0, total, chunk_ticks):
-        feed = dict(states)
-        for name, arr in inputs.items():
-            ax = io[name].time_axis
-            idx = [slice(None)] * arr.ndim
-            idx[ax] = slice(start, start + chunk_ticks)
-            feed[name] = np.ascontiguousarray(arr[tuple(idx)])
-        try:
-            res = dict(zip(names, sess.run(None, feed)))
-        except Exception as err:
-            raise ArtifactError(f"ONNX Runtime cannot run the stream graph on a chunk of {chunk_ticks} ticks "
-                                f"({first_line(err)})") from None
-        for n in want:
-            parts[n].append(res[n])
-        states = {s.input: res[s.output] for s in contract.states}
-    return {n: np.concatenate(v, axis=ticks_per_frame[n][0]) for n, v in parts.items() if v}
+
+    def error(err: Exception, _k: int) -> ArtifactError:
+        return ArtifactError(f"ONNX Runtime cannot run the stream graph on a chunk of {chunk_ticks} ticks "
+                             f"({first_line(err)})")
+
+    chunks = loop.stream(lambda feeds: dict(zip(names, sess.run(None, feeds))), contract, inputs, chunk_ticks,
+                         axes={name: io[name].time_axis for name in inputs}, outputs=want, on_error=error)
+    return {n: np.concatenate([c[n] for c in chunks], axis=ticks_per_frame[n][0]) for n in want if chunks}
 
 
 def compare_aligned(full: np.ndarray, stream: np.ndarray, axis: int, delay: int) -> tuple[float, float, float]:
@@ -153,7 +146,7 @@ def prove(full_model: Any, stream_model: Any, contract: Any, inputs: dict[str, n
         ArtifactError: a graph cannot be run.
     """
     try:
-        full = dict(zip([o.name for o in full_model.graph.output], _session(full_model).run(None, inputs)))
+        full = dict(zip([o.name for o in full_model.graph.output], session(full_model).run(None, inputs)))
     except Exception as err:
         raise ArtifactError(f"ONNX Runtime cannot run the full-sequence graph ({first_line(err)})") from None
     rows, ok, bad_chunk = [], True, None
@@ -194,3 +187,177 @@ def bisect(full_model: Any, stream_model: Any, contract: Any, inputs: dict[str, 
             return (f"first diverging tensor '{name}' (output of {producers.get(name, '?')}): max abs error "
                     f"{mx:.3g}, SNR {snr:.1f} dB at chunks of {chunk} ticks")
     return ""
+
+
+# ---------------------------------------------------------------- proof inputs
+def proof_inputs(contract: StreamContract, ticks: int, seed: int = 0) -> dict[str, np.ndarray]:
+    """Inputs for the proof: real speech for waveform inputs (the bundled demo recording, noisy, at the model
+    rate, repeated to ``ticks`` samples), seeded N(0, 0.5^2) values for other inputs; batch 1.
+
+    Args:
+        contract (StreamContract): The stream contract (inputs, rate).
+        ticks (int): Length of every time axis.
+        seed (int): Seed for non-audio inputs.
+    Returns:
+        dict[str, np.ndarray]: by input name.
+    """
+    rng = np.random.default_rng(seed)
+    feeds = {}
+    for spec in contract.stream_inputs:
+        shape = spec.concrete_shape(1, ticks)
+        if spec.kind == "audio":
+            feeds[spec.name] = demo_audio(contract.sample_rate_hz, ticks).reshape(shape)
+        else:
+            feeds[spec.name] = (0.5 * rng.standard_normal(shape)).astype(spec.dtype)
+    return feeds
+
+
+def demo_audio(rate: int, n: int) -> np.ndarray:
+    """Real speech for proofs: the bundled demo recording (noisy speech) at ``rate``, repeated to ``n`` samples.
+
+    Args:
+        rate (int): Sample rate in Hz.
+        n (int): Samples.
+    Returns:
+        np.ndarray: float32 (n,), range [-1, 1].
+    Raises:
+        ArtifactError: the bundled recording is missing or unreadable.
+    """
+    from cosyedge.audio import load_audio, to_model_input
+
+    path = Path(__file__).resolve().parents[1] / "assets" / "demo" / "noisy.wav"
+    x, sr = load_audio(path)
+    x = to_model_input(x, sr, rate).reshape(-1)
+    reps = -(-n // x.size)
+    return np.tile(x, reps)[:n].astype(np.float32)
+
+
+def demo_audio_rows(rate: int, n: int, batch: int = 1) -> np.ndarray:
+    """Real speech (bundled demo recording at ``rate``) as float32 (batch, 1, n); row b is rolled and scaled so
+    that the rows differ."""
+    x = demo_audio(rate, n)
+    rows = [x] + [0.6 * np.roll(x[::-1], 1234 * b) for b in range(1, batch)]
+    return np.stack(rows)[:, None, :].astype(np.float32)
+
+
+# ---------------------------------------------------------------- adopt: the graph's own state loop
+def run_state_loop(sess: Any, audio: str, x: np.ndarray, chunk: int, states: list[tuple[str, str, np.ndarray]],
+                   outputs: list[str], zero: set | None = None) -> dict[str, np.ndarray]:
+    """Stream ``x`` through a graph with its own state loop: each chunk's state outputs feed the next chunk.
+
+    Args:
+        sess (onnxruntime.InferenceSession): The graph.
+        audio (str): Audio input name.
+        x (np.ndarray): float32 (B, 1, L), L a multiple of ``chunk``.
+        chunk (int): Samples per call.
+        states (list[tuple[str, str, np.ndarray]]): (input, output, initial value) per state pair.
+        outputs (list[str]): Outputs to collect (concatenated along their last axis).
+        zero (set | None): State inputs reset to their initial value before every chunk (the carry test).
+    Returns:
+        dict[str, np.ndarray]: by output name.
+    Raises:
+        ArtifactError: ONNX Runtime fails on a chunk (first line of its message).
+    """
+    names = [o.name for o in sess.get_outputs()]
+
+    def error(err: Exception, _k: int) -> ArtifactError:
+        return ArtifactError(f"ONNX Runtime fails on a chunk of {chunk} samples ({first_line(err)})")
+
+    chunks = loop.stream(lambda feeds: dict(zip(names, sess.run(None, feeds))), None, {audio: x}, chunk,
+                         states={i: v for i, _o, v in states}, pairs=[(i, o) for i, o, _v in states],
+                         zero=zero or (), outputs=outputs, on_error=error)
+    return {o: np.concatenate([c[o] for c in chunks], axis=-1) for o in outputs}
+
+
+def max_err(a: np.ndarray, b: np.ndarray) -> tuple[float, float, float]:
+    """(max abs error, SNR dB (capped at 200), peak |a|) of b against a over their common length."""
+    n = min(a.shape[-1], b.shape[-1])
+    a, b = a[..., :n].astype(np.float64), b[..., :n].astype(np.float64)
+    e = b - a
+    e2, s2 = float((e ** 2).sum()), float((a ** 2).sum())
+    snr = 200.0 if e2 == 0 else min(200.0, 10 * math.log10(max(s2, 1e-300) / e2))
+    return float(np.abs(e).max()) if e.size else 0.0, snr, float(np.abs(a).max()) if a.size else 0.0
+
+
+@dataclasses.dataclass
+class _Loop:
+    audio: str
+    outs: list
+
+
+@dataclasses.dataclass
+class _Pair:
+    input: str
+    output: str
+
+
+def prove_against_loop(model: Any, contract: Any, audio: str, outputs: list[str], pairs: list[tuple[str, str]],
+                       ref: dict[str, np.ndarray], x: np.ndarray, hop: int, atol: float, where: str) -> dict:
+    """Adopt's proof: the adopted stream graph == the original graph's own state loop (``ref``) at chunks of 1
+    and 3 hops, and its states carry information (zeroing all of them, and each alone, every chunk changes
+    the main output).
+
+    Args:
+        model (onnx.ModelProto): The adopted stream graph (``state_in.NN``/``state_out.NN``).
+        contract (StreamContract): Its contract (state pairs in the order of ``pairs``; ``output``).
+        audio (str): Audio input name.
+        outputs (list[str]): Outputs compared.
+        pairs (list[tuple[str, str]]): The original (state input, state output) names, for messages.
+        ref (dict[str, np.ndarray]): Per output, the original graph streamed hop by hop with its own state
+            loop (:func:`run_state_loop`), float32 (1, ..., L).
+        x (np.ndarray): float32 (1, 1, L) real speech (:func:`demo_audio_rows`), L a multiple of 3 hops.
+        hop (int): Samples per hop.
+        atol (float): Tolerance relative to max(1, peak |ref|).
+        where (str): Name for messages.
+    Returns:
+        dict: the proof summary for the contract (max_abs, snr_db, chunks_ticks, ticks, outputs, reference,
+        state_effect_max_abs).
+    Raises:
+        ArtifactError: ONNX Runtime cannot load or run the adopted graph.
+        AccuracyError: an output differs from the reference beyond ``atol``.
+        UsageError: the outputs do not depend on the states, or one state carries nothing.
+    Source: sonos/tract ``pulse`` tests (pulsed == reference); k2-fsa/icefall ``onnx_pretrained-streaming.py``.
+    """
+    g = _Loop(audio, outputs)
+    states = [_Pair(i, o) for i, o in pairs]
+    try:
+        sess = session(model)
+    except Exception as err:
+        raise ArtifactError(f"{where}: ONNX Runtime cannot load the adopted graph ({first_line(err)})") from None
+    svals = [(s.input, s.output, s.zeros(1)) for s in contract.states]
+    rows = []
+    for chunk in (hop, 3 * hop):
+        got = run_state_loop(sess, g.audio, x, chunk, svals, g.outs)
+        for o in g.outs:
+            mx, snr, peak = max_err(ref[o], got[o])
+            rows.append({"output": o, "chunk_samples": chunk, "max_abs": mx, "snr_db": snr, "peak": peak})
+            if not mx <= atol * max(1.0, peak):
+                raise AccuracyError(f"{where}: the adopted graph differs from the original's own state loop: output "
+                                    f"'{o}' max abs error {mx:.3g} (SNR {snr:.1f} dB) at chunks of {chunk} samples "
+                                    f"(tolerance {atol:g}); nothing written")
+    main = contract.output
+    streamed = ref[main]
+    peak = max(1.0, float(np.abs(streamed).max()))
+    floor = max(1e-4, 100 * atol) * peak
+
+    def zeroed(which: set) -> float:
+        got = run_state_loop(sess, g.audio, x, hop, svals, [main], zero=which)[main]
+        return float(np.abs(got - streamed).max())
+
+    all_in = {s.input for s in contract.states}
+    d_all = zeroed(all_in)
+    if d_all <= floor:
+        raise UsageError(f"{where}: the outputs do not depend on the states {[s.input for s in states]} (zeroing them "
+                         f"every chunk changes '{main}' by {d_all:.3g} at most): this graph is not a streaming model; "
+                         f"nothing written")
+    carry = {}
+    for s, spec in zip(states, contract.states):
+        d = zeroed({spec.input}) if len(states) > 1 else d_all
+        carry[s.input] = d
+        if d <= floor:
+            raise UsageError(f"{where}: state {s.input}={s.output} carries nothing (zeroing it every chunk changes "
+                             f"'{main}' by {d:.3g} at most): drop it from the pairs or fix the export; nothing written")
+    return {"max_abs": max(r["max_abs"] for r in rows), "snr_db": min(r["snr_db"] for r in rows),
+            "chunks_ticks": sorted({r["chunk_samples"] for r in rows}), "ticks": int(x.shape[-1]),
+            "outputs": sorted(g.outs), "reference": "the original graph's own state loop, hop by hop",
+            "state_effect_max_abs": {k: float(v) for k, v in carry.items()}}

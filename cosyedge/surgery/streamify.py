@@ -47,6 +47,7 @@ from cosyedge.artifacts import (
 from cosyedge.errors import ArtifactError, UsageError
 from cosyedge.log import LOG
 from cosyedge.surgery import io, ops  # noqa: F401  (ops registers graph functions)
+from cosyedge.surgery import proof
 from cosyedge.surgery.proof import ATOL
 
 gs = lazy_import("onnx_graphsurgeon")
@@ -207,38 +208,6 @@ def _np_name(dtype: Any) -> str:
         return "float32"
 
 
-def proof_inputs(contract: StreamContract, ticks: int, seed: int = 0) -> dict[str, np.ndarray]:
-    """Inputs for the proof: real speech for waveform inputs (the bundled demo recording, noisy, at the model
-    rate, repeated to ``ticks`` samples), seeded N(0, 0.5^2) values for other inputs; batch 1.
-
-    Args:
-        contract (StreamContract): The stream contract (inputs, rate).
-        ticks (int): Length of every time axis.
-        seed (int): Seed for non-audio inputs.
-    Returns:
-        dict[str, np.ndarray]: by input name.
-    """
-    rng = np.random.default_rng(seed)
-    feeds = {}
-    for spec in contract.stream_inputs:
-        shape = spec.concrete_shape(1, ticks)
-        if spec.kind == "audio":
-            feeds[spec.name] = _demo_audio(contract.sample_rate_hz, ticks).reshape(shape)
-        else:
-            feeds[spec.name] = (0.5 * rng.standard_normal(shape)).astype(spec.dtype)
-    return feeds
-
-
-def _demo_audio(rate: int, n: int) -> np.ndarray:
-    from cosyedge.audio import load_audio, to_model_input
-
-    path = Path(__file__).resolve().parents[1] / "assets" / "demo" / "noisy.wav"
-    x, sr = load_audio(path)
-    x = to_model_input(x, sr, rate).reshape(-1)
-    reps = -(-n // x.size)
-    return np.tile(x, reps)[:n].astype(np.float32)
-
-
 def prove_stream(full_model: Any, stream_model: Any, contract: StreamContract, sg: StreamGraph, *,
                  inputs: dict[str, np.ndarray] | None = None, atol: float = ATOL, where: str = "model") -> dict:
     """Prove ``stream_model`` == ``full_model`` chunk by chunk (:func:`cosyedge.surgery.proof.prove`) at the
@@ -250,7 +219,7 @@ def prove_stream(full_model: Any, stream_model: Any, contract: StreamContract, s
         contract (StreamContract): Its contract.
         sg (StreamGraph): What :func:`streamify_graph` returned (facts and delays for the bisection).
         inputs (dict[str, np.ndarray] | None): Proof inputs (time length a multiple of every chunk);
-            default :func:`proof_inputs`.
+            default :func:`cosyedge.surgery.proof.proof_inputs`.
         atol (float): Tolerance relative to max(1, peak |full output|).
         where (str): Name for messages.
     Returns:
@@ -269,7 +238,7 @@ def prove_stream(full_model: Any, stream_model: Any, contract: StreamContract, s
         need = max(64 * big, 8 * sg.rf_ticks + sg.delay_ticks, 4 * contract.sample_rate_hz * hop //
                    contract.hop_samples)
         ticks = math.lcm(*chunks) * -(-need // math.lcm(*chunks))
-        inputs = proof_inputs(contract, ticks)
+        inputs = proof.proof_inputs(contract, ticks)
     else:
         ticks = next(iter(inputs.values())).shape[contract.stream_inputs[0].time_axis]
         chunks = [c for c in chunks if ticks % c == 0] or [s]
@@ -429,7 +398,8 @@ class StatefulOnnxFromOnnx(Stage):
                 sample_rate_hz=int(fields["sample_rate_hz"]), hop_samples=hop,
                 total_stride=sg.stride_ticks * per_tick,
                 delay_samples=int(fields.get("delay_samples") or 0) + sg.delay_ticks * per_tick,
-                states=sg.states, name=str(fields.get("name") or _stem(src)),
+                states=sg.states, name=str(fields.get("name")
+                                                      or io.model_stem(src, (".onnx", ".full", ".stream"))),
                 inputs=sg.inputs, outputs=sg.outputs,
             )
             new = io.graph_to_model(graph, like=model)
@@ -444,13 +414,6 @@ class StatefulOnnxFromOnnx(Stage):
                      ", ".join(f"{s.input}{s.shape[1:]}" for s in sg.states))
         self.contract = contract
         return self.out
-
-
-def _stem(path: Path) -> str:
-    name = Path(path).name
-    for suffix in (".onnx", ".full", ".stream"):
-        name = name.removesuffix(suffix)
-    return name or "model"
 
 
 def streamify(in_onnx: Any, out_onnx: str | Path, *, sample_rate_hz: int | None = None,

@@ -28,17 +28,13 @@ from typing import Any
 import numpy as np
 
 from cosyedge._lazy import lazy_import
-from cosyedge.artifacts import BATCH_DIM, StateSpec
+from cosyedge.artifacts import BATCH_DIM, BOOKKEEPING, StateSpec
 from cosyedge.surgery.facts import TimeFact
-from cosyedge.surgery.rules import RULES, Blocker, load_all
+from cosyedge.surgery.rules import INT64_MAX, RULES, Blocker, load_all
 
 gs = lazy_import("onnx_graphsurgeon")
 
-INT64_MAX = int(np.iinfo(np.int64).max)
 COUNTER = "counter"
-BOOKKEEPING = "~stream"
-"""str: part of the name of every node that computes stream positions (tick counter, pre-roll masks, start
-gates); precision stages keep them in FP32 (positions in FP16 round) and never quantize them."""
 
 
 def node_desc(node: Any) -> str:

@@ -110,9 +110,9 @@ def _stream(path: Path, x: np.ndarray, chunk: int, batch: int = 1) -> np.ndarray
 
 
 def _speech(n: int) -> np.ndarray:
-    from cosyedge.surgery.streamify import _demo_audio
+    from cosyedge.surgery.proof import demo_audio
 
-    return _demo_audio(SR, n)
+    return demo_audio(SR, n)
 
 
 # ---------------------------------------------------------------- adopted and proved

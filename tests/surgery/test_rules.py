@@ -517,3 +517,23 @@ def test_time_axis_option_and_empty_model_errors(tmp_path):
         assert res.returncode == code and len(lines) == 1 and lines[0].startswith("[!] ") and text in lines[0], \
             (args, res.stderr)
         assert not (tmp_path / "out.onnx").exists()
+
+
+def test_rules_do_not_import_the_walker():
+    """Circle 1 of issue 36: the walker imports the rules, never the other way round (INT64_MAX lives in
+    surgery/rules/__init__.py, BOOKKEEPING in artifacts.py)."""
+    import ast
+    from pathlib import Path
+
+    import cosyedge.surgery.rules as rules_pkg
+    from cosyedge.artifacts import BOOKKEEPING
+    from cosyedge.surgery.rules import INT64_MAX
+
+    assert INT64_MAX == int(np.iinfo(np.int64).max)
+    assert BOOKKEEPING == "~stream"
+    for f in sorted(Path(rules_pkg.__file__).parent.glob("*.py")):
+        for node in ast.walk(ast.parse(f.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                assert node.module != "cosyedge.surgery.walker", f"{f.name} imports the walker"
+            elif isinstance(node, ast.Import):
+                assert all(a.name != "cosyedge.surgery.walker" for a in node.names), f"{f.name} imports the walker"

@@ -19,6 +19,9 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+INT64_MAX = 9223372036854775807
+"""int: ``np.iinfo(np.int64).max``, the ``end`` of a Slice that runs to the end of its axis."""
+
 RULES: dict[str, Callable[[Any, Any], None]] = {}
 
 

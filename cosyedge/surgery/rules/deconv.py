@@ -19,9 +19,8 @@ from typing import Any
 import numpy as np
 
 from cosyedge._lazy import lazy_import
-from cosyedge.surgery.rules import Blocker, attr_str, register
+from cosyedge.surgery.rules import INT64_MAX, Blocker, attr_str, register
 from cosyedge.surgery.rules.perframe import pass_through
-from cosyedge.surgery.walker import INT64_MAX
 
 gs = lazy_import("onnx_graphsurgeon")
 

@@ -23,8 +23,8 @@ from typing import Any
 import numpy as np
 
 from cosyedge._lazy import lazy_import
+from cosyedge.artifacts import BOOKKEEPING
 from cosyedge.surgery.rules import Blocker, attr_str, register
-from cosyedge.surgery.walker import BOOKKEEPING
 
 gs = lazy_import("onnx_graphsurgeon")
 

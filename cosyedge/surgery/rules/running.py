@@ -16,9 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from cosyedge.surgery.rules import Blocker, register
+from cosyedge.surgery.rules import INT64_MAX, Blocker, register
 from cosyedge.surgery.rules.perframe import pass_through
-from cosyedge.surgery.walker import INT64_MAX
 
 @register("CumSum")
 def cumsum(node: Any, ctx: Any) -> None:

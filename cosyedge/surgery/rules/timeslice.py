@@ -17,9 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from cosyedge.surgery.rules import Blocker, register
+from cosyedge.surgery.rules import INT64_MAX, Blocker, register
 from cosyedge.surgery.rules.perframe import pass_through
-from cosyedge.surgery.walker import INT64_MAX
 
 def _norm(i: int, n: int) -> int:
     return max(0, min(n, i + n if i < 0 else i))

@@ -40,15 +40,17 @@ compares against the author's reference loop).
 Sources: ONNX ``Scan`` (onnx.ai/onnx/operators/onnx__Scan.html: loop-carried state variables, scan input
 and output axes); k2-fsa/icefall ``onnx_pretrained-streaming.py`` (the state loop an already-streaming
 export needs); breizhn/DTLN ``real_time_processing_onnx.py`` (packed LSTM states fed back per block).
+
+Layout: :mod:`.pairs` (state pairs from names/metadata, :class:`AdoptedState`), :mod:`.batch` (batch axes,
+dynamic batch, the batch test), :mod:`.wrap` (renaming, Scan over hops); this module inspects the graph,
+drives the steps (:func:`adopt_model`) and holds the stage and its function twin. The proof against the
+graph's own state loop is :func:`cosyedge.surgery.proof.prove_against_loop`.
 """
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import json
-import math
-import re
 from pathlib import Path
 from typing import Any, Callable
 
@@ -67,12 +69,14 @@ from cosyedge.artifacts import (
     load_onnx,
     resolve_artifact,
 )
-from cosyedge.errors import AccuracyError, ArtifactError, UsageError, first_line
+from cosyedge.errors import ArtifactError, UsageError, first_line
 from cosyedge.log import LOG
-from cosyedge.surgery import io
+from cosyedge.surgery import io, proof
+from cosyedge.surgery.adopt.batch import _batch_test, _dynamic_batch
+from cosyedge.surgery.adopt.pairs import AdoptedState, _decl_shape, find_state_pairs, parse_state_pairs
+from cosyedge.surgery.adopt.wrap import _rename_and_wrap
 
 gs = lazy_import("onnx_graphsurgeon")
-ort = lazy_import("onnxruntime")
 
 ADOPT_ATOL = 1e-6
 """float: default proof tolerance (max abs error relative to max(1, peak |output|))."""
@@ -80,370 +84,8 @@ ADOPTED_META_KEY = "cosyedge.adopted"
 """str: metadata key of the adoption record (JSON: original state names and batch axes, batch mode)."""
 PROOF_SECONDS = 3.0
 """float: seconds of real speech the proof streams."""
-BATCH_CHUNKS = 48
-"""int: chunks the batch test streams (two streams at batch 2 against each at batch 1)."""
-_STATE_WORDS = ("state", "cache", "hidden", "memory")
-
 _ORT_TO_NP = {"tensor(float)": "float32", "tensor(float16)": "float16", "tensor(double)": "float64",
               "tensor(int64)": "int64", "tensor(int32)": "int32"}
-
-
-@dataclasses.dataclass
-class AdoptedState:
-    """One state pair of the original graph.
-
-    Attributes:
-        input (str): Original input name (e.g. DTLN's ``input_3``).
-        output (str): Original output name (e.g. ``tf_op_layer_stack_2``).
-        shape (tuple[int, ...]): Shape at batch 1 in the original layout, e.g. (1, 2, 128, 2).
-        dtype (str): numpy dtype name.
-        batch_axis (int | None): Batch axis in the original layout; None for a batch-1 graph whose state
-            has no batch axis.
-        init (float): Initial value of every element.
-        kind (str): :attr:`cosyedge.artifacts.StateSpec.kind` of the contract entry.
-    """
-
-    input: str
-    output: str
-    shape: tuple
-    dtype: str = "float32"
-    batch_axis: int | None = 0
-    init: float = 0.0
-    kind: str = "recurrent"
-
-
-def parse_state_pairs(values: Any) -> list[tuple[str, str]]:
-    """Parse state pairs given as ``"IN=OUT"`` strings, ``(IN, OUT)`` tuples or a dict ``{IN: OUT}``.
-
-    Args:
-        values (Iterable[str | tuple[str, str]] | dict[str, str] | None): The pairs.
-    Returns:
-        list[tuple[str, str]]: (input name, output name) pairs, in the given order.
-    Raises:
-        UsageError: a string without ``=`` or with an empty side.
-    """
-    if not values:
-        return []
-    if isinstance(values, dict):
-        return [(str(k), str(v)) for k, v in values.items()]
-    pairs = []
-    for v in values:
-        if isinstance(v, str):
-            name, sep, out = v.partition("=")
-            if not sep or not name or not out:
-                raise UsageError(f"a state pair is IN=OUT (input name = output name, e.g. h_in=h_out), got '{v}'")
-            pairs.append((name, out))
-        else:
-            a, b = v
-            pairs.append((str(a), str(b)))
-    return pairs
-
-
-def _name_candidates(name: str) -> list[str]:
-    """Output names a state input ``name`` conventionally pairs with (x_in -> x_out, cache -> new_cache ...)."""
-    out = []
-    for pat, rep in ((r"_in$", "_out"), (r"\.in$", ".out"), (r"^in_", "out_"), (r"_in_", "_out_"), (r"In$", "Out"),
-                     (r"_input$", "_output"), (r"^input_", "output_")):
-        if re.search(pat, name):
-            out.append(re.sub(pat, rep, name, count=1))
-    for pre in ("new_", "next_", "updated_", "out_"):
-        out.append(pre + name)
-    for suf in ("_new", "_next", "_out", "_updated"):
-        out.append(name + suf)
-    return list(dict.fromkeys(out))
-
-
-def _metadata_pairs(model: Any) -> list[tuple[str, str]]:
-    meta = {p.key: p.value for p in model.metadata_props}
-    raw = meta.get("state_pairs") or meta.get("states")
-    if not raw:
-        return []
-    try:
-        val = json.loads(raw)
-    except json.JSONDecodeError:
-        val = [v.strip() for v in raw.split(",") if v.strip()]
-    try:
-        return parse_state_pairs(val)
-    except (UsageError, TypeError, ValueError):
-        return []
-
-
-def _decl_shape(vi: Any) -> list:
-    t = vi.type.tensor_type
-    if not t.HasField("shape"):
-        return []
-    return [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in t.shape.dim]
-
-
-def find_state_pairs(model: Any, where: str = "model") -> list[tuple[str, str]]:
-    """Find the state pairs of an already-streaming graph from its metadata and name conventions.
-
-    Args:
-        model (onnx.ModelProto): The graph.
-        where (str): Name for messages.
-    Returns:
-        list[tuple[str, str]]: (input, output) pairs in input order.
-    Raises:
-        UsageError: an input could pair with several outputs, or several inputs with one output (the line
-            names the candidates), or no pair is found (the line lists inputs and outputs).
-    """
-    ins = [i.name for i in model.graph.input]
-    outs = [o.name for o in model.graph.output]
-    meta = _metadata_pairs(model)
-    if meta:
-        return meta
-    shapes_in = {i.name: (_decl_shape(i), i.type.tensor_type.elem_type) for i in model.graph.input}
-    shapes_out = {o.name: (_decl_shape(o), o.type.tensor_type.elem_type) for o in model.graph.output}
-    pairs: dict[str, str] = {}
-    for name in ins:
-        cands = [c for c in _name_candidates(name) if c in outs]
-        if len(cands) > 1:
-            raise UsageError(f"{where}: state input '{name}' could pair with outputs {cands}: give the pair, e.g. "
-                             f"--state {name}={cands[0]}")
-        if cands:
-            pairs[name] = cands[0]
-    taken = set(pairs.values())
-    for name in ins:
-        if name in pairs or not any(w in name.lower() for w in _STATE_WORDS):
-            continue
-        same = [o for o in outs if o not in taken and shapes_out[o] == shapes_in[name] and shapes_in[name][0]]
-        if len(same) > 1:
-            raise UsageError(f"{where}: state input '{name}' {shapes_in[name][0]} could pair with outputs {same} "
-                             f"(same shape): give the pair, e.g. --state {name}={same[0]}")
-        if same:
-            pairs[name] = same[0]
-            taken.add(same[0])
-    rev: dict[str, list[str]] = {}
-    for i, o in pairs.items():
-        rev.setdefault(o, []).append(i)
-    dup = next(((o, i) for o, i in rev.items() if len(i) > 1), None)
-    if dup:
-        raise UsageError(f"{where}: inputs {dup[1]} all pair with output '{dup[0]}': give the pairs with --state IN=OUT")
-    if not pairs:
-        raise UsageError(f"{where}: found no state pairs (inputs {ins}, outputs {outs}; no x_in/x_out, cache/new_cache "
-                         f"or state-named input whose output has its shape): give them with --state IN=OUT")
-    return [(i, pairs[i]) for i in ins if i in pairs]
-
-
-def _session(model: Any) -> Any:
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = 1
-    so.inter_op_num_threads = 1
-    so.log_severity_level = 4
-    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
-
-
-def run_state_loop(sess: Any, audio: str, x: np.ndarray, chunk: int, states: list[tuple[str, str, np.ndarray]],
-                   outputs: list[str], zero: set | None = None) -> dict[str, np.ndarray]:
-    """Stream ``x`` through a graph with its own state loop: each chunk's state outputs feed the next chunk.
-
-    Args:
-        sess (onnxruntime.InferenceSession): The graph.
-        audio (str): Audio input name.
-        x (np.ndarray): float32 (B, 1, L), L a multiple of ``chunk``.
-        chunk (int): Samples per call.
-        states (list[tuple[str, str, np.ndarray]]): (input, output, initial value) per state pair.
-        outputs (list[str]): Outputs to collect (concatenated along their last axis).
-        zero (set | None): State inputs reset to their initial value before every chunk (the carry test).
-    Returns:
-        dict[str, np.ndarray]: by output name.
-    Raises:
-        ArtifactError: ONNX Runtime fails on a chunk (first line of its message).
-    """
-    cur = {i: v for i, _o, v in states}
-    init = dict(cur)
-    got: dict[str, list] = {o: [] for o in outputs}
-    names = [o.name for o in sess.get_outputs()]
-    for start in range(0, x.shape[-1], chunk):
-        feed = {audio: np.ascontiguousarray(x[..., start:start + chunk])}
-        for i, v in cur.items():
-            feed[i] = init[i] if zero and i in zero else v
-        try:
-            res = dict(zip(names, sess.run(None, feed)))
-        except Exception as err:  # onnxruntime's own exception types
-            raise ArtifactError(f"ONNX Runtime fails on a chunk of {chunk} samples ({first_line(err)})") from None
-        for o in outputs:
-            got[o].append(res[o])
-        cur = {i: res[o] for i, o, _v in states}
-    return {o: np.concatenate(v, axis=-1) for o, v in got.items()}
-
-
-def _max_err(a: np.ndarray, b: np.ndarray) -> tuple[float, float, float]:
-    """(max abs error, SNR dB (capped at 200), peak |a|) of b against a over their common length."""
-    n = min(a.shape[-1], b.shape[-1])
-    a, b = a[..., :n].astype(np.float64), b[..., :n].astype(np.float64)
-    e = b - a
-    e2, s2 = float((e ** 2).sum()), float((a ** 2).sum())
-    snr = 200.0 if e2 == 0 else min(200.0, 10 * math.log10(max(s2, 1e-300) / e2))
-    return float(np.abs(e).max()) if e.size else 0.0, snr, float(np.abs(a).max()) if a.size else 0.0
-
-
-def _perm_to_first(rank: int, axis: int) -> list[int]:
-    """Permutation moving ``axis`` to 0 (the others keep their order)."""
-    return [axis] + [i for i in range(rank) if i != axis]
-
-
-def _perm_from_first(rank: int, axis: int) -> list[int]:
-    """Inverse of :func:`_perm_to_first`."""
-    p = _perm_to_first(rank, axis)
-    return [p.index(i) for i in range(rank)]
-
-
-def _set_dim(vi: Any, axis: int, value: Any) -> None:
-    d = vi.type.tensor_type.shape.dim[axis]
-    if isinstance(value, str):
-        d.dim_param = value
-    else:
-        d.dim_value = int(value)
-
-
-def _dynamic_batch(model: Any, audio: str, outs: list[str], states: list[AdoptedState]) -> tuple[Any, int]:
-    """Copy of ``model`` with ``N`` on every batch axis and Reshape shapes ``[1, ...]`` -> ``[-1, ...]``.
-
-    Returns:
-        tuple[onnx.ModelProto, int]: the copy and the number of Reshape shapes rewritten.
-    """
-    from onnx import numpy_helper
-
-    m = copy.deepcopy(model)
-    axes = {audio: 0, **{o: 0 for o in outs}}
-    for s in states:
-        axes[s.input] = axes[s.output] = s.batch_axis
-    for vi in list(m.graph.input) + list(m.graph.output):
-        if vi.name in axes and axes[vi.name] is not None and len(vi.type.tensor_type.shape.dim) > axes[vi.name]:
-            _set_dim(vi, axes[vi.name], BATCH_DIM)
-    del m.graph.value_info[:]
-    consts = {t.name: t for t in m.graph.initializer}
-    for n in m.graph.node:
-        if n.op_type == "Constant" and n.attribute and n.attribute[0].name == "value":
-            consts[n.output[0]] = n.attribute[0].t
-    users: dict[str, int] = {}
-    for n in m.graph.node:
-        for i in n.input:
-            users[i] = users.get(i, 0) + 1
-    patched = 0
-    for n in m.graph.node:
-        if n.op_type != "Reshape" or len(n.input) < 2 or n.input[1] not in consts:
-            continue
-        shape = numpy_helper.to_array(consts[n.input[1]])
-        if shape.ndim != 1 or shape.size < 2 or shape[0] != 1 or (shape == -1).any() or (shape == 0).any():
-            continue
-        new = shape.copy()
-        new[0] = -1
-        if users.get(n.input[1], 0) > 1:  # a shared constant: give this node its own
-            name = f"{n.input[1]}/adopt_batch_{patched}"
-            m.graph.initializer.append(numpy_helper.from_array(new.astype(shape.dtype), name))
-            n.input[1] = name
-        else:
-            consts[n.input[1]].CopyFrom(numpy_helper.from_array(new.astype(shape.dtype), consts[n.input[1]].name))
-        patched += 1
-    return m, patched
-
-
-def _rename_and_wrap(model: Any, audio: str, outs: list[str], states: list[AdoptedState], *, dynamic: bool,
-                     scan: bool, hop: int, out_frames: dict[str, int]) -> Any:
-    """The adopted graph: states renamed ``state_in.NN``/``state_out.NN`` batch-first (Transposes where the batch
-    axis is elsewhere); with ``scan``, the one-hop graph as the body of a Scan over the hops of a chunk."""
-    from cosyedge.surgery.streamify import STATE_IN_PREFIX, STATE_OUT_PREFIX
-
-    graph = gs.import_onnx(model)
-    for i, node in enumerate(graph.nodes):
-        if not node.name:
-            node.name = f"{node.op}_{i}"
-    tensors = graph.tensors()
-    width = max(2, len(str(len(states) - 1)))
-    new_inputs, new_outputs = [], []
-    by_in = {t.name: t for t in graph.inputs}
-    by_out = {t.name: t for t in graph.outputs}
-    for k, s in enumerate(states):
-        t_in, t_out = by_in[s.input], by_out[s.output]
-        rank = len(s.shape)
-        b = s.batch_axis
-        shape = list(s.shape)
-        if b is not None:
-            shape[b] = BATCH_DIM if dynamic else 1
-            first = [shape[b]] + [d for i, d in enumerate(shape) if i != b]
-        else:  # a batch-1 graph's state without batch axis: (1, ...) outside, reshaped to its own shape inside
-            first = [1] + shape
-        sin = gs.Variable(f"{STATE_IN_PREFIX}{k:0{width}d}", dtype=t_in.dtype, shape=first)
-        sout = gs.Variable(f"{STATE_OUT_PREFIX}{k:0{width}d}", dtype=t_out.dtype, shape=first)
-        if b is None:
-            graph.nodes.append(gs.Node("Reshape", name=f"adopt/{s.input}/drop_batch", outputs=[t_in], inputs=[
-                sin, gs.Constant(f"adopt/{s.input}/shape", np.array(shape, np.int64))]))
-            graph.nodes.append(gs.Node("Reshape", name=f"adopt/{s.output}/add_batch", outputs=[sout], inputs=[
-                t_out, gs.Constant(f"adopt/{s.output}/shape", np.array(first, np.int64))]))
-        elif b == 0:
-            graph.nodes.append(gs.Node("Identity", name=f"adopt/{s.input}/in", inputs=[sin], outputs=[t_in]))
-            graph.nodes.append(gs.Node("Identity", name=f"adopt/{s.output}/out", inputs=[t_out], outputs=[sout]))
-        else:
-            graph.nodes.append(gs.Node("Transpose", name=f"adopt/{s.input}/batch_axis_{b}", inputs=[sin],
-                                       outputs=[t_in], attrs={"perm": _perm_from_first(rank, b)}))
-            graph.nodes.append(gs.Node("Transpose", name=f"adopt/{s.output}/batch_first", inputs=[t_out],
-                                       outputs=[sout], attrs={"perm": _perm_to_first(rank, b)}))
-        t_in.shape = t_out.shape = None
-        new_inputs.append(sin)
-        new_outputs.append(sout)
-    a_in = by_in[audio]
-    bdim = BATCH_DIM if dynamic else 1
-    plain_outs = [by_out[o] for o in outs]
-    if dynamic:
-        a_in.shape = [BATCH_DIM] + list(a_in.shape[1:]) if a_in.shape else None
-        for t in plain_outs:
-            t.shape = [BATCH_DIM] + list(t.shape[1:]) if t.shape else None
-    graph.inputs = [a_in] + new_inputs
-    graph.outputs = plain_outs + new_outputs
-    for t in tensors.values():
-        if isinstance(t, gs.Variable) and t not in graph.inputs and t not in graph.outputs:
-            t.shape = None
-    graph.cleanup().toposort()
-    if not scan:
-        m = io.graph_to_model(graph, like=model)
-        return m
-    # Scan over the hops of a chunk: body = the one-hop graph (state vars first, then the scan input)
-    for t in graph.tensors().values():
-        if isinstance(t, gs.Variable):
-            t.name = f"step/{t.name}"
-    body = graph
-    body.inputs = new_inputs + [a_in]
-    body.outputs = new_outputs + plain_outs
-    body.name = "adopt_step"
-    a_in.shape = [bdim, 1, hop]
-    outer = gs.Graph(opset=graph.opset, name="adopted")
-    outer.import_domains = graph.import_domains
-    x = gs.Variable(audio, dtype=a_in.dtype, shape=[bdim, 1, TIME_DIM])
-    o_states_in = [gs.Variable(t.name.removeprefix("step/"), dtype=t.dtype, shape=t.shape) for t in new_inputs]
-    o_states_out = [gs.Variable(t.name.removeprefix("step/"), dtype=t.dtype, shape=t.shape) for t in new_outputs]
-    x4 = gs.Variable("adopt/hops", dtype=a_in.dtype)
-    outer.nodes.append(gs.Node("Reshape", name="adopt/split_hops",
-                               inputs=[x, gs.Constant("adopt/hops_shape", np.array([0, 0, -1, hop], np.int64))],
-                               outputs=[x4]))
-    ys4 = [gs.Variable(f"adopt/{o}/hops", dtype=t.dtype) for o, t in zip(outs, plain_outs)]
-    outer.nodes.append(gs.Node("Scan", name="adopt/scan_hops", inputs=o_states_in + [x4],
-                               outputs=o_states_out + ys4,
-                               attrs={"body": body, "num_scan_inputs": 1, "scan_input_axes": [2],
-                                      "scan_output_axes": [2] * len(outs)}))
-    finals = []
-    for o, t, y4 in zip(outs, plain_outs, ys4):
-        c = int(t.shape[1]) if t.shape and isinstance(t.shape[1], int) else 1
-        y = gs.Variable(o, dtype=t.dtype, shape=[bdim, c, TIME_DIM])
-        outer.nodes.append(gs.Node("Reshape", name=f"adopt/{o}/join_hops",
-                                   inputs=[y4, gs.Constant(f"adopt/{o}/join_shape", np.array([0, 0, -1], np.int64))],
-                                   outputs=[y]))
-        finals.append(y)
-    outer.inputs = [x] + o_states_in
-    outer.outputs = finals + o_states_out
-    outer.cleanup().toposort()
-    return io.graph_to_model(outer, like=model)
-
-
-def _demo_audio(rate: int, n: int, batch: int = 1) -> np.ndarray:
-    """Real speech (bundled demo recording at ``rate``) as float32 (batch, 1, n); row b is rolled and scaled so
-    that the rows differ."""
-    from cosyedge.surgery.streamify import _demo_audio as demo
-
-    x = demo(rate, n)
-    rows = [x] + [0.6 * np.roll(x[::-1], 1234 * b) for b in range(1, batch)]
-    return np.stack(rows)[:, None, :].astype(np.float32)
 
 
 @dataclasses.dataclass
@@ -586,7 +228,8 @@ class AdoptedOnnxFromOnnx(Stage):
             new, contract = adopt_model(
                 model, where=where, state_pairs=self.state_pairs, sample_rate_hz=int(self.sample_rate_hz),
                 hop_samples=int(self.hop_samples), delay_samples=int(self.delay_samples),
-                name=self.name or _stem(src), batch_axes=self.batch_axes, init=self.init, kinds=self.kinds,
+                name=self.name or io.model_stem(src, (".onnx", ".stream", ".streaming")),
+                batch_axes=self.batch_axes, init=self.init, kinds=self.kinds,
                 atol=self.atol, check=self.check)
             for k, v in self.extra_metadata.items():
                 p = new.metadata_props.add()
@@ -594,13 +237,6 @@ class AdoptedOnnxFromOnnx(Stage):
             io.save_model(new, self.out)
         self.contract = contract
         return self.out
-
-
-def _stem(path: Path) -> str:
-    name = Path(path).name
-    for suffix in (".onnx", ".stream", ".streaming"):
-        name = name.removesuffix(suffix)
-    return name or "model"
 
 
 def adopt_model(model: Any, *, where: str = "model", state_pairs: Any = None, sample_rate_hz: int, hop_samples: int,
@@ -633,7 +269,7 @@ def adopt_model(model: Any, *, where: str = "model", state_pairs: Any = None, sa
     LOG.info("%s: audio '%s', outputs %s, %d state pair(s): %s", where, g.audio, g.outs, len(states),
              ", ".join(f"{s.input}={s.output}" for s in states))
     try:
-        ref_sess = _session(model)
+        ref_sess = proof.session(model)
     except Exception as err:
         raise ArtifactError(f"ONNX Runtime cannot load {where} ({first_line(err)})") from None
     # real shapes and zero-state check: one chunk at batch 1
@@ -641,10 +277,10 @@ def adopt_model(model: Any, *, where: str = "model", state_pairs: Any = None, sa
     for s in states:
         s.dtype = _ORT_TO_NP.get(ort_in[s.input].type, "float32")
         s.shape = tuple(1 if not isinstance(d, int) or d <= 0 else d for d in s.shape)
-    x = _demo_audio(sample_rate_hz, hop * max(12, -(-int(PROOF_SECONDS * sample_rate_hz) // hop)))
+    x = proof.demo_audio_rows(sample_rate_hz, hop * max(12, -(-int(PROOF_SECONDS * sample_rate_hz) // hop)))
     x = x[..., : hop * (x.shape[-1] // (3 * hop)) * 3]
     init_vals = [(s.input, s.output, np.full(s.shape, s.init, dtype=s.dtype)) for s in states]
-    first = run_state_loop(ref_sess, g.audio, x[..., :hop], hop, init_vals, g.outs + [s.output for s in states])
+    first = proof.run_state_loop(ref_sess, g.audio, x[..., :hop], hop, init_vals, g.outs + [s.output for s in states])
     for s in states:
         got = first[s.output].shape
         if tuple(got) != tuple(s.shape):
@@ -662,7 +298,7 @@ def adopt_model(model: Any, *, where: str = "model", state_pairs: Any = None, sa
         out_frames[o] = int(first[o].shape[-1])
         out_channels[o] = int(first[o].shape[1])
     # the reference: the original graph, hop by hop, with its own state loop
-    ref = run_state_loop(ref_sess, g.audio, x, hop, init_vals, g.outs)
+    ref = proof.run_state_loop(ref_sess, g.audio, x, hop, init_vals, g.outs)
     dynamic, patched, why_fixed = True, 0, ""
     alternatives = [(k, c) for k, (_s, cands) in enumerate(g.states) for c in cands[1:]]
     tried = [None] + alternatives
@@ -694,7 +330,8 @@ def adopt_model(model: Any, *, where: str = "model", state_pairs: Any = None, sa
                          delay_samples=delay_samples, name=name)
     contract.write_to_onnx(adopted)
     adopted = io.finalize_model(adopted, where=where)
-    contract.proof = _prove(adopted, contract, g, states, ref, x, hop, atol, where)
+    contract.proof = proof.prove_against_loop(adopted, contract, g.audio, g.outs, [(s.input, s.output) for s in states],
+                                              ref, x, hop, atol, where)
     if check is not None:
         contract.proof.update(check(adopted, contract) or {})
     contract.write_to_onnx(adopted)
@@ -740,85 +377,6 @@ def _contract(g: _Graph, states: list[AdoptedState], out_frames: dict, out_chann
     return StreamContract(input=g.audio, output=audio_out, sample_rate_hz=int(sample_rate_hz), hop_samples=hop,
                           total_stride=hop, delay_samples=int(delay_samples), states=specs, name=name,
                           inputs=[audio_io], outputs=outs)
-
-
-def _adopted_states(model: Any, states: list[AdoptedState], batch: int, dynamic: bool) -> list:
-    res = []
-    width = max(2, len(str(len(states) - 1)))
-    for k, s in enumerate(states):
-        shape = [batch] + [d for i, d in enumerate(s.shape) if i != s.batch_axis]
-        name = f"state_in.{k:0{width}d}"
-        res.append((name, f"state_out.{k:0{width}d}", np.full(shape, s.init, dtype=s.dtype)))
-    return res
-
-
-def _batch_test(model: Any, g: _Graph, states: list[AdoptedState], out_frames: dict, x1: np.ndarray, hop: int,
-                atol: float) -> str:
-    """'' when ``model`` at batch 2 gives each stream what it gives at batch 1, else why not (str)."""
-    try:
-        sess = _session(model)
-    except Exception as err:
-        return f"the graph does not load with a dynamic batch ({first_line(err)})"
-    n = min(x1.shape[-1], BATCH_CHUNKS * hop)
-    xb = np.concatenate([x1[..., :n], 0.6 * np.roll(x1[..., :n][..., ::-1], 1234, axis=-1)], axis=0)
-    try:
-        both = run_state_loop(sess, g.audio, xb, hop, _adopted_states(model, states, 2, True), g.outs)
-        one = [run_state_loop(sess, g.audio, xb[b:b + 1], hop, _adopted_states(model, states, 1, True), g.outs)
-               for b in range(2)]
-    except ArtifactError as err:
-        return f"it does not run at batch 2: {err}"
-    for o in g.outs:
-        for b in range(2):
-            mx, _snr, peak = _max_err(one[b][o], both[o][b:b + 1])
-            if not mx <= max(atol, 1e-5) * max(1.0, peak):
-                return f"at batch 2 stream {b} of '{o}' differs from batch 1 by {mx:.3g}"
-    return ""
-
-
-def _prove(model: Any, contract: StreamContract, g: _Graph, states: list[AdoptedState], ref: dict, x: np.ndarray,
-           hop: int, atol: float, where: str) -> dict:
-    """Adopted == original state loop at chunks of 1 and 3 hops; states carry information (module doc)."""
-    try:
-        sess = _session(model)
-    except Exception as err:
-        raise ArtifactError(f"{where}: ONNX Runtime cannot load the adopted graph ({first_line(err)})") from None
-    svals = [(s.input, s.output, s.zeros(1)) for s in contract.states]
-    rows = []
-    for chunk in (hop, 3 * hop):
-        got = run_state_loop(sess, g.audio, x, chunk, svals, g.outs)
-        for o in g.outs:
-            mx, snr, peak = _max_err(ref[o], got[o])
-            rows.append({"output": o, "chunk_samples": chunk, "max_abs": mx, "snr_db": snr, "peak": peak})
-            if not mx <= atol * max(1.0, peak):
-                raise AccuracyError(f"{where}: the adopted graph differs from the original's own state loop: output "
-                                    f"'{o}' max abs error {mx:.3g} (SNR {snr:.1f} dB) at chunks of {chunk} samples "
-                                    f"(tolerance {atol:g}); nothing written")
-    main = contract.output
-    streamed = ref[main]
-    peak = max(1.0, float(np.abs(streamed).max()))
-    floor = max(1e-4, 100 * atol) * peak
-
-    def zeroed(which: set) -> float:
-        got = run_state_loop(sess, g.audio, x, hop, svals, [main], zero=which)[main]
-        return float(np.abs(got - streamed).max())
-
-    all_in = {s.input for s in contract.states}
-    d_all = zeroed(all_in)
-    if d_all <= floor:
-        raise UsageError(f"{where}: the outputs do not depend on the states {[s.input for s in states]} (zeroing them "
-                         f"every chunk changes '{main}' by {d_all:.3g} at most): this graph is not a streaming model; "
-                         f"nothing written")
-    carry = {}
-    for s, spec in zip(states, contract.states):
-        d = zeroed({spec.input}) if len(states) > 1 else d_all
-        carry[s.input] = d
-        if d <= floor:
-            raise UsageError(f"{where}: state {s.input}={s.output} carries nothing (zeroing it every chunk changes "
-                             f"'{main}' by {d:.3g} at most): drop it from the pairs or fix the export; nothing written")
-    return {"max_abs": max(r["max_abs"] for r in rows), "snr_db": min(r["snr_db"] for r in rows),
-            "chunks_ticks": sorted({r["chunk_samples"] for r in rows}), "ticks": int(x.shape[-1]),
-            "outputs": sorted(g.outs), "reference": "the original graph's own state loop, hop by hop",
-            "state_effect_max_abs": {k: float(v) for k, v in carry.items()}}
 
 
 def adopt(in_onnx: Any, out_onnx: str | Path, *, state_pairs: Any = None, sample_rate_hz: int, hop_samples: int,
