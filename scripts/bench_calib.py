@@ -106,7 +106,7 @@ def make_set(folder: Path) -> dict:
     (MiB, ``RUSAGE_CHILDREN``), and whether the training corpora were cached before (``data_cache``)."""
     import subprocess
 
-    from cosyedge.datasets.sources import data_dir
+    from cosyedge.data.sources import data_dir
 
     corpora = data_dir() / "corpora"
     warm = corpora.is_dir() and any(corpora.glob("*.npy"))

@@ -14,7 +14,7 @@ and reports it; the file written is the verified one).
 Loss, data and evaluation are those of ``scripts/train_reference.py`` (imported, not copied): the
 weighted speech-distortion thresholded SNR loss, plus its compressed spectral (``--spectral-weight``) and
 STOI (``--stoi-weight``) losses when the dense parent was trained with them, on
-:class:`cosyedge.datasets.mix.TrainingData` batches at ``--snr-range`` SNRs, and SI-SNR improvement on the
+:class:`cosyedge.data.versions.TrainingData` batches at ``--snr-range`` SNRs, and SI-SNR improvement on the
 held-out validation pairs.
 
 Commands::
@@ -58,7 +58,7 @@ def _train_reference():
 
 
 def main(argv=None) -> int:
-    from cosyedge.datasets.mix import DATA_VERSIONS
+    from cosyedge.data.versions import DATA_VERSIONS
 
     tr = _train_reference()  # loss, evaluation and the --read-phrases parser live there
 
@@ -77,7 +77,7 @@ def main(argv=None) -> int:
                     help="as in train_reference.py; write it with = (--snr-range=-5,12)")
     ap.add_argument("--allow-missing-corpora", action="store_true", help=tr.ALLOW_MISSING_HELP)
     ap.add_argument("--data-version", type=int, default=2, choices=DATA_VERSIONS,
-                    help="training data version (see cosyedge.datasets.mix.DATA_VERSIONS)")
+                    help="training data version (see cosyedge.data.versions.DATA_VERSIONS)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--read-phrase-share", type=float, default=0.0,
                     help="as in train_reference.py: share of speech draws from real read speech (0 = off)")
@@ -119,8 +119,8 @@ def main(argv=None) -> int:
     import torch
 
     sys.path.insert(0, str(REPO))
-    from cosyedge.export import export_reference
-    from cosyedge.models.reference import load_reference, save_reference
+    from cosyedge.train.reference.export import export_reference
+    from cosyedge.train.reference.model import load_reference, save_reference
     from cosyedge.precision.sparse_torch import apply_2to4, masks_hold, reapply_masks
     from cosyedge.precision.sparsity import check_2to4, format_report, sparsify_onnx, stamp_dense_parent
 

@@ -24,9 +24,10 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from cosyedge.datasets.mix import mix_at_snr, si_snr  # noqa: E402
-from cosyedge.datasets.noise import heldout_noise  # noqa: E402
-from cosyedge.datasets.sources import SAMPLE_RATE_HZ, load_corpus  # noqa: E402
+from cosyedge.signal import mix_at_snr, si_snr  # noqa: E402
+from cosyedge.data.noise import heldout_noise  # noqa: E402
+from cosyedge.data.corpus import SAMPLE_RATE_HZ  # noqa: E402
+from cosyedge.data.registry import load_corpus  # noqa: E402
 from cosyedge.log import LOG  # noqa: E402
 
 READINGS = ("0870", "0880", "0890")

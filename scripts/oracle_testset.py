@@ -3,7 +3,7 @@
 
 For every (noisy, clean) pair of the test set (``scripts/make_testset.py``; noise = noisy - clean), an
 oracle gain is computed from the TRUE speech and noise STFTs and applied to the noisy STFT, then
-SI-SNR improvement is scored exactly as ``cosyedge eval`` does (``cosyedge.datasets.si_snr``). Masks
+SI-SNR improvement is scored exactly as ``cosyedge eval`` does (``cosyedge.signal.si_snr``). Masks
 (all floored at the reference model's gain floor, 0.03 = -30 dB):
 
 - ``iam``: ideal amplitude mask ``min(1, |S| / |X|)`` (the best a real gain <= 1 can do per bin);
@@ -240,7 +240,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
 
     from cosyedge.audio import load_audio
-    from cosyedge.datasets import si_snr
+    from cosyedge.signal import si_snr
 
     manifest = args.testset / "manifest.json"
     if not manifest.is_file():

@@ -107,7 +107,7 @@ def main(argv=None) -> int:
     from cosyedge.eval.baseline import rnnoise_enhance
     from cosyedge.eval.evaluate import score_item
     from cosyedge.eval.report import write_report
-    from cosyedge.models.reference import load_reference
+    from cosyedge.train.reference.model import load_reference
     from oracle_testset import apply_oracle, apply_oracle_pitch
 
     torch.set_num_threads(1)

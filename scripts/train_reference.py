@@ -12,7 +12,7 @@ which weighs quiet bins, such as residual noise in speech pauses, more than a wa
 ``--stoi-weight W`` adds W times a differentiable STOI loss (:func:`stoi_loss`; Taal et al. 2011, trained on
 as in Kolbaek, Tan & Jensen 2018, arXiv:1802.00604): the envelope correlation that STOI scores.
 
-Data: :class:`cosyedge.datasets.mix.TrainingData` (real speech from Debian packages, espeak-ng/flite
+Data: :class:`cosyedge.data.versions.TrainingData` (real speech from Debian packages, espeak-ng/flite
 variety, synthetic and packaged noises, SNR -5..20 dB (``--snr-range``), random gain; the pocketsphinx
 recordings and the held-out real noise are never used here). Loss: thresholded negative SNR on the waveform, output
 aligned by the model's delay (Wisdom et al. 2020, arXiv:2011.02329, "soft-thresholded SNR").
@@ -218,7 +218,7 @@ def training_data_or_exit(ap: argparse.ArgumentParser, args: argparse.Namespace,
         SystemExit: 2 (``ap.error``) for bad data options; the error's exit code (4 for a missing tool, 3 for a
             corpus that cannot be built) with a one-line ``[!]`` message when a source is missing.
     """
-    from cosyedge.datasets.mix import TrainingData
+    from cosyedge.data.training_data import TrainingData
     from cosyedge.errors import CosyEdgeError, UsageError
 
     print("preparing the training data (the first run on a machine fetches Debian packages, synthesises and "
@@ -318,8 +318,8 @@ def _snr_loss(model, noisy: np.ndarray, clean: np.ndarray, delay: int, speech_we
 
 
 def si_snr_db(est: np.ndarray, ref: np.ndarray) -> float:
-    """Scale-invariant SNR (dB) of est vs ref, both (T,) float: :func:`cosyedge.datasets.si_snr`."""
-    from cosyedge.datasets import si_snr
+    """Scale-invariant SNR (dB) of est vs ref, both (T,) float: :func:`cosyedge.signal.si_snr`."""
+    from cosyedge.signal import si_snr
 
     return float(si_snr(est, ref))
 
@@ -373,7 +373,7 @@ def _grown_copy(model, new_keys: tuple, **changes):
     """
     import dataclasses
 
-    from cosyedge.models.reference import ReferenceEnhancer
+    from cosyedge.train.reference.model import ReferenceEnhancer
 
     new = ReferenceEnhancer(dataclasses.replace(model.config, **changes))
     missing, unexpected = new.load_state_dict(model.state_dict(), strict=False)
@@ -401,12 +401,12 @@ def extend_blocks(model, dilations: tuple):
 def add_deep_filter(model, order: int, bins: int):
     """Return a copy of ``model`` (ReferenceEnhancer without a deep filter) with a deep filter of
     ``order`` taps on the lowest ``bins`` bins whose coefficient head is zero (as
-    :class:`~cosyedge.models.reference.ReferenceEnhancer` initialises it), so the extended model computes
+    :class:`~cosyedge.train.reference.model.ReferenceEnhancer` initialises it), so the extended model computes
     exactly the same function and training then learns the filter.
 
     Raises:
         ValueError: ``model`` already has a deep filter.
-        ValueError: ``order``/``bins`` out of range (from :class:`~cosyedge.models.reference.EnhancerConfig`).
+        ValueError: ``order``/``bins`` out of range (from :class:`~cosyedge.train.reference.model.EnhancerConfig`).
     """
     if model.config.df_order:
         raise ValueError(f"the --init model already has a deep filter (order {model.config.df_order})")
@@ -416,13 +416,13 @@ def add_deep_filter(model, order: int, bins: int):
 def add_long_window(model, window: int, bins: int):
     """Return a copy of ``model`` (ReferenceEnhancer without long-window features) with long-window
     features of ``window`` samples on the lowest ``bins`` bins whose 1x1 conv is zero (as
-    :class:`~cosyedge.models.reference.ReferenceEnhancer` initialises it), so the extended model computes
+    :class:`~cosyedge.train.reference.model.ReferenceEnhancer` initialises it), so the extended model computes
     exactly the same function; the caller sets their normalisation with
     ``set_feature_stats(x, long_window_only=True)``.
 
     Raises:
         ValueError: ``model`` already has long-window features.
-        ValueError: ``window``/``bins`` out of range (from :class:`~cosyedge.models.reference.ReferenceEnhancer`).
+        ValueError: ``window``/``bins`` out of range (from :class:`~cosyedge.train.reference.model.ReferenceEnhancer`).
     """
     if model.config.lw_window:
         raise ValueError(f"the --init model already has long-window features (window {model.config.lw_window})")
@@ -445,7 +445,7 @@ def add_pitch_comb(model):
 
 def regrid_window(model, win: int):
     """Return a copy of ``model`` (ReferenceEnhancer, no deep filter) whose STFT uses a ``win``-sample analysis
-    window (:func:`cosyedge.models.reference.stft_bases`: asymmetric when ``win`` > 2 * hop; same one-hop
+    window (:func:`cosyedge.train.reference.model.stft_bases`: asymmetric when ``win`` > 2 * hop; same one-hop
     delay), with F' = win/2 + 1 bins instead of F.
 
     The estimator blocks (and long-window branch) are copied; the per-bin convs are resampled to the new
@@ -464,7 +464,7 @@ def regrid_window(model, win: int):
     import numpy as np
     import torch
 
-    from cosyedge.models.reference import ReferenceEnhancer
+    from cosyedge.train.reference.model import ReferenceEnhancer
 
     old = model.config
     if old.df_order:
@@ -587,12 +587,12 @@ def _snr_range_spec(text: str) -> tuple[float, float]:
 
 def _read_speech_spec(text: str) -> str:
     """argparse type of ``--read-phrases``: one or more comma-separated names of
-    :data:`cosyedge.datasets.mix.READ_PHRASE_CORPORA`, returned unchanged.
+    :data:`cosyedge.data.versions.READ_PHRASE_CORPORA`, returned unchanged.
 
     Raises:
         argparse.ArgumentTypeError: an unknown or repeated name (``invalid choice: 'NAME'``).
     """
-    from cosyedge.datasets.mix import READ_PHRASE_CORPORA
+    from cosyedge.data.versions import READ_PHRASE_CORPORA
 
     names = text.split(",")
     for name in names:
@@ -603,7 +603,7 @@ def _read_speech_spec(text: str) -> str:
 
 
 def main(argv=None) -> int:
-    from cosyedge.datasets.mix import DATA_VERSIONS
+    from cosyedge.data.versions import DATA_VERSIONS
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -658,7 +658,7 @@ def main(argv=None) -> int:
                          "(EnhancerConfig.gru_hidden / gru_layers), e.g. 192,2")
     ap.add_argument("--add-pitch-comb", action="store_true",
                     help="with --init: add the pitch comb path (RNNoise-style pitch filter, "
-                         "cosyedge.models.reference; needs long-window features), its feature conv zero and its "
+                         "cosyedge.train.reference.model; needs long-window features), its feature conv zero and its "
                          "mix near 0, so training resumes from nearly the same function")
     ap.add_argument("--add-window", type=int, default=None, metavar="N",
                     help="with --init: move the model to an N-sample STFT analysis window (asymmetric low-latency "
@@ -672,24 +672,24 @@ def main(argv=None) -> int:
                          "for losses that trade in-domain validation for robustness, e.g. a higher --speech-weight)")
     ap.add_argument("--allow-missing-corpora", action="store_true", help=ALLOW_MISSING_HELP)
     ap.add_argument("--data-version", type=int, default=3, choices=DATA_VERSIONS,
-                    help="training data (cosyedge.datasets.mix.DATA_VERSIONS): 1 = the first data, 2 = plus more "
+                    help="training data (cosyedge.data.versions.DATA_VERSIONS): 1 = the first data, 2 = plus more "
                          "real voices and noises, 3 = plus male-converted prompts, 4 = 3 with noise speed and EQ "
                          "augmentation of every batch")
     ap.add_argument("--speech-low-boost", type=float, default=0.0,
                     help="probability in [0, 1] that a training speech segment gets its f0 band (70-140 Hz) boosted "
-                         "by 0 to --speech-low-boost-db dB (cosyedge.datasets.mix.low_band_boost)")
+                         "by 0 to --speech-low-boost-db dB (cosyedge.data.augment.low_band_boost)")
     ap.add_argument("--speech-low-boost-db", type=float, default=10.0,
                     help="largest f0-band boost of --speech-low-boost, dB in [0, 30]")
     ap.add_argument("--speech-reverb", type=float, default=0.0,
                     help="probability in [0, 1] that a training speech segment gets synthetic room reverberation "
-                         "(RT60 0.15-0.6 s, clean target reverberant too; cosyedge.datasets.mix.room_reverb)")
+                         "(RT60 0.15-0.6 s, clean target reverberant too; cosyedge.data.augment.room_reverb)")
     ap.add_argument("--mixture-lowpass", type=float, default=0.0,
                     help="probability in [0, 1] that a whole training mixture (noisy and clean) is band-limited to "
-                         "4 kHz, as an 8 kHz recording resampled to 16 kHz (cosyedge.datasets.mix.band_limit)")
+                         "4 kHz, as an 8 kHz recording resampled to 16 kHz (cosyedge.data.augment.band_limit)")
     ap.add_argument("--read-phrase-share", type=float, default=0.0,
                     help="share in [0, 1) of speech draws from real read speech, mostly male voices (Tux Paint's "
                          "spoken stamp descriptions or festvox-ru's recordings, "
-                         "cosyedge.datasets.mix.READ_PHRASE_CORPORA); 0 = off")
+                         "cosyedge.data.versions.READ_PHRASE_CORPORA); 0 = off")
     ap.add_argument("--read-phrases", default="tuxpaint", metavar="NAME[,NAME...]", type=_read_speech_spec,
                     help="which real speech --read-phrase-share adds, one or more (comma-separated) of tuxpaint (all "
                          "Tux Paint voices), tuxpaint-male-clean (its male voices without an audible noise floor), "
@@ -743,7 +743,7 @@ def main(argv=None) -> int:
     import torch
 
     from cosyedge.errors import CosyEdgeError
-    from cosyedge.models.reference import EnhancerConfig, ReferenceEnhancer, load_reference, save_reference
+    from cosyedge.train.reference.model import EnhancerConfig, ReferenceEnhancer, load_reference, save_reference
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)

@@ -23,7 +23,7 @@ TORCH_FREE = [
     "cosyedge.enhance", "cosyedge.runtime", "cosyedge.runtime.base", "cosyedge.runtime.ort",
     "cosyedge.runtime.stream", "cosyedge.build", "cosyedge.build.ort", "cosyedge.surgery",
     "cosyedge.surgery.streamify", "cosyedge.export", "cosyedge.cli.main", "cosyedge.cli.run",
-    "cosyedge.cli.build", "cosyedge.cli.export", "cosyedge.datasets", "cosyedge.models",
+    "cosyedge.cli.build", "cosyedge.cli.export", "cosyedge.data", "cosyedge.models",
     "cosyedge.build.trt", "cosyedge.build.trt_compat", "cosyedge.runtime.trt",
     "cosyedge.runtime.pool", "cosyedge.realtime", "cosyedge.realtime.devices", "cosyedge.cli.devices",
 ]
@@ -61,6 +61,6 @@ def test_cli_help_and_run_without_torch(tmp_path):
 
 
 def test_nn_without_torch_is_a_dependency_error():
-    r = _run("import cosyedge.nn\n", {"torch"})
+    r = _run("import cosyedge.train.nn\n", {"torch"})
     assert r.returncode != 0
     assert "DependencyError" in r.stderr and "pip install torch==2.13.0" in r.stderr

@@ -1,9 +1,17 @@
-"""Offline training data for the speech enhancer: real speech and noise from Debian packages.
+"""Offline speech and noise data: real speech and noise from Debian packages, mixed into noisy/clean pairs.
 
-``TrainingData(seed=0).batch(16, 32000, rng) -> (noisy, clean)``; see :mod:`cosyedge.datasets.mix`.
-Sources and caching: :mod:`cosyedge.datasets.sources`; noises: :mod:`cosyedge.datasets.noise`.
+Used by training (:mod:`cosyedge.train`) and by the default INT8 calibration set
+(:mod:`cosyedge.precision.calibset`), so it ships in the base install (numpy; PyAV/praat-parselmouth only
+to build some corpora). ``TrainingData(seed=0).batch(16, 32000, rng) -> (noisy, clean)``; see
+:mod:`cosyedge.data.training_data`. Layout: :mod:`~cosyedge.data.corpus` (the ``Corpus`` and its cache),
+:mod:`~cosyedge.data.sources` (package fetchers, decoders, corpus builders), :mod:`~cosyedge.data.registry`
+(name -> builder, ``load_corpus``), :mod:`~cosyedge.data.voice` (voice conversion),
+:mod:`~cosyedge.data.noise` (the noise bank), :mod:`~cosyedge.data.augment` (augmentation DSP),
+:mod:`~cosyedge.data.versions` (data-version constants), :mod:`~cosyedge.data.pairs` (the test pairs),
+:mod:`~cosyedge.data.calib` (calibration clips). Signal metrics: :mod:`cosyedge.signal`.
 """
 
-from cosyedge.datasets.mix import TrainingData, active_power, mix_at_snr, si_snr, test_pairs
+from cosyedge.data.pairs import test_pairs
+from cosyedge.data.training_data import TrainingData
 
-__all__ = ["TrainingData", "active_power", "mix_at_snr", "si_snr", "test_pairs"]
+__all__ = ["TrainingData", "test_pairs"]

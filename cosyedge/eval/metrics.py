@@ -46,7 +46,7 @@ def si_snr_db(est: np.ndarray, ref: np.ndarray) -> float:
     """Scale-invariant SNR of ``est`` against ``ref``, dB.
 
     ``s = <est, ref> ref / ||ref||^2`` (both zero-mean), ``SI-SNR = 10 log10(||s||^2 / ||est - s||^2)``.
-    The same formula as training (:func:`cosyedge.datasets.si_snr`). Not delay-aware: align first.
+    The same formula as training (:func:`cosyedge.signal.si_snr`). Not delay-aware: align first.
 
     Args:
         est (np.ndarray): float, shape (T,), estimate.
@@ -57,7 +57,7 @@ def si_snr_db(est: np.ndarray, ref: np.ndarray) -> float:
         UsageError: shapes differ or are not 1-D.
     Source: Le Roux et al., "SDR - half-baked or well done?", ICASSP 2019 (arXiv:1811.02508).
     """
-    from cosyedge.datasets.mix import si_snr
+    from cosyedge.signal import si_snr
 
     return float(si_snr(_mono(est, "si_snr est"), _mono(ref, "si_snr ref")))
 

@@ -3,7 +3,7 @@
 Two ways to make one (:func:`make_calibration_set`, CLI ``cosyedge calib make``):
 
 * **generated** (default): ``count`` (2048) utterances of noisy speech drawn, seeded, from the same
-  offline sources and the same mixing as training (:class:`cosyedge.datasets.mix.TrainingData`: its
+  offline sources and the same mixing as training (:class:`cosyedge.data.versions.TrainingData`: its
   training speech corpora and training noise bank, active-speech SNR uniform in [-5, 20] dB, peak -30..-1
   dBFS, 5 % noise-only and 5 % speech-only rows). The test set (pocketsphinx LibriVox speech and the
   held-out real noises) is never touched: ``TrainingData`` refuses test corpora and its bank holds no
@@ -169,9 +169,9 @@ def _write_wav(path: Path, x: np.ndarray, sample_rate_hz: int) -> dict:
 
 
 def _snr_db(noisy: np.ndarray, clean: np.ndarray) -> float | None:
-    """Active-speech SNR (dB) of a mixture, as :mod:`cosyedge.datasets.mix` defines it; None when
+    """Active-speech SNR (dB) of a mixture, as :mod:`cosyedge.data.training_data` defines it; None when
     there is no speech or no noise."""
-    from cosyedge.datasets.mix import active_power
+    from cosyedge.signal import active_power
 
     noise = noisy.astype(np.float64) - clean
     ps = float(active_power(clean))
@@ -327,7 +327,7 @@ def make_calibration_set(out: str | Path | None = None, *, count: int | None = N
             if from_dir is None:
                 n = DEFAULT_COUNT if count is None else int(count)
                 if training_data is None:
-                    from cosyedge.datasets.mix import TrainingData
+                    from cosyedge.data.training_data import TrainingData
 
                     training_data = TrainingData(seed=0)  # the training bank (cached); ``seed`` drives the draws
                 entries = list(_generated(n, seed, audio, training_data))

@@ -15,7 +15,7 @@ _spec = importlib.util.spec_from_file_location("diagnose_bands", SCRIPTS / "diag
 bands = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(bands)
 
-from cosyedge.models.reference import EnhancerConfig, ReferenceEnhancer  # noqa: E402
+from cosyedge.train.reference.model import EnhancerConfig, ReferenceEnhancer  # noqa: E402
 
 
 def _model(gain_bias: float, **cfg) -> ReferenceEnhancer:

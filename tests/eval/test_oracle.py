@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from cosyedge.datasets import si_snr
+from cosyedge.signal import si_snr
 from tests.scripts import load_script
 
 pytest.importorskip("scipy")

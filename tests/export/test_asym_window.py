@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from models_torch import assert_streams_exactly, noise_input, train_reference_module  # noqa: E402
 
 from cosyedge.export import onnx_from_torch
-from cosyedge.models.reference import (
+from cosyedge.train.reference.model import (
     EnhancerConfig,
     ReferenceEnhancer,
     analysis_window,

@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from models_torch import assert_streams_exactly, noise_input, train_reference_module  # noqa: E402
 
 from cosyedge.export import onnx_from_torch  # noqa: E402
-from cosyedge.models.reference import EnhancerConfig, ReferenceEnhancer  # noqa: E402
+from cosyedge.train.reference.model import EnhancerConfig, ReferenceEnhancer  # noqa: E402
 from cosyedge.surgery import streamify  # noqa: E402
 
 W, BINS = 1024, 48
@@ -159,7 +159,7 @@ def test_long_window_streams_exactly(tmp_path, dynamo):
 def test_training_options_are_checked_before_data_preparation(argv, message, capsys, monkeypatch, tmp_path):
     monkeypatch.chdir(ROOT)
     tr = train_reference_module()
-    from cosyedge.models.reference import save_reference
+    from cosyedge.train.reference.model import save_reference
     inits = {"plain": EnhancerConfig(), "lw": EnhancerConfig(lw_window=1024, lw_bins=128)}
     for name, cfg in inits.items():  # small weights files of a known structure, whatever is bundled
         save_reference(ReferenceEnhancer(cfg), tmp_path / f"{name}.safetensors")
@@ -168,7 +168,7 @@ def test_training_options_are_checked_before_data_preparation(argv, message, cap
     def no_data(*a, **k):
         raise AssertionError("data preparation started before the options were checked")
 
-    monkeypatch.setattr("cosyedge.datasets.mix.TrainingData", no_data)
+    monkeypatch.setattr("cosyedge.data.training_data.TrainingData", no_data)
     with pytest.raises(SystemExit) as exc:
         tr.main(argv)
     assert exc.value.code == 2
@@ -185,7 +185,7 @@ def test_speech_shares_over_one_exit_2_before_loading_data(capsys, monkeypatch):
     def no_corpus(*a, **k):
         raise AssertionError("a corpus was loaded before the shares were checked")
 
-    monkeypatch.setattr("cosyedge.datasets.mix.load_corpus", no_corpus)
+    monkeypatch.setattr("cosyedge.data.training_data.load_corpus", no_corpus)
     with pytest.raises(SystemExit) as exc:
         tr.main(["--male-share", "0.5", "--read-phrase-share", "0.3"])
     assert exc.value.code == 2

@@ -4,7 +4,7 @@ Checks the pitch search on a voice of known period, that the comb passes a perio
 averages a signal with itself one period earlier, that ``train_reference.add_pitch_comb`` resumes from nearly
 the same function (mix 0.0003), that a bad config and mismatched inputs are refused, and that export ->
 streamify streams exactly (1e-5; the framing of the last 640 samples becomes one more state), that the framing
-(:class:`cosyedge.nn.CausalFraming`) equals the dense identity framing conv it replaced, bit for bit, and that a
+(:class:`cosyedge.train.nn.CausalFraming`) equals the dense identity framing conv it replaced, bit for bit, and that a
 checkpoint saved with that dense conv still loads (and a corrupt one is refused).
 """
 
@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from models_torch import assert_streams_exactly, noise_input, train_reference_module  # noqa: E402
 
 from cosyedge.export import onnx_from_torch  # noqa: E402
-from cosyedge.models.reference import EnhancerConfig, ReferenceEnhancer  # noqa: E402
+from cosyedge.train.reference.model import EnhancerConfig, ReferenceEnhancer  # noqa: E402
 from cosyedge.surgery import streamify  # noqa: E402
 
 W, BINS = 1024, 128
@@ -145,7 +145,7 @@ def test_pitch_comb_streams_exactly(tmp_path):
 def test_causal_framing_equals_the_dense_identity_framing_conv(hop, frames):
     """CausalFraming gives exactly what CausalConv1dDownsample(1, K hop, hop, K hop) with an identity kernel gave
     (the pitch comb's framing before it), with samples picked by frame index through take()."""
-    from cosyedge.nn import CausalConv1dDownsample, CausalFraming
+    from cosyedge.train.nn import CausalConv1dDownsample, CausalFraming
 
     w2 = hop * frames
     dense = CausalConv1dDownsample(1, w2, hop, w2, bias=False)
@@ -171,7 +171,7 @@ def test_a_checkpoint_with_the_dense_framing_conv_loads_and_a_corrupt_one_is_ref
     from safetensors.torch import save_file
 
     from cosyedge.errors import ArtifactError
-    from cosyedge.models.reference import LEGACY_FRAMING_KEY, load_reference, save_reference
+    from cosyedge.train.reference.model import LEGACY_FRAMING_KEY, load_reference, save_reference
 
     model = _pc_model()
     save_reference(model, tmp_path / "new.safetensors")
