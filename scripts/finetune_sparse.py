@@ -14,7 +14,7 @@ and reports it; the file written is the verified one).
 Loss, data and evaluation are those of ``scripts/train_reference.py`` (imported, not copied): the
 weighted speech-distortion thresholded SNR loss, plus its compressed spectral (``--spectral-weight``) and
 STOI (``--stoi-weight``) losses when the dense parent was trained with them, on
-:class:`cosyedge.data.versions.TrainingData` batches at ``--snr-range`` SNRs, and SI-SNR improvement on the
+:class:`cosyedge.data.training_data.TrainingData` batches at ``--snr-range`` SNRs, and SI-SNR improvement on the
 held-out validation pairs.
 
 Commands::

@@ -12,7 +12,7 @@ which weighs quiet bins, such as residual noise in speech pauses, more than a wa
 ``--stoi-weight W`` adds W times a differentiable STOI loss (:func:`stoi_loss`; Taal et al. 2011, trained on
 as in Kolbaek, Tan & Jensen 2018, arXiv:1802.00604): the envelope correlation that STOI scores.
 
-Data: :class:`cosyedge.data.versions.TrainingData` (real speech from Debian packages, espeak-ng/flite
+Data: :class:`cosyedge.data.training_data.TrainingData` (real speech from Debian packages, espeak-ng/flite
 variety, synthetic and packaged noises, SNR -5..20 dB (``--snr-range``), random gain; the pocketsphinx
 recordings and the held-out real noise are never used here). Loss: thresholded negative SNR on the waveform, output
 aligned by the model's delay (Wisdom et al. 2020, arXiv:2011.02329, "soft-thresholded SNR").

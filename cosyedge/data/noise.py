@@ -1,7 +1,7 @@
 """Training and test noises, 16 kHz mono float32.
 
 TRAINING noise is a deterministic *noise bank*: one float32 array of categories, each a few minutes long
-and normalised to unit RMS per 4 s block, from which :class:`~cosyedge.data.versions.TrainingData` draws
+and normalised to unit RMS per 4 s block, from which :class:`~cosyedge.data.training_data.TrainingData` draws
 random segments. Categories (:data:`SYNTH_KINDS` plus real sounds):
 
 - ``white``; ``pink`` (1/f); ``brown`` (1/f^2); ``colored`` (1/f^a, a uniform in [0, 2.5] per block);

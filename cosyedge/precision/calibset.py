@@ -3,7 +3,7 @@
 Two ways to make one (:func:`make_calibration_set`, CLI ``cosyedge calib make``):
 
 * **generated** (default): ``count`` (2048) utterances of noisy speech drawn, seeded, from the same
-  offline sources and the same mixing as training (:class:`cosyedge.data.versions.TrainingData`: its
+  offline sources and the same mixing as training (:class:`cosyedge.data.training_data.TrainingData`: its
   training speech corpora and training noise bank, active-speech SNR uniform in [-5, 20] dB, peak -30..-1
   dBFS, 5 % noise-only and 5 % speech-only rows). The test set (pocketsphinx LibriVox speech and the
   held-out real noises) is never touched: ``TrainingData`` refuses test corpora and its bank holds no
