@@ -106,3 +106,25 @@ def si_snr(est: np.ndarray, ref: np.ndarray, eps: float = 1e-8) -> np.ndarray:
     e = est - s
     return 10 * np.log10((np.sum(s * s, axis=-1) + eps) / (np.sum(e * e, axis=-1) + eps))
 
+
+def si_snr_db(est: np.ndarray, ref: np.ndarray) -> float:
+    """Scale-invariant SNR of ``est`` against ``ref``, dB.
+
+    ``s = <est, ref> ref / ||ref||^2`` (both zero-mean), ``SI-SNR = 10 log10(||s||^2 / ||est - s||^2)``.
+    The one scalar SI-SNR of the package (evaluation, training, scripts); :func:`si_snr` on 1-D signals.
+    Not delay-aware: align first. Moved from ``cosyedge/eval/metrics.py`` (issue 36).
+
+    Args:
+        est (np.ndarray): float, shape (T,), estimate.
+        ref (np.ndarray): float, shape (T,), clean reference.
+    Returns:
+        float: dB.
+    Raises:
+        UsageError: shapes differ or are not 1-D.
+    Source: Le Roux et al., "SDR - half-baked or well done?", ICASSP 2019 (arXiv:1811.02508).
+    """
+    est, ref = np.asarray(est), np.asarray(ref)
+    for x, what in ((est, "si_snr est"), (ref, "si_snr ref")):
+        if x.ndim != 1:
+            raise UsageError(f"{what}: expected a 1-D signal, got shape {x.shape}")
+    return float(si_snr(est, ref))

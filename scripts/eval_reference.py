@@ -25,14 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-
-def si_snr_db(est: np.ndarray, ref: np.ndarray) -> float:
-    """Scale-invariant SNR (dB) of est vs ref, both (T,) float."""
-    from cosyedge.signal import si_snr
-
-    return float(si_snr(est, ref))
+from cosyedge.signal import si_snr_db
 
 
 def rnnoise_16k(x: np.ndarray) -> np.ndarray:

@@ -23,6 +23,7 @@ from models_torch import assert_streams_exactly, noise_input, train_reference_mo
 from cosyedge.export import onnx_from_torch  # noqa: E402
 from cosyedge.train.reference.model import EnhancerConfig, ReferenceEnhancer  # noqa: E402
 from cosyedge.surgery import streamify  # noqa: E402
+from cosyedge.train.reference import grow, loop  # noqa: E402
 
 W, BINS = 1024, 48
 ROOT = Path(__file__).resolve().parents[2]
@@ -73,12 +74,11 @@ def test_bad_long_window_config_is_refused(window, bins):
 
 
 def test_add_long_window_keeps_the_function():
-    tr = train_reference_module()
     torch.manual_seed(0)
     plain = ReferenceEnhancer(EnhancerConfig(channels=16, dilations=(1, 2))).eval()
     with torch.no_grad():
         plain.out.bias.normal_(0.0, 1.0)
-    ext = tr.add_long_window(plain, W, BINS).eval()
+    ext = grow.add_long_window(plain, W, BINS).eval()
     assert dataclasses.asdict(ext.config) == {**dataclasses.asdict(plain.config), "lw_window": W, "lw_bins": BINS}
     x = torch.from_numpy(noise_input())
     mean_before = ext.feat_mean.clone()
@@ -92,13 +92,12 @@ def test_add_long_window_keeps_the_function():
     with pytest.raises(ValueError, match="without long-window features"):
         plain.set_feature_stats(x, long_window_only=True)
     with pytest.raises(ValueError, match="already has long-window features"):
-        tr.add_long_window(ext, W, BINS)
+        grow.add_long_window(ext, W, BINS)
 
 
 def test_weight_average_blends_parameters_not_fixed_bases():
-    tr = train_reference_module()
     model = ReferenceEnhancer(EnhancerConfig(channels=8, dilations=(1,)))
-    ema = tr.WeightAverage(model, 0.9)
+    ema = loop.WeightAverage(model, 0.9)
     before = model.inp.weight.detach().clone()
     basis, mean = model.analysis.conv.weight.detach().clone(), model.feat_mean.clone()
     with torch.no_grad():

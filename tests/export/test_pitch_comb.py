@@ -21,11 +21,12 @@ import pytest
 torch = pytest.importorskip("torch")
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from models_torch import assert_streams_exactly, noise_input, train_reference_module  # noqa: E402
+from models_torch import assert_streams_exactly, noise_input  # noqa: E402
 
 from cosyedge.export import onnx_from_torch  # noqa: E402
 from cosyedge.train.reference.model import EnhancerConfig, ReferenceEnhancer  # noqa: E402
 from cosyedge.surgery import streamify  # noqa: E402
+from cosyedge.train.reference import grow  # noqa: E402
 
 W, BINS = 1024, 128
 
@@ -91,14 +92,13 @@ def test_bad_config_and_mismatched_inputs_are_refused():
 
 
 def test_add_pitch_comb_resumes_from_nearly_the_same_function():
-    tr = train_reference_module()
     torch.manual_seed(0)
     plain = ReferenceEnhancer(EnhancerConfig(channels=16, dilations=(1, 2), lw_window=W, lw_bins=BINS)).eval()
     plain.set_feature_stats(torch.from_numpy(noise_input(8000, seed=5)))
     with torch.no_grad():
         plain.out.bias.normal_(0.0, 1.0)
         plain.lw_inp.weight.normal_(0.0, 0.3)
-    ext = tr.add_pitch_comb(plain).eval()
+    ext = grow.add_pitch_comb(plain).eval()
     assert dataclasses.asdict(ext.config) == {**dataclasses.asdict(plain.config), "pitch_comb": True}
     x = torch.from_numpy(noise_input())
     before = (ext.feat_mean.clone(), ext.lw_mean.clone())
@@ -111,9 +111,9 @@ def test_add_pitch_comb_resumes_from_nearly_the_same_function():
         ext.pc_out.bias.zero_()
         assert float((plain(x) - ext(x)).abs().max()) > 1e-2 * float(a.abs().max())  # the comb acts once trained
     with pytest.raises(ValueError, match="already has the pitch comb"):
-        tr.add_pitch_comb(ext)
+        grow.add_pitch_comb(ext)
     with pytest.raises(ValueError, match="pitch_comb needs the long-window features"):
-        tr.add_pitch_comb(ReferenceEnhancer(EnhancerConfig(channels=8, dilations=(1,))))
+        grow.add_pitch_comb(ReferenceEnhancer(EnhancerConfig(channels=8, dilations=(1,))))
 
 
 def test_pitch_comb_streams_exactly(tmp_path):
