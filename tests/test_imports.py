@@ -64,3 +64,65 @@ def test_nn_without_torch_is_a_dependency_error():
     r = _run("import cosyedge.train.nn\n", {"torch"})
     assert r.returncode != 0
     assert "DependencyError" in r.stderr and "pip install torch==2.13.0" in r.stderr
+
+
+ALLOWED_TRAIN_IMPORTS = {("cosyedge/cli/export.py", "export", "cosyedge.train.reference.export")}
+"""(file, function, module): the only import of :mod:`cosyedge.train` outside it: ``cosyedge export`` of the
+reference model, lazily inside the command function (icefall keeps export beside training)."""
+
+
+def _imports_of(path: Path, root: Path):
+    """Yield (function name or None for module level, absolute module name) for every import in ``path``."""
+    import ast
+
+    rel = path.relative_to(root)
+    package = ".".join(rel.with_suffix("").parts[:-1] if rel.name != "__init__.py" else rel.parent.parts)
+
+    def walk(node, func):
+        for child in ast.iter_child_nodes(node):
+            f = child.name if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)) and func is None else func
+            if isinstance(child, ast.Import):
+                for a in child.names:
+                    yield func, a.name
+            elif isinstance(child, ast.ImportFrom):
+                if child.level:
+                    base = package.split(".")[: len(package.split(".")) - child.level + 1]
+                    mod = ".".join(base + ([child.module] if child.module else []))
+                else:
+                    mod = child.module or ""
+                yield func, mod
+                for a in child.names:  # ``from cosyedge import train``
+                    yield func, f"{mod}.{a.name}"
+            yield from walk(child, f)
+
+    yield from walk(ast.parse(path.read_text(), str(path)), None)
+
+
+def test_nothing_outside_cosyedge_train_imports_it():
+    """Training is its own package: no module of cosyedge/ outside cosyedge/train imports cosyedge.train, at
+    module level or inside a function, except the one lazy export import in ALLOWED_TRAIN_IMPORTS."""
+    root = Path(__file__).resolve().parents[1]
+    found, offending = set(), []
+    for path in sorted((root / "cosyedge").rglob("*.py")):
+        rel = path.relative_to(root).as_posix()
+        if rel.startswith("cosyedge/train/"):
+            continue
+        for func, mod in _imports_of(path, root):
+            if mod == "cosyedge.train" or mod.startswith("cosyedge.train."):
+                allowed = [a for a in ALLOWED_TRAIN_IMPORTS
+                           if a[:2] == (rel, func) and (mod == a[2] or mod.startswith(a[2] + "."))]
+                if allowed:
+                    found.update(allowed)
+                else:
+                    offending.append(f"{rel}: {'module level' if func is None else func + '()'} imports {mod}")
+    assert not offending, "\n".join(offending)
+    assert found == ALLOWED_TRAIN_IMPORTS, "the allowed lazy export import moved; update ALLOWED_TRAIN_IMPORTS"
+
+
+def test_deployment_data_and_signal_import_without_torch():
+    """The default calibration data (cosyedge.data) and the shared metrics (cosyedge.signal) need no torch."""
+    r = _run("import cosyedge.data, cosyedge.data.calib, cosyedge.signal, cosyedge.precision.calibset, "
+             "cosyedge.eval.metrics\nassert 'torch' not in sys.modules\nassert 'cosyedge.train' not in sys.modules\n"
+             "print('ok')\n", {"torch", "tensorrt", "pycuda", "sounddevice"})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "ok"
