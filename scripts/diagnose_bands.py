@@ -206,5 +206,4 @@ def main(argv=None) -> int:
 
 if __name__ == "__main__":
     sys.path.insert(0, str(Path(__file__).resolve().parent))  # oracle_testset
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     sys.exit(main())
