@@ -53,11 +53,11 @@ def band_budget(model, noisy: np.ndarray, clean: np.ndarray) -> dict:
         noisy, clean (np.ndarray): (T,) float32, 16 kHz, T a multiple of the hop.
     Returns:
         dict of (F,) float64 arrays: ``speech``, ``noise``, ``distortion``, ``residual``,
-        ``oracle_distortion``, ``oracle_residual`` (ideal amplitude mask, ``oracle_testset.oracle_gain``,
+        ``oracle_distortion``, ``oracle_residual`` (ideal amplitude mask, ``cosyedge.train.reference.oracle.oracle_gain``,
         floor = the model's gain floor), ``gain`` (mean over frames).
     """
     import torch
-    from oracle_testset import oracle_gain
+    from cosyedge.train.reference.oracle import oracle_gain
 
     f = model.config.n_bins
     x = torch.from_numpy(noisy.astype(np.float32))[None, None]
@@ -205,5 +205,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(Path(__file__).resolve().parent))  # oracle_testset
     sys.exit(main())

@@ -52,8 +52,7 @@ def main(argv=None) -> int:
     from cosyedge.data.voice import convert_to_male
     from cosyedge.train.reference.model import load_reference
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from oracle_testset import apply_oracle
+    from cosyedge.train.reference.oracle import apply_oracle
 
     torch.set_num_threads(1)
     model = load_reference(args.weights).eval()

@@ -4,10 +4,9 @@ import numpy as np
 import pytest
 
 from cosyedge.signal import si_snr
-from tests.scripts import load_script
+from cosyedge.train.reference import oracle
 
 pytest.importorskip("scipy")
-oracle = load_script("oracle_testset")
 
 
 def _tone_speech(n: int) -> np.ndarray:
