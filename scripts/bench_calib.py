@@ -30,7 +30,6 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 TARGET_TIME_S = 600.0
 TARGET_RSS_MIB = 2048.0
 TARGET_SET_RSS_MIB = 1024.0

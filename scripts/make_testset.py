@@ -42,17 +42,16 @@ from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from cosyedge.artifacts import write_json
+from cosyedge.data.corpus import SAMPLE_RATE_HZ
+from cosyedge.data.noise import heldout_noises
+from cosyedge.data.pairs import _stable_int
+from cosyedge.data.registry import load_corpus
+from cosyedge.data.sources import data_dir
+from cosyedge.log import LOG
+from cosyedge.signal import mix_at_snr
 
-from cosyedge.artifacts import write_json  # noqa: E402
-from cosyedge.data.training_data import _stable_int  # noqa: E402
-from cosyedge.signal import mix_at_snr  # noqa: E402
-from cosyedge.data.noise import heldout_noises  # noqa: E402
-from cosyedge.data.corpus import SAMPLE_RATE_HZ  # noqa: E402
-from cosyedge.data.sources import data_dir  # noqa: E402
-from cosyedge.data.registry import load_corpus  # noqa: E402
-from cosyedge.log import LOG  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 MANIFEST = REPO / "cosyedge" / "assets" / "testset" / "manifest.json"
 SNRS_DB = (0.0, 5.0, 10.0)

@@ -33,14 +33,10 @@ from cosyedge.data.versions import (BANK_VERSION, DATA_VERSIONS, EXTRA_SPEECH_CO
                                     MALE_SHARE_V3, NARROWBAND_CORPORA, NOISE_SPEED_RANGE, NOISE_WEIGHTS,
                                     NOISE_WEIGHTS_V2, P_NOISE_EQ, P_NOISE_SPEED, P_SPEECH_EQ, READ_PHRASE_CORPORA,
                                     SPEECH_TRAIN_CORPORA, SYNTHETIC_CORPORA)
-from cosyedge.data.pairs import test_pairs
+from cosyedge.data.pairs import _stable_int, test_pairs
 from cosyedge.errors import ArtifactError, DependencyError, UsageError, first_line
 from cosyedge.log import LOG
 from cosyedge.signal import mix_at_snr, scale_noise
-
-def _stable_int(text: str) -> int:
-    return int(hashlib.sha1(text.encode()).hexdigest()[:12], 16)
-
 
 # ---------------------------------------------------------------------------------------- dataset
 SPEECH_CACHE_VERSION = 1

@@ -18,8 +18,7 @@ import pytest
 torch = pytest.importorskip("torch")
 sf = pytest.importorskip("soundfile")
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from models_torch import PointwiseNet, UserCausalNet, run_streaming  # noqa: E402
+from tests.models_torch import PointwiseNet, UserCausalNet, run_streaming  # noqa: E402
 from reference_structure import reference_structure  # noqa: E402
 
 from cosyedge.artifacts import StreamContract  # noqa: E402

@@ -9,7 +9,6 @@ turns the long window's input history into one more state and streams exactly (1
 from __future__ import annotations
 
 import dataclasses
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -17,8 +16,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from models_torch import assert_streams_exactly, noise_input, train_reference_module  # noqa: E402
+from tests.models_torch import assert_streams_exactly, noise_input, train_reference_module  # noqa: E402
 
 from cosyedge.export import onnx_from_torch  # noqa: E402
 from cosyedge.train.reference.model import EnhancerConfig, ReferenceEnhancer  # noqa: E402

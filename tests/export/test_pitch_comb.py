@@ -12,16 +12,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from models_torch import assert_streams_exactly, noise_input  # noqa: E402
+from tests.models_torch import assert_streams_exactly, noise_input  # noqa: E402
 
 from cosyedge.export import onnx_from_torch  # noqa: E402
 from cosyedge.train.reference.model import EnhancerConfig, ReferenceEnhancer  # noqa: E402

@@ -10,7 +10,6 @@ figure on the bundled real recording and passes gradients, that ``--stoi-weight`
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -18,8 +17,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from models_torch import train_reference_module  # noqa: E402
+from tests.models_torch import train_reference_module  # noqa: E402
 
 from cosyedge.train.reference.model import EnhancerConfig, ReferenceEnhancer  # noqa: E402
 from cosyedge.train.reference import losses, options  # noqa: E402
