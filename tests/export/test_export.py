@@ -19,7 +19,7 @@ torch = pytest.importorskip("torch")
 sf = pytest.importorskip("soundfile")
 
 from tests.models_torch import PointwiseNet, UserCausalNet, run_streaming  # noqa: E402
-from reference_structure import reference_structure  # noqa: E402
+from tests.reference_structure import reference_structure  # noqa: E402
 
 from cosyedge.artifacts import StreamContract  # noqa: E402
 from cosyedge.errors import ArtifactError, UsageError  # noqa: E402
