@@ -25,7 +25,7 @@ class Corpus:
     """A cached corpus: utterances concatenated into one array.
 
     Attributes:
-        name (str): Corpus name (key of :data:`CORPORA`).
+        name (str): Corpus name (key of :data:`cosyedge.data.registry.CORPORA`).
         audio (np.ndarray): float32, shape (total_samples,), 16 kHz mono (a read-only memory map when loaded
             from the cache).
         offsets (np.ndarray): int64, shape (n_utts + 1,), sample offsets into ``audio``.

@@ -8,7 +8,7 @@ Every corpus is built once and cached under :func:`data_dir` as two files:
 
 File lists are sorted, so a corpus is byte-identical across machines for the same package version.
 
-Corpora (see :data:`CORPORA`):
+Corpora (see :data:`cosyedge.data.registry.CORPORA`):
 
 - ``asterisk-{en,fr,es,it,ru}``: ``asterisk-core-sounds-<lang>-g722`` prompt packs, 16 kHz G.722, one
   professional voice each (en/es Allison Smith, fr June Wallack, it Carlo Flora (male), ru IvrvoiceRU;
@@ -35,6 +35,11 @@ Corpora (see :data:`CORPORA`):
 Errors: a missing ``apt-get``/``dpkg``/``espeak-ng`` or PyAV raises
 :class:`~cosyedge.errors.DependencyError`; a package that cannot be downloaded or a file that cannot be
 decoded raises :class:`~cosyedge.errors.ArtifactError`.
+
+The :class:`~cosyedge.data.corpus.Corpus` and its cache files are in :mod:`cosyedge.data.corpus`, the
+name -> builder table (:data:`~cosyedge.data.registry.CORPORA`, :func:`~cosyedge.data.registry.load_corpus`)
+and the corpora derived from other corpora in :mod:`cosyedge.data.registry` (issue 36: no sources <-> voice
+circle). About 580 lines: one builder per package family plus the speech synthesisers, each short.
 """
 
 from __future__ import annotations
