@@ -126,3 +126,14 @@ def test_deployment_data_and_signal_import_without_torch():
              "print('ok')\n", {"torch", "tensorrt", "pycuda", "sounddevice"})
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "ok"
+
+
+def test_data_sources_and_voice_do_not_import_each_other():
+    """Circle 2 is gone: the Corpus lives in cosyedge.data.corpus and the name -> builder table in
+    cosyedge.data.registry, so sources and voice import only the corpus module, never each other or the registry."""
+    root = Path(__file__).resolve().parents[1]
+    for name, banned in (("sources", {"voice", "registry"}), ("voice", {"sources", "registry"}),
+                         ("corpus", {"sources", "voice", "registry"})):
+        mods = {m for _, m in _imports_of(root / "cosyedge" / "data" / f"{name}.py", root)}
+        hit = sorted(m for m in mods for b in banned if m == f"cosyedge.data.{b}" or m.startswith(f"cosyedge.data.{b}."))
+        assert not hit, f"cosyedge/data/{name}.py imports {hit}"
