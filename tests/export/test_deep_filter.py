@@ -104,7 +104,7 @@ def test_deep_filter_streams_exactly(tmp_path, dynamo):
     assert (2 * BINS, K - 1) in shapes  # the tap buffer: K - 1 past frames of Re and Im of the DF bins
     assert len(shapes) == len(model.config.dilations) + 3  # analysis, blocks, taps, synthesis
     if not dynamo:  # tests/reference_structure.py describes the torchscript export (the bundled path)
-        from reference_structure import ReferenceStructure
+        from tests.reference_structure import ReferenceStructure
 
         want = ReferenceStructure.from_config(dataclasses.asdict(model.config))
         assert (want.df_order, want.df_bins) == (K, BINS)
