@@ -119,7 +119,7 @@ def test_long_window_streams_exactly(tmp_path, dynamo):
     if not dynamo:  # tests/reference_structure.py describes the torchscript export (the bundled path)
         import onnx
 
-        from reference_structure import ReferenceStructure
+        from tests.reference_structure import ReferenceStructure
 
         from cosyedge.precision.qdq import float_nodes
 
@@ -190,7 +190,7 @@ def test_speech_shares_over_one_exit_2_before_loading_data(capsys, monkeypatch):
 
 
 def test_long_window_with_deep_filter_structure(tmp_path):
-    from reference_structure import ReferenceStructure
+    from tests.reference_structure import ReferenceStructure
 
     torch.manual_seed(0)
     cfg = EnhancerConfig(channels=16, dilations=(1, 2), lw_window=W, lw_bins=BINS, df_order=3, df_bins=20)

@@ -124,7 +124,7 @@ def test_pitch_comb_streams_exactly(tmp_path):
     # tests/reference_structure.py (which the bundled-model tests follow) describes this export, and INT8 keeps
     # the framing in float (the polyphase conv reads the audio input, the tap conv is a copy)
     import onnx
-    from reference_structure import PC_FRAMES_CONV, PC_POLY_CONV, ReferenceStructure
+    from tests.reference_structure import PC_FRAMES_CONV, PC_POLY_CONV, ReferenceStructure
 
     from cosyedge.precision.qdq import float_nodes
 
