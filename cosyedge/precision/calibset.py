@@ -170,7 +170,7 @@ def _write_wav(path: Path, x: np.ndarray, sample_rate_hz: int) -> dict:
 
 
 def _snr_db(noisy: np.ndarray, clean: np.ndarray) -> float | None:
-    """Active-speech SNR (dB) of a mixture, as :mod:`cosyedge.data.training_data` defines it; None when
+    """Active-speech SNR (dB) of a mixture, as :mod:`cosyedge.signal` defines it; None when
     there is no speech or no noise."""
     from cosyedge.signal import active_power
 
