@@ -7,9 +7,9 @@ and a noise part ``y_n``; the loss is the negative soft-thresholded SNR (Wisdom 
 arXiv:2011.02329) with the error energy ``2 a |y_s - s|^2 + 2 (1 - a) |y_n|^2``. ``a = 0.5`` is the plain
 SNR loss; ``a > 0.5`` (``--speech-weight``) penalises speech distortion more, which counters the
 over-suppression of speech on noises the model never saw. ``--spectral-weight W`` adds W times a compressed
-complex + magnitude spectral loss (Braun & Tashev 2021, arXiv:2009.12286; :func:`compressed_spectral_loss`),
+complex + magnitude spectral loss (Braun & Tashev 2021, arXiv:2009.12286; :func:`cosyedge.train.reference.losses.compressed_spectral_loss`),
 which weighs quiet bins, such as residual noise in speech pauses, more than a waveform loss does.
-``--stoi-weight W`` adds W times a differentiable STOI loss (:func:`stoi_loss`; Taal et al. 2011, trained on
+``--stoi-weight W`` adds W times a differentiable STOI loss (:func:`cosyedge.train.reference.losses.stoi_loss`; Taal et al. 2011, trained on
 as in Kolbaek, Tan & Jensen 2018, arXiv:1802.00604): the envelope correlation that STOI scores.
 
 Data: :class:`cosyedge.data.training_data.TrainingData` (real speech from Debian packages, espeak-ng/flite
@@ -28,6 +28,9 @@ the best validation checkpoint.
 
 Writes the weights (safetensors, config + training notes in the header), ``<log-dir>/curves.png`` and
 ``<log-dir>/history.json``.
+
+This file holds the flags and the loop only; the losses, growth steps, evaluation, EMA, plot and option checks
+are :mod:`cosyedge.train.reference` (``losses``, ``grow``, ``loop``, ``options``; the ``train`` extra).
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from cosyedge.train.reference.losses import STOI_MIN_SECONDS
 def check_loss_weights(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Usage errors (``ap.error``: one line, exit 2) for ``--spectral-weight`` and ``--stoi-weight`` outside
     [0, 10] and for ``--stoi-weight`` with segments (``--seconds``) shorter than :data:`STOI_MIN_SECONDS`;
-    shared by this script and ``scripts/finetune_sparse.py``."""
+    shared by ``scripts/train_reference.py`` and ``scripts/finetune_sparse.py``."""
     for name in ("spectral_weight", "stoi_weight", "dnsmos_weight"):
         if not 0 <= getattr(args, name, 0.0) <= 10:
             ap.error(f"--{name.replace('_', '-')} must be in [0, 10], got {getattr(args, name)}")
@@ -31,7 +31,7 @@ ALLOW_MISSING_HELP = ("train even when a speech or real-noise corpus of the data
 
 def training_data_or_exit(ap: argparse.ArgumentParser, args: argparse.Namespace, **options):
     """Build ``TrainingData(**options)``, requiring every source of the data version unless
-    ``args.allow_missing_corpora``; shared by this script and ``scripts/finetune_sparse.py``.
+    ``args.allow_missing_corpora``; shared by ``scripts/train_reference.py`` and ``scripts/finetune_sparse.py``.
 
     Returns:
         TrainingData: the data; its ``missing`` lists what was skipped (only with ``--allow-missing-corpora``).
