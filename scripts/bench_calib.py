@@ -30,7 +30,6 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 TARGET_TIME_S = 600.0
 TARGET_RSS_MIB = 2048.0
 TARGET_SET_RSS_MIB = 1024.0
@@ -106,7 +105,7 @@ def make_set(folder: Path) -> dict:
     (MiB, ``RUSAGE_CHILDREN``), and whether the training corpora were cached before (``data_cache``)."""
     import subprocess
 
-    from cosyedge.datasets.sources import data_dir
+    from cosyedge.data.sources import data_dir
 
     corpora = data_dir() / "corpora"
     warm = corpora.is_dir() and any(corpora.glob("*.npy"))

@@ -53,11 +53,11 @@ def band_budget(model, noisy: np.ndarray, clean: np.ndarray) -> dict:
         noisy, clean (np.ndarray): (T,) float32, 16 kHz, T a multiple of the hop.
     Returns:
         dict of (F,) float64 arrays: ``speech``, ``noise``, ``distortion``, ``residual``,
-        ``oracle_distortion``, ``oracle_residual`` (ideal amplitude mask, ``oracle_testset.oracle_gain``,
+        ``oracle_distortion``, ``oracle_residual`` (ideal amplitude mask, ``cosyedge.train.reference.oracle.oracle_gain``,
         floor = the model's gain floor), ``gain`` (mean over frames).
     """
     import torch
-    from oracle_testset import oracle_gain
+    from cosyedge.train.reference.oracle import oracle_gain
 
     f = model.config.n_bins
     x = torch.from_numpy(noisy.astype(np.float32))[None, None]
@@ -105,7 +105,8 @@ def speech_band_report(pieces: int = 20, seconds: float = 4.0) -> dict:
     seed 2: the mean over ``pieces`` random ``seconds``-long pieces, rng seed 0) and of each clean test
     reading, plus the DC offset of the readings relative to their RMS. Returns ``{"bands_hz", "train":
     {corpus: [dB...]}, "test": {file: [dB...]}, "test_dc_over_rms": {file: float}}``."""
-    from cosyedge.datasets.mix import TrainingData, test_pairs
+    from cosyedge.data.training_data import TrainingData
+    from cosyedge.data.pairs import test_pairs
 
     data = TrainingData(seed=2, data_version=3)
     rng = np.random.default_rng(0)
@@ -136,9 +137,11 @@ def main(argv=None) -> int:
 
     import torch
 
-    from cosyedge.datasets.mix import si_snr, test_pairs
+    from cosyedge.signal import si_snr
+
+    from cosyedge.data.pairs import test_pairs
     from cosyedge.errors import CosyEdgeError
-    from cosyedge.models.reference import load_reference
+    from cosyedge.train.reference.model import load_reference
 
     torch.set_num_threads(1)
     try:
@@ -202,6 +205,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(Path(__file__).resolve().parent))  # oracle_testset
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     sys.exit(main())

@@ -8,7 +8,7 @@ model's SI-SNR improvement next to the oracle ideal amplitude mask's (same 20 ms
 - speech: ``librivox`` (the test readings: one male reader, f0 about 80-100 Hz; each reading 6 times with
   other noise segments), ``asterisk`` (held-out validation prompts, mostly female voices, f0 about
   180-220 Hz), ``asterisk-male`` (the same held-out prompts converted to male-range voices with
-  :func:`cosyedge.datasets.voice.convert_to_male`; never trained on, as only training prompts are converted);
+  :func:`cosyedge.data.voice.convert_to_male`; never trained on, as only training prompts are converted);
 - noise: ``train`` (a fresh realisation of the training noise categories, seed 1) and ``test`` (random
   segments of the held-out real noises of the test set).
 
@@ -45,13 +45,14 @@ def main(argv=None) -> int:
 
     import torch
 
-    from cosyedge.datasets import noise as noise_mod
-    from cosyedge.datasets.mix import TrainingData, load_corpus, mix_at_snr, si_snr
-    from cosyedge.datasets.voice import convert_to_male
-    from cosyedge.models.reference import load_reference
+    from cosyedge.data import noise as noise_mod
+    from cosyedge.data.training_data import TrainingData
+    from cosyedge.data.registry import load_corpus
+    from cosyedge.signal import mix_at_snr, si_snr
+    from cosyedge.data.voice import convert_to_male
+    from cosyedge.train.reference.model import load_reference
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from oracle_testset import apply_oracle
+    from cosyedge.train.reference.oracle import apply_oracle
 
     torch.set_num_threads(1)
     model = load_reference(args.weights).eval()
@@ -114,5 +115,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     sys.exit(main())

@@ -2,7 +2,7 @@
 """Quality of the deployed reference model: SI-SNR improvement on the fixed test set, through the
 streaming ONNX Runtime engine (exactly what ``cosyedge run`` executes), with RNNoise in the same run.
 
-Test set (:func:`cosyedge.datasets.test_pairs`): the 5 pocketsphinx LibriVox readings (never used for
+Test set (:func:`cosyedge.data.test_pairs`): the 5 pocketsphinx LibriVox readings (never used for
 training) x each held-out real noise (never used for training: a real engine recording from
 ``stormbaancoureur-data``; the held-out quarter of the ``openttd-opensfx`` recordings) at each SNR.
 SI-SNR follows Le Roux et al. 2019 (arXiv:1811.02508). cosyedge's output is aligned by the model's
@@ -25,14 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-
-def si_snr_db(est: np.ndarray, ref: np.ndarray) -> float:
-    """Scale-invariant SNR (dB) of est vs ref, both (T,) float."""
-    from cosyedge.datasets import si_snr
-
-    return float(si_snr(est, ref))
+from cosyedge.signal import si_snr_db
 
 
 def rnnoise_16k(x: np.ndarray) -> np.ndarray:
@@ -92,7 +85,7 @@ def main(argv=None) -> int:
 
 def _evaluate(args) -> int:
     from cosyedge.build.ort import default_engine, load_engine
-    from cosyedge.datasets import test_pairs
+    from cosyedge.data.pairs import test_pairs
     from cosyedge.runtime import enhance_array
 
     engine = load_engine(args.engine or default_engine())

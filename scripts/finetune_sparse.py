@@ -11,10 +11,10 @@ checkpoint with the best validation SI-SNR improvement, then export it to a stre
 (:func:`cosyedge.precision.sparsity.sparsify_onnx` on the exported model finds the pattern already there
 and reports it; the file written is the verified one).
 
-Loss, data and evaluation are those of ``scripts/train_reference.py`` (imported, not copied): the
+Loss, data and evaluation are those of ``scripts/train_reference.py`` (:mod:`cosyedge.train.reference`, shared): the
 weighted speech-distortion thresholded SNR loss, plus its compressed spectral (``--spectral-weight``) and
 STOI (``--stoi-weight``) losses when the dense parent was trained with them, on
-:class:`cosyedge.datasets.mix.TrainingData` batches at ``--snr-range`` SNRs, and SI-SNR improvement on the
+:class:`cosyedge.data.training_data.TrainingData` batches at ``--snr-range`` SNRs, and SI-SNR improvement on the
 held-out validation pairs.
 
 Commands::
@@ -47,20 +47,11 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _train_reference():
-    """Import scripts/train_reference.py as a module (loss and evaluation live there)."""
-    sys.path.insert(0, str(REPO / "scripts"))
-    try:
-        import train_reference
-    finally:
-        sys.path.pop(0)
-    return train_reference
-
-
 def main(argv=None) -> int:
-    from cosyedge.datasets.mix import DATA_VERSIONS
+    from cosyedge.data.versions import DATA_VERSIONS
 
-    tr = _train_reference()  # loss, evaluation and the --read-phrases parser live there
+    from cosyedge.train.reference import loop, options  # loss, evaluation and the option checks
+    from cosyedge.train.reference.losses import batch_loss
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -73,15 +64,15 @@ def main(argv=None) -> int:
     ap.add_argument("--speech-weight", type=float, default=0.7, help="as in train_reference.py")
     ap.add_argument("--spectral-weight", type=float, default=0.0, help="as in train_reference.py (0: none)")
     ap.add_argument("--stoi-weight", type=float, default=0.0, help="as in train_reference.py (0: none)")
-    ap.add_argument("--snr-range", default="-5,20", metavar="LO,HI", type=tr._snr_range_spec,
+    ap.add_argument("--snr-range", default="-5,20", metavar="LO,HI", type=options._snr_range_spec,
                     help="as in train_reference.py; write it with = (--snr-range=-5,12)")
-    ap.add_argument("--allow-missing-corpora", action="store_true", help=tr.ALLOW_MISSING_HELP)
+    ap.add_argument("--allow-missing-corpora", action="store_true", help=options.ALLOW_MISSING_HELP)
     ap.add_argument("--data-version", type=int, default=2, choices=DATA_VERSIONS,
-                    help="training data version (see cosyedge.datasets.mix.DATA_VERSIONS)")
+                    help="training data version (see cosyedge.data.versions.DATA_VERSIONS)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--read-phrase-share", type=float, default=0.0,
                     help="as in train_reference.py: share of speech draws from real read speech (0 = off)")
-    ap.add_argument("--read-phrases", default=None, type=tr._read_speech_spec, metavar="NAME[,NAME...]",
+    ap.add_argument("--read-phrases", default=None, type=options._read_speech_spec, metavar="NAME[,NAME...]",
                     help="as in train_reference.py: which read-speech corpora --read-phrase-share adds "
                          "(default tuxpaint)")
     ap.add_argument("--male-share", type=float, default=None,
@@ -100,7 +91,7 @@ def main(argv=None) -> int:
     from cosyedge.models import REFERENCE_STREAM_ONNX, REFERENCE_WEIGHTS
     from cosyedge.precision.sparsity import check_dense_parent
 
-    tr.check_loss_weights(ap, args)
+    options.check_loss_weights(ap, args)
     if args.read_phrases is not None and not args.read_phrase_share:
         ap.error("--read-phrases needs --read-phrase-share > 0")
     if args.male_share is not None and args.data_version < 3:
@@ -118,9 +109,8 @@ def main(argv=None) -> int:
 
     import torch
 
-    sys.path.insert(0, str(REPO))
-    from cosyedge.export import export_reference
-    from cosyedge.models.reference import load_reference, save_reference
+    from cosyedge.train.reference.export import export_reference
+    from cosyedge.train.reference.model import load_reference, save_reference
     from cosyedge.precision.sparse_torch import apply_2to4, masks_hold, reapply_masks
     from cosyedge.precision.sparsity import check_2to4, format_report, sparsify_onnx, stamp_dense_parent
 
@@ -129,7 +119,7 @@ def main(argv=None) -> int:
     rng = np.random.default_rng(args.seed)
     t_prep = time.perf_counter()
     male = {} if args.male_share is None else {"male_share": args.male_share}
-    data = tr.training_data_or_exit(ap, args, seed=args.seed, data_version=args.data_version,
+    data = options.training_data_or_exit(ap, args, seed=args.seed, data_version=args.data_version,
                                     read_phrase_share=args.read_phrase_share,
                                     read_phrase_corpus=args.read_phrases or "tuxpaint", **male)
     val = data.validation_pairs(limit=args.val_limit)
@@ -137,9 +127,9 @@ def main(argv=None) -> int:
 
     model = load_reference(args.init)
     delay = model.config.delay_samples
-    dense_v = tr.evaluate(model, val, delay)
+    dense_v = loop.evaluate(model, val, delay)
     masks = apply_2to4(model)
-    pruned_v = tr.evaluate(model, val, delay)
+    pruned_v = loop.evaluate(model, val, delay)
     n_masked = sum(int(m.numel()) for m in masks.values())
     print(f"pruned {len(masks)} convs 2:4 ({n_masked} weights, {n_masked // 2} zeroed): val SI-SNRi "
           f"{dense_v:.2f} dB dense -> {pruned_v:.2f} dB pruned", flush=True)
@@ -159,11 +149,11 @@ def main(argv=None) -> int:
         frac = min(1.0, (time.perf_counter() - t0) / budget_s)
         if frac >= 1.0:
             break
-        lr = tr.lr_at(args.lr, step, frac, warmup_steps=100)
+        lr = loop.lr_at(args.lr, step, frac, warmup_steps=100)
         for g in opt.param_groups:
             g["lr"] = lr
         noisy, clean = data.batch(args.batch, n_samples, rng, snr_db_range=args.snr_range)
-        loss = tr.batch_loss(model, noisy, clean, delay, args.speech_weight, args.spectral_weight, args.stoi_weight)
+        loss = batch_loss(model, noisy, clean, delay, args.speech_weight, args.spectral_weight, args.stoi_weight)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 5.0)
@@ -174,7 +164,7 @@ def main(argv=None) -> int:
         last = step >= args.max_steps or (time.perf_counter() - t0) >= budget_s
         if step % args.eval_every == 0 or last:
             model.eval()
-            v = tr.evaluate(model, val, delay)
+            v = loop.evaluate(model, val, delay)
             print(f"step {step} t={(time.perf_counter() - t0) / 60:.1f} min lr={lr:.2e} "
                   f"loss={np.mean(losses[-args.eval_every:]):.2f} val SI-SNRi={v:.2f} dB", flush=True)
             if v > best:

@@ -21,13 +21,13 @@ from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from cosyedge.data.corpus import SAMPLE_RATE_HZ
+from cosyedge.data.noise import heldout_noise
+from cosyedge.data.registry import load_corpus
+from cosyedge.log import LOG
+from cosyedge.signal import mix_at_snr, si_snr
 
-from cosyedge.datasets.mix import mix_at_snr, si_snr  # noqa: E402
-from cosyedge.datasets.noise import heldout_noise  # noqa: E402
-from cosyedge.datasets.sources import SAMPLE_RATE_HZ, load_corpus  # noqa: E402
-from cosyedge.log import LOG  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 READINGS = ("0870", "0880", "0890")
 GAP_S = 0.4

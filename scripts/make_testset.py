@@ -3,13 +3,13 @@
 
 Speech: the 5 LibriVox readings of ``pocketsphinx-testdata`` (real read speech, never used for training:
 corpus ``librivox``, split ``test``). Noise: every held-out real noise of
-:func:`cosyedge.datasets.noise.heldout_noises` (never used for training): ``camaro-engine`` (a real V8
+:func:`cosyedge.data.noise.heldout_noises` (never used for training): ``camaro-engine`` (a real V8
 engine recording from ``stormbaancoureur-data``, a package used nowhere else) and ``opensfx-heldout``
 (the held-out quarter of the ``openttd-opensfx`` field recordings, back to back). Each reading is mixed
-with a segment of each noise at 0, 5 and 10 dB active-speech SNR (:func:`cosyedge.datasets.mix_at_snr`);
+with a segment of each noise at 0, 5 and 10 dB active-speech SNR (:func:`cosyedge.signal.mix_at_snr`);
 the segment offset is a hash of the reading's name; if the mixture would peak above 0.95 full scale,
 noisy and clean are scaled down together. These are exactly the pairs of
-:func:`cosyedge.datasets.test_pairs` (30 pairs, 2.5 min of noisy audio), written as 16 kHz mono PCM16.
+:func:`cosyedge.data.test_pairs` (30 pairs, 2.5 min of noisy audio), written as 16 kHz mono PCM16.
 
 Output folder (default ``~/.cache/cosyedge/testset``)::
 
@@ -42,14 +42,16 @@ from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from cosyedge.artifacts import write_json
+from cosyedge.data.corpus import SAMPLE_RATE_HZ
+from cosyedge.data.noise import heldout_noises
+from cosyedge.data.pairs import _stable_int
+from cosyedge.data.registry import load_corpus
+from cosyedge.data.sources import data_dir
+from cosyedge.log import LOG
+from cosyedge.signal import mix_at_snr
 
-from cosyedge.artifacts import write_json  # noqa: E402
-from cosyedge.datasets.mix import _stable_int, mix_at_snr  # noqa: E402
-from cosyedge.datasets.noise import heldout_noises  # noqa: E402
-from cosyedge.datasets.sources import SAMPLE_RATE_HZ, data_dir, load_corpus  # noqa: E402
-from cosyedge.log import LOG  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 MANIFEST = REPO / "cosyedge" / "assets" / "testset" / "manifest.json"
 SNRS_DB = (0.0, 5.0, 10.0)
@@ -93,7 +95,7 @@ def build(cache_dir=None) -> tuple[dict, dict[str, tuple[bytes, bytes]]]:
         clean = corpus.utterance(ui)
         reading = Path(uname).stem.rsplit("-", 1)[-1]
         for nname, (nz, info) in noises.items():
-            off = _stable_int(uname) % (nz.size - clean.size)  # as cosyedge.datasets.test_pairs
+            off = _stable_int(uname) % (nz.size - clean.size)  # as cosyedge.data.test_pairs
             seg = nz[off:off + clean.size]
             for snr in SNRS_DB:
                 noisy = mix_at_snr(clean, seg, snr)
@@ -124,7 +126,7 @@ def build(cache_dir=None) -> tuple[dict, dict[str, tuple[bytes, bytes]]]:
         "sample_rate_hz": SAMPLE_RATE_HZ,
         "format": "WAV PCM_16 mono",
         "snrs_db": list(SNRS_DB),
-        "snr_definition": "10 log10(active speech power / noise power), cosyedge.datasets.mix.active_power",
+        "snr_definition": "10 log10(active speech power / noise power), cosyedge.signal.active_power",
         "peak": PEAK,
         "licenses": {
             "pocketsphinx-testdata": "BSD-2-Clause (CMU); the LibriVox readings are public domain",

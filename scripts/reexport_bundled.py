@@ -1,10 +1,10 @@
 """Re-export the bundled reference models after a graph-only change, and prove that nothing audible changed.
 
 For a change to how the model is written as a graph (not to its weights), e.g. the pitch comb's dense identity
-framing conv replaced by :class:`cosyedge.nn.CausalFraming`:
+framing conv replaced by :class:`cosyedge.train.nn.CausalFraming`:
 
 1. both weight files (``reference.safetensors`` and the 2:4 ``reference.sparse.safetensors``) are loaded (a
-   legacy checkpoint is upgraded by :func:`cosyedge.models.reference.load_reference`) and, when their tensors
+   legacy checkpoint is upgraded by :func:`cosyedge.train.reference.model.load_reference`) and, when their tensors
    changed, saved again with the same config and notes;
 2. both streaming ONNX files are exported again, and the sparse one is stamped with the new dense file's
    SHA-256 (:func:`cosyedge.precision.sparsity.stamp_dense_parent`), as ``scripts/finetune_sparse.py`` does;
@@ -56,7 +56,7 @@ def resave_if_upgraded(weights: Path) -> bool:
     legacy checkpoint upgraded on load); config and notes are kept. Returns True when the file was rewritten."""
     from safetensors import safe_open
 
-    from cosyedge.models.reference import load_reference, save_reference
+    from cosyedge.train.reference.model import load_reference, save_reference
 
     with safe_open(str(weights), framework="pt") as f:
         meta = f.metadata() or {}
@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import soundfile as sf
 
-    from cosyedge.export import export_reference
+    from cosyedge.train.reference.export import export_reference
     from cosyedge.models import (REFERENCE_SPARSE_STREAM_ONNX, REFERENCE_SPARSE_WEIGHTS, REFERENCE_STREAM_ONNX,
                                  REFERENCE_WEIGHTS)
     from cosyedge.precision.sparsity import stamp_dense_parent

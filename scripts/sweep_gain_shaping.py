@@ -8,7 +8,7 @@ OVRL at once. ``scripts/oracle_testset.py`` bounds SI-SNRi only; this script sco
 
 - ``oracle-iam`` / ``oracle-wiener``: ideal amplitude mask and ideal Wiener gain from the TRUE speech and
   noise at the reference model's own 20 ms filterbank (320-sample sqrt-Hann STFT, hop 160), floored at the
-  model's gain floor 0.03 (:func:`oracle_testset.apply_oracle`): what a perfect gain estimator with this
+  model's gain floor 0.03 (:func:`cosyedge.train.reference.oracle.apply_oracle`): what a perfect gain estimator with this
   filterbank reaches on each measure, and ``oracle-iam-floor0.001`` with a -60 dB floor;
 - ``model``: the model as given (``--weights``, default the bundled one), PyTorch full sequence (equal to the
   stream graph, which ``cosyedge export`` proves on every run);
@@ -18,7 +18,7 @@ OVRL at once. ``scripts/oracle_testset.py`` bounds SI-SNRi only; this script sco
   frames the model itself holds to be noise (pauses), as RNNoise's near-zero band gains do;
 - with ``--pitch-oracles``: ``oracle-iam+pitch`` / ``oracle-iam+pitch-causal``, the ideal amplitude mask
   after RNNoise's pitch comb (per 200 Hz band and frame the better of plain and comb-filtered,
-  :func:`oracle_testset.apply_oracle_pitch`; period from the clean speech's Praat pitch, or estimated causally
+  :func:`cosyedge.train.reference.oracle.apply_oracle_pitch`; period from the clean speech's Praat pitch, or estimated causally
   from the noisy input): the bound for a real-gain model with the reference model's pitch comb front end;
 - ``rnnoise``: the RNNoise baseline of ``cosyedge eval`` (pyrnnoise), scored in the same run as the anchor.
 
@@ -41,7 +41,6 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 VARIANTS = {  # name -> (floor, gamma, gate)
     "model": (None, 1.0, None),
@@ -107,8 +106,8 @@ def main(argv=None) -> int:
     from cosyedge.eval.baseline import rnnoise_enhance
     from cosyedge.eval.evaluate import score_item
     from cosyedge.eval.report import write_report
-    from cosyedge.models.reference import load_reference
-    from oracle_testset import apply_oracle, apply_oracle_pitch
+    from cosyedge.train.reference.model import load_reference
+    from cosyedge.train.reference.oracle import apply_oracle, apply_oracle_pitch
 
     torch.set_num_threads(1)
     manifest = args.testset / "manifest.json"

@@ -2,7 +2,7 @@
 
 Everything here is derived from the hyper-parameters stored in the JSON header of the bundled
 ``reference.safetensors`` (``EnhancerConfig``: dilations, channels, kernel size, window, hop) and the
-architecture described in ``cosyedge/models/reference.py`` -- never from the export, streamify or
+architecture described in ``cosyedge/train/reference/model.py`` -- never from the export, streamify or
 precision code under test. ``tests/test_reference_quality.py::test_bundled_structure`` checks that the
 bundled streaming ONNX really has exactly these convs and states, so a model whose ONNX and weights
 disagree fails there (and the tests using this module then compare against the weights' config).

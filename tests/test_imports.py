@@ -23,7 +23,7 @@ TORCH_FREE = [
     "cosyedge.enhance", "cosyedge.runtime", "cosyedge.runtime.base", "cosyedge.runtime.ort",
     "cosyedge.runtime.stream", "cosyedge.build", "cosyedge.build.ort", "cosyedge.surgery",
     "cosyedge.surgery.streamify", "cosyedge.export", "cosyedge.cli.main", "cosyedge.cli.run",
-    "cosyedge.cli.build", "cosyedge.cli.export", "cosyedge.datasets", "cosyedge.models",
+    "cosyedge.cli.build", "cosyedge.cli.export", "cosyedge.data", "cosyedge.models",
     "cosyedge.build.trt", "cosyedge.build.trt_compat", "cosyedge.runtime.trt",
     "cosyedge.runtime.pool", "cosyedge.realtime", "cosyedge.realtime.devices", "cosyedge.cli.devices",
 ]
@@ -61,34 +61,94 @@ def test_cli_help_and_run_without_torch(tmp_path):
 
 
 def test_nn_without_torch_is_a_dependency_error():
-    r = _run("import cosyedge.nn\n", {"torch"})
+    r = _run("import cosyedge.train.nn\n", {"torch"})
     assert r.returncode != 0
     assert "DependencyError" in r.stderr and "pip install torch==2.13.0" in r.stderr
+
+
+ALLOWED_TRAIN_IMPORTS = {("cosyedge/cli/export.py", "export", "cosyedge.train.reference.export")}
+"""(file, function, module): the only import of :mod:`cosyedge.train` outside it: ``cosyedge export`` of the
+reference model, lazily inside the command function (icefall keeps export beside training)."""
+
+
+def _imports_of(path: Path, root: Path):
+    """Yield (function name or None for module level, absolute module name) for every import in ``path``."""
+    import ast
+
+    rel = path.relative_to(root)
+    package = ".".join(rel.with_suffix("").parts[:-1] if rel.name != "__init__.py" else rel.parent.parts)
+
+    def walk(node, func):
+        for child in ast.iter_child_nodes(node):
+            f = child.name if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)) and func is None else func
+            if isinstance(child, ast.Import):
+                for a in child.names:
+                    yield func, a.name
+            elif isinstance(child, ast.ImportFrom):
+                if child.level:
+                    base = package.split(".")[: len(package.split(".")) - child.level + 1]
+                    mod = ".".join(base + ([child.module] if child.module else []))
+                else:
+                    mod = child.module or ""
+                yield func, mod
+                for a in child.names:  # ``from cosyedge import train``
+                    yield func, f"{mod}.{a.name}"
+            yield from walk(child, f)
+
+    yield from walk(ast.parse(path.read_text(), str(path)), None)
+
+
+def test_nothing_outside_cosyedge_train_imports_it():
+    """Training is its own package: no module of cosyedge/ outside cosyedge/train imports cosyedge.train, at
+    module level or inside a function, except the one lazy export import in ALLOWED_TRAIN_IMPORTS."""
+    root = Path(__file__).resolve().parents[1]
+    found, offending = set(), []
+    for path in sorted((root / "cosyedge").rglob("*.py")):
+        rel = path.relative_to(root).as_posix()
+        if rel.startswith("cosyedge/train/"):
+            continue
+        for func, mod in _imports_of(path, root):
+            if mod == "cosyedge.train" or mod.startswith("cosyedge.train."):
+                allowed = [a for a in ALLOWED_TRAIN_IMPORTS
+                           if a[:2] == (rel, func) and (mod == a[2] or mod.startswith(a[2] + "."))]
+                if allowed:
+                    found.update(allowed)
+                else:
+                    offending.append(f"{rel}: {'module level' if func is None else func + '()'} imports {mod}")
+    assert not offending, "\n".join(offending)
+    assert found == ALLOWED_TRAIN_IMPORTS, "the allowed lazy export import moved; update ALLOWED_TRAIN_IMPORTS"
+
+
+def test_deployment_data_and_signal_import_without_torch():
+    """The default calibration data (cosyedge.data) and the shared metrics (cosyedge.signal) need no torch."""
+    r = _run("import cosyedge.data, cosyedge.data.calib, cosyedge.signal, cosyedge.precision.calibset, "
+             "cosyedge.eval.metrics\nassert 'torch' not in sys.modules\nassert 'cosyedge.train' not in sys.modules\n"
+             "print('ok')\n", {"torch", "tensorrt", "pycuda", "sounddevice"})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "ok"
+
+
+def test_data_sources_and_voice_do_not_import_each_other():
+    """Circle 2 is gone: the Corpus lives in cosyedge.data.corpus and the name -> builder table in
+    cosyedge.data.registry, so sources and voice import only the corpus module, never each other or the registry."""
+    root = Path(__file__).resolve().parents[1]
+    for name, banned in (("sources", {"voice", "registry"}), ("voice", {"sources", "registry"}),
+                         ("corpus", {"sources", "voice", "registry"})):
+        mods = {m for _, m in _imports_of(root / "cosyedge" / "data" / f"{name}.py", root)}
+        hit = sorted(m for m in mods for b in banned if m == f"cosyedge.data.{b}" or m.startswith(f"cosyedge.data.{b}."))
+        assert not hit, f"cosyedge/data/{name}.py imports {hit}"
 
 
 def test_enhance_and_realtime_do_not_import_each_other():
     """Circle 3 (issue 36 item 6) stays gone: the file API (cosyedge/enhance.py) and the live path
     (cosyedge/realtime/) share the writer (cosyedge.audio) and the chunk conversion (StreamContract.chunk_samples),
     so neither imports the other, at module level or inside a function."""
-    import ast
-
-    def imported(path: Path) -> set[str]:
-        names = set()
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            if isinstance(node, ast.Import):
-                names.update(a.name for a in node.names)
-            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-                names.add(node.module)
-                names.update(f"{node.module}.{a.name}" for a in node.names)
-        return names
-
-    def hits(names: set[str], package: str) -> list[str]:
-        return sorted(n for n in names if n == package or n.startswith(package + "."))
+    def hits(path: Path, package: str) -> list[str]:
+        return sorted(m for _, m in _imports_of(path, ROOT) if m == package or m.startswith(package + "."))
 
     pkg = ROOT / "cosyedge"
-    assert not hits(imported(pkg / "enhance.py"), "cosyedge.realtime"), "cosyedge/enhance.py imports cosyedge.realtime"
+    assert not hits(pkg / "enhance.py", "cosyedge.realtime"), "cosyedge/enhance.py imports cosyedge.realtime"
     realtime = sorted((pkg / "realtime").glob("*.py"))
     assert realtime
     for path in realtime:
-        names = imported(path)
-        assert not hits(names, "cosyedge.enhance"), f"{path.relative_to(ROOT)} imports cosyedge.enhance"
+        assert not hits(path, "cosyedge.enhance"), f"{path.relative_to(ROOT)} imports cosyedge.enhance"

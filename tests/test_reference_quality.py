@@ -17,7 +17,7 @@ import pytest
 import soundfile as sf
 
 from cosyedge.artifacts import StreamContract
-from cosyedge.datasets import si_snr
+from cosyedge.signal import si_snr
 from cosyedge.models import MODELS_DIR, REFERENCE_STREAM_ONNX
 from cosyedge.runtime import OrtStreamSession, enhance_array
 from tests.reference_structure import reference_structure

@@ -46,7 +46,7 @@ def export(model: str, weights: Path | None, dynamo: bool, out: Path | None, ful
     from cosyedge.errors import UsageError
 
     if model == "reference":
-        from cosyedge.export import export_reference
+        from cosyedge.train.reference.export import export_reference
 
         export_reference(weights=weights, out=out, dynamo=dynamo, full_onnx=full_onnx)
         return

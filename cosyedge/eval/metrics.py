@@ -24,6 +24,7 @@ import numpy as np
 from cosyedge._lazy import lazy_import, require
 from cosyedge.errors import UsageError, first_line
 from cosyedge.log import LOG
+from cosyedge.signal import si_snr_db  # noqa: F401 (part of this module's metric set: eval.evaluate, compare.core)
 
 soxr = lazy_import("soxr")
 
@@ -39,26 +40,6 @@ def _mono(x: np.ndarray, what: str) -> np.ndarray:
     if x.ndim != 1:
         raise UsageError(f"{what}: expected a 1-D signal, got shape {x.shape}")
     return x
-
-
-def si_snr_db(est: np.ndarray, ref: np.ndarray) -> float:
-    """Scale-invariant SNR of ``est`` against ``ref``, dB.
-
-    ``s = <est, ref> ref / ||ref||^2`` (both zero-mean), ``SI-SNR = 10 log10(||s||^2 / ||est - s||^2)``.
-    The same formula as training (:func:`cosyedge.datasets.si_snr`). Not delay-aware: align first.
-
-    Args:
-        est (np.ndarray): float, shape (T,), estimate.
-        ref (np.ndarray): float, shape (T,), clean reference.
-    Returns:
-        float: dB.
-    Raises:
-        UsageError: shapes differ or are not 1-D.
-    Source: Le Roux et al., "SDR - half-baked or well done?", ICASSP 2019 (arXiv:1811.02508).
-    """
-    from cosyedge.datasets.mix import si_snr
-
-    return float(si_snr(_mono(est, "si_snr est"), _mono(ref, "si_snr ref")))
 
 
 def pesq_wb(est: np.ndarray, ref: np.ndarray, sample_rate_hz: int = METRIC_RATE_HZ) -> float:

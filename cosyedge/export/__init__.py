@@ -1,5 +1,5 @@
 """Stage 1: export PyTorch models to full-sequence FP32 ONNX (torch is imported lazily)."""
 
-from cosyedge.export.torch_to_onnx import OnnxFromTorch, export_reference, onnx_from_torch, remove_weight_norm
+from cosyedge.export.torch_to_onnx import OnnxFromTorch, onnx_from_torch, remove_weight_norm
 
-__all__ = ["OnnxFromTorch", "onnx_from_torch", "export_reference", "remove_weight_norm"]
+__all__ = ["OnnxFromTorch", "onnx_from_torch", "remove_weight_norm"]

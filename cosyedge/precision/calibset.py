@@ -3,7 +3,8 @@
 Two ways to make one (:func:`make_calibration_set`, CLI ``cosyedge calib make``):
 
 * **generated** (default): ``count`` (2048) utterances of noisy speech drawn, seeded, from the same
-  offline sources and the same mixing as training (:class:`cosyedge.datasets.mix.TrainingData`: its
+  offline sources and the same mixing as training (:class:`cosyedge.data.calib.TrainingMixClips` over
+  :class:`cosyedge.data.training_data.TrainingData`: its
   training speech corpora and training noise bank, active-speech SNR uniform in [-5, 20] dB, peak -30..-1
   dBFS, 5 % noise-only and 5 % speech-only rows). The test set (pocketsphinx LibriVox speech and the
   held-out real noises) is never touched: ``TrainingData`` refuses test corpora and its bank holds no
@@ -169,9 +170,9 @@ def _write_wav(path: Path, x: np.ndarray, sample_rate_hz: int) -> dict:
 
 
 def _snr_db(noisy: np.ndarray, clean: np.ndarray) -> float | None:
-    """Active-speech SNR (dB) of a mixture, as :mod:`cosyedge.datasets.mix` defines it; None when
+    """Active-speech SNR (dB) of a mixture, as :mod:`cosyedge.signal` defines it; None when
     there is no speech or no noise."""
-    from cosyedge.datasets.mix import active_power
+    from cosyedge.signal import active_power
 
     noise = noisy.astype(np.float64) - clean
     ps = float(active_power(clean))
@@ -217,22 +218,17 @@ def _umask() -> int:
     return m
 
 
-def _generated(count: int, seed: int, audio: Path, training_data):
-    """Yield manifest entries of ``count`` utterances mixed by ``training_data`` (a ``TrainingData``), written
-    one by one."""
+def _generated(count: int, clips, audio: Path):
+    """Yield manifest entries of the first ``count`` clips of ``clips`` (an iterable of ``(noisy, clean)``
+    float32 (n_samples,) arrays at :data:`SAMPLE_RATE_HZ`), written one by one into ``audio``."""
     from tqdm import tqdm
 
-    rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(0xCA11B,)))
-    lo, hi = DURATION_RANGE_S
-    release = getattr(training_data, "release_pages", None)
-    for i in tqdm(range(count), desc="calibration set", unit="utt", disable=None):
-        if release is not None and i % RELEASE_EVERY == 0:
-            release()  # resident memory stays at the pages of the last few dozen draws
-        n = int(round(rng.uniform(lo, hi) * SAMPLE_RATE_HZ))
-        noisy, clean = training_data.batch(1, n, rng)
+    # zip draws from ``range`` first, so no clip past ``count`` is drawn
+    for i, (noisy, clean) in tqdm(zip(range(count), clips), total=count, desc="calibration set", unit="utt",
+                                  disable=None):
         name = f"{AUDIO_DIR}/{i:05d}.wav"
-        entry = _write_wav(audio / f"{i:05d}.wav", noisy[0], SAMPLE_RATE_HZ)
-        yield {"file": name, **entry, "snr_db": _snr_db(noisy[0], clean[0])}
+        entry = _write_wav(audio / f"{i:05d}.wav", noisy, SAMPLE_RATE_HZ)
+        yield {"file": name, **entry, "snr_db": _snr_db(noisy, clean)}
 
 
 def _from_folder(src: Path, count: int | None, seed: int, audio: Path, skipped: dict, out: Path | None = None):
@@ -290,7 +286,7 @@ def _from_folder(src: Path, count: int | None, seed: int, audio: Path, skipped: 
 
 
 def make_calibration_set(out: str | Path | None = None, *, count: int | None = None, seed: int = 0,
-                         from_dir: str | Path | None = None, training_data=None) -> CalibrationSet:
+                         from_dir: str | Path | None = None, clips=None, training_data=None) -> CalibrationSet:
     """Write a calibration set (audio + manifest) into ``out``.
 
     Args:
@@ -302,8 +298,12 @@ def make_calibration_set(out: str | Path | None = None, *, count: int | None = N
         seed (int): Seed of the draws (generated) or of the subset (folder). Defaults to 0.
         from_dir (str | Path | None): Folder of the user's recordings (searched recursively; 16 kHz;
             any channel count, downmixed) instead of generated mixtures.
-        training_data (TrainingData | None): Source of mixtures to reuse (tests, scripts); defaults to
-            ``TrainingData(seed=0)``.
+        clips (Iterable[tuple[np.ndarray, np.ndarray]] | None): The clips to write when generating:
+            ``(noisy, clean)`` float32 (n_samples,) at 16 kHz, at least ``count`` of them; an optional
+            ``source`` attribute (dict) becomes the manifest's ``source``. Defaults to
+            :class:`cosyedge.data.calib.TrainingMixClips` (training speech x training noise bank, seeded by ``seed``).
+        training_data (TrainingData | None): Mixer the default clips draw from (tests, scripts); defaults to
+            ``TrainingData(seed=0)``. Ignored when ``clips`` is given.
     Returns:
         CalibrationSet: the new set (its :attr:`~CalibrationSet.sha256` keys the amax cache).
     Raises:
@@ -326,16 +326,13 @@ def make_calibration_set(out: str | Path | None = None, *, count: int | None = N
         with LOG.stage(f"calibration set {out}"):
             if from_dir is None:
                 n = DEFAULT_COUNT if count is None else int(count)
-                if training_data is None:
-                    from cosyedge.datasets.mix import TrainingData
+                if clips is None:  # the default set: training speech x training noise bank
+                    from cosyedge.data.calib import TrainingMixClips
 
-                    training_data = TrainingData(seed=0)  # the training bank (cached); ``seed`` drives the draws
-                entries = list(_generated(n, seed, audio, training_data))
-                # sources missing on this machine (e.g. no espeak-ng): another machine makes another set
-                source = {"kind": "training-mix", "seed": seed, "duration_range_s": list(DURATION_RANGE_S),
-                          "snr_db_range": [-5.0, 20.0], "note": "TrainingData(seed=0) training speech x "
-                          "training noise bank; test speech and held-out noises excluded",
-                          "missing_corpora": dict(getattr(training_data, "missing", {}))}
+                    clips = TrainingMixClips(n, seed, training_data, duration_range_s=DURATION_RANGE_S,
+                                             release_every=RELEASE_EVERY)
+                entries = list(_generated(n, clips, audio))
+                source = dict(getattr(clips, "source", None) or {"kind": "clips", "seed": seed})
             else:
                 src = Path(from_dir)
                 entries = list(_from_folder(src, count, seed, audio, skipped, out))

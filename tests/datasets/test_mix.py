@@ -5,18 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from cosyedge.datasets import noise, sources
-from cosyedge.datasets.mix import (
-    TrainingData,
-    active_power,
-    band_limit,
-    low_band_boost,
-    mix_at_snr,
-    random_eq,
-    room_reverb,
-    si_snr,
-    speed_perturb,
-)
+from cosyedge.data import corpus, noise, registry, sources
+from cosyedge.data.augment import band_limit, low_band_boost, random_eq, room_reverb, speed_perturb
+from cosyedge.data.training_data import TrainingData
+from cosyedge.signal import active_power, mix_at_snr, si_snr
 from cosyedge.errors import ArtifactError, DependencyError, UsageError
 
 SR = 16000
@@ -40,9 +32,9 @@ def data(tmp_path_factory):
     utts = [_fake_speech(rng, s) for s in (3.0, 4.0, 5.0, 2.5, 6.0, 3.5, 4.5, 2.0)]
     names = [f"u{i}.g722" for i in range(len(utts))]
     off = np.concatenate([[0], np.cumsum([u.size for u in utts])])
-    c = sources.Corpus("asterisk-en", np.concatenate(utts), off, names,
+    c = corpus.Corpus("asterisk-en", np.concatenate(utts), off, names,
                        ["val" if i == 0 else "train" for i in range(len(utts))], ["fake"] * len(utts), "fake")
-    sources._save_corpus(cache / "corpora" / "asterisk-en.npy", c)
+    corpus._save_corpus(cache / "corpora" / "asterisk-en.npy", c)
     mp = pytest.MonkeyPatch()
     mp.setattr(noise, "REAL_NOISE_CORPORA", {})  # no package downloads in unit tests
     d = TrainingData(seed=0, cache_dir=cache, corpora=("asterisk-en",), noise_minutes_per_kind=0.2)
@@ -99,8 +91,8 @@ def test_si_snr_values():
 
 def test_heldout_split_is_deterministic_and_about_ten_percent():
     names = [f"dir/file{i}.g722" for i in range(2000)]
-    a = [sources.heldout_split(n) for n in names]
-    assert a == [sources.heldout_split(n) for n in names]
+    a = [corpus.heldout_split(n) for n in names]
+    assert a == [corpus.heldout_split(n) for n in names]
     assert 0.07 < a.count("val") / len(a) < 0.13
 
 
@@ -225,9 +217,9 @@ def _fake_asterisk_cache(tmp_path, monkeypatch):
     rng = np.random.default_rng(0)
     utts = [_fake_speech(rng, s) for s in (3.0, 4.0, 5.0, 2.5, 6.0)]
     off = np.concatenate([[0], np.cumsum([u.size for u in utts])])
-    c = sources.Corpus("asterisk-en", np.concatenate(utts), off, [f"u{i}.g722" for i in range(len(utts))],
+    c = corpus.Corpus("asterisk-en", np.concatenate(utts), off, [f"u{i}.g722" for i in range(len(utts))],
                        ["val" if i == 0 else "train" for i in range(len(utts))], ["fake"] * len(utts), "fake")
-    sources._save_corpus(cache / "corpora" / "asterisk-en.npy", c)
+    corpus._save_corpus(cache / "corpora" / "asterisk-en.npy", c)
     monkeypatch.setattr(noise, "REAL_NOISE_CORPORA_V2", {})  # no package downloads in unit tests
     return cache
 
@@ -278,7 +270,7 @@ def test_low_boost_probability_is_checked():
 def test_room_reverb_impulse_response():
     """An impulse through room_reverb is its RIR: unit direct path at lag 0, a tail from 2-10 ms on whose
     energy is 0-12 dB below the direct path's and decays (later 50 ms windows hold less energy)."""
-    from cosyedge.datasets.mix import REVERB_DRR_DB
+    from cosyedge.data.versions import REVERB_DRR_DB
 
     x = np.zeros((32, 16000), np.float32)
     x[:, 0] = 1.0
@@ -318,7 +310,7 @@ def test_reverb_probability_is_checked_and_reaches_the_clean_target(tmp_path, mo
     cache = _fake_asterisk_cache(tmp_path, monkeypatch)
     kw = {"seed": 0, "cache_dir": cache, "corpora": ("asterisk-en",), "noise_minutes_per_kind": 0.2, "data_version": 3}
     seen = []
-    from cosyedge.datasets import mix
+    from cosyedge.data import training_data as mix
 
     def spy(x, rng, p, *a, **k):  # record what batch() passes in and gets back
         y = room_reverb(x, rng, p, *a, **k)
@@ -372,7 +364,7 @@ def test_read_phrases_keep_the_noise_bank_and_validation_set(which, tmp_path, mo
     """Adding the read phrases (READ_PHRASE_CORPORA, one or several) changes only the speech draws: the noise bank
     (its babble is made from training speech) and the validation pairs stay those of the same data version and
     seed; several corpora share the read-phrase share by duration."""
-    from cosyedge.datasets.mix import READ_PHRASE_CORPORA
+    from cosyedge.data.versions import READ_PHRASE_CORPORA
 
     cache = _fake_asterisk_cache(tmp_path, monkeypatch)
     rng = np.random.default_rng(5)
@@ -380,7 +372,7 @@ def test_read_phrases_keep_the_noise_bank_and_validation_set(which, tmp_path, mo
     for k, name in enumerate(names):  # the second corpus twice as long as the first
         utts = [_fake_speech(rng, s) * 0.5 for s in (2.0, 3.0, 2.5, 4.0) * (k + 1)]
         off = np.concatenate([[0], np.cumsum([u.size for u in utts])])
-        sources._save_corpus(cache / "corpora" / f"{name}.npy", sources.Corpus(
+        corpus._save_corpus(cache / "corpora" / f"{name}.npy", corpus.Corpus(
             name, np.concatenate(utts), off, [f"p{i}_desc.ogg" for i in range(len(utts))], ["train"] * len(utts),
             ["fake"] * len(utts), "fake"))
     kw = {"seed": 0, "cache_dir": cache, "noise_minutes_per_kind": 0.2, "data_version": 3}
@@ -480,20 +472,20 @@ def test_fillets_male_keeps_the_big_fish_lines_without_a_noise_floor(tmp_path, m
         sf.write(d / "vit-v-hluk.ogg", noisy, SR)  # a floor 20 dB under the speech RMS: left out
         roots[f"fillets-ng-data-{lang}"] = root
     monkeypatch.setattr(sources, "fetch_package", lambda name, cache_dir=None: roots[name])
-    c = sources.CORPORA["fillets-male"](tmp_path)
+    c = registry.CORPORA["fillets-male"](tmp_path)
     assert c.names == [f"city/{lang}/vit-v-ahoj.ogg" for lang in sources.FILLETS_LANGS]
     assert c.speakers == [f"fillets-ng-data-{lang}:big-fish" for lang in sources.FILLETS_LANGS]
     assert c.utterance(0).shape == clean.shape and float(np.abs(c.utterance(0) - clean).max()) < 0.05
     for lang in sources.FILLETS_LANGS:
         (roots[f"fillets-ng-data-{lang}"] / "usr/share/games/fillets-ng/sound/city" / lang / "vit-v-ahoj.ogg").unlink()
     with pytest.raises(ArtifactError, match="'fillets-male': no file passes the noise-floor filter"):
-        sources.CORPORA["fillets-male"](tmp_path)
+        registry.CORPORA["fillets-male"](tmp_path)
 
 
 def test_a_read_corpus_asked_for_that_cannot_load_is_an_error(tmp_path, monkeypatch):
     """Other missing corpora are skipped with a warning; a read-speech corpus named with a share is not (its
     share would silently go to the other corpora)."""
-    import cosyedge.datasets.mix as mix
+    import cosyedge.data.training_data as mix
 
     cache = _fake_asterisk_cache(tmp_path, monkeypatch)
     real = mix.load_corpus
@@ -522,7 +514,7 @@ def test_festvox_ru_is_the_voice_database_recordings(tmp_path, monkeypatch):
     (d.parent / "lab").mkdir()
     (d.parent / "lab" / "ru_0001.lab").write_text("labels, not audio")
     monkeypatch.setattr(sources, "fetch_package", lambda name, cache_dir=None: {"festvox-ru": root}[name])
-    c = sources.CORPORA["festvox-ru"](tmp_path)
+    c = registry.CORPORA["festvox-ru"](tmp_path)
     assert c.names == ["ru_0001.wav", "ru_0002.wav"] and c.splits == ["train", "train"]
     assert [c.utterance(i).size for i in range(2)] == [2 * SR, 3 * SR]
 
@@ -537,15 +529,15 @@ def _missing_sources(tmp_path, monkeypatch):
 
     def one_festival_voice(cache_dir):
         u = _fake_speech(np.random.default_rng(4), 5.0)
-        return sources.Corpus("festival", u, np.array([0, u.size]), ["0000|kal_diphone"], ["train"],
+        return corpus.Corpus("festival", u, np.array([0, u.size]), ["0000|kal_diphone"], ["train"],
                               ["festival:kal_diphone"], "fake")
 
     def no_package(cache_dir):
         raise ArtifactError("apt-get download fake-noise-pkg failed")
 
-    monkeypatch.setitem(sources.CORPORA, "flite", no_flite)
-    monkeypatch.setitem(sources.CORPORA, "festival", one_festival_voice)
-    monkeypatch.setitem(sources.CORPORA, "fake-noise", no_package)
+    monkeypatch.setitem(registry.CORPORA, "flite", no_flite)
+    monkeypatch.setitem(registry.CORPORA, "festival", one_festival_voice)
+    monkeypatch.setitem(registry.CORPORA, "fake-noise", no_package)
     monkeypatch.setattr(noise, "REAL_NOISE_CORPORA_V2", {"real-env": ("fake-noise",)})
     return dict(seed=0, cache_dir=cache, noise_minutes_per_kind=0.2, data_version=3)
 
@@ -617,9 +609,9 @@ def big_cache(tmp_path_factory):
     rng = np.random.default_rng(1)
     utts = [_fake_speech(rng, s) for s in (40.0, 70.0, 55.0, 90.0, 65.0, 70.0, 5.0)]
     off = np.concatenate([[0], np.cumsum([u.size for u in utts])])
-    c = sources.Corpus("asterisk-en", np.concatenate(utts), off, [f"u{i}.g722" for i in range(len(utts))],
+    c = corpus.Corpus("asterisk-en", np.concatenate(utts), off, [f"u{i}.g722" for i in range(len(utts))],
                        ["train"] * (len(utts) - 1) + ["val"], ["fake"] * len(utts), "fake")
-    sources._save_corpus(cache / "corpora" / "asterisk-en.npy", c)
+    corpus._save_corpus(cache / "corpora" / "asterisk-en.npy", c)
     return cache, c
 
 

@@ -7,7 +7,7 @@ import sys
 import numpy as np
 import pytest
 
-from cosyedge.datasets import sources, voice
+from cosyedge.data import corpus, registry, sources, voice
 from cosyedge.errors import DependencyError, UsageError
 
 pytest.importorskip("parselmouth", reason="praat-parselmouth (the [data]/[dev] extra) is not installed")
@@ -63,7 +63,7 @@ def test_conversion_params_are_deterministic_and_in_range():
 def test_build_male_corpus_converts_only_training_prompts():
     utts = [_female_vowels(s) for s in (1.0, 0.1, 1.5, 1.2)]
     off = np.concatenate([[0], np.cumsum([u.size for u in utts])]).astype(np.int64)
-    src = sources.Corpus("asterisk-en", np.concatenate(utts), off, ["a", "short", "b", "held"],
+    src = corpus.Corpus("asterisk-en", np.concatenate(utts), off, ["a", "short", "b", "held"],
                          ["train", "train", "train", "val"], ["spk"] * 4, "fake-pkg")
     c = voice.build_male_corpus(src, "asterisk-en-male")
     assert c.names == ["a", "b"]  # the 0.1 s prompt is too short to convert; the val prompt is never used
@@ -80,8 +80,8 @@ def test_missing_parselmouth_is_a_dependency_error(monkeypatch):
 
 
 def test_male_corpora_are_registered_and_never_test_corpora():
-    assert set(sources.MALE_CONVERTED_CORPORA) <= set(sources.CORPORA)
-    assert all(n.startswith("asterisk-") and n.endswith("-male") for n in sources.MALE_CONVERTED_CORPORA)
+    assert set(registry.MALE_CONVERTED_CORPORA) <= set(registry.CORPORA)
+    assert all(n.startswith("asterisk-") and n.endswith("-male") for n in registry.MALE_CONVERTED_CORPORA)
 
 
 @pytest.mark.parametrize("bad, why", [
@@ -101,7 +101,7 @@ def test_build_male_corpus_skips_broken_prompts():
     good, broken = _female_vowels(1.0), _female_vowels(1.0)
     broken[100] = np.nan
     off = np.array([0, good.size, good.size + broken.size], np.int64)
-    src = sources.Corpus("asterisk-en", np.concatenate([good, broken]), off, ["ok", "nan"], ["train", "train"],
+    src = corpus.Corpus("asterisk-en", np.concatenate([good, broken]), off, ["ok", "nan"], ["train", "train"],
                          ["spk", "spk"], "fake")
     assert voice.build_male_corpus(src, "m").names == ["ok"]
 
@@ -132,9 +132,9 @@ def test_festvox_ru_voices_revoices_each_sentence_to_its_own_low_male_pitch(tmp_
     names = [f"ru_{i:04d}.wav" for i in (1, 2, 3)]
     utts = [_female_vowels(1.5, f0_hz=140.0) for _ in names]
     off = np.concatenate([[0], np.cumsum([u.size for u in utts])]).astype(np.int64)
-    fake = sources.Corpus("festvox-ru", np.concatenate(utts), off, names, ["train"] * 3, ["msu_ru_nsh"] * 3, "festvox-ru")
-    monkeypatch.setattr(sources, "load_corpus", lambda name, cache_dir=None: {"festvox-ru": fake}[name])
-    c = sources.CORPORA["festvox-ru-voices"](tmp_path)
+    fake = corpus.Corpus("festvox-ru", np.concatenate(utts), off, names, ["train"] * 3, ["msu_ru_nsh"] * 3, "festvox-ru")
+    monkeypatch.setattr(registry, "load_corpus", lambda name, cache_dir=None: {"festvox-ru": fake}[name])
+    c = registry.CORPORA["festvox-ru-voices"](tmp_path)
     assert c.name == "festvox-ru-voices" and c.names == names
     assert c.speakers == ["msu_ru_nsh~revoiced"] * 3 and c.splits == ["train"] * 3
     assert c.meta["converted_from"] == "festvox-ru" and tuple(c.meta["pitch_median_hz"]) == (75.0, 125.0)

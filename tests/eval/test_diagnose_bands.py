@@ -1,7 +1,6 @@
 """scripts/diagnose_bands.py: the per-band error budget and speech band shares quoted in docs/model-card.md."""
 
 import importlib.util
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -10,12 +9,11 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("scipy")
 SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
-sys.path.insert(0, str(SCRIPTS))  # diagnose_bands imports oracle_testset
 _spec = importlib.util.spec_from_file_location("diagnose_bands", SCRIPTS / "diagnose_bands.py")
 bands = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(bands)
 
-from cosyedge.models.reference import EnhancerConfig, ReferenceEnhancer  # noqa: E402
+from cosyedge.train.reference.model import EnhancerConfig, ReferenceEnhancer  # noqa: E402
 
 
 def _model(gain_bias: float, **cfg) -> ReferenceEnhancer:

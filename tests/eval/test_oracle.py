@@ -3,11 +3,10 @@
 import numpy as np
 import pytest
 
-from cosyedge.datasets import si_snr
-from tests.scripts import load_script
+from cosyedge.signal import si_snr
+from cosyedge.train.reference import oracle
 
 pytest.importorskip("scipy")
-oracle = load_script("oracle_testset")
 
 
 def _tone_speech(n: int) -> np.ndarray:

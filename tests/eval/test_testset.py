@@ -26,7 +26,7 @@ def test_manifest_lists_30_pairs_of_heldout_speech_and_noise():
     assert sorted({p["snr_db"] for p in pairs}) == [0.0, 5.0, 10.0]
     assert {p["condition"] for p in pairs} == {"camaro-engine", "opensfx-heldout"}
     assert {p["speech"]["corpus"] for p in pairs} == {"librivox"}  # never used for training
-    from cosyedge.datasets.mix import SPEECH_TRAIN_CORPORA
+    from cosyedge.data.versions import SPEECH_TRAIN_CORPORA
 
     assert "librivox" not in SPEECH_TRAIN_CORPORA
     for p in pairs:

@@ -10,25 +10,23 @@ are cases of tests/export/test_long_window.py::test_training_options_are_checked
 from __future__ import annotations
 
 import dataclasses
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from models_torch import assert_streams_exactly, noise_input, train_reference_module  # noqa: E402
+from tests.models_torch import assert_streams_exactly, noise_input  # noqa: E402
 
 from cosyedge.export import onnx_from_torch
-from cosyedge.models.reference import (
+from cosyedge.train.reference.model import (
     EnhancerConfig,
     ReferenceEnhancer,
     analysis_window,
     stft_bases,
 )
 from cosyedge.surgery import streamify
+from cosyedge.train.reference import grow  # noqa: E402
 
 HOP = 160
 
@@ -98,13 +96,12 @@ def test_asymmetric_window_streams_exactly(tmp_path, dynamo):
 
 
 def test_regrid_window_resamples_the_per_bin_convs():
-    tr = train_reference_module()
     torch.manual_seed(0)
     plain = ReferenceEnhancer(EnhancerConfig(channels=16, dilations=(1, 2), lw_window=1024, lw_bins=32)).eval()
     with torch.no_grad():
         plain.out.bias.normal_(0.0, 1.0)
         plain.lw_inp.weight.normal_(0.0, 0.3)
-    new = tr.regrid_window(plain, 768).eval()
+    new = grow.regrid_window(plain, 768).eval()
     assert dataclasses.asdict(new.config) == {**dataclasses.asdict(plain.config), "win_samples": 768}
     j = np.minimum(np.rint(np.arange(385) * 320 / 768).astype(int), 160)
     assert torch.equal(new.out.bias, plain.out.bias[torch.from_numpy(j)])
@@ -118,6 +115,6 @@ def test_regrid_window_resamples_the_per_bin_convs():
     new.set_feature_stats(torch.from_numpy(noise_input()), main_only=True)
     assert torch.equal(new.lw_mean, lw_mean) and new.feat_mean.shape == (385,) and new.feat_mean.abs().sum() > 0
     with pytest.raises(ValueError, match="already uses a 768-sample window"):
-        tr.regrid_window(new, 768)
+        grow.regrid_window(new, 768)
     with pytest.raises(ValueError, match="has a deep filter"):
-        tr.regrid_window(ReferenceEnhancer(EnhancerConfig(channels=8, dilations=(1,), df_order=2, df_bins=8)), 768)
+        grow.regrid_window(ReferenceEnhancer(EnhancerConfig(channels=8, dilations=(1,), df_order=2, df_bins=8)), 768)

@@ -9,20 +9,18 @@ function), and that export -> streamify turns its tap buffer into one more state
 from __future__ import annotations
 
 import dataclasses
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from models_torch import assert_streams_exactly, noise_input, train_reference_module  # noqa: E402
+from tests.models_torch import assert_streams_exactly, noise_input  # noqa: E402
 
 from cosyedge.export import onnx_from_torch  # noqa: E402
-from cosyedge.models.reference import EnhancerConfig, ReferenceEnhancer  # noqa: E402
+from cosyedge.train.reference.model import EnhancerConfig, ReferenceEnhancer  # noqa: E402
 from cosyedge.surgery import streamify  # noqa: E402
+from cosyedge.train.reference import grow  # noqa: E402
 
 K, BINS = 3, 40
 
@@ -82,12 +80,11 @@ def test_bad_df_config_is_refused():
 
 
 def test_add_deep_filter_keeps_the_function():
-    tr = train_reference_module()
     torch.manual_seed(0)
     plain = ReferenceEnhancer(EnhancerConfig(channels=16, dilations=(1, 2))).eval()
     with torch.no_grad():
         plain.out.bias.normal_(0.0, 1.0)  # gains away from 0.5 everywhere
-    ext = tr.add_deep_filter(plain, K, BINS).eval()
+    ext = grow.add_deep_filter(plain, K, BINS).eval()
     assert dataclasses.asdict(ext.config) == {**dataclasses.asdict(plain.config), "df_order": K, "df_bins": BINS}
     x = torch.from_numpy(noise_input())
     with torch.no_grad():
@@ -95,7 +92,7 @@ def test_add_deep_filter_keeps_the_function():
         ext.df_out.bias.fill_(0.3)
         assert (plain(x) - ext(x)).abs().max() > 1e-3  # and the new head changes the output once trained
     with pytest.raises(ValueError, match="already has a deep filter"):
-        tr.add_deep_filter(ext, K, BINS)
+        grow.add_deep_filter(ext, K, BINS)
 
 
 @pytest.mark.parametrize("dynamo", [False, True], ids=["torchscript", "dynamo"])
@@ -107,7 +104,7 @@ def test_deep_filter_streams_exactly(tmp_path, dynamo):
     assert (2 * BINS, K - 1) in shapes  # the tap buffer: K - 1 past frames of Re and Im of the DF bins
     assert len(shapes) == len(model.config.dilations) + 3  # analysis, blocks, taps, synthesis
     if not dynamo:  # tests/reference_structure.py describes the torchscript export (the bundled path)
-        from reference_structure import ReferenceStructure
+        from tests.reference_structure import ReferenceStructure
 
         want = ReferenceStructure.from_config(dataclasses.asdict(model.config))
         assert (want.df_order, want.df_bins) == (K, BINS)

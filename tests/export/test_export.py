@@ -18,15 +18,15 @@ import pytest
 torch = pytest.importorskip("torch")
 sf = pytest.importorskip("soundfile")
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from models_torch import PointwiseNet, UserCausalNet, run_streaming  # noqa: E402
-from reference_structure import reference_structure  # noqa: E402
+from tests.models_torch import PointwiseNet, UserCausalNet, run_streaming  # noqa: E402
+from tests.reference_structure import reference_structure  # noqa: E402
 
 from cosyedge.artifacts import StreamContract  # noqa: E402
 from cosyedge.errors import ArtifactError, UsageError  # noqa: E402
-from cosyedge.export import OnnxFromTorch, export_reference, onnx_from_torch  # noqa: E402
+from cosyedge.export import OnnxFromTorch, onnx_from_torch  # noqa: E402
+from cosyedge.train.reference.export import export_reference  # noqa: E402
 from cosyedge.models import REFERENCE_WEIGHTS  # noqa: E402
-from cosyedge.models.reference import ReferenceEnhancer  # noqa: E402
+from cosyedge.train.reference.model import ReferenceEnhancer  # noqa: E402
 from cosyedge.surgery import StatefulOnnxFromOnnx, streamify  # noqa: E402
 
 SPEECH = Path(__file__).resolve().parents[1] / "data" / "speech_librivox_0890.wav"
@@ -102,7 +102,7 @@ def test_dynamo_keeps_a_tiny_log_epsilon(tmp_path):
     ``log(power + 1e-8)`` must still give finite output on digital silence after our export."""
     import onnxruntime as ort
 
-    from cosyedge.models.reference import EnhancerConfig
+    from cosyedge.train.reference.model import EnhancerConfig
 
     torch.manual_seed(0)
     model = ReferenceEnhancer(EnhancerConfig(log_eps=1e-8)).eval()
@@ -220,7 +220,7 @@ def test_export_reference_missing_weights(tmp_path):
 
 @pytest.mark.skipif(not REFERENCE_WEIGHTS.is_file(), reason=f"{REFERENCE_WEIGHTS.name} not trained yet")
 def test_export_reference_bundled_weights(tmp_path, signals):
-    from cosyedge.models.reference import load_reference
+    from cosyedge.train.reference.model import load_reference
 
     out = export_reference(out=tmp_path / "reference.stream.onnx", full_onnx=tmp_path / "reference.onnx")
     contract = StreamContract.from_onnx(out)
@@ -256,7 +256,7 @@ def test_cli_export_missing_weights(tmp_path):
 def test_foreign_weights_are_named_in_one_line(tmp_path):
     from safetensors.torch import save_file
 
-    from cosyedge.models.reference import load_reference
+    from cosyedge.train.reference.model import load_reference
 
     save_file({"encoder.weight": torch.zeros(3, 3)}, str(tmp_path / "other.safetensors"))
     with pytest.raises(ArtifactError, match=r"do not fit the reference model: \d+ missing .* 1 unexpected"):

@@ -17,11 +17,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from models_torch import assert_streams_exactly, noise_input  # noqa: E402
+from tests.models_torch import assert_streams_exactly, noise_input  # noqa: E402
 
 from cosyedge.export import onnx_from_torch  # noqa: E402
-from cosyedge.models.reference import (EnhancerConfig, ReferenceEnhancer, count_macs_per_second,  # noqa: E402
+from cosyedge.train.reference.model import (EnhancerConfig, ReferenceEnhancer, count_macs_per_second,  # noqa: E402
                                        load_reference, save_reference)
 from cosyedge.surgery import streamify  # noqa: E402
 

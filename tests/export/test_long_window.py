@@ -9,7 +9,6 @@ turns the long window's input history into one more state and streams exactly (1
 from __future__ import annotations
 
 import dataclasses
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -17,12 +16,12 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from models_torch import assert_streams_exactly, noise_input, train_reference_module  # noqa: E402
+from tests.models_torch import assert_streams_exactly, noise_input, train_reference_module  # noqa: E402
 
 from cosyedge.export import onnx_from_torch  # noqa: E402
-from cosyedge.models.reference import EnhancerConfig, ReferenceEnhancer  # noqa: E402
+from cosyedge.train.reference.model import EnhancerConfig, ReferenceEnhancer  # noqa: E402
 from cosyedge.surgery import streamify  # noqa: E402
+from cosyedge.train.reference import grow, loop  # noqa: E402
 
 W, BINS = 1024, 48
 ROOT = Path(__file__).resolve().parents[2]
@@ -73,12 +72,11 @@ def test_bad_long_window_config_is_refused(window, bins):
 
 
 def test_add_long_window_keeps_the_function():
-    tr = train_reference_module()
     torch.manual_seed(0)
     plain = ReferenceEnhancer(EnhancerConfig(channels=16, dilations=(1, 2))).eval()
     with torch.no_grad():
         plain.out.bias.normal_(0.0, 1.0)
-    ext = tr.add_long_window(plain, W, BINS).eval()
+    ext = grow.add_long_window(plain, W, BINS).eval()
     assert dataclasses.asdict(ext.config) == {**dataclasses.asdict(plain.config), "lw_window": W, "lw_bins": BINS}
     x = torch.from_numpy(noise_input())
     mean_before = ext.feat_mean.clone()
@@ -92,13 +90,12 @@ def test_add_long_window_keeps_the_function():
     with pytest.raises(ValueError, match="without long-window features"):
         plain.set_feature_stats(x, long_window_only=True)
     with pytest.raises(ValueError, match="already has long-window features"):
-        tr.add_long_window(ext, W, BINS)
+        grow.add_long_window(ext, W, BINS)
 
 
 def test_weight_average_blends_parameters_not_fixed_bases():
-    tr = train_reference_module()
     model = ReferenceEnhancer(EnhancerConfig(channels=8, dilations=(1,)))
-    ema = tr.WeightAverage(model, 0.9)
+    ema = loop.WeightAverage(model, 0.9)
     before = model.inp.weight.detach().clone()
     basis, mean = model.analysis.conv.weight.detach().clone(), model.feat_mean.clone()
     with torch.no_grad():
@@ -122,7 +119,7 @@ def test_long_window_streams_exactly(tmp_path, dynamo):
     if not dynamo:  # tests/reference_structure.py describes the torchscript export (the bundled path)
         import onnx
 
-        from reference_structure import ReferenceStructure
+        from tests.reference_structure import ReferenceStructure
 
         from cosyedge.precision.qdq import float_nodes
 
@@ -159,7 +156,7 @@ def test_long_window_streams_exactly(tmp_path, dynamo):
 def test_training_options_are_checked_before_data_preparation(argv, message, capsys, monkeypatch, tmp_path):
     monkeypatch.chdir(ROOT)
     tr = train_reference_module()
-    from cosyedge.models.reference import save_reference
+    from cosyedge.train.reference.model import save_reference
     inits = {"plain": EnhancerConfig(), "lw": EnhancerConfig(lw_window=1024, lw_bins=128)}
     for name, cfg in inits.items():  # small weights files of a known structure, whatever is bundled
         save_reference(ReferenceEnhancer(cfg), tmp_path / f"{name}.safetensors")
@@ -168,7 +165,7 @@ def test_training_options_are_checked_before_data_preparation(argv, message, cap
     def no_data(*a, **k):
         raise AssertionError("data preparation started before the options were checked")
 
-    monkeypatch.setattr("cosyedge.datasets.mix.TrainingData", no_data)
+    monkeypatch.setattr("cosyedge.data.training_data.TrainingData", no_data)
     with pytest.raises(SystemExit) as exc:
         tr.main(argv)
     assert exc.value.code == 2
@@ -185,7 +182,7 @@ def test_speech_shares_over_one_exit_2_before_loading_data(capsys, monkeypatch):
     def no_corpus(*a, **k):
         raise AssertionError("a corpus was loaded before the shares were checked")
 
-    monkeypatch.setattr("cosyedge.datasets.mix.load_corpus", no_corpus)
+    monkeypatch.setattr("cosyedge.data.training_data.load_corpus", no_corpus)
     with pytest.raises(SystemExit) as exc:
         tr.main(["--male-share", "0.5", "--read-phrase-share", "0.3"])
     assert exc.value.code == 2
@@ -193,7 +190,7 @@ def test_speech_shares_over_one_exit_2_before_loading_data(capsys, monkeypatch):
 
 
 def test_long_window_with_deep_filter_structure(tmp_path):
-    from reference_structure import ReferenceStructure
+    from tests.reference_structure import ReferenceStructure
 
     torch.manual_seed(0)
     cfg = EnhancerConfig(channels=16, dilations=(1, 2), lw_window=W, lw_bins=BINS, df_order=3, df_bins=20)

@@ -4,7 +4,7 @@ Checks the pitch search on a voice of known period, that the comb passes a perio
 averages a signal with itself one period earlier, that ``train_reference.add_pitch_comb`` resumes from nearly
 the same function (mix 0.0003), that a bad config and mismatched inputs are refused, and that export ->
 streamify streams exactly (1e-5; the framing of the last 640 samples becomes one more state), that the framing
-(:class:`cosyedge.nn.CausalFraming`) equals the dense identity framing conv it replaced, bit for bit, and that a
+(:class:`cosyedge.train.nn.CausalFraming`) equals the dense identity framing conv it replaced, bit for bit, and that a
 checkpoint saved with that dense conv still loads (and a corrupt one is refused).
 """
 
@@ -12,20 +12,18 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from models_torch import assert_streams_exactly, noise_input, train_reference_module  # noqa: E402
+from tests.models_torch import assert_streams_exactly, noise_input  # noqa: E402
 
 from cosyedge.export import onnx_from_torch  # noqa: E402
-from cosyedge.models.reference import EnhancerConfig, ReferenceEnhancer  # noqa: E402
+from cosyedge.train.reference.model import EnhancerConfig, ReferenceEnhancer  # noqa: E402
 from cosyedge.surgery import streamify  # noqa: E402
+from cosyedge.train.reference import grow  # noqa: E402
 
 W, BINS = 1024, 128
 
@@ -91,14 +89,13 @@ def test_bad_config_and_mismatched_inputs_are_refused():
 
 
 def test_add_pitch_comb_resumes_from_nearly_the_same_function():
-    tr = train_reference_module()
     torch.manual_seed(0)
     plain = ReferenceEnhancer(EnhancerConfig(channels=16, dilations=(1, 2), lw_window=W, lw_bins=BINS)).eval()
     plain.set_feature_stats(torch.from_numpy(noise_input(8000, seed=5)))
     with torch.no_grad():
         plain.out.bias.normal_(0.0, 1.0)
         plain.lw_inp.weight.normal_(0.0, 0.3)
-    ext = tr.add_pitch_comb(plain).eval()
+    ext = grow.add_pitch_comb(plain).eval()
     assert dataclasses.asdict(ext.config) == {**dataclasses.asdict(plain.config), "pitch_comb": True}
     x = torch.from_numpy(noise_input())
     before = (ext.feat_mean.clone(), ext.lw_mean.clone())
@@ -111,9 +108,9 @@ def test_add_pitch_comb_resumes_from_nearly_the_same_function():
         ext.pc_out.bias.zero_()
         assert float((plain(x) - ext(x)).abs().max()) > 1e-2 * float(a.abs().max())  # the comb acts once trained
     with pytest.raises(ValueError, match="already has the pitch comb"):
-        tr.add_pitch_comb(ext)
+        grow.add_pitch_comb(ext)
     with pytest.raises(ValueError, match="pitch_comb needs the long-window features"):
-        tr.add_pitch_comb(ReferenceEnhancer(EnhancerConfig(channels=8, dilations=(1,))))
+        grow.add_pitch_comb(ReferenceEnhancer(EnhancerConfig(channels=8, dilations=(1,))))
 
 
 def test_pitch_comb_streams_exactly(tmp_path):
@@ -127,7 +124,7 @@ def test_pitch_comb_streams_exactly(tmp_path):
     # tests/reference_structure.py (which the bundled-model tests follow) describes this export, and INT8 keeps
     # the framing in float (the polyphase conv reads the audio input, the tap conv is a copy)
     import onnx
-    from reference_structure import PC_FRAMES_CONV, PC_POLY_CONV, ReferenceStructure
+    from tests.reference_structure import PC_FRAMES_CONV, PC_POLY_CONV, ReferenceStructure
 
     from cosyedge.precision.qdq import float_nodes
 
@@ -145,7 +142,7 @@ def test_pitch_comb_streams_exactly(tmp_path):
 def test_causal_framing_equals_the_dense_identity_framing_conv(hop, frames):
     """CausalFraming gives exactly what CausalConv1dDownsample(1, K hop, hop, K hop) with an identity kernel gave
     (the pitch comb's framing before it), with samples picked by frame index through take()."""
-    from cosyedge.nn import CausalConv1dDownsample, CausalFraming
+    from cosyedge.train.nn import CausalConv1dDownsample, CausalFraming
 
     w2 = hop * frames
     dense = CausalConv1dDownsample(1, w2, hop, w2, bias=False)
@@ -171,7 +168,7 @@ def test_a_checkpoint_with_the_dense_framing_conv_loads_and_a_corrupt_one_is_ref
     from safetensors.torch import save_file
 
     from cosyedge.errors import ArtifactError
-    from cosyedge.models.reference import LEGACY_FRAMING_KEY, load_reference, save_reference
+    from cosyedge.train.reference.model import LEGACY_FRAMING_KEY, load_reference, save_reference
 
     model = _pc_model()
     save_reference(model, tmp_path / "new.safetensors")

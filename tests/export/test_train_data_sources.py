@@ -39,7 +39,7 @@ def _fake_training_data(seen: dict):
 @pytest.mark.parametrize("script", ["train_reference", "finetune_sparse"])
 def test_a_missing_corpus_stops_training_with_one_line_unless_allowed(script, capsys, monkeypatch):
     pytest.importorskip("torch")
-    from cosyedge.datasets import mix
+    from cosyedge.data import training_data as mix
 
     seen: dict = {}
     monkeypatch.setattr(mix, "TrainingData", _fake_training_data(seen))

@@ -9,7 +9,7 @@ figure on the bundled real recording and passes gradients, that ``--stoi-weight`
 
 from __future__ import annotations
 
-import sys
+import argparse
 from pathlib import Path
 
 import numpy as np
@@ -17,10 +17,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from models_torch import train_reference_module  # noqa: E402
+from tests.models_torch import train_reference_module  # noqa: E402
 
-from cosyedge.models.reference import EnhancerConfig, ReferenceEnhancer  # noqa: E402
+from cosyedge.train.reference.model import EnhancerConfig, ReferenceEnhancer  # noqa: E402
+from cosyedge.train.reference import losses, options  # noqa: E402
 
 
 def _signals(seed: int = 0):
@@ -33,7 +33,7 @@ def _signals(seed: int = 0):
 
 
 def test_loss_ranks_clean_then_residual_noise_then_noisy_and_is_level_free():
-    loss = train_reference_module().compressed_spectral_loss
+    loss = losses.compressed_spectral_loss
     s, n, x = _signals()
     clean, residual, noisy = (float(loss(e, s, x)) for e in (s, s + 0.03 * n, x))
     assert clean < -20.0  # the floor (1e-3 of the compressed mixture energy) caps it, like the SNR loss's tau
@@ -45,7 +45,7 @@ def test_loss_ranks_clean_then_residual_noise_then_noisy_and_is_level_free():
 
 
 def test_loss_refuses_bad_settings():
-    loss = train_reference_module().compressed_spectral_loss
+    loss = losses.compressed_spectral_loss
     s, _, x = _signals()
     for kw in ({"compress": 0.0}, {"compress": 1.5}, {"alpha": -0.1}):
         with pytest.raises(ValueError, match="compress must be in"):
@@ -54,19 +54,18 @@ def test_loss_refuses_bad_settings():
 
 @pytest.mark.parametrize("option, weight", [("spectral_weight", 0.5), ("stoi_weight", 2.0)])
 def test_loss_weight_adds_its_loss_to_the_snr_loss(option, weight):
-    tr = train_reference_module()
     torch.manual_seed(0)
     model = ReferenceEnhancer(EnhancerConfig(channels=8, dilations=(1, 2))).train()
     s, _, x = _signals(1)
     noisy, clean = x.numpy().astype(np.float32), s.numpy().astype(np.float32)
     delay = model.config.delay_samples
     with torch.no_grad():
-        base = float(tr.batch_loss(model, noisy, clean, delay, 0.7))
-        both = float(tr.batch_loss(model, noisy, clean, delay, 0.7, **{option: weight}))
+        base = float(losses.batch_loss(model, noisy, clean, delay, 0.7))
+        both = float(losses.batch_loss(model, noisy, clean, delay, 0.7, **{option: weight}))
         y = model(torch.from_numpy(noisy)[:, None])[:, 0, delay:]
         n = noisy.shape[-1] - delay
         ref, mix = torch.from_numpy(clean)[:, :n], torch.from_numpy(noisy)[:, :n]
-        part = float(tr.compressed_spectral_loss(y, ref, mix) if option == "spectral_weight" else tr.stoi_loss(y, ref))
+        part = float(losses.compressed_spectral_loss(y, ref, mix) if option == "spectral_weight" else losses.stoi_loss(y, ref))
     if option == "stoi_weight":
         assert part < -0.5  # a real figure (an untrained model: STOI about 0.2), not the zero of an unused term
     assert both == pytest.approx(base + weight * part, abs=1e-3)
@@ -89,12 +88,12 @@ def test_stoi_weight_needs_segments_long_enough_for_one_stoi_segment(capsys):
     assert exc.value.code == 2
     assert "--stoi-weight needs segments of at least 0.41 s" in capsys.readouterr().err
     # 0.41 s is enough: one STOI segment after the model's delay
-    n = int(tr.STOI_MIN_SECONDS * 16000) - 160
+    n = int(losses.STOI_MIN_SECONDS * 16000) - 160
     _, clean, _ = _demo()
     s = torch.from_numpy(clean[None, 16000:16000 + n])
-    assert float(tr.stoi_loss(s, s)) == pytest.approx(-30.0, abs=0.01)
+    assert float(losses.stoi_loss(s, s)) == pytest.approx(-30.0, abs=0.01)
     with pytest.raises(ValueError, match="STOI loss needs at least"):
-        tr.stoi_loss(s[:, :6354], s[:, :6354])
+        losses.stoi_loss(s[:, :6354], s[:, :6354])
 
 
 def _demo():
@@ -111,33 +110,31 @@ def _d(loss_db: float) -> float:  # stoi_loss = 10 log10(1 - d + 1e-3)
 
 def test_stoi_loss_gives_pystois_figure_on_the_real_demo_recording():
     pystoi = pytest.importorskip("pystoi")
-    tr = train_reference_module()
     noisy, clean, rate = _demo()
     assert rate == 16000
     for est in (noisy, 0.5 * noisy + 0.5 * clean, clean + 0.1 * (noisy - clean)):
-        ours = _d(float(tr.stoi_loss(torch.from_numpy(est)[None], torch.from_numpy(clean)[None])))
+        ours = _d(float(losses.stoi_loss(torch.from_numpy(est)[None], torch.from_numpy(clean)[None])))
         ref = pystoi.stoi(clean, est, rate)
         assert ours == pytest.approx(ref, abs=0.005), (ours, ref)  # 16 kHz bands instead of 10 kHz resampling
-    assert float(tr.stoi_loss(torch.from_numpy(clean)[None], torch.from_numpy(clean)[None])) == pytest.approx(-30.0, abs=0.01)
+    assert float(losses.stoi_loss(torch.from_numpy(clean)[None], torch.from_numpy(clean)[None])) == pytest.approx(-30.0, abs=0.01)
 
 
 def test_stoi_loss_passes_gradients_ignores_speechless_items_and_refuses_short_input():
-    tr = train_reference_module()
     noisy, clean, _ = _demo()
     x = torch.from_numpy(noisy[None, :32000]).clone().requires_grad_(True)
     s = torch.from_numpy(clean[None, :32000])
-    one = tr.stoi_loss(x, s)
+    one = losses.stoi_loss(x, s)
     one.backward()
     assert torch.isfinite(x.grad).all() and float(x.grad.abs().sum()) > 0
     # a noise-only item (ref == 0) has no STOI: it adds nothing to the batch mean
-    both = tr.stoi_loss(torch.cat([x.detach(), x.detach()]), torch.cat([s, torch.zeros_like(s)]))
+    both = losses.stoi_loss(torch.cat([x.detach(), x.detach()]), torch.cat([s, torch.zeros_like(s)]))
     assert float(both) == pytest.approx(float(one.detach()), abs=1e-4)
     with pytest.raises(ValueError, match="STOI loss needs at least 6355 samples"):
-        tr.stoi_loss(x[:, :6000], s[:, :6000])
+        losses.stoi_loss(x[:, :6000], s[:, :6000])
     with pytest.raises(ValueError, match="of one shape"):
-        tr.stoi_loss(x[:, :16000], s)
+        losses.stoi_loss(x[:, :16000], s)
     # a batch of noise-only items has no STOI: 0, and no gradient
-    none = tr.stoi_loss(x, torch.zeros_like(s))
+    none = losses.stoi_loss(x, torch.zeros_like(s))
     assert float(none.detach()) == 0.0
 
 
@@ -145,22 +142,20 @@ def test_stoi_loss_gives_a_silent_estimate_no_credit():
     """Silence correlates with nothing (pystoi: 0): the sqrt floor of the band envelopes must not leave a flat
     envelope that the clipping then shapes like the clean one."""
     pystoi = pytest.importorskip("pystoi")
-    tr = train_reference_module()
     noisy, clean, rate = _demo()
     zero = torch.zeros(1, len(clean), requires_grad=True)
-    loss = tr.stoi_loss(zero, torch.from_numpy(clean)[None])
+    loss = losses.stoi_loss(zero, torch.from_numpy(clean)[None])
     assert abs(_d(float(loss.detach()))) < 0.01 and abs(pystoi.stoi(clean, 0 * clean, rate)) < 0.01
     # the fix zeroes only true silence: a copy 80 dB down keeps its envelopes (STOI is level-free)
     quiet = clean * 1e-4
-    assert _d(float(tr.stoi_loss(torch.from_numpy(quiet)[None], torch.from_numpy(clean)[None]))) > 0.99
+    assert _d(float(losses.stoi_loss(torch.from_numpy(quiet)[None], torch.from_numpy(clean)[None]))) > 0.99
 
 
 def test_snr_range_parses_and_refuses_bad_ranges():
-    tr = train_reference_module()
-    assert tr._snr_range_spec("-5,15") == (-5.0, 15.0)
+    assert options._snr_range_spec("-5,15") == (-5.0, 15.0)
     for bad, why in (("5", "expected LO,HI"), ("10,0", "need -20 <= LO < HI <= 40"), ("-30,0", "need -20")):
-        with pytest.raises(tr.argparse.ArgumentTypeError, match=why):
-            tr._snr_range_spec(bad)
+        with pytest.raises(argparse.ArgumentTypeError, match=why):
+            options._snr_range_spec(bad)
 
 
 def test_snr_range_out_of_bounds_is_a_usage_error(capsys):
@@ -180,14 +175,14 @@ def test_dnsmos_loss_rates_clean_above_noisy_skips_speechless_items_and_passes_g
     noisy, clean, _ = _demo()
     x = torch.from_numpy(noisy[None, 16000:48000]).clone().requires_grad_(True)
     s = torch.from_numpy(clean[None, 16000:48000])
-    loss_noisy = tr.dnsmos_loss(x, s, 4)
-    loss_clean = tr.dnsmos_loss(s, s, 4)
+    loss_noisy = losses.dnsmos_loss(x, s, 4)
+    loss_clean = losses.dnsmos_loss(s, s, 4)
     assert -5.0 < float(loss_clean) < float(loss_noisy.detach()) - 0.3 < -1.0
     loss_noisy.backward()
     assert torch.isfinite(x.grad).all() and float(x.grad.abs().sum()) > 0
-    both = tr.dnsmos_loss(torch.cat([x.detach(), x.detach()]), torch.cat([s, torch.zeros_like(s)]), 4)
+    both = losses.dnsmos_loss(torch.cat([x.detach(), x.detach()]), torch.cat([s, torch.zeros_like(s)]), 4)
     assert float(both) == pytest.approx(float(loss_noisy.detach()), abs=1e-5)
-    assert float(tr.dnsmos_loss(x.detach(), torch.zeros_like(s), 4)) == 0.0
+    assert float(losses.dnsmos_loss(x.detach(), torch.zeros_like(s), 4)) == 0.0
     for argv, words in ((["--dnsmos-weight", "11"], "--dnsmos-weight must be in [0, 10]"),
                         (["--dnsmos-weight", "1", "--dnsmos-items", "0"], "--dnsmos-items must be at least 1")):
         with pytest.raises(SystemExit) as exc:

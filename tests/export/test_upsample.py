@@ -1,4 +1,4 @@
-"""``cosyedge.nn.CausalConv1dUpsample``: the time pixel-shuffle follows its documented index map
+"""``cosyedge.train.nn.CausalConv1dUpsample``: the time pixel-shuffle follows its documented index map
 ``y[:, c, t*r + m] = conv(x)[:, c*r + m, t]`` for one output channel (the Transpose + Flatten path that exports
 without Shape ops) and for several (the unflatten path)."""
 
@@ -8,7 +8,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from cosyedge.nn import CausalConv1dUpsample  # noqa: E402
+from cosyedge.train.nn import CausalConv1dUpsample  # noqa: E402
 
 
 @pytest.mark.parametrize("c_out", [1, 3])

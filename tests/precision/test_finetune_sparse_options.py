@@ -39,8 +39,8 @@ def test_bad_options_exit_2_before_training(argv, message, tmp_path, capsys, mon
     def no_load(*a, **k):
         raise AssertionError("weights loaded before the options were checked")
 
-    monkeypatch.setattr("cosyedge.models.reference.load_reference", no_load)
-    monkeypatch.setattr("cosyedge.datasets.mix.TrainingData.validation_pairs", no_load)
+    monkeypatch.setattr("cosyedge.train.reference.model.load_reference", no_load)
+    monkeypatch.setattr("cosyedge.data.training_data.TrainingData.validation_pairs", no_load)
     with pytest.raises(SystemExit) as exc:
         fs.main([*argv, "--out", str(tmp_path / "w.safetensors")])
     assert exc.value.code == 2

@@ -159,7 +159,7 @@ def test_cli_table_json_and_errors(tmp_path, capsys):
 
 def test_torch_masks_stay_fixed_during_finetune():
     torch = pytest.importorskip("torch")
-    from cosyedge.models.reference import load_reference
+    from cosyedge.train.reference.model import load_reference
     from cosyedge.precision.sparse_torch import (
         apply_2to4,
         eligible_modules,

@@ -7,7 +7,7 @@ from cosyedge._lazy import require
 
 require("torch")
 
-from cosyedge.nn.blocks import (  # noqa: E402
+from cosyedge.train.nn.blocks import (  # noqa: E402
     CausalConv1d,
     CausalConv1dDownsample,
     CausalConv1dUpsample,

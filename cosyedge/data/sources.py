@@ -8,7 +8,7 @@ Every corpus is built once and cached under :func:`data_dir` as two files:
 
 File lists are sorted, so a corpus is byte-identical across machines for the same package version.
 
-Corpora (see :data:`CORPORA`):
+Corpora (see :data:`cosyedge.data.registry.CORPORA`):
 
 - ``asterisk-{en,fr,es,it,ru}``: ``asterisk-core-sounds-<lang>-g722`` prompt packs, 16 kHz G.722, one
   professional voice each (en/es Allison Smith, fr June Wallack, it Carlo Flora (male), ru IvrvoiceRU;
@@ -22,39 +22,40 @@ Corpora (see :data:`CORPORA`):
   awb, kal16; ``festival``: 10 festvox voices (must be installed). Text from ``fortune-mod`` or a built-in
   list. Synthetic utterances are normalised to -20 dBFS RMS.
 - ``asterisk-{en,fr,es,it,ru}-male``: the TRAINING prompts of each asterisk pack converted to a male-range
-  voice (Praat "Change gender", :mod:`cosyedge.datasets.voice`; formants x0.80-0.90, median f0 85-135 Hz).
+  voice (Praat "Change gender", :mod:`cosyedge.data.voice`; formants x0.80-0.90, median f0 85-135 Hz).
 - ``festvox-ru`` (real read sentences of one male speaker), ``festvox-ru-voices`` (those sentences re-voiced
-  over the low male range, :data:`cosyedge.datasets.voice.REVOICE_RANGES`), ``tuxpaint``, ``fillets-male``:
-  real read or acted speech added with ``--read-phrases`` (:data:`cosyedge.datasets.mix.READ_PHRASE_CORPORA`).
+  over the low male range, :data:`cosyedge.data.voice.REVOICE_RANGES`), ``tuxpaint``, ``fillets-male``:
+  real read or acted speech added with ``--read-phrases`` (:data:`cosyedge.data.versions.READ_PHRASE_CORPORA`).
 - Real TRAINING noise sources: ``sound-icons`` (GPL-2+), ``freedesktop`` (``sound-theme-freedesktop``,
   GPL-2+/CC-BY-SA), ``opensfx`` (``openttd-opensfx``, CC-BY-SA 3.0 collection of freesound recordings),
   ``moh`` (``asterisk-moh-opsound-g722``, CC-BY-SA 3.0 music), ``lmms-samples`` (``lmms-common``, GPL-2+),
   ``lincity-sfx`` (``lincity-ng-data`` city/industry ambiences, GPL-2+), ``etr-sfx`` (``extremetuxracer-data``, GPL-2+);
-  used by :mod:`cosyedge.datasets.noise`.
+  used by :mod:`cosyedge.data.noise`.
 
 Errors: a missing ``apt-get``/``dpkg``/``espeak-ng`` or PyAV raises
 :class:`~cosyedge.errors.DependencyError`; a package that cannot be downloaded or a file that cannot be
 decoded raises :class:`~cosyedge.errors.ArtifactError`.
+
+The :class:`~cosyedge.data.corpus.Corpus` and its cache files are in :mod:`cosyedge.data.corpus`, the
+name -> builder table (:data:`~cosyedge.data.registry.CORPORA`, :func:`~cosyedge.data.registry.load_corpus`)
+and the corpora derived from other corpora in :mod:`cosyedge.data.registry` (issue 36: no sources <-> voice
+circle). About 580 lines: one builder per package family plus the speech synthesisers, each short.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import shutil
 import subprocess
 import tempfile
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from cosyedge.errors import ArtifactError, DependencyError, UsageError
+from cosyedge.data.corpus import SAMPLE_RATE_HZ, Corpus, heldout_split
+from cosyedge.errors import ArtifactError, DependencyError
 from cosyedge.log import LOG
 
-SAMPLE_RATE_HZ = 16000
-CACHE_VERSION = 1
 _APT_UPDATED = False
 
 
@@ -219,116 +220,6 @@ def _decode_av(path: Path) -> tuple[np.ndarray, int]:
     return np.concatenate(chunks), int(sr)
 
 
-# ------------------------------------------------------------------------------------------ corpora
-@dataclass
-class Corpus:
-    """A cached corpus: utterances concatenated into one array.
-
-    Attributes:
-        name (str): Corpus name (key of :data:`CORPORA`).
-        audio (np.ndarray): float32, shape (total_samples,), 16 kHz mono (a read-only memory map when loaded
-            from the cache).
-        offsets (np.ndarray): int64, shape (n_utts + 1,), sample offsets into ``audio``.
-        names (list[str]): relative file name (or synthesis id) per utterance.
-        splits (list[str]): ``"train"``, ``"val"`` or ``"test"`` per utterance.
-        speakers (list[str]): speaker / voice id per utterance.
-        source (str): Debian package(s) or tool the audio came from.
-    """
-
-    name: str
-    audio: np.ndarray
-    offsets: np.ndarray
-    names: list[str]
-    splits: list[str]
-    speakers: list[str]
-    source: str = ""
-    meta: dict = field(default_factory=dict)
-
-    def __len__(self) -> int:
-        return len(self.names)
-
-    def utterance(self, i: int) -> np.ndarray:
-        """Return utterance ``i``: float32, shape (samples,)."""
-        return self.audio[self.offsets[i] : self.offsets[i + 1]]
-
-    def indices(self, split: str) -> list[int]:
-        """Return the utterance indices of ``split`` (``"train"``, ``"val"`` or ``"test"``)."""
-        return [i for i, s in enumerate(self.splits) if s == split]
-
-    def subset(self, name: str, keep: list[int], why: str) -> "Corpus":
-        """Return a corpus called ``name`` holding the utterances ``keep`` (indices, in that order), with their
-        names, splits and speakers; ``source`` is kept.
-
-        Raises:
-            ArtifactError: ``keep`` is empty (``"corpus '<name>': no file passes the <why>"``).
-        """
-        if not keep:
-            raise ArtifactError(f"corpus '{name}': no file passes the {why}")
-        audios = [np.asarray(self.utterance(i), np.float32) for i in keep]
-        offsets = np.concatenate([[0], np.cumsum([a.size for a in audios])]).astype(np.int64)
-        return Corpus(name, np.concatenate(audios), offsets, [self.names[i] for i in keep],
-                      [self.splits[i] for i in keep], [self.speakers[i] for i in keep], self.source)
-
-    def concat(self, split: str) -> np.ndarray:
-        """Return all utterances of ``split`` concatenated: float32, shape (samples,)."""
-        idx = self.indices(split)
-        if not idx:
-            return np.zeros(0, np.float32)
-        return np.concatenate([self.utterance(i) for i in idx])
-
-    def seconds(self, split: str | None = None) -> float:
-        """Return the duration in seconds of ``split`` (all utterances if None)."""
-        d = np.diff(self.offsets)
-        if split is not None:
-            d = d[[s == split for s in self.splits]]
-        return float(d.sum()) / SAMPLE_RATE_HZ
-
-
-def heldout_split(rel_name: str, percent: int = 10) -> str:
-    """Return ``"val"`` for about ``percent`` % of names (by SHA-1 of ``rel_name``), else ``"train"``.
-
-    Deterministic and independent of the file list, so adding files never moves others between splits.
-    """
-    h = int(hashlib.sha1(rel_name.encode()).hexdigest()[:8], 16)
-    return "val" if h % 100 < percent else "train"
-
-
-def _save_corpus(path_npy: Path, c: Corpus) -> None:
-    path_npy.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path_npy.with_suffix(".tmp.npy")
-    np.save(tmp, c.audio.astype(np.float32))
-    tmp.replace(path_npy)
-    meta = {
-        "version": CACHE_VERSION,
-        "sample_rate_hz": SAMPLE_RATE_HZ,
-        "names": c.names,
-        "offsets": [int(o) for o in c.offsets],
-        "splits": c.splits,
-        "speakers": c.speakers,
-        "source": c.source,
-        "meta": c.meta,
-    }
-    path_npy.with_suffix(".json").write_text(json.dumps(meta))
-
-
-def _load_corpus(path_npy: Path, name: str) -> Corpus | None:
-    pj = path_npy.with_suffix(".json")
-    if not (path_npy.exists() and pj.exists()):
-        return None
-    try:
-        meta = json.loads(pj.read_text())
-        if meta.get("version") != CACHE_VERSION:
-            return None
-        audio = np.load(path_npy, mmap_mode="r")  # read-only memory map: utterances are read on demand
-    except Exception as e:
-        raise ArtifactError(f"corrupt corpus cache {path_npy} ({e}); delete it and retry") from e
-    offsets = np.asarray(meta["offsets"], np.int64)
-    if audio.dtype != np.float32 or audio.ndim != 1 or offsets[-1] != audio.size:
-        raise ArtifactError(f"corrupt corpus cache {path_npy} (size mismatch); delete it and retry")
-    return Corpus(name, audio, offsets, meta["names"], meta["splits"], meta["speakers"], meta.get("source", ""),
-                  meta.get("meta", {}))
-
-
 def _from_files(name: str, files: list[tuple[str, Path, str, str]], source: str, meta: dict | None = None) -> Corpus:
     """Build a corpus from ``(rel_name, path, split, speaker)`` tuples (already sorted)."""
     audios, names, splits, speakers = [], [], [], []
@@ -417,14 +308,6 @@ def floor_range_db(x: np.ndarray, frame_samples: int = 160) -> float:
     return float(np.percentile(e, 95) - np.percentile(e, 5))
 
 
-def _build_tuxpaint_male_clean(cache_dir) -> Corpus:
-    """The male voices of ``tuxpaint`` (:data:`TUXPAINT_MALE_LANGS`) whose files keep a noise floor at least
-    :data:`CLEAN_FLOOR_DB` below the speech (:func:`floor_range_db`): about 40 min of 7418 phrases' 178."""
-    c = load_corpus("tuxpaint", cache_dir)
-    keep = [i for i, n in enumerate(c.names)
-            if n.rsplit("_desc", 1)[-1].lstrip("_").removesuffix(".ogg") in TUXPAINT_MALE_LANGS
-            and floor_range_db(c.utterance(i)) >= CLEAN_FLOOR_DB]
-    return c.subset("tuxpaint-male-clean", keep, "filter")
 
 
 FILLETS_LANGS = ("nl", "cs")
@@ -479,88 +362,6 @@ def _build_opensfx(cache_dir) -> Corpus:
         names.append(f"{i:02d} {title.split('.')[0].strip()}")
     offsets = np.concatenate([[0], np.cumsum([a.size for a in audios])]).astype(np.int64)
     return Corpus("opensfx", np.concatenate(audios), offsets, names, ["train"] * len(names), [pkg] * len(names), pkg)
-
-
-CORPORA: dict = {
-    **{f"asterisk-{lang}": (lambda cd, _l=lang: _build_asterisk(_l, cd)) for lang in ("en", "fr", "es", "it", "ru")},
-    "asterisk-prompt-fr-armelle": lambda cd: _build_prompt_pack("asterisk-prompt-fr-armelle", "gsm", cd),
-    "asterisk-prompt-es-co": lambda cd: _build_prompt_pack("asterisk-prompt-es-co", "gsm", cd),
-    "asterisk-prompt-it-menardi": lambda cd: _build_prompt_pack("asterisk-prompt-it-menardi-wav", "wav", cd),
-    "librivox": lambda cd: _build_pocketsphinx("librivox", cd),
-    "cards": lambda cd: _build_pocketsphinx("cards", cd),
-    "sound-icons": lambda cd: _build_sounds("sound-icons", "sound-icons", "*.wav", cd),
-    "freedesktop": lambda cd: _build_sounds("sound-theme-freedesktop", "freedesktop", "*.oga", cd),
-    "moh": lambda cd: _build_glob("asterisk-moh-opsound-g722", "usr/share/asterisk/moh", ("*.g722",), cd),
-    "lmms-samples": lambda cd: _build_glob("lmms-common", "usr/share/lmms/samples", ("*.ogg", "*.wav"), cd),
-    "opensfx": _build_opensfx,
-    # real city/industry/nature ambiences (GPL-2+ / CC-BY-SA 2.0 dual licence; see the package copyright)
-    "lincity-sfx": lambda cd: _build_glob("lincity-ng-data", "usr/share/games/lincity-ng/sounds", ("*.wav",), cd),
-    # real sliding/impact sounds (GPL-2+)
-    "etr-sfx": lambda cd: _build_glob("extremetuxracer-data", "usr/share/games/etr/sounds", ("*.wav",), cd),
-    # real wideband voices (many speakers, ~35 languages): spoken letters and syllables of KLettres and
-    # spoken object names of KTuberling (GPL-2+ / GFDL; /usr/share/doc/{klettres,ktuberling}-data/copyright)
-    "klettres": lambda cd: _build_glob("klettres-data", "usr/share/klettres", ("*.ogg", "*.wav"), cd),
-    "ktuberling": lambda cd: _build_glob("ktuberling-data", "usr/share/ktuberling/sounds", ("*.ogg", "*.wav"), cd),
-    # real read phrases: the spoken descriptions of Tux Paint's stamps ("*_desc*.ogg", 7418 files, about 3.3 h,
-    # 44.1 kHz; GPL-2, /usr/share/doc/tuxpaint-stamps-default/copyright), one volunteer voice per language, most
-    # of them male (fr, ru, ca, bg, da, lt, nl: median f0 about 105-140 Hz; ro, es, be, el: female); the
-    # stamps' sound effects are not included
-    "tuxpaint": lambda cd: _build_glob("tuxpaint-stamps-default", "usr/share/tuxpaint/stamps", ("*_desc*.ogg",), cd),
-    # its male voices without an audible noise floor (about 40 min)
-    "tuxpaint-male-clean": _build_tuxpaint_male_clean,
-    # real read sentences by one male speaker (Russian, median f0 about 115-150 Hz): the 620 studio recordings
-    # (16 kHz, 99.5 min) of the msu_ru_nsh unit-selection database that festvox-ru ships for Festival's
-    # synthesis (BSD-like, Nickolay V. Shmyrev 2005; /usr/share/doc/festvox-ru/copyright)
-    "festvox-ru": lambda cd: _build_glob("festvox-ru", "usr/share/festival/voices/russian/msu_ru_nsh_clunits/wav",
-                                         ("*.wav",), cd),
-    # real acted dialogue by two male actors: the big fish of Fish Fillets NG's Dutch and Czech dubbing
-    # (GPL-2; /usr/share/doc/fillets-ng-data-{nl,cs}/copyright)
-    "fillets-male": _build_fillets_male,
-    # real effects and ambiences: rain, thunder, ocean waves, birds, jets, helicopter, tank tracks,
-    # explosions (GPL-2+ / CC0 / CC-BY(-SA) 3.0 per file; /usr/share/doc/scorched3d-data/copyright)
-    "scorched3d-sfx": lambda cd: _build_glob("scorched3d-data", "usr/share/games/scorched3d/data", ("*.wav",), cd),
-    # real car engine loops, crashes, skids, gear changes (GPL-2+ / free; /usr/share/doc/torcs-data/copyright)
-    "torcs-sfx": lambda cd: _build_glob("torcs-data", "usr/share/games/torcs/data/sound", ("*.wav",), cd),
-    # SuperTuxKart effects and track ambiences: engines, rain, river, waterfall, crowds, thunder...
-    # (CC-BY-SA 3.0/4.0, CC0, GPL; /usr/share/doc/supertuxkart-data/copyright); music and cut-scenes and the
-    # one spoken announcement excluded
-    "stk-sfx": lambda cd: _build_glob("supertuxkart-data", "usr/share/games/supertuxkart/data", ("*.ogg", "*.wav"), cd,
-                                      exclude=("music/", "introcutscene", "sara_airport_pa")),
-    # SuperTuxKart music (real instrument/electronic music; CC-BY-SA 3.0 and others)
-    "stk-music": lambda cd: _build_glob("supertuxkart-data", "usr/share/games/supertuxkart/data/music", ("*.ogg",), cd),
-    # Hedgewars effects (explosions, water, wind, machinery; GPL-2 / CC; voices excluded)
-    "hedgewars-sfx": lambda cd: _build_glob("hedgewars-data", "usr/share/games/hedgewars/Data/Sounds", ("*.ogg",), cd,
-                                            exclude=("voices/",)),
-}
-"""Corpus builders by name: ``builder(cache_dir) -> Corpus``. The synthetic corpora (``espeak``,
-``flite``, ``festival``) are registered at the end of this module."""
-
-
-def load_corpus(name: str, cache_dir: str | os.PathLike | None = None) -> Corpus:
-    """Load corpus ``name`` from the cache, building (fetch, decode, save) it the first time.
-
-    Args:
-        name (str): A key of :data:`CORPORA`.
-        cache_dir (str | PathLike | None): See :func:`data_dir`.
-    Returns:
-        Corpus: the corpus (audio float32, 16 kHz).
-    Raises:
-        UsageError: unknown corpus name.
-        DependencyError: a needed tool (apt-get, dpkg, espeak-ng, PyAV) is missing.
-        ArtifactError: download, decode or cache failure.
-    """
-    if name not in CORPORA:
-        raise UsageError(f"unknown corpus '{name}' (choose from {', '.join(sorted(CORPORA))})")
-    path = data_dir(cache_dir) / "corpora" / f"{name}.npy"
-    c = _load_corpus(path, name)
-    if c is not None:
-        return c
-    with LOG.stage(f"build corpus {name}"):
-        c = CORPORA[name](cache_dir)
-        _save_corpus(path, c)
-    LOG.info("corpus %s: %d utterances, %.1f min (%s)", name, len(c), c.seconds() / 60, c.source)
-    del c  # the saved corpus, memory-mapped as a cached one is (the built copy is freed)
-    return _load_corpus(path, name)
 
 
 # ------------------------------------------------------------------------------- synthetic speech
@@ -785,27 +586,3 @@ def _corpus_from_arrays(name: str, audios, names, spk, source: str) -> Corpus:
     return Corpus(name, np.concatenate(out), offsets, list(names), ["train"] * len(out), list(spk), source)
 
 
-CORPORA.update({"espeak": _build_espeak, "flite": _build_flite, "festival": _build_festival})
-
-
-def _build_male(src: str, cache_dir) -> Corpus:
-    from cosyedge.datasets.voice import build_male_corpus
-
-    return build_male_corpus(load_corpus(src, cache_dir), f"{src}-male")
-
-
-def _build_festvox_ru_voices(cache_dir) -> Corpus:
-    from cosyedge.datasets.voice import REVOICE_RANGES, build_converted_corpus
-
-    return build_converted_corpus(load_corpus("festvox-ru", cache_dir), "festvox-ru-voices", REVOICE_RANGES, "~revoiced")
-
-
-# festvox-ru's 620 real read sentences re-voiced, each with its own median f0 (75-125 Hz) and formant shift
-# (x0.90-1.05): one real male speaker's connected speech spread over the low male range (BSD-like, as festvox-ru)
-CORPORA["festvox-ru-voices"] = _build_festvox_ru_voices
-
-MALE_CONVERTED_CORPORA = tuple(f"asterisk-{lang}-male" for lang in ("en", "fr", "es", "it", "ru"))
-"""Training prompts of the five asterisk core packs converted to male-range voices
-(:mod:`cosyedge.datasets.voice`); used by training data version 3."""
-
-CORPORA.update({name: (lambda cd, _s=name.removesuffix("-male"): _build_male(_s, cd)) for name in MALE_CONVERTED_CORPORA})

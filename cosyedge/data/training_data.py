@@ -1,8 +1,8 @@
-"""Noisy/clean training mixtures, the fixed validation and test sets, and SI-SNR.
+"""Noisy/clean training mixtures (:class:`TrainingData`) and the fixed validation set.
 
 Quick start::
 
-    from cosyedge.datasets import TrainingData
+    from cosyedge.data import TrainingData
     data = TrainingData(seed=0)                      # first call fetches + decodes + caches, then fast
     rng = np.random.default_rng(0)
     noisy, clean = data.batch(16, 32000, rng)        # float32 (16, 32000) each, 16 kHz
@@ -12,8 +12,15 @@ Quick start::
 SNR convention (everywhere in this module): ``SNR = 10 log10(P_speech / P_noise)`` where ``P_noise`` is
 the mean power of the noise over the whole segment and ``P_speech`` is the mean power of the speech over
 its ACTIVE 20 ms frames (frames within 40 dB of the loudest frame and above -100 dBFS), so pauses do not
-lower the speech level (as in ITU-T P.56 active speech level, simplified). See :func:`active_power`.
+lower the speech level (as in ITU-T P.56 active speech level, simplified). See :func:`cosyedge.signal.active_power`.
+
+Moved from ``cosyedge/datasets/mix.py`` (issue 36), which was split by job: the metrics went to
+:mod:`cosyedge.signal`, the augmentation DSP to :mod:`~cosyedge.data.augment`, the data-version constants to
+:mod:`~cosyedge.data.versions`, the test pairs to :mod:`~cosyedge.data.pairs`. About 540 lines: what is left is
+the one class, whose methods (corpus loading, the cached speech and noise bank, the draws, validation) share
+its state; splitting it further would mean rewriting it, which this move does not do.
 """
+
 
 from __future__ import annotations
 
@@ -23,376 +30,19 @@ import os
 
 import numpy as np
 
-from cosyedge.datasets import noise as noise_mod
-from cosyedge.datasets.sources import (
-    FESTIVAL_VOICES,
-    MALE_CONVERTED_CORPORA,
-    SAMPLE_RATE_HZ,
-    Corpus,
-    data_dir,
-    load_corpus,
-)
+from cosyedge.data import noise as noise_mod
+from cosyedge.data.augment import band_limit, low_band_boost, random_eq, room_reverb, speed_perturb
+from cosyedge.data.corpus import SAMPLE_RATE_HZ, Corpus
+from cosyedge.data.registry import load_corpus
+from cosyedge.data.sources import FESTIVAL_VOICES, data_dir
+from cosyedge.data.versions import (BANK_VERSION, DATA_VERSIONS, EXTRA_SPEECH_CORPORA_V2, EXTRA_SPEECH_CORPORA_V3,
+                                    MALE_SHARE_V3, NARROWBAND_CORPORA, NOISE_SPEED_RANGE, NOISE_WEIGHTS,
+                                    NOISE_WEIGHTS_V2, P_NOISE_EQ, P_NOISE_SPEED, P_SPEECH_EQ, READ_PHRASE_CORPORA,
+                                    SPEECH_TRAIN_CORPORA, SYNTHETIC_CORPORA)
+from cosyedge.data.pairs import _stable_int, test_pairs
 from cosyedge.errors import ArtifactError, DependencyError, UsageError, first_line
 from cosyedge.log import LOG
-
-FRAME_SAMPLES = 320
-"""Frame length (20 ms at 16 kHz) of the active-speech detector."""
-
-ACTIVE_RANGE_DB = 40.0
-"""Frames more than this many dB below the loudest frame count as pauses."""
-
-SPEECH_TRAIN_CORPORA = (
-    "asterisk-en", "asterisk-fr", "asterisk-es", "asterisk-it", "asterisk-ru",
-    "asterisk-prompt-fr-armelle", "asterisk-prompt-es-co", "asterisk-prompt-it-menardi",
-    "flite", "festival", "espeak",
-)
-"""Speech corpora used for training (data version 1) if available (missing ones are skipped with a
-warning)."""
-
-EXTRA_SPEECH_CORPORA_V2 = ("klettres", "ktuberling")
-"""Data version 2 adds about 80 min of real wideband voices (KLettres letters/syllables and KTuberling
-words, many speakers and ~35 languages; amateur recordings, some with audible background noise)."""
-
-EXTRA_SPEECH_CORPORA_V3 = MALE_CONVERTED_CORPORA
-"""Data version 3 adds the asterisk training prompts converted to male-range voices (about 100 min; see
-:mod:`cosyedge.datasets.voice`): the real connected speech of versions 1-2 is almost all female."""
-
-MALE_SHARE_V3 = 0.3
-"""Share of speech draws given to :data:`EXTRA_SPEECH_CORPORA_V3` in data version 3."""
-
-READ_PHRASE_CORPORA = ("tuxpaint", "tuxpaint-male-clean", "festvox-ru", "fillets-male", "festvox-ru-voices")
-"""Real read or acted speech, mostly male (:data:`cosyedge.datasets.sources.CORPORA`): Tux Paint's spoken stamp
-descriptions (all 13 voices, 178 min; or only the male voices without an audible noise floor, about 40 min), the
-620 read sentences (99.5 min) of the male speaker behind festvox-ru's unit-selection voice, and the big fish's
-lines of Fish Fillets NG's Dutch and Czech dubbing (two male actors, about 70 min), and festvox-ru's sentences
-re-voiced over the low male range (median f0 75-125 Hz, formants x0.90-1.05; :mod:`cosyedge.datasets.voice`). One or more of them
-(comma-separated) are added to any data version with ``TrainingData(read_phrase_share=, read_phrase_corpus=)``;
-together they get ``read_phrase_share`` of the speech draws, split by duration."""
-
-
-DATA_VERSIONS = (1, 2, 3, 4)
-"""Training data versions: 1 = the data of the first bundled weights; 2 = version 1 plus
-:data:`EXTRA_SPEECH_CORPORA_V2` and the noises of :data:`cosyedge.datasets.noise.REAL_NOISE_CORPORA_V2`;
-3 = version 2 plus :data:`EXTRA_SPEECH_CORPORA_V3` (male-converted prompts, drawn with :data:`MALE_SHARE_V3`;
-its validation set also converts every second prompt, see :meth:`TrainingData.validation_pairs`);
-4 = version 3 (same corpora, noise bank and validation set) with on-the-fly augmentation of every batch:
-noise speed perturbation (:func:`speed_perturb`, :data:`NOISE_SPEED_RANGE`) and random equalisation of
-noise and speech (:func:`random_eq`), so a noise seen in training stands for its faster, slower and
-differently coloured variants (an engine at other revs, another room or microphone).
-(A 40-min fine-tune of the bundled model on version 2 raised validation SI-SNRi but not the held-out
-test figure; see docs/model-card.md.)"""
-
-SYNTHETIC_CORPORA = ("espeak", "flite", "festival")
-"""Corpora made by a synthesizer; together they get ``synthetic_share`` of the speech draws."""
-
-NARROWBAND_CORPORA = ("asterisk-prompt-fr-armelle", "asterisk-prompt-es-co", "asterisk-prompt-it-menardi")
-"""Real voices recorded at 8 kHz (no energy above 4 kHz); together they get ``narrowband_share``."""
-
-NOISE_WEIGHTS = {
-    "white": 0.05, "pink": 0.08, "brown": 0.05, "colored": 0.09, "hum": 0.05, "babble": 0.13,
-    "clicks": 0.03, "band": 0.07, "tonal": 0.06, "machine": 0.12, "real-events": 0.05, "real-env": 0.16,
-    "music": 0.06,
-}
-"""Probability of each noise category for the first noise of a mixture (renormalised over the
-categories present in the bank), data version 1."""
-
-NOISE_WEIGHTS_V2 = {
-    "white": 0.05, "pink": 0.08, "brown": 0.05, "colored": 0.09, "hum": 0.05, "babble": 0.13,
-    "clicks": 0.03, "band": 0.06, "tonal": 0.05, "machine": 0.08, "real-events": 0.04, "real-env": 0.12,
-    "music": 0.07, "real-games": 0.16,
-}
-"""Noise category probabilities of data version 2."""
-
-BANK_VERSION = 6
-
-NOISE_SPEED_RANGE = (0.67, 1.5)
-"""Data version 4: noise playback-speed factors (log-uniform), applied to :data:`P_NOISE_SPEED` of the
-noise draws; 1.5 plays 1.5 x faster (pitch and tempo up by 7 semitones)."""
-P_NOISE_SPEED = 0.5
-"""Data version 4: probability that a noise draw is speed-perturbed (:data:`NOISE_SPEED_RANGE`)."""
-P_NOISE_EQ = 0.5
-"""Data version 4: probability of random equalisation of a noise draw (up to +-12 dB bumps)."""
-P_SPEECH_EQ = 0.3
-"""Data version 4: probability of random equalisation of a speech segment (up to +-6 dB bumps; the clean
-target gets the same filter)."""
-LOW_BOOST_CENTRE_HZ = (70.0, 140.0)
-""":func:`low_band_boost`: range of the boost's centre frequency (log-uniform), Hz: a male voice's f0."""
-REVERB_RT60_S = (0.15, 0.6)
-""":func:`room_reverb`: range of the reverberation time RT60 (uniform), seconds: small to mid-sized rooms."""
-REVERB_DRR_DB = (0.0, 12.0)
-""":func:`room_reverb`: range of the direct-to-reverberant energy ratio (uniform), dB."""
-
-
-# ------------------------------------------------------------------------------------------ metrics
-def active_power(x: np.ndarray, frame_samples: int = FRAME_SAMPLES, range_db: float = ACTIVE_RANGE_DB) -> np.ndarray:
-    """Mean power of the active frames of ``x``.
-
-    Args:
-        x (np.ndarray): float, shape (..., n_samples).
-        frame_samples (int): Frame length in samples (20 ms at 16 kHz). A tail shorter than a frame is
-            ignored for the activity decision; ``x`` shorter than one frame uses the whole signal.
-        range_db (float): Frames below (loudest frame - range_db) are pauses.
-    Returns:
-        np.ndarray: float64, shape (...,), mean power (linear, full scale = 1) over active frames; 0 for an
-        all-zero signal.
-    """
-    x = np.asarray(x)
-    n = x.shape[-1]
-    nf = n // frame_samples
-    if nf == 0:
-        return np.mean(np.square(x, dtype=np.float64), axis=-1)
-    fr = x[..., : nf * frame_samples].reshape(*x.shape[:-1], nf, frame_samples)
-    pw = np.mean(np.square(fr, dtype=np.float64), axis=-1)
-    thr = np.maximum(pw.max(axis=-1, keepdims=True) * 10 ** (-range_db / 10), 1e-10)
-    act = pw >= thr
-    cnt = act.sum(axis=-1)
-    return np.where(cnt > 0, (pw * act).sum(axis=-1) / np.maximum(cnt, 1), 0.0)
-
-
-def mix_at_snr(speech: np.ndarray, noise: np.ndarray, snr_db, active: bool = True) -> np.ndarray:
-    """Return ``speech + g * noise`` with ``g`` chosen so the mixture has ``snr_db``.
-
-    Args:
-        speech (np.ndarray): float32, shape (n_samples,) or (B, n_samples).
-        noise (np.ndarray): float32, same shape as ``speech``.
-        snr_db (float | np.ndarray): Target SNR in dB, scalar or shape (B,).
-        active (bool): If True (default) the speech power is over its active frames
-            (:func:`active_power`); if False over the whole segment. Noise power is always over the whole
-            segment.
-    Returns:
-        np.ndarray: float32, shape of ``speech``. Not normalised: may exceed [-1, 1] at low SNR. An
-        all-zero noise gives back ``speech``.
-    Raises:
-        UsageError: shapes differ.
-    """
-    return (speech + scale_noise(speech, noise, snr_db, active)).astype(np.float32)
-
-
-def scale_noise(speech: np.ndarray, noise: np.ndarray, snr_db, active: bool = True) -> np.ndarray:
-    """Return ``g * noise`` such that ``speech`` over it has ``snr_db`` (see :func:`mix_at_snr`)."""
-    speech = np.asarray(speech, np.float32)
-    noise = np.asarray(noise, np.float32)
-    if speech.shape != noise.shape:
-        raise UsageError(f"speech shape {speech.shape} != noise shape {noise.shape} (cut both to one length)")
-    ps = active_power(speech) if active else np.mean(np.square(speech, dtype=np.float64), axis=-1)
-    pn = np.mean(np.square(noise, dtype=np.float64), axis=-1)
-    snr = np.asarray(snr_db, np.float64)
-    g = np.sqrt(ps / np.maximum(pn, 1e-20) * 10 ** (-snr / 10))
-    g = np.where(pn > 1e-20, g, 0.0)
-    return (noise * np.asarray(g, np.float32)[..., None]) if noise.ndim > 1 else (noise * np.float32(g))
-
-
-def speed_perturb(x: np.ndarray, factors: np.ndarray, n_samples: int) -> np.ndarray:
-    """Play each row of ``x`` at its own speed (resampling by linear interpolation; no anti-alias filter).
-
-    Args:
-        x (np.ndarray): float32 (B, L), L >= ceil(n_samples * max(factors)) + 1 samples.
-        factors (np.ndarray): (B,) speed factors > 0 (2 = twice as fast: frequencies doubled).
-        n_samples (int): output length T.
-    Returns:
-        np.ndarray: float32 (B, T), row b = ``x[b]`` read at ``t * factors[b]``, t = 0..T-1.
-    Raises:
-        ValueError: a row would read past the end of ``x``.
-    """
-    factors = np.asarray(factors, dtype=np.float64)
-    pos = np.arange(n_samples)[None, :] * factors[:, None]
-    i0 = np.floor(pos).astype(np.int64)
-    if i0.size and int(i0.max()) + 1 >= x.shape[1]:
-        raise ValueError(f"speed_perturb: {x.shape[1]} input samples are too few for {n_samples} output samples "
-                         f"at speed {factors.max():.3f}")
-    frac = (pos - i0).astype(np.float32)
-    rows = np.arange(x.shape[0])[:, None]
-    return x[rows, i0] * (1 - frac) + x[rows, i0 + 1] * frac
-
-
-def random_eq(x: np.ndarray, rng: np.random.Generator, p: float, max_db: float,
-              sample_rate_hz: int = SAMPLE_RATE_HZ) -> np.ndarray:
-    """Random zero-phase equalisation of each row with probability ``p`` (data augmentation).
-
-    The gain curve over log-frequency is a tilt (uniform +-``max_db`` / 8 dB per octave around 1 kHz)
-    plus two Gaussian bumps (centres 60 Hz-7 kHz log-uniform, widths 0.3-1.5 octaves, gains uniform
-    +-``max_db``), clipped to +-1.5 ``max_db``, applied in the DFT domain of the whole row (the spectral
-    augmentation of e.g. the DNS challenge recipes; a smooth magnitude curve, so the circular
-    convolution it implies is short).
-
-    Args:
-        x (np.ndarray): float32 (B, T).
-        rng (np.random.Generator): random source (the result is a pure function of its state).
-        p (float): probability per row in [0, 1].
-        max_db (float): bump gain range in dB.
-        sample_rate_hz (int): sample rate, Hz.
-    Returns:
-        np.ndarray: float32 (B, T), a new array (rows not drawn are copied unchanged).
-    """
-    def gain_db(k: int, lf: np.ndarray) -> np.ndarray:
-        tilt = rng.uniform(-max_db / 8, max_db / 8, (k, 1))
-        centre = rng.uniform(np.log2(60.0), np.log2(7000.0), (k, 2, 1))
-        width = rng.uniform(0.3, 1.5, (k, 2, 1))
-        gain = rng.uniform(-max_db, max_db, (k, 2, 1))
-        g_db = tilt * (lf - np.log2(1000.0)) + (gain * np.exp(-0.5 * ((lf[:, None] - centre) / width) ** 2)).sum(1)
-        return np.clip(g_db, -1.5 * max_db, 1.5 * max_db)
-
-    return _filter_random_rows(x, rng, p, gain_db, sample_rate_hz)
-
-
-def _filter_random_rows(x: np.ndarray, rng: np.random.Generator, p: float, gain_db, sample_rate_hz: int) -> np.ndarray:
-    """Zero-phase filter each row of ``x`` (B, T) float32 with probability ``p``, in the DFT domain of the
-    whole row, by ``gain_db(k, lf)``: a (k, T // 2 + 1) dB curve for the k drawn rows over ``lf`` (1, T // 2 + 1),
-    log2 of the bin frequency in Hz (floored at 20 Hz). Shared by :func:`random_eq` and :func:`low_band_boost`;
-    the rows are drawn from ``rng`` before ``gain_db`` draws its parameters. Returns a new float32 (B, T) array."""
-    out = np.array(x, dtype=np.float32, copy=True)
-    sel = np.flatnonzero(rng.random(x.shape[0]) < p)
-    if not sel.size:
-        return out
-    lf = np.log2(np.maximum(np.fft.rfftfreq(x.shape[1], 1.0 / sample_rate_hz), 20.0))[None, :]
-    g = 10 ** (gain_db(sel.size, lf) / 20)
-    out[sel] = np.fft.irfft(np.fft.rfft(out[sel], axis=1) * g, n=x.shape[1], axis=1).astype(np.float32)
-    return out
-
-
-def low_band_boost(x: np.ndarray, rng: np.random.Generator, p: float, max_db: float = 10.0,
-                   sample_rate_hz: int = SAMPLE_RATE_HZ) -> np.ndarray:
-    """Boost the fundamental-frequency band of each row with probability ``p`` (speech augmentation).
-
-    A zero-phase Gaussian bump over log-frequency: centre log-uniform in :data:`LOW_BOOST_CENTRE_HZ`, width
-    0.4-0.8 octave (standard deviation), gain uniform in [0, ``max_db``] dB, applied in the DFT domain of
-    the whole row as :func:`random_eq`. Why: real male voices carry much of their energy at the fundamental
-    (80-150 Hz). In the long-term spectrum (``scripts/diagnose_bands.py --speech-bands``) the 60-100 Hz band
-    holds -25..-38 dB of the total energy in the asterisk prompts, -13..-17 dB in their male conversions
-    (data version 3) and -7..-12 dB in the test set's LibriVox reader, so a model trained on the prompts
-    meets strong low-frequency speech energy mostly in noise. (Designed after comparing those long-term
-    spectra, including the test reader's; not tuned on test scores.)
-
-    Args:
-        x (np.ndarray): float32 (B, T) speech.
-        rng (np.random.Generator): random source (the result is a pure function of its state).
-        p (float): probability per row in [0, 1].
-        max_db (float): largest boost, dB (>= 0).
-        sample_rate_hz (int): sample rate, Hz.
-    Returns:
-        np.ndarray: float32 (B, T), a new array (rows not drawn are copied unchanged).
-    Raises:
-        UsageError: ``max_db`` negative.
-    """
-    if not max_db >= 0:
-        raise UsageError(f"low_band_boost: max_db must be >= 0 dB, got {max_db}")
-
-    def gain_db(k: int, lf: np.ndarray) -> np.ndarray:
-        lo, hi = LOW_BOOST_CENTRE_HZ
-        centre = rng.uniform(np.log2(lo), np.log2(hi), (k, 1))
-        width = rng.uniform(0.4, 0.8, (k, 1))
-        gain = rng.uniform(0.0, max_db, (k, 1))
-        return gain * np.exp(-0.5 * ((lf - centre) / width) ** 2)
-
-    return _filter_random_rows(x, rng, p, gain_db, sample_rate_hz)
-
-
-def band_limit(x: np.ndarray, cutoff_hz: float = 4000.0, sample_rate_hz: int = SAMPLE_RATE_HZ) -> np.ndarray:
-    """Zero-phase low-pass of each row: every DFT bin above ``cutoff_hz`` set to zero.
-
-    What an 8 kHz recording (telephone, narrowband codecs) holds once resampled to 16 kHz: nothing above 4 kHz.
-    Used on whole training mixtures (speech and noise alike, so the clean target is band-limited too):
-    :meth:`TrainingData.batch` with ``mixture_lowpass``.
-
-    Args:
-        x (np.ndarray): float32 (B, T) rows.
-        cutoff_hz (float): highest frequency kept, Hz, in (0, sample_rate_hz / 2).
-        sample_rate_hz (int): sample rate, Hz.
-    Returns:
-        np.ndarray: float32 (B, T), a new array.
-    Raises:
-        UsageError: ``cutoff_hz`` outside (0, sample_rate_hz / 2).
-    """
-    if not 0.0 < cutoff_hz < sample_rate_hz / 2:
-        raise UsageError(f"band_limit: cutoff_hz must be in (0, {sample_rate_hz / 2:g}) Hz, got {cutoff_hz}")
-    spec = np.fft.rfft(np.asarray(x, dtype=np.float32), axis=-1)
-    spec[..., np.fft.rfftfreq(np.shape(x)[-1], 1.0 / sample_rate_hz) > cutoff_hz] = 0.0
-    return np.fft.irfft(spec, n=np.shape(x)[-1], axis=-1).astype(np.float32)
-
-
-def room_reverb(x: np.ndarray, rng: np.random.Generator, p: float,
-                sample_rate_hz: int = SAMPLE_RATE_HZ) -> np.ndarray:
-    """Add synthetic room reverberation to each row with probability ``p`` (speech augmentation).
-
-    Each drawn row is convolved with a synthetic room impulse response: a unit direct path at lag 0 (so the
-    reverberant speech stays aligned with the dry one) plus a diffuse tail of Gaussian noise from a 2-10 ms
-    pre-delay on, decaying by 60 dB over RT60 (uniform in :data:`REVERB_RT60_S`), low-passed by a first-order
-    Butterworth filter (-3 dB corner uniform in 2-6 kHz: walls absorb highs), scaled to a direct-to-reverberant
-    energy ratio uniform in
-    :data:`REVERB_DRR_DB`; the row is then rescaled to its dry RMS. This is the exponentially decaying
-    noise model of late reverberation (Polack 1988; e.g. Lehmann & Johansson, JASA 124(1), 2008). Why: the
-    training voices are dry studio prompts and synthetic voices, while real read speech (the LibriVox test
-    readings) is recorded in rooms; the clean target is the reverberant speech (the model denoises, it does
-    not dereverberate).
-
-    Args:
-        x (np.ndarray): float32 (B, T) speech.
-        rng (np.random.Generator): random source (the result is a pure function of its state).
-        p (float): probability per row in [0, 1].
-        sample_rate_hz (int): sample rate, Hz.
-    Returns:
-        np.ndarray: float32 (B, T), a new array (rows not drawn are copied unchanged), the same length
-        (the tail past T is cut).
-    Raises:
-        UsageError: ``x`` not 2-D, or ``p`` outside [0, 1].
-    """
-    from scipy.signal import butter, fftconvolve, lfilter  # scipy: already needed by the training noise (noise.py)
-
-    if np.ndim(x) != 2:
-        raise UsageError(f"room_reverb: x must be (B, T), got shape {np.shape(x)}")
-    if not 0.0 <= p <= 1.0:
-        raise UsageError(f"room_reverb: p must be a probability in [0, 1], got {p}")
-    out = np.array(x, dtype=np.float32, copy=True)
-    sel = np.flatnonzero(rng.random(x.shape[0]) < p)
-    n_t = x.shape[1]
-    for i in sel:
-        rt60 = rng.uniform(*REVERB_RT60_S)
-        drr_db = rng.uniform(*REVERB_DRR_DB)
-        pre = int(rng.uniform(0.002, 0.010) * sample_rate_hz)
-        n_h = min(int(rt60 * sample_rate_hz), n_t)
-        t = np.arange(n_h) / sample_rate_hz
-        tail = rng.standard_normal(n_h) * np.exp(-3.0 * np.log(10.0) * t / rt60)  # -60 dB at t = RT60
-        b, a = butter(1, rng.uniform(2000.0, 6000.0), fs=sample_rate_hz)  # first-order low-pass
-        tail = lfilter(b, a, tail)
-        h = np.zeros(pre + n_h)
-        h[pre:] = tail * np.sqrt(10 ** (-drr_db / 10) / max(float(np.sum(tail ** 2)), 1e-12))
-        h[0] = 1.0
-        dry = x[i].astype(np.float64)
-        y = fftconvolve(dry, h)[:n_t]
-        wet_rms = float(np.sqrt(np.mean(y ** 2)))
-        out[i] = (y * (float(np.sqrt(np.mean(dry ** 2))) / wet_rms if wet_rms > 0 else 1.0)).astype(np.float32)
-    return out
-
-
-def si_snr(est: np.ndarray, ref: np.ndarray, eps: float = 1e-8) -> np.ndarray:
-    """Scale-invariant signal-to-noise ratio in dB.
-
-    Both signals are made zero-mean; ``s = <est, ref> ref / ||ref||^2``, ``e = est - s``,
-    ``SI-SNR = 10 log10(||s||^2 / ||e||^2)``. Not delay-aware: align ``est`` to ``ref`` first.
-
-    Args:
-        est (np.ndarray): float, shape (..., n_samples), estimate.
-        ref (np.ndarray): float, same shape, clean reference.
-        eps (float): Stabiliser.
-    Returns:
-        np.ndarray: float64, shape (...,) (a 0-d array for 1-D inputs), dB.
-    Source: Le Roux et al., "SDR - half-baked or well done?", ICASSP 2019 (arXiv:1811.02508).
-    """
-    est = np.asarray(est, np.float64)
-    ref = np.asarray(ref, np.float64)
-    if est.shape != ref.shape:
-        raise UsageError(f"si_snr: est shape {est.shape} != ref shape {ref.shape} (align and cut first)")
-    est = est - est.mean(axis=-1, keepdims=True)
-    ref = ref - ref.mean(axis=-1, keepdims=True)
-    a = np.sum(est * ref, axis=-1, keepdims=True) / (np.sum(ref * ref, axis=-1, keepdims=True) + eps)
-    s = a * ref
-    e = est - s
-    return 10 * np.log10((np.sum(s * s, axis=-1) + eps) / (np.sum(e * e, axis=-1) + eps))
-
-
-def _stable_int(text: str) -> int:
-    return int(hashlib.sha1(text.encode()).hexdigest()[:12], 16)
-
+from cosyedge.signal import mix_at_snr, scale_noise
 
 # ---------------------------------------------------------------------------------------- dataset
 SPEECH_CACHE_VERSION = 1
@@ -414,12 +64,12 @@ class TrainingData:
     """All training, validation and test audio, prepared once and cached as .npy.
 
     On construction the speech corpora (:data:`SPEECH_TRAIN_CORPORA`, train split only) are loaded or
-    built, and the noise bank (:func:`cosyedge.datasets.noise.build_noise_bank`) is loaded or built for
+    built, and the noise bank (:func:`cosyedge.data.noise.build_noise_bank`) is loaded or built for
     ``seed``. The first run fetches Debian packages (about 1 min on a fast link); later runs load .npy.
 
     Args:
         seed (int): Seed of the noise bank (and validation noise). Defaults to 0.
-        cache_dir (str | PathLike | None): See :func:`cosyedge.datasets.sources.data_dir`.
+        cache_dir (str | PathLike | None): See :func:`cosyedge.data.sources.data_dir`.
         corpora (tuple[str, ...] | None): Speech corpora for training. Defaults to
             :data:`SPEECH_TRAIN_CORPORA`; must not contain test corpora (``librivox``, ``cards``).
         synthetic_share (float): Share of speech draws from synthetic voices (espeak-ng, flite,
@@ -447,7 +97,7 @@ class TrainingData:
         mixture_lowpass (float): probability in [0, 1] that a whole training mixture, noisy and clean alike,
             is band-limited to 4 kHz (:func:`band_limit`: an 8 kHz recording resampled to 16 kHz). Defaults to 0.
         require_all (bool): every speech corpus and real-noise corpus of the data version must load, and the
-            festival corpus must hold every voice of :data:`~cosyedge.datasets.sources.FESTIVAL_VOICES`; without
+            festival corpus must hold every voice of :data:`~cosyedge.data.sources.FESTIVAL_VOICES`; without
             it (the default) a missing one is skipped with a warning and listed in :attr:`missing`, so the data
             differs from a machine that has it (a training run is then not reproducible elsewhere).
     Attributes:
@@ -839,7 +489,7 @@ class TrainingData:
         if limit is not None:
             items = items[:limit]
         if self.data_version >= 3:  # every second held-out prompt as a male-range voice (same conversion as training)
-            from cosyedge.datasets.voice import convert_to_male
+            from cosyedge.data.voice import convert_to_male
 
             items = [(f"{n}~male", convert_to_male(x, n)) if k % 2 else (n, x)
                      for k, (n, x) in enumerate(items)]
@@ -885,7 +535,7 @@ class TrainingData:
         """Return the fixed test set: pocketsphinx LibriVox readings x each held-out REAL noise.
 
         Neither the speech (``pocketsphinx-testdata``) nor the noises
-        (:func:`cosyedge.datasets.noise.heldout_noises`: a real engine recording from a package used
+        (:func:`cosyedge.data.noise.heldout_noises`: a real engine recording from a package used
         nowhere else, and the held-out quarter of the opensfx recordings) is ever used for training. The noise offset
         per file is a hash of the file name (deterministic); SNR is active-speech SNR; if a mixture
         would exceed 0.95 full scale, noisy and clean are scaled down together.
@@ -898,31 +548,3 @@ class TrainingData:
             ``"<file>+<noise>@<snr>dB"``; arrays float32, shape (n_samples,), 16 kHz.
         """
         return test_pairs(snr_db_list, include_cards, self.cache_dir, noises)
-
-
-def test_pairs(snr_db_list=(5,), include_cards: bool = False, cache_dir=None,
-               noises: tuple[str, ...] | None = None) -> list[tuple[str, np.ndarray, np.ndarray]]:
-    """Module-level twin of :meth:`TrainingData.test_pairs` (needs no training data).
-
-    ``noises`` selects held-out noises by name (default: all of
-    :func:`cosyedge.datasets.noise.heldout_noises`).
-    """
-    bank = noise_mod.heldout_noises(cache_dir)
-    names = tuple(bank) if noises is None else noises
-    out = []
-    for cname in ("librivox",) + (("cards",) if include_cards else ()):
-        c = load_corpus(cname, cache_dir)
-        for nname in names:
-            nz = bank[nname][0]
-            for i in range(len(c)):
-                clean = c.utterance(i)
-                if nz.size <= clean.size:
-                    raise ArtifactError(f"held-out noise {nname} ({nz.size} samples) shorter than {c.names[i]}")
-                off = _stable_int(c.names[i]) % (nz.size - clean.size)
-                seg = nz[off : off + clean.size]
-                for snr in snr_db_list:
-                    noisy = mix_at_snr(clean, seg, snr)
-                    g = min(1.0, 0.95 / max(float(np.abs(noisy).max()), 1e-9))
-                    out.append((f"{c.names[i]}+{nname}@{snr:g}dB", (noisy * g).astype(np.float32),
-                                (clean * g).astype(np.float32)))
-    return out

@@ -151,19 +151,19 @@ def build_converted_corpus(source, name: str, ranges: VoiceRanges = MALE_RANGES,
     """Return a new corpus: every TRAINING utterance of ``source`` converted with :func:`convert_voice`.
 
     Args:
-        source (cosyedge.datasets.sources.Corpus): Source corpus (16 kHz); its ``"val"``/``"test"``
+        source (cosyedge.data.corpus.Corpus): Source corpus (16 kHz); its ``"val"``/``"test"``
             utterances are skipped, and so are utterances under 0.25 s, with non-finite samples, or that
             Praat cannot convert or turns to silence.
         name (str): Name of the new corpus.
         ranges (VoiceRanges): Ranges of the per-utterance parameters.
         speaker_suffix (str): Appended to each speaker id.
     Returns:
-        cosyedge.datasets.sources.Corpus: all utterances split ``"train"``, ``meta`` recording the ranges.
+        cosyedge.data.corpus.Corpus: all utterances split ``"train"``, ``meta`` recording the ranges.
     Raises:
         DependencyError: praat-parselmouth is missing.
         ArtifactError: no utterance could be converted.
     """
-    from cosyedge.datasets.sources import Corpus
+    from cosyedge.data.corpus import Corpus
 
     _parselmouth()
     audios, names, speakers = [], [], []

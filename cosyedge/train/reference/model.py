@@ -2,7 +2,7 @@
 
 Architecture (gain estimation in an STFT filterbank domain, all causal):
 
-1. Analysis: :class:`~cosyedge.nn.CausalConv1dDownsample` (1 -> 2F channels, window 320, hop 160) whose
+1. Analysis: :class:`~cosyedge.train.nn.CausalConv1dDownsample` (1 -> 2F channels, window 320, hop 160) whose
    fixed weights are the sqrt-Hann-windowed real DFT basis (F = 161 bins: real then imaginary parts).
    Optionally (``win_samples`` N > 2 * hop) an asymmetric low-latency window pair: a long analysis window
    (N samples, F = N/2 + 1 bins, e.g. 768 = 48 ms, 20.8 Hz bins) and a synthesis window that is non-zero
@@ -19,13 +19,13 @@ Architecture (gain estimation in an STFT filterbank domain, all causal):
    Optional deep filter (``df_order`` K > 0, on the lowest ``df_bins`` bins): a 1x1 conv C -> 2 * df_bins * K
    gives complex coefficients ``c_j = tanh(.)`` and the output bin is ``g X_t + sum_{j<K} c_j X_{t-j}``
    (complex products with the current and K - 1 past frames, which the fixed
-   :class:`~cosyedge.nn.CausalConv1d` ``df_taps`` buffers as streaming state). It is phase-aware and
+   :class:`~cosyedge.train.nn.CausalConv1d` ``df_taps`` buffers as streaming state). It is phase-aware and
    can separate harmonics that fall inside one main lobe of the 20 ms window (about 200 Hz wide, e.g. a
    male voice's 85-135 Hz f0 spacing) without adding latency; with zero coefficients it is the plain gain
    model (DeepFilterNet, Schroeter et al. 2022, arXiv:2110.05588; deep filtering, Mack & Habets 2020,
    arXiv:1911.12235).
    Optional long-window features (``lw_window`` W > 0): a second fixed analysis
-   :class:`~cosyedge.nn.CausalConv1dDownsample` (1 -> 2 * ``lw_bins``, window W, hop 160, Hann-windowed
+   :class:`~cosyedge.train.nn.CausalConv1dDownsample` (1 -> 2 * ``lw_bins``, window W, hop 160, Hann-windowed
    real DFT of the W most recent samples, lowest ``lw_bins`` bins) whose normalised log power enters the
    estimator through its own 1x1 conv, added to the features above. The window only looks back, so it adds
    no latency; W = 1024 (64 ms, 15.6 Hz bins) resolves the harmonics of a low voice that the 20 ms
@@ -36,13 +36,13 @@ Architecture (gain estimation in an STFT filterbank domain, all causal):
    lag that maximises the band-limited autocorrelation of the long window's power (Wiener-Khinchin:
    ``r(T) = sum_k |L_k|^2 cos(2 pi k T / W)``, a fixed (lags x lw_bins) matrix); the analysis frame is
    averaged with the input one period earlier (``(x[n] + x[n - T]) / 2``, from a fixed framing
-   :class:`~cosyedge.nn.CausalFraming` of the last 2 * win samples: one more streaming state) and
+   :class:`~cosyedge.train.nn.CausalFraming` of the last 2 * win samples: one more streaming state) and
    transformed with the analysis basis into a comb spectrum C. Its normalised log power enters the estimator
    through a zero-initialised 1x1 conv, and a per-bin mix ``m = sigmoid(.)`` (its head initialised to
    m = 0.0003) filters ``g * (X + m (C - X))`` instead of ``g * X``: harmonics add up in C, noise that is not
    periodic at T does not. Ideal masks with this choice per 200 Hz band reach 7.8 dB SI-SNRi at 5 dB on the
    test set against 6.4 dB without it (``scripts/oracle_testset.py``, row ``320/iam+pitch-lw``).
-5. Synthesis: :class:`~cosyedge.nn.CausalConv1dUpsample` (2F -> 1, factor 160, kernel 2 frames) with
+5. Synthesis: :class:`~cosyedge.train.nn.CausalConv1dUpsample` (2F -> 1, factor 160, kernel 2 frames) with
    the fixed sqrt-Hann inverse-DFT basis: exactly overlap-add inverse STFT. The output is delayed by one
    hop (160 samples) relative to the input: algorithmic latency = chunk (10 ms) + delay (10 ms) = 20 ms.
 
@@ -52,6 +52,10 @@ with ``y[n]`` the enhanced estimate of ``x[n - 160]``.
 Sources: sqrt-Hann STFT with 50 % overlap-add (perfect reconstruction, Griffin & Lim 1984);
 gated activation units (WaveNet, arXiv:1609.03499); mask-based enhancement with an SNR loss
 (e.g. Conv-TasNet, arXiv:1809.07454); RNNoise-style per-band gains (arXiv:1709.08243).
+
+Moved from ``cosyedge/models/reference.py`` (issue 36). About 520 lines: the config, the model and its
+checkpoint I/O (including the legacy-checkpoint upgrade) are one unit; the growth steps are in
+:mod:`cosyedge.train.reference.grow`, the losses in :mod:`~cosyedge.train.reference.losses`.
 """
 
 from __future__ import annotations
@@ -66,7 +70,7 @@ from torch import nn
 
 from cosyedge.errors import ArtifactError, first_line
 from cosyedge.models.stft import analysis_window, long_window_basis, stft_bases
-from cosyedge.nn import CausalConv1d, CausalConv1dDownsample, CausalConv1dUpsample, CausalFraming
+from cosyedge.train.nn import CausalConv1d, CausalConv1dDownsample, CausalConv1dUpsample, CausalFraming
 
 __all__ = ["EnhancerConfig", "GatedBlock", "ReferenceEnhancer", "analysis_window", "count_macs_per_second",
            "load_reference", "long_window_basis", "save_reference", "stft_bases"]
@@ -435,7 +439,7 @@ def save_reference(model: ReferenceEnhancer, path: str | Path, extra: dict | Non
 
 LEGACY_FRAMING_KEY = "pc_frames.conv.weight"
 """State-dict key of the pitch comb's dense identity framing conv (2W, 1, 2W) in checkpoints saved before
-:class:`~cosyedge.nn.CausalFraming` replaced it (same values, a fixed basis)."""
+:class:`~cosyedge.train.nn.CausalFraming` replaced it (same values, a fixed basis)."""
 
 
 def _upgrade_legacy_framing(state: dict, model: ReferenceEnhancer, path: Path) -> None:

@@ -1,7 +1,7 @@
 """Training and test noises, 16 kHz mono float32.
 
 TRAINING noise is a deterministic *noise bank*: one float32 array of categories, each a few minutes long
-and normalised to unit RMS per 4 s block, from which :class:`~cosyedge.datasets.mix.TrainingData` draws
+and normalised to unit RMS per 4 s block, from which :class:`~cosyedge.data.training_data.TrainingData` draws
 random segments. Categories (:data:`SYNTH_KINDS` plus real sounds):
 
 - ``white``; ``pink`` (1/f); ``brown`` (1/f^2); ``colored`` (1/f^a, a uniform in [0, 2.5] per block);
@@ -24,7 +24,7 @@ random segments. Categories (:data:`SYNTH_KINDS` plus real sounds):
 
 HELD-OUT TEST noise (never in training): :func:`heldout_noise` returns a real recorded noise from a Debian
 package (see :data:`HELDOUT_NOISE`). Mixtures of categories are made at batch time by
-:mod:`cosyedge.datasets.mix`.
+:mod:`cosyedge.data.training_data`.
 """
 
 from __future__ import annotations
@@ -33,7 +33,9 @@ import hashlib
 
 import numpy as np
 
-from cosyedge.datasets.sources import SAMPLE_RATE_HZ, data_dir, decode_audio, fetch_package, load_corpus
+from cosyedge.data.corpus import SAMPLE_RATE_HZ
+from cosyedge.data.registry import load_corpus
+from cosyedge.data.sources import data_dir, decode_audio, fetch_package
 from cosyedge.errors import ArtifactError, DependencyError, UsageError
 from cosyedge.log import LOG
 
@@ -221,7 +223,7 @@ def real_sounds(rng: np.random.Generator, corpora: tuple[str, ...], cache_dir=No
 
     Args:
         rng (np.random.Generator): Random source.
-        corpora (tuple[str, ...]): Corpus names (see :data:`cosyedge.datasets.sources.CORPORA`); missing
+        corpora (tuple[str, ...]): Corpus names (see :data:`cosyedge.data.registry.CORPORA`); missing
             ones are skipped with a warning.
         cache_dir (str | PathLike | None): Data cache.
         passes (int): Number of shuffled passes over all sounds.
