@@ -186,7 +186,7 @@ def declared_float_nodes(model: Any) -> list[str]:
 def is_copy_conv(node: Any, inits: dict) -> bool:
     """Tell whether a node is a Conv that only copies: its weight (an initializer, any shape (C_out, ...)) is
     one-hot per output channel (a single 1.0, zeros elsewhere) and its bias, if any, is zero, so each output is one
-    input sample or frame, e.g. :class:`cosyedge.nn.CausalFraming`'s taps.
+    input sample or frame, e.g. :class:`cosyedge.train.nn.CausalFraming`'s taps.
 
     Args:
         node (onnx.NodeProto): Any node.
@@ -221,7 +221,7 @@ def float_nodes(model: Any, audio_input: str, audio_output: str) -> dict[str, st
     Returns:
         dict[str, str]: node name -> reason (``"first conv (reads the audio input)"``, ``"last conv (feeds
         the audio output)"``, ``"1 input channel"``, ``"1 output channel"``, ``"copy (one-hot weights)"``: a
-        fixed conv that only moves samples or frames, e.g. :class:`~cosyedge.nn.CausalFraming`'s taps, where
+        fixed conv that only moves samples or frames, e.g. :class:`~cosyedge.train.nn.CausalFraming`'s taps, where
         int8 would round its input and save nothing).
     """
     nodes = weighted_nodes(model)

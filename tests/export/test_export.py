@@ -80,7 +80,7 @@ def test_full_onnx_io_and_metadata(exported):
     assert sorted(p.name for p in full.parent.iterdir() if p.name.startswith("reference.onnx")) == ["reference.onnx"]
     assert all(t.data_location == onnx.TensorProto.DEFAULT for t in model.graph.initializer)
     ops = {n.op_type for n in model.graph.node}
-    assert ("Pad" in ops) == (not dynamo)  # DESIGN.md: dynamo folds F.pad into Conv pads
+    assert ("Pad" in ops) == (not dynamo)  # docs/design.md: dynamo folds F.pad into Conv pads
 
 
 def test_full_onnx_matches_torch_incl_digital_silence(exported, reference, signals):

@@ -147,7 +147,7 @@ def test_export_cli_refuses_what_a_recipe_cannot_take(tmp_path, capsys):
 def test_the_committed_ci_baseline_is_for_the_model_the_recipe_exports(nsnet2_onnx):
     """.ci/run gates `cosyedge export nsnet2` with cosyedge/compare/baselines/nsnet2.accuracy.json: the export is
     deterministic, so a change of the recipe, of streamify or of the wheel shows here first (then regenerate
-    the baseline: the README's 'Deploy a pretrained model' check --update-baseline line)."""
+    the baseline: the check --update-baseline line of scripts/examples/04_deploy_nsnet2/README.md)."""
     from cosyedge.artifacts import model_content_sha256
 
     base = json.loads((ROOT / "cosyedge" / "compare" / "baselines" / "nsnet2.accuracy.json").read_text())

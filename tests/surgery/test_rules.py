@@ -1,7 +1,7 @@
 """Streaming rules on small PyTorch models: recurrent state, transposed convs, 2-D convs with time on axis 2,
 running sums, multi-input/-output graphs, several files as one model; refusals name every blocker.
 
-Each model is exported with the TorchScript exporter (``dynamo=False``: DESIGN.md, the dynamo exporter fails
+Each model is exported with the TorchScript exporter (``dynamo=False``: docs/design.md, the dynamo exporter fails
 on nn.LSTM with a dynamic time axis) and streamified; streamify's own proof already ran (stream == full on
 real speech or seeded inputs); the tests check it again independently with raw ONNX Runtime.
 """

@@ -219,7 +219,7 @@ def test_odd_chunk_is_silently_truncated_by_onnx_so_check_chunk_refuses_it(user_
     mt.export_plain(model, tmp_path / "user.onnx", dynamo=False)
     c = streamify(tmp_path / "user.onnx", tmp_path / "user.stream.onnx", sample_rate_hz=8000, hop_samples=2)
     feed = {"x": np.zeros((1, 1, 3), np.float32), **{s.input: s.zeros(1) for s in c.states}}
-    # The full graph truncates 3 samples to 2 without a word (DESIGN.md); the stream graph sizes its time
+    # The full graph truncates 3 samples to 2 without a word (docs/design.md); the stream graph sizes its time
     # pixel shuffle from the chunk's ticks, so ONNX Runtime fails deep inside instead: check_chunk says why first.
     with pytest.raises(Exception, match="cannot be reshaped"):
         ort.InferenceSession(str(tmp_path / "user.stream.onnx"), providers=["CPUExecutionProvider"]).run(["y"], feed)

@@ -214,7 +214,7 @@ def report(analysis, tables) -> dict:
 
 # ------------------------------------------------------------------------------------------ TensorRT tests
 def test_string_tables_read_the_known_api_differences(tables):
-    # the reader itself, on differences documented by NVIDIA and measured with `strings` (DESIGN.md)
+    # the reader itself, on differences documented by NVIDIA and measured with `strings` (docs/design.md)
     v8, v10, v11 = tables["8.6.1"], tables["10.13.3.9"], tables["11.4.0.106"]
     for name in ("FP16", "int8_calibrator", "IInt8EntropyCalibrator2"):
         assert name in v8 and name in v10 and name not in v11, name

@@ -21,7 +21,7 @@ sequence's end and is dropped from the chunk graph; a negative left pad (a crop,
 
 Sources: ONNX operator docs (Conv/ConvTranspose ``pads`` = all begins then all ends, ``auto_pad``; Pad
 opset 2/11/18 forms); sonos/tract ``pulse/src/ops/cnn/conv.rs`` and ``pad.rs`` (pulsified windows, delay);
-DESIGN.md (``dynamo=True`` folds left pads into Conv pads).
+docs/design.md (``dynamo=True`` folds left pads into Conv pads).
 """
 
 from __future__ import annotations
