@@ -216,7 +216,8 @@ def polygraphy_compare(ref_name: str, cand_name: str, ref_iters: list[dict], can
 
 def _utterance_audio(utt: Utterance, y_ref: np.ndarray, y_cand: np.ndarray, pesq: bool) -> dict:
     """PESQ-WB / SI-SNR of both outputs against clean speech (or against the reference output)."""
-    from cosyedge.eval.metrics import pesq_wb, si_snr_db
+    from cosyedge.eval.metrics import pesq_wb
+    from cosyedge.signal import si_snr_db
 
     target = utt.clean if utt.clean is not None else y_ref
     res: dict = {"against": "clean" if utt.clean is not None else "reference output"}

@@ -33,6 +33,7 @@ from cosyedge.eval import metrics as M
 from cosyedge.eval.align import MAX_DELAY_MS, align_to, estimate_delay
 from cosyedge.eval.pairs import EvalItem, find_items, validate_items
 from cosyedge.log import LOG
+from cosyedge.signal import si_snr_db
 
 soxr = lazy_import("soxr")
 
@@ -99,7 +100,7 @@ def score_item(noisy: np.ndarray, clean: np.ndarray | None, outputs: dict[str, n
         r: dict = {}
         if clean is not None:
             r["delay_ms"] = 1000.0 * d / sr
-            r["si_snr_db"] = M.si_snr_db(al, clean)
+            r["si_snr_db"] = si_snr_db(al, clean)
             if name == "noisy":
                 base = r["si_snr_db"]
             r["si_snri_db"] = r["si_snr_db"] - base

@@ -1,4 +1,6 @@
-"""Speech-enhancement metrics for ``cosyedge eval``: SI-SNR, PESQ (wideband), STOI and DNSMOS P.835.
+"""Speech-enhancement metrics for ``cosyedge eval``: PESQ (wideband), STOI and DNSMOS P.835.
+
+SI-SNR is :func:`cosyedge.signal.si_snr_db` (the one shared signal-metrics module).
 
 Every function takes 1-D float arrays at :data:`METRIC_RATE_HZ` (16 kHz). The intrusive metrics
 (SI-SNR, PESQ, STOI) need the estimate aligned to the clean reference first
@@ -24,7 +26,6 @@ import numpy as np
 from cosyedge._lazy import lazy_import, require
 from cosyedge.errors import UsageError, first_line
 from cosyedge.log import LOG
-from cosyedge.signal import si_snr_db  # noqa: F401 (part of this module's metric set: eval.evaluate, compare.core)
 
 soxr = lazy_import("soxr")
 

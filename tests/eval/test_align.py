@@ -47,7 +47,7 @@ def test_align_to_undoes_the_shift():
 @pytest.mark.skipif(not has_module("pyrnnoise"), reason="pyrnnoise not installed (pip install 'cosyedge[eval]')")
 def test_rnnoise_baseline_is_20ms_late_and_improves_si_snr():
     from cosyedge.eval.baseline import rnnoise_enhance
-    from cosyedge.eval.metrics import si_snr_db
+    from cosyedge.signal import si_snr_db
 
     x, sr = read(DEMO_NOISY)
     c, _ = read(DEMO_CLEAN)
