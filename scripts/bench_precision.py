@@ -67,7 +67,6 @@ def main(argv=None) -> int:
     ap.add_argument("--strict", action="store_true", help="exit 1 when INT8 misses the 1.3x target")
     args = ap.parse_args(argv)
 
-    sys.path.insert(0, str(REPO))
     import onnxruntime
 
     from cosyedge.artifacts import StreamContract, sha256_file

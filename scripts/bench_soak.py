@@ -46,7 +46,6 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 DEMO = ROOT / "cosyedge" / "assets" / "demo" / "noisy.wav"
 MODEL = ROOT / "cosyedge" / "models" / "reference.stream.onnx"

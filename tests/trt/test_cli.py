@@ -15,6 +15,7 @@ import soundfile as sf
 from cosyedge._lazy import has_module
 from cosyedge.build import trt as bt
 from tests import models
+from tests.scripts import load_script
 from tests.trt import fakes
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -135,11 +136,7 @@ def test_gpu_check_script_on_the_fake_stack(p99_per_stream_ms, streams, monkeypa
     on the fake engine, but their wall time is this CPU's (CI once measured p99 > 10 ms on its 2 shared cores and
     counted 0 streams): the test reports a fixed p99 per stream so the batch-doubling search is what is tested."""
     fakes.install(monkeypatch, version="10.3.0")
-    sys.path.insert(0, str(ROOT / "scripts"))
-    try:
-        import gpu_check
-    finally:
-        sys.path.remove(str(ROOT / "scripts"))
+    gpu_check = load_script("gpu_check")
     real = gpu_check.time_pushes
 
     def fixed_p99(session, x, chunks):
@@ -160,11 +157,7 @@ def test_gpu_check_script_on_the_fake_stack(p99_per_stream_ms, streams, monkeypa
 
 def test_gpu_check_reports_a_failed_engine_and_exits_1(monkeypatch, tmp_path, capsys):
     fakes.install(monkeypatch, version="10.3.0")
-    sys.path.insert(0, str(ROOT / "scripts"))
-    try:
-        import gpu_check
-    finally:
-        sys.path.remove(str(ROOT / "scripts"))
+    gpu_check = load_script("gpu_check")
     rc = gpu_check.main(["--only", "int8", "--chunks", "10", "--engines-dir", str(tmp_path / "e"),
                          "--calib", str(tmp_path / "no-calib")])
     out = capsys.readouterr().out
