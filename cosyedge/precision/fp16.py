@@ -45,6 +45,10 @@ output SNR vs the FP32 model is measured on real speech (:func:`output_snr_db`).
 Sources: onnxconverter-common / onnxruntime ``float16.py`` (``convert_float_to_float16``:
 ``keep_io_types``, ``op_block_list``, ``node_block_list``); NVIDIA TensorRT developer guide, "Reduced
 Precision" (keep overflow-prone layers in FP32).
+
+About 570 lines (issue 36): one job, the FP16 stage, whose parts (the FP32 node plan, the conversion, the
+non-finite scan and the SNR check that gate it) are used together by :func:`fp16_onnx` (the TensorRT build
+also reads the node plan).
 """
 
 from __future__ import annotations

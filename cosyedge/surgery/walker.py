@@ -17,6 +17,9 @@ Blockers are collected, so one run names every node that cannot stream.
 
 Source: sonos/tract ``pulse/src/model.rs`` (pulsify walk), ``pulse/src/ops/delay.rs`` (delay lines),
 ``pulse/src/ops/array/pad.rs`` (PulsePad: the stream's start is overwritten with the pad value).
+
+About 520 lines (issue 36): nearly all of it is the one :class:`Walker`, whose services share the walk's
+state (delays, new nodes, states, blockers); the op rules already live in :mod:`cosyedge.surgery.rules`.
 """
 
 from __future__ import annotations
