@@ -104,7 +104,7 @@ def main(argv=None) -> int:
                 variants["int8"] = args.int8_onnx
             else:
                 try:
-                    from cosyedge.build.prepare import int8_entry
+                    from cosyedge.builders.prepare import int8_entry
 
                     int8_onnx = int8_entry()
                 except CosyEdgeError as err:

@@ -91,7 +91,7 @@ def main(argv=None) -> int:
 
 
 def _evaluate(args) -> int:
-    from cosyedge.build.ort import default_engine, load_engine
+    from cosyedge.builders.ort import default_engine, load_engine
     from cosyedge.datasets import test_pairs
     from cosyedge.runtime import enhance_array
 

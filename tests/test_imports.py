@@ -21,10 +21,10 @@ sys.meta_path.insert(0, _Block({blocked!r}))
 TORCH_FREE = [
     "cosyedge", "cosyedge.errors", "cosyedge.log", "cosyedge._lazy", "cosyedge.artifacts", "cosyedge.audio",
     "cosyedge.enhance", "cosyedge.runtime", "cosyedge.runtime.base", "cosyedge.runtime.ort",
-    "cosyedge.runtime.stream", "cosyedge.build", "cosyedge.build.ort", "cosyedge.surgery",
+    "cosyedge.runtime.stream", "cosyedge.builders", "cosyedge.builders.ort", "cosyedge.surgery",
     "cosyedge.surgery.streamify", "cosyedge.export", "cosyedge.cli.main", "cosyedge.cli.run",
     "cosyedge.cli.build", "cosyedge.cli.export", "cosyedge.datasets", "cosyedge.models",
-    "cosyedge.build.trt", "cosyedge.build.trt_compat", "cosyedge.runtime.trt",
+    "cosyedge.builders.trt", "cosyedge.builders.trt_compat", "cosyedge.runtime.trt",
     "cosyedge.runtime.pool", "cosyedge.realtime", "cosyedge.realtime.devices", "cosyedge.cli.devices",
 ]
 

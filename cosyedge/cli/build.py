@@ -1,4 +1,4 @@
-"""``cosyedge build``: streaming ONNX -> engine folder (thin click layer over :mod:`cosyedge.build`)."""
+"""``cosyedge build``: streaming ONNX -> engine folder (thin click layer over :mod:`cosyedge.builders`)."""
 
 from __future__ import annotations
 
@@ -60,8 +60,8 @@ def build(onnx_path, fp16, int8, sparse, exclude, calib, calib_count, name, back
 
     Example: cosyedge build --onnx model.stream.onnx --int8 --sparse --backend onnxruntime -o engines
     """
-    from cosyedge.build import build_engine
-    from cosyedge.build.prepare import precision_from_flags
+    from cosyedge.builders import build_engine
+    from cosyedge.builders.prepare import precision_from_flags
     from cosyedge.errors import UsageError
 
     precision = precision_from_flags(fp16=fp16, int8=int8)
@@ -73,7 +73,7 @@ def build(onnx_path, fp16, int8, sparse, exclude, calib, calib_count, name, back
                    "instance_kind": instance_kind, "chunk_samples": chunk_samples}
     given = {k: v for k, v in triton_opts.items() if v is not None}
     if backend == "triton":
-        from cosyedge.build.triton import build_triton
+        from cosyedge.builders.triton import build_triton
 
         if dla_core is not None or gpu_fallback:
             raise UsageError("--dla-core/--gpu-fallback are TensorRT options (Jetson), not Triton ones")

@@ -496,8 +496,8 @@ def ensure_engine(ref: CompareModel, label: str, engines_dir: Path, *, baseline:
             the cache belongs to another model.
         ArtifactError / DependencyError / AccuracyError: from the build.
     """
-    from cosyedge.build import build_engine
-    from cosyedge.build.prepare import engine_folder_name, engine_model_name
+    from cosyedge.builders import build_engine
+    from cosyedge.builders.prepare import engine_folder_name, engine_model_name
 
     precision, sparse = parse_precision_label(label)
     name = ref.contract.name
@@ -590,7 +590,7 @@ def check_candidate_label(cand: CompareModel, label: str, where: str) -> None:
         UsageError: the first contradiction, one line naming the field or the ONNX markers (exit 2).
     """
     from cosyedge.artifacts import load_onnx
-    from cosyedge.build.trt import onnx_precision_stats
+    from cosyedge.builders.trt import onnx_precision_stats
     from cosyedge.compare.models import PRECISION_KEY, SPARSITY_KEY
 
     precision, sparse = parse_precision_label(label)
@@ -665,7 +665,7 @@ def run_check(onnx_path: str | Path | None = None, *, baseline: str | Path | Non
     Raises:
         UsageError: see module docstring (exit 2). The caller raises RegressionError on ``not passed``.
     """
-    from cosyedge.build.ort import engines_root
+    from cosyedge.builders.ort import engines_root
     from cosyedge.models import REFERENCE_STREAM_ONNX
 
     t0 = time.perf_counter()

@@ -1,8 +1,8 @@
 """What ``cosyedge compare`` compares: an engine folder or a streaming ONNX, as a Polygraphy runner.
 
 :func:`load_compare_model` accepts an engine folder made by ``cosyedge build`` (ONNX Runtime or
-TensorRT; the manifest and model hash are validated by :func:`cosyedge.build.load_engine` /
-:func:`cosyedge.build.trt.validate_trt_folder`) or a bare streaming ``.onnx`` with ``cosyedge.*``
+TensorRT; the manifest and model hash are validated by :func:`cosyedge.builders.load_engine` /
+:func:`cosyedge.builders.trt.validate_trt_folder`) or a bare streaming ``.onnx`` with ``cosyedge.*``
 metadata, and returns a :class:`CompareModel`: the stream contract, the precision label
 (``fp32``, ``fp16``, ``int8``, ``int8-sparse``...) and a factory of Polygraphy runners:
 
@@ -62,7 +62,7 @@ def parse_precision_label(label: str) -> tuple[str, bool]:
     Raises:
         UsageError: not ``fp32|fp16|int8`` optionally followed by ``-sparse`` (``sparse`` alone = fp32-sparse).
     """
-    from cosyedge.build.prepare import PRECISIONS
+    from cosyedge.builders.prepare import PRECISIONS
 
     text = label.strip().lower().replace("+", "-").replace("_", "-")
     if text == "sparse":
@@ -216,7 +216,7 @@ def load_compare_model(path: str | Path) -> CompareModel:
             no state (exit 3).
         UsageError: a TensorRT engine on a machine without TensorRT/pycuda/GPU (it cannot run here; exit 2).
     """
-    from cosyedge.build import load_engine
+    from cosyedge.builders import load_engine
 
     path = Path(path)
     if path.is_file() and path.name == MANIFEST_NAME:
@@ -245,7 +245,7 @@ def load_compare_model(path: str | Path) -> CompareModel:
 def _load_trt(path: Path, manifest: dict) -> CompareModel:
     """A TensorRT engine folder: runnable only with TensorRT + pycuda + a GPU (else UsageError)."""
     try:
-        from cosyedge.build.trt import load_trt_engine
+        from cosyedge.builders.trt import load_trt_engine
 
         engine = load_trt_engine(path, manifest)
     except DependencyError as err:

@@ -202,7 +202,7 @@ def _cuda_check(result: Any) -> Any:
 
 
 class TrtStreamSession(StreamSession):
-    """Stream a TensorRT plan (built by :func:`cosyedge.build.trt.build_trt`) one chunk per :meth:`push`.
+    """Stream a TensorRT plan (built by :func:`cosyedge.builders.trt.build_trt`) one chunk per :meth:`push`.
 
     ``__init__`` only stores the configuration; TensorRT, pycuda, the CUDA context and all buffers are
     created in :meth:`activate` (``with session:``) and released in :meth:`deactivate`.
@@ -283,7 +283,7 @@ class TrtStreamSession(StreamSession):
         cuda.Context.pop()
 
     def _setup(self) -> None:
-        from cosyedge.build.trt_compat import features
+        from cosyedge.builders.trt_compat import features
 
         trt, cuda, c = self._trt, self._cuda, self.contract
         self._feat = features(trt.__version__, trt)

@@ -22,7 +22,7 @@ import pytest
 import soundfile as sf
 
 from cosyedge.artifacts import MANIFEST_NAME, StreamContract, load_manifest, sha256_file
-from cosyedge.build import triton as tb
+from cosyedge.builders import triton as tb
 from cosyedge.errors import ArtifactError, DependencyError
 from cosyedge.models import REFERENCE_STREAM_ONNX
 from cosyedge.runtime.ort import OrtStreamSession

@@ -9,7 +9,7 @@ import onnx
 import pytest
 
 from cosyedge.artifacts import StreamContract
-from cosyedge.build import trt as bt
+from cosyedge.builders import trt as bt
 from cosyedge.errors import ArtifactError, DependencyError, UsageError
 from cosyedge.models import REFERENCE_STREAM_ONNX
 from tests.reference_structure import reference_structure

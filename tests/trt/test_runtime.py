@@ -10,7 +10,7 @@ import threading
 import numpy as np
 import pytest
 
-from cosyedge.build import trt as bt
+from cosyedge.builders import trt as bt
 from cosyedge.errors import ArtifactError, DependencyError, UsageError
 from cosyedge.runtime.stream import stream_array
 from cosyedge.runtime.trt import missing_stack_message

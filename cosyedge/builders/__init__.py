@@ -1,10 +1,10 @@
 """Build stage: streaming ONNX -> engine folder (``model`` + ``manifest.json``) for one backend.
 
-* :mod:`cosyedge.build.prepare`: the precision ONNX every backend builds from (2:4 pruning, then FP16
+* :mod:`cosyedge.builders.prepare`: the precision ONNX every backend builds from (2:4 pruning, then FP16
   or INT8 Q/DQ, or an FP32 copy).
-* :mod:`cosyedge.build.ort`: ONNX Runtime (:func:`build_ort`, :class:`OrtEngineFromOnnx`,
+* :mod:`cosyedge.builders.ort`: ONNX Runtime (:func:`build_ort`, :class:`OrtEngineFromOnnx`,
   :func:`load_engine`, :func:`default_engine`).
-* :mod:`cosyedge.build.trt`: TensorRT (imported lazily, only for ``backend="tensorrt"``).
+* :mod:`cosyedge.builders.trt`: TensorRT (imported lazily, only for ``backend="tensorrt"``).
 
 :func:`build_engine` is what ``cosyedge build`` calls: it resolves the backend and the default model.
 """
@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Iterable
 
 from cosyedge._lazy import has_module
-from cosyedge.build.prepare import DEFAULT_CALIB_COUNT
-from cosyedge.build.ort import (
+from cosyedge.builders.prepare import DEFAULT_CALIB_COUNT
+from cosyedge.builders.ort import (
     OrtEngine,
     OrtEngineFromOnnx,
     build_ort,
@@ -31,7 +31,7 @@ BACKENDS = ("auto", "onnxruntime", "tensorrt")
 
 
 def _tensorrt_builder_available() -> bool:
-    return has_module("cosyedge.build.trt")
+    return has_module("cosyedge.builders.trt")
 
 
 def resolve_backend(backend: str = "auto") -> str:
@@ -84,7 +84,7 @@ def build_engine(onnx_path: str | Path | None = None, backend: str = "auto", nam
                  gpu_fallback: bool = False, amax: str | Path | None = None) -> Path:
     """Build an engine folder ``<name>-<precision>[-sparse]-<backend>/`` from a streaming FP32 ONNX.
 
-    The precision ONNX is made first (:func:`cosyedge.build.prepare.prepare_onnx`: 2:4 pruning if
+    The precision ONNX is made first (:func:`cosyedge.builders.prepare.prepare_onnx`: 2:4 pruning if
     ``sparse``, then FP16 conversion or INT8 calibration + Q/DQ), then the backend builds from it. Every
     folder is assembled in a temp folder and renamed into place: a failure leaves nothing behind.
 
@@ -93,7 +93,7 @@ def build_engine(onnx_path: str | Path | None = None, backend: str = "auto", nam
             (``cosyedge.models.REFERENCE_STREAM_ONNX``).
         backend (str): ``auto`` | ``onnxruntime`` | ``tensorrt``.
         name (str | None): Engine name (defaults to the model's contract name; ``<name>-<sha256[:8]>`` for a
-            model derived from another one, :func:`cosyedge.build.prepare.engine_model_name`).
+            model derived from another one, :func:`cosyedge.builders.prepare.engine_model_name`).
         out_dir (str | Path | None): Engines root (defaults to ``$COSYEDGE_ENGINES_DIR`` or ``./engines``).
         precision (str): ``fp32`` | ``fp16`` | ``int8``.
         sparse (bool): 2:4-prune Conv/Gemm/MatMul weights first.
@@ -103,7 +103,7 @@ def build_engine(onnx_path: str | Path | None = None, backend: str = "auto", nam
         dla_core (int | None): TensorRT only: build for this DLA core (Jetson; fp16/int8).
         gpu_fallback (bool): TensorRT only, with ``dla_core``: unsupported layers run on the GPU.
         amax (str | Path | None): INT8: reuse this amax cache instead of calibrating (it must belong to
-            the model being quantized; see :func:`cosyedge.build.prepare.prepare_onnx`).
+            the model being quantized; see :func:`cosyedge.builders.prepare.prepare_onnx`).
     Returns:
         Path: the engine folder.
     Raises:
@@ -116,7 +116,7 @@ def build_engine(onnx_path: str | Path | None = None, backend: str = "auto", nam
     import shutil
     import tempfile
 
-    from cosyedge.build.prepare import PRECISIONS, check_streaming_onnx, prepare_onnx
+    from cosyedge.builders.prepare import PRECISIONS, check_streaming_onnx, prepare_onnx
     from cosyedge.errors import ArtifactError
     from cosyedge.models import REFERENCE_SPARSE_STREAM_ONNX, REFERENCE_STREAM_ONNX
 
@@ -135,7 +135,7 @@ def build_engine(onnx_path: str | Path | None = None, backend: str = "auto", nam
     options = dict(precision=precision, sparse=sparse, exclude=tuple(exclude), calib=calib, calib_count=calib_count,
                    amax=amax)
     if chosen == "tensorrt":
-        from cosyedge.build.prepare import check_engine_name, engine_model_name
+        from cosyedge.builders.prepare import check_engine_name, engine_model_name
 
         src = Path(onnx_path)
         contract = check_streaming_onnx(src)
@@ -151,7 +151,7 @@ def build_engine(onnx_path: str | Path | None = None, backend: str = "auto", nam
             fields = prepare_onnx(src, model, **options) or {}
             extra = {"calibration_sha256": fields.get("calibration_sha256"),
                      "reports": {k: fields[k] for k in ("sparsity", "fp16", "int8") if fields.get(k) is not None}}
-            return importlib.import_module("cosyedge.build.trt").build_trt(
+            return importlib.import_module("cosyedge.builders.trt").build_trt(
                 model, out_dir=out_dir, name=name, precision=precision, sparse=sparse,
                 dla_core=dla_core, gpu_fallback=gpu_fallback, parent_path=src, extra_manifest=extra)
         finally:

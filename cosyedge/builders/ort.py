@@ -1,10 +1,10 @@
 """Build stage for ONNX Runtime: a streaming ONNX -> a self-describing engine folder.
 
 An engine folder ``<engines root>/<name>-<precision>[-sparse]-onnxruntime/`` (``<name>``: the model's name, or
-``<name>-<sha256[:8]>`` for a model derived from another one, :func:`cosyedge.build.prepare.engine_model_name`)
+``<name>-<sha256[:8]>`` for a model derived from another one, :func:`cosyedge.builders.prepare.engine_model_name`)
 holds:
 
-* ``model.onnx``: the precision ONNX (:func:`cosyedge.build.prepare.prepare_onnx`: FP32 copy, FP16
+* ``model.onnx``: the precision ONNX (:func:`cosyedge.builders.prepare.prepare_onnx`: FP32 copy, FP16
   with FP32 I/O and states, or INT8 Q/DQ; optionally 2:4-pruned first). ONNX Runtime runs it as is, so it
   is also the backend artifact; models with external data are saved as one file.
 * ``manifest.json``: stage ``build``, backend ``onnxruntime``, precision, sparse, the model's SHA-256,
@@ -43,7 +43,7 @@ from cosyedge.artifacts import (
     sha256_file,
     write_manifest,
 )
-from cosyedge.build.prepare import (
+from cosyedge.builders.prepare import (
     DEFAULT_CALIB_COUNT,
     check_engine_name,
     check_streaming_onnx,
@@ -102,7 +102,7 @@ def build_ort(onnx_path: Any, out_dir: str | Path | None = None, name: str | Non
         out_dir (str | Path | None): Engines root that receives the engine folder; defaults to
             :func:`engines_root` (``$COSYEDGE_ENGINES_DIR`` or ``./engines``).
         name (str | None): Model name for the folder; defaults to the contract's ``name``, plus a short hash
-            of the ONNX for a model derived from another one (:func:`cosyedge.build.prepare.engine_model_name`:
+            of the ONNX for a model derived from another one (:func:`cosyedge.builders.prepare.engine_model_name`:
             the 2:4 fine-tuned ``reference.sparse.stream.onnx`` builds into ``reference-60b615af-...``).
         precision (str): ``fp32`` (default) | ``fp16`` | ``int8``.
         sparse (bool): Prune Conv/Gemm/MatMul weights 2:4 first (then quantize/convert).
@@ -110,7 +110,7 @@ def build_ort(onnx_path: Any, out_dir: str | Path | None = None, name: str | Non
         calib (str | Path | None): INT8 calibration folder (None: the default calibration set).
         calib_count (int): INT8 calibration utterances (default 2048).
         amax (str | Path | None): INT8: reuse this amax cache instead of calibrating (see
-            :func:`cosyedge.build.prepare.prepare_onnx`).
+            :func:`cosyedge.builders.prepare.prepare_onnx`).
     Returns:
         Path: the engine folder.
     Raises:
@@ -231,7 +231,7 @@ def load_engine(path: str | Path) -> OrtEngine:
     """Load an engine folder (made by ``cosyedge build``) or a bare streaming ``.onnx``.
 
     A folder whose manifest says backend ``tensorrt`` is handed to
-    :func:`cosyedge.build.trt.load_trt_engine` (a :class:`~cosyedge.build.trt.TrtEngine` with the same
+    :func:`cosyedge.builders.trt.load_trt_engine` (a :class:`~cosyedge.builders.trt.TrtEngine` with the same
     call signature; needs TensorRT, pycuda and a GPU, else a one-line DependencyError).
 
     Args:
@@ -248,7 +248,7 @@ def load_engine(path: str | Path) -> OrtEngine:
         manifest = load_manifest(path)
         backend = manifest.get("backend")
         if backend == "tensorrt":  # checked against this machine's TensorRT/GPU, rebuilt if foreign
-            from cosyedge.build.trt import load_trt_engine
+            from cosyedge.builders.trt import load_trt_engine
 
             return load_trt_engine(path, manifest)
         if backend != BACKEND:

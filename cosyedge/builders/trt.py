@@ -16,11 +16,11 @@ The tactic timing cache lives in ``<engines root>/timing-cache/`` keyed by Tenso
 architecture, so rebuilds and the other precisions of a model build faster.
 
 Before a plan is deserialized, :func:`load_trt_engine` compares its manifest with the installed TensorRT
-and the GPU (:func:`cosyedge.build.trt_compat.check_engine_compat`): a mismatch rebuilds the plan from
+and the GPU (:func:`cosyedge.builders.trt_compat.check_engine_compat`): a mismatch rebuilds the plan from
 the stored ONNX with the stored flags (with a message), or, when rebuilding is impossible or disabled,
 raises a one-line error with the rebuild command.
 
-Sources (NVIDIA TensorRT Python API, 8.6/10.x/11.x; see :mod:`cosyedge.build.trt_compat` for the
+Sources (NVIDIA TensorRT Python API, 8.6/10.x/11.x; see :mod:`cosyedge.builders.trt_compat` for the
 version differences):
   * ``Builder``, ``Builder.create_network``, ``Builder.create_builder_config``,
     ``Builder.create_optimization_profile``, ``Builder.build_serialized_network``, ``Builder.num_DLA_cores``:
@@ -76,9 +76,9 @@ from cosyedge.artifacts import (
     sha256_file,
     write_manifest,
 )
-from cosyedge.build.prepare import check_engine_name, engine_model_name, manifest_head, warn_replacing_other_model
-from cosyedge.build.prepare import engine_folder_name as _folder_name
-from cosyedge.build.trt_compat import (
+from cosyedge.builders.prepare import check_engine_name, engine_model_name, manifest_head, warn_replacing_other_model
+from cosyedge.builders.prepare import engine_folder_name as _folder_name
+from cosyedge.builders.trt_compat import (
     PRECISIONS,
     check_engine_compat,
     features,
@@ -256,7 +256,7 @@ def build_trt(onnx_path: Any, out_dir: str | Path | None = None, name: str | Non
             the precision stage, optionally 2:4-pruned), or a stage returning its path.
         out_dir (str | Path | None): Engines root; defaults to ``$COSYEDGE_ENGINES_DIR`` or ``./engines``.
         name (str | None): Model name for the folder; defaults to the contract's ``name`` (``<name>-<sha256[:8]>``
-            of the parent for a model derived from another one: :func:`cosyedge.build.prepare.engine_model_name`).
+            of the parent for a model derived from another one: :func:`cosyedge.builders.prepare.engine_model_name`).
         precision (str): ``fp32`` | ``fp16`` | ``int8``: what the ONNX holds.
         sparse (bool): Set ``SPARSE_WEIGHTS`` (2:4 sparse tactics where faster; reported per layer).
         dla_core (int | None): Build for this DLA core (Jetson, TensorRT 8.6/10.x; fp16/int8 only).
@@ -364,7 +364,7 @@ def _enum_names(enum: Any) -> list[str]:
 
 
 def _engines_root() -> Path:
-    from cosyedge.build.ort import engines_root
+    from cosyedge.builders.ort import engines_root
 
     return engines_root()
 
@@ -384,7 +384,7 @@ def _onnx_version() -> str:
 def _pin_fp32_layers(trt: Any, network: Any, fp32_nodes: dict[str, str], node_names: list[str]) -> dict:
     """Pin the parsed layers of ``fp32_nodes`` to FP32 (weakly typed builds with the ``FP16`` flag).
 
-    Each layer matched to a node to pin (:func:`~cosyedge.build.trt_compat.layers_to_pin`) that has a float
+    Each layer matched to a node to pin (:func:`~cosyedge.builders.trt_compat.layers_to_pin`) that has a float
     (FP32/FP16) output gets ``layer.precision = trt.float32`` and ``set_output_type(i, trt.float32)`` on
     every float output (without the output type the data between layers may still be stored as FP16);
     layers with only integer/bool outputs (e.g. the index output of ArgMax) are left alone.
@@ -628,7 +628,7 @@ def load_trt_engine(folder: str | Path, manifest: dict | None = None, rebuild: b
     """Load a TensorRT engine folder, checking it fits this machine before any deserialization.
 
     The manifest's TensorRT version and GPU are compared with the installed ones
-    (:func:`~cosyedge.build.trt_compat.check_engine_compat`). On a mismatch the plan is rebuilt in place
+    (:func:`~cosyedge.builders.trt_compat.check_engine_compat`). On a mismatch the plan is rebuilt in place
     from the stored ``model.onnx`` with the stored flags (logged), or, with ``rebuild=False`` or when the
     rebuild fails, a one-line :class:`ArtifactError` gives the rebuild command.
 

@@ -48,7 +48,7 @@ equal shape, and the server then refuses a wrong chunk length at the door.
 
 **TensorRT.** On a machine with TensorRT the same ``config.pbtxt`` (``backend: "tensorrt"``) serves a plan at
 ``<name>/1/model.plan`` built with a batch profile ``1..max_batch_size`` for the audio and every state
-(:func:`cosyedge.build.trt.profile_from_contract` gives that profile); :func:`tensorrt_plan_hook` is the place
+(:func:`cosyedge.builders.trt.profile_from_contract` gives that profile); :func:`tensorrt_plan_hook` is the place
 where that build plugs in. No TensorRT exists on the machines this was written on, so the hook only says what
 is missing.
 
@@ -87,7 +87,7 @@ from cosyedge.artifacts import (
     sha256_file,
     write_manifest,
 )
-from cosyedge.build.prepare import (
+from cosyedge.builders.prepare import (
     DEFAULT_CALIB_COUNT,
     check_engine_name,
     check_streaming_onnx,
@@ -425,7 +425,7 @@ def tensorrt_plan_hook(model_onnx: Path, version_dir: Path, contract: StreamCont
     """Where a TensorRT plan for Triton's ``tensorrt`` backend would be built: ``<model>/1/model.plan``.
 
     On a TensorRT machine this builds ``model_onnx`` with the profile of
-    :func:`cosyedge.build.trt.profile_from_contract` (``chunk_samples`` fixed, batch ``1..max_batch_size`` on the
+    :func:`cosyedge.builders.trt.profile_from_contract` (``chunk_samples`` fixed, batch ``1..max_batch_size`` on the
     audio and every state) and writes the serialized engine to ``version_dir / "model.plan"``; the config then says
     ``backend: "tensorrt"`` and ``default_model_filename: "model.plan"`` with the same ``sequence_batching``.
     Not implemented in this cosyedge version (it was written without TensorRT).
@@ -469,7 +469,7 @@ def build_triton(onnx_path: Any, out_dir: str | Path | None = None, name: str | 
             float32 in and out (or any batch-first streaming inputs/outputs), states (N, ...) fixed dims.
         out_dir (str | Path | None): Engines root (``$COSYEDGE_ENGINES_DIR`` or ``./engines``).
         name (str | None): Model name (Triton's and the folder's); defaults as for ``cosyedge build``.
-        precision (str): ``fp32`` | ``fp16`` | ``int8`` (:func:`cosyedge.build.prepare.prepare_onnx`).
+        precision (str): ``fp32`` | ``fp16`` | ``int8`` (:func:`cosyedge.builders.prepare.prepare_onnx`).
         sparse (bool): 2:4-prune first.
         exclude (Iterable[str]): Nodes kept as in the FP32 model.
         calib (str | Path | None): INT8 calibration folder.
@@ -494,7 +494,7 @@ def build_triton(onnx_path: Any, out_dir: str | Path | None = None, name: str | 
     Source: https://docs.nvidia.com/deeplearning/triton-inference-server/user-guide/docs/user_guide/implicit_state_management.html,
     https://docs.nvidia.com/deeplearning/triton-inference-server/user-guide/docs/user_guide/model_configuration.html#sequence-batcher
     """
-    from cosyedge.build.ort import engines_root
+    from cosyedge.builders.ort import engines_root
 
     if triton_backend not in TRITON_BACKENDS:
         raise UsageError(f"unknown Triton backend '{triton_backend}' (use one of {', '.join(TRITON_BACKENDS)})")
@@ -672,8 +672,8 @@ def triton_config(model: Any, contract: StreamContract, *, name: str, chunk_samp
 
 def _tool_versions(precision: str) -> dict:
     """Versions (dict[str, str | None]) of the tools that made the repository: the ONNX Runtime build's
-    (:func:`cosyedge.build.ort._tool_versions`) plus tritonclient (None when absent)."""
-    from cosyedge.build.ort import _tool_versions as ort_tool_versions
+    (:func:`cosyedge.builders.ort._tool_versions`) plus tritonclient (None when absent)."""
+    from cosyedge.builders.ort import _tool_versions as ort_tool_versions
 
     tools = ort_tool_versions(precision)
     try:
