@@ -24,8 +24,9 @@ TORCH_FREE = [
     "cosyedge.runtime.stream", "cosyedge.builders", "cosyedge.builders.ort", "cosyedge.surgery",
     "cosyedge.surgery.streamify", "cosyedge.export", "cosyedge.cli.main", "cosyedge.cli.run",
     "cosyedge.cli.build", "cosyedge.cli.export", "cosyedge.datasets", "cosyedge.models",
-    "cosyedge.builders.trt", "cosyedge.builders.trt_compat", "cosyedge.runtime.trt",
+    "cosyedge.builders.trt", "cosyedge.runtime.trt_compat", "cosyedge.runtime.trt",
     "cosyedge.runtime.pool", "cosyedge.realtime", "cosyedge.realtime.devices", "cosyedge.cli.devices",
+    "cosyedge.runtime.engine", "cosyedge.builders.cache", "cosyedge.builders.names",
 ]
 
 
@@ -64,3 +65,24 @@ def test_nn_without_torch_is_a_dependency_error():
     r = _run("import cosyedge.nn\n", {"torch"})
     assert r.returncode != 0
     assert "DependencyError" in r.stderr and "pip install torch==2.13.0" in r.stderr
+
+
+def test_runtime_imports_nothing_from_the_build_stage():
+    """``cosyedge/runtime/*.py`` never imports ``cosyedge.builders`` (running an engine does not build one; the
+    layer above injects a builder, see ``cosyedge.builders.cache``)."""
+    import ast
+
+    bad = []
+    for path in sorted((ROOT / "cosyedge" / "runtime").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom):
+                names = [node.module or ""] + [f"{node.module}.{a.name}" for a in node.names]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            else:
+                continue
+            if any(n == "cosyedge.builders" or n.startswith("cosyedge.builders.") for n in names) or (
+                    isinstance(node, ast.ImportFrom) and node.module == "cosyedge"
+                    and any(a.name == "builders" for a in node.names)):
+                bad.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert not bad, f"runtime/ imports the build stage: {bad}"

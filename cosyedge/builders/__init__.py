@@ -2,8 +2,10 @@
 
 * :mod:`cosyedge.builders.prepare`: the precision ONNX every backend builds from (2:4 pruning, then FP16
   or INT8 Q/DQ, or an FP32 copy).
-* :mod:`cosyedge.builders.ort`: ONNX Runtime (:func:`build_ort`, :class:`OrtEngineFromOnnx`,
-  :func:`load_engine`, :func:`default_engine`).
+* :mod:`cosyedge.builders.ort`: ONNX Runtime (:func:`build_ort`, :class:`OrtEngineFromOnnx`).
+* :mod:`cosyedge.builders.cache`: reuse an engine folder or build it (:func:`~cosyedge.builders.cache.default_engine`,
+  :func:`~cosyedge.builders.cache.reuse_or_build`, :func:`~cosyedge.builders.cache.load_or_rebuild`).
+* :mod:`cosyedge.builders.names`: precisions, labels, engine folder and model names.
 * :mod:`cosyedge.builders.trt`: TensorRT (imported lazily, only for ``backend="tensorrt"``).
 
 :func:`build_engine` is what ``cosyedge build`` calls: it resolves the backend and the default model.
@@ -16,14 +18,8 @@ from typing import Iterable
 
 from cosyedge._lazy import has_module
 from cosyedge.builders.prepare import DEFAULT_CALIB_COUNT
-from cosyedge.builders.ort import (
-    OrtEngine,
-    OrtEngineFromOnnx,
-    build_ort,
-    default_engine,
-    engines_root,
-    load_engine,
-)
+from cosyedge.builders.ort import OrtEngineFromOnnx, build_ort
+from cosyedge.runtime.engine import engines_root
 from cosyedge.errors import DependencyError, UsageError
 from cosyedge.log import LOG
 
@@ -116,7 +112,8 @@ def build_engine(onnx_path: str | Path | None = None, backend: str = "auto", nam
     import shutil
     import tempfile
 
-    from cosyedge.builders.prepare import PRECISIONS, check_streaming_onnx, prepare_onnx
+    from cosyedge.builders.names import PRECISIONS
+    from cosyedge.builders.prepare import check_streaming_onnx, prepare_onnx
     from cosyedge.errors import ArtifactError
     from cosyedge.models import REFERENCE_SPARSE_STREAM_ONNX, REFERENCE_STREAM_ONNX
 
@@ -135,7 +132,7 @@ def build_engine(onnx_path: str | Path | None = None, backend: str = "auto", nam
     options = dict(precision=precision, sparse=sparse, exclude=tuple(exclude), calib=calib, calib_count=calib_count,
                    amax=amax)
     if chosen == "tensorrt":
-        from cosyedge.builders.prepare import check_engine_name, engine_model_name
+        from cosyedge.builders.names import check_engine_name, engine_model_name
 
         src = Path(onnx_path)
         contract = check_streaming_onnx(src)
@@ -161,12 +158,8 @@ def build_engine(onnx_path: str | Path | None = None, backend: str = "auto", nam
 
 __all__ = [
     "BACKENDS",
-    "OrtEngine",
     "OrtEngineFromOnnx",
     "build_engine",
     "build_ort",
-    "default_engine",
-    "engines_root",
-    "load_engine",
     "resolve_backend",
 ]

@@ -17,16 +17,13 @@ model is loaded in ONNX Runtime and one zero chunk is run (shapes and finite out
 
 Engines root: ``$COSYEDGE_ENGINES_DIR`` or ``./engines``.
 
-:func:`load_engine` accepts an engine folder (manifest and model hash validated) or a bare streaming
-``.onnx`` and returns an :class:`OrtEngine`, a factory of :class:`~cosyedge.runtime.ort.OrtStreamSession`.
-:func:`default_engine` builds (once, cached) the engine of the bundled reference model.
+Loading an engine folder is :func:`cosyedge.runtime.engine.load_engine`; the bundled reference model's engine
+(built once, cached) is :func:`cosyedge.builders.cache.default_engine`.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import os
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -34,13 +31,10 @@ import numpy as np
 
 from cosyedge._lazy import lazy_import
 from cosyedge.artifacts import (
-    MANIFEST_NAME,
     Stage,
     StreamContract,
     atomic_folder,
-    load_manifest,
     resolve_artifact,
-    sha256_file,
     write_manifest,
 )
 from cosyedge.builders.prepare import (
@@ -53,8 +47,9 @@ from cosyedge.builders.prepare import (
     prepare_onnx,
     warn_replacing_other_model,
 )
-from cosyedge.errors import ArtifactError, CosyEdgeError
+from cosyedge.errors import ArtifactError
 from cosyedge.log import LOG
+from cosyedge.runtime.engine import engines_root
 
 onnx = lazy_import("onnx")
 ort = lazy_import("onnxruntime")
@@ -62,12 +57,6 @@ ort = lazy_import("onnxruntime")
 BACKEND = "onnxruntime"
 PRECISION = "fp32"
 MODEL_FILE = "model.onnx"
-ENGINES_ENV = "COSYEDGE_ENGINES_DIR"
-
-
-def engines_root() -> Path:
-    """Return the engines root folder (Path): ``$COSYEDGE_ENGINES_DIR`` or ``./engines``."""
-    return Path(os.environ.get(ENGINES_ENV) or "engines")
 
 
 def _smoke_test(model_path: Path, contract: StreamContract) -> None:
@@ -187,149 +176,3 @@ class OrtEngineFromOnnx(Stage):
     def call_impl(self) -> Path:
         """Build and return the engine folder (Path); see :func:`build_ort`."""
         return build_ort(self.onnx_path, out_dir=self.out_dir, name=self.name, **self.options)
-
-
-@dataclasses.dataclass
-class OrtEngine:
-    """A loaded ONNX Runtime engine: a factory of :class:`~cosyedge.runtime.ort.OrtStreamSession`.
-
-    Attributes:
-        model_path (Path): Streaming ONNX run by the sessions.
-        contract (StreamContract): Its stream contract.
-        folder (Path | None): Engine folder, or None for a bare ``.onnx``.
-        manifest (dict | None): The validated manifest, or None for a bare ``.onnx``.
-    """
-
-    model_path: Path
-    contract: StreamContract
-    folder: Path | None = None
-    manifest: dict | None = None
-
-    def __call__(self, chunk_samples: int | None = None, batch: int = 1, threads: int = 1,
-                 providers: list[str] | None = None, max_latency_records: int | None = None):
-        """Return a new inactive :class:`~cosyedge.runtime.ort.OrtStreamSession` on this engine.
-
-        Args:
-            chunk_samples (int | None): Samples per chunk (defaults to one hop).
-            batch (int): Streams per push.
-            threads (int): ONNX Runtime threads.
-            providers (list[str] | None): Execution providers (defaults to CPU).
-            max_latency_records (int | None): Per-chunk latencies kept (default
-                :data:`~cosyedge.runtime.base.DEFAULT_MAX_LATENCY_RECORDS`).
-        """
-        from cosyedge.runtime.base import DEFAULT_MAX_LATENCY_RECORDS
-        from cosyedge.runtime.ort import OrtStreamSession
-
-        return OrtStreamSession(self.model_path, chunk_samples=chunk_samples, batch=batch, threads=threads,
-                                providers=providers,
-                                max_latency_records=max_latency_records or DEFAULT_MAX_LATENCY_RECORDS)
-
-    session = __call__
-
-
-def load_engine(path: str | Path) -> OrtEngine:
-    """Load an engine folder (made by ``cosyedge build``) or a bare streaming ``.onnx``.
-
-    A folder whose manifest says backend ``tensorrt`` is handed to
-    :func:`cosyedge.builders.trt.load_trt_engine` (a :class:`~cosyedge.builders.trt.TrtEngine` with the same
-    call signature; needs TensorRT, pycuda and a GPU, else a one-line DependencyError).
-
-    Args:
-        path (str | Path): Engine folder with ``manifest.json`` + ``model.onnx``, or a ``.onnx`` file.
-    Returns:
-        OrtEngine: session factory (``engine(chunk_samples=..., threads=...)``).
-    Raises:
-        ArtifactError: missing path; manifest missing/invalid or for another backend; model missing or
-            its SHA-256 differs from the manifest (stale/corrupt engine: rebuild); no stream contract
-            or no state in the model.
-    """
-    path = Path(path)
-    if path.is_dir():
-        manifest = load_manifest(path)
-        backend = manifest.get("backend")
-        if backend == "tensorrt":  # checked against this machine's TensorRT/GPU, rebuilt if foreign
-            from cosyedge.builders.trt import load_trt_engine
-
-            return load_trt_engine(path, manifest)
-        if backend != BACKEND:
-            raise ArtifactError(f"engine {path} is for backend '{backend}', not '{BACKEND}' "
-                                f"(rebuild with 'cosyedge build --backend {BACKEND}')")
-        model_info = manifest.get("model") or {}
-        model_path = path / model_info.get("file", MODEL_FILE)
-        flags = manifest.get("flags") or {}
-        extra = "".join(f" --{k}" for k in ("fp16", "int8", "sparse") if flags.get(k))
-        rebuild = (f"rebuild it with 'cosyedge build --onnx {manifest.get('parent_path', 'MODEL.stream.onnx')}"
-                   f"{extra} --backend {BACKEND}'")
-        if not model_path.is_file():
-            raise ArtifactError(f"engine {path} has no {model_path.name}; {rebuild}")
-        digest = sha256_file(model_path)
-        if digest != model_info.get("sha256"):
-            raise ArtifactError(
-                f"engine {path} is stale or corrupt: {model_path.name} sha256 {digest[:12]}... does not match "
-                f"the manifest ({str(model_info.get('sha256'))[:12]}...); {rebuild}"
-            )
-        contract = StreamContract.from_onnx(model_path)
-        folder: Path | None = path
-    elif path.is_file():
-        if path.name == MANIFEST_NAME:
-            return load_engine(path.parent)
-        if path.suffix.lower() != ".onnx":
-            raise ArtifactError(f"{path} is neither an engine folder nor a .onnx file")
-        manifest, model_path, folder = None, path, None
-        contract = StreamContract.from_onnx(model_path)
-    elif path.suffix.lower() == ".onnx":  # meant as a model file (e.g. check --onnx), not an engine folder
-        raise ArtifactError(f"ONNX model not found: {path}")
-    else:
-        raise ArtifactError(f"engine not found: {path} (build one with 'cosyedge build --onnx MODEL.stream.onnx')")
-    if not contract.is_streaming:
-        raise ArtifactError(f"{model_path} has no streaming state (state_in.*/state_out.*); "
-                            f"run 'cosyedge streamify' first")
-    LOG.debug("engine %s: %s, %d Hz, hop %d, delay %d", path, contract.name, contract.sample_rate_hz,
-              contract.hop_samples, contract.delay_samples)
-    return OrtEngine(model_path=model_path, contract=contract, folder=folder, manifest=manifest)
-
-
-_DEFAULT_CACHE: dict[tuple[str, str], Path] = {}
-
-
-def default_engine(build: Callable[..., Path] = build_ort) -> Path:
-    """Return the engine folder of the bundled reference model, building it on first use.
-
-    The folder ``<engines root>/<name>-fp32-onnxruntime`` is reused while its manifest's
-    ``parent_sha256`` equals the hash of the bundled ONNX and the engine validates; otherwise it is
-    rebuilt. The result is cached per process and engines root (``$COSYEDGE_ENGINES_DIR`` may change).
-
-    Args:
-        build (callable): Builder ``build(onnx_path, out_dir=None) -> Path`` (for tests).
-    Returns:
-        Path: the engine folder.
-    Raises:
-        ArtifactError: the bundled ONNX (``cosyedge/models/reference.stream.onnx``) is missing, or the
-            engine cannot be built.
-    """
-    from cosyedge.models import REFERENCE_STREAM_ONNX
-
-    src = Path(REFERENCE_STREAM_ONNX)
-    if not src.is_file():
-        raise ArtifactError(
-            f"bundled reference model {src} is missing (reinstall cosyedge, or pass an engine with "
-            f"--engine PATH / build one with 'cosyedge build --onnx MODEL.stream.onnx')"
-        )
-    digest = sha256_file(src)
-    key = (digest, str(engines_root().resolve()))
-    cached = _DEFAULT_CACHE.get(key)
-    if cached is not None and (cached / MANIFEST_NAME).is_file():
-        return cached
-    contract = StreamContract.from_onnx(src)
-    folder = engines_root() / engine_folder_name(contract.name)
-    try:
-        if load_engine(folder).manifest.get("parent_sha256") == digest:
-            _DEFAULT_CACHE[key] = folder
-            return folder
-        LOG.info("bundled reference model changed; rebuilding %s", folder)
-    except CosyEdgeError as err:
-        if folder.exists():
-            LOG.info("rebuilding %s (%s)", folder, err)
-    folder = build(src, out_dir=folder.parent)
-    _DEFAULT_CACHE[key] = folder
-    return folder

@@ -494,7 +494,7 @@ def build_triton(onnx_path: Any, out_dir: str | Path | None = None, name: str | 
     Source: https://docs.nvidia.com/deeplearning/triton-inference-server/user-guide/docs/user_guide/implicit_state_management.html,
     https://docs.nvidia.com/deeplearning/triton-inference-server/user-guide/docs/user_guide/model_configuration.html#sequence-batcher
     """
-    from cosyedge.builders.ort import engines_root
+    from cosyedge.runtime.engine import engines_root
 
     if triton_backend not in TRITON_BACKENDS:
         raise UsageError(f"unknown Triton backend '{triton_backend}' (use one of {', '.join(TRITON_BACKENDS)})")

@@ -497,7 +497,7 @@ def ensure_engine(ref: CompareModel, label: str, engines_dir: Path, *, baseline:
         ArtifactError / DependencyError / AccuracyError: from the build.
     """
     from cosyedge.builders import build_engine
-    from cosyedge.builders.prepare import engine_folder_name, engine_model_name
+    from cosyedge.builders.names import engine_folder_name, engine_model_name
 
     precision, sparse = parse_precision_label(label)
     name = ref.contract.name
@@ -665,7 +665,7 @@ def run_check(onnx_path: str | Path | None = None, *, baseline: str | Path | Non
     Raises:
         UsageError: see module docstring (exit 2). The caller raises RegressionError on ``not passed``.
     """
-    from cosyedge.builders.ort import engines_root
+    from cosyedge.runtime.engine import engines_root
     from cosyedge.models import REFERENCE_STREAM_ONNX
 
     t0 = time.perf_counter()

@@ -62,7 +62,7 @@ def parse_precision_label(label: str) -> tuple[str, bool]:
     Raises:
         UsageError: not ``fp32|fp16|int8`` optionally followed by ``-sparse`` (``sparse`` alone = fp32-sparse).
     """
-    from cosyedge.builders.prepare import PRECISIONS
+    from cosyedge.builders.names import PRECISIONS
 
     text = label.strip().lower().replace("+", "-").replace("_", "-")
     if text == "sparse":
@@ -216,7 +216,7 @@ def load_compare_model(path: str | Path) -> CompareModel:
             no state (exit 3).
         UsageError: a TensorRT engine on a machine without TensorRT/pycuda/GPU (it cannot run here; exit 2).
     """
-    from cosyedge.builders import load_engine
+    from cosyedge.builders.cache import load_or_rebuild as load_engine
 
     path = Path(path)
     if path.is_file() and path.name == MANIFEST_NAME:
@@ -245,7 +245,7 @@ def load_compare_model(path: str | Path) -> CompareModel:
 def _load_trt(path: Path, manifest: dict) -> CompareModel:
     """A TensorRT engine folder: runnable only with TensorRT + pycuda + a GPU (else UsageError)."""
     try:
-        from cosyedge.builders.trt import load_trt_engine
+        from cosyedge.builders.cache import load_or_rebuild as load_trt_engine
 
         engine = load_trt_engine(path, manifest)
     except DependencyError as err:
