@@ -8,7 +8,9 @@
 * :mod:`cosyedge.builders.names`: precisions, labels, engine folder and model names.
 * :mod:`cosyedge.builders.trt`: TensorRT (imported lazily, only for ``backend="tensorrt"``).
 
-:func:`build_engine` is what ``cosyedge build`` calls: it resolves the backend and the default model.
+:func:`build` is what ``cosyedge build`` calls: one dispatch for ONNX Runtime, TensorRT and Triton, taking a
+:class:`~cosyedge.builders.config.BuildConfig`; :func:`build_engine` resolves ``auto`` and the default model
+for ONNX Runtime/TensorRT.
 """
 
 from __future__ import annotations
@@ -18,12 +20,16 @@ from typing import Iterable
 
 from cosyedge._lazy import has_module
 from cosyedge.builders.prepare import DEFAULT_CALIB_COUNT
+from cosyedge.builders.config import BuildConfig
 from cosyedge.builders.ort import OrtEngineFromOnnx, build_ort
 from cosyedge.runtime.engine import engines_root
 from cosyedge.errors import DependencyError, UsageError
 from cosyedge.log import LOG
 
 BACKENDS = ("auto", "onnxruntime", "tensorrt")
+TRITON = "triton"
+TRITON_OPTIONS = ("max_batch_size", "max_sequences", "instances", "instance_kind", "chunk_samples")
+"""tuple[str, ...]: :func:`build` options that only ``backend="triton"`` takes (:func:`cosyedge.builders.triton.build_triton`)."""
 
 
 def _tensorrt_builder_available() -> bool:
@@ -115,7 +121,7 @@ def build_engine(onnx_path: str | Path | None = None, backend: str = "auto", nam
     from cosyedge.builders.names import PRECISIONS
     from cosyedge.builders.prepare import check_streaming_onnx, prepare_onnx
     from cosyedge.errors import ArtifactError
-    from cosyedge.models import REFERENCE_SPARSE_STREAM_ONNX, REFERENCE_STREAM_ONNX
+    from cosyedge.models import REFERENCE_SPARSE_STREAM_ONNX, REFERENCE_STREAM_ONNX, require_reference
 
     if precision not in PRECISIONS:
         raise UsageError(f"unknown precision '{precision}' (use one of {', '.join(PRECISIONS)})")
@@ -123,9 +129,7 @@ def build_engine(onnx_path: str | Path | None = None, backend: str = "auto", nam
     if (dla_core is not None or gpu_fallback) and chosen != "tensorrt":
         raise UsageError("--dla-core/--gpu-fallback are TensorRT options (Jetson): add --backend tensorrt")
     if onnx_path is None:
-        onnx_path = REFERENCE_STREAM_ONNX
-        if not Path(onnx_path).is_file():
-            raise ArtifactError(f"bundled reference model {onnx_path} is missing; pass --onnx MODEL.stream.onnx")
+        onnx_path = require_reference()
     if sparse and Path(onnx_path).resolve() == REFERENCE_STREAM_ONNX.resolve() and REFERENCE_SPARSE_STREAM_ONNX.is_file():
         LOG.warning("pruning the bundled dense model 2:4 without fine-tuning; the fine-tuned 2:4 model is "
                     "--onnx %s", REFERENCE_SPARSE_STREAM_ONNX)
@@ -156,8 +160,56 @@ def build_engine(onnx_path: str | Path | None = None, backend: str = "auto", nam
     return build_ort(onnx_path, out_dir=out_dir, name=name, **options)
 
 
+def build(source: str | Path | None = None, config: BuildConfig | None = None, backend: str = "auto", *,
+          name: str | None = None, out_dir: str | Path | None = None, dla_core: int | None = None,
+          gpu_fallback: bool = False, **triton_options) -> Path:
+    """Build an engine folder for one backend: the one dispatch for ONNX Runtime, TensorRT and Triton.
+
+    ``auto``/``onnxruntime``/``tensorrt`` go through :func:`build_engine`; ``triton`` writes a Triton model
+    repository (:func:`cosyedge.builders.triton.build_triton`, imported lazily).
+
+    Args:
+        source (str | Path | None): Streaming FP32 ONNX; None: the bundled reference model
+            (:func:`cosyedge.models.require_reference`).
+        config (BuildConfig | None): Precision, sparsity, exclusions, calibration (None: FP32 dense).
+        backend (str): ``auto`` | ``onnxruntime`` | ``tensorrt`` | ``triton``.
+        name (str | None): Engine name (default: the model's, see :func:`cosyedge.builders.names.engine_model_name`).
+        out_dir (str | Path | None): Engines root (default ``$COSYEDGE_ENGINES_DIR`` or ``./engines``).
+        dla_core (int | None): TensorRT only: DLA core (Jetson).
+        gpu_fallback (bool): TensorRT only, with ``dla_core``: unsupported layers run on the GPU.
+        **triton_options: Triton only (:data:`TRITON_OPTIONS`); None values are dropped (defaults apply).
+    Returns:
+        Path: the engine folder (or Triton repository folder).
+    Raises:
+        UsageError: TensorRT options with Triton, Triton options with another backend, bad options.
+        ArtifactError / DependencyError / AccuracyError: see :func:`build_engine` and
+            :func:`cosyedge.builders.triton.build_triton`.
+    """
+    config = config if config is not None else BuildConfig()
+    unknown = [k for k in triton_options if k not in TRITON_OPTIONS]
+    if unknown:
+        raise TypeError(f"build() got unexpected options {unknown}")
+    given = {k: v for k, v in triton_options.items() if v is not None}
+    if backend == TRITON:
+        from cosyedge.builders.triton import build_triton
+        from cosyedge.models import require_reference
+
+        if dla_core is not None or gpu_fallback:
+            raise UsageError("--dla-core/--gpu-fallback are TensorRT options (Jetson), not Triton ones")
+        return build_triton(source or require_reference(), out_dir=out_dir, name=name,
+                            **config.prepare_kwargs(), **given)
+    if given:
+        flags = ", ".join("--" + k.replace("_", "-") for k in given)
+        raise UsageError(f"{flags} {'applies' if len(given) == 1 else 'apply'} to --backend triton only")
+    return build_engine(source, backend=backend, name=name, out_dir=out_dir, **config.prepare_kwargs(),
+                        dla_core=dla_core, gpu_fallback=gpu_fallback)
+
+
 __all__ = [
     "BACKENDS",
+    "BuildConfig",
+    "TRITON_OPTIONS",
+    "build",
     "OrtEngineFromOnnx",
     "build_engine",
     "build_ort",

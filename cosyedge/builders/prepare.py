@@ -31,11 +31,10 @@ from cosyedge.builders.names import (
     engine_model_name,
 )
 from cosyedge.log import LOG
+from cosyedge.precision.calibration import DEFAULT_CALIB_COUNT
 
 onnx = lazy_import("onnx")
 
-DEFAULT_CALIB_COUNT = 2048
-"""int: utterances streamed for INT8 calibration (issue 4)."""
 
 
 def precision_from_flags(fp16: bool = False, int8: bool = False) -> str:

@@ -666,10 +666,10 @@ def run_check(onnx_path: str | Path | None = None, *, baseline: str | Path | Non
         UsageError: see module docstring (exit 2). The caller raises RegressionError on ``not passed``.
     """
     from cosyedge.runtime.engine import engines_root
-    from cosyedge.models import REFERENCE_STREAM_ONNX
+    from cosyedge.models import require_reference
 
     t0 = time.perf_counter()
-    ref = load_compare_model(onnx_path or REFERENCE_STREAM_ONNX)
+    ref = load_compare_model(onnx_path or require_reference())
     if ref.precision != "fp32" or ref.sparse:
         raise UsageError(f"the reference {ref.path} is a {ref.label} model; give the FP32 streaming ONNX")
     baseline = Path(baseline) if baseline is not None else default_baseline_path(ref.contract.name)
