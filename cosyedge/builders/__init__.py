@@ -32,10 +32,6 @@ TRITON_OPTIONS = ("max_batch_size", "max_sequences", "instances", "instance_kind
 """tuple[str, ...]: :func:`build` options that only ``backend="triton"`` takes (:func:`cosyedge.builders.triton.build_triton`)."""
 
 
-def _tensorrt_builder_available() -> bool:
-    return has_module("cosyedge.builders.trt")
-
-
 def resolve_backend(backend: str = "auto") -> str:
     """Return the concrete backend (str) for ``backend`` in :data:`BACKENDS`.
 
@@ -43,16 +39,15 @@ def resolve_backend(backend: str = "auto") -> str:
     ``onnxruntime``; the choice and the reason are logged.
 
     Raises:
-        UsageError: unknown backend, or TensorRT builds are not available in this cosyedge version.
+        UsageError: unknown backend.
         DependencyError: ``tensorrt`` requested but the tensorrt package is not importable.
     """
     if backend not in BACKENDS:
         raise UsageError(f"unknown backend '{backend}' (use one of {', '.join(BACKENDS)})")
     trt_ok = has_module("tensorrt")
     if backend == "auto":
-        chosen = "tensorrt" if trt_ok and _tensorrt_builder_available() else "onnxruntime"
-        why = "tensorrt is importable" if chosen == "tensorrt" else (
-            "tensorrt is not importable" if not trt_ok else "the TensorRT builder is not in this cosyedge version")
+        chosen = "tensorrt" if trt_ok else "onnxruntime"
+        why = "tensorrt is importable" if chosen == "tensorrt" else "tensorrt is not importable"
         if chosen == "tensorrt":  # TensorRT alone is not enough: pycuda and a GPU too
             from cosyedge.runtime.trt import require_stack
 
@@ -73,9 +68,6 @@ def resolve_backend(backend: str = "auto") -> str:
             from cosyedge.runtime.trt import missing_stack_message
 
             raise DependencyError(missing_stack_message(True, False, None, "build TensorRT engines"))
-        if not _tensorrt_builder_available():
-            raise UsageError("TensorRT engine builds are not available in this cosyedge version yet; "
-                             "use --backend onnxruntime")
     return backend
 
 
@@ -111,10 +103,9 @@ def build_engine(onnx_path: str | Path | None = None, backend: str = "auto", nam
     Raises:
         ArtifactError: model missing/invalid (bundled reference missing included), not streamified.
         UsageError: bad precision/options; see also :func:`resolve_backend`.
-        DependencyError: see :func:`resolve_backend`; INT8 without ``cosyedge.precision.int8``.
+        DependencyError: see :func:`resolve_backend`.
         AccuracyError: the FP16 model gave NaN/Inf in its scan.
     """
-    import importlib
     import shutil
     import tempfile
 
@@ -152,7 +143,9 @@ def build_engine(onnx_path: str | Path | None = None, backend: str = "auto", nam
             fields = prepare_onnx(src, model, **options) or {}
             extra = {"calibration_sha256": fields.get("calibration_sha256"),
                      "reports": {k: fields[k] for k in ("sparsity", "fp16", "int8") if fields.get(k) is not None}}
-            return importlib.import_module("cosyedge.builders.trt").build_trt(
+            from cosyedge.builders.trt import build_trt
+
+            return build_trt(
                 model, out_dir=out_dir, name=name, precision=precision, sparse=sparse,
                 dla_core=dla_core, gpu_fallback=gpu_fallback, parent_path=src, extra_manifest=extra)
         finally:

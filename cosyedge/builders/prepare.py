@@ -8,13 +8,11 @@ quantization (zero point 0), so the Q/DQ weights keep the 2:4 pattern.
 ``exclude`` names nodes kept as in the FP32 model by every step: left dense by the pruning and kept in
 float by FP16/INT8.
 
-The INT8 entry point :func:`cosyedge.precision.int8.int8_onnx` is imported lazily, so FP32/FP16/sparse
-builds work with or without it.
+The INT8 entry point :func:`cosyedge.precision.int8.int8_onnx` is imported when an INT8 build runs.
 """
 
 from __future__ import annotations
 
-import importlib
 import shutil
 from collections.abc import Iterable
 from pathlib import Path
@@ -83,24 +81,6 @@ def check_streaming_onnx(src: Path) -> StreamContract:
     return contract
 
 
-def int8_entry():
-    """Return :func:`cosyedge.precision.int8.int8_onnx`.
-
-    Raises:
-        DependencyError: that module is not in this cosyedge version (or fails to import a dependency).
-    """
-    from cosyedge.errors import DependencyError
-
-    try:
-        mod = importlib.import_module("cosyedge.precision.int8")
-    except ModuleNotFoundError as err:
-        if err.name in ("cosyedge.precision.int8",):
-            raise DependencyError("INT8 builds are not available in this cosyedge version "
-                                  "(cosyedge.precision.int8 is missing); use --fp16 or FP32") from None
-        raise DependencyError(f"INT8 needs '{err.name}', which cannot be imported: pip install {err.name}") from None
-    return mod.int8_onnx
-
-
 def _copy_onnx(src: Path, dest: Path) -> None:
     model = load_onnx(src, load_external_data=False)
     from onnx.external_data_helper import uses_external_data
@@ -137,7 +117,6 @@ def prepare_onnx(onnx_path: Any, dest: str | Path, *, precision: str = "fp32", s
         UsageError: unknown precision, ``calib``/``calib_count`` without INT8, unknown node in ``exclude``.
         ArtifactError: input missing, not a streaming cosyedge ONNX, conversion failures.
         AccuracyError: FP16 scan found NaN/Inf.
-        DependencyError: INT8 requested but ``cosyedge.precision.int8`` is missing.
     """
     if precision not in PRECISIONS:
         raise UsageError(f"unknown precision '{precision}' (use one of {', '.join(PRECISIONS)})")
@@ -151,7 +130,8 @@ def prepare_onnx(onnx_path: Any, dest: str | Path, *, precision: str = "fp32", s
     src = resolve_artifact(onnx_path)
     contract = check_streaming_onnx(src)
     dest = Path(dest)
-    int8_onnx = int8_entry() if precision == "int8" else None  # fail before any work
+    if precision == "int8":
+        from cosyedge.precision.int8 import int8_onnx
     fields: dict = {"precision": precision, "sparse": bool(sparse), "exclude": list(exclude), "sparsity": None,
                     "fp16": None, "int8": None, "calibration_sha256": None}
     stage_in = src
@@ -218,5 +198,5 @@ def warn_replacing_other_model(dest: Path, parent: Path) -> None:
 
 
 __all__ = ["DEFAULT_CALIB_COUNT", "PARENT_HASH_CHARS", "PRECISIONS", "check_engine_name", "check_streaming_onnx",
-           "engine_folder_name", "engine_model_name", "int8_entry", "manifest_head", "warn_replacing_other_model",
+           "engine_folder_name", "engine_model_name", "manifest_head", "warn_replacing_other_model",
            "precision_from_flags", "prepare_onnx"]

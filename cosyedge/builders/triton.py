@@ -78,7 +78,6 @@ from cosyedge._lazy import has_module, lazy_import
 from cosyedge.artifacts import (
     BATCH_DIM,
     META_PREFIX,
-    Stage,
     StreamContract,
     atomic_folder,
     load_manifest,
@@ -878,29 +877,7 @@ def check_repository(repo: str | Path, parse: bool = True) -> dict:
             "states": [(a, b, list(d)) for a, b, _, d, _ in s["states"]], "parsed": bool(parse)}
 
 
-class TritonRepositoryFromOnnx(Stage):
-    """Stage: streaming ONNX -> Triton model repository (lazy; see :func:`build_triton`).
-
-    Args:
-        onnx_path (str | Path | Stage): Streaming ONNX or a stage returning one.
-        out_dir (str | Path | None): Engines root.
-        name (str | None): Model name.
-        **options: keyword options of :func:`build_triton`.
-    Returns (when called):
-        Path: the repository folder.
-
-    Source: https://docs.nvidia.com/deeplearning/triton-inference-server/user-guide/docs/user_guide/model_configuration.html#sequence-batcher
-    """
-
-    def __init__(self, onnx_path: Any, out_dir: str | Path | None = None, name: str | None = None, **options):
-        self.onnx_path, self.out_dir, self.name, self.options = onnx_path, out_dir, name, options
-
-    def call_impl(self) -> Path:
-        """Build and return the repository folder (Path)."""
-        return build_triton(self.onnx_path, out_dir=self.out_dir, name=self.name, **self.options)
-
-
 __all__ = ["BACKEND", "DEFAULT_MAX_BATCH_SIZE", "DEFAULT_MAX_SEQUENCES", "INSTANCE_KINDS", "TritonModelConfig",
-           "TritonRepositoryFromOnnx", "TritonState", "TritonTensor", "build_triton", "check_repository",
+           "TritonState", "TritonTensor", "build_triton", "check_repository",
            "check_triton_states", "load_model_config", "model_config_pb2", "state_names_problem",
            "tensorrt_plan_hook", "triton_config", "triton_state_names"]

@@ -1,6 +1,6 @@
 """INT8 stage: FP32 streaming ONNX -> KL-calibrated explicit-Q/DQ streaming ONNX (``model.stream.int8.onnx``).
 
-:func:`int8_onnx` (and its lazy stage twin :class:`Int8OnnxFromOnnx`) calibrates the model on a
+:func:`int8_onnx` calibrates the model on a
 calibration set (or reuses the matching amax cache, :mod:`cosyedge.precision.calibrate`), inserts Q/DQ
 pairs following TensorRT's rules (:mod:`cosyedge.precision.qdq`), keeps the cosyedge stream metadata
 (so :class:`~cosyedge.runtime.ort.OrtStreamSession` and TensorRT builds use it unchanged), adds
@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from cosyedge.artifacts import Stage, StreamContract, check_not_input, check_writable, resolve_artifact, sha256_file
+from cosyedge.artifacts import StreamContract, check_not_input, check_writable, resolve_artifact, sha256_file
 from cosyedge.errors import ArtifactError, UsageError
 from cosyedge.log import LOG
 
@@ -165,17 +165,3 @@ def _smoke_test(model: Any, contract: StreamContract, where: Path) -> None:
         raise ArtifactError(f"INT8 model made from {where} does not run in ONNX Runtime: {first_line(err)}") from None
     if not all(np.isfinite(o).all() for o in outs):
         raise ArtifactError(f"INT8 model made from {where} gives NaN/Inf for a zero chunk")
-
-
-class Int8OnnxFromOnnx(Stage):
-    """Lazy stage twin of :func:`int8_onnx`: ``Int8OnnxFromOnnx(src, out, calib=..., exclude=...)()``
-    returns the INT8 ONNX path; :attr:`manifest` holds :func:`int8_onnx`'s dict after the call."""
-
-    def __init__(self, fp32_stream_onnx: Any, out_path: str | Path, **kwargs):
-        self.src, self.out_path, self.kwargs = fp32_stream_onnx, Path(out_path), kwargs
-        self.manifest: dict | None = None
-
-    def call_impl(self) -> Path:
-        """Run :func:`int8_onnx`; return the INT8 ONNX path (Path)."""
-        self.manifest = int8_onnx(self.src, self.out_path, **self.kwargs)
-        return self.out_path
