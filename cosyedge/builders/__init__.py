@@ -29,7 +29,7 @@ from cosyedge.log import LOG
 BACKENDS = ("auto", "onnxruntime", "tensorrt")
 TRITON = "triton"
 TRITON_OPTIONS = ("max_batch_size", "max_sequences", "instances", "instance_kind", "chunk_samples")
-"""tuple[str, ...]: :func:`build` options that only ``backend="triton"`` takes (:func:`cosyedge.builders.triton.build_triton`)."""
+"""tuple[str, ...]: :func:`build` options only ``backend="triton"`` takes (see ``builders.triton.build_triton``)."""
 
 
 def resolve_backend(backend: str = "auto") -> str:

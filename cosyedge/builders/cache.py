@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from cosyedge.artifacts import MANIFEST_NAME, StreamContract, sha256_file
+from cosyedge.artifacts import MANIFEST_NAME, EngineManifest, StreamContract, sha256_file
 from cosyedge.errors import CosyEdgeError
 from cosyedge.log import LOG
 from cosyedge.runtime.engine import Engine, engines_root, load_engine
@@ -41,8 +41,7 @@ def parent_is(folder: Path, parent_sha256: str) -> bool:
         CosyEdgeError: the folder does not load (missing, stale, corrupt; see
             :func:`cosyedge.runtime.engine.load_engine`).
     """
-    manifest = load_engine(folder).manifest or {}
-    return manifest.get("parent_sha256") == parent_sha256
+    return EngineManifest.from_dict(load_engine(folder).manifest or {}).parent_sha256 == parent_sha256
 
 
 def reuse_or_build(src: str | Path, config: Any, folder: str | Path, *, build: Callable[[], Path],
@@ -164,7 +163,7 @@ def load_or_rebuild(path: str | Path, manifest: dict | None = None, *, device: i
         ArtifactError: see :func:`cosyedge.runtime.engine.load_engine`; a foreign plan whose rebuild failed.
         DependencyError: a TensorRT engine without tensorrt, pycuda or a GPU.
     """
-    if manifest is not None and manifest.get("backend") == "tensorrt":
+    if manifest is not None and EngineManifest.from_dict(manifest).backend == "tensorrt":
         from cosyedge.runtime.trt import load_trt_engine
 
         return load_trt_engine(path, manifest, rebuild=rebuild_foreign_plan, device=device)

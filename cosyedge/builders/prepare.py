@@ -151,7 +151,7 @@ def prepare_onnx(onnx_path: Any, dest: str | Path, *, precision: str = "fp32", s
             kw = {"cache_name": f"{contract.name}-sparse"} if sparse else {}
             res = int8_onnx(stage_in, dest, calib=calib, exclude=exclude, count=int(calib_count), amax=amax, **kw)
             fields["int8"] = res
-            fields["calibration_sha256"] = _calibration_hash(res)
+            fields["calibration_sha256"] = res["calibration_manifest_sha256"]  # the one key int8_onnx returns
         elif not sparse:
             _copy_onnx(src, dest)
     finally:
@@ -160,22 +160,6 @@ def prepare_onnx(onnx_path: Any, dest: str | Path, *, precision: str = "fp32", s
         raise ArtifactError(f"the {precision} step did not write {dest}")
     LOG.debug("prepared %s (%s%s)", dest, precision, ", sparse" if sparse else "")
     return fields
-
-
-def _calibration_hash(res: Any) -> str | None:
-    """Pick the calibration hash out of the INT8 result (dict); None when it names none."""
-    if not isinstance(res, dict):
-        return None
-    for key in ("calibration_sha256", "calib_sha256", "calibration_manifest_sha256", "calib_manifest_sha256",
-                "calibration_hash"):
-        if res.get(key):
-            return str(res[key])
-    cal = res.get("calibration") or res.get("calib")
-    if isinstance(cal, dict):
-        for key in ("sha256", "manifest_sha256", "hash"):
-            if cal.get(key):
-                return str(cal[key])
-    return None
 
 
 def warn_replacing_other_model(dest: Path, parent: Path) -> None:

@@ -64,6 +64,7 @@ import numpy as np
 
 from cosyedge.artifacts import (
     BATCH_DIM,
+    EngineManifest,
     Stage,
     StreamContract,
     atomic_folder,
@@ -535,20 +536,22 @@ def rebuild_trt(folder: str | Path, manifest: dict | None = None, device: int = 
     """
     folder = Path(folder)
     manifest = manifest if manifest is not None else load_manifest(folder)
-    flags = manifest.get("flags") or {}
+    m = EngineManifest.from_dict(manifest)
+    flags = m.flags
     # Build from a copy: the folder (and its model.onnx) is replaced by the build.
     with tempfile.TemporaryDirectory(prefix=".rebuild.", dir=folder.parent) as tmpdir:
         src = Path(tmpdir) / MODEL_FILE
-        shutil.copyfile(folder / (manifest.get("model") or {}).get("file", MODEL_FILE), src)
-        out = build_trt(src, out_dir=folder.parent, name=manifest.get("name"),
-                        precision=flags.get("precision", manifest.get("precision", "fp32")),
+        shutil.copyfile(folder / (m.model_file or MODEL_FILE), src)
+        out = build_trt(src, out_dir=folder.parent, name=m.name,
+                        precision=flags.get("precision", m.precision),
                         sparse=bool(flags.get("sparse")), dla_core=flags.get("dla_core"),
                         gpu_fallback=bool(flags.get("gpu_fallback")),
                         workspace_mib=int(flags.get("workspace_mib", DEFAULT_WORKSPACE_MIB)),
-                        max_batch=int(flags.get("max_batch", manifest.get("max_batch", DEFAULT_MAX_BATCH))),
-                        opt_batch=int(flags.get("opt_batch", 1)), chunk_samples=manifest.get("chunk_samples"),
-                        device=device, parent_path=_existing(manifest.get("parent_path")),
-                        extra_manifest={k: manifest[k] for k in ("calibration_sha256", "reports") if k in manifest})
+                        max_batch=int(flags.get("max_batch",
+                                                DEFAULT_MAX_BATCH if m.max_batch is None else m.max_batch)),
+                        opt_batch=int(flags.get("opt_batch", 1)), chunk_samples=m.chunk_samples,
+                        device=device, parent_path=_existing(m.parent_path),
+                        extra_manifest={k: m.raw[k] for k in ("calibration_sha256", "reports") if k in m.raw})
     if out != folder:  # same name/flags give the same folder; keep the user's path otherwise
         LOG.info("rebuilt engine written to %s", out)
     return out

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from cosyedge.artifacts import MANIFEST_NAME, StreamContract, load_manifest, sha256_file
+from cosyedge.artifacts import MANIFEST_NAME, EngineManifest, StreamContract, load_manifest, sha256_file
 from cosyedge.errors import ArtifactError
 from cosyedge.log import LOG
 
@@ -87,7 +87,8 @@ def load_engine(path: str | Path, *, rebuild: Callable[..., Path] | None = None)
     path = Path(path)
     if path.is_dir():
         manifest = load_manifest(path)
-        backend = manifest.get("backend")
+        m = EngineManifest.from_dict(manifest)
+        backend = m.backend
         if backend == "tensorrt":  # checked against this machine's TensorRT/GPU, rebuilt if foreign
             from cosyedge.runtime.trt import load_trt_engine
 
@@ -95,19 +96,17 @@ def load_engine(path: str | Path, *, rebuild: Callable[..., Path] | None = None)
         if backend != BACKEND:
             raise ArtifactError(f"engine {path} is for backend '{backend}', not '{BACKEND}' "
                                 f"(rebuild with 'cosyedge build --backend {BACKEND}')")
-        model_info = manifest.get("model") or {}
-        model_path = path / model_info.get("file", MODEL_FILE)
-        flags = manifest.get("flags") or {}
-        extra = "".join(f" --{k}" for k in ("fp16", "int8", "sparse") if flags.get(k))
-        rebuild = (f"rebuild it with 'cosyedge build --onnx {manifest.get('parent_path', 'MODEL.stream.onnx')}"
-                   f"{extra} --backend {BACKEND}'")
+        model_path = path / (m.model_file or MODEL_FILE)
+        extra = "".join(f" --{k}" for k in ("fp16", "int8", "sparse") if m.flags.get(k))
+        fix = (f"rebuild it with 'cosyedge build --onnx {m.parent_path or 'MODEL.stream.onnx'}"
+               f"{extra} --backend {BACKEND}'")
         if not model_path.is_file():
-            raise ArtifactError(f"engine {path} has no {model_path.name}; {rebuild}")
+            raise ArtifactError(f"engine {path} has no {model_path.name}; {fix}")
         digest = sha256_file(model_path)
-        if digest != model_info.get("sha256"):
+        if digest != m.model_sha256:
             raise ArtifactError(
                 f"engine {path} is stale or corrupt: {model_path.name} sha256 {digest[:12]}... does not match "
-                f"the manifest ({str(model_info.get('sha256'))[:12]}...); {rebuild}"
+                f"the manifest ({str(m.model_sha256)[:12]}...); {fix}"
             )
         contract = StreamContract.from_onnx(model_path)
         folder: Path | None = path

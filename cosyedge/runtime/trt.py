@@ -52,7 +52,7 @@ from typing import Any
 import numpy as np
 
 from cosyedge._lazy import has_module
-from cosyedge.artifacts import MANIFEST_NAME, StreamContract, load_manifest, sha256_file
+from cosyedge.artifacts import MANIFEST_NAME, EngineManifest, StreamContract, load_manifest, sha256_file
 from cosyedge.errors import ArtifactError, CosyEdgeError, DependencyError, UsageError, first_line
 from cosyedge.log import LOG
 from cosyedge.runtime.base import DEFAULT_MAX_LATENCY_RECORDS, StreamSession
@@ -520,9 +520,10 @@ class TrtStreamSession(StreamSession):
 
 def rebuild_command(manifest: dict, folder: Path | None = None) -> str:
     """Return the ``cosyedge build`` command line (str) that rebuilds an engine from its manifest."""
-    flags = manifest.get("flags") or {}
-    src = (Path(folder) / MODEL_FILE) if folder is not None else Path(manifest.get("parent_path", "MODEL.onnx"))
-    cmd = ["cosyedge build --backend tensorrt", f"--onnx {src}", f"--name {manifest.get('name', 'model')}"]
+    m = EngineManifest.from_dict(manifest)
+    flags = m.flags
+    src = (Path(folder) / MODEL_FILE) if folder is not None else Path(m.parent_path or "MODEL.onnx")
+    cmd = ["cosyedge build --backend tensorrt", f"--onnx {src}", f"--name {m.name or 'model'}"]
     if flags.get("precision") in ("fp16", "int8"):
         cmd.append(f"--{flags['precision']}")
     if flags.get("sparse"):
@@ -569,8 +570,9 @@ class TrtEngine:
                 :data:`~cosyedge.runtime.base.DEFAULT_MAX_LATENCY_RECORDS`).
         """
         return TrtStreamSession(self.plan_path, self.contract, chunk_samples=chunk_samples, batch=batch,
-                                max_batch=self.manifest.get("max_batch"),
-                                built_chunk_samples=self.manifest.get("chunk_samples"), cuda_graph=cuda_graph,
+                                max_batch=EngineManifest.from_dict(self.manifest).max_batch,
+                                built_chunk_samples=EngineManifest.from_dict(self.manifest).chunk_samples,
+                                cuda_graph=cuda_graph,
                                 device=device, max_latency_records=max_latency_records or DEFAULT_MAX_LATENCY_RECORDS)
 
     session = __call__
@@ -590,18 +592,18 @@ def validate_trt_folder(folder: str | Path, manifest: dict | None = None) -> tup
     """
     folder = Path(folder)
     manifest = manifest if manifest is not None else load_manifest(folder)
-    if manifest.get("backend") != BACKEND:
-        raise ArtifactError(f"engine {folder} is for backend '{manifest.get('backend')}', not '{BACKEND}'")
-    model_path = folder / (manifest.get("model") or {}).get("file", MODEL_FILE)
-    plan_path = folder / (manifest.get("plan") or {}).get("file", PLAN_FILE)
+    m = EngineManifest.from_dict(manifest)
+    if m.backend != BACKEND:
+        raise ArtifactError(f"engine {folder} is for backend '{m.backend}', not '{BACKEND}'")
+    model_path = folder / (m.model_file or MODEL_FILE)
+    plan_path = folder / (m.plan_file or PLAN_FILE)
     if not model_path.is_file():
         raise ArtifactError(f"engine {folder} has no {model_path.name}; rebuild it from the precision ONNX: "
                             f"{rebuild_command(manifest)}")
     cmd = rebuild_command(manifest, folder)
     if not plan_path.is_file():
         raise ArtifactError(f"engine {folder} has no {plan_path.name}; rebuild: {cmd}")
-    for what, path in (("model", model_path), ("plan", plan_path)):
-        want = (manifest.get(what) or {}).get("sha256")
+    for want, path in ((m.model_sha256, model_path), (m.plan_sha256, plan_path)):
         got = sha256_file(path)
         if got != want:
             raise ArtifactError(f"engine {folder} is stale or corrupt: {path.name} sha256 {got[:12]}... does not "
