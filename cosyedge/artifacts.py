@@ -683,6 +683,9 @@ class SourceModel:
     def __fspath__(self) -> str:
         return str(self.path)
 
+    def __str__(self) -> str:
+        return str(self.path)
+
     def __repr__(self) -> str:
         return f"SourceModel({str(self.path)!r})"
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cosyedge.artifacts import load_onnx, sha256_file
+from cosyedge.artifacts import SourceModel
 from cosyedge.errors import UsageError
 from cosyedge.runtime.trt_compat import PRECISIONS
 
@@ -50,7 +50,7 @@ PARENT_HASH_CHARS = 8
 """int: hex digits of the parent ONNX's SHA-256 in the folder name of a derived model (:func:`engine_model_name`)."""
 
 
-def engine_model_name(name: str, parent: str | Path, *, derived: bool | None = None) -> str:
+def engine_model_name(name: str, parent: str | Path | SourceModel, *, derived: bool | None = None) -> str:
     """Return the model part (str) of the folder name of an engine built from ``parent``.
 
     A model's name (its ONNX ``cosyedge.name``) stands for the model itself: its dense streaming ONNX, e.g. the
@@ -67,7 +67,8 @@ def engine_model_name(name: str, parent: str | Path, *, derived: bool | None = N
 
     Args:
         name (str): Model name (the stream contract's ``name``).
-        parent (str | Path): The FP32 streaming ONNX the engine is built from.
+        parent (str | Path | SourceModel): The FP32 streaming ONNX the engine is built from (a SourceModel is
+            parsed and hashed once).
         derived (bool | None): True: always add the hash (``cosyedge check`` for its sparse parent, which may
             record nothing); False: never; None (default): read ``parent``'s metadata.
     Returns:
@@ -78,9 +79,9 @@ def engine_model_name(name: str, parent: str | Path, *, derived: bool | None = N
     if derived is None:
         from cosyedge.precision.sparsity import DENSE_PARENT_KEY, SPARSITY_KEY
 
-        keys = {p.key for p in load_onnx(parent, load_external_data=False).metadata_props}
+        keys = {p.key for p in SourceModel.of(parent).proto.metadata_props}
         derived = bool(keys & {DENSE_PARENT_KEY, SPARSITY_KEY})
-    return f"{name}-{sha256_file(parent)[:PARENT_HASH_CHARS]}" if derived else name
+    return f"{name}-{SourceModel.of(parent).sha256[:PARENT_HASH_CHARS]}" if derived else name
 
 
 def check_engine_name(name: str | None) -> str:

@@ -31,18 +31,17 @@ import numpy as np
 
 from cosyedge._lazy import lazy_import
 from cosyedge.artifacts import (
+    SourceModel,
     Stage,
     StreamContract,
     atomic_folder,
     resolve_artifact,
     write_manifest,
 )
+from cosyedge.builders.names import check_engine_name, engine_folder_name, engine_model_name
 from cosyedge.builders.prepare import (
     DEFAULT_CALIB_COUNT,
-    check_engine_name,
     check_streaming_onnx,
-    engine_folder_name,
-    engine_model_name,
     manifest_head,
     prepare_onnx,
     warn_replacing_other_model,
@@ -86,8 +85,8 @@ def build_ort(onnx_path: Any, out_dir: str | Path | None = None, name: str | Non
     contract). It is assembled in a temp folder and renamed into place after one chunk ran finite.
 
     Args:
-        onnx_path (str | Path | callable): Streaming FP32 ONNX (output of ``cosyedge streamify``), or a
-            stage returning its path.
+        onnx_path (str | Path | callable | SourceModel): Streaming FP32 ONNX (output of ``cosyedge streamify``),
+            or a stage returning its path.
         out_dir (str | Path | None): Engines root that receives the engine folder; defaults to
             :func:`engines_root` (``$COSYEDGE_ENGINES_DIR`` or ``./engines``).
         name (str | None): Model name for the folder; defaults to the contract's ``name``, plus a short hash
@@ -109,7 +108,8 @@ def build_ort(onnx_path: Any, out_dir: str | Path | None = None, name: str | Non
         AccuracyError: the FP16 model produced NaN/Inf in its scan.
         DependencyError: onnxruntime is missing, or INT8 is requested without ``cosyedge.precision.int8``.
     """
-    src = resolve_artifact(onnx_path)
+    # parsed and hashed once for the whole build
+    src = onnx_path if isinstance(onnx_path, SourceModel) else SourceModel(resolve_artifact(onnx_path))
     contract = check_streaming_onnx(src)
     name = check_engine_name(name or engine_model_name(contract.name, src))
     root = Path(out_dir) if out_dir is not None else engines_root()

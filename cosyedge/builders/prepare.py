@@ -19,15 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from cosyedge._lazy import lazy_import
-from cosyedge.artifacts import StreamContract, load_onnx, resolve_artifact, sha256_file
+from cosyedge.artifacts import SourceModel, StreamContract, load_onnx, resolve_artifact, sha256_file
 from cosyedge.errors import ArtifactError, UsageError
-from cosyedge.builders.names import (
-    PARENT_HASH_CHARS,
-    PRECISIONS,
-    check_engine_name,
-    engine_folder_name,
-    engine_model_name,
-)
+from cosyedge.builders.names import PRECISIONS
 from cosyedge.log import LOG
 from cosyedge.precision.calibration import DEFAULT_CALIB_COUNT
 
@@ -47,7 +41,7 @@ def precision_from_flags(fp16: bool = False, int8: bool = False) -> str:
 
 
 def manifest_head(*, name: str, backend: str, precision: str, sparse: bool, model_file: str, model_path: Path,
-                  parent: Path) -> dict:
+                  parent: Path | SourceModel) -> dict:
     """The manifest fields every backend's engine folder shares (dict): stage, name, backend, precision,
     sparse flag, the model file and its SHA-256, the parent ONNX's SHA-256 and path, and the common
     ``flags`` (backend, precision, fp16, int8, sparse) that each backend extends with its own.
@@ -62,20 +56,20 @@ def manifest_head(*, name: str, backend: str, precision: str, sparse: bool, mode
         "precision": precision,
         "sparse": bool(sparse),
         "model": {"file": model_file, "sha256": sha256_file(model_path)},
-        "parent_sha256": sha256_file(parent),
+        "parent_sha256": SourceModel.of(parent).sha256,
         "parent_path": str(Path(parent).resolve()),
         "flags": {"backend": backend, "precision": precision, "fp16": precision == "fp16",
                   "int8": precision == "int8", "sparse": bool(sparse)},
     }
 
 
-def check_streaming_onnx(src: Path) -> StreamContract:
-    """Return the stream contract of ``src`` (Path).
+def check_streaming_onnx(src: Path | SourceModel) -> StreamContract:
+    """Return the stream contract of ``src`` (Path, or a SourceModel: parsed once).
 
     Raises:
         ArtifactError: file missing/corrupt, no cosyedge metadata, or no state pairs (not streamified).
     """
-    contract = StreamContract.from_onnx(src)
+    contract = src.contract if isinstance(src, SourceModel) else StreamContract.from_onnx(src)
     if not contract.is_streaming:
         raise ArtifactError(f"{src} has no streaming state (state_in.*/state_out.*); run 'cosyedge streamify' first")
     return contract
@@ -97,7 +91,7 @@ def prepare_onnx(onnx_path: Any, dest: str | Path, *, precision: str = "fp32", s
     """Write the precision ONNX ``dest`` from a streaming FP32 ONNX (sparsify, then FP16/INT8/copy).
 
     Args:
-        onnx_path (str | Path | Stage): Streaming FP32 ONNX (``cosyedge streamify`` output).
+        onnx_path (str | Path | Stage | SourceModel): Streaming FP32 ONNX (``cosyedge streamify`` output).
         dest (str | Path): Output ``.onnx``; its folder holds temporary files during the call (a temp
             folder of the caller, typically). Not written atomically here: callers build in a temp folder.
         precision (str): ``fp32`` | ``fp16`` | ``int8``.
@@ -127,8 +121,9 @@ def prepare_onnx(onnx_path: Any, dest: str | Path, *, precision: str = "fp32", s
     if int(calib_count) < 1:
         raise UsageError(f"calibration count must be >= 1, got {calib_count}")
     exclude = tuple(exclude)
-    src = resolve_artifact(onnx_path)
+    src = onnx_path if isinstance(onnx_path, SourceModel) else SourceModel(resolve_artifact(onnx_path))
     contract = check_streaming_onnx(src)
+    src = src.path  # the precision steps read the file themselves
     dest = Path(dest)
     if precision == "int8":
         from cosyedge.precision.int8 import int8_onnx
@@ -162,7 +157,7 @@ def prepare_onnx(onnx_path: Any, dest: str | Path, *, precision: str = "fp32", s
     return fields
 
 
-def warn_replacing_other_model(dest: Path, parent: Path) -> None:
+def warn_replacing_other_model(dest: Path, parent: Path | SourceModel) -> None:
     """Log a warning when the engine folder ``dest`` already holds an engine built from another model (its
     manifest's ``parent_sha256`` is not the SHA-256 of ``parent``, the streaming ONNX about to be built): the
     build replaces it (e.g. a fine-tuned sparse ONNX whose metadata carries the same model name as its dense
@@ -175,12 +170,11 @@ def warn_replacing_other_model(dest: Path, parent: Path) -> None:
         old = json.loads((Path(dest) / MANIFEST_NAME).read_text()).get("parent_sha256")
     except (OSError, ValueError, AttributeError):
         return
-    new = sha256_file(parent)
+    new = SourceModel.of(parent).sha256
     if old and old != new:
         LOG.warning("%s holds an engine built from another model (sha256 %s...); replacing it with one built from "
                     "%s (%s...); pass --name to keep both", dest, str(old)[:12], Path(parent).name, new[:12])
 
 
-__all__ = ["DEFAULT_CALIB_COUNT", "PARENT_HASH_CHARS", "PRECISIONS", "check_engine_name", "check_streaming_onnx",
-           "engine_folder_name", "engine_model_name", "manifest_head", "warn_replacing_other_model",
+__all__ = ["DEFAULT_CALIB_COUNT", "PRECISIONS", "check_streaming_onnx", "manifest_head", "warn_replacing_other_model",
            "precision_from_flags", "prepare_onnx"]

@@ -15,7 +15,7 @@ exact, only the batch axis ``N`` has a range (``1..max_batch`` streams, optimise
 The tactic timing cache lives in ``<engines root>/timing-cache/`` keyed by TensorRT version and GPU
 architecture, so rebuilds and the other precisions of a model build faster.
 
-Before a plan is deserialized, :func:`load_trt_engine` compares its manifest with the installed TensorRT
+Before a plan is deserialized, :func:`cosyedge.runtime.trt.load_trt_engine` compares its manifest with the installed TensorRT
 and the GPU (:func:`cosyedge.runtime.trt_compat.check_engine_compat`): a mismatch rebuilds the plan from
 the stored ONNX with the stored flags (with a message), or, when rebuilding is impossible or disabled,
 raises a one-line error with the rebuild command.
@@ -75,11 +75,15 @@ from cosyedge.artifacts import (
     sha256_file,
     write_manifest,
 )
-from cosyedge.builders.prepare import check_engine_name, engine_model_name, manifest_head, warn_replacing_other_model
+from cosyedge.builders.names import check_engine_name, engine_model_name
 from cosyedge.builders.names import engine_folder_name as _folder_name
+from cosyedge.builders.prepare import manifest_head, warn_replacing_other_model
+from cosyedge.errors import ArtifactError, CosyEdgeError, UsageError, first_line
+from cosyedge.log import LOG
+from cosyedge.runtime.engine import engines_root
+from cosyedge.runtime.trt import BACKEND, MODEL_FILE, PLAN_FILE
 from cosyedge.runtime.trt_compat import (
     PRECISIONS,
-    check_engine_compat,
     features,
     fp32_pin_nodes,
     layers_from_inspector,
@@ -89,10 +93,6 @@ from cosyedge.runtime.trt_compat import (
     plan_build,
     sparse_layers_from_log,
 )
-from cosyedge.errors import ArtifactError, CosyEdgeError, UsageError, first_line
-from cosyedge.log import LOG
-from cosyedge.runtime.engine import engines_root
-from cosyedge.runtime.trt import BACKEND, MODEL_FILE, PLAN_FILE, rebuild_command
 
 TIMING_CACHE_DIR = "timing-cache"
 DEFAULT_WORKSPACE_MIB = 1024

@@ -11,7 +11,7 @@ import pytest
 from cosyedge.artifacts import StreamContract
 from cosyedge.builders import trt as bt
 from cosyedge.builders.cache import load_or_rebuild
-from cosyedge.runtime.trt import load_trt_engine
+from cosyedge.runtime.trt import load_trt_engine, rebuild_command
 from cosyedge.errors import ArtifactError, DependencyError, UsageError
 from cosyedge.models import REFERENCE_STREAM_ONNX
 from tests.reference_structure import reference_structure
@@ -85,7 +85,7 @@ def test_names_and_rebuild_command(tmp_path):
     assert bt.engine_folder_name("reference", "fp16", False, 0) == "reference-fp16-dla0-tensorrt"
     assert bt.timing_cache_path(tmp_path, "10.3.0", "8.7") == tmp_path / "timing-cache" / "tensorrt-10.3.0-sm87.cache"
     man = {"name": "ref", "flags": {"precision": "int8", "sparse": True, "dla_core": 1, "gpu_fallback": True}}
-    assert bt.rebuild_command(man, tmp_path) == (f"cosyedge build --backend tensorrt --onnx {tmp_path / 'model.onnx'} "
+    assert rebuild_command(man, tmp_path) == (f"cosyedge build --backend tensorrt --onnx {tmp_path / 'model.onnx'} "
                                                  f"--name ref --int8 --sparse --dla-core 1 --gpu-fallback")
 
 

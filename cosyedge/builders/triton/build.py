@@ -18,6 +18,7 @@ from cosyedge._lazy import has_module, lazy_import
 from cosyedge.artifacts import (
     BATCH_DIM,
     META_PREFIX,
+    SourceModel,
     StreamContract,
     atomic_folder,
     load_onnx,
@@ -222,8 +223,8 @@ def build_triton(onnx_path: Any, out_dir: str | Path | None = None, name: str | 
                              ("idle time", idle_us, 1, 10**12)):
         if not lo <= int(v) <= hi:
             raise UsageError(f"{label} must be between {lo} and {hi}, got {v}")
-    src = resolve_artifact(onnx_path)
-    raw = {p.key: p.value for p in load_onnx(src, load_external_data=False).metadata_props}
+    src = onnx_path if isinstance(onnx_path, SourceModel) else SourceModel(resolve_artifact(onnx_path))
+    raw = {p.key: p.value for p in src.proto.metadata_props}
     try:
         raw_states = json.loads(raw.get(META_PREFIX + "state", "[]"))
     except json.JSONDecodeError:
