@@ -75,7 +75,8 @@ def build_engine(onnx_path: str | Path | None = None, backend: str = "auto", nam
                  out_dir: str | Path | None = None, *, precision: str = "fp32", sparse: bool = False,
                  exclude: Iterable[str] = (), calib: str | Path | None = None,
                  calib_count: int = DEFAULT_CALIB_COUNT, dla_core: int | None = None,
-                 gpu_fallback: bool = False, amax: str | Path | None = None) -> Path:
+                 gpu_fallback: bool = False, amax: str | Path | None = None,
+                 config: BuildConfig | None = None) -> Path:
     """Build an engine folder ``<name>-<precision>[-sparse]-<backend>/`` from a streaming FP32 ONNX.
 
     The precision ONNX is made first (:func:`cosyedge.builders.prepare.prepare_onnx`: 2:4 pruning if
@@ -98,6 +99,8 @@ def build_engine(onnx_path: str | Path | None = None, backend: str = "auto", nam
         gpu_fallback (bool): TensorRT only, with ``dla_core``: unsupported layers run on the GPU.
         amax (str | Path | None): INT8: reuse this amax cache instead of calibrating (it must belong to
             the model being quantized; see :func:`cosyedge.builders.prepare.prepare_onnx`).
+        config (BuildConfig | None): The build options as one checked object (what ``cosyedge build`` passes);
+            when given, ``precision``, ``sparse``, ``exclude``, ``calib``, ``calib_count`` and ``amax`` are not used.
     Returns:
         Path: the engine folder.
     Raises:
@@ -111,10 +114,13 @@ def build_engine(onnx_path: str | Path | None = None, backend: str = "auto", nam
 
     from cosyedge.builders.names import PRECISIONS
     from cosyedge.builders.prepare import check_streaming_onnx, prepare_onnx
+    from cosyedge.artifacts import SourceModel
     from cosyedge.errors import ArtifactError
     from cosyedge.models import REFERENCE_SPARSE_STREAM_ONNX, REFERENCE_STREAM_ONNX, require_reference
 
-    if precision not in PRECISIONS:
+    if config is not None:  # one checked object instead of the keyword options
+        precision, sparse, exclude, calib, calib_count, amax = config.options()
+    elif precision not in PRECISIONS:
         raise UsageError(f"unknown precision '{precision}' (use one of {', '.join(PRECISIONS)})")
     chosen = resolve_backend(backend)
     if (dla_core is not None or gpu_fallback) and chosen != "tensorrt":
@@ -125,11 +131,11 @@ def build_engine(onnx_path: str | Path | None = None, backend: str = "auto", nam
         LOG.warning("pruning the bundled dense model 2:4 without fine-tuning; the fine-tuned 2:4 model is "
                     "--onnx %s", REFERENCE_SPARSE_STREAM_ONNX)
     options = dict(precision=precision, sparse=sparse, exclude=tuple(exclude), calib=calib, calib_count=calib_count,
-                   amax=amax)
+                   amax=amax, config=config)
     if chosen == "tensorrt":
         from cosyedge.builders.names import check_engine_name, engine_model_name
 
-        src = Path(onnx_path)
+        src = SourceModel(onnx_path)  # parsed and hashed once
         contract = check_streaming_onnx(src)
         name = check_engine_name(name or engine_model_name(contract.name, src))
         root = Path(out_dir) if out_dir is not None else engines_root()
@@ -147,7 +153,7 @@ def build_engine(onnx_path: str | Path | None = None, backend: str = "auto", nam
 
             return build_trt(
                 model, out_dir=out_dir, name=name, precision=precision, sparse=sparse,
-                dla_core=dla_core, gpu_fallback=gpu_fallback, parent_path=src, extra_manifest=extra)
+                dla_core=dla_core, gpu_fallback=gpu_fallback, parent_path=src.path, extra_manifest=extra)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     return build_ort(onnx_path, out_dir=out_dir, name=name, **options)
@@ -189,12 +195,11 @@ def build(source: str | Path | None = None, config: BuildConfig | None = None, b
 
         if dla_core is not None or gpu_fallback:
             raise UsageError("--dla-core/--gpu-fallback are TensorRT options (Jetson), not Triton ones")
-        return build_triton(source or require_reference(), out_dir=out_dir, name=name,
-                            **config.prepare_kwargs(), **given)
+        return build_triton(source or require_reference(), out_dir=out_dir, name=name, config=config, **given)
     if given:
         flags = ", ".join("--" + k.replace("_", "-") for k in given)
         raise UsageError(f"{flags} {'applies' if len(given) == 1 else 'apply'} to --backend triton only")
-    return build_engine(source, backend=backend, name=name, out_dir=out_dir, **config.prepare_kwargs(),
+    return build_engine(source, backend=backend, name=name, out_dir=out_dir, config=config,
                         dla_core=dla_core, gpu_fallback=gpu_fallback)
 
 

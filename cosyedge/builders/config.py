@@ -47,6 +47,36 @@ class BuildConfig:
                 raise UsageError("an amax cache is only used by --int8 builds")
 
     @classmethod
+    def of(cls, precision: str = "fp32", sparse: bool = False, exclude: Iterable[str] = (),
+           calib: str | Path | None = None, calib_count: int = DEFAULT_CALIB_COUNT,
+           amax: str | Path | None = None) -> BuildConfig:
+        """Make the config of the Python API's keyword options (``build_ort(..., precision=..., calib=...)``).
+
+        Checked in this order (the first failing check raises): precision, ``calib`` without INT8, ``amax``
+        without INT8, ``calib_count``.
+
+        Args:
+            precision (str): ``fp32`` | ``fp16`` | ``int8``.
+            sparse (bool): 2:4-prune first.
+            exclude (Iterable[str]): Node names kept as in the FP32 model.
+            calib (str | Path | None): INT8 calibration set folder.
+            calib_count (int): Utterances of a default set made on first use.
+            amax (str | Path | None): INT8 amax cache to reuse.
+        Returns:
+            BuildConfig
+        Raises:
+            UsageError: unknown precision; ``calib``/``amax`` without INT8; ``calib_count`` < 1.
+        """
+        if precision not in PRECISIONS:
+            raise UsageError(f"unknown precision '{precision}' (use one of {', '.join(PRECISIONS)})")
+        if calib is not None and precision != "int8":
+            raise UsageError("--calib is only used by --int8 builds")
+        if amax is not None and precision != "int8":
+            raise UsageError("an amax cache is only used by --int8 builds")
+        return cls(precision=precision, sparse=sparse, exclude=tuple(exclude),
+                   calibration=Calibration(set=calib, count=calib_count, amax=amax))
+
+    @classmethod
     def from_flags(cls, *, fp16: bool = False, int8: bool = False, sparse: bool = False,
                    exclude: Iterable[str] = (), calib: str | Path | None = None,
                    calib_count: int = DEFAULT_CALIB_COUNT, amax: str | Path | None = None) -> BuildConfig:
@@ -83,12 +113,10 @@ class BuildConfig:
 
         return precision_label(self.precision, self.sparse)
 
-    def prepare_kwargs(self) -> dict:
-        """The keyword arguments (dict) of :func:`cosyedge.builders.prepare.prepare_onnx` and the backend builders
-        (``precision``, ``sparse``, ``exclude``, ``calib``, ``calib_count``, ``amax``)."""
+    def options(self) -> tuple:
+        """``(precision, sparse, exclude, calib, calib_count, amax)`` (tuple) for the layers that unpack it."""
         cal = self.calibration or Calibration()
-        return dict(precision=self.precision, sparse=self.sparse, exclude=self.exclude, calib=cal.set,
-                    calib_count=cal.count, amax=cal.amax)
+        return self.precision, self.sparse, self.exclude, cal.set, cal.count, cal.amax
 
 
 __all__ = ["BuildConfig", "Calibration"]

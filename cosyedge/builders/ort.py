@@ -38,6 +38,7 @@ from cosyedge.artifacts import (
     resolve_artifact,
     write_manifest,
 )
+from cosyedge.builders.config import BuildConfig
 from cosyedge.builders.names import check_engine_name, engine_folder_name, engine_model_name
 from cosyedge.builders.prepare import (
     DEFAULT_CALIB_COUNT,
@@ -76,7 +77,7 @@ def _smoke_test(model_path: Path, contract: StreamContract) -> None:
 def build_ort(onnx_path: Any, out_dir: str | Path | None = None, name: str | None = None, *,
               precision: str = PRECISION, sparse: bool = False, exclude: Iterable[str] = (),
               calib: str | Path | None = None, calib_count: int = DEFAULT_CALIB_COUNT,
-              amax: str | Path | None = None) -> Path:
+              amax: str | Path | None = None, config: BuildConfig | None = None) -> Path:
     """Build an ONNX Runtime engine folder (FP32, FP16 or INT8, optionally 2:4-sparse) from a streaming ONNX.
 
     The folder ``<out_dir>/<name>-<precision>[-sparse]-onnxruntime/`` holds ``model.onnx`` (the precision
@@ -99,6 +100,8 @@ def build_ort(onnx_path: Any, out_dir: str | Path | None = None, name: str | Non
         calib_count (int): INT8 calibration utterances (default 2048).
         amax (str | Path | None): INT8: reuse this amax cache instead of calibrating (see
             :func:`cosyedge.builders.prepare.prepare_onnx`).
+        config (BuildConfig | None): The build options as one checked object (what ``cosyedge build`` passes);
+            when given, ``precision``, ``sparse``, ``exclude``, ``calib``, ``calib_count`` and ``amax`` are not used.
     Returns:
         Path: the engine folder.
     Raises:
@@ -108,6 +111,8 @@ def build_ort(onnx_path: Any, out_dir: str | Path | None = None, name: str | Non
         AccuracyError: the FP16 model produced NaN/Inf in its scan.
         DependencyError: onnxruntime is missing, or INT8 is requested without ``cosyedge.precision.int8``.
     """
+    if config is not None:  # one checked object instead of the keyword options
+        precision, sparse, exclude, calib, calib_count, amax = config.options()
     # parsed and hashed once for the whole build
     src = onnx_path if isinstance(onnx_path, SourceModel) else SourceModel(resolve_artifact(onnx_path))
     contract = check_streaming_onnx(src)
@@ -119,7 +124,7 @@ def build_ort(onnx_path: Any, out_dir: str | Path | None = None, name: str | Non
     with LOG.stage(f"build {BACKEND} {label} engine {dest}"), atomic_folder(dest, "engine folder") as tmp:
         model_dst = tmp / MODEL_FILE
         fields = prepare_onnx(src, model_dst, precision=precision, sparse=sparse, exclude=exclude,
-                              calib=calib, calib_count=calib_count, amax=amax)
+                              calib=calib, calib_count=calib_count, amax=amax, config=config)
         _smoke_test(model_dst, StreamContract.from_onnx(model_dst))
         head = manifest_head(name=name, backend=BACKEND, precision=precision, sparse=sparse,
                              model_file=MODEL_FILE, model_path=model_dst, parent=src)

@@ -21,9 +21,9 @@ from typing import Any
 from cosyedge._lazy import lazy_import
 from cosyedge.artifacts import SourceModel, StreamContract, load_onnx, resolve_artifact, sha256_file
 from cosyedge.errors import ArtifactError, UsageError
-from cosyedge.builders.names import PRECISIONS
+from cosyedge.builders.config import BuildConfig
 from cosyedge.log import LOG
-from cosyedge.precision.calibration import DEFAULT_CALIB_COUNT
+from cosyedge.precision.calibration import DEFAULT_CALIB_COUNT, Calibration
 
 onnx = lazy_import("onnx")
 
@@ -87,7 +87,8 @@ def _copy_onnx(src: Path, dest: Path) -> None:
 
 def prepare_onnx(onnx_path: Any, dest: str | Path, *, precision: str = "fp32", sparse: bool = False,
                  exclude: Iterable[str] = (), calib: str | Path | None = None,
-                 calib_count: int = DEFAULT_CALIB_COUNT, amax: str | Path | None = None) -> dict:
+                 calib_count: int = DEFAULT_CALIB_COUNT, amax: str | Path | None = None,
+                 config: BuildConfig | None = None) -> dict:
     """Write the precision ONNX ``dest`` from a streaming FP32 ONNX (sparsify, then FP16/INT8/copy).
 
     Args:
@@ -102,6 +103,8 @@ def prepare_onnx(onnx_path: Any, dest: str | Path, *, precision: str = "fp32", s
         amax (str | Path | None): INT8 only: reuse this amax cache (``<model>.amax.json`` of the model
             being quantized, i.e. of the 2:4-pruned model when ``sparse``) instead of calibrating; a
             cache of another model is an ArtifactError.
+        config (BuildConfig | None): The options as one checked object (made by the CLI with
+            :meth:`BuildConfig.from_flags`); when given, the keyword options above are not used.
     Returns:
         dict: manifest fields: ``precision``, ``sparse``, ``exclude``, ``parent_sha256`` of the FP32
         input is added by the caller; ``sparsity`` (report of :func:`~cosyedge.precision.sparsity.sparsify_onnx`
@@ -112,15 +115,12 @@ def prepare_onnx(onnx_path: Any, dest: str | Path, *, precision: str = "fp32", s
         ArtifactError: input missing, not a streaming cosyedge ONNX, conversion failures.
         AccuracyError: FP16 scan found NaN/Inf.
     """
-    if precision not in PRECISIONS:
-        raise UsageError(f"unknown precision '{precision}' (use one of {', '.join(PRECISIONS)})")
-    if calib is not None and precision != "int8":
-        raise UsageError("--calib is only used by --int8 builds")
-    if amax is not None and precision != "int8":
-        raise UsageError("an amax cache is only used by --int8 builds")
-    if int(calib_count) < 1:
-        raise UsageError(f"calibration count must be >= 1, got {calib_count}")
-    exclude = tuple(exclude)
+    if config is None:
+        config = BuildConfig.of(precision=precision, sparse=sparse, exclude=exclude, calib=calib,
+                                calib_count=calib_count, amax=amax)
+    cal = config.calibration or Calibration()
+    precision, sparse, exclude = config.precision, config.sparse, config.exclude
+    calib, calib_count, amax = cal.set, cal.count, cal.amax
     src = onnx_path if isinstance(onnx_path, SourceModel) else SourceModel(resolve_artifact(onnx_path))
     contract = check_streaming_onnx(src)
     src = src.path  # the precision steps read the file themselves
@@ -176,5 +176,5 @@ def warn_replacing_other_model(dest: Path, parent: Path | SourceModel) -> None:
                     "%s (%s...); pass --name to keep both", dest, str(old)[:12], Path(parent).name, new[:12])
 
 
-__all__ = ["DEFAULT_CALIB_COUNT", "PRECISIONS", "check_streaming_onnx", "manifest_head", "warn_replacing_other_model",
+__all__ = ["DEFAULT_CALIB_COUNT", "check_streaming_onnx", "manifest_head", "warn_replacing_other_model",
            "precision_from_flags", "prepare_onnx"]

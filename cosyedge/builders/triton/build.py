@@ -26,6 +26,7 @@ from cosyedge.artifacts import (
     sha256_file,
     write_manifest,
 )
+from cosyedge.builders.config import BuildConfig
 from cosyedge.builders.names import check_engine_name, engine_folder_name, engine_model_name
 from cosyedge.builders.prepare import (
     DEFAULT_CALIB_COUNT,
@@ -179,7 +180,8 @@ def build_triton(onnx_path: Any, out_dir: str | Path | None = None, name: str | 
                  amax: str | Path | None = None, max_batch_size: int = DEFAULT_MAX_BATCH_SIZE,
                  max_sequences: int = DEFAULT_MAX_SEQUENCES, instances: int = 1, instance_kind: str = "auto",
                  chunk_samples: int | None = None, max_queue_delay_us: int = DEFAULT_MAX_QUEUE_DELAY_US,
-                 idle_us: int = DEFAULT_IDLE_US, triton_backend: str = "onnxruntime") -> Path:
+                 idle_us: int = DEFAULT_IDLE_US, triton_backend: str = "onnxruntime",
+                 config: BuildConfig | None = None) -> Path:
     """Write a Triton model repository for a streaming ONNX (see the module docstring for the layout).
 
     Args:
@@ -201,6 +203,8 @@ def build_triton(onnx_path: Any, out_dir: str | Path | None = None, name: str | 
         max_queue_delay_us (int): Oldest strategy's batching delay, >= 0 microseconds.
         idle_us (int): ``max_sequence_idle_microseconds``, >= 1.
         triton_backend (str): ``onnxruntime`` (written here) or ``tensorrt`` (:func:`tensorrt_plan_hook`).
+        config (BuildConfig | None): The build options as one checked object (what ``cosyedge build`` passes);
+            when given, ``precision``, ``sparse``, ``exclude``, ``calib``, ``calib_count`` and ``amax`` are not used.
     Returns:
         Path: the repository folder ``<out_dir>/<name>-<precision>[-sparse]-triton``.
     Raises:
@@ -214,6 +218,8 @@ def build_triton(onnx_path: Any, out_dir: str | Path | None = None, name: str | 
     """
     from cosyedge.runtime.engine import engines_root
 
+    if config is not None:  # one checked object instead of the keyword options
+        precision, sparse, exclude, calib, calib_count, amax = config.options()
     if triton_backend not in TRITON_BACKENDS:
         raise UsageError(f"unknown Triton backend '{triton_backend}' (use one of {', '.join(TRITON_BACKENDS)})")
     if instance_kind not in INSTANCE_KINDS:
@@ -248,7 +254,7 @@ def build_triton(onnx_path: Any, out_dir: str | Path | None = None, name: str | 
         version_dir.mkdir(parents=True)
         model_dst = version_dir / ONNX_FILE
         fields = prepare_onnx(src, model_dst, precision=precision, sparse=sparse, exclude=exclude, calib=calib,
-                              calib_count=calib_count, amax=amax)
+                              calib_count=calib_count, amax=amax, config=config)
         model = load_onnx(model_dst)
         pairs = [(s.input, s.output) for s in contract.states]
         taken = {t for n in model.graph.node for t in list(n.input) + list(n.output)} | \
