@@ -44,6 +44,69 @@ def parent_is(folder: Path, parent_sha256: str) -> bool:
     return EngineManifest.from_dict(load_engine(folder).manifest or {}).parent_sha256 == parent_sha256
 
 
+def amax_matches(amax: str | Path | None, manifest: EngineManifest) -> bool:
+    """Whether the amax cache ``amax`` is the calibration an INT8 engine was built from.
+
+    The cache must be for the model the engine quantized (``model.sha256`` equals the INT8 report's
+    ``model_sha256``) and from the same calibration set (``calibration.manifest_sha256`` equals the report's
+    ``calibration_manifest_sha256``).
+
+    Args:
+        amax (str | Path | None): An ``<model>.amax.json`` file (None or missing: False).
+        manifest (EngineManifest): The engine's manifest.
+    Returns:
+        bool
+    """
+    import json
+
+    if amax is None or not Path(amax).is_file():
+        return False
+    try:
+        data = json.loads(Path(amax).read_text())
+    except (OSError, json.JSONDecodeError):
+        return False
+    rep = manifest.int8
+    want = rep.get("model_sha256")
+    if not want or (data.get("model") or {}).get("sha256") != want:
+        return False
+    return (data.get("calibration") or {}).get("manifest_sha256") == rep.get("calibration_manifest_sha256")
+
+
+def label_fresh(folder: Path, parent_sha256: str, label: str, *, amax: str | Path | None = None,
+                calib: str | Path | None = None) -> bool:
+    """The freshness rule of ``cosyedge check``'s engines (``reuse_or_build(..., fresh=...)``).
+
+    Fresh when the folder loads (:func:`cosyedge.runtime.engine.load_engine`), was built from ``parent_sha256``,
+    has the precision label ``label`` (``fp16``, ``int8-sparse``, ...) and no ``--exclude``; for INT8 also:
+    built from the amax cache ``amax`` when given (:func:`amax_matches`), else from the amax cache its report
+    names, and, with ``calib``, on that calibration set (its ``manifest.json`` SHA-256).
+
+    Args:
+        folder (Path): ONNX Runtime engine folder.
+        parent_sha256 (str): SHA-256 of the FP32 model the label is built from.
+        label (str): Normalized precision label.
+        amax (str | Path | None): The amax cache kept next to the baseline (check without ``--update-baseline``).
+        calib (str | Path | None): The calibration set passed now.
+    Returns:
+        bool
+    Raises:
+        CosyEdgeError: the folder does not load (:func:`reuse_or_build` counts that as stale).
+    """
+    from cosyedge.builders.names import parse_precision_label, precision_label
+
+    m = EngineManifest.from_dict(load_engine(folder).manifest or {})
+    precision, _ = parse_precision_label(label)
+    fresh = (m.parent_sha256 == parent_sha256 and precision_label(m.precision, m.sparse) == label
+             and not list(m.flags.get("exclude") or []))
+    if fresh and precision == "int8":
+        used = m.int8.get("amax_path")
+        fresh = amax_matches(amax, m) if amax is not None else amax_matches(Path(used) if used else None, m)
+        if fresh and calib is not None:  # built on the set passed now?
+            cal = Path(calib) / MANIFEST_NAME
+            fresh = cal.is_file() and sha256_file(cal) == m.int8.get("calibration_manifest_sha256")
+    return fresh
+
+
 def reuse_or_build(src: str | Path, config: Any, folder: str | Path, *, build: Callable[[], Path],
                    fresh: Callable[[Path], bool] | None = None, reused: str | None = None,
                    stale: str | None = None, broken: str | None = None) -> Path:
@@ -170,4 +233,4 @@ def load_or_rebuild(path: str | Path, manifest: dict | None = None, *, device: i
     return load_engine(path, rebuild=rebuild_foreign_plan)
 
 
-__all__ = ["default_engine", "load_or_rebuild", "parent_is", "rebuild_foreign_plan", "reuse_or_build"]
+__all__ = ["amax_matches", "default_engine", "label_fresh", "load_or_rebuild", "parent_is", "rebuild_foreign_plan", "reuse_or_build"]
