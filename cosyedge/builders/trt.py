@@ -51,6 +51,9 @@ version differences):
   * custom ``ILogger`` subclass (``ILogger.__init__(self)``, ``log(severity, msg)``), one per process
     (:func:`cosyedge.runtime.trt.trt_logger`): .../python-api/infer/Core/Logger.html
   * Polygraphy ``backend/trt/config.py`` ``CreateConfig`` (same calls, timing cache handling).
+
+Size: just over 500 lines: the build (profile, network flags, FP32 pins, timing cache, inspector, smoke
+test) is one documented sequence of TensorRT calls; loading moved to :mod:`cosyedge.runtime.trt`.
 """
 
 from __future__ import annotations

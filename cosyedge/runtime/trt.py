@@ -38,6 +38,13 @@ Sources:
     graph fixes shapes and tensor addresses); cuda-python ``cudaStreamBeginCapture``,
     ``cudaStreamEndCapture``, ``cudaGraphInstantiate``, ``cudaGraphLaunch``, ``cudaGraphExecDestroy``.
     Not verified on hardware here (no GPU on the development machines): see ``scripts/gpu_check.py``.
+
+Loading: :class:`TrtEngine`, :func:`validate_trt_folder` and :func:`load_trt_engine` (folder checks against
+the manifest and this machine's TensorRT/GPU; a foreign plan is rebuilt only through an injected ``rebuild``
+callable, never by importing the build stage) sit beside the session they create.
+
+Size: over 500 lines on purpose: one backend's session and loader side by side, as Polygraphy keeps
+``backend/trt/{loader,runner}.py`` together; the session alone is about 400 lines of documented CUDA handling.
 """
 
 from __future__ import annotations
