@@ -26,7 +26,8 @@ TORCH_FREE = [
     "cosyedge.cli.build", "cosyedge.cli.export", "cosyedge.datasets", "cosyedge.models",
     "cosyedge.builders.trt", "cosyedge.runtime.trt_compat", "cosyedge.runtime.trt",
     "cosyedge.runtime.pool", "cosyedge.realtime", "cosyedge.realtime.devices", "cosyedge.cli.devices",
-    "cosyedge.runtime.engine", "cosyedge.builders.cache", "cosyedge.builders.names",
+    "cosyedge.runtime.engine", "cosyedge.builders.cache", "cosyedge.builders.names", "cosyedge.builders.config",
+    "cosyedge.builders.triton", "cosyedge.precision.calibration",
 ]
 
 
