@@ -88,7 +88,7 @@ def build_engine(onnx_path: str | Path | None = None, backend: str = "auto", nam
             (``cosyedge.models.REFERENCE_STREAM_ONNX``).
         backend (str): ``auto`` | ``onnxruntime`` | ``tensorrt``.
         name (str | None): Engine name (defaults to the model's contract name; ``<name>-<sha256[:8]>`` for a
-            model derived from another one, :func:`cosyedge.builders.prepare.engine_model_name`).
+            model derived from another one, :func:`cosyedge.builders.names.engine_model_name`).
         out_dir (str | Path | None): Engines root (defaults to ``$COSYEDGE_ENGINES_DIR`` or ``./engines``).
         precision (str): ``fp32`` | ``fp16`` | ``int8``.
         sparse (bool): 2:4-prune Conv/Gemm/MatMul weights first.

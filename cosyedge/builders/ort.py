@@ -1,7 +1,7 @@
 """Build stage for ONNX Runtime: a streaming ONNX -> a self-describing engine folder.
 
 An engine folder ``<engines root>/<name>-<precision>[-sparse]-onnxruntime/`` (``<name>``: the model's name, or
-``<name>-<sha256[:8]>`` for a model derived from another one, :func:`cosyedge.builders.prepare.engine_model_name`)
+``<name>-<sha256[:8]>`` for a model derived from another one, :func:`cosyedge.builders.names.engine_model_name`)
 holds:
 
 * ``model.onnx``: the precision ONNX (:func:`cosyedge.builders.prepare.prepare_onnx`: FP32 copy, FP16
@@ -91,7 +91,7 @@ def build_ort(onnx_path: Any, out_dir: str | Path | None = None, name: str | Non
         out_dir (str | Path | None): Engines root that receives the engine folder; defaults to
             :func:`engines_root` (``$COSYEDGE_ENGINES_DIR`` or ``./engines``).
         name (str | None): Model name for the folder; defaults to the contract's ``name``, plus a short hash
-            of the ONNX for a model derived from another one (:func:`cosyedge.builders.prepare.engine_model_name`:
+            of the ONNX for a model derived from another one (:func:`cosyedge.builders.names.engine_model_name`:
             the 2:4 fine-tuned ``reference.sparse.stream.onnx`` builds into ``reference-60b615af-...``).
         precision (str): ``fp32`` (default) | ``fp16`` | ``int8``.
         sparse (bool): Prune Conv/Gemm/MatMul weights 2:4 first (then quantize/convert).

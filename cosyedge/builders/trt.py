@@ -241,7 +241,7 @@ def build_trt(onnx_path: Any, out_dir: str | Path | None = None, name: str | Non
             the precision stage, optionally 2:4-pruned), or a stage returning its path.
         out_dir (str | Path | None): Engines root; defaults to ``$COSYEDGE_ENGINES_DIR`` or ``./engines``.
         name (str | None): Model name for the folder; defaults to the contract's ``name`` (``<name>-<sha256[:8]>``
-            of the parent for a model derived from another one: :func:`cosyedge.builders.prepare.engine_model_name`).
+            of the parent for a model derived from another one: :func:`cosyedge.builders.names.engine_model_name`).
         precision (str): ``fp32`` | ``fp16`` | ``int8``: what the ONNX holds.
         sparse (bool): Set ``SPARSE_WEIGHTS`` (2:4 sparse tactics where faster; reported per layer).
         dla_core (int | None): Build for this DLA core (Jetson, TensorRT 8.6/10.x; fp16/int8 only).

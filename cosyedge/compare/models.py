@@ -1,8 +1,8 @@
 """What ``cosyedge compare`` compares: an engine folder or a streaming ONNX, as a Polygraphy runner.
 
 :func:`load_compare_model` accepts an engine folder made by ``cosyedge build`` (ONNX Runtime or
-TensorRT; the manifest and model hash are validated by :func:`cosyedge.builders.load_engine` /
-:func:`cosyedge.builders.trt.validate_trt_folder`) or a bare streaming ``.onnx`` with ``cosyedge.*``
+TensorRT; the manifest and model hash are validated by :func:`cosyedge.runtime.engine.load_engine` /
+:func:`cosyedge.runtime.trt.validate_trt_folder`) or a bare streaming ``.onnx`` with ``cosyedge.*``
 metadata, and returns a :class:`CompareModel`: the stream contract, the precision label
 (``fp32``, ``fp16``, ``int8``, ``int8-sparse``...) and a factory of Polygraphy runners:
 
