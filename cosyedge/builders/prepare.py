@@ -143,8 +143,9 @@ def prepare_onnx(onnx_path: Any, dest: str | Path, *, precision: str = "fp32", s
 
             fields["fp16"] = fp16_onnx(stage_in, dest, exclude=exclude)
         elif precision == "int8":
-            kw = {"cache_name": f"{contract.name}-sparse"} if sparse else {}
-            res = int8_onnx(stage_in, dest, calib=calib, exclude=exclude, count=int(calib_count), amax=amax, **kw)
+            calibration = Calibration(set=calib, count=calib_count, amax=amax,
+                                      cache_name=f"{contract.name}-sparse" if sparse else None)
+            res = int8_onnx(stage_in, dest, exclude=exclude, calibration=calibration)
             fields["int8"] = res
             fields["calibration_sha256"] = res["calibration_manifest_sha256"]  # the one key int8_onnx returns
         elif not sparse:

@@ -18,6 +18,7 @@ import numpy as np
 from cosyedge.artifacts import StreamContract, check_not_input, check_writable, resolve_artifact, sha256_file
 from cosyedge.errors import ArtifactError, UsageError
 from cosyedge.log import LOG
+from cosyedge.precision.calibration import Calibration
 
 PRECISION = "int8"
 
@@ -57,7 +58,8 @@ def resolve_calibration_set(calib: Any, count: int = 2048):
 
 
 def int8_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, calib: Any = None, exclude=(), count: int = 2048,
-              amax: str | Path | None = None, threads: int = 1, cache_name: str | None = None) -> dict:
+              amax: str | Path | None = None, threads: int = 1, cache_name: str | None = None,
+              calibration: Calibration | None = None) -> dict:
     """Calibrate (or reuse the amax cache) and write the INT8 Q/DQ streaming ONNX atomically.
 
     Args:
@@ -74,6 +76,8 @@ def int8_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, calib: Any = None,
         threads (int): ONNX Runtime threads for calibration.
         cache_name (str | None): Name of the amax / TensorRT cache files in the calibration folder
             (default: the model's contract name); ``cosyedge build --sparse`` uses ``<name>-sparse``.
+        calibration (Calibration | None): The calibration options as one object (what the build passes);
+            when given, ``calib``, ``count``, ``amax`` and ``cache_name`` are taken from it.
     Returns:
         dict: manifest fields: ``precision`` ("int8"), ``amax_path``, ``trt_calibration_cache``,
         ``calibration_manifest_sha256``, ``calibration_utterances``, ``model_sha256`` (the FP32 parent),
@@ -92,6 +96,9 @@ def int8_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, calib: Any = None,
     from cosyedge.artifacts import load_onnx
     from cosyedge.surgery import io
 
+    if calibration is not None:
+        calib, count, amax, cache_name = (calibration.set, calibration.count, calibration.amax,
+                                          calibration.cache_name)
     src = resolve_artifact(fp32_stream_onnx)
     out_path = Path(out_path)
     contract = StreamContract.from_onnx(src)
