@@ -10,7 +10,7 @@ import importlib.util
 from pathlib import Path
 from typing import Any
 
-from cosyedge.artifacts import StreamContract, load_manifest, load_onnx, sha256_file
+from cosyedge.artifacts import EngineManifest, StreamContract, load_onnx, sha256_file
 from cosyedge.builders.triton.config import (
     BACKEND,
     CONFIG_FILE,
@@ -108,14 +108,15 @@ def check_repository(repo: str | Path, parse: bool = True) -> dict:
     Source: https://docs.nvidia.com/deeplearning/triton-inference-server/user-guide/docs/user_guide/implicit_state_management.html
     """
     repo = Path(repo)
-    manifest = load_manifest(repo)
-    if manifest.get("backend") != BACKEND:
-        raise ArtifactError(f"{repo} is a '{manifest.get('backend')}' engine, not a Triton repository")
+    m = EngineManifest.load(repo)
+    manifest = m.raw
+    if m.backend != BACKEND:
+        raise ArtifactError(f"{repo} is a '{m.backend}' engine, not a Triton repository")
     tri = manifest.get("triton") or {}
     name = tri.get("model_name")
     model_path = repo / str(manifest["model"]["file"])
     cfg_path = repo / str(name) / CONFIG_FILE
-    for p, want in ((model_path, manifest["model"].get("sha256")), (cfg_path, manifest.get("artifact", {}).get("sha256"))):
+    for p, want in ((model_path, m.model_sha256), (cfg_path, manifest.get("artifact", {}).get("sha256"))):
         if not p.is_file():
             raise ArtifactError(f"Triton repository {repo} has no {p.relative_to(repo)}; rebuild it")
         if sha256_file(p) != want:
