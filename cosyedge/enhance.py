@@ -44,7 +44,7 @@ def enhance_file(input: str | Path, output: str | Path, engine: str | Path | Non
         input (str | Path): Input audio (wav/flac/ogg), any sample rate, any channel count (mixed to mono).
         output (str | Path): Output audio; ``.wav``/``.flac`` (PCM 16-bit) or ``.ogg`` (Vorbis).
         engine (str | Path | None): Engine folder or streaming ``.onnx``; defaults to the bundled
-            reference engine (built on first use, see :func:`cosyedge.build.ort.default_engine`).
+            reference engine (built on first use, see :func:`cosyedge.builders.cache.default_engine`).
         chunk_samples (int | None): Samples per chunk at the model rate (multiple of the total stride);
             defaults to one hop.
         threads (int): ONNX Runtime threads.
@@ -70,7 +70,8 @@ def enhance_file(input: str | Path, output: str | Path, engine: str | Path | Non
 
     from cosyedge.artifacts import check_not_input
     from cosyedge.audio import BLOCK_FRAMES, AudioReader, IncrementalAudioWriter, check_output_path
-    from cosyedge.build.ort import default_engine, load_engine
+    from cosyedge.builders.cache import default_engine
+    from cosyedge.builders.cache import load_or_rebuild as load_engine
     from cosyedge.runtime.stream import require_waveform_model
 
     if chunk_samples is not None and chunk_ms is not None:

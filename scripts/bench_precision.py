@@ -103,9 +103,7 @@ def main(argv=None) -> int:
                 variants["int8"] = args.int8_onnx
             else:
                 try:
-                    from cosyedge.build.prepare import int8_entry
-
-                    int8_onnx = int8_entry()
+                    from cosyedge.precision.int8 import int8_onnx
                 except CosyEdgeError as err:
                     notes["int8"] = f"skipped: {err}"
                     print(f"INT8 {notes['int8']}", file=sys.stderr)

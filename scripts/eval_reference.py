@@ -84,7 +84,8 @@ def main(argv=None) -> int:
 
 
 def _evaluate(args) -> int:
-    from cosyedge.build.ort import default_engine, load_engine
+    from cosyedge.builders.cache import default_engine
+    from cosyedge.builders.cache import load_or_rebuild as load_engine
     from cosyedge.data.pairs import test_pairs
     from cosyedge.runtime import enhance_array
 

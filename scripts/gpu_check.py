@@ -343,8 +343,8 @@ def _check_cudart_graph(args, torch, device, onnx_path, c, xm, ref):
 def run(args, trt, cuda) -> int:
     from cosyedge.artifacts import StreamContract
     from cosyedge.audio import load_audio, to_model_input
-    from cosyedge.build import build_engine
-    from cosyedge.build.trt import load_trt_engine
+    from cosyedge.builders import build_engine
+    from cosyedge.builders.cache import load_or_rebuild as load_trt_engine
     from cosyedge.errors import CosyEdgeError
     from cosyedge.models import REFERENCE_STREAM_ONNX
     from cosyedge.runtime.ort import OrtStreamSession

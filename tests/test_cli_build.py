@@ -13,7 +13,7 @@ import soundfile as sf
 from onnx import numpy_helper
 
 from cosyedge.artifacts import MANIFEST_NAME, sha256_file
-from cosyedge.build import load_engine
+from cosyedge.runtime.engine import load_engine
 from cosyedge.cli.main import main
 from cosyedge.errors import ArtifactError
 from cosyedge.models import REFERENCE_STREAM_ONNX
@@ -236,7 +236,7 @@ def test_dense_and_fine_tuned_sparse_parents_never_share_an_engine_folder(tmp_pa
     sparse model both wrote reference-int8-sparse-onnxruntime and replaced each other. The fine-tuned model records
     its dense parent (cosyedge.dense_parent_sha256), so its engines are <name>-<sha256[:8]>-...; check builds and
     reuses that folder too."""
-    from cosyedge.build.prepare import engine_folder_name, engine_model_name
+    from cosyedge.builders.names import engine_folder_name, engine_model_name
     from cosyedge.compare.baseline import default_baseline_path
     from cosyedge.compare.engines import ensure_engine, sparse_parent
     from cosyedge.compare.models import load_compare_model

@@ -14,7 +14,7 @@ import soundfile as sf
 import soxr
 
 from cosyedge.audio import from_model_output, load_audio, to_model_input, write_audio
-from cosyedge.build.ort import load_engine
+from cosyedge.runtime.engine import load_engine
 from cosyedge.enhance import enhance_file
 from cosyedge.errors import UsageError
 from cosyedge.runtime.stream import enhance_array

@@ -21,11 +21,13 @@ sys.meta_path.insert(0, _Block({blocked!r}))
 TORCH_FREE = [
     "cosyedge", "cosyedge.errors", "cosyedge.log", "cosyedge._lazy", "cosyedge.artifacts", "cosyedge.audio",
     "cosyedge.enhance", "cosyedge.runtime", "cosyedge.runtime.base", "cosyedge.runtime.ort",
-    "cosyedge.runtime.stream", "cosyedge.build", "cosyedge.build.ort", "cosyedge.surgery",
+    "cosyedge.runtime.stream", "cosyedge.builders", "cosyedge.builders.ort", "cosyedge.surgery",
     "cosyedge.surgery.streamify", "cosyedge.export", "cosyedge.cli.main", "cosyedge.cli.run",
     "cosyedge.cli.build", "cosyedge.cli.export", "cosyedge.data", "cosyedge.models",
-    "cosyedge.build.trt", "cosyedge.build.trt_compat", "cosyedge.runtime.trt",
+    "cosyedge.builders.trt", "cosyedge.runtime.trt_compat", "cosyedge.runtime.trt",
     "cosyedge.runtime.pool", "cosyedge.realtime", "cosyedge.realtime.devices", "cosyedge.cli.devices",
+    "cosyedge.runtime.engine", "cosyedge.builders.cache", "cosyedge.builders.names", "cosyedge.builders.config",
+    "cosyedge.builders.triton", "cosyedge.precision.calibration",
 ]
 
 
@@ -152,3 +154,14 @@ def test_enhance_and_realtime_do_not_import_each_other():
     assert realtime
     for path in realtime:
         assert not hits(path, "cosyedge.enhance"), f"{path.relative_to(ROOT)} imports cosyedge.enhance"
+
+
+def test_runtime_imports_nothing_from_the_build_stage():
+    """``cosyedge/runtime/*.py`` never imports ``cosyedge.builders`` (running an engine does not build one; the
+    layer above injects a builder, see ``cosyedge.builders.cache``), at module level or inside a function."""
+    bad = []
+    for path in sorted((ROOT / "cosyedge" / "runtime").glob("*.py")):
+        for func, mod in _imports_of(path, ROOT):
+            if mod == "cosyedge.builders" or mod.startswith("cosyedge.builders."):
+                bad.append(f"{path.relative_to(ROOT)}: {func or 'module level'} imports {mod}")
+    assert not bad, f"runtime/ imports the build stage: {bad}"

@@ -1,4 +1,4 @@
-"""``cosyedge build``: streaming ONNX -> engine folder (thin click layer over :mod:`cosyedge.build`)."""
+"""``cosyedge build``: streaming ONNX -> engine folder (thin click layer over :mod:`cosyedge.builders`)."""
 
 from __future__ import annotations
 
@@ -72,41 +72,12 @@ def build(onnx_path, fp16, int8, sparse, exclude, calib, calib_count, name, back
 
     Example: cosyedge build --onnx model.stream.onnx --int8 --sparse --backend onnxruntime -o engines
     """
-    from cosyedge.build import build_engine
-    from cosyedge.build.prepare import precision_from_flags
-    from cosyedge.errors import UsageError
+    from cosyedge.builders import build as build_folder
+    from cosyedge.builders.config import BuildConfig
 
-    precision = precision_from_flags(fp16=fp16, int8=int8)
-    if exclude and precision == "fp32" and not sparse:
-        raise UsageError("--exclude applies to --fp16, --int8 or --sparse builds (an FP32 build changes no node)")
-    if calib_count < 1:
-        raise UsageError(f"--calib-count must be >= 1, got {calib_count}")
-    triton_opts = {"max_batch_size": max_batch_size, "max_sequences": max_sequences, "instances": instances,
-                   "instance_kind": instance_kind, "chunk_samples": chunk_samples}
-    given = {k: v for k, v in triton_opts.items() if v is not None}
-    if backend == "triton":
-        from cosyedge.build.triton import build_triton
-
-        if dla_core is not None or gpu_fallback:
-            raise UsageError("--dla-core/--gpu-fallback are TensorRT options (Jetson), not Triton ones")
-        folder = build_triton(onnx_path or _reference(), out_dir=out_dir, name=name, precision=precision,
-                              sparse=sparse, exclude=exclude, calib=calib, calib_count=calib_count, **given)
-        click.echo(str(folder))
-        return
-    if given:
-        flags = ", ".join("--" + k.replace("_", "-") for k in given)
-        raise UsageError(f"{flags} {'applies' if len(given) == 1 else 'apply'} to --backend triton only")
-    folder = build_engine(onnx_path, backend=backend, name=name, out_dir=out_dir, precision=precision,
-                          sparse=sparse, exclude=exclude, calib=calib, calib_count=calib_count,
-                          dla_core=dla_core, gpu_fallback=gpu_fallback)
+    config = BuildConfig.from_flags(fp16=fp16, int8=int8, sparse=sparse, exclude=exclude, calib=calib,
+                                    calib_count=calib_count)
+    folder = build_folder(onnx_path, config, backend, name=name, out_dir=out_dir, dla_core=dla_core,
+                          gpu_fallback=gpu_fallback, max_batch_size=max_batch_size, max_sequences=max_sequences,
+                          instances=instances, instance_kind=instance_kind, chunk_samples=chunk_samples)
     click.echo(str(folder))
-
-
-def _reference():
-    """Path of the bundled reference model (``cosyedge.models.REFERENCE_STREAM_ONNX``)."""
-    from cosyedge.errors import ArtifactError
-    from cosyedge.models import REFERENCE_STREAM_ONNX
-
-    if not REFERENCE_STREAM_ONNX.is_file():
-        raise ArtifactError(f"bundled reference model {REFERENCE_STREAM_ONNX} is missing; pass --onnx MODEL.stream.onnx")
-    return REFERENCE_STREAM_ONNX

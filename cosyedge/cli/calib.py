@@ -112,8 +112,9 @@ def int8(onnx_path, output, calib_dir, amax_path, exclude, threads):
 
 
 def _model(onnx_path):
+    """The ``--onnx`` model (str), or the bundled reference model (:func:`cosyedge.models.require_reference`)."""
     if onnx_path:
         return onnx_path
-    from cosyedge.models import REFERENCE_STREAM_ONNX
+    from cosyedge.models import require_reference
 
-    return str(REFERENCE_STREAM_ONNX)
+    return str(require_reference())

@@ -185,9 +185,9 @@ def check(onnx_path, baseline, update_baseline, precisions, candidate_opts, engi
     utts = None
     if utt_path:
         from cosyedge.compare.models import load_compare_model
-        from cosyedge.models import REFERENCE_STREAM_ONNX
+        from cosyedge.models import require_reference
 
-        rate = load_compare_model(onnx_path or REFERENCE_STREAM_ONNX).contract.sample_rate_hz
+        rate = load_compare_model(onnx_path or require_reference()).contract.sample_rate_hz
         utts = _utterances(utt_path, rate, None)
     report = run_check(onnx_path, baseline=baseline, update_baseline=update_baseline, precisions=labels,
                        engines_dir=engines_dir, candidates=cands, utterances=utts, chunk_ms=chunk_ms, calib=calib,

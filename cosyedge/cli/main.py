@@ -42,12 +42,7 @@ class LazyGroup(click.Group):
         if name not in COMMANDS:
             return None
         mod, attr = COMMANDS[name]
-        try:
-            return getattr(importlib.import_module(mod), attr)
-        except ModuleNotFoundError as err:
-            if err.name == mod:  # command not shipped in this build
-                return None
-            raise
+        return getattr(importlib.import_module(mod), attr)
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})

@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from cosyedge.artifacts import SCHEMA_VERSION, model_content_sha256, write_json
-from cosyedge.compare.models import CompareModel, parse_precision_label, precision_label
+from cosyedge.builders.names import parse_precision_label, precision_label
+from cosyedge.compare.models import CompareModel
 from cosyedge.compare.tolerances import BASELINE_TOLERANCES, SNR_EXACT_DB
 from cosyedge.compare.utterances import Utterance
 from cosyedge.errors import ArtifactError, UsageError

@@ -1,7 +1,7 @@
 """``cosyedge check``: the CI accuracy-regression gate.
 
 For each configured precision label (default ``fp16,int8-sparse``) an ONNX Runtime engine of the
-reference model is built with :func:`cosyedge.build.build_engine` (or reused when its manifest says it
+reference model is built with :func:`cosyedge.builders.build_engine` (or reused when its manifest says it
 was built from this very model with these flags), compared with the FP32 reference on the fixed set of
 real utterances (:func:`cosyedge.compare.core.compare`, both modes, 100 ms chunks), and every metric is
 checked against the **baseline** file:
@@ -69,7 +69,8 @@ from cosyedge.compare.baseline import (
 from cosyedge.compare.core import ReferenceCache, compare
 from cosyedge.compare.engines import ensure_engine, sparse_parent
 from cosyedge.compare.labels import DEFAULT_PRECISIONS, load_candidate, parse_precisions
-from cosyedge.compare.models import CompareModel, load_compare_model, parse_precision_label, precision_label
+from cosyedge.builders.names import parse_precision_label, precision_label
+from cosyedge.compare.models import CompareModel, load_compare_model
 from cosyedge.compare.report import _jsonable, _rows, write_junit
 from cosyedge.compare.tolerances import BASELINE_TOLERANCES, tolerance_for
 from cosyedge.compare.utterances import Utterance, fixed_utterances
@@ -115,11 +116,11 @@ def run_check(onnx_path: str | Path | None = None, *, baseline: str | Path | Non
     Raises:
         UsageError: see module docstring (exit 2). The caller raises RegressionError on ``not passed``.
     """
-    from cosyedge.build.ort import engines_root
-    from cosyedge.models import REFERENCE_STREAM_ONNX
+    from cosyedge.models import require_reference
+    from cosyedge.runtime.engine import engines_root
 
     t0 = time.perf_counter()
-    ref = load_compare_model(onnx_path or REFERENCE_STREAM_ONNX)
+    ref = load_compare_model(onnx_path or require_reference())
     if ref.precision != "fp32" or ref.sparse:
         raise UsageError(f"the reference {ref.path} is a {ref.label} model; give the FP32 streaming ONNX")
     baseline = Path(baseline) if baseline is not None else default_baseline_path(ref.contract.name)

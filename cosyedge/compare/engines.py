@@ -4,54 +4,16 @@
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 from typing import Any
 
-from cosyedge.artifacts import atomic_output, check_writable, load_manifest, sha256_file
+from cosyedge.artifacts import EngineManifest, atomic_output, check_writable
 from cosyedge.compare.baseline import amax_cache_path
-from cosyedge.compare.models import CompareModel, load_compare_model, parse_precision_label
-from cosyedge.errors import ArtifactError, CosyEdgeError, UsageError
+from cosyedge.builders.names import parse_precision_label
+from cosyedge.compare.models import CompareModel, load_compare_model
+from cosyedge.errors import ArtifactError, UsageError
 from cosyedge.log import LOG
-
-
-def _manifest(folder: Path) -> dict:
-    """The engine folder's ``manifest.json`` (dict) as :func:`cosyedge.artifacts.load_manifest` reads and
-    validates it, or {} when missing, unreadable or invalid (the folder is then rebuilt, not reused)."""
-    try:
-        return load_manifest(folder)
-    except ArtifactError:
-        return {}
-
-
-def _int8_report(folder: Path) -> dict:
-    """The INT8 report of an engine manifest (``reports.int8``), or {}."""
-    manifest = _manifest(folder)
-    rep = (manifest.get("reports") or {}).get("int8") or manifest.get("int8") or {}
-    return rep if isinstance(rep, dict) else {}
-
-
-def _excluded_nodes(folder: Path) -> list:
-    """Nodes the engine ``folder`` was built with ``--exclude`` (list; [] when none or unknown)."""
-    flags = _manifest(folder).get("flags") or {}
-    return list(flags.get("exclude") or []) if isinstance(flags, dict) else []
-
-
-def _amax_matches(amax: Path | None, folder: Path) -> bool:
-    """True when amax cache ``amax`` is the calibration the INT8 engine ``folder`` was built from: made for
-    the model it quantized and on the same calibration set (manifest SHA-256)."""
-    if amax is None or not Path(amax).is_file():
-        return False
-    try:
-        data = json.loads(Path(amax).read_text())
-    except (OSError, json.JSONDecodeError):
-        return False
-    rep = _int8_report(folder)
-    want = rep.get("model_sha256")
-    if not want or (data.get("model") or {}).get("sha256") != want:
-        return False
-    return (data.get("calibration") or {}).get("manifest_sha256") == rep.get("calibration_manifest_sha256")
 
 
 def sparse_parent(ref: CompareModel, sparse_onnx: str | Path | None = None) -> CompareModel:
@@ -115,7 +77,7 @@ def ensure_engine(ref: CompareModel, label: str, engines_dir: Path, *, baseline:
     """Return an ONNX Runtime engine folder of ``ref`` for ``label``, building it when needed.
 
     The folder is ``<engines_dir>/<model>-<label>-onnxruntime``, ``<model>`` as ``cosyedge build`` names it
-    (:func:`cosyedge.build.prepare.engine_model_name`): the model's name for the dense reference, and
+    (:func:`cosyedge.builders.names.engine_model_name`): the model's name for the dense reference, and
     ``<name>-<sha256[:8]>`` for the sparse parent (``derived``; the bundled fine-tuned model records its dense
     parent, so a plain ``cosyedge build --onnx reference.sparse.stream.onnx --sparse [--int8]`` writes the same
     folder), so check's builds of the sparse parent and the user's builds of the dense model (``--sparse``
@@ -142,8 +104,9 @@ def ensure_engine(ref: CompareModel, label: str, engines_dir: Path, *, baseline:
             the cache belongs to another model.
         ArtifactError / DependencyError / AccuracyError: from the build.
     """
-    from cosyedge.build import build_engine
-    from cosyedge.build.prepare import engine_folder_name, engine_model_name
+    from cosyedge.builders import build_engine
+    from cosyedge.builders.cache import amax_matches, label_fresh, reuse_or_build
+    from cosyedge.builders.names import engine_folder_name, engine_model_name
 
     precision, sparse = parse_precision_label(label)
     name = ref.contract.name
@@ -155,35 +118,27 @@ def ensure_engine(ref: CompareModel, label: str, engines_dir: Path, *, baseline:
         raise UsageError(f"no INT8 calibration for '{label}' of this model ({amax} missing); run "
                          f"'cosyedge check --update-baseline' (calibrates on calib/, made from Debian packages "
                          f"on first use) or pass --calib DIR")
-    fresh = False
-    try:
-        cand = load_compare_model(folder)
-        fresh = cand.parent_sha256 == ref.model_sha256 and cand.label == label and not _excluded_nodes(folder)
-        if fresh and precision == "int8":
-            used = _int8_report(folder).get("amax_path")
-            fresh = _amax_matches(amax, folder) if use_amax else _amax_matches(Path(used) if used else None, folder)
-            if fresh and calib is not None:  # built on the set passed now?
-                cal = Path(calib) / "manifest.json"
-                fresh = cal.is_file() and sha256_file(cal) == _int8_report(folder).get("calibration_manifest_sha256")
-    except CosyEdgeError:
-        fresh = False
-    if fresh:
-        LOG.info("reusing engine %s", folder)
-    else:
-        kwargs: dict[str, Any] = {}
-        if precision == "int8":
-            kwargs = {"amax": amax} if use_amax else {"calib": calib}
+    kwargs: dict[str, Any] = {}
+    if precision == "int8":
+        kwargs = {"amax": amax} if use_amax else {"calib": calib}
+
+    def build() -> Path:
         try:
-            folder = build_engine(ref.model_path, backend="onnxruntime", out_dir=engines_dir, name=engine_name,
-                                  precision=precision, sparse=sparse, **kwargs)
+            return build_engine(ref.model_path, backend="onnxruntime", out_dir=engines_dir, name=engine_name,
+                                precision=precision, sparse=sparse, **kwargs)
         except ArtifactError as err:
             if use_amax and "amax" in str(err):
                 raise UsageError(f"INT8 calibration {amax} does not belong to this model ({err}); run "
                                  f"'cosyedge check --update-baseline'") from None
             raise
+
+    folder = reuse_or_build(ref.model_path, None, folder, build=build, reused="reusing engine %s",
+                            fresh=lambda f: label_fresh(f, ref.model_sha256, label,
+                                                        amax=amax if use_amax else None, calib=calib))
     if precision == "int8" and not use_amax:
-        used = _int8_report(folder).get("amax_path")
-        if used and _amax_matches(Path(used), folder) and Path(used).resolve() != amax.resolve():
+        manifest = EngineManifest.load(folder)
+        used = manifest.int8.get("amax_path")
+        if used and amax_matches(Path(used), manifest) and Path(used).resolve() != amax.resolve():
             check_writable(amax)
             with atomic_output(amax) as tmp:
                 shutil.copyfile(used, tmp)

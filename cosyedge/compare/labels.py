@@ -1,7 +1,7 @@
 """Precision labels of ``cosyedge check``: the ``--precisions`` list and the ``--candidate LABEL=PATH`` checks.
 
 A label is a precision with an optional ``-sparse`` (``fp16``, ``int8-sparse``; written and parsed by
-:func:`cosyedge.compare.models.precision_label` / :func:`~cosyedge.compare.models.parse_precision_label`).
+:func:`cosyedge.builders.names.precision_label` / :func:`~cosyedge.builders.names.parse_precision_label`).
 A candidate given for a label must be what the label says and be built from the label's FP32 parent.
 """
 
@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cosyedge.compare.models import CompareModel, load_compare_model, parse_precision_label, precision_label
+from cosyedge.builders.names import parse_precision_label, precision_label
+from cosyedge.compare.models import CompareModel, load_compare_model
 from cosyedge.errors import UsageError
 
 DEFAULT_PRECISIONS = ("fp16", "int8-sparse")
@@ -67,7 +68,7 @@ def check_candidate_label(cand: CompareModel, label: str, where: str) -> None:
 
     1. what the candidate says it is: an engine folder's manifest ``precision`` and ``sparse``; for a bare
        ONNX its ``cosyedge.precision`` and ``cosyedge.sparsity`` metadata, when present;
-    2. the ONNX content (:func:`cosyedge.build.trt.onnx_precision_stats`): ``int8`` needs QuantizeLinear/
+    2. the ONNX content (:func:`cosyedge.builders.trt.onnx_precision_stats`): ``int8`` needs QuantizeLinear/
        DequantizeLinear nodes; ``fp16`` needs FP16 initializers or Casts to FP16 and no Q/DQ; ``fp32`` has
        neither.
 
@@ -79,7 +80,7 @@ def check_candidate_label(cand: CompareModel, label: str, where: str) -> None:
         UsageError: the first contradiction, one line naming the field or the ONNX markers (exit 2).
     """
     from cosyedge.artifacts import load_onnx
-    from cosyedge.build.trt import onnx_precision_stats
+    from cosyedge.builders.trt import onnx_precision_stats
     from cosyedge.compare.models import PRECISION_KEY, SPARSITY_KEY
 
     precision, sparse = parse_precision_label(label)

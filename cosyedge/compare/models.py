@@ -1,8 +1,8 @@
 """What ``cosyedge compare`` compares: an engine folder or a streaming ONNX, as a Polygraphy runner.
 
 :func:`load_compare_model` accepts an engine folder made by ``cosyedge build`` (ONNX Runtime or
-TensorRT; the manifest and model hash are validated by :func:`cosyedge.build.load_engine` /
-:func:`cosyedge.build.trt.validate_trt_folder`) or a bare streaming ``.onnx`` with ``cosyedge.*``
+TensorRT; the manifest and model hash are validated by :func:`cosyedge.runtime.engine.load_engine` /
+:func:`cosyedge.runtime.trt.validate_trt_folder`) or a bare streaming ``.onnx`` with ``cosyedge.*``
 metadata, and returns a :class:`CompareModel`: the stream contract, the precision label
 (``fp32``, ``fp16``, ``int8``, ``int8-sparse``...) and a factory of Polygraphy runners:
 
@@ -37,6 +37,7 @@ from cosyedge.artifacts import (
     load_onnx,
     sha256_file,
 )
+from cosyedge.builders.names import parse_precision_label, precision_label
 from cosyedge.errors import (
     CosyEdgeError,
     DependencyError,
@@ -48,29 +49,6 @@ onnx = lazy_import("onnx")
 
 PRECISION_KEY = "cosyedge.precision"
 SPARSITY_KEY = "cosyedge.sparsity"
-
-
-def precision_label(precision: str, sparse: bool) -> str:
-    """Return the label (str) of a build: ``precision`` plus ``-sparse`` when 2:4-pruned (``int8-sparse``)."""
-    return f"{precision}-sparse" if sparse else precision
-
-
-def parse_precision_label(label: str) -> tuple[str, bool]:
-    """Split a label such as ``int8-sparse`` into ``("int8", True)``.
-
-    Raises:
-        UsageError: not ``fp32|fp16|int8`` optionally followed by ``-sparse`` (``sparse`` alone = fp32-sparse).
-    """
-    from cosyedge.build.prepare import PRECISIONS
-
-    text = label.strip().lower().replace("+", "-").replace("_", "-")
-    if text == "sparse":
-        return "fp32", True
-    base, _, rest = text.partition("-")
-    if base not in PRECISIONS or rest not in ("", "sparse"):
-        raise UsageError(f"unknown precision '{label}' (use fp32, fp16, int8, optionally with -sparse: "
-                         f"e.g. fp16,int8-sparse)")
-    return base, rest == "sparse"
 
 
 def _graph_io(model: Any) -> tuple[dict, dict]:
@@ -213,7 +191,7 @@ def load_compare_model(path: str | Path) -> CompareModel:
             no state (exit 3).
         UsageError: a TensorRT engine on a machine without TensorRT/pycuda/GPU (it cannot run here; exit 2).
     """
-    from cosyedge.build import load_engine
+    from cosyedge.builders.cache import load_or_rebuild as load_engine
 
     path = Path(path)
     if path.is_file() and path.name == MANIFEST_NAME:
@@ -242,7 +220,7 @@ def load_compare_model(path: str | Path) -> CompareModel:
 def _load_trt(path: Path, manifest: dict) -> CompareModel:
     """A TensorRT engine folder: runnable only with TensorRT + pycuda + a GPU (else UsageError)."""
     try:
-        from cosyedge.build.trt import load_trt_engine
+        from cosyedge.builders.cache import load_or_rebuild as load_trt_engine
 
         engine = load_trt_engine(path, manifest)
     except DependencyError as err:

@@ -158,7 +158,8 @@ def evaluate(input: str | Path, engine: str | Path | None = None, baseline: bool
         DependencyError: a metric library is missing (``pip install 'cosyedge[eval]'``).
     """
     from cosyedge.artifacts import sha256_file
-    from cosyedge.build.ort import default_engine, load_engine
+    from cosyedge.builders.cache import default_engine
+    from cosyedge.builders.cache import load_or_rebuild as load_engine
     from cosyedge.eval.report import summarize, to_jsonable
     from cosyedge.runtime.stream import enhance_array
 

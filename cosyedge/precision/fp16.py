@@ -62,7 +62,6 @@ import numpy as np
 
 from cosyedge._lazy import lazy_import
 from cosyedge.artifacts import (
-    Stage,
     StreamContract,
     atomic_output,
     check_not_input,
@@ -493,8 +492,7 @@ def fp16_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, exclude: Iterable[
     out_path = check_writable(out_path)
     check_not_input(src, out_path)
     contract = StreamContract.from_onnx(src)
-    if not contract.is_streaming:
-        raise ArtifactError(f"{src} has no streaming state (state_in.*/state_out.*); run 'cosyedge streamify' first")
+    contract.require_streaming(src)
     model = load_onnx(src)
     with LOG.stage(f"fp16 {src.name} -> {out_path}"):
         m16, plan = fp16_model(model, contract, exclude=exclude, keep_ops=keep_ops)
@@ -539,33 +537,9 @@ def fp16_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, exclude: Iterable[
     return result
 
 
-class Fp16OnnxFromOnnx(Stage):
-    """Stage: streaming FP32 ONNX -> FP16 ONNX (FP32 I/O and states). Lazy: nothing runs until called.
-
-    Args:
-        fp32_stream_onnx (str | Path | Stage): Input streaming ONNX or a stage producing it.
-        out_path (str | Path): Destination ``.onnx``.
-        **kwargs: passed to :func:`fp16_onnx` (``exclude``, ``keep_ops``, ``check``, ``min_snr_db``).
-    Returns (when called):
-        Path: ``out_path``; the report is in :attr:`result`.
-    """
-
-    def __init__(self, fp32_stream_onnx: Any, out_path: str | Path, **kwargs):
-        self.src = fp32_stream_onnx
-        self.out_path = Path(out_path)
-        self.kwargs = kwargs
-        self.result: dict | None = None
-
-    def call_impl(self) -> Path:
-        """Convert and return the output path (Path); see :func:`fp16_onnx`."""
-        self.result = fp16_onnx(self.src, self.out_path, **self.kwargs)
-        return self.out_path
-
-
 __all__ = [
     "KEEP_FP32_OPS",
     "TARGET_SNR_DB",
-    "Fp16OnnxFromOnnx",
     "default_scan_signals",
     "fp16_model",
     "fp16_onnx",

@@ -1,6 +1,6 @@
 """INT8 stage: FP32 streaming ONNX -> KL-calibrated explicit-Q/DQ streaming ONNX (``model.stream.int8.onnx``).
 
-:func:`int8_onnx` (and its lazy stage twin :class:`Int8OnnxFromOnnx`) calibrates the model on a
+:func:`int8_onnx` calibrates the model on a
 calibration set (or reuses the matching amax cache, :mod:`cosyedge.precision.calibrate`), inserts Q/DQ
 pairs following TensorRT's rules (:mod:`cosyedge.precision.qdq`), keeps the cosyedge stream metadata
 (so :class:`~cosyedge.runtime.ort.OrtStreamSession` and TensorRT builds use it unchanged), adds
@@ -15,9 +15,10 @@ from typing import Any
 
 import numpy as np
 
-from cosyedge.artifacts import Stage, StreamContract, check_not_input, check_writable, resolve_artifact, sha256_file
+from cosyedge.artifacts import StreamContract, check_not_input, check_writable, resolve_artifact, sha256_file
 from cosyedge.errors import ArtifactError, UsageError
 from cosyedge.log import LOG
+from cosyedge.precision.calibration import Calibration
 
 PRECISION = "int8"
 
@@ -57,7 +58,8 @@ def resolve_calibration_set(calib: Any, count: int = 2048):
 
 
 def int8_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, calib: Any = None, exclude=(), count: int = 2048,
-              amax: str | Path | None = None, threads: int = 1, cache_name: str | None = None) -> dict:
+              amax: str | Path | None = None, threads: int = 1, cache_name: str | None = None,
+              calibration: Calibration | None = None) -> dict:
     """Calibrate (or reuse the amax cache) and write the INT8 Q/DQ streaming ONNX atomically.
 
     Args:
@@ -74,6 +76,8 @@ def int8_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, calib: Any = None,
         threads (int): ONNX Runtime threads for calibration.
         cache_name (str | None): Name of the amax / TensorRT cache files in the calibration folder
             (default: the model's contract name); ``cosyedge build --sparse`` uses ``<name>-sparse``.
+        calibration (Calibration | None): The calibration options as one object (what the build passes);
+            when given, ``calib``, ``count``, ``amax`` and ``cache_name`` are taken from it.
     Returns:
         dict: manifest fields: ``precision`` ("int8"), ``amax_path``, ``trt_calibration_cache``,
         ``calibration_manifest_sha256``, ``calibration_utterances``, ``model_sha256`` (the FP32 parent),
@@ -92,6 +96,9 @@ def int8_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, calib: Any = None,
     from cosyedge.artifacts import load_onnx
     from cosyedge.surgery import io
 
+    if calibration is not None:
+        calib, count, amax, cache_name = (calibration.set, calibration.count, calibration.amax,
+                                          calibration.cache_name)
     src = resolve_artifact(fp32_stream_onnx)
     out_path = Path(out_path)
     contract = StreamContract.from_onnx(src)
@@ -163,17 +170,3 @@ def _smoke_test(model: Any, contract: StreamContract, where: Path) -> None:
         raise ArtifactError(f"INT8 model made from {where} does not run in ONNX Runtime: {first_line(err)}") from None
     if not all(np.isfinite(o).all() for o in outs):
         raise ArtifactError(f"INT8 model made from {where} gives NaN/Inf for a zero chunk")
-
-
-class Int8OnnxFromOnnx(Stage):
-    """Lazy stage twin of :func:`int8_onnx`: ``Int8OnnxFromOnnx(src, out, calib=..., exclude=...)()``
-    returns the INT8 ONNX path; :attr:`manifest` holds :func:`int8_onnx`'s dict after the call."""
-
-    def __init__(self, fp32_stream_onnx: Any, out_path: str | Path, **kwargs):
-        self.src, self.out_path, self.kwargs = fp32_stream_onnx, Path(out_path), kwargs
-        self.manifest: dict | None = None
-
-    def call_impl(self) -> Path:
-        """Run :func:`int8_onnx`; return the INT8 ONNX path (Path)."""
-        self.manifest = int8_onnx(self.src, self.out_path, **self.kwargs)
-        return self.out_path

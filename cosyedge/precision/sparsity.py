@@ -38,7 +38,6 @@ import numpy as np
 
 from cosyedge._lazy import lazy_import
 from cosyedge.artifacts import (
-    Stage,
     StreamContract,
     atomic_output,
     check_not_input,
@@ -405,31 +404,10 @@ def dense_parent_sha256(path: str | Path) -> str | None:
     return next((p.value for p in model.metadata_props if p.key == DENSE_PARENT_KEY), None)
 
 
-class SparseOnnxFromOnnx(Stage):
-    """Stage: FP32 ONNX -> 2:4-pruned ONNX. Lazy: nothing runs until called.
-
-    Args:
-        in_onnx (str | Path | Stage): Input ONNX or a stage producing it.
-        out_onnx (str | Path): Destination.
-        exclude (Iterable[str]): Node names left dense.
-    Returns (when called):
-        Path: ``out_onnx``; the per-layer report is in :attr:`report`.
-    """
-
-    def __init__(self, in_onnx: Any, out_onnx: str | Path, exclude: Iterable[str] = ()):
-        self.in_onnx, self.out_onnx, self.exclude = in_onnx, Path(out_onnx), tuple(exclude)
-        self.report: dict | None = None
-
-    def call_impl(self) -> Path:
-        """Prune and return the output path (Path); see :func:`sparsify_onnx`."""
-        self.report = sparsify_onnx(self.in_onnx, self.out_onnx, exclude=self.exclude)
-        return self.out_onnx
-
-
 def report_json(report: dict) -> str:
     """Return the report (dict) as indented JSON text (str)."""
     return json.dumps(report, indent=2)
 
 
-__all__ = ["LayerReport", "SparseOnnxFromOnnx", "check_2to4", "format_report", "is_sparse_onnx", "mask_2to4",
+__all__ = ["LayerReport", "check_2to4", "format_report", "is_sparse_onnx", "mask_2to4",
            "report_json", "sparsify_model", "sparsify_onnx", "summarize", "verify_onnx"]

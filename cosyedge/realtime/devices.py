@@ -271,7 +271,8 @@ def run_mic(device: str | int | None = None, output: str | Path | None = None, m
         DependencyError: sounddevice/PortAudio missing, no audio server or device.
         ArtifactError: engine missing/stale, output unwritable, the stream died (device gone).
     """
-    from cosyedge.build.ort import default_engine, load_engine
+    from cosyedge.builders.cache import default_engine
+    from cosyedge.builders.cache import load_or_rebuild as load_engine
     from cosyedge.realtime.enhancer import RealtimeEnhancer
     from cosyedge.realtime.live import run_live
 

@@ -23,7 +23,7 @@ def stream(infer: Callable[[dict], dict], contract: Any, inputs: dict[str, np.nd
            axes: dict[str, int] | None = None, outputs: Iterable[str] | None = None,
            on_chunk: Callable[[int, dict, dict], None] | None = None,
            on_error: Callable[[Exception, int], Exception] | None = None,
-           copy_states: bool = False) -> list[dict[str, np.ndarray]]:
+           copy_states: bool = False, chunks: dict[str, int] | None = None) -> list[dict[str, np.ndarray]]:
     """Stream ``inputs`` chunk by chunk through ``infer``, each chunk's state outputs feeding the next chunk.
 
     Args:
@@ -52,6 +52,9 @@ def stream(infer: Callable[[dict], dict], contract: Any, inputs: dict[str, np.nd
             chunk ``k`` to the one-line error raised instead (``from None``); None lets it through.
         copy_states (bool): Copy each state output before feeding it back (for runners that reuse their
             output buffers, e.g. Polygraphy's).
+        chunks (dict[str, int] | None): Ticks per call for inputs whose rate differs from the first input's
+            (e.g. feature frames beside samples); an input not named takes ``chunk``. The number of calls is
+            set by the first input: ``ceil(length / its chunk)``.
     Returns:
         list[dict[str, np.ndarray]]: per chunk, the kept outputs (the arrays ``infer`` returned).
     Raises:
@@ -65,16 +68,18 @@ def stream(infer: Callable[[dict], dict], contract: Any, inputs: dict[str, np.nd
     cur = dict(states)
     zero = set(zero)
     axes = axes or {}
+    chunks = chunks or {}
     first = next(iter(inputs))
-    total = inputs[first].shape[axes.get(first, -1)]
+    calls = -(-inputs[first].shape[axes.get(first, -1)] // chunks.get(first, chunk))
     keep = None if outputs is None else list(outputs)
     collected: list[dict[str, np.ndarray]] = []
-    for k, start in enumerate(range(0, total, chunk)):
+    for k in range(calls):
         st = forced_states[k] if forced_states is not None else cur
         feeds = {}
         for name, arr in inputs.items():
+            step = chunks.get(name, chunk)
             idx = [slice(None)] * arr.ndim
-            idx[axes.get(name, -1)] = slice(start, start + chunk)
+            idx[axes.get(name, -1)] = slice(k * step, (k + 1) * step)
             feeds[name] = np.ascontiguousarray(arr[tuple(idx)])
         for name, v in st.items():
             feeds[name] = init[name] if name in zero else v

@@ -13,6 +13,7 @@ and Python API ``InferenceSession.io_binding``, ``IOBinding.bind_ortvalue_input/
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -279,3 +280,38 @@ class OrtStreamSession(StreamSession):
         if not self.is_active:
             return []
         return list(zip(self._states[0], self._states[1]))
+
+
+@dataclasses.dataclass
+class OrtEngine:
+    """A loaded ONNX Runtime engine: a factory of :class:`~cosyedge.runtime.ort.OrtStreamSession`.
+
+    Attributes:
+        model_path (Path): Streaming ONNX run by the sessions.
+        contract (StreamContract): Its stream contract.
+        folder (Path | None): Engine folder, or None for a bare ``.onnx``.
+        manifest (dict | None): The validated manifest, or None for a bare ``.onnx``.
+    """
+
+    model_path: Path
+    contract: StreamContract
+    folder: Path | None = None
+    manifest: dict | None = None
+
+    def __call__(self, chunk_samples: int | None = None, batch: int = 1, threads: int = 1,
+                 providers: list[str] | None = None, max_latency_records: int | None = None):
+        """Return a new inactive :class:`~cosyedge.runtime.ort.OrtStreamSession` on this engine.
+
+        Args:
+            chunk_samples (int | None): Samples per chunk (defaults to one hop).
+            batch (int): Streams per push.
+            threads (int): ONNX Runtime threads.
+            providers (list[str] | None): Execution providers (defaults to CPU).
+            max_latency_records (int | None): Per-chunk latencies kept (default
+                :data:`~cosyedge.runtime.base.DEFAULT_MAX_LATENCY_RECORDS`).
+        """
+        return OrtStreamSession(self.model_path, chunk_samples=chunk_samples, batch=batch, threads=threads,
+                                providers=providers,
+                                max_latency_records=max_latency_records or DEFAULT_MAX_LATENCY_RECORDS)
+
+    session = __call__

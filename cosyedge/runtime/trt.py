@@ -38,22 +38,36 @@ Sources:
     graph fixes shapes and tensor addresses); cuda-python ``cudaStreamBeginCapture``,
     ``cudaStreamEndCapture``, ``cudaGraphInstantiate``, ``cudaGraphLaunch``, ``cudaGraphExecDestroy``.
     Not verified on hardware here (no GPU on the development machines): see ``scripts/gpu_check.py``.
+
+Loading: :class:`TrtEngine`, :func:`validate_trt_folder` and :func:`load_trt_engine` (folder checks against
+the manifest and this machine's TensorRT/GPU; a foreign plan is rebuilt only through an injected ``rebuild``
+callable, never by importing the build stage) sit beside the session they create.
+
+Size: over 500 lines on purpose: one backend's session and loader side by side, as Polygraphy keeps
+``backend/trt/{loader,runner}.py`` together; the session alone is about 400 lines of documented CUDA handling.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from cosyedge._lazy import has_module
-from cosyedge.artifacts import StreamContract
-from cosyedge.errors import ArtifactError, DependencyError, UsageError, first_line
+from cosyedge.artifacts import MANIFEST_NAME, EngineManifest, StreamContract, load_manifest, sha256_file
+from cosyedge.errors import ArtifactError, CosyEdgeError, DependencyError, UsageError, first_line
 from cosyedge.log import LOG
 from cosyedge.runtime.base import DEFAULT_MAX_LATENCY_RECORDS, StreamSession
+from cosyedge.runtime.trt_compat import check_engine_compat
+
+BACKEND = "tensorrt"
+MODEL_FILE = "model.onnx"
+PLAN_FILE = "engine.plan"
 
 TRT_PIP = "pip install 'cosyedge[trt]'"
 JETSON_HINT = "on Jetson use JetPack's TensorRT (sudo apt install nvidia-jetpack) and pip install pycuda"
@@ -202,7 +216,7 @@ def _cuda_check(result: Any) -> Any:
 
 
 class TrtStreamSession(StreamSession):
-    """Stream a TensorRT plan (built by :func:`cosyedge.build.trt.build_trt`) one chunk per :meth:`push`.
+    """Stream a TensorRT plan (built by :func:`cosyedge.builders.trt.build_trt`) one chunk per :meth:`push`.
 
     ``__init__`` only stores the configuration; TensorRT, pycuda, the CUDA context and all buffers are
     created in :meth:`activate` (``with session:``) and released in :meth:`deactivate`.
@@ -283,7 +297,7 @@ class TrtStreamSession(StreamSession):
         cuda.Context.pop()
 
     def _setup(self) -> None:
-        from cosyedge.build.trt_compat import features
+        from cosyedge.runtime.trt_compat import features
 
         trt, cuda, c = self._trt, self._cuda, self.contract
         self._feat = features(trt.__version__, trt)
@@ -509,3 +523,139 @@ class TrtStreamSession(StreamSession):
         if not self.is_active:
             return []
         return [(int(a), int(b)) for a, b in zip(*self._state_dev)]
+
+
+def rebuild_command(manifest: dict, folder: Path | None = None) -> str:
+    """Return the ``cosyedge build`` command line (str) that rebuilds an engine from its manifest."""
+    m = EngineManifest.from_dict(manifest)
+    flags = m.flags
+    src = (Path(folder) / MODEL_FILE) if folder is not None else Path(m.parent_path or "MODEL.onnx")
+    cmd = ["cosyedge build --backend tensorrt", f"--onnx {src}", f"--name {m.name or 'model'}"]
+    if flags.get("precision") in ("fp16", "int8"):
+        cmd.append(f"--{flags['precision']}")
+    if flags.get("sparse"):
+        cmd.append("--sparse")
+    if flags.get("dla_core") is not None:
+        cmd.append(f"--dla-core {flags['dla_core']}")
+    if flags.get("gpu_fallback"):
+        cmd.append("--gpu-fallback")
+    return " ".join(cmd)
+
+
+# --------------------------------------------------------------------------------------------- loading
+@dataclasses.dataclass
+class TrtEngine:
+    """A validated TensorRT engine folder: a factory of :class:`~cosyedge.runtime.trt.TrtStreamSession`.
+
+    Attributes:
+        folder (Path): Engine folder.
+        plan_path (Path): ``engine.plan``.
+        model_path (Path): The ONNX it was built from (``model.onnx``).
+        contract (StreamContract): Stream contract.
+        manifest (dict): The manifest.
+    """
+
+    folder: Path
+    plan_path: Path
+    model_path: Path
+    contract: StreamContract
+    manifest: dict
+
+    def __call__(self, chunk_samples: int | None = None, batch: int = 1, threads: int = 1,
+                 providers: list[str] | None = None, cuda_graph: bool = False, device: int = 0,
+                 max_latency_records: int | None = None):
+        """Return a new inactive :class:`~cosyedge.runtime.trt.TrtStreamSession`.
+
+        Args:
+            chunk_samples (int | None): Must be the built chunk length (default).
+            batch (int): Streams per push, up to the manifest's ``max_batch``.
+            threads (int): Ignored (ONNX Runtime option; same signature as :class:`OrtEngine`).
+            providers (list[str] | None): Ignored.
+            cuda_graph (bool): Capture steps in CUDA graphs.
+            device (int): CUDA device.
+            max_latency_records (int | None): Per-chunk latencies kept (default
+                :data:`~cosyedge.runtime.base.DEFAULT_MAX_LATENCY_RECORDS`).
+        """
+        return TrtStreamSession(self.plan_path, self.contract, chunk_samples=chunk_samples, batch=batch,
+                                max_batch=EngineManifest.from_dict(self.manifest).max_batch,
+                                built_chunk_samples=EngineManifest.from_dict(self.manifest).chunk_samples,
+                                cuda_graph=cuda_graph,
+                                device=device, max_latency_records=max_latency_records or DEFAULT_MAX_LATENCY_RECORDS)
+
+    session = __call__
+
+
+def validate_trt_folder(folder: str | Path, manifest: dict | None = None) -> tuple[dict, Path, Path]:
+    """Check a TensorRT engine folder's files against its manifest (no TensorRT needed).
+
+    Args:
+        folder (str | Path): Engine folder.
+        manifest (dict | None): Already loaded manifest.
+    Returns:
+        tuple: (manifest, plan path, model path).
+    Raises:
+        ArtifactError: manifest missing/invalid or not for tensorrt; plan or model missing; a SHA-256
+            differs from the manifest (stale/corrupt: the message gives the rebuild command).
+    """
+    folder = Path(folder)
+    manifest = manifest if manifest is not None else load_manifest(folder)
+    m = EngineManifest.from_dict(manifest)
+    if m.backend != BACKEND:
+        raise ArtifactError(f"engine {folder} is for backend '{m.backend}', not '{BACKEND}'")
+    model_path = folder / (m.model_file or MODEL_FILE)
+    plan_path = folder / (m.plan_file or PLAN_FILE)
+    if not model_path.is_file():
+        raise ArtifactError(f"engine {folder} has no {model_path.name}; rebuild it from the precision ONNX: "
+                            f"{rebuild_command(manifest)}")
+    cmd = rebuild_command(manifest, folder)
+    if not plan_path.is_file():
+        raise ArtifactError(f"engine {folder} has no {plan_path.name}; rebuild: {cmd}")
+    for want, path in ((m.model_sha256, model_path), (m.plan_sha256, plan_path)):
+        got = sha256_file(path)
+        if got != want:
+            raise ArtifactError(f"engine {folder} is stale or corrupt: {path.name} sha256 {got[:12]}... does not "
+                                f"match the manifest ({str(want)[:12]}...); rebuild: {cmd}")
+    return manifest, plan_path, model_path
+
+
+def load_trt_engine(folder: str | Path, manifest: dict | None = None,
+                    rebuild: Callable[..., Path] | None = None, device: int = 0) -> TrtEngine:
+    """Load a TensorRT engine folder, checking it fits this machine before any deserialization.
+
+    The manifest's TensorRT version and GPU are compared with the installed ones
+    (:func:`~cosyedge.runtime.trt_compat.check_engine_compat`). On a mismatch the plan is rebuilt in place
+    from the stored ``model.onnx`` with the stored flags (logged), or, with ``rebuild=False`` or when the
+    rebuild fails, a one-line :class:`ArtifactError` gives the rebuild command.
+
+    Args:
+        folder (str | Path): Engine folder made by :func:`cosyedge.builders.trt.build_trt`.
+        manifest (dict | None): Already loaded manifest.
+        rebuild (callable | None): ``rebuild(folder, manifest, device=device) -> Path`` that rebuilds a foreign
+            plan in place; None (or False) refuses to run it.
+        device (int): CUDA device the engine will run on.
+    Returns:
+        TrtEngine
+    Raises:
+        ArtifactError: invalid folder (see :func:`validate_trt_folder`), or a foreign plan not rebuilt.
+        DependencyError: tensorrt, pycuda or a GPU is missing (one line with the install command).
+    """
+    folder = Path(folder)
+    manifest, plan_path, model_path = validate_trt_folder(folder, manifest)
+    trt, cuda = require_stack("run TensorRT engines", device)
+    gpu = device_info(cuda, device)
+    decision = check_engine_compat(manifest, trt.__version__, gpu["name"], gpu["compute_capability"])
+    if decision.action == "warn":
+        LOG.warning_once(f"engine {folder}: {decision.reason}")
+    elif decision.action == "rebuild":
+        cmd = rebuild_command(manifest, folder)
+        if not rebuild:
+            raise ArtifactError(f"engine {folder} cannot run here: {decision.reason}; rebuild: {cmd}")
+        LOG.info("engine %s: %s; rebuilding from %s", folder, decision.reason, model_path)
+        try:
+            folder = rebuild(folder, manifest, device=device)
+        except CosyEdgeError as err:
+            raise ArtifactError(f"engine {folder} cannot run here ({decision.reason}) and the rebuild failed "
+                                f"({err}); rebuild by hand: {cmd}") from None
+        manifest, plan_path, model_path = validate_trt_folder(folder)
+    contract = StreamContract.from_metadata(manifest["contract"], where=str(folder / MANIFEST_NAME))
+    return TrtEngine(folder=folder, plan_path=plan_path, model_path=model_path, contract=contract, manifest=manifest)

@@ -79,14 +79,14 @@ def engines(cmp_dir) -> Path:
 
 @pytest.fixture(scope="session")
 def int8_engine(ref_onnx, engines, calib_dir) -> Path:
-    from cosyedge.build import build_engine
+    from cosyedge.builders import build_engine
 
     return build_engine(ref_onnx, backend="onnxruntime", out_dir=engines, precision="int8", calib=calib_dir)
 
 
 @pytest.fixture(scope="session")
 def fp32_engine(ref_onnx, engines) -> Path:
-    from cosyedge.build import build_engine
+    from cosyedge.builders import build_engine
 
     return build_engine(ref_onnx, backend="onnxruntime", out_dir=engines, precision="fp32")
 

@@ -80,7 +80,7 @@ def test_int8_is_built_from_the_kept_amax_without_calibration_audio(baseline, re
 def test_int8_engine_from_another_calibration_is_rebuilt_not_gated(baseline, ref_onnx, cmp_dir, utt_dir, tmp_path):
     """A user's own 'cosyedge build --int8 --calib DIR' in the engines folder (same name and model, another
     calibration set) must not be gated against the baseline: check rebuilds it from the kept amax."""
-    from cosyedge.build import build_engine
+    from cosyedge.builders import build_engine
     from cosyedge.precision.calibset import make_calibration_set
     from tests.precision import int8_fixtures as fx
 

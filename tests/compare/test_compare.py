@@ -59,7 +59,7 @@ def test_teacher_forcing_feeds_real_recorded_states(ref_onnx, utts):
 
 
 def test_fp16_within_default_tolerance(ref_onnx, engines, utts):
-    from cosyedge.build import build_engine
+    from cosyedge.builders import build_engine
 
     cand = load_compare_model(build_engine(ref_onnx, backend="onnxruntime", out_dir=engines, precision="fp16"))
     res = compare(load_compare_model(ref_onnx), cand, utts, chunk=CHUNK, pesq=False)

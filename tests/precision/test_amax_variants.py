@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from cosyedge.build import build_engine
+from cosyedge.builders import build_engine
 from cosyedge.models import REFERENCE_STREAM_ONNX
 from tests.precision.int8_fixtures import write_recordings
 

@@ -269,7 +269,7 @@ def test_cli_run_mic_save_input_replays_offline_to_the_live_output(cli, fir, tmp
 
 
 def load_contract_delay(engine: Path) -> int:
-    from cosyedge.build.ort import load_engine
+    from cosyedge.runtime.engine import load_engine
 
     return load_engine(engine).contract.delay_samples
 

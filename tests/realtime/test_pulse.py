@@ -159,7 +159,7 @@ def test_run_mic_through_pulseaudio_matches_file_run(pulse):
     samples off the file's frame grid gives 24 or 20 dB there; CI once read 22.8 dB that way.)"""
     import soxr
 
-    from cosyedge.build.ort import load_engine
+    from cosyedge.runtime.engine import load_engine
 
     env, tmp = pulse
     x, sr = sf.read(str(DEMO), dtype="float32")

@@ -173,7 +173,7 @@ def test_int8_quantizes_the_network_and_keeps_the_signal_processing_float(dfn3_o
     the model's 48 kHz, stays close to FP32 on real speech (24 dB measured with 64 training mixtures)."""
     import onnx
 
-    from cosyedge.build import build_engine
+    from cosyedge.builders import build_engine
     from cosyedge.precision.calibset import make_calibration_set
     from cosyedge.precision.qdq import declared_float_nodes
     from cosyedge.runtime.ort import OrtStreamSession

@@ -79,7 +79,7 @@ def test_cosyedge_run_equals_the_packages_own_pipeline(nsnet2_onnx, tmp_path):
 
 
 def test_fp16_and_int8_builds_stay_close(nsnet2_onnx, tmp_path):
-    from cosyedge.build import build_engine
+    from cosyedge.builders import build_engine
     from cosyedge.precision.calibset import make_calibration_set
     from cosyedge.runtime.ort import OrtStreamSession
     from cosyedge.runtime.stream import enhance_array

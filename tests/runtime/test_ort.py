@@ -8,7 +8,9 @@ import numpy as np
 import pytest
 
 from cosyedge.artifacts import MANIFEST_NAME, sha256_file
-from cosyedge.build import OrtEngineFromOnnx, build_ort, default_engine, load_engine, resolve_backend
+from cosyedge.builders import OrtEngineFromOnnx, build_ort, resolve_backend
+from cosyedge.builders.cache import default_engine
+from cosyedge.runtime.engine import load_engine
 from cosyedge.errors import ArtifactError, DependencyError, UsageError
 from cosyedge.runtime import OrtStreamSession, enhance_array, stream_array
 from tests import models
@@ -269,7 +271,7 @@ def test_stage_is_lazy_and_composes(fir, tmp_path):
 
 
 def test_default_engine_builds_once_and_rebuilds_on_change(fir, tmp_path, monkeypatch):
-    import cosyedge.build.ort as bort
+    import cosyedge.builders.cache as bort
     import cosyedge.models
 
     bundled = tmp_path / "reference.stream.onnx"

@@ -10,10 +10,10 @@ with :mod:`ast`, never a hand-written list:
   written on such an object, every keyword argument of a TensorRT call and every ``getattr``/``hasattr`` name
   is a *use*; a ``getattr`` whose name is a variable is resolved from the values that variable can take
   (``for flag in plan.builder_flags: getattr(trt.BuilderFlag, flag)``: the flags of the real
-  :func:`cosyedge.build.trt_compat.plan_build` plus the literals cosyedge appends to that list).
+  :func:`cosyedge.runtime.trt_compat.plan_build` plus the literals cosyedge appends to that list).
 * **guards**: each use keeps the ``if`` / ``x if c else y`` / ``and`` / ``or`` conditions around it and the
   call sites of its function. Per TensorRT version a condition is evaluated with cosyedge's real decision
-  functions (:func:`~cosyedge.build.trt_compat.features`, :func:`~cosyedge.build.trt_compat.plan_build`, and
+  functions (:func:`~cosyedge.runtime.trt_compat.features`, :func:`~cosyedge.runtime.trt_compat.plan_build`, and
   any cosyedge function the condition's values come from) on a stand-in ``tensorrt`` module whose attributes
   are the names of that version's compiled bindings, for every build configuration (precision, sparse, DLA,
   GPU fallback) that version accepts. A condition that cannot be evaluated counts as both ways (the names
@@ -130,7 +130,7 @@ class Use:
 
     @property
     def label(self) -> str:
-        """str: ``tensorrt: BuilderFlag.FP16 (cosyedge/build/trt.py:123)``."""
+        """str: ``tensorrt: BuilderFlag.FP16 (cosyedge/builders/trt.py:123)``."""
         path = ".".join(c for c in self.chain if c != "()") or self.stack
         return f"{self.stack}: {path}.{self.name or '<dynamic>'} ({self.where})"
 

@@ -4,7 +4,7 @@ uses exists where cosyedge uses it.
 * TensorRT 8.6.1, 10.13.3.9 and 11.4.0.106: the bindings wheels from PyPI cannot be imported here (they link
   libnvinfer), but their compiled module holds every class, method, property, argument and enum member name as a
   string (pybind11). :mod:`tests.trt.api_usage` collects the names cosyedge reads *on each version's code path*
-  from cosyedge's source (the branches are evaluated with :mod:`cosyedge.build.trt_compat`'s real decisions on a
+  from cosyedge's source (the branches are evaluated with :mod:`cosyedge.runtime.trt_compat`'s real decisions on a
   stand-in module made of that version's names), and each must be in that version's string table.
 * pycuda 2026.1: the names must be defined by its C++ wrappers (``src/wrapper/*.cpp``) or ``pycuda/driver.py``.
 * cuda-python (``cuda-bindings`` 12.9.4 and 13.4.4): imported from the wheel (no GPU needed) in a subprocess;
@@ -31,7 +31,7 @@ from pathlib import Path
 
 import pytest
 
-from cosyedge.build.trt_compat import PRECISIONS, features, plan_build
+from cosyedge.runtime.trt_compat import PRECISIONS, features, plan_build
 from cosyedge.errors import CosyEdgeError
 from tests.trt.api_usage import STACK_MODULES, Analysis, StandIn
 
@@ -126,7 +126,7 @@ def cosyedge_modules() -> list[tuple[str, str, object]]:
     for path in sorted((ROOT / "cosyedge").rglob("*.py")):
         rel = path.relative_to(ROOT).as_posix()
         tree = ast.parse(path.read_text())
-        hit = rel == "cosyedge/build/trt_compat.py"
+        hit = rel == "cosyedge/runtime/trt_compat.py"
         for n in ast.walk(tree):
             if isinstance(n, ast.Import) and any(a.name in STACK_MODULES for a in n.names) or \
                     isinstance(n, ast.ImportFrom) and n.module in STACK_MODULES or \
@@ -228,7 +228,7 @@ def test_string_tables_read_the_known_api_differences(tables):
 
 def test_analysis_finds_modules_and_uses(analysis):
     paths = {m.path for m in analysis.mods}
-    assert {"cosyedge/build/trt.py", "cosyedge/build/trt_compat.py", "cosyedge/runtime/trt.py",
+    assert {"cosyedge/builders/trt.py", "cosyedge/runtime/trt_compat.py", "cosyedge/runtime/trt.py",
             "cosyedge/precision/calibrate.py"} <= paths, paths
     got = {(u.stack, u.name) for u in analysis.uses}
     for want in (("tensorrt", "create_network"), ("tensorrt", "execute_async_v3"), ("tensorrt", "set_output_type"),
@@ -298,7 +298,7 @@ def test_feature_probes_name_real_members(analysis, tables):
 
 GOOD = '''
 from cosyedge._lazy import lazy_import
-from cosyedge.build.trt_compat import features
+from cosyedge.runtime.trt_compat import features
 
 trt = lazy_import("tensorrt")
 
@@ -492,7 +492,7 @@ def _mutated(path: str, old: str, new: str) -> Analysis:
 
 @pytest.mark.parametrize("path, old, new, version, name", [
     # the FP32 pins (weak typing only) without their gate reach the 11.x path
-    ("cosyedge/build/trt.py", "    if fp32_nodes:\n", "    if True:\n", "11.4.0.106", "PREFER_PRECISION_CONSTRAINTS"),
+    ("cosyedge/builders/trt.py", "    if fp32_nodes:\n", "    if True:\n", "11.4.0.106", "PREFER_PRECISION_CONSTRAINTS"),
     # a session that ignored the shim's execute_api decision would call the 8.0-8.4 bindings API
     ("cosyedge/runtime/trt.py", 'v3 = self._feat.execute_api == "v3"', "v3 = False", "10.13.3.9", "execute_async_v2"),
 ])
@@ -502,8 +502,8 @@ def test_checker_catches_a_removed_gate_in_cosyedge(tables, path, old, new, vers
 
 
 def test_checker_follows_the_shims_decisions(tables, monkeypatch):
-    import cosyedge.build.trt as build_trt
-    from cosyedge.build import trt_compat
+    import cosyedge.builders.trt as build_trt
+    from cosyedge.runtime import trt_compat
 
     def plan_with_fp16(feat, precision="fp32", *args, **kwargs):
         """A shim that forgot 11.x removed FP16: plan_build plus the FP16 flag on every fp16 build."""
@@ -515,5 +515,5 @@ def test_checker_follows_the_shims_decisions(tables, monkeypatch):
     plan_with_fp16.__module__ = trt_compat.__name__  # the analysis evaluates cosyedge's own functions only
     monkeypatch.setattr(build_trt, "plan_build", plan_with_fp16)
     r = check(Analysis(cosyedge_modules()), tables)
-    assert any(m.startswith("tensorrt: BuilderFlag.FP16 (cosyedge/build/trt.py:") for m in r["11.4.0.106"]["missing"])
+    assert any(m.startswith("tensorrt: BuilderFlag.FP16 (cosyedge/builders/trt.py:") for m in r["11.4.0.106"]["missing"])
     assert not r["8.6.1"]["missing"] and not r["10.13.3.9"]["missing"]

@@ -9,7 +9,9 @@ import onnx
 import pytest
 
 from cosyedge.artifacts import StreamContract
-from cosyedge.build import trt as bt
+from cosyedge.builders import trt as bt
+from cosyedge.builders.cache import load_or_rebuild
+from cosyedge.runtime.trt import load_trt_engine, rebuild_command
 from cosyedge.errors import ArtifactError, DependencyError, UsageError
 from cosyedge.models import REFERENCE_STREAM_ONNX
 from tests.reference_structure import reference_structure
@@ -83,7 +85,7 @@ def test_names_and_rebuild_command(tmp_path):
     assert bt.engine_folder_name("reference", "fp16", False, 0) == "reference-fp16-dla0-tensorrt"
     assert bt.timing_cache_path(tmp_path, "10.3.0", "8.7") == tmp_path / "timing-cache" / "tensorrt-10.3.0-sm87.cache"
     man = {"name": "ref", "flags": {"precision": "int8", "sparse": True, "dla_core": 1, "gpu_fallback": True}}
-    assert bt.rebuild_command(man, tmp_path) == (f"cosyedge build --backend tensorrt --onnx {tmp_path / 'model.onnx'} "
+    assert rebuild_command(man, tmp_path) == (f"cosyedge build --backend tensorrt --onnx {tmp_path / 'model.onnx'} "
                                                  f"--name ref --int8 --sparse --dla-core 1 --gpu-fallback")
 
 
@@ -207,16 +209,16 @@ def test_unparsable_onnx(fake10, tmp_path):
 # ------------------------------------------------------------------------------- load, portability
 def test_load_checks_hashes(fake10, two_state, tmp_path):
     out = bt.build_trt(two_state, out_dir=tmp_path)
-    eng = bt.load_trt_engine(out)
+    eng = load_or_rebuild(out)
     assert eng.plan_path == out / "engine.plan" and eng.contract.name == "two_state"
     plan = out / "engine.plan"
     plan.write_bytes(plan.read_bytes() + b" ")
     with pytest.raises(ArtifactError, match="stale or corrupt: engine.plan sha256 .* rebuild: cosyedge build "
                                             "--backend tensorrt --onnx"):
-        bt.load_trt_engine(out)
+        load_or_rebuild(out)
     plan.unlink()
     with pytest.raises(ArtifactError, match="has no engine.plan; rebuild"):
-        bt.load_trt_engine(out)
+        load_or_rebuild(out)
 
 
 def test_other_tensorrt_version_rebuilds_from_the_stored_onnx(monkeypatch, two_state, tmp_path):
@@ -225,9 +227,9 @@ def test_other_tensorrt_version_rebuilds_from_the_stored_onnx(monkeypatch, two_s
     f = fakes.install(monkeypatch, version="10.7.0")
     with pytest.raises(ArtifactError, match=r"cannot run here: plan built with TensorRT 10.3.0, this machine has "
                                             r"10.7.0; rebuild: cosyedge build --backend tensorrt --onnx .*--sparse"):
-        bt.load_trt_engine(out, rebuild=False)
+        load_trt_engine(out, rebuild=False)
     assert f.trt.calls["builds"] == 0
-    eng = bt.load_trt_engine(out)  # rebuilds in place with the stored flags
+    eng = load_or_rebuild(out)  # rebuilds in place with the stored flags
     assert f.trt.calls["builds"] == 1 and eng.folder == out
     m = _manifest(out)
     assert m["tools"]["tensorrt"] == "10.7.0" and m["sparse"] is True and m["max_batch"] == 3
@@ -238,7 +240,7 @@ def test_other_gpu_rebuilds(monkeypatch, two_state, tmp_path):
     fakes.install(monkeypatch, version="10.3.0")
     out = bt.build_trt(two_state, out_dir=tmp_path)
     f = fakes.install(monkeypatch, version="10.3.0", gpus=(("NVIDIA A10", (8, 6)),))
-    bt.load_trt_engine(out)
+    load_or_rebuild(out)
     assert f.trt.calls["builds"] == 1
     assert _manifest(out)["gpu"]["compute_capability"] == "8.6"
 

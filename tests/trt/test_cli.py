@@ -13,7 +13,7 @@ import pytest
 import soundfile as sf
 
 from cosyedge._lazy import has_module
-from cosyedge.build import trt as bt
+from cosyedge.builders import trt as bt
 from tests import models
 from tests.scripts import load_script
 from tests.trt import fakes

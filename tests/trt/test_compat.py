@@ -7,7 +7,7 @@ import types
 
 import pytest
 
-from cosyedge.build import trt_compat as tc
+from cosyedge.runtime import trt_compat as tc
 from cosyedge.errors import ArtifactError, DependencyError, UsageError
 from tests.trt import fakes
 

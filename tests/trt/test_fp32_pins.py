@@ -11,8 +11,8 @@ import onnx
 import pytest
 
 from cosyedge.artifacts import StreamContract
-from cosyedge.build import trt as bt
-from cosyedge.build.trt_compat import PIN_SKIP_OPS, fp32_pin_nodes, layers_to_pin, parser_node_name
+from cosyedge.builders import trt as bt
+from cosyedge.runtime.trt_compat import PIN_SKIP_OPS, fp32_pin_nodes, layers_to_pin, parser_node_name
 from cosyedge.models import REFERENCE_STREAM_ONNX
 from cosyedge.precision.fp16 import fp16_model, fp32_node_plan
 from tests.reference_structure import reference_structure

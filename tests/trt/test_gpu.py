@@ -35,11 +35,12 @@ def _snr_db(ref, y):
 
 @pytest.fixture(scope="module")
 def reference_engine(tmp_path_factory):
-    from cosyedge.build.trt import build_trt, load_trt_engine
+    from cosyedge.builders.cache import load_or_rebuild
+    from cosyedge.builders.trt import build_trt
     from cosyedge.models import REFERENCE_STREAM_ONNX
 
     folder = build_trt(REFERENCE_STREAM_ONNX, out_dir=tmp_path_factory.mktemp("engines"), max_batch=4)
-    return load_trt_engine(folder)
+    return load_or_rebuild(folder)
 
 
 @pytest.fixture(scope="module")

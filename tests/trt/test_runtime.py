@@ -10,7 +10,8 @@ import threading
 import numpy as np
 import pytest
 
-from cosyedge.build import trt as bt
+from cosyedge.builders import trt as bt
+from cosyedge.builders.cache import load_or_rebuild
 from cosyedge.errors import ArtifactError, DependencyError, UsageError
 from cosyedge.runtime.stream import stream_array
 from cosyedge.runtime.trt import missing_stack_message
@@ -28,7 +29,7 @@ def _x(n, seed=0, rows=None):
 
 @pytest.fixture
 def engine(fake10, two_state, tmp_path):
-    return bt.load_trt_engine(bt.build_trt(two_state, out_dir=tmp_path, max_batch=4))
+    return load_or_rebuild(bt.build_trt(two_state, out_dir=tmp_path, max_batch=4))
 
 
 @pytest.mark.parametrize("cuda_graph", [False, True])
@@ -95,7 +96,7 @@ def test_state_is_carried_and_reset(engine):
 
 
 def test_batch_streams_are_independent(fake10, fir, tmp_path):
-    eng = bt.load_trt_engine(bt.build_trt(fir, out_dir=tmp_path, max_batch=4))
+    eng = load_or_rebuild(bt.build_trt(fir, out_dir=tmp_path, max_batch=4))
     x = _x(500, seed=4, rows=3)
     with eng(batch=3) as s:
         y = stream_array(s, x)
@@ -138,7 +139,7 @@ def test_chunk_must_be_the_built_one(engine):
 def test_plan_from_another_version_fails_with_rebuild_hint(monkeypatch, two_state, tmp_path):
     fakes.install(monkeypatch, version="10.3.0")
     out = bt.build_trt(two_state, out_dir=tmp_path)
-    eng = bt.load_trt_engine(out)
+    eng = load_or_rebuild(out)
     f = fakes.install(monkeypatch, version="10.4.0")  # the plan cannot be deserialized any more
     with pytest.raises(ArtifactError, match="TensorRT 10.4.0 cannot deserialize .*engine.plan .*rebuild it with "
                                             "'cosyedge build --backend tensorrt"):
@@ -152,7 +153,7 @@ def test_cuda_graph_needs_cuda_python(monkeypatch, two_state, tmp_path):
 
     for name in ("cuda", "cuda.bindings", "cuda.bindings.runtime", "cuda.cudart"):
         monkeypatch.setitem(sys.modules, name, None)  # import fails
-    eng = bt.load_trt_engine(bt.build_trt(two_state, out_dir=tmp_path))
+    eng = load_or_rebuild(bt.build_trt(two_state, out_dir=tmp_path))
     with pytest.raises(DependencyError, match="CUDA graph capture needs cuda-python"):
         eng(cuda_graph=True).activate()
     assert f.state.contexts_alive == 0
@@ -160,7 +161,7 @@ def test_cuda_graph_needs_cuda_python(monkeypatch, two_state, tmp_path):
 
 def test_no_gpu(monkeypatch, two_state, tmp_path):
     fakes.install(monkeypatch, version="10.3.0")
-    eng = bt.load_trt_engine(bt.build_trt(two_state, out_dir=tmp_path))
+    eng = load_or_rebuild(bt.build_trt(two_state, out_dir=tmp_path))
     fakes.install(monkeypatch, version="10.3.0", gpus=())
     with pytest.raises(DependencyError, match="needs CUDA device 0 but 0 GPU"):
         eng().activate()
@@ -182,7 +183,7 @@ def test_missing_stack_messages():
 def test_bindings_api_path(monkeypatch, two_state, tmp_path, cuda_graph):
     """execute_async_v2 with one bindings list per ping-pong parity (TensorRT without execute_async_v3)."""
     fakes.install(monkeypatch, version="8.6.1", v3=False)
-    eng = bt.load_trt_engine(bt.build_trt(two_state, out_dir=tmp_path))
+    eng = load_or_rebuild(bt.build_trt(two_state, out_dir=tmp_path))
     x = _x(200, seed=7)
     with eng(cuda_graph=cuda_graph) as s:
         assert s._feat.execute_api == "v2"

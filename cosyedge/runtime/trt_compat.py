@@ -53,6 +53,10 @@ Sources (NVIDIA docs):
   * Plans are tied to the TensorRT version and the GPU model they were built on: TensorRT Developer Guide,
     "Serialized engines are not portable across platforms or TensorRT versions" (hardware/version
     compatibility modes excepted; cosyedge does not enable them).
+
+Size: over 500 lines on purpose: every TensorRT version difference cosyedge knows is decided here, in one
+pure-Python module (tested without TensorRT by ``tests/trt/test_compat.py`` and the API conformance test);
+splitting it would scatter the version table. It lives in ``runtime/`` because running needs the checks too.
 """
 
 from __future__ import annotations

@@ -22,7 +22,8 @@ import pytest
 import soundfile as sf
 
 from cosyedge.artifacts import MANIFEST_NAME, StreamContract, load_manifest, sha256_file
-from cosyedge.build import triton as tb
+from cosyedge.builders import triton as tb
+from cosyedge.builders.triton import build as tb_build
 from cosyedge.errors import ArtifactError, DependencyError
 from cosyedge.models import REFERENCE_STREAM_ONNX
 from cosyedge.runtime.ort import OrtStreamSession
@@ -449,7 +450,7 @@ def test_failed_rebuild_keeps_the_previous_repository(ref_repo, tmp_path, monkey
     def broken(*a, **k):
         raise ArtifactError("injected")
 
-    monkeypatch.setattr(tb, "_check_batch_independent", broken)
+    monkeypatch.setattr(tb_build, "_check_batch_independent", broken)
     with pytest.raises(ArtifactError, match="injected"):
         tb.build_triton(REFERENCE_STREAM_ONNX, out_dir=root, max_batch_size=8)
     assert sha256_file(first / "reference" / "config.pbtxt") == digest

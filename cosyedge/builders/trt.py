@@ -15,12 +15,12 @@ exact, only the batch axis ``N`` has a range (``1..max_batch`` streams, optimise
 The tactic timing cache lives in ``<engines root>/timing-cache/`` keyed by TensorRT version and GPU
 architecture, so rebuilds and the other precisions of a model build faster.
 
-Before a plan is deserialized, :func:`load_trt_engine` compares its manifest with the installed TensorRT
-and the GPU (:func:`cosyedge.build.trt_compat.check_engine_compat`): a mismatch rebuilds the plan from
+Before a plan is deserialized, :func:`cosyedge.runtime.trt.load_trt_engine` compares its manifest with the installed TensorRT
+and the GPU (:func:`cosyedge.runtime.trt_compat.check_engine_compat`): a mismatch rebuilds the plan from
 the stored ONNX with the stored flags (with a message), or, when rebuilding is impossible or disabled,
 raises a one-line error with the rebuild command.
 
-Sources (NVIDIA TensorRT Python API, 8.6/10.x/11.x; see :mod:`cosyedge.build.trt_compat` for the
+Sources (NVIDIA TensorRT Python API, 8.6/10.x/11.x; see :mod:`cosyedge.runtime.trt_compat` for the
 version differences):
   * ``Builder``, ``Builder.create_network``, ``Builder.create_builder_config``,
     ``Builder.create_optimization_profile``, ``Builder.build_serialized_network``, ``Builder.num_DLA_cores``:
@@ -51,11 +51,13 @@ version differences):
   * custom ``ILogger`` subclass (``ILogger.__init__(self)``, ``log(severity, msg)``), one per process
     (:func:`cosyedge.runtime.trt.trt_logger`): .../python-api/infer/Core/Logger.html
   * Polygraphy ``backend/trt/config.py`` ``CreateConfig`` (same calls, timing cache handling).
+
+Size: just over 500 lines: the build (profile, network flags, FP32 pins, timing cache, inspector, smoke
+test) is one documented sequence of TensorRT calls; loading moved to :mod:`cosyedge.runtime.trt`.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import shutil
 import tempfile
 from pathlib import Path
@@ -65,7 +67,7 @@ import numpy as np
 
 from cosyedge.artifacts import (
     BATCH_DIM,
-    MANIFEST_NAME,
+    EngineManifest,
     Stage,
     StreamContract,
     atomic_folder,
@@ -76,11 +78,15 @@ from cosyedge.artifacts import (
     sha256_file,
     write_manifest,
 )
-from cosyedge.build.prepare import check_engine_name, engine_model_name, manifest_head, warn_replacing_other_model
-from cosyedge.build.prepare import engine_folder_name as _folder_name
-from cosyedge.build.trt_compat import (
+from cosyedge.builders.names import check_engine_name, engine_model_name
+from cosyedge.builders.names import engine_folder_name as _folder_name
+from cosyedge.builders.prepare import manifest_head, warn_replacing_other_model
+from cosyedge.errors import ArtifactError, CosyEdgeError, UsageError, first_line
+from cosyedge.log import LOG
+from cosyedge.runtime.engine import engines_root
+from cosyedge.runtime.trt import BACKEND, MODEL_FILE, PLAN_FILE
+from cosyedge.runtime.trt_compat import (
     PRECISIONS,
-    check_engine_compat,
     features,
     fp32_pin_nodes,
     layers_from_inspector,
@@ -90,12 +96,7 @@ from cosyedge.build.trt_compat import (
     plan_build,
     sparse_layers_from_log,
 )
-from cosyedge.errors import ArtifactError, CosyEdgeError, UsageError, first_line
-from cosyedge.log import LOG
 
-BACKEND = "tensorrt"
-MODEL_FILE = "model.onnx"
-PLAN_FILE = "engine.plan"
 TIMING_CACHE_DIR = "timing-cache"
 DEFAULT_WORKSPACE_MIB = 1024
 """int: builder workspace cap (MiB); Jetson Orin Nano has 8 GB shared memory, 1 GiB is plenty here."""
@@ -227,22 +228,6 @@ def timing_cache_path(root: Path, trt_version: str, compute_capability: str) -> 
     return Path(root) / TIMING_CACHE_DIR / f"tensorrt-{trt_version}-sm{compute_capability.replace('.', '')}.cache"
 
 
-def rebuild_command(manifest: dict, folder: Path | None = None) -> str:
-    """Return the ``cosyedge build`` command line (str) that rebuilds an engine from its manifest."""
-    flags = manifest.get("flags") or {}
-    src = (Path(folder) / MODEL_FILE) if folder is not None else Path(manifest.get("parent_path", "MODEL.onnx"))
-    cmd = ["cosyedge build --backend tensorrt", f"--onnx {src}", f"--name {manifest.get('name', 'model')}"]
-    if flags.get("precision") in ("fp16", "int8"):
-        cmd.append(f"--{flags['precision']}")
-    if flags.get("sparse"):
-        cmd.append("--sparse")
-    if flags.get("dla_core") is not None:
-        cmd.append(f"--dla-core {flags['dla_core']}")
-    if flags.get("gpu_fallback"):
-        cmd.append("--gpu-fallback")
-    return " ".join(cmd)
-
-
 # ------------------------------------------------------------------------------------------ building
 def build_trt(onnx_path: Any, out_dir: str | Path | None = None, name: str | None = None, precision: str = "fp32",
               sparse: bool = False, dla_core: int | None = None, gpu_fallback: bool = False,
@@ -256,7 +241,7 @@ def build_trt(onnx_path: Any, out_dir: str | Path | None = None, name: str | Non
             the precision stage, optionally 2:4-pruned), or a stage returning its path.
         out_dir (str | Path | None): Engines root; defaults to ``$COSYEDGE_ENGINES_DIR`` or ``./engines``.
         name (str | None): Model name for the folder; defaults to the contract's ``name`` (``<name>-<sha256[:8]>``
-            of the parent for a model derived from another one: :func:`cosyedge.build.prepare.engine_model_name`).
+            of the parent for a model derived from another one: :func:`cosyedge.builders.names.engine_model_name`).
         precision (str): ``fp32`` | ``fp16`` | ``int8``: what the ONNX holds.
         sparse (bool): Set ``SPARSE_WEIGHTS`` (2:4 sparse tactics where faster; reported per layer).
         dla_core (int | None): Build for this DLA core (Jetson, TensorRT 8.6/10.x; fp16/int8 only).
@@ -285,8 +270,7 @@ def build_trt(onnx_path: Any, out_dir: str | Path | None = None, name: str | Non
         raise UsageError(f"workspace must be between 1 and {1 << 20} MiB, got {workspace_mib}")
     src = resolve_artifact(onnx_path)
     contract = StreamContract.from_onnx(src)
-    if not contract.is_streaming:
-        raise ArtifactError(f"{src} has no streaming state (state_in.*/state_out.*); run 'cosyedge streamify' first")
+    contract.require_streaming(src)
     parent = Path(parent_path) if parent_path is not None else src
     name = check_engine_name(name or engine_model_name(contract.name, parent))
     profile = profile_from_contract(contract, chunk_samples, max_batch, opt_batch)
@@ -304,7 +288,7 @@ def build_trt(onnx_path: Any, out_dir: str | Path | None = None, name: str | Non
     # Weak typing + FP16 flag: TensorRT may run any layer in FP16, so the ONNX's FP32 region is pinned.
     pins = fp32_pin_nodes(model, contract) if not plan.strongly_typed and "FP16" in plan.builder_flags else None
     gpu = device_info(cuda, device)
-    root = Path(out_dir) if out_dir is not None else _engines_root()
+    root = Path(out_dir) if out_dir is not None else engines_root()
     dest = root / engine_folder_name(name, precision, sparse, plan.dla_core)
     # compared with what the old manifest records as its parent: the FP32 ONNX, not this precision ONNX
     warn_replacing_other_model(dest, parent)
@@ -363,12 +347,6 @@ def _enum_names(enum: Any) -> list[str]:
     return list(members) if members else [n for n in dir(enum) if n.isupper()]
 
 
-def _engines_root() -> Path:
-    from cosyedge.build.ort import engines_root
-
-    return engines_root()
-
-
 def _uses_external_data(model: Any) -> bool:
     from onnx.external_data_helper import uses_external_data
 
@@ -384,7 +362,7 @@ def _onnx_version() -> str:
 def _pin_fp32_layers(trt: Any, network: Any, fp32_nodes: dict[str, str], node_names: list[str]) -> dict:
     """Pin the parsed layers of ``fp32_nodes`` to FP32 (weakly typed builds with the ``FP16`` flag).
 
-    Each layer matched to a node to pin (:func:`~cosyedge.build.trt_compat.layers_to_pin`) that has a float
+    Each layer matched to a node to pin (:func:`~cosyedge.runtime.trt_compat.layers_to_pin`) that has a float
     (FP32/FP16) output gets ``layer.precision = trt.float32`` and ``set_output_type(i, trt.float32)`` on
     every float output (without the output type the data between layers may still be stored as FP16);
     layers with only integer/bool outputs (e.g. the index output of ArgMax) are left alone.
@@ -545,128 +523,7 @@ class TrtEngineFromOnnx(Stage):
         return build_trt(self.onnx_path, **self.kwargs)
 
 
-# --------------------------------------------------------------------------------------------- loading
-@dataclasses.dataclass
-class TrtEngine:
-    """A validated TensorRT engine folder: a factory of :class:`~cosyedge.runtime.trt.TrtStreamSession`.
-
-    Attributes:
-        folder (Path): Engine folder.
-        plan_path (Path): ``engine.plan``.
-        model_path (Path): The ONNX it was built from (``model.onnx``).
-        contract (StreamContract): Stream contract.
-        manifest (dict): The manifest.
-    """
-
-    folder: Path
-    plan_path: Path
-    model_path: Path
-    contract: StreamContract
-    manifest: dict
-
-    def __call__(self, chunk_samples: int | None = None, batch: int = 1, threads: int = 1,
-                 providers: list[str] | None = None, cuda_graph: bool = False, device: int = 0,
-                 max_latency_records: int | None = None):
-        """Return a new inactive :class:`~cosyedge.runtime.trt.TrtStreamSession`.
-
-        Args:
-            chunk_samples (int | None): Must be the built chunk length (default).
-            batch (int): Streams per push, up to the manifest's ``max_batch``.
-            threads (int): Ignored (ONNX Runtime option; same signature as :class:`OrtEngine`).
-            providers (list[str] | None): Ignored.
-            cuda_graph (bool): Capture steps in CUDA graphs.
-            device (int): CUDA device.
-            max_latency_records (int | None): Per-chunk latencies kept (default
-                :data:`~cosyedge.runtime.base.DEFAULT_MAX_LATENCY_RECORDS`).
-        """
-        from cosyedge.runtime.base import DEFAULT_MAX_LATENCY_RECORDS
-        from cosyedge.runtime.trt import TrtStreamSession
-
-        return TrtStreamSession(self.plan_path, self.contract, chunk_samples=chunk_samples, batch=batch,
-                                max_batch=self.manifest.get("max_batch"),
-                                built_chunk_samples=self.manifest.get("chunk_samples"), cuda_graph=cuda_graph,
-                                device=device, max_latency_records=max_latency_records or DEFAULT_MAX_LATENCY_RECORDS)
-
-    session = __call__
-
-
-def validate_trt_folder(folder: str | Path, manifest: dict | None = None) -> tuple[dict, Path, Path]:
-    """Check a TensorRT engine folder's files against its manifest (no TensorRT needed).
-
-    Args:
-        folder (str | Path): Engine folder.
-        manifest (dict | None): Already loaded manifest.
-    Returns:
-        tuple: (manifest, plan path, model path).
-    Raises:
-        ArtifactError: manifest missing/invalid or not for tensorrt; plan or model missing; a SHA-256
-            differs from the manifest (stale/corrupt: the message gives the rebuild command).
-    """
-    folder = Path(folder)
-    manifest = manifest if manifest is not None else load_manifest(folder)
-    if manifest.get("backend") != BACKEND:
-        raise ArtifactError(f"engine {folder} is for backend '{manifest.get('backend')}', not '{BACKEND}'")
-    model_path = folder / (manifest.get("model") or {}).get("file", MODEL_FILE)
-    plan_path = folder / (manifest.get("plan") or {}).get("file", PLAN_FILE)
-    if not model_path.is_file():
-        raise ArtifactError(f"engine {folder} has no {model_path.name}; rebuild it from the precision ONNX: "
-                            f"{rebuild_command(manifest)}")
-    cmd = rebuild_command(manifest, folder)
-    if not plan_path.is_file():
-        raise ArtifactError(f"engine {folder} has no {plan_path.name}; rebuild: {cmd}")
-    for what, path in (("model", model_path), ("plan", plan_path)):
-        want = (manifest.get(what) or {}).get("sha256")
-        got = sha256_file(path)
-        if got != want:
-            raise ArtifactError(f"engine {folder} is stale or corrupt: {path.name} sha256 {got[:12]}... does not "
-                                f"match the manifest ({str(want)[:12]}...); rebuild: {cmd}")
-    return manifest, plan_path, model_path
-
-
-def load_trt_engine(folder: str | Path, manifest: dict | None = None, rebuild: bool = True,
-                    device: int = 0) -> TrtEngine:
-    """Load a TensorRT engine folder, checking it fits this machine before any deserialization.
-
-    The manifest's TensorRT version and GPU are compared with the installed ones
-    (:func:`~cosyedge.build.trt_compat.check_engine_compat`). On a mismatch the plan is rebuilt in place
-    from the stored ``model.onnx`` with the stored flags (logged), or, with ``rebuild=False`` or when the
-    rebuild fails, a one-line :class:`ArtifactError` gives the rebuild command.
-
-    Args:
-        folder (str | Path): Engine folder made by :func:`build_trt`.
-        manifest (dict | None): Already loaded manifest.
-        rebuild (bool): Rebuild a foreign plan automatically.
-        device (int): CUDA device the engine will run on.
-    Returns:
-        TrtEngine
-    Raises:
-        ArtifactError: invalid folder (see :func:`validate_trt_folder`), or a foreign plan not rebuilt.
-        DependencyError: tensorrt, pycuda or a GPU is missing (one line with the install command).
-    """
-    from cosyedge.runtime.trt import device_info, require_stack
-
-    folder = Path(folder)
-    manifest, plan_path, model_path = validate_trt_folder(folder, manifest)
-    trt, cuda = require_stack("run TensorRT engines", device)
-    gpu = device_info(cuda, device)
-    decision = check_engine_compat(manifest, trt.__version__, gpu["name"], gpu["compute_capability"])
-    if decision.action == "warn":
-        LOG.warning_once(f"engine {folder}: {decision.reason}")
-    elif decision.action == "rebuild":
-        cmd = rebuild_command(manifest, folder)
-        if not rebuild:
-            raise ArtifactError(f"engine {folder} cannot run here: {decision.reason}; rebuild: {cmd}")
-        LOG.info("engine %s: %s; rebuilding from %s", folder, decision.reason, model_path)
-        try:
-            folder = rebuild_trt(folder, manifest, device=device)
-        except CosyEdgeError as err:
-            raise ArtifactError(f"engine {folder} cannot run here ({decision.reason}) and the rebuild failed "
-                                f"({err}); rebuild by hand: {cmd}") from None
-        manifest, plan_path, model_path = validate_trt_folder(folder)
-    contract = StreamContract.from_metadata(manifest["contract"], where=str(folder / MANIFEST_NAME))
-    return TrtEngine(folder=folder, plan_path=plan_path, model_path=model_path, contract=contract, manifest=manifest)
-
-
+# ------------------------------------------------------------------------------------------- rebuild
 def rebuild_trt(folder: str | Path, manifest: dict | None = None, device: int = 0) -> Path:
     """Rebuild an engine folder in place from its stored ``model.onnx`` with the manifest's flags.
 
@@ -681,20 +538,22 @@ def rebuild_trt(folder: str | Path, manifest: dict | None = None, device: int = 
     """
     folder = Path(folder)
     manifest = manifest if manifest is not None else load_manifest(folder)
-    flags = manifest.get("flags") or {}
+    m = EngineManifest.from_dict(manifest)
+    flags = m.flags
     # Build from a copy: the folder (and its model.onnx) is replaced by the build.
     with tempfile.TemporaryDirectory(prefix=".rebuild.", dir=folder.parent) as tmpdir:
         src = Path(tmpdir) / MODEL_FILE
-        shutil.copyfile(folder / (manifest.get("model") or {}).get("file", MODEL_FILE), src)
-        out = build_trt(src, out_dir=folder.parent, name=manifest.get("name"),
-                        precision=flags.get("precision", manifest.get("precision", "fp32")),
+        shutil.copyfile(folder / (m.model_file or MODEL_FILE), src)
+        out = build_trt(src, out_dir=folder.parent, name=m.name,
+                        precision=flags.get("precision", m.precision),
                         sparse=bool(flags.get("sparse")), dla_core=flags.get("dla_core"),
                         gpu_fallback=bool(flags.get("gpu_fallback")),
                         workspace_mib=int(flags.get("workspace_mib", DEFAULT_WORKSPACE_MIB)),
-                        max_batch=int(flags.get("max_batch", manifest.get("max_batch", DEFAULT_MAX_BATCH))),
-                        opt_batch=int(flags.get("opt_batch", 1)), chunk_samples=manifest.get("chunk_samples"),
-                        device=device, parent_path=_existing(manifest.get("parent_path")),
-                        extra_manifest={k: manifest[k] for k in ("calibration_sha256", "reports") if k in manifest})
+                        max_batch=int(flags.get("max_batch",
+                                                DEFAULT_MAX_BATCH if m.max_batch is None else m.max_batch)),
+                        opt_batch=int(flags.get("opt_batch", 1)), chunk_samples=m.chunk_samples,
+                        device=device, parent_path=_existing(m.parent_path),
+                        extra_manifest={k: m.raw[k] for k in ("calibration_sha256", "reports") if k in m.raw})
     if out != folder:  # same name/flags give the same folder; keep the user's path otherwise
         LOG.info("rebuilt engine written to %s", out)
     return out

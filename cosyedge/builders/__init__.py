@@ -1,12 +1,16 @@
 """Build stage: streaming ONNX -> engine folder (``model`` + ``manifest.json``) for one backend.
 
-* :mod:`cosyedge.build.prepare`: the precision ONNX every backend builds from (2:4 pruning, then FP16
+* :mod:`cosyedge.builders.prepare`: the precision ONNX every backend builds from (2:4 pruning, then FP16
   or INT8 Q/DQ, or an FP32 copy).
-* :mod:`cosyedge.build.ort`: ONNX Runtime (:func:`build_ort`, :class:`OrtEngineFromOnnx`,
-  :func:`load_engine`, :func:`default_engine`).
-* :mod:`cosyedge.build.trt`: TensorRT (imported lazily, only for ``backend="tensorrt"``).
+* :mod:`cosyedge.builders.ort`: ONNX Runtime (:func:`build_ort`, :class:`OrtEngineFromOnnx`).
+* :mod:`cosyedge.builders.cache`: reuse an engine folder or build it (:func:`~cosyedge.builders.cache.default_engine`,
+  :func:`~cosyedge.builders.cache.reuse_or_build`, :func:`~cosyedge.builders.cache.load_or_rebuild`).
+* :mod:`cosyedge.builders.names`: precisions, labels, engine folder and model names.
+* :mod:`cosyedge.builders.trt`: TensorRT (imported lazily, only for ``backend="tensorrt"``).
 
-:func:`build_engine` is what ``cosyedge build`` calls: it resolves the backend and the default model.
+:func:`build` is what ``cosyedge build`` calls: one dispatch for ONNX Runtime, TensorRT and Triton, taking a
+:class:`~cosyedge.builders.config.BuildConfig`; :func:`build_engine` resolves ``auto`` and the default model
+for ONNX Runtime/TensorRT.
 """
 
 from __future__ import annotations
@@ -15,23 +19,17 @@ from pathlib import Path
 from typing import Iterable
 
 from cosyedge._lazy import has_module
-from cosyedge.build.prepare import DEFAULT_CALIB_COUNT
-from cosyedge.build.ort import (
-    OrtEngine,
-    OrtEngineFromOnnx,
-    build_ort,
-    default_engine,
-    engines_root,
-    load_engine,
-)
+from cosyedge.builders.prepare import DEFAULT_CALIB_COUNT
+from cosyedge.builders.config import BuildConfig
+from cosyedge.builders.ort import OrtEngineFromOnnx, build_ort
+from cosyedge.runtime.engine import engines_root
 from cosyedge.errors import DependencyError, UsageError
 from cosyedge.log import LOG
 
 BACKENDS = ("auto", "onnxruntime", "tensorrt")
-
-
-def _tensorrt_builder_available() -> bool:
-    return has_module("cosyedge.build.trt")
+TRITON = "triton"
+TRITON_OPTIONS = ("max_batch_size", "max_sequences", "instances", "instance_kind", "chunk_samples")
+"""tuple[str, ...]: :func:`build` options only ``backend="triton"`` takes (see ``builders.triton.build_triton``)."""
 
 
 def resolve_backend(backend: str = "auto") -> str:
@@ -41,16 +39,15 @@ def resolve_backend(backend: str = "auto") -> str:
     ``onnxruntime``; the choice and the reason are logged.
 
     Raises:
-        UsageError: unknown backend, or TensorRT builds are not available in this cosyedge version.
+        UsageError: unknown backend.
         DependencyError: ``tensorrt`` requested but the tensorrt package is not importable.
     """
     if backend not in BACKENDS:
         raise UsageError(f"unknown backend '{backend}' (use one of {', '.join(BACKENDS)})")
     trt_ok = has_module("tensorrt")
     if backend == "auto":
-        chosen = "tensorrt" if trt_ok and _tensorrt_builder_available() else "onnxruntime"
-        why = "tensorrt is importable" if chosen == "tensorrt" else (
-            "tensorrt is not importable" if not trt_ok else "the TensorRT builder is not in this cosyedge version")
+        chosen = "tensorrt" if trt_ok else "onnxruntime"
+        why = "tensorrt is importable" if chosen == "tensorrt" else "tensorrt is not importable"
         if chosen == "tensorrt":  # TensorRT alone is not enough: pycuda and a GPU too
             from cosyedge.runtime.trt import require_stack
 
@@ -71,9 +68,6 @@ def resolve_backend(backend: str = "auto") -> str:
             from cosyedge.runtime.trt import missing_stack_message
 
             raise DependencyError(missing_stack_message(True, False, None, "build TensorRT engines"))
-        if not _tensorrt_builder_available():
-            raise UsageError("TensorRT engine builds are not available in this cosyedge version yet; "
-                             "use --backend onnxruntime")
     return backend
 
 
@@ -81,10 +75,11 @@ def build_engine(onnx_path: str | Path | None = None, backend: str = "auto", nam
                  out_dir: str | Path | None = None, *, precision: str = "fp32", sparse: bool = False,
                  exclude: Iterable[str] = (), calib: str | Path | None = None,
                  calib_count: int = DEFAULT_CALIB_COUNT, dla_core: int | None = None,
-                 gpu_fallback: bool = False, amax: str | Path | None = None) -> Path:
+                 gpu_fallback: bool = False, amax: str | Path | None = None,
+                 config: BuildConfig | None = None) -> Path:
     """Build an engine folder ``<name>-<precision>[-sparse]-<backend>/`` from a streaming FP32 ONNX.
 
-    The precision ONNX is made first (:func:`cosyedge.build.prepare.prepare_onnx`: 2:4 pruning if
+    The precision ONNX is made first (:func:`cosyedge.builders.prepare.prepare_onnx`: 2:4 pruning if
     ``sparse``, then FP16 conversion or INT8 calibration + Q/DQ), then the backend builds from it. Every
     folder is assembled in a temp folder and renamed into place: a failure leaves nothing behind.
 
@@ -93,7 +88,7 @@ def build_engine(onnx_path: str | Path | None = None, backend: str = "auto", nam
             (``cosyedge.models.REFERENCE_STREAM_ONNX``).
         backend (str): ``auto`` | ``onnxruntime`` | ``tensorrt``.
         name (str | None): Engine name (defaults to the model's contract name; ``<name>-<sha256[:8]>`` for a
-            model derived from another one, :func:`cosyedge.build.prepare.engine_model_name`).
+            model derived from another one, :func:`cosyedge.builders.names.engine_model_name`).
         out_dir (str | Path | None): Engines root (defaults to ``$COSYEDGE_ENGINES_DIR`` or ``./engines``).
         precision (str): ``fp32`` | ``fp16`` | ``int8``.
         sparse (bool): 2:4-prune Conv/Gemm/MatMul weights first.
@@ -103,41 +98,44 @@ def build_engine(onnx_path: str | Path | None = None, backend: str = "auto", nam
         dla_core (int | None): TensorRT only: build for this DLA core (Jetson; fp16/int8).
         gpu_fallback (bool): TensorRT only, with ``dla_core``: unsupported layers run on the GPU.
         amax (str | Path | None): INT8: reuse this amax cache instead of calibrating (it must belong to
-            the model being quantized; see :func:`cosyedge.build.prepare.prepare_onnx`).
+            the model being quantized; see :func:`cosyedge.builders.prepare.prepare_onnx`).
+        config (BuildConfig | None): The build options as one checked object (what ``cosyedge build`` passes);
+            when given, ``precision``, ``sparse``, ``exclude``, ``calib``, ``calib_count`` and ``amax`` are not used.
     Returns:
         Path: the engine folder.
     Raises:
         ArtifactError: model missing/invalid (bundled reference missing included), not streamified.
         UsageError: bad precision/options; see also :func:`resolve_backend`.
-        DependencyError: see :func:`resolve_backend`; INT8 without ``cosyedge.precision.int8``.
+        DependencyError: see :func:`resolve_backend`.
         AccuracyError: the FP16 model gave NaN/Inf in its scan.
     """
-    import importlib
     import shutil
     import tempfile
 
-    from cosyedge.build.prepare import PRECISIONS, check_streaming_onnx, prepare_onnx
+    from cosyedge.builders.names import PRECISIONS
+    from cosyedge.builders.prepare import check_streaming_onnx, prepare_onnx
+    from cosyedge.artifacts import SourceModel
     from cosyedge.errors import ArtifactError
-    from cosyedge.models import REFERENCE_SPARSE_STREAM_ONNX, REFERENCE_STREAM_ONNX
+    from cosyedge.models import REFERENCE_SPARSE_STREAM_ONNX, REFERENCE_STREAM_ONNX, require_reference
 
-    if precision not in PRECISIONS:
+    if config is not None:  # one checked object instead of the keyword options
+        precision, sparse, exclude, calib, calib_count, amax = config.options()
+    elif precision not in PRECISIONS:
         raise UsageError(f"unknown precision '{precision}' (use one of {', '.join(PRECISIONS)})")
     chosen = resolve_backend(backend)
     if (dla_core is not None or gpu_fallback) and chosen != "tensorrt":
         raise UsageError("--dla-core/--gpu-fallback are TensorRT options (Jetson): add --backend tensorrt")
     if onnx_path is None:
-        onnx_path = REFERENCE_STREAM_ONNX
-        if not Path(onnx_path).is_file():
-            raise ArtifactError(f"bundled reference model {onnx_path} is missing; pass --onnx MODEL.stream.onnx")
+        onnx_path = require_reference()
     if sparse and Path(onnx_path).resolve() == REFERENCE_STREAM_ONNX.resolve() and REFERENCE_SPARSE_STREAM_ONNX.is_file():
         LOG.warning("pruning the bundled dense model 2:4 without fine-tuning; the fine-tuned 2:4 model is "
                     "--onnx %s", REFERENCE_SPARSE_STREAM_ONNX)
     options = dict(precision=precision, sparse=sparse, exclude=tuple(exclude), calib=calib, calib_count=calib_count,
-                   amax=amax)
+                   amax=amax, config=config)
     if chosen == "tensorrt":
-        from cosyedge.build.prepare import check_engine_name, engine_model_name
+        from cosyedge.builders.names import check_engine_name, engine_model_name
 
-        src = Path(onnx_path)
+        src = SourceModel(onnx_path)  # parsed and hashed once
         contract = check_streaming_onnx(src)
         name = check_engine_name(name or engine_model_name(contract.name, src))
         root = Path(out_dir) if out_dir is not None else engines_root()
@@ -151,22 +149,67 @@ def build_engine(onnx_path: str | Path | None = None, backend: str = "auto", nam
             fields = prepare_onnx(src, model, **options) or {}
             extra = {"calibration_sha256": fields.get("calibration_sha256"),
                      "reports": {k: fields[k] for k in ("sparsity", "fp16", "int8") if fields.get(k) is not None}}
-            return importlib.import_module("cosyedge.build.trt").build_trt(
+            from cosyedge.builders.trt import build_trt
+
+            return build_trt(
                 model, out_dir=out_dir, name=name, precision=precision, sparse=sparse,
-                dla_core=dla_core, gpu_fallback=gpu_fallback, parent_path=src, extra_manifest=extra)
+                dla_core=dla_core, gpu_fallback=gpu_fallback, parent_path=src.path, extra_manifest=extra)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     return build_ort(onnx_path, out_dir=out_dir, name=name, **options)
 
 
+def build(source: str | Path | None = None, config: BuildConfig | None = None, backend: str = "auto", *,
+          name: str | None = None, out_dir: str | Path | None = None, dla_core: int | None = None,
+          gpu_fallback: bool = False, **triton_options) -> Path:
+    """Build an engine folder for one backend: the one dispatch for ONNX Runtime, TensorRT and Triton.
+
+    ``auto``/``onnxruntime``/``tensorrt`` go through :func:`build_engine`; ``triton`` writes a Triton model
+    repository (:func:`cosyedge.builders.triton.build_triton`, imported lazily).
+
+    Args:
+        source (str | Path | None): Streaming FP32 ONNX; None: the bundled reference model
+            (:func:`cosyedge.models.require_reference`).
+        config (BuildConfig | None): Precision, sparsity, exclusions, calibration (None: FP32 dense).
+        backend (str): ``auto`` | ``onnxruntime`` | ``tensorrt`` | ``triton``.
+        name (str | None): Engine name (default: the model's, see :func:`cosyedge.builders.names.engine_model_name`).
+        out_dir (str | Path | None): Engines root (default ``$COSYEDGE_ENGINES_DIR`` or ``./engines``).
+        dla_core (int | None): TensorRT only: DLA core (Jetson).
+        gpu_fallback (bool): TensorRT only, with ``dla_core``: unsupported layers run on the GPU.
+        **triton_options: Triton only (:data:`TRITON_OPTIONS`); None values are dropped (defaults apply).
+    Returns:
+        Path: the engine folder (or Triton repository folder).
+    Raises:
+        UsageError: TensorRT options with Triton, Triton options with another backend, bad options.
+        ArtifactError / DependencyError / AccuracyError: see :func:`build_engine` and
+            :func:`cosyedge.builders.triton.build_triton`.
+    """
+    config = config if config is not None else BuildConfig()
+    unknown = [k for k in triton_options if k not in TRITON_OPTIONS]
+    if unknown:
+        raise TypeError(f"build() got unexpected options {unknown}")
+    given = {k: v for k, v in triton_options.items() if v is not None}
+    if backend == TRITON:
+        from cosyedge.builders.triton import build_triton
+        from cosyedge.models import require_reference
+
+        if dla_core is not None or gpu_fallback:
+            raise UsageError("--dla-core/--gpu-fallback are TensorRT options (Jetson), not Triton ones")
+        return build_triton(source or require_reference(), out_dir=out_dir, name=name, config=config, **given)
+    if given:
+        flags = ", ".join("--" + k.replace("_", "-") for k in given)
+        raise UsageError(f"{flags} {'applies' if len(given) == 1 else 'apply'} to --backend triton only")
+    return build_engine(source, backend=backend, name=name, out_dir=out_dir, config=config,
+                        dla_core=dla_core, gpu_fallback=gpu_fallback)
+
+
 __all__ = [
     "BACKENDS",
-    "OrtEngine",
+    "BuildConfig",
+    "TRITON_OPTIONS",
+    "build",
     "OrtEngineFromOnnx",
     "build_engine",
     "build_ort",
-    "default_engine",
-    "engines_root",
-    "load_engine",
     "resolve_backend",
 ]

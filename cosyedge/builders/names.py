@@ -1,0 +1,99 @@
+"""Names of build configurations, one copy each: precisions, precision labels, engine folder and model names.
+
+* :data:`PRECISIONS`: ``fp32``, ``fp16``, ``int8`` (defined beside the TensorRT version shim, which the runtime
+  needs too: :data:`cosyedge.runtime.trt_compat.PRECISIONS`).
+* :func:`precision_label` / :func:`parse_precision_label`: ``int8-sparse`` <-> ``("int8", True)``.
+* :func:`engine_folder_name`: ``<model>-<precision>[-sparse][-dla<N>]-<backend>``.
+* :func:`engine_model_name`: ``<name>`` or ``<name>-<sha256[:8]>`` for a model derived from another one.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from cosyedge.artifacts import SourceModel
+from cosyedge.errors import UsageError
+from cosyedge.runtime.trt_compat import PRECISIONS
+
+
+def precision_label(precision: str, sparse: bool) -> str:
+    """Return the label (str) of a build: ``precision`` plus ``-sparse`` when 2:4-pruned (``int8-sparse``)."""
+    return f"{precision}-sparse" if sparse else precision
+
+
+def parse_precision_label(label: str) -> tuple[str, bool]:
+    """Split a label such as ``int8-sparse`` into ``("int8", True)``.
+
+    Raises:
+        UsageError: not ``fp32|fp16|int8`` optionally followed by ``-sparse`` (``sparse`` alone = fp32-sparse).
+    """
+    text = label.strip().lower().replace("+", "-").replace("_", "-")
+    if text == "sparse":
+        return "fp32", True
+    base, _, rest = text.partition("-")
+    if base not in PRECISIONS or rest not in ("", "sparse"):
+        raise UsageError(f"unknown precision '{label}' (use fp32, fp16, int8, optionally with -sparse: "
+                         f"e.g. fp16,int8-sparse)")
+    return base, rest == "sparse"
+
+
+def engine_folder_name(name: str, precision: str = "fp32", backend: str = "onnxruntime", sparse: bool = False,
+                       dla_core: int | None = None) -> str:
+    """Return the engine folder name (str) encoding its configuration, e.g. ``reference-int8-sparse-onnxruntime``
+    or ``reference-fp16-dla0-tensorrt`` (``dla_core``: TensorRT's DLA core, None for the GPU). ``name`` is the
+    model part: :func:`engine_model_name` (``reference``, or ``reference-60b615af`` for a derived model)."""
+    parts = [name, precision] + (["sparse"] if sparse else []) + ([f"dla{int(dla_core)}"] if dla_core is not None else [])
+    return "-".join(parts + [backend])
+
+
+PARENT_HASH_CHARS = 8
+"""int: hex digits of the parent ONNX's SHA-256 in the folder name of a derived model (:func:`engine_model_name`)."""
+
+
+def engine_model_name(name: str, parent: str | Path | SourceModel, *, derived: bool | None = None) -> str:
+    """Return the model part (str) of the folder name of an engine built from ``parent``.
+
+    A model's name (its ONNX ``cosyedge.name``) stands for the model itself: its dense streaming ONNX, e.g. the
+    bundled ``reference.stream.onnx`` for ``reference``; its engines are ``<name>-<precision>[-sparse]-<backend>``.
+    A model **derived** from another one carries that one's name in its metadata, so it gets
+    ``<name>-<first 8 hex digits of the parent ONNX's SHA-256>`` instead: two different parents never write the
+    same folder, and neither build replaces the other's engines. Derived means the ONNX records where it comes
+    from: the 2:4 fine-tuned model (``cosyedge.dense_parent_sha256``, written by ``scripts/finetune_sparse.py``;
+    e.g. the bundled ``reference.sparse.stream.onnx`` builds into ``reference-60b615af-int8-sparse-onnxruntime``
+    next to ``reference-int8-sparse-onnxruntime``, the dense model pruned on the fly) or a
+    ``cosyedge sparsify`` output (``cosyedge.sparsity``). A retrained dense model with the same name still
+    builds into the plain folder (it replaces the old engine, with a warning: :func:`warn_replacing_other_model`);
+    ``--name`` picks any name.
+
+    Args:
+        name (str): Model name (the stream contract's ``name``).
+        parent (str | Path | SourceModel): The FP32 streaming ONNX the engine is built from (a SourceModel is
+            parsed and hashed once).
+        derived (bool | None): True: always add the hash (``cosyedge check`` for its sparse parent, which may
+            record nothing); False: never; None (default): read ``parent``'s metadata.
+    Returns:
+        str: ``name`` or ``<name>-<sha256[:8]>``.
+    Raises:
+        ArtifactError: ``parent`` missing or not a readable ONNX.
+    """
+    if derived is None:
+        from cosyedge.precision.sparsity import DENSE_PARENT_KEY, SPARSITY_KEY
+
+        keys = {p.key for p in SourceModel.of(parent).proto.metadata_props}
+        derived = bool(keys & {DENSE_PARENT_KEY, SPARSITY_KEY})
+    return f"{name}-{SourceModel.of(parent).sha256[:PARENT_HASH_CHARS]}" if derived else name
+
+
+def check_engine_name(name: str | None) -> str:
+    """Return ``name`` if it is usable as an engine folder name.
+
+    Raises:
+        UsageError: empty, ``.``/``..``, or holding a path separator.
+    """
+    if not name or any(ch in name for ch in "/\\") or name in (".", ".."):
+        raise UsageError(f"engine name {name!r} must be a plain folder name (no path separators)")
+    return name
+
+
+__all__ = ["PARENT_HASH_CHARS", "PRECISIONS", "check_engine_name", "engine_folder_name", "engine_model_name",
+           "parse_precision_label", "precision_label"]

@@ -1,0 +1,47 @@
+"""INT8 calibration options as one value: which set, how many utterances, a reused amax cache, the cache name.
+
+:class:`Calibration` is made once (by :meth:`cosyedge.builders.config.BuildConfig.from_flags` where the CLI parses
+``--calib``/``--calib-count``, or by ``cosyedge check``) and passed down unchanged to
+:func:`cosyedge.precision.int8.int8_onnx` (``calib=set``, ``count=count``, ``amax=amax``, ``cache_name=cache_name``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from cosyedge.errors import UsageError
+
+DEFAULT_CALIB_COUNT = 2048
+"""int: utterances streamed for INT8 calibration when the default set has to be made (issue 4)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Calibration:
+    """INT8 calibration options.
+
+    Attributes:
+        set (Path | None): Calibration set folder (with ``manifest.json``); None: the default set
+            (``$COSYEDGE_CALIB_DIR`` or ``./calib``, made when missing).
+        count (int): Utterances of a default set made on first use, >= 1. Defaults to 2048.
+        amax (Path | None): Reuse this amax cache (``<model>.amax.json`` of the model being quantized)
+            instead of calibrating.
+        cache_name (str | None): Name of the amax / TensorRT cache files in the calibration folder
+            (None: the model's name; the build passes ``<name>-sparse`` for 2:4-pruned models).
+    Raises:
+        UsageError: ``count`` < 1 (on construction).
+    """
+
+    set: str | Path | None = None
+    count: int = DEFAULT_CALIB_COUNT
+    amax: str | Path | None = None
+    cache_name: str | None = None
+
+    def __post_init__(self) -> None:
+        """Check ``count`` (UsageError). Paths are kept as given (the manifest records them as given)."""
+        if int(self.count) < 1:
+            raise UsageError(f"calibration count must be >= 1, got {self.count}")
+        object.__setattr__(self, "count", int(self.count))
+
+
+__all__ = ["Calibration", "DEFAULT_CALIB_COUNT"]
