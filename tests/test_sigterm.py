@@ -84,3 +84,27 @@ def test_a_build_removes_stale_temp_folders_of_its_own_name_only(tmp_path):
         assert sorted(p.name for p in (tmp_path / "eng").iterdir()) == ["manifest.json"]  # owner file not kept
     finally:
         live.kill()
+
+
+def test_an_error_caused_by_sigterm_is_exit_143_not_a_traceback(monkeypatch, capsys):
+    """A SIGTERM that lands while a C extension initialises comes back as ``ImportError: initialization failed``
+    caused by the Terminated the handler raised (seen with ``import onnxruntime`` in fp16_onnx): still exit 143
+    and one line, while an ImportError of its own stays a bug with its traceback."""
+    from cosyedge.cli import main as m
+
+    def interrupted_import(*args, **kwargs):
+        try:
+            raise m.Terminated()
+        except m.Terminated as sig:
+            raise ImportError("initialization failed") from sig
+
+    monkeypatch.setattr(m.cli, "main", interrupted_import)
+    assert m.main(["build"]) == 143
+    assert capsys.readouterr().err.strip().startswith("[!] terminated (SIGTERM)")
+
+    def own_bug(*args, **kwargs):
+        raise ImportError("a real bug")
+
+    monkeypatch.setattr(m.cli, "main", own_bug)
+    with pytest.raises(ImportError, match="a real bug"):
+        m.main(["build"])

@@ -70,6 +70,19 @@ def _on_sigterm(signum, frame) -> None:
     raise Terminated()
 
 
+def _caused_by_sigterm(err: BaseException) -> bool:
+    """Whether ``err`` was raised because :class:`Terminated` interrupted the code that raised it (a SIGTERM that
+    lands while a C extension initialises comes back as ``ImportError: initialization failed`` with the
+    :class:`Terminated` as its cause): follows ``__cause__``/``__context__``."""
+    seen: set[int] = set()
+    while err is not None and id(err) not in seen:
+        if isinstance(err, Terminated):
+            return True
+        seen.add(id(err))
+        err = err.__cause__ or err.__context__
+    return False
+
+
 def main(argv: list[str] | None = None) -> int:
     """Console entry point. Returns the exit code (0 ok, CosyEdgeError.exit_code on failure, 130 on Ctrl-C,
     143 on SIGTERM)."""
@@ -99,6 +112,11 @@ def main(argv: list[str] | None = None) -> int:
         return err.exit_code
     except click.exceptions.Exit as err:
         return err.exit_code
+    except Exception as err:
+        if not _caused_by_sigterm(err):
+            raise
+        click.echo("[!] terminated (SIGTERM): unfinished outputs removed, earlier files kept", err=True)
+        return 143
     finally:
         if old is not None:
             signal.signal(signal.SIGTERM, old)
