@@ -131,7 +131,7 @@ def main(argv=None) -> int:
 def _write_json(path: Path, data: dict) -> None:
     """Write ``data`` to ``path`` with :func:`cosyedge.eval.report.write_report` (atomic: temp file + rename);
     ReportError if it can't, and for a missing folder (refused, not created) or a folder as ``path``."""
-    from cosyedge.artifacts import ArtifactError
+    from cosyedge.errors import ArtifactError
     from cosyedge.eval.report import write_report
 
     if path.is_dir():

@@ -1,0 +1,349 @@
+"""The stream contract: what any runtime needs to start a stream without guessing, stored in ONNX metadata.
+
+The audio input and output names, sample rate (Hz), hop (samples per model step), total stride (the chunk length
+must be a multiple of it), algorithmic delay (samples), and one entry per state pair (input name, output name,
+shape with the batch axis written ``"N"``, dtype, zero initial value). It is stored as ONNX
+``metadata_props`` under ``cosyedge.*`` keys (values are strings; lists/dicts are JSON).
+
+Source: k2-fsa/icefall ``export-onnx-streaming.py`` ``add_meta_data`` (metadata in the ONNX).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from cosyedge.artifacts.files import load_onnx
+from cosyedge.errors import ArtifactError, UsageError
+
+SCHEMA_VERSION = 1
+META_PREFIX = "cosyedge."
+BATCH_DIM = "N"
+BOOKKEEPING = "~stream"
+"""str: part of the name of every node that computes stream positions (tick counter, pre-roll masks, start
+gates); a naming contract between surgery (which writes them) and the precision stages (which keep them
+in FP32, since positions in FP16 round, and never quantize them)."""
+
+_NP_DTYPES = {"float32": np.float32, "float16": np.float16, "int64": np.int64, "int32": np.int32}
+
+
+@dataclasses.dataclass
+class StateSpec:
+    """One streaming state pair (cache) of a model.
+
+    Attributes:
+        input (str): ONNX input name, e.g. ``"state_in.03"``; fed the previous ``output`` (zeros at start).
+        output (str): ONNX output name, e.g. ``"state_out.03"``.
+        shape (list): Shape with the batch axis as ``"N"``, e.g. ``["N", 96, 4]`` = (batch, channels,
+            frames). The last axis is time (samples or frames of that layer).
+        dtype (str): numpy dtype name, ``"float32"`` by default.
+        node (str): Name of the node (Conv) whose causal left pad this state replaces; informational.
+        init (float): Initial value of every element at stream start (0.0).
+        kind (str): What the state carries: ``"context"`` (past frames of a conv or pool input),
+            ``"delay"`` (a delay line re-aligning paths), ``"recurrent"`` (GRU/LSTM/RNN hidden or cell
+            state), ``"overlap"`` (transposed-conv overlap-add tail), ``"running"`` (running sum of a
+            CumSum), ``"counter"`` (ticks since the stream's start, saturating).
+    """
+
+    input: str
+    output: str
+    shape: list
+    dtype: str = "float32"
+    node: str = ""
+    init: float = 0.0
+    kind: str = "context"
+
+    @property
+    def batch_axis(self) -> int:
+        """int: index of the ``"N"`` axis in :attr:`shape`."""
+        for i, d in enumerate(self.shape):
+            if d == BATCH_DIM:
+                return i
+        raise ArtifactError(f"state '{self.input}' has no batch axis '{BATCH_DIM}' in shape {self.shape}")
+
+    def concrete_shape(self, batch: int = 1) -> tuple[int, ...]:
+        """Return the shape (tuple[int]) with the batch axis set to ``batch`` (int >= 1)."""
+        return tuple(batch if d == BATCH_DIM else int(d) for d in self.shape)
+
+    def zeros(self, batch: int = 1) -> np.ndarray:
+        """Return the initial state, an array of shape :meth:`concrete_shape` and dtype :attr:`dtype`."""
+        return np.full(self.concrete_shape(batch), self.init, dtype=_NP_DTYPES.get(self.dtype, np.float32))
+
+
+TIME_DIM = "T"
+
+
+@dataclasses.dataclass
+class StreamIO:
+    """One streaming input or output of a model: where time is and how many frames a hop holds.
+
+    Attributes:
+        name (str): ONNX tensor name.
+        shape (list): Shape with the batch axis as ``"N"`` and the time axis as ``"T"``, e.g.
+            ``["N", 1, "T"]`` (audio) or ``["N", 1, "T", 32]`` (DeepFilterNet's ERB features).
+        dtype (str): numpy dtype name.
+        time_axis (int): Index of ``"T"`` in :attr:`shape`.
+        frames_per_hop (int): Frames of the time axis per hop (``hop_samples`` for audio at the model rate,
+            1 for one feature frame per hop, 2 for a x2 upsampled output...).
+        delay_frames (int): Outputs only: frames this output is late with respect to the full-sequence
+            graph (look-ahead found by streamify); 0 for inputs.
+        kind (str): ``"audio"`` (a waveform at the model rate) or ``"features"`` (anything else).
+    """
+
+    name: str
+    shape: list
+    dtype: str = "float32"
+    time_axis: int = 2
+    frames_per_hop: int = 1
+    delay_frames: int = 0
+    kind: str = "features"
+
+    def frames(self, chunk_samples: int, hop_samples: int) -> int:
+        """Frames (int) of the time axis in a chunk of ``chunk_samples`` (a multiple of the total stride)."""
+        return self.frames_per_hop * chunk_samples // hop_samples
+
+    def concrete_shape(self, batch: int, frames: int) -> tuple[int, ...]:
+        """The shape (tuple[int]) with ``"N"`` = ``batch`` and ``"T"`` = ``frames``."""
+        return tuple(batch if d == BATCH_DIM else frames if d == TIME_DIM else int(d) for d in self.shape)
+
+
+@dataclasses.dataclass
+class StreamContract:
+    """Everything a runtime needs to stream a model (see module docstring).
+
+    Attributes:
+        input (str): Audio input name; tensor (N, 1, T) float32, T = chunk samples, range [-1, 1].
+        output (str): Audio output name; tensor (N, 1, T) float32.
+        sample_rate_hz (int): Model sample rate, e.g. 16000.
+        hop_samples (int): Samples per model step (the natural chunk), e.g. 160 (10 ms at 16 kHz).
+        total_stride (int): Chunk lengths must be a multiple of this (samples); usually == hop.
+        delay_samples (int): Algorithmic delay of the output w.r.t. the input, beyond the chunk itself.
+        states (list[StateSpec]): State pairs; empty before streamify.
+        name (str): Model name used for artifact folders.
+        inputs (list[StreamIO]): Every streaming input (the audio input first when there is one);
+            empty in contracts written before multi-input models (then it is ``input`` alone, (N, 1, T)).
+        outputs (list[StreamIO]): Every streaming output, likewise.
+        proof (dict): What streamify measured when it proved the stream graph (max abs error, SNR per
+            output and chunk); empty when not proved.
+    """
+
+    input: str
+    output: str
+    sample_rate_hz: int
+    hop_samples: int
+    total_stride: int
+    delay_samples: int = 0
+    states: list = dataclasses.field(default_factory=list)
+    name: str = "model"
+    inputs: list = dataclasses.field(default_factory=list)
+    outputs: list = dataclasses.field(default_factory=list)
+    proof: dict = dataclasses.field(default_factory=dict)
+
+    @property
+    def stream_inputs(self) -> list[StreamIO]:
+        """list[StreamIO]: :attr:`inputs`, or the single audio input (N, 1, T) of an older contract."""
+        if self.inputs:
+            return list(self.inputs)
+        return [StreamIO(self.input, [BATCH_DIM, 1, TIME_DIM], "float32", 2, self.hop_samples, 0, "audio")]
+
+    @property
+    def stream_outputs(self) -> list[StreamIO]:
+        """list[StreamIO]: :attr:`outputs`, or the single audio output (N, 1, T) of an older contract."""
+        if self.outputs:
+            return list(self.outputs)
+        return [StreamIO(self.output, [BATCH_DIM, 1, TIME_DIM], "float32", 2, self.hop_samples, 0, "audio")]
+
+    @property
+    def audio_in(self) -> bool:
+        """bool: the model streams one input and it is a waveform (N, 1, T): ``push`` takes an array."""
+        ins = self.stream_inputs
+        return len(ins) == 1 and ins[0].kind == "audio"
+
+    @property
+    def is_audio(self) -> bool:
+        """bool: one audio input (N, 1, T) and an audio output named by :attr:`input` / :attr:`output`:
+        what ``cosyedge run``, StreamPool and the precision stages stream."""
+        ins, outs = self.stream_inputs, self.stream_outputs
+        return (len(ins) == 1 and ins[0].kind == "audio" and ins[0].name == self.input
+                and any(o.name == self.output and o.kind == "audio" for o in outs))
+
+    @property
+    def algorithmic_latency_ms(self) -> float:
+        """float: chunk (one hop) plus delay, in ms: the earliest an input sample can be heard."""
+        return 1000.0 * (self.hop_samples + self.delay_samples) / self.sample_rate_hz
+
+    @property
+    def is_streaming(self) -> bool:
+        """bool: True once the model is a stream graph (after streamify: explicit state inputs/outputs, or
+        a proved model without any, which streams as it is)."""
+        return bool(self.states) or bool(self.proof)
+
+    def require_streaming(self, where: Any) -> None:
+        """Refuse a model that is not a stream graph yet (see :attr:`is_streaming`).
+
+        Args:
+            where (str | Path): The model, as the message names it (usually its path).
+        Raises:
+            ArtifactError: ``"<where> has no streaming state (state_in.*/state_out.*); run 'cosyedge
+                streamify' first"`` (exit code 3).
+        """
+        if not self.is_streaming:
+            from cosyedge.errors import ArtifactError
+
+            raise ArtifactError(f"{where} has no streaming state (state_in.*/state_out.*); run 'cosyedge streamify' "
+                                f"first")
+
+    def check_chunk(self, chunk_samples: int) -> None:
+        """Raise :class:`~cosyedge.errors.UsageError` unless ``chunk_samples`` (int) is a positive
+        multiple of :attr:`total_stride`."""
+        from cosyedge.errors import UsageError
+
+        if chunk_samples <= 0 or chunk_samples % self.total_stride:
+            raise UsageError(
+                f"chunk of {chunk_samples} samples is not a positive multiple of the model's total stride "
+                f"{self.total_stride} samples (use {self.total_stride}, {2 * self.total_stride}, ...)"
+            )
+
+    def to_metadata(self) -> dict[str, str]:
+        """Return the contract as ``cosyedge.*`` string key/values for ONNX ``metadata_props``."""
+        meta = {
+            "schema_version": str(SCHEMA_VERSION),
+            "name": self.name,
+            "input": self.input,
+            "output": self.output,
+            "sample_rate_hz": str(self.sample_rate_hz),
+            "hop_samples": str(self.hop_samples),
+            "total_stride": str(self.total_stride),
+            "delay_samples": str(self.delay_samples),
+            "algorithmic_latency_ms": f"{self.algorithmic_latency_ms:g}",
+            "state": json.dumps([dataclasses.asdict(s) for s in self.states]),
+        }
+        if self.inputs or self.outputs:
+            meta["io"] = json.dumps({"inputs": [dataclasses.asdict(i) for i in self.inputs],
+                                     "outputs": [dataclasses.asdict(o) for o in self.outputs]})
+        if self.proof:
+            meta["proof"] = json.dumps(self.proof)
+        return {META_PREFIX + k: v for k, v in meta.items()}
+
+    @classmethod
+    def from_metadata(cls, meta: dict[str, str], where: str = "model") -> "StreamContract":
+        """Parse ``cosyedge.*`` metadata (dict[str, str]).
+
+        Raises:
+            ArtifactError: a key is missing or malformed; the message names it and ``where``.
+        """
+        def get(key: str) -> str:
+            full = META_PREFIX + key
+            if full not in meta:
+                raise ArtifactError(
+                    f"{where} has no cosyedge metadata '{full}' (export it with 'cosyedge export' or "
+                    f"'cosyedge streamify --sample-rate-hz ... --hop-samples ...' first)"
+                )
+            return meta[full]
+
+        try:
+            schema = int(meta.get(META_PREFIX + "schema_version", SCHEMA_VERSION))
+            if schema > SCHEMA_VERSION:
+                raise ArtifactError(f"{where} has cosyedge metadata schema {schema}, newer than this cosyedge "
+                                    f"understands ({SCHEMA_VERSION}); upgrade cosyedge")
+            states = [StateSpec(**s) for s in json.loads(meta.get(META_PREFIX + "state", "[]"))]
+            io = json.loads(meta.get(META_PREFIX + "io", "{}"))
+            contract = cls(
+                input=get("input"),
+                output=get("output"),
+                sample_rate_hz=int(get("sample_rate_hz")),
+                hop_samples=int(get("hop_samples")),
+                total_stride=int(meta.get(META_PREFIX + "total_stride", get("hop_samples"))),
+                delay_samples=int(meta.get(META_PREFIX + "delay_samples", "0")),
+                states=states,
+                name=meta.get(META_PREFIX + "name", "model"),
+                inputs=[StreamIO(**i) for i in io.get("inputs", [])],
+                outputs=[StreamIO(**o) for o in io.get("outputs", [])],
+                proof=json.loads(meta.get(META_PREFIX + "proof", "{}")),
+            )
+        except (ValueError, TypeError, AttributeError, json.JSONDecodeError) as err:
+            raise ArtifactError(f"{where} has malformed cosyedge metadata ({err})") from None
+        contract.validate(where)
+        return contract
+
+    def validate(self, where: str = "model") -> None:
+        """Check the contract's numbers are sane.
+
+        Raises:
+            ArtifactError: sample rate, hop or total stride not positive; hop not a multiple of the total
+                stride; delay negative or longer than 10 s; a state shape with a non-positive dimension.
+        """
+        bad = None
+        if self.sample_rate_hz <= 0 or self.hop_samples <= 0 or self.total_stride <= 0:
+            bad = (f"sample_rate_hz {self.sample_rate_hz}, hop_samples {self.hop_samples} and total_stride "
+                   f"{self.total_stride} must be positive")
+        elif self.hop_samples % self.total_stride:
+            bad = f"hop_samples {self.hop_samples} is not a multiple of total_stride {self.total_stride}"
+        elif not 0 <= self.delay_samples <= 10 * self.sample_rate_hz:
+            bad = f"delay_samples {self.delay_samples} is outside 0..{10 * self.sample_rate_hz} (10 s)"
+        else:
+            for s in self.states:
+                if any(d != BATCH_DIM and (not isinstance(d, int) or d <= 0) for d in s.shape):
+                    bad = f"state '{s.input}' has shape {s.shape} (dimensions must be positive integers or 'N')"
+                    break
+        if bad:
+            raise ArtifactError(f"{where} has invalid cosyedge metadata: {bad}")
+
+    @classmethod
+    def from_onnx(cls, model: Any) -> "StreamContract":
+        """Read the contract from an ONNX file path (str/Path) or ``onnx.ModelProto``.
+
+        Raises:
+            ArtifactError: file missing/corrupt or metadata missing.
+        """
+        where = "ONNX model"
+        if isinstance(model, (str, Path)):
+            where = str(model)
+            model = load_onnx(model, load_external_data=False)
+        meta = {p.key: p.value for p in model.metadata_props}
+        return cls.from_metadata(meta, where=where)
+
+    def write_to_onnx(self, model: Any) -> Any:
+        """Set this contract into ``model.metadata_props`` (onnx.ModelProto), replacing old cosyedge keys.
+        Returns the same ModelProto."""
+        keep = [(p.key, p.value) for p in model.metadata_props if not p.key.startswith(META_PREFIX)]
+        del model.metadata_props[:]
+        for k, v in keep + sorted(self.to_metadata().items()):
+            p = model.metadata_props.add()
+            p.key, p.value = k, v
+        return model
+
+    def chunk_samples(self, chunk_ms: float) -> int:
+        """Convert a chunk length in ms to samples at :attr:`sample_rate_hz` (Hz).
+
+        Args:
+            chunk_ms (float): Chunk length, ms, in (0, :data:`MAX_CHUNK_MS`].
+        Returns:
+            int: samples per chunk, a multiple of :attr:`total_stride`.
+        Raises:
+            UsageError: ``chunk_ms`` is not finite, not positive, too long, not a whole number of samples, or
+                not a multiple of the total stride (the message gives the multiple in ms).
+        """
+        sample_rate_hz, total_stride = self.sample_rate_hz, self.total_stride
+        chunk_ms = float(chunk_ms)
+        step_ms = 1000.0 * total_stride / sample_rate_hz
+        if not (0 < chunk_ms <= MAX_CHUNK_MS):  # also rejects NaN
+            raise UsageError(f"chunk of {chunk_ms} ms: give a positive multiple of {step_ms:g} ms up to "
+                             f"{MAX_CHUNK_MS:g} ms")
+        samples = chunk_ms * sample_rate_hz / 1000.0
+        if abs(samples - round(samples)) > 1e-6:
+            raise UsageError(f"chunk of {chunk_ms} ms is not a positive whole number of samples at {sample_rate_hz} Hz")
+        samples = int(round(samples))
+        if samples % total_stride:
+            raise UsageError(f"chunk of {chunk_ms:g} ms ({samples} samples) is not a multiple of the model's total "
+                             f"stride {total_stride} samples = {step_ms:g} ms (use {step_ms:g}, {2 * step_ms:g}, ... ms)")
+        return samples
+
+
+MAX_CHUNK_MS = 10_000.0
+"""float: longest chunk accepted by :meth:`StreamContract.chunk_samples`, ms (a chunk is buffered whole; 10 s
+bounds memory)."""

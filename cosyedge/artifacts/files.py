@@ -1,0 +1,266 @@
+"""Files: ONNX loading, hashes, atomic writes of files and folders, destination checks, JSON.
+
+Every file is written through :func:`atomic_output` (temp file in the destination folder, then
+``os.replace``) so a failure never leaves a partial file or destroys the previous one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, Iterator
+
+from cosyedge.errors import ArtifactError, UsageError, first_line
+
+
+def load_onnx(path: str | Path, load_external_data: bool = True) -> Any:
+    """Load an ONNX file as ``onnx.ModelProto``.
+
+    Raises:
+        ArtifactError: the file is missing, empty (0 bytes) or is not a valid ONNX protobuf.
+    """
+    import onnx
+
+    path = Path(path)
+    if not path.is_file():
+        raise ArtifactError(f"ONNX file not found: {path}")
+    if path.stat().st_size == 0:  # onnx.load reads 0 bytes as an empty, "valid" ModelProto
+        raise ArtifactError(f"ONNX file {path} is empty (0 bytes)")
+    try:
+        return onnx.load(str(path), load_external_data=load_external_data)
+    except Exception as err:  # protobuf DecodeError and friends
+        raise ArtifactError(f"cannot read ONNX file {path}: {first_line(err)}") from None
+
+
+def sha256_file(path: str | Path, chunk_bytes: int = 1 << 20) -> str:
+    """Return the hex SHA-256 (str) of a file's bytes."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(chunk_bytes), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+#: Metadata keys left out of :func:`model_content_sha256`: figures *measured* on the machine that wrote the file.
+MACHINE_MEASURED_KEYS = ("cosyedge.proof",)
+
+
+def model_content_sha256(path: str | Path) -> str:
+    """Return the hex SHA-256 (str) of an ONNX model without its machine-measured metadata.
+
+    The stream model records its proof's measured error (``cosyedge.proof``: max abs error, SNR). That figure depends on
+    the CPU kernels ONNX Runtime picks (measured: the DeepFilterNet3 export differs only in that key between AVX-512
+    and AVX2, under ``qemu-x86_64 -cpu Haswell``), so two machines exporting the same model write files with
+    different :func:`sha256_file`. This hash covers everything else (graph, weights, the other metadata), in the
+    model's own serialization (external data files are not read). Committed baselines use it to recognise their model
+    on any CPU.
+
+    Raises:
+        ArtifactError: the file is missing or not an ONNX model.
+    """
+    import onnx
+
+    from cosyedge.errors import ArtifactError
+
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except OSError as err:
+        raise ArtifactError(f"{path} is not readable ({err.strerror or err})") from None
+    except Exception as err:  # protobuf's DecodeError and onnx's own errors
+        raise ArtifactError(f"{path} is not a readable ONNX model ({type(err).__name__})") from None
+    keep = [p for p in model.metadata_props if p.key not in MACHINE_MEASURED_KEYS]
+    del model.metadata_props[:]
+    model.metadata_props.extend(keep)
+    return hashlib.sha256(model.SerializeToString(deterministic=True)).hexdigest()
+
+
+@contextlib.contextmanager
+def atomic_output(dest: str | Path, suffix: str | None = None) -> Iterator[Path]:
+    """Yield a temporary path next to ``dest``; on success rename it onto ``dest``, on error delete it.
+
+    The previous ``dest`` (if any) survives any failure. The parent folder must exist or be creatable.
+
+    Args:
+        dest (str | Path): Final path.
+        suffix (str | None): Temp file suffix (defaults to ``dest``'s, so format sniffing by extension works).
+    Raises:
+        ArtifactError: the destination folder cannot be created or written.
+    """
+    dest = Path(dest)
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=suffix if suffix is not None else dest.suffix,
+                                   dir=dest.parent)
+        os.close(fd)
+    except OSError as err:
+        raise ArtifactError(f"cannot write {dest}: {err.strerror or err}") from None
+    tmp = Path(tmp)
+    try:
+        yield tmp
+        if tmp.exists():  # mkstemp makes 0600 files: give the mode a plain open() would
+            os.chmod(tmp, default_file_mode())
+        os.replace(tmp, dest)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+@contextlib.contextmanager
+def atomic_folder(dest: str | Path, what: str = "folder") -> Iterator[Path]:
+    """Yield an empty temporary folder next to ``dest``; on success it replaces ``dest`` (see
+    :func:`replace_dir`), on any error (or interrupt) it is deleted and a previous ``dest`` is kept.
+
+    Args:
+        dest (str | Path): Final folder; its parent is created if needed.
+        what (str): Name of the folder in error messages (e.g. ``"engine folder"``).
+    Raises:
+        ArtifactError: the parent cannot be created or written, or the rename fails.
+    """
+    dest = Path(dest)
+    root = dest.parent
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        remove_stale_temp_folders(dest)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=root))
+        (tmp / OWNER_FILE).write_text(f"{os.getpid()}\n")
+    except OSError as err:
+        raise ArtifactError(f"cannot write {what} in {root}: {err.strerror or err}") from None
+    try:
+        yield tmp
+        (tmp / OWNER_FILE).unlink(missing_ok=True)
+        os.chmod(tmp, default_file_mode(0o777))  # mkdtemp creates 0700
+        replace_dir(tmp, dest, what)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+OWNER_FILE = ".cosyedge-owner"
+"""str: file in an :func:`atomic_folder` temp folder holding the writing process's pid (removed before the rename)."""
+
+
+def remove_stale_temp_folders(dest: str | Path) -> list[Path]:
+    """Remove temp folders that a killed writer of ``dest`` left (``.<name>.XXXX`` beside it, whose owner
+    pid is no longer running; a SIGKILL or power loss skips every cleanup). A folder of a live writer (a
+    concurrent build) is kept.
+
+    Args:
+        dest (str | Path): The final folder.
+    Returns:
+        list[Path]: the folders removed.
+    """
+    dest = Path(dest)
+    removed = []
+    for cand in dest.parent.glob(f".{dest.name}.*"):
+        owner = cand / OWNER_FILE
+        if not cand.is_dir() or cand.is_symlink() or not owner.is_file():
+            continue
+        try:
+            pid = int(owner.read_text().strip())
+            os.kill(pid, 0)
+            if pid != os.getpid():
+                continue  # a live writer
+        except ProcessLookupError:
+            pass  # its writer is gone
+        except (ValueError, OSError):
+            continue
+        shutil.rmtree(cand, ignore_errors=True)
+        removed.append(cand)
+    return removed
+
+
+def replace_dir(tmp: Path, dest: Path, what: str = "folder") -> None:
+    """Rename folder ``tmp`` onto ``dest``; an existing ``dest`` is moved aside first and removed after
+    (restored if the rename fails).
+
+    Raises:
+        ArtifactError: a rename fails (the message names ``what`` and ``dest``).
+    """
+    old = None
+    try:
+        if dest.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{dest.name}.old.", dir=dest.parent))
+            os.rmdir(old)
+            os.rename(dest, old)
+        os.rename(tmp, dest)
+    except OSError as err:
+        if old is not None and not dest.exists():
+            os.rename(old, dest)
+            old = None
+        raise ArtifactError(f"cannot write {what} {dest}: {err.strerror or err}") from None
+    finally:
+        if old is not None:
+            if old.is_dir() and not old.is_symlink():
+                shutil.rmtree(old, ignore_errors=True)
+            else:
+                old.unlink(missing_ok=True)
+
+
+def check_not_input(src: str | Path, dest: str | Path) -> None:
+    """Refuse an output path that is the input file (any spelling: ``./x``, ``a/../x``, a symlink to it),
+    so a stage never replaces what it reads.
+
+    Args:
+        src (str | Path): Input file.
+        dest (str | Path): Output file (need not exist).
+    Raises:
+        UsageError: ``dest`` is ``src`` (the input is kept).
+    """
+    src, dest = Path(src), Path(dest)
+    if src.exists() and dest.exists() and src.resolve() == dest.resolve():
+        raise UsageError(f"output {dest} is the input file: give another output path (the input is kept)")
+
+
+def check_writable(dest: str | Path) -> Path:
+    """Fail early, before any work, when ``dest`` cannot be written as a file.
+
+    Args:
+        dest (str | Path): Output file path; missing parent folders are allowed (they are created later).
+    Returns:
+        Path: ``dest`` as a Path.
+    Raises:
+        ArtifactError: ``dest`` is a folder, an ancestor is a file, or the nearest existing folder is not
+            writable.
+    """
+    dest = Path(dest)
+    if dest.is_dir():
+        raise ArtifactError(f"cannot write {dest}: it is a folder (give a file path)")
+    parent = dest.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise ArtifactError(f"cannot write {dest}: {parent} is not a folder")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ArtifactError(f"cannot write {dest}: no write permission in {parent}")
+    # Permission bits do not show everything (root on a read-only or virtual file system such as /proc):
+    # create and delete a probe file.
+    try:
+        fd, probe = tempfile.mkstemp(prefix=f".{dest.name}.probe.", dir=parent)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as err:
+        raise ArtifactError(f"cannot write {dest}: cannot create files in {parent} ({err.strerror or err})") from None
+    return dest
+
+
+
+def default_file_mode(mode: int = 0o666) -> int:
+    """Return ``mode`` (int) masked by the process umask: what ``open()``/``mkdir()`` would give.
+
+    Temp files from :func:`tempfile.mkstemp` are 0600 and folders from ``mkdtemp`` 0700; artifacts get
+    this mode before their rename.
+    """
+    umask = os.umask(0)
+    os.umask(umask)
+    return mode & ~umask
+
+
+def write_json(path: str | Path, data: dict) -> None:
+    """Atomically write ``data`` (JSON-serialisable dict) to ``path``, pretty-printed."""
+    with atomic_output(path) as tmp:
+        tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
