@@ -36,3 +36,18 @@ def test_click_usage_error_is_one_line_exit_2(argv, text, hint, capsys):
     assert rc == 2 and cap.out == ""
     assert len(lines) == 1, cap.err
     assert lines[0].startswith("[!] ") and text in lines[0] and f"(see '{hint}')" in lines[0]
+
+
+def test_export_of_the_reference_without_the_training_package_is_one_line(monkeypatch, capsys, tmp_path):
+    """The wheel leaves cosyedge/train out: ``cosyedge export`` (the reference model) then says so in one line,
+    exit 4 (DependencyError), instead of a ModuleNotFoundError traceback (found by the newcomer check)."""
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "cosyedge.train" else real(name, *a))
+    assert main(["export", "-o", str(tmp_path / "x.onnx")]) == 4
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("[!] exporting the reference model needs cosyedge's training package")
+    assert "pip install -e '.[export]'" in err and "\n" not in err
+    assert not (tmp_path / "x.onnx").exists()

@@ -46,6 +46,13 @@ def export(model: str, weights: Path | None, dynamo: bool, out: Path | None, ful
     from cosyedge.errors import UsageError
 
     if model == "reference":
+        import importlib.util
+
+        from cosyedge.errors import DependencyError
+
+        if importlib.util.find_spec("cosyedge.train") is None:
+            raise DependencyError("exporting the reference model needs cosyedge's training package (cosyedge/train), "
+                                  "which the wheel leaves out: install from a clone, pip install -e '.[export]'")
         from cosyedge.train.reference.export import export_reference
 
         export_reference(weights=weights, out=out, dynamo=dynamo, full_onnx=full_onnx)
