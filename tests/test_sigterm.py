@@ -86,21 +86,38 @@ def test_a_build_removes_stale_temp_folders_of_its_own_name_only(tmp_path):
         live.kill()
 
 
-def test_an_error_caused_by_sigterm_is_exit_143_not_a_traceback(monkeypatch, capsys):
-    """A SIGTERM that lands while a C extension initialises comes back as ``ImportError: initialization failed``
-    caused by the Terminated the handler raised (seen with ``import onnxruntime`` in fp16_onnx): still exit 143
-    and one line, while an ImportError of its own stays a bug with its traceback."""
+@pytest.mark.parametrize("signal_exc, code, line", [("Terminated", 143, "[!] terminated (SIGTERM)"),
+                                                     ("KeyboardInterrupt", 130, "[!] aborted")])
+def test_an_error_caused_by_a_signal_is_its_exit_code_not_a_traceback(monkeypatch, capsys, signal_exc, code, line):
+    """A signal that lands while a C extension initialises comes back as ``ImportError: initialization failed``
+    caused by the signal's exception (seen with ``import onnxruntime`` in fp16_onnx), and a lazy import turns it
+    into a DependencyError that calibration re-wraps ``from None`` (exit 3 'ONNX Runtime cannot load' was seen):
+    both are the signal's exit code and its one line; an ImportError of its own stays a bug with its traceback."""
     from cosyedge.cli import main as m
+    from cosyedge.errors import ArtifactError, DependencyError
+
+    exc = m.Terminated if signal_exc == "Terminated" else KeyboardInterrupt
 
     def interrupted_import(*args, **kwargs):
         try:
-            raise m.Terminated()
-        except m.Terminated as sig:
+            raise exc()
+        except exc as sig:
             raise ImportError("initialization failed") from sig
 
-    monkeypatch.setattr(m.cli, "main", interrupted_import)
-    assert m.main(["build"]) == 143
-    assert capsys.readouterr().err.strip().startswith("[!] terminated (SIGTERM)")
+    def wrapped(*args, **kwargs):
+        try:
+            try:
+                interrupted_import()
+            except ImportError as err:
+                raise DependencyError(f"'onnxruntime' cannot be imported ({err})") from err
+        except DependencyError as err:
+            raise ArtifactError(f"ONNX Runtime cannot load the model for calibration: {err}") from None
+
+    for fake in (interrupted_import, wrapped):
+        monkeypatch.setattr(m.cli, "main", fake)
+        assert m.main(["build"]) == code
+        assert capsys.readouterr().err.strip() == m._INTERRUPTED[code]
+        assert m._INTERRUPTED[code].startswith(line)
 
     def own_bug(*args, **kwargs):
         raise ImportError("a real bug")

@@ -70,17 +70,25 @@ def _on_sigterm(signum, frame) -> None:
     raise Terminated()
 
 
-def _caused_by_sigterm(err: BaseException) -> bool:
-    """Whether ``err`` was raised because :class:`Terminated` interrupted the code that raised it (a SIGTERM that
-    lands while a C extension initialises comes back as ``ImportError: initialization failed`` with the
-    :class:`Terminated` as its cause): follows ``__cause__``/``__context__``."""
+def _interrupted(err: BaseException) -> int | None:
+    """The exit code of the signal that made ``err``: 143 when :class:`Terminated` (SIGTERM), 130 when
+    ``KeyboardInterrupt`` (Ctrl-C) interrupted the code that raised it, else None.
+
+    A signal that lands while a C extension initialises comes back as ``ImportError: initialization failed``
+    caused by the signal's exception, and cosyedge may wrap that in a one-line error (``raise ... from None``
+    keeps it as ``__context__``); so ``__cause__`` and ``__context__`` are followed."""
     seen: set[int] = set()
     while err is not None and id(err) not in seen:
         if isinstance(err, Terminated):
-            return True
+            return 143
+        if isinstance(err, KeyboardInterrupt):
+            return 130
         seen.add(id(err))
         err = err.__cause__ or err.__context__
-    return False
+    return None
+
+
+_INTERRUPTED = {143: "[!] terminated (SIGTERM): unfinished outputs removed, earlier files kept", 130: "[!] aborted"}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -96,13 +104,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cli.main(args=argv, prog_name="cosyedge", standalone_mode=False)
     except Terminated:
-        click.echo("[!] terminated (SIGTERM): unfinished outputs removed, earlier files kept", err=True)
+        click.echo(_INTERRUPTED[143], err=True)
         return 143
     except CosyEdgeError as err:
-        click.echo(f"[!] {err}", err=True)
-        return err.exit_code
+        code = _interrupted(err)
+        click.echo(_INTERRUPTED[code] if code else f"[!] {err}", err=True)
+        return code or err.exit_code
     except click.exceptions.Abort:
-        click.echo("[!] aborted", err=True)
+        click.echo(_INTERRUPTED[130], err=True)
         return 130
     except click.ClickException as err:  # bad arguments (click's own usage errors): one line too
         hint = ""
@@ -113,10 +122,11 @@ def main(argv: list[str] | None = None) -> int:
     except click.exceptions.Exit as err:
         return err.exit_code
     except Exception as err:
-        if not _caused_by_sigterm(err):
+        code = _interrupted(err)
+        if code is None:
             raise
-        click.echo("[!] terminated (SIGTERM): unfinished outputs removed, earlier files kept", err=True)
-        return 143
+        click.echo(_INTERRUPTED[code], err=True)
+        return code
     finally:
         if old is not None:
             signal.signal(signal.SIGTERM, old)
