@@ -48,7 +48,9 @@ from cosyedge.artifacts.files import (
 )
 from cosyedge.artifacts.manifest import (
     MANIFEST_NAME,
+    MANIFEST_OBJECTS,
     MANIFEST_REQUIRED,
+    PRECISIONS,
     EngineManifest,
     SourceModel,
     Stage,
@@ -63,6 +65,6 @@ __all__ = [
     "MACHINE_MEASURED_KEYS", "OWNER_FILE", "atomic_folder", "atomic_output", "check_not_input", "check_writable",
     "default_file_mode", "load_onnx", "model_content_sha256", "remove_stale_temp_folders", "replace_dir",
     "sha256_file", "write_json",
-    "MANIFEST_NAME", "MANIFEST_REQUIRED", "EngineManifest", "SourceModel", "Stage", "load_manifest",
+    "MANIFEST_NAME", "MANIFEST_OBJECTS", "MANIFEST_REQUIRED", "PRECISIONS", "EngineManifest", "SourceModel", "Stage", "load_manifest",
     "resolve_artifact", "write_manifest",
 ]

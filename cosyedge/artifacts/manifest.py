@@ -44,6 +44,10 @@ def resolve_artifact(src: "str | Path | Stage") -> Path:
 
 MANIFEST_NAME = "manifest.json"
 MANIFEST_REQUIRED = ("schema_version", "stage", "cosyedge_version", "model", "contract")
+MANIFEST_OBJECTS = ("model", "contract", "plan", "flags", "reports", "int8")
+"""Manifest keys whose value, when present, must be a JSON object (a wrong type is a corrupt manifest, exit 3)."""
+PRECISIONS = ("fp32", "fp16", "int8")
+"""The compute precisions a build writes (``manifest["precision"]``; also TensorRT's and the CLI's choices)."""
 
 
 def write_manifest(folder: str | Path, manifest: dict) -> Path:
@@ -66,7 +70,8 @@ def load_manifest(folder: str | Path) -> dict:
     Returns:
         dict: the manifest; ``manifest["contract"]`` is the contract's metadata dict.
     Raises:
-        ArtifactError: missing file, bad JSON, a missing required key (named in the message), or a
+        ArtifactError: missing file, bad JSON, a missing required key (named in the message), a key of
+            :data:`MANIFEST_OBJECTS` that is not a JSON object, a ``precision`` not in :data:`PRECISIONS`, or a
             ``schema_version`` that is not an integer or is newer than :data:`SCHEMA_VERSION` (written by a
             newer cosyedge: its fields may mean something else).
     """
@@ -82,6 +87,13 @@ def load_manifest(folder: str | Path) -> dict:
     for key in MANIFEST_REQUIRED:
         if key not in data:
             raise ArtifactError(f"{path} missing '{key}' (rebuild it with 'cosyedge build')")
+    for key in MANIFEST_OBJECTS:
+        if key in data and not isinstance(data[key], dict):
+            raise ArtifactError(f"{path}: '{key}' is {type(data[key]).__name__}, not an object (rebuild it with "
+                                f"'cosyedge build')")
+    if "precision" in data and data["precision"] not in PRECISIONS:
+        raise ArtifactError(f"{path}: 'precision' is {data['precision']!r}, not one of {', '.join(PRECISIONS)} "
+                            f"(rebuild it with 'cosyedge build')")
     version = data["schema_version"]
     if not isinstance(version, int) or isinstance(version, bool):
         raise ArtifactError(f"{path} has schema_version {version!r}, not an integer (rebuild it with 'cosyedge build')")

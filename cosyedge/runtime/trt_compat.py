@@ -67,9 +67,9 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
+from cosyedge.artifacts import PRECISIONS  # defined once, with the manifest schema
 from cosyedge.errors import ArtifactError, DependencyError, UsageError
 
-PRECISIONS = ("fp32", "fp16", "int8")
 MIN_VERSION = (8, 6)
 """tuple[int, int]: oldest TensorRT cosyedge builds with (JetPack 5 ships 8.5/8.6; 8.6 is the floor)."""
 MAX_MAJOR = 11

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
+import re
 
 import numpy as np
 import pytest
@@ -251,6 +253,39 @@ def test_stale_engine_is_detected(fir, tmp_path):
         load_engine(tmp_path / "missing")
     with pytest.raises(ArtifactError, match="^ONNX model not found: .*missing.onnx$"):
         load_engine(tmp_path / "missing.onnx")
+
+
+@pytest.mark.parametrize("key, value, message", [
+    ("reports", "x", "'reports' is str, not an object"),
+    ("model", "abc", "'model' is str, not an object"),
+    ("flags", ["x"], "'flags' is list, not an object"),
+    ("precision", "fp64", "'precision' is 'fp64', not one of fp32, fp16, int8"),
+    ("precision", None, "'precision' is None, not one of fp32, fp16, int8"),
+])
+def test_manifest_field_of_the_wrong_type_is_one_line_and_the_cache_rebuilds(fir, tmp_path, monkeypatch, capsys, key,
+                                                                              value, message):
+    """A manifest that is valid JSON but has a field of the wrong type is a corrupt engine folder (exit 3, named),
+    not a traceback (``'str' object has no attribute 'get'``) nor an accuracy verdict on an 'fp64' candidate; the
+    default engine's cache rebuilds such a folder (found by the newcomer check)."""
+    import cosyedge.builders.cache as bort
+    import cosyedge.models
+    from cosyedge.cli.main import main
+
+    folder = build_ort(fir, out_dir=tmp_path / "engines")
+    m = json.loads((folder / MANIFEST_NAME).read_text())
+    m[key] = value
+    (folder / MANIFEST_NAME).write_text(json.dumps(m))
+    with pytest.raises(ArtifactError, match=re.escape(message) + r".*cosyedge build"):
+        load_engine(folder)
+    noisy = Path(__file__).resolve().parents[2] / "cosyedge" / "assets" / "demo" / "noisy.wav"
+    assert main(["run", str(noisy), "-o", str(tmp_path / "out.wav"), "--engine", str(folder)]) == 3
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "out.wav").exists()
+    monkeypatch.setattr(cosyedge.models, "REFERENCE_STREAM_ONNX", fir)
+    monkeypatch.setenv("COSYEDGE_ENGINES_DIR", str(tmp_path / "engines"))
+    monkeypatch.setattr(bort, "_DEFAULT_CACHE", {})
+    assert default_engine() == folder
+    assert json.loads((folder / MANIFEST_NAME).read_text())[key] != value
 
 
 def test_load_engine_accepts_bare_onnx(fir):
