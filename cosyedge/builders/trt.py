@@ -234,7 +234,8 @@ def build_trt(onnx_path: Any, out_dir: str | Path | None = None, name: str | Non
               sparse: bool = False, dla_core: int | None = None, gpu_fallback: bool = False,
               workspace_mib: int = DEFAULT_WORKSPACE_MIB, max_batch: int = DEFAULT_MAX_BATCH,
               chunk_samples: int | None = None, opt_batch: int = 1, timing_cache: bool = True,
-              device: int = 0, parent_path: "str | Path | SourceModel | None" = None, extra_manifest: dict | None = None) -> Path:
+              device: int = 0, parent_path: "str | Path | SourceModel | None" = None,
+              extra_manifest: dict | None = None) -> Path:
     """Build a TensorRT engine folder from a streaming (precision) ONNX.
 
     Args:

@@ -82,6 +82,7 @@ def test_int8_build_parses_and_hashes_the_source_once(counted, calib, tmp_path, 
 
 def test_fp16_sparse_build_parses_and_hashes_the_source_once(counted, tmp_path, capsys):
     src, calls = counted
-    rc = main(["build", "--onnx", str(src), "--fp16", "--sparse", "--backend", "onnxruntime", "-o", str(tmp_path / "engines")])
+    rc = main(["build", "--onnx", str(src), "--fp16", "--sparse", "--backend", "onnxruntime",
+               "-o", str(tmp_path / "engines")])
     assert rc == 0, capsys.readouterr().err
     assert calls == {"from_onnx": 1, "sha256_file": 1}
