@@ -153,7 +153,7 @@ def build_engine(onnx_path: str | Path | None = None, backend: str = "auto", nam
 
             return build_trt(
                 model, out_dir=out_dir, name=name, precision=precision, sparse=sparse,
-                dla_core=dla_core, gpu_fallback=gpu_fallback, parent_path=src.path, extra_manifest=extra)
+                dla_core=dla_core, gpu_fallback=gpu_fallback, parent_path=src, extra_manifest=extra)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     return build_ort(onnx_path, out_dir=out_dir, name=name, **options)

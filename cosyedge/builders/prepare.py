@@ -121,8 +121,7 @@ def prepare_onnx(onnx_path: Any, dest: str | Path, *, precision: str = "fp32", s
     precision, sparse, exclude = config.precision, config.sparse, config.exclude
     calib, calib_count, amax = cal.set, cal.count, cal.amax
     src = onnx_path if isinstance(onnx_path, SourceModel) else SourceModel(resolve_artifact(onnx_path))
-    contract = check_streaming_onnx(src)
-    src = src.path  # the precision steps read the file themselves
+    contract = check_streaming_onnx(src)  # src is passed down: its contract and SHA-256 are computed once
     dest = Path(dest)
     if precision == "int8":
         from cosyedge.precision.int8 import int8_onnx
@@ -148,7 +147,7 @@ def prepare_onnx(onnx_path: Any, dest: str | Path, *, precision: str = "fp32", s
             fields["int8"] = res
             fields["calibration_sha256"] = res["calibration_manifest_sha256"]  # the one key int8_onnx returns
         elif not sparse:
-            _copy_onnx(src, dest)
+            _copy_onnx(src.path, dest)
     finally:
         sparse_tmp.unlink(missing_ok=True)
     if not dest.is_file():

@@ -68,6 +68,7 @@ import numpy as np
 from cosyedge.artifacts import (
     BATCH_DIM,
     EngineManifest,
+    SourceModel,
     Stage,
     StreamContract,
     atomic_folder,
@@ -233,7 +234,8 @@ def build_trt(onnx_path: Any, out_dir: str | Path | None = None, name: str | Non
               sparse: bool = False, dla_core: int | None = None, gpu_fallback: bool = False,
               workspace_mib: int = DEFAULT_WORKSPACE_MIB, max_batch: int = DEFAULT_MAX_BATCH,
               chunk_samples: int | None = None, opt_batch: int = 1, timing_cache: bool = True,
-              device: int = 0, parent_path: str | Path | None = None, extra_manifest: dict | None = None) -> Path:
+              device: int = 0, parent_path: "str | Path | SourceModel | None" = None,
+              extra_manifest: dict | None = None) -> Path:
     """Build a TensorRT engine folder from a streaming (precision) ONNX.
 
     Args:
@@ -252,8 +254,9 @@ def build_trt(onnx_path: Any, out_dir: str | Path | None = None, name: str | Non
         opt_batch (int): Batch the builder tunes for.
         timing_cache (bool): Load/save the timing cache under ``<out_dir>/timing-cache/``.
         device (int): CUDA device index.
-        parent_path (str | Path | None): The FP32 ONNX the precision ONNX was made from (recorded as
-            ``parent_path``/``parent_sha256``); defaults to ``onnx_path``.
+        parent_path (str | Path | SourceModel | None): The FP32 ONNX the precision ONNX was made from
+            (recorded as ``parent_path``/``parent_sha256``; a SourceModel, what ``cosyedge build`` passes, is
+            not hashed again); defaults to ``onnx_path``.
         extra_manifest (dict | None): More manifest fields (calibration hash, precision reports).
     Returns:
         Path: the engine folder.
@@ -268,10 +271,12 @@ def build_trt(onnx_path: Any, out_dir: str | Path | None = None, name: str | Non
         raise UsageError(f"unknown precision {precision!r} (use one of {', '.join(PRECISIONS)})")
     if not 1 <= int(workspace_mib) <= 1 << 20:
         raise UsageError(f"workspace must be between 1 and {1 << 20} MiB, got {workspace_mib}")
-    src = resolve_artifact(onnx_path)
-    contract = StreamContract.from_onnx(src)
+    model_in = onnx_path if isinstance(onnx_path, SourceModel) else SourceModel(resolve_artifact(onnx_path))
+    src = model_in.path
+    contract = model_in.contract
     contract.require_streaming(src)
-    parent = Path(parent_path) if parent_path is not None else src
+    # the parent is hashed once (name, replacement warning, manifest): a SourceModel caches its SHA-256
+    parent = SourceModel.of(parent_path) if parent_path is not None else model_in
     name = check_engine_name(name or engine_model_name(contract.name, parent))
     profile = profile_from_contract(contract, chunk_samples, max_batch, opt_batch)
     model = load_onnx(src, load_external_data=False)

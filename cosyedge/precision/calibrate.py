@@ -34,8 +34,8 @@ from typing import Any
 import numpy as np
 
 from cosyedge._lazy import lazy_import
-from cosyedge.artifacts import (SCHEMA_VERSION, StreamContract, atomic_output, load_onnx, model_content_sha256,
-                                sha256_file, write_json)
+from cosyedge.artifacts import (SCHEMA_VERSION, SourceModel, StreamContract, atomic_output, load_onnx,
+                                model_content_sha256, write_json)
 from cosyedge.errors import ArtifactError, UsageError, first_line
 from cosyedge.log import LOG
 from cosyedge.precision.calibset import CalibrationSet
@@ -193,7 +193,7 @@ def load_amax(path: str | Path, model_sha256: str | None = None, where: str = ""
     return data
 
 
-def calibrate(model_path: str | Path, calib: CalibrationSet, *, out_dir: str | Path | None = None,
+def calibrate(model_path: "str | Path | SourceModel", calib: CalibrationSet, *, out_dir: str | Path | None = None,
               threads: int = 1, force: bool = False, trt_version: str | None = None,
               progress: bool | None = None, cache_name: str | None = None) -> Path:
     """Return the amax cache of ``model_path`` on ``calib``, computing it only when needed.
@@ -202,7 +202,8 @@ def calibrate(model_path: str | Path, calib: CalibrationSet, *, out_dir: str | P
     model (e.g. its 2:4-pruned copy, ``<name>-sparse``) their own name so they do not evict each other.
 
     Args:
-        model_path (str | Path): FP32 streaming ONNX (cosyedge stream metadata required).
+        model_path (str | Path | SourceModel): FP32 streaming ONNX (cosyedge stream metadata required); a
+            SourceModel's contract and SHA-256 are reused (what :func:`~cosyedge.precision.int8.int8_onnx` passes).
         calib (CalibrationSet): The calibration set.
         out_dir (str | Path | None): Folder of the cache; defaults to the set's folder.
         threads (int): ONNX Runtime threads for calibration.
@@ -216,12 +217,13 @@ def calibrate(model_path: str | Path, calib: CalibrationSet, *, out_dir: str | P
         ArtifactError: model missing/corrupt, no cosyedge metadata or no state; calibration file changed.
         UsageError: sample-rate mismatch.
     """
-    model_path = Path(model_path)
-    contract = StreamContract.from_onnx(model_path)
+    source = SourceModel.of(model_path)
+    model_path = source.path
+    contract = source.contract
     contract.require_streaming(model_path)
     from cosyedge.precision.qdq import calibration_tensors, concat_aliases
 
-    model_sha = sha256_file(model_path)
+    model_sha = source.sha256
     fp32 = load_onnx(model_path)
     tensors = calibration_tensors(fp32)
     aliases = concat_aliases(fp32, tensors)

@@ -62,13 +62,13 @@ import numpy as np
 
 from cosyedge._lazy import lazy_import
 from cosyedge.artifacts import (
+    SourceModel,
     StreamContract,
     atomic_output,
     check_not_input,
     check_writable,
     load_onnx,
     resolve_artifact,
-    sha256_file,
 )
 from cosyedge.errors import AccuracyError, ArtifactError, UsageError, first_line
 from cosyedge.log import LOG
@@ -465,7 +465,8 @@ def fp16_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, exclude: Iterable[
     """Write the FP16 version of a streaming FP32 ONNX and check it.
 
     Args:
-        fp32_stream_onnx (str | Path | Stage): Streaming FP32 ONNX (``cosyedge streamify`` output).
+        fp32_stream_onnx (str | Path | Stage | SourceModel): Streaming FP32 ONNX (``cosyedge streamify``
+            output); a SourceModel's contract and SHA-256 are reused (what a build passes).
         out_path (str | Path): Destination ``.onnx`` (written atomically).
         exclude (Iterable[str]): Node names kept in FP32.
         keep_ops (Iterable[str]): Op types kept in FP32 (default :data:`KEEP_FP32_OPS`).
@@ -488,10 +489,12 @@ def fp16_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, exclude: Iterable[
     import onnxruntime
 
     t0 = time.perf_counter()
-    src = resolve_artifact(fp32_stream_onnx)
+    source = (fp32_stream_onnx if isinstance(fp32_stream_onnx, SourceModel)
+              else SourceModel(resolve_artifact(fp32_stream_onnx)))
+    src = source.path
     out_path = check_writable(out_path)
     check_not_input(src, out_path)
-    contract = StreamContract.from_onnx(src)
+    contract = source.contract
     contract.require_streaming(src)
     model = load_onnx(src)
     with LOG.stage(f"fp16 {src.name} -> {out_path}"):
@@ -510,7 +513,7 @@ def fp16_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, exclude: Iterable[
                 "fp32_nodes": plan,
                 "keep_fp32_ops": sorted(set(keep_ops)),
                 "exclude": list(exclude),
-                "parent_sha256": sha256_file(src),
+                "parent_sha256": source.sha256,
                 "snr_db_vs_fp32": None,
                 "scan": [],
             }

@@ -15,7 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from cosyedge.artifacts import StreamContract, check_not_input, check_writable, resolve_artifact, sha256_file
+from cosyedge.artifacts import (SourceModel, StreamContract, check_not_input, check_writable, resolve_artifact,
+                                sha256_file)
 from cosyedge.errors import ArtifactError, UsageError
 from cosyedge.log import LOG
 from cosyedge.precision.calibration import Calibration
@@ -63,8 +64,9 @@ def int8_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, calib: Any = None,
     """Calibrate (or reuse the amax cache) and write the INT8 Q/DQ streaming ONNX atomically.
 
     Args:
-        fp32_stream_onnx (str | Path | Stage): FP32 streaming ONNX with cosyedge stream metadata (the
-            output of ``cosyedge streamify``), or a stage returning it.
+        fp32_stream_onnx (str | Path | Stage | SourceModel): FP32 streaming ONNX with cosyedge stream metadata
+            (the output of ``cosyedge streamify``), a stage returning it, or a SourceModel (its contract and
+            SHA-256 are reused, not computed again: what a build passes).
         out_path (str | Path): Destination ``.onnx`` (written via a temp file + rename).
         calib (str | Path | CalibrationSet | None): Calibration set folder with ``manifest.json``; None
             uses the default set ``$COSYEDGE_CALIB_DIR`` or ``./calib``, generated when missing.
@@ -99,9 +101,11 @@ def int8_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, calib: Any = None,
     if calibration is not None:
         calib, count, amax, cache_name = (calibration.set, calibration.count, calibration.amax,
                                           calibration.cache_name)
-    src = resolve_artifact(fp32_stream_onnx)
+    source = (fp32_stream_onnx if isinstance(fp32_stream_onnx, SourceModel)
+              else SourceModel(resolve_artifact(fp32_stream_onnx)))
+    src = source.path
     out_path = Path(out_path)
-    contract = StreamContract.from_onnx(src)
+    contract = source.contract
     contract.require_streaming(src)
     check_not_input(src, out_path)
     check_writable(out_path)
@@ -111,7 +115,7 @@ def int8_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, calib: Any = None,
     if any(n.op in ("QuantizeLinear", "DequantizeLinear") for n in graph.nodes):
         raise UsageError(f"{src} already holds Q/DQ nodes; give the FP32 streaming model")
     to_quantize, kept = qdq.select_nodes(model, contract.input, contract.output, exclude)
-    model_sha = sha256_file(src)
+    model_sha = source.sha256
     calib_info: dict = {}
     if amax is not None:
         amax_path = Path(amax)
@@ -119,7 +123,7 @@ def int8_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, calib: Any = None,
         trt_cache = cal.trt_cache_path_for(amax_path.parent, contract.name)
     else:
         cset = resolve_calibration_set(calib, count)
-        amax_path = cal.calibrate(src, cset, threads=threads, cache_name=cache_name)
+        amax_path = cal.calibrate(source, cset, threads=threads, cache_name=cache_name)
         data = cal.load_amax(amax_path, model_sha256=model_sha, where=str(src), model_path=src)
         trt_cache = cal.trt_cache_path_for(amax_path.parent, cache_name or contract.name)
     calib_info = data["calibration"]

@@ -38,6 +38,7 @@ import numpy as np
 
 from cosyedge._lazy import lazy_import
 from cosyedge.artifacts import (
+    SourceModel,
     StreamContract,
     atomic_output,
     check_not_input,
@@ -288,7 +289,8 @@ def sparsify_onnx(in_onnx: Any, out_onnx: str | Path, *, exclude: Iterable[str] 
     """Prune a (streaming) FP32 ONNX to 2:4 and write it atomically, with the pattern verified.
 
     Args:
-        in_onnx (str | Path | Stage): FP32 ONNX (Q/DQ or FP16 models: prune before quantizing).
+        in_onnx (str | Path | Stage | SourceModel): FP32 ONNX (Q/DQ or FP16 models: prune before quantizing);
+            a SourceModel's SHA-256 is reused (what a build passes).
         out_onnx (str | Path): Destination ``.onnx`` (one file; external data is inlined).
         exclude (Iterable[str]): Node names left dense.
     Returns:
@@ -299,7 +301,8 @@ def sparsify_onnx(in_onnx: Any, out_onnx: str | Path, *, exclude: Iterable[str] 
         UsageError: unknown node in ``exclude``; no layer is eligible.
     """
     t0 = time.perf_counter()
-    src = resolve_artifact(in_onnx)
+    source = in_onnx if isinstance(in_onnx, SourceModel) else SourceModel(resolve_artifact(in_onnx))
+    src = source.path
     out_onnx = check_writable(out_onnx)
     check_not_input(src, out_onnx)
     model = load_onnx(src)
@@ -317,7 +320,7 @@ def sparsify_onnx(in_onnx: Any, out_onnx: str | Path, *, exclude: Iterable[str] 
             onnx.save(model, str(tmp))
             verify_onnx(tmp, reports)
         report = {
-            "input": str(src), "output": str(out_onnx), "parent_sha256": sha256_file(src),
+            "input": str(src), "output": str(out_onnx), "parent_sha256": source.sha256,
             "sha256": sha256_file(out_onnx), "pattern": f"{N_KEEP}:{M_GROUP}", "axis": "reduction (input channels)",
             "layers": [dataclasses.asdict(r) for r in reports], "summary": summarize(reports),
             "seconds": time.perf_counter() - t0,
