@@ -428,7 +428,8 @@ def output_snr_db(ref_onnx: str | Path, test_onnx: str | Path, x: np.ndarray, ch
     ``SNR = 10 log10(sum(y_ref^2) / sum((y_test - y_ref)^2))``; ``inf`` when identical.
 
     Args:
-        ref_onnx, test_onnx (str | Path): Streaming ONNX models with the same contract.
+        ref_onnx, test_onnx (str | Path | SourceModel): Streaming ONNX models with the same contract (a
+            :class:`~cosyedge.artifacts.SourceModel` reuses its parsed contract).
         x (np.ndarray): float32 (T,) audio at the model rate.
         chunk_samples (int | None): Chunk length (samples); defaults to one hop.
     Returns:
@@ -529,7 +530,7 @@ def fp16_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, exclude: Iterable[
                         f"FP16 model gives NaN/Inf in '{name}' on {r['signal']} at chunk {r['chunk_samples']} "
                         f"(chunk #{chunk}); keep the offending nodes in FP32 with --exclude NODE"
                     )
-                snr = output_snr_db(src, tmp, signals["speech"])
+                snr = output_snr_db(source, tmp, signals["speech"])
                 result["snr_db_vs_fp32"] = snr
                 LOG.info("fp16: %d node(s) kept in FP32, output SNR %.1f dB vs FP32 on speech, all outputs "
                          "finite (%d scans)", len(plan), snr, len(rows))

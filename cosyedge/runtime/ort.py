@@ -96,7 +96,8 @@ class OrtStreamSession(StreamSession):
     ``InferenceSession`` created in :meth:`activate` (``with session:``).
 
     Args:
-        model_path (str | Path): Streaming ONNX file (``state_in.*``/``state_out.*`` and cosyedge
+        model_path (str | Path | SourceModel): Streaming ONNX file (a :class:`~cosyedge.artifacts.SourceModel`
+            reuses its parsed contract) (``state_in.*``/``state_out.*`` and cosyedge
             metadata, i.e. the output of ``cosyedge streamify``), or the ``model.onnx`` of an engine.
         chunk_samples (int | None): Samples per chunk, a positive multiple of the model's total stride.
             Defaults to one hop (160 samples = 10 ms for the reference model).
@@ -114,8 +115,11 @@ class OrtStreamSession(StreamSession):
                  max_latency_records: int = DEFAULT_MAX_LATENCY_RECORDS):
         from cosyedge.errors import UsageError
 
-        self.model_path = Path(model_path)
-        contract = StreamContract.from_onnx(self.model_path)
+        from cosyedge.artifacts import SourceModel
+
+        self.model_path = Path(model_path)  # a SourceModel is os.PathLike
+        contract = model_path.contract if isinstance(model_path, SourceModel) else StreamContract.from_onnx(
+            self.model_path)
         contract.require_streaming(self.model_path)
         super().__init__(contract, chunk_samples=chunk_samples, batch=batch,
                          max_latency_records=max_latency_records)

@@ -80,9 +80,11 @@ def test_int8_build_parses_and_hashes_the_source_once(counted, calib, tmp_path, 
     assert calls == {"from_onnx": 1, "sha256_file": 1}
 
 
-def test_fp16_sparse_build_parses_and_hashes_the_source_once(counted, tmp_path, capsys):
+@pytest.mark.parametrize("flags", [["--fp16", "--sparse"], ["--fp16"]])
+def test_fp16_build_parses_and_hashes_the_source_once(counted, tmp_path, capsys, flags):
+    """Plain --fp16 too: its SNR check streams the source through an OrtStreamSession, which takes the
+    SourceModel's contract instead of parsing the file again."""
     src, calls = counted
-    rc = main(["build", "--onnx", str(src), "--fp16", "--sparse", "--backend", "onnxruntime",
-               "-o", str(tmp_path / "engines")])
+    rc = main(["build", "--onnx", str(src), *flags, "--backend", "onnxruntime", "-o", str(tmp_path / "engines")])
     assert rc == 0, capsys.readouterr().err
     assert calls == {"from_onnx": 1, "sha256_file": 1}
