@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from cosyedge.artifacts import EngineManifest
 from cosyedge.builders.names import parse_precision_label, precision_label
 from cosyedge.compare.models import CompareModel, load_compare_model
 from cosyedge.errors import UsageError
@@ -89,7 +90,8 @@ def check_candidate_label(cand: CompareModel, label: str, where: str) -> None:
     qdq, f16 = stats["qdq_nodes"], stats["fp16_initializers"] + stats["fp16_casts"]
     content = "int8" if qdq else "fp16" if f16 else "fp32"  # what the ONNX holds
     if cand.manifest is not None:
-        said, said_sparse = str(cand.manifest.get("precision", "fp32")), bool(cand.manifest.get("sparse", False))
+        m = EngineManifest.from_dict(cand.manifest)
+        said, said_sparse = m.precision, m.sparse
         src, src_sparse = "its manifest says", "its manifest says"
     else:
         meta = {p.key: p.value for p in model.metadata_props}

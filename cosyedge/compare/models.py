@@ -32,6 +32,7 @@ from typing import Any
 from cosyedge._lazy import has_module, lazy_import
 from cosyedge.artifacts import (
     MANIFEST_NAME,
+    EngineManifest,
     StreamContract,
     load_manifest,
     load_onnx,
@@ -198,15 +199,14 @@ def load_compare_model(path: str | Path) -> CompareModel:
         path = path.parent
     if path.is_dir():
         manifest = load_manifest(path)
-        if manifest.get("backend") == "tensorrt":
+        if EngineManifest.from_dict(manifest).backend == "tensorrt":
             return _load_trt(path, manifest)
     engine = load_engine(path)  # validates manifest, model hash, contract, streaming state
     model = load_onnx(engine.model_path, load_external_data=False)
     ins, outs = _graph_io(model)
     if engine.manifest is not None:
-        precision = str(engine.manifest.get("precision", "fp32"))
-        sparse = bool(engine.manifest.get("sparse", False))
-        parent = engine.manifest.get("parent_sha256")
+        m = EngineManifest.from_dict(engine.manifest)
+        precision, sparse, parent = m.precision, m.sparse, m.parent_sha256
     else:
         precision, sparse = _onnx_flags(model)
         meta = {p.key: p.value for p in model.metadata_props}
@@ -231,11 +231,11 @@ def _load_trt(path: Path, manifest: dict) -> CompareModel:
     plan_path = Path(getattr(engine, "plan_path", path / "engine.plan"))
     model = load_onnx(model_path, load_external_data=False)
     ins, outs = _graph_io(model)
+    m = EngineManifest.from_dict(manifest)
     return CompareModel(path=path, model_path=model_path, contract=StreamContract.from_onnx(model),
-                        backend="tensorrt", precision=str(manifest.get("precision", "fp32")),
-                        sparse=bool(manifest.get("sparse", False)), model_sha256=sha256_file(model_path),
-                        parent_sha256=manifest.get("parent_sha256"), manifest=manifest, plan_path=plan_path,
-                        inputs=ins, outputs=outs)
+                        backend="tensorrt", precision=m.precision, sparse=m.sparse,
+                        model_sha256=sha256_file(model_path), parent_sha256=m.parent_sha256, manifest=manifest,
+                        plan_path=plan_path, inputs=ins, outputs=outs)
 
 
 def check_compatible(ref: CompareModel, cand: CompareModel) -> None:
