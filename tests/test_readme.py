@@ -26,3 +26,23 @@ def test_ci_runs_the_readme_test_command():
     # .ci/run may add quiet flags to pip; the command otherwise matches word for word.
     ci_cmd = next(ln for ln in ci_lines if "pytest" in ln).replace("pip install -q ", "pip install ")
     assert ci_cmd == test_cmd
+
+
+def test_readme_python_api_block_runs(tmp_path, monkeypatch):
+    """The README's Python API block runs as written once `cosyedge build --fp16` has made its engine folder (in
+    $COSYEDGE_ENGINES_DIR, which the block honours through engines_root()); ``chunk`` is real speech."""
+    import numpy as np
+    import soundfile as sf
+
+    from cosyedge.cli.main import main
+
+    monkeypatch.setenv("COSYEDGE_ENGINES_DIR", str(tmp_path / "engines"))
+    assert main(["build", "-q", "--fp16"]) == 0
+    text = (ROOT / "README.md").read_text()
+    block = text.split("## Python API", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    speech, _ = sf.read(ROOT / "cosyedge" / "assets" / "demo" / "noisy.wav", dtype="float32", frames=1600)
+    scope = {"chunk": np.ascontiguousarray(speech[800:960].reshape(1, 1, 160))}
+    exec(compile(block, "README.md (Python API)", "exec"), scope)
+    assert scope["y"].shape == (1, 1, 160) and scope["y"].dtype == np.float32 and np.isfinite(scope["y"]).all()
+    assert np.abs(scope["y"]).max() > 0
+    assert scope["outs"][scope["sid"]].shape == (160,)
