@@ -19,15 +19,15 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
+from cosyedge.cli.main import main as main_cli
+
 HERE = Path(__file__).resolve()
 DEMO = HERE.parents[3] / "cosyedge" / "assets" / "demo" / "noisy.wav"
 HOP = 160  # 10 ms at 16 kHz
-ENV = dict(os.environ)
 
 
 def export_toy(path: Path, seed: int = 0) -> Path:
@@ -73,15 +73,13 @@ def export_toy(path: Path, seed: int = 0) -> Path:
     return path
 
 
-def cosyedge(*args: str) -> str:
-    """Run the ``cosyedge`` command line; print and return its output; stop on a non-zero exit."""
-    cmd = [sys.executable, "-m", "cosyedge.cli.main", *args]
+def cosyedge(*args: str) -> None:
+    """Run one ``cosyedge`` command in this process (:func:`cosyedge.cli.main.main`, the console entry point);
+    stop with its exit code when it fails."""
     print("$ cosyedge " + " ".join(args), flush=True)
-    p = subprocess.run(cmd, capture_output=True, text=True, env=ENV)
-    print(p.stdout + p.stderr, end="", flush=True)
-    if p.returncode:
-        sys.exit(p.returncode)
-    return p.stdout + p.stderr
+    rc = main_cli(list(args))
+    if rc:
+        sys.exit(rc)
 
 
 def main() -> int:
@@ -92,7 +90,7 @@ def main() -> int:
     args = ap.parse_args()
     args.out = args.out or Path(tempfile.mkdtemp(prefix="cosyedge-ex02-"))
     args.out.mkdir(parents=True, exist_ok=True)
-    ENV["COSYEDGE_ENGINES_DIR"] = str(args.out / "engines")  # never ./engines
+    os.environ["COSYEDGE_ENGINES_DIR"] = str(args.out / "engines")  # never ./engines
     full = export_toy(args.out / "toy.onnx")
     print(f"exported {full}")
     stream = args.out / "toy.stream.onnx"

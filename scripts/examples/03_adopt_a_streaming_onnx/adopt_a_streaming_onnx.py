@@ -18,14 +18,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
+from cosyedge.cli.main import main as main_cli
+
 HERE = Path(__file__).resolve()
 DEMO = HERE.parents[3] / "cosyedge" / "assets" / "demo" / "noisy.wav"
-ENV = dict(os.environ)
 HOP = 160  # 10 ms at 16 kHz
 
 
@@ -69,14 +69,13 @@ def write_streaming_graph(path: Path) -> Path:
     return path
 
 
-def cosyedge(*args: str) -> str:
-    """Run the ``cosyedge`` command line; print and return its output; stop on a non-zero exit."""
+def cosyedge(*args: str) -> None:
+    """Run one ``cosyedge`` command in this process (:func:`cosyedge.cli.main.main`, the console entry point);
+    stop with its exit code when it fails."""
     print("$ cosyedge " + " ".join(args), flush=True)
-    p = subprocess.run([sys.executable, "-m", "cosyedge.cli.main", *args], capture_output=True, text=True, env=ENV)
-    print(p.stdout + p.stderr, end="", flush=True)
-    if p.returncode:
-        sys.exit(p.returncode)
-    return p.stdout + p.stderr
+    rc = main_cli(list(args))
+    if rc:
+        sys.exit(rc)
 
 
 def main() -> int:
@@ -87,7 +86,7 @@ def main() -> int:
     args = ap.parse_args()
     args.out = args.out or Path(tempfile.mkdtemp(prefix="cosyedge-ex03-"))
     args.out.mkdir(parents=True, exist_ok=True)
-    ENV["COSYEDGE_ENGINES_DIR"] = str(args.out / "engines")  # never ./engines
+    os.environ["COSYEDGE_ENGINES_DIR"] = str(args.out / "engines")  # never ./engines
     src = write_streaming_graph(args.out / "fir.onnx")
     print(f"wrote {src} (its own states: cache -> new_cache, h_in -> h_out)")
     stream = args.out / "fir.stream.onnx"

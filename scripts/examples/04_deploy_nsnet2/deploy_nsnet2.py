@@ -19,26 +19,25 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from cosyedge.cli.main import main as main_cli
 
 HERE = Path(__file__).resolve()
 ROOT = HERE.parents[3]
 DEMO = ROOT / "cosyedge" / "assets" / "demo" / "noisy.wav"
 BASELINE = ROOT / "cosyedge" / "compare" / "baselines" / "nsnet2.accuracy.json"
-ENV = dict(os.environ)
 
 
-def cosyedge(*args: str) -> str:
-    """Run the ``cosyedge`` command line; print and return its output; stop on a non-zero exit."""
+def cosyedge(*args: str) -> None:
+    """Run one ``cosyedge`` command in this process (:func:`cosyedge.cli.main.main`, the console entry point);
+    stop with its exit code when it fails."""
     print("$ cosyedge " + " ".join(args), flush=True)
-    p = subprocess.run([sys.executable, "-m", "cosyedge.cli.main", *args], capture_output=True, text=True, env=ENV)
-    print(p.stdout + p.stderr, end="", flush=True)
-    if p.returncode:
-        sys.exit(p.returncode)
-    return p.stdout + p.stderr
+    rc = main_cli(list(args))
+    if rc:
+        sys.exit(rc)
 
 
 def main() -> int:
@@ -51,7 +50,7 @@ def main() -> int:
     args.out = args.out or Path(tempfile.mkdtemp(prefix="cosyedge-ex04-"))
     args.out.mkdir(parents=True, exist_ok=True)
     engines = args.out / "engines"
-    ENV["COSYEDGE_ENGINES_DIR"] = str(engines)  # never ./engines
+    os.environ["COSYEDGE_ENGINES_DIR"] = str(engines)  # never ./engines
     onnx = args.out / "nsnet2.stream.onnx"
     cosyedge("export", "nsnet2", "-o", str(onnx))
     cosyedge("check", "--onnx", str(onnx), "--precisions", "fp16,int8", "--baseline", str(args.baseline),
@@ -59,9 +58,9 @@ def main() -> int:
     cosyedge("run", str(args.input), "-o", str(args.out / "enhanced.wav"),
              "--engine", str(engines / "nsnet2-int8-onnxruntime"))
     print("For a model of your own, write its baseline once and commit it:\n"
-          f"  cosyedge check --onnx my.stream.onnx --precisions fp16,int8 --baseline my.accuracy.json "
-          f"--update-baseline --calib DIR\n"
-          f"then gate every CI run with the same command without --update-baseline (exit 1 on a regression).")
+          "  cosyedge check --onnx my.stream.onnx --precisions fp16,int8 --baseline my.accuracy.json "
+          "--update-baseline --calib DIR\n"
+          "then gate every CI run with the same command without --update-baseline (exit 1 on a regression).")
     print(f"artifacts in {args.out}")
     return 0
 

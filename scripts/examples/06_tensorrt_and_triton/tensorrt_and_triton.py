@@ -18,25 +18,24 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
+from cosyedge.cli.main import main as main_cli
+
 HERE = Path(__file__).resolve()
 ROOT = HERE.parents[3]
 DEMO = ROOT / "cosyedge" / "assets" / "demo" / "noisy.wav"
-ENV = dict(os.environ)
 
 
-def cosyedge(*args: str) -> str:
-    """Run the ``cosyedge`` command line; print and return its output; stop on a non-zero exit."""
+def cosyedge(*args: str) -> None:
+    """Run one ``cosyedge`` command in this process (:func:`cosyedge.cli.main.main`, the console entry point);
+    stop with its exit code when it fails."""
     print("$ cosyedge " + " ".join(args), flush=True)
-    p = subprocess.run([sys.executable, "-m", "cosyedge.cli.main", *args], capture_output=True, text=True, env=ENV)
-    print(p.stdout + p.stderr, end="", flush=True)
-    if p.returncode:
-        sys.exit(p.returncode)
-    return p.stdout + p.stderr
+    rc = main_cli(list(args))
+    if rc:
+        sys.exit(rc)
 
 
 def main() -> int:
@@ -48,7 +47,7 @@ def main() -> int:
     args.out = args.out or Path(tempfile.mkdtemp(prefix="cosyedge-ex06-"))
     args.out.mkdir(parents=True, exist_ok=True)
     engines = args.out / "engines"
-    ENV["COSYEDGE_ENGINES_DIR"] = str(engines)  # never ./engines
+    os.environ["COSYEDGE_ENGINES_DIR"] = str(engines)  # never ./engines
 
     cosyedge("build", "--backend", "triton", "--instance-kind", "cpu", "--max-sequences", str(args.max_sequences),
              "-o", str(engines))
