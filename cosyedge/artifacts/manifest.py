@@ -127,9 +127,10 @@ class SourceModel:
         self._proto: Any = None
 
     @classmethod
-    def of(cls, source: "str | Path | SourceModel") -> "SourceModel":
-        """Return ``source`` if it is a SourceModel, else a new one for the path (SourceModel)."""
-        return source if isinstance(source, SourceModel) else cls(source)
+    def of(cls, source: "str | Path | Stage | SourceModel") -> "SourceModel":
+        """Return ``source`` if it is a SourceModel, else a new one for its path (a :class:`Stage` is run first,
+        :func:`resolve_artifact`) (SourceModel)."""
+        return source if isinstance(source, SourceModel) else cls(resolve_artifact(source))
 
     @property
     def sha256(self) -> str:

@@ -35,7 +35,6 @@ from cosyedge.artifacts import (
     Stage,
     StreamContract,
     atomic_folder,
-    resolve_artifact,
     write_manifest,
 )
 from cosyedge.builders.config import BuildConfig
@@ -114,7 +113,7 @@ def build_ort(onnx_path: Any, out_dir: str | Path | None = None, name: str | Non
     if config is not None:  # one checked object instead of the keyword options
         precision, sparse, exclude, calib, calib_count, amax = config.options()
     # parsed and hashed once for the whole build
-    src = onnx_path if isinstance(onnx_path, SourceModel) else SourceModel(resolve_artifact(onnx_path))
+    src = SourceModel.of(onnx_path)
     contract = check_streaming_onnx(src)
     name = check_engine_name(name or engine_model_name(contract.name, src))
     root = Path(out_dir) if out_dir is not None else engines_root()

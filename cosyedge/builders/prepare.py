@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from cosyedge._lazy import lazy_import
-from cosyedge.artifacts import SourceModel, StreamContract, load_onnx, resolve_artifact, sha256_file
+from cosyedge.artifacts import SourceModel, StreamContract, load_onnx, sha256_file
 from cosyedge.errors import ArtifactError, UsageError
 from cosyedge.builders.config import BuildConfig
 from cosyedge.log import LOG
@@ -120,7 +120,7 @@ def prepare_onnx(onnx_path: Any, dest: str | Path, *, precision: str = "fp32", s
     cal = config.calibration or Calibration()
     precision, sparse, exclude = config.precision, config.sparse, config.exclude
     calib, calib_count, amax = cal.set, cal.count, cal.amax
-    src = onnx_path if isinstance(onnx_path, SourceModel) else SourceModel(resolve_artifact(onnx_path))
+    src = SourceModel.of(onnx_path)
     contract = check_streaming_onnx(src)  # src is passed down: its contract and SHA-256 are computed once
     dest = Path(dest)
     if precision == "int8":

@@ -75,7 +75,6 @@ from cosyedge.artifacts import (
     atomic_output,
     load_manifest,
     load_onnx,
-    resolve_artifact,
     sha256_file,
     write_manifest,
 )
@@ -271,7 +270,7 @@ def build_trt(onnx_path: Any, out_dir: str | Path | None = None, name: str | Non
         raise UsageError(f"unknown precision {precision!r} (use one of {', '.join(PRECISIONS)})")
     if not 1 <= int(workspace_mib) <= 1 << 20:
         raise UsageError(f"workspace must be between 1 and {1 << 20} MiB, got {workspace_mib}")
-    model_in = onnx_path if isinstance(onnx_path, SourceModel) else SourceModel(resolve_artifact(onnx_path))
+    model_in = SourceModel.of(onnx_path)
     src = model_in.path
     contract = model_in.contract
     contract.require_streaming(src)

@@ -68,7 +68,6 @@ from cosyedge.artifacts import (
     check_not_input,
     check_writable,
     load_onnx,
-    resolve_artifact,
 )
 from cosyedge.errors import AccuracyError, ArtifactError, UsageError, first_line
 from cosyedge.log import LOG
@@ -490,8 +489,7 @@ def fp16_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, exclude: Iterable[
     import onnxruntime
 
     t0 = time.perf_counter()
-    source = (fp32_stream_onnx if isinstance(fp32_stream_onnx, SourceModel)
-              else SourceModel(resolve_artifact(fp32_stream_onnx)))
+    source = SourceModel.of(fp32_stream_onnx)
     src = source.path
     out_path = check_writable(out_path)
     check_not_input(src, out_path)

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from cosyedge.artifacts import (SourceModel, StreamContract, check_not_input, check_writable, resolve_artifact,
+from cosyedge.artifacts import (SourceModel, StreamContract, check_not_input, check_writable,
                                 sha256_file)
 from cosyedge.errors import ArtifactError, UsageError
 from cosyedge.log import LOG
@@ -101,8 +101,7 @@ def int8_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, calib: Any = None,
     if calibration is not None:
         calib, count, amax, cache_name = (calibration.set, calibration.count, calibration.amax,
                                           calibration.cache_name)
-    source = (fp32_stream_onnx if isinstance(fp32_stream_onnx, SourceModel)
-              else SourceModel(resolve_artifact(fp32_stream_onnx)))
+    source = SourceModel.of(fp32_stream_onnx)
     src = source.path
     out_path = Path(out_path)
     contract = source.contract

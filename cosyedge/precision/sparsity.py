@@ -44,7 +44,6 @@ from cosyedge.artifacts import (
     check_not_input,
     check_writable,
     load_onnx,
-    resolve_artifact,
     sha256_file,
 )
 from cosyedge.errors import ArtifactError, UsageError
@@ -301,7 +300,7 @@ def sparsify_onnx(in_onnx: Any, out_onnx: str | Path, *, exclude: Iterable[str] 
         UsageError: unknown node in ``exclude``; no layer is eligible.
     """
     t0 = time.perf_counter()
-    source = in_onnx if isinstance(in_onnx, SourceModel) else SourceModel(resolve_artifact(in_onnx))
+    source = SourceModel.of(in_onnx)
     src = source.path
     out_onnx = check_writable(out_onnx)
     check_not_input(src, out_onnx)

@@ -22,7 +22,6 @@ from cosyedge.artifacts import (
     StreamContract,
     atomic_folder,
     load_onnx,
-    resolve_artifact,
     sha256_file,
     write_manifest,
 )
@@ -228,7 +227,7 @@ def build_triton(onnx_path: Any, out_dir: str | Path | None = None, name: str | 
                              ("idle time", idle_us, 1, 10**12)):
         if not lo <= int(v) <= hi:
             raise UsageError(f"{label} must be between {lo} and {hi}, got {v}")
-    src = onnx_path if isinstance(onnx_path, SourceModel) else SourceModel(resolve_artifact(onnx_path))
+    src = SourceModel.of(onnx_path)
     raw = {p.key: p.value for p in src.proto.metadata_props}
     try:
         raw_states = json.loads(raw.get(META_PREFIX + "state", "[]"))
