@@ -69,7 +69,7 @@ def check_streaming_onnx(src: Path | SourceModel) -> StreamContract:
     Raises:
         ArtifactError: file missing/corrupt, no cosyedge metadata, or no state pairs (not streamified).
     """
-    contract = src.contract if isinstance(src, SourceModel) else StreamContract.from_onnx(src)
+    contract = SourceModel.of(src).contract
     contract.require_streaming(src)
     return contract
 

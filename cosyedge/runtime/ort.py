@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from cosyedge._lazy import lazy_import
-from cosyedge.artifacts import StreamContract
+from cosyedge.artifacts import SourceModel, StreamContract
 from cosyedge.errors import ArtifactError, first_line
 from cosyedge.log import LOG
 from cosyedge.runtime.base import DEFAULT_MAX_LATENCY_RECORDS, StreamSession
@@ -115,11 +115,8 @@ class OrtStreamSession(StreamSession):
                  max_latency_records: int = DEFAULT_MAX_LATENCY_RECORDS):
         from cosyedge.errors import UsageError
 
-        from cosyedge.artifacts import SourceModel
-
         self.model_path = Path(model_path)  # a SourceModel is os.PathLike
-        contract = model_path.contract if isinstance(model_path, SourceModel) else StreamContract.from_onnx(
-            self.model_path)
+        contract = SourceModel.of(model_path).contract  # a SourceModel passed in keeps its parsed contract
         contract.require_streaming(self.model_path)
         super().__init__(contract, chunk_samples=chunk_samples, batch=batch,
                          max_latency_records=max_latency_records)
