@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from cosyedge.artifacts import MANIFEST_NAME, EngineManifest, StreamContract, sha256_file
 from cosyedge.errors import CosyEdgeError
@@ -107,7 +106,7 @@ def label_fresh(folder: Path, parent_sha256: str, label: str, *, amax: str | Pat
     return fresh
 
 
-def reuse_or_build(src: str | Path, config: Any, folder: str | Path, *, build: Callable[[], Path],
+def reuse_or_build(src: str | Path, folder: str | Path, *, build: Callable[[], Path],
                    fresh: Callable[[Path], bool] | None = None, reused: str | None = None,
                    stale: str | None = None, broken: str | None = None) -> Path:
     """Return ``folder`` when it is a fresh engine of ``src``, else build it.
@@ -119,8 +118,6 @@ def reuse_or_build(src: str | Path, config: Any, folder: str | Path, *, build: C
 
     Args:
         src (str | Path): The source (FP32 streaming) ONNX the engine is built from.
-        config (Any): The build options (a :class:`cosyedge.builders.config.BuildConfig` or None); passed
-            through for the caller's ``fresh``/``build`` closures and logged.
         folder (str | Path): The engine folder to reuse.
         build (callable): ``build() -> Path`` that (re)writes the engine; its result is returned.
         fresh (callable | None): ``fresh(folder) -> bool``; None: :func:`parent_is` with ``sha256(src)``.
@@ -185,7 +182,7 @@ def default_engine(build: Callable[..., Path] | None = None) -> Path:
         return cached
     contract = StreamContract.from_onnx(src)
     folder = engines_root() / engine_folder_name(contract.name)
-    folder = reuse_or_build(src, None, folder, build=lambda: build(src, out_dir=folder.parent),
+    folder = reuse_or_build(src, folder, build=lambda: build(src, out_dir=folder.parent),
                             fresh=lambda f: parent_is(f, digest),
                             stale="bundled reference model changed; rebuilding %s", broken="rebuilding %s (%s)")
     _DEFAULT_CACHE[key] = folder

@@ -132,7 +132,7 @@ def ensure_engine(ref: CompareModel, label: str, engines_dir: Path, *, baseline:
                                  f"'cosyedge check --update-baseline'") from None
             raise
 
-    folder = reuse_or_build(ref.model_path, None, folder, build=build, reused="reusing engine %s",
+    folder = reuse_or_build(ref.model_path, folder, build=build, reused="reusing engine %s",
                             fresh=lambda f: label_fresh(f, ref.model_sha256, label,
                                                         amax=amax if use_amax else None, calib=calib))
     if precision == "int8" and not use_amax:

@@ -29,11 +29,11 @@ def test_reuse_or_build_reuses_a_fresh_folder_and_rebuilds_a_stale_one(fir, tmp_
         builds.append(1)
         return build_ort(fir, out_dir=root)
 
-    assert reuse_or_build(fir, None, folder, build=build) == folder and builds == [1]  # missing: built
-    assert reuse_or_build(fir, None, folder, build=build) == folder and builds == [1]  # fresh: reused
-    assert reuse_or_build(fir, None, folder, build=build, fresh=lambda f: False) == folder and builds == [1, 1]
+    assert reuse_or_build(fir, folder, build=build) == folder and builds == [1]  # missing: built
+    assert reuse_or_build(fir, folder, build=build) == folder and builds == [1]  # fresh: reused
+    assert reuse_or_build(fir, folder, build=build, fresh=lambda f: False) == folder and builds == [1, 1]
     (folder / "model.onnx").write_bytes(b"corrupt")  # does not load: rebuilt
-    assert reuse_or_build(fir, None, folder, build=build) == folder and len(builds) == 3
+    assert reuse_or_build(fir, folder, build=build) == folder and len(builds) == 3
 
 
 def test_label_fresh_is_checks_rule(fir, tmp_path):
