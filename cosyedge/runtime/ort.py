@@ -89,6 +89,89 @@ def session_from_onnx(model_or_path: Any, *, threads: int | None = 1, inter_thre
                                 else ["CPUExecutionProvider"])
 
 
+def ortvalue(a: np.ndarray) -> Any:
+    """An ``onnxruntime.OrtValue`` on CPU sharing the memory of ``a`` (np.ndarray, C-contiguous): ONNX Runtime
+    reads an input, or writes an output, in place."""
+    return ort.OrtValue.ortvalue_from_numpy(a, "cpu", 0)
+
+
+def bind_ortvalues(binding: Any, inputs: dict[str, Any], outputs: dict[str, Any]) -> None:
+    """Bind ``inputs`` and ``outputs`` (``OrtValue`` by tensor name) to ``binding`` (``onnxruntime.IOBinding``).
+
+    Outputs are bound preallocated: ONNX Runtime writes into them and, at ``run_with_iobinding``, checks each
+    against the shape the model declares for that output, failing with "Got invalid dimensions for output:
+    NAME" when a fixed dimension there differs (a time axis an export left at a fixed length). This is how
+    :class:`OrtStreamSession` (``cosyedge run``, ``build``) runs every chunk; the streamify proof runs through
+    it too (:class:`BoundRunner`), so a graph that proves is a graph that runs.
+    """
+    for name, v in inputs.items():
+        binding.bind_ortvalue_input(name, v)
+    for name, v in outputs.items():
+        binding.bind_ortvalue_output(name, v)
+
+
+def chunk_output_buffers(contract: StreamContract, sess: Any, chunk_samples: int, batch: int = 1,
+                         outputs: list | None = None) -> dict[str, np.ndarray]:
+    """Zeroed output buffers of one chunk, shaped as :class:`OrtStreamSession` binds them.
+
+    Args:
+        contract (StreamContract): The stream contract.
+        sess (onnxruntime.InferenceSession): The session (gives each output's declared dtype).
+        chunk_samples (int): Samples in the chunk (a multiple of the total stride); each output gets
+            ``frames_per_hop * chunk_samples // hop_samples`` frames on its time axis.
+        batch (int): Streams per chunk (the ``"N"`` axis).
+        outputs (list[StreamIO] | None): Streaming outputs to allocate; default every one of the contract.
+    Returns:
+        dict[str, np.ndarray]: by output name, shape ``StreamIO.concrete_shape(batch, frames)``, the
+        session's declared dtype (float32 when not one of float32/float16/float64/int64/int32).
+    """
+    declared = {o.name: o for o in sess.get_outputs()}
+    hop = contract.hop_samples
+    return {o.name: np.zeros(o.concrete_shape(batch, o.frames(chunk_samples, hop)),
+                             dtype=_ORT_DTYPES.get(declared[o.name].type, np.float32))
+            for o in (contract.stream_outputs if outputs is None else outputs)}
+
+
+class BoundRunner:
+    """Run a session call after call as :class:`OrtStreamSession` runs its chunks: inputs copied into
+    preallocated arrays and outputs written into preallocated buffers, all bound once with IOBinding
+    (:func:`bind_ortvalues`), so ONNX Runtime validates every output's declared shape against its buffer.
+    One binding per distinct set of feed shapes (a shorter last chunk gets its own).
+
+    Args:
+        sess (onnxruntime.InferenceSession): The session.
+        output_buffers (Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]): Given the first feeds of a
+            shape, the output buffers to bind by name (e.g. :func:`chunk_output_buffers` plus the state
+            outputs); only these outputs are computed.
+
+    Calling it with ``feeds`` (dict[str, np.ndarray], every model input by name) returns a fresh copy of
+    every bound output (dict[str, np.ndarray]); it raises ONNX Runtime's own exception types (e.g. "Got
+    invalid dimensions for output: NAME"), which callers turn into their one-line error.
+    """
+
+    def __init__(self, sess: Any, output_buffers: Any):
+        self._sess = sess
+        self._alloc = output_buffers
+        self._bound: dict = {}
+
+    def __call__(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Run once on ``feeds``; returns copies of the outputs (see the class doc)."""
+        key = tuple((k, np.shape(v), np.asarray(v).dtype.str) for k, v in feeds.items())
+        got = self._bound.get(key)
+        if got is None:
+            ins = {k: np.array(v, order="C", copy=True) for k, v in feeds.items()}
+            outs = self._alloc(feeds)
+            ovs = ({k: ortvalue(v) for k, v in ins.items()}, {k: ortvalue(v) for k, v in outs.items()})
+            binding = self._sess.io_binding()
+            bind_ortvalues(binding, *ovs)
+            got = self._bound[key] = (binding, ins, outs, ovs)  # the OrtValues live as long as the binding
+        binding, ins, outs, _ovs = got
+        for k, v in feeds.items():
+            np.copyto(ins[k], v)
+        self._sess.run_with_iobinding(binding)
+        return {k: v.copy() for k, v in outs.items()}
+
+
 class OrtStreamSession(StreamSession):
     """Stream a cosyedge streaming ONNX model through ONNX Runtime, one chunk per :meth:`push`.
 
@@ -171,21 +254,16 @@ class OrtStreamSession(StreamSession):
         def dtype_of(arg) -> type:
             return _ORT_DTYPES.get(arg.type, np.float32)
 
-        hop = c.hop_samples
         self._xs = {i.name: np.zeros(self.input_shape(i), dtype=dtype_of(inputs[i.name])) for i in io_in}
-        self._ys = {o.name: np.zeros(o.concrete_shape(self.batch, o.frames(self.chunk_samples, hop)),
-                                     dtype=dtype_of(outputs[o.name])) for o in io_out}
+        self._ys = chunk_output_buffers(c, sess, self.chunk_samples, self.batch, io_out)
         self._x = self._xs.get(c.input)
         self._y = self._ys.get(c.output)
         # ping-pong state buffers: _states[k][i] is set k (0 = A, 1 = B) of state i
         self._states = ([s.zeros(self.batch) for s in c.states], [s.zeros(self.batch) for s in c.states])
 
-        def ov(a: np.ndarray):
-            return ort.OrtValue.ortvalue_from_numpy(a, "cpu", 0)
-
-        self._ov_xs = {k: ov(a) for k, a in self._xs.items()}
-        self._ov_ys = {k: ov(a) for k, a in self._ys.items()}
-        self._ov_states = ([ov(a) for a in self._states[0]], [ov(a) for a in self._states[1]])
+        self._ov_xs = {k: ortvalue(a) for k, a in self._xs.items()}
+        self._ov_ys = {k: ortvalue(a) for k, a in self._ys.items()}
+        self._ov_states = ([ortvalue(a) for a in self._states[0]], [ortvalue(a) for a in self._states[1]])
         # binding k reads states from set k and writes the new states into set 1 - k
         self._bindings = [sess.io_binding(), sess.io_binding()]
         for k, b in enumerate(self._bindings):
@@ -221,14 +299,9 @@ class OrtStreamSession(StreamSession):
                                 f"contract says {io.shape}; re-run 'cosyedge streamify'")
 
     def _bind(self, binding, k: int) -> None:
-        c = self.contract
-        for name, v in self._ov_xs.items():
-            binding.bind_ortvalue_input(name, v)
-        for name, v in self._ov_ys.items():
-            binding.bind_ortvalue_output(name, v)
-        for i, s in enumerate(c.states):
-            binding.bind_ortvalue_input(s.input, self._ov_states[k][i])
-            binding.bind_ortvalue_output(s.output, self._ov_states[1 - k][i])
+        states = self.contract.states
+        bind_ortvalues(binding, {**self._ov_xs, **{s.input: self._ov_states[k][i] for i, s in enumerate(states)}},
+                       {**self._ov_ys, **{s.output: self._ov_states[1 - k][i] for i, s in enumerate(states)}})
 
     def deactivate_impl(self) -> None:
         """Drop the session, bindings and buffers."""

@@ -33,7 +33,7 @@ import numpy as np
 from cosyedge.artifacts import StreamContract
 from cosyedge.errors import AccuracyError, ArtifactError, UsageError, first_line
 from cosyedge.runtime import loop
-from cosyedge.runtime.ort import session_from_onnx
+from cosyedge.runtime.ort import BoundRunner, chunk_output_buffers, session_from_onnx
 from cosyedge.surgery.facts import mark_all_outputs
 
 ATOL = 1e-4
@@ -48,9 +48,14 @@ def session(model: Any) -> Any:
 
 def stream_run(model: Any, contract: Any, inputs: dict[str, np.ndarray], chunk_ticks: int,
                ticks_per_frame: dict[str, Any], mark_all: bool = False) -> dict[str, np.ndarray]:
-    """Stream ``inputs`` through a stream graph with raw ONNX Runtime; return every output concatenated
+    """Stream ``inputs`` through a stream graph with ONNX Runtime; return every output concatenated
     over chunks along its time axis (with ``mark_all``, every intermediate tensor too, along the axis
     given by ``ticks_per_frame``'s keys).
+
+    Each chunk runs as ``cosyedge run`` runs it (:class:`cosyedge.runtime.ort.BoundRunner`: inputs and outputs
+    bound, outputs preallocated at the contract's shapes), so an output whose declared shape cannot hold a
+    chunk (a time axis the export fixed) fails here as it would there. With ``mark_all`` (bisection only,
+    intermediate tensors have no contract shape) each chunk is a plain ``sess.run``.
 
     Args:
         model (onnx.ModelProto): The stream graph.
@@ -63,7 +68,8 @@ def stream_run(model: Any, contract: Any, inputs: dict[str, np.ndarray], chunk_t
     Returns:
         dict[str, np.ndarray]: by tensor name.
     Raises:
-        ArtifactError: ONNX Runtime cannot load or run the stream graph.
+        ArtifactError: ONNX Runtime cannot load the stream graph, or cannot run it on a chunk of
+            ``chunk_ticks`` (one line: the chunk and ONNX Runtime's first line).
     """
     m = mark_all_outputs(model)[0] if mark_all else model
     try:
@@ -73,13 +79,20 @@ def stream_run(model: Any, contract: Any, inputs: dict[str, np.ndarray], chunk_t
     names = [o.name for o in sess.get_outputs()]
     want = [n for n in names if n in ticks_per_frame]
     io = {i.name: i for i in contract.stream_inputs}
+    first = contract.stream_inputs[0]
+    unit = "samples" if first.kind == "audio" else "frames"
 
     def error(err: Exception, _k: int) -> ArtifactError:
-        return ArtifactError(f"ONNX Runtime cannot run the stream graph on a chunk of {chunk_ticks} ticks "
-                             f"({first_line(err)})")
+        return ArtifactError(f"ONNX Runtime cannot run the stream graph on a chunk of {chunk_ticks} {unit} "
+                             f"({first_line(err)}), as 'cosyedge run' and 'build' would run it; nothing written")
 
-    chunks = loop.stream(lambda feeds: dict(zip(names, sess.run(None, feeds))), contract, inputs, chunk_ticks,
-                         axes={name: io[name].time_axis for name in inputs}, outputs=want, on_error=error)
+    def buffers(feeds: dict) -> dict:  # what OrtStreamSession (cosyedge run / build) binds for this chunk
+        samples = feeds[first.name].shape[first.time_axis] * contract.hop_samples // first.frames_per_hop
+        return {**chunk_output_buffers(contract, sess, samples), **{s.output: s.zeros(1) for s in contract.states}}
+
+    infer = (lambda feeds: dict(zip(names, sess.run(None, feeds)))) if mark_all else BoundRunner(sess, buffers)
+    chunks = loop.stream(infer, contract, inputs, chunk_ticks, axes={name: io[name].time_axis for name in inputs},
+                         outputs=want, on_error=error)
     return {n: np.concatenate([c[n] for c in chunks], axis=ticks_per_frame[n][0]) for n in want if chunks}
 
 

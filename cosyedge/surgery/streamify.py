@@ -109,6 +109,31 @@ def _input_time_axes(graph: Any, given: dict[str, int] | None) -> dict[str, int]
     return axes
 
 
+def _free_time_dims(tensors: list, axes: dict[str, int], where: str, kind: str) -> None:
+    """Make the time axis of each graph input or output in ``tensors`` symbolic where the export left it at a
+    fixed length (``torch.onnx.export(dynamo=True)`` with ``dynamic_shapes`` on the input only keeps the output
+    at the example's length): a stream graph runs on chunks of any multiple of the stride, and ONNX Runtime
+    refuses a bound output whose declared fixed length differs ("Got invalid dimensions for output").
+    Logs one warning line per repaired tensor.
+
+    Args:
+        tensors (list[gs.Variable]): Graph inputs or outputs (their ``shape`` is edited in place).
+        axes (dict[str, int]): Time axis by tensor name; tensors not named are left alone.
+        where (str): Name for messages.
+        kind (str): ``"input"`` or ``"output"``, for messages.
+    """
+    for t in tensors:
+        shape = list(t.shape or [])
+        axis = axes.get(t.name)
+        if axis is None or not 0 <= axis < len(shape) or not isinstance(shape[axis], (int, np.integer)):
+            continue
+        fixed = int(shape[axis])
+        shape[axis] = f"T_{t.name}"
+        t.shape = shape
+        LOG.warning("%s: %s '%s' had its time axis %d fixed at %d by the export; made it symbolic in the stream "
+                    "graph so that every chunk length runs", where, kind, t.name, axis, fixed)
+
+
 def _is_audio(shape: list, axis: int) -> bool:
     return len(shape) == 3 and axis == 2 and shape[1] == 1
 
@@ -144,6 +169,7 @@ def streamify_graph(graph: Any, *, hop_ticks: int, time_axes: dict[str, int] | N
     if taken:
         raise UsageError(f"model already has tensor '{taken[0]}': is it already streamified?")
     axes = _input_time_axes(graph, time_axes)
+    _free_time_dims(graph.inputs, axes, where, "input")
     # Probe at multiples of the hop and, for waveforms, of 64 samples, so strides up to 64 are measured
     # exactly even when the hop is not a multiple of them (then refused below, naming the stride).
     quantum = math.lcm(hop_ticks, 64) if _is_audio(list(graph.inputs[0].shape or []), axes[graph.inputs[0].name]) \
@@ -165,6 +191,8 @@ def streamify_graph(graph: Any, *, hop_ticks: int, time_axes: dict[str, int] | N
     if not walker.states:
         LOG.warning("%s has no time context to carry: every op works on whole chunks of the total stride (a "
                     "frame-by-frame model streams as it is; if it should not, check the time axis)", where)
+    _free_time_dims(graph.outputs, {t.name: walker.facts[t.name].axis for t in graph.outputs
+                                    if t.name in walker.facts and walker.facts[t.name].is_stream}, where, "output")
     denoms = [f.rate.denominator for f in facts.values() if f.is_stream]
     stride = math.lcm(*denoms) if denoms else 1
     for t in graph.outputs:
@@ -208,10 +236,26 @@ def _np_name(dtype: Any) -> str:
         return "float32"
 
 
+def proof_chunks(stride_ticks: int, hop_ticks: int) -> list[int]:
+    """Chunk lengths the proof streams at (input ticks: samples for a waveform input, frames for features):
+    the smallest a user may pick (the total stride), the one ``cosyedge run`` and ``build`` use by default
+    (one hop) and a larger one (three strides, at least a hop), each run as ``run`` runs it.
+
+    Args:
+        stride_ticks (int): Total stride, input ticks (>= 1).
+        hop_ticks (int): Ticks per hop, a multiple of ``stride_ticks``.
+    Returns:
+        list[int]: sorted, distinct, e.g. [160, 480] for stride = hop = 160, [80, 160, 240] for stride 80 and
+        hop 160.
+    """
+    return sorted({stride_ticks, hop_ticks, max(hop_ticks, 3 * stride_ticks)})
+
+
 def prove_stream(full_model: Any, stream_model: Any, contract: StreamContract, sg: StreamGraph, *,
                  inputs: dict[str, np.ndarray] | None = None, atol: float = ATOL, where: str = "model") -> dict:
     """Prove ``stream_model`` == ``full_model`` chunk by chunk (:func:`cosyedge.surgery.proof.prove`) at the
-    smallest chunk and a larger one; returns the summary for the contract.
+    chunks of :func:`proof_chunks` (the smallest, one hop, a larger one), each chunk run with its outputs
+    bound at the contract's shapes as ``cosyedge run`` binds them; returns the summary for the contract.
 
     Args:
         full_model (onnx.ModelProto): The full-sequence graph (folded).
@@ -226,13 +270,15 @@ def prove_stream(full_model: Any, stream_model: Any, contract: StreamContract, s
         dict: max abs error, worst SNR, chunks, length (:meth:`ProofResult.summary`).
     Raises:
         AccuracyError: the stream differs; the message names the first diverging tensor.
+        ArtifactError: ONNX Runtime cannot run the stream graph at one of the chunks (e.g. an output whose
+            declared shape cannot hold it); the message names the chunk.
     """
     from cosyedge.errors import AccuracyError
     from cosyedge.surgery.proof import prove
 
     s = sg.stride_ticks
     hop = contract.stream_inputs[0].frames_per_hop
-    chunks = [s, max(hop, 3 * s)]
+    chunks = proof_chunks(s, hop)
     big = max(chunks)
     if inputs is None:
         need = max(64 * big, 8 * sg.rf_ticks + sg.delay_ticks, 4 * contract.sample_rate_hz * hop //
