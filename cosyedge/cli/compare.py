@@ -46,8 +46,8 @@ def compare(reference, candidate, modes, chunk_ms, utt_path, max_utterances, snr
     machine). Reports per output (audio and every state_out) the max and mean abs error and SNR (dB), per
     utterance PESQ-WB and SI-SNR against the clean speech and their differences. Default tolerances
     follow the candidate's precision (fp32, fp16, int8, *-sparse; see cosyedge.compare.tolerances).
-    Exit 1 when a tolerance is exceeded (each failure named), 2 for incompatible models or an engine that
-    cannot run here (and for a noisy/clean pair of different sample rate or length). --mark-all names
+    Exit 1 when a tolerance is exceeded (each failure named), 2 for incompatible models, a CANDIDATE built
+    from another model than REF (its manifest's parent SHA-256) or an engine that cannot run here (and for a noisy/clean pair of different sample rate or length). --mark-all names
     the first tensor whose error jumps (an SNR drop of --jump-db across one node, SNR below --floor-db).
 
     Example: cosyedge compare cosyedge/models/reference.stream.onnx engines/reference-int8-onnxruntime --mark-all
@@ -58,7 +58,7 @@ def compare(reference, candidate, modes, chunk_ms, utt_path, max_utterances, snr
     from cosyedge.compare.report import _jsonable
     from cosyedge.compare.core import MODES, default_chunk
     from cosyedge.compare.core import compare as run_compare
-    from cosyedge.compare.models import check_compatible, load_compare_model
+    from cosyedge.compare.models import check_compatible, check_lineage, load_compare_model
     from cosyedge.compare.tolerances import tolerance_for
     from cosyedge.errors import RegressionError, UsageError
 
@@ -68,6 +68,7 @@ def compare(reference, candidate, modes, chunk_ms, utt_path, max_utterances, snr
         check_writable(json_path)
     ref = load_compare_model(reference)
     cand = load_compare_model(candidate)
+    check_lineage(cand, ref, f"candidate {cand.path}")
     check_compatible(ref, cand)
     chunk = default_chunk(ref, chunk_ms)
     utts = _utterances(utt_path, ref.contract.sample_rate_hz, max_utterances)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from cosyedge.artifacts import EngineManifest
 from cosyedge.builders.names import parse_precision_label, precision_label
-from cosyedge.compare.models import CompareModel, load_compare_model
+from cosyedge.compare.models import CompareModel, check_lineage, load_compare_model
 from cosyedge.errors import UsageError
 
 DEFAULT_PRECISIONS = ("fp16", "int8-sparse")
@@ -47,17 +47,14 @@ def load_candidate(label: str, target: str | Path, parent: CompareModel) -> Comp
     Returns:
         CompareModel: the candidate.
     Raises:
-        UsageError: built from another model than ``parent`` (manifest ``parent_sha256``), or not the label's
+        UsageError: built from another model than ``parent`` (manifest ``parent_sha256``,
+            :func:`cosyedge.compare.models.check_lineage`), or not the label's
             precision/sparsity (:func:`check_candidate_label`); exit 2.
         ArtifactError: missing/invalid engine, a manifest whose ``schema_version`` is newer than this
             cosyedge (:func:`cosyedge.artifacts.load_manifest`); exit 3.
     """
     cand = load_compare_model(target)
-    if cand.parent_sha256 and cand.parent_sha256 != parent.model_sha256:
-        raise UsageError(f"--candidate {label}={target} was built from another model (parent sha256 "
-                         f"{cand.parent_sha256[:12]}), not from {parent.model_path} (sha256 "
-                         f"{parent.model_sha256[:12]}) that '{label}' is compared with; build it with "
-                         f"'cosyedge build --onnx {parent.model_path} ...'")
+    check_lineage(cand, parent, f"--candidate {label}={target}", f" that '{label}' is compared with")
     check_candidate_label(cand, label, f"--candidate {label}={target}")
     return cand
 

@@ -15,7 +15,8 @@ metadata, and returns a :class:`CompareModel`: the stream contract, the precisio
   here and that is a one-line :class:`~cosyedge.errors.UsageError` (exit 2).
 
 :func:`check_compatible` refuses a candidate whose inputs/outputs, states, sample rate or hop differ from
-the reference (exit 2, the differing names in the message).
+the reference (exit 2, the differing names in the message); :func:`check_lineage` one built from another model
+(its recorded parent SHA-256, exit 2).
 
 Sources: Polygraphy API docs, ``polygraphy/backend/onnxrt/runner.py`` (``OnnxrtRunner``),
 ``polygraphy/backend/onnx/loader.py`` (``ModifyOutputs``, ``OnnxFromPath``, ``BytesFromOnnx``),
@@ -271,6 +272,33 @@ def check_compatible(ref: CompareModel, cand: CompareModel) -> None:
         raise UsageError(f"{where} have different state pairs (candidate vs reference): {'; '.join(diff)}")
 
 
+def check_lineage(cand: CompareModel, parent: CompareModel, where: str, compared: str = "") -> None:
+    """Refuse a candidate built from another model than ``parent`` (``cosyedge compare`` and ``check --candidate``).
+
+    The candidate's recorded FP32 parent (its manifest's ``parent_sha256``, or a bare ONNX's
+    ``cosyedge.parent_sha256`` metadata) must be ``parent`` itself (its SHA-256) or, when ``parent`` is an engine,
+    the FP32 model that engine was built from (:attr:`CompareModel.root_sha256`). A candidate that records no
+    parent (a bare FP32 ONNX) passes: nothing says where it comes from.
+
+    Args:
+        cand (CompareModel): The candidate.
+        parent (CompareModel): The model it is compared with.
+        where (str): What the user gave, for the message (``candidate engines/x``, ``--candidate int8=PATH``).
+        compared (str): Appended after the parent in the message (e.g. `` that 'int8' is compared with``).
+    Raises:
+        UsageError: one line, exit 2: ``<where> was built from another model (parent sha256 <12 hex>[, built from
+            <path>]), not from <parent> (sha256 <12 hex>)<compared>; build it with 'cosyedge build --onnx <parent>
+            ...'``.
+    """
+    if not cand.parent_sha256 or cand.parent_sha256 in (parent.model_sha256, parent.root_sha256):
+        return
+    was = (cand.manifest or {}).get("parent_path")
+    raise UsageError(f"{where} was built from another model (parent sha256 {cand.parent_sha256[:12]}"
+                     + (f", built from {was}" if was else "") + f"), not from {parent.model_path} (sha256 "
+                     f"{parent.root_sha256[:12]}){compared}; build it with 'cosyedge build --onnx {parent.model_path} "
+                     f"...'")
+
+
 def reraise_runner_error(err: Exception, who: CompareModel, where: str) -> CosyEdgeError:
     """Turn an exception raised while running ``who`` into a one-line UsageError (exit 2)."""
     if isinstance(err, CosyEdgeError):
@@ -278,4 +306,4 @@ def reraise_runner_error(err: Exception, who: CompareModel, where: str) -> CosyE
     return UsageError(f"{who.path} failed to run {where}: {first_line(err)}")
 
 
-__all__ = ["CompareModel", "check_compatible", "load_compare_model", "parse_precision_label", "precision_label"]
+__all__ = ["CompareModel", "check_compatible", "check_lineage", "load_compare_model", "parse_precision_label", "precision_label"]
