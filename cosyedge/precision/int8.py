@@ -5,7 +5,10 @@ calibration set (or reuses the matching amax cache, :mod:`cosyedge.precision.cal
 pairs following TensorRT's rules (:mod:`cosyedge.precision.qdq`), keeps the cosyedge stream metadata
 (so :class:`~cosyedge.runtime.ort.OrtStreamSession` and TensorRT builds use it unchanged), adds
 ``cosyedge.precision = int8`` plus the parent and calibration hashes, checks the result with ONNX shape
-inference, the checker and one ONNX Runtime chunk, and writes it atomically.
+inference, the checker and one ONNX Runtime chunk, and writes it atomically. It counts the MACs per chunk
+and the share of them the Q/DQ covers (:mod:`cosyedge.precision.macs`; a GRU or a conv kept in float stays
+float), logs that share in one line (a warning below 50 %) and returns it for the build manifest
+(``reports.int8.macs``).
 """
 
 from __future__ import annotations
@@ -84,7 +87,9 @@ def int8_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, calib: Any = None,
         dict: manifest fields: ``precision`` ("int8"), ``amax_path``, ``trt_calibration_cache``,
         ``calibration_manifest_sha256``, ``calibration_utterances``, ``model_sha256`` (the FP32 parent),
         ``qdq_pairs`` (activation + weight Q/DQ), ``quantized_nodes``, ``excluded_nodes``
-        ({node: reason}), ``output`` (path) and ``output_sha256``.
+        ({node: reason}), ``output`` (path), ``output_sha256`` and ``macs``: the MACs per chunk (one hop) and the
+        share of them that runs in INT8 (:func:`cosyedge.precision.macs.mac_share`: ``chunk_samples``, ``total``,
+        ``quantized``, ``share``, ``float_ops``), logged in one line (a warning below 50 %).
     Raises:
         ArtifactError: ONNX missing/corrupt or without cosyedge state metadata; an ``amax`` cache from
             another model; the result fails shape inference or does not run in ONNX Runtime.
@@ -93,6 +98,7 @@ def int8_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, calib: Any = None,
     """
     from cosyedge.precision import calibrate as cal
     from cosyedge.precision import qdq
+    from cosyedge.precision.macs import LOW_SHARE, mac_share, share_line
     import onnx_graphsurgeon as gs
 
     from cosyedge.artifacts import load_onnx
@@ -136,9 +142,14 @@ def int8_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, calib: Any = None,
             p.key, p.value = f"cosyedge.{key}", value
         out_model = io.finalize_model(out_model, where=str(src))
         _smoke_test(out_model, contract, src)
+        macs = mac_share(out_model, contract)
         io.save_model(out_model, out_path)
     LOG.info("INT8 model %s: %d Q/DQ pairs, %d nodes quantized, kept in float: %s", out_path,
              report["qdq_pairs"], len(to_quantize), ", ".join(sorted(kept)) or "none")
+    if macs["share"] < LOW_SHARE:
+        LOG.warning("%s (below %d %%: most of this INT8 build runs in float)", share_line(macs), 100 * LOW_SHARE)
+    else:
+        LOG.info("%s", share_line(macs))
     return {
         "precision": PRECISION,
         "output": str(out_path),
@@ -153,6 +164,7 @@ def int8_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, calib: Any = None,
         "activation_scales": report["activations"],
         "quantized_nodes": sorted(report["weights"]),
         "excluded_nodes": dict(sorted(kept.items())),
+        "macs": macs,
     }
 
 
