@@ -2,8 +2,10 @@
 
 Every streamify run ends here before anything is written. The full-sequence graph runs once on an input
 of ``L`` ticks; the stream graph runs on the same input cut into chunks of the smallest allowed length
-(the total stride) and of a larger one, starting from the contract's initial states and feeding every
-``state_out`` back. Each output of the stream, shifted by its delay, must equal the full output on the
+(the total stride), of one hop (what ``cosyedge run`` uses) and of a larger one, starting from the contract's
+initial states and feeding every ``state_out`` back. Each chunk runs as ``cosyedge run`` runs it (outputs
+bound at the contract's shapes, :class:`cosyedge.runtime.ort.BoundRunner`), so a graph whose declared output
+shape cannot hold a chunk is refused here, not later by ``run``. Each output of the stream, shifted by its delay, must equal the full output on the
 frames both have: max abs error <= ``atol * max(1, peak)``. Waveform inputs get real speech (the bundled
 demo recording, noise and speech, resampled to the model rate), other inputs seeded Gaussian values; ``L``
 covers at least 8 receptive fields of the stateful layers and 64 of the largest chunks, so a norm or sum

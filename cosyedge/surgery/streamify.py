@@ -11,9 +11,11 @@ conv pads that are not chomped, crops at the start) becomes delay; the outputs s
 the contract's ``delay_samples``. States are batch-first, named ``state_in.NN`` / ``state_out.NN`` with a
 fixed width (no name a prefix of another).
 
-Before anything is written the stream graph is run chunk by chunk (the smallest chunk and a larger one)
-against the full-sequence graph on real speech for waveform inputs (:mod:`cosyedge.surgery.proof`); above
-tolerance nothing is written and the message names the first diverging tensor.
+A time axis the export left at a fixed length on a graph input or output is made symbolic (one warning line).
+Before anything is written the stream graph is run chunk by chunk (the smallest chunk, one hop and a larger
+one, each as ``cosyedge run`` runs it) against the full-sequence graph on real speech for waveform inputs
+(:mod:`cosyedge.surgery.proof`); above tolerance nothing is written and the message names the first diverging
+tensor.
 
 Several ONNX files that form one model (DeepFilterNet3's encoder and two decoders) are merged first
 (:mod:`cosyedge.surgery.merge`): outputs of one feed inputs of the same name of another.
