@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from cosyedge._lazy import lazy_import
-from cosyedge.artifacts import atomic_output, check_writable, default_file_mode
+from cosyedge.artifacts import atomic_output, check_writable, default_file_mode, write_error
 from cosyedge.errors import ArtifactError, UsageError, first_line
 from cosyedge.log import LOG
 
@@ -309,6 +309,51 @@ def check_output_path(path: str | Path) -> Path:
     return path
 
 
+SFE_SYSTEM = 2
+"""int: libsndfile's error code for a failed system call (``SF_ERR_SYSTEM``: its text is only "System error.")."""
+
+
+def _libsndfile_os_error(err: BaseException, handle=None) -> OSError | None:
+    """The ``OSError`` behind a libsndfile "System error." (a write onto a full disk...), or None.
+
+    python-soundfile reports every failed system call as ``LibsndfileError`` code 2 with the text "System error.";
+    the cause is C's ``errno`` right after the failing call (cffi keeps it per thread), else libsndfile's own
+    ``sf_strerror`` of the open file ("System error : No space left on device.").
+
+    Args:
+        err (BaseException): What soundfile raised.
+        handle: The ``SNDFILE*`` of the open file (``SoundFile._file``), when there is one.
+    Returns:
+        OSError | None: the cause, or None when ``err`` is not a system error or the cause is unknown.
+    """
+    if isinstance(err, OSError):
+        return err
+    if getattr(err, "code", None) != SFE_SYSTEM:
+        return None
+    try:
+        code = int(sf._ffi.errno)
+    except Exception:  # pragma: no cover - soundfile without cffi internals
+        code = 0
+    if code > 0:
+        return OSError(code, os.strerror(code))
+    try:
+        text = sf._ffi.string(sf._snd.sf_strerror(handle)).decode(errors="replace") if handle is not None else ""
+    except Exception:  # pragma: no cover
+        text = ""
+    cause = text.partition(":")[2].strip().rstrip(".")
+    return OSError(0, cause) if cause else None
+
+
+def _write_failed(err: BaseException, path: Path, handle=None, left: str = "nothing half-written is left",
+                  doing: str = "writing") -> ArtifactError:
+    """The one-line ``ArtifactError`` for a failed audio write: the cause named (no space left on device...)
+    through :func:`cosyedge.artifacts.write_error` when there is one, else libsndfile's first line."""
+    cause = _libsndfile_os_error(err, handle)
+    if cause is not None:
+        return write_error(cause, path, left=left)
+    return ArtifactError(f"{doing} {path} failed ({first_line(err, with_type=False)})")
+
+
 def write_audio(path: str | Path, y: np.ndarray, sample_rate_hz: int) -> Path:
     """Write audio atomically; the format follows the extension (wav/flac: PCM_16, ogg: Vorbis).
 
@@ -332,7 +377,9 @@ def write_audio(path: str | Path, y: np.ndarray, sample_rate_hz: int) -> Path:
     with atomic_output(path) as tmp:
         try:
             sf.write(str(tmp), np.clip(y, -1.0, 1.0), int(sample_rate_hz), subtype=subtype, format=fmt)
-        except Exception as err:  # libsndfile errors (e.g. unsupported rate for the format)
+        except Exception as err:  # libsndfile errors (e.g. unsupported rate for the format, a full disk)
+            if _libsndfile_os_error(err) is not None:
+                raise _write_failed(err, path) from None
             raise ArtifactError(f"cannot write {path} ({first_line(err, with_type=False)})") from None
     return path
 
@@ -376,6 +423,8 @@ class IncrementalAudioWriter:
                                       format=fmt, subtype=subtype)
         except Exception as err:  # libsndfile: unsupported rate for the format, disk errors
             self.tmp_path.unlink(missing_ok=True)
+            if _libsndfile_os_error(err) is not None:
+                raise _write_failed(err, self.path) from None
             raise ArtifactError(f"cannot write {self.path} ({first_line(err, with_type=False)})") from None
         self.frames = 0
         self.closed = False
@@ -387,7 +436,8 @@ class IncrementalAudioWriter:
             y (np.ndarray): float32 mono, shape (n,), clipped to [-1, 1] here unless written as float;
                 NaN/Inf written as 0.
         Raises:
-            ArtifactError: the disk write failed (the file so far is kept by :meth:`close`).
+            ArtifactError: the disk write failed, the cause named ("no space left on device"); the file so far
+                is kept by :meth:`close`, deleted by :meth:`discard`.
         """
         y = np.asarray(y, np.float32).reshape(-1)
         if self._clip:
@@ -396,7 +446,7 @@ class IncrementalAudioWriter:
         try:
             self._file.write(y)
         except Exception as err:
-            raise ArtifactError(f"writing {self.path} failed ({first_line(err, with_type=False)})") from None
+            raise _write_failed(err, self.path, getattr(self._file, "_file", None), left="") from None
         self.frames += y.shape[0]
 
     def close(self) -> Path | None:
@@ -414,7 +464,7 @@ class IncrementalAudioWriter:
         try:
             self._file.close()
         except Exception as err:  # pragma: no cover - disk full at header rewrite
-            raise ArtifactError(f"finishing {self.path} failed ({first_line(err, with_type=False)})") from None
+            raise _write_failed(err, self.path, left="", doing="finishing") from None
         if not self.frames:
             self.tmp_path.unlink(missing_ok=True)
             return None

@@ -1,0 +1,199 @@
+"""Issue 37, items 2, 4 and the errors of item 6: a full disk, an export into the package, and eight smaller
+messages. Every failure is one ``[!]`` line with the README's exit code; nothing half-written is left."""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+import soundfile as sf
+from onnx import TensorProto, helper, numpy_helper
+
+from cosyedge.cli.main import main
+from tests import models
+
+ROOT = Path(__file__).resolve().parents[1]
+HOP = 160
+
+
+def _one_error_line(capsys) -> str:
+    """The single ``[!]`` line on stderr (asserting it is the only one and no traceback came)."""
+    err = capsys.readouterr().err
+    assert "Traceback" not in err, err
+    bang = [line for line in err.splitlines() if line.startswith("[!]")]
+    assert len(bang) == 1, err
+    assert err.rstrip().splitlines()[-1] == bang[0], err
+    return bang[0]
+
+
+def _tree(folder: Path) -> list[str]:
+    """Every path under ``folder`` (hidden temp files and folders included), relative, sorted."""
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
+
+
+@pytest.fixture(scope="module")
+def delay_onnx(tmp_path_factory) -> Path:
+    """A stream ONNX (pure delay: hop 160, delay 160 at 16 kHz), made by hand: no torch, no training."""
+    return models.make_delay_model(tmp_path_factory.mktemp("m") / "delay.onnx", delay_samples=HOP, hop=HOP)
+
+
+def _conv_onnx(path: Path, length: int | str = "T") -> Path:
+    """A full-sequence model x (N, 1, T) -> Pad(2, 0) -> Conv(k=3) -> y (N, 1, T) (causal; streams with one
+    state). ``length`` an int fixes the time axis of the input and the output (an export without dynamic axes)."""
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(rng.standard_normal((1, 1, 3)).astype(np.float32), "w"),
+             numpy_helper.from_array(np.array([0, 0, 2, 0, 0, 0], np.int64), "pads")]
+    nodes = [helper.make_node("Pad", ["x", "pads"], ["xp"], name="pad"),
+             helper.make_node("Conv", ["xp", "w"], ["y"], name="conv", kernel_shape=[3])]
+    batch = "N" if isinstance(length, str) else 1
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 1, length])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 1, length])], inits)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return path
+
+
+def _full_disk_onnx_save(monkeypatch, calls: list | None = None):
+    """Make every ``onnx.save``/``onnx.save_model`` write half the model, then fail as a full disk does."""
+    real = onnx.save_model
+
+    def save(model, f, *args, **kwargs):
+        if calls is not None:
+            calls.append(str(f))
+        data = model.SerializeToString()
+        with open(f, "wb") as out:
+            out.write(data[: len(data) // 2])
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(onnx, "save_model", save)
+    monkeypatch.setattr(onnx, "save", save)
+    return real
+
+
+# ------------------------------------------------------------------------------------ item 2: a full disk
+def test_write_error_names_the_cause_and_the_path(tmp_path):
+    from cosyedge.artifacts import write_error
+    from cosyedge.errors import ArtifactError
+
+    err = write_error(OSError(errno.ENOSPC, "No space left on device"), tmp_path / "e" / "m.onnx", "engine folder")
+    assert isinstance(err, ArtifactError) and err.exit_code == 3
+    assert str(err) == (f"writing engine folder {tmp_path}/e/m.onnx failed: no space left on device in {tmp_path}/e "
+                        f"(free space there or write elsewhere; nothing half-written is left)")
+    ro = write_error(OSError(errno.EROFS, "x"), tmp_path / "a.wav", left="")
+    assert str(ro) == f"writing {tmp_path}/a.wav failed: read-only file system in {tmp_path} (write elsewhere)"
+
+
+def test_build_fp16_onto_a_full_disk_is_one_line_exit_3_and_keeps_the_earlier_engine(delay_onnx, tmp_path,
+                                                                                      monkeypatch, capsys):
+    root = tmp_path / "engines"
+    assert main(["build", "-q", "--fp16", "--backend", "onnxruntime", "--onnx", str(delay_onnx), "-o", str(root)]) == 0
+    engine = root / "delay-fp16-onnxruntime"
+    before = {p: (engine / p).read_bytes() for p in ("model.onnx", "manifest.json")}
+    capsys.readouterr()
+    calls: list = []
+    _full_disk_onnx_save(monkeypatch, calls)
+    rc = main(["build", "-q", "--fp16", "--backend", "onnxruntime", "--onnx", str(delay_onnx), "-o", str(root)])
+    line = _one_error_line(capsys)
+    assert rc == 3 and calls, line
+    assert line == (f"[!] writing engine folder {engine} failed: no space left on device in {root} (free space there "
+                    f"or write elsewhere; nothing half-written is left)")
+    assert _tree(root) == ["delay-fp16-onnxruntime", "delay-fp16-onnxruntime/manifest.json",
+                           "delay-fp16-onnxruntime/model.onnx"]  # no temp folder, no half model
+    assert {p: (engine / p).read_bytes() for p in before} == before
+
+
+def test_build_fp32_onto_a_full_disk_leaves_no_folder(delay_onnx, tmp_path, monkeypatch, capsys):
+    """An FP32 build copies the model file (shutil.copyfile): the disk fills there."""
+    import shutil
+
+    root = tmp_path / "engines"
+
+    def copyfile(src, dst, **kwargs):
+        Path(dst).write_bytes(Path(src).read_bytes()[:100])
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(shutil, "copyfile", copyfile)
+    assert main(["build", "-q", "--backend", "onnxruntime", "--onnx", str(delay_onnx), "-o", str(root)]) == 3
+    assert "no space left on device" in _one_error_line(capsys)
+    assert _tree(root) == []
+
+
+def test_streamify_onto_a_full_disk_is_one_line_exit_3_and_writes_nothing(tmp_path, monkeypatch, capsys):
+    src = _conv_onnx(tmp_path / "conv.onnx")
+    out = tmp_path / "out" / "conv.stream.onnx"
+    _full_disk_onnx_save(monkeypatch)
+    rc = main(["streamify", "-q", str(src), "-o", str(out), "--sample-rate-hz", "16000", "--hop-samples", "160"])
+    line = _one_error_line(capsys)
+    assert rc == 3 and line == (f"[!] writing {out} failed: no space left on device in {out.parent} (free space "
+                                f"there or write elsewhere; nothing half-written is left)")
+    assert _tree(out.parent) == []
+
+
+def test_run_onto_a_full_disk_names_the_cause_and_keeps_the_earlier_output(delay_onnx, tmp_path, monkeypatch, capsys):
+    """libsndfile says only "System error."; the cause is C's errno right after the failed write."""
+    sf.write(tmp_path / "in.wav", (0.1 * np.random.default_rng(0).standard_normal(16000)).astype(np.float32), 16000)
+    out = tmp_path / "out.wav"
+    out.write_bytes(b"earlier result")
+
+    def full_disk_write(self, data):
+        sf._ffi.errno = errno.ENOSPC  # what write(2) left when libsndfile gave up
+        raise sf.LibsndfileError(2)  # SF_ERR_SYSTEM: "System error."
+
+    monkeypatch.setattr(sf.SoundFile, "write", full_disk_write)
+    rc = main(["run", "-q", str(tmp_path / "in.wav"), "-o", str(out), "--engine", str(delay_onnx)])
+    line = _one_error_line(capsys)
+    assert rc == 3 and line == (f"[!] writing {out} failed: no space left on device in {tmp_path} (free space there "
+                                f"or write elsewhere)"), line
+    assert out.read_bytes() == b"earlier result"
+    assert _tree(tmp_path) == ["in.wav", "out.wav"]  # the partial .part file is gone
+
+
+def test_run_without_an_errno_keeps_libsndfiles_text(delay_onnx, tmp_path, monkeypatch, capsys):
+    sf.write(tmp_path / "in.wav", np.zeros(1600, np.float32), 16000)
+
+    def failing_write(self, data):
+        sf._ffi.errno = 0
+        raise sf.LibsndfileError(3)  # not a system error: "Supported file format but file is malformed."
+
+    monkeypatch.setattr(sf.SoundFile, "write", failing_write)
+    assert main(["run", "-q", str(tmp_path / "in.wav"), "-o", str(tmp_path / "o.wav"), "--engine",
+                 str(delay_onnx)]) == 3
+    assert _one_error_line(capsys).startswith(f"[!] writing {tmp_path}/o.wav failed (")
+
+
+def test_calib_make_onto_a_full_disk_names_the_set_and_leaves_nothing(tmp_path, monkeypatch, capsys):
+    rec = tmp_path / "rec"
+    rec.mkdir()
+    rng = np.random.default_rng(0)
+    for i in range(16):
+        sf.write(rec / f"{i}.wav", (0.1 * rng.standard_normal(3200)).astype(np.float32), 16000)
+    out = tmp_path / "set"
+    real = Path.write_bytes
+
+    def write_bytes(self, data):
+        if str(self).startswith(str(out)):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real(self, data)
+
+    monkeypatch.setattr(Path, "write_bytes", write_bytes)
+    assert main(["calib", "make", "-q", "--from", str(rec), "--out", str(out)]) == 3
+    line = _one_error_line(capsys)
+    assert line == (f"[!] writing calibration set {out} failed: no space left on device in {tmp_path} (free space "
+                    f"there or write elsewhere; nothing half-written is left)")
+    assert not out.exists()
+
+
+# ------------------------------------------------------------------------- item 6e: build -o <a file>
+def test_build_o_a_file_says_o_must_be_a_folder(delay_onnx, tmp_path, capsys):
+    f = tmp_path / "notes.txt"
+    f.write_text("mine")
+    for target, found in ((f, "it is a file"), (f / "sub", f"{f} is a file")):
+        rc = main(["build", "--onnx", str(delay_onnx), "--backend", "onnxruntime", "-o", str(target)])
+        line = _one_error_line(capsys)
+        assert rc == 3 and line == (f"[!] -o {target} must be a folder (the engines root, which receives the engine "
+                                    f"folder), but {found}: give a folder path"), line
+    assert f.read_text() == "mine" and _tree(tmp_path) == ["notes.txt"]
