@@ -197,3 +197,45 @@ def test_build_o_a_file_says_o_must_be_a_folder(delay_onnx, tmp_path, capsys):
         assert rc == 3 and line == (f"[!] -o {target} must be a folder (the engines root, which receives the engine "
                                     f"folder), but {found}: give a folder path"), line
     assert f.read_text() == "mine" and _tree(tmp_path) == ["notes.txt"]
+
+
+# ------------------------------------------------------------- item 4: export never writes into the package
+def _package_models() -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted((ROOT / "cosyedge" / "models").iterdir()) if p.is_file()}
+
+
+def test_export_without_o_writes_into_the_current_folder_not_the_package(tmp_path, monkeypatch, capsys):
+    pytest.importorskip("torch")
+    from cosyedge.artifacts import StreamContract
+
+    before = _package_models()
+    monkeypatch.chdir(tmp_path)
+    assert main(["export", "-q"]) == 0
+    assert _package_models() == before  # the bundled reference.stream.onnx keeps its bytes
+    out = tmp_path / "reference.stream.onnx"
+    assert _tree(tmp_path) == ["reference.stream.onnx"]
+    c = StreamContract.from_onnx(out)
+    assert c.is_streaming and c.sample_rate_hz == 16000 and c.hop_samples == 160
+    assert main(["export", "--help"]) == 0
+    assert "Default: ./reference.stream.onnx for the reference" in " ".join(capsys.readouterr().out.split())
+
+
+def test_export_onto_a_full_disk_is_one_line_exit_3(tmp_path, monkeypatch, capsys):
+    pytest.importorskip("torch")
+    out = tmp_path / "full" / "r.stream.onnx"
+    real = onnx.save_model
+
+    def save(model, f, *args, **kwargs):  # only the destination's disk is full (the temp full graph is written)
+        if Path(f).parent != out.parent:
+            return real(model, f, *args, **kwargs)
+        Path(f).write_bytes(b"half")
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(onnx, "save_model", save)
+    monkeypatch.setattr(onnx, "save", save)
+    before = _package_models()
+    assert main(["export", "-q", "-o", str(out)]) == 3
+    assert _one_error_line(capsys) == (f"[!] writing {out} failed: no space left on device in {out.parent} (free space "
+                                       f"there or write elsewhere; nothing half-written is left)")
+    assert _tree(out.parent) == [] and _package_models() == before
