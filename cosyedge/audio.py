@@ -44,6 +44,9 @@ CLIP_LEVEL = 0.999
 """float: |x| at or above this counts as clipped."""
 CLIP_WARN_FRACTION = 1e-4
 """float: warn when more than this fraction of samples is clipped (1 in 10,000)."""
+OUT_OF_RANGE_LEVEL = 2.0
+"""float: |x| above this (6 dB over full scale) is out of range, not clipping: a float file on another scale
+(integer-scaled samples, 1e6...); any such sample is warned about with the peak."""
 
 OUTPUT_FORMATS = {".wav": ("WAV", "PCM_16"), ".flac": ("FLAC", "PCM_16"), ".ogg": ("OGG", "VORBIS")}
 """dict[str, tuple[str, str]]: output extension -> (soundfile format, subtype)."""
@@ -61,8 +64,8 @@ class AudioReader:
     """An audio file opened for reading block by block, validated as it is read.
 
     Opening checks what the header tells (the file exists, decodes, holds frames, has a usable rate);
-    :meth:`blocks` checks every sample it yields (NaN/Inf refused, clipped samples counted and warned
-    about once the file is read). Memory stays at one block however long the file is.
+    :meth:`blocks` checks every sample it yields (NaN/Inf refused, clipped and out-of-range samples counted and
+    warned about once the file is read). Memory stays at one block however long the file is.
 
     Args:
         path (str | Path): wav, flac or ogg file (any format libsndfile can decode).
@@ -99,7 +102,8 @@ class AudioReader:
         if declared is not None and declared > self.frames:  # libsndfile counts what is there; the header knows
             self.frames = declared
         self.frames_read = 0
-        self._clipped = 0
+        self._clipped = self._out_of_range = 0
+        self._peak = 0.0
         if self.frames == 0:
             self.close()
             raise ArtifactError(f"input audio {path} holds no samples (0 frames at {self.sample_rate_hz} Hz)")
@@ -122,7 +126,8 @@ class AudioReader:
                                 f"({first_line(err, with_type=False)}); is the file complete?") from None
 
     def _check(self, x: np.ndarray) -> None:
-        """Refuse NaN/Inf in block ``x`` (counting them over the rest of the file) and count clipped samples."""
+        """Refuse NaN/Inf in block ``x`` (counting them over the rest of the file); count clipped samples
+        (``CLIP_LEVEL <= |x| <= OUT_OF_RANGE_LEVEL``) and out-of-range ones (above), and track the peak."""
         finite = np.isfinite(x)
         if not finite.all():
             bad = np.argwhere(~finite)
@@ -137,7 +142,12 @@ class AudioReader:
             raise UsageError(
                 f"input audio {self.path} holds {count} NaN/Inf sample(s) of {total * self.channels} (first at "
                 f"sample {t} = {t / self.sample_rate_hz:.3f} s, channel {ch}); fix or re-export the file")
-        self._clipped += int(np.count_nonzero(np.abs(x) >= CLIP_LEVEL))
+        a = np.abs(x)
+        over = int(np.count_nonzero(a > OUT_OF_RANGE_LEVEL))
+        self._out_of_range += over
+        self._clipped += int(np.count_nonzero(a >= CLIP_LEVEL)) - over
+        if a.size:
+            self._peak = max(self._peak, float(a.max()))
 
     def blocks(self, block_frames: int = BLOCK_FRAMES) -> Iterator[np.ndarray]:
         """Yield the file's samples in order, from the start, one validated block at a time.
@@ -153,10 +163,11 @@ class AudioReader:
                 or its data is damaged.
         Warns:
             via ``LOG.warning`` after the last block when more than :data:`CLIP_WARN_FRACTION` of the
-            samples have ``|x| >= CLIP_LEVEL`` (clipped input; processing continues).
+            samples have ``CLIP_LEVEL <= |x| <= OUT_OF_RANGE_LEVEL`` (clipped input), and when any sample has
+            ``|x| > OUT_OF_RANGE_LEVEL`` (out of range: the peak and the count are given); processing continues.
         """
         self._file.seek(0)
-        self.frames_read, self._clipped = 0, 0
+        self.frames_read, self._clipped, self._out_of_range, self._peak = 0, 0, 0, 0.0
         while True:
             x = self._read(int(block_frames))
             if not x.shape[0]:
@@ -171,7 +182,13 @@ class AudioReader:
                 f"input audio {self.path} is truncated: its header says {self.frames} frames "
                 f"({self.frames / self.sample_rate_hz:.2f} s), the file holds {self.frames_read} "
                 f"({self.frames_read / self.sample_rate_hz:.2f} s); is the file complete?")
-        clipped = self._clipped / (self.frames_read * self.channels)
+        total = self.frames_read * self.channels
+        if self._out_of_range:
+            LOG.warning("input audio %s is out of range: peak |x| = %.4g, %d sample(s) (%.2f%%) above %g, full scale "
+                        "being 1.0 (float samples on another scale? e.g. integer values: divide by 32768); processing "
+                        "anyway", self.path, self._peak, self._out_of_range, 100.0 * self._out_of_range / total,
+                        OUT_OF_RANGE_LEVEL)
+        clipped = self._clipped / total
         if clipped > CLIP_WARN_FRACTION:
             LOG.warning("input audio %s looks clipped: %.2f%% of samples at |x| >= %g (processing anyway)",
                         self.path, 100.0 * clipped, CLIP_LEVEL)
@@ -237,7 +254,8 @@ def load_audio(path: str | Path) -> tuple[np.ndarray, int]:
             its sample rate is below :data:`MIN_SAMPLE_RATE_HZ`.
     Warns:
         via ``LOG.warning`` when more than :data:`CLIP_WARN_FRACTION` of the samples have
-        ``|x| >= CLIP_LEVEL`` (clipped input; processing continues).
+        ``CLIP_LEVEL <= |x| <= OUT_OF_RANGE_LEVEL`` (clipped input), or any has ``|x| > OUT_OF_RANGE_LEVEL``
+        (out of range, with the peak); processing continues.
     """
     with AudioReader(path) as reader:
         blocks = list(reader.blocks(max(reader.frames, 1)))

@@ -239,3 +239,171 @@ def test_export_onto_a_full_disk_is_one_line_exit_3(tmp_path, monkeypatch, capsy
     assert _one_error_line(capsys) == (f"[!] writing {out} failed: no space left on device in {out.parent} (free space "
                                        f"there or write elsewhere; nothing half-written is left)")
     assert _tree(out.parent) == [] and _package_models() == before
+
+
+# ------------------------------------------------------------------ item 6a: --threads above the CPU count
+def test_threads_above_the_cpu_count_warns_in_one_line(delay_onnx, tmp_path, monkeypatch, capsys):
+    from cosyedge.cli import options
+
+    monkeypatch.setattr(options, "available_cpus", lambda: 2)
+    sf.write(tmp_path / "in.wav", np.zeros(3200, np.float32), 16000)
+    args = ["run", str(tmp_path / "in.wav"), "-o", str(tmp_path / "out.wav"), "--engine", str(delay_onnx)]
+    assert main(args + ["--threads", "64"]) == 0
+    warned = [line for line in capsys.readouterr().err.splitlines() if line.startswith("[W]")]
+    assert warned == ["[W] --threads 64 is more than the 2 CPU cores this process can use: ONNX Runtime's threads "
+                      "then wait on each other (64 on 2 cores ran 25x slower than 1 thread); give --threads 2 or less"]
+    assert main(args + ["--threads", "2", "-q"]) == 0
+    assert "[W]" not in capsys.readouterr().err
+
+
+def test_every_threads_option_warns_above_the_cpu_count():
+    import click
+
+    from cosyedge.cli.main import cli
+    from cosyedge.cli.options import warn_threads_above_cpus
+
+    seen = []
+
+    def walk(cmd, path):
+        if isinstance(cmd, click.Group):
+            for name in cmd.list_commands(None):
+                walk(cmd.get_command(None, name), path + [name])
+            return
+        for p in cmd.params:
+            if p.name == "threads":
+                seen.append((" ".join(path), p.callback is warn_threads_above_cpus))
+
+    walk(cli, [])
+    assert {"run", "compare", "eval", "calib amax", "calib int8"} <= {c for c, _ in seen}, seen
+    assert all(ok for _, ok in seen), seen
+
+
+# ------------------------------------------------------------- item 6b: out of range is not "clipped"
+def _warnings(capsys) -> list[str]:
+    return [line for line in capsys.readouterr().err.splitlines() if line.startswith("[W]")]
+
+
+def test_float_samples_far_above_full_scale_are_out_of_range_with_the_peak(delay_onnx, tmp_path, capsys):
+    x = (0.1 * np.random.default_rng(0).standard_normal(16000)).astype(np.float32)
+    x[100] = 1e6
+    x[200:300] = 9e5
+    sf.write(tmp_path / "big.wav", x, 16000, subtype="FLOAT")
+    assert main(["run", str(tmp_path / "big.wav"), "-o", str(tmp_path / "o.wav"), "--engine", str(delay_onnx)]) == 0
+    assert _warnings(capsys) == [
+        f"[W] input audio {tmp_path / 'big.wav'} is out of range: peak |x| = 1e+06, 101 sample(s) (0.63%) above 2, "
+        "full scale being 1.0 (float samples on another scale? e.g. integer values: divide by 32768); processing "
+        "anyway"]
+
+
+def test_genuine_clipping_is_still_called_clipped(delay_onnx, tmp_path, capsys):
+    x = (0.1 * np.random.default_rng(0).standard_normal(16000)).astype(np.float32)
+    x[::5] = 1.0
+    sf.write(tmp_path / "clip.wav", x, 16000, subtype="FLOAT")
+    assert main(["run", str(tmp_path / "clip.wav"), "-o", str(tmp_path / "o.wav"), "--engine", str(delay_onnx)]) == 0
+    assert _warnings(capsys) == [f"[W] input audio {tmp_path / 'clip.wav'} looks clipped: 20.00% of samples at "
+                                 f"|x| >= 0.999 (processing anyway)"]
+
+
+# ---------------------------------------------------------- item 6c: a folder where an .onnx file is expected
+def test_a_folder_given_as_the_onnx_says_so(delay_onnx, tmp_path, capsys):
+    folder = tmp_path / "models"
+    folder.mkdir()
+    sr = ["--sample-rate-hz", "16000", "--hop-samples", "160"]
+    for args in (["streamify", str(folder), "-o", str(tmp_path / "o.onnx")] + sr,
+                 ["streamify", str(folder), str(tmp_path / "o.onnx")] + sr,
+                 ["build", "--backend", "onnxruntime", "--onnx", str(folder), "-o", str(tmp_path / "e")]):
+        assert main(args) == 3
+        assert _one_error_line(capsys) == f"[!] {folder} is a folder, expected an .onnx file"
+    assert main(["build", "-q", "--backend", "onnxruntime", "--onnx", str(delay_onnx), "-o", str(tmp_path / "e")]) == 0
+    engine = tmp_path / "e" / "delay-fp32-onnxruntime"
+    capsys.readouterr()
+    assert main(["streamify", str(engine), "-o", str(tmp_path / "o.onnx")] + sr) == 3
+    assert _one_error_line(capsys) == (f"[!] {engine} is a folder (an engine folder from 'cosyedge build'), "
+                                       f"expected an .onnx file")
+    assert not (tmp_path / "o.onnx").exists()
+
+
+# ------------------------------------------------------------ item 6d: --calib that does not exist
+def test_calib_that_does_not_exist_says_so(delay_onnx, tmp_path, capsys):
+    missing = tmp_path / "nowhere"
+    args = ["build", "--int8", "--backend", "onnxruntime", "--onnx", str(delay_onnx), "-o", str(tmp_path / "e")]
+    assert main(args + ["--calib", str(missing)]) == 3
+    assert _one_error_line(capsys) == (f"[!] calibration folder {missing} does not exist (make one: 'cosyedge calib "
+                                       f"make --out {missing}', or give the folder of an existing set)")
+    missing.mkdir()
+    assert main(args + ["--calib", str(missing)]) == 3
+    assert _one_error_line(capsys) == (f"[!] calibration folder {missing} has no manifest.json (make one: 'cosyedge "
+                                       f"calib make --out {missing}')")
+    assert _tree(tmp_path / "e") == [] if (tmp_path / "e").exists() else True
+
+
+# ---------------------------------------------------- item 6f: the proof's length has a unit and a duration
+def test_the_proof_log_says_samples_and_seconds(tmp_path, capsys):
+    import re
+
+    src = _conv_onnx(tmp_path / "conv.onnx")
+    assert main(["streamify", str(src), "-o", str(tmp_path / "c.stream.onnx"), "--sample-rate-hz", "16000",
+                 "--hop-samples", "160"]) == 0
+    err = capsys.readouterr().err
+    m = re.search(r"proved on (\d+) samples \((\d+\.\d\d) s\) at chunks of \[1, 160\] samples: max abs error", err)
+    assert m and "ticks" not in err, err
+    assert f"{int(m.group(1)) / 16000:.2f}" == m.group(2)
+
+
+def test_tick_unit_of_feature_inputs_is_frames():
+    from types import SimpleNamespace
+
+    from cosyedge.surgery.proof import tick_unit, ticks_seconds
+
+    feat = SimpleNamespace(stream_inputs=[SimpleNamespace(kind="features", name="feat_erb", frames_per_hop=1)],
+                           hop_samples=480, sample_rate_hz=48000)
+    assert tick_unit(feat) == "frames of 'feat_erb'" and tick_unit(feat, short=True) == "frames"
+    assert ticks_seconds(feat, 250) == 2.5
+
+
+# --------------------------------------------------- item 6g: an export that fixed its time length
+def _baked_reshape_onnx(path: Path) -> Path:
+    """x (1, 1, T) -> Reshape to a fixed (1, 100, 160) -> Relu -> Reshape to a fixed (1, 1, 16000): what tracing
+    ``x.reshape(1, 100, 160)`` exports even with dynamic axes declared."""
+    inits = [numpy_helper.from_array(np.array([1, 100, 160], np.int64), "s1"),
+             numpy_helper.from_array(np.array([1, 1, 16000], np.int64), "s2")]
+    nodes = [helper.make_node("Reshape", ["x", "s1"], ["f"], name="frames"),
+             helper.make_node("Relu", ["f"], ["r"], name="relu"),
+             helper.make_node("Reshape", ["r", "s2"], ["y"], name="back")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, "T"])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1, "T"])], inits)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return path
+
+
+HINT = ("export with a dynamic time axis: dynamic_axes={'x': {2: 'T'}, 'y': {2: 'T'}} (torch.onnx.export) or "
+        "dynamo=True with dynamic_shapes={'x': {2: torch.export.Dim('T')}}")
+
+
+def test_streamify_an_export_that_fixed_its_time_length(tmp_path, capsys):
+    fixed = _conv_onnx(tmp_path / "fixed.onnx", length=16000)
+    out = tmp_path / "o.onnx"
+    sr = ["--sample-rate-hz", "16000", "--hop-samples", "160"]
+    assert main(["streamify", str(fixed), "-o", str(out)] + sr) == 2
+    assert _one_error_line(capsys) == (f"[!] {fixed}: the export fixed the time length (input 'x' is [1, 1, 16000], "
+                                       f"no input has a dynamic axis); {HINT}")
+    assert main(["streamify", str(fixed), "-o", str(out), "--time-axis", "x=2"] + sr) == 2
+    assert _one_error_line(capsys) == (f"[!] {fixed}: the export fixed the time length (input 'x' axis 2 is always "
+                                       f"16000 long); {HINT}")
+    baked = _baked_reshape_onnx(tmp_path / "baked.onnx")
+    assert main(["streamify", str(baked), "-o", str(out)] + sr) == 2
+    assert _one_error_line(capsys) == (f"[!] {baked}: the export fixed the time length (Reshape node 'frames' asks "
+                                       f"for shape {{1,100,160}} at any input length); {HINT}, and shapes computed "
+                                       f"from the input (x.reshape(1, -1, 160), not fixed numbers)")
+    assert not out.exists()
+
+
+# --------------------------------------------- item 6h: every missing required value named at once
+def test_streamify_without_metadata_names_every_missing_value(tmp_path, capsys):
+    src = _conv_onnx(tmp_path / "conv.onnx")
+    assert main(["streamify", str(src), "-o", str(tmp_path / "o.onnx")]) == 2
+    assert _one_error_line(capsys) == (f"[!] {src} has no cosyedge metadata: give sample_rate_hz= (CLI: "
+                                       f"--sample-rate-hz N) and hop_samples= (CLI: --hop-samples N)")
+    assert main(["streamify", str(src), "-o", str(tmp_path / "o.onnx"), "--hop-samples", "160"]) == 2
+    assert _one_error_line(capsys) == (f"[!] {src} has no cosyedge metadata: give sample_rate_hz= (CLI: "
+                                       f"--sample-rate-hz N)")

@@ -23,11 +23,15 @@ def load_onnx(path: str | Path, load_external_data: bool = True) -> Any:
     """Load an ONNX file as ``onnx.ModelProto``.
 
     Raises:
-        ArtifactError: the file is missing, empty (0 bytes) or is not a valid ONNX protobuf.
+        ArtifactError: the file is missing, is a folder (``... is a folder, expected an .onnx file``), is empty
+            (0 bytes) or is not a valid ONNX protobuf.
     """
     import onnx
 
     path = Path(path)
+    if path.is_dir():
+        made = " (an engine folder from 'cosyedge build')" if (path / "manifest.json").is_file() else ""
+        raise ArtifactError(f"{path} is a folder{made}, expected an .onnx file")
     if not path.is_file():
         raise ArtifactError(f"ONNX file not found: {path}")
     if path.stat().st_size == 0:  # onnx.load reads 0 bytes as an empty, "valid" ModelProto

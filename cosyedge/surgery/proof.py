@@ -46,6 +46,21 @@ def session(model: Any) -> Any:
     return session_from_onnx(model, threads=1, inter_threads=1, log_severity=4)
 
 
+def tick_unit(contract: Any, short: bool = False) -> str:
+    """What one input tick of a proof is (str), for messages: ``"samples"`` for a waveform first input, else
+    ``"frames of '<input>'"`` (feature frames; ``"frames"`` when ``short``)."""
+    first = contract.stream_inputs[0]
+    if first.kind == "audio":
+        return "samples"
+    return "frames" if short else f"frames of '{first.name}'"
+
+
+def ticks_seconds(contract: Any, ticks: int) -> float:
+    """Seconds (float) of audio that ``ticks`` input ticks (samples, or feature frames) stand for."""
+    first = contract.stream_inputs[0]
+    return ticks * contract.hop_samples / (first.frames_per_hop * contract.sample_rate_hz)
+
+
 def stream_run(model: Any, contract: Any, inputs: dict[str, np.ndarray], chunk_ticks: int,
                ticks_per_frame: dict[str, Any], mark_all: bool = False) -> dict[str, np.ndarray]:
     """Stream ``inputs`` through a stream graph with raw ONNX Runtime; return every output concatenated
@@ -75,7 +90,8 @@ def stream_run(model: Any, contract: Any, inputs: dict[str, np.ndarray], chunk_t
     io = {i.name: i for i in contract.stream_inputs}
 
     def error(err: Exception, _k: int) -> ArtifactError:
-        return ArtifactError(f"ONNX Runtime cannot run the stream graph on a chunk of {chunk_ticks} ticks "
+        return ArtifactError(f"ONNX Runtime cannot run the stream graph on a chunk of {chunk_ticks} "
+                             f"{tick_unit(contract, short=True)} "
                              f"({first_line(err)})")
 
     chunks = loop.stream(lambda feeds: dict(zip(names, sess.run(None, feeds))), contract, inputs, chunk_ticks,
@@ -185,7 +201,7 @@ def bisect(full_model: Any, stream_model: Any, contract: Any, inputs: dict[str, 
         mx, snr, peak = compare_aligned(full[name], got[name], axis, delay)
         if mx > atol * max(1.0, peak):
             return (f"first diverging tensor '{name}' (output of {producers.get(name, '?')}): max abs error "
-                    f"{mx:.3g}, SNR {snr:.1f} dB at chunks of {chunk} ticks")
+                    f"{mx:.3g}, SNR {snr:.1f} dB at chunks of {chunk} {tick_unit(contract, short=True)}")
     return ""
 
 
