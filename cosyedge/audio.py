@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from cosyedge._lazy import lazy_import
-from cosyedge.artifacts import atomic_output, check_writable, default_file_mode
+from cosyedge.artifacts import atomic_output, check_writable, default_file_mode, write_error
 from cosyedge.errors import ArtifactError, UsageError, first_line
 from cosyedge.log import LOG
 
@@ -44,6 +44,9 @@ CLIP_LEVEL = 0.999
 """float: |x| at or above this counts as clipped."""
 CLIP_WARN_FRACTION = 1e-4
 """float: warn when more than this fraction of samples is clipped (1 in 10,000)."""
+OUT_OF_RANGE_LEVEL = 2.0
+"""float: |x| above this (6 dB over full scale) is out of range, not clipping: a float file on another scale
+(integer-scaled samples, 1e6...); any such sample is warned about with the peak."""
 
 OUTPUT_FORMATS = {".wav": ("WAV", "PCM_16"), ".flac": ("FLAC", "PCM_16"), ".ogg": ("OGG", "VORBIS")}
 """dict[str, tuple[str, str]]: output extension -> (soundfile format, subtype)."""
@@ -61,8 +64,8 @@ class AudioReader:
     """An audio file opened for reading block by block, validated as it is read.
 
     Opening checks what the header tells (the file exists, decodes, holds frames, has a usable rate);
-    :meth:`blocks` checks every sample it yields (NaN/Inf refused, clipped samples counted and warned
-    about once the file is read). Memory stays at one block however long the file is.
+    :meth:`blocks` checks every sample it yields (NaN/Inf refused, clipped and out-of-range samples counted and
+    warned about once the file is read). Memory stays at one block however long the file is.
 
     Args:
         path (str | Path): wav, flac or ogg file (any format libsndfile can decode).
@@ -99,7 +102,8 @@ class AudioReader:
         if declared is not None and declared > self.frames:  # libsndfile counts what is there; the header knows
             self.frames = declared
         self.frames_read = 0
-        self._clipped = 0
+        self._clipped = self._out_of_range = 0
+        self._peak = 0.0
         if self.frames == 0:
             self.close()
             raise ArtifactError(f"input audio {path} holds no samples (0 frames at {self.sample_rate_hz} Hz)")
@@ -122,7 +126,8 @@ class AudioReader:
                                 f"({first_line(err, with_type=False)}); is the file complete?") from None
 
     def _check(self, x: np.ndarray) -> None:
-        """Refuse NaN/Inf in block ``x`` (counting them over the rest of the file) and count clipped samples."""
+        """Refuse NaN/Inf in block ``x`` (counting them over the rest of the file); count clipped samples
+        (``CLIP_LEVEL <= |x| <= OUT_OF_RANGE_LEVEL``) and out-of-range ones (above), and track the peak."""
         finite = np.isfinite(x)
         if not finite.all():
             bad = np.argwhere(~finite)
@@ -137,7 +142,12 @@ class AudioReader:
             raise UsageError(
                 f"input audio {self.path} holds {count} NaN/Inf sample(s) of {total * self.channels} (first at "
                 f"sample {t} = {t / self.sample_rate_hz:.3f} s, channel {ch}); fix or re-export the file")
-        self._clipped += int(np.count_nonzero(np.abs(x) >= CLIP_LEVEL))
+        a = np.abs(x)
+        over = int(np.count_nonzero(a > OUT_OF_RANGE_LEVEL))
+        self._out_of_range += over
+        self._clipped += int(np.count_nonzero(a >= CLIP_LEVEL)) - over
+        if a.size:
+            self._peak = max(self._peak, float(a.max()))
 
     def blocks(self, block_frames: int = BLOCK_FRAMES) -> Iterator[np.ndarray]:
         """Yield the file's samples in order, from the start, one validated block at a time.
@@ -153,10 +163,11 @@ class AudioReader:
                 or its data is damaged.
         Warns:
             via ``LOG.warning`` after the last block when more than :data:`CLIP_WARN_FRACTION` of the
-            samples have ``|x| >= CLIP_LEVEL`` (clipped input; processing continues).
+            samples have ``CLIP_LEVEL <= |x| <= OUT_OF_RANGE_LEVEL`` (clipped input), and when any sample has
+            ``|x| > OUT_OF_RANGE_LEVEL`` (out of range: the peak and the count are given); processing continues.
         """
         self._file.seek(0)
-        self.frames_read, self._clipped = 0, 0
+        self.frames_read, self._clipped, self._out_of_range, self._peak = 0, 0, 0, 0.0
         while True:
             x = self._read(int(block_frames))
             if not x.shape[0]:
@@ -171,7 +182,13 @@ class AudioReader:
                 f"input audio {self.path} is truncated: its header says {self.frames} frames "
                 f"({self.frames / self.sample_rate_hz:.2f} s), the file holds {self.frames_read} "
                 f"({self.frames_read / self.sample_rate_hz:.2f} s); is the file complete?")
-        clipped = self._clipped / (self.frames_read * self.channels)
+        total = self.frames_read * self.channels
+        if self._out_of_range:
+            LOG.warning("input audio %s is out of range: peak |x| = %.4g, %d sample(s) (%.2f%%) above %g, full scale "
+                        "being 1.0 (float samples on another scale? e.g. integer values: divide by 32768); processing "
+                        "anyway", self.path, self._peak, self._out_of_range, 100.0 * self._out_of_range / total,
+                        OUT_OF_RANGE_LEVEL)
+        clipped = self._clipped / total
         if clipped > CLIP_WARN_FRACTION:
             LOG.warning("input audio %s looks clipped: %.2f%% of samples at |x| >= %g (processing anyway)",
                         self.path, 100.0 * clipped, CLIP_LEVEL)
@@ -237,7 +254,8 @@ def load_audio(path: str | Path) -> tuple[np.ndarray, int]:
             its sample rate is below :data:`MIN_SAMPLE_RATE_HZ`.
     Warns:
         via ``LOG.warning`` when more than :data:`CLIP_WARN_FRACTION` of the samples have
-        ``|x| >= CLIP_LEVEL`` (clipped input; processing continues).
+        ``CLIP_LEVEL <= |x| <= OUT_OF_RANGE_LEVEL`` (clipped input), or any has ``|x| > OUT_OF_RANGE_LEVEL``
+        (out of range, with the peak); processing continues.
     """
     with AudioReader(path) as reader:
         blocks = list(reader.blocks(max(reader.frames, 1)))
@@ -309,6 +327,51 @@ def check_output_path(path: str | Path) -> Path:
     return path
 
 
+SFE_SYSTEM = 2
+"""int: libsndfile's error code for a failed system call (``SF_ERR_SYSTEM``: its text is only "System error.")."""
+
+
+def _libsndfile_os_error(err: BaseException, handle=None) -> OSError | None:
+    """The ``OSError`` behind a libsndfile "System error." (a write onto a full disk...), or None.
+
+    python-soundfile reports every failed system call as ``LibsndfileError`` code 2 with the text "System error.";
+    the cause is C's ``errno`` right after the failing call (cffi keeps it per thread), else libsndfile's own
+    ``sf_strerror`` of the open file ("System error : No space left on device.").
+
+    Args:
+        err (BaseException): What soundfile raised.
+        handle: The ``SNDFILE*`` of the open file (``SoundFile._file``), when there is one.
+    Returns:
+        OSError | None: the cause, or None when ``err`` is not a system error or the cause is unknown.
+    """
+    if isinstance(err, OSError):
+        return err
+    if getattr(err, "code", None) != SFE_SYSTEM:
+        return None
+    try:
+        code = int(sf._ffi.errno)
+    except Exception:  # pragma: no cover - soundfile without cffi internals
+        code = 0
+    if code > 0:
+        return OSError(code, os.strerror(code))
+    try:
+        text = sf._ffi.string(sf._snd.sf_strerror(handle)).decode(errors="replace") if handle is not None else ""
+    except Exception:  # pragma: no cover
+        text = ""
+    cause = text.partition(":")[2].strip().rstrip(".")
+    return OSError(0, cause) if cause else None
+
+
+def _write_failed(err: BaseException, path: Path, handle=None, left: str = "nothing half-written is left",
+                  doing: str = "writing") -> ArtifactError:
+    """The one-line ``ArtifactError`` for a failed audio write: the cause named (no space left on device...)
+    through :func:`cosyedge.artifacts.write_error` when there is one, else libsndfile's first line."""
+    cause = _libsndfile_os_error(err, handle)
+    if cause is not None:
+        return write_error(cause, path, left=left)
+    return ArtifactError(f"{doing} {path} failed ({first_line(err, with_type=False)})")
+
+
 def write_audio(path: str | Path, y: np.ndarray, sample_rate_hz: int) -> Path:
     """Write audio atomically; the format follows the extension (wav/flac: PCM_16, ogg: Vorbis).
 
@@ -332,7 +395,9 @@ def write_audio(path: str | Path, y: np.ndarray, sample_rate_hz: int) -> Path:
     with atomic_output(path) as tmp:
         try:
             sf.write(str(tmp), np.clip(y, -1.0, 1.0), int(sample_rate_hz), subtype=subtype, format=fmt)
-        except Exception as err:  # libsndfile errors (e.g. unsupported rate for the format)
+        except Exception as err:  # libsndfile errors (e.g. unsupported rate for the format, a full disk)
+            if _libsndfile_os_error(err) is not None:
+                raise _write_failed(err, path) from None
             raise ArtifactError(f"cannot write {path} ({first_line(err, with_type=False)})") from None
     return path
 
@@ -376,6 +441,8 @@ class IncrementalAudioWriter:
                                       format=fmt, subtype=subtype)
         except Exception as err:  # libsndfile: unsupported rate for the format, disk errors
             self.tmp_path.unlink(missing_ok=True)
+            if _libsndfile_os_error(err) is not None:
+                raise _write_failed(err, self.path) from None
             raise ArtifactError(f"cannot write {self.path} ({first_line(err, with_type=False)})") from None
         self.frames = 0
         self.closed = False
@@ -387,7 +454,8 @@ class IncrementalAudioWriter:
             y (np.ndarray): float32 mono, shape (n,), clipped to [-1, 1] here unless written as float;
                 NaN/Inf written as 0.
         Raises:
-            ArtifactError: the disk write failed (the file so far is kept by :meth:`close`).
+            ArtifactError: the disk write failed, the cause named ("no space left on device"); the file so far
+                is kept by :meth:`close`, deleted by :meth:`discard`.
         """
         y = np.asarray(y, np.float32).reshape(-1)
         if self._clip:
@@ -396,7 +464,7 @@ class IncrementalAudioWriter:
         try:
             self._file.write(y)
         except Exception as err:
-            raise ArtifactError(f"writing {self.path} failed ({first_line(err, with_type=False)})") from None
+            raise _write_failed(err, self.path, getattr(self._file, "_file", None), left="") from None
         self.frames += y.shape[0]
 
     def close(self) -> Path | None:
@@ -414,7 +482,7 @@ class IncrementalAudioWriter:
         try:
             self._file.close()
         except Exception as err:  # pragma: no cover - disk full at header rewrite
-            raise ArtifactError(f"finishing {self.path} failed ({first_line(err, with_type=False)})") from None
+            raise _write_failed(err, self.path, left="", doing="finishing") from None
         if not self.frames:
             self.tmp_path.unlink(missing_ok=True)
             return None

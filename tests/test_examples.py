@@ -90,7 +90,7 @@ def test_02_streamify_your_onnx(tmp_path):
     from cosyedge.artifacts import StreamContract
 
     out, text = _run("02_streamify_your_onnx", tmp_path)
-    m = re.search(r"proved on \d+ ticks at chunks \[[\d, ]+\]: max abs error ([0-9.e+-]+)", text)
+    m = re.search(r"proved on \d+ samples \([\d.]+ s\) at chunks of \[[\d, ]+\] samples: max abs error ([0-9.e+-]+)", text)
     assert m, text
     assert float(m.group(1)) < 1e-4
     assert (out / "toy.onnx").is_file()

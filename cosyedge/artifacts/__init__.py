@@ -34,17 +34,22 @@ from cosyedge.artifacts.contract import (
 from cosyedge.artifacts.files import (
     MACHINE_MEASURED_KEYS,
     OWNER_FILE,
+    WriteError,
     atomic_folder,
     atomic_output,
+    check_folder_path,
     check_not_input,
     check_writable,
     default_file_mode,
+    is_write_error,
     load_onnx,
     model_content_sha256,
     remove_stale_temp_folders,
     replace_dir,
     sha256_file,
+    write_error,
     write_json,
+    writing,
 )
 from cosyedge.artifacts.manifest import (
     MANIFEST_NAME,
@@ -64,7 +69,7 @@ __all__ = [
     "StreamContract", "StreamIO",
     "MACHINE_MEASURED_KEYS", "OWNER_FILE", "atomic_folder", "atomic_output", "check_not_input", "check_writable",
     "default_file_mode", "load_onnx", "model_content_sha256", "remove_stale_temp_folders", "replace_dir",
-    "sha256_file", "write_json",
+    "sha256_file", "write_json", "WriteError", "check_folder_path", "is_write_error", "write_error", "writing",
     "MANIFEST_NAME", "MANIFEST_OBJECTS", "MANIFEST_REQUIRED", "PRECISIONS", "EngineManifest", "SourceModel", "Stage", "load_manifest",
     "resolve_artifact", "write_manifest",
 ]

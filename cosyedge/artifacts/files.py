@@ -7,6 +7,7 @@ Every file is written through :func:`atomic_output` (temp file in the destinatio
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -22,11 +23,15 @@ def load_onnx(path: str | Path, load_external_data: bool = True) -> Any:
     """Load an ONNX file as ``onnx.ModelProto``.
 
     Raises:
-        ArtifactError: the file is missing, empty (0 bytes) or is not a valid ONNX protobuf.
+        ArtifactError: the file is missing, is a folder (``... is a folder, expected an .onnx file``), is empty
+            (0 bytes) or is not a valid ONNX protobuf.
     """
     import onnx
 
     path = Path(path)
+    if path.is_dir():
+        made = " (an engine folder from 'cosyedge build')" if (path / "manifest.json").is_file() else ""
+        raise ArtifactError(f"{path} is a folder{made}, expected an .onnx file")
     if not path.is_file():
         raise ArtifactError(f"ONNX file not found: {path}")
     if path.stat().st_size == 0:  # onnx.load reads 0 bytes as an empty, "valid" ModelProto
@@ -79,6 +84,139 @@ def model_content_sha256(path: str | Path) -> str:
     return hashlib.sha256(model.SerializeToString(deterministic=True)).hexdigest()
 
 
+WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EIO})
+"""frozenset[int]: errnos that only a write raises (disk full, quota, file too large, read-only file system, I/O
+error): inside :func:`atomic_output` / :func:`atomic_folder` they become :func:`write_error`'s one line, whatever
+library (onnx, soundfile, json) did the writing."""
+
+_WRITE_HINTS = {
+    errno.ENOSPC: "free space there or write elsewhere",
+    errno.EDQUOT: "free space in your quota or write elsewhere",
+    errno.EROFS: "write elsewhere",
+    errno.EACCES: "check its permissions or write elsewhere",
+    errno.EPERM: "check its permissions or write elsewhere",
+}
+
+
+def os_error_cause(err: BaseException) -> str:
+    """The cause of an ``OSError`` in words (str), lower-case first letter: ``"no space left on device"``.
+
+    Args:
+        err (BaseException): The error; its ``errno`` is spelled with ``os.strerror`` (the errno's own text,
+            not the raising library's), else its ``strerror`` or ``str(err)``.
+    Returns:
+        str: e.g. ``"no space left on device"``, ``"read-only file system"``, ``"permission denied"``.
+    """
+    code = getattr(err, "errno", None)
+    text = os.strerror(code) if isinstance(code, int) and code > 0 else (getattr(err, "strerror", None) or str(err))
+    text = " ".join(str(text).split()).rstrip(".")
+    return text[:1].lower() + text[1:]
+
+
+class WriteError(ArtifactError):
+    """An ``OSError`` while writing an artifact, as one line (exit 3, an :class:`~cosyedge.errors.ArtifactError`).
+
+    Made by :func:`write_error`. Keeps the ``OSError`` (``os_error``) so that an enclosing
+    :func:`atomic_folder` can name the folder being written instead of a temp file inside it.
+
+    Attributes:
+        os_error (OSError): The original error.
+        dest (Path): The artifact named in the message.
+    """
+
+    def __init__(self, msg: str, os_error: BaseException, dest: Path):
+        super().__init__(msg)
+        self.os_error = os_error
+        self.dest = dest
+
+
+def write_error(err: BaseException, dest: str | Path, what: str = "",
+                left: str = "nothing half-written is left") -> WriteError:
+    """The one-line error (:class:`WriteError`, an ``ArtifactError``: exit 3) for an ``OSError`` raised while
+    writing an artifact: every writer (build, run, streamify, export, calibration sets and caches) reports a full
+    disk, a quota, a read-only file system the same way, naming the cause and the path.
+
+    Args:
+        err (BaseException): The ``OSError`` (its ``errno`` names the cause, :func:`os_error_cause`).
+        dest (str | Path): The artifact being written (its final path, not the temp file).
+        what (str): What it is, for the message (``"engine folder"``); empty for a plain file.
+        left (str): What became of the partial output, for the message; empty: not said (a writer that keeps
+            what it wrote so far).
+    Returns:
+        WriteError: ``writing <what> <dest> failed: no space left on device in <folder> (free space there or
+        write elsewhere; nothing half-written is left)``. Raise it ``from None``.
+    """
+    dest = Path(dest)
+    hint = _WRITE_HINTS.get(getattr(err, "errno", None), "write elsewhere")
+    return WriteError(f"writing {what + ' ' if what else ''}{dest} failed: {os_error_cause(err)} in {dest.parent} "
+                      f"({hint}{'; ' + left if left else ''})", err, dest)
+
+
+def _inside(path: str | Path, folder: str | Path) -> bool:
+    path, folder = os.path.abspath(os.fsdecode(path)), os.path.abspath(os.fsdecode(folder))
+    return path == folder or path.startswith(folder + os.sep)
+
+
+def is_write_error(err: BaseException, tmp: str | Path | None = None) -> bool:
+    """True when ``err`` is an ``OSError`` that writing raised: its errno is in :data:`WRITE_ERRNOS`, or it
+    names a file under ``tmp`` (the temp file or folder being written).
+
+    Args:
+        err (BaseException): Any exception.
+        tmp (str | Path | None): The temp path being written, if any.
+    Returns:
+        bool: whether :func:`write_error` describes it.
+    """
+    if not isinstance(err, OSError):
+        return False
+    if err.errno in WRITE_ERRNOS:
+        return True
+    return tmp is not None and bool(err.filename) and _inside(err.filename, tmp)
+
+
+@contextlib.contextmanager
+def writing(dest: str | Path, what: str = "") -> Iterator[None]:
+    """Turn any ``OSError`` raised in the block into :func:`write_error`'s one-line ``ArtifactError``.
+
+    For writes outside :func:`atomic_output` / :func:`atomic_folder` (which convert write errors themselves), e.g.
+    a folder of calibration files or an audio file written block by block.
+
+    Args:
+        dest (str | Path): The artifact being written (named in the message).
+        what (str): What it is (``"calibration set"``).
+    Raises:
+        ArtifactError: the block raised an ``OSError``.
+    """
+    try:
+        yield
+    except OSError as err:
+        raise write_error(err, dest, what) from None
+
+
+def check_folder_path(path: str | Path, what: str = "output folder", why: str = "") -> Path:
+    """Fail early when ``path`` cannot become a folder because it, or one of its parents, is a file.
+
+    Args:
+        path (str | Path): A folder to write into (need not exist).
+        what (str): Its name in the message (``"-o"``).
+        why (str): What the folder is for, in the message (``"the engines root"``); optional.
+    Returns:
+        Path: ``path`` as a Path.
+    Raises:
+        ArtifactError: ``path`` or a parent exists and is not a folder: ``-o out.wav must be a folder (the engines
+            root), but it is a file: give a folder path``.
+    """
+    path = Path(path)
+    for p in (path, *path.parents):
+        if p.exists():
+            if not p.is_dir():
+                found = "it is a file" if p == path else f"{p} is a file"
+                raise ArtifactError(f"{what} {path} must be a folder{f' ({why})' if why else ''}, but {found}: "
+                                    f"give a folder path")
+            break
+    return path
+
+
 @contextlib.contextmanager
 def atomic_output(dest: str | Path, suffix: str | None = None) -> Iterator[Path]:
     """Yield a temporary path next to ``dest``; on success rename it onto ``dest``, on error delete it.
@@ -98,6 +236,9 @@ def atomic_output(dest: str | Path, suffix: str | None = None) -> Iterator[Path]
                                    dir=dest.parent)
         os.close(fd)
     except OSError as err:
+        check_folder_path(dest.parent, "output folder", f"it receives {dest.name}")
+        if err.errno in WRITE_ERRNOS:
+            raise write_error(err, dest) from None
         raise ArtifactError(f"cannot write {dest}: {err.strerror or err}") from None
     tmp = Path(tmp)
     try:
@@ -105,6 +246,10 @@ def atomic_output(dest: str | Path, suffix: str | None = None) -> Iterator[Path]
         if tmp.exists():  # mkstemp makes 0600 files: give the mode a plain open() would
             os.chmod(tmp, default_file_mode())
         os.replace(tmp, dest)
+    except OSError as err:
+        if not is_write_error(err, tmp):
+            raise
+        raise write_error(err, dest) from None
     finally:
         if tmp.exists():
             tmp.unlink()
@@ -129,12 +274,25 @@ def atomic_folder(dest: str | Path, what: str = "folder") -> Iterator[Path]:
         tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=root))
         (tmp / OWNER_FILE).write_text(f"{os.getpid()}\n")
     except OSError as err:
+        check_folder_path(root, "output folder", f"it receives the {what}")
+        if err.errno in WRITE_ERRNOS:
+            raise write_error(err, dest, what) from None
         raise ArtifactError(f"cannot write {what} in {root}: {err.strerror or err}") from None
     try:
         yield tmp
         (tmp / OWNER_FILE).unlink(missing_ok=True)
         os.chmod(tmp, default_file_mode(0o777))  # mkdtemp creates 0700
         replace_dir(tmp, dest, what)
+    except OSError as err:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if not is_write_error(err, tmp):
+            raise
+        raise write_error(err, dest, what) from None
+    except WriteError as err:  # a file inside the temp folder: name the folder, not the temp file
+        shutil.rmtree(tmp, ignore_errors=True)
+        if not _inside(err.dest, tmp):
+            raise
+        raise write_error(err.os_error, dest, what) from None
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -181,10 +181,15 @@ def build(source: str | Path | None = None, config: BuildConfig | None = None, b
         Path: the engine folder (or Triton repository folder).
     Raises:
         UsageError: TensorRT options with Triton, Triton options with another backend, bad options.
+        ArtifactError: ``out_dir`` (or a parent) is a file (checked before any work).
         ArtifactError / DependencyError / AccuracyError: see :func:`build_engine` and
             :func:`cosyedge.builders.triton.build_triton`.
     """
+    from cosyedge.artifacts import check_folder_path
+
     config = config if config is not None else BuildConfig()
+    if out_dir is not None:  # before any work: -o is the engines root, a folder that receives the engine folder
+        check_folder_path(out_dir, "-o", "the engines root, which receives the engine folder")
     unknown = [k for k in triton_options if k not in TRITON_OPTIONS]
     if unknown:
         raise TypeError(f"build() got unexpected options {unknown}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from cosyedge.cli.options import log_opts
+from cosyedge.cli.options import log_opts, warn_threads_above_cpus
 
 
 @click.group("calib")
@@ -53,7 +53,8 @@ def make(count, seed, out, from_dir):
               help="FP32 streaming ONNX. Default: bundled reference model.")
 @click.option("--calib", "calib_dir", metavar="DIR", default=None,
               help="Calibration set folder. Default: $COSYEDGE_CALIB_DIR or ./calib (made if missing).")
-@click.option("--threads", type=int, default=1, show_default=True, help="ONNX Runtime threads.")
+@click.option("--threads", type=int, default=1, show_default=True, callback=warn_threads_above_cpus,
+              help="ONNX Runtime threads.")
 @click.option("--force", is_flag=True, help="Recompute even if the cache matches.")
 @click.option("--trt-version", default=None, metavar="X.Y.Z",
               help="TensorRT version for the calibration-cache header. Default: installed tensorrt, else 10.3.0.")
@@ -87,7 +88,8 @@ def amax(onnx_path, calib_dir, threads, force, trt_version):
 @click.option("--amax", "amax_path", metavar="PATH", default=None,
               help="Use this amax cache (must be from the same model) instead of calibrating.")
 @click.option("--exclude", multiple=True, metavar="NODE", help="Keep this weighted node in float (repeatable).")
-@click.option("--threads", type=int, default=1, show_default=True, help="ONNX Runtime threads for calibration.")
+@click.option("--threads", type=int, default=1, show_default=True, callback=warn_threads_above_cpus,
+              help="ONNX Runtime threads for calibration.")
 @log_opts
 def int8(onnx_path, output, calib_dir, amax_path, exclude, threads):
     """Write the INT8 streaming ONNX: KL-calibrated activations, per-channel weights, explicit Q/DQ.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from cosyedge.cli.options import FiniteFloat, log_opts
+from cosyedge.cli.options import FiniteFloat, log_opts, warn_threads_above_cpus
 
 
 def _utterances(path, rate, limit):
@@ -36,7 +36,8 @@ def _utterances(path, rate, limit):
 @click.option("--floor-db", type=FiniteFloat(), default=40.0, show_default=True,
               help="--mark-all: tensors at or above this SNR (dB) are never the jump.")
 @click.option("--json", "json_path", metavar="FILE", default=None, help="Write the full result as JSON.")
-@click.option("--threads", type=int, default=1, show_default=True, help="ONNX Runtime threads per model.")
+@click.option("--threads", type=int, default=1, show_default=True, callback=warn_threads_above_cpus,
+              help="ONNX Runtime threads per model.")
 @log_opts
 def compare(reference, candidate, modes, chunk_ms, utt_path, max_utterances, snr_db, no_pesq, mark_all, seconds,
             jump_db, floor_db, json_path, threads):

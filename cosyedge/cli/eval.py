@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from cosyedge.cli.options import FiniteFloat, log_opts
+from cosyedge.cli.options import FiniteFloat, log_opts, warn_threads_above_cpus
 
 
 @click.command("eval")
@@ -27,7 +27,8 @@ from cosyedge.cli.options import FiniteFloat, log_opts
               help="Streaming chunk in ms (a multiple of the model hop). Default: one hop.")
 @click.option("--max-delay-ms", type=FiniteFloat(min=0), default=50.0, show_default=True,
               help="Search range (+-ms) of the cross-correlation delay used to align outputs to the reference.")
-@click.option("--threads", type=int, default=1, show_default=True, help="ONNX Runtime threads (engine, DNSMOS).")
+@click.option("--threads", type=int, default=1, show_default=True, callback=warn_threads_above_cpus,
+              help="ONNX Runtime threads (engine, DNSMOS).")
 @log_opts
 def eval_cmd(input, engine_opts, baselines, json_path, plot_dir, no_baseline, no_dnsmos, chunk_ms, max_delay_ms,
              threads):

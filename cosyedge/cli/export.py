@@ -20,8 +20,8 @@ _PATH = click.Path(dir_okay=True, path_type=Path)
 @click.option("--dynamo/--no-dynamo", default=False, show_default=True,
               help="reference only: use the torch.export-based ONNX exporter instead of TorchScript tracing.")
 @click.option("-o", "--output", "out", type=_PATH, default=None,
-              help="Streaming ONNX to write. Default: cosyedge/models/reference.stream.onnx for the reference; "
-                   "required for a recipe.")
+              help="Streaming ONNX to write. Default: ./reference.stream.onnx for the reference (the bundled "
+                   "model is replaced only when -o names it); required for a recipe.")
 @click.option("--full-onnx", type=_PATH, default=None,
               help="Also keep the full-sequence FP32 ONNX here (default: temporary, deleted).")
 def export(model: str, weights: Path | None, dynamo: bool, out: Path | None, full_onnx: Path | None) -> None:
@@ -37,8 +37,8 @@ def export(model: str, weights: Path | None, dynamo: bool, out: Path | None, ful
 
     Writes one self-contained ONNX with inputs audio (N, 1, T) and state_in.NN, outputs enhanced and
     state_out.NN, and the stream contract (sample rate, hop, total stride, state shapes) in its metadata.
-    Without -o, 'reference' rewrites the bundled cosyedge/models/reference.stream.onnx (--weights, --dynamo,
-    --full-onnx: see the options). What each recipe computes and how close it is to the authors' own
+    Without -o, 'reference' writes reference.stream.onnx in the current folder (the installed package's bundled
+    model is never touched unless -o names it; --weights, --dynamo, --full-onnx: see the options). What each recipe computes and how close it is to the authors' own
     runtime: docs/streamify.md (nsnet2, dfn3), docs/adopt.md (dtln).
     Examples: cosyedge export nsnet2 -o nsnet2.stream.onnx; cosyedge export dtln -o dtln.stream.onnx;
     cosyedge export dfn3 -o dfn3.stream.onnx

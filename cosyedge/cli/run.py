@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from cosyedge.cli.options import log_opts
+from cosyedge.cli.options import log_opts, warn_threads_above_cpus
 
 
 @click.command("run")
@@ -16,7 +16,8 @@ from cosyedge.cli.options import log_opts
               help="Engine folder (from 'cosyedge build') or streaming .onnx. Default: bundled reference.")
 @click.option("--chunk-ms", type=float, default=None,
               help="Chunk length in ms (a multiple of the model hop). Default: one hop (10 ms for the reference).")
-@click.option("--threads", type=int, default=1, show_default=True, help="ONNX Runtime threads.")
+@click.option("--threads", type=int, default=1, show_default=True, callback=warn_threads_above_cpus,
+              help="ONNX Runtime threads.")
 @click.option("--device", metavar="NAME|INDEX", default=None,
               help="mic only: input device (index or name, see 'cosyedge devices'). Default: the default input.")
 @click.option("--monitor", is_flag=True, help="mic only: play the enhanced audio on the default output device.")

@@ -37,7 +37,8 @@ from pathlib import Path
 import numpy as np
 
 from cosyedge._lazy import lazy_import
-from cosyedge.artifacts import SCHEMA_VERSION, atomic_output, sha256_file, write_json
+from cosyedge.artifacts import (SCHEMA_VERSION, WriteError, atomic_output, is_write_error, sha256_file, write_error,
+                               write_json)
 from cosyedge.errors import ArtifactError, CosyEdgeError, UsageError
 from cosyedge.log import LOG
 
@@ -190,6 +191,8 @@ def _prepare_folder(out: Path) -> Path:
         out.mkdir(parents=True, exist_ok=True)
         return Path(tempfile.mkdtemp(prefix=f".{AUDIO_DIR}.", dir=out))
     except OSError as err:
+        if is_write_error(err):
+            raise write_error(err, out, "calibration set") from None
         raise ArtifactError(f"cannot write calibration set in {out}: {err.strerror or err}") from None
 
 
@@ -209,6 +212,8 @@ def _commit_folder(out: Path, tmp_audio: Path, manifest: dict) -> None:
         if old.exists():
             shutil.rmtree(old)
     except OSError as err:
+        if is_write_error(err):
+            raise write_error(err, out, "calibration set", left="") from None
         raise ArtifactError(f"cannot write calibration set in {out}: {err.strerror or err}") from None
 
 
@@ -363,6 +368,10 @@ def make_calibration_set(out: str | Path | None = None, *, count: int | None = N
             }
             _commit_folder(out, audio, manifest)
             done = True
+    except WriteError as err:  # a file of the temp audio folder: name the set, the temp folder is removed below
+        if err.dest == out:
+            raise
+        raise write_error(err.os_error, out, "calibration set") from None
     finally:
         if audio.exists():
             shutil.rmtree(audio, ignore_errors=True)

@@ -38,8 +38,8 @@ def resolve_calibration_set(calib: Any, count: int = 2048):
     Returns:
         CalibrationSet: the loaded set.
     Raises:
-        ArtifactError: an explicit folder without ``manifest.json`` (a missing file: exit 3), a malformed
-            manifest or missing audio.
+        ArtifactError: an explicit folder that does not exist, is a file or has no ``manifest.json`` (each said
+            so; a missing file: exit 3), a malformed manifest or missing audio.
     """
     from cosyedge.precision.calibset import (
         CalibrationSet,
@@ -53,8 +53,13 @@ def resolve_calibration_set(calib: Any, count: int = 2048):
         return calib
     folder = Path(calib) if calib is not None else default_calib_dir()
     if calib is not None and not (folder / MANIFEST).is_file():
-        raise ArtifactError(f"calibration folder {folder} has no {MANIFEST} (make one: 'cosyedge calib make --out "
-                            f"{folder}')")
+        make = f"make one: 'cosyedge calib make --out {folder}'"
+        if not folder.exists():
+            raise ArtifactError(f"calibration folder {folder} does not exist ({make}, or give the folder of an "
+                                f"existing set)")
+        if not folder.is_dir():
+            raise ArtifactError(f"calibration folder {folder} is a file, not a folder ({make})")
+        raise ArtifactError(f"calibration folder {folder} has no {MANIFEST} ({make})")
     if not (folder / MANIFEST).is_file():
         LOG.info("no calibration set in %s: making the default one (%d utterances)", folder, count)
         return make_calibration_set(folder, count=count)

@@ -153,12 +153,91 @@ def probe_inputs(model: Any, time_axes: dict[str, int], ticks: int, seed: int = 
     return feeds
 
 
+def _dims(vi: Any) -> list:
+    """The shape of a ``ValueInfoProto`` (list): ints for fixed dims, the dim_param (str, maybe "") for others."""
+    return [int(d.dim_value) if d.HasField("dim_value") else d.dim_param for d in vi.type.tensor_type.shape.dim]
+
+
+def _time_axis_guess(dims: list) -> int | None:
+    """The likely time axis of a shape (int | None): its one non-batch symbolic axis, else its longest fixed one."""
+    sym = [i for i, d in enumerate(dims) if i > 0 and not isinstance(d, int)]
+    if len(sym) == 1:
+        return sym[0]
+    fixed = [(d, i) for i, d in enumerate(dims) if i > 0 and isinstance(d, int) and d > 1]
+    return max(fixed)[1] if fixed else None
+
+
+def dynamic_axes_hint(inputs: list[tuple[str, list]], outputs: list[tuple[str, list]]) -> str:
+    """How to export a model with a dynamic time axis (str): the ``torch.onnx.export`` ``dynamic_axes`` and
+    ``dynamic_shapes`` arguments for its graph inputs and outputs, the time axis guessed from each shape
+    (:func:`_time_axis_guess`).
+
+    Args:
+        inputs (list[tuple[str, list]]): (name, shape) of each graph input; a shape holds ints for fixed dims and
+            str/None for symbolic ones.
+        outputs (list[tuple[str, list]]): The same for the graph outputs.
+    Returns:
+        str: e.g. ``dynamic_axes={'audio': {2: 'T'}, 'enhanced': {2: 'T'}} (torch.onnx.export) or dynamo=True
+        with dynamic_shapes={'audio': {2: torch.export.Dim('T')}}``.
+    """
+    def axis(dims):
+        return _time_axis_guess([int(d) if isinstance(d, (int, np.integer)) else str(d or "") for d in dims or []])
+
+    ins = [(n, axis(d)) for n, d in inputs]
+    outs = [(n, axis(d)) for n, d in outputs]
+    axes = ", ".join(f"'{n}': {{{a}: 'T'}}" for n, a in ins + outs if a is not None)
+    shapes = ", ".join(f"'{n}': {{{a}: torch.export.Dim('T')}}" for n, a in ins if a is not None)
+    return f"dynamic_axes={{{axes}}} (torch.onnx.export) or dynamo=True with dynamic_shapes={{{shapes}}}"
+
+
+def fixed_length_error(model: Any, err: BaseException, where: str = "model") -> UsageError | None:
+    """The one-line error (:class:`~cosyedge.errors.UsageError`, exit 2) for a graph whose export fixed the time
+    length, recognised in ONNX Runtime's error for a run at another length; None for any other error.
+
+    Recognised: a graph input declared with a fixed length (``Got invalid dimensions for input ... Expected: N``,
+    when a time axis was given for it), and a Reshape to a fixed shape (``cannot be reshaped to the requested
+    shape``: a traced ``x.reshape(1, 100, 160)`` keeps its numbers) or a broadcast against a fixed-length tensor.
+
+    Args:
+        model (onnx.ModelProto): The full-sequence graph (its I/O for the export hint, :func:`dynamic_axes_hint`).
+        err (BaseException): What ONNX Runtime raised (its text is multi-line; only facts are quoted).
+        where (str): Name for the message.
+    Returns:
+        UsageError | None: ``<where>: the export fixed the time length (<what>); export with a dynamic time axis:
+        dynamic_axes={...} (torch.onnx.export) or dynamo=True with dynamic_shapes={...}``.
+    """
+    import re
+
+    text = str(err)
+    what = None
+    m = re.search(r"invalid dimensions for input: (\S+).*?index: (\d+) Got: (\d+) Expected: (\d+)", text, re.S)
+    if m and m.group(2) == "0":  # axis 0 is the batch (a model exported for batch 1 only), not time
+        m = None
+    if m:
+        what = f"input '{m.group(1)}' axis {m.group(2)} is always {m.group(4)} long"
+    node = re.search(r"while running (\w+) node\. Name:'([^']*)'", text)
+    if what is None and node and re.search(r"cannot be reshaped|broadcast", text, re.I):
+        shape = re.search(r"requested shape:\s*(\{[^}]*\})", text)
+        what = (f"{node.group(1)} node '{node.group(2)}' "
+                + (f"asks for shape {shape.group(1)} at any input length" if shape else
+                   "combines the input with a tensor of fixed length"))
+    if what is None:
+        return None
+    inits = {i.name for i in model.graph.initializer}
+    hint = dynamic_axes_hint([(vi.name, _dims(vi)) for vi in model.graph.input if vi.name not in inits],
+                             [(vi.name, _dims(vi)) for vi in model.graph.output])
+    tail = ", and shapes computed from the input (x.reshape(1, -1, 160), not fixed numbers)" if node and not m else ""
+    return UsageError(f"{where}: the export fixed the time length ({what}); export with a dynamic time axis: "
+                      f"{hint}{tail}")
+
+
 def run_all(model: Any, feeds: dict[str, np.ndarray], where: str = "model") -> dict[str, np.ndarray]:
     """Run ``model`` in ONNX Runtime (CPU, one thread, no graph optimisation) with every tensor marked as
     an output; returns {tensor name: value} for graph outputs and every intermediate tensor.
 
     Raises:
-        ArtifactError: ONNX Runtime cannot load or run the model (first line of its message).
+        UsageError: the export fixed the time length (:func:`fixed_length_error`): one line with the fix.
+        ArtifactError: ONNX Runtime cannot load or run the model otherwise (first line of its message).
     """
     marked, _ = mark_all_outputs(model)
     from cosyedge.runtime.ort import session_from_onnx
@@ -168,6 +247,9 @@ def run_all(model: Any, feeds: dict[str, np.ndarray], where: str = "model") -> d
         names = [o.name for o in sess.get_outputs()]
         values = sess.run(None, feeds)
     except Exception as err:
+        fixed = fixed_length_error(model, err, where)
+        if fixed is not None:
+            raise fixed from None
         raise ArtifactError(f"{where}: ONNX Runtime cannot run the full-sequence graph ({first_line(err)})") from None
     return dict(zip(names, values))
 
@@ -210,7 +292,7 @@ def measure(model: Any, time_axes: dict[str, int], t1: int, t2: int,
     try:
         fb = {k: np.concatenate([v, v], axis=0) if v.ndim else v for k, v in f1.items()}
         vb = run_all(model, fb, where)
-    except ArtifactError:
+    except (ArtifactError, UsageError):  # batch 1 only (a reshape to a fixed batch reads as a fixed length)
         vb = {}
     for name, b in vb.items():
         a = v1.get(name)

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from cosyedge._lazy import lazy_import
-from cosyedge.artifacts import atomic_output, load_onnx
+from cosyedge.artifacts import atomic_output, load_onnx, writing
 from cosyedge.errors import ArtifactError, first_line
 
 gs = lazy_import("onnx_graphsurgeon")
@@ -139,11 +139,8 @@ def save_model(model: Any, path: str | Path) -> Path:
     if size > _PROTOBUF_LIMIT_BYTES:
         raise ArtifactError(f"cannot write {path} as one file: model is {size / 2**30:.2f} GiB "
                             "(> 2 GiB protobuf limit)")
-    with atomic_output(path) as tmp:
-        try:
-            onnx.save_model(model, str(tmp), save_as_external_data=False)
-        except OSError as err:
-            raise ArtifactError(f"cannot write {path}: {err.strerror or err}") from None
+    with atomic_output(path) as tmp, writing(path):  # a full disk: one line naming the cause and path
+        onnx.save_model(model, str(tmp), save_as_external_data=False)
     return path
 
 

@@ -48,6 +48,21 @@ def session(model: Any) -> Any:
     return session_from_onnx(model, threads=1, inter_threads=1, log_severity=4)
 
 
+def tick_unit(contract: Any, short: bool = False) -> str:
+    """What one input tick of a proof is (str), for messages: ``"samples"`` for a waveform first input, else
+    ``"frames of '<input>'"`` (feature frames; ``"frames"`` when ``short``)."""
+    first = contract.stream_inputs[0]
+    if first.kind == "audio":
+        return "samples"
+    return "frames" if short else f"frames of '{first.name}'"
+
+
+def ticks_seconds(contract: Any, ticks: int) -> float:
+    """Seconds (float) of audio that ``ticks`` input ticks (samples, or feature frames) stand for."""
+    first = contract.stream_inputs[0]
+    return ticks * contract.hop_samples / (first.frames_per_hop * contract.sample_rate_hz)
+
+
 def stream_run(model: Any, contract: Any, inputs: dict[str, np.ndarray], chunk_ticks: int,
                ticks_per_frame: dict[str, Any], mark_all: bool = False) -> dict[str, np.ndarray]:
     """Stream ``inputs`` through a stream graph with ONNX Runtime; return every output concatenated
@@ -82,11 +97,11 @@ def stream_run(model: Any, contract: Any, inputs: dict[str, np.ndarray], chunk_t
     want = [n for n in names if n in ticks_per_frame]
     io = {i.name: i for i in contract.stream_inputs}
     first = contract.stream_inputs[0]
-    unit = "samples" if first.kind == "audio" else "frames"
 
     def error(err: Exception, _k: int) -> ArtifactError:
-        return ArtifactError(f"ONNX Runtime cannot run the stream graph on a chunk of {chunk_ticks} {unit} "
-                             f"({first_line(err)}), as 'cosyedge run' and 'build' would run it; nothing written")
+        return ArtifactError(f"ONNX Runtime cannot run the stream graph on a chunk of {chunk_ticks} "
+                             f"{tick_unit(contract, short=True)} ({first_line(err)}), as 'cosyedge run' and "
+                             "'build' would run it; nothing written")
 
     def buffers(feeds: dict) -> dict:  # what OrtStreamSession (cosyedge run / build) binds for this chunk
         samples = feeds[first.name].shape[first.time_axis] * contract.hop_samples // first.frames_per_hop
@@ -200,7 +215,7 @@ def bisect(full_model: Any, stream_model: Any, contract: Any, inputs: dict[str, 
         mx, snr, peak = compare_aligned(full[name], got[name], axis, delay)
         if mx > atol * max(1.0, peak):
             return (f"first diverging tensor '{name}' (output of {producers.get(name, '?')}): max abs error "
-                    f"{mx:.3g}, SNR {snr:.1f} dB at chunks of {chunk} ticks")
+                    f"{mx:.3g}, SNR {snr:.1f} dB at chunks of {chunk} {tick_unit(contract, short=True)}")
     return ""
 
 

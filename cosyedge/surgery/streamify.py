@@ -83,7 +83,7 @@ class StreamGraph:
     full_model: Any = None
 
 
-def _input_time_axes(graph: Any, given: dict[str, int] | None) -> dict[str, int]:
+def _input_time_axes(graph: Any, given: dict[str, int] | None, where: str = "") -> dict[str, int]:
     names = [t.name for t in graph.inputs]
     unknown = sorted(set(given or {}) - set(names))
     if unknown:
@@ -104,6 +104,14 @@ def _input_time_axes(graph: Any, given: dict[str, int] | None) -> dict[str, int]
         elif len(sym) > 1:
             raise UsageError(f"input '{t.name}' has several symbolic axes {sym} ({shape}): give its time axis "
                              f"(--time-axis {t.name}=AXIS)")
+        elif not any(i > 0 and not (isinstance(d, (int, np.integer)) and d > 0)
+                     for u in graph.inputs for i, d in enumerate(u.shape or [])):
+            from cosyedge.surgery.facts import dynamic_axes_hint
+
+            hint = dynamic_axes_hint([(u.name, u.shape) for u in graph.inputs],
+                                     [(u.name, u.shape) for u in graph.outputs])
+            raise UsageError(f"{where + ': ' if where else ''}the export fixed the time length (input '{t.name}' is "
+                             f"{shape}, no input has a dynamic axis); export with a dynamic time axis: {hint}")
         else:
             raise UsageError(f"input '{t.name}' has no symbolic axis ({shape}): every input must run over time "
                              f"(export it with a dynamic time axis, or give it: --time-axis {t.name}=AXIS); inputs "
@@ -170,7 +178,7 @@ def streamify_graph(graph: Any, *, hop_ticks: int, time_axes: dict[str, int] | N
     taken = [n for n in graph.tensors() if n.startswith((STATE_IN_PREFIX, STATE_OUT_PREFIX))]
     if taken:
         raise UsageError(f"model already has tensor '{taken[0]}': is it already streamified?")
-    axes = _input_time_axes(graph, time_axes)
+    axes = _input_time_axes(graph, time_axes, where)
     _free_time_dims(graph.inputs, axes, where, "input")
     # Probe at multiples of the hop and, for waveforms, of 64 samples, so strides up to 64 are measured
     # exactly even when the hop is not a multiple of them (then refused below, naming the stride).
@@ -307,9 +315,11 @@ def prove_stream(full_model: Any, stream_model: Any, contract: StreamContract, s
                     "meant to sum that long, loosen the proof with --atol)")
         raise AccuracyError(f"{where}: the stream graph differs from the full-sequence graph: output "
                             f"'{worst['output']}' max abs error {worst['max_abs']:.3g} (SNR {worst['snr_db']:.1f} dB) "
-                            f"at chunks of {worst['chunk_ticks']} ticks; "
+                            f"at chunks of {worst['chunk_ticks']} {proof.tick_unit(contract, short=True)}; "
                             + (res.first_bad or "no single tensor found") + hint + "; nothing written")
-    LOG.info("proved on %d ticks at chunks %s: max abs error %.3g, SNR >= %.1f dB", res.ticks, chunks,
+    LOG.info("proved on %d %s (%.2f s) at chunks of %s %s: max abs error %.3g, SNR >= %.1f dB", res.ticks,
+             proof.tick_unit(contract), proof.ticks_seconds(contract, res.ticks), chunks,
+             proof.tick_unit(contract, short=True),
              worst["max_abs"], min(r["snr_db"] for r in res.rows))
     return res.summary()
 
@@ -335,9 +345,11 @@ def _contract_fields(model: Any, where: str, *, sample_rate_hz, hop_samples, del
         if key in fields and fields[key] != value:
             LOG.warning("%s: %s=%s overrides the model's metadata value %s", where, key, value, fields[key])
         fields[key] = value
+    missing = [key for key in ("sample_rate_hz", "hop_samples") if fields.get(key) is None]
+    if missing:  # every missing value at once, not one per run
+        raise UsageError(f"{where} has no cosyedge metadata: give "
+                         + " and ".join(f"{key}= (CLI: --{key.replace('_', '-')} N)" for key in missing))
     for key in ("sample_rate_hz", "hop_samples"):
-        if fields.get(key) is None:
-            raise UsageError(f"{where} has no cosyedge metadata: give {key}= (CLI: --{key.replace('_', '-')} N)")
         if int(fields[key]) <= 0:
             raise UsageError(f"{key} must be a positive integer, got {fields[key]}")
     if int(fields.get("delay_samples") or 0) < 0:
@@ -427,7 +439,7 @@ class StatefulOnnxFromOnnx(Stage):
             first = graph.inputs[0] if graph.inputs else None
             if first is None or not graph.outputs:
                 raise ArtifactError(f"{src} has no inputs or no outputs (an empty or truncated ONNX?)")
-            axes0 = _input_time_axes(graph, self.time_axes)
+            axes0 = _input_time_axes(graph, self.time_axes, str(src))
             audio = _is_audio(list(first.shape or []), axes0[first.name]) and first.name not in self.time_axes
             hop_ticks = hop if audio else self.frames_per_hop
             if hop % hop_ticks:

@@ -445,7 +445,7 @@ def test_cli_amax_cache_from_another_model(work, model, calib_set, capsys):
 @pytest.mark.parametrize("args, code, text", [
     (["--exclude", "/no/such/Conv"], 2, "--exclude '/no/such/Conv': no node of that name"),
     (["--exclude", "/blocks.0/Add"], 2, "--exclude '/blocks.0/Add' is not a quantizable op"),
-    (["--calib", "{work}/nowhere"], 3, "calibration folder {work}/nowhere has no manifest.json"),  # a missing file
+    (["--calib", "{work}/nowhere"], 3, "calibration folder {work}/nowhere does not exist"),  # a missing file
 ])
 def test_cli_bad_arguments(work, model, calib_set, capsys, args, code, text):
     args = [a.replace("{work}", str(work)) for a in args]

@@ -16,6 +16,11 @@ from cosyedge.export.torch_to_onnx import REFERENCE_INT8_KEEP_FLOAT, declare_int
 from cosyedge.log import LOG
 
 
+DEFAULT_OUT = "reference.stream.onnx"
+"""str: where :func:`export_reference` writes without ``out``: this file name in the current folder, never the
+installed package's bundled model (which a user's export would replace, and ``cosyedge check`` then refuses)."""
+
+
 def export_reference(weights: str | Path | None = None, out: str | Path | None = None, dynamo: bool = False,
                      full_onnx: str | Path | None = None) -> Path:
     """Export the bundled reference enhancer to its streaming ONNX (export, then streamify).
@@ -23,8 +28,9 @@ def export_reference(weights: str | Path | None = None, out: str | Path | None =
     Args:
         weights (str | Path | None): safetensors weights; defaults to
             ``cosyedge/models/reference.safetensors`` (:data:`cosyedge.models.REFERENCE_WEIGHTS`).
-        out (str | Path | None): Streaming ONNX destination; defaults to
-            :data:`cosyedge.models.REFERENCE_STREAM_ONNX` (``cosyedge/models/reference.stream.onnx``).
+        out (str | Path | None): Streaming ONNX destination; defaults to :data:`DEFAULT_OUT`
+            (``reference.stream.onnx`` in the current folder). The bundled model
+            (:data:`cosyedge.models.REFERENCE_STREAM_ONNX`) is rewritten only when ``out`` names it.
         dynamo (bool): Exporter choice. Defaults to False.
         full_onnx (str | Path | None): Also keep the full-sequence ONNX here; by default it is a temp file.
     Returns:
@@ -33,13 +39,12 @@ def export_reference(weights: str | Path | None = None, out: str | Path | None =
         ArtifactError: weights missing/corrupt, output not writable.
         DependencyError: torch or safetensors missing.
     """
-    from cosyedge.models import REFERENCE_STREAM_ONNX
     from cosyedge.surgery.streamify import streamify
 
     require("torch")
     from cosyedge.train.reference.model import load_reference
 
-    out = check_writable(out or REFERENCE_STREAM_ONNX)
+    out = check_writable(out if out is not None else Path.cwd() / DEFAULT_OUT)
     if full_onnx is not None:
         check_writable(full_onnx)
     model = load_reference(weights)
