@@ -38,7 +38,7 @@ class _Log:
         """Attach a stderr handler. ``verbosity`` (int): -1 warnings only, 0 info, >=1 debug."""
         level = logging.WARNING if verbosity < 0 else (logging.INFO if verbosity == 0 else logging.DEBUG)
         _logger.setLevel(level)
-        if not _logger.handlers:
+        if not any(isinstance(h, _StderrHandler) for h in _logger.handlers):  # others (a test's) may sit there
             h = _StderrHandler()
             h.setFormatter(logging.Formatter("[%(levelname).1s] %(message)s"))
             _logger.addHandler(h)
