@@ -29,10 +29,10 @@ from cosyedge.errors import UsageError
 
 
 def is_waveform(io: StreamIO, contract: StreamContract) -> bool:
-    """bool: ``io`` is a float32 waveform on the model's sample clock: shape ``["N", 1, "T"]``, kind ``audio``,
-    ``hop_samples`` frames per hop (a chunk of it is (N, 1, chunk_samples))."""
+    """bool: ``io`` is a waveform on the model's sample clock: shape ``["N", 1, "T"]``, kind ``audio``,
+    ``hop_samples`` frames per hop (a chunk of it is (N, 1, chunk_samples), float32 for every cosyedge export)."""
     return (io.kind == "audio" and list(io.shape) == [BATCH_DIM, 1, TIME_DIM] and io.time_axis == 2
-            and io.frames_per_hop == contract.hop_samples and io.dtype == "float32")
+            and io.frames_per_hop == contract.hop_samples)
 
 
 def primary_input(contract: StreamContract) -> StreamIO:
