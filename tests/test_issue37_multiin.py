@@ -8,6 +8,7 @@ conv), exported with a dynamic time axis and made a stream graph with ``streamif
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -292,3 +293,38 @@ def test_feature_inputs_are_refused_by_name_where_feeds_come_from_audio(featnet,
     line = _one_line(err)
     assert rc == 2 and "its input 'feat' is not a waveform" in line
     assert f"cosyedge.runtime.OrtStreamSession('{featnet}').push({{'feat': float32 (1, 4, 1)}})" in line
+
+
+# ------------------------------------------------------------------------------------------------ compare / check
+def test_compare_and_check_pass_on_a_two_input_model(twoin, engines, calib, tmp_path, cli):
+    """compare (both modes, --mark-all) and check (--update-baseline, then the gate) exit 0 on the two-input model;
+    each utterance feeds 'audio' and the next one feeds 'ref' (recorded in the JSON); with 'ref' fed its own
+    utterance instead, the reference output changes (the partner is really fed)."""
+    import json
+
+    from cosyedge.compare.core import ReferenceCache
+    from cosyedge.compare.models import load_compare_model
+    from cosyedge.compare.utterances import fixed_utterances, with_partners
+
+    js = tmp_path / "cmp.json"
+    rc, out, err = cli("compare", twoin[0], engines["int8"], "--no-pesq", "--mark-all", "--json", js)
+    assert rc == 0, err
+    assert "PASS: int8 within tolerance on 2 utterance(s), enhanced and states" in out
+    res = json.loads(js.read_text())
+    assert [u.get("partners") for u in res["utterances"]] == [{"ref": "demo-clean"}, {"ref": "demo-noisy"}]
+    snr = res["modes"]["free-running"]["utterances"]["demo-noisy"]["outputs"]["enhanced"]["snr_db"]
+    assert snr > 55.0 and res["bisection"]["compared"] > 0
+    base = tmp_path / "twoin.accuracy.json"
+    args = ["check", "--onnx", twoin[0], "--precisions", "fp16,int8", "--baseline", base, "--engines-dir",
+            tmp_path / "engines", "--no-pesq"]
+    rc, _, err = cli(*args, "--update-baseline", "--calib", calib)
+    assert rc == 0 and base.is_file(), err
+    rc, out, err = cli(*args)
+    assert rc == 0 and "PASS: fp16, int8 within baseline tolerance" in out, err
+    ref = load_compare_model(twoin[0])
+    utts = fixed_utterances(SR)
+    paired = with_partners(utts, ref.contract, str(twoin[0]), "test")
+    own = [dataclasses.replace(u, partners={"ref": u.x}, partner_names={"ref": u.name}) for u in utts]
+    y_paired = ReferenceCache(ref, 1600).get(paired[0]).outputs["enhanced"]
+    y_own = ReferenceCache(ref, 1600).get(own[0]).outputs["enhanced"]
+    assert y_paired.shape == y_own.shape == utts[0].x.shape and float(np.abs(y_paired - y_own).max()) > 1e-3
