@@ -328,3 +328,35 @@ def test_compare_and_check_pass_on_a_two_input_model(twoin, engines, calib, tmp_
     y_paired = ReferenceCache(ref, 1600).get(paired[0]).outputs["enhanced"]
     y_own = ReferenceCache(ref, 1600).get(own[0]).outputs["enhanced"]
     assert y_paired.shape == y_own.shape == utts[0].x.shape and float(np.abs(y_paired - y_own).max()) > 1e-3
+
+
+# ------------------------------------------------------------------------------------------------ StreamPool
+def test_stream_pool_takes_a_dict_per_stream_and_equals_single_streams(twoin):
+    """Two streams of the two-input model through one StreamPool (one batched run per tick, a dict per stream)
+    give exactly what each stream gives alone in an OrtStreamSession; a bare array is refused in one line."""
+    from cosyedge.runtime import OrtStreamSession, StreamPool, stream_array
+
+    path = twoin[0]
+    chunk = 160
+    pairs = [(_speech(1.0, 2.0), _speech(1.0, 7.0)), (_speech(1.0, 12.0, "clean"), _speech(1.0, 4.0, "clean"))]
+    alone = []
+    with OrtStreamSession(path, chunk_samples=chunk) as s:
+        for a, r in pairs:
+            alone.append(stream_array(s, a, partners={"ref": r}))
+    with StreamPool(path, max_streams=4, chunk_samples=chunk) as pool:
+        assert pool.input_shapes == {"audio": (1, 160), "ref": (1, 160)}
+        ids = [pool.join() for _ in pairs]
+        got = [[] for _ in pairs]
+        for i in range(0, pairs[0][0].size, chunk):
+            out = pool.push({sid: {"audio": a[i:i + chunk], "ref": r[None, i:i + chunk]}
+                             for sid, (a, r) in zip(ids, pairs)})
+            for k, sid in enumerate(ids):
+                assert set(out[sid]) == {"enhanced"} and out[sid]["enhanced"].shape == (chunk,)
+                got[k].append(out[sid]["enhanced"])
+        with pytest.raises(UsageError, match=r"streams inputs \['audio', 'ref'\]: submit a dict of arrays by name"):
+            pool.submit(ids[0], pairs[0][0][:chunk])
+        with pytest.raises(UsageError, match=r"missing \['ref'\]"):
+            pool.submit(ids[0], {"audio": pairs[0][0][:chunk]})
+    assert pool.ticks == pairs[0][0].size // chunk
+    for k in range(len(pairs)):
+        np.testing.assert_array_equal(np.concatenate(got[k]), alone[k])
