@@ -108,6 +108,9 @@ def build_engine(onnx_path: str | Path | None = None, backend: str = "auto", nam
         UsageError: bad precision/options; see also :func:`resolve_backend`.
         DependencyError: see :func:`resolve_backend`.
         AccuracyError: the FP16 model gave NaN/Inf in its scan.
+        UsageError: ``backend="tensorrt"`` for a model that does not map one waveform to one waveform (several
+            inputs, features: :func:`cosyedge.runtime.trt.require_one_waveform`); ``auto`` builds those for ONNX
+            Runtime.
     """
     import shutil
     import tempfile
@@ -122,7 +125,18 @@ def build_engine(onnx_path: str | Path | None = None, backend: str = "auto", nam
         precision, sparse, exclude, calib, calib_count, amax = config.options()
     elif precision not in PRECISIONS:
         raise UsageError(f"unknown precision '{precision}' (use one of {', '.join(PRECISIONS)})")
+    if backend == "tensorrt":  # a model TensorRT cannot stream is refused before TensorRT is looked for
+        from cosyedge.runtime.trt import require_one_waveform
+
+        src = SourceModel.of(onnx_path if onnx_path is not None else require_reference())
+        require_one_waveform(check_streaming_onnx(src), str(src.path))
     chosen = resolve_backend(backend)
+    if chosen == "tensorrt" and backend == "auto":
+        src = SourceModel.of(onnx_path if onnx_path is not None else require_reference())
+        if not check_streaming_onnx(src).is_audio:
+            LOG.info("backend auto -> onnxruntime instead: the TensorRT backend streams one waveform input and "
+                     "output, %s streams %s", src.path, [i.name for i in src.contract.stream_inputs])
+            chosen = "onnxruntime"
     if (dla_core is not None or gpu_fallback) and chosen != "tensorrt":
         raise UsageError("--dla-core/--gpu-fallback are TensorRT options (Jetson): add --backend tensorrt")
     if onnx_path is None:

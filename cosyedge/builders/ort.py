@@ -59,14 +59,20 @@ MODEL_FILE = "model.onnx"
 
 
 def _smoke_test(model_path: Path, contract: StreamContract) -> None:
-    """Run one zero chunk through ONNX Runtime: the model loads, shapes match, output is finite."""
+    """Run one zero chunk through ONNX Runtime: the model loads, shapes match, outputs are finite. A model with
+    several streaming inputs (or feature inputs) gets a zero chunk on each (:func:`cosyedge.runtime.feeds.zero_feeds`)."""
+    from cosyedge.runtime.feeds import zero_feeds
     from cosyedge.runtime.ort import OrtStreamSession
 
     with OrtStreamSession(model_path) as s:
-        chunk = np.zeros((1, 1, s.chunk_samples), np.float32)
-        y = s.push(chunk)[contract.output]
-        if not np.isfinite(y).all():
-            raise ArtifactError(f"{model_path} produced NaN/Inf for a zero input chunk; check the model")
+        if contract.audio_in:
+            outs = s.push(np.zeros((1, 1, s.chunk_samples), np.float32))
+        else:
+            outs = s.push(zero_feeds(contract, s.chunk_samples))
+        bad = [k for k, v in outs.items() if not np.isfinite(v).all()]
+        if bad:
+            raise ArtifactError(f"{model_path} produced NaN/Inf{'' if bad == [contract.output] else f' in {bad}'} "
+                                f"for a zero input chunk; check the model")
         states = s.state()
         bad = [k for k, v in states.items() if not np.isfinite(v).all()]
         if bad:

@@ -274,6 +274,9 @@ def build_trt(onnx_path: Any, out_dir: str | Path | None = None, name: str | Non
     src = model_in.path
     contract = model_in.contract
     contract.require_streaming(src)
+    from cosyedge.runtime.trt import require_one_waveform
+
+    require_one_waveform(contract, str(src))
     # the parent is hashed once (name, replacement warning, manifest): a SourceModel caches its SHA-256
     parent = SourceModel.of(parent_path) if parent_path is not None else model_in
     name = check_engine_name(name or engine_model_name(contract.name, parent))

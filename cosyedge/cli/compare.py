@@ -73,6 +73,9 @@ def compare(reference, candidate, modes, chunk_ms, utt_path, max_utterances, snr
     check_compatible(ref, cand)
     chunk = default_chunk(ref, chunk_ms)
     utts = _utterances(utt_path, ref.contract.sample_rate_hz, max_utterances)
+    from cosyedge.compare.utterances import with_partners
+
+    utts = with_partners(utts, ref.contract, str(ref.path), "cosyedge compare")  # several inputs: who feeds which
     tol = tolerance_for(cand.label)
     if snr_db is not None:
         tol = dataclasses.replace(tol, output_snr_db=snr_db)

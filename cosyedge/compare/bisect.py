@@ -80,7 +80,8 @@ def bisect_layers(ref: CompareModel, cand: CompareModel, utt: Utterance, *, chun
     Args:
         ref (CompareModel): Reference (ONNX or ONNX Runtime engine).
         cand (CompareModel): Candidate (ONNX or ONNX Runtime engine; FP16, Q/DQ INT8...).
-        utt (Utterance): Real speech; its first ``seconds`` are used.
+        utt (Utterance): Real speech; its first ``seconds`` are used (and of its partner signals, for a model with
+            several waveform inputs; without them the utterance is its own partner).
         chunk (int | None): Samples per chunk (default one hop).
         seconds (float): Audio streamed (s); every tensor of every chunk is kept in memory.
         jump_db (float): Minimum SNR drop across a node (dB).
@@ -102,8 +103,10 @@ def bisect_layers(ref: CompareModel, cand: CompareModel, utt: Utterance, *, chun
                              f"(give its {m.model_path})")
     chunk = chunk or ref.contract.hop_samples
     n = max(chunk, round(seconds * utt.sample_rate_hz) // chunk * chunk)
-    short = Utterance(utt.name, utt.x[:n], None if utt.clean is None else utt.clean[:n], utt.sample_rate_hz,
-                      utt.sha256, utt.source)
+    from cosyedge.compare.utterances import with_partners
+
+    # partners of a multi-input model: the utterance's own (the next one of the compared set), else itself
+    short = with_partners([utt], ref.contract, str(ref.path), "cosyedge compare --mark-all")[0].head(n)
     ref_model = load_onnx(ref.model_path)
     cand_model = load_onnx(cand.model_path)
     order, producer, graph_inputs = _graph_tables(ref_model)

@@ -73,7 +73,7 @@ from cosyedge.builders.names import parse_precision_label, precision_label
 from cosyedge.compare.models import CompareModel, load_compare_model
 from cosyedge.compare.report import _jsonable, _rows, write_junit
 from cosyedge.compare.tolerances import BASELINE_TOLERANCES, tolerance_for
-from cosyedge.compare.utterances import Utterance, fixed_utterances
+from cosyedge.compare.utterances import Utterance, fixed_utterances, with_partners
 from cosyedge.errors import CosyEdgeError, UsageError
 
 DEFAULT_CHUNK_MS = 100.0
@@ -146,6 +146,7 @@ def run_check(onnx_path: str | Path | None = None, *, baseline: str | Path | Non
         return sparse_ref if parse_precision_label(label)[1] else ref
 
     utts = utterances if utterances is not None else fixed_utterances(ref.contract.sample_rate_hz)
+    utts = with_partners(utts, ref.contract, str(ref.path), "cosyedge check")  # a model with several inputs
     chunk = round(chunk_ms * ref.contract.sample_rate_hz / 1000.0)
     ref.contract.check_chunk(chunk)
     if base is not None:

@@ -84,13 +84,16 @@ class StreamRecord:
     state_inputs: list | None = None
 
 
-def _chunks(utt: Utterance, model: CompareModel, chunk: int) -> tuple[np.ndarray, int]:
-    """Padded input, shape (n_chunks, 1, 1, chunk), and n_chunks."""
+def _chunks(utt: Utterance, model: CompareModel, chunk: int) -> tuple[dict[str, np.ndarray], int]:
+    """Padded inputs by name, each float32 (1, 1, n_chunks * chunk) (the utterance on the primary input, its
+    partner signals on the others: :func:`cosyedge.runtime.feeds.full_inputs`), and n_chunks."""
+    from cosyedge.runtime.feeds import fit, full_inputs
+
     need = len(utt.x) + model.contract.delay_samples
     n = max(1, -(-need // chunk))
-    x = np.zeros(n * chunk, np.float32)
-    x[: len(utt.x)] = utt.x
-    return x.reshape(n, 1, 1, chunk), n
+    x = fit(utt.x, n * chunk)
+    partners = {k: fit(v[: len(utt.x)], n * chunk) for k, v in utt.partners.items()}  # zeros after the utterance
+    return full_inputs(model.contract, x, partners, str(model.path)), n
 
 
 def _collect(per_chunk: list[dict], model: CompareModel, length: int) -> dict:
@@ -113,7 +116,8 @@ def stream(model: CompareModel, runner: Any, utt: Utterance, chunk: int,
     Args:
         model (CompareModel): The model (contract: input/output/state names, delay).
         runner: Active Polygraphy runner of ``model``.
-        utt (Utterance): Real speech at the model rate.
+        utt (Utterance): Real speech at the model rate (with its partner signals for a model with several
+            waveform inputs: :func:`cosyedge.compare.utterances.with_partners`).
         chunk (int): Samples per chunk (a multiple of the total stride).
         forced_states (list[dict] | None): Teacher forcing: the state inputs to feed at each chunk
             (from the reference's :class:`StreamRecord`); None carries the model's own states from zero.
@@ -135,13 +139,13 @@ def stream(model: CompareModel, runner: Any, utt: Utterance, chunk: int,
 
     def on_chunk(_k: int, feeds: dict, res: dict) -> None:
         if keep_state_inputs:
-            fed.append({name: v.copy() for name, v in feeds.items() if name != c.input})  # the states fed
+            fed.append({name: v.copy() for name, v in feeds.items() if name not in xs})  # the states fed
         per_chunk.append({name: np.array(v, copy=True) for name, v in res.items() if outputs is None or name in outputs})
 
     def error(err: Exception, k: int) -> Exception:
         return reraise_runner_error(err, model, f"chunk {k} of '{utt.name}'")
 
-    loop.stream(infer, c, {c.input: xs.reshape(1, 1, n * chunk)}, chunk, forced_states=forced_states,
+    loop.stream(infer, c, xs, chunk, forced_states=forced_states,
                 on_chunk=on_chunk, on_error=error, copy_states=True)
     return StreamRecord(outputs=_collect(per_chunk, model, len(utt.x)), state_inputs=fed if keep_state_inputs else None)
 
@@ -296,7 +300,9 @@ def compare(ref: CompareModel, cand: CompareModel, utterances: list[Utterance], 
     Args:
         ref (CompareModel): FP32 reference (engine folder or ONNX).
         cand (CompareModel): Candidate build.
-        utterances (list[Utterance]): Real speech at the model rate (never random data).
+        utterances (list[Utterance]): Real speech at the model rate (never random data); a model with several
+            waveform inputs gets partner signals on the others (:func:`~cosyedge.compare.utterances.with_partners`:
+            the next utterances of the list, unless they carry their own).
         chunk (int | None): Samples per chunk (default: one hop).
         tolerance (Tolerance | None): Limits (default: :func:`~cosyedge.compare.tolerances.tolerance_for`
             the candidate's precision label).
@@ -310,7 +316,8 @@ def compare(ref: CompareModel, cand: CompareModel, utterances: list[Utterance], 
         snr_db}`` (+ ``["audio"]`` = PESQ/SI-SNR in free-running mode), ``failures`` (one line each,
         naming the mode, utterance, tensor or metric and the limit) and ``passed``.
     Raises:
-        UsageError: incompatible candidate, unknown mode, bad chunk, a model fails to run.
+        UsageError: incompatible candidate, unknown mode, bad chunk, a model fails to run, a model input that is
+            not a waveform (named).
     """
     check_compatible(ref, cand)
     bad = [m for m in modes if m not in MODES]
@@ -318,6 +325,9 @@ def compare(ref: CompareModel, cand: CompareModel, utterances: list[Utterance], 
         raise UsageError(f"unknown mode(s) {bad or modes} (use {', '.join(MODES)})")
     if not utterances:
         raise UsageError("no utterances to compare")
+    from cosyedge.compare.utterances import with_partners
+
+    utterances = with_partners(utterances, ref.contract, str(ref.path), "cosyedge compare")
     chunk = chunk or ref.contract.hop_samples
     ref.contract.check_chunk(chunk)
     for m in (ref, cand):  # a TensorRT profile fixes the chunk length

@@ -10,7 +10,9 @@ Pass 1 records ``max |x|`` per tensor, pass 2 fills a 2048-bin histogram of ``|x
 ``[0, max]`` (:class:`cosyedge.precision.entropy.AbsHistogram`: why two passes), then each amax is the
 KL-optimal threshold (:func:`cosyedge.precision.entropy.amax_entropy`, TensorRT's EntropyCalibration2).
 Memory holds one utterance, one chunk's activations and 2048 counters per tensor, whatever the number
-of utterances; the tail of an utterance shorter than one hop is not used.
+of utterances; the tail of an utterance shorter than one hop is not used. A model with several waveform inputs
+(e.g. ``audio`` and ``ref``) gets the utterance on its primary input and the next utterances of the set on the
+others (:mod:`cosyedge.runtime.feeds`); a feature input is refused by name (:func:`require_calibratable`).
 
 The result ``<calib dir>/<model name>.amax.json`` records the model SHA-256, the calibration manifest
 SHA-256 and the parameters. :func:`calibrate` reuses it when all match and recomputes it, saying why,
@@ -81,9 +83,13 @@ def _session_with_outputs(model: Any, tensors: list[str], threads: int) -> Any:
         raise ArtifactError(f"ONNX Runtime cannot load the model for calibration: {first_line(err)}") from None
 
 
-def _stream_utterance(sess, contract: StreamContract, x: np.ndarray, chunk: int, names: list[str], fn) -> None:
+def _stream_utterance(sess, contract: StreamContract, x: np.ndarray, chunk: int, names: list[str], fn,
+                      partners: dict | None = None) -> None:
     """Stream ``x`` (float32 (T,)) from zero state; call ``fn(values)`` with the list of arrays of
-    ``names`` (tensor names, state outputs excluded) for every chunk."""
+    ``names`` (tensor names, state outputs excluded) for every chunk. ``partners`` (input name -> float32 (T',))
+    feeds a model's other waveform inputs (:func:`cosyedge.runtime.feeds.full_inputs`)."""
+    from cosyedge.runtime.feeds import full_inputs
+
     hop = contract.total_stride
     usable = (x.size // hop) * hop
     outs = [s.output for s in contract.states] + names
@@ -92,8 +98,28 @@ def _stream_utterance(sess, contract: StreamContract, x: np.ndarray, chunk: int,
         it = iter(sess.run([o for o in outs if o not in feeds], feeds))
         return {o: (feeds[o] if o in feeds else next(it)) for o in outs}
 
-    loop.stream(infer, contract, {contract.input: x[:usable].reshape(1, 1, -1)}, chunk,
+    loop.stream(infer, contract, full_inputs(contract, x[:usable], partners), chunk,
                 on_chunk=lambda _k, _feeds, vals: fn([vals[n] for n in names]))
+
+
+CALIB_HINT = ("give activation ranges instead: 'cosyedge calib int8 --onnx MODEL --amax FILE -o OUT.onnx' with an amax "
+              "cache of this model (<name>.amax.json: its sha256 and an amax per tensor, e.g. measured from Python "
+              "with cosyedge.precision.entropy.AbsHistogram on your own features)")
+"""str: what to do when INT8 calibration cannot feed a model (a feature input): the end of that one-line error."""
+
+
+def require_calibratable(contract: StreamContract, where: str) -> None:
+    """Refuse a model INT8 calibration cannot feed: an input that is not a waveform (one line, exit 2).
+
+    A model with several waveform inputs is calibrated with a partner utterance on each other input
+    (:func:`cosyedge.runtime.feeds.pick_partners`: the next utterances of the set).
+
+    Raises:
+        UsageError: names each feature input and its shape, and :data:`CALIB_HINT`.
+    """
+    from cosyedge.runtime.feeds import require_waveform_inputs
+
+    require_waveform_inputs(contract, str(where), "INT8 calibration", CALIB_HINT)
 
 
 def collect_amax(model_path: str | Path, calib: CalibrationSet, tensors: list[str], *, threads: int = 1,
@@ -114,7 +140,7 @@ def collect_amax(model_path: str | Path, calib: CalibrationSet, tensors: list[st
         "utterances": int, "chunk_samples": int, "elapsed_s": float}``.
     Raises:
         ArtifactError: model unreadable/not streaming; a calibration file missing or changed.
-        UsageError: non-finite activations.
+        UsageError: non-finite activations; an input that is not a waveform (:func:`require_calibratable`).
     """
     from tqdm import tqdm
 
@@ -130,6 +156,17 @@ def collect_amax(model_path: str | Path, calib: CalibrationSet, tensors: list[st
     if int(chunk_hops) < 1:
         raise UsageError(f"chunk_hops must be >= 1, got {chunk_hops}")
     chunk = contract.hop_samples * int(chunk_hops)
+    require_calibratable(contract, model_path)
+    from cosyedge.runtime.feeds import pick_partners
+
+    def read(i: int) -> np.ndarray:
+        x = calib.read(i)
+        if resample:
+            x = np.ascontiguousarray(soxr.resample(x, calib.sample_rate_hz, contract.sample_rate_hz, quality="HQ"),
+                                     dtype=np.float32)
+        return x
+
+    readers = [lambda i=i: read(i) for i in range(len(calib))]
     sess = _session_with_outputs(model, tensors, threads)
     del model
     hists = {t: AbsHistogram(num_bins) for t in tensors}
@@ -143,11 +180,8 @@ def collect_amax(model_path: str | Path, calib: CalibrationSet, tensors: list[st
               else (lambda vals: [h.add(v) for h, v in zip(hs, vals)]))
         for i in tqdm(range(len(calib)), desc=f"calibration pass {pass_no}/2 ({what})", unit="utt",
                       disable=(None if progress is None else not progress)):
-            x = calib.read(i)
-            if resample:
-                x = np.ascontiguousarray(soxr.resample(x, calib.sample_rate_hz, contract.sample_rate_hz,
-                                                       quality="HQ"), dtype=np.float32)
-            _stream_utterance(sess, contract, x, chunk, tensors, fn)
+            x = read(i)
+            _stream_utterance(sess, contract, x, chunk, tensors, fn, pick_partners(contract, readers, i))
     amax = {t: h.amax_entropy() for t, h in hists.items()}
     elapsed = time.perf_counter() - t0
     return {"amax": amax, "max": {t: h.max for t, h in hists.items()},
@@ -215,7 +249,7 @@ def calibrate(model_path: "str | Path | SourceModel", calib: CalibrationSet, *, 
         Path: ``<out_dir>/<model name>.amax.json`` (``<model name>.calibration.cache`` beside it).
     Raises:
         ArtifactError: model missing/corrupt, no cosyedge metadata or no state; calibration file changed.
-        UsageError: sample-rate mismatch.
+        UsageError: sample-rate mismatch; an input that is not a waveform (:func:`require_calibratable`).
     """
     source = SourceModel.of(model_path)
     model_path = source.path
@@ -223,6 +257,7 @@ def calibrate(model_path: "str | Path | SourceModel", calib: CalibrationSet, *, 
     contract.require_streaming(model_path)
     from cosyedge.precision.qdq import calibration_tensors, concat_aliases
 
+    require_calibratable(contract, model_path)
     model_sha = source.sha256
     fp32 = load_onnx(model_path)
     tensors = calibration_tensors(fp32)
@@ -235,6 +270,10 @@ def calibrate(model_path: "str | Path | SourceModel", calib: CalibrationSet, *, 
     path = amax_path_for(out_dir, cache_name)
     params = {"method": METHOD, "num_bits": 8, "num_bins": NUM_BINS, "start_bin": START_BIN, "stride": 1,
               "chunk_samples": contract.hop_samples * CHUNK_HOPS, "histogram": "two-pass, |x| over [0, max]"}
+    from cosyedge.runtime.feeds import partner_inputs
+
+    if partner_inputs(contract):  # only for models with several waveform inputs: other caches keep their params
+        params["partners"] = "input k (after the primary) gets utterance i + 1 + k of the set, cyclically"
     if path.is_file() and not force:
         why = _stale_reason(path, model_sha, calib.sha256, params, tensors)
         if why is None:

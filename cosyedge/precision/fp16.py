@@ -191,8 +191,8 @@ def fp32_node_plan(model: Any, contract: StreamContract, keep_ops: Iterable[str]
                     if c.op_type == "Slice":
                         mark(c, why + " state slice")
 
-    # first conv: walk forward from the audio input to the first weighted op
-    seen, stack = set(), [contract.input]
+    # first conv: walk forward from the audio input (every streaming input) to the first weighted op
+    seen, stack = set(), list(dict.fromkeys([contract.input] + [i.name for i in contract.stream_inputs]))
     while stack:
         for c in consumers.get(stack.pop(), []):
             if c.name in seen:
@@ -349,6 +349,11 @@ def fp16_model(model: Any, contract: StreamContract, *, exclude: Iterable[str] =
 
 
 # ---------------------------------------------------------------------------------------------- checks
+FP16_HINT = ("convert it without the scan from Python: cosyedge.precision.fp16.fp16_onnx(MODEL, OUT, check=False) "
+             "(then check its outputs on your own features), or build it in FP32")
+"""str: what to do when the FP16 scan cannot feed a model (a feature input): the end of that one-line error."""
+
+
 def default_scan_signals(sample_rate_hz: int, seconds: float = 1.5, speech: np.ndarray | None = None
                          ) -> dict[str, np.ndarray]:
     """Return the scan signals, float32 (T,) at ``sample_rate_hz``, T = ``seconds`` of audio.
@@ -376,24 +381,48 @@ def default_scan_signals(sample_rate_hz: int, seconds: float = 1.5, speech: np.n
             "full_scale": np.clip(full, -1.0, 1.0).astype(np.float32)}
 
 
+def scan_partners(contract: StreamContract, signals: dict[str, np.ndarray]) -> dict[str, dict[str, np.ndarray]]:
+    """Partner signals of the scan (dict: signal name -> {partner input name: float32 (T,)}) for a model with
+    several waveform inputs (:func:`cosyedge.runtime.feeds.partner_inputs`), empty dicts for one input.
+
+    Each partner input gets the *same kind* of signal, time-reversed (so it is another signal, not a copy):
+    silence beside silence and full scale beside full scale are the extremes the scan is for (FP16 underflow
+    and overflow), which pairing each signal with the next one would never feed.
+    """
+    from cosyedge.runtime.feeds import partner_inputs
+
+    others = partner_inputs(contract)
+    return {name: {io.name: np.ascontiguousarray(x[::-1]) for io in others} for name, x in signals.items()}
+
+
 def scan_nonfinite(onnx_path: str | Path, signals: dict[str, np.ndarray],
-                   chunk_multiples: Iterable[int] = CHUNK_MULTIPLES) -> list[dict]:
+                   chunk_multiples: Iterable[int] = CHUNK_MULTIPLES,
+                   partners: dict[str, dict[str, np.ndarray]] | None = None) -> list[dict]:
     """Stream each signal at each chunk size and check every output (audio and states) is finite.
 
     Args:
         onnx_path (str | Path): Streaming ONNX.
         signals (dict[str, np.ndarray]): name -> float32 (T,) audio at the model rate, range [-1, 1].
         chunk_multiples (Iterable[int]): Chunk sizes in hops (default 1, 3, 10).
+        partners (dict[str, dict[str, np.ndarray]] | None): Models with several waveform inputs: per signal name,
+            one float32 (T',) signal per other input (cut or zero-padded to T); default :func:`scan_partners`.
     Returns:
         list[dict]: one row per (signal, chunk): ``signal``, ``chunk_samples``, ``chunks``,
         ``finite`` (bool), ``bad_outputs`` (names with NaN/Inf, first chunk index), ``peak`` (max |y|).
     Raises:
         ArtifactError: the model cannot be loaded by ONNX Runtime.
+        UsageError: an input is not a waveform (the scan feeds audio only; the message names it).
     """
+    from cosyedge.runtime import feeds
     from cosyedge.runtime.ort import OrtStreamSession
 
     rows = []
-    hop = StreamContract.from_onnx(onnx_path).hop_samples
+    contract = StreamContract.from_onnx(onnx_path)
+    hop = contract.hop_samples
+    feeds.require_waveform_inputs(contract, str(onnx_path), "the FP16 scan", FP16_HINT)
+    if partners is None:
+        partners = scan_partners(contract, signals)
+    first = feeds.primary_input(contract).name
     for mult in chunk_multiples:
         c = hop * int(mult)
         session = OrtStreamSession(onnx_path, chunk_samples=c)
@@ -404,13 +433,22 @@ def scan_nonfinite(onnx_path: str | Path, signals: dict[str, np.ndarray],
                 n = -(-x.size // c)
                 xp = np.zeros(n * c, np.float32)
                 xp[:x.size] = x
+                others = {k: np.where(np.arange(n * c) < x.size, v, 0).astype(np.float32) for k, v in
+                          feeds.partner_arrays(contract, partners.get(name), n * c, str(onnx_path)).items()}
                 bad: dict[str, int] = {}
                 peak = 0.0
                 for i in range(n):
-                    y = session.push(xp[i * c:(i + 1) * c].reshape(1, 1, c))[out]
-                    if not np.isfinite(y).all():
-                        bad.setdefault(out, i)
+                    sl = slice(i * c, (i + 1) * c)
+                    if others:
+                        ys = session.push({first: xp[sl].reshape(1, 1, c),
+                                           **{k: v[sl].reshape(1, 1, c) for k, v in others.items()}})
                     else:
+                        ys = session.push(xp[sl].reshape(1, 1, c))
+                    for k, v in ys.items():
+                        if not np.isfinite(v).all():
+                            bad.setdefault(k, i)
+                    y = ys[out]
+                    if np.isfinite(y).all():
                         peak = max(peak, float(np.abs(y).max()))
                     for k, v in session.state().items():
                         if not np.isfinite(v).all():
@@ -420,8 +458,8 @@ def scan_nonfinite(onnx_path: str | Path, signals: dict[str, np.ndarray],
     return rows
 
 
-def output_snr_db(ref_onnx: str | Path, test_onnx: str | Path, x: np.ndarray, chunk_samples: int | None = None
-                  ) -> float:
+def output_snr_db(ref_onnx: str | Path, test_onnx: str | Path, x: np.ndarray, chunk_samples: int | None = None,
+                  partners: dict[str, np.ndarray] | None = None) -> float:
     """Output SNR (dB) of ``test_onnx`` vs ``ref_onnx``, both streamed over ``x`` from zero state.
 
     ``SNR = 10 log10(sum(y_ref^2) / sum((y_test - y_ref)^2))``; ``inf`` when identical.
@@ -431,6 +469,8 @@ def output_snr_db(ref_onnx: str | Path, test_onnx: str | Path, x: np.ndarray, ch
             :class:`~cosyedge.artifacts.SourceModel` reuses its parsed contract).
         x (np.ndarray): float32 (T,) audio at the model rate.
         chunk_samples (int | None): Chunk length (samples); defaults to one hop.
+        partners (dict[str, np.ndarray] | None): Models with several waveform inputs: one float32 (T',) signal
+            per other input (:func:`cosyedge.runtime.stream.stream_array`); None for a model with one input.
     Returns:
         float: SNR in dB.
     """
@@ -438,9 +478,9 @@ def output_snr_db(ref_onnx: str | Path, test_onnx: str | Path, x: np.ndarray, ch
     from cosyedge.runtime.stream import stream_array
 
     with OrtStreamSession(ref_onnx, chunk_samples=chunk_samples) as s:
-        y_ref = stream_array(s, x).astype(np.float64)
+        y_ref = stream_array(s, x, partners=partners).astype(np.float64)
     with OrtStreamSession(test_onnx, chunk_samples=chunk_samples) as s:
-        y = stream_array(s, x).astype(np.float64)
+        y = stream_array(s, x, partners=partners).astype(np.float64)
     err = float(((y - y_ref) ** 2).sum())
     sig = float((y_ref ** 2).sum())
     if err == 0.0:
@@ -484,7 +524,9 @@ def fp16_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, exclude: Iterable[
             not writable.
         AccuracyError: a non-finite output in the scan, or SNR below ``min_snr_db``.
         UsageError: unknown node in ``exclude``; the model's compute sits in Scan/Loop/If bodies, which the
-            conversion does not enter (nothing would run in FP16).
+            conversion does not enter (nothing would run in FP16); ``check`` on a model with an input that is not
+            a waveform (the scan feeds audio; :data:`FP16_HINT`). A model with several waveform inputs is scanned
+            with :func:`scan_partners` on the other inputs.
     """
     import onnxruntime
 
@@ -517,6 +559,9 @@ def fp16_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, exclude: Iterable[
                 "scan": [],
             }
             if check:
+                from cosyedge.runtime.feeds import require_waveform_inputs
+
+                require_waveform_inputs(contract, str(src), "the FP16 scan", FP16_HINT)
                 signals = default_scan_signals(contract.sample_rate_hz, speech=speech)
                 rows = scan_nonfinite(tmp, signals)
                 result["scan"] = rows
@@ -528,7 +573,8 @@ def fp16_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, exclude: Iterable[
                         f"FP16 model gives NaN/Inf in '{name}' on {r['signal']} at chunk {r['chunk_samples']} "
                         f"(chunk #{chunk}); keep the offending nodes in FP32 with --exclude NODE"
                     )
-                snr = output_snr_db(source, tmp, signals["speech"])
+                snr = output_snr_db(source, tmp, signals["speech"],
+                                    partners=scan_partners(contract, signals)["speech"] or None)
                 result["snr_db_vs_fp32"] = snr
                 LOG.info("fp16: %d node(s) kept in FP32, output SNR %.1f dB vs FP32 on speech, all outputs "
                          "finite (%d scans)", len(plan), snr, len(rows))

@@ -124,7 +124,7 @@ def int8_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, calib: Any = None,
     graph = gs.import_onnx(model)
     if any(n.op in ("QuantizeLinear", "DequantizeLinear") for n in graph.nodes):
         raise UsageError(f"{src} already holds Q/DQ nodes; give the FP32 streaming model")
-    to_quantize, kept = qdq.select_nodes(model, contract.input, contract.output, exclude)
+    to_quantize, kept = qdq.select_nodes(model, [i.name for i in contract.stream_inputs], contract.output, exclude)
     model_sha = source.sha256
     calib_info: dict = {}
     if amax is not None:
@@ -177,12 +177,12 @@ def _smoke_test(model: Any, contract: StreamContract, where: Path) -> None:
     """Run one zero chunk of the Q/DQ model in ONNX Runtime (CPU); outputs must be finite."""
     import onnxruntime  # noqa: F401 - a missing onnxruntime stays ImportError here, as before
 
+    from cosyedge.runtime.feeds import zero_feeds
     from cosyedge.runtime.ort import session_from_onnx
 
     try:
         sess = session_from_onnx(model, threads=1, inter_threads=None, log_severity=3)
-        feeds = {contract.input: np.zeros((1, 1, contract.hop_samples), np.float32),
-                 **{s.input: s.zeros(1) for s in contract.states}}
+        feeds = {**zero_feeds(contract), **{s.input: s.zeros(1) for s in contract.states}}
         outs = sess.run(None, feeds)
     except Exception as err:  # onnxruntime's own exception types
         from cosyedge.errors import first_line

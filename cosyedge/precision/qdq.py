@@ -35,6 +35,7 @@ pytorch-quantization ``calib/histogram.py::calibrate_weights`` (axis 1 for ConvT
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -211,12 +212,17 @@ def is_copy_conv(node: Any, inits: dict) -> bool:
     return not any(np.any(b) for b in biases)
 
 
-def float_nodes(model: Any, audio_input: str, audio_output: str) -> dict[str, str]:
+_MOVES = ("Concat", "Identity", "Pad", "Reshape", "Unsqueeze", "Squeeze", "Transpose")
+"""tuple[str]: ops that move samples without computing on them (a conv after them still reads the raw input)."""
+
+
+def float_nodes(model: Any, audio_input: str | Iterable[str], audio_output: str) -> dict[str, str]:
     """Weighted ops kept in float by default, with the reason.
 
     Args:
         model (onnx.ModelProto): Streaming model.
-        audio_input (str): Audio input name (contract ``input``).
+        audio_input (str | Iterable[str]): Audio input name (contract ``input``), or every streaming input's name
+            (a model with several inputs: a conv reading any of them is a first conv).
         audio_output (str): Audio output name (contract ``output``).
     Returns:
         dict[str, str]: node name -> reason (``"first conv (reads the audio input)"``, ``"last conv (feeds
@@ -224,6 +230,7 @@ def float_nodes(model: Any, audio_input: str, audio_output: str) -> dict[str, st
         fixed conv that only moves samples or frames, e.g. :class:`~cosyedge.train.nn.CausalFraming`'s taps, where
         int8 would round its input and save nothing).
     """
+    inputs = {audio_input} if isinstance(audio_input, str) else set(audio_input)
     nodes = weighted_nodes(model)
     inits = {t.name: t for t in model.graph.initializer}
     by_name = {n.name: n for n in model.graph.node}
@@ -234,9 +241,18 @@ def float_nodes(model: Any, audio_input: str, audio_output: str) -> dict[str, st
         for i in n.input:
             consumers.setdefault(i, []).append(n)
     reasons: dict[str, str] = {}
+
+    def reads_input(t: str, depth: int = 0) -> bool:
+        """``t`` is a streaming input moved, not computed: through Concat (with a state), Identity (a pad
+        streamify removed), Pad and shape ops, e.g. Concat(state, Identity(Concat(audio, ref)))."""
+        if t in inputs:
+            return True
+        src = producer.get(t)
+        return (src is not None and src.op_type in _MOVES and depth < 8
+                and any(reads_input(i, depth + 1) for i in src.input[:1 if src.op_type != "Concat" else None] if i))
+
     for w in nodes:
-        src = producer.get(w.data)
-        if w.data == audio_input or (src is not None and src.op_type == "Concat" and audio_input in src.input):
+        if reads_input(w.data):
             reasons[w.name] = "first conv (reads the audio input)"
         elif w.in_channels == 1:
             reasons[w.name] = "1 input channel"
@@ -351,12 +367,13 @@ def _safe(name: str) -> str:
     return name.rstrip("/") or "tensor"
 
 
-def select_nodes(model: Any, audio_input: str, audio_output: str, exclude=()) -> tuple[list[WeightedNode], dict]:
+def select_nodes(model: Any, audio_input: str | Iterable[str], audio_output: str,
+                 exclude=()) -> tuple[list[WeightedNode], dict]:
     """Split the weighted ops into those to quantize and those kept in float.
 
     Args:
         model (onnx.ModelProto): Streaming FP32 model.
-        audio_input (str): Contract audio input name.
+        audio_input (str | Iterable[str]): Contract audio input name, or every streaming input's name.
         audio_output (str): Contract audio output name.
         exclude (Iterable[str]): Extra node names to keep in float.
     Returns:

@@ -294,6 +294,9 @@ def run_mic(device: str | int | None = None, output: str | Path | None = None, m
     rate = pick_sample_rate(dev, out_dev, sd)
     eng = load_engine(engine if engine is not None else default_engine())
     c = eng.contract
+    from cosyedge.runtime.stream import require_waveform_model
+
+    require_waveform_model(c, str(eng.model_path), "run on the microphone")
     chunk = None if chunk_ms is None else c.chunk_samples(chunk_ms)
     session = eng(chunk_samples=chunk, threads=threads)
     writer = IncrementalAudioWriter(output, c.sample_rate_hz) if output is not None else None

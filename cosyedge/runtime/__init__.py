@@ -4,6 +4,8 @@
 * :mod:`cosyedge.runtime.ort`: :class:`OrtStreamSession` (ONNX Runtime, CPU; imported lazily).
 * :mod:`cosyedge.runtime.stream`: :func:`stream_array`, :func:`enhance_array`, :class:`StreamStats`.
 * :mod:`cosyedge.runtime.pool`: :class:`StreamPool` (many streams batched into one run per tick).
+* :mod:`cosyedge.runtime.feeds`: the feeds of every streaming input made from audio (calibration, scans, compare):
+  the utterance on the primary input, partner utterances on other waveform inputs, feature inputs refused by name.
 
 Importing this package imports no heavy dependency (onnxruntime loads on first ``activate()``).
 """

@@ -64,6 +64,12 @@ class StreamPool:
 
     ``join``/``leave``/``submit``/``tick`` are thread-safe (one lock; a tick holds it while it runs).
 
+    A model with several streaming inputs (e.g. ``audio`` and ``ref``, each (N, 1, T)) or feature inputs takes a
+    dict per stream and gives one back::
+
+        out = pool.push({a: {"audio": x_a, "ref": r_a}, b: {"audio": x_b, "ref": r_b}})  # x, r: (chunk_samples,)
+        y_a = out[a]["enhanced"]                                                     # (chunk_samples,)
+
     Args:
         model_path (str | Path): Streaming ONNX (``state_in.*``/``state_out.*`` and cosyedge metadata),
             or the ``model.onnx`` of an ONNX Runtime engine folder. Its batch axis must be dynamic.
@@ -72,9 +78,14 @@ class StreamPool:
         threads (int): ONNX Runtime intra-op threads (>= 1).
         providers (list[str] | None): Execution providers; default ``["CPUExecutionProvider"]``.
         max_pending (int): Chunks a stream may queue; older ones are dropped (counted) beyond it.
+    Attributes:
+        input_shapes (dict[str, tuple[int, ...]]): Per streaming input, the shape of one stream's chunk (without the
+            batch axis), e.g. ``{"audio": (1, 160), "ref": (1, 160)}``.
+        output_shapes (dict[str, tuple[int, ...]]): The same for every streaming output.
     Raises:
         ArtifactError: model missing/corrupt, no cosyedge metadata, no states.
-        UsageError: bad ``max_streams``, ``chunk_samples``, ``threads`` or ``max_pending``.
+        UsageError: bad ``max_streams``, ``chunk_samples``, ``threads`` or ``max_pending``; an input or output whose
+            batch axis is not the first.
     """
 
     def __init__(self, model_path: str | Path, max_streams: int = DEFAULT_MAX_STREAMS,
@@ -83,12 +94,27 @@ class StreamPool:
         self.model_path = Path(model_path)
         c = StreamContract.from_onnx(self.model_path)
         c.require_streaming(self.model_path)
-        from cosyedge.runtime.stream import require_waveform_model
-
-        require_waveform_model(c, str(self.model_path))
         self.contract = c
         self.chunk_samples = int(c.hop_samples if chunk_samples is None else chunk_samples)
         c.check_chunk(self.chunk_samples)
+        # one waveform in, one out: chunks are arrays (the historical path); else a dict per stream (see submit)
+        self._audio = c.is_audio
+        self._ios_in = ([i for i in c.stream_inputs if i.name == c.input] if self._audio else c.stream_inputs)
+        self._ios_out = ([o for o in c.stream_outputs if o.name == c.output] if self._audio else c.stream_outputs)
+        for io in self._ios_in + self._ios_out:
+            if list(io.shape)[:1] != ["N"]:
+                raise UsageError(f"{self.model_path}: StreamPool stacks streams on axis 0, but '{io.name}' has shape "
+                                 f"{io.shape} (batch axis 'N' elsewhere); stream it with one OrtStreamSession per "
+                                 f"stream")
+        from cosyedge.runtime.feeds import is_waveform
+
+        hop = c.hop_samples
+        # per-stream shapes (without the batch axis) of every streaming input and output, for one chunk
+        self.input_shapes = {i.name: i.concrete_shape(1, i.frames(self.chunk_samples, hop))[1:] for i in self._ios_in}
+        self.output_shapes = {o.name: o.concrete_shape(1, o.frames(self.chunk_samples, hop))[1:]
+                              for o in self._ios_out}
+        self._wave_in = {i.name for i in self._ios_in if is_waveform(i, c)}
+        self._wave_out = {o.name for o in self._ios_out if is_waveform(o, c)}
         for name, v, lo in (("max_streams", max_streams, 1), ("threads", threads, 1), ("max_pending", max_pending, 1)):
             if int(v) < lo:
                 raise UsageError(f"{name} must be >= {lo}, got {v}")
@@ -128,15 +154,15 @@ class StreamPool:
             raise ArtifactError(f"ONNX Runtime cannot load {self.model_path}: {first_line(err)}") from None
         names_in = {i.name for i in sess.get_inputs()}
         names_out = {o.name for o in sess.get_outputs()}
-        missing = [n for n in [c.input] + [s.input for s in c.states] if n not in names_in]
-        missing += [n for n in [c.output] + [s.output for s in c.states] if n not in names_out]
+        missing = [n for n in list(self.input_shapes) + [s.input for s in c.states] if n not in names_in]
+        missing += [n for n in list(self.output_shapes) + [s.output for s in c.states] if n not in names_out]
         if missing:
             raise ArtifactError(f"{self.model_path}: contract names {missing} are not model inputs/outputs; "
                                 f"re-run 'cosyedge streamify'")
         if self.max_streams > 1:
             for arg in sess.get_inputs():
                 spec = next((s for s in c.states if s.input == arg.name), None)
-                axis = spec.batch_axis if spec is not None else 0 if arg.name == c.input else None
+                axis = spec.batch_axis if spec is not None else 0 if arg.name in self.input_shapes else None
                 if axis is not None and len(arg.shape) > axis and arg.shape[axis] == 1:
                     raise ArtifactError(f"{self.model_path} takes one stream per run (input '{arg.name}' has shape "
                                         f"{list(arg.shape)}, a fixed batch of 1; 'cosyedge adopt' records why in "
@@ -151,8 +177,12 @@ class StreamPool:
         self._all_first = all(ax == 0 for ax in self.axes)
         self._init = [np.moveaxis(s.zeros(1), ax, 0)[0].copy() for s, ax in zip(c.states, self.axes)]
         # batch buffers in the model's layout; batch-first states bind prefix views, others per-m buffers
-        self._x = np.zeros((cap, 1, self.chunk_samples), np.float32)
-        self._y = np.zeros((cap, 1, self.chunk_samples), np.float32)
+        def dtype(io) -> np.dtype:
+            return np.dtype(np.float32 if self._audio else io.dtype)
+
+        self._xs = {i.name: np.zeros((cap,) + self.input_shapes[i.name], dtype(i)) for i in self._ios_in}
+        self._ys = {o.name: np.zeros((cap,) + self.output_shapes[o.name], dtype(o)) for o in self._ios_out}
+        self._x, self._y = self._xs.get(c.input), self._ys.get(c.output)  # (cap, 1, chunk_samples) for audio
         self._sin = [s.zeros(cap) if ax == 0 else None for s, ax in zip(c.states, self.axes)]
         self._sout = [s.zeros(cap) if ax == 0 else None for s, ax in zip(c.states, self.axes)]
         self._per_m: dict[int, tuple] = {}
@@ -169,6 +199,7 @@ class StreamPool:
             self._sess = None
             self._per_m = {}
             self._sets = self._sin = self._sout = None
+            self._x = self._y = self._xs = self._ys = None
             self._slot_of.clear()
             self._pending.clear()
             self.is_active = False
@@ -219,23 +250,32 @@ class StreamPool:
             self.dropped.pop(sid, None)
             self._free.append(slot)
 
-    def submit(self, sid: int, chunk: np.ndarray) -> None:
+    def submit(self, sid: int, chunk: np.ndarray | dict) -> None:
         """Queue one chunk of stream ``sid`` for the next tick.
 
         Args:
             sid (int): Stream id from :meth:`join`.
-            chunk (np.ndarray): float32 PCM (chunk_samples,) (or (1, 1, chunk_samples)), finite.
+            chunk (np.ndarray | dict[str, np.ndarray]): float32 PCM (chunk_samples,) (or (1, 1, chunk_samples)),
+                finite. For a model that does not map one waveform to one waveform (several inputs, e.g.
+                ``audio`` and ``ref``, or features): a dict with one array per streaming input, of the shape
+                :attr:`input_shapes` gives (its shape without the batch axis, e.g. (1, chunk_samples); a waveform
+                input also takes (chunk_samples,)), of the input's dtype.
         Raises:
-            UsageError: unknown id, wrong shape/dtype, NaN/Inf samples. When more than ``max_pending``
+            UsageError: unknown id, wrong shape/dtype, NaN/Inf samples; an array for a multi-input model (or a
+                dict for a one-input one), a missing or unknown input name. When more than ``max_pending``
                 chunks wait, the oldest is dropped and counted in ``dropped[sid]`` (not an error).
         """
-        chunk = np.asarray(chunk)
-        if chunk.dtype != np.float32:
-            raise UsageError(f"chunk dtype is {chunk.dtype}, expected float32")
-        if chunk.size != self.chunk_samples or chunk.ndim not in (1, 3):
-            raise UsageError(f"chunk shape is {chunk.shape}, expected ({self.chunk_samples},)")
-        if not np.isfinite(chunk).all():
-            raise UsageError(f"chunk of stream {sid} holds NaN/Inf samples")
+        if not self._audio or isinstance(chunk, dict):
+            item = self._check_feeds(sid, chunk)
+        else:
+            chunk = np.asarray(chunk)
+            if chunk.dtype != np.float32:
+                raise UsageError(f"chunk dtype is {chunk.dtype}, expected float32")
+            if chunk.size != self.chunk_samples or chunk.ndim not in (1, 3):
+                raise UsageError(f"chunk shape is {chunk.shape}, expected ({self.chunk_samples},)")
+            if not np.isfinite(chunk).all():
+                raise UsageError(f"chunk of stream {sid} holds NaN/Inf samples")
+            item = chunk.reshape(-1).copy()
         with self._lock:
             self._slot(sid)
             q = self._pending[sid]
@@ -244,7 +284,7 @@ class StreamPool:
                 self.dropped[sid] += 1
                 LOG.warning_once(f"stream pool: stream {sid} queued more than {self.max_pending} chunks; "
                                  f"dropping its oldest (the pool is slower than real time)")
-            q.append(chunk.reshape(-1).copy())
+            q.append(item)
 
     def pending(self, sid: int) -> int:
         """int: chunks queued for stream ``sid``."""
@@ -257,8 +297,10 @@ class StreamPool:
         """Run one chunk of every stream that has one queued, in one batched model run.
 
         Returns:
-            dict[int, np.ndarray]: stream id -> float32 (chunk_samples,) output (fresh copies); empty when
-            nothing was queued.
+            dict[int, np.ndarray | dict[str, np.ndarray]]: stream id -> float32 (chunk_samples,) output (fresh
+            copies); for a model that does not map one waveform to one waveform, stream id -> {output name: array}
+            with every streaming output (a waveform output as (chunk_samples,), others of :attr:`output_shapes`).
+            Empty when nothing was queued.
         Raises:
             UsageError: the pool is inactive.
         """
@@ -272,7 +314,12 @@ class StreamPool:
             slots = np.fromiter((s for s, _ in ready), dtype=np.intp, count=m)
             contiguous = bool(slots[0] == 0 and slots[-1] == m - 1)
             for i, (_, sid) in enumerate(ready):
-                self._x[i, 0] = self._pending[sid].popleft()
+                item = self._pending[sid].popleft()
+                if self._audio:
+                    self._x[i, 0] = item
+                else:
+                    for name, a in item.items():
+                        self._xs[name][i] = a
             par = self._parity[slots]
             p = int(par[0])
             if contiguous and self._all_first and (par == p).all():
@@ -282,7 +329,11 @@ class StreamPool:
                 self.inplace_ticks += 1
             else:
                 self._run_gathered(m, slots, par, bool((par == p).all()))
-            out = {sid: self._y[i, 0].copy() for i, (_, sid) in enumerate(ready)}
+            if self._audio:
+                out = {sid: self._y[i, 0].copy() for i, (_, sid) in enumerate(ready)}
+            else:
+                out = {sid: {k: (y[i, 0].copy() if k in self._wave_out else y[i].copy()) for k, y in self._ys.items()}
+                       for i, (_, sid) in enumerate(ready)}
             ms = (time.perf_counter() - t0) * 1000.0
             self._lat.add(ms)
             self.ticks += 1
@@ -293,9 +344,10 @@ class StreamPool:
         """Submit one chunk per stream and run one tick (:meth:`submit` + :meth:`tick`).
 
         Args:
-            chunks (dict[int, np.ndarray]): stream id -> float32 (chunk_samples,).
+            chunks (dict[int, np.ndarray | dict[str, np.ndarray]]): stream id -> float32 (chunk_samples,), or for a
+                multi-input model stream id -> {input name: array} (:meth:`submit`).
         Returns:
-            dict[int, np.ndarray]: outputs of every stream that ran this tick.
+            dict[int, np.ndarray | dict[str, np.ndarray]]: outputs of every stream that ran this tick (:meth:`tick`).
         """
         with self._lock:
             for sid, ch in chunks.items():
@@ -360,10 +412,46 @@ class StreamPool:
         return ort.OrtValue.ortvalue_from_numpy(a, "cpu", 0)
 
     def _bind_audio(self, b, m: int, keep: list) -> None:
-        c = self.contract
-        keep += [self._ov(self._x[:m]), self._ov(self._y[:m])]
-        b.bind_ortvalue_input(c.input, keep[-2])
-        b.bind_ortvalue_output(c.output, keep[-1])
+        """Bind the first ``m`` rows of every streaming input and output buffer (audio: the one of each)."""
+        for name, a in self._xs.items():
+            keep.append(self._ov(a[:m]))
+            b.bind_ortvalue_input(name, keep[-1])
+        for name, a in self._ys.items():
+            keep.append(self._ov(a[:m]))
+            b.bind_ortvalue_output(name, keep[-1])
+
+    def _check_feeds(self, sid: int, feeds) -> dict[str, np.ndarray]:
+        """One stream's chunk of a multi-input model, checked: {input name: array of :attr:`input_shapes`} (copies).
+
+        Raises:
+            UsageError: not a dict (or a dict for a one-input model), a missing/unknown name, wrong shape, dtype,
+                NaN/Inf values.
+        """
+        want = self.input_shapes
+        if not isinstance(feeds, dict):
+            raise UsageError(f"{self.model_path} streams inputs {list(want)}: submit a dict of arrays by name per "
+                             f"stream, e.g. {{{', '.join(f'{k!r}: {v}' for k, v in want.items())}}}")
+        if self._audio:
+            raise UsageError(f"{self.model_path} streams one waveform: submit a float32 ({self.chunk_samples},) array, "
+                             f"not a dict")
+        missing, extra = sorted(set(want) - set(feeds)), sorted(set(feeds) - set(want))
+        if missing or extra:
+            raise UsageError(f"stream {sid}: submit() needs exactly the inputs {sorted(want)}: missing {missing}, "
+                             f"unknown {extra}")
+        out = {}
+        for io in self._ios_in:
+            a = np.asarray(feeds[io.name])
+            shape = want[io.name]
+            ok = a.shape in (shape, (1,) + shape) or (io.name in self._wave_in and a.shape == (self.chunk_samples,))
+            if not ok:
+                raise UsageError(f"stream {sid}: input '{io.name}' has shape {a.shape}, expected {shape}"
+                                 + (f" or ({self.chunk_samples},)" if io.name in self._wave_in else ""))
+            if a.dtype != np.dtype(io.dtype):
+                raise UsageError(f"stream {sid}: input '{io.name}' dtype is {a.dtype}, expected {io.dtype}")
+            if a.dtype.kind == "f" and not np.isfinite(a).all():
+                raise UsageError(f"stream {sid}: input '{io.name}' holds NaN/Inf values")
+            out[io.name] = a.reshape(shape).copy()
+        return out
 
     def _binding_inplace(self, m: int, p: int):
         """IOBinding (cached) for batch ``m`` reading set ``p`` rows :m and writing set 1-p rows :m

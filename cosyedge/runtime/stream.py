@@ -60,24 +60,46 @@ class StreamStats:
         return dataclasses.asdict(self)
 
 
-def require_waveform_model(contract, where: str) -> None:
+def require_waveform_model(contract, where: str, action: str = "run on an audio file") -> None:
     """Refuse a model that does not map one waveform to one waveform (``contract.is_audio``).
 
+    Args:
+        contract (StreamContract): The model's contract.
+        where (str): The model as the message names it (its path).
+        action (str): What cannot be done, for the message (``"run on an audio file"``: ``cosyedge run``).
     Raises:
-        UsageError: the model streams other inputs or outputs (features, several inputs): the message
-            names them.
+        UsageError: the model streams other inputs or outputs (features, several inputs). One line: the inputs
+            and outputs with their shapes, why (an audio file is one waveform; a feature input is not audio)
+            and the exact Python call that streams it (:func:`cosyedge.runtime.feeds.python_api_call`).
     """
     if not contract.is_audio:
+        from cosyedge.runtime import feeds
+
         hop = contract.hop_samples
-        ins = [f"{i.name}{i.shape} ({i.frames_per_hop} frames per {hop}-sample hop)" for i in contract.stream_inputs]
-        outs = [f"{o.name}{o.shape} ({o.frames_per_hop} frames per hop)" for o in contract.stream_outputs]
-        raise UsageError(f"{where} streams inputs {', '.join(ins)} to outputs {', '.join(outs)}, not one waveform "
-                         f"(N, 1, T) to another: stream it with OrtStreamSession.push(dict), or wrap its features "
-                         f"in a recipe that takes and gives audio")
+        ins = [feeds.describe_input(i, contract) for i in contract.stream_inputs]
+        outs = [f"{o.name}{o.shape} ({o.frames_per_hop} frames per {hop}-sample hop)" for o in contract.stream_outputs]
+        bad_in = feeds.feature_inputs(contract)
+        first = feeds.primary_input(contract).name
+        parts = ", ".join(f"'{i.name}': {i.name}" for i in feeds.partner_inputs(contract))
+        if len(ins) > 1:
+            why = f"it takes {len(ins)} inputs and an audio file is one waveform"
+        elif bad_in:
+            why = f"its input '{bad_in[0].name}' is not a waveform"
+        else:
+            why = "its output is not a waveform"
+        raise UsageError(f"{where} cannot {action}: it streams inputs {', '.join(ins)} to outputs {', '.join(outs)}, "
+                         f"not one waveform (N, 1, T) to another ({why}); stream it from Python with "
+                         f"{feeds.python_api_call(contract, where)}"
+                         + (f" or, for whole arrays, cosyedge.runtime.stream_array(session, {first}, partners="
+                            f"{{{parts}}})" if parts and not bad_in else "")
+                         + " (cosyedge.runtime.StreamPool for many streams)"
+                         + (", or wrap its features in a recipe that takes and gives audio" if bad_in else ""))
 
 
-def _as_batch(session: StreamSession, x: np.ndarray) -> np.ndarray:
-    require_waveform_model(session.contract, str(getattr(session, "model_path", "the model")))
+def _as_batch(session: StreamSession, x: np.ndarray, multi: bool = False) -> np.ndarray:
+    if not multi:
+        require_waveform_model(session.contract, str(getattr(session, "model_path", "the model")),
+                               "be streamed from one audio array")
     x = np.asarray(x)
     if x.ndim == 1:
         x = x[None, :]
@@ -88,23 +110,52 @@ def _as_batch(session: StreamSession, x: np.ndarray) -> np.ndarray:
     return x.astype(np.float32, copy=False)
 
 
-def stream_array(session: StreamSession, x: np.ndarray, return_stats: bool = False):
+def _multi_waveform(session: StreamSession) -> bool:
+    """bool: the session's model streams several waveform inputs (the primary plus partners) to a waveform
+    ``contract.output``; raises UsageError (naming them) when one of its inputs is a feature input."""
+    from cosyedge.runtime import feeds
+
+    c = session.contract
+    if not feeds.partner_inputs(c):
+        return False
+    where = str(getattr(session, "model_path", "the model"))
+    feeds.require_waveform_inputs(c, where, "stream_array", "stream it with " + feeds.python_api_call(c, where))
+    out = next((o for o in c.stream_outputs if o.name == c.output), None)
+    if out is None or not feeds.is_waveform(out, c):
+        require_waveform_model(c, where, "be streamed from audio arrays")
+    return True
+
+
+def stream_array(session: StreamSession, x: np.ndarray, return_stats: bool = False,
+                 partners: dict[str, np.ndarray] | None = None):
     """Stream ``x`` through ``session`` from zero state and return the raw model output.
 
     The session is reset first (a new stream). An inactive session is activated for the call and
-    deactivated afterwards.
+    deactivated afterwards. A model with several waveform inputs (e.g. ``audio`` and ``ref``, each (N, 1, T))
+    takes ``x`` on its primary input (:func:`cosyedge.runtime.feeds.primary_input`) and one signal per other
+    input in ``partners``.
 
     Args:
         session (StreamSession): Session (its ``batch`` must match ``x``).
         x (np.ndarray): float32 PCM at the model sample rate, shape (T,) or (batch, T), any T >= 0.
         return_stats (bool): Also return a :class:`StreamStats`.
+        partners (dict[str, np.ndarray] | None): Multi-input models only: input name -> float32 (T',) or
+            (batch, T') waveform, cut or zero-padded to T (:func:`cosyedge.runtime.feeds.partner_arrays`).
     Returns:
-        np.ndarray | tuple[np.ndarray, StreamStats]: float32 output with the shape of ``x``, delayed
-        by ``session.contract.delay_samples`` (not compensated).
+        np.ndarray | tuple[np.ndarray, StreamStats]: float32 output ``contract.output`` with the shape of
+        ``x``, delayed by ``session.contract.delay_samples`` (not compensated).
     Raises:
-        UsageError: bad shape/dtype, NaN/Inf samples (from :meth:`StreamSession.push`).
+        UsageError: bad shape/dtype, NaN/Inf samples (from :meth:`StreamSession.push`); a model that does not
+            give a waveform, or has a feature input; a partner input without a signal, or ``partners`` for
+            an input that is not one.
     """
-    xb = _as_batch(session, x)
+    from cosyedge.runtime import feeds
+
+    multi = _multi_waveform(session)
+    if partners and not multi:
+        raise UsageError(f"partners {sorted(partners)} given, but {getattr(session, 'model_path', 'the model')} "
+                         f"streams one waveform input")
+    xb = _as_batch(session, x, multi)
     n, t = xb.shape
     c = session.chunk_samples
     chunks = -(-t // c)
@@ -112,6 +163,14 @@ def stream_array(session: StreamSession, x: np.ndarray, return_stats: bool = Fal
     xp[:, 0, :t] = xb
     yp = np.empty_like(xp)
     out_name = session.contract.output
+    others = {}
+    if multi:
+        where = str(getattr(session, "model_path", "the model"))
+        for name, p in feeds.partner_arrays(session.contract, partners, chunks * c, where).items():
+            others[name] = np.zeros_like(xp)
+            others[name][...] = p.reshape(-1, 1, chunks * c)
+            others[name][:, :, t:] = 0.0
+        first = feeds.primary_input(session.contract).name
     owns = not session.is_active
     if owns:
         session.activate()
@@ -120,7 +179,11 @@ def stream_array(session: StreamSession, x: np.ndarray, return_stats: bool = Fal
         t0 = time.perf_counter()
         for i in range(chunks):
             sl = slice(i * c, (i + 1) * c)
-            yp[:, :, sl] = session.push(xp[:, :, sl])[out_name]
+            if others:
+                feed = {first: xp[:, :, sl], **{k: v[:, :, sl] for k, v in others.items()}}
+                yp[:, :, sl] = session.push(feed)[out_name]
+            else:
+                yp[:, :, sl] = session.push(xp[:, :, sl])[out_name]
         elapsed = time.perf_counter() - t0
         lat = session.latencies_ms[-chunks:] if chunks else np.zeros(0)
     finally:

@@ -100,6 +100,28 @@ def missing_stack_message(have_tensorrt: bool, have_pycuda: bool, have_gpu: bool
     return f"to {purpose} cosyedge needs {what} (missing); {'; '.join(fix)}; or use --backend onnxruntime"
 
 
+def require_one_waveform(contract: StreamContract, where: str) -> None:
+    """Refuse a model the TensorRT path cannot stream: anything but one waveform input to one waveform output.
+
+    :class:`TrtStreamSession` binds one audio input and one audio output buffer (plus the states), and the
+    TensorRT build's smoke test and manifest use that chunk; a model with several streaming inputs (``audio`` and
+    ``ref``) or feature inputs/outputs has no TensorRT session yet.
+
+    Args:
+        contract (StreamContract): The model's contract.
+        where (str): The model as the message names it (its path).
+    Raises:
+        UsageError: ``contract.is_audio`` is False (exit 2); the message names the inputs and says to build for
+            ONNX Runtime or Triton (both stream every input).
+    """
+    if not contract.is_audio:
+        ins = ", ".join(f"{i.name}{list(i.shape)}" for i in contract.stream_inputs)
+        outs = ", ".join(f"{o.name}{list(o.shape)}" for o in contract.stream_outputs)
+        raise UsageError(f"the TensorRT backend cannot stream {where}: it maps {ins} to {outs}, and cosyedge's TensorRT "
+                         f"session binds one waveform input and one waveform output (N, 1, T); build it with "
+                         f"--backend onnxruntime or --backend triton, which stream every input")
+
+
 def require_stack(purpose: str = "run TensorRT engines", device: int = 0) -> tuple[Any, Any]:
     """Import ``tensorrt`` and ``pycuda.driver`` and check a CUDA GPU answers.
 
@@ -240,6 +262,7 @@ class TrtStreamSession(StreamSession):
                  batch: int = 1, max_batch: int | None = None, built_chunk_samples: int | None = None,
                  cuda_graph: bool = False, device: int = 0,
                  max_latency_records: int = DEFAULT_MAX_LATENCY_RECORDS):
+        require_one_waveform(contract, str(plan_path))
         if chunk_samples is None and built_chunk_samples is not None:
             chunk_samples = built_chunk_samples
         super().__init__(contract, chunk_samples=chunk_samples, batch=batch,
