@@ -42,7 +42,11 @@ onnx = lazy_import("onnx")
 INPUT_NAME = "audio"
 OUTPUT_NAME = "enhanced"
 DEFAULT_EXAMPLE_SAMPLES = 1600
-_NOISY_WARNINGS = (r"Constant folding - Only steps=1", r".*isinstance\(treespec, LeafSpec\)")
+# Exporter-internal notes a user cannot act on. The legacy-exporter deprecation is torch telling cosyedge that
+# dynamo=False is TorchScript: that default is deliberate (module docstring); the user picks with dynamo=/--dynamo.
+_NOISY_WARNINGS = (r"Constant folding - Only steps=1", r".*isinstance\(treespec, LeafSpec\)",
+                   r"You are using the legacy TorchScript-based ONNX export",
+                   r"The feature will be removed. Please remove usage of this function")
 
 
 def remove_weight_norm(model: Any) -> int:

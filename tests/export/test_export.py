@@ -218,13 +218,22 @@ def test_export_reference_missing_weights(tmp_path):
     assert not (tmp_path / "r.stream.onnx").exists()
 
 
-@pytest.mark.skipif(not REFERENCE_WEIGHTS.is_file(), reason=f"{REFERENCE_WEIGHTS.name} not trained yet")
-def test_export_reference_bundled_weights(tmp_path, signals):
+@pytest.fixture(scope="module")
+def bundled_export(tmp_path_factory) -> Path:
+    """The bundled weights exported once (full ONNX, streamify, proof) for the tests that read the result;
+    ``reference.onnx`` (the full graph) lies beside the returned stream ONNX."""
+    if not REFERENCE_WEIGHTS.is_file():
+        pytest.skip(f"{REFERENCE_WEIGHTS.name} not trained yet")
+    folder = tmp_path_factory.mktemp("bundled_export")
+    return export_reference(out=folder / "reference.stream.onnx", full_onnx=folder / "reference.onnx")
+
+
+def test_export_reference_bundled_weights(bundled_export, signals):
     from cosyedge.train.reference.model import load_reference
 
-    out = export_reference(out=tmp_path / "reference.stream.onnx", full_onnx=tmp_path / "reference.onnx")
+    out = bundled_export
     contract = StreamContract.from_onnx(out)
-    assert (tmp_path / "reference.onnx").is_file() and contract.name == "reference"
+    assert (out.parent / "reference.onnx").is_file() and contract.name == "reference"
     want = reference_structure()  # from the config in the weights' safetensors header, not from the export
     assert [(s.input, s.output, s.shape, s.node) for s in contract.states] == list(
         zip(want.state_inputs, want.state_outputs, want.state_shapes, want.state_nodes))
@@ -263,13 +272,13 @@ def test_foreign_weights_are_named_in_one_line(tmp_path):
         load_reference(tmp_path / "other.safetensors")
 
 
-def test_rule_based_streamify_is_bit_identical_to_the_bundled_stream_onnx(tmp_path):
+def test_rule_based_streamify_is_bit_identical_to_the_bundled_stream_onnx(bundled_export):
     """Issue 22: the reference re-exported through the rule-based streamify streams the demo recording to
     exactly the bundled stream ONNX's output (chunks 160 and 480), with the same state contract."""
     from cosyedge.audio import load_audio
     from cosyedge.models import REFERENCE_STREAM_ONNX
 
-    out = export_reference(out=tmp_path / "reference.stream.onnx")
+    out = bundled_export
     new, old = StreamContract.from_onnx(out), StreamContract.from_onnx(REFERENCE_STREAM_ONNX)
     assert [(s.input, s.output, s.shape) for s in new.states] == [(s.input, s.output, s.shape) for s in old.states]
     assert (new.total_stride, new.delay_samples, new.hop_samples) == (old.total_stride, old.delay_samples,

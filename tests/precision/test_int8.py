@@ -278,6 +278,7 @@ def test_exclude_keeps_node_in_float(work, model, calib_set):
 
 
 # ------------------------------------------------------------------------------------ amax cache + TRT
+@pytest.mark.slow
 def test_amax_cache_reused_and_recomputed(work, model, calib_set, recordings, log_lines, monkeypatch):
     calls = []
     real = cal.collect_amax

@@ -21,6 +21,7 @@ REFERENCE = ROOT / "cosyedge" / "models" / "reference.stream.onnx"
 DEMO = ROOT / "cosyedge" / "assets" / "demo" / "noisy.wav"
 
 
+@pytest.mark.slow
 def test_torch_stand_in_streams_like_onnx_runtime():
     torch = pytest.importorskip("torch")
     from cosyedge.runtime.torch_graph import TorchGraph
@@ -59,6 +60,7 @@ def test_torch_stand_in_refuses_ops_it_does_not_know(tmp_path):
         TorchGraph(helper.make_model(g), "cpu")
 
 
+@pytest.mark.slow
 def test_gpu_check_without_tensorrt_runs_the_stand_in_and_says_what_it_skipped(tmp_path):
     pytest.importorskip("torch")
     out = tmp_path / "gc.json"
