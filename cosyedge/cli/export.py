@@ -82,6 +82,43 @@ def _time_axes(values: tuple[str, ...]) -> dict[str, int]:
     return axes
 
 
+def _check_stream_output(out: Path, positional: bool, inputs: list[Path]) -> None:
+    """Refuse a streamify output that would destroy a file the user still needs.
+
+    ``out`` must end in ``.onnx``; an existing ``out`` must be a cosyedge stream ONNX (its metadata holds a
+    stream contract with states or a proof: an earlier streamify output, safe to replace). Without -o the
+    last argument is the output, so forgetting -o in 'streamify enc.onnx dec.onnx' (several files form one
+    model) would otherwise replace dec.onnx with enc's stream graph.
+
+    Args:
+        out (Path): The output path.
+        positional (bool): ``out`` came as the last argument (not -o): the message says so.
+        inputs (list[Path]): The input ONNX files; ``out`` being one of them is left to streamify's own
+            "is the input file" refusal.
+    Raises:
+        UsageError: the suffix is not .onnx, or ``out`` exists and is not a stream ONNX (exit 2; nothing is
+            read or written).
+    """
+    from cosyedge.errors import UsageError
+
+    how = f"output {out} (the last argument, no -o given)" if positional else f"output -o {out}"
+    if out.suffix.lower() != ".onnx":
+        raise UsageError(f"{how}: a stream ONNX file name must end in .onnx (e.g. -o model.stream.onnx)")
+    if not out.exists() or out.is_dir() or any(p.exists() and p.resolve() == out.resolve() for p in inputs):
+        return  # a folder or an input is refused later (check_writable, check_not_input), with its own message
+    try:
+        from cosyedge.artifacts import StreamContract
+
+        streaming = StreamContract.from_onnx(out).is_streaming
+    except Exception:  # corrupt, not an ONNX, no or malformed cosyedge metadata: not ours to replace
+        streaming = False
+    if not streaming:
+        fix = ("; if it is one of the model's files, give the output with -o OUT.onnx"
+               if positional else "")
+        raise UsageError(f"{how} exists and is not a cosyedge stream ONNX (no cosyedge stream metadata): refusing "
+                         f"to write over it{fix}; delete it first to replace it")
+
+
 @click.command("streamify")
 @log_opts
 @click.argument("onnx_files", type=_PATH, nargs=-1, required=True)
@@ -127,10 +164,12 @@ def streamify(onnx_files: tuple[Path, ...], out_onnx: Path | None, sample_rate_h
     from cosyedge.surgery import streamify as streamify_api
 
     files = list(onnx_files)
-    if out_onnx is None:
+    positional = out_onnx is None
+    if positional:
         if len(files) < 2:
             raise UsageError("give the output: cosyedge streamify IN.onnx OUT.onnx, or -o OUT.onnx")
         out_onnx = files.pop()
+    _check_stream_output(out_onnx, positional, files)
     streamify_api(files if len(files) > 1 else files[0], out_onnx, sample_rate_hz=sample_rate_hz,
                   hop_samples=hop_samples, delay_samples=delay_samples, name=name,
                   time_axes=_time_axes(time_axis), frames_per_hop=frames_per_hop, atol=atol)

