@@ -374,6 +374,39 @@ def check_not_input(src: str | Path, dest: str | Path) -> None:
         raise UsageError(f"output {dest} is the input file: give another output path (the input is kept)")
 
 
+def check_not_inputs(dest: str | Path, inputs, option: str) -> None:
+    """Refuse a report path (``--json``, ``--junit``) that is one of the command's inputs, so writing the report
+    never replaces a model, a baseline or an engine's file.
+
+    Args:
+        dest (str | Path): The report path (need not exist).
+        inputs (Iterable[str | Path | None]): Input files and folders; None entries are skipped. A file is
+            matched as by :func:`check_not_input` (any spelling, a symlink to it); a folder (an engine folder,
+            a calibration set) protects every existing file under it.
+        option (str): The option that gave ``dest``, as the message names it (e.g. ``"--json"``).
+    Raises:
+        UsageError: ``dest`` is an input file or an existing file inside an input folder (exit 2; nothing
+            is written).
+    """
+    dest = Path(dest)
+    if not dest.exists():
+        return
+    real = dest.resolve()
+    for src in inputs:
+        if src is None:
+            continue
+        src = Path(src)
+        if not src.exists():
+            continue
+        top = src.resolve()
+        if real == top:
+            raise UsageError(f"{option} {dest} is the input {src}: give another path for the report (the input "
+                             f"is kept)")
+        if src.is_dir() and real.is_relative_to(top):
+            raise UsageError(f"{option} {dest} is a file of the input folder {src}: give another path for the "
+                             f"report (the input is kept)")
+
+
 def check_writable(dest: str | Path) -> Path:
     """Fail early, before any work, when ``dest`` cannot be written as a file.
 

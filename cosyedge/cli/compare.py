@@ -55,7 +55,7 @@ def compare(reference, candidate, modes, chunk_ms, utt_path, max_utterances, snr
     """
     import dataclasses
 
-    from cosyedge.artifacts import check_writable, write_json
+    from cosyedge.artifacts import check_not_inputs, check_writable, write_json
     from cosyedge.compare.report import _jsonable
     from cosyedge.compare.core import MODES, default_chunk
     from cosyedge.compare.core import compare as run_compare
@@ -67,6 +67,7 @@ def compare(reference, candidate, modes, chunk_ms, utt_path, max_utterances, snr
         raise UsageError(f"--threads must be >= 1, got {threads}")
     if json_path:
         check_writable(json_path)
+        check_not_inputs(json_path, (reference, candidate, utt_path), "--json")
     ref = load_compare_model(reference)
     cand = load_compare_model(candidate)
     check_lineage(cand, ref, f"candidate {cand.path}")

@@ -54,7 +54,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from cosyedge.artifacts import check_writable, write_json
+from cosyedge.artifacts import MANIFEST_NAME, check_not_inputs, check_writable, write_json
 from cosyedge.compare.baseline import (
     _check_same_set,
     _is_parent,
@@ -124,9 +124,16 @@ def run_check(onnx_path: str | Path | None = None, *, baseline: str | Path | Non
     if ref.precision != "fp32" or ref.sparse:
         raise UsageError(f"the reference {ref.path} is a {ref.label} model; give the FP32 streaming ONNX")
     baseline = Path(baseline) if baseline is not None else default_baseline_path(ref.contract.name)
-    for p in (json_path, junit_path):
+    engines_dir = Path(engines_dir) if engines_dir is not None else engines_root()
+    inputs = [onnx_path, ref.path, ref.model_path, baseline, sparse_onnx, calib, *(candidates or {}).values(),
+              *baseline.parent.glob(f"{ref.contract.name}.*.amax.json"),  # the INT8 calibration kept beside it
+              *(m.parent for m in engines_dir.glob(f"*/{MANIFEST_NAME}"))]  # engine folders built or reused
+    for p, option in ((json_path, "--json"), (junit_path, "--junit")):
         if p is not None:
             check_writable(p)
+            check_not_inputs(p, inputs, option)
+    if json_path is not None and junit_path is not None and Path(json_path).resolve() == Path(junit_path).resolve():
+        raise UsageError(f"--json {json_path} and --junit {junit_path} are the same file: give two paths")
     if update_baseline:
         check_writable(baseline)
         base = None
@@ -164,7 +171,6 @@ def run_check(onnx_path: str | Path | None = None, *, baseline: str | Path | Non
                                  f"{parent.model_sha256[:12]}); pass that model as --sparse-onnx, or re-measure "
                                  f"the label: cosyedge check --update-baseline --precisions {lab} (with the same "
                                  f"--onnx/--baseline/--sparse-onnx)")
-    engines_dir = Path(engines_dir) if engines_dir is not None else engines_root()
     caches: dict[str, ReferenceCache] = {}
     tolerances = {**BASELINE_TOLERANCES, **(_kept_tolerances(baseline) if update_baseline else
                                             (base or {}).get("tolerances") or {})}
