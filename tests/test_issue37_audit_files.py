@@ -160,3 +160,65 @@ def test_check_reports_refuse_the_baseline_model_amax_and_engine_files(tmp_path,
     assert _sha(ref) == _sha(delay_onnx) and amax.read_text() == "{}\n" and manifest.read_text() == "{}\n"
     assert not (tmp_path / "r").exists()
 
+
+# ------------------------------------------------------------- finding 4: a name over 255 bytes is one line, exit 3
+LONG = "c" * 300
+
+
+def _long_name_line(capsys, shown: str) -> None:
+    """Assert the one ``[!]`` line of an over-long name (shortened in the middle, with its length in bytes)."""
+    line = _one_error_line(capsys)
+    assert line.startswith("[!] cannot "), line
+    assert "File name too long" in line or "(File name too long)" in line, line
+    assert shown in line, line
+
+
+@pytest.mark.parametrize("case", ["run-input", "run-output", "streamify-o", "build-onnx", "build-o", "compare-json",
+                                  "engines-dir"])
+def test_file_name_over_255_bytes_is_one_line_exit_3(tmp_path, delay_onnx, monkeypatch, capsys, case):
+    """An OSError ENAMETOOLONG from Path.is_dir/exists/open used to be a traceback, exit 1."""
+    import soundfile as sf
+
+    wav = tmp_path / "in.wav"
+    sf.write(wav, np.zeros(1600, np.float32), 16000)
+    enc = _conv_onnx(tmp_path / "enc.onnx")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("COSYEDGE_ENGINES_DIR", str(tmp_path / "engines"))
+    args = {"run-input": ["run", f"{LONG}.wav", "-o", "out.wav", "--engine", str(delay_onnx)],
+            "run-output": ["run", str(wav), "-o", f"out/{LONG}.wav", "--engine", str(delay_onnx)],
+            "streamify-o": ["streamify", str(enc), "-o", f"{LONG}.onnx", *STREAMIFY_ARGS],
+            "build-onnx": ["build", "--onnx", f"{LONG}.onnx", "--backend", "onnxruntime"],
+            "build-o": ["build", "--onnx", str(delay_onnx), "--backend", "onnxruntime", "-o", f"out/{LONG}"],
+            "compare-json": ["compare", str(delay_onnx), str(delay_onnx), "--no-pesq", "--json", f"{LONG}.json"],
+            "engines-dir": ["run", str(wav), "-o", "out.wav"]}[case]
+    if case == "engines-dir":
+        monkeypatch.setenv("COSYEDGE_ENGINES_DIR", str(tmp_path / LONG))
+    assert main(args) == 3
+    _long_name_line(capsys, "c" * 20)
+    # nothing written (build -o may leave its empty parent folder 'out')
+    assert sorted(p.name for p in tmp_path.rglob("*") if not p.is_dir()) == ["enc.onnx", "in.wav"]
+
+
+def test_path_errors_only_for_path_errnos(monkeypatch, capsys):
+    """The CLI's handler turns only ENAMETOOLONG, ELOOP and EACCES into one line (exit 3); any other OSError
+    (a bug, a broken device) keeps its traceback."""
+    import errno
+
+    import cosyedge.cli.build as build_cli
+
+    def fail(err):
+        def boom(*a, **k):
+            raise err
+        monkeypatch.setattr("cosyedge.builders.build", boom)
+
+    fail(PermissionError(errno.EACCES, "Permission denied", "/x/secret.onnx"))
+    assert main(["build", "--backend", "onnxruntime"]) == 3
+    assert _one_error_line(capsys) == ("[!] cannot use /x/secret.onnx: Permission denied (no permission: change the "
+                                       "file's or its folder's permissions, or give another path)")
+    fail(OSError(errno.ELOOP, "Too many levels of symbolic links", "a"))
+    assert main(["build", "--backend", "onnxruntime"]) == 3
+    assert _one_error_line(capsys).startswith("[!] cannot use a: Too many levels of symbolic links (a symbolic link")
+    fail(OSError(errno.EIO, "Input/output error"))
+    with pytest.raises(OSError, match="Input/output error"):
+        main(["build", "--backend", "onnxruntime"])
+    assert build_cli  # imported so that the patch target exists

@@ -7,7 +7,9 @@ argument: exit 2), with a pointer to the command's ``--help``. Source: Polygraph
 
 from __future__ import annotations
 
+import errno
 import importlib
+import os
 import signal
 import sys
 
@@ -88,6 +90,27 @@ def _interrupted(err: BaseException) -> int | None:
     return None
 
 
+_PATH_ERRNOS = {errno.ENAMETOOLONG: "a file or folder name is at most 255 bytes, a whole path 4096: give a shorter one",
+                errno.ELOOP: "a symbolic link loop, or too many links in a row: fix the link or give the real path",
+                errno.EACCES: "no permission: change the file's or its folder's permissions, or give another path"}
+"""dict[int, str]: errno of an ``OSError`` that a bad path (not a bug) raises from a path check anywhere in a
+command (``Path.is_dir``, ``open``, ``os.stat``...) -> the fix :func:`main` prints after it."""
+
+
+def _path_error(err: OSError) -> str | None:
+    """The one-line message (str, without ``[!]``) for an ``OSError`` a bad path raised (errno in
+    :data:`_PATH_ERRNOS`: a name over 255 bytes, a symlink loop, no permission), else None (keep the traceback:
+    any other OSError may be a bug). A folder or file name over 60 characters is shortened in the middle,
+    its length in bytes added."""
+    if err.errno not in _PATH_ERRNOS:
+        return None
+    name = os.fsdecode(err.filename) if err.filename is not None else ""
+    name = "/".join(f"{part[:24]}...{part[-12:]} ({len(os.fsencode(part))} bytes)" if len(part) > 60 else part
+                    for part in name.split("/"))
+    what = f"cannot use {name}" if name else "cannot use a path"
+    return f"{what}: {err.strerror or err} ({_PATH_ERRNOS[err.errno]})"
+
+
 _INTERRUPTED = {143: "[!] terminated (SIGTERM): unfinished outputs removed, earlier files kept", 130: "[!] aborted"}
 
 
@@ -121,6 +144,16 @@ def main(argv: list[str] | None = None) -> int:
         return err.exit_code
     except click.exceptions.Exit as err:
         return err.exit_code
+    except OSError as err:
+        line = _path_error(err)
+        if line is None:
+            code = _interrupted(err)
+            if code is None:
+                raise
+            click.echo(_INTERRUPTED[code], err=True)
+            return code
+        click.echo(f"[!] {line}", err=True)
+        return 3
     except Exception as err:
         code = _interrupted(err)
         if code is None:
