@@ -47,6 +47,11 @@ CLIP_WARN_FRACTION = 1e-4
 OUT_OF_RANGE_LEVEL = 2.0
 """float: |x| above this (6 dB over full scale) is out of range, not clipping: a float file on another scale
 (integer-scaled samples, 1e6...); any such sample is warned about with the peak."""
+CANCEL_WARN_DB = 30.0
+"""float: warn when the mono mix (mean over channels) of a multichannel input is this many dB below its
+channels (mean power): antiphase stereo that mixes to near silence. Uncorrelated channels mix about 3 dB down."""
+SILENT_POWER = 1e-10
+"""float: mean power (of samples in [-1, 1]) at or below which channels count as silent (-100 dBFS): no warning."""
 
 OUTPUT_FORMATS = {".wav": ("WAV", "PCM_16"), ".flac": ("FLAC", "PCM_16"), ".ogg": ("OGG", "VORBIS")}
 """dict[str, tuple[str, str]]: output extension -> (soundfile format, subtype)."""
@@ -76,8 +81,8 @@ class AudioReader:
         frames (int): Frames the header announces (``frames_read`` is what was really read).
         frames_read (int): Frames yielded so far.
     Raises:
-        ArtifactError: the file is missing, is not a file, cannot be decoded (corrupt or not audio), or
-            holds no samples.
+        ArtifactError: the file is missing, is not a file, cannot be read (permission denied), cannot be
+            decoded (corrupt or not audio), or holds no samples.
         UsageError: its sample rate is below :data:`MIN_SAMPLE_RATE_HZ`.
     Source: python-soundfile ``SoundFile.blocks`` (python-soundfile.readthedocs.io).
     """
@@ -88,6 +93,12 @@ class AudioReader:
             raise ArtifactError(f"input audio not found: {path}")
         if not path.is_file():
             raise ArtifactError(f"input audio {path} is not a file")
+        try:
+            with open(path, "rb"):  # libsndfile reports an unreadable file as "System error."
+                pass
+        except PermissionError:
+            raise ArtifactError(f"cannot read input audio {path}: permission denied (mode "
+                                f"{path.stat().st_mode & 0o777:04o}); make it readable (chmod u+r)") from None
         try:
             self._file = sf.SoundFile(str(path))
         except Exception as err:  # soundfile.LibsndfileError, RuntimeError, TypeError on odd headers
@@ -103,7 +114,7 @@ class AudioReader:
             self.frames = declared
         self.frames_read = 0
         self._clipped = self._out_of_range = 0
-        self._peak = 0.0
+        self._peak = self._chan_energy = self._mix_energy = 0.0
         if self.frames == 0:
             self.close()
             raise ArtifactError(f"input audio {path} holds no samples (0 frames at {self.sample_rate_hz} Hz)")
@@ -148,6 +159,10 @@ class AudioReader:
         self._clipped += int(np.count_nonzero(a >= CLIP_LEVEL)) - over
         if a.size:
             self._peak = max(self._peak, float(a.max()))
+        if x.shape[1] > 1:  # what the mono mix keeps of the channels (antiphase stereo mixes to silence)
+            x64 = x.astype(np.float64)
+            self._chan_energy += float(np.square(x64).sum()) / x.shape[1]
+            self._mix_energy += float(np.square(x64.mean(axis=1)).sum())
 
     def blocks(self, block_frames: int = BLOCK_FRAMES) -> Iterator[np.ndarray]:
         """Yield the file's samples in order, from the start, one validated block at a time.
@@ -163,11 +178,13 @@ class AudioReader:
                 or its data is damaged.
         Warns:
             via ``LOG.warning`` after the last block when more than :data:`CLIP_WARN_FRACTION` of the
-            samples have ``CLIP_LEVEL <= |x| <= OUT_OF_RANGE_LEVEL`` (clipped input), and when any sample has
-            ``|x| > OUT_OF_RANGE_LEVEL`` (out of range: the peak and the count are given); processing continues.
+            samples have ``CLIP_LEVEL <= |x| <= OUT_OF_RANGE_LEVEL`` (clipped input), when any sample has
+            ``|x| > OUT_OF_RANGE_LEVEL`` (out of range: the peak and the count are given), and when the channels
+            of a multichannel file cancel in the mono mix (:data:`CANCEL_WARN_DB`); processing continues.
         """
         self._file.seek(0)
         self.frames_read, self._clipped, self._out_of_range, self._peak = 0, 0, 0, 0.0
+        self._chan_energy = self._mix_energy = 0.0
         while True:
             x = self._read(int(block_frames))
             if not x.shape[0]:
@@ -192,6 +209,13 @@ class AudioReader:
         if clipped > CLIP_WARN_FRACTION:
             LOG.warning("input audio %s looks clipped: %.2f%% of samples at |x| >= %g (processing anyway)",
                         self.path, 100.0 * clipped, CLIP_LEVEL)
+        chan = self._chan_energy / self.frames_read
+        if chan > SILENT_POWER and self._mix_energy / self.frames_read < chan * 10 ** (-CANCEL_WARN_DB / 10):
+            down = 10 * np.log10(chan / max(self._mix_energy / self.frames_read, 1e-30))
+            LOG.warning("input audio %s: its %d channels cancel when mixed to mono (the mix is %s: antiphase "
+                        "stereo?), so the model hears near silence; give one channel instead (e.g. 'sox in.wav "
+                        "left.wav remix 1') (processing anyway)", self.path, self.channels,
+                        "silent" if down > 100 else f"{down:.0f} dB below them")
 
     def close(self) -> None:
         """Close the file; idempotent."""

@@ -222,3 +222,110 @@ def test_path_errors_only_for_path_errnos(monkeypatch, capsys):
     with pytest.raises(OSError, match="Input/output error"):
         main(["build", "--backend", "onnxruntime"])
     assert build_cli  # imported so that the patch target exists
+
+
+# --------------------------------------------------------------------------------------- finding 16: minor ones
+def _cli(*args, **kwargs):
+    """Run ``python -m cosyedge.cli.main ARGS`` (this checkout on PYTHONPATH); returns the CompletedProcess."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    return subprocess.run([*kwargs.pop("prefix", []), sys.executable, "-m", "cosyedge.cli.main", *args], env=env,
+                          capture_output="stdout" not in kwargs, text=True, timeout=120, **kwargs)
+
+
+def _wav(path: Path, channels: int = 1, seconds: float = 0.5, antiphase: bool = False) -> Path:
+    import soundfile as sf
+
+    rng = np.random.default_rng(1)
+    x = (0.1 * rng.standard_normal((int(16000 * seconds), channels))).astype(np.float32)
+    if antiphase:
+        x[:, 1] = -x[:, 0]
+    sf.write(path, x, 16000, subtype="FLOAT")
+    return path
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+def test_stdout_on_a_full_disk_is_one_line_exit_3(tmp_path, delay_onnx):
+    """'cosyedge run ... > /dev/full' ended in an OSError ENOSPC traceback (exit 1)."""
+    wav = _wav(tmp_path / "in.wav")
+    with open("/dev/full", "w") as full:
+        res = _cli("run", str(wav), "-o", str(tmp_path / "out.wav"), "--engine", str(delay_onnx), "-q", stdout=full,
+                   stderr=__import__("subprocess").PIPE)
+    err = res.stderr
+    assert res.returncode == 3, err
+    assert err.splitlines() == ["[!] cannot write standard output: No space left on device"], err
+    assert (tmp_path / "out.wav").is_file()  # the enhanced file was written before the report line failed
+    with open("/dev/full", "w") as full:
+        res = _cli("--version", stdout=full, stderr=__import__("subprocess").PIPE)
+    assert res.returncode == 3 and res.stderr.splitlines() == [
+        "[!] cannot write standard output: No space left on device"]
+
+
+def test_bare_cosyedge_prints_the_help(capsys):
+    """A bare 'cosyedge' crammed the whole help into one '[!]' line; it is click's help now (stderr, exit 2)."""
+    assert main([]) == 2
+    cap = capsys.readouterr()
+    lines = cap.err.splitlines()
+    assert not any(line.startswith("[!]") for line in lines), cap.err
+    assert lines[0] == "Usage: cosyedge [OPTIONS] COMMAND [ARGS]..."
+    assert "Commands:" in lines and any(line.split()[:1] == ["streamify"] for line in lines)
+
+
+def _unreadable_prefix(path: Path) -> list[str] | None:
+    """The command prefix under which ``path`` (mode 000) cannot be read: none for a normal user; for root,
+    setpriv dropping the capabilities that bypass file permissions; None when neither works here."""
+    import shutil
+    import subprocess
+
+    if not os.access(path, os.R_OK):
+        return []
+    drop = "-dac_override,-dac_read_search,-fowner"
+    prefix = [shutil.which("setpriv") or "setpriv", "--bounding-set", drop, "--inh-caps", drop]
+    try:
+        res = subprocess.run([*prefix, "cat", str(path)], capture_output=True, timeout=30)
+    except OSError:
+        return None
+    return prefix if res.returncode != 0 and b"Permission denied" in res.stderr else None
+
+
+def test_unreadable_input_says_permission_denied(tmp_path, delay_onnx):
+    """A mode-000 input said "cannot decode ... (System error.); is it a valid wav/flac/ogg file?"."""
+    wav = _wav(tmp_path / "secret.wav")
+    wav.chmod(0)
+    prefix = _unreadable_prefix(wav)
+    if prefix is None:
+        pytest.skip("cannot make a file unreadable here (root without setpriv)")
+    res = _cli("run", str(wav), "-o", str(tmp_path / "out.wav"), "--engine", str(delay_onnx), "-q", prefix=prefix)
+    assert res.returncode == 3, res.stderr
+    assert res.stderr.splitlines() == [f"[!] cannot read input audio {wav}: permission denied (mode 0000); make it "
+                                       f"readable (chmod u+r)"]
+    assert not (tmp_path / "out.wav").exists()
+
+
+def test_read_only_output_is_kept(tmp_path, delay_onnx, capsys):
+    """An existing 0444 output was replaced by the rename and became 0644; now it is kept and refused, as cp
+    and a shell's '>' refuse it (exit 3)."""
+    wav = _wav(tmp_path / "in.wav")
+    out = tmp_path / "out.wav"
+    out.write_bytes(b"keep me")
+    out.chmod(0o444)
+    assert main(["run", str(wav), "-o", str(out), "--engine", str(delay_onnx), "-q"]) == 3
+    assert _one_error_line(capsys) == (f"[!] cannot write {out}: the file is read-only (mode 0444), kept as it is; "
+                                       f"make it writable (chmod u+w) or give another path")
+    assert out.read_bytes() == b"keep me" and out.stat().st_mode & 0o777 == 0o444
+
+
+def test_antiphase_stereo_warns_one_line(tmp_path, delay_onnx, capsys):
+    """Stereo whose channels cancel in the mono mix was enhanced to silence without a word."""
+    ap = _wav(tmp_path / "ap.wav", channels=2, antiphase=True)
+    assert main(["run", str(ap), "-o", str(tmp_path / "o.wav"), "--engine", str(delay_onnx)]) == 0
+    warns = [line for line in capsys.readouterr().err.splitlines() if line.startswith("[W]")]
+    assert warns == [f"[W] input audio {ap}: its 2 channels cancel when mixed to mono (the mix is silent: antiphase "
+                     f"stereo?), so the model hears near silence; give one channel instead (e.g. 'sox in.wav "
+                     f"left.wav remix 1') (processing anyway)"]
+    plain = _wav(tmp_path / "st.wav", channels=2)  # uncorrelated channels: the mix is 3 dB down, no warning
+    assert main(["run", str(plain), "-o", str(tmp_path / "o2.wav"), "--engine", str(delay_onnx)]) == 0
+    assert "[W]" not in capsys.readouterr().err

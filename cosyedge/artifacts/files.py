@@ -415,12 +415,16 @@ def check_writable(dest: str | Path) -> Path:
     Returns:
         Path: ``dest`` as a Path.
     Raises:
-        ArtifactError: ``dest`` is a folder, an ancestor is a file, or the nearest existing folder is not
+        ArtifactError: ``dest`` is a folder, an existing read-only file (no write bit: it is kept, not
+            replaced by the rename of a new file), an ancestor is a file, or the nearest existing folder is not
             writable.
     """
     dest = Path(dest)
     if dest.is_dir():
         raise ArtifactError(f"cannot write {dest}: it is a folder (give a file path)")
+    if dest.is_file() and not dest.stat().st_mode & 0o222:  # refused as cp and a shell's '>' do (root too)
+        raise ArtifactError(f"cannot write {dest}: the file is read-only (mode {dest.stat().st_mode & 0o777:04o}), "
+                            f"kept as it is; make it writable (chmod u+w) or give another path")
     parent = dest.parent
     while not parent.exists() and parent != parent.parent:
         parent = parent.parent

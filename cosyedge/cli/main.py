@@ -111,6 +111,31 @@ def _path_error(err: OSError) -> str | None:
     return f"{what}: {err.strerror or err} ({_PATH_ERRNOS[err.errno]})"
 
 
+def _output_error(err: OSError) -> str | None:
+    """The one-line message (str, without ``[!]``) for an ``OSError`` of a full disk or a closed pipe (ENOSPC,
+    EDQUOT, EPIPE) without a file name: a print to stdout (``cosyedge run ... > /dev/full``); files that cosyedge
+    writes have their own messages. Standard output is then pointed at /dev/null so that Python's flush at exit
+    prints no second error. Returns None for any other OSError."""
+    if err.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EPIPE) or err.filename is not None:
+        return None
+    streams = {id(s) for s in (sys.stdout, sys.__stdout__, getattr(sys.stdout, "buffer", None)) if s is not None}
+    tb, stdout = err.__traceback__, False
+    while tb is not None:
+        stdout = stdout or any(id(v) in streams for v in tb.tb_frame.f_locals.values())
+        tb = tb.tb_next
+    if stdout:
+        try:
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, sys.stdout.fileno())
+            os.close(null)
+        except (OSError, ValueError, AttributeError):  # no real file descriptor (a test's captured stdout)
+            pass
+    return f"cannot write {'standard output' if stdout else 'output'}: {err.strerror or err}"
+
+
+_NoArgsIsHelp = getattr(click.exceptions, "NoArgsIsHelpError", ())
+"""click >= 8.2 raises it for a bare ``cosyedge`` (older click prints the help and exits 0 itself)."""
+
 _INTERRUPTED = {143: "[!] terminated (SIGTERM): unfinished outputs removed, earlier files kept", 130: "[!] aborted"}
 
 
@@ -136,6 +161,9 @@ def main(argv: list[str] | None = None) -> int:
     except click.exceptions.Abort:
         click.echo(_INTERRUPTED[130], err=True)
         return 130
+    except _NoArgsIsHelp as err:  # bare 'cosyedge': the help as click prints it (stderr, exit 2), not one line
+        click.echo(err.format_message(), err=True)
+        return err.exit_code
     except click.ClickException as err:  # bad arguments (click's own usage errors): one line too
         hint = ""
         if isinstance(err, click.UsageError) and err.ctx is not None:
@@ -145,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     except click.exceptions.Exit as err:
         return err.exit_code
     except OSError as err:
-        line = _path_error(err)
+        line = _path_error(err) or _output_error(err)
         if line is None:
             code = _interrupted(err)
             if code is None:
