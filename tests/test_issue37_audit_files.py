@@ -231,7 +231,7 @@ def _cli(*args, **kwargs):
     import sys
 
     root = Path(__file__).resolve().parents[1]
-    env = {**os.environ, "PYTHONPATH": str(root)}
+    env = kwargs.pop("env", None) or {**os.environ, "PYTHONPATH": str(root)}
     return subprocess.run([*kwargs.pop("prefix", []), sys.executable, "-m", "cosyedge.cli.main", *args], env=env,
                           capture_output="stdout" not in kwargs, text=True, timeout=120, **kwargs)
 
@@ -274,18 +274,18 @@ def test_bare_cosyedge_prints_the_help(capsys):
     assert "Commands:" in lines and any(line.split()[:1] == ["streamify"] for line in lines)
 
 
-def _unreadable_prefix(path: Path) -> list[str] | None:
-    """The command prefix under which ``path`` (mode 000) cannot be read: none for a normal user; for root,
-    setpriv dropping the capabilities that bypass file permissions; None when neither works here."""
+def _no_bypass_prefix(probe: list[str]) -> list[str] | None:
+    """The command prefix under which file permissions hold: none for a normal user; for root, setpriv dropping
+    the capabilities that bypass them. None when the command ``probe`` (expected to fail on permissions) still
+    succeeds under it (root without setpriv, a container that refuses it)."""
     import shutil
     import subprocess
 
-    if not os.access(path, os.R_OK):
-        return []
     drop = "-dac_override,-dac_read_search,-fowner"
-    prefix = [shutil.which("setpriv") or "setpriv", "--bounding-set", drop, "--inh-caps", drop]
+    prefix = [shutil.which("setpriv") or "setpriv", "--bounding-set", drop, "--inh-caps", drop] if os.geteuid() == 0 \
+        else []
     try:
-        res = subprocess.run([*prefix, "cat", str(path)], capture_output=True, timeout=30)
+        res = subprocess.run([*prefix, *probe], capture_output=True, timeout=30)
     except OSError:
         return None
     return prefix if res.returncode != 0 and b"Permission denied" in res.stderr else None
@@ -295,7 +295,7 @@ def test_unreadable_input_says_permission_denied(tmp_path, delay_onnx):
     """A mode-000 input said "cannot decode ... (System error.); is it a valid wav/flac/ogg file?"."""
     wav = _wav(tmp_path / "secret.wav")
     wav.chmod(0)
-    prefix = _unreadable_prefix(wav)
+    prefix = _no_bypass_prefix(["cat", str(wav)])
     if prefix is None:
         pytest.skip("cannot make a file unreadable here (root without setpriv)")
     res = _cli("run", str(wav), "-o", str(tmp_path / "out.wav"), "--engine", str(delay_onnx), "-q", prefix=prefix)
@@ -329,3 +329,37 @@ def test_antiphase_stereo_warns_one_line(tmp_path, delay_onnx, capsys):
     plain = _wav(tmp_path / "st.wav", channels=2)  # uncorrelated channels: the mix is 3 dB down, no warning
     assert main(["run", str(plain), "-o", str(tmp_path / "o2.wav"), "--engine", str(delay_onnx)]) == 0
     assert "[W]" not in capsys.readouterr().err
+
+
+# ------------------------------------------------- finding 17: the reference engine in a read-only working folder
+def test_run_without_engine_in_a_read_only_folder_uses_the_user_cache(tmp_path):
+    """'cosyedge run' without --engine built the bundled reference's engine under ./engines only: in a
+    read-only working folder it failed (exit 3) though the output was writable. Now the engine goes to
+    $XDG_CACHE_HOME/cosyedge/engines with one info line; when that cannot be written either, the line says
+    which variable or flag to set."""
+    wav = _wav(tmp_path / "in.wav")
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o555)
+    prefix = _no_bypass_prefix(["touch", str(ro / "probe")])
+    if prefix is None:
+        pytest.skip("cannot make a folder read-only here (root without setpriv)")
+    env = {k: v for k, v in os.environ.items() if k != "COSYEDGE_ENGINES_DIR"}
+    cache = tmp_path / "xdg"
+    out = tmp_path / "out" / "o.wav"
+    res = _cli("run", str(wav), "-o", str(out), prefix=prefix, cwd=ro, env={**env, "XDG_CACHE_HOME": str(cache),
+                                                                           "PYTHONPATH": str(Path(__file__).parents[1])})
+    assert res.returncode == 0, res.stderr
+    assert (f"[I] {ro / 'engines'} is not writable: the reference engine goes to {cache / 'cosyedge' / 'engines'} "
+            f"(set COSYEDGE_ENGINES_DIR to choose another folder)") in res.stderr.splitlines()
+    assert (cache / "cosyedge" / "engines" / "reference-fp32-onnxruntime" / "manifest.json").is_file()
+    assert out.is_file() and list(ro.iterdir()) == []
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o555)
+    res = _cli("run", str(wav), "-o", str(out), "-q", prefix=prefix, cwd=ro,
+               env={**env, "XDG_CACHE_HOME": str(locked), "PYTHONPATH": str(Path(__file__).parents[1])})
+    assert res.returncode == 3, res.stderr
+    assert res.stderr.splitlines() == [f"[!] cannot write the reference engine in {ro / 'engines'} (not writable) nor "
+                                       f"in {locked / 'cosyedge' / 'engines'}: set COSYEDGE_ENGINES_DIR to a writable "
+                                       f"folder, or pass --engine PATH"]

@@ -20,10 +20,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from cosyedge.artifacts import MANIFEST_NAME, EngineManifest, StreamContract, sha256_file
-from cosyedge.errors import CosyEdgeError
+from cosyedge.artifacts import MANIFEST_NAME, EngineManifest, StreamContract, check_writable, sha256_file
+from cosyedge.errors import ArtifactError, CosyEdgeError
 from cosyedge.log import LOG
-from cosyedge.runtime.engine import Engine, engines_root, load_engine
+from cosyedge.runtime.engine import ENGINES_ENV, Engine, engines_root, load_engine
 
 _DEFAULT_CACHE: dict[tuple[str, str], Path] = {}
 
@@ -152,12 +152,61 @@ def reuse_or_build(src: str | Path, folder: str | Path, *, build: Callable[[], P
     return build()
 
 
+def user_engines_root() -> Path:
+    """Return the per-user engines cache (Path): ``$XDG_CACHE_HOME/cosyedge/engines``, else
+    ``~/.cache/cosyedge/engines``: where :func:`default_engine` builds when ``./engines`` cannot be written."""
+    import os
+
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "cosyedge" / "engines"
+
+
+def _writable(root: Path) -> bool:
+    """Whether an engine folder can be created in ``root`` (Path; missing folders count as creatable)."""
+    try:
+        check_writable(root / ".cosyedge-probe")
+    except ArtifactError:
+        return False
+    return True
+
+
+def _fresh(folder: Path, digest: str) -> bool:
+    """Whether ``folder`` (Path) holds a loadable engine built from the model with SHA-256 ``digest`` (str)."""
+    try:
+        return (folder / MANIFEST_NAME).is_file() and parent_is(folder, digest)
+    except CosyEdgeError:
+        return False
+
+
+def _default_root(name: str, digest: str) -> Path:
+    """The engines root of the bundled reference's engine ``name``: :func:`engines_root`, unless
+    ``$COSYEDGE_ENGINES_DIR`` is unset, ``./engines`` holds no fresh engine of it and cannot be written (a
+    read-only working folder): then :func:`user_engines_root`, said in one info line.
+
+    Raises:
+        ArtifactError: neither ``./engines`` nor the user cache can be written (names both and the fix).
+    """
+    import os
+
+    root = engines_root()
+    if os.environ.get(ENGINES_ENV) or _fresh(root / name, digest) or _writable(root):
+        return root
+    cache = user_engines_root()
+    if not _writable(cache):
+        raise ArtifactError(f"cannot write the reference engine in {root.absolute()} (not writable) nor in {cache}: "
+                            f"set {ENGINES_ENV} to a writable folder, or pass --engine PATH")
+    LOG.info("%s is not writable: the reference engine goes to %s (set %s to choose another folder)",
+             root.absolute(), cache, ENGINES_ENV)
+    return cache
+
+
 def default_engine(build: Callable[..., Path] | None = None) -> Path:
     """Return the engine folder of the bundled reference model, building it on first use.
 
     The folder ``<engines root>/<name>-fp32-onnxruntime`` is reused while its manifest's
     ``parent_sha256`` equals the hash of the bundled ONNX and the engine validates; otherwise it is
     rebuilt. The result is cached per process and engines root (``$COSYEDGE_ENGINES_DIR`` may change).
+    Without ``$COSYEDGE_ENGINES_DIR``, when ``./engines`` holds no fresh engine and cannot be written (a
+    read-only working folder), the engine goes to :func:`user_engines_root` (one info line says so).
 
     Args:
         build (callable | None): Builder ``build(onnx_path, out_dir=None) -> Path`` (for tests); default
@@ -165,8 +214,8 @@ def default_engine(build: Callable[..., Path] | None = None) -> Path:
     Returns:
         Path: the engine folder.
     Raises:
-        ArtifactError: the bundled ONNX (``cosyedge/models/reference.stream.onnx``) is missing, or the
-            engine cannot be built.
+        ArtifactError: the bundled ONNX (``cosyedge/models/reference.stream.onnx``) is missing, the
+            engine cannot be built, or neither ``./engines`` nor the user cache can be written.
     """
     from cosyedge.builders.names import engine_folder_name
     from cosyedge.models import require_reference
@@ -181,7 +230,8 @@ def default_engine(build: Callable[..., Path] | None = None) -> Path:
     if cached is not None and (cached / MANIFEST_NAME).is_file():
         return cached
     contract = StreamContract.from_onnx(src)
-    folder = engines_root() / engine_folder_name(contract.name)
+    name = engine_folder_name(contract.name)
+    folder = _default_root(name, digest) / name
     folder = reuse_or_build(src, folder, build=lambda: build(src, out_dir=folder.parent),
                             fresh=lambda f: parent_is(f, digest),
                             stale="bundled reference model changed; rebuilding %s", broken="rebuilding %s (%s)")
@@ -230,4 +280,5 @@ def load_or_rebuild(path: str | Path, manifest: dict | None = None, *, device: i
     return load_engine(path, rebuild=rebuild_foreign_plan)
 
 
-__all__ = ["amax_matches", "default_engine", "label_fresh", "load_or_rebuild", "parent_is", "rebuild_foreign_plan", "reuse_or_build"]
+__all__ = ["amax_matches", "default_engine", "label_fresh", "load_or_rebuild", "parent_is", "rebuild_foreign_plan", "reuse_or_build",
+           "user_engines_root"]

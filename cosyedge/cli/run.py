@@ -40,7 +40,8 @@ def run(input, output, engine, chunk_ms, threads, device, monitor, duration, sav
     (wav/flac bit-identical; a Vorbis .ogg encodes them in blocks); inputs over 30 s show a progress bar
     on a terminal; a bad sample found late still leaves an earlier output file untouched. Without
     --engine the bundled reference model is used (its ONNX Runtime engine is built under ./engines, or
-    $COSYEDGE_ENGINES_DIR, on first use).
+    $COSYEDGE_ENGINES_DIR, on first use; in a read-only folder: $XDG_CACHE_HOME/cosyedge/engines, default
+    ~/.cache/cosyedge/engines).
 
     INPUT 'mic' captures the --device at its own rate, resamples to the model rate, enhances live and
     records to --output and/or plays to the speakers (--monitor), with a live status line (chunks,
