@@ -1,0 +1,143 @@
+"""Issue 37 newcomer re-audit, runtime findings: FP16 sessions that segfaulted ONNX Runtime (1), stream ONNX whose
+metadata contradicts the graph (5), compare/check's default chunk (12), FP16 vs INT8 on a 2x upsampling model (15),
+output clipping (13) and models with two waveform outputs (9).
+
+Every model is built here with torch (tiny, random weights), exported with a dynamic time axis and made a stream
+graph with ``streamify``. CLI runs go through a subprocess (a segfault must show up as exit -11, not kill pytest).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+from torch import nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+SR = 16000
+HOP = 160
+ROOT = Path(__file__).resolve().parents[1]
+DEMO = ROOT / "cosyedge" / "assets" / "demo"
+
+
+def _cli(tmp_path: Path, *argv: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    """Run ``cosyedge ARGV`` in a subprocess (cwd ``tmp_path``, engines under ``tmp_path/engines``)."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+               COSYEDGE_ENGINES_DIR=str(tmp_path / "engines"))
+    return subprocess.run([sys.executable, "-m", "cosyedge.cli.main", *map(str, argv)], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def _one_line(err: str) -> str:
+    lines = [ln for ln in err.splitlines() if ln.startswith("[!]")]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    return lines[0]
+
+
+def _export(model: nn.Module, path: Path, out_names=("enhanced",)) -> Path:
+    torch.manual_seed(0)
+    x = torch.randn(1, 1, 1920) * 0.1
+    axes = {"audio": {0: "N", 2: "T"}, **{o: {0: "N", 2: "T"} for o in out_names}}
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(model.eval(), (x,), str(path), input_names=["audio"], output_names=list(out_names),
+                          dynamic_axes=axes, opset_version=17, dynamo=False)
+    return path
+
+
+def _stream(model: nn.Module, work: Path, name: str, out_names=("enhanced",), **kw) -> Path:
+    from cosyedge.surgery.streamify import streamify
+
+    src = _export(model, work / f"{name}.onnx", out_names)
+    out = work / f"{name}.stream.onnx"
+    streamify(src, out, sample_rate_hz=SR, hop_samples=kw.pop("hop", HOP), **kw)
+    return out
+
+
+# ------------------------------------------------------------------------------------------------ finding 1
+class GruLinearNet(nn.Module):
+    """Conv1d -> GRU -> nn.Linear -> sigmoid -> ConvTranspose1d: its FP16 ONNX made ONNX Runtime 1.32's
+    ``NchwcTransformer`` segfault at session creation (ORT_ENABLE_ALL)."""
+
+    def __init__(self, C: int = 24):
+        super().__init__()
+        self.enc = nn.Conv1d(1, C, 2 * HOP, stride=HOP)
+        self.gru = nn.GRU(C, C, batch_first=True)
+        self.g = nn.Linear(C, C)
+        self.dec = nn.ConvTranspose1d(C, 1, 2 * HOP, stride=HOP)
+
+    def forward(self, x):
+        z = self.enc(F.pad(x, (HOP, 0)))
+        h, _ = self.gru(z.transpose(1, 2))
+        g = torch.sigmoid(self.g(h)).transpose(1, 2)
+        return self.dec(z * g)[..., :-HOP]
+
+
+@pytest.fixture(scope="module")
+def gru_linear(tmp_path_factory) -> Path:
+    torch.manual_seed(0)
+    return _stream(GruLinearNet(), tmp_path_factory.mktemp("fp16crash"), "gru_linear")
+
+
+def test_fp16_build_of_gru_linear_does_not_segfault(gru_linear, tmp_path):
+    """build --fp16 exited 139 (SIGSEGV, no message, temp folder left); now it builds, the manifest records the
+    session options, and run/compare/check load the FP16 model too."""
+    p = _cli(tmp_path, "build", "--onnx", gru_linear, "--fp16", "--backend", "onnxruntime", "-q")
+    assert p.returncode == 0, (p.returncode, p.stderr)
+    engine = tmp_path / "engines" / "gru_linear-fp16-onnxruntime"
+    manifest = json.loads((engine / "manifest.json").read_text())
+    assert manifest["session"] == {"graph_optimization_level": "ORT_ENABLE_ALL",
+                                   "disabled_optimizers": ["NchwcTransformer"]}
+    assert [x.name for x in (tmp_path / "engines").iterdir()] == [engine.name]  # no temp folder left
+    p = _cli(tmp_path, "run", DEMO / "noisy.wav", "-o", tmp_path / "y.wav", "--engine", engine, "-q")
+    assert p.returncode == 0, p.stderr
+    p = _cli(tmp_path, "compare", gru_linear, engine, "--no-pesq", "-q")
+    assert p.returncode == 0, p.stderr
+    p = _cli(tmp_path, "check", "--onnx", gru_linear, "--update-baseline", "--baseline", tmp_path / "b.json",
+             "--precisions", "fp16", "--no-pesq", "-q")
+    assert p.returncode == 0, p.stderr
+
+
+def test_fp16_sessions_turn_off_nchwc_only(gru_linear, tmp_path):
+    """session_from_onnx turns NchwcTransformer off for a model holding FP16 tensors and for nothing else."""
+    import onnx
+
+    from cosyedge.artifacts import StreamContract
+    from cosyedge.precision.fp16 import fp16_model
+    from cosyedge.runtime.ort import disabled_optimizers_for, holds_fp16, session_from_onnx
+
+    m = onnx.load(str(gru_linear))
+    m16, _ = fp16_model(m, StreamContract.from_onnx(gru_linear))
+    assert holds_fp16(m16) and not holds_fp16(m) and not holds_fp16(gru_linear)
+    assert disabled_optimizers_for(m16) == ("NchwcTransformer",) and disabled_optimizers_for(gru_linear) == ()
+    path16 = tmp_path / "m16.onnx"
+    onnx.save(m16, str(path16))
+    sess = session_from_onnx(path16)  # segfaulted here before
+    assert sess.get_session_options().get_session_config_entry(
+        "optimization.disable_specified_optimizers") == "NchwcTransformer"
+    with pytest.raises(RuntimeError, match="does not have configuration"):  # FP32: every pass stays on
+        session_from_onnx(gru_linear).get_session_options().get_session_config_entry(
+            "optimization.disable_specified_optimizers")
+
+
+def test_failed_build_leaves_no_temp_folder(gru_linear, tmp_path, monkeypatch):
+    """A build that fails normally (here: the smoke test) removes its temp folder; exit 3, one line."""
+    from cosyedge.builders import ort as bort
+    from cosyedge.errors import ArtifactError
+
+    def boom(*a, **k):
+        raise ArtifactError("smoke test failed")
+
+    monkeypatch.setattr(bort, "_smoke_test", boom)
+    with pytest.raises(ArtifactError, match="smoke test failed"):
+        bort.build_ort(gru_linear, out_dir=tmp_path / "engines", precision="fp16")
+    assert list((tmp_path / "engines").iterdir()) == []
