@@ -441,6 +441,8 @@ class IncrementalAudioWriter:
 
     Attributes:
         frames (int): Samples written so far.
+        clipped (int): Samples written so far at ``|y| >= CLIP_LEVEL`` (16-bit formats; cut at full scale). When
+            more than :data:`CLIP_WARN_FRACTION` of the file clips, :meth:`close` warns once with the share.
     """
 
     def __init__(self, path: str | Path, sample_rate_hz: int, exact: bool = False):
@@ -469,6 +471,7 @@ class IncrementalAudioWriter:
                 raise _write_failed(err, self.path) from None
             raise ArtifactError(f"cannot write {self.path} ({first_line(err, with_type=False)})") from None
         self.frames = 0
+        self.clipped = 0
         self.closed = False
 
     def write(self, y: np.ndarray) -> None:
@@ -483,6 +486,8 @@ class IncrementalAudioWriter:
         """
         y = np.asarray(y, np.float32).reshape(-1)
         if self._clip:
+            with np.errstate(invalid="ignore"):
+                self.clipped += int(np.count_nonzero(np.abs(y) >= CLIP_LEVEL))
             y = np.clip(y, -1.0, 1.0)
         y = np.nan_to_num(y, nan=0.0, posinf=0.0, neginf=0.0)
         try:
@@ -493,6 +498,8 @@ class IncrementalAudioWriter:
 
     def close(self) -> Path | None:
         """Finish the file and rename it onto the destination; idempotent.
+
+        Warns (one line) when more than :data:`CLIP_WARN_FRACTION` of the samples clipped.
 
         Returns:
             Path | None: the destination, or None when no frame was written (no file is left, an
@@ -510,6 +517,10 @@ class IncrementalAudioWriter:
         if not self.frames:
             self.tmp_path.unlink(missing_ok=True)
             return None
+        if self.clipped > CLIP_WARN_FRACTION * self.frames:
+            LOG.warning("output audio %s clips: %.2f%% of samples at |y| >= %g, cut at full scale in the 16-bit "
+                        "file (the model's output is too loud)", self.path, 100.0 * self.clipped / self.frames,
+                        CLIP_LEVEL)
         try:
             os.chmod(self.tmp_path, default_file_mode())
             os.replace(self.tmp_path, self.path)

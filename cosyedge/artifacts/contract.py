@@ -275,7 +275,9 @@ class StreamContract:
 
         Raises:
             ArtifactError: sample rate, hop or total stride not positive; hop not a multiple of the total
-                stride; delay negative or longer than 10 s; a state shape with a non-positive dimension.
+                stride; delay negative or longer than 10 s; hop longer than :data:`MAX_HOP_S`; a state shape with
+                a non-positive dimension; a waveform input/output (``kind`` ``"audio"``) whose ``frames_per_hop``
+                is not ``hop_samples`` ("the contract contradicts the graph").
         """
         bad = None
         if self.sample_rate_hz <= 0 or self.hop_samples <= 0 or self.total_stride <= 0:
@@ -285,6 +287,9 @@ class StreamContract:
             bad = f"hop_samples {self.hop_samples} is not a multiple of total_stride {self.total_stride}"
         elif not 0 <= self.delay_samples <= 10 * self.sample_rate_hz:
             bad = f"delay_samples {self.delay_samples} is outside 0..{10 * self.sample_rate_hz} (10 s)"
+        elif self.hop_samples > MAX_HOP_S * self.sample_rate_hz:
+            bad = (f"hop_samples {self.hop_samples} is outside 1..{int(MAX_HOP_S * self.sample_rate_hz)} "
+                   f"({MAX_HOP_S:g} s at {self.sample_rate_hz} Hz)")
         else:
             for s in self.states:
                 if any(d != BATCH_DIM and (not isinstance(d, int) or d <= 0) for d in s.shape):
@@ -292,20 +297,74 @@ class StreamContract:
                     break
         if bad:
             raise ArtifactError(f"{where} has invalid cosyedge metadata: {bad}")
+        for io in list(self.inputs) + list(self.outputs):
+            if io.kind == "audio" and io.frames_per_hop != self.hop_samples:
+                raise ArtifactError(
+                    f"{where}: the contract contradicts the graph: hop_samples {self.hop_samples} but the waveform "
+                    f"'{io.name}' streams {io.frames_per_hop} samples per hop (cosyedge.io); re-run 'cosyedge "
+                    f"streamify'")
+
+    def check_graph(self, graph: Any, where: str = "model") -> None:
+        """Check the contract against the graph's declared I/O shapes (a stream graph's ``cosyedge.*`` metadata
+        may have been edited; ``run``, ``build`` and ``compare`` read the contract through :meth:`from_onnx`).
+
+        Checked, for each streaming input/output of :attr:`inputs`/:attr:`outputs` and each state pair: the tensor
+        exists, its rank, and every fixed (integer) dimension of the graph equals the contract's (a fixed time
+        axis must hold a whole number of hops: ``frames_per_hop`` frames each).
+
+        Args:
+            graph (onnx.GraphProto): The model's main graph.
+            where (str): The model, as the message names it.
+        Raises:
+            ArtifactError: ``"<where>: the contract contradicts the graph: ..."`` naming the tensor, the graph's
+                shape and the contract's (exit 3).
+        """
+        def dims(v: Any) -> list:
+            return [d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
+                    for d in v.type.tensor_type.shape.dim]
+
+        declared = {v.name: v for v in list(graph.input) + list(graph.output)}
+        checks = [(io.name, io.shape, io.time_axis, io.frames_per_hop) for io in list(self.inputs) + list(self.outputs)]
+        checks += [(name, s.shape, None, None) for s in self.states for name in (s.input, s.output)]
+        for name, shape, time_axis, fph in checks:
+            v = declared.get(name)
+            if v is None:
+                raise ArtifactError(f"{where}: the contract contradicts the graph: it streams '{name}', which is not "
+                                    f"a graph input or output; re-run 'cosyedge streamify'")
+            if not v.type.tensor_type.HasField("shape"):
+                continue
+            got = dims(v)
+            bad = len(got) != len(shape)
+            for axis, (g, w) in enumerate(zip(got, shape)):
+                if bad or not isinstance(g, int) or w == BATCH_DIM:
+                    continue
+                if axis == time_axis:
+                    bad = g % max(1, int(fph or 1)) != 0
+                elif w != TIME_DIM and int(w) != g:
+                    bad = True
+            if bad:
+                what = (f" ({fph} frame(s) per {self.hop_samples}-sample hop on axis {time_axis})"
+                        if time_axis is not None else "")
+                raise ArtifactError(f"{where}: the contract contradicts the graph: '{name}' has shape {got} in the "
+                                    f"graph but the contract says {list(shape)}{what}; re-run 'cosyedge streamify'")
 
     @classmethod
     def from_onnx(cls, model: Any) -> "StreamContract":
         """Read the contract from an ONNX file path (str/Path) or ``onnx.ModelProto``.
 
         Raises:
-            ArtifactError: file missing/corrupt or metadata missing.
+            ArtifactError: file missing/corrupt, metadata missing or invalid (:meth:`validate`), or, for a stream
+                graph, metadata that contradicts the graph's declared I/O shapes (:meth:`check_graph`).
         """
         where = "ONNX model"
         if isinstance(model, (str, Path)):
             where = str(model)
             model = load_onnx(model, load_external_data=False)
         meta = {p.key: p.value for p in model.metadata_props}
-        return cls.from_metadata(meta, where=where)
+        contract = cls.from_metadata(meta, where=where)
+        if contract.is_streaming:
+            contract.check_graph(model.graph, where)
+        return contract
 
     def write_to_onnx(self, model: Any) -> Any:
         """Set this contract into ``model.metadata_props`` (onnx.ModelProto), replacing old cosyedge keys.
@@ -343,6 +402,10 @@ class StreamContract:
                              f"stride {total_stride} samples = {step_ms:g} ms (use {step_ms:g}, {2 * step_ms:g}, ... ms)")
         return samples
 
+
+MAX_HOP_S = 10.0
+"""float: the longest hop a contract may declare (seconds at its sample rate): a hop is one chunk, allocated
+whole (an edited ``cosyedge.hop_samples`` of 1e12 asked numpy for 3.64 TiB)."""
 
 MAX_CHUNK_MS = 10_000.0
 """float: longest chunk accepted by :meth:`StreamContract.chunk_samples`, ms (a chunk is buffered whole; 10 s

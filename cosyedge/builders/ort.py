@@ -8,8 +8,9 @@ holds:
   with FP32 I/O and states, or INT8 Q/DQ; optionally 2:4-pruned first). ONNX Runtime runs it as is, so it
   is also the backend artifact; models with external data are saved as one file.
 * ``manifest.json``: stage ``build``, backend ``onnxruntime``, precision, sparse, the model's SHA-256,
-  the parent (FP32) ONNX SHA-256, the calibration hash (INT8), tool versions, build flags, the
-  FP16/INT8/sparsity reports and the stream contract.
+  the parent (FP32) ONNX SHA-256, the calibration hash (INT8), tool versions, build flags, the ONNX Runtime
+  session options (``session``: optimisation level, transformers turned off), the FP16/INT8/sparsity reports
+  and the stream contract.
 
 The folder is assembled in a temp folder next to the destination and renamed into place, so a failed
 build never leaves a half-written engine and never destroys the previous one. Before writing, the
@@ -136,6 +137,7 @@ def build_ort(onnx_path: Any, out_dir: str | Path | None = None, name: str | Non
         write_manifest(tmp, {
             **head,
             "artifact": {"file": MODEL_FILE, "kind": "onnx (loaded by onnxruntime.InferenceSession)"},
+            "session": _session_options(model_dst),
             "calibration_sha256": fields["calibration_sha256"],
             "tools": _tool_versions(precision),
             "flags": {**head["flags"], "exclude": list(exclude), "calib": None if calib is None else str(calib),
@@ -147,6 +149,18 @@ def build_ort(onnx_path: Any, out_dir: str | Path | None = None, name: str | Non
         })
     LOG.info("engine: %s", dest)
     return dest
+
+
+def _session_options(model_path: Path) -> dict:
+    """The ONNX Runtime session options every cosyedge session on ``model_path`` uses (dict, for the manifest):
+    ``graph_optimization_level`` (``ORT_ENABLE_ALL``) and ``disabled_optimizers`` (list[str],
+    :func:`cosyedge.runtime.ort.disabled_optimizers_for`: ``NchwcTransformer`` for an FP16 model, whose
+    ``ORT_ENABLE_ALL`` session can otherwise segfault; the same rule applies when ``run``/``compare``/``check``
+    load it)."""
+    from cosyedge.runtime.ort import disabled_optimizers_for
+
+    return {"graph_optimization_level": "ORT_ENABLE_ALL",
+            "disabled_optimizers": list(disabled_optimizers_for(model_path))}
 
 
 def _tool_versions(precision: str) -> dict:

@@ -19,8 +19,9 @@ def _utterances(path, rate, limit):
 @click.option("--mode", "modes", type=click.Choice(["teacher-forced", "free-running", "both"]), default="both",
               show_default=True, help="teacher-forced: the candidate gets the reference's states every chunk "
                                       "(per-step error); free-running: each carries its own (what a user hears).")
-@click.option("--chunk-ms", type=FiniteFloat(min=0, min_open=True), default=100.0, show_default=True,
-              help="Chunk (ms), a multiple of the hop; teacher forcing happens every chunk.")
+@click.option("--chunk-ms", type=FiniteFloat(min=0, min_open=True), default=None,
+              help="Chunk (ms), a multiple of the hop; teacher forcing happens every chunk. Default: the multiple "
+                   "of the hop nearest 100 ms.")
 @click.option("--utterances", "utt_path", metavar="PATH", default=None,
               help="Folder (noisy/ + clean/) or manifest of real recordings. Default: the bundled demo "
                    "recording, noisy and clean.")
@@ -145,8 +146,8 @@ def compare(reference, candidate, modes, chunk_ms, utt_path, max_utterances, snr
                    "model; otherwise the --onnx model, pruned on the fly.")
 @click.option("--utterances", "utt_path", metavar="PATH", default=None,
               help="Real recordings to use instead of the bundled set (the baseline must use the same).")
-@click.option("--chunk-ms", type=FiniteFloat(min=0, min_open=True), default=100.0, show_default=True,
-              help="Chunk (ms).")
+@click.option("--chunk-ms", type=FiniteFloat(min=0, min_open=True), default=None,
+              help="Chunk (ms), a multiple of the hop. Default: the multiple of the hop nearest 100 ms.")
 @click.option("--json", "json_path", metavar="FILE", default=None, help="Write the full report as JSON.")
 @click.option("--junit", "junit_path", metavar="FILE", default=None, help="Write JUnit XML.")
 @click.option("--no-pesq", is_flag=True, help="Skip PESQ-WB.")

@@ -66,7 +66,7 @@ from cosyedge.compare.baseline import (
     metrics_of,
     regression,
 )
-from cosyedge.compare.core import ReferenceCache, compare
+from cosyedge.compare.core import DEFAULT_CHUNK_MS, ReferenceCache, compare, default_chunk
 from cosyedge.compare.engines import ensure_engine, sparse_parent
 from cosyedge.compare.labels import DEFAULT_PRECISIONS, load_candidate, parse_precisions
 from cosyedge.builders.names import parse_precision_label, precision_label
@@ -76,16 +76,14 @@ from cosyedge.compare.tolerances import BASELINE_TOLERANCES, tolerance_for
 from cosyedge.compare.utterances import Utterance, fixed_utterances, with_partners
 from cosyedge.errors import CosyEdgeError, UsageError
 
-DEFAULT_CHUNK_MS = 100.0
-"""float: chunk of ``cosyedge check`` (ms): teacher forcing every 100 ms; 10x fewer runner calls than
-one-hop chunks, which keeps the CI gate under a minute on two shared cores."""
-
+# DEFAULT_CHUNK_MS (100 ms, from cosyedge.compare.core): teacher forcing about every 100 ms; 10x fewer runner calls
+# than one-hop chunks, which keeps the CI gate under a minute on two shared cores.
 
 # ----------------------------------------------------------------------------------------------- the gate
 def run_check(onnx_path: str | Path | None = None, *, baseline: str | Path | None = None,
               update_baseline: bool = False, precisions: list[str] | None = None,
               engines_dir: str | Path | None = None, candidates: dict | None = None,
-              utterances: list[Utterance] | None = None, chunk_ms: float = DEFAULT_CHUNK_MS,
+              utterances: list[Utterance] | None = None, chunk_ms: float | None = None,
               calib: str | Path | None = None, json_path: str | Path | None = None,
               junit_path: str | Path | None = None, pesq: bool = True, threads: int = 1,
               sparse_onnx: str | Path | None = None) -> dict:
@@ -101,7 +99,8 @@ def run_check(onnx_path: str | Path | None = None, *, baseline: str | Path | Non
         candidates (dict[str, str | Path] | None): ``{label: engine folder or ONNX}`` checked instead of
             building that label (e.g. a build made elsewhere).
         utterances (list[Utterance] | None): Real speech (default :func:`fixed_utterances`).
-        chunk_ms (float): Chunk (ms), a multiple of the hop.
+        chunk_ms (float | None): Chunk (ms), a multiple of the total stride; None (default) = the multiple
+            nearest :data:`DEFAULT_CHUNK_MS` (:func:`cosyedge.compare.core.default_chunk`).
         calib (str | Path | None): INT8 calibration set folder (calibrate instead of using the kept amax).
         json_path (str | Path | None): Write the full report here.
         junit_path (str | Path | None): Write JUnit XML here (one test case per label, mode and utterance).
@@ -154,8 +153,8 @@ def run_check(onnx_path: str | Path | None = None, *, baseline: str | Path | Non
 
     utts = utterances if utterances is not None else fixed_utterances(ref.contract.sample_rate_hz)
     utts = with_partners(utts, ref.contract, str(ref.path), "cosyedge check")  # a model with several inputs
-    chunk = round(chunk_ms * ref.contract.sample_rate_hz / 1000.0)
-    ref.contract.check_chunk(chunk)
+    chunk = default_chunk(ref, chunk_ms)
+    chunk_ms = 1000.0 * chunk / ref.contract.sample_rate_hz
     if base is not None:
         _check_same_set(base, utts, chunk, baseline)
         missing = [lab for lab in labels if lab not in base.get("labels", {})]

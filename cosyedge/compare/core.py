@@ -262,18 +262,30 @@ class ReferenceCache:
         return self._records[utt.name]
 
 
-def default_chunk(model: CompareModel, chunk_ms: float | None) -> int:
-    """Samples per chunk for ``chunk_ms`` (ms; None = one hop).
+DEFAULT_CHUNK_MS = 100.0
+"""float: the chunk ``compare``/``check`` aim for when ``--chunk-ms`` is not given (ms); the chunk used is the
+multiple of the model's total stride nearest to it (:func:`default_chunk`)."""
 
+
+def default_chunk(model: CompareModel, chunk_ms: float | None) -> int:
+    """Samples per chunk for ``--chunk-ms``.
+
+    Args:
+        model (CompareModel): The reference (its contract gives the rate and the total stride).
+        chunk_ms (float | None): Chunk (ms), a multiple of the total stride; None = the multiple of the total stride
+            nearest :data:`DEFAULT_CHUNK_MS` (100 ms: 1600 samples at hop 160 / 16 kHz, 1536 = 96 ms at hop 256).
+    Returns:
+        int: samples per chunk, a positive multiple of the total stride.
     Raises:
-        UsageError: not a positive multiple of the model's total stride.
+        UsageError: ``chunk_ms`` is not a positive multiple of the total stride (the message is in ms, with the
+            samples: ``chunk of 100 ms (1600 samples) is not a multiple of the model's total stride 256 samples =
+            16 ms (use 16, 32, ... ms)``).
     """
     c = model.contract
     if chunk_ms is None:
-        return c.hop_samples
-    chunk = round(float(chunk_ms) * c.sample_rate_hz / 1000.0)
-    c.check_chunk(chunk)
-    return chunk
+        stride = c.total_stride
+        return stride * max(1, round(DEFAULT_CHUNK_MS * c.sample_rate_hz / 1000.0 / stride))
+    return c.chunk_samples(chunk_ms)
 
 
 _PESQ_WARNED = []
@@ -411,5 +423,5 @@ def describe(m: CompareModel) -> dict:
             "model_sha256": m.model_sha256, "parent_sha256": m.parent_sha256, "name": m.contract.name}
 
 
-__all__ = ["MODES", "ReferenceCache", "StreamRecord", "compare", "default_chunk", "describe", "polygraphy_compare",
+__all__ = ["DEFAULT_CHUNK_MS", "MODES", "ReferenceCache", "StreamRecord", "compare", "default_chunk", "describe", "polygraphy_compare",
            "snr_db", "stream", "tensor_stats"]

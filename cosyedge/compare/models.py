@@ -243,7 +243,8 @@ def check_compatible(ref: CompareModel, cand: CompareModel) -> None:
     """Refuse a candidate that cannot be compared with the reference.
 
     Checked: graph input and output names (and declared ranks/static dims), the audio input/output
-    names, sample rate (Hz), hop (samples), and every state pair (names and shapes).
+    names, sample rate (Hz), hop, total stride and delay (samples), each streaming input/output's
+    ``frames_per_hop``, ``time_axis``, ``delay_frames`` and ``kind``, and every state pair (names and shapes).
 
     Raises:
         UsageError: the first difference found, naming the tensors (exit 2).
@@ -261,10 +262,17 @@ def check_compatible(ref: CompareModel, cand: CompareModel) -> None:
                                               for x, y in zip(da, db))):
                 raise UsageError(f"{where} differ in {kind[:-1]} '{name}': shape {db} vs reference {da}")
     rc, cc = ref.contract, cand.contract
-    for field in ("input", "output", "sample_rate_hz", "hop_samples", "total_stride"):
+    for field in ("input", "output", "sample_rate_hz", "hop_samples", "total_stride", "delay_samples"):
         if getattr(rc, field) != getattr(cc, field):
             raise UsageError(f"{where} differ in stream contract '{field}': {getattr(cc, field)!r} vs "
                              f"reference {getattr(rc, field)!r}")
+    cio = {io.name: io for io in cc.stream_inputs + cc.stream_outputs}
+    for io in rc.stream_inputs + rc.stream_outputs:
+        other = cio.get(io.name)
+        for field in ("frames_per_hop", "time_axis", "delay_frames", "kind"):
+            if other is not None and getattr(io, field) != getattr(other, field):
+                raise UsageError(f"{where} differ in stream contract 'io.{field}' of '{io.name}': "
+                                 f"{getattr(other, field)!r} vs reference {getattr(io, field)!r}")
     rs = {(s.input, s.output): list(s.shape) for s in rc.states}
     cs = {(s.input, s.output): list(s.shape) for s in cc.states}
     if rs != cs:

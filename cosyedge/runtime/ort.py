@@ -38,10 +38,74 @@ _ORT_DTYPES = {
     "tensor(int32)": np.int32,
 }
 
+FP16_DISABLED_OPTIMIZERS = ("NchwcTransformer",)
+"""tuple[str, ...]: ONNX Runtime graph transformers turned off for a model holding FP16 tensors. ONNX Runtime
+1.32's ``NchwcTransformer`` (a level-3, ``ORT_ENABLE_ALL`` layout pass) segfaults at session creation on the
+FP16 ONNX of Conv1d -> GRU -> Linear -> sigmoid -> ConvTranspose (the FP16 stage keeps the convolutions and
+the GRU in FP32, ONNX Runtime casts the MatMul/Sigmoid back to FP32, and the NCHWc pass then crashes the
+process). Every other ``ORT_ENABLE_ALL`` transformer stays on. Passed as the session config entry
+``optimization.disable_specified_optimizers`` (recorded in an FP16 engine's manifest, ``session``)."""
+
+_DISABLE_OPTIMIZERS_KEY = "optimization.disable_specified_optimizers"
+
+
+def holds_fp16(model: Any) -> bool:
+    """Whether an ONNX model holds FP16 tensors (an FP16 initializer, Constant, Cast to FP16, graph input/output
+    or value_info), i.e. is the kind of model that gets :data:`FP16_DISABLED_OPTIMIZERS`.
+
+    Args:
+        model (onnx.ModelProto | bytes | str | Path): The model (a path is read without external data).
+    Returns:
+        bool: True when any FP16 tensor is found in the main graph or a subgraph.
+    Raises:
+        ArtifactError: the path is missing or not an ONNX file.
+    """
+    import onnx
+
+    from cosyedge.artifacts.files import load_onnx
+
+    if isinstance(model, (bytes, bytearray)):
+        model = onnx.load_from_string(bytes(model))
+    elif not hasattr(model, "graph"):
+        model = load_onnx(model, load_external_data=False)
+    f16 = onnx.TensorProto.FLOAT16
+
+    def graph_has(g: Any) -> bool:
+        if any(t.data_type == f16 for t in g.initializer):
+            return True
+        if any(v.type.tensor_type.elem_type == f16 for v in list(g.input) + list(g.output) + list(g.value_info)):
+            return True
+        for n in g.node:
+            for a in n.attribute:
+                if n.op_type == "Cast" and a.name == "to" and a.i == f16:
+                    return True
+                if a.type == onnx.AttributeProto.TENSOR and a.t.data_type == f16:
+                    return True
+                if a.type == onnx.AttributeProto.GRAPH and graph_has(a.g):
+                    return True
+                if a.type == onnx.AttributeProto.GRAPHS and any(graph_has(x) for x in a.graphs):
+                    return True
+        return False
+
+    return graph_has(model.graph)
+
+
+def disabled_optimizers_for(model: Any) -> tuple[str, ...]:
+    """The ONNX Runtime graph transformers :func:`session_from_onnx` turns off for ``model``:
+    :data:`FP16_DISABLED_OPTIMIZERS` when it :func:`holds_fp16`, else none (an FP32 or INT8 model keeps every
+    ``ORT_ENABLE_ALL`` pass, so its outputs do not change).
+
+    Args:
+        model (onnx.ModelProto | bytes | str | Path): The model.
+    Returns:
+        tuple[str, ...]: transformer names (empty for a model without FP16 tensors).
+    """
+    return FP16_DISABLED_OPTIMIZERS if holds_fp16(model) else ()
+
 
 def session_from_onnx(model_or_path: Any, *, threads: int | None = 1, inter_threads: int | None = 1,
                       providers: list[str] | None = None, optimize: bool = True,
-                      log_severity: int | None = 4) -> Any:
+                      log_severity: int | None = 4, disabled_optimizers: Any = None) -> Any:
     """Create an ``onnxruntime.InferenceSession``: the one place in cosyedge that does (outside the builders).
 
     Every option is passed explicitly by the caller so that each caller keeps its own effective
@@ -61,6 +125,10 @@ def session_from_onnx(model_or_path: Any, *, threads: int | None = 1, inter_thre
             fusions would rename or remove them).
         log_severity (int | None): ``log_severity_level`` (3 = error, 4 = fatal only, so errors come back
             as one line); ``None`` leaves ONNX Runtime's default (2 = warning). Defaults to 4.
+        disabled_optimizers (Iterable[str] | None): ONNX Runtime graph transformers to turn off (session config
+            entry ``optimization.disable_specified_optimizers``); ``None`` (default) means
+            :func:`disabled_optimizers_for` the model (``NchwcTransformer`` for a model holding FP16 tensors,
+            whose ``ORT_ENABLE_ALL`` session otherwise segfaults on some graphs; nothing otherwise).
     Returns:
         onnxruntime.InferenceSession: The session.
     Raises:
@@ -79,6 +147,10 @@ def session_from_onnx(model_or_path: Any, *, threads: int | None = 1, inter_thre
                                    else ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
     if log_severity is not None:
         so.log_severity_level = int(log_severity)
+    if disabled_optimizers is None:
+        disabled_optimizers = disabled_optimizers_for(model_or_path) if optimize else ()
+    if disabled_optimizers:
+        so.add_session_config_entry(_DISABLE_OPTIMIZERS_KEY, ";".join(disabled_optimizers))
     if hasattr(model_or_path, "SerializeToString"):
         src: Any = model_or_path.SerializeToString()
     elif isinstance(model_or_path, (bytes, bytearray)):
@@ -199,7 +271,8 @@ class OrtStreamSession(StreamSession):
         from cosyedge.errors import UsageError
 
         self.model_path = Path(model_path)  # a SourceModel is os.PathLike
-        contract = SourceModel.of(model_path).contract  # a SourceModel passed in keeps its parsed contract
+        self._source = SourceModel.of(model_path)
+        contract = self._source.contract  # a SourceModel passed in keeps its parsed contract
         contract.require_streaming(self.model_path)
         super().__init__(contract, chunk_samples=chunk_samples, batch=batch,
                          max_latency_records=max_latency_records)
@@ -222,7 +295,8 @@ class OrtStreamSession(StreamSession):
         c = self.contract
         try:
             sess = session_from_onnx(self.model_path, threads=self.threads, inter_threads=self.threads,
-                                     providers=self.providers, log_severity=4)
+                                     providers=self.providers, log_severity=4,
+                                     disabled_optimizers=disabled_optimizers_for(self._source.proto))
         except Exception as err:  # onnxruntime raises its own exception types (Fail, InvalidGraph, ...)
             raise ArtifactError(f"ONNX Runtime cannot load {self.model_path}: {first_line(err)}") from None
 
