@@ -138,9 +138,13 @@ def _check_stream_output(out: Path, positional: bool, inputs: list[Path]) -> Non
               help="Frames per hop of feature (non-waveform) inputs.")
 @click.option("--atol", type=click.FloatRange(min=0, max=1), default=1e-4, show_default=True,
               help="Proof tolerance: max abs error relative to max(1, peak output).")
+@click.option("--audio-output", default=None, metavar="NAME",
+              help="The waveform output 'run' writes when the graph has several (e.g. a mask and the enhanced "
+                   "signal). Default: the one named like an estimate (enhanced, output, ...), never a mask; "
+                   "a warning names them all.")
 def streamify(onnx_files: tuple[Path, ...], out_onnx: Path | None, sample_rate_hz: int | None,
               hop_samples: int | None, delay_samples: int | None, name: str | None, time_axis: tuple[str, ...],
-              frames_per_hop: int, atol: float) -> None:
+              frames_per_hop: int, atol: float, audio_output: str | None) -> None:
     """Turn a full-sequence ONNX (or several forming one model) into a proved stream ONNX.
 
     Every node gets its op's streaming rule: causal context of convs and pools, GRU/LSTM/RNN states,
@@ -172,4 +176,5 @@ def streamify(onnx_files: tuple[Path, ...], out_onnx: Path | None, sample_rate_h
     _check_stream_output(out_onnx, positional, files)
     streamify_api(files if len(files) > 1 else files[0], out_onnx, sample_rate_hz=sample_rate_hz,
                   hop_samples=hop_samples, delay_samples=delay_samples, name=name,
-                  time_axes=_time_axes(time_axis), frames_per_hop=frames_per_hop, atol=atol)
+                  time_axes=_time_axes(time_axis), frames_per_hop=frames_per_hop, atol=atol,
+                  audio_output=audio_output)

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -357,6 +358,26 @@ def _contract_fields(model: Any, where: str, *, sample_rate_hz, hop_samples, del
     return fields
 
 
+
+_ESTIMATE = re.compile(r"enh|out|audio|wav|speech|clean|est|denois|signal|^y", re.I)
+_MASK = re.compile(r"mask|gain|prob|vad|logit", re.I)
+
+
+def _pick_audio_output(outputs: list, where: str) -> str:
+    """The output name 'run' writes (str): the only waveform output; among several, the first named like an
+    estimate (``_ESTIMATE``) and not like a mask (``_MASK``), else the first not named like a mask, with one
+    warning naming every waveform output and ``--audio-output``; with none, the first output."""
+    audio = [o.name for o in outputs if o.kind == "audio"]
+    if not audio:
+        return outputs[0].name
+    if len(audio) == 1:
+        return audio[0]
+    plain = [n for n in audio if not _MASK.search(n)] or audio
+    chosen = next((n for n in plain if _ESTIMATE.search(n)), plain[0])
+    LOG.warning("%s: %d waveform outputs %s; 'run' writes '%s' (choose another with --audio-output NAME)",
+                where, len(audio), audio, chosen)
+    return chosen
+
 class StatefulOnnxFromOnnx(Stage):
     """Stage: full-sequence ONNX (one file, or several forming one model) -> proved stream ONNX (module doc).
 
@@ -376,6 +397,10 @@ class StatefulOnnxFromOnnx(Stage):
         proof_inputs (dict[str, np.ndarray] | None): Inputs for the proof (batch 1, full length); default
             real speech for waveform inputs, seeded values for others.
         atol (float): Proof tolerance relative to max(1, peak output).
+        audio_output (str | None): The output 'run' writes when the graph has several waveform outputs (e.g.
+            a mask and the enhanced signal); default: the metadata value, else the one named like an estimate
+            (enhanced, output, audio, speech, clean, est, ...) and never one named like a mask, with a warning
+            naming every waveform output.
 
     Calling it returns the output Path; afterwards :attr:`contract` holds the written
     :class:`~cosyedge.artifacts.StreamContract` (with ``inputs``/``outputs``: time axis, frames per hop and
@@ -396,8 +421,9 @@ class StatefulOnnxFromOnnx(Stage):
     def __init__(self, onnx_in: Any, out: str | Path, *, sample_rate_hz: int | None = None,
                  hop_samples: int | None = None, delay_samples: int | None = None, name: str | None = None,
                  time_axes: dict[str, int] | None = None, frames_per_hop: int = 1,
-                 proof_inputs: dict | None = None, atol: float = ATOL):
+                 proof_inputs: dict | None = None, atol: float = ATOL, audio_output: str | None = None):
         self.onnx_in = onnx_in
+        self.audio_output = audio_output
         self.out = Path(out)
         self.sample_rate_hz = sample_rate_hz
         self.hop_samples = hop_samples
@@ -448,8 +474,11 @@ class StatefulOnnxFromOnnx(Stage):
                                  hop_label="hop_samples" if audio else "frames_per_hop")
             per_tick = hop // hop_ticks
             in_names = [i.name for i in sg.inputs]
-            audio_out = next((o.name for o in sg.outputs if o.kind == "audio"), sg.outputs[0].name)
-            want_in, want_out = fields.get("input"), fields.get("output")
+            want_in, want_out = fields.get("input"), self.audio_output or fields.get("output")
+            if self.audio_output and self.audio_output not in [o.name for o in sg.outputs]:
+                raise UsageError(f"--audio-output '{self.audio_output}' is not an output of {src} (outputs: "
+                                 f"{[o.name for o in sg.outputs]})")
+            audio_out = _pick_audio_output(sg.outputs, str(src)) if not want_out else want_out
             if want_in and want_in not in in_names or want_out and want_out not in [o.name for o in sg.outputs]:
                 raise UsageError(f"{src}: metadata names input '{want_in}' / output '{want_out}', the graph has "
                                  f"inputs {in_names} and outputs {[o.name for o in sg.outputs]}")
@@ -479,7 +508,7 @@ class StatefulOnnxFromOnnx(Stage):
 def streamify(in_onnx: Any, out_onnx: str | Path, *, sample_rate_hz: int | None = None,
               hop_samples: int | None = None, delay_samples: int | None = None,
               name: str | None = None, time_axes: dict[str, int] | None = None, frames_per_hop: int = 1,
-              proof_inputs: dict | None = None, atol: float = ATOL) -> StreamContract:
+              proof_inputs: dict | None = None, atol: float = ATOL, audio_output: str | None = None) -> StreamContract:
     """Function twin of :class:`StatefulOnnxFromOnnx`: rewrite ``in_onnx`` into a proved stream ``out_onnx``.
 
     Args:
@@ -494,6 +523,7 @@ def streamify(in_onnx: Any, out_onnx: str | Path, *, sample_rate_hz: int | None 
         frames_per_hop (int): Frames per hop of feature inputs (1).
         proof_inputs (dict | None): Inputs for the proof (default: real speech / seeded values).
         atol (float): Proof tolerance relative to max(1, peak output).
+        audio_output (str | None): The waveform output 'run' writes (see :class:`StatefulOnnxFromOnnx`).
     Returns:
         StreamContract: the contract written into ``out_onnx``'s metadata (states, I/O, strides, proof).
     Raises:
@@ -501,6 +531,7 @@ def streamify(in_onnx: Any, out_onnx: str | Path, *, sample_rate_hz: int | None 
     """
     stage = StatefulOnnxFromOnnx(in_onnx, out_onnx, sample_rate_hz=sample_rate_hz, hop_samples=hop_samples,
                                  delay_samples=delay_samples, name=name, time_axes=time_axes,
-                                 frames_per_hop=frames_per_hop, proof_inputs=proof_inputs, atol=atol)
+                                 frames_per_hop=frames_per_hop, proof_inputs=proof_inputs, atol=atol,
+                                 audio_output=audio_output)
     stage()
     return stage.contract
