@@ -108,6 +108,13 @@ class Walker:
             return np.asarray(t.inputs[0].attrs["value"].values)
         return self.values.get(t.name)
 
+    def value2(self, t: Any) -> np.ndarray | None:
+        """Value of ``t`` in the second probe run (another length, other seeded inputs), else None; a constant's
+        value."""
+        if isinstance(t, gs.Constant) or (len(t.inputs) == 1 and t.inputs[0].op == "Constant"):
+            return self.value(t)
+        return self.values2.get(t.name)
+
     def batch_axis(self, t: Any) -> int:
         """Batch axis of ``t`` (int): from the batch probe, else 0."""
         return self.batch_axes.get(t.name, 0)
