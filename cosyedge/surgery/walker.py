@@ -108,6 +108,13 @@ class Walker:
             return np.asarray(t.inputs[0].attrs["value"].values)
         return self.values.get(t.name)
 
+    def value2(self, t: Any) -> np.ndarray | None:
+        """Value of ``t`` in the second probe run (another length, other seeded inputs), else None; a constant's
+        value."""
+        if isinstance(t, gs.Constant) or (len(t.inputs) == 1 and t.inputs[0].op == "Constant"):
+            return self.value(t)
+        return self.values2.get(t.name)
+
     def batch_axis(self, t: Any) -> int:
         """Batch axis of ``t`` (int): from the batch probe, else 0."""
         return self.batch_axes.get(t.name, 0)
@@ -460,8 +467,68 @@ class Walker:
             try:
                 rule(node, self)
             except Blocker as err:
+                if self.shape_only(node):
+                    continue
                 self.blockers.append(f"{node_desc(node)}: {err}")
                 self._fallback(node)
+
+    def shape_only(self, node: Any) -> bool:
+        """Stream a node whose rule refused it when its outputs' values are never used, only their shapes, and
+        those shapes do not change with the sequence length (``zeros_like(x[..., :1])`` exports as Slice -> Shape
+        -> ConstantOfShape: only the slice's shape, one frame at any length, is read). Every ``Shape``/``Size``
+        consumer is rewritten to compute the full graph's shape from constants and this chunk's batch, so the
+        node becomes dead and is dropped.
+
+        Returns:
+            bool: True when rewritten (the node needs no rule); False when some output streams, changes shape
+            with the length, is a graph output, or has a consumer that reads its values.
+        """
+        outs = [o for o in node.outputs if o.name]
+        graph_outs = {t.name for t in self.graph.outputs}
+        for o in outs:
+            f = self.facts.get(o.name)
+            if f is None or f.is_stream or f.error or tuple(f.shape1) != tuple(f.shape2) or o.name in graph_outs:
+                return False
+            if any(c.op not in ("Shape", "Size") for c in o.outputs):
+                return False
+        base = f"{node.name}/{BOOKKEEPING}_shape"
+        for o in outs:
+            for c in list(o.outputs):
+                parts = self._static_shape(o, base)
+                if c.op == "Shape":
+                    rank = len(parts)
+                    start = int(c.attrs.get("start", 0))
+                    end = int(c.attrs.get("end", rank))
+                    start, end = [max(0, min(rank, i + rank if i < 0 else i)) for i in (start, end)]
+                    parts = parts[start:end]
+                    value = (self.op("Concat", parts, base, {"axis": 0}, dtype=np.int64) if parts else
+                             self.const(np.zeros(0, dtype=np.int64)))
+                else:  # Size: a scalar, the product of the shape
+                    value = parts[0] if parts else self.const([1])
+                    for p in parts[1:]:
+                        value = self.op("Mul", [value, p], base, dtype=np.int64)
+                    value = self.unsqueeze(value, [0], base, squeeze=True)
+                c.op, c.attrs = "Identity", {}
+                c.inputs.clear()
+                c.inputs.append(value)
+        for o in outs:
+            self.set_delay(o, None)
+        return True
+
+    def _static_shape(self, t: Any, base: str) -> list:
+        """The shape of ``t`` (a tensor that does not grow with the input) in this chunk, one int64 (1,) tensor
+        per axis: the measured size, except the batch axis (where the batch probe found one), which is this
+        chunk's batch times the sequences the axis folds per stream."""
+        f = self.fact(t)
+        b = self.batch_axes.get(t.name)
+        parts = []
+        for i, v in enumerate(f.shape1):
+            if i == b:
+                n = self.batch_tensor(base)
+                parts.append(n if int(v) == 1 else self.op("Mul", [n, self.const([int(v)])], base, dtype=np.int64))
+            else:
+                parts.append(self.const([int(v)]))
+        return parts
 
     def _fallback(self, node: Any) -> None:
         d = max([self.delay_of(node.inputs[i]) or 0 for i in self.stream_inputs(node)] or [0])

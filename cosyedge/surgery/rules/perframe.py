@@ -95,6 +95,75 @@ def gather_elements(node: Any, ctx: Any) -> None:
     pass_through(node, ctx)
 
 
+_ND_FIX = ("write the assignment as torch.cat of the slices, or index the channels (not time) with constant "
+           "indices")
+
+
+@register("GatherND", "ScatterND")
+def gather_scatter_nd(node: Any, ctx: Any) -> None:
+    """GatherND/ScatterND (``batch_dims`` 0) that index only axes before the data's time axis, with indices that do
+    not change with the sequence length or the data: each index tuple picks or replaces whole slices that run over
+    time (``z[:, :2] = sigmoid(z[:, :2])``, an in-place channel-slice assignment, exports as ScatterND), so the op is
+    per frame; the updates of a ScatterND must run over the same time axis of those slices at the data's rate.
+    Indices that address time (an assignment into time positions) or come from the data are refused."""
+    verb = "gathers" if node.op == "GatherND" else "scatters"
+    data, idx = node.inputs[0], node.inputs[1]
+    if not ctx.is_stream(data):
+        raise Blocker(f"{verb} from a tensor that does not stream with indices that do")
+    if int(node.attrs.get("batch_dims", 0)):
+        raise Blocker(f"{verb} with batch_dims (only batch_dims 0 streams)")
+    t, rank = _time_axis(ctx, node)
+    fi = ctx.fact(idx)
+    if ctx.is_stream(idx):
+        return _nd_frame_positions(node, ctx, verb, t)
+    v1, v2 = ctx.value(idx), ctx.value2(idx)
+    if v1 is None or v2 is None or np.shape(v1) != np.shape(v2) or not np.array_equal(v1, v2):
+        raise Blocker(f"{verb} along positions computed from the data or the sequence length; {_ND_FIX}")
+    q = int(np.shape(v1)[-1])
+    if t < q:
+        raise Blocker(f"{verb} along the time axis {t} at fixed frames (positions counted from the sequence start)")
+    out_t = (len(fi.shape1) - 1) + (t - q)  # output/updates: indices.shape[:-1] + data.shape[q:]
+    rate = ctx.fact(data).rate
+    other = node.inputs[2] if node.op == "ScatterND" else node.outputs[0]
+    fo = ctx.fact(other)
+    if fo.axis != out_t or fo.rate != rate:
+        what = "updates" if node.op == "ScatterND" else "output"
+        raise Blocker(f"its {what} do not run over axis {out_t} at the data's rate (time axis {fo.axis})")
+    pass_through(node, ctx, [0, 2] if node.op == "ScatterND" else [0])
+
+
+def _nd_frame_positions(node: Any, ctx: Any, verb: str, t: int) -> None:
+    """GatherND/ScatterND whose indices run over time (a channel-last assignment ``z[..., :2] = ...`` exports index
+    tuples for every frame, built from ``Range`` over the frames): per frame when, in both probe runs, the index
+    tuples along the indices' time axis address the data's time axis at exactly their own frame (0, 1, ..., T-1) and
+    every other coordinate is the same for every frame and both lengths. In a chunk the same ``Range`` counts the
+    chunk's frames, so each frame still reads or writes itself (:func:`range_op` lets such a Range through)."""
+    idx = node.inputs[1]
+    fi, fd = ctx.fact(idx), ctx.fact(node.inputs[0])
+    ta = fi.axis
+    q = int(fi.shape1[-1])
+    fix = f"{verb} along positions over the time axis {t} it cannot prove are each frame's own; {_ND_FIX}"
+    if ta == len(fi.shape1) - 1 or t >= q or fi.rate != fd.rate:
+        raise Blocker(fix)
+    firsts = []
+    for v in (ctx.value(idx), ctx.value2(idx)):
+        if v is None:
+            raise Blocker(fix)
+        v = np.moveaxis(np.asarray(v), ta, 0)  # frames first
+        pos = np.arange(v.shape[0]).reshape((-1,) + (1,) * (v.ndim - 2))
+        rest = np.delete(v, t, axis=-1)
+        if (not np.array_equal(v[..., t], np.broadcast_to(pos, v.shape[:-1]))
+                or not np.array_equal(rest, np.broadcast_to(rest[:1], rest.shape))):
+            raise Blocker(fix)
+        firsts.append(rest[:1])
+    if not np.array_equal(firsts[0], firsts[1]):
+        raise Blocker(fix)
+    other = node.inputs[2] if node.op == "ScatterND" else node.outputs[0]
+    if ctx.fact(other).axis != ta or ctx.fact(other).rate != fd.rate:
+        raise Blocker(fix)
+    pass_through(node, ctx, [0, 2] if node.op == "ScatterND" else [0])
+
+
 @register("Concat")
 def concat(node: Any, ctx: Any) -> None:
     """Concat off the time axis: per frame. On the time axis, one streaming input between blocks of zeros
@@ -324,8 +393,40 @@ def constant_of_shape(node: Any, ctx: Any) -> None:
         ctx.set_delay(o, None)
 
 
+_INDEX_PATH = {"Reshape": (0,), "Unsqueeze": (0,), "Squeeze": (0,), "Expand": (0,), "Add": (0, 1), "Concat": None,
+               "Cast": (0,), "Transpose": (0,), "Identity": (0,)}
+
+
+def _only_nd_positions(t: Any, graph_outputs: set, seen: set | None = None) -> bool:
+    """True when every use of tensor ``t`` (through reshapes, broadcasts, adds and concats) is the indices of a
+    GatherND/ScatterND or a Shape (which reads no values), and none is a graph output (names in ``graph_outputs``);
+    the GatherND/ScatterND rule then proves the positions are each frame's own."""
+    seen = set() if seen is None else seen
+    if t.name in seen:
+        return True
+    seen.add(t.name)
+    if not t.outputs or t.name in graph_outputs:
+        return False
+    for c in t.outputs:
+        slots = [i for i, x in enumerate(c.inputs) if x is t]
+        if c.op in ("GatherND", "ScatterND") and slots == [1] or c.op == "Shape":
+            continue
+        if c.op not in _INDEX_PATH or (_INDEX_PATH[c.op] is not None and any(i not in _INDEX_PATH[c.op]
+                                                                             for i in slots)):
+            return False
+        if not all(_only_nd_positions(o, graph_outputs, seen) for o in c.outputs if o.name):
+            return False
+    return True
+
+
 @register("Range")
 def range_op(node: Any, ctx: Any) -> None:
-    """Range whose length is the sequence length: positions from the sequence start, refused."""
+    """Range whose length is the sequence length: positions from the sequence start, refused; except frame
+    positions that only build the indices of a GatherND/ScatterND (an exported channel-last slice assignment),
+    whose rule proves each frame addresses itself: in a chunk they count the chunk's frames."""
+    out = node.outputs[0]
+    if _only_nd_positions(out, {o.name for o in ctx.graph.outputs}):
+        ctx.set_delay(out, None)
+        return
     raise Blocker("counts positions from the sequence start (e.g. a positional encoding): a chunk restarts "
                   "at 0")

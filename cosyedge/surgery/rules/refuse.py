@@ -39,8 +39,6 @@ _WHY = {
     "NonZero": "indexes the whole sequence",
     "Unique": "looks at the whole sequence",
     "ReverseSequence": "reverses the sequence",
-    "GatherND": "gathers along data-dependent positions",
-    "ScatterND": "scatters along data-dependent positions",
     "Scatter": "scatters along data-dependent positions",
     "Loop": "a loop over a streaming tensor (control flow is not streamed)",
     "Scan": "a scan over a streaming tensor (control flow is not streamed)",
