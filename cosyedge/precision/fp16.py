@@ -475,18 +475,47 @@ def output_snr_db(ref_onnx: str | Path, test_onnx: str | Path, x: np.ndarray, ch
         float: SNR in dB.
     """
     from cosyedge.runtime.ort import OrtStreamSession
-    from cosyedge.runtime.stream import stream_array
 
     with OrtStreamSession(ref_onnx, chunk_samples=chunk_samples) as s:
-        y_ref = stream_array(s, x, partners=partners).astype(np.float64)
+        y_ref = _stream_output(s, x, partners).astype(np.float64)
     with OrtStreamSession(test_onnx, chunk_samples=chunk_samples) as s:
-        y = stream_array(s, x, partners=partners).astype(np.float64)
+        y = _stream_output(s, x, partners).astype(np.float64)
     err = float(((y - y_ref) ** 2).sum())
     sig = float((y_ref ** 2).sum())
     if err == 0.0:
         return float("inf")
     return 10.0 * np.log10(max(sig, 1e-30) / err)
 
+
+
+def _stream_output(session: Any, x: np.ndarray, partners: dict[str, np.ndarray] | None) -> np.ndarray:
+    """``contract.output`` of ``session`` streamed over ``x`` (float32 (T,)) from zero state, as an array.
+
+    A waveform output is :func:`cosyedge.runtime.stream.stream_array`'s; any other output (e.g. twice the
+    input rate, or frames) is every chunk's output concatenated along its time axis, so FP16 is measured on
+    the same models INT8 calibrates (re-audit finding 15)."""
+    from cosyedge.runtime import feeds
+    from cosyedge.runtime.stream import stream_array
+
+    c = session.contract
+    out = next(o for o in c.stream_outputs if o.name == c.output)
+    if feeds.is_waveform(out, c):
+        return stream_array(session, x, partners=partners)
+    n = session.chunk_samples
+    chunks = -(-x.size // n)
+    xp = np.zeros((1, 1, chunks * n), np.float32)
+    xp[0, 0, :x.size] = x
+    first = feeds.primary_input(c).name
+    others = {k: v.reshape(1, 1, -1) for k, v in
+              feeds.partner_arrays(c, partners, chunks * n, str(getattr(session, "model_path", "the model"))).items()} \
+        if feeds.partner_inputs(c) else {}
+    session.reset()
+    ys = []
+    for i in range(chunks):
+        sl = slice(i * n, (i + 1) * n)
+        feed = {first: xp[:, :, sl], **{k: v[:, :, sl] for k, v in others.items()}}
+        ys.append(np.array(session.push(feed)[c.output], copy=True))
+    return np.concatenate(ys, axis=out.time_axis) if ys else np.zeros(0, np.float32)
 
 # ---------------------------------------------------------------------------------------------- stage
 def _has_fp16(graph: Any) -> bool:
