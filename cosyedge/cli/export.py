@@ -100,7 +100,7 @@ def _time_axes(values: tuple[str, ...]) -> dict[str, int]:
 @click.option("--frames-per-hop", type=click.IntRange(min=1), default=1, show_default=True,
               help="Frames per hop of feature (non-waveform) inputs.")
 @click.option("--atol", type=click.FloatRange(min=0, max=1), default=1e-4, show_default=True,
-              help="Proof tolerance: max abs error relative to max(1, peak output).")
+              help="Proof tolerance: max abs error relative to the peak output (of at least 1e-3).")
 def streamify(onnx_files: tuple[Path, ...], out_onnx: Path | None, sample_rate_hz: int | None,
               hop_samples: int | None, delay_samples: int | None, name: str | None, time_axis: tuple[str, ...],
               frames_per_hop: int, atol: float) -> None:

@@ -1,0 +1,163 @@
+"""Issue 37 newcomer re-audit, the proof and streamify's diagnostics: a quiet wrong model is refused (11), dynamo
+exports whose value_info fixes the frame count prove (7), numeric arguments are bounded up front (6), a stride that
+does not divide 64 is measured (10), waveforms without a channel axis (8)."""
+
+from __future__ import annotations
+
+import onnx
+import pytest
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from cosyedge.artifacts import StreamContract
+from cosyedge.surgery import proof
+
+HOP = 160
+
+
+def _export(net: nn.Module, path, *, dims: int = 3, samples: int = 3200, dynamo: bool = False) -> None:
+    """Export ``net`` (input (1, 1, T), or (1, T) when ``dims`` is 2, or (1, 2, T) when ``dims`` is 4 (stereo))
+    with a dynamic time axis."""
+    shape = {2: (1, samples), 3: (1, 1, samples), 4: (1, 2, samples)}[dims]
+    axis = len(shape) - 1
+    x = torch.zeros(*shape)
+    torch.onnx.export(net.eval(), (x,), str(path), input_names=["audio"], output_names=["enhanced"],
+                      dynamic_axes=None if dynamo else {"audio": {axis: "T"}, "enhanced": {axis: "T"}},
+                      dynamic_shapes=({axis: torch.export.Dim("T", min=HOP, max=10**6)},) if dynamo else None,
+                      dynamo=dynamo, opset_version=17)
+
+
+def _streamify(cli, src, out, *extra):
+    return cli("streamify", "-q", src, "-o", out, "--sample-rate-hz", "16000", "--hop-samples", str(HOP), *extra)
+
+
+# ---------------------------------------------------------------- 11: a quiet wrong model
+class _LengthScaled(nn.Module):
+    """Analysis conv (stride one hop) -> scale by 1000 / T (depends on the chunk length: wrong when streamed) ->
+    synthesis transposed conv; ``gain`` scales the output (1e-4: peak about 4e-6 on the demo speech)."""
+
+    def __init__(self, gain: float):
+        super().__init__()
+        torch.manual_seed(0)
+        self.gain = gain
+        self.enc = nn.Conv1d(1, 8, 2 * HOP, stride=HOP)
+        self.dec = nn.ConvTranspose1d(8, 1, 2 * HOP, stride=HOP)
+
+    def forward(self, x):
+        z = self.enc(F.pad(x, (HOP, 0)))
+        return self.dec(z * (1000.0 / x.shape[-1]))[..., :-HOP] * self.gain
+
+
+@pytest.mark.parametrize("gain", [1.0, 1e-4])
+def test_a_chunk_length_dependent_model_is_refused_loud_or_quiet(tmp_path, cli, gain):
+    """Before: the quiet one (full peak 3.7e-6, stream 400x louder, max abs error 4.1e-5 < atol * max(1, peak) =
+    1e-4) was 'proved' (exit 0, SNR -1.8 dB). The tolerance is now relative to the output's own level."""
+    src, out = tmp_path / "scaled.onnx", tmp_path / "scaled.stream.onnx"
+    _export(_LengthScaled(gain), src)
+    rc, _out, err = _streamify(cli, src, out)
+    assert rc == 5, err
+    assert "the stream graph differs from the full-sequence graph: output 'enhanced'" in err
+    assert "SNR -1.8 dB" in err and "nothing written" in err
+    assert len(err.strip().splitlines()) == 1
+    assert not out.exists()
+
+
+def test_the_tolerance_is_relative_to_the_output_level():
+    assert proof.tolerance(2.0, 1e-4) == pytest.approx(2e-4)
+    assert proof.tolerance(0.5, 1e-4) == pytest.approx(5e-5)  # was 1e-4 (max(1, peak))
+    assert proof.tolerance(3.7e-6, 1e-4) == pytest.approx(1e-7)  # the floor: 60 dB below full scale
+    assert proof.tolerance(0.0, 1e-4) == pytest.approx(1e-7)
+
+
+class _QuietCausal(nn.Module):
+    """A correct streaming model with a quiet output: causal conv, gain 1e-4."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.c = nn.Conv1d(1, 4, 5)
+        self.d = nn.Conv1d(4, 1, 3)
+
+    def forward(self, x):
+        return self.d(F.pad(torch.tanh(self.c(F.pad(x, (4, 0)))), (2, 0))) * 1e-4
+
+
+def test_a_quiet_correct_model_still_proves(tmp_path, cli):
+    src, out = tmp_path / "quiet.onnx", tmp_path / "quiet.stream.onnx"
+    _export(_QuietCausal(), src)
+    rc, _out, err = _streamify(cli, src, out)
+    assert rc == 0, err
+    c = StreamContract.from_onnx(out)
+    assert c.proof["snr_db"] > 100
+
+
+# ---------------------------------------------------------------- 7: dynamo exports whose value_info fixes the frames
+class _ConvGruLinear(nn.Module):
+    """Conv (stride one hop) -> GRU -> Linear -> sigmoid gain -> transposed conv, hop 80 (8 kHz)."""
+
+    def __init__(self, hop: int = 80, c: int = 24):
+        super().__init__()
+        torch.manual_seed(0)
+        self.hop = hop
+        self.enc = nn.Conv1d(1, c, 2 * hop, stride=hop)
+        self.gru = nn.GRU(c, c, batch_first=True)
+        self.g = nn.Linear(c, c)
+        self.dec = nn.ConvTranspose1d(c, 1, 2 * hop, stride=hop)
+
+    def forward(self, x):
+        z = self.enc(F.pad(x, (self.hop, 0)))
+        h, _ = self.gru(z.transpose(1, 2))
+        return self.dec(z * torch.sigmoid(self.g(h)).transpose(1, 2))[..., :-self.hop]
+
+
+@pytest.fixture(scope="module")
+def dynamo_gru(tmp_path_factory):
+    """A dynamo export of :class:`_ConvGruLinear` at 12 frames (960 samples): value_info holds (1, 12, 24) for the
+    GRU and Linear outputs, the output is fixed at (1, 1, 960)."""
+    path = tmp_path_factory.mktemp("dyn") / "gru.dy.onnx"
+    torch.onnx.export(_ConvGruLinear().eval(), (torch.randn(1, 1, 960) * 0.1,), str(path), input_names=["audio"],
+                      output_names=["enhanced"], dynamic_shapes=({2: 80 * torch.export.Dim("K", min=2, max=2000)},),
+                      dynamo=True, opset_version=18)
+    m = onnx.load(str(path))
+    assert any([d.dim_value for d in v.type.tensor_type.shape.dim] == [1, 12, 24] for v in m.graph.value_info)
+    return path
+
+
+def test_a_dynamo_export_with_fixed_value_info_streams_and_proves(tmp_path, cli, dynamo_gru):
+    """Before: exit 3, 'ONNX Runtime cannot run the full-sequence graph (Fail: [ONNXRuntimeError] ... Reshape node.
+    Name:'gemm_input_reshape' ... requested shape:{12,24})' (about 400 characters, no path, no hint)."""
+    out = tmp_path / "gru.stream.onnx"
+    rc, _o, err = cli("streamify", "-q", dynamo_gru, "-o", out, "--sample-rate-hz", "8000", "--hop-samples", "80")
+    assert rc == 0, err
+    c = StreamContract.from_onnx(out)
+    assert c.proof["max_abs"] < 1e-6 and c.proof["chunks_ticks"] == [80, 240]
+
+
+def test_an_ort_failure_in_the_proof_is_one_line_with_the_path_and_a_hint(tmp_path, cli, dynamo_gru):
+    """The proof's full-sequence run, given the export as it is (value_info kept): ONNX Runtime's fused Gemm reshape
+    fails; the message is the fixed-length one (exit 2) with the path and the export hint, not ORT's 400 characters."""
+    from cosyedge.errors import UsageError
+
+    out = tmp_path / "gru.stream.onnx"
+    assert cli("streamify", "-q", dynamo_gru, "-o", out, "--sample-rate-hz", "8000", "--hop-samples", "80")[0] == 0
+    stream, c = onnx.load(str(out)), StreamContract.from_onnx(out)
+    x = {"audio": proof.demo_audio(8000, 2400).reshape(1, 1, -1)}
+    with pytest.raises(UsageError) as e:
+        proof.prove(onnx.load(str(dynamo_gru)), stream, c, x, [80], {"enhanced": (2, 1, 0)}, where=str(dynamo_gru))
+    msg = str(e.value)
+    assert msg.startswith(f"{dynamo_gru}: the export fixed the time length (Reshape node 'gemm_input_reshape' asks "
+                          "for shape {12,24} at any input length); export with a dynamic time axis: ")
+    assert "onnxruntime_src" not in msg and "\n" not in msg
+
+
+def test_ort_reason_keeps_the_node_and_the_status_message():
+    text = ("[ONNXRuntimeError] : 1 : FAIL : Non-zero status code returned while running Reshape node. Name:'gemm_"
+            "input_reshape' Status Message: /onnxruntime_src/onnxruntime/core/providers/cpu/tensor/reshape_helper.h:91 "
+            "onnxruntime::ReshapeHelper::ReshapeHelper(const onnxruntime::TensorShape&, onnxruntime::TensorShapeVector&"
+            ", bool) input_shape_size == requested_shape_size was false. The input tensor cannot be reshaped to the "
+            "requested shape. Input shape:{1,402,24}, requested shape:{12,24}\n")
+    assert proof.ort_reason(RuntimeError(text)) == (
+        "Reshape node 'gemm_input_reshape': The input tensor cannot be reshaped to the requested shape. Input "
+        "shape:{1,402,24}, requested shape:{12,24}")
+    assert proof.ort_reason(ValueError("first\nsecond")) == "ValueError: first"
