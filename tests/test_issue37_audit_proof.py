@@ -161,3 +161,39 @@ def test_ort_reason_keeps_the_node_and_the_status_message():
         "Reshape node 'gemm_input_reshape': The input tensor cannot be reshaped to the requested shape. Input "
         "shape:{1,402,24}, requested shape:{12,24}")
     assert proof.ort_reason(ValueError("first\nsecond")) == "ValueError: first"
+
+
+# ---------------------------------------------------------------- 6: numeric arguments bounded up front
+@pytest.mark.parametrize("args, line", [
+    (["--sample-rate-hz", "1000000000000", "--hop-samples", "160"],
+     "sample_rate_hz (--sample-rate-hz) 1000000000000 must be an integer in 1000..384000 Hz"),
+    (["--sample-rate-hz", "999", "--hop-samples", "160"],
+     "sample_rate_hz (--sample-rate-hz) 999 must be an integer in 1000..384000 Hz"),
+    (["--sample-rate-hz", "16000", "--hop-samples", "10000000"],
+     "hop_samples (--hop-samples) 10000000 must be an integer in 1..16000 samples (1 s at 16000 Hz)"),
+    (["--sample-rate-hz", "16000", "--hop-samples", "160", "--delay-samples", "99999999999"],
+     "delay_samples (--delay-samples) 99999999999 must be an integer in 0..160000 samples (10 s at 16000 Hz)"),
+    (["--sample-rate-hz", "16000", "--hop-samples", "160", "--atol", "nan"],
+     "atol (--atol) nan must be a finite number in (0, 1] (the proof tolerance, relative to the output's peak)"),
+    (["--sample-rate-hz", "16000", "--hop-samples", "160", "--atol", "0"],
+     "atol (--atol) 0.0 must be a finite number in (0, 1] (the proof tolerance, relative to the output's peak)"),
+])
+def test_streamify_bounds_its_numbers_up_front(tmp_path, cli, args, line):
+    """Before: a 1e12 Hz rate ended in a MemoryError traceback (exit 1), a 1e7 hop was OOM-killed, a 1e11 delay was
+    written (exit 0) and refused later by run/build, atol nan gave exit 5 'differs'."""
+    src, out = tmp_path / "quiet.onnx", tmp_path / "quiet.stream.onnx"
+    _export(_QuietCausal(), src)
+    rc, _o, err = cli("streamify", "-q", src, "-o", out, *args)
+    assert (rc, err.strip().splitlines()) == (2, [f"[!] {line}"])
+    assert not out.exists()
+
+
+def test_the_bounds_also_hold_for_the_python_api(tmp_path):
+    from cosyedge.errors import UsageError
+    from cosyedge.surgery.streamify import streamify
+
+    with pytest.raises(UsageError, match=r"^hop_samples \(--hop-samples\) 8001 must be an integer in 1..8000 "):
+        streamify(tmp_path / "missing.onnx", tmp_path / "o.onnx", sample_rate_hz=8000, hop_samples=8001)
+    with pytest.raises(UsageError, match=r"^atol \(--atol\) inf must be a finite number"):
+        streamify(tmp_path / "missing.onnx", tmp_path / "o.onnx", sample_rate_hz=8000, hop_samples=80,
+                  atol=float("inf"))

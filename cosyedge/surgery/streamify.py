@@ -334,6 +334,43 @@ def prove_stream(full_model: Any, stream_model: Any, contract: StreamContract, s
 
 
 
+SAMPLE_RATE_RANGE_HZ = (1000, 384000)
+"""tuple[int, int]: sample rates streamify accepts, Hz (telephone-band 1 kHz .. 384 kHz studio rates)."""
+
+
+def check_numbers(*, sample_rate_hz: Any = None, hop_samples: Any = None, delay_samples: Any = None,
+                  atol: Any = None) -> None:
+    """Bound streamify's numeric arguments before any work (each ``None`` is skipped): a sample rate in
+    :data:`SAMPLE_RATE_RANGE_HZ`, a hop of 1 sample .. 1 s, a delay of 0 .. 10 s (what ``run`` and ``build`` accept,
+    :meth:`cosyedge.artifacts.StreamContract.validate`), a finite tolerance in (0, 1]. The hop and delay bounds use
+    ``sample_rate_hz`` when it is given (else the largest rate).
+
+    Args:
+        sample_rate_hz (int | None): Hz.
+        hop_samples (int | None): Samples per hop.
+        delay_samples (int | None): Samples of extra delay.
+        atol (float | None): Proof tolerance (:func:`cosyedge.surgery.proof.tolerance`).
+    Raises:
+        UsageError: one line naming the argument, its value and the range (exit 2).
+    """
+    lo, hi = SAMPLE_RATE_RANGE_HZ
+    rate = hi
+    if sample_rate_hz is not None:
+        if not isinstance(sample_rate_hz, (int, np.integer)) or not lo <= sample_rate_hz <= hi:
+            raise UsageError(f"sample_rate_hz (--sample-rate-hz) {sample_rate_hz} must be an integer in {lo}..{hi} Hz")
+        rate = int(sample_rate_hz)
+    if hop_samples is not None and (not isinstance(hop_samples, (int, np.integer)) or not 1 <= hop_samples <= rate):
+        raise UsageError(f"hop_samples (--hop-samples) {hop_samples} must be an integer in 1..{rate} samples (1 s at "
+                         f"{rate} Hz)")
+    if delay_samples is not None and (not isinstance(delay_samples, (int, np.integer))
+                                      or not 0 <= delay_samples <= 10 * rate):
+        raise UsageError(f"delay_samples (--delay-samples) {delay_samples} must be an integer in 0..{10 * rate} "
+                         f"samples (10 s at {rate} Hz)")
+    if atol is not None and not (isinstance(atol, (int, float, np.floating)) and 0 < atol <= 1):  # NaN fails too
+        raise UsageError(f"atol (--atol) {atol} must be a finite number in (0, 1] (the proof tolerance, relative to "
+                         "the output's peak)")
+
+
 def _contract_fields(model: Any, where: str, *, sample_rate_hz, hop_samples, delay_samples, name) -> dict:
     """Merge cosyedge metadata of ``model`` with explicit arguments (arguments win)."""
     meta = {p.key: p.value for p in model.metadata_props}
@@ -357,11 +394,8 @@ def _contract_fields(model: Any, where: str, *, sample_rate_hz, hop_samples, del
     if missing:  # every missing value at once, not one per run
         raise UsageError(f"{where} has no cosyedge metadata: give "
                          + " and ".join(f"{key}= (CLI: --{key.replace('_', '-')} N)" for key in missing))
-    for key in ("sample_rate_hz", "hop_samples"):
-        if int(fields[key]) <= 0:
-            raise UsageError(f"{key} must be a positive integer, got {fields[key]}")
-    if int(fields.get("delay_samples") or 0) < 0:
-        raise UsageError(f"delay_samples must be >= 0, got {fields['delay_samples']}")
+    check_numbers(sample_rate_hz=int(fields["sample_rate_hz"]), hop_samples=int(fields["hop_samples"]),
+                  delay_samples=int(fields.get("delay_samples") or 0))
     return fields
 
 
@@ -397,7 +431,8 @@ class StatefulOnnxFromOnnx(Stage):
     Raises:
         ArtifactError: source missing/corrupt, output not writable, rewritten graph fails ONNX checks.
         UsageError: a node that cannot stream (every one named, with op and reason), missing metadata
-            (names the option), hop not a multiple of the total stride, already streaming.
+            (names the option), hop not a multiple of the total stride, already streaming, a number out of
+            bounds (:func:`check_numbers`: rate 1000..384000 Hz, hop 1 sample..1 s, delay 0..10 s, 0 < atol <= 1).
         AccuracyError: the proof failed (names the first diverging tensor); nothing is written.
     """
 
@@ -435,6 +470,8 @@ class StatefulOnnxFromOnnx(Stage):
 
     def call_impl(self) -> Path:
         """Run the surgery and the proof now; returns the stream ONNX path (errors: class doc)."""
+        check_numbers(sample_rate_hz=self.sample_rate_hz, hop_samples=self.hop_samples,
+                      delay_samples=self.delay_samples, atol=self.atol)
         check_writable(self.out)
         if self.frames_per_hop < 1:
             raise UsageError(f"frames_per_hop must be >= 1, got {self.frames_per_hop}")
