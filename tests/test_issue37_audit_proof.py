@@ -197,3 +197,48 @@ def test_the_bounds_also_hold_for_the_python_api(tmp_path):
     with pytest.raises(UsageError, match=r"^atol \(--atol\) inf must be a finite number"):
         streamify(tmp_path / "missing.onnx", tmp_path / "o.onnx", sample_rate_hz=8000, hop_samples=80,
                   atol=float("inf"))
+
+
+# ---------------------------------------------------------------- 10: strides that do not divide the probe quantum
+class _Strided(nn.Module):
+    """Encoder conv of stride ``s`` (kernel 2s, causal) -> 3-tap causal conv -> transposed conv of stride ``s``."""
+
+    def __init__(self, s: int):
+        super().__init__()
+        torch.manual_seed(0)
+        self.s = s
+        self.enc = nn.Conv1d(1, 8, 2 * s, stride=s)
+        self.mix = nn.Conv1d(8, 8, 3)
+        self.dec = nn.ConvTranspose1d(8, 1, 2 * s, stride=s)
+
+    def forward(self, x):
+        z = torch.tanh(self.enc(F.pad(x, (self.s, 0))))
+        return 0.5 * self.dec(self.mix(F.pad(z, (2, 0))))[..., :-self.s]
+
+
+@pytest.mark.parametrize("s, hop, line", [
+    (3, 160, "hop_samples 160 is not a multiple of the model's total stride 3 samples (use 159, or 480 to keep a "
+             "multiple of 160)"),
+    (3, 1600, "hop_samples 1600 is not a multiple of the model's total stride 3 samples (use 1599, or 4800 to keep a "
+              "multiple of 1600)"),
+    (256, 160, "hop_samples 160 is not a multiple of the model's total stride 256 samples (use 256, or 1280 to keep "
+               "a multiple of 160)"),
+])
+def test_a_stride_not_dividing_the_probes_is_measured(tmp_path, cli, s, hop, line):
+    """Before: stride 3 read as 'total stride 1600 (use 1600)' at hop 160 and '8000 (use 8000)' at hop 1600;
+    stride 256 as '800 (use 800)'."""
+    src = tmp_path / "strided.onnx"
+    _export(_Strided(s), src, samples=3 * 512)
+    rc, _o, err = cli("streamify", "-q", src, "-o", tmp_path / "o.onnx", "--sample-rate-hz", "16000",
+                      "--hop-samples", str(hop))
+    assert (rc, err.strip().splitlines()) == (2, [f"[!] {line}"])
+
+
+@pytest.mark.parametrize("hop", [159, 480])
+def test_the_suggested_hops_prove(tmp_path, cli, hop):
+    src, out = tmp_path / "s3.onnx", tmp_path / "s3.stream.onnx"
+    _export(_Strided(3), src, samples=3 * 512)
+    rc, _o, err = cli("streamify", "-q", src, "-o", out, "--sample-rate-hz", "16000", "--hop-samples", str(hop))
+    assert rc == 0, err
+    c = StreamContract.from_onnx(out)
+    assert c.total_stride == 3 and c.proof["max_abs"] < 1e-5

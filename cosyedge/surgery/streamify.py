@@ -144,6 +144,57 @@ def _free_time_dims(tensors: list, axes: dict[str, int], where: str, kind: str) 
                     "graph so that every chunk length runs", where, kind, t.name, axis, fixed)
 
 
+def _probe_lengths(quantum: int) -> tuple[int, int]:
+    """The two probe lengths (input ticks) for a probe quantum: multiples of it, at least 8 quanta and 512 ticks."""
+    m1 = max(8, -(-512 // quantum))
+    return m1 * quantum, (m1 + 5) * quantum
+
+
+MAX_PROBE_QUANTUM = 20000
+"""int: largest probe quantum (ticks) streamify re-probes at to measure a stride the first probes missed."""
+
+
+def _stride_beyond(facts: dict, quantum: int, t1: int, t2: int, model: Any) -> int:
+    """A stride the probes at ``t1`` and ``t2`` (multiples of ``quantum``) could not measure, or 0.
+
+    A tensor at ``p / s`` frames per tick whose stride ``s`` divides ``t2 - t1`` is measured exactly, its
+    rate's denominator dividing ``quantum``; one whose ``s`` does not (a stride-3 conv probed at multiples of
+    320 samples) reads as a nearby fraction such as 533/1600. Candidates: for each such rate the fraction with
+    the smallest denominator within 2 frames over the probe difference, among denominators small enough for
+    that fraction to be the only one (up to ``sqrt((t2 - t1) / 4)``), and the product of the ``strides`` of the
+    graph's strided Conv and pooling nodes (a rate's denominator comes from downsampling and divides it).
+
+    Args:
+        facts (dict[str, TimeFact]): Measured facts.
+        quantum (int): The probe quantum (ticks).
+        t1 (int): First probe length.
+        t2 (int): Second probe length.
+        model (onnx.ModelProto): The graph (its strided nodes).
+    Returns:
+        int: a stride to probe again at multiples of ``lcm(quantum, it)`` (at most :data:`MAX_PROBE_QUANTUM`),
+        or 0 when every rate was exact or no candidate fits.
+    """
+    bad = [f for f in facts.values() if f.is_stream and quantum % f.rate.denominator]
+    if not bad:
+        return 0
+    eps, limit = 2.0 / (t2 - t1), max(1, math.isqrt((t2 - t1) // 4))
+    small = 1
+    for f in bad:
+        r = float(f.rate)
+        q = next((q for q in range(1, limit + 1) if round(r * q) > 0 and abs(round(r * q) / q - r) <= eps), 0)
+        small = math.lcm(small, q) if q and small else 0
+    product = 1
+    for node in model.graph.node:
+        if node.op_type in ("Conv", "MaxPool", "AveragePool", "LpPool"):  # downsampling: denominators
+            for a in node.attribute:
+                if a.name == "strides":
+                    product *= math.prod(int(v) for v in a.ints if v > 1)
+    for cand in (small, math.lcm(small or 1, product), product):
+        if cand and quantum % cand and math.lcm(quantum, cand) <= MAX_PROBE_QUANTUM:
+            return cand
+    return 0
+
+
 def _is_audio(shape: list, axis: int) -> bool:
     return len(shape) == 3 and axis == 2 and shape[1] == 1
 
@@ -184,15 +235,18 @@ def streamify_graph(graph: Any, *, hop_ticks: int, time_axes: dict[str, int] | N
     # exactly even when the hop is not a multiple of them (then refused below, naming the stride).
     quantum = math.lcm(hop_ticks, 64) if _is_audio(list(graph.inputs[0].shape or []), axes[graph.inputs[0].name]) \
         else hop_ticks
-    m1 = max(8, -(-512 // quantum))
-    t1, t2 = m1 * quantum, (m1 + 5) * quantum
     folded = gs.export_onnx(graph)
     # The exporter's shapes of intermediate tensors hold the example's frame count (torch.onnx.export(dynamo=True)
     # writes value_info such as (1, 12, 24) for a GRU output); ONNX Runtime's optimiser bakes them into fused
     # nodes (a Gemm's 'gemm_input_reshape' to {12, 24}) that fail at any other length. The graph itself does not
     # need them: drop them all (ONNX Runtime infers what it needs).
     del folded.graph.value_info[:]
-    facts, values, batch_axes = measure(folded, axes, t1, t2, where)
+    facts, values, batch_axes = measure(folded, axes, *_probe_lengths(quantum), where)
+    finer = _stride_beyond(facts, quantum, *_probe_lengths(quantum), folded)
+    if finer:  # a stride the probes did not divide (3 with a hop of 160): measure again at multiples of it
+        quantum = math.lcm(quantum, finer)
+        facts, values, batch_axes = measure(folded, axes, *_probe_lengths(quantum), where)
+    inexact = [n for n, f in facts.items() if f.is_stream and quantum % f.rate.denominator]
     in_names = [t.name for t in graph.inputs]
     out_names = [t.name for t in graph.outputs]
     first = graph.inputs[0]
@@ -214,10 +268,16 @@ def streamify_graph(graph: Any, *, hop_ticks: int, time_axes: dict[str, int] | N
         f = walker.facts.get(t.name)
         if f is not None and f.is_stream:
             stride = math.lcm(stride, f.rate.denominator)
+    if hop_ticks % stride and inexact:
+        raise UsageError(f"{where}: {hop_label} {hop_ticks} does not fit the model's strides, which probes at "
+                         f"multiples of {quantum} {'samples' if hop_label == 'hop_samples' else 'frames'} cannot "
+                         f"measure (tensor '{inexact[0]}' grows by {facts[inexact[0]].rate} frames per tick): use a "
+                         "hop that is a multiple of the product of the model's conv and pooling strides")
     if hop_ticks % stride:
+        near, common = stride * max(1, round(hop_ticks / stride)), math.lcm(hop_ticks, stride)
         raise UsageError(f"{hop_label} {hop_ticks} is not a multiple of the model's total stride {stride} "
-                         f"{'samples' if hop_label == 'hop_samples' else 'frames'} (use "
-                         f"{stride * max(1, round(hop_ticks / stride))})")
+                         f"{'samples' if hop_label == 'hop_samples' else 'frames'} (use {near}"
+                         + (f", or {common} to keep a multiple of {hop_ticks}" if common != near else "") + ")")
     inputs = []
     for name in in_names:
         f = facts[name]
