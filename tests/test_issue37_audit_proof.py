@@ -242,3 +242,53 @@ def test_the_suggested_hops_prove(tmp_path, cli, hop):
     assert rc == 0, err
     c = StreamContract.from_onnx(out)
     assert c.total_stride == 3 and c.proof["max_abs"] < 1e-5
+
+
+# ---------------------------------------------------------------- 8: waveforms without a channel axis
+class _Waveform2d(nn.Module):
+    """(N, T) or (N, 2, T) (``stereo``) waveform in and out through :class:`_LengthScaled`-like analysis/synthesis
+    (stride one hop, no length dependence)."""
+
+    def __init__(self, stereo: bool = False):
+        super().__init__()
+        torch.manual_seed(0)
+        self.stereo = stereo
+        c = 2 if stereo else 1
+        self.enc = nn.Conv1d(c, 8, 2 * HOP, stride=HOP)
+        self.dec = nn.ConvTranspose1d(8, c, 2 * HOP, stride=HOP)
+
+    def forward(self, x):
+        y = self.dec(self.enc(F.pad(x if self.stereo else x[:, None], (HOP, 0))))[..., :-HOP]
+        return y if self.stereo else y[:, 0]
+
+
+@pytest.mark.parametrize("stereo, shape", [(False, "['N', 'T']"), (True, "['N', 2, 'T']")])
+def test_a_waveform_without_a_channel_axis_names_frames_per_hop(tmp_path, cli, stereo, shape):
+    """Before: only 'graph output ... does not grow with the input length (... math.ceil/int ...)' (exit 2), which
+    sent the user to the export; --frames-per-hop 160 streams it."""
+    src, out = tmp_path / "w.onnx", tmp_path / "w.stream.onnx"
+    torch.onnx.export(_Waveform2d(stereo).eval(), (torch.zeros(1, 2, 3200) if stereo else torch.zeros(1, 3200),),
+                      str(src), input_names=["audio"], output_names=["enhanced"],
+                      dynamic_axes={n: {0: "N", 2 if stereo else 1: "T"} for n in ("audio", "enhanced")},
+                      dynamo=False, opset_version=17)
+    rc, _o, err = _streamify(cli, src, out)
+    lines = err.strip().splitlines()
+    assert rc == 2 and len(lines) == 1
+    assert lines[0].endswith(f"; note: input 'audio' {shape} was read as features at 1 frame per hop (only (N, 1, T) "
+                             "is read as a waveform): if it is a waveform (N, T) or (N, channels, T), give "
+                             "--frames-per-hop 160 (its samples per hop)")
+    rc, _o, err = _streamify(cli, src, out, "--frames-per-hop", "160")
+    assert rc == 0, err
+    assert StreamContract.from_onnx(out).proof["max_abs"] < 1e-5
+
+
+@pytest.mark.parametrize("axis", ["2", "-1"])
+def test_time_axis_given_on_a_mono_waveform_keeps_it_a_waveform(tmp_path, cli, axis):
+    """Before: --time-axis audio=2 on an (N, 1, T) model of stride 16 read it as features: 'frames_per_hop 1 is not
+    a multiple of the model's total stride 16 frames (use 16)' (exit 2)."""
+    src, out = tmp_path / "s16.onnx", tmp_path / "s16.stream.onnx"
+    _export(_Strided(16), src)
+    rc, _o, err = _streamify(cli, src, out, "--time-axis", f"audio={axis}")
+    assert rc == 0, err
+    c = StreamContract.from_onnx(out)
+    assert (c.inputs[0].kind, c.inputs[0].frames_per_hop, c.total_stride) == ("audio", 160, 16)

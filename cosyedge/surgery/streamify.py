@@ -195,6 +195,12 @@ def _stride_beyond(facts: dict, quantum: int, t1: int, t2: int, model: Any) -> i
     return 0
 
 
+def _waveform_like(shape: list, axis: int) -> bool:
+    """Whether an input of ``shape`` with time on ``axis`` may be a waveform streamify reads as features: (N, T),
+    or (N, C, T) with C of 2 (stereo) — for the hint to give ``--frames-per-hop`` (bool)."""
+    return (len(shape) == 2 and axis == 1) or (len(shape) == 3 and axis == 2 and shape[1] == 2)
+
+
 def _is_audio(shape: list, axis: int) -> bool:
     return len(shape) == 3 and axis == 2 and shape[1] == 1
 
@@ -545,12 +551,20 @@ class StatefulOnnxFromOnnx(Stage):
             if first is None or not graph.outputs:
                 raise ArtifactError(f"{src} has no inputs or no outputs (an empty or truncated ONNX?)")
             axes0 = _input_time_axes(graph, self.time_axes, str(src))
-            audio = _is_audio(list(first.shape or []), axes0[first.name]) and first.name not in self.time_axes
+            shape0 = list(first.shape or [])
+            audio = _is_audio(shape0, axes0[first.name])  # (N, 1, T), whether or not --time-axis named it
             hop_ticks = hop if audio else self.frames_per_hop
             if hop % hop_ticks:
                 raise UsageError(f"hop_samples {hop} is not a multiple of frames_per_hop {hop_ticks}")
-            sg = streamify_graph(graph, hop_ticks=hop_ticks, time_axes=self.time_axes, where=str(src),
-                                 hop_label="hop_samples" if audio else "frames_per_hop")
+            try:
+                sg = streamify_graph(graph, hop_ticks=hop_ticks, time_axes=self.time_axes, where=str(src),
+                                     hop_label="hop_samples" if audio else "frames_per_hop")
+            except UsageError as err:
+                if audio or hop_ticks != 1 or not _waveform_like(shape0, axes0[first.name]):
+                    raise
+                raise UsageError(f"{err}; note: input '{first.name}' {shape0} was read as features at 1 frame per "
+                                 f"hop (only (N, 1, T) is read as a waveform): if it is a waveform (N, T) or "
+                                 f"(N, channels, T), give --frames-per-hop {hop} (its samples per hop)") from None
             per_tick = hop // hop_ticks
             in_names = [i.name for i in sg.inputs]
             audio_out = next((o.name for o in sg.outputs if o.kind == "audio"), sg.outputs[0].name)
