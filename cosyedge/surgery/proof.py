@@ -6,7 +6,8 @@ of ``L`` ticks; the stream graph runs on the same input cut into chunks of the s
 initial states and feeding every ``state_out`` back. Each chunk runs as ``cosyedge run`` runs it (outputs
 bound at the contract's shapes, :class:`cosyedge.runtime.ort.BoundRunner`), so a graph whose declared output
 shape cannot hold a chunk is refused here, not later by ``run``. Each output of the stream, shifted by its delay, must equal the full output on the
-frames both have: max abs error <= ``atol * max(1, peak)``. Waveform inputs get real speech (the bundled
+frames both have: max abs error <= ``atol * max(peak, 1e-3)`` (:func:`tolerance`: relative to the full output's
+own level, so a quiet output is held to its own scale, not to full scale). Waveform inputs get real speech (the bundled
 demo recording, noise and speech, resampled to the model rate), other inputs seeded Gaussian values; ``L``
 covers at least 8 receptive fields of the stateful layers and 64 of the largest chunks, so a norm or sum
 over time that is exact on the first chunk (a cumulative norm) still shows.
@@ -39,13 +40,50 @@ from cosyedge.runtime.ort import BoundRunner, chunk_output_buffers, session_from
 from cosyedge.surgery.facts import mark_all_outputs
 
 ATOL = 1e-4
-"""float: default tolerance, relative to max(1, peak |full output|)."""
+"""float: default tolerance, relative to the peak |full output| (:func:`tolerance`)."""
+
+LEVEL_FLOOR = 1e-3
+"""float: the level (peak |full output|, -60 dB full scale) below which the tolerance stops shrinking: an output
+quieter than that is held to ``atol * 1e-3`` absolute, about float32 rounding of unit-level values."""
+
+
+def tolerance(peak: float, atol: float) -> float:
+    """Largest max abs error (float) the proof accepts for a tensor whose full-sequence peak |value| is ``peak``:
+    ``atol * max(peak, LEVEL_FLOOR)``. Relative to the tensor's own level, so a stream 400x louder than a quiet
+    full output (peak 3.7e-6) fails as it does for a loud one; above a peak of 1 this is the former
+    ``atol * max(1, peak)``.
+
+    Args:
+        peak (float): Peak |full-sequence value| (>= 0).
+        atol (float): Relative tolerance (> 0).
+    """
+    return atol * max(peak, LEVEL_FLOOR)
 
 
 def session(model: Any) -> Any:
     """An ONNX Runtime CPU session of ``model`` (onnx.ModelProto) for proofs: one thread, full graph
     optimisation, fatal-only logging (errors come back as one line)."""
     return session_from_onnx(model, threads=1, inter_threads=1, log_severity=4)
+
+
+def ort_reason(err: BaseException, limit: int = 240) -> str:
+    """ONNX Runtime's error, shortened to one readable line (str): ``<Op> node '<name>': <status message>`` without
+    the ``[ONNXRuntimeError] : 1 : FAIL : Non-zero status code ...`` preamble and the source-file/assertion prefix
+    (``/onnxruntime_src/...:91 ReshapeHelper(...) cond was false.``); any other error: its first line with its type
+    (:func:`cosyedge.errors.first_line`); cut at ``limit`` characters.
+
+    Example: ``Reshape node 'gemm_input_reshape': The input tensor cannot be reshaped to the requested shape. Input
+    shape:{1,402,24}, requested shape:{12,24}``.
+    """
+    import re
+
+    node = re.search(r"while running (\w+) node\. Name:'([^']*)' Status Message: (.*)", " ".join(str(err).split()))
+    if node:
+        msg = re.sub(r"^\S+:\d+ .*? was false\.\s*", "", node.group(3))
+        text = f"{node.group(1)} node '{node.group(2)}': {msg}"
+    else:
+        text = first_line(err)
+    return text if len(text) <= limit else text[:limit - 3].rstrip() + "..."
 
 
 def tick_unit(contract: Any, short: bool = False) -> str:
@@ -64,7 +102,7 @@ def ticks_seconds(contract: Any, ticks: int) -> float:
 
 
 def stream_run(model: Any, contract: Any, inputs: dict[str, np.ndarray], chunk_ticks: int,
-               ticks_per_frame: dict[str, Any], mark_all: bool = False) -> dict[str, np.ndarray]:
+               ticks_per_frame: dict[str, Any], mark_all: bool = False, where: str = "") -> dict[str, np.ndarray]:
     """Stream ``inputs`` through a stream graph with ONNX Runtime; return every output concatenated
     over chunks along its time axis (with ``mark_all``, every intermediate tensor too, along the axis
     given by ``ticks_per_frame``'s keys).
@@ -82,26 +120,28 @@ def stream_run(model: Any, contract: Any, inputs: dict[str, np.ndarray], chunk_t
         ticks_per_frame (dict[str, tuple[int, Fraction]]): (time axis, frames per tick) by tensor name, for
             the tensors to collect.
         mark_all (bool): Collect intermediate tensors as well.
+        where (str): Name (the source path) that starts messages ("": none).
     Returns:
         dict[str, np.ndarray]: by tensor name.
     Raises:
         ArtifactError: ONNX Runtime cannot load the stream graph, or cannot run it on a chunk of
-            ``chunk_ticks`` (one line: the chunk and ONNX Runtime's first line).
+            ``chunk_ticks`` (one line: ``where``, the chunk and ONNX Runtime's reason, :func:`ort_reason`).
     """
     m = mark_all_outputs(model)[0] if mark_all else model
     try:
         sess = session(m)
     except Exception as err:
-        raise ArtifactError(f"ONNX Runtime cannot load the stream graph ({first_line(err)})") from None
+        raise ArtifactError(f"{where + ': ' if where else ''}ONNX Runtime cannot load the stream graph "
+                            f"({ort_reason(err)})") from None
     names = [o.name for o in sess.get_outputs()]
     want = [n for n in names if n in ticks_per_frame]
     io = {i.name: i for i in contract.stream_inputs}
     first = contract.stream_inputs[0]
 
     def error(err: Exception, _k: int) -> ArtifactError:
-        return ArtifactError(f"ONNX Runtime cannot run the stream graph on a chunk of {chunk_ticks} "
-                             f"{tick_unit(contract, short=True)} ({first_line(err)}), as 'cosyedge run' and "
-                             "'build' would run it; nothing written")
+        return ArtifactError(f"{where + ': ' if where else ''}ONNX Runtime cannot run the stream graph on a chunk "
+                             f"of {chunk_ticks} {tick_unit(contract, short=True)} ({ort_reason(err)}), as "
+                             "'cosyedge run' and 'build' would run it; nothing written")
 
     def buffers(feeds: dict) -> dict:  # what OrtStreamSession (cosyedge run / build) binds for this chunk
         samples = feeds[first.name].shape[first.time_axis] * contract.hop_samples // first.frames_per_hop
@@ -156,7 +196,7 @@ class ProofResult:
 def prove(full_model: Any, stream_model: Any, contract: Any, inputs: dict[str, np.ndarray], chunks: list[int],
           out_facts: dict[str, tuple[int, Any, int]], all_facts: dict[str, tuple[int, Any, int]] | None = None,
           order: list[str] | None = None, producers: dict[str, str] | None = None,
-          atol: float = ATOL) -> ProofResult:
+          atol: float = ATOL, where: str = "model") -> ProofResult:
     """Run both graphs and compare (module doc).
 
     Args:
@@ -169,23 +209,35 @@ def prove(full_model: Any, stream_model: Any, contract: Any, inputs: dict[str, n
         all_facts (dict[str, tuple] | None): The same for every tensor of the full graph (for bisection).
         order (list[str] | None): Tensor names in graph order (bisection).
         producers (dict[str, str] | None): "Op node 'name'" by tensor name (bisection).
-        atol (float): Tolerance relative to max(1, peak).
+        atol (float): Tolerance relative to the peak of each full output (:func:`tolerance`).
+        where (str): Name (the source path) for messages.
     Returns:
         ProofResult: the rows; ``first_bad`` names the first diverging tensor when not ok.
     Raises:
-        ArtifactError: a graph cannot be run.
+        UsageError: the full-sequence graph fails at the proof's length in a way that shows a length the export
+            fixed (:func:`cosyedge.surgery.facts.fixed_length_error`: one line with the export fix).
+        ArtifactError: a graph cannot be run otherwise (one line: ``where``, the length, ONNX Runtime's reason).
     """
+    from cosyedge.surgery.facts import fixed_length_error
+
+    ticks = next(iter(inputs.values())).shape[contract.stream_inputs[0].time_axis]
     try:
         full = dict(zip([o.name for o in full_model.graph.output], session(full_model).run(None, inputs)))
     except Exception as err:
-        raise ArtifactError(f"ONNX Runtime cannot run the full-sequence graph ({first_line(err)})") from None
+        fixed = fixed_length_error(full_model, err, where)
+        if fixed is not None:
+            raise fixed from None
+        raise ArtifactError(f"{where}: ONNX Runtime cannot run the full-sequence graph on {ticks} "
+                            f"{tick_unit(contract, short=True)} ({ort_reason(err)}), though it ran at the probe "
+                            "lengths without graph optimisation: re-export with a dynamic time axis and shapes "
+                            "computed from the input; nothing written") from None
     rows, ok, bad_chunk = [], True, None
-    ticks = next(iter(inputs.values())).shape[contract.stream_inputs[0].time_axis]
     for chunk in chunks:
-        got = stream_run(stream_model, contract, inputs, chunk, {n: f[:2] for n, f in out_facts.items()})
+        got = stream_run(stream_model, contract, inputs, chunk, {n: f[:2] for n, f in out_facts.items()},
+                         where=where)
         for name, (axis, _rate, delay) in out_facts.items():
             mx, snr, peak = compare_aligned(full[name], got[name], axis, delay)
-            good = mx <= atol * max(1.0, peak)
+            good = mx <= tolerance(peak, atol)
             rows.append({"output": name, "chunk_ticks": chunk, "max_abs": mx, "snr_db": snr, "peak": peak,
                          "ok": bool(good)})
             if not good and ok:
@@ -193,19 +245,19 @@ def prove(full_model: Any, stream_model: Any, contract: Any, inputs: dict[str, n
     result = ProofResult(ok, rows, ticks=ticks)
     if not ok and all_facts and order:
         result.first_bad = bisect(full_model, stream_model, contract, inputs, bad_chunk, all_facts, order,
-                                  producers or {}, atol)
+                                  producers or {}, atol, where)
     return result
 
 
 def bisect(full_model: Any, stream_model: Any, contract: Any, inputs: dict[str, np.ndarray], chunk: int,
-           all_facts: dict, order: list[str], producers: dict[str, str], atol: float) -> str:
+           all_facts: dict, order: list[str], producers: dict[str, str], atol: float, where: str = "model") -> str:
     """Name the first tensor (graph order) whose streamed values differ from the full graph's beyond
     tolerance, with its producer and error (str; "" when none is found)."""
     from cosyedge.surgery.facts import run_all
 
     full = run_all(full_model, inputs)
     got = stream_run(stream_model, contract, inputs, chunk, {n: f[:2] for n, f in all_facts.items()},
-                     mark_all=True)
+                     mark_all=True, where=where)
     for name in order:
         if name not in got or name not in full or name not in all_facts:
             continue
@@ -213,7 +265,7 @@ def bisect(full_model: Any, stream_model: Any, contract: Any, inputs: dict[str, 
         if delay is None or not np.issubdtype(np.asarray(full[name]).dtype, np.floating):
             continue
         mx, snr, peak = compare_aligned(full[name], got[name], axis, delay)
-        if mx > atol * max(1.0, peak):
+        if not mx <= tolerance(peak, atol):
             return (f"first diverging tensor '{name}' (output of {producers.get(name, '?')}): max abs error "
                     f"{mx:.3g}, SNR {snr:.1f} dB at chunks of {chunk} {tick_unit(contract, short=True)}")
     return ""

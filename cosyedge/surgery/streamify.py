@@ -145,6 +145,63 @@ def _free_time_dims(tensors: list, axes: dict[str, int], where: str, kind: str) 
                     "graph so that every chunk length runs", where, kind, t.name, axis, fixed)
 
 
+def _probe_lengths(quantum: int) -> tuple[int, int]:
+    """The two probe lengths (input ticks) for a probe quantum: multiples of it, at least 8 quanta and 512 ticks."""
+    m1 = max(8, -(-512 // quantum))
+    return m1 * quantum, (m1 + 5) * quantum
+
+
+MAX_PROBE_QUANTUM = 20000
+"""int: largest probe quantum (ticks) streamify re-probes at to measure a stride the first probes missed."""
+
+
+def _stride_beyond(facts: dict, quantum: int, t1: int, t2: int, model: Any) -> int:
+    """A stride the probes at ``t1`` and ``t2`` (multiples of ``quantum``) could not measure, or 0.
+
+    A tensor at ``p / s`` frames per tick whose stride ``s`` divides ``t2 - t1`` is measured exactly, its
+    rate's denominator dividing ``quantum``; one whose ``s`` does not (a stride-3 conv probed at multiples of
+    320 samples) reads as a nearby fraction such as 533/1600. Candidates: for each such rate the fraction with
+    the smallest denominator within 2 frames over the probe difference, among denominators small enough for
+    that fraction to be the only one (up to ``sqrt((t2 - t1) / 4)``), and the product of the ``strides`` of the
+    graph's strided Conv and pooling nodes (a rate's denominator comes from downsampling and divides it).
+
+    Args:
+        facts (dict[str, TimeFact]): Measured facts.
+        quantum (int): The probe quantum (ticks).
+        t1 (int): First probe length.
+        t2 (int): Second probe length.
+        model (onnx.ModelProto): The graph (its strided nodes).
+    Returns:
+        int: a stride to probe again at multiples of ``lcm(quantum, it)`` (at most :data:`MAX_PROBE_QUANTUM`),
+        or 0 when every rate was exact or no candidate fits.
+    """
+    bad = [f for f in facts.values() if f.is_stream and quantum % f.rate.denominator]
+    if not bad:
+        return 0
+    eps, limit = 2.0 / (t2 - t1), max(1, math.isqrt((t2 - t1) // 4))
+    small = 1
+    for f in bad:
+        r = float(f.rate)
+        q = next((q for q in range(1, limit + 1) if round(r * q) > 0 and abs(round(r * q) / q - r) <= eps), 0)
+        small = math.lcm(small, q) if q and small else 0
+    product = 1
+    for node in model.graph.node:
+        if node.op_type in ("Conv", "MaxPool", "AveragePool", "LpPool"):  # downsampling: denominators
+            for a in node.attribute:
+                if a.name == "strides":
+                    product *= math.prod(int(v) for v in a.ints if v > 1)
+    for cand in (small, math.lcm(small or 1, product), product):
+        if cand and quantum % cand and math.lcm(quantum, cand) <= MAX_PROBE_QUANTUM:
+            return cand
+    return 0
+
+
+def _waveform_like(shape: list, axis: int) -> bool:
+    """Whether an input of ``shape`` with time on ``axis`` may be a waveform streamify reads as features: (N, T),
+    or (N, C, T) with C of 2 (stereo) — for the hint to give ``--frames-per-hop`` (bool)."""
+    return (len(shape) == 2 and axis == 1) or (len(shape) == 3 and axis == 2 and shape[1] == 2)
+
+
 def _is_audio(shape: list, axis: int) -> bool:
     return len(shape) == 3 and axis == 2 and shape[1] == 1
 
@@ -185,10 +242,18 @@ def streamify_graph(graph: Any, *, hop_ticks: int, time_axes: dict[str, int] | N
     # exactly even when the hop is not a multiple of them (then refused below, naming the stride).
     quantum = math.lcm(hop_ticks, 64) if _is_audio(list(graph.inputs[0].shape or []), axes[graph.inputs[0].name]) \
         else hop_ticks
-    m1 = max(8, -(-512 // quantum))
-    t1, t2 = m1 * quantum, (m1 + 5) * quantum
     folded = gs.export_onnx(graph)
-    facts, values, batch_axes = measure(folded, axes, t1, t2, where)
+    # The exporter's shapes of intermediate tensors hold the example's frame count (torch.onnx.export(dynamo=True)
+    # writes value_info such as (1, 12, 24) for a GRU output); ONNX Runtime's optimiser bakes them into fused
+    # nodes (a Gemm's 'gemm_input_reshape' to {12, 24}) that fail at any other length. The graph itself does not
+    # need them: drop them all (ONNX Runtime infers what it needs).
+    del folded.graph.value_info[:]
+    facts, values, batch_axes = measure(folded, axes, *_probe_lengths(quantum), where)
+    finer = _stride_beyond(facts, quantum, *_probe_lengths(quantum), folded)
+    if finer:  # a stride the probes did not divide (3 with a hop of 160): measure again at multiples of it
+        quantum = math.lcm(quantum, finer)
+        facts, values, batch_axes = measure(folded, axes, *_probe_lengths(quantum), where)
+    inexact = [n for n, f in facts.items() if f.is_stream and quantum % f.rate.denominator]
     in_names = [t.name for t in graph.inputs]
     out_names = [t.name for t in graph.outputs]
     first = graph.inputs[0]
@@ -210,10 +275,16 @@ def streamify_graph(graph: Any, *, hop_ticks: int, time_axes: dict[str, int] | N
         f = walker.facts.get(t.name)
         if f is not None and f.is_stream:
             stride = math.lcm(stride, f.rate.denominator)
+    if hop_ticks % stride and inexact:
+        raise UsageError(f"{where}: {hop_label} {hop_ticks} does not fit the model's strides, which probes at "
+                         f"multiples of {quantum} {'samples' if hop_label == 'hop_samples' else 'frames'} cannot "
+                         f"measure (tensor '{inexact[0]}' grows by {facts[inexact[0]].rate} frames per tick): use a "
+                         "hop that is a multiple of the product of the model's conv and pooling strides")
     if hop_ticks % stride:
+        near, common = stride * max(1, round(hop_ticks / stride)), math.lcm(hop_ticks, stride)
         raise UsageError(f"{hop_label} {hop_ticks} is not a multiple of the model's total stride {stride} "
-                         f"{'samples' if hop_label == 'hop_samples' else 'frames'} (use "
-                         f"{stride * max(1, round(hop_ticks / stride))})")
+                         f"{'samples' if hop_label == 'hop_samples' else 'frames'} (use {near}"
+                         + (f", or {common} to keep a multiple of {hop_ticks}" if common != near else "") + ")")
     inputs = []
     for name in in_names:
         f = facts[name]
@@ -275,7 +346,7 @@ def prove_stream(full_model: Any, stream_model: Any, contract: StreamContract, s
         sg (StreamGraph): What :func:`streamify_graph` returned (facts and delays for the bisection).
         inputs (dict[str, np.ndarray] | None): Proof inputs (time length a multiple of every chunk);
             default :func:`cosyedge.surgery.proof.proof_inputs`.
-        atol (float): Tolerance relative to max(1, peak |full output|).
+        atol (float): Tolerance relative to the peak |full output| (:func:`cosyedge.surgery.proof.tolerance`).
         where (str): Name for messages.
     Returns:
         dict: max abs error, worst SNR, chunks, length (:meth:`ProofResult.summary`).
@@ -307,15 +378,18 @@ def prove_stream(full_model: Any, stream_model: Any, contract: StreamContract, s
         for o in node.output:
             order.append(o)
             producers[o] = f"{node.op_type} node '{node.name}'"
-    res = prove(full_model, stream_model, contract, inputs, chunks, out_facts, all_facts, order, producers, atol)
+    res = prove(full_model, stream_model, contract, inputs, chunks, out_facts, all_facts, order, producers, atol,
+                where)
     worst = max(res.rows, key=lambda r: r["max_abs"])
     if not res.ok:
+        worst = max(res.rows, key=lambda r: r["max_abs"] / proof.tolerance(r["peak"], atol))
         hint = ""
         if "CumSum" in res.first_bad:
             hint = (" (a running sum in float32 drifts over a long input in the full graph as well: if the model is "
                     "meant to sum that long, loosen the proof with --atol)")
         raise AccuracyError(f"{where}: the stream graph differs from the full-sequence graph: output "
-                            f"'{worst['output']}' max abs error {worst['max_abs']:.3g} (SNR {worst['snr_db']:.1f} dB) "
+                            f"'{worst['output']}' max abs error {worst['max_abs']:.3g} (SNR {worst['snr_db']:.1f} dB; "
+                            f"its peak {worst['peak']:.3g}, tolerance {proof.tolerance(worst['peak'], atol):.3g}) "
                             f"at chunks of {worst['chunk_ticks']} {proof.tick_unit(contract, short=True)}; "
                             + (res.first_bad or "no single tensor found") + hint + "; nothing written")
     LOG.info("proved on %d %s (%.2f s) at chunks of %s %s: max abs error %.3g, SNR >= %.1f dB", res.ticks,
@@ -325,6 +399,43 @@ def prove_stream(full_model: Any, stream_model: Any, contract: StreamContract, s
     return res.summary()
 
 
+
+
+SAMPLE_RATE_RANGE_HZ = (1000, 384000)
+"""tuple[int, int]: sample rates streamify accepts, Hz (telephone-band 1 kHz .. 384 kHz studio rates)."""
+
+
+def check_numbers(*, sample_rate_hz: Any = None, hop_samples: Any = None, delay_samples: Any = None,
+                  atol: Any = None) -> None:
+    """Bound streamify's numeric arguments before any work (each ``None`` is skipped): a sample rate in
+    :data:`SAMPLE_RATE_RANGE_HZ`, a hop of 1 sample .. 1 s, a delay of 0 .. 10 s (what ``run`` and ``build`` accept,
+    :meth:`cosyedge.artifacts.StreamContract.validate`), a finite tolerance in (0, 1]. The hop and delay bounds use
+    ``sample_rate_hz`` when it is given (else the largest rate).
+
+    Args:
+        sample_rate_hz (int | None): Hz.
+        hop_samples (int | None): Samples per hop.
+        delay_samples (int | None): Samples of extra delay.
+        atol (float | None): Proof tolerance (:func:`cosyedge.surgery.proof.tolerance`).
+    Raises:
+        UsageError: one line naming the argument, its value and the range (exit 2).
+    """
+    lo, hi = SAMPLE_RATE_RANGE_HZ
+    rate = hi
+    if sample_rate_hz is not None:
+        if not isinstance(sample_rate_hz, (int, np.integer)) or not lo <= sample_rate_hz <= hi:
+            raise UsageError(f"sample_rate_hz (--sample-rate-hz) {sample_rate_hz} must be an integer in {lo}..{hi} Hz")
+        rate = int(sample_rate_hz)
+    if hop_samples is not None and (not isinstance(hop_samples, (int, np.integer)) or not 1 <= hop_samples <= rate):
+        raise UsageError(f"hop_samples (--hop-samples) {hop_samples} must be an integer in 1..{rate} samples (1 s at "
+                         f"{rate} Hz)")
+    if delay_samples is not None and (not isinstance(delay_samples, (int, np.integer))
+                                      or not 0 <= delay_samples <= 10 * rate):
+        raise UsageError(f"delay_samples (--delay-samples) {delay_samples} must be an integer in 0..{10 * rate} "
+                         f"samples (10 s at {rate} Hz)")
+    if atol is not None and not (isinstance(atol, (int, float, np.floating)) and 0 < atol <= 1):  # NaN fails too
+        raise UsageError(f"atol (--atol) {atol} must be a finite number in (0, 1] (the proof tolerance, relative to "
+                         "the output's peak)")
 
 
 def _contract_fields(model: Any, where: str, *, sample_rate_hz, hop_samples, delay_samples, name) -> dict:
@@ -350,11 +461,8 @@ def _contract_fields(model: Any, where: str, *, sample_rate_hz, hop_samples, del
     if missing:  # every missing value at once, not one per run
         raise UsageError(f"{where} has no cosyedge metadata: give "
                          + " and ".join(f"{key}= (CLI: --{key.replace('_', '-')} N)" for key in missing))
-    for key in ("sample_rate_hz", "hop_samples"):
-        if int(fields[key]) <= 0:
-            raise UsageError(f"{key} must be a positive integer, got {fields[key]}")
-    if int(fields.get("delay_samples") or 0) < 0:
-        raise UsageError(f"delay_samples must be >= 0, got {fields['delay_samples']}")
+    check_numbers(sample_rate_hz=int(fields["sample_rate_hz"]), hop_samples=int(fields["hop_samples"]),
+                  delay_samples=int(fields.get("delay_samples") or 0))
     return fields
 
 
@@ -396,7 +504,7 @@ class StatefulOnnxFromOnnx(Stage):
         frames_per_hop (int): Frames per hop of feature inputs (not waveforms): 1 by default.
         proof_inputs (dict[str, np.ndarray] | None): Inputs for the proof (batch 1, full length); default
             real speech for waveform inputs, seeded values for others.
-        atol (float): Proof tolerance relative to max(1, peak output).
+        atol (float): Proof tolerance relative to the peak output (:func:`cosyedge.surgery.proof.tolerance`).
         audio_output (str | None): The output 'run' writes when the graph has several waveform outputs (e.g.
             a mask and the enhanced signal); default: the metadata value, else the one named like an estimate
             (enhanced, output, audio, speech, clean, est, ...) and never one named like a mask, with a warning
@@ -414,7 +522,8 @@ class StatefulOnnxFromOnnx(Stage):
     Raises:
         ArtifactError: source missing/corrupt, output not writable, rewritten graph fails ONNX checks.
         UsageError: a node that cannot stream (every one named, with op and reason), missing metadata
-            (names the option), hop not a multiple of the total stride, already streaming.
+            (names the option), hop not a multiple of the total stride, already streaming, a number out of
+            bounds (:func:`check_numbers`: rate 1000..384000 Hz, hop 1 sample..1 s, delay 0..10 s, 0 < atol <= 1).
         AccuracyError: the proof failed (names the first diverging tensor); nothing is written.
     """
 
@@ -453,6 +562,8 @@ class StatefulOnnxFromOnnx(Stage):
 
     def call_impl(self) -> Path:
         """Run the surgery and the proof now; returns the stream ONNX path (errors: class doc)."""
+        check_numbers(sample_rate_hz=self.sample_rate_hz, hop_samples=self.hop_samples,
+                      delay_samples=self.delay_samples, atol=self.atol)
         check_writable(self.out)
         if self.frames_per_hop < 1:
             raise UsageError(f"frames_per_hop must be >= 1, got {self.frames_per_hop}")
@@ -466,12 +577,20 @@ class StatefulOnnxFromOnnx(Stage):
             if first is None or not graph.outputs:
                 raise ArtifactError(f"{src} has no inputs or no outputs (an empty or truncated ONNX?)")
             axes0 = _input_time_axes(graph, self.time_axes, str(src))
-            audio = _is_audio(list(first.shape or []), axes0[first.name]) and first.name not in self.time_axes
+            shape0 = list(first.shape or [])
+            audio = _is_audio(shape0, axes0[first.name])  # (N, 1, T), whether or not --time-axis named it
             hop_ticks = hop if audio else self.frames_per_hop
             if hop % hop_ticks:
                 raise UsageError(f"hop_samples {hop} is not a multiple of frames_per_hop {hop_ticks}")
-            sg = streamify_graph(graph, hop_ticks=hop_ticks, time_axes=self.time_axes, where=str(src),
-                                 hop_label="hop_samples" if audio else "frames_per_hop")
+            try:
+                sg = streamify_graph(graph, hop_ticks=hop_ticks, time_axes=self.time_axes, where=str(src),
+                                     hop_label="hop_samples" if audio else "frames_per_hop")
+            except UsageError as err:
+                if audio or hop_ticks != 1 or not _waveform_like(shape0, axes0[first.name]):
+                    raise
+                raise UsageError(f"{err}; note: input '{first.name}' {shape0} was read as features at 1 frame per "
+                                 f"hop (only (N, 1, T) is read as a waveform): if it is a waveform (N, T) or "
+                                 f"(N, channels, T), give --frames-per-hop {hop} (its samples per hop)") from None
             per_tick = hop // hop_ticks
             in_names = [i.name for i in sg.inputs]
             want_in, want_out = fields.get("input"), self.audio_output or fields.get("output")
@@ -522,7 +641,7 @@ def streamify(in_onnx: Any, out_onnx: str | Path, *, sample_rate_hz: int | None 
         time_axes (dict[str, int] | None): Time axis by input name where the shape does not tell.
         frames_per_hop (int): Frames per hop of feature inputs (1).
         proof_inputs (dict | None): Inputs for the proof (default: real speech / seeded values).
-        atol (float): Proof tolerance relative to max(1, peak output).
+        atol (float): Proof tolerance relative to the peak output (:func:`cosyedge.surgery.proof.tolerance`).
         audio_output (str | None): The waveform output 'run' writes (see :class:`StatefulOnnxFromOnnx`).
     Returns:
         StreamContract: the contract written into ``out_onnx``'s metadata (states, I/O, strides, proof).
