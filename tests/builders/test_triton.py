@@ -520,3 +520,19 @@ def test_client_example_streams_files_as_sequences(ref_repo):
         assert len(flags) == n // 160 and flags[0] == (True, False) and flags[-1] == (False, True)
         assert all(f == (False, False) for f in flags[1:-1])
     assert not server.state and not server.candidates
+
+
+def test_fp16_repository_asks_triton_for_extended_optimizations_only(ref_repo, tmp_path):
+    """An FP16 model crashes ONNX Runtime's ORT_ENABLE_ALL layout pass (NchwcTransformer, issue 37 re-audit):
+    its config.pbtxt sets optimization.graph.level 1 (ORT_ENABLE_EXTENDED in Triton's onnxruntime backend); an
+    FP32 repository keeps Triton's default."""
+    from cosyedge.builders.triton.repository import load_model_config
+
+    repo = tb.build_triton(REFERENCE_STREAM_ONNX, out_dir=tmp_path, precision="fp16", max_batch_size=2,
+                           max_sequences=2, instance_kind="cpu")
+    cfgs = list(repo.rglob("config.pbtxt"))
+    assert len(cfgs) == 1
+    cfg = load_model_config(cfgs[0])
+    assert cfg.optimization.graph.level == 1
+    fp32 = load_model_config(next(ref_repo.rglob("config.pbtxt")))
+    assert not fp32.HasField("optimization")

@@ -210,6 +210,9 @@ class TritonModelConfig:
         instance_count (int): Instances per device.
         instance_kind (str): ``KIND_AUTO`` | ``KIND_GPU`` | ``KIND_CPU``.
         model_file (str): ``default_model_filename``.
+        graph_level (int | None): ``optimization.graph.level``; 1 (ONNX Runtime's ORT_ENABLE_EXTENDED in
+            Triton's onnxruntime backend) for an FP16 model, whose ORT_ENABLE_ALL layout pass (NchwcTransformer,
+            :data:`cosyedge.runtime.ort.FP16_DISABLED_OPTIMIZERS`) crashes ONNX Runtime; None keeps the default.
 
     Source: https://docs.nvidia.com/deeplearning/triton-inference-server/user-guide/docs/user_guide/model_configuration.html#sequence-batcher
     """
@@ -226,6 +229,7 @@ class TritonModelConfig:
     instance_count: int = 1
     instance_kind: str = "KIND_AUTO"
     model_file: str = ONNX_FILE
+    graph_level: int | None = None
 
     def to_pbtxt(self) -> str:
         """Return config.pbtxt (str, protobuf text format of ``inference.ModelConfig``)."""
@@ -251,6 +255,8 @@ class TritonModelConfig:
                       "    }" + ("," if i < len(self.states) - 1 else "")]
         lines += ["  ]", "}", "instance_group [", "  {", f"    count: {self.instance_count}",
                   f"    kind: {self.instance_kind}", "  }", "]"]
+        if self.graph_level is not None:  # onnxruntime_backend: -1 basic, 1 extended, default all
+            lines += ["optimization {", "  graph {", f"    level: {self.graph_level}", "  }", "}"]
         return "\n".join(lines) + "\n"
 
 
@@ -290,6 +296,8 @@ def triton_config(model: Any, contract: StreamContract, *, name: str, chunk_samp
 
     Source: https://docs.nvidia.com/deeplearning/triton-inference-server/user-guide/docs/user_guide/implicit_state_management.html
     """
+    from cosyedge.runtime.ort import disabled_optimizers_for
+
     g_in = {v.name: v for v in model.graph.input}
     g_out = {v.name: v for v in model.graph.output}
 
@@ -332,4 +340,5 @@ def triton_config(model: Any, contract: StreamContract, *, name: str, chunk_samp
         outputs=[io_tensor(o, g_out, "output") for o in contract.stream_outputs],
         states=states, max_candidate_sequences=int(max_sequences), max_queue_delay_us=int(max_queue_delay_us),
         idle_us=int(idle_us), instance_count=int(instances), instance_kind=INSTANCE_KINDS[instance_kind],
-        model_file=ONNX_FILE if backend == "onnxruntime" else PLAN_FILE)
+        model_file=ONNX_FILE if backend == "onnxruntime" else PLAN_FILE,
+        graph_level=1 if backend == "onnxruntime" and disabled_optimizers_for(model) else None)
