@@ -67,3 +67,31 @@ def test_audio_output_that_is_not_an_output_is_exit_2(tmp_path, cli):
     assert err.strip().splitlines()[-1:] == [f"[!] --audio-output 'nope' is not an output of {src} (outputs: "
                                         "['mask', 'enhanced'])"]
     assert not out.exists()
+
+
+class _NoiseAndSpeech(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.c = nn.Conv1d(1, 1, 3)
+
+    def forward(self, audio):
+        noise = self.c(nn.functional.pad(audio, (2, 0)))
+        return noise, audio - noise
+
+
+def test_a_noise_estimate_is_not_taken_for_the_speech_and_an_empty_name_is_refused(tmp_path, cli, warnings_seen):
+    src, out = tmp_path / "ns.onnx", tmp_path / "ns.stream.onnx"
+    x = torch.randn(1, 1, 1600) * 0.1
+    torch.onnx.export(_NoiseAndSpeech().eval(), (x,), str(src), input_names=["audio"],
+                      output_names=["noise_est", "speech"], dynamo=False,
+                      dynamic_axes={"audio": {2: "T"}, "noise_est": {2: "T"}, "speech": {2: "T"}})
+    sr = ["--sample-rate-hz", "16000", "--hop-samples", "160"]
+    rc, _o, err = cli("streamify", src, "-o", out, *sr)
+    assert rc == 0, err
+    assert StreamContract.from_onnx(out).output == "speech"
+    assert any("'run' writes 'speech'" in r.getMessage() for r in warnings_seen)
+    rc, _o, err = cli("streamify", src, "-o", tmp_path / "e.stream.onnx", *sr, "--audio-output", "")
+    assert rc == 2
+    assert err.strip().splitlines()[-1] == (f"[!] --audio-output '' is not an output of {src} (outputs: "
+                                            "['noise_est', 'speech'])")

@@ -110,7 +110,8 @@ def prepare_onnx(onnx_path: Any, dest: str | Path, *, precision: str = "fp32", s
         or None), ``fp16`` (result of :func:`~cosyedge.precision.fp16.fp16_onnx` or None), ``int8``
         (result of ``int8_onnx`` or None), ``calibration_sha256`` (str | None).
     Raises:
-        UsageError: unknown precision, ``calib``/``calib_count`` without INT8, unknown node in ``exclude``.
+        UsageError: unknown precision, ``calib``/``calib_count`` without INT8, unknown node in ``exclude``; a
+            source that already holds FP16 tensors (an FP16 build's model.onnx).
         ArtifactError: input missing, not a streaming cosyedge ONNX, conversion failures.
         AccuracyError: FP16 scan found NaN/Inf.
     """
@@ -122,6 +123,12 @@ def prepare_onnx(onnx_path: Any, dest: str | Path, *, precision: str = "fp32", s
     calib, calib_count, amax = cal.set, cal.count, cal.amax
     src = SourceModel.of(onnx_path)
     contract = check_streaming_onnx(src)  # src is passed down: its contract and SHA-256 are computed once
+    from cosyedge.runtime.ort import holds_fp16
+
+    if holds_fp16(src.proto):
+        raise UsageError(f"{src.path} already holds FP16 tensors (an FP16 engine's model.onnx?): build from the FP32 "
+                         "stream ONNX that 'cosyedge streamify' wrote (an engine's manifest.json names it as "
+                         "'parent_path')")
     dest = Path(dest)
     if precision == "int8":
         from cosyedge.precision.int8 import int8_onnx

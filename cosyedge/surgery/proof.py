@@ -214,7 +214,8 @@ def prove(full_model: Any, stream_model: Any, contract: Any, inputs: dict[str, n
     Returns:
         ProofResult: the rows; ``first_bad`` names the first diverging tensor when not ok.
     Raises:
-        UsageError: the full-sequence graph fails at the proof's length in a way that shows a length the export
+        UsageError: the full-sequence graph gives NaN/Inf on the proof input (nothing to prove against); it
+            fails at the proof's length in a way that shows a length the export
             fixed (:func:`cosyedge.surgery.facts.fixed_length_error`: one line with the export fix).
         ArtifactError: a graph cannot be run otherwise (one line: ``where``, the length, ONNX Runtime's reason).
     """
@@ -231,6 +232,12 @@ def prove(full_model: Any, stream_model: Any, contract: Any, inputs: dict[str, n
                             f"{tick_unit(contract, short=True)} ({ort_reason(err)}), though it ran at the probe "
                             "lengths without graph optimisation: re-export with a dynamic time axis and shapes "
                             "computed from the input; nothing written") from None
+    bad = [n for n in out_facts if not np.all(np.isfinite(full[n]))]
+    if bad:
+        raise UsageError(f"{where}: the full-sequence graph itself gives NaN/Inf in output '{bad[0]}' on the proof's "
+                         f"real speech ({ticks} {tick_unit(contract, short=True)}), so there is nothing to prove the "
+                         "stream against: make the model finite on speech (e.g. log of a non-positive value, "
+                         "division by zero); nothing written")
     rows, ok, bad_chunk = [], True, None
     for chunk in chunks:
         got = stream_run(stream_model, contract, inputs, chunk, {n: f[:2] for n, f in out_facts.items()},

@@ -468,7 +468,7 @@ def _contract_fields(model: Any, where: str, *, sample_rate_hz, hop_samples, del
 
 
 _ESTIMATE = re.compile(r"enh|out|audio|wav|speech|clean|est|denois|signal|^y", re.I)
-_MASK = re.compile(r"mask|gain|prob|vad|logit", re.I)
+_MASK = re.compile(r"mask|gain|prob|vad|logit|noise|interf|residual|echo", re.I)
 
 
 def _pick_audio_output(outputs: list, where: str) -> str:
@@ -594,7 +594,7 @@ class StatefulOnnxFromOnnx(Stage):
             per_tick = hop // hop_ticks
             in_names = [i.name for i in sg.inputs]
             want_in, want_out = fields.get("input"), self.audio_output or fields.get("output")
-            if self.audio_output and self.audio_output not in [o.name for o in sg.outputs]:
+            if self.audio_output is not None and self.audio_output not in [o.name for o in sg.outputs]:
                 raise UsageError(f"--audio-output '{self.audio_output}' is not an output of {src} (outputs: "
                                  f"{[o.name for o in sg.outputs]})")
             audio_out = _pick_audio_output(sg.outputs, str(src)) if not want_out else want_out

@@ -1,0 +1,47 @@
+"""Issue 37, the last newcomer check on a clean clone: a model that is not finite on speech is named as such
+(not "the stream graph differs ... nan"), and an FP16 model given to build as its source is refused in one line."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+class _Log(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.c = nn.Conv1d(1, 1, 3)
+
+    def forward(self, audio):
+        return torch.log(self.c(nn.functional.pad(audio, (2, 0))))
+
+
+def test_a_full_graph_that_gives_nan_on_speech_is_named(tmp_path, cli):
+    src, out = tmp_path / "log.onnx", tmp_path / "log.stream.onnx"
+    x = torch.rand(1, 1, 1600) + 0.5
+    torch.onnx.export(_Log().eval(), (x,), str(src), input_names=["audio"], output_names=["enhanced"],
+                      dynamic_axes={"audio": {2: "T"}, "enhanced": {2: "T"}}, dynamo=False)
+    rc, _o, err = cli("streamify", "-q", src, "-o", out, "--sample-rate-hz", "16000", "--hop-samples", "160")
+    assert rc == 2
+    line = err.strip().splitlines()[-1]
+    assert line.startswith(f"[!] {src}: the full-sequence graph itself gives NaN/Inf in output 'enhanced' on the "
+                           "proof's real speech (")
+    assert "nothing written" in line and not out.exists()
+
+
+def test_an_fp16_model_given_as_the_build_source_is_refused(tmp_path, cli):
+    from cosyedge.models import REFERENCE_STREAM_ONNX
+
+    rc, _o, err = cli("build", "--onnx", REFERENCE_STREAM_ONNX, "--fp16", "-q", "-o", tmp_path / "e")
+    assert rc == 0, err
+    fp16 = next((tmp_path / "e").glob("*-fp16-onnxruntime")) / "model.onnx"
+    copy = tmp_path / "fl16.onnx"
+    copy.write_bytes(fp16.read_bytes())
+    for flags in ([], ["--fp16"], ["--int8"]):
+        rc, _o, err = cli("build", "--onnx", copy, *flags, "-q", "-o", tmp_path / "e2")
+        assert rc == 2, (flags, err)
+        assert err.strip().splitlines() == [
+            f"[!] {copy} already holds FP16 tensors (an FP16 engine's model.onnx?): build from the FP32 stream ONNX "
+            "that 'cosyedge streamify' wrote (an engine's manifest.json names it as 'parent_path')"]
+    assert not (tmp_path / "e2").exists() or not any((tmp_path / "e2").iterdir())
