@@ -45,3 +45,21 @@ def test_an_fp16_model_given_as_the_build_source_is_refused(tmp_path, cli):
             f"[!] {copy} already holds FP16 tensors (an FP16 engine's model.onnx?): build from the FP32 stream ONNX "
             "that 'cosyedge streamify' wrote (an engine's manifest.json names it as 'parent_path')"]
     assert not (tmp_path / "e2").exists() or not any((tmp_path / "e2").iterdir())
+
+
+def test_streamify_never_writes_into_an_engine_folder(tmp_path, cli):
+    from cosyedge.models import REFERENCE_STREAM_ONNX
+
+    rc, _o, err = cli("build", "--onnx", REFERENCE_STREAM_ONNX, "-q", "-o", tmp_path / "e")
+    assert rc == 0, err
+    folder = next((tmp_path / "e").glob("*-fp32-onnxruntime"))
+    before = (folder / "model.onnx").read_bytes()
+    src = tmp_path / "log.onnx"
+    torch.onnx.export(_Log().eval(), (torch.rand(1, 1, 1600) + 0.5,), str(src), input_names=["audio"],
+                      output_names=["enhanced"], dynamic_axes={"audio": {2: "T"}, "enhanced": {2: "T"}}, dynamo=False)
+    rc, _o, err = cli("streamify", src, "-o", folder / "model.onnx", "--sample-rate-hz", "16000", "--hop-samples", "160")
+    assert rc == 2
+    assert err.strip().splitlines() == [
+        f"[!] output -o {folder / 'model.onnx'} is inside the engine folder {folder} (it has a manifest.json): an "
+        "engine's model is written by 'cosyedge build'; write the stream ONNX elsewhere and build from it"]
+    assert (folder / "model.onnx").read_bytes() == before

@@ -96,14 +96,19 @@ def _check_stream_output(out: Path, positional: bool, inputs: list[Path]) -> Non
         inputs (list[Path]): The input ONNX files; ``out`` being one of them is left to streamify's own
             "is the input file" refusal.
     Raises:
-        UsageError: the suffix is not .onnx, or ``out`` exists and is not a stream ONNX (exit 2; nothing is
-            read or written).
+        UsageError: the suffix is not .onnx, ``out`` is in an engine folder (next to a manifest.json), or
+            ``out`` exists and is not a stream ONNX (exit 2; nothing is read or written).
     """
     from cosyedge.errors import UsageError
 
     how = f"output {out} (the last argument, no -o given)" if positional else f"output -o {out}"
     if out.suffix.lower() != ".onnx":
         raise UsageError(f"{how}: a stream ONNX file name must end in .onnx (e.g. -o model.stream.onnx)")
+    from cosyedge.artifacts import MANIFEST_NAME
+
+    if (out.parent / MANIFEST_NAME).is_file():
+        raise UsageError(f"{how} is inside the engine folder {out.parent} (it has a {MANIFEST_NAME}): an engine's "
+                         "model is written by 'cosyedge build'; write the stream ONNX elsewhere and build from it")
     if not out.exists() or out.is_dir() or any(p.exists() and p.resolve() == out.resolve() for p in inputs):
         return  # a folder or an input is refused later (check_writable, check_not_input), with its own message
     try:
