@@ -63,3 +63,19 @@ def test_streamify_never_writes_into_an_engine_folder(tmp_path, cli):
         f"[!] output -o {folder / 'model.onnx'} is inside the engine folder {folder} (it has a manifest.json): an "
         "engine's model is written by 'cosyedge build'; write the stream ONNX elsewhere and build from it"]
     assert (folder / "model.onnx").read_bytes() == before
+
+
+def test_chunk_ms_printed_at_44100_hz_is_taken_back():
+    """--chunk-ms values cosyedge suggests at 44.1 kHz (6 significant digits) are taken back."""
+    import pytest
+
+    from cosyedge.artifacts import StreamContract
+    from cosyedge.errors import UsageError
+
+    c = StreamContract(input="audio", output="enhanced", sample_rate_hz=44100, hop_samples=160, total_stride=160,
+                       delay_samples=0, states=[], name="m")
+    step = 1000.0 * 160 / 44100
+    assert c.chunk_samples(float(f"{step:g}")) == 160
+    assert c.chunk_samples(float(f"{28 * step:g}")) == 4480
+    with pytest.raises(UsageError, match="not a positive whole number of samples"):
+        c.chunk_samples(3.6)

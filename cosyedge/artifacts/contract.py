@@ -384,7 +384,8 @@ class StreamContract:
         Returns:
             int: samples per chunk, a multiple of :attr:`total_stride`.
         Raises:
-            UsageError: ``chunk_ms`` is not finite, not positive, too long, not a whole number of samples, or
+            UsageError: ``chunk_ms`` is not finite, not positive, too long, not a whole number of samples (within
+                0.05 sample, so the ms values cosyedge prints with 6 digits are taken back), or
                 not a multiple of the total stride (the message gives the multiple in ms).
         """
         sample_rate_hz, total_stride = self.sample_rate_hz, self.total_stride
@@ -394,7 +395,8 @@ class StreamContract:
             raise UsageError(f"chunk of {chunk_ms} ms: give a positive multiple of {step_ms:g} ms up to "
                              f"{MAX_CHUNK_MS:g} ms")
         samples = chunk_ms * sample_rate_hz / 1000.0
-        if abs(samples - round(samples)) > 1e-6:
+        # printed ms values (6 significant digits, e.g. 3.62812 ms = 160 samples at 44.1 kHz) round-trip
+        if abs(samples - round(samples)) > 0.05 or round(samples) < 1:
             raise UsageError(f"chunk of {chunk_ms} ms is not a positive whole number of samples at {sample_rate_hz} Hz")
         samples = int(round(samples))
         if samples % total_stride:
