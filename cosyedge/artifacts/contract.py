@@ -46,7 +46,9 @@ class StateSpec:
         kind (str): What the state carries: ``"context"`` (past frames of a conv or pool input),
             ``"delay"`` (a delay line re-aligning paths), ``"recurrent"`` (GRU/LSTM/RNN hidden or cell
             state), ``"overlap"`` (transposed-conv overlap-add tail), ``"running"`` (running sum of a
-            CumSum), ``"counter"`` (ticks since the stream's start, saturating).
+            CumSum), ``"counter"`` (ticks since the stream's start, saturating, float32), ``"position"`` (frames
+            since the stream's start of one time axis, int64 (N, 1), not saturating: positions counted from the
+            sequence start).
     """
 
     input: str

@@ -74,6 +74,8 @@ class Walker:
         self._masked: dict[str, Any] = {}
         self._counter_in = None
         self._counter_max = 0
+        self.lifted: set[str] = set()  # positions: chunk shape (N, *full shape) (rules/positions.py)
+        self._positions: dict[Fraction, Any] = {}
         self._ticks = None
         self._source_shape = None
         self._source_dims: dict[int, Any] = {}
@@ -365,6 +367,20 @@ class Walker:
         self._counter_max = max(self._counter_max, math.ceil(Fraction(delay) / rate))
         return self._counter_in
 
+    def position_counter(self, rate: Fraction) -> Any:
+        """The position counter state_in of time axes at ``rate`` frames per tick (int64 (N, 1): frames streamed so
+        far by each stream, zeros at its start, kind ``"position"``), created on first use with its update
+        ``state_out = state_in + this chunk's frames`` (it does not saturate)."""
+        from cosyedge.surgery.rules.positions import POSITION
+
+        if rate not in self._positions:
+            s_in, s_out = self.new_state([BATCH_DIM, 1], np.int64, POSITION, f"positions at {rate} frames per tick")
+            base = f"{BOOKKEEPING}_positions"
+            self.graph.layer(op="Add", name=self.name(f"{base}/Add"),
+                             inputs=[s_in, self.frames_tensor(rate, base)], outputs=[s_out])
+            self._positions[rate] = s_in
+        return self._positions[rate]
+
     def stream_sizes(self, sizes: Any, out: Any, base: str) -> Any:
         """A shape vector for the chunk graph in place of ``sizes`` (a shape computed from the sequence length,
         e.g. ``view(-1, 1, time)``): every entry as in the full graph except the entry of ``out``'s time axis,
@@ -459,6 +475,10 @@ class Walker:
             if not self.stream_inputs(node) and not outs_stream:
                 continue  # static, or arithmetic on sizes (recomputed per chunk; its consumers decide)
             rule = RULES.get(node.op)
+            if any(t.name in self.lifted for t in node.inputs):
+                from cosyedge.surgery.rules.positions import lifted
+
+                rule = lifted
             if rule is None:
                 self.blockers.append(f"{node_desc(node)}: no streaming rule for {node.op} on a tensor with a time "
                                      f"axis (closed world: the op is refused until it has one)")
@@ -548,6 +568,10 @@ class Walker:
         for name in output_names:
             t = outs[name]
             f, d = self.fact(t), self.delay_of(t)
+            if name in self.lifted:
+                self.blockers.append(f"graph output '{name}' is positions counted from the sequence start (a chunk "
+                                     "graph has them per stream; use them inside the model)")
+                continue
             if not f.is_stream:
                 self.blockers.append(f"graph output '{name}' does not grow with the input length (a summary of "
                                      "the whole sequence, or an export that fixed its length: math.ceil/int on a "

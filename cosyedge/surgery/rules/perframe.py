@@ -397,10 +397,11 @@ _INDEX_PATH = {"Reshape": (0,), "Unsqueeze": (0,), "Squeeze": (0,), "Expand": (0
                "Cast": (0,), "Transpose": (0,), "Identity": (0,)}
 
 
-def _only_nd_positions(t: Any, graph_outputs: set, seen: set | None = None) -> bool:
+def _only_nd_positions(t: Any, graph_outputs: set, seen: set | None = None, ctx: Any = None) -> bool:
     """True when every use of tensor ``t`` (through reshapes, broadcasts, adds and concats) is the indices of a
-    GatherND/ScatterND or a Shape (which reads no values), and none is a graph output (names in ``graph_outputs``);
-    the GatherND/ScatterND rule then proves the positions are each frame's own."""
+    GatherND/ScatterND into a streaming tensor (``ctx.is_stream``, when ``ctx`` is given) or a Shape (which reads no
+    values), and none is a graph output (names in ``graph_outputs``); the GatherND/ScatterND rule then proves the
+    positions are each frame's own."""
     seen = set() if seen is None else seen
     if t.name in seen:
         return True
@@ -409,24 +410,29 @@ def _only_nd_positions(t: Any, graph_outputs: set, seen: set | None = None) -> b
         return False
     for c in t.outputs:
         slots = [i for i, x in enumerate(c.inputs) if x is t]
-        if c.op in ("GatherND", "ScatterND") and slots == [1] or c.op == "Shape":
+        if c.op in ("GatherND", "ScatterND") and slots == [1] and (ctx is None or ctx.is_stream(c.inputs[0])):
+            continue
+        if c.op == "Shape":
             continue
         if c.op not in _INDEX_PATH or (_INDEX_PATH[c.op] is not None and any(i not in _INDEX_PATH[c.op]
                                                                              for i in slots)):
             return False
-        if not all(_only_nd_positions(o, graph_outputs, seen) for o in c.outputs if o.name):
+        if not all(_only_nd_positions(o, graph_outputs, seen, ctx) for o in c.outputs if o.name):
             return False
     return True
 
 
 @register("Range")
 def range_op(node: Any, ctx: Any) -> None:
-    """Range whose length is the sequence length: positions from the sequence start, refused; except frame
-    positions that only build the indices of a GatherND/ScatterND (an exported channel-last slice assignment),
-    whose rule proves each frame addresses itself: in a chunk they count the chunk's frames."""
+    """Range whose length is the sequence length: frame positions that only build the indices of a GatherND/ScatterND
+    into a streaming tensor (an exported channel-last slice assignment), whose rule proves each frame addresses
+    itself, count the chunk's frames; any other positions from the sequence start become a position counter state
+    (:func:`cosyedge.surgery.rules.positions.range_positions`, which refuses positions that need the sequence's
+    end)."""
+    from cosyedge.surgery.rules.positions import range_positions
+
     out = node.outputs[0]
-    if _only_nd_positions(out, {o.name for o in ctx.graph.outputs}):
+    if _only_nd_positions(out, {o.name for o in ctx.graph.outputs}, ctx=ctx):
         ctx.set_delay(out, None)
         return
-    raise Blocker("counts positions from the sequence start (e.g. a positional encoding): a chunk restarts "
-                  "at 0")
+    range_positions(node, ctx)

@@ -27,7 +27,8 @@ def _norm(i: int, n: int) -> int:
 @register("Slice")
 def slice_op(node: Any, ctx: Any) -> None:
     """Slice (module doc)."""
-    if ctx.stream_inputs(node) != [0]:
+    table = not ctx.stream_inputs(node) and ctx.is_stream(node.outputs[0])
+    if ctx.stream_inputs(node) != [0] and not table:
         raise Blocker("its starts/ends run over time")
     x = node.inputs[0]
     f = ctx.fact(x)
@@ -56,6 +57,10 @@ def slice_op(node: Any, ctx: Any) -> None:
             v["axes"] = np.arange(n)
         if v["steps"] is None:
             v["steps"] = np.ones(n, dtype=np.int64)
+    if table:  # pe[:, :T]: an encoding table sliced to the length
+        from cosyedge.surgery.rules.positions import table_slice
+
+        return table_slice(node, ctx, v1, v2)
     axes = [int(a) % rank for a in v1["axes"]]
     if t not in axes:
         for key in names:
