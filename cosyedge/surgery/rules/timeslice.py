@@ -5,7 +5,8 @@ For ``y = x[s:e:k]`` on time with ``x`` ``d`` frames late, the chunk graph takes
 frames (the total stride accounts for it). The end only trims the sequence's tail (``x[:-P]``, a chomp;
 ``skip[..., :x.shape[-1]]``; Demucs's final crop to the input length) and is dropped. Refused: a start
 that depends on the sequence length (``x[-N:]``: the last frames), an end that does not (``x[:N]``: the
-first frames only), a negative step.
+first frames only), a negative step. A constant table sliced to the length (``pe[:, :T]``) is a lookup at positions
+from the sequence start (:func:`cosyedge.surgery.rules.positions.table_slice`).
 
 Sources: ONNX Slice (opset 1 attributes; opset 10+ inputs, negative indices count from the end, ends
 clamp); sonos/tract ``pulse/src/ops/array/slice.rs``.
