@@ -269,3 +269,22 @@ def test_positions_as_a_graph_output_refused(tmp_path):
                       dynamic_axes={"x": {0: "N", 2: "T"}, "y": {0: "N", 2: "T"}, "p": {2: "T"}})
     with pytest.raises(UsageError, match=r"positions counted from the sequence start as a graph output"):
         streamify(tmp_path / "o.onnx", tmp_path / "o.stream.onnx", sample_rate_hz=16000, hop_samples=HOP)
+
+
+def test_thirdparty_cumulative_layernorm_now_streams(tmp_path):
+    """The third-party cumulative layer norm that issue 38 found refused on ``Range`` (tests/thirdparty_models.py,
+    once a refusal case of test_thirdparty.py) streams: exit 0 with a position state, proved."""
+    import subprocess
+    import sys
+
+    from cosyedge.artifacts import StreamContract
+    from tests import thirdparty_models as tm
+
+    p = tm.negative_onnx("cumulative_layernorm", tmp_path / "cln.onnx")
+    out = tmp_path / "cln.stream.onnx"
+    res = subprocess.run([sys.executable, "-m", "cosyedge.cli.main", "streamify", "-q", str(p), "-o", str(out),
+                          "--sample-rate-hz", "16000", "--hop-samples", "160"], capture_output=True, text=True,
+                         timeout=300)
+    assert res.returncode == 0, res.stderr
+    c = StreamContract.from_onnx(out)
+    assert "position" in [s.kind for s in c.states]
