@@ -12,7 +12,8 @@ chunk graph they carry a leading batch axis that the full graph does not have: s
 chunk shape is ``(N, *full shape)``). Ops on lifted tensors are rewritten by :func:`lifted` (the walker sends every
 node with a lifted input here): elementwise ops with constants, Cast, Unsqueeze/Squeeze/Reshape/Concat (axes moved
 by one), Shape (the lifted axis dropped), table lookups (Gather/GatherND of a constant with lifted indices), MatMul
-by a constant. Where a lifted tensor meets a tensor that has a batch axis (``x + pe``, ``cumsum(x) / count``,
+by a constant, Einsum with constants (``torch.outer(positions, inv_freq)``; the positions' time letter kept in the
+output). Where a lifted tensor meets a tensor that has a batch axis (``x + pe``, ``cumsum(x) / count``,
 ``x * scale(pos)``), the batch axis is moved to where the full graph broadcasts it and the tensor is an ordinary
 stream again. Positions used in a way that needs the sequence's end are refused: combined with anything computed
 from the sequence length (``T - pos``, ``pos / T``), counted from a start that depends on it or downwards
@@ -295,8 +296,50 @@ def lifted(node: Any, ctx: Any) -> None:
             _become(node, "Transpose", [g], {"perm": perm})
             node.outputs[0] = out
         return _lift_outputs(node, ctx)
+    if op == "Einsum":
+        return _einsum(node, ctx, lift)
     raise Blocker(f"{op} on positions counted from the sequence start (no position rule for it: reversing or "
                   f"slicing positions needs the sequence's end)")
+
+
+def _einsum(node: Any, ctx: Any, lift: list[int]) -> None:
+    """Einsum with lifted operands and constant others (``torch.outer(positions, inv_freq)``, ``einsum("i,j->ij")``
+    of RoPE): a new letter for the lifted axis is put first in every lifted operand and in the output, so each
+    stream's positions meet the constants as in the full graph.
+
+    Args:
+        node: The Einsum node (attribute ``equation`` with an explicit ``->``, no ``...``).
+        ctx: The walker's rule context.
+        lift: Indices of the lifted inputs.
+
+    Raises:
+        Blocker: an implicit or ellipsis equation, an operand that streams or depends on the length or data, or a
+            time letter of positions that is summed over or repeated (a sum or diagonal over positions needs the
+            sequence's end).
+    """
+    eq = node.attrs.get("equation", "")
+    eq = eq.decode() if isinstance(eq, bytes) else str(eq)
+    eq = eq.replace(" ", "")
+    if "->" not in eq or "." in eq:
+        raise Blocker("Einsum on positions with an implicit output or '...' (no position rule for it)")
+    lhs, rhs = eq.split("->")
+    terms = lhs.split(",")
+    if len(terms) != len(node.inputs):
+        raise Blocker("Einsum on positions whose equation does not match its inputs")
+    for i, t in enumerate(node.inputs):
+        if i not in lift and not _const_ok(ctx, t):
+            raise Blocker(f"Einsum combines positions counted from the sequence start with '{t.name}', which "
+                          f"streams or depends on the sequence length or the data")
+    for i in lift:
+        f = ctx.fact(node.inputs[i])
+        letter = terms[i][f.axis] if f.axis is not None and f.axis < len(terms[i]) else None
+        if letter is None or terms[i].count(letter) != 1 or letter not in rhs:
+            raise Blocker("Einsum sums over or takes a diagonal of positions counted from the sequence start: it "
+                          + _FUTURE)
+    new = next(c for c in "zyxwvutsrqponmlkjihgfedcbaZYXWVUTSRQPONMLKJIHGFEDCBA" if c not in eq)
+    terms = [new + t if i in lift else t for i, t in enumerate(terms)]
+    node.attrs["equation"] = ",".join(terms) + "->" + new + rhs
+    return _lift_outputs(node, ctx)
 
 
 def _lift_outputs(node: Any, ctx: Any) -> None:
