@@ -133,7 +133,8 @@ MODELS = {"rope_ntc": (RopeNTC, 1, 0), "rope_heads": (RopeHeads, 1, 0), "rope_hf
 
 
 def _export(model, path, ax, dynamo):
-    x = torch.zeros(1, 64, D) if ax == 1 else torch.zeros(1, D, 64)
+    n = 2 if dynamo else 1  # torch.export specializes a size-1 example batch to 1 (a graph with no batch axis)
+    x = torch.zeros(n, 64, D) if ax == 1 else torch.zeros(n, D, 64)
     if dynamo:
         torch.onnx.export(model.eval(), (x,), str(path), input_names=["x"], output_names=["y"], dynamo=True,
                           dynamic_shapes={"x": {0: torch.export.Dim("N", max=64),
@@ -145,10 +146,10 @@ def _export(model, path, ax, dynamo):
 
 
 def _speech_frames(t, ax):
-    """(1, T, 16) or (1, 16, T) float32 frames of real speech (16 samples a frame, scaled to about unit range)."""
+    """(2, T, 16) or (2, 16, T) float32 frames (two streams in one batch) of real speech (16 samples a frame, scaled to about unit range)."""
     from tests.precision import int8_fixtures as fx
 
-    x = np.ascontiguousarray(fx.eval_pair()[0][:t * D].astype(np.float32)).reshape(1, t, D) * 4
+    x = np.ascontiguousarray(fx.eval_pair()[0][:2 * t * D].astype(np.float32)).reshape(2, t, D) * 4
     return np.ascontiguousarray(x if ax == 1 else x.transpose(0, 2, 1))
 
 
@@ -158,7 +159,7 @@ def _own_loop(out, x, ax, chunk):
 
     t = x.shape[ax]
     parts = []
-    with OrtStreamSession(out, chunk_samples=chunk * 160) as s:
+    with OrtStreamSession(out, chunk_samples=chunk * 160, batch=x.shape[0]) as s:
         for i in range(0, t - t % chunk, chunk):
             sl = [slice(None)] * 3
             sl[ax] = slice(i, i + chunk)
@@ -194,7 +195,7 @@ def _errors(name, tmp_path, dynamo):
 @pytest.mark.parametrize("name", [m for m in MODELS if m.startswith("rope")])
 def test_rope_streams_exactly(tmp_path, name, dynamo):
     """RoPE (rotate-half) per frame: one int64 (N, 1) position state; the proof passes; stream == full from the first
-    frame at 7 chunk sizes over 400 frames within 1e-5."""
+    frame at 7 chunk sizes over 400 frames, batch 2, within 1e-5."""
     c, errs, _ = _errors(name, tmp_path, dynamo)
     assert c.proof["max_abs"] <= ATOL, c.proof
     assert max(errs.values()) <= ATOL, errs
@@ -209,3 +210,20 @@ def test_positions_after_look_ahead_are_delayed_with_the_output(tmp_path, dynamo
     assert c.proof["max_abs"] <= ATOL, c.proof
     assert max(errs.values()) <= ATOL, errs
     assert min(unshifted.values()) > 0.1, unshifted
+
+
+class _SumOverPositions(nn.Module):
+    def forward(self, x):
+        w = torch.linspace(0.1, 1.0, x.shape[-1])
+        return x * torch.einsum("t,c->c", torch.arange(x.shape[1], device=x.device).float(), w)
+
+
+def test_einsum_summing_over_positions_is_refused(tmp_path):
+    """Closed world: an Einsum that sums positions over time (it needs the sequence's end) is refused naming the
+    node; nothing is written."""
+    from cosyedge.errors import UsageError
+
+    path = _export(_SumOverPositions(), tmp_path / "sum.onnx", 1, False)
+    with pytest.raises(UsageError, match=r"Einsum node '[^']+': .*sums over or takes a diagonal of positions"):
+        streamify(path, tmp_path / "sum.stream.onnx", sample_rate_hz=16000, hop_samples=160, frames_per_hop=1)
+    assert not (tmp_path / "sum.stream.onnx").exists()

@@ -10,10 +10,10 @@ the same positions.
 The positions differ per stream (StreamPool runs streams that joined at different times in one batch), so in the
 chunk graph they carry a leading batch axis that the full graph does not have: such a tensor is **lifted** (its
 chunk shape is ``(N, *full shape)``). Ops on lifted tensors are rewritten by :func:`lifted` (the walker sends every
-node with a lifted input here): elementwise ops with constants, Cast, Unsqueeze/Squeeze/Reshape/Concat (axes moved
+node with a lifted input here): elementwise ops with constants, Cast, Unsqueeze/Squeeze/Reshape/Concat/Transpose (axes moved
 by one), Shape (the lifted axis dropped), table lookups (Gather/GatherND of a constant with lifted indices), MatMul
-by a constant, Einsum with constants (``torch.outer(positions, inv_freq)``; the positions' time letter kept in the
-output). Where a lifted tensor meets a tensor that has a batch axis (``x + pe``, ``cumsum(x) / count``,
+with a constant, Einsum with constants (``torch.outer(positions, inv_freq)``; the positions' time letter kept in the
+output), Expand (joined to the batch axis where the target shape holds the batch size). Where a lifted tensor meets a tensor that has a batch axis (``x + pe``, ``cumsum(x) / count``,
 ``x * scale(pos)``), the batch axis is moved to where the full graph broadcasts it and the tensor is an ordinary
 stream again. Positions used in a way that needs the sequence's end are refused: combined with anything computed
 from the sequence length (``T - pos``, ``pos / T``), counted from a start that depends on it or downwards
@@ -219,8 +219,8 @@ def lifted(node: Any, ctx: Any) -> None:
             if not _const_ok(ctx, ins[i]):
                 raise Blocker(f"combines positions counted from the sequence start with '{ins[i].name}', which "
                               f"depends on the sequence length or the data: it {_FUTURE}")
-        if op == "MatMul" and (lift != [0] or batched):
-            raise Blocker("multiplies positions by something other than a constant on the right")
+        if op == "MatMul" and (lift not in ([0], [1]) or batched):
+            raise Blocker("multiplies positions by something other than a constant")
         R = max(_rank(ctx, t) if t.name else 0 for t in ins)
         if batched:
             out = node.outputs[0]
@@ -298,8 +298,40 @@ def lifted(node: Any, ctx: Any) -> None:
         return _lift_outputs(node, ctx)
     if op == "Einsum":
         return _einsum(node, ctx, lift)
+    if op == "Transpose":  # the lifted axis stays first, the full graph's axes move by one
+        perm = node.attrs.get("perm")
+        perm = list(range(_rank(ctx, ins[0]) - 1, -1, -1)) if perm is None else [int(p) for p in perm]
+        node.attrs["perm"] = [0] + [p + 1 for p in perm]
+        return _lift_outputs(node, ctx)
+    if op == "Expand" and lift == [0]:
+        return _expand(node, ctx, base)
     raise Blocker(f"{op} on positions counted from the sequence start (no position rule for it: reversing or "
                   f"slicing positions needs the sequence's end)")
+
+
+def _expand(node: Any, ctx: Any, base: str) -> None:
+    """Expand of positions (HF LLaMA ``arange(T)[None].expand(N, -1)``). Where the full graph's output has a batch
+    axis (the target shape holds the data's batch size) the positions are joined there (:func:`_join`) and the
+    ordinary Expand rule runs; otherwise the positions stay lifted (axes of 1 inserted after the lifted axis when the
+    target shape is longer) and a target size computed from the sequence length gets the chunk's frames.
+
+    Raises:
+        Blocker: a target shape computed from the data (other than sizes of streaming tensors).
+    """
+    from cosyedge.surgery.rules import RULES as _R
+
+    out = node.outputs[0]
+    shp = node.inputs[1]
+    if out.name in ctx.batch_axes:
+        _join(node, 0, ctx, len(ctx.fact(out).shape1), ctx.batch_axes[out.name], base)
+        return _R["Expand"](node, ctx)
+    if not _const_ok(ctx, shp) and not ctx.fact(shp).sizes:
+        raise Blocker("expands positions to a shape computed from data")
+    k = int(np.size(ctx.value(shp))) if ctx.value(shp) is not None else len(ctx.fact(out).shape1)
+    node.inputs[0] = _pad(ctx, node.inputs[0], k - len(ctx.fact(node.inputs[0]).shape1), base)
+    if ctx.fact(shp).sizes:
+        node.inputs[1] = ctx.stream_sizes(shp, out, node.name)
+    return _lift_outputs(node, ctx)
 
 
 def _einsum(node: Any, ctx: Any, lift: list[int]) -> None:
