@@ -3,7 +3,7 @@
 1. Rotary position embeddings (RoPE) as in Mimi / LLaMA, per frame (no attention): ``cos``/``sin`` of
    ``positions * inv_freq`` applied by the rotate-half formula ``x * cos + rotate_half(x) * sin`` with
    ``rotate_half(x) = cat(-x2, x1)`` over the channel axis, on an (N, T, C) stream, on a multi-head (N, T, H, D) view,
-   on an (N, C, T) stream, and in the HF LLaMA form (``position_ids = arange(T)[None].expand(N, -1)``,
+   on an (N, C, T) stream, with ``(inv_freq[:, None] @ t[None, :]).T``, and in the HF LLaMA form (``position_ids = arange(T)[None].expand(N, -1)``,
    ``inv_freq[None, :, None].expand(N, -1, 1) @ position_ids[:, None, :]``).
 2. Positions meeting a tensor that has look-ahead: a non-causal conv (padding 1 both sides: one frame of look-ahead)
    followed by a sinusoidal encoding from ``arange(T)``; the stream output is the full output delayed by the
@@ -94,6 +94,23 @@ class RopeHF(nn.Module):
         return self.b((h * cos + _rotate_half(h, -1) * sin).squeeze(1))
 
 
+class RopeMatMul(nn.Module):
+    """(N, T, C): freqs as ``(inv_freq[:, None] @ t[None, :]).T`` (a constant on the left of a MatMul with positions,
+    then a Transpose of positions), RoPE, linear."""
+
+    def __init__(self, d=D):
+        super().__init__()
+        self.a, self.b = nn.Linear(d, d), nn.Linear(d, d)
+        self.register_buffer("inv_freq", _inv_freq(d))
+
+    def forward(self, x):
+        t = torch.arange(x.shape[1], device=x.device).float()
+        freqs = (self.inv_freq[:, None] @ t[None, :]).transpose(0, 1)
+        emb = torch.cat([freqs, freqs], dim=-1)
+        h = self.a(x)
+        return self.b(h * emb.cos() + _rotate_half(h, -1) * emb.sin())
+
+
 class RopeNCT(nn.Module):
     """(N, C, T): causal conv, RoPE over channels (cos/sin (C, T)), 1x1 conv."""
 
@@ -129,6 +146,7 @@ class LookaheadPE(nn.Module):
 
 # name: (class, time axis, expected delay in frames)
 MODELS = {"rope_ntc": (RopeNTC, 1, 0), "rope_heads": (RopeHeads, 1, 0), "rope_hf": (RopeHF, 1, 0),
+          "rope_matmul": (RopeMatMul, 1, 0),
           "rope_nct": (RopeNCT, 2, 0), "lookahead_pe": (LookaheadPE, 2, 1)}
 
 
