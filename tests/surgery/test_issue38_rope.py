@@ -1,10 +1,10 @@
 """Issue 38 item 1, positions as state, two forms the first tests left out.
 
-1. Rotary position embeddings (RoPE) as in Mimi / LLaMA, per frame (no attention): ``cos``/``sin`` of
-   ``positions * inv_freq`` applied by the rotate-half formula ``x * cos + rotate_half(x) * sin`` with
-   ``rotate_half(x) = cat(-x2, x1)`` over the channel axis, on an (N, T, C) stream, on a multi-head (N, T, H, D) view,
-   on an (N, C, T) stream, with ``(inv_freq[:, None] @ t[None, :]).T``, and in the HF LLaMA form (``position_ids = arange(T)[None].expand(N, -1)``,
-   ``inv_freq[None, :, None].expand(N, -1, 1) @ position_ids[:, None, :]``).
+1. Rotary position embeddings (RoPE) as in Mimi / LLaMA, per frame (no attention): ``cos``/``sin`` of ``positions *
+   inv_freq`` applied by the rotate-half formula ``x * cos + rotate_half(x) * sin`` with ``rotate_half(x) = cat(-x2,
+   x1)`` over the channel axis, on an (N, T, C) stream, on a multi-head (N, T, H, D) view, on an (N, C, T) stream,
+   with ``(inv_freq[:, None] @ t[None, :]).T``, in Mimi's interleaved form, and in the HF LLaMA form (``position_ids
+   = arange(T)[None].expand(N, -1)``, ``inv_freq[None, :, None].expand(N, -1, 1) @ position_ids[:, None, :]``).
 2. Positions meeting a tensor that has look-ahead: a non-causal conv (padding 1 both sides: one frame of look-ahead)
    followed by a sinusoidal encoding from ``arange(T)``; the stream output is the full output delayed by the
    contract's delay, from the first frame on.
@@ -111,6 +111,28 @@ class RopeMatMul(nn.Module):
         return self.b(h * emb.cos() + _rotate_half(h, -1) * emb.sin())
 
 
+class RopeMimi(nn.Module):
+    """Kyutai Mimi's ``apply_rope`` (moshi/modules/rope.py, interleaved pairs, offset 0): (N, T, H, D) viewed as
+    (N, T, H, D/2, 2), ``ts = arange(T).view(-1, 1, 1)``, real/imaginary rotation, stacked back."""
+
+    def __init__(self, d=D, heads=2, max_period=10000.0):
+        super().__init__()
+        self.h, self.mp = heads, max_period
+        self.a, self.b = nn.Linear(d, d), nn.Linear(d, d)
+
+    def forward(self, x):
+        n, t, c = x.shape
+        dh = c // self.h
+        q = self.a(x).view(n, t, self.h, dh // 2, 2)
+        ds = torch.arange(dh // 2, device=x.device, dtype=torch.float32)
+        freqs = torch.exp(ds * (-math.log(self.mp) * 2 / dh))
+        ts = torch.arange(t, device=x.device, dtype=torch.float32).view(-1, 1, 1)
+        qr, qi = q[..., 0].float(), q[..., 1].float()
+        rotr, roti = torch.cos(freqs * ts), torch.sin(freqs * ts)
+        qo = torch.stack([qr * rotr - qi * roti, qr * roti + qi * rotr], dim=-1)
+        return self.b(qo.reshape(n, t, c))
+
+
 class RopeNCT(nn.Module):
     """(N, C, T): causal conv, RoPE over channels (cos/sin (C, T)), 1x1 conv."""
 
@@ -146,7 +168,7 @@ class LookaheadPE(nn.Module):
 
 # name: (class, time axis, expected delay in frames)
 MODELS = {"rope_ntc": (RopeNTC, 1, 0), "rope_heads": (RopeHeads, 1, 0), "rope_hf": (RopeHF, 1, 0),
-          "rope_matmul": (RopeMatMul, 1, 0),
+          "rope_matmul": (RopeMatMul, 1, 0), "rope_mimi": (RopeMimi, 1, 0),
           "rope_nct": (RopeNCT, 2, 0), "lookahead_pe": (LookaheadPE, 2, 1)}
 
 
@@ -164,7 +186,8 @@ def _export(model, path, ax, dynamo):
 
 
 def _speech_frames(t, ax):
-    """(2, T, 16) or (2, 16, T) float32 frames (two streams in one batch) of real speech (16 samples a frame, scaled to about unit range)."""
+    """(2, T, 16) or (2, 16, T) float32 frames (two streams in one batch) of real speech (16 samples a frame,
+    scaled to about unit range)."""
     from tests.precision import int8_fixtures as fx
 
     x = np.ascontiguousarray(fx.eval_pair()[0][:2 * t * D].astype(np.float32)).reshape(2, t, D) * 4

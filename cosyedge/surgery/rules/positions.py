@@ -10,14 +10,15 @@ the same positions.
 The positions differ per stream (StreamPool runs streams that joined at different times in one batch), so in the
 chunk graph they carry a leading batch axis that the full graph does not have: such a tensor is **lifted** (its
 chunk shape is ``(N, *full shape)``). Ops on lifted tensors are rewritten by :func:`lifted` (the walker sends every
-node with a lifted input here): elementwise ops with constants, Cast, Unsqueeze/Squeeze/Reshape/Concat/Transpose (axes moved
-by one), Shape (the lifted axis dropped), table lookups (Gather/GatherND of a constant with lifted indices), MatMul
-with a constant, Einsum with constants (``torch.outer(positions, inv_freq)``; the positions' time letter kept in the
-output), Expand (joined to the batch axis where the target shape holds the batch size). Where a lifted tensor meets a tensor that has a batch axis (``x + pe``, ``cumsum(x) / count``,
-``x * scale(pos)``), the batch axis is moved to where the full graph broadcasts it and the tensor is an ordinary
-stream again. Positions used in a way that needs the sequence's end are refused: combined with anything computed
-from the sequence length (``T - pos``, ``pos / T``), counted from a start that depends on it or downwards
-(``arange(T - 1, -1, -1)``), reversed or sliced (``pos.flip(0)``), or returned as a graph output.
+node with a lifted input here): elementwise ops with constants, Cast, Unsqueeze/Squeeze/Reshape/Concat/Transpose
+(axes moved by one), Shape (the lifted axis dropped), table lookups (Gather/GatherND of a constant with lifted
+indices), MatMul with a constant, Einsum with constants (``torch.outer(positions, inv_freq)``; the positions' time
+letter kept in the output), Expand (joined to the batch axis where the target shape holds the batch size). Where a
+lifted tensor meets a tensor that has a batch axis (``x + pe``, ``cumsum(x) / count``, ``x * scale(pos)``), the
+batch axis is moved to where the full graph broadcasts it and the tensor is an ordinary stream again. Positions used
+in a way that needs the sequence's end are refused: combined with anything computed from the sequence length (``T -
+pos``, ``pos / T``), counted from a start that depends on it or downwards (``arange(T - 1, -1, -1)``), reversed or
+sliced (``pos.flip(0)``), or returned as a graph output.
 
 Sources: ONNX Range (``number_of_elements = max(ceil((limit - start) / delta), 0)``), Gather, GatherND, numpy
 broadcasting; the cache offsets of streaming transformers (NeMo ``cache_last_channel_len``, Zipformer
