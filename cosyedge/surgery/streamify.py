@@ -580,6 +580,10 @@ class StatefulOnnxFromOnnx(Stage):
             shape0 = list(first.shape or [])
             audio = _is_audio(shape0, axes0[first.name])  # (N, 1, T), whether or not --time-axis named it
             hop_ticks = hop if audio else self.frames_per_hop
+            if audio and self.frames_per_hop != 1:
+                LOG.warning("%s: frames_per_hop %d ignored: input '%s' %s is a waveform, chunked in samples (%d per "
+                            "hop); frames_per_hop is for feature inputs", src, self.frames_per_hop, first.name,
+                            shape0, hop)
             if hop % hop_ticks:
                 raise UsageError(f"hop_samples {hop} is not a multiple of frames_per_hop {hop_ticks}")
             try:
