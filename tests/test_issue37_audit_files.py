@@ -15,18 +15,9 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from cosyedge.cli.main import main
+from tests.cli_errors import one_error_line
 
 HOP = 160
-
-
-def _one_error_line(capsys) -> str:
-    """The single ``[!]`` line on stderr (asserting it is the only one, the last line, and no traceback came)."""
-    err = capsys.readouterr().err
-    assert "Traceback" not in err, err
-    bang = [line for line in err.splitlines() if line.startswith("[!]")]
-    assert len(bang) == 1, err
-    assert err.rstrip().splitlines()[-1] == bang[0], err
-    return bang[0]
 
 
 def _sha(path: Path) -> str:
@@ -57,14 +48,14 @@ def test_streamify_positional_output_refuses_a_full_sequence_onnx(tmp_path, caps
     enc, dec = _conv_onnx(tmp_path / "enc.onnx"), _conv_onnx(tmp_path / "dec.onnx")
     before = _sha(dec)
     assert main(["streamify", str(enc), str(dec), *STREAMIFY_ARGS]) == 2
-    line = _one_error_line(capsys)
+    line = one_error_line(capsys)
     assert line == (f"[!] output {dec} (the last argument, no -o given) exists and is not a cosyedge stream ONNX (no "
                     f"cosyedge stream metadata): refusing to write over it; if it is one of the model's files, give "
                     f"the output with -o OUT.onnx; delete it first to replace it")
     assert _sha(dec) == before
     # with -o the same: an existing non-stream file is never written over
     assert main(["streamify", str(enc), "-o", str(dec), *STREAMIFY_ARGS]) == 2
-    assert "[!] output -o " in _one_error_line(capsys)
+    assert "[!] output -o " in one_error_line(capsys)
     assert _sha(dec) == before
 
 
@@ -74,11 +65,11 @@ def test_streamify_output_must_end_in_onnx(tmp_path, capsys):
     notes = tmp_path / "notes.txt"
     notes.write_text("my notes\n")
     assert main(["streamify", str(enc), str(notes), *STREAMIFY_ARGS]) == 2
-    assert _one_error_line(capsys) == (f"[!] output {notes} (the last argument, no -o given): a stream ONNX file name "
+    assert one_error_line(capsys) == (f"[!] output {notes} (the last argument, no -o given): a stream ONNX file name "
                                        f"must end in .onnx (e.g. -o model.stream.onnx)")
     assert notes.read_text() == "my notes\n"
     assert main(["streamify", str(enc), "-o", str(tmp_path / "x.txt"), *STREAMIFY_ARGS]) == 2
-    assert "must end in .onnx" in _one_error_line(capsys)
+    assert "must end in .onnx" in one_error_line(capsys)
     assert not (tmp_path / "x.txt").exists()
 
 
@@ -95,7 +86,7 @@ def test_streamify_replaces_its_own_stream_output(tmp_path, capsys):
     assert meta["cosyedge.name"] == "third"
     # output == input keeps its own message
     assert main(["streamify", str(enc), str(enc), *STREAMIFY_ARGS]) == 2
-    assert _one_error_line(capsys) == f"[!] output {enc} is the input file: give another output path (the input is kept)"
+    assert one_error_line(capsys) == f"[!] output {enc} is the input file: give another output path (the input is kept)"
 
 
 # --------------------------------------------------- finding 3: a report path is never one of the command's inputs
@@ -117,20 +108,20 @@ def test_compare_json_refuses_the_reference_and_engine_files(tmp_path, delay_onn
     ref = _copy(delay_onnx, tmp_path / "ref.onnx")
     before = _sha(ref)
     assert main(["compare", str(ref), str(delay_onnx), "--no-pesq", "--json", str(ref)]) == 2
-    assert _one_error_line(capsys) == (f"[!] --json {ref} is the input {ref}: give another path for the report (the "
+    assert one_error_line(capsys) == (f"[!] --json {ref} is the input {ref}: give another path for the report (the "
                                        f"input is kept)")
     assert _sha(ref) == before
     # another spelling of the candidate (a symlink) is the same file
     link = tmp_path / "link.json"
     link.symlink_to(delay_onnx)
     assert main(["compare", str(ref), str(delay_onnx), "--no-pesq", "--json", str(link)]) == 2
-    assert _one_error_line(capsys).startswith(f"[!] --json {link} is the input {delay_onnx}")
+    assert one_error_line(capsys).startswith(f"[!] --json {link} is the input {delay_onnx}")
     # a file of an engine folder given as the candidate
     eng = tmp_path / "eng"
     eng.mkdir()
     (eng / "manifest.json").write_text("{}")
     assert main(["compare", str(ref), str(eng), "--no-pesq", "--json", str(eng / "manifest.json")]) == 2
-    assert _one_error_line(capsys) == (f"[!] --json {eng / 'manifest.json'} is a file of the input folder {eng}: give "
+    assert one_error_line(capsys) == (f"[!] --json {eng / 'manifest.json'} is a file of the input folder {eng}: give "
                                        f"another path for the report (the input is kept)")
     assert (eng / "manifest.json").read_text() == "{}"
 
@@ -155,7 +146,7 @@ def test_check_reports_refuse_the_baseline_model_amax_and_engine_files(tmp_path,
               f"[!] --json {tmp_path / 'r'} and --junit {tmp_path / '.' / 'r'} are the same file: give two paths")]
     for extra, start in cases:
         assert main(base + extra) == 2, extra
-        assert _one_error_line(capsys).startswith(start), extra
+        assert one_error_line(capsys).startswith(start), extra
     assert baseline.read_text() == '{"kind": "my baseline"}\n'
     assert _sha(ref) == _sha(delay_onnx) and amax.read_text() == "{}\n" and manifest.read_text() == "{}\n"
     assert not (tmp_path / "r").exists()
@@ -167,7 +158,7 @@ LONG = "c" * 300
 
 def _long_name_line(capsys, shown: str) -> None:
     """Assert the one ``[!]`` line of an over-long name (shortened in the middle, with its length in bytes)."""
-    line = _one_error_line(capsys)
+    line = one_error_line(capsys)
     assert line.startswith("[!] cannot "), line
     assert "File name too long" in line or "(File name too long)" in line, line
     assert shown in line, line
@@ -213,11 +204,11 @@ def test_path_errors_only_for_path_errnos(monkeypatch, capsys):
 
     fail(PermissionError(errno.EACCES, "Permission denied", "/x/secret.onnx"))
     assert main(["build", "--backend", "onnxruntime"]) == 3
-    assert _one_error_line(capsys) == ("[!] cannot use /x/secret.onnx: Permission denied (no permission: change the "
+    assert one_error_line(capsys) == ("[!] cannot use /x/secret.onnx: Permission denied (no permission: change the "
                                        "file's or its folder's permissions, or give another path)")
     fail(OSError(errno.ELOOP, "Too many levels of symbolic links", "a"))
     assert main(["build", "--backend", "onnxruntime"]) == 3
-    assert _one_error_line(capsys).startswith("[!] cannot use a: Too many levels of symbolic links (a symbolic link")
+    assert one_error_line(capsys).startswith("[!] cannot use a: Too many levels of symbolic links (a symbolic link")
     fail(OSError(errno.EIO, "Input/output error"))
     with pytest.raises(OSError, match="Input/output error"):
         main(["build", "--backend", "onnxruntime"])
@@ -313,7 +304,7 @@ def test_read_only_output_is_kept(tmp_path, delay_onnx, capsys):
     out.write_bytes(b"keep me")
     out.chmod(0o444)
     assert main(["run", str(wav), "-o", str(out), "--engine", str(delay_onnx), "-q"]) == 3
-    assert _one_error_line(capsys) == (f"[!] cannot write {out}: the file is read-only (mode 0444), kept as it is; "
+    assert one_error_line(capsys) == (f"[!] cannot write {out}: the file is read-only (mode 0444), kept as it is; "
                                        f"make it writable (chmod u+w) or give another path")
     assert out.read_bytes() == b"keep me" and out.stat().st_mode & 0o777 == 0o444
 

@@ -20,6 +20,7 @@ import pytest
 torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
+from tests.cli_errors import one_error_line  # noqa: E402
 
 SR = 16000
 HOP = 160
@@ -33,12 +34,6 @@ def _cli(tmp_path: Path, *argv: str, timeout: int = 600) -> subprocess.Completed
                COSYEDGE_ENGINES_DIR=str(tmp_path / "engines"))
     return subprocess.run([sys.executable, "-m", "cosyedge.cli.main", *map(str, argv)], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=timeout)
-
-
-def _one_line(err: str) -> str:
-    lines = [ln for ln in err.splitlines() if ln.startswith("[!]")]
-    assert len(lines) == 1 and "Traceback" not in err, err
-    return lines[0]
 
 
 def _export(model: nn.Module, path: Path, out_names=("enhanced",)) -> Path:
@@ -211,7 +206,7 @@ def test_lying_metadata_is_refused_in_one_line(conv_stream, tmp_path, case, chan
                  ["compare", conv_stream, lie, "--no-pesq"]):
         p = _cli(tmp_path, *argv)
         assert p.returncode == 3, (argv, p.returncode, p.stderr)
-        assert want in _one_line(p.stderr), p.stderr
+        assert want in one_error_line(p.stderr, last=False), p.stderr
     assert not (tmp_path / "y.wav").exists()
 
 
@@ -221,11 +216,12 @@ def test_compare_refuses_a_different_delay_or_io(conv_stream, tmp_path):
     lie = _edit(conv_stream, tmp_path / "delay.onnx", delay_samples="480")
     p = _cli(tmp_path, "compare", conv_stream, lie, "--no-pesq")
     assert p.returncode == 2, p.stderr
-    assert "differ in stream contract 'delay_samples': 480 vs reference 0" in _one_line(p.stderr)
+    assert "differ in stream contract 'delay_samples': 480 vs reference 0" in one_error_line(p.stderr, last=False)
     lie = _edit(conv_stream, tmp_path / "delayf.onnx", io=_io("outputs", 0, delay_frames=16))
     p = _cli(tmp_path, "compare", conv_stream, lie, "--no-pesq")
     assert p.returncode == 2, p.stderr
-    assert "differ in stream contract 'io.delay_frames' of 'enhanced': 16 vs reference 0" in _one_line(p.stderr)
+    line = one_error_line(p.stderr, last=False)
+    assert "differ in stream contract 'io.delay_frames' of 'enhanced': 16 vs reference 0" in line
 
 
 # ------------------------------------------------------------------------------------------------ finding 12
@@ -252,8 +248,9 @@ def test_compare_check_default_chunk_is_a_multiple_of_the_hop(tmp_path):
     assert "; 96 ms chunks;" in p.stdout, p.stdout
     p = _cli(tmp_path, "compare", ref, ref, "--no-pesq", "--chunk-ms", "100")
     assert p.returncode == 2
-    assert _one_line(p.stderr) == ("[!] chunk of 100 ms (1600 samples) is not a multiple of the model's total stride "
-                                   "256 samples = 16 ms (use 16, 32, ... ms)")
+    assert one_error_line(p.stderr, last=False) == (
+        "[!] chunk of 100 ms (1600 samples) is not a multiple of the model's total stride 256 samples = 16 ms "
+        "(use 16, 32, ... ms)")
     p = _cli(tmp_path, "check", "--onnx", ref, "--update-baseline", "--baseline", tmp_path / "b.json",
              "--precisions", "fp32", "--no-pesq", "-q")
     assert p.returncode == 0, p.stderr

@@ -15,20 +15,11 @@ import soundfile as sf
 from onnx import TensorProto, helper, numpy_helper
 
 from cosyedge.cli.main import main
+from tests.cli_errors import one_error_line
 from tests import models
 
 ROOT = Path(__file__).resolve().parents[1]
 HOP = 160
-
-
-def _one_error_line(capsys) -> str:
-    """The single ``[!]`` line on stderr (asserting it is the only one and no traceback came)."""
-    err = capsys.readouterr().err
-    assert "Traceback" not in err, err
-    bang = [line for line in err.splitlines() if line.startswith("[!]")]
-    assert len(bang) == 1, err
-    assert err.rstrip().splitlines()[-1] == bang[0], err
-    return bang[0]
 
 
 def _tree(folder: Path) -> list[str]:
@@ -97,7 +88,7 @@ def test_build_fp16_onto_a_full_disk_is_one_line_exit_3_and_keeps_the_earlier_en
     calls: list = []
     _full_disk_onnx_save(monkeypatch, calls)
     rc = main(["build", "-q", "--fp16", "--backend", "onnxruntime", "--onnx", str(delay_onnx), "-o", str(root)])
-    line = _one_error_line(capsys)
+    line = one_error_line(capsys)
     assert rc == 3 and calls, line
     assert line == (f"[!] writing engine folder {engine} failed: no space left on device in {root} (free space there "
                     f"or write elsewhere; nothing half-written is left)")
@@ -118,7 +109,7 @@ def test_build_fp32_onto_a_full_disk_leaves_no_folder(delay_onnx, tmp_path, monk
 
     monkeypatch.setattr(shutil, "copyfile", copyfile)
     assert main(["build", "-q", "--backend", "onnxruntime", "--onnx", str(delay_onnx), "-o", str(root)]) == 3
-    assert "no space left on device" in _one_error_line(capsys)
+    assert "no space left on device" in one_error_line(capsys)
     assert _tree(root) == []
 
 
@@ -127,7 +118,7 @@ def test_streamify_onto_a_full_disk_is_one_line_exit_3_and_writes_nothing(tmp_pa
     out = tmp_path / "out" / "conv.stream.onnx"
     _full_disk_onnx_save(monkeypatch)
     rc = main(["streamify", "-q", str(src), "-o", str(out), "--sample-rate-hz", "16000", "--hop-samples", "160"])
-    line = _one_error_line(capsys)
+    line = one_error_line(capsys)
     assert rc == 3 and line == (f"[!] writing {out} failed: no space left on device in {out.parent} (free space "
                                 f"there or write elsewhere; nothing half-written is left)")
     assert _tree(out.parent) == []
@@ -145,7 +136,7 @@ def test_run_onto_a_full_disk_names_the_cause_and_keeps_the_earlier_output(delay
 
     monkeypatch.setattr(sf.SoundFile, "write", full_disk_write)
     rc = main(["run", "-q", str(tmp_path / "in.wav"), "-o", str(out), "--engine", str(delay_onnx)])
-    line = _one_error_line(capsys)
+    line = one_error_line(capsys)
     assert rc == 3 and line == (f"[!] writing {out} failed: no space left on device in {tmp_path} (free space there "
                                 f"or write elsewhere)"), line
     assert out.read_bytes() == b"earlier result"
@@ -162,7 +153,7 @@ def test_run_without_an_errno_keeps_libsndfiles_text(delay_onnx, tmp_path, monke
     monkeypatch.setattr(sf.SoundFile, "write", failing_write)
     assert main(["run", "-q", str(tmp_path / "in.wav"), "-o", str(tmp_path / "o.wav"), "--engine",
                  str(delay_onnx)]) == 3
-    assert _one_error_line(capsys).startswith(f"[!] writing {tmp_path}/o.wav failed (")
+    assert one_error_line(capsys).startswith(f"[!] writing {tmp_path}/o.wav failed (")
 
 
 def test_calib_make_onto_a_full_disk_names_the_set_and_leaves_nothing(tmp_path, monkeypatch, capsys):
@@ -181,7 +172,7 @@ def test_calib_make_onto_a_full_disk_names_the_set_and_leaves_nothing(tmp_path, 
 
     monkeypatch.setattr(Path, "write_bytes", write_bytes)
     assert main(["calib", "make", "-q", "--from", str(rec), "--out", str(out)]) == 3
-    line = _one_error_line(capsys)
+    line = one_error_line(capsys)
     assert line == (f"[!] writing calibration set {out} failed: no space left on device in {tmp_path} (free space "
                     f"there or write elsewhere; nothing half-written is left)")
     assert not out.exists()
@@ -193,7 +184,7 @@ def test_build_o_a_file_says_o_must_be_a_folder(delay_onnx, tmp_path, capsys):
     f.write_text("mine")
     for target, found in ((f, "it is a file"), (f / "sub", f"{f} is a file")):
         rc = main(["build", "--onnx", str(delay_onnx), "--backend", "onnxruntime", "-o", str(target)])
-        line = _one_error_line(capsys)
+        line = one_error_line(capsys)
         assert rc == 3 and line == (f"[!] -o {target} must be a folder (the engines root, which receives the engine "
                                     f"folder), but {found}: give a folder path"), line
     assert f.read_text() == "mine" and _tree(tmp_path) == ["notes.txt"]
@@ -236,7 +227,7 @@ def test_export_onto_a_full_disk_is_one_line_exit_3(tmp_path, monkeypatch, capsy
     monkeypatch.setattr(onnx, "save", save)
     before = _package_models()
     assert main(["export", "-q", "-o", str(out)]) == 3
-    assert _one_error_line(capsys) == (f"[!] writing {out} failed: no space left on device in {out.parent} (free space "
+    assert one_error_line(capsys) == (f"[!] writing {out} failed: no space left on device in {out.parent} (free space "
                                        f"there or write elsewhere; nothing half-written is left)")
     assert _tree(out.parent) == [] and _package_models() == before
 
@@ -315,12 +306,12 @@ def test_a_folder_given_as_the_onnx_says_so(delay_onnx, tmp_path, capsys):
                  ["streamify", str(folder), str(tmp_path / "o.onnx")] + sr,
                  ["build", "--backend", "onnxruntime", "--onnx", str(folder), "-o", str(tmp_path / "e")]):
         assert main(args) == 3
-        assert _one_error_line(capsys) == f"[!] {folder} is a folder, expected an .onnx file"
+        assert one_error_line(capsys) == f"[!] {folder} is a folder, expected an .onnx file"
     assert main(["build", "-q", "--backend", "onnxruntime", "--onnx", str(delay_onnx), "-o", str(tmp_path / "e")]) == 0
     engine = tmp_path / "e" / "delay-fp32-onnxruntime"
     capsys.readouterr()
     assert main(["streamify", str(engine), "-o", str(tmp_path / "o.onnx")] + sr) == 3
-    assert _one_error_line(capsys) == (f"[!] {engine} is a folder (an engine folder from 'cosyedge build'), "
+    assert one_error_line(capsys) == (f"[!] {engine} is a folder (an engine folder from 'cosyedge build'), "
                                        f"expected an .onnx file")
     assert not (tmp_path / "o.onnx").exists()
 
@@ -330,11 +321,11 @@ def test_calib_that_does_not_exist_says_so(delay_onnx, tmp_path, capsys):
     missing = tmp_path / "nowhere"
     args = ["build", "--int8", "--backend", "onnxruntime", "--onnx", str(delay_onnx), "-o", str(tmp_path / "e")]
     assert main(args + ["--calib", str(missing)]) == 3
-    assert _one_error_line(capsys) == (f"[!] calibration folder {missing} does not exist (make one: 'cosyedge calib "
+    assert one_error_line(capsys) == (f"[!] calibration folder {missing} does not exist (make one: 'cosyedge calib "
                                        f"make --out {missing}', or give the folder of an existing set)")
     missing.mkdir()
     assert main(args + ["--calib", str(missing)]) == 3
-    assert _one_error_line(capsys) == (f"[!] calibration folder {missing} has no manifest.json (make one: 'cosyedge "
+    assert one_error_line(capsys) == (f"[!] calibration folder {missing} has no manifest.json (make one: 'cosyedge "
                                        f"calib make --out {missing}')")
     assert _tree(tmp_path / "e") == [] if (tmp_path / "e").exists() else True
 
@@ -387,7 +378,7 @@ def test_streamify_an_export_that_fixed_its_time_length(tmp_path, capsys):
     out = tmp_path / "o.onnx"
     sr = ["--sample-rate-hz", "16000", "--hop-samples", "160"]
     assert main(["streamify", str(fixed), "-o", str(out)] + sr) == 2
-    assert _one_error_line(capsys) == (f"[!] {fixed}: the export fixed the time length (input 'x' is [1, 1, 16000], "
+    assert one_error_line(capsys) == (f"[!] {fixed}: the export fixed the time length (input 'x' is [1, 1, 16000], "
                                        f"no input has a dynamic axis); {HINT}")
     # told which axis is time, the fixed dim is made symbolic (issue 37 item 3's repair) and the proof decides
     assert main(["streamify", str(fixed), "-o", str(out), "--time-axis", "x=2"] + sr) == 0
@@ -395,7 +386,7 @@ def test_streamify_an_export_that_fixed_its_time_length(tmp_path, capsys):
     out.unlink()
     baked = _baked_reshape_onnx(tmp_path / "baked.onnx")
     assert main(["streamify", str(baked), "-o", str(out)] + sr) == 2
-    assert _one_error_line(capsys) == (f"[!] {baked}: the export fixed the time length (Reshape node 'frames' asks "
+    assert one_error_line(capsys) == (f"[!] {baked}: the export fixed the time length (Reshape node 'frames' asks "
                                        f"for shape {{1,100,160}} at any input length); {HINT}, and shapes computed "
                                        f"from the input (x.reshape(1, -1, 160), not fixed numbers)")
     assert not out.exists()
@@ -405,8 +396,8 @@ def test_streamify_an_export_that_fixed_its_time_length(tmp_path, capsys):
 def test_streamify_without_metadata_names_every_missing_value(tmp_path, capsys):
     src = _conv_onnx(tmp_path / "conv.onnx")
     assert main(["streamify", str(src), "-o", str(tmp_path / "o.onnx")]) == 2
-    assert _one_error_line(capsys) == (f"[!] {src} has no cosyedge metadata: give sample_rate_hz= (CLI: "
+    assert one_error_line(capsys) == (f"[!] {src} has no cosyedge metadata: give sample_rate_hz= (CLI: "
                                        f"--sample-rate-hz N) and hop_samples= (CLI: --hop-samples N)")
     assert main(["streamify", str(src), "-o", str(tmp_path / "o.onnx"), "--hop-samples", "160"]) == 2
-    assert _one_error_line(capsys) == (f"[!] {src} has no cosyedge metadata: give sample_rate_hz= (CLI: "
+    assert one_error_line(capsys) == (f"[!] {src} has no cosyedge metadata: give sample_rate_hz= (CLI: "
                                        f"--sample-rate-hz N)")

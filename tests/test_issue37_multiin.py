@@ -19,6 +19,7 @@ from torch import nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 from cosyedge.errors import UsageError  # noqa: E402
+from tests.cli_errors import one_error_line  # noqa: E402
 
 SR = 16000
 HOP = 160
@@ -74,12 +75,6 @@ def twoin(work) -> tuple[Path, nn.Module]:
     return out, model
 
 
-def _one_line(err: str) -> str:
-    lines = [ln for ln in err.splitlines() if ln.startswith("[!]")]
-    assert len(lines) == 1 and "Traceback" not in err, err
-    return lines[0]
-
-
 # ------------------------------------------------------------------------------------------------ feeds and run
 def test_feeds_follow_the_contract(twoin):
     from cosyedge.artifacts import StreamContract
@@ -112,7 +107,7 @@ def test_stream_array_takes_partners_and_equals_the_torch_model(twoin):
 def test_run_refuses_a_multi_input_model_in_one_line(twoin, tmp_path, cli):
     out = tmp_path / "out.wav"
     rc, _, err = cli("run", DEMO / "noisy.wav", "-o", out, "--engine", twoin[0])
-    line = _one_line(err)
+    line = one_error_line(err, last=False)
     assert rc == 2 and not out.exists()
     assert "cannot run on an audio file" in line and "it takes 2 inputs and an audio file is one waveform" in line
     assert (f"cosyedge.runtime.OrtStreamSession('{twoin[0]}').push({{'audio': float32 (1, 1, 160), "
@@ -235,7 +230,7 @@ def test_tensorrt_backend_refuses_a_two_input_model_in_one_line(twoin, tmp_path,
     from cosyedge.runtime.trt import TrtStreamSession
 
     rc, _, err = cli("build", "--onnx", twoin[0], "--backend", "tensorrt", "-o", tmp_path)
-    line = _one_line(err)
+    line = one_error_line(err, last=False)
     assert rc == 2 and list(tmp_path.iterdir()) == []
     assert (f"the TensorRT backend cannot stream {twoin[0]}: it maps audio['N', 1, 'T'], ref['N', 1, 'T'] to "
             f"enhanced['N', 1, 'T']") in line and "build it with --backend onnxruntime or --backend triton" in line
@@ -274,23 +269,23 @@ def test_feature_inputs_are_refused_by_name_where_feeds_come_from_audio(featnet,
     one line, exit 2, with what to do instead; FP32 builds (a zero chunk of every input; it used to say
     "push a dict"), and compare/run refuse it naming the Python call."""
     rc, _, err = cli("build", "--onnx", featnet, "--int8", "--calib", calib, "-o", tmp_path)
-    line = _one_line(err)
+    line = one_error_line(err, last=False)
     assert rc == 2 and (f"INT8 calibration cannot feed {featnet}: its input feat['N', 4, 'T'] (features, 1 frame(s) "
                         f"per 160-sample hop) is not a waveform (N, 1, T) at 16000 Hz") in line
     assert "'cosyedge calib int8 --onnx MODEL --amax FILE -o OUT.onnx'" in line
     rc, _, err = cli("build", "--onnx", featnet, "--fp16", "-o", tmp_path)
-    line = _one_line(err)
+    line = one_error_line(err, last=False)
     assert rc == 2 and f"the FP16 scan cannot feed {featnet}: its input feat['N', 4, 'T']" in line
     assert "cosyedge.precision.fp16.fp16_onnx(MODEL, OUT, check=False)" in line
     assert not any(p.name.startswith("feat-") for p in tmp_path.iterdir())
     rc, out, err = cli("build", "--onnx", featnet, "-o", tmp_path)
     assert rc == 0 and (tmp_path / "feat-fp32-onnxruntime" / "manifest.json").is_file(), err
     rc, _, err = cli("compare", featnet, tmp_path / "feat-fp32-onnxruntime", "--no-pesq")
-    line = _one_line(err)
+    line = one_error_line(err, last=False)
     assert rc == 2 and f"cosyedge compare cannot feed {featnet}: its input feat['N', 4, 'T']" in line
     assert "cosyedge.runtime.OrtStreamSession" in line
     rc, _, err = cli("run", DEMO / "noisy.wav", "-o", tmp_path / "o.wav", "--engine", featnet)
-    line = _one_line(err)
+    line = one_error_line(err, last=False)
     assert rc == 2 and "its input 'feat' is not a waveform" in line
     assert f"cosyedge.runtime.OrtStreamSession('{featnet}').push({{'feat': float32 (1, 4, 1)}})" in line
 
