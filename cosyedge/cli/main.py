@@ -172,17 +172,11 @@ def main(argv: list[str] | None = None) -> int:
         return err.exit_code
     except click.exceptions.Exit as err:
         return err.exit_code
-    except OSError as err:
-        line = _path_error(err) or _output_error(err)
-        if line is None:
-            code = _interrupted(err)
-            if code is None:
-                raise
-            click.echo(_INTERRUPTED[code], err=True)
-            return code
-        click.echo(f"[!] {line}", err=True)
-        return 3
     except Exception as err:
+        line = (_path_error(err) or _output_error(err)) if isinstance(err, OSError) else None
+        if line is not None:  # a bad path, a full disk or closed pipe on stdout: one line, exit 3
+            click.echo(f"[!] {line}", err=True)
+            return 3
         code = _interrupted(err)
         if code is None:
             raise
