@@ -52,6 +52,9 @@ class TimeFact:
         values1 (np.ndarray | None): Values at ``T1`` for a small integer tensor (sizes, indices), else None.
         values2 (np.ndarray | None): Values at ``T2``, likewise.
         error (str): Why no single affine time axis fits ("" when fine).
+        axes2 (tuple[int, int] | None): For a tensor over time x time (attention scores, masks): its two time axes,
+            both at ``rate`` frames per tick with ``extra`` frames (``error`` is still set: only the attention rules
+            take such a tensor, :mod:`cosyedge.surgery.rules.attention`).
     """
 
     shape1: tuple
@@ -63,6 +66,7 @@ class TimeFact:
     values1: Any = None
     values2: Any = None
     error: str = ""
+    axes2: tuple | None = None
 
     @property
     def is_stream(self) -> bool:
@@ -85,6 +89,11 @@ def _fact(shape1: tuple, shape2: tuple, t1: int, t2: int, v1, v2) -> TimeFact:
     grow = [i for i, (a, b) in enumerate(zip(shape1, shape2)) if a != b]
     if not grow:
         return fact
+    if len(grow) == 2:  # query time x key time: both axes at one rate (rules/attention.py)
+        r = [Fraction(int(shape2[a]) - int(shape1[a]), t2 - t1) for a in grow]
+        e = [Fraction(int(shape1[a])) - r[k] * t1 for k, a in enumerate(grow)]
+        if r[0] == r[1] and r[0] > 0 and e[0] == e[1]:
+            fact.axes2, fact.rate, fact.extra = tuple(grow), r[0], e[0]
     if len(grow) > 1:
         fact.error = (f"axes {grow} all grow with the input length ({list(shape1)} at T={t1}, {list(shape2)} at "
                       f"T={t2}): a tensor over time x time (attention over the whole sequence?)")

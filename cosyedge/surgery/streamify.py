@@ -207,7 +207,8 @@ def _is_audio(shape: list, axis: int) -> bool:
 
 
 def streamify_graph(graph: Any, *, hop_ticks: int, time_axes: dict[str, int] | None = None,
-                    where: str = "model", hop_label: str = "hop_samples") -> StreamGraph:
+                    where: str = "model", hop_label: str = "hop_samples",
+                    attention_window: int | None = None) -> StreamGraph:
     """Rewrite ``graph`` in place into its stream graph: one rule per node (:mod:`cosyedge.surgery.rules`).
 
     Args:
@@ -257,7 +258,8 @@ def streamify_graph(graph: Any, *, hop_ticks: int, time_axes: dict[str, int] | N
     in_names = [t.name for t in graph.inputs]
     out_names = [t.name for t in graph.outputs]
     first = graph.inputs[0]
-    walker = Walker(graph, facts, values, batch_axes, (first.name, axes[first.name]))
+    walker = Walker(graph, facts, values, batch_axes, (first.name, axes[first.name]), model=folded,
+                    t1=_probe_lengths(quantum)[0], attention_window=attention_window)
     walker.walk()
     delays = walker.finish(out_names)
     if walker.blockers:
@@ -271,6 +273,8 @@ def streamify_graph(graph: Any, *, hop_ticks: int, time_axes: dict[str, int] | N
                                     if t.name in walker.facts and walker.facts[t.name].is_stream}, where, "output")
     denoms = [f.rate.denominator for f in facts.values() if f.is_stream]
     stride = math.lcm(*denoms) if denoms else 1
+    for ticks, _why in walker.strides:
+        stride = math.lcm(stride, ticks)
     for t in graph.outputs:
         f = walker.facts.get(t.name)
         if f is not None and f.is_stream:
@@ -282,9 +286,11 @@ def streamify_graph(graph: Any, *, hop_ticks: int, time_axes: dict[str, int] | N
                          "hop that is a multiple of the product of the model's conv and pooling strides")
     if hop_ticks % stride:
         near, common = stride * max(1, round(hop_ticks / stride)), math.lcm(hop_ticks, stride)
+        why = [w for t, w in walker.strides if hop_ticks % t]
         raise UsageError(f"{hop_label} {hop_ticks} is not a multiple of the model's total stride {stride} "
                          f"{'samples' if hop_label == 'hop_samples' else 'frames'} (use {near}"
-                         + (f", or {common} to keep a multiple of {hop_ticks}" if common != near else "") + ")")
+                         + (f", or {common} to keep a multiple of {hop_ticks}" if common != near else "") + ")"
+                         + (f"; it comes from the {why[0]}" if why else ""))
     inputs = []
     for name in in_names:
         f = facts[name]
@@ -308,7 +314,12 @@ def streamify_graph(graph: Any, *, hop_ticks: int, time_axes: dict[str, int] | N
         raise UsageError(f"{where}: output '{bad[0]}' has a fractional number of frames per hop of {hop_ticks} "
                          f"ticks: use a hop that is a multiple of {stride}")
     graph.clear_intermediate_shapes().cleanup().toposort()
-    return StreamGraph(walker.states, inputs, outputs, stride, delay_ticks, walker, walker.rf_ticks, folded)
+    full = folded
+    if walker.attention_sites:
+        from cosyedge.surgery.rules.attention import bound_full_model
+
+        full = bound_full_model(folded, walker.attention_sites)
+    return StreamGraph(walker.states, inputs, outputs, stride, delay_ticks, walker, walker.rf_ticks, full)
 
 
 def _np_name(dtype: Any) -> str:
@@ -530,8 +541,12 @@ class StatefulOnnxFromOnnx(Stage):
     def __init__(self, onnx_in: Any, out: str | Path, *, sample_rate_hz: int | None = None,
                  hop_samples: int | None = None, delay_samples: int | None = None, name: str | None = None,
                  time_axes: dict[str, int] | None = None, frames_per_hop: int = 1,
-                 proof_inputs: dict | None = None, atol: float = ATOL, audio_output: str | None = None):
+                 proof_inputs: dict | None = None, atol: float = ATOL, audio_output: str | None = None,
+                 attention_window: int | None = None):
         self.onnx_in = onnx_in
+        if attention_window is not None and not 1 <= int(attention_window) <= 100000:
+            raise UsageError(f"attention_window must be 1..100000 frames, got {attention_window}")
+        self.attention_window = None if attention_window is None else int(attention_window)
         self.audio_output = audio_output
         self.out = Path(out)
         self.sample_rate_hz = sample_rate_hz
@@ -588,7 +603,8 @@ class StatefulOnnxFromOnnx(Stage):
                 raise UsageError(f"hop_samples {hop} is not a multiple of frames_per_hop {hop_ticks}")
             try:
                 sg = streamify_graph(graph, hop_ticks=hop_ticks, time_axes=self.time_axes, where=str(src),
-                                     hop_label="hop_samples" if audio else "frames_per_hop")
+                                     hop_label="hop_samples" if audio else "frames_per_hop",
+                                     attention_window=self.attention_window)
             except UsageError as err:
                 if audio or hop_ticks != 1 or not _waveform_like(shape0, axes0[first.name]):
                     raise
@@ -631,7 +647,8 @@ class StatefulOnnxFromOnnx(Stage):
 def streamify(in_onnx: Any, out_onnx: str | Path, *, sample_rate_hz: int | None = None,
               hop_samples: int | None = None, delay_samples: int | None = None,
               name: str | None = None, time_axes: dict[str, int] | None = None, frames_per_hop: int = 1,
-              proof_inputs: dict | None = None, atol: float = ATOL, audio_output: str | None = None) -> StreamContract:
+              proof_inputs: dict | None = None, atol: float = ATOL, audio_output: str | None = None,
+              attention_window: int | None = None) -> StreamContract:
     """Function twin of :class:`StatefulOnnxFromOnnx`: rewrite ``in_onnx`` into a proved stream ``out_onnx``.
 
     Args:
@@ -647,6 +664,8 @@ def streamify(in_onnx: Any, out_onnx: str | Path, *, sample_rate_hz: int | None 
         proof_inputs (dict | None): Inputs for the proof (default: real speech / seeded values).
         atol (float): Proof tolerance relative to the peak output (:func:`cosyedge.surgery.proof.tolerance`).
         audio_output (str | None): The waveform output 'run' writes (see :class:`StatefulOnnxFromOnnx`).
+        attention_window (int | None): Bound attention with unlimited left context to this many frames (changes the
+            model; the proof compares with the bounded full graph, :mod:`cosyedge.surgery.rules.attention`).
     Returns:
         StreamContract: the contract written into ``out_onnx``'s metadata (states, I/O, strides, proof).
     Raises:
@@ -655,6 +674,6 @@ def streamify(in_onnx: Any, out_onnx: str | Path, *, sample_rate_hz: int | None 
     stage = StatefulOnnxFromOnnx(in_onnx, out_onnx, sample_rate_hz=sample_rate_hz, hop_samples=hop_samples,
                                  delay_samples=delay_samples, name=name, time_axes=time_axes,
                                  frames_per_hop=frames_per_hop, proof_inputs=proof_inputs, atol=atol,
-                                 audio_output=audio_output)
+                                 audio_output=audio_output, attention_window=attention_window)
     stage()
     return stage.contract

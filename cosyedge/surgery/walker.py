@@ -55,11 +55,25 @@ class Walker:
             zero initial states, computed pad sizes, the frames a left pad adds).
         batch_axes (dict[str, int]): Batch axis by tensor name where a batch-2 probe found it.
         tick_source (tuple[str, int]): (graph input name, its time axis): the chunk length in ticks.
+        model (onnx.ModelProto | None): The same graph as a model (attention masks are evaluated from it,
+            :class:`cosyedge.surgery.masks.MaskEvaluator`); None: no attention rules.
+        t1 (int): The first probe length of ``facts`` (ticks).
+        attention_window (int | None): ``--attention-window``: bound attention with unlimited left context to this
+            many frames (:mod:`cosyedge.surgery.rules.attention`).
     """
 
     def __init__(self, graph: Any, facts: dict[str, TimeFact], values: dict[str, np.ndarray],
-                 batch_axes: dict[str, int], tick_source: tuple[str, int]):
+                 batch_axes: dict[str, int], tick_source: tuple[str, int], model: Any = None, t1: int = 0,
+                 attention_window: int | None = None):
         load_all()
+        from cosyedge.surgery.masks import MaskEvaluator
+
+        self.masks = MaskEvaluator(model, facts, t1) if model is not None else None
+        self.attention_window = attention_window
+        self.attn: dict[str, Any] = {}  # tensors over query x key time (rules/attention.Att)
+        self.attention_sites: list[Any] = []
+        self.strides: list[tuple[int, str]] = []  # (ticks, why): chunks must be a multiple of each
+        self.mask_only: set[str] = set()
         self.graph = graph
         self.facts = facts
         self.values, self.values2 = values
@@ -459,6 +473,29 @@ class Walker:
         self._masked[x.name] = out
         return out
 
+    def require_stride(self, ticks: int, why: str) -> None:
+        """Chunks must hold a multiple of ``ticks`` input ticks (a chunked attention's chunk); ``why`` names it."""
+        if ticks > 1:
+            self.strides.append((int(ticks), why))
+
+    def _find_mask_only(self) -> None:
+        """Nodes that only compute attention masks from shapes (:mod:`cosyedge.surgery.rules.attention` replaces
+        the masks with the chunk's own): every output depends on shapes only and feeds only such nodes or ops on a
+        tensor over query x key time. The walk leaves them as they are (they become dead)."""
+        if self.masks is None or not any(f.axes2 for f in self.facts.values()):
+            return
+        from cosyedge.surgery.rules.attention import involved
+
+        outs = {t.name for t in self.graph.outputs}
+        for node in reversed(list(self.graph.nodes)):
+            o = [t for t in node.outputs if t.name]
+            if not o or any(t.name in outs for t in o) or any(self.masks.data_path(t.name) for t in o):
+                continue
+            users = [c for t in o for c in t.outputs]
+            if users and all(c.name in self.mask_only or (involved(c, self) and any(
+                    self.masks.data_path(t.name) for t in c.outputs if t.name)) for c in users):
+                self.mask_only.add(node.name)
+
     # ------------------------------------------------------------------ walk
     def walk(self) -> None:
         """Visit every node of the graph (snapshot in topological order) and apply its rule; record
@@ -466,7 +503,21 @@ class Walker:
         for name, f in self.facts.items():  # graph inputs that stream start at delay 0
             if f.is_stream:
                 self.delay.setdefault(name, 0)
+        self._find_mask_only()
+        from cosyedge.surgery.rules.attention import attend, involved
+
         for node in list(self.graph.nodes):
+            if node.name in self.mask_only:
+                for o in node.outputs:
+                    self.set_delay(o, None)
+                continue
+            if self.masks is not None and involved(node, self):
+                try:
+                    attend(node, self)
+                except Blocker as err:
+                    self.blockers.append(f"{node_desc(node)}: {err}")
+                    self._fallback(node)
+                continue
             outs_stream = [o for o in node.outputs if o.name and self.fact(o).is_stream]
             errors = [self.fact(o).error for o in node.outputs if o.name and self.fact(o).error]
             if errors:

@@ -1,0 +1,274 @@
+"""Attention masks measured, not guessed: evaluate a mask at long lengths from shapes alone, and classify it.
+
+An attention mask (or additive bias) of a full-sequence graph is a tensor over query time x key time that is computed
+from the sequence length only (``arange``, ``tril``, ``subsequent_chunk_mask``). :class:`MaskEvaluator` proves that
+(every path from the mask back to the graph's inputs passes through ``Shape``/``Size``: the mask depends on shapes,
+not on values) and evaluates the mask's subgraph at any length by feeding those ``Shape`` outputs the shapes the
+measured stream facts predict (``size = rate * T + extra`` on the time axis), without running the model.
+
+:func:`classify` reads the visible set ``V[i, j]`` (query ``i`` may attend key ``j``) at two or more lengths and
+names its pattern:
+
+* ``banded`` (sliding window ``W``): ``0 <= i - j < W``, a key cache of ``W - 1`` frames;
+* ``chunked`` (block-causal, chunk ``C``, ``n`` left chunks; WeNet ``subsequent_chunk_mask``, NeMo/CosyVoice static
+  chunks): ``j // C`` in ``[i // C - n, i // C]``, a key cache of ``n * C`` frames, a look-ahead of ``C - 1`` frames;
+* ``causal`` (unlimited left context) and ``chunked`` with ``n`` unlimited: a stream would need a growing cache;
+* ``full`` (every query sees every key: bidirectional);
+* anything else: ``other``, described by what row 0 and the last row see.
+
+Sources: WeNet ``wenet/utils/mask.py`` (``subsequent_chunk_mask``), NeMo ``conformer_encoder.py`` (``_create_masks``,
+``att_context_size``), sonos/tract ``pulse/src/blockify.rs`` (block-diagonal and banded masks recognised from their
+values), ONNX ``Shape``/``Size`` operators.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import numpy as np
+
+from cosyedge._lazy import lazy_import
+from cosyedge.errors import first_line
+
+onnx = lazy_import("onnx")
+
+UNLIMITED = -1
+"""int: ``n`` of a chunked pattern whose queries see every earlier chunk (and ``W`` of an unlimited causal one)."""
+
+_RANDOM = {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial", "Bernoulli"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Pattern:
+    """The visible set of an attention mask.
+
+    Attributes:
+        kind (str): ``"banded"``, ``"chunked"``, ``"causal"`` (banded with unlimited window), ``"full"``, ``"none"``
+            (the mask hides nothing: a key padding mask of ones) or ``"other"``.
+        window (int): ``banded``: keys ``i - window + 1 .. i`` (frames); :data:`UNLIMITED` for ``causal``.
+        chunk (int): ``chunked``: chunk size ``C`` (frames).
+        left (int): ``chunked``: left chunks ``n`` a query sees besides its own; :data:`UNLIMITED` for all.
+        text (str): For ``other``: what the rows see (for the refusal).
+    """
+
+    kind: str
+    window: int = 0
+    chunk: int = 0
+    left: int = 0
+    text: str = ""
+
+    @property
+    def bounded(self) -> bool:
+        """bool: a stream needs a fixed-size cache only (banded, or chunked with finite left chunks)."""
+        return (self.kind == "banded") or (self.kind == "chunked" and self.left != UNLIMITED)
+
+    @property
+    def cache_frames(self) -> int:
+        """int: key/value frames a stream keeps from earlier chunks (``W - 1`` banded, ``n * C`` chunked)."""
+        if self.kind == "banded":
+            return self.window - 1
+        if self.kind == "chunked":
+            return self.left * self.chunk
+        raise ValueError(f"no finite cache for a {self.kind} mask")
+
+    @property
+    def lookahead_frames(self) -> int:
+        """int: future frames a query sees (``C - 1`` for chunked, else 0)."""
+        return self.chunk - 1 if self.kind == "chunked" else 0
+
+    def describe(self) -> str:
+        """One phrase: ``banded causal, window 16 frames``, ``chunked, chunk 4 frames, 2 left chunks``..."""
+        if self.kind == "banded":
+            return f"banded causal (sliding window of {self.window} frames)"
+        if self.kind == "causal":
+            return "causal with unlimited left context"
+        if self.kind == "chunked":
+            left = "every earlier chunk" if self.left == UNLIMITED else f"{self.left} left chunk{'s' * (self.left != 1)}"
+            return f"chunked (chunks of {self.chunk} frames, {left})"
+        if self.kind == "full":
+            return "full (bidirectional: every frame sees the whole sequence)"
+        if self.kind == "none":
+            return "no masking"
+        return f"neither banded nor chunked ({self.text})"
+
+    def bound(self, window: int) -> "Pattern":
+        """This pattern limited to ``window`` frames of left context (``--attention-window``): causal -> banded
+        ``window``; chunked with unlimited left chunks -> ``ceil((window - 1) / C)`` left chunks... at least one."""
+        if self.kind == "causal":
+            return Pattern("banded", window=window)
+        if self.kind == "chunked" and self.left == UNLIMITED:
+            return Pattern("chunked", chunk=self.chunk, left=max(1, window // self.chunk))
+        return self
+
+    def visible(self, q: np.ndarray, k: np.ndarray) -> np.ndarray:
+        """bool array: whether query positions ``q`` see key positions ``k`` (broadcast; frames from the start)."""
+        if self.kind == "none" or self.kind == "full":
+            return np.ones(np.broadcast(q, k).shape, dtype=bool)
+        if self.kind in ("banded", "causal"):
+            d = q - k
+            return (d >= 0) & ((d < self.window) if self.window != UNLIMITED else True)
+        if self.kind == "chunked":
+            cq, ck = q // self.chunk, k // self.chunk
+            return (ck <= cq) & ((ck >= cq - self.left) if self.left != UNLIMITED else True)
+        raise ValueError(self.kind)
+
+
+def _rows(v: np.ndarray, i: int) -> str:
+    idx = np.flatnonzero(v[i])
+    if not idx.size:
+        return f"row {i} sees no key"
+    runs = f"{idx[0]}..{idx[-1]}" if idx.size == idx[-1] - idx[0] + 1 else f"{idx.size} scattered keys"
+    return f"row {i} sees keys {runs}"
+
+
+def classify_one(v: np.ndarray) -> Pattern:
+    """Classify one visible matrix ``v`` (bool (F, F), query x key) at one length (module doc)."""
+    n = v.shape[0]
+    i = np.arange(n)[:, None]
+    j = np.arange(n)[None, :]
+    if v.all():
+        return Pattern("none") if n > 1 else Pattern("full")
+    text = f"{_rows(v, 0)}, {_rows(v, n - 1)} of {n}"
+    if not v[np.arange(n), np.arange(n)].all():
+        return Pattern("other", text=f"a query does not see its own frame: {text}")
+    if not (v & (j > i)).any():  # causal
+        lo = np.argmax(v, axis=1)  # first visible key per row
+        if (lo == 0).all():
+            return Pattern("causal", window=UNLIMITED) if np.array_equal(v, j <= i) else Pattern("other", text=text)
+        w = int((np.arange(n) - lo).max()) + 1
+        p = Pattern("banded", window=w)
+        return p if np.array_equal(v, p.visible(i, j)) else Pattern("other", text=text)
+    c = int(np.flatnonzero(v[0]).max()) + 1
+    if c >= n:
+        return Pattern("other", text=text)
+    lo = np.argmax(v, axis=1)
+    if (lo == 0).all():
+        cands = [Pattern("chunked", chunk=c, left=UNLIMITED)]
+    else:
+        lefts = {(r // c * c - int(lo[r])) // c for r in range(n) if lo[r] > 0}
+        cands = [Pattern("chunked", chunk=c, left=x) for x in sorted(lefts)]
+    for p in cands:
+        if np.array_equal(v, p.visible(i, j)):
+            return p
+    return Pattern("other", text=text)
+
+
+def classify(views: list[np.ndarray]) -> Pattern:
+    """Classify the visible set measured at several lengths (list of bool (F, F)), shortest first.
+
+    A pattern must be the same at every length; a mask that hides nothing at any length is ``full`` attention
+    (``none`` stays for a mask that is one of several, see :func:`combine`).
+
+    Returns:
+        Pattern: the pattern (``other`` with the reason when the lengths disagree).
+    """
+    pats = [classify_one(v) for v in views]
+    first = pats[0]
+    if all(p == first for p in pats):
+        return first
+    return Pattern("other", text="the pattern changes with the sequence length: "
+                   + "; ".join(f"{p.describe()} at {v.shape[0]} frames" for p, v in zip(pats, views)))
+
+
+class MaskEvaluator:
+    """Evaluate tensors of a full-sequence graph that depend on shapes only, at any length.
+
+    Args:
+        model (onnx.ModelProto): The constant-folded full-sequence graph.
+        facts (dict[str, TimeFact]): Measured stream facts (:func:`cosyedge.surgery.facts.measure`), with
+            :attr:`TimeFact.axes2` for tensors over time x time.
+        t1 (int): The first probe length (input ticks) the facts were measured at.
+    """
+
+    def __init__(self, model: Any, facts: dict, t1: int):
+        self.model = model
+        self.facts = facts
+        self.t1 = t1
+        self.producer = {o: n for n in model.graph.node for o in n.output}
+        self.inits = {i.name for i in model.graph.initializer}
+        self.graph_inputs = {i.name for i in model.graph.input}
+        self._why: dict[str, str] = {}
+
+    def data_path(self, name: str) -> str:
+        """"" when tensor ``name`` depends on shapes only; else the graph input (or random op) its value comes from
+        (a path that does not pass through ``Shape``/``Size``)."""
+        if name in self._why:
+            return self._why[name]
+        stack, seen, why = [name], set(), ""
+        while stack and not why:
+            t = stack.pop()
+            if t in seen or not t or t in self.inits:
+                continue
+            seen.add(t)
+            if t in self.graph_inputs:
+                why = f"graph input '{t}'"
+                break
+            node = self.producer.get(t)
+            if node is None:
+                continue
+            if node.op_type in ("Shape", "Size"):
+                continue
+            if node.op_type in _RANDOM:
+                why = f"{node.op_type} node '{node.name}'"
+                break
+            stack.extend(node.input)
+        self._why[name] = why
+        return why
+
+    def shape_at(self, name: str, ticks: int) -> list[int]:
+        """The shape (list[int]) tensor ``name`` has at ``ticks`` input ticks, from its measured fact."""
+        f = self.facts[name]
+        shape = list(f.shape1)
+        for ax in (f.axes2 or ((f.axis,) if f.axis is not None else ())):
+            shape[ax] = int(f.rate * ticks + f.extra)
+        return shape
+
+    def evaluate(self, names: list[str], ticks: int) -> dict[str, np.ndarray]:
+        """Values of ``names`` (each shape-only: :meth:`data_path` is "") at ``ticks`` input ticks.
+
+        Raises:
+            RuntimeError: ONNX Runtime cannot run the mask's subgraph (its first line).
+        """
+        need, order, stack = set(), [], list(names)
+        while stack:
+            t = stack.pop()
+            node = self.producer.get(t)
+            if node is None or id(node) in need:
+                continue
+            need.add(id(node))
+            if node.op_type not in ("Shape", "Size"):
+                stack.extend(node.input)
+        feeds, nodes = {}, []
+        for node in self.model.graph.node:
+            if id(node) not in need:
+                continue
+            if node.op_type in ("Shape", "Size"):
+                shape = self.shape_at(node.input[0], ticks)
+                if node.op_type == "Size":
+                    feeds[node.output[0]] = np.asarray(math.prod(shape), dtype=np.int64)
+                else:
+                    a = {x.name: onnx.helper.get_attribute_value(x) for x in node.attribute}
+                    r = len(shape)
+                    s, e = int(a.get("start", 0)), int(a.get("end", r))
+                    s, e = [max(0, min(r, x + r if x < 0 else x)) for x in (s, e)]
+                    feeds[node.output[0]] = np.asarray(shape[s:e], dtype=np.int64)
+            else:
+                nodes.append(node)
+        used = {i for n in nodes for i in n.input}
+        g = onnx.helper.make_graph(
+            nodes, "mask",
+            [onnx.helper.make_tensor_value_info(k, onnx.TensorProto.INT64, list(v.shape)) for k, v in feeds.items()],
+            [onnx.ValueInfoProto(name=n) for n in names],
+            [i for i in self.model.graph.initializer if i.name in used])
+        m = onnx.helper.make_model(g, opset_imports=list(self.model.opset_import))
+        m.ir_version = self.model.ir_version
+        from cosyedge.runtime.ort import session_from_onnx
+
+        try:
+            sess = session_from_onnx(m, threads=1, inter_threads=1, optimize=False, log_severity=4)
+            vals = sess.run(list(names), feeds)
+        except Exception as err:
+            raise RuntimeError(first_line(err)) from None
+        return dict(zip(names, vals))

@@ -1,0 +1,590 @@
+"""Attention over time with a bounded context becomes a key/value cache state; its mask is measured, not guessed.
+
+A full-sequence graph computes self-attention as a tensor over **query time x key time** (its fact has two time axes,
+:attr:`cosyedge.surgery.facts.TimeFact.axes2`): ``scores = Q @ K^T`` (MatMul, or an Einsum, of two streaming tensors),
+a mask or bias (``Add``, ``Where``, masked fill, also after the Softmax), ``Softmax`` over the key axis, and
+``probs @ V`` back to one time axis. One **site** is one such attention. On a chunk of ``F`` frames:
+
+* the keys (the score MatMul's second input, after the key projection and after RoPE) and the values (the second
+  input of ``probs @ V``) each get a **cache** state of ``L`` frames, batch-first: ``Concat(cache, K)`` on time, the
+  last ``L`` frames go out (:meth:`Walker.add_state`, kinds ``"key"`` / ``"value"``); multi-head reshapes and
+  transposes before the MatMul are followed like every other time axis, and a batch that folds heads
+  (``(N*H, T, d)``) is stored ``(N, H, ...)``;
+* the mask is **measured**: every mask input must depend on shapes only (each path back to the graph's inputs passes
+  through ``Shape``/``Size``, :class:`cosyedge.surgery.masks.MaskEvaluator`; a mask from a lengths input or from the
+  data is refused), is evaluated at two long lengths from the measured shapes and classified
+  (:func:`cosyedge.surgery.masks.classify`): ``banded`` (window ``W``: ``L = W - 1``), ``chunked`` (chunk ``C``,
+  ``n`` left chunks: ``L = n * C``, the hop a multiple of ``C`` and the site's delay a multiple of ``C``; its
+  look-ahead of ``C - 1`` frames is inside each chunk). ``causal`` with unlimited left context (and chunked with
+  every earlier chunk) is refused unless ``--attention-window N`` bounds it (the model then differs from the
+  original: streamify proves against the full graph with the same bound and reports the deviation); ``full``
+  (bidirectional) and any other pattern are refused by name;
+* each mask input is replaced by the same pattern computed from each stream's **positions** (the position counter
+  state, :meth:`Walker.position_counter`), query positions ``p .. p + F - 1`` and key positions ``p - L .. p + F - 1``
+  (minus the site's delay), and the scores get ``Where(visible, scores, lowest)`` so that cache slots before the
+  stream's start are hidden as the full graph hides keys before frame 0 (the pre-roll is exact); rows of queries
+  before the stream's start (delay) see every key, so they stay finite;
+* ops between the scores and ``probs @ V``: elementwise with constants, masks or per-query tensors, Cast, Softmax /
+  LogSoftmax over the key axis, reductions over the key axis (a decomposed softmax), Transpose.
+
+Sources: Vaswani et al. 2017 (arXiv:1706.03762) scaled dot-product attention; WeNet ``wenet/utils/mask.py``
+(``subsequent_chunk_mask``) and its ``att_cache``; NeMo cache-aware streaming (``cache_last_channel``,
+arXiv:2312.17279); Kyutai Mimi/moshi ``transformer.py`` (KV cache with ``end_offset``, context 250); sonos/tract
+``pulse/src/blockify.rs`` (chunk masks recognised from their values).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+
+from cosyedge._lazy import lazy_import
+from cosyedge.surgery.masks import Pattern, classify
+from cosyedge.surgery.rules import Blocker, attr_str
+
+gs = lazy_import("onnx_graphsurgeon")
+
+KEY, VALUE = "key", "value"
+"""str: :class:`~cosyedge.artifacts.StateSpec` kinds of an attention's key and value caches."""
+
+_UNARY = set("Cast Identity Dropout Exp Neg Abs Relu Sigmoid Tanh Clip Log Sqrt Reciprocal Softplus".split())
+_BINARY = set("Add Sub Mul Div Where Max Min Pow".split())
+_REDUCE = set("ReduceMax ReduceSum ReduceMean ReduceLogSumExp ReduceMin".split())
+_MASK_FRAMES = (700, 1100)
+"""Lengths (frames at the attention's rate) a mask is evaluated and classified at: a window up to ~700 frames is
+told from an unlimited one."""
+
+
+@dataclasses.dataclass
+class Site:
+    """One attention: its classified pattern, cache length, delay and the chunk's visibility tensor."""
+
+    node: str
+    pattern: Pattern
+    original: Pattern
+    delay: int
+    rate: Fraction
+    cache: int
+    vis3: Any = None  # bool (N, Fq, L + Fq): query x key visible in this chunk (built once)
+    vis_r: dict = dataclasses.field(default_factory=dict)
+    score: str = ""  # the score tensor's name in the full graph (the --attention-window bound goes there)
+    masks: list = dataclasses.field(default_factory=list)  # (node name, input index) of the masks replaced
+
+    def info(self) -> dict:
+        """What the contract records of this attention (dict, JSON-able)."""
+        d = {"node": self.node, "pattern": self.pattern.describe(), "cache_frames": self.cache,
+             "lookahead_frames": self.pattern.lookahead_frames, "delay_frames": self.delay}
+        if self.original != self.pattern:
+            d["bounded_from"] = self.original.describe()
+        return d
+
+
+@dataclasses.dataclass
+class Att:
+    """A tensor over query time x key time in the chunk graph: its site and where its two axes are."""
+
+    site: Site | None  # None: its site was refused (consumers add no further blockers)
+    q: int = 0
+    k: int = 0
+    rank: int = 0
+    post: bool = False  # after the Softmax
+
+
+def involved(node: Any, ctx: Any) -> bool:
+    """bool: ``node`` takes or makes a tensor over time x time (an attention op for :func:`attend`)."""
+    for t in list(node.inputs) + list(node.outputs):
+        if t.name and (t.name in ctx.attn or ctx.fact(t).axes2 is not None):
+            return True
+    return False
+
+
+def attend(node: Any, ctx: Any) -> None:
+    """The rule for every node that :func:`involved` names (module doc).
+
+    Raises:
+        Blocker: the node does not fit the attention family, or its mask is unbounded, full, not banded or chunked,
+            or computed from data.
+    """
+    ins = [ctx.attn.get(t.name) for t in node.inputs]
+    if any(a is not None and a.site is None for a in ins):  # its site was refused already
+        for o in node.outputs:
+            if o.name and ctx.fact(o).axes2 is not None:
+                ctx.attn[o.name] = Att(None)
+        ctx._fallback(node)
+        return
+    data = [i for i, a in enumerate(ins) if a is not None]
+    if not data:
+        return _scores(node, ctx)
+    a = ins[data[0]]
+    if len({id(ins[i].site) for i in data}) > 1:
+        raise Blocker("tensors of two different attentions meet")
+    op = node.op
+    if op in ("MatMul", "Einsum") and not (node.outputs[0].name and ctx.fact(node.outputs[0]).axes2):
+        return _values(node, ctx, a, data[0])
+    if op in ("Softmax", "LogSoftmax"):
+        ax = int(node.attrs.get("axis", -1 if ctx.opset >= 13 else 1)) % a.rank
+        if ctx.opset < 13 and not (ax == a.rank - 1 == a.k):
+            raise Blocker(f"{op} (opset {ctx.opset}) flattens axes {ax}.. of a tensor over query x key time")
+        if ax != a.k:
+            raise Blocker(f"{op} over the query axis {ax} (normalises over the whole sequence)")
+        _out(node, ctx, dataclasses.replace(a, post=True))
+        return
+    if op in _REDUCE:
+        return _reduce(node, ctx, a)
+    if op == "Transpose":
+        perm = [int(p) for p in node.attrs.get("perm", list(range(a.rank))[::-1])]
+        _out(node, ctx, dataclasses.replace(a, q=perm.index(a.q), k=perm.index(a.k)))
+        return
+    if op in _UNARY:
+        _out(node, ctx, a)
+        return
+    if op in _BINARY:
+        return _binary(node, ctx, a, data)
+    raise Blocker(f"no streaming rule for {op} on a tensor over query x key time (closed world: the attention "
+                  "rules take elementwise ops, Softmax over keys, reductions over keys, Transpose, MatMul with values)")
+
+
+# ---------------------------------------------------------------------------------------------- helpers
+def _out(node: Any, ctx: Any, a: Att) -> None:
+    rank = len(ctx.fact(node.outputs[0]).shape1)
+    shift = rank - a.rank
+    ctx.attn[node.outputs[0].name] = dataclasses.replace(a, q=a.q + shift, k=a.k + shift, rank=rank)
+    for o in node.outputs:
+        ctx.set_delay(o, a.site.delay)
+
+
+def _time_letters(node: Any, ctx: Any) -> tuple[list[int], list[int], list[int]] | None:
+    """For a score MatMul/Einsum ``Q x K``: (Q's time axis, K's time axis), and the output's (query, key) axes."""
+    fq, fk, fo = ctx.fact(node.inputs[0]), ctx.fact(node.inputs[1]), ctx.fact(node.outputs[0])
+    if node.op == "MatMul":
+        rq, rk, ro = len(fq.shape1), len(fk.shape1), len(fo.shape1)
+        if fq.axis != rq - 2 or fk.axis != rk - 1:
+            raise Blocker(f"multiplies two streaming tensors with time on axes {fq.axis} (of {rq}) and {fk.axis} (of "
+                          f"{rk}): not query x key^T (attention scores)")
+        return fq.axis, fk.axis, (ro - 2, ro - 1)
+    from cosyedge.surgery.rules.perframe import _einsum_terms
+
+    eq = attr_str(node, "equation", "")
+    terms, rhs = _einsum_terms(eq, [len(fq.shape1), len(fk.shape1)])
+    a, b = terms[0][fq.axis], terms[1][fk.axis]
+    if a == b or a not in rhs or b not in rhs or a in terms[1] or b in terms[0]:
+        raise Blocker(f"'{eq}' does not make query x key scores of two streaming tensors")
+    return fq.axis, fk.axis, (rhs.index(a), rhs.index(b))
+
+
+def _visible(ev: Any, consumer: Any, mi: int, di: int, out_rank: int, qk: tuple[int, int],
+             ticks: int) -> np.ndarray:
+    """The visible set (bool (F, F), query x key) a mask input ``mi`` of ``consumer`` leaves to the attention tensor
+    at input ``di`` whose output axes are ``qk``, measured at ``ticks`` input ticks.
+
+    Raises:
+        Blocker: the mask is not a two-valued mask of this use (a bias, a 0/1 product before the Softmax).
+    """
+    t = consumer.inputs[mi]
+    m = np.asarray(ev.evaluate([t.name], ticks)[t.name])
+    frames = ev.shape_at(consumer.outputs[0].name, ticks)[qk[0]]
+    shift = out_rank - m.ndim
+    kept = [ax for ax in range(m.ndim) if ax + shift in qk and m.shape[ax] != 1]
+    sel = tuple(slice(None) if ax in kept else slice(0, 1) for ax in range(m.ndim))
+    if not np.array_equal(np.broadcast_to(m[sel], m.shape), m):
+        raise Blocker(f"mask '{t.name}' differs over an axis other than query and key time (a per-head bias such as "
+                      "ALiBi?): not a mask streamify can measure")
+    m2 = m[sel].reshape([m.shape[ax] for ax in kept])
+    roles = [qk.index(ax + shift) for ax in kept]  # 0 query, 1 key
+    if roles == [1, 0]:
+        m2 = m2.T
+    if roles == [0]:
+        m2 = m2[:, None]
+    elif roles == [1]:
+        m2 = m2[None, :]
+    elif not roles:
+        m2 = m2.reshape(1, 1)
+    full = np.broadcast_to(m2, (frames, frames))
+    op = consumer.op
+    vals = np.unique(full)
+    if op == "Where":
+        if mi != 0 or di == 0:
+            raise Blocker(f"Where with the mask as a value, not the condition ('{t.name}')")
+        return full.astype(bool) if di == 1 else ~full.astype(bool)
+    if full.dtype == bool:
+        raise Blocker(f"{op} with a boolean mask '{t.name}'")
+    if op in ("Add", "Sub"):
+        if vals.size > 2 or (vals.size == 2 and not (0 in vals)) or (vals.size == 1 and vals[0] != 0):
+            raise Blocker(f"{op} of a bias over query x key time with values {vals[:4].tolist()}... (a relative "
+                          "position bias or ALiBi, not a mask of 0 and a large negative): not streamed")
+        low = vals.min() if op == "Add" else -vals.max()
+        if vals.size == 2 and low > -1e4:
+            raise Blocker(f"{op} of a mask '{t.name}' whose hidden value {low} is not large and negative")
+        return full == 0
+    if op == "Mul":
+        if not set(vals.tolist()) <= {0, 1}:
+            raise Blocker(f"Mul by a weight over query x key time with values {vals[:4].tolist()}...: not a 0/1 mask")
+        return full != 0
+    raise Blocker(f"{op} of a mask '{t.name}' (only Where, Add, Sub and Mul apply masks)")
+
+
+def _region(out: Any, ctx: Any) -> tuple[list, list]:
+    """The masks applied between the scores ``out`` and the MatMul with the values: (pre-Softmax, post-Softmax)
+    lists of (consumer node, mask input index, data input index, output rank, (query, key) axes)."""
+    pre, post, seen = [], [], set()
+    stack = [(out, len(ctx.fact(out).shape1), ctx.fact(out).axes2, False)]
+    while stack:
+        t, rank, qk, after = stack.pop()
+        if t.name in seen:
+            continue
+        seen.add(t.name)
+        for c in t.outputs:
+            di = [i for i, x in enumerate(c.inputs) if x is t][0]
+            o = c.outputs[0] if c.outputs else None
+            if o is None or not o.name or ctx.fact(o).axes2 is None:
+                continue
+            orank = len(ctx.fact(o).shape1)
+            oqk = (qk[0] + orank - rank, qk[1] + orank - rank)
+            if c.op == "Transpose":
+                perm = [int(p) for p in c.attrs.get("perm", list(range(rank))[::-1])]
+                oqk = (perm.index(qk[0]), perm.index(qk[1]))
+            for mi, m in enumerate(c.inputs):
+                if mi == di or not m.name or isinstance(m, gs.Constant):
+                    continue
+                f = ctx.fact(m)
+                if f.axes2 is None and not f.is_stream:
+                    continue
+                why = ctx.masks.data_path(m.name)
+                if why:
+                    if f.axes2 is not None:
+                        raise Blocker(f"its mask '{m.name}' depends on the values of {why}, not only on the sequence "
+                                      "length (a key-padding mask from lengths?): refused, not guessed")
+                    continue  # a per-query tensor (a decomposed softmax's max), checked at its node
+                (post if after else pre).append((c, mi, di, orank, oqk))
+            stack.append((o, orank, oqk, after or c.op in ("Softmax", "LogSoftmax")))
+    return pre, post
+
+
+def _ticks_for(ctx: Any, rate: Fraction, frames: int) -> int:
+    q = math.lcm(*[f.rate.denominator for f in ctx.facts.values() if f.is_stream or f.axes2], 1)
+    t = math.ceil(Fraction(frames) / rate)
+    return -(-t // q) * q
+
+
+def _classify_site(node: Any, ctx: Any, rate: Fraction) -> tuple[Pattern, list]:
+    out = node.outputs[0]
+    pre, post = _region(out, ctx)
+    if not pre:
+        return Pattern("full"), []
+    views = []
+    for frames in _MASK_FRAMES:
+        ticks = _ticks_for(ctx, rate, frames)
+        try:
+            vs = [_visible(ctx.masks, c, mi, di, r, qk, ticks) for c, mi, di, r, qk in pre]
+            ps = [_visible(ctx.masks, c, mi, di, r, qk, ticks) for c, mi, di, r, qk in post]
+        except RuntimeError as err:
+            raise Blocker(f"its mask cannot be evaluated from shapes alone ({err})") from None
+        v = np.logical_and.reduce(vs)
+        for p in ps:
+            if (v & ~p).any():
+                raise Blocker("a mask after the Softmax hides keys the Softmax normalised over (its weights depend "
+                              "on keys the query must not see)")
+        views.append(v)
+    pat = classify(views)
+    if pat.kind == "none":
+        pat = Pattern("full")
+    return pat, pre + post
+
+
+def _scores(node: Any, ctx: Any) -> None:
+    """The score MatMul/Einsum (two streaming inputs, output over query x key time): a new site."""
+    out = node.outputs[0]
+    if node.op not in ("MatMul", "Einsum") or len(node.inputs) != 2 or ctx.fact(out).axes2 is None \
+            or len(ctx.stream_inputs(node)) != 2:
+        if ctx.fact(out).axes2 is not None and not ctx.stream_inputs(node):
+            raise Blocker("makes a tensor over query x key time from the data (not a mask of the sequence length)")
+        for o in node.outputs:
+            if o.name and ctx.fact(o).axes2 is not None:
+                ctx.attn[o.name] = Att(None)
+        raise Blocker(f"{node.op} makes a tensor over query x key time that is not attention scores of two streaming "
+                      "tensors")
+    try:
+        qa, ka, (oq, ok) = _time_letters(node, ctx)
+        fq, fk = ctx.fact(node.inputs[0]), ctx.fact(node.inputs[1])
+        if fq.rate != fk.rate:
+            raise Blocker(f"queries at {fq.rate} and keys at {fk.rate} frames per tick (cross-attention between rates)")
+        rate = fq.rate
+        pat, masks = _classify_site(node, ctx, rate)
+        original = pat
+        if not pat.bounded and pat.kind in ("causal", "chunked") and ctx.attention_window:
+            pat = pat.bound(int(ctx.attention_window))
+        if not pat.bounded:
+            if pat.kind in ("causal", "chunked"):
+                raise Blocker(f"its attention is {pat.describe()}: a stream would need a key cache that grows without "
+                              "end; give --attention-window N to bound it to N frames (that changes the model: the "
+                              "proof then compares with the bounded full graph and reports the deviation)")
+            raise Blocker(f"its attention mask is {pat.describe()}: not streamable")
+        d = ctx.align(node, [0, 1], minimum=0) or 0
+        if pat.kind == "chunked" and d % pat.chunk:
+            d = ctx.align(node, [0, 1], minimum=d + (-d) % pat.chunk)
+        site = Site(node.name, pat, original, d, rate, pat.cache_frames, score=out.name,
+                    masks=[(c.name, mi) for c, mi, *_ in masks])
+        if pat.kind == "chunked":
+            ctx.require_stride((rate / pat.chunk).denominator, f"chunked attention at {node.op} node '{node.name}' "
+                               f"(chunks of {pat.chunk} frames)")
+        ctx.attention_sites.append(site)
+        k = node.inputs[1]
+        if site.cache:
+            node.inputs[1] = ctx.add_state(k, site.cache, ka, KEY, node.name)
+        a = Att(site, oq, ok, len(ctx.fact(out).shape1))
+        vis = _vis_for(ctx, site, a, out)
+        raw = ctx.op(node.op, list(node.inputs), node.name, dict(node.attrs))
+        low = np.finfo(_dtype(ctx, out)).min
+        node.op, node.attrs = "Where", {}
+        node.inputs.clear()
+        node.inputs.extend([vis, raw, ctx.const(low, dtype=_dtype(ctx, out))])
+        ctx.attn[out.name] = a
+        ctx.set_delay(out, d)
+    except Blocker:
+        ctx.attn[out.name] = Att(None)
+        raise
+
+
+def _dtype(ctx: Any, t: Any) -> Any:
+    v = ctx.value(t)
+    return np.asarray(v).dtype if v is not None else np.dtype(np.float32)
+
+
+def _vis3(ctx: Any, site: Site) -> Any:
+    """bool (N, Fq, L + Fq): which key of this chunk (cache first) each query of this chunk sees (module doc)."""
+    if site.vis3 is not None:
+        return site.vis3
+    base = f"{site.node}/attention_mask"
+    i64 = np.int64
+    counter = ctx.position_counter(site.rate)  # (N, 1) frames streamed so far
+    fq = ctx.frames_tensor(site.rate, base)  # (1,)
+    n = ctx.unsqueeze(fq, [0], base, squeeze=True)
+    L, d = site.cache, site.delay
+    rq = ctx.op("Range", [ctx.const(0), n, ctx.const(1)], base, dtype=i64)
+    rk = ctx.op("Range", [ctx.const(-L), n, ctx.const(1)], base, dtype=i64)
+    qf = ctx.op("Sub", [ctx.op("Add", [counter, rq], base, dtype=i64), ctx.const([[d]])], base, dtype=i64)
+    kf = ctx.op("Sub", [ctx.op("Add", [counter, rk], base, dtype=i64), ctx.const([[d]])], base, dtype=i64)
+    qs = ctx.unsqueeze(qf, [2], base)  # (N, Fq, 1)
+    ks = ctx.unsqueeze(kf, [1], base)  # (N, 1, Fk)
+    p = site.pattern
+
+    def not_less(a, b):
+        return ctx.op("Not", [ctx.op("Less", [a, b], base, dtype=bool)], base, dtype=bool)
+
+    def both(a, b):
+        return ctx.op("And", [a, b], base, dtype=bool)
+
+    if p.kind == "banded":
+        diff = ctx.op("Sub", [qs, ks], base, dtype=i64)
+        vis = both(not_less(diff, ctx.const(0)), ctx.op("Less", [diff, ctx.const(p.window)], base, dtype=bool))
+    else:  # chunked: floor division of non-negative positions (shifted by a multiple of C)
+        shift = p.chunk * (-(-(L + d + 1) // p.chunk) + 1)
+        cq = ctx.op("Div", [ctx.op("Add", [qs, ctx.const(shift)], base, dtype=i64), ctx.const(p.chunk)], base, dtype=i64)
+        ck = ctx.op("Div", [ctx.op("Add", [ks, ctx.const(shift)], base, dtype=i64), ctx.const(p.chunk)], base, dtype=i64)
+        vis = both(not_less(cq, ck), not_less(ck, ctx.op("Sub", [cq, ctx.const(p.left)], base, dtype=i64)))
+    vis = both(vis, not_less(ks, ctx.const(0)))  # keys before the stream's start do not exist
+    vis = ctx.op("Or", [vis, ctx.op("Less", [qs, ctx.const(0)], base, dtype=bool)], base, dtype=bool)  # pre-roll rows
+    site.vis3 = vis
+    return vis
+
+
+def _vis_for(ctx: Any, site: Site, a: Att, like: Any) -> Any:
+    """:func:`_vis3` laid out for a tensor ``like`` over query x key time (axes of ``a``): rank ``a.rank``, the batch
+    on ``like``'s batch axis (heads folded into it repeated), query and key on ``a.q`` and ``a.k``."""
+    b = ctx.batch_axis(like)
+    fold = ctx.batch_fold(like)
+    key = (a.rank, a.q, a.k, b, fold)
+    if key in site.vis_r:
+        return site.vis_r[key]
+    base = f"{site.node}/attention_mask"
+    v = _vis3(ctx, site)
+    if fold > 1:
+        e = ctx.op("Expand", [ctx.unsqueeze(v, [1], base), ctx.const([1, fold, 1, 1])], base, dtype=bool)
+        shape = ctx.op("Concat", [ctx.const([-1]), ctx.op("Slice", [ctx.op("Shape", [v], base), ctx.const([1]),
+                                                                    ctx.const([3]), ctx.const([0])], base)],
+                       base, {"axis": 0}, dtype=np.int64)
+        v = ctx.op("Reshape", [e, shape], base, dtype=bool)
+    roles = {b: 0, a.q: 1, a.k: 2}
+    if len(roles) != 3:
+        raise Blocker(f"the batch axis {b} is a time axis of the attention tensor")
+    order = sorted(roles)  # target axes in increasing order
+    perm = [roles[t] for t in order]
+    if perm != [0, 1, 2]:
+        v = ctx.op("Transpose", [v], base, {"perm": perm}, dtype=bool)
+    others = [i for i in range(a.rank) if i not in roles]
+    if others:
+        v = ctx.unsqueeze(v, others, base)
+    site.vis_r[key] = v
+    return v
+
+
+def _replacement(node: Any, ctx: Any, a: Att, mi: int, di: int) -> Any:
+    """The chunk's value of mask input ``mi`` of ``node`` (used on the attention tensor at ``di``): the site's
+    pattern, in the mask's own values (bool condition, additive 0 / hidden value, 0/1 weights)."""
+    t = node.inputs[mi]
+    vis = _vis_for(ctx, a.site, a, node.inputs[di])
+    base = f"{node.name}/attention_mask"
+    if node.op == "Where":
+        return vis if di == 1 else ctx.op("Not", [vis], base, dtype=bool)
+    m = np.asarray(ctx.value(t))
+    dt = m.dtype
+    if node.op in ("Add", "Sub"):
+        hidden = (m.min() if node.op == "Add" else m.max()) if m.size and (m != 0).any() else \
+            (np.finfo(dt).min if node.op == "Add" else np.finfo(dt).max)
+        return ctx.op("Where", [vis, ctx.const(0, dtype=dt), ctx.const(hidden, dtype=dt)], base, dtype=dt)
+    from onnx import helper
+
+    return ctx.op("Cast", [vis], base, {"to": int(helper.np_dtype_to_tensor_dtype(dt))}, dtype=dt)
+
+
+def _binary(node: Any, ctx: Any, a: Att, data: list[int]) -> None:
+    rank = len(ctx.fact(node.outputs[0]).shape1)
+    shift = rank - a.rank
+    aq, ak = a.q + shift, a.k + shift
+    masks = {m for (n, m) in a.site.masks if n == node.name}
+    for i, t in enumerate(node.inputs):
+        if i in data or not t.name or isinstance(t, gs.Constant):
+            continue
+        f = ctx.fact(t)
+        if i in masks:
+            node.inputs[i] = _replacement(node, ctx, a, i, data[0])
+            continue
+        if f.axes2 is not None:
+            raise Blocker(f"'{t.name}' over query x key time is neither this attention's mask nor its scores")
+        if not f.is_stream:
+            continue  # constant along time (a scale)
+        r = len(f.shape1)
+        if f.axis + rank - r != aq:
+            raise Blocker(f"'{t.name}' runs over the key time axis but is computed from data (a relative position "
+                          "bias? rel_shift is not streamed)")
+        if f.rate != a.site.rate:
+            raise Blocker(f"'{t.name}' is at {f.rate} frames per tick, the attention at {a.site.rate}")
+        dt = ctx.delay_of(t)
+        if dt is not None and dt != a.site.delay:
+            if dt > a.site.delay:
+                raise Blocker(f"'{t.name}' is {dt - a.site.delay} frames later than the attention's queries")
+            node.inputs[i] = ctx.delay_line(t, a.site.delay - dt, node.name)
+    _out(node, ctx, a)
+
+
+def _reduce(node: Any, ctx: Any, a: Att) -> None:
+    axes = node.attrs.get("axes")
+    if axes is None and len(node.inputs) > 1 and node.inputs[1].name:
+        v = ctx.value(node.inputs[1])
+        axes = None if v is None else v.reshape(-1).tolist()
+    axes = [int(x) % a.rank for x in (axes or [])]
+    if axes != [a.k]:
+        raise Blocker(f"{node.op} over axes {axes} of a tensor over query x key time (only over the key axis {a.k})")
+    for o in node.outputs:
+        ctx.set_delay(o, a.site.delay)
+
+
+def _values(node: Any, ctx: Any, a: Att, di: int) -> None:
+    """``probs @ V``: the values get a cache of the site's ``L`` frames; the output streams at the site's delay."""
+    if di != 0:
+        raise Blocker("multiplies values by attention weights in an order streamify does not follow (V @ probs)")
+    v = node.inputs[1]
+    fv = ctx.fact(v)
+    if not fv.is_stream:
+        raise Blocker("attention weights multiply a tensor that does not run over time")
+    if node.op == "MatMul":
+        if a.k != a.rank - 1 or fv.axis != len(fv.shape1) - 2:
+            raise Blocker(f"weights @ values with the key axis {a.k} of weights and time axis {fv.axis} of values")
+    else:
+        from cosyedge.surgery.rules.perframe import _einsum_terms
+
+        eq = attr_str(node, "equation", "")
+        terms, rhs = _einsum_terms(eq, [a.rank, len(fv.shape1)])
+        if terms[0][a.k] != terms[1][fv.axis] or terms[0][a.k] in rhs:
+            raise Blocker(f"'{eq}' does not sum attention weights over the values' time")
+    if fv.rate != a.site.rate:
+        raise Blocker(f"values at {fv.rate} frames per tick, queries at {a.site.rate}")
+    d, dv = a.site.delay, ctx.delay_of(v)
+    if dv is not None and dv != d:
+        if dv > d:
+            raise Blocker(f"the values are {dv - d} frames later than the keys (a look-ahead on the value path only)")
+        v = ctx.delay_line(v, d - dv, node.name)
+    if a.site.cache:
+        v = ctx.add_state(v, a.site.cache, fv.axis, VALUE, node.name)
+    node.inputs[1] = v
+    for o in node.outputs:
+        ctx.set_delay(o, d)
+
+
+def bound_full_model(model: Any, sites: list[Site]) -> Any:
+    """A copy of the full-sequence ``model`` (onnx.ModelProto) whose attention sites bounded by ``--attention-window``
+    see only their bounded pattern: ``Where(visible(i, j), scores, lowest)`` after each bounded site's scores, the
+    positions from ``Range`` over the scores' own shape. The proof's reference for such a stream graph.
+
+    Args:
+        model (onnx.ModelProto): The constant-folded full-sequence graph.
+        sites (list[Site]): The walk's sites; those with ``original != pattern`` are bounded.
+    Returns:
+        onnx.ModelProto: the bounded graph (``model`` itself when no site is bounded).
+    """
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    bounded = [s for s in sites if s.original != s.pattern]
+    if not bounded:
+        return model
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    nodes = list(m.graph.node)
+    new = []
+    uid = [0]
+
+    def name(b):
+        uid[0] += 1
+        return f"{b}/bound{uid[0]}"
+
+    def c(v, dt=np.int64):
+        n = name("c")
+        new_inits.append(numpy_helper.from_array(np.asarray(v, dtype=dt), n))
+        return n
+
+    new_inits = []
+    for node in nodes:
+        new.append(node)
+        for s in bounded:
+            if s.score not in node.output:
+                continue
+            raw = s.score + "/unbounded"
+            node.output[list(node.output).index(s.score)] = raw
+            shp = name("shape")
+            extra = [helper.make_node("Shape", [raw], [shp])]
+            dims = []
+            for ax in (-2, -1):
+                g, sq = name("dim"), name("dimsq")
+                extra += [helper.make_node("Gather", [shp, c([ax])], [g], axis=0),
+                          helper.make_node("Squeeze", [g, c([0])], [sq])]
+                dims.append(sq)
+            i, j = name("i"), name("j")
+            extra += [helper.make_node("Range", [c(0), dims[0], c(1)], [i]),
+                      helper.make_node("Range", [c(0), dims[1], c(1)], [j])]
+            i2, j2 = name("i2"), name("j2")
+            extra += [helper.make_node("Unsqueeze", [i, c([1])], [i2]), helper.make_node("Unsqueeze", [j, c([0])], [j2])]
+            p, vis = s.pattern, name("vis")
+            if p.kind == "banded":
+                d, lo, hi, nl = name("d"), name("lo"), name("hi"), name("nl")
+                extra += [helper.make_node("Sub", [i2, j2], [d]), helper.make_node("Less", [d, c(0)], [lo]),
+                          helper.make_node("Not", [lo], [nl]), helper.make_node("Less", [d, c(p.window)], [hi]),
+                          helper.make_node("And", [nl, hi], [vis])]
+            else:
+                ci, cj, a1, a2, b1, b2, lm = (name(x) for x in ("ci", "cj", "a1", "a2", "b1", "b2", "lm"))
+                extra += [helper.make_node("Div", [i2, c(p.chunk)], [ci]), helper.make_node("Div", [j2, c(p.chunk)], [cj]),
+                          helper.make_node("Less", [ci, cj], [a1]), helper.make_node("Not", [a1], [a2]),
+                          helper.make_node("Sub", [ci, c(p.left)], [lm]), helper.make_node("Less", [cj, lm], [b1]),
+                          helper.make_node("Not", [b1], [b2]), helper.make_node("And", [a2, b2], [vis])]
+            low = c(np.finfo(np.float32).min, np.float32)
+            extra.append(helper.make_node("Where", [vis, raw, low], [s.score]))
+            new += extra
+    del m.graph.node[:]
+    m.graph.node.extend(new)
+    m.graph.initializer.extend(new_inits)
+    _ = TensorProto
+    return m
