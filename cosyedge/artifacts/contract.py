@@ -131,6 +131,8 @@ class StreamContract:
         outputs (list[StreamIO]): Every streaming output, likewise.
         proof (dict): What streamify measured when it proved the stream graph (max abs error, SNR per
             output and chunk); empty when not proved.
+        attention (list[dict]): One entry per attention streamify streamed (node, mask pattern, cache frames,
+            look-ahead frames inside a chunk, delay frames; ``bounded_from`` when ``--attention-window`` bounded it).
     """
 
     input: str
@@ -144,6 +146,7 @@ class StreamContract:
     inputs: list = dataclasses.field(default_factory=list)
     outputs: list = dataclasses.field(default_factory=list)
     proof: dict = dataclasses.field(default_factory=dict)
+    attention: list = dataclasses.field(default_factory=list)
 
     @property
     def stream_inputs(self) -> list[StreamIO]:
@@ -172,6 +175,14 @@ class StreamContract:
         ins, outs = self.stream_inputs, self.stream_outputs
         return (len(ins) == 1 and ins[0].kind == "audio" and ins[0].name == self.input
                 and any(o.name == self.output and o.kind == "audio" for o in outs))
+
+    @property
+    def state_bytes(self) -> int:
+        """int: bytes of state one stream carries between chunks (every state at batch 1: caches, counters)."""
+        import math
+
+        return sum(math.prod(s.concrete_shape(1)) * np.dtype(_NP_DTYPES.get(s.dtype, np.float32)).itemsize
+                   for s in self.states)
 
     @property
     def algorithmic_latency_ms(self) -> float:
@@ -223,7 +234,10 @@ class StreamContract:
             "delay_samples": str(self.delay_samples),
             "algorithmic_latency_ms": f"{self.algorithmic_latency_ms:g}",
             "state": json.dumps([dataclasses.asdict(s) for s in self.states]),
+            "state_bytes": str(self.state_bytes),
         }
+        if self.attention:
+            meta["attention"] = json.dumps(self.attention)
         if self.inputs or self.outputs:
             meta["io"] = json.dumps({"inputs": [dataclasses.asdict(i) for i in self.inputs],
                                      "outputs": [dataclasses.asdict(o) for o in self.outputs]})
@@ -266,6 +280,7 @@ class StreamContract:
                 inputs=[StreamIO(**i) for i in io.get("inputs", [])],
                 outputs=[StreamIO(**o) for o in io.get("outputs", [])],
                 proof=json.loads(meta.get(META_PREFIX + "proof", "{}")),
+                attention=json.loads(meta.get(META_PREFIX + "attention", "[]")),
             )
         except (ValueError, TypeError, AttributeError, json.JSONDecodeError) as err:
             raise ArtifactError(f"{where} has malformed cosyedge metadata ({err})") from None

@@ -147,16 +147,21 @@ def _check_stream_output(out: Path, positional: bool, inputs: list[Path]) -> Non
               help="The waveform output 'run' writes when the graph has several (e.g. a mask and the enhanced "
                    "signal). Default: the one named like an estimate (enhanced, output, ...), never a mask; "
                    "a warning names them all.")
+@click.option("--attention-window", type=click.IntRange(min=1, max=100000), default=None, metavar="FRAMES",
+              help="Bound attention with unlimited left context (causal, or chunked seeing every earlier chunk) to "
+                   "this many frames of keys. It changes the model: the proof compares with the bounded full graph "
+                   "and the log and metadata give the deviation from the unbounded original.")
 def streamify(onnx_files: tuple[Path, ...], out_onnx: Path | None, sample_rate_hz: int | None,
               hop_samples: int | None, delay_samples: int | None, name: str | None, time_axis: tuple[str, ...],
-              frames_per_hop: int, atol: float, audio_output: str | None) -> None:
+              frames_per_hop: int, atol: float, audio_output: str | None, attention_window: int | None) -> None:
     """Turn a full-sequence ONNX (or several forming one model) into a proved stream ONNX.
 
     Every node gets its op's streaming rule: causal context of convs and pools, GRU/LSTM/RNN states,
     transposed-conv overlap and running sums become state_in.NN / state_out.NN pairs (zeros at stream start,
-    fed back with the next chunk); look-ahead (right pads, symmetric pads, valid convs) becomes delay,
-    added to the contract. Ops that see the whole sequence (norms or means over time, bidirectional RNNs,
-    attention) are refused, every one named in one line (exit 2). The stream graph is then run chunk by chunk
+    fed back with the next chunk); positions counted from the start become a counter; attention whose mask
+    (measured from shapes) is banded or chunked gets key/value caches; look-ahead (right pads, symmetric pads,
+    valid convs) becomes delay, added to the contract. Ops that see the whole sequence (norms or means over time,
+    bidirectional RNNs, full attention) are refused, every one named in one line (exit 2). The stream graph is then run chunk by chunk
     against the full graph on real speech; a mismatch writes nothing and names the first diverging tensor
     (exit 5).
 
@@ -182,4 +187,4 @@ def streamify(onnx_files: tuple[Path, ...], out_onnx: Path | None, sample_rate_h
     streamify_api(files if len(files) > 1 else files[0], out_onnx, sample_rate_hz=sample_rate_hz,
                   hop_samples=hop_samples, delay_samples=delay_samples, name=name,
                   time_axes=_time_axes(time_axis), frames_per_hop=frames_per_hop, atol=atol,
-                  audio_output=audio_output)
+                  audio_output=audio_output, attention_window=attention_window)

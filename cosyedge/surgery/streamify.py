@@ -71,7 +71,9 @@ class StreamGraph:
         delay_ticks (int): The outputs' common delay in input ticks (look-ahead found in the graph).
         walker (Walker): The walker (per-tensor delays and facts, for the proof's bisection).
         rf_ticks (int): Longest time context of one stateful layer, in input ticks.
-        full_model (onnx.ModelProto): The constant-folded full-sequence graph (the proof's reference).
+        full_model (onnx.ModelProto): The constant-folded full-sequence graph (the proof's reference; with its
+            attention bounded where ``--attention-window`` bounded it).
+        original_model (onnx.ModelProto): The constant-folded full-sequence graph as given.
     """
 
     states: list
@@ -82,6 +84,7 @@ class StreamGraph:
     walker: Any
     rf_ticks: int
     full_model: Any = None
+    original_model: Any = None
 
 
 def _input_time_axes(graph: Any, given: dict[str, int] | None, where: str = "") -> dict[str, int]:
@@ -233,6 +236,9 @@ def streamify_graph(graph: Any, *, hop_ticks: int, time_axes: dict[str, int] | N
         if not node.name:
             node.name = f"{node.op}_{i}"
     graph.toposort()
+    import onnxruntime
+
+    onnxruntime.set_default_logger_severity(3)  # fold_constants' own sessions warn of optimiser details otherwise
     graph.fold_constants().cleanup().toposort()
     taken = [n for n in graph.tensors() if n.startswith((STATE_IN_PREFIX, STATE_OUT_PREFIX))]
     if taken:
@@ -319,7 +325,16 @@ def streamify_graph(graph: Any, *, hop_ticks: int, time_axes: dict[str, int] | N
         from cosyedge.surgery.rules.attention import bound_full_model
 
         full = bound_full_model(folded, walker.attention_sites)
-    return StreamGraph(walker.states, inputs, outputs, stride, delay_ticks, walker, walker.rf_ticks, full)
+    return StreamGraph(walker.states, inputs, outputs, stride, delay_ticks, walker, walker.rf_ticks, full, folded)
+
+
+def _bytes_by_kind(contract: StreamContract) -> dict[str, int]:
+    """Bytes of state per stream by state kind (dict[str, int], e.g. {"key": 4096, "value": 4096, "position": 8})."""
+    out: dict[str, int] = {}
+    for s in contract.states:
+        one = StreamContract(input="", output="", sample_rate_hz=1, hop_samples=1, total_stride=1, states=[s])
+        out[s.kind] = out.get(s.kind, 0) + one.state_bytes
+    return out
 
 
 def _np_name(dtype: Any) -> str:
@@ -407,7 +422,35 @@ def prove_stream(full_model: Any, stream_model: Any, contract: StreamContract, s
              proof.tick_unit(contract), proof.ticks_seconds(contract, res.ticks), chunks,
              proof.tick_unit(contract, short=True),
              worst["max_abs"], min(r["snr_db"] for r in res.rows))
-    return res.summary()
+    summary = res.summary()
+    if sg.original_model is not None and sg.full_model is not sg.original_model:
+        summary["attention_window"] = _window_deviation(sg, inputs, contract, where)
+    return summary
+
+
+def _window_deviation(sg: StreamGraph, inputs: dict, contract: StreamContract, where: str) -> dict:
+    """How far the ``--attention-window`` bound moves the model from the unbounded original on the proof's input
+    (max abs error and SNR of each output of the bounded full graph against the original's), logged as a warning:
+    the stream equals the bounded model, never called exact to the original."""
+    from cosyedge.runtime.ort import session_from_onnx
+
+    outs = [o.name for o in contract.stream_outputs]
+    runs = []
+    for m in (sg.original_model, sg.full_model):
+        sess = session_from_onnx(m, threads=1, inter_threads=1, optimize=False, log_severity=4)
+        runs.append(dict(zip(outs, sess.run(outs, inputs))))
+    rows = {o: proof.max_err(runs[0][o], runs[1][o]) for o in outs}
+    worst = min(rows, key=lambda o: rows[o][1])
+    frames = sorted({s.pattern.window or s.pattern.left * s.pattern.chunk for s in sg.walker.attention_sites
+                     if s.original != s.pattern})
+    LOG.warning("%s: --attention-window bounds %s to %s frames: the stream equals the bounded model (proved above); "
+                "the bounded model differs from the unbounded original on the proof's %.2f s of input by max abs "
+                "error %.3g (SNR %.1f dB at output '%s'): not the original model", where,
+                "attention" if len(frames) == 1 else f"{len(frames)} attentions", "/".join(map(str, frames)),
+                proof.ticks_seconds(contract, next(iter(inputs.values())).shape[contract.stream_inputs[0].time_axis]),
+                rows[worst][0], rows[worst][1], worst)
+    return {"frames": frames, "max_abs_vs_original": rows[worst][0], "snr_db_vs_original": rows[worst][1],
+            "output": worst}
 
 
 
@@ -629,6 +672,7 @@ class StatefulOnnxFromOnnx(Stage):
                 states=sg.states, name=str(fields.get("name")
                                                       or io.model_stem(src, (".onnx", ".full", ".stream"))),
                 inputs=sg.inputs, outputs=sg.outputs,
+                attention=[site.info() for site in sg.walker.attention_sites],
             )
             new = io.graph_to_model(graph, like=model)
             contract.write_to_onnx(new)
@@ -640,6 +684,12 @@ class StatefulOnnxFromOnnx(Stage):
             LOG.info("%d states, total stride %d samples, delay %d samples (%d from the graph), %s",
                      len(sg.states), contract.total_stride, contract.delay_samples, sg.delay_ticks * per_tick,
                      ", ".join(f"{s.input}{s.shape[1:]}" for s in sg.states))
+            LOG.info("state per stream: %d bytes (%s)", contract.state_bytes,
+                     ", ".join(f"{k} {v}" for k, v in _bytes_by_kind(contract).items()))
+            for a in contract.attention:
+                LOG.info("attention at %s: %s, key/value cache %d frames, look-ahead %d frames inside a chunk%s",
+                         a["node"], a["pattern"], a["cache_frames"], a["lookahead_frames"],
+                         f" (bounded from {a['bounded_from']})" if "bounded_from" in a else "")
         self.contract = contract
         return self.out
 

@@ -51,7 +51,8 @@ gs = lazy_import("onnx_graphsurgeon")
 KEY, VALUE = "key", "value"
 """str: :class:`~cosyedge.artifacts.StateSpec` kinds of an attention's key and value caches."""
 
-_UNARY = set("Cast Identity Dropout Exp Neg Abs Relu Sigmoid Tanh Clip Log Sqrt Reciprocal Softplus".split())
+_UNARY = set("Cast Identity Dropout Exp Neg Abs Relu Sigmoid Tanh Clip Log Sqrt Reciprocal Softplus IsNaN IsInf Not"
+             .split())
 _BINARY = set("Add Sub Mul Div Where Max Min Pow".split())
 _REDUCE = set("ReduceMax ReduceSum ReduceMean ReduceLogSumExp ReduceMin".split())
 _MASK_FRAMES = (700, 1100)
@@ -230,6 +231,13 @@ def _visible(ev: Any, consumer: Any, mi: int, di: int, out_rank: int, qk: tuple[
 def _region(out: Any, ctx: Any) -> tuple[list, list]:
     """The masks applied between the scores ``out`` and the MatMul with the values: (pre-Softmax, post-Softmax)
     lists of (consumer node, mask input index, data input index, output rank, (query, key) axes)."""
+    region, todo = {out.name}, [out]
+    while todo:  # every tensor over query x key time computed from the scores (IsNaN(probs) included)
+        for c in todo.pop().outputs:
+            for o in c.outputs:
+                if o.name and o.name not in region and ctx.fact(o).axes2 is not None:
+                    region.add(o.name)
+                    todo.append(o)
     pre, post, seen = [], [], set()
     stack = [(out, len(ctx.fact(out).shape1), ctx.fact(out).axes2, False)]
     while stack:
@@ -248,7 +256,7 @@ def _region(out: Any, ctx: Any) -> tuple[list, list]:
                 perm = [int(p) for p in c.attrs.get("perm", list(range(rank))[::-1])]
                 oqk = (perm.index(qk[0]), perm.index(qk[1]))
             for mi, m in enumerate(c.inputs):
-                if mi == di or not m.name or isinstance(m, gs.Constant):
+                if mi == di or not m.name or isinstance(m, gs.Constant) or m.name in region:
                     continue
                 f = ctx.fact(m)
                 if f.axes2 is None and not f.is_stream:
