@@ -119,8 +119,9 @@ def _rows(v: np.ndarray, i: int) -> str:
     idx = np.flatnonzero(v[i])
     if not idx.size:
         return f"row {i} sees no key"
-    runs = f"{idx[0]}..{idx[-1]}" if idx.size == idx[-1] - idx[0] + 1 else f"{idx.size} scattered keys"
-    return f"row {i} sees keys {runs}"
+    if idx.size == idx[-1] - idx[0] + 1:
+        return f"row {i} sees keys {idx[0]}..{idx[-1]}"
+    return f"row {i} sees {idx.size} scattered keys"
 
 
 def classify_one(v: np.ndarray) -> Pattern:
