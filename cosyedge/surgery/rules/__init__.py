@@ -10,7 +10,8 @@ Families (one module each): :mod:`.perframe` (pass-through, following the time a
 (Conv, Pad, pooling: causal context becomes state; look-ahead becomes delay), :mod:`.timeslice` (Slice on
 time: crops become delay, steps decimate), :mod:`.recurrent` (GRU, LSTM, RNN: hidden state becomes state
 I/O), :mod:`.deconv` (ConvTranspose over time: an overlap-add state), :mod:`.running` (CumSum over time:
-a running-sum state), :mod:`.refuse` (ops that see the whole sequence, named with the reason).
+a running-sum state), :mod:`.attention` (attention over query x key time: key/value caches, measured masks;
+the ONNX Attention op), :mod:`.refuse` (ops that see the whole sequence, named with the reason).
 
 Source: sonos/tract ``pulse/src/ops/`` (one ``pulsify`` per op family, ``register_all!``).
 """
@@ -50,6 +51,7 @@ def register(*ops: str) -> Callable:
 
 def load_all() -> dict[str, Callable]:
     """Import every rule module (registering its rules) and return the registry (dict[str, callable])."""
-    from cosyedge.surgery.rules import context, deconv, perframe, recurrent, refuse, running, timeslice  # noqa: F401
+    from cosyedge.surgery.rules import (attention, context, deconv, perframe, recurrent, refuse, running,  # noqa: F401
+                                        timeslice)
 
     return RULES

@@ -44,7 +44,7 @@ import numpy as np
 
 from cosyedge._lazy import lazy_import
 from cosyedge.surgery.masks import Pattern, classify
-from cosyedge.surgery.rules import Blocker, attr_str
+from cosyedge.surgery.rules import Blocker, attr_str, register
 
 gs = lazy_import("onnx_graphsurgeon")
 
@@ -73,6 +73,8 @@ class Site:
     vis3: Any = None  # bool (N, Fq, L + Fq): query x key visible in this chunk (built once)
     vis_r: dict = dataclasses.field(default_factory=dict)
     score: str = ""  # the score tensor's name in the full graph (the --attention-window bound goes there)
+    attention_op: bool = False  # an ONNX Attention node (the bound goes into its attn_mask)
+    qk: tuple = (0, 1, 2)  # the score tensor's query axis, key axis and rank
     masks: list = dataclasses.field(default_factory=list)  # (node name, input index) of the masks replaced
 
     def info(self) -> dict:
@@ -118,6 +120,8 @@ def attend(node: Any, ctx: Any) -> None:
         ctx._fallback(node)
         return
     data = [i for i, a in enumerate(ins) if a is not None]
+    if node.op == "Attention":
+        return _attention_op(node, ctx)
     if not data:
         return _scores(node, ctx)
     a = ins[data[0]]
@@ -186,25 +190,8 @@ def _visible(ev: Any, consumer: Any, mi: int, di: int, out_rank: int, qk: tuple[
         Blocker: the mask is not a two-valued mask of this use (a bias, a 0/1 product before the Softmax).
     """
     t = consumer.inputs[mi]
-    m = np.asarray(ev.evaluate([t.name], ticks)[t.name])
     frames = ev.shape_at(consumer.outputs[0].name, ticks)[qk[0]]
-    shift = out_rank - m.ndim
-    kept = [ax for ax in range(m.ndim) if ax + shift in qk and m.shape[ax] != 1]
-    sel = tuple(slice(None) if ax in kept else slice(0, 1) for ax in range(m.ndim))
-    if not np.array_equal(np.broadcast_to(m[sel], m.shape), m):
-        raise Blocker(f"mask '{t.name}' differs over an axis other than query and key time (a per-head bias such as "
-                      "ALiBi?): not a mask streamify can measure")
-    m2 = m[sel].reshape([m.shape[ax] for ax in kept])
-    roles = [qk.index(ax + shift) for ax in kept]  # 0 query, 1 key
-    if roles == [1, 0]:
-        m2 = m2.T
-    if roles == [0]:
-        m2 = m2[:, None]
-    elif roles == [1]:
-        m2 = m2[None, :]
-    elif not roles:
-        m2 = m2.reshape(1, 1)
-    full = np.broadcast_to(m2, (frames, frames))
+    full = _mask2d(ev, t.name, out_rank, qk, ticks, frames)
     op = consumer.op
     vals = np.unique(full)
     if op == "Where":
@@ -226,6 +213,33 @@ def _visible(ev: Any, consumer: Any, mi: int, di: int, out_rank: int, qk: tuple[
             raise Blocker(f"Mul by a weight over query x key time with values {vals[:4].tolist()}...: not a 0/1 mask")
         return full != 0
     raise Blocker(f"{op} of a mask '{t.name}' (only Where, Add, Sub and Mul apply masks)")
+
+
+def _mask2d(ev: Any, name: str, out_rank: int, qk: tuple[int, int], ticks: int, frames: int) -> np.ndarray:
+    """Mask tensor ``name`` at ``ticks`` input ticks as (F, F) query x key (broadcast where it has size 1), as it
+    broadcasts into a tensor of rank ``out_rank`` with query and key on axes ``qk``.
+
+    Raises:
+        Blocker: it differs over another axis (a per-head bias).
+    """
+    m = np.asarray(ev.evaluate([name], ticks)[name])
+    shift = out_rank - m.ndim
+    kept = [ax for ax in range(m.ndim) if ax + shift in qk and m.shape[ax] != 1]
+    sel = tuple(slice(None) if ax in kept else slice(0, 1) for ax in range(m.ndim))
+    if not np.array_equal(np.broadcast_to(m[sel], m.shape), m):
+        raise Blocker(f"mask '{name}' differs over an axis other than query and key time (a per-head bias such as "
+                      "ALiBi?): not a mask streamify can measure")
+    m2 = m[sel].reshape([m.shape[ax] for ax in kept])
+    roles = [qk.index(ax + shift) for ax in kept]  # 0 query, 1 key
+    if roles == [1, 0]:
+        m2 = m2.T
+    if roles == [0]:
+        m2 = m2[:, None]
+    elif roles == [1]:
+        m2 = m2[None, :]
+    elif not roles:
+        m2 = m2.reshape(1, 1)
+    return np.broadcast_to(m2, (frames, frames))
 
 
 def _region(out: Any, ctx: Any) -> tuple[list, list]:
@@ -322,24 +336,9 @@ def _scores(node: Any, ctx: Any) -> None:
             raise Blocker(f"queries at {fq.rate} and keys at {fk.rate} frames per tick (cross-attention between rates)")
         rate = fq.rate
         pat, masks = _classify_site(node, ctx, rate)
-        original = pat
-        if not pat.bounded and pat.kind in ("causal", "chunked") and ctx.attention_window:
-            pat = pat.bound(int(ctx.attention_window))
-        if not pat.bounded:
-            if pat.kind in ("causal", "chunked"):
-                raise Blocker(f"its attention is {pat.describe()}: a stream would need a key cache that grows without "
-                              "end; give --attention-window N to bound it to N frames (that changes the model: the "
-                              "proof then compares with the bounded full graph and reports the deviation)")
-            raise Blocker(f"its attention mask is {pat.describe()}: not streamable")
-        d = ctx.align(node, [0, 1], minimum=0) or 0
-        if pat.kind == "chunked" and d % pat.chunk:
-            d = ctx.align(node, [0, 1], minimum=d + (-d) % pat.chunk)
-        site = Site(node.name, pat, original, d, rate, pat.cache_frames, score=out.name,
-                    masks=[(c.name, mi) for c, mi, *_ in masks])
-        if pat.kind == "chunked":
-            ctx.require_stride((rate / pat.chunk).denominator, f"chunked attention at {node.op} node '{node.name}' "
-                               f"(chunks of {pat.chunk} frames)")
-        ctx.attention_sites.append(site)
+        site = _site(node, ctx, pat, [0, 1], rate, [(c.name, mi) for c, mi, *_ in masks], out.name)
+        site.qk = (oq, ok, len(ctx.fact(out).shape1))
+        d = site.delay
         k = node.inputs[1]
         if site.cache:
             node.inputs[1] = ctx.add_state(k, site.cache, ka, KEY, node.name)
@@ -355,6 +354,98 @@ def _scores(node: Any, ctx: Any) -> None:
     except Blocker:
         ctx.attn[out.name] = Att(None)
         raise
+
+
+def _site(node: Any, ctx: Any, pat: Pattern, idxs: list[int], rate: Fraction, masks: list, score: str) -> Site:
+    """Bound ``pat`` by ``--attention-window`` where unlimited (else refuse it), align the inputs ``idxs`` (queries,
+    keys, values) to one delay (a multiple of the chunk for a chunked mask) and register the site."""
+    original = pat
+    if not pat.bounded and pat.kind in ("causal", "chunked") and ctx.attention_window:
+        pat = pat.bound(int(ctx.attention_window))
+    if not pat.bounded:
+        if pat.kind in ("causal", "chunked"):
+            raise Blocker(f"its attention is {pat.describe()}: a stream would need a key cache that grows without "
+                          "end; give --attention-window N to bound it to N frames (that changes the model: the "
+                          "proof then compares with the bounded full graph and reports the deviation)")
+        raise Blocker(f"its attention mask is {pat.describe()}: not streamable")
+    d = ctx.align(node, idxs, minimum=0) or 0
+    if pat.kind == "chunked" and d % pat.chunk:
+        d = ctx.align(node, idxs, minimum=d + (-d) % pat.chunk)
+    site = Site(node.name, pat, original, d, rate, pat.cache_frames, score=score, masks=masks)
+    if pat.kind == "chunked":
+        ctx.require_stride((rate / pat.chunk).denominator, f"chunked attention at {node.op} node '{node.name}' "
+                           f"(chunks of {pat.chunk} frames)")
+    ctx.attention_sites.append(site)
+    return site
+
+
+@register("Attention")
+def _attention_op(node: Any, ctx: Any) -> None:
+    """The ONNX ``Attention`` operator (opset 23): Q, K, V (N, S, hidden) or (N, heads, S, d), an optional
+    ``attn_mask`` (bool: True attends; float: added) and ``is_causal``. Its mask is measured like any other; the keys
+    and values get caches; the chunk's mask (bool, (N, 1, S_q, L + S_q)) replaces ``attn_mask`` and ``is_causal``
+    becomes 0. Source: https://onnx.ai/onnx/operators/onnx__Attention.html.
+
+    Raises:
+        Blocker: past_key/past_value given (the graph already streams its own cache), present_* or the scores used,
+            time not on the sequence axis, or a mask refused as for every attention.
+    """
+    ins = list(node.inputs)
+    if getattr(ctx, "masks", None) is None:
+        raise Blocker("attention over the whole sequence (no model to measure its mask from)")
+    if len(ins) > 4 and any(t.name for t in ins[4:]):
+        raise Blocker("already takes a key/value cache (past_key/past_value): the graph streams its own cache "
+                      "('cosyedge adopt' takes such graphs)")
+    if any(o.name and o.outputs for o in node.outputs[1:]):
+        raise Blocker("its present_key/present_value or qk_matmul_output outputs are used")
+    if ctx.stream_inputs(node)[:3] != [0, 1, 2]:
+        raise Blocker("its queries, keys and values do not all run over time")
+    facts = [ctx.fact(t) for t in ins[:3]]
+    for f in facts:
+        if f.axis != len(f.shape1) - 2:
+            raise Blocker(f"time on axis {f.axis} of a rank-{len(f.shape1)} input (the sequence axis is "
+                          f"{len(f.shape1) - 2})")
+    if len({f.rate for f in facts}) > 1:
+        raise Blocker("queries, keys and values at different frame rates")
+    rate = facts[0].rate
+    causal = bool(int(node.attrs.get("is_causal", 0)))
+    mask = ins[3] if len(ins) > 3 and ins[3].name else None
+    if mask is not None and not isinstance(mask, gs.Constant) and ctx.masks.data_path(mask.name):
+        raise Blocker(f"its mask '{mask.name}' depends on the values of {ctx.masks.data_path(mask.name)}, not only on "
+                      "the sequence length (a key-padding mask from lengths?): refused, not guessed")
+    if mask is None and not causal:
+        pat = Pattern("full")
+    else:
+        views = []
+        for frames in _MASK_FRAMES:
+            ticks = _ticks_for(ctx, rate, frames)
+            f = int(rate * ticks + facts[0].extra)
+            v = np.ones((f, f), dtype=bool)
+            if causal:
+                v &= np.tri(f, dtype=bool)
+            if mask is not None:
+                try:
+                    m = _mask2d(ctx.masks, mask.name, 4, (2, 3), ticks, f)
+                except RuntimeError as err:
+                    raise Blocker(f"its mask cannot be evaluated from shapes alone ({err})") from None
+                v &= m.astype(bool) if m.dtype == bool else (m == 0)
+            views.append(v)
+        pat = classify(views)
+        if pat.kind == "none":
+            pat = Pattern("full")
+    site = _site(node, ctx, pat, [0, 1, 2], rate, [], "")
+    site.attention_op = True
+    if site.cache:
+        for i in (1, 2):
+            node.inputs[i] = ctx.add_state(node.inputs[i], site.cache, facts[i].axis, KEY if i == 1 else VALUE,
+                                           node.name)
+    vis = ctx.unsqueeze(_vis3(ctx, site), [1], f"{node.name}/attention_mask")
+    while len(node.inputs) < 4:
+        node.inputs.append(gs.Variable.empty())
+    node.inputs[3] = vis
+    node.attrs["is_causal"] = 0
+    for o in node.outputs[:1]:
+        ctx.set_delay(o, site.delay)
 
 
 def _dtype(ctx: Any, t: Any) -> Any:
@@ -523,6 +614,30 @@ def _values(node: Any, ctx: Any, a: Att, di: int) -> None:
         ctx.set_delay(o, d)
 
 
+def _bound_vis(p: Pattern, nq: str, nk: str, extra: list, name: Any, c: Any) -> str:
+    """Append to ``extra`` the nodes of ``p.visible(i, j)`` over ``Range(nq) x Range(nk)`` (bool (nq, nk)); returns
+    its name (for :func:`bound_full_model`)."""
+    from onnx import helper
+
+    i, j = name("i"), name("j")
+    extra += [helper.make_node("Range", [c(0), nq, c(1)], [i]), helper.make_node("Range", [c(0), nk, c(1)], [j])]
+    i2, j2 = name("i2"), name("j2")
+    extra += [helper.make_node("Unsqueeze", [i, c([1])], [i2]), helper.make_node("Unsqueeze", [j, c([0])], [j2])]
+    vis = name("vis")
+    if p.kind == "banded":
+        d, lo, hi, nl = name("d"), name("lo"), name("hi"), name("nl")
+        extra += [helper.make_node("Sub", [i2, j2], [d]), helper.make_node("Less", [d, c(0)], [lo]),
+                  helper.make_node("Not", [lo], [nl]), helper.make_node("Less", [d, c(p.window)], [hi]),
+                  helper.make_node("And", [nl, hi], [vis])]
+    else:
+        ci, cj, a1, a2, b1, b2, lm = (name(x) for x in ("ci", "cj", "a1", "a2", "b1", "b2", "lm"))
+        extra += [helper.make_node("Div", [i2, c(p.chunk)], [ci]), helper.make_node("Div", [j2, c(p.chunk)], [cj]),
+                  helper.make_node("Less", [ci, cj], [a1]), helper.make_node("Not", [a1], [a2]),
+                  helper.make_node("Sub", [ci, c(p.left)], [lm]), helper.make_node("Less", [cj, lm], [b1]),
+                  helper.make_node("Not", [b1], [b2]), helper.make_node("And", [a2, b2], [vis])]
+    return vis
+
+
 def bound_full_model(model: Any, sites: list[Site]) -> Any:
     """A copy of the full-sequence ``model`` (onnx.ModelProto) whose attention sites bounded by ``--attention-window``
     see only their bounded pattern: ``Where(visible(i, j), scores, lowest)`` after each bounded site's scores, the
@@ -535,7 +650,7 @@ def bound_full_model(model: Any, sites: list[Site]) -> Any:
         onnx.ModelProto: the bounded graph (``model`` itself when no site is bounded).
     """
     import onnx
-    from onnx import TensorProto, helper, numpy_helper
+    from onnx import helper, numpy_helper
 
     bounded = [s for s in sites if s.original != s.pattern]
     if not bounded:
@@ -559,40 +674,49 @@ def bound_full_model(model: Any, sites: list[Site]) -> Any:
     for node in nodes:
         new.append(node)
         for s in bounded:
-            if s.score not in node.output:
+            if s.attention_op and node.name == s.node:
+                while len(node.input) < 4:
+                    node.input.append("")
+                q = node.input[0]
+                shp = name("shape")
+                extra = [helper.make_node("Shape", [q], [shp])]
+                g, sq = name("dim"), name("dimsq")
+                extra += [helper.make_node("Gather", [shp, c([-2])], [g], axis=0),
+                          helper.make_node("Squeeze", [g, c([0])], [sq])]
+                vis = _bound_vis(s.pattern, sq, sq, extra, name, c)
+                new[-1:-1] = extra  # before the Attention node
+                node.input[3] = vis
+                for a in node.attribute:
+                    if a.name == "is_causal":
+                        a.i = 0
+                continue
+            if not s.score or s.score not in node.output:
                 continue
             raw = s.score + "/unbounded"
             node.output[list(node.output).index(s.score)] = raw
             shp = name("shape")
             extra = [helper.make_node("Shape", [raw], [shp])]
             dims = []
-            for ax in (-2, -1):
+            for ax in s.qk[:2]:
                 g, sq = name("dim"), name("dimsq")
                 extra += [helper.make_node("Gather", [shp, c([ax])], [g], axis=0),
                           helper.make_node("Squeeze", [g, c([0])], [sq])]
                 dims.append(sq)
-            i, j = name("i"), name("j")
-            extra += [helper.make_node("Range", [c(0), dims[0], c(1)], [i]),
-                      helper.make_node("Range", [c(0), dims[1], c(1)], [j])]
-            i2, j2 = name("i2"), name("j2")
-            extra += [helper.make_node("Unsqueeze", [i, c([1])], [i2]), helper.make_node("Unsqueeze", [j, c([0])], [j2])]
-            p, vis = s.pattern, name("vis")
-            if p.kind == "banded":
-                d, lo, hi, nl = name("d"), name("lo"), name("hi"), name("nl")
-                extra += [helper.make_node("Sub", [i2, j2], [d]), helper.make_node("Less", [d, c(0)], [lo]),
-                          helper.make_node("Not", [lo], [nl]), helper.make_node("Less", [d, c(p.window)], [hi]),
-                          helper.make_node("And", [nl, hi], [vis])]
-            else:
-                ci, cj, a1, a2, b1, b2, lm = (name(x) for x in ("ci", "cj", "a1", "a2", "b1", "b2", "lm"))
-                extra += [helper.make_node("Div", [i2, c(p.chunk)], [ci]), helper.make_node("Div", [j2, c(p.chunk)], [cj]),
-                          helper.make_node("Less", [ci, cj], [a1]), helper.make_node("Not", [a1], [a2]),
-                          helper.make_node("Sub", [ci, c(p.left)], [lm]), helper.make_node("Less", [cj, lm], [b1]),
-                          helper.make_node("Not", [b1], [b2]), helper.make_node("And", [a2, b2], [vis])]
+            vis = _bound_vis(s.pattern, dims[0], dims[1], extra, name, c)
+            q_, k_, r_ = s.qk[0], s.qk[1], s.qk[2]
+            if q_ > k_:
+                vt = name("visT")
+                extra.append(helper.make_node("Transpose", [vis], [vt], perm=[1, 0]))
+                vis = vt
+            others = [i for i in range(r_) if i not in (q_, k_)]
+            if others:
+                vu = name("visU")
+                extra.append(helper.make_node("Unsqueeze", [vis, c(others)], [vu]))
+                vis = vu
             low = c(np.finfo(np.float32).min, np.float32)
             extra.append(helper.make_node("Where", [vis, raw, low], [s.score]))
             new += extra
     del m.graph.node[:]
     m.graph.node.extend(new)
     m.graph.initializer.extend(new_inits)
-    _ = TensorProto
     return m

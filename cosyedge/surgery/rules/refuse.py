@@ -43,7 +43,6 @@ _WHY = {
     "Loop": "a loop over a streaming tensor (control flow is not streamed)",
     "Scan": "a scan over a streaming tensor (control flow is not streamed)",
     "If": "a branch on a streaming tensor (control flow is not streamed)",
-    "Attention": "attention over the whole sequence",
     "MultiHeadAttention": "attention over the whole sequence",
     "STFT": "an STFT op over the whole signal (express it as a strided Conv with the STFT basis)",
     "DFT": "a DFT over the whole axis",
