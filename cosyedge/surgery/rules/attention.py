@@ -278,8 +278,10 @@ def _region(out: Any, ctx: Any) -> tuple[list, list]:
                 why = ctx.masks.data_path(m.name)
                 if why:
                     if f.axes2 is not None:
-                        raise Blocker(f"its mask '{m.name}' depends on the values of {why}, not only on the sequence "
-                                      "length (a key-padding mask from lengths?): refused, not guessed")
+                        raise Blocker(f"'{m.name}' over query x key time, applied to its scores by {c.op}, depends on "
+                                      f"the values of {why}, not only on the sequence length (a key-padding mask from "
+                                      "lengths, or a relative position bias computed from the data): refused, not "
+                                      "guessed")
                     continue  # a per-query tensor (a decomposed softmax's max), checked at its node
                 (post if after else pre).append((c, mi, di, orank, oqk))
             stack.append((o, orank, oqk, after or c.op in ("Softmax", "LogSoftmax")))
