@@ -3,12 +3,15 @@
 FP16 keeps the Softmax, its inputs (the score MatMul, the chunk mask's arithmetic) in FP32, outputs stay finite on
 speech, silence and full scale, SNR vs FP32 high; INT8 quantizes the four projections (q, k, v, out) and leaves the
 score MatMul, the Softmax, the weights @ values MatMul and the cache Concat in float; `compare` passes both; the
-Triton repository carries the key, value and position (int64) states as implicit states.
+Triton repository carries the key, value and position (int64) states as implicit states; StreamPool keeps caches
+and positions per stream (joins at different ticks, a reused slot); the TensorRT profile comes from the contract.
 """
 
 from __future__ import annotations
 
 import json
+
+import numpy as np
 
 import onnx
 import pytest
@@ -115,3 +118,55 @@ def test_triton_repository_carries_the_caches_as_implicit_states(stream, tmp_pat
     pos = next(s for s in states if s["kind"] == "position")
     block = cfg[cfg.index(f'input_name: "{pos["input"]}"'):][:200]
     assert "TYPE_INT64" in block
+
+
+def test_streampool_keeps_caches_and_positions_per_stream(stream):
+    """Streams that join at different ticks (one reusing a freed slot) share batches; each equals its solo run, so the
+    key/value caches and the position counter are per stream, and a reused slot starts from zeros."""
+    from cosyedge.runtime.pool import StreamPool
+    from tests.streams import session_outputs
+
+    chunk, n = HOP, 60
+    rng = np.random.default_rng(7)
+    xs = [(0.1 * rng.standard_normal(n * chunk)).astype(np.float32) for _ in range(3)]
+    starts = {0: 0, 1: 11, 2: 45}  # stream 2 joins after stream 0 left (at tick 40): it reuses slot 0
+    ends = {0: 40, 1: 11 + n, 2: 45 + n}
+    got = {k: [] for k in starts}
+    with StreamPool(stream, max_streams=2, chunk_samples=chunk) as pool:
+        sids, batches = {}, 0
+        for t in range(max(ends.values())):
+            for k, s in starts.items():
+                if t == s:
+                    sids[k] = pool.join()
+            push = {sids[k]: xs[k][(t - starts[k]) * chunk:(t - starts[k] + 1) * chunk] for k in sids}
+            out = pool.push(push)
+            batches += len(push) > 1
+            for k in list(sids):
+                got[k].append(out[sids[k]])
+                if t + 1 == ends[k]:
+                    pool.leave(sids.pop(k))
+    assert batches > 30
+    solo = session_outputs(stream, [xs[0][:40 * chunk], xs[1], xs[2]], chunk)
+    for k in range(3):
+        y = np.concatenate(got[k])
+        assert y.shape == solo[k].shape
+        assert np.abs(y - solo[k]).max() < 1e-5, k
+
+
+def test_tensorrt_profile_comes_from_the_contract(stream):
+    """The TensorRT optimization profile (built from the contract, no TensorRT needed) gives every cache its exact
+    shape with only N ranging, and the position counter (N, 1)."""
+    from cosyedge.artifacts import StreamContract
+    from cosyedge.builders.trt import check_onnx_against_profile, profile_from_contract
+
+    m = onnx.load(str(stream))
+    c = StreamContract.from_onnx(m)
+    prof = profile_from_contract(c, max_batch=8, opt_batch=2)
+    check_onnx_against_profile(m, c, prof)
+    for s in c.states:
+        mn, opt, mx = prof[s.input]
+        assert mn == tuple([1] + s.shape[1:]) and opt == tuple([2] + s.shape[1:]) and mx == tuple([8] + s.shape[1:])
+    key = next(s for s in c.states if s.kind == "key")
+    assert key.shape == ["N", 32, 15]  # K^T (N, d, T): 15 frames of a 16-frame window
+    pos = next(s for s in c.states if s.kind == "position")
+    assert pos.shape == ["N", 1] and pos.dtype == "int64"
