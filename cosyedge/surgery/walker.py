@@ -72,6 +72,7 @@ class Walker:
         self.attention_window = attention_window
         self.attn: dict[str, Any] = {}  # tensors over query x key time (rules/attention.Att)
         self.attention_sites: list[Any] = []
+        self.partners: dict[str, Any] = {}  # second score nodes of a site (rules/attention.py)
         self.strides: list[tuple[int, str]] = []  # (ticks, why): chunks must be a multiple of each
         self.mask_only: set[str] = set()
         self.graph = graph
@@ -480,8 +481,10 @@ class Walker:
 
     def _find_mask_only(self) -> None:
         """Nodes that only compute attention masks from shapes (:mod:`cosyedge.surgery.rules.attention` replaces
-        the masks with the chunk's own): every output depends on shapes only and feeds only such nodes or ops on a
-        tensor over query x key time. The walk leaves them as they are (they become dead)."""
+        the masks with the chunk's own): every output depends on shapes only and feeds only such nodes or ops that
+        apply a mask to a tensor over query x key time (not a MatMul/Einsum operand, not an Attention op's queries,
+        keys or values: positional projections of the keys are streamed). The walk leaves them as they are (they
+        become dead)."""
         if self.masks is None or not any(f.axes2 for f in self.facts.values()):
             return
         from cosyedge.surgery.rules.attention import involved
@@ -491,9 +494,11 @@ class Walker:
             o = [t for t in node.outputs if t.name]
             if not o or any(t.name in outs for t in o) or any(self.masks.data_path(t.name) for t in o):
                 continue
-            users = [c for t in o for c in t.outputs]
-            if users and all(c.name in self.mask_only or (involved(c, self) and any(
-                    self.masks.data_path(t.name) for t in c.outputs if t.name)) for c in users):
+            uses = [(c, [i for i, x in enumerate(c.inputs) if x is t]) for t in o for c in t.outputs]
+            if uses and all(c.name in self.mask_only or (
+                    involved(c, self) and any(self.masks.data_path(t.name) for t in c.outputs if t.name)
+                    and c.op not in ("MatMul", "Einsum") and not (c.op == "Attention" and min(idx) < 3))
+                    for c, idx in uses):
                 self.mask_only.add(node.name)
 
     # ------------------------------------------------------------------ walk

@@ -3,7 +3,8 @@
 Small one-layer models, both exporters where they export: explicit ``q @ k^T`` with ``masked_fill`` (and the WeNet
 habit of masking again after the Softmax), an additive float mask (0 / -1e9), ``F.scaled_dot_product_attention`` with
 a bool mask (TorchScript adds ``Where(IsNaN(p), 0, p)`` after the Softmax), Einsum scores and values
-(``nqhd,nkhd->nhqk``), ``nn.MultiheadAttention`` (dynamo: the TorchScript export bakes the length into a Reshape and
+(``nqhd,nkhd->nhqk``), WeNet's positional attention (``matrix_ac + matrix_bd``, the keys' positional projections a
+second cache), ``nn.MultiheadAttention`` (dynamo: the TorchScript export bakes the length into a Reshape and
 is refused with the export hint), the ONNX ``Attention`` op (opset 23, from the dynamo exporter and written by hand
 with ``is_causal``). streamify's proof must pass; then an own ONNX Runtime loop over 8 x the window from the first
 frame, at several chunk sizes, must equal the full graph. Refusals: full attention, a mask computed from a lengths
@@ -11,6 +12,9 @@ input, a relative-position bias, a mask that widens with the length.
 """
 
 from __future__ import annotations
+
+
+import math
 
 import numpy as np
 import onnx
@@ -73,6 +77,34 @@ class Heads(nn.Module):
             s = (q @ k.transpose(-1, -2) + bias).masked_fill(~_band(t), float("-inf"))
             y = torch.softmax(s, -1) @ v
         return self.out(y.transpose(1, 2).reshape(n, t, c))
+
+
+class RelPos(nn.Module):
+    """WeNet ``RelPositionMultiHeadedAttention`` (wenet/transformer/attention.py; no rel_shift, as WeNet ships it):
+    ``matrix_ac = (q + pos_bias_u) @ k^T``, ``matrix_bd = (q + pos_bias_v) @ p^T`` with ``p = linear_pos(pe[:, :T])``
+    (RelPositionalEncoding's table), scores ``(ac + bd) / sqrt(d_k)``, a band mask. The positional projections of the
+    key frames are a second key cache."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.q, self.k, self.v, self.pos = nn.Linear(D, D), nn.Linear(D, D), nn.Linear(D, D), nn.Linear(D, D, False)
+        self.bu, self.bv = nn.Parameter(torch.randn(H, D // H)), nn.Parameter(torch.randn(H, D // H))
+        p = torch.arange(5000).float()[:, None]
+        div = torch.exp(torch.arange(0, D, 2).float() * -(np.log(10000.0) / D))
+        pe = torch.zeros(5000, D)
+        pe[:, 0::2], pe[:, 1::2] = torch.sin(p * div), torch.cos(p * div)
+        self.register_buffer("pe", pe[None])
+
+    def forward(self, x):
+        n, t, c = x.shape
+        q = self.q(x).view(n, t, H, c // H)
+        k, v = [m(x).view(n, t, H, c // H).transpose(1, 2) for m in (self.k, self.v)]
+        p = self.pos(self.pe[:, :t]).view(1, t, H, c // H).transpose(1, 2)
+        ac = (q + self.bu).transpose(1, 2) @ k.transpose(-2, -1)
+        bd = (q + self.bv).transpose(1, 2) @ p.transpose(-2, -1)
+        s = ((ac + bd) / math.sqrt(c // H)).masked_fill(~_band(t), float("-inf"))
+        return (torch.softmax(s, -1) @ v).transpose(1, 2).reshape(n, t, c)
 
 
 class Einsum(nn.Module):
@@ -170,12 +202,12 @@ def _own_loop(stream, full, chunks, frames, lead=0):
 
 CASES = [("masked_fill_twice", False, 4), ("masked_fill_twice", True, 4), ("additive", False, 1),
          ("additive", True, 1), ("sdpa", False, 1), ("sdpa", True, 1), ("einsum", False, 1), ("einsum", True, 1),
-         ("mha", True, 1), ("attention_op", True, 1)]
+         ("mha", True, 1), ("attention_op", True, 1), ("relpos", False, 1), ("relpos", True, 1)]
 
 
 @pytest.mark.parametrize("form,dynamo,fph", CASES, ids=[f"{f}-{'dynamo' if d else 'ts'}" for f, d, _ in CASES])
 def test_attention_forms_stream_with_a_kv_cache(tmp_path, form, dynamo, fph):
-    model = {"einsum": Einsum, "mha": MHA}.get(form, None)
+    model = {"einsum": Einsum, "mha": MHA, "relpos": RelPos}.get(form, None)
     model = model() if model else Heads("sdpa" if form == "attention_op" else form)
     src = _export(model.eval(), tmp_path / "m.onnx", dynamo, opset=23 if form == "attention_op" else None)
     ops = {n.op_type for n in onnx.load(str(src)).graph.node}
@@ -183,7 +215,7 @@ def test_attention_forms_stream_with_a_kv_cache(tmp_path, form, dynamo, fph):
         assert "Attention" in ops
     c = streamify(src, tmp_path / "m.stream.onnx", sample_rate_hz=16000, hop_samples=160, frames_per_hop=fph)
     kinds = sorted(s.kind for s in c.states)
-    assert kinds == ["key", "position", "value"], kinds
+    assert kinds == ["key"] * (2 if form == "relpos" else 1) + ["position", "value"], kinds
     assert c.proof["max_abs"] < 1e-5
     cache = 8 if form == "masked_fill_twice" else W - 1
     assert [a["cache_frames"] for a in c.attention] == [cache]

@@ -244,7 +244,9 @@ def _mask2d(ev: Any, name: str, out_rank: int, qk: tuple[int, int], ticks: int, 
 
 def _region(out: Any, ctx: Any) -> tuple[list, list]:
     """The masks applied between the scores ``out`` and the MatMul with the values: (pre-Softmax, post-Softmax)
-    lists of (consumer node, mask input index, data input index, output rank, (query, key) axes)."""
+    lists of (consumer node, mask input index, data input index, output rank, (query, key) axes), and the partner
+    score nodes (list: MatMul/Einsum of two tensors over time added to these scores before the Softmax, such as
+    WeNet's ``matrix_bd`` of queries and absolute positional projections)."""
     region, todo = {out.name}, [out]
     while todo:  # every tensor over query x key time computed from the scores (IsNaN(probs) included)
         for c in todo.pop().outputs:
@@ -252,7 +254,7 @@ def _region(out: Any, ctx: Any) -> tuple[list, list]:
                 if o.name and o.name not in region and ctx.fact(o).axes2 is not None:
                     region.add(o.name)
                     todo.append(o)
-    pre, post, seen = [], [], set()
+    pre, post, seen, partners = [], [], set(), []
     stack = [(out, len(ctx.fact(out).shape1), ctx.fact(out).axes2, False)]
     while stack:
         t, rank, qk, after = stack.pop()
@@ -276,6 +278,12 @@ def _region(out: Any, ctx: Any) -> tuple[list, list]:
                 if f.axes2 is None and not f.is_stream:
                     continue
                 why = ctx.masks.data_path(m.name)
+                prod = m.inputs[0] if m.inputs else None
+                if (why and f.axes2 is not None and not after and c.op in ("Add", "Sub") and prod is not None
+                        and prod.op in ("MatMul", "Einsum") and len(prod.inputs) == 2
+                        and all(ctx.fact(x).is_stream for x in prod.inputs)):
+                    partners.append(prod)  # a second score term (WeNet's positional matrix_bd): same site
+                    continue
                 if why:
                     if f.axes2 is not None:
                         raise Blocker(f"'{m.name}' over query x key time, applied to its scores by {c.op}, depends on "
@@ -285,7 +293,7 @@ def _region(out: Any, ctx: Any) -> tuple[list, list]:
                     continue  # a per-query tensor (a decomposed softmax's max), checked at its node
                 (post if after else pre).append((c, mi, di, orank, oqk))
             stack.append((o, orank, oqk, after or c.op in ("Softmax", "LogSoftmax")))
-    return pre, post
+    return pre, post, partners
 
 
 def _ticks_for(ctx: Any, rate: Fraction, frames: int) -> int:
@@ -296,9 +304,9 @@ def _ticks_for(ctx: Any, rate: Fraction, frames: int) -> int:
 
 def _classify_site(node: Any, ctx: Any, rate: Fraction) -> tuple[Pattern, list]:
     out = node.outputs[0]
-    pre, post = _region(out, ctx)
+    pre, post, partners = _region(out, ctx)
     if not pre:
-        return Pattern("full"), []
+        return Pattern("full"), [], partners
     views = []
     for frames in _MASK_FRAMES:
         ticks = _ticks_for(ctx, rate, frames)
@@ -316,7 +324,23 @@ def _classify_site(node: Any, ctx: Any, rate: Fraction) -> tuple[Pattern, list]:
     pat = classify(views)
     if pat.kind == "none":
         pat = Pattern("full")
-    return pat, pre + post
+    return pat, pre + post, partners
+
+
+def _key_side(node: Any, ctx: Any, site: Site, ka: int) -> None:
+    """Give the key side (input 1) of a score node ``node`` the site's cache: positions (a lifted tensor: WeNet's
+    positional projections of the key frames) first become an ordinary stream (batch axis 0), then both are aligned
+    to the site's delay and get ``site.cache`` frames of state."""
+    k = node.inputs[1]
+    if k.name in ctx.lifted:
+        from cosyedge.surgery.rules.positions import _join
+
+        _join(node, 1, ctx, len(ctx.fact(k).shape1), 0, f"{node.name}/positions")
+    d = ctx.align(node, [0, 1], minimum=site.delay)
+    if d != site.delay:
+        raise Blocker(f"its queries or keys are {d - site.delay} frames later than the attention's other scores")
+    if site.cache:
+        node.inputs[1] = ctx.add_state(node.inputs[1], site.cache, ka, KEY, node.name)
 
 
 def _scores(node: Any, ctx: Any) -> None:
@@ -337,14 +361,22 @@ def _scores(node: Any, ctx: Any) -> None:
         if fq.rate != fk.rate:
             raise Blocker(f"queries at {fq.rate} and keys at {fk.rate} frames per tick (cross-attention between rates)")
         rate = fq.rate
-        pat, masks = _classify_site(node, ctx, rate)
-        site = _site(node, ctx, pat, [0, 1], rate, [(c.name, mi) for c, mi, *_ in masks], out.name)
-        site.qk = (oq, ok, len(ctx.fact(out).shape1))
-        d = site.delay
-        k = node.inputs[1]
-        if site.cache:
-            node.inputs[1] = ctx.add_state(k, site.cache, ka, KEY, node.name)
-        a = Att(site, oq, ok, len(ctx.fact(out).shape1))
+        rank = len(ctx.fact(out).shape1)
+        if node.name in ctx.partners:  # a second score term of a site made at its partner
+            site = ctx.partners[node.name]
+            _key_side(node, ctx, site, ka)
+            ctx.attn[out.name] = Att(site, oq, ok, rank)
+            ctx.set_delay(out, site.delay)
+            return
+        pat, masks, partners = _classify_site(node, ctx, rate)
+        if node.inputs[0].name in ctx.lifted:
+            raise Blocker("its queries are positions (a position term of queries x keys is not streamed)")
+        site = _site(node, ctx, pat, [0], rate, [(c.name, mi) for c, mi, *_ in masks], out.name)
+        site.qk = (oq, ok, rank)
+        for p in partners:
+            ctx.partners[p.name] = site
+        _key_side(node, ctx, site, ka)
+        a = Att(site, oq, ok, rank)
         vis = _vis_for(ctx, site, a, out)
         raw = ctx.op(node.op, list(node.inputs), node.name, dict(node.attrs))
         low = np.finfo(_dtype(ctx, out)).min
@@ -352,7 +384,7 @@ def _scores(node: Any, ctx: Any) -> None:
         node.inputs.clear()
         node.inputs.extend([vis, raw, ctx.const(low, dtype=_dtype(ctx, out))])
         ctx.attn[out.name] = a
-        ctx.set_delay(out, d)
+        ctx.set_delay(out, site.delay)
     except Blocker:
         ctx.attn[out.name] = Att(None)
         raise
