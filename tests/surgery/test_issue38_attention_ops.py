@@ -13,7 +13,6 @@ input, a relative-position bias, a mask that widens with the length.
 
 from __future__ import annotations
 
-
 import math
 
 import numpy as np
@@ -103,7 +102,7 @@ class RelPos(nn.Module):
         p = self.pos(self.pe[:, :t]).view(1, t, H, c // H).transpose(1, 2)
         ac = (q + self.bu).transpose(1, 2) @ k.transpose(-2, -1)
         bd = (q + self.bv).transpose(1, 2) @ p.transpose(-2, -1)
-        s = ((ac + bd) / math.sqrt(c // H)).masked_fill(~_band(t), float("-inf"))
+        s = ((ac + bd) / math.sqrt(D // H)).masked_fill(~_band(t), float("-inf"))
         return (torch.softmax(s, -1) @ v).transpose(1, 2).reshape(n, t, c)
 
 
