@@ -106,6 +106,24 @@ class RelPos(nn.Module):
         return (torch.softmax(s, -1) @ v).transpose(1, 2).reshape(n, t, c)
 
 
+class RelShift(RelPos):
+    """NeMo ``RelPositionMultiHeadAttention`` (nemo/collections/asr/parts/submodules/multi_head_attention.py): relative
+    positions ``T - 1 .. -(T - 1)`` (2T - 1 of them, the centre of the table), ``matrix_bd`` over them and
+    Transformer-XL's ``rel_shift`` (pad, view, slice). Refused by name."""
+
+    def forward(self, x):
+        n, t, c = x.shape
+        q = self.q(x).view(n, t, H, c // H)
+        k, v = [m(x).view(n, t, H, c // H).transpose(1, 2) for m in (self.k, self.v)]
+        p = self.pos(self.pe[:, 2500 - t + 1:2500 + t]).view(1, 2 * t - 1, H, c // H).transpose(1, 2)
+        ac = (q + self.bu).transpose(1, 2) @ k.transpose(-2, -1)
+        bd = (q + self.bv).transpose(1, 2) @ p.transpose(-2, -1)  # (N, H, T, 2T - 1)
+        b, h, qlen, plen = bd.shape
+        bd = nn.functional.pad(bd, (1, 0)).view(b, h, -1, qlen)[:, :, 1:].view(b, h, qlen, plen)[..., :t]
+        s = ((ac + bd) / math.sqrt(D // H)).masked_fill(~_band(t), float("-inf"))
+        return (torch.softmax(s, -1) @ v).transpose(1, 2).reshape(n, t, c)
+
+
 class Einsum(nn.Module):
     def __init__(self):
         super().__init__()
@@ -282,6 +300,12 @@ def test_unstreamable_attention_is_refused_naming_why(tmp_path, form, why):
     with pytest.raises(UsageError, match=why):
         streamify(src, tmp_path / "o.onnx", sample_rate_hz=16000, hop_samples=160, frames_per_hop=1)
     assert not (tmp_path / "o.onnx").exists()
+
+
+def test_transformer_xl_rel_shift_is_refused_by_name(tmp_path):
+    src = _export(RelShift().eval(), tmp_path / "m.onnx", False)
+    with pytest.raises(UsageError, match=r"time x \(2T - 1\) relative positions \(Transformer-XL rel_shift"):
+        streamify(src, tmp_path / "o.onnx", sample_rate_hz=16000, hop_samples=160, frames_per_hop=1)
 
 
 def test_a_mask_from_a_lengths_input_is_refused_not_guessed(tmp_path):
