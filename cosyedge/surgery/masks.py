@@ -194,29 +194,21 @@ class MaskEvaluator:
 
     def data_path(self, name: str) -> str:
         """"" when tensor ``name`` depends on shapes only; else the graph input (or random op) its value comes from
-        (a path that does not pass through ``Shape``/``Size``)."""
-        if name in self._why:
-            return self._why[name]
-        stack, seen, why = [name], set(), ""
-        while stack and not why:
-            t = stack.pop()
-            if t in seen or not t or t in self.inits:
-                continue
-            seen.add(t)
-            if t in self.graph_inputs:
-                why = f"graph input '{t}'"
-                break
-            node = self.producer.get(t)
-            if node is None:
-                continue
-            if node.op_type in ("Shape", "Size"):
-                continue
-            if node.op_type in _RANDOM:
-                why = f"{node.op_type} node '{node.name}'"
-                break
-            stack.extend(node.input)
-        self._why[name] = why
-        return why
+        (a path that does not pass through ``Shape``/``Size``). One pass over the graph in topological order, on
+        first use."""
+        if not self._why:
+            why = {i: f"graph input '{i}'" for i in self.graph_inputs if i not in self.inits}
+            for node in self.model.graph.node:
+                if node.op_type in ("Shape", "Size"):
+                    w = ""
+                elif node.op_type in _RANDOM:
+                    w = f"{node.op_type} node '{node.name}'"
+                else:
+                    w = next((why[i] for i in node.input if why.get(i)), "")
+                for o in node.output:
+                    why[o] = w
+            self._why = why
+        return self._why.get(name, "")
 
     def shape_at(self, name: str, ticks: int) -> list[int]:
         """The shape (list[int]) tensor ``name`` has at ``ticks`` input ticks, from its measured fact."""
