@@ -53,6 +53,9 @@ def sha256_file(path: str | Path, chunk_bytes: int = 1 << 20) -> str:
 
 #: Metadata keys left out of :func:`model_content_sha256`: figures *measured* on the machine that wrote the file.
 MACHINE_MEASURED_KEYS = ("cosyedge.proof",)
+DERIVED_KEYS = ("cosyedge.state_bytes",)
+"""tuple[str, ...]: metadata computed from other keys (the state bytes from ``cosyedge.state``): left out of
+:func:`model_content_sha256` so that a baseline made before such a key was written still recognises its model."""
 
 
 def model_content_sha256(path: str | Path) -> str:
@@ -78,7 +81,7 @@ def model_content_sha256(path: str | Path) -> str:
         raise ArtifactError(f"{path} is not readable ({err.strerror or err})") from None
     except Exception as err:  # protobuf's DecodeError and onnx's own errors
         raise ArtifactError(f"{path} is not a readable ONNX model ({type(err).__name__})") from None
-    keep = [p for p in model.metadata_props if p.key not in MACHINE_MEASURED_KEYS]
+    keep = [p for p in model.metadata_props if p.key not in MACHINE_MEASURED_KEYS + DERIVED_KEYS]
     del model.metadata_props[:]
     model.metadata_props.extend(keep)
     return hashlib.sha256(model.SerializeToString(deterministic=True)).hexdigest()
