@@ -46,15 +46,38 @@ NO_EXPORT = {
         "TorchScript export of nn.MultiheadAttention bakes the example's length into the K/V Reshape "
         "(requested shape {64, N*H, 16}): ONNX Runtime fails at any other length",
 }
+# model: why streaming it fails today (both exporters), found by these tests; strict, so a fix shows as XPASS (then
+# drop the entry)
+KNOWN_GAPS = {
+    "wenet_conformer_rel":
+        "WeNet rel_pos (no rel_shift): matrix_bd = (q + pos_bias_v) @ linear_pos(pe[:, :T])^T is refused as a bias "
+        "over query x key time that 'depends on the values of graph input x'; it is q times a function of the key's "
+        "absolute position (a key-side term a cache or the position counter could carry)",
+    "nemo_fastconformer_regular_abs":
+        "proof fails: NeMo's length = new_full((B,), T) and pad mask arange(T) < length next to pe[:, :T] make the "
+        "stream graph's pe Slice wrong (AccuracyError, first diverging tensor the pos_enc Slice)",
+    "nemo_fastconformer_chunked_abs":
+        "same as nemo_fastconformer_regular_abs; here the proof's bisect itself crashes (ValueError: operands could "
+        "not be broadcast, (1, 192, 4, 32) vs (1, 192, 32))",
+    "mimi_transformer":
+        "the stream graph streamify writes fails in ONNX Runtime at batch 2 (Reshape {2,2,2,8,2} -> {2,2,1,16} at "
+        "chunk 1, Mul broadcast at other chunks): Mimi's RoPE ts = offset.float().view(-1, 1) + arange(T) with "
+        "offset = zeros(B), viewed (B, 1, -1, 1); the proof runs batch 1 only, where it is exact",
+    "mimi_unlimited": "as mimi_transformer (batch 2)",
+}
 DYNAMO = pytest.mark.parametrize("dynamo", [False, True], ids=["torchscript", "dynamo"])
 
 
-def _params(names):
+def _params(names, gaps=False):
+    """(name, dynamo) parameters: pairs that do not export skipped; for the streaming tests (``gaps``) Mimi marked slow
+    and KNOWN_GAPS xfail."""
     out = []
     for n in names:
         for d in (False, True):
             marks = [pytest.mark.skip(reason=NO_EXPORT[(n, d)])] if (n, d) in NO_EXPORT else []
-            if n.startswith("mimi"):
+            if gaps and n in KNOWN_GAPS:
+                marks.append(pytest.mark.xfail(strict=True, reason=KNOWN_GAPS[n]))
+            if gaps and n.startswith("mimi"):  # 2000 frames
                 marks.append(pytest.mark.slow)
             out.append(pytest.param(n, d, id=f"{n}-{'dynamo' if d else 'torchscript'}", marks=marks))
     return out
@@ -64,9 +87,8 @@ def _export(name, tmp_path, dynamo, **kw):
     _, _, ax, _ = M.MODELS[name]
     model = M.build(name, **kw)
     tag = "".join(f"_{k}{v}" for k, v in kw.items())
-    path = M.export(model, tmp_path / f"{name}{tag}{int(dynamo)}.onnx", M.example_input(ax, lengths=name ==
-                                                                                           "wenet_lengths"),
-                    dynamo=dynamo, time_axis=ax)
+    example = M.example_input(ax, lengths=name == "wenet_lengths")
+    path = M.export(model, tmp_path / f"{name}{tag}{int(dynamo)}.onnx", example, dynamo=dynamo, time_axis=ax)
     return model, path
 
 
@@ -222,7 +244,7 @@ def test_masks_are_what_the_architecture_says(name, first, last):
 # 2. streaming
 # ---------------------------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("name,dynamo", _params(STREAMING))
+@pytest.mark.parametrize("name,dynamo", _params(STREAMING, gaps=True))
 def test_streams_exactly(tmp_path, name, dynamo):
     """streamify proves it; stream == full graph from the first frame at 4 chunk sizes over >= 8 x the context,
     batch 2 (two different speech excerpts), within 1e-4. Relative positions with rel_shift: either that, or a
@@ -250,6 +272,23 @@ def test_streams_exactly(tmp_path, name, dynamo):
         assert c.outputs[0].delay_frames == 0  # causal: nothing to wait for
 
 
+@pytest.mark.slow
+@DYNAMO
+def test_mimi_streams_exactly_one_stream(tmp_path, dynamo):
+    """Mimi's transformer (interleaved RoPE, context 250, LayerScale) with batch 1: the 249-frame key/value caches and
+    the position counter stream it exactly over 2000 frames (8 x the context) from frame 0 at 4 chunk sizes (batch 2:
+    see KNOWN_GAPS)."""
+    _, _, ax, facts = M.MODELS["mimi_transformer"]
+    _, src = _export("mimi_transformer", tmp_path, dynamo)
+    out = tmp_path / "mimi.stream.onnx"
+    c = streamify(src, out, sample_rate_hz=16000, hop_samples=160, frames_per_hop=1)
+    errs = _stream_errors(src, out, c, facts, ax, M.speech_features(_frames(facts), ax, n=1))
+    print("mimi_transformer batch 1", "dynamo" if dynamo else "torchscript", "states",
+          [(s.kind, s.shape) for s in c.states], "errors", errs)
+    assert sorted(s.kind for s in c.states) == ["key", "position", "value"]
+    assert max(errs.values()) < ATOL, errs
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # 3. refusals and the opt-in window
 # ---------------------------------------------------------------------------------------------------------------
@@ -267,7 +306,8 @@ def test_unlimited_left_context_is_refused(tmp_path, name, dynamo):
 
 @pytest.mark.parametrize("name,window,bounded", [
     ("causal_tril", 16, dict(window=16)),
-    pytest.param("mimi_unlimited", 32, dict(context=32), marks=pytest.mark.slow)])
+    pytest.param("mimi_unlimited", 32, dict(context=32),
+                 marks=[pytest.mark.slow, pytest.mark.xfail(strict=True, reason=KNOWN_GAPS["mimi_unlimited"])])])
 @DYNAMO
 def test_attention_window_bounds_unlimited_context(tmp_path, name, window, bounded, dynamo):
     """``attention_window=N`` makes unlimited causal attention stream with an N-frame window (query i sees keys
