@@ -153,6 +153,51 @@ def stream_run(model: Any, contract: Any, inputs: dict[str, np.ndarray], chunk_t
     return {n: np.concatenate([c[n] for c in chunks], axis=ticks_per_frame[n][0]) for n in want if chunks}
 
 
+def _batch_two(full_model: Any, stream_model: Any, contract: Any, inputs: dict[str, np.ndarray], chunk: int,
+               out_facts: dict, atol: float, where: str) -> None:
+    """Run the stream graph with two streams in one batch (the proof input and the same input turned by a third of its
+    length, a different signal) at ``chunk`` ticks and compare each row with the full graph at batch 2: a graph that
+    baked the probes' batch of 1 into a shape (positions joined to the wrong axis, a Reshape to a fixed batch) fails
+    here, before anything is written, not later in StreamPool.
+
+    Raises:
+        AccuracyError: a row differs from the full graph beyond tolerance (names the output).
+        ArtifactError: ONNX Runtime cannot run one of the graphs at batch 2.
+    """
+    from cosyedge.errors import AccuracyError
+
+    io = {i.name: i for i in contract.stream_inputs}
+    two = {}
+    for name, v in inputs.items():
+        ax = io[name].time_axis if name in io else v.ndim - 1
+        two[name] = np.concatenate([v, np.roll(v, v.shape[ax] // 3, axis=ax)], axis=0) if v.ndim else v
+    try:
+        full = dict(zip([o.name for o in full_model.graph.output], session(full_model).run(None, two)))
+    except Exception:  # a full graph that runs batch 1 only: nothing to compare at batch 2
+        return
+    sess = session(stream_model)
+    names = [o.name for o in sess.get_outputs()]
+
+    def error(err: Exception, _k: int) -> ArtifactError:
+        return ArtifactError(f"{where + ': ' if where else ''}ONNX Runtime cannot run the stream graph with two streams "
+                             f"in a batch at chunks of {chunk} {tick_unit(contract, short=True)} ({ort_reason(err)}), "
+                             "as StreamPool would run it; nothing written")
+
+    chunks = loop.stream(lambda feeds: dict(zip(names, sess.run(None, feeds))), contract, two, chunk,
+                         states={s.input: s.zeros(2) for s in contract.states},
+                         axes={name: io[name].time_axis for name in two if name in io}, outputs=list(out_facts),
+                         on_error=error)
+    for name, (axis, _rate, delay) in out_facts.items():
+        got = np.concatenate([c[name] for c in chunks], axis=axis)
+        for row in range(2):
+            mx, snr, peak = compare_aligned(full[name][row:row + 1], got[row:row + 1], axis, delay)
+            if mx > tolerance(peak, atol):
+                raise AccuracyError(f"{where}: the stream graph differs from the full-sequence graph with two streams "
+                                    f"in a batch (as StreamPool runs it): output '{name}' row {row} max abs error "
+                                    f"{mx:.3g} (SNR {snr:.1f} dB) at chunks of {chunk} {tick_unit(contract, short=True)}"
+                                    "; batch 1 is exact, so a shape baked the probes' batch of 1; nothing written")
+
+
 def compare_aligned(full: np.ndarray, stream: np.ndarray, axis: int, delay: int) -> tuple[float, float, float]:
     """(max abs error, SNR dB, peak |full|) of ``stream`` shifted by ``delay`` frames against ``full``,
     over the frames both have along ``axis`` (a negative delay: the stream starts ``-delay`` frames into the
@@ -249,6 +294,8 @@ def prove(full_model: Any, stream_model: Any, contract: Any, inputs: dict[str, n
                          "ok": bool(good)})
             if not good and ok:
                 ok, bad_chunk = False, chunk
+    if ok:
+        _batch_two(full_model, stream_model, contract, inputs, min(chunks), out_facts, atol, where)
     result = ProofResult(ok, rows, ticks=ticks)
     if not ok and all_facts and order:
         result.first_bad = bisect(full_model, stream_model, contract, inputs, bad_chunk, all_facts, order,

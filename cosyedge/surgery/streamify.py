@@ -398,7 +398,8 @@ def prove_stream(full_model: Any, stream_model: Any, contract: StreamContract, s
         chunks = [c for c in chunks if ticks % c == 0] or [s]
     w = sg.walker
     out_facts = {o.name: (o.time_axis, w.facts[o.name].rate, o.delay_frames) for o in contract.stream_outputs}
-    all_facts = {n: (f.axis, f.rate, w.delay.get(n)) for n, f in w.facts.items() if f.is_stream}
+    all_facts = {n: (f.axis, f.rate, w.delay.get(n)) for n, f in w.facts.items()
+                 if f.is_stream and n not in w.lifted}  # lifted positions have an extra leading axis in the stream
     order, producers = [], {}
     for node in full_model.graph.node:
         for o in node.output:

@@ -501,6 +501,53 @@ class Walker:
                     for c, idx in uses):
                 self.mask_only.add(node.name)
 
+    def _uniform(self, node: Any) -> bool:
+        """Rewrite a node whose one output runs over time, depends on shapes only and holds one value everywhere at
+        every length (NeMo's pad mask ``arange(T) < new_full((N,), T)``: all true at full length) into ``Expand`` of
+        that value to this chunk's shape. Its positions would otherwise be compared with the chunk's own length.
+
+        Returns:
+            bool: True when rewritten (no rule needed).
+        """
+        if self.masks is None or len(node.outputs) != 1 or not node.outputs[0].name:
+            return False
+        o = node.outputs[0]
+        f = self.facts.get(o.name)
+        if f is None or not f.is_stream or self.masks.data_path(o.name) or node.op in ("Range", "Shape", "Size"):
+            return False
+        v1, v2 = self.values.get(o.name), self.values2.get(o.name)
+        if v1 is None or v2 is None or not np.size(v1) or v1.dtype != v2.dtype:
+            return False
+        first = np.asarray(v1).reshape(-1)[0]
+        if not (np.all(v1 == first) and np.all(v2 == first)):
+            return False
+        try:
+            frames = 1100
+            ticks = -(-int(frames / f.rate) // 64) * 64
+            v3 = self.masks.evaluate([o.name], ticks)[o.name]
+        except Exception:  # noqa: BLE001 - not evaluable from shapes alone: leave it to its rule
+            return False
+        if not np.all(v3 == first):
+            return False
+        base = f"{node.name}/{BOOKKEEPING}_uniform"
+        parts = []
+        b = self.batch_axes.get(o.name)
+        for i, d in enumerate(f.shape1):
+            if i == f.axis:
+                parts.append(self.frames_tensor(f.rate, base))
+            elif i == b:
+                n = self.batch_tensor(base)
+                parts.append(n if int(d) == 1 else self.op("Mul", [n, self.const([int(d)])], base, dtype=np.int64))
+            else:
+                parts.append(self.const([int(d)]))
+        shape = self.op("Concat", parts, base, {"axis": 0}, dtype=np.int64)
+        value = self.const(np.full([1] * len(f.shape1), first, dtype=v1.dtype), base, dtype=v1.dtype)
+        node.op, node.attrs = "Expand", {}
+        node.inputs.clear()
+        node.inputs.extend([value, shape])
+        self.set_delay(o, None)
+        return True
+
     # ------------------------------------------------------------------ walk
     def walk(self) -> None:
         """Visit every node of the graph (snapshot in topological order) and apply its rule; record
@@ -515,6 +562,8 @@ class Walker:
             if node.name in self.mask_only:
                 for o in node.outputs:
                     self.set_delay(o, None)
+                continue
+            if self._uniform(node):
                 continue
             if self.masks is not None and involved(node, self):
                 try:
@@ -611,6 +660,28 @@ class Walker:
         for o in node.outputs:
             self.set_delay(o, d)
 
+    def _drop_unused_positions(self) -> None:
+        """Remove position counters nothing reads any more (their positions only fed a tensor that
+        :meth:`_uniform` folded to a constant): after dropping dead nodes, a counter whose state_in feeds only its own
+        update is no state a runtime should carry."""
+        from cosyedge.surgery.rules.positions import POSITION
+
+        self.graph.cleanup()
+        for rate, s_in in list(self._positions.items()):
+            users = list(s_in.outputs)
+            if len(users) != 1 or users[0].outputs[0] not in [o for _, o in self._state_vars]:
+                continue
+            i = [a for a, _ in self._state_vars].index(s_in)
+            s_out = self._state_vars[i][1]
+            if self.states[i].kind != POSITION:
+                continue
+            users[0].outputs.clear()
+            users[0].inputs.clear()
+            self.graph.inputs.remove(s_in)
+            self.graph.outputs.remove(s_out)
+            del self._state_vars[i], self.states[i], self._positions[rate]
+        self.graph.cleanup()
+
     def finish(self, output_names: list[str]) -> dict[str, int]:
         """Align the graph outputs to one delay in ticks, add the counter update, name the states.
 
@@ -619,6 +690,7 @@ class Walker:
         Returns:
             dict[str, int]: delay of each output in its own frames.
         """
+        self._drop_unused_positions()
         outs = {t.name: t for t in self.graph.outputs}
         need = {}
         for name in output_names:

@@ -48,23 +48,10 @@ NO_EXPORT = {
 }
 # model: why streaming it fails today (both exporters), found by these tests; strict, so a fix shows as XPASS (then
 # drop the entry)
-KNOWN_GAPS = {
-    "wenet_conformer_rel":
-        "WeNet rel_pos (no rel_shift): matrix_bd = (q + pos_bias_v) @ linear_pos(pe[:, :T])^T is refused as a bias "
-        "over query x key time that 'depends on the values of graph input x'; it is q times a function of the key's "
-        "absolute position (a key-side term a cache or the position counter could carry)",
-    "nemo_fastconformer_regular_abs":
-        "proof fails: NeMo's length = new_full((B,), T) and pad mask arange(T) < length next to pe[:, :T] make the "
-        "stream graph's pe Slice wrong (AccuracyError, first diverging tensor the pos_enc Slice)",
-    "nemo_fastconformer_chunked_abs":
-        "same as nemo_fastconformer_regular_abs; here the proof's bisect itself crashes (ValueError: operands could "
-        "not be broadcast, (1, 192, 4, 32) vs (1, 192, 32))",
-    "mimi_transformer":
-        "the stream graph streamify writes fails in ONNX Runtime at batch 2 (Reshape {2,2,2,8,2} -> {2,2,1,16} at "
-        "chunk 1, Mul broadcast at other chunks): Mimi's RoPE ts = offset.float().view(-1, 1) + arange(T) with "
-        "offset = zeros(B), viewed (B, 1, -1, 1); the proof runs batch 1 only, where it is exact",
-    "mimi_unlimited": "as mimi_transformer (batch 2)",
-}
+KNOWN_GAPS: dict[str, str] = {}
+"""Pairs expected to fail (strict xfail) with the reason; empty since the lead's fixes: WeNet rel_pos (a second score
+term with its own key cache), NeMo's all-true pad mask (folded to a constant), Mimi at batch 2 (positions joined to a
+batch-only tensor; the proof now runs two streams in a batch as well)."""
 DYNAMO = pytest.mark.parametrize("dynamo", [False, True], ids=["torchscript", "dynamo"])
 
 

@@ -213,8 +213,8 @@ def lifted(node: Any, ctx: Any) -> None:
     op = node.op
     if op in _UNARY or op in _NARY or op == "MatMul":
         inputs = {t.name for t in ctx.graph.inputs}
-        batched = [i for i, t in enumerate(ins) if i not in lift and ctx.is_stream(t)
-                   and (t.name in ctx.batch_axes or t.name in inputs)]
+        batched = [i for i, t in enumerate(ins) if i not in lift and t.name
+                   and (t.name in ctx.batch_axes or (ctx.is_stream(t) and t.name in inputs))]
         other = [i for i, t in enumerate(ins) if i not in lift and i not in batched]
         for i in other:
             if not _const_ok(ctx, ins[i]):
