@@ -294,7 +294,7 @@ def test_unlimited_left_context_is_refused(tmp_path, name, dynamo):
 @pytest.mark.parametrize("name,window,bounded", [
     ("causal_tril", 16, dict(window=16)),
     pytest.param("mimi_unlimited", 32, dict(context=32),
-                 marks=[pytest.mark.slow, pytest.mark.xfail(strict=True, reason=KNOWN_GAPS["mimi_unlimited"])])])
+                 marks=[pytest.mark.slow])])
 @DYNAMO
 def test_attention_window_bounds_unlimited_context(tmp_path, name, window, bounded, dynamo):
     """``attention_window=N`` makes unlimited causal attention stream with an N-frame window (query i sees keys
