@@ -133,6 +133,8 @@ class StreamContract:
             output and chunk); empty when not proved.
         attention (list[dict]): One entry per attention streamify streamed (node, mask pattern, cache frames,
             look-ahead frames inside a chunk, delay frames; ``bounded_from`` when ``--attention-window`` bounded it).
+        max_stream_samples (int): Longest stream (samples) the model can count positions for (an encoding table of
+            a fixed number of rows, ``pe[:, :T]``); 0: unlimited. The runtime refuses to push past it.
     """
 
     input: str
@@ -147,6 +149,7 @@ class StreamContract:
     outputs: list = dataclasses.field(default_factory=list)
     proof: dict = dataclasses.field(default_factory=dict)
     attention: list = dataclasses.field(default_factory=list)
+    max_stream_samples: int = 0
 
     @property
     def stream_inputs(self) -> list[StreamIO]:
@@ -238,6 +241,8 @@ class StreamContract:
         }
         if self.attention:
             meta["attention"] = json.dumps(self.attention)
+        if self.max_stream_samples:
+            meta["max_stream_samples"] = str(self.max_stream_samples)
         if self.inputs or self.outputs:
             meta["io"] = json.dumps({"inputs": [dataclasses.asdict(i) for i in self.inputs],
                                      "outputs": [dataclasses.asdict(o) for o in self.outputs]})
@@ -281,6 +286,7 @@ class StreamContract:
                 outputs=[StreamIO(**o) for o in io.get("outputs", [])],
                 proof=json.loads(meta.get(META_PREFIX + "proof", "{}")),
                 attention=json.loads(meta.get(META_PREFIX + "attention", "[]")),
+                max_stream_samples=int(meta.get(META_PREFIX + "max_stream_samples", "0")),
             )
         except (ValueError, TypeError, AttributeError, json.JSONDecodeError) as err:
             raise ArtifactError(f"{where} has malformed cosyedge metadata ({err})") from None

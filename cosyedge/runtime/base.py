@@ -84,6 +84,7 @@ class StreamSession(abc.ABC):
         self.batch = int(batch)
         self.is_active = False
         self.chunks_pushed = 0
+        self._stream_samples = 0  # samples pushed since the stream started (activate / reset)
         self._lat = LatencyLog(max_latency_records)
 
     # ------------------------------------------------------------------ hooks for backends
@@ -117,6 +118,7 @@ class StreamSession(abc.ABC):
         if not self.is_active:
             self.activate_impl()
             self.is_active = True
+            self._stream_samples = 0
         return self
 
     def deactivate(self) -> None:
@@ -138,6 +140,7 @@ class StreamSession(abc.ABC):
         (:meth:`activate` starts from zero state anyway). Latency records are kept."""
         if self.is_active:
             self.reset_impl()
+            self._stream_samples = 0
 
     # ------------------------------------------------------------------ streaming
     def push(self, chunk: np.ndarray | dict) -> dict[str, np.ndarray]:
@@ -164,6 +167,12 @@ class StreamSession(abc.ABC):
             self._check_inputs(chunk)
         else:
             self._check_chunk(chunk)
+        limit = int(getattr(self.contract, "max_stream_samples", 0) or 0)
+        if limit and self._stream_samples + self.chunk_samples > limit:
+            raise UsageError(f"the stream is longer than the model can count positions: its position table holds "
+                             f"{limit} samples ({limit / self.contract.sample_rate_hz:g} s); the full-sequence model "
+                             "has the same limit: start a new stream (reset()) or cut the input")
+        self._stream_samples += self.chunk_samples
         t0 = time.perf_counter()
         out = self.push_impl(chunk)
         ms = (time.perf_counter() - t0) * 1000.0

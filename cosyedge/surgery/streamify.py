@@ -674,7 +674,12 @@ class StatefulOnnxFromOnnx(Stage):
                                                       or io.model_stem(src, (".onnx", ".full", ".stream"))),
                 inputs=sg.inputs, outputs=sg.outputs,
                 attention=[site.info() for site in sg.walker.attention_sites],
+                max_stream_samples=sg.walker.max_ticks[0] * per_tick if sg.walker.max_ticks else 0,
             )
+            if sg.walker.max_ticks:
+                LOG.info("positions: %s: a stream may last %d samples (%.1f s) at most, as the full-sequence model",
+                         sg.walker.max_ticks[1], contract.max_stream_samples,
+                         contract.max_stream_samples / contract.sample_rate_hz)
             new = io.graph_to_model(graph, like=model)
             contract.write_to_onnx(new)
             new = io.finalize_model(new, where=str(src))

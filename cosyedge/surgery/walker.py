@@ -75,6 +75,7 @@ class Walker:
         self.partners: dict[str, Any] = {}  # second score nodes of a site (rules/attention.py)
         self.strides: list[tuple[int, str]] = []  # (ticks, why): chunks must be a multiple of each
         self.mask_only: set[str] = set()
+        self.max_ticks: tuple[int, str] | None = None  # (ticks, why): the longest stream positions can be counted for
         self.graph = graph
         self.facts = facts
         self.values, self.values2 = values
@@ -473,6 +474,11 @@ class Walker:
         self.set_delay(out, d)
         self._masked[x.name] = out
         return out
+
+    def limit_ticks(self, ticks: int, why: str) -> None:
+        """A stream may last at most ``ticks`` input ticks (an encoding table of that many rows); ``why`` names it."""
+        if self.max_ticks is None or ticks < self.max_ticks[0]:
+            self.max_ticks = (int(ticks), why)
 
     def require_stride(self, ticks: int, why: str) -> None:
         """Chunks must hold a multiple of ``ticks`` input ticks (a chunked attention's chunk); ``why`` names it."""

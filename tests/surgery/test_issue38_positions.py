@@ -288,3 +288,34 @@ def test_thirdparty_cumulative_layernorm_now_streams(tmp_path):
     assert res.returncode == 0, res.stderr
     c = StreamContract.from_onnx(out)
     assert "position" in [s.kind for s in c.states]
+
+
+def test_a_stream_longer_than_the_encoding_table_is_refused_in_one_line(tmp_path):
+    """An encoding table of 600 rows (``pe[:, :T]``) counts 600 frames: streamify records the limit in the contract
+    (``max_stream_samples``) and a session refuses the chunk that would pass it, naming the table's length; reset()
+    starts a new stream."""
+    from cosyedge.runtime.ort import OrtStreamSession
+
+    class Table(nn.Module):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            self.lin = nn.Linear(16, 16)
+            self.register_buffer("pe", torch.randn(1, 600, 16))
+
+        def forward(self, x):
+            return self.lin(x + self.pe[:, :x.shape[1]])
+
+    src = tmp_path / "pe.onnx"
+    torch.onnx.export(Table().eval(), (torch.randn(1, 40, 16),), str(src), input_names=["x"], output_names=["y"],
+                      dynamic_axes={"x": {0: "N", 1: "T"}, "y": {0: "N", 1: "T"}}, dynamo=False, opset_version=17)
+    c = streamify(src, tmp_path / "pe.stream.onnx", sample_rate_hz=16000, hop_samples=160, frames_per_hop=1)
+    assert c.max_stream_samples == 600 * 160
+    x = np.zeros((1, 1, 16), np.float32)
+    with OrtStreamSession(tmp_path / "pe.stream.onnx") as s:
+        for _ in range(600):
+            s.push({"x": x})
+        with pytest.raises(UsageError, match=r"position table holds 96000 samples \(6 s\).*reset\(\)"):
+            s.push({"x": x})
+        s.reset()
+        s.push({"x": x})

@@ -27,6 +27,7 @@ broadcasting; the cache offsets of streaming transformers (NeMo ``cache_last_cha
 
 from __future__ import annotations
 
+import math
 from fractions import Fraction
 from typing import Any
 
@@ -154,6 +155,8 @@ def table_slice(node: Any, ctx: Any, v1: dict, v2: dict) -> None:
         src = ctx.op("Slice", [data] + [ctx.const([int(v1[k][i]) for i in keep]) for k in ("starts", "ends")]
                      + [ctx.const([axes[i] for i in keep]), ctx.const([int(v1["steps"][i]) for i in keep])], base,
                      dtype=table.dtype)
+    ctx.limit_ticks(math.floor(Fraction(n - s) / fo.rate), f"the encoding table '{data.name}' of {node.op} node "
+                    f"'{node.name}' ({n - s} rows)")
     idx = _chunk_positions(ctx, fo.rate, base)
     if s:
         idx = ctx.op("Add", [idx, ctx.const(s)], base, dtype=np.int64)
