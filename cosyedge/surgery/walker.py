@@ -519,7 +519,8 @@ class Walker:
             return False
         o = node.outputs[0]
         f = self.facts.get(o.name)
-        if f is None or not f.is_stream or self.masks.data_path(o.name) or node.op in ("Range", "Shape", "Size"):
+        if (f is None or not f.is_stream or f.extra or self.masks.data_path(o.name)
+                or node.op in ("Range", "Shape", "Size", "ConstantOfShape")):
             return False
         v1, v2 = self.values.get(o.name), self.values2.get(o.name)
         if v1 is None or v2 is None or not np.size(v1) or v1.dtype != v2.dtype:
