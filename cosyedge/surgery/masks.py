@@ -181,9 +181,11 @@ class MaskEvaluator:
         facts (dict[str, TimeFact]): Measured stream facts (:func:`cosyedge.surgery.facts.measure`), with
             :attr:`TimeFact.axes2` for tensors over time x time.
         t1 (int): The first probe length (input ticks) the facts were measured at.
+        batch_axes (dict[str, int] | None): Batch axis by tensor name (to evaluate at a batch of more than 1).
     """
 
-    def __init__(self, model: Any, facts: dict, t1: int):
+    def __init__(self, model: Any, facts: dict, t1: int, batch_axes: dict | None = None):
+        self.batch_axes = batch_axes or {}
         self.model = model
         self.facts = facts
         self.t1 = t1
@@ -210,16 +212,20 @@ class MaskEvaluator:
             self._why = why
         return self._why.get(name, "")
 
-    def shape_at(self, name: str, ticks: int) -> list[int]:
-        """The shape (list[int]) tensor ``name`` has at ``ticks`` input ticks, from its measured fact."""
+    def shape_at(self, name: str, ticks: int, batch: int = 1) -> list[int]:
+        """The shape (list[int]) tensor ``name`` has at ``ticks`` input ticks and ``batch`` streams, from its measured
+        fact (and batch axis)."""
         f = self.facts[name]
         shape = list(f.shape1)
         for ax in (f.axes2 or ((f.axis,) if f.axis is not None else ())):
             shape[ax] = int(f.rate * ticks + f.extra)
+        if batch != 1 and name in self.batch_axes:
+            shape[self.batch_axes[name]] *= batch
         return shape
 
-    def evaluate(self, names: list[str], ticks: int) -> dict[str, np.ndarray]:
-        """Values of ``names`` (each shape-only: :meth:`data_path` is "") at ``ticks`` input ticks.
+    def evaluate(self, names: list[str], ticks: int, batch: int = 1) -> dict[str, np.ndarray]:
+        """Values of ``names`` (each shape-only: :meth:`data_path` is "") at ``ticks`` input ticks and ``batch``
+        streams.
 
         Raises:
             RuntimeError: ONNX Runtime cannot run the mask's subgraph (its first line).
@@ -238,7 +244,7 @@ class MaskEvaluator:
             if id(node) not in need:
                 continue
             if node.op_type in ("Shape", "Size"):
-                shape = self.shape_at(node.input[0], ticks)
+                shape = self.shape_at(node.input[0], ticks, batch)
                 if node.op_type == "Size":
                     feeds[node.output[0]] = np.asarray(math.prod(shape), dtype=np.int64)
                 else:

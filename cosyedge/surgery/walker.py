@@ -68,7 +68,7 @@ class Walker:
         load_all()
         from cosyedge.surgery.masks import MaskEvaluator
 
-        self.masks = MaskEvaluator(model, facts, t1) if model is not None else None
+        self.masks = MaskEvaluator(model, facts, t1, batch_axes) if model is not None else None
         self.attention_window = attention_window
         self.attn: dict[str, Any] = {}  # tensors over query x key time (rules/attention.Att)
         self.attention_sites: list[Any] = []
@@ -531,7 +531,7 @@ class Walker:
         try:
             frames = 1100
             ticks = -(-int(frames / f.rate) // 64) * 64
-            v3 = self.masks.evaluate([o.name], ticks)[o.name]
+            v3 = self.masks.evaluate([o.name], ticks, batch=3)[o.name]  # a batch coordinate is not one value
         except Exception:  # noqa: BLE001 - not evaluable from shapes alone: leave it to its rule
             return False
         if not np.all(v3 == first):
