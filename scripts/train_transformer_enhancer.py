@@ -95,7 +95,13 @@ def main(argv=None) -> int:
                     help="write <log-dir>/last.safetensors this often (wall clock)")
     ap.add_argument("--ema", type=float, default=0.0, help="decay of a weight average that is evaluated and saved")
     ap.add_argument("--init", default=None, help="start from these safetensors weights (its config wins)")
-    ap.add_argument("--data-version", type=int, default=1, choices=DATA_VERSIONS)
+    ap.add_argument("--data-version", type=int, default=1, choices=DATA_VERSIONS,
+                    help="training data (cosyedge.data.versions.DATA_VERSIONS); 3 adds male-converted prompts")
+    ap.add_argument("--male-share", type=float, default=0.3,
+                    help="data versions 3 and 4: share of speech draws from the male-converted prompts")
+    ap.add_argument("--speech-low-boost", type=float, default=0.0,
+                    help="probability in [0, 1] that a training speech segment gets its f0 band (70-140 Hz) boosted "
+                         "by 0 to 10 dB (cosyedge.data.augment.low_band_boost)")
     ap.add_argument("--allow-missing-corpora", action="store_true",
                     help="train without the corpora of the data version that cannot be built here (listed)")
     ap.add_argument("--out", default="transformer.safetensors")
@@ -105,6 +111,8 @@ def main(argv=None) -> int:
         ap.error("--minutes, --batch, --seconds, --lr and --threads must be positive")
     if not 0 <= args.speech_weight <= 1:
         ap.error(f"--speech-weight must be in [0, 1], got {args.speech_weight}")
+    if not 0 <= args.speech_low_boost <= 1 or not 0 <= args.male_share <= 1:
+        ap.error("--speech-low-boost and --male-share must be in [0, 1]")
     if not 0 <= args.ema < 1:
         ap.error(f"--ema must be in [0, 1), got {args.ema}")
 
@@ -125,7 +133,8 @@ def main(argv=None) -> int:
     except ValueError as err:
         ap.error(str(err))
     t_prep = time.perf_counter()
-    data = training_data_or_exit(ap, args, seed=args.seed, data_version=args.data_version)
+    data = training_data_or_exit(ap, args, seed=args.seed, data_version=args.data_version, male_share=args.male_share,
+                                 speech_low_boost=args.speech_low_boost)
     val_pairs = data.validation_pairs()
     print(f"data ready in {time.perf_counter() - t_prep:.1f} s: {len(val_pairs)} validation pairs", flush=True)
     cfg = model.config
