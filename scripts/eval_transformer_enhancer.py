@@ -5,7 +5,8 @@ data version and seed as given) and on the bundled demo (``cosyedge/assets/demo`
 engine noise at 5 dB, never used for training). Scored with :func:`cosyedge.train.reference.loop.evaluate` (output
 aligned by the model's delay, SI-SNR as :func:`cosyedge.signal.si_snr_db`).
 
-    python scripts/eval_transformer_enhancer.py --weights cosyedge/assets/transformer/weights.safetensors --json out.json
+    python scripts/eval_transformer_enhancer.py --weights cosyedge/assets/transformer/weights.safetensors \\
+        --data-version 3 --json out.json
 """
 
 from __future__ import annotations
@@ -45,7 +46,8 @@ def main(argv=None) -> int:
     demo = [("demo", noisy, clean)]
     val = TrainingData(seed=args.seed, data_version=args.data_version).validation_pairs()
     noisy_val = float(np.mean([si_snr_db(x, c) for _, x, c in val]))
-    out = {"validation_pairs": len(val), "noisy": {"val_si_snr_db": noisy_val, "demo_si_snr_db": si_snr_db(noisy, clean)}}
+    out = {"validation_pairs": len(val),
+           "noisy": {"val_si_snr_db": noisy_val, "demo_si_snr_db": si_snr_db(noisy, clean)}}
     for name, model in (("transformer", load_transformer_enhancer(args.weights)),
                         ("reference", load_reference(args.reference))):
         d = model.config.delay_samples

@@ -11,22 +11,24 @@ and augmentation options are left out):
   clean speech through the noisy input's gains is the speech part ``y_s`` and ``y - y_s`` the noise part; error
   energy ``2 a |y_s - s|^2 + 2 (1 - a) |y - y_s|^2`` (``a`` = ``--speech-weight``; 0.5 = plain SNR loss), plus
   ``--spectral-weight`` times :func:`~cosyedge.train.reference.losses.compressed_spectral_loss`;
-- schedule: AdamW, linear warm-up then cosine decay over the wall-clock budget (:func:`~cosyedge.train.reference.loop.lr_at`);
+- schedule: AdamW, linear warm-up then cosine decay over the wall-clock budget
+  (:func:`~cosyedge.train.reference.loop.lr_at`);
 - selection: SI-SNR improvement on the validation pairs (held-out asterisk prompts,
   :func:`~cosyedge.train.reference.loop.evaluate`) every ``--eval-every`` steps; the best is written to ``--out``.
 
 Writes ``--out`` (safetensors, config and notes in the header), ``<log-dir>/last.safetensors`` every
 ``--checkpoint-minutes`` (resume with ``--init``), ``<log-dir>/history.json`` and ``<log-dir>/curves.png``.
 
-Example (the run of the bundled weights, 1 thread)::
+Example (stage 1 of the bundled weights, 1 thread; both stages are in cosyedge/assets/transformer/README.md)::
 
-    python scripts/train_transformer_enhancer.py --minutes 25 --threads 1 --seed 0 \\
-        --out cosyedge/assets/transformer/weights.safetensors --log-dir docs/training/transformer
+    python scripts/train_transformer_enhancer.py --minutes 25 --threads 1 --seed 0 --allow-missing-corpora \\
+        --out stage1.safetensors --log-dir docs/training/transformer
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import sys
@@ -143,7 +145,7 @@ def main(argv=None) -> int:
                                 for _ in range(16)])
         model.set_feature_stats(torch.from_numpy(stats)[:, None])
     params = [p for p in model.parameters() if p.requires_grad]
-    print(f"config {json.dumps(dataclasses_asdict(cfg))}", flush=True)
+    print(f"config {json.dumps(dataclasses.asdict(cfg))}", flush=True)
     print(f"trainable parameters: {count_parameters(model)}", flush=True)
     opt = torch.optim.AdamW(params, lr=args.lr, weight_decay=1e-4)
     ema = WeightAverage(model, args.ema) if args.ema else None
@@ -202,16 +204,10 @@ def main(argv=None) -> int:
         if time.perf_counter() - t_ckpt >= args.checkpoint_minutes * 60:
             t_ckpt = time.perf_counter()
             save_transformer_enhancer(scored, log_dir / "last.safetensors", extra=notes(float("nan")))
-    v = validate()
+    v = hist["val_sisnri"][-1] if hist["val_step"] and hist["val_step"][-1] == step else validate()
     save_transformer_enhancer(scored, log_dir / "last.safetensors", extra=notes(v))
     print(f"final step {step}: val SI-SNRi={v:.2f} dB, best {best:.2f} dB -> {args.out}", flush=True)
     return 0
-
-
-def dataclasses_asdict(obj) -> dict:
-    import dataclasses
-
-    return dataclasses.asdict(obj)
 
 
 if __name__ == "__main__":
