@@ -132,7 +132,9 @@ def fp32_node_plan(model: Any, contract: StreamContract, keep_ops: Iterable[str]
         exclude (Iterable[str]): Node names kept in FP32 on request.
     Returns:
         dict[str, str]: node name -> reason (``"op Log"``, ``"input of Log"``, ``"after Log"``, ``"op ArgMax"``,
-        ``"input of ArgMax"``, ``"first conv"``, ``"last conv"``, ``"copy conv"``, ``"excluded"``), in graph order.
+        ``"input of ArgMax"``, ``"first conv"``, ``"last conv"``, ``"copy conv"``, ``"excluded"``, ``"positions"``: computed
+        from a position counter alone, such as RoPE angles, whose integers float16 holds exactly only up to 2048), in
+        graph order.
     Raises:
         UsageError: a name in ``exclude`` is not a node of the model.
     """
@@ -180,6 +182,23 @@ def fp32_node_plan(model: Any, contract: StreamContract, keep_ops: Iterable[str]
                         continue
                     mark(c, f"after {n.op_type}")
                     stack.extend(c.output)
+
+    # positions: what is computed from a position counter alone (angles of RoPE, sinusoidal encodings, table rows) stays
+    # FP32 up to where it meets the data; float16 holds integers exactly only up to 2048 (20 s at 10 ms frames)
+    pos = {s.input for s in contract.states if s.kind == "position"}
+    if pos:
+        inits = {i.name for i in g.initializer}
+        data = {i.name for i in g.input if i.name not in pos and i.name not in inits}
+        cone = set(pos)
+        for n in nodes:
+            if n.op_type in ("Shape", "Size"):
+                continue
+            ins = [i for i in n.input if i]
+            if any(i in data for i in ins):
+                data.update(n.output)
+            elif any(i in cone for i in ins):
+                mark(n, "positions")
+                cone.update(n.output)
 
     def conv_with_state(conv, why: str) -> None:
         mark(conv, why)

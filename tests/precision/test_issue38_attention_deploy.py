@@ -27,10 +27,11 @@ class _AttnEnhancer(nn.Module):
     """Conv encoder (1 -> 32, window 320, hop 160, causal) -> sliding-window attention (16 frames) -> sigmoid mask ->
     ConvTranspose decoder."""
 
-    def __init__(self, d=32, window=16):
+    def __init__(self, d=32, window=16, rope=False):
         super().__init__()
         torch.manual_seed(0)
-        self.w = window
+        self.w, self.rope = window, rope
+        self.register_buffer("inv_freq", 1.0 / (10000.0 ** (torch.arange(0, d, 2).float() / d)))
         self.enc = nn.Conv1d(1, d, 2 * HOP, stride=HOP)
         self.q, self.k, self.v, self.o = (nn.Linear(d, d) for _ in range(4))
         self.dec = nn.ConvTranspose1d(d, 1, 2 * HOP, stride=HOP)
@@ -40,7 +41,13 @@ class _AttnEnhancer(nn.Module):
         z = h.transpose(1, 2)
         i = torch.arange(z.shape[1])
         d = i[:, None] - i[None, :]
-        s = (self.q(z) @ self.k(z).transpose(1, 2) / 5.0).masked_fill(~((d >= 0) & (d < self.w)), float("-inf"))
+        q, k = self.q(z), self.k(z)
+        if self.rope:  # rotate-half RoPE from arange(T)
+            ang = torch.outer(i.float(), self.inv_freq)
+            cos, sin = torch.cat([ang, ang], -1).cos(), torch.cat([ang, ang], -1).sin()
+            half = lambda x: torch.cat([-x[..., x.shape[-1] // 2:], x[..., :x.shape[-1] // 2]], -1)  # noqa: E731
+            q, k = q * cos + half(q) * sin, k * cos + half(k) * sin
+        s = (q @ k.transpose(1, 2) / 5.0).masked_fill(~((d >= 0) & (d < self.w)), float("-inf"))
         y = self.o(torch.softmax(s, -1) @ self.v(z))
         return self.dec(torch.sigmoid(y).transpose(1, 2) * h)[..., HOP:HOP + audio.shape[-1]]
 
@@ -89,6 +96,39 @@ def test_fp16_keeps_softmax_and_the_mask_in_fp32(stream, tmp_path, cli):
     assert len(soft) == 1
     rc, out, err = cli("compare", stream, folder)
     assert rc == 0 and "PASS: fp16" in out, out + err
+
+
+def test_fp16_keeps_rope_angles_in_fp32(tmp_path, cli):
+    """RoPE's angles (positions x inv_freq, cos, sin) are computed from the int64 position counter alone: they stay
+    FP32 (float16 holds integers exactly only up to 2048, so a stream past 20 s would lose its positions); the
+    position counter is cast to float32, never float16; the join with the data (q * cos) may be FP16."""
+    from cosyedge.surgery.streamify import streamify
+
+    full = tmp_path / "rope.onnx"
+    torch.onnx.export(_AttnEnhancer(rope=True).eval(), (torch.zeros(1, 1, 16 * HOP),), str(full),
+                      input_names=["audio"], output_names=["enhanced"],
+                      dynamic_axes={"audio": {0: "N", 2: "T"}, "enhanced": {0: "N", 2: "T"}}, dynamo=False,
+                      opset_version=17)
+    streamify(full, tmp_path / "rope.stream.onnx", sample_rate_hz=16000, hop_samples=HOP)
+    rc, out, err = cli("build", "--onnx", tmp_path / "rope.stream.onnx", "--fp16", "--backend", "onnxruntime",
+                       "-o", tmp_path / "eng")
+    assert rc == 0, err
+    folder = tmp_path / "eng" / "rope-fp16-onnxruntime"
+    kept = _report(folder, "fp16")["fp32_nodes"]
+    m = onnx.load(str(folder / "model.onnx"))
+    trig = [n for n in m.graph.node if n.op_type in ("Cos", "Sin")]
+    assert trig and all(kept.get(n.name) == "positions" for n in trig), [(n.name, kept.get(n.name)) for n in trig]
+    producer = {o: n for n in m.graph.node for o in n.output}
+    for n in trig:  # walk back to the Cast of the int64 positions: it casts to FLOAT (1), not FLOAT16 (10)
+        stack, casts = list(n.input), []
+        while stack:
+            p = producer.get(stack.pop())
+            if p is None:
+                continue
+            if p.op_type == "Cast":
+                casts.append(next(a.i for a in p.attribute if a.name == "to"))
+            stack.extend(p.input)
+        assert casts and 10 not in casts, casts
 
 
 def test_int8_quantizes_the_projections_only(stream, calib, tmp_path, cli):
