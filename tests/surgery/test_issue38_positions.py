@@ -319,3 +319,22 @@ def test_a_stream_longer_than_the_encoding_table_is_refused_in_one_line(tmp_path
             s.push({"x": x})
         s.reset()
         s.push({"x": x})
+
+
+def test_an_embedding_of_positions_bounds_the_stream_length_too(tmp_path):
+    """``nn.Embedding(3000, C)(arange(T))`` (a Gather of the table by positions) records 3000 frames as well."""
+
+    class Emb(nn.Module):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            self.lin, self.emb = nn.Linear(16, 16), nn.Embedding(3000, 16)
+
+        def forward(self, x):
+            return self.lin(x + self.emb(torch.arange(x.shape[1])))
+
+    src = tmp_path / "emb.onnx"
+    torch.onnx.export(Emb().eval(), (torch.randn(1, 40, 16),), str(src), input_names=["x"], output_names=["y"],
+                      dynamic_axes={"x": {0: "N", 1: "T"}, "y": {0: "N", 1: "T"}}, dynamo=False, opset_version=17)
+    c = streamify(src, tmp_path / "emb.stream.onnx", sample_rate_hz=16000, hop_samples=160, frames_per_hop=1)
+    assert c.max_stream_samples == 3000 * 160

@@ -170,6 +170,21 @@ def table_slice(node: Any, ctx: Any, v1: dict, v2: dict) -> None:
     ctx.set_delay(out, 0)
 
 
+def _table_limit(ctx: Any, node: Any, idx: Any, rows: int) -> None:
+    """Record the stream length a lookup of ``rows`` rows by positions ``idx`` allows (``nn.Embedding(arange(T))``):
+    from the probe's indices, the row the first frame reads and how many rows a frame advances."""
+    f, v = ctx.fact(idx), ctx.value(idx)
+    if v is None or f.axis is None or not np.size(v):
+        return
+    seq = np.moveaxis(np.asarray(v), f.axis, 0).reshape(np.shape(v)[f.axis], -1)[:, 0]
+    if len(seq) < 2 or seq[1] <= seq[0]:
+        return
+    step, start = int(seq[1] - seq[0]), int(seq[0])
+    frames = (rows - start + step - 1) // step  # rows start, start + step, ... < rows
+    ctx.limit_ticks(math.floor(Fraction(frames) / f.rate), f"the table '{node.inputs[0].name}' of {node.op} node "
+                    f"'{node.name}' ({rows} rows)")
+
+
 def _const_ok(ctx: Any, t: Any) -> bool:
     """True when ``t`` is the same in both probe runs and does not stream (a constant, or sizes that do not change
     with the length)."""
@@ -291,6 +306,7 @@ def lifted(node: Any, ctx: Any) -> None:
                 raise Blocker("looks positions up with batch_dims")
             return _lift_outputs(node, ctx)
         a = int(node.attrs.get("axis", 0)) % np.ndim(table)
+        _table_limit(ctx, node, ins[1], np.shape(table)[a])
         if a:
             out = node.outputs[0]
             g = ctx.op("Gather", list(ins), base, {"axis": a}, dtype=table.dtype)
