@@ -66,6 +66,12 @@ class Heads(nn.Module):
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=_band(t))
         elif f == "full":
             y = torch.softmax(q @ k.transpose(-1, -2), -1) @ v
+        elif f == "post_only":  # masked after the Softmax only: normalised over future keys
+            y = torch.softmax(q @ k.transpose(-1, -2), -1).masked_fill(~_band(t), 0.0) @ v
+        elif f == "end_chunks":  # chunks counted from the sequence's end: needs the length
+            ci = (torch.arange(t) + (-t) % 4) // 4
+            m = (ci[None, :] <= ci[:, None]) & (ci[None, :] >= ci[:, None] - 2)
+            y = torch.softmax((q @ k.transpose(-1, -2)).masked_fill(~m, float("-inf")), -1) @ v
         elif f == "widening":  # window T // 2: not one pattern at every length
             i = torch.arange(t)
             d = i[:, None] - i[None, :]
@@ -293,6 +299,8 @@ def test_hand_written_attention_op_with_is_causal_and_a_band(tmp_path):
 @pytest.mark.parametrize("form,why", [
     ("full", r"full \(bidirectional: every frame sees the whole sequence\)"),
     ("widening", "the pattern changes with the sequence length"),
+    ("post_only", "applied only after the Softmax, which normalised over every key, later ones included"),
+    ("end_chunks", "neither banded nor chunked"),
     ("relbias", "depends on the values of graph input 'x'.*relative position bias computed from the data"),
 ])
 def test_unstreamable_attention_is_refused_naming_why(tmp_path, form, why):

@@ -54,6 +54,22 @@ def test_unlimited_forms_are_named_and_bounded_by_a_window():
     assert chunked.bound(32) == Pattern("chunked", chunk=4, left=8)
 
 
+def test_a_window_longer_than_the_short_length_is_read_at_the_long_one():
+    # 800 frames: causal at 701 frames, banded at 1103: one pattern, banded 800
+    assert classify([_band(701, 800), _band(1103, 800)]) == Pattern("banded", window=800)
+    assert classify([_band(701, 2000), _band(1103, 2000), _band(2207, 2000), _band(4409, 2000)]) == \
+        Pattern("banded", window=2000)
+
+
+def test_chunks_counted_from_the_sequence_end_are_refused():
+    def end_chunks(n, c=4, left=2):
+        ci = (np.arange(n) + (-n) % c) // c
+        return (ci[None, :] <= ci[:, None]) & (ci[None, :] >= ci[:, None] - left)
+
+    p = classify([end_chunks(701), end_chunks(1103)])
+    assert p.kind == "other" and not p.bounded
+
+
 def test_full_other_and_length_dependent_patterns_are_refused_by_name():
     assert classify_one(np.ones((50, 50), bool)).kind == "none"
     strided = _band(64, 64) & ((np.arange(64)[:, None] - np.arange(64)[None, :]) % 2 == 0)

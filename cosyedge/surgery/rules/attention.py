@@ -55,9 +55,11 @@ _UNARY = set("Cast Identity Dropout Exp Neg Abs Relu Sigmoid Tanh Clip Log Sqrt 
              .split())
 _BINARY = set("Add Sub Mul Div Where Max Min Pow".split())
 _REDUCE = set("ReduceMax ReduceSum ReduceMean ReduceLogSumExp ReduceMin".split())
-_MASK_FRAMES = (700, 1100)
-"""Lengths (frames at the attention's rate) a mask is evaluated and classified at: a window up to ~700 frames is
-told from an unlimited one."""
+_MASK_FRAMES = (701, 1103)
+"""Lengths (frames at the attention's rate) a mask is evaluated and classified at: odd, so that chunks counted from
+the sequence's end show; a mask that looks unlimited there is measured again at :data:`_MASK_FRAMES_LONG`."""
+_MASK_FRAMES_LONG = (2207, 4409)
+"""Longer lengths for a mask that looks unlimited at :data:`_MASK_FRAMES`: windows up to ~4400 frames are measured."""
 
 
 @dataclasses.dataclass
@@ -305,22 +307,31 @@ def _ticks_for(ctx: Any, rate: Fraction, frames: int) -> int:
 def _classify_site(node: Any, ctx: Any, rate: Fraction) -> tuple[Pattern, list]:
     out = node.outputs[0]
     pre, post, partners = _region(out, ctx)
+    if not pre and post:
+        raise Blocker("its mask is applied only after the Softmax, which normalised over every key, later ones "
+                      "included: the weights depend on the future (apply the mask to the scores before the Softmax)")
     if not pre:
         return Pattern("full"), [], partners
     views = []
-    for frames in _MASK_FRAMES:
-        ticks = _ticks_for(ctx, rate, frames)
-        try:
-            vs = [_visible(ctx.masks, c, mi, di, r, qk, ticks) for c, mi, di, r, qk in pre]
-            ps = [_visible(ctx.masks, c, mi, di, r, qk, ticks) for c, mi, di, r, qk in post]
-        except RuntimeError as err:
-            raise Blocker(f"its mask cannot be evaluated from shapes alone ({err})") from None
-        v = np.logical_and.reduce(vs)
-        for p in ps:
-            if (v & ~p).any():
-                raise Blocker("a mask after the Softmax hides keys the Softmax normalised over (its weights depend "
-                              "on keys the query must not see)")
-        views.append(v)
+
+    def measure(frames_list):
+        for frames in frames_list:
+            ticks = _ticks_for(ctx, rate, frames)
+            try:
+                vs = [_visible(ctx.masks, c, mi, di, r, qk, ticks) for c, mi, di, r, qk in pre]
+                ps = [_visible(ctx.masks, c, mi, di, r, qk, ticks) for c, mi, di, r, qk in post]
+            except RuntimeError as err:
+                raise Blocker(f"its mask cannot be evaluated from shapes alone ({err})") from None
+            v = np.logical_and.reduce(vs)
+            for p in ps:
+                if (v & ~p).any():
+                    raise Blocker("a mask after the Softmax hides keys the Softmax normalised over (its weights "
+                                  "depend on keys the query must not see)")
+            views.append(v)
+
+    measure(_MASK_FRAMES)
+    if not classify(views).bounded and classify(views).kind in ("causal", "chunked"):
+        measure(_MASK_FRAMES_LONG)  # a window between ~700 and ~4400 frames
     pat = classify(views)
     if pat.kind == "none":
         pat = Pattern("full")
@@ -451,7 +462,10 @@ def _attention_op(node: Any, ctx: Any) -> None:
         pat = Pattern("full")
     else:
         views = []
-        for frames in _MASK_FRAMES:
+        for frames in _MASK_FRAMES + _MASK_FRAMES_LONG:
+            if frames in _MASK_FRAMES_LONG and (classify(views).bounded or classify(views).kind not in ("causal",
+                                                                                                        "chunked")):
+                break
             ticks = _ticks_for(ctx, rate, frames)
             f = int(rate * ticks + facts[0].extra)
             v = np.ones((f, f), dtype=bool)
