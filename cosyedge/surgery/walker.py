@@ -133,6 +133,14 @@ class Walker:
             return self.value(t)
         return self.values2.get(t.name)
 
+    def dtype_of(self, t: Any) -> Any:
+        """numpy dtype of tensor ``t``: its declared one, else its value's in the probe run, else float32 (a float16
+        model's intermediate tensors carry no type after the export's shapes are cleared)."""
+        if t.dtype is not None:
+            return t.dtype
+        v = self.value(t)
+        return np.asarray(v).dtype if v is not None else np.float32
+
     def batch_axis(self, t: Any) -> int:
         """Batch axis of ``t`` (int): from the batch probe, else 0."""
         return self.batch_axes.get(t.name, 0)
@@ -232,7 +240,7 @@ class Walker:
         if b != 0:
             perm = [b] + [i for i in range(len(shape)) if i != b]
             shape = [shape[i] for i in perm]
-        dtype = x.dtype if x.dtype is not None else np.float32
+        dtype = self.dtype_of(x)
         s_in, s_out = self.new_state(shape, dtype, kind, node)
         src = self._lead_start(s_in, x, frames, axis, perm, node)
         if perm is not None:
@@ -256,7 +264,7 @@ class Walker:
         if self._lead_values(x, frames, axis) is not None:
             raise Blocker(f"the frames a left pad adds before '{x.name}' are not zeros and its batch folds {k} "
                           "sequences per stream (not supported)")
-        dtype = x.dtype if x.dtype is not None else np.float32
+        dtype = self.dtype_of(x)
         s_in, s_out = self.new_state([BATCH_DIM, k] + [full[i] for i in others], dtype, kind, node)
         src = self.op("Reshape", [s_in, self.const([-1] + [full[i] for i in others])], f"{node}/state")
         order = [b] + others  # batch-first axis j is axis order[j] of x

@@ -321,3 +321,26 @@ def test_a_mask_from_a_lengths_input_is_refused_not_guessed(tmp_path):
     with pytest.raises(UsageError, match="depends on the values of graph input 'x'.*key-padding mask from lengths"
                                          ".*refused, not guessed"):
         streamify(src, tmp_path / "o.onnx", sample_rate_hz=16000, hop_samples=160, frames_per_hop=1)
+
+
+def test_a_float16_model_streams_with_float16_caches(tmp_path):
+    """A model exported in float16 (TorchScript leaves its intermediate tensors untyped once streamify clears the
+    export's shapes): the caches take the values' dtype (float16, not a float32 Concat partner), and the proof allows
+    a few float16 steps."""
+    class Half(nn.Module):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            self.q, self.k, self.v = nn.Linear(D, D), nn.Linear(D, D), nn.Linear(D, D)
+
+        def forward(self, x):
+            s = (self.q(x) @ self.k(x).transpose(1, 2)).masked_fill(~_band(x.shape[1]), float("-inf"))
+            return torch.softmax(s, -1) @ self.v(x)
+
+    src = tmp_path / "h.onnx"
+    torch.onnx.export(Half().half().eval(), (torch.randn(1, 40, D).half(),), str(src), input_names=["x"],
+                      output_names=["y"], dynamic_axes={"x": {0: "N", 1: "T"}, "y": {0: "N", 1: "T"}}, dynamo=False,
+                      opset_version=17)
+    c = streamify(src, tmp_path / "h.stream.onnx", sample_rate_hz=16000, hop_samples=160, frames_per_hop=1)
+    assert {s.kind: s.dtype for s in c.states} == {"key": "float16", "value": "float16", "position": "int64"}
+    assert c.proof["max_abs"] < 4e-3

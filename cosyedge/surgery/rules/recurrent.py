@@ -84,7 +84,7 @@ def recurrent(node: Any, ctx: Any) -> None:
         node.inputs.append(gs.Variable.empty())
     while len(node.outputs) < max(outs) + 1:
         node.outputs.append(gs.Variable.empty())
-    dtype = x.dtype if x.dtype is not None else np.float32
+    dtype = ctx.dtype_of(x)
     y_out = node.outputs[0]
     # the op's batch B: the model's N, or N x k when other axes were folded into it (one sequence per
     # frequency bin in a dual-path model): the state is stored (N, k, H), batch-first
