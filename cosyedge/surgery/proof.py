@@ -273,6 +273,11 @@ def prove(full_model: Any, stream_model: Any, contract: Any, inputs: dict[str, n
         fixed = fixed_length_error(full_model, err, where)
         if fixed is not None:
             raise fixed from None
+        if "allocate" in str(err).lower():
+            raise UsageError(f"{where}: the proof runs the full-sequence graph on {ticks} "
+                             f"{tick_unit(contract, short=True)} (8 x the longest context) and ONNX Runtime cannot "
+                             f"allocate the memory (attention over {ticks} x {ticks} frames?): bound the context less "
+                             "(a smaller --attention-window) or give proof inputs; nothing written") from None
         raise ArtifactError(f"{where}: ONNX Runtime cannot run the full-sequence graph on {ticks} "
                             f"{tick_unit(contract, short=True)} ({ort_reason(err)}), though it ran at the probe "
                             "lengths without graph optimisation: re-export with a dynamic time axis and shapes "

@@ -663,6 +663,11 @@ class StatefulOnnxFromOnnx(Stage):
                 raise UsageError(f"{err}; note: input '{first.name}' {shape0} was read as features at 1 frame per "
                                  f"hop (only (N, 1, T) is read as a waveform): if it is a waveform (N, T) or "
                                  f"(N, channels, T), give --frames-per-hop {hop} (its samples per hop)") from None
+            if self.attention_window and not any(x.original != x.pattern for x in sg.walker.attention_sites):
+                LOG.warning("%s: --attention-window %d changes nothing: no attention in the model has an unlimited "
+                            "left context (%s)", src, self.attention_window,
+                            "; ".join(f"{x.node}: {x.pattern.describe()}" for x in sg.walker.attention_sites)
+                            or "it has no attention")
             per_tick = hop // hop_ticks
             in_names = [i.name for i in sg.inputs]
             want_in, want_out = fields.get("input"), self.audio_output or fields.get("output")
