@@ -271,7 +271,7 @@ def streamify_graph(graph: Any, *, hop_ticks: int, time_axes: dict[str, int] | N
     if walker.blockers:
         n = len(walker.blockers)
         raise UsageError(f"{where} cannot stream: {n} node{'s' if n > 1 else ''} block{'' if n > 1 else 's'} it: "
-                         + "; ".join(walker.blockers))
+                         + "; ".join(_group_blockers(walker.blockers)))
     if not walker.states:
         LOG.warning("%s has no time context to carry: every op works on whole chunks of the total stride (a "
                     "frame-by-frame model streams as it is; if it should not, check the time axis)", where)
@@ -326,6 +326,28 @@ def streamify_graph(graph: Any, *, hop_ticks: int, time_axes: dict[str, int] | N
 
         full = bound_full_model(folded, walker.attention_sites)
     return StreamGraph(walker.states, inputs, outputs, stride, delay_ticks, walker, walker.rf_ticks, full, folded)
+
+
+def _group_blockers(blockers: list[str]) -> list[str]:
+    """One entry per distinct reason (list[str]): ``<first node>: <reason> (the same for <two more> and N more)``, in
+    first-seen order, so a reason shared by every layer is said once."""
+    groups: dict[str, list[str]] = {}
+    for b in blockers:
+        m = re.match(r"^(.*? node '[^']*'): (.*)$", b, re.S)
+        node, why = (m.group(1), m.group(2)) if m else ("", b)
+        groups.setdefault(why, []).append(node)
+    out = []
+    for why, nodes in groups.items():
+        named = [x for x in nodes if x]
+        if not named:
+            out.append(why)
+            continue
+        also = ""
+        if len(named) > 1:
+            more = f" and {len(named) - 3} more" if len(named) > 3 else ""
+            also = f" (the same for {', '.join(named[1:3])}{more})"
+        out.append(f"{named[0]}: {why}{also}")
+    return out
 
 
 def _bytes_by_kind(contract: StreamContract) -> dict[str, int]:
