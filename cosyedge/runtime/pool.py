@@ -95,6 +95,7 @@ class StreamPool:
         c = StreamContract.from_onnx(self.model_path)
         c.require_streaming(self.model_path)
         self.contract = c
+        self._samples: dict[int, int] = {}  # samples submitted per stream (the contract's max_stream_samples)
         self.chunk_samples = int(c.hop_samples if chunk_samples is None else chunk_samples)
         c.check_chunk(self.chunk_samples)
         # one waveform in, one out: chunks are arrays (the historical path); else a dict per stream (see submit)
@@ -247,6 +248,7 @@ class StreamPool:
         with self._lock:
             slot = self._slot(sid)
             del self._slot_of[sid], self._pending[sid]
+            self._samples.pop(sid, None)
             self.dropped.pop(sid, None)
             self._free.append(slot)
 
@@ -278,6 +280,14 @@ class StreamPool:
             item = chunk.reshape(-1).copy()
         with self._lock:
             self._slot(sid)
+            limit = int(getattr(self.contract, "max_stream_samples", 0) or 0)
+            if limit:
+                done = self._samples.get(sid, 0) + self.chunk_samples
+                if done > limit:
+                    raise UsageError(f"stream {sid} is longer than the model can count positions: its position "
+                                     f"table holds {limit} samples ({limit / self.contract.sample_rate_hz:g} s); "
+                                     "leave() it and join() a new stream")
+                self._samples[sid] = done
             q = self._pending[sid]
             if len(q) >= self.max_pending:
                 q.popleft()

@@ -319,6 +319,18 @@ def test_a_stream_longer_than_the_encoding_table_is_refused_in_one_line(tmp_path
             s.push({"x": x})
         s.reset()
         s.push({"x": x})
+    from cosyedge.runtime.pool import StreamPool
+
+    with StreamPool(tmp_path / "pe.stream.onnx", max_streams=2) as pool:  # per stream: a later joiner has its own
+        a = pool.join()
+        for _ in range(300):
+            pool.push({a: {"x": x[0]}})
+        b = pool.join()
+        for _ in range(300):
+            pool.push({a: {"x": x[0]}, b: {"x": x[0]}})
+        with pytest.raises(UsageError, match=f"stream {a} is longer than the model can count positions"):
+            pool.submit(a, {"x": x[0]})
+        pool.push({b: {"x": x[0]}})
 
 
 def test_an_embedding_of_positions_bounds_the_stream_length_too(tmp_path):
