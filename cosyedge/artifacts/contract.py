@@ -71,6 +71,13 @@ class StateSpec:
         """Return the shape (tuple[int]) with the batch axis set to ``batch`` (int >= 1)."""
         return tuple(batch if d == BATCH_DIM else int(d) for d in self.shape)
 
+    @property
+    def nbytes(self) -> int:
+        """int: bytes of this state one stream carries (its shape at batch 1 times its dtype's size)."""
+        import math
+
+        return math.prod(self.concrete_shape(1)) * np.dtype(_NP_DTYPES.get(self.dtype, np.float32)).itemsize
+
     def zeros(self, batch: int = 1) -> np.ndarray:
         """Return the initial state, an array of shape :meth:`concrete_shape` and dtype :attr:`dtype`."""
         return np.full(self.concrete_shape(batch), self.init, dtype=_NP_DTYPES.get(self.dtype, np.float32))
@@ -182,10 +189,26 @@ class StreamContract:
     @property
     def state_bytes(self) -> int:
         """int: bytes of state one stream carries between chunks (every state at batch 1: caches, counters)."""
-        import math
+        return sum(s.nbytes for s in self.states)
 
-        return sum(math.prod(s.concrete_shape(1)) * np.dtype(_NP_DTYPES.get(s.dtype, np.float32)).itemsize
-                   for s in self.states)
+    def check_stream_length(self, samples: int, who: str, restart: str) -> None:
+        """Refuse a stream that would reach ``samples`` samples when the model counts positions for fewer
+        (:attr:`max_stream_samples`; 0: no limit).
+
+        Args:
+            samples (int): Samples the stream will have had after this chunk.
+            who (str): The stream, as the message names it (``"the stream"``, ``"stream 3"``).
+            restart (str): How to start a new stream (``"reset()"``, ``"leave() it and join() a new stream"``).
+        Raises:
+            UsageError: one line naming the limit in samples and seconds.
+        """
+        if self.max_stream_samples and samples > self.max_stream_samples:
+            from cosyedge.errors import UsageError
+
+            limit = self.max_stream_samples
+            raise UsageError(f"{who} is longer than the model can count positions: its position table holds {limit} "
+                             f"samples ({limit / self.sample_rate_hz:g} s); the full-sequence model has the same "
+                             f"limit: {restart}")
 
     @property
     def algorithmic_latency_ms(self) -> float:

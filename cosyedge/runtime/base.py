@@ -167,11 +167,8 @@ class StreamSession(abc.ABC):
             self._check_inputs(chunk)
         else:
             self._check_chunk(chunk)
-        limit = int(getattr(self.contract, "max_stream_samples", 0) or 0)
-        if limit and self._stream_samples + self.chunk_samples > limit:
-            raise UsageError(f"the stream is longer than the model can count positions: its position table holds "
-                             f"{limit} samples ({limit / self.contract.sample_rate_hz:g} s); the full-sequence model "
-                             "has the same limit: start a new stream (reset()) or cut the input")
+        self.contract.check_stream_length(self._stream_samples + self.chunk_samples, "the stream",
+                                          "start a new stream (reset()) or cut the input")
         self._stream_samples += self.chunk_samples
         t0 = time.perf_counter()
         out = self.push_impl(chunk)

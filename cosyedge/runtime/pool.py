@@ -280,14 +280,9 @@ class StreamPool:
             item = chunk.reshape(-1).copy()
         with self._lock:
             self._slot(sid)
-            limit = int(getattr(self.contract, "max_stream_samples", 0) or 0)
-            if limit:
-                done = self._samples.get(sid, 0) + self.chunk_samples
-                if done > limit:
-                    raise UsageError(f"stream {sid} is longer than the model can count positions: its position "
-                                     f"table holds {limit} samples ({limit / self.contract.sample_rate_hz:g} s); "
-                                     "leave() it and join() a new stream")
-                self._samples[sid] = done
+            done = self._samples.get(sid, 0) + self.chunk_samples
+            self.contract.check_stream_length(done, f"stream {sid}", "leave() it and join() a new stream")
+            self._samples[sid] = done
             q = self._pending[sid]
             if len(q) >= self.max_pending:
                 q.popleft()

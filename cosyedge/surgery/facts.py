@@ -95,10 +95,10 @@ def _fact(shape1: tuple, shape2: tuple, t1: int, t2: int, v1, v2) -> TimeFact:
         if r[0] == r[1] and r[0] > 0 and e[0] == e[1]:
             fact.axes2, fact.rate, fact.extra = tuple(grow), r[0], e[0]
         elif sorted(r)[1] == 2 * sorted(r)[0]:
-            fact.error = (f"axes {grow} grow with the input length, one twice as fast ({list(shape1)} at T={t1}): a tensor "
-                          "over time x (2T - 1) relative positions (Transformer-XL rel_shift, as in NeMo, icefall and "
-                          "ESPnet/CosyVoice relative-position attention), or attention between tensors at different "
-                          "frame rates: not streamed")
+            fact.error = (f"axes {grow} grow with the input length, one twice as fast ({list(shape1)} at T={t1}): a "
+                          "tensor over time x (2T - 1) relative positions (Transformer-XL rel_shift, as in NeMo, "
+                          "icefall and ESPnet/CosyVoice relative-position attention), or attention between tensors at "
+                          "different frame rates: not streamed")
             return fact
     if len(grow) > 1:
         fact.error = (f"axes {grow} all grow with the input length ({list(shape1)} at T={t1}, {list(shape2)} at "

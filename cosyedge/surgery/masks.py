@@ -85,7 +85,8 @@ class Pattern:
         if self.kind == "causal":
             return "causal with unlimited left context"
         if self.kind == "chunked":
-            left = "every earlier chunk" if self.left == UNLIMITED else f"{self.left} left chunk{'s' * (self.left != 1)}"
+            left = ("every earlier chunk" if self.left == UNLIMITED
+                    else f"{self.left} left chunk{'s' * (self.left != 1)}")
             return f"chunked (chunks of {self.chunk} frames, {left})"
         if self.kind == "full":
             return "full (bidirectional: every frame sees the whole sequence)"
@@ -95,7 +96,8 @@ class Pattern:
 
     def bound(self, window: int) -> "Pattern":
         """This pattern limited to ``window`` frames of left context (``--attention-window``): causal -> banded
-        ``window``; chunked with unlimited left chunks -> ``ceil((window - 1) / C)`` left chunks... at least one."""
+        ``window``; chunked with unlimited left chunks -> ``window // C`` left chunks, at least one; any other pattern
+        as it is."""
         if self.kind == "causal":
             return Pattern("banded", window=window)
         if self.kind == "chunked" and self.left == UNLIMITED:
@@ -233,7 +235,7 @@ class MaskEvaluator:
         Raises:
             RuntimeError: ONNX Runtime cannot run the mask's subgraph (its first line).
         """
-        need, order, stack = set(), [], list(names)
+        need, stack = set(), list(names)
         while stack:
             t = stack.pop()
             node = self.producer.get(t)

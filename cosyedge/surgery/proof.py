@@ -153,8 +153,8 @@ def stream_run(model: Any, contract: Any, inputs: dict[str, np.ndarray], chunk_t
     return {n: np.concatenate([c[n] for c in chunks], axis=ticks_per_frame[n][0]) for n in want if chunks}
 
 
-def _batch_two(full_model: Any, stream_model: Any, contract: Any, inputs: dict[str, np.ndarray], chunk: int,
-               out_facts: dict, atol: float, where: str) -> None:
+def _batch_two(full_sess: Any, full_model: Any, stream_model: Any, contract: Any, inputs: dict[str, np.ndarray],
+               chunk: int, out_facts: dict, atol: float, where: str) -> None:
     """Run the stream graph with two streams in one batch (the proof input and the same input turned by a third of its
     length, a different signal) at ``chunk`` ticks and compare each row with the full graph at batch 2: a graph that
     baked the probes' batch of 1 into a shape (positions joined to the wrong axis, a Reshape to a fixed batch) fails
@@ -172,16 +172,16 @@ def _batch_two(full_model: Any, stream_model: Any, contract: Any, inputs: dict[s
         ax = io[name].time_axis if name in io else v.ndim - 1
         two[name] = np.concatenate([v, np.roll(v, v.shape[ax] // 3, axis=ax)], axis=0) if v.ndim else v
     try:
-        full = dict(zip([o.name for o in full_model.graph.output], session(full_model).run(None, two)))
+        full = dict(zip([o.name for o in full_model.graph.output], full_sess.run(None, two)))
     except Exception:  # a full graph that runs batch 1 only: nothing to compare at batch 2
         return
     sess = session(stream_model)
     names = [o.name for o in sess.get_outputs()]
 
     def error(err: Exception, _k: int) -> ArtifactError:
-        return ArtifactError(f"{where + ': ' if where else ''}ONNX Runtime cannot run the stream graph with two streams "
-                             f"in a batch at chunks of {chunk} {tick_unit(contract, short=True)} ({ort_reason(err)}), "
-                             "as StreamPool would run it; nothing written")
+        return ArtifactError(f"{where + ': ' if where else ''}ONNX Runtime cannot run the stream graph with two "
+                             f"streams in a batch at chunks of {chunk} {tick_unit(contract, short=True)} "
+                             f"({ort_reason(err)}), as StreamPool would run it; nothing written")
 
     chunks = loop.stream(lambda feeds: dict(zip(names, sess.run(None, feeds))), contract, two, chunk,
                          states={s.input: s.zeros(2) for s in contract.states},
@@ -194,8 +194,9 @@ def _batch_two(full_model: Any, stream_model: Any, contract: Any, inputs: dict[s
             if mx > tolerance(peak, atol):
                 raise AccuracyError(f"{where}: the stream graph differs from the full-sequence graph with two streams "
                                     f"in a batch (as StreamPool runs it): output '{name}' row {row} max abs error "
-                                    f"{mx:.3g} (SNR {snr:.1f} dB) at chunks of {chunk} {tick_unit(contract, short=True)}"
-                                    "; batch 1 is exact, so a shape baked the probes' batch of 1; nothing written")
+                                    f"{mx:.3g} (SNR {snr:.1f} dB) at chunks of {chunk} "
+                                    f"{tick_unit(contract, short=True)}; batch 1 is exact, so a shape baked the "
+                                    "probes' batch of 1; nothing written")
 
 
 def compare_aligned(full: np.ndarray, stream: np.ndarray, axis: int, delay: int) -> tuple[float, float, float]:
@@ -224,12 +225,14 @@ class ProofResult:
         rows (list[dict]): One per (output, chunk ticks): max_abs, snr_db, peak, ok.
         first_bad (str): When not ok: the first diverging tensor, its producer and error (one line).
         ticks (int): Input length used (ticks).
+        full (dict[str, np.ndarray]): The full-sequence graph's outputs on the proof input, by name.
     """
 
     ok: bool
     rows: list
     first_bad: str = ""
     ticks: int = 0
+    full: dict = dataclasses.field(default_factory=dict)
 
     def summary(self) -> dict:
         """JSON-able summary for the contract metadata: worst max abs error and SNR, chunks, length."""
@@ -268,7 +271,8 @@ def prove(full_model: Any, stream_model: Any, contract: Any, inputs: dict[str, n
 
     ticks = next(iter(inputs.values())).shape[contract.stream_inputs[0].time_axis]
     try:
-        full = dict(zip([o.name for o in full_model.graph.output], session(full_model).run(None, inputs)))
+        full_sess = session(full_model)
+        full = dict(zip([o.name for o in full_model.graph.output], full_sess.run(None, inputs)))
     except Exception as err:
         fixed = fixed_length_error(full_model, err, where)
         if fixed is not None:
@@ -300,8 +304,8 @@ def prove(full_model: Any, stream_model: Any, contract: Any, inputs: dict[str, n
             if not good and ok:
                 ok, bad_chunk = False, chunk
     if ok:
-        _batch_two(full_model, stream_model, contract, inputs, min(chunks), out_facts, atol, where)
-    result = ProofResult(ok, rows, ticks=ticks)
+        _batch_two(full_sess, full_model, stream_model, contract, inputs, min(chunks), out_facts, atol, where)
+    result = ProofResult(ok, rows, ticks=ticks, full=full)
     if not ok and all_facts and order:
         result.first_bad = bisect(full_model, stream_model, contract, inputs, bad_chunk, all_facts, order,
                                   producers or {}, atol, where)

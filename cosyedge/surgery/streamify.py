@@ -354,8 +354,7 @@ def _bytes_by_kind(contract: StreamContract) -> dict[str, int]:
     """Bytes of state per stream by state kind (dict[str, int], e.g. {"key": 4096, "value": 4096, "position": 8})."""
     out: dict[str, int] = {}
     for s in contract.states:
-        one = StreamContract(input="", output="", sample_rate_hz=1, hop_samples=1, total_stride=1, states=[s])
-        out[s.kind] = out.get(s.kind, 0) + one.state_bytes
+        out[s.kind] = out.get(s.kind, 0) + s.nbytes
     return out
 
 
@@ -455,22 +454,17 @@ def prove_stream(full_model: Any, stream_model: Any, contract: StreamContract, s
              worst["max_abs"], min(r["snr_db"] for r in res.rows))
     summary = res.summary()
     if sg.original_model is not None and sg.full_model is not sg.original_model:
-        summary["attention_window"] = _window_deviation(sg, inputs, contract, where)
+        summary["attention_window"] = _window_deviation(sg, inputs, res.full, contract, where)
     return summary
 
 
-def _window_deviation(sg: StreamGraph, inputs: dict, contract: StreamContract, where: str) -> dict:
+def _window_deviation(sg: StreamGraph, inputs: dict, bounded: dict, contract: StreamContract, where: str) -> dict:
     """How far the ``--attention-window`` bound moves the model from the unbounded original on the proof's input
-    (max abs error and SNR of each output of the bounded full graph against the original's), logged as a warning:
-    the stream equals the bounded model, never called exact to the original."""
-    from cosyedge.runtime.ort import session_from_onnx
-
+    (max abs error and SNR of each output of the bounded full graph, ``bounded`` as the proof ran it, against the
+    original's), logged as a warning: the stream equals the bounded model, never called exact to the original."""
     outs = [o.name for o in contract.stream_outputs]
-    runs = []
-    for m in (sg.original_model, sg.full_model):
-        sess = session_from_onnx(m, threads=1, inter_threads=1, optimize=False, log_severity=4)
-        runs.append(dict(zip(outs, sess.run(outs, inputs))))
-    rows = {o: proof.max_err(runs[0][o], runs[1][o]) for o in outs}
+    original = dict(zip(outs, proof.session(sg.original_model).run(outs, inputs)))
+    rows = {o: proof.max_err(original[o], bounded[o]) for o in outs}
     worst = min(rows, key=lambda o: rows[o][1])
     frames = sorted({s.pattern.window or s.pattern.left * s.pattern.chunk for s in sg.walker.attention_sites
                      if s.original != s.pattern})

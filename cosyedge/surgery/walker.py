@@ -483,6 +483,13 @@ class Walker:
         self._masked[x.name] = out
         return out
 
+    def ticks_for_frames(self, rate: Fraction, frames: int) -> int:
+        """The input length (ticks, int) that gives at least ``frames`` frames at ``rate`` frames per tick and a whole
+        number of frames on every measured time axis (a multiple of every rate's denominator)."""
+        q = math.lcm(1, *[f.rate.denominator for f in self.facts.values() if f.is_stream or f.axes2])
+        t = math.ceil(Fraction(frames) / rate)
+        return -(-t // q) * q
+
     def limit_ticks(self, ticks: int, why: str) -> None:
         """A stream may last at most ``ticks`` input ticks (an encoding table of that many rows); ``why`` names it."""
         if self.max_ticks is None or ticks < self.max_ticks[0]:
@@ -537,9 +544,8 @@ class Walker:
         if not (np.all(v1 == first) and np.all(v2 == first)):
             return False
         try:
-            frames = 1100
-            ticks = -(-int(frames / f.rate) // 64) * 64
-            v3 = self.masks.evaluate([o.name], ticks, batch=3)[o.name]  # a batch coordinate is not one value
+            # a long length, and batch 3: a batch coordinate (ScatterND index tuples) is 0 at the probes' batch 1
+            v3 = self.masks.evaluate([o.name], self.ticks_for_frames(f.rate, 1103), batch=3)[o.name]
         except Exception:  # noqa: BLE001 - not evaluable from shapes alone: leave it to its rule
             return False
         if not np.all(v3 == first):

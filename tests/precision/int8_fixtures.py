@@ -78,6 +78,15 @@ def write_recordings(folder: Path, count: int = 32, seed: int = 0, seconds: floa
     return folder
 
 
+def small_calibration_set(folder: Path) -> Path:
+    """A calibration set of 16 one-second recordings (:func:`write_recordings`) under ``folder``: its folder (Path),
+    for INT8 builds whose calibrated values a test does not judge."""
+    from cosyedge.precision.calibset import make_calibration_set
+
+    return make_calibration_set(folder / "calib", from_dir=write_recordings(folder / "rec", count=16,
+                                                                            seconds=1.0)).folder
+
+
 def write_bad_files(folder: Path) -> dict:
     """Add files calibration must skip; returns the expected skip counts."""
     folder.mkdir(parents=True, exist_ok=True)

@@ -69,10 +69,7 @@ def stream(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def calib(tmp_path_factory):
-    from cosyedge.precision.calibset import make_calibration_set
-
-    d = tmp_path_factory.mktemp("calib")
-    return make_calibration_set(d / "calib", from_dir=fx.write_recordings(d / "rec", count=16, seconds=1.0)).folder
+    return fx.small_calibration_set(tmp_path_factory.mktemp("calib"))
 
 
 def _report(folder, key):

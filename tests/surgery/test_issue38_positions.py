@@ -92,16 +92,9 @@ MODELS = {"sin_pe": (SinPE, True), "table_slice": (lambda: TablePE("slice"), Tru
 
 
 def _export(model, path, feat, dynamo):
-    ax = 1 if feat else 2
-    x = torch.zeros(1, 64, 16) if feat else torch.zeros(1, 1, 64)
-    if dynamo:
-        torch.onnx.export(model.eval(), (x,), str(path), input_names=["x"], output_names=["y"], dynamo=True,
-                          dynamic_shapes={"x": {0: torch.export.Dim("N", max=64),
-                                                ax: torch.export.Dim("T", min=2, max=100000)}})
-    else:
-        torch.onnx.export(model.eval(), (x,), str(path), input_names=["x"], output_names=["y"], opset_version=17,
-                          dynamo=False, dynamic_axes={"x": {0: "N", ax: "T"}, "y": {0: "N", ax: "T"}})
-    return path
+    from tests.models_attention import export
+
+    return export(model, path, (torch.zeros(1, 64, 16) if feat else torch.zeros(1, 1, 64),), dynamo, 1 if feat else 2)
 
 
 def _speech(n):

@@ -173,16 +173,9 @@ MODELS = {"rope_ntc": (RopeNTC, 1, 0), "rope_heads": (RopeHeads, 1, 0), "rope_hf
 
 
 def _export(model, path, ax, dynamo):
-    n = 2 if dynamo else 1  # torch.export specializes a size-1 example batch to 1 (a graph with no batch axis)
-    x = torch.zeros(n, 64, D) if ax == 1 else torch.zeros(n, D, 64)
-    if dynamo:
-        torch.onnx.export(model.eval(), (x,), str(path), input_names=["x"], output_names=["y"], dynamo=True,
-                          dynamic_shapes={"x": {0: torch.export.Dim("N", max=64),
-                                                ax: torch.export.Dim("T", min=2, max=100000)}})
-    else:
-        torch.onnx.export(model.eval(), (x,), str(path), input_names=["x"], output_names=["y"], opset_version=17,
-                          dynamo=False, dynamic_axes={"x": {0: "N", ax: "T"}, "y": {0: "N", ax: "T"}})
-    return path
+    from tests.models_attention import export
+
+    return export(model, path, (torch.zeros(1, 64, D) if ax == 1 else torch.zeros(1, D, 64),), dynamo, ax)
 
 
 def _speech_frames(t, ax):

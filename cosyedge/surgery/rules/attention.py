@@ -36,7 +36,6 @@ arXiv:2312.17279); Kyutai Mimi/moshi ``transformer.py`` (KV cache with ``end_off
 from __future__ import annotations
 
 import dataclasses
-import math
 from fractions import Fraction
 from typing import Any
 
@@ -96,7 +95,6 @@ class Att:
     q: int = 0
     k: int = 0
     rank: int = 0
-    post: bool = False  # after the Softmax
 
 
 def involved(node: Any, ctx: Any) -> bool:
@@ -138,7 +136,7 @@ def attend(node: Any, ctx: Any) -> None:
             raise Blocker(f"{op} (opset {ctx.opset}) flattens axes {ax}.. of a tensor over query x key time")
         if ax != a.k:
             raise Blocker(f"{op} over the query axis {ax} (normalises over the whole sequence)")
-        _out(node, ctx, dataclasses.replace(a, post=True))
+        _out(node, ctx, a)
         return
     if op in _REDUCE:
         return _reduce(node, ctx, a)
@@ -164,15 +162,19 @@ def _out(node: Any, ctx: Any, a: Att) -> None:
         ctx.set_delay(o, a.site.delay)
 
 
-def _time_letters(node: Any, ctx: Any) -> tuple[list[int], list[int], list[int]] | None:
-    """For a score MatMul/Einsum ``Q x K``: (Q's time axis, K's time axis), and the output's (query, key) axes."""
+def _time_letters(node: Any, ctx: Any) -> tuple[int, tuple[int, int]]:
+    """For a score MatMul/Einsum ``Q x K``: K's time axis (int) and the output's (query, key) axes (tuple[int, int]).
+
+    Raises:
+        Blocker: the operands' time axes do not make query x key scores.
+    """
     fq, fk, fo = ctx.fact(node.inputs[0]), ctx.fact(node.inputs[1]), ctx.fact(node.outputs[0])
     if node.op == "MatMul":
         rq, rk, ro = len(fq.shape1), len(fk.shape1), len(fo.shape1)
         if fq.axis != rq - 2 or fk.axis != rk - 1:
             raise Blocker(f"multiplies two streaming tensors with time on axes {fq.axis} (of {rq}) and {fk.axis} (of "
                           f"{rk}): not query x key^T (attention scores)")
-        return fq.axis, fk.axis, (ro - 2, ro - 1)
+        return fk.axis, (ro - 2, ro - 1)
     from cosyedge.surgery.rules.perframe import _einsum_terms
 
     eq = attr_str(node, "equation", "")
@@ -180,20 +182,19 @@ def _time_letters(node: Any, ctx: Any) -> tuple[list[int], list[int], list[int]]
     a, b = terms[0][fq.axis], terms[1][fk.axis]
     if a == b or a not in rhs or b not in rhs or a in terms[1] or b in terms[0]:
         raise Blocker(f"'{eq}' does not make query x key scores of two streaming tensors")
-    return fq.axis, fk.axis, (rhs.index(a), rhs.index(b))
+    return fk.axis, (rhs.index(a), rhs.index(b))
 
 
-def _visible(ev: Any, consumer: Any, mi: int, di: int, out_rank: int, qk: tuple[int, int],
-             ticks: int) -> np.ndarray:
-    """The visible set (bool (F, F), query x key) a mask input ``mi`` of ``consumer`` leaves to the attention tensor
-    at input ``di`` whose output axes are ``qk``, measured at ``ticks`` input ticks.
+def _visible(m: np.ndarray, frames: int, consumer: Any, mi: int, di: int, out_rank: int,
+             qk: tuple[int, int]) -> np.ndarray:
+    """The visible set (bool (F, F), query x key) that mask input ``mi`` of ``consumer``, evaluated as ``m`` at a
+    length of ``frames`` frames, leaves to the attention tensor at input ``di`` whose output axes are ``qk``.
 
     Raises:
         Blocker: the mask is not a two-valued mask of this use (a bias, a 0/1 product before the Softmax).
     """
     t = consumer.inputs[mi]
-    frames = ev.shape_at(consumer.outputs[0].name, ticks)[qk[0]]
-    full = _mask2d(ev, t.name, out_rank, qk, ticks, frames)
+    full = _mask2d(m, t.name, out_rank, qk, frames)
     op = consumer.op
     vals = np.unique(full)
     if op == "Where":
@@ -217,14 +218,14 @@ def _visible(ev: Any, consumer: Any, mi: int, di: int, out_rank: int, qk: tuple[
     raise Blocker(f"{op} of a mask '{t.name}' (only Where, Add, Sub and Mul apply masks)")
 
 
-def _mask2d(ev: Any, name: str, out_rank: int, qk: tuple[int, int], ticks: int, frames: int) -> np.ndarray:
-    """Mask tensor ``name`` at ``ticks`` input ticks as (F, F) query x key (broadcast where it has size 1), as it
-    broadcasts into a tensor of rank ``out_rank`` with query and key on axes ``qk``.
+def _mask2d(m: np.ndarray, name: str, out_rank: int, qk: tuple[int, int], frames: int) -> np.ndarray:
+    """Mask ``m`` (the value of tensor ``name`` at a length of ``frames`` frames) as (F, F) query x key (broadcast
+    where it has size 1), as it broadcasts into a tensor of rank ``out_rank`` with query and key on axes ``qk``.
 
     Raises:
         Blocker: it differs over another axis (a per-head bias).
     """
-    m = np.asarray(ev.evaluate([name], ticks)[name])
+    m = np.asarray(m)
     shift = out_rank - m.ndim
     kept = [ax for ax in range(m.ndim) if ax + shift in qk and m.shape[ax] != 1]
     sel = tuple(slice(None) if ax in kept else slice(0, 1) for ax in range(m.ndim))
@@ -298,13 +299,14 @@ def _region(out: Any, ctx: Any) -> tuple[list, list]:
     return pre, post, partners
 
 
-def _ticks_for(ctx: Any, rate: Fraction, frames: int) -> int:
-    q = math.lcm(*[f.rate.denominator for f in ctx.facts.values() if f.is_stream or f.axes2], 1)
-    t = math.ceil(Fraction(frames) / rate)
-    return -(-t // q) * q
+def _classify_site(node: Any, ctx: Any, rate: Fraction, out_qk: tuple[int, int]) -> tuple[Pattern, list, list]:
+    """The pattern the masks between the scores of ``node`` (query and key on axes ``out_qk``) and the values leave,
+    measured at :data:`_MASK_FRAMES` (and :data:`_MASK_FRAMES_LONG` when unlimited there); also the masks (consumer,
+    input index, ...) and the partner score nodes (:func:`_region`).
 
-
-def _classify_site(node: Any, ctx: Any, rate: Fraction) -> tuple[Pattern, list]:
+    Raises:
+        Blocker: a mask only after the Softmax, one that cannot be evaluated from shapes, or not a mask.
+    """
     out = node.outputs[0]
     pre, post, partners = _region(out, ctx)
     if not pre and post:
@@ -313,15 +315,18 @@ def _classify_site(node: Any, ctx: Any, rate: Fraction) -> tuple[Pattern, list]:
     if not pre:
         return Pattern("full"), [], partners
     views = []
+    names = sorted({c.inputs[mi].name for c, mi, *_ in pre + post})
 
     def measure(frames_list):
         for frames in frames_list:
-            ticks = _ticks_for(ctx, rate, frames)
+            ticks = ctx.ticks_for_frames(rate, frames)
+            f = ctx.masks.shape_at(out.name, ticks)[out_qk[0]]
             try:
-                vs = [_visible(ctx.masks, c, mi, di, r, qk, ticks) for c, mi, di, r, qk in pre]
-                ps = [_visible(ctx.masks, c, mi, di, r, qk, ticks) for c, mi, di, r, qk in post]
+                vals = ctx.masks.evaluate(names, ticks)  # every mask at this length in one run
             except RuntimeError as err:
                 raise Blocker(f"its mask cannot be evaluated from shapes alone ({err})") from None
+            vs = [_visible(vals[c.inputs[mi].name], f, c, mi, di, r, qk) for c, mi, di, r, qk in pre]
+            ps = [_visible(vals[c.inputs[mi].name], f, c, mi, di, r, qk) for c, mi, di, r, qk in post]
             v = np.logical_and.reduce(vs)
             for p in ps:
                 if (v & ~p).any():
@@ -330,9 +335,10 @@ def _classify_site(node: Any, ctx: Any, rate: Fraction) -> tuple[Pattern, list]:
             views.append(v)
 
     measure(_MASK_FRAMES)
-    if not classify(views).bounded and classify(views).kind in ("causal", "chunked"):
-        measure(_MASK_FRAMES_LONG)  # a window between ~700 and ~4400 frames
     pat = classify(views)
+    if not pat.bounded and pat.kind in ("causal", "chunked"):
+        measure(_MASK_FRAMES_LONG)  # a window between ~700 and ~4400 frames
+        pat = classify(views)
     if pat.kind == "none":
         pat = Pattern("full")
     return pat, pre + post, partners
@@ -367,7 +373,7 @@ def _scores(node: Any, ctx: Any) -> None:
         raise Blocker(f"{node.op} makes a tensor over query x key time that is not attention scores of two streaming "
                       "tensors")
     try:
-        qa, ka, (oq, ok) = _time_letters(node, ctx)
+        ka, (oq, ok) = _time_letters(node, ctx)
         fq, fk = ctx.fact(node.inputs[0]), ctx.fact(node.inputs[1])
         if fq.rate != fk.rate:
             raise Blocker(f"queries at {fq.rate} and keys at {fk.rate} frames per tick (cross-attention between rates)")
@@ -379,7 +385,7 @@ def _scores(node: Any, ctx: Any) -> None:
             ctx.attn[out.name] = Att(site, oq, ok, rank)
             ctx.set_delay(out, site.delay)
             return
-        pat, masks, partners = _classify_site(node, ctx, rate)
+        pat, masks, partners = _classify_site(node, ctx, rate, (oq, ok))
         if node.inputs[0].name in ctx.lifted:
             raise Blocker("its queries are positions (a position term of queries x keys is not streamed)")
         site = _site(node, ctx, pat, [0], rate, [(c.name, mi) for c, mi, *_ in masks], out.name)
@@ -462,23 +468,23 @@ def _attention_op(node: Any, ctx: Any) -> None:
         pat = Pattern("full")
     else:
         views = []
+        pat = None
         for frames in _MASK_FRAMES + _MASK_FRAMES_LONG:
-            if frames in _MASK_FRAMES_LONG and (classify(views).bounded or classify(views).kind not in ("causal",
-                                                                                                        "chunked")):
+            if frames in _MASK_FRAMES_LONG and (pat.bounded or pat.kind not in ("causal", "chunked")):
                 break
-            ticks = _ticks_for(ctx, rate, frames)
+            ticks = ctx.ticks_for_frames(rate, frames)
             f = int(rate * ticks + facts[0].extra)
             v = np.ones((f, f), dtype=bool)
             if causal:
                 v &= np.tri(f, dtype=bool)
             if mask is not None:
                 try:
-                    m = _mask2d(ctx.masks, mask.name, 4, (2, 3), ticks, f)
+                    m = _mask2d(ctx.masks.evaluate([mask.name], ticks)[mask.name], mask.name, 4, (2, 3), f)
                 except RuntimeError as err:
                     raise Blocker(f"its mask cannot be evaluated from shapes alone ({err})") from None
                 v &= m.astype(bool) if m.dtype == bool else (m == 0)
             views.append(v)
-        pat = classify(views)
+            pat = classify(views)
         if pat.kind == "none":
             pat = Pattern("full")
     site = _site(node, ctx, pat, [0, 1, 2], rate, [], "")
@@ -517,26 +523,43 @@ def _vis3(ctx: Any, site: Site) -> Any:
     kf = ctx.op("Sub", [ctx.op("Add", [counter, rk], base, dtype=i64), ctx.const([[d]])], base, dtype=i64)
     qs = ctx.unsqueeze(qf, [2], base)  # (N, Fq, 1)
     ks = ctx.unsqueeze(kf, [1], base)  # (N, 1, Fk)
-    p = site.pattern
 
-    def not_less(a, b):
-        return ctx.op("Not", [ctx.op("Less", [a, b], base, dtype=bool)], base, dtype=bool)
+    def op(kind, inputs):
+        return ctx.op(kind, inputs, base, dtype=bool if kind in _BOOL_OPS else i64)
 
-    def both(a, b):
-        return ctx.op("And", [a, b], base, dtype=bool)
-
-    if p.kind == "banded":
-        diff = ctx.op("Sub", [qs, ks], base, dtype=i64)
-        vis = both(not_less(diff, ctx.const(0)), ctx.op("Less", [diff, ctx.const(p.window)], base, dtype=bool))
-    else:  # chunked: floor division of non-negative positions (shifted by a multiple of C)
-        shift = p.chunk * (-(-(L + d + 1) // p.chunk) + 1)
-        cq = ctx.op("Div", [ctx.op("Add", [qs, ctx.const(shift)], base, dtype=i64), ctx.const(p.chunk)], base, dtype=i64)
-        ck = ctx.op("Div", [ctx.op("Add", [ks, ctx.const(shift)], base, dtype=i64), ctx.const(p.chunk)], base, dtype=i64)
-        vis = both(not_less(cq, ck), not_less(ck, ctx.op("Sub", [cq, ctx.const(p.left)], base, dtype=i64)))
-    vis = both(vis, not_less(ks, ctx.const(0)))  # keys before the stream's start do not exist
-    vis = ctx.op("Or", [vis, ctx.op("Less", [qs, ctx.const(0)], base, dtype=bool)], base, dtype=bool)  # pre-roll rows
+    shift = site.pattern.chunk * (-(-(L + d + 1) // site.pattern.chunk) + 1) if site.pattern.chunk else 0
+    vis = _pattern_nodes(site.pattern, qs, ks, op, ctx.const, shift)
+    vis = op("And", [vis, op("Not", [op("Less", [ks, ctx.const(0)])])])  # keys before the stream's start do not exist
+    vis = op("Or", [vis, op("Less", [qs, ctx.const(0)])])  # pre-roll query rows see every key (stay finite)
     site.vis3 = vis
     return vis
+
+
+_BOOL_OPS = ("Less", "Not", "And", "Or")
+
+
+def _pattern_nodes(p: Pattern, qs: Any, ks: Any, op: Any, const: Any, shift: int = 0) -> Any:
+    """Build :meth:`Pattern.visible` of query positions ``qs`` x key positions ``ks`` (int64, broadcasting) as ONNX
+    nodes, for the chunk graph (:func:`_vis3`) and for the bounded full graph (:func:`bound_full_model`) alike.
+
+    Args:
+        p (Pattern): ``banded`` or ``chunked``.
+        qs, ks: The position tensors (whatever ``op`` takes).
+        op (Callable[[str, list], Any]): Adds a node of that op type on those inputs; returns its output.
+        const (Callable[[Any], Any]): Makes an int64 constant.
+        shift (int): A multiple of the chunk added before the floor division, so that positions before the stream's
+            start divide as non-negative numbers (ONNX integer Div truncates towards zero).
+    Returns:
+        the bool output (query sees key).
+    """
+    def not_less(a, b):
+        return op("Not", [op("Less", [a, b])])
+
+    if p.kind == "banded":
+        diff = op("Sub", [qs, ks])
+        return op("And", [not_less(diff, const(0)), op("Less", [diff, const(p.window)])])
+    cq, ck = (op("Div", [op("Add", [x, const(shift)]) if shift else x, const(p.chunk)]) for x in (qs, ks))
+    return op("And", [not_less(cq, ck), not_less(ck, op("Sub", [cq, const(p.left)]))])
 
 
 def _vis_for(ctx: Any, site: Site, a: Att, like: Any) -> Any:
@@ -591,7 +614,7 @@ def _replacement(node: Any, ctx: Any, a: Att, mi: int, di: int) -> Any:
 def _binary(node: Any, ctx: Any, a: Att, data: list[int]) -> None:
     rank = len(ctx.fact(node.outputs[0]).shape1)
     shift = rank - a.rank
-    aq, ak = a.q + shift, a.k + shift
+    aq = a.q + shift
     masks = {m for (n, m) in a.site.masks if n == node.name}
     for i, t in enumerate(node.inputs):
         if i in data or not t.name or isinstance(t, gs.Constant):
@@ -667,23 +690,14 @@ def _bound_vis(p: Pattern, nq: str, nk: str, extra: list, name: Any, c: Any) -> 
     its name (for :func:`bound_full_model`)."""
     from onnx import helper
 
-    i, j = name("i"), name("j")
-    extra += [helper.make_node("Range", [c(0), nq, c(1)], [i]), helper.make_node("Range", [c(0), nk, c(1)], [j])]
-    i2, j2 = name("i2"), name("j2")
-    extra += [helper.make_node("Unsqueeze", [i, c([1])], [i2]), helper.make_node("Unsqueeze", [j, c([0])], [j2])]
-    vis = name("vis")
-    if p.kind == "banded":
-        d, lo, hi, nl = name("d"), name("lo"), name("hi"), name("nl")
-        extra += [helper.make_node("Sub", [i2, j2], [d]), helper.make_node("Less", [d, c(0)], [lo]),
-                  helper.make_node("Not", [lo], [nl]), helper.make_node("Less", [d, c(p.window)], [hi]),
-                  helper.make_node("And", [nl, hi], [vis])]
-    else:
-        ci, cj, a1, a2, b1, b2, lm = (name(x) for x in ("ci", "cj", "a1", "a2", "b1", "b2", "lm"))
-        extra += [helper.make_node("Div", [i2, c(p.chunk)], [ci]), helper.make_node("Div", [j2, c(p.chunk)], [cj]),
-                  helper.make_node("Less", [ci, cj], [a1]), helper.make_node("Not", [a1], [a2]),
-                  helper.make_node("Sub", [ci, c(p.left)], [lm]), helper.make_node("Less", [cj, lm], [b1]),
-                  helper.make_node("Not", [b1], [b2]), helper.make_node("And", [a2, b2], [vis])]
-    return vis
+    def op(kind, inputs):
+        out = name(kind.lower())
+        extra.append(helper.make_node(kind, inputs, [out]))
+        return out
+
+    i2 = op("Unsqueeze", [op("Range", [c(0), nq, c(1)]), c([1])])
+    j2 = op("Unsqueeze", [op("Range", [c(0), nk, c(1)]), c([0])])
+    return _pattern_nodes(p, i2, j2, op, c)  # full-graph positions start at 0: no shift
 
 
 def bound_full_model(model: Any, sites: list[Site]) -> Any:
