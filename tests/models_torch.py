@@ -83,6 +83,18 @@ class PointwiseNet(nn.Module):
         return self.conv(x)
 
 
+class CausalTap3(nn.Module):
+    """A causal 3-tap conv (seeded): (N, 1, T) -> (N, 1, T), two samples of left context."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.c = nn.Conv1d(1, 1, 3)
+
+    def forward(self, audio):
+        return self.c(nn.functional.pad(audio, (2, 0)))
+
+
 def export_plain(model: nn.Module, path, *, dynamo: bool = False, samples: int = 64) -> None:
     """Export like a user would (no cosyedge metadata): input ``x``, output ``y``, dynamic N and T."""
     x = torch.randn(2, 1, samples)

@@ -84,16 +84,9 @@ def test_chunk_ms_printed_at_44100_hz_is_taken_back():
 def test_frames_per_hop_on_a_waveform_model_is_said_to_be_ignored(tmp_path, cli, warnings_seen):
     src, out = tmp_path / "log.onnx", tmp_path / "c.stream.onnx"
 
-    class _Causal(nn.Module):
-        def __init__(self):
-            super().__init__()
-            torch.manual_seed(0)
-            self.c = nn.Conv1d(1, 1, 3)
+    from tests.models_torch import CausalTap3
 
-        def forward(self, audio):
-            return self.c(nn.functional.pad(audio, (2, 0)))
-
-    torch.onnx.export(_Causal().eval(), (torch.randn(1, 1, 1600),), str(src), input_names=["audio"],
+    torch.onnx.export(CausalTap3().eval(), (torch.randn(1, 1, 1600),), str(src), input_names=["audio"],
                       output_names=["enhanced"], dynamic_axes={"audio": {2: "T"}, "enhanced": {2: "T"}}, dynamo=False)
     rc, _o, err = cli("streamify", src, "-o", out, "--sample-rate-hz", "16000", "--hop-samples", "160",
                       "--frames-per-hop", "100000000")

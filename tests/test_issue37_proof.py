@@ -17,22 +17,14 @@ from cosyedge.artifacts import StreamContract
 from cosyedge.errors import ArtifactError
 from cosyedge.runtime.ort import OrtStreamSession
 from cosyedge.surgery import proof
+from tests.models_torch import CausalTap3
 
 streamify_mod = importlib.import_module("cosyedge.surgery.streamify")
 
 T = 16000
 
 
-class _Causal(nn.Module):
-    """A causal 3-tap conv: (1, 1, T) -> (1, 1, T)."""
-
-    def __init__(self):
-        super().__init__()
-        torch.manual_seed(0)
-        self.c = nn.Conv1d(1, 1, 3)
-
-    def forward(self, audio):
-        return self.c(nn.functional.pad(audio, (2, 0)))
+_Causal = CausalTap3  # a causal 3-tap conv: (1, 1, T) -> (1, 1, T)
 
 
 def _fixed_output_model(path: Path) -> nn.Module:
