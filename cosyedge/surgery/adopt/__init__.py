@@ -22,6 +22,11 @@ unchanged:
   ``OrtStreamSession`` / ``cosyedge run`` (batch 1) work, and ``StreamPool`` (more than one slot) and the
   Triton repository build (which runs the model at batch > 1) refuse it in one line; the metadata
   ``cosyedge.adopted`` says ``"batch": "fixed 1"`` and why.
+* **Outputs that are not audio**: an output of one value per call, ``(N, C)`` or ``(N,)`` (a VAD's speech
+  probability), gets a ``Reshape`` to ``(N, C, 1)`` (:mod:`.canon`) and streams as a ``"features"`` output of one
+  frame per hop (``StreamIO.frames_per_hop`` 1); the graph then runs hop by hop (Scan over hops). An output of
+  ``hop`` samples per hop and one channel is ``"audio"``; the contract's ``output`` is the first audio output, else
+  the first output (a VAD: its probability). Sessions return every output of such a model by name.
 * **Chunks**: a graph whose audio input takes exactly one hop per call is wrapped in an ONNX ``Scan`` over
   the hops of a chunk (the states are the Scan's loop-carried values), so every chunk that is a multiple of
   the hop works; a graph with a dynamic time axis is kept as it is.
@@ -72,6 +77,7 @@ from cosyedge.artifacts import (
 from cosyedge.errors import ArtifactError, UsageError, first_line
 from cosyedge.log import LOG
 from cosyedge.surgery import io, proof
+from cosyedge.surgery.adopt import canon
 from cosyedge.surgery.adopt.batch import _batch_test, _dynamic_batch
 from cosyedge.surgery.adopt.pairs import AdoptedState, _decl_shape, find_state_pairs, parse_state_pairs
 from cosyedge.surgery.adopt.wrap import _rename_and_wrap
@@ -140,8 +146,9 @@ def _inspect(model: Any, pairs: list[tuple[str, str]], hop: int, batch_axes: dic
                          f"--hop-samples {t}")
     for o in rest_out:
         sh = _decl_shape(outs[o])
-        if sh and len(sh) != 3:
-            raise UsageError(f"{where}: output '{o}' has shape {sh}; adopt streams outputs (N, C, T) with time last")
+        if sh and len(sh) not in (1, 2, 3):
+            raise UsageError(f"{where}: output '{o}' has shape {sh}; adopt streams outputs (N, C, T) with time last, "
+                             f"or one value per call (N, C) / (N,)")
     states = []
     a_batch = a_shape[0] if isinstance(a_shape[0], str) and a_shape[0] != "?" else None
     for i, o in pairs:
@@ -175,10 +182,11 @@ class AdoptedOnnxFromOnnx(Stage):
 
     Args:
         onnx_in (str | Path | Stage): The graph: one audio input float32 (B, 1, T) (B = 1 or dynamic, T = the
-            hop or dynamic), state inputs, outputs (B, C, T') and the matching state outputs.
+            hop or dynamic), state inputs, outputs (B, C, T') or one value per call (B, C) / (B,), and the
+            matching state outputs.
         out (str | Path): Stream ONNX to write (atomically; nothing is written when a check fails).
-        state_pairs (list[str] | list[tuple] | dict | None): ``"IN=OUT"`` pairs; None: found from the
-            metadata and name conventions (:func:`find_state_pairs`).
+        state_pairs (list[str] | list[tuple] | dict | None): ``"IN=OUT"`` pairs; the inputs not given are
+            paired from the metadata and name conventions (:func:`find_state_pairs`).
         sample_rate_hz (int): Model sample rate (Hz).
         hop_samples (int): Samples per call of the graph (its step); chunks are multiples of it.
         delay_samples (int): Delay of the output behind the input (samples; e.g. DTLN's 384 = block - shift).
@@ -263,7 +271,7 @@ def adopt_model(model: Any, *, where: str = "model", state_pairs: Any = None, sa
     meta = {p.key for p in model.metadata_props}
     if taken and "cosyedge.state" in meta:
         raise UsageError(f"{where} is already a cosyedge stream model (has '{taken[0]}'): nothing to adopt")
-    pairs = parse_state_pairs(state_pairs) or find_state_pairs(model, where)
+    pairs = find_state_pairs(model, where, given=parse_state_pairs(state_pairs))
     g = _inspect(model, pairs, hop, dict(batch_axes or {}), dict(init or {}), dict(kinds or {}), where)
     states = [s for s, _c in g.states]
     LOG.info("%s: audio '%s', outputs %s, %d state pair(s): %s", where, g.audio, g.outs, len(states),
@@ -281,6 +289,14 @@ def adopt_model(model: Any, *, where: str = "model", state_pairs: Any = None, sa
     x = x[..., : hop * (x.shape[-1] // (3 * hop)) * 3]
     init_vals = [(s.input, s.output, np.full(s.shape, s.init, dtype=s.dtype)) for s in states]
     first = proof.run_state_loop(ref_sess, g.audio, x[..., :hop], hop, init_vals, g.outs + [s.output for s in states])
+    model, per_call = canon.per_call_outputs_to_frames(model, {o: first[o].ndim for o in g.outs})
+    if per_call:  # one value per call (a VAD's probability): (N, C, 1) per hop, so the graph runs hop by hop
+        LOG.info("%s: outputs %s give one value per call: streamed as features, one frame per hop of %d samples",
+                 where, per_call, hop)
+        g.hop_fixed = True
+        ref_sess = proof.session(model)
+        first = proof.run_state_loop(ref_sess, g.audio, x[..., :hop], hop, init_vals,
+                                     g.outs + [s.output for s in states])
     for s in states:
         got = first[s.output].shape
         if tuple(got) != tuple(s.shape):
@@ -367,13 +383,10 @@ def _contract(g: _Graph, states: list[AdoptedState], out_frames: dict, out_chann
     outs = []
     for o in g.outs:
         f = out_frames[o]
-        kind = "audio" if f == hop else "features"
         kind = "audio" if f == hop and out_channels[o] == 1 else "features"
         outs.append(StreamIO(o, [b, out_channels[o], TIME_DIM], "float32", 2, f, 0, kind))
-    audio_out = next((o.name for o in outs if o.kind == "audio"), None)
-    if audio_out is None:
-        raise UsageError(f"no output gives {hop} samples per hop of {hop} (outputs {out_frames}): adopt streams "
-                         f"waveform-out graphs")
+    # the main output: the first waveform one, else the first (a VAD: its probability, one frame per hop)
+    audio_out = next((o.name for o in outs if o.kind == "audio"), outs[0].name)
     return StreamContract(input=g.audio, output=audio_out, sample_rate_hz=int(sample_rate_hz), hop_samples=hop,
                           total_stride=hop, delay_samples=int(delay_samples), states=specs, name=name,
                           inputs=[audio_io], outputs=outs)

@@ -20,16 +20,32 @@ from cosyedge.surgery.adopt.pairs import AdoptedState
 gs = lazy_import("onnx_graphsurgeon")
 
 
+def _unique_node_names(model: Any) -> Any:
+    """``model`` with every node of its main graph named, and named once (exporters such as spox repeat names;
+    graphsurgeon warns at length on each repeat). A copy when a name changes."""
+    seen: set = set()
+    nodes = model.graph.node
+    if len({n.name for n in nodes}) == len(nodes) and all(n.name for n in nodes):
+        return model
+    import copy
+
+    model = copy.deepcopy(model)
+    for i, n in enumerate(model.graph.node):
+        name = n.name or f"{n.op_type}_{i}"
+        while name in seen:
+            name = f"{name}_{i}"
+        n.name = name
+        seen.add(name)
+    return model
+
+
 def _rename_and_wrap(model: Any, audio: str, outs: list[str], states: list[AdoptedState], *, dynamic: bool,
                      scan: bool, hop: int, out_frames: dict[str, int]) -> Any:
     """The adopted graph: states renamed ``state_in.NN``/``state_out.NN`` batch-first (Transposes where the batch
     axis is elsewhere); with ``scan``, the one-hop graph as the body of a Scan over the hops of a chunk."""
     from cosyedge.surgery.streamify import STATE_IN_PREFIX, STATE_OUT_PREFIX
 
-    graph = gs.import_onnx(model)
-    for i, node in enumerate(graph.nodes):
-        if not node.name:
-            node.name = f"{node.op}_{i}"
+    graph = gs.import_onnx(_unique_node_names(model))
     tensors = graph.tensors()
     width = max(2, len(str(len(states) - 1)))
     new_inputs, new_outputs = [], []
