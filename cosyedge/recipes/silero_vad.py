@@ -173,9 +173,10 @@ class SileroVAD(Recipe):
         """
         from cosyedge.surgery.io import at_least_opset
 
-        net = gs.import_onnx(self.network())
-        for i, node in enumerate(net.nodes):
-            node.name = f"silero/{i}_{node.name or node.op}"  # the wheel repeats names (F0::anon)
+        src = self.network()
+        for i, node in enumerate(src.graph.node):  # the wheel repeats node names (F0::anon): unique first
+            node.name = f"silero/{i}_{node.name or node.op_type}"
+        net = gs.import_onnx(src)
         for t in net.tensors().values():
             t.name = f"silero/{t.name}"
         (x_in, s_in), (p_out, s_out) = net.inputs, net.outputs
