@@ -125,7 +125,8 @@ def test_run_model_missing_wheel_names_the_extra(cli, root, tmp_path, monkeypatc
 
 
 def test_run_model_bad_input(cli, tmp_path):
-    rc, _out, err = cli("run", "--model", "dtln", "--engine", tmp_path / "e", DEMO / "noisy.wav", "-o", tmp_path / "x.wav")
+    rc, _out, err = cli("run", "--model", "dtln", "--engine", tmp_path / "e", DEMO / "noisy.wav",
+                        "-o", tmp_path / "x.wav")
     assert "give --model dtln or --engine" in _one_line_error(rc, err, 2) and "not both" in err
     rc, _out, err = cli("run", "--model", "nosuch", DEMO / "noisy.wav", "-o", tmp_path / "x.wav")
     line = _one_line_error(rc, err, 2)

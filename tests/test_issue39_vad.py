@@ -147,7 +147,8 @@ def test_ported_rule_equals_the_package_on_every_branch():
     from silero_vad.utils_vad import get_speech_timestamps_from_probs
 
     rng = np.random.default_rng(39)
-    cases = [{}, {"max_speech_duration_s": 1.0}, {"max_speech_duration_s": 1.0, "use_max_poss_sil_at_max_speech": False},
+    cases = [{}, {"max_speech_duration_s": 1.0},
+             {"max_speech_duration_s": 1.0, "use_max_poss_sil_at_max_speech": False},
              {"threshold": 0.3, "speech_pad_ms": 200}, {"min_silence_duration_ms": 300, "min_speech_duration_ms": 60},
              {"sampling_rate": 8000, "max_speech_duration_s": 0.7}]
     n_nonempty = 0
@@ -185,6 +186,8 @@ def test_cli_vad_model_without_vad_is_refused_in_one_line(cli, engines, tmp_path
     assert "cosyedge run FILE --vad --engine MODEL" in line
     rc, _out, err = cli("run", DEMO / "noisy.wav", "-o", tmp_path / "x.wav", "--model", "silero-vad")
     assert "a voice activity detector" in _one_line_error(rc, err, 2)
+    rc, _out, err = cli("run", "mic", "-o", tmp_path / "x.wav", "--engine", engines.folder)
+    assert "cosyedge run mic --vad --engine MODEL" in _one_line_error(rc, err, 2)
     assert list(tmp_path.iterdir()) == []
 
 
