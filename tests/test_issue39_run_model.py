@@ -145,3 +145,36 @@ def test_every_recipe_is_reachable_by_name():
     assert {"nsnet2", "dtln", "dfn3", "silero-vad"} <= set(known)
     for name, cls in known.items():
         assert cls.name == name and cls.package and cls.extra and cls.version and cls.module
+
+
+def test_read_only_engines_folder_falls_back_to_the_user_cache(tmp_path, monkeypatch):
+    """With ./engines not writable and $COSYEDGE_ENGINES_DIR unset, a recipe's export and engine go to the
+    per-user cache ($XDG_CACHE_HOME/cosyedge/engines), as the bundled reference's do."""
+    from cosyedge.builders.named import recipe_engine
+
+    _need_wheel("nsnet2")
+    work = tmp_path / "work"
+    (work / "engines").mkdir(parents=True)
+    monkeypatch.chdir(work)
+    monkeypatch.delenv("COSYEDGE_ENGINES_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    import cosyedge.builders.cache as cache_mod
+
+    real = cache_mod._writable  # the tests may run as root, who writes anywhere: ./engines is said read-only
+    monkeypatch.setattr(cache_mod, "_writable", lambda root: Path(root).resolve() != (work / "engines").resolve()
+                        and real(root))
+    seen = {}
+
+    def export(name, out):
+        seen["export"] = Path(out)
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        Path(out).write_bytes(b"not an onnx")
+
+    def build(src, out_dir):
+        seen["build"] = Path(out_dir)
+        return Path(out_dir) / "nsnet2-fp32-onnxruntime"
+
+    folder = recipe_engine("nsnet2", export=export, build=build)
+    cache = tmp_path / "cache" / "cosyedge" / "engines"
+    assert seen["export"] == cache / "nsnet2.stream.onnx"
+    assert seen["build"] == cache and folder == cache / "nsnet2-fp32-onnxruntime"
