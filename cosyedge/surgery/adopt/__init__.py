@@ -17,11 +17,14 @@ unchanged:
 * **Dynamic batch**: a graph exported for batch 1 gets ``N`` on the batch axes of its inputs and outputs,
   and each ``Reshape`` to a constant shape starting with 1 gets ``-1`` there (identical at batch 1). The
   result must give, at batch 2, exactly what it gives each stream at batch 1 over many chunks of real
-  speech. If not (a batch-1 constant deep inside), the graph is adopted **for batch 1 only**: its states and
-  audio tensors keep a fixed batch of 1 in the graph (the contract still writes ``N``), so
-  ``OrtStreamSession`` / ``cosyedge run`` (batch 1) work, and ``StreamPool`` (more than one slot) and the
-  Triton repository build (which runs the model at batch > 1) refuse it in one line; the metadata
-  ``cosyedge.adopted`` says ``"batch": "fixed 1"`` and why.
+  speech. If not (a batch-1 constant deep inside, a state that folds the batch with another axis, as GTCRN's
+  ``inter_cache`` (2, 1, B*33, 16)), the batch-1 graph is **batched by a Scan over streams** (:mod:`.streams`):
+  an outer ONNX ``Scan`` over axis 0 of every streamed input and state runs the graph once per stream at batch
+  1, each state stored ``(N, *its batch-1 shape)``; the same batch test must pass, and the log says so
+  (``cosyedge.adopted`` says ``"batch": "scan over streams"`` and why the rewrite failed). Only if that fails too
+  is the graph adopted **for batch 1 only**: its states and audio tensors keep a fixed batch of 1 (the contract
+  still writes ``N``), so ``OrtStreamSession`` / ``cosyedge run`` work and ``StreamPool`` (more than one slot)
+  and the Triton build refuse it in one line (``"batch": "fixed 1"``).
 * **Outputs that are not audio**: an output of one value per call, ``(N, C)`` or ``(N,)`` (a VAD's speech
   probability), gets a ``Reshape`` to ``(N, C, 1)`` (:mod:`.canon`) and streams as a ``"features"`` output of one
   frame per hop (``StreamIO.frames_per_hop`` 1); the graph then runs hop by hop (Scan over hops). An output of
@@ -46,8 +49,9 @@ Sources: ONNX ``Scan`` (onnx.ai/onnx/operators/onnx__Scan.html: loop-carried sta
 and output axes); k2-fsa/icefall ``onnx_pretrained-streaming.py`` (the state loop an already-streaming
 export needs); breizhn/DTLN ``real_time_processing_onnx.py`` (packed LSTM states fed back per block).
 
-Layout: :mod:`.pairs` (state pairs from names/metadata, :class:`AdoptedState`), :mod:`.batch` (batch axes,
-dynamic batch, the batch test), :mod:`.wrap` (renaming, Scan over hops); this module inspects the graph,
+Layout: :mod:`.pairs` (state pairs from names/metadata, :class:`AdoptedState`), :mod:`.canon` (stream I/O
+layouts), :mod:`.batch` (batch axes, dynamic batch, the batch test), :mod:`.streams` (batch by a Scan over
+streams), :mod:`.wrap` (renaming, Scan over hops); this module inspects the graph,
 drives the steps (:func:`adopt_model`) and holds the stage and its function twin. The proof against the
 graph's own state loop is :func:`cosyedge.surgery.proof.prove_against_loop`.
 """
@@ -80,6 +84,7 @@ from cosyedge.surgery import io, proof
 from cosyedge.surgery.adopt import canon
 from cosyedge.surgery.adopt.batch import _batch_test, _dynamic_batch
 from cosyedge.surgery.adopt.pairs import AdoptedState, _decl_shape, find_state_pairs, parse_state_pairs
+from cosyedge.surgery.adopt.streams import scan_over_streams
 from cosyedge.surgery.adopt.wrap import _rename_and_wrap
 
 gs = lazy_import("onnx_graphsurgeon")
@@ -334,15 +339,32 @@ def adopt_model(model: Any, *, where: str = "model", state_pairs: Any = None, sa
             break
         if alt is not None:
             states[alt[0]].batch_axis = g.states[alt[0]][1][0]
-    if adopted is None:
-        dynamic = False
+    mode, c_states = "dynamic", states
+    if adopted is None:  # batch by a Scan over streams: each stream runs the batch-1 graph
         for s, cands in g.states:
             s.batch_axis = cands[0]
+        shapes = {g.audio: (1, 1, hop if g.hop_fixed else -1),
+                  **{o: (1, out_channels[o], out_frames[o] if g.hop_fixed else -1) for o in g.outs}}
+        try:
+            streamed, st_states = scan_over_streams(model, shapes, states)
+            cand = _rename_and_wrap(streamed, g.audio, g.outs, st_states, dynamic=True, scan=g.hop_fixed, hop=hop,
+                                    out_frames=out_frames)
+            why_scan = _batch_test(cand, g, st_states, out_frames, x, hop, atol)
+        except Exception as err:  # graphsurgeon / ONNX errors: keep the batch-1 fallback below
+            why_scan = f"the Scan over streams fails ({first_line(err)})"
+        if not why_scan:
+            LOG.info("%s: no dynamic batch (%s): batched by a Scan over streams (each stream runs the batch-1 graph; "
+                     "states stored (N, *batch-1 shape)); batch 2 == two batch-1 streams", where, why_fixed)
+            adopted, mode, c_states = cand, "scan over streams", st_states
+        else:
+            why_fixed = f"{why_fixed}; {why_scan}"
+    if adopted is None:
+        dynamic, mode = False, "fixed 1"
         adopted = _rename_and_wrap(model, g.audio, g.outs, states, dynamic=False, scan=g.hop_fixed, hop=hop,
                                    out_frames=out_frames)
         LOG.warning("%s: adopted for batch 1 only (%s): cosyedge run and OrtStreamSession work; StreamPool and "
                     "Triton refuse it (a fixed batch of 1)", where, why_fixed)
-    contract = _contract(g, states, out_frames, out_channels, dynamic=dynamic, sample_rate_hz=sample_rate_hz, hop=hop,
+    contract = _contract(g, c_states, out_frames, out_channels, dynamic=dynamic, sample_rate_hz=sample_rate_hz, hop=hop,
                          delay_samples=delay_samples, name=name)
     contract.write_to_onnx(adopted)
     adopted = io.finalize_model(adopted, where=where)
@@ -352,10 +374,12 @@ def adopt_model(model: Any, *, where: str = "model", state_pairs: Any = None, sa
         contract.proof.update(check(adopted, contract) or {})
     contract.write_to_onnx(adopted)
     record = {"states": [{"input": s.input, "output": s.output, "state_in": c.input, "state_out": c.output,
-                          "original_shape": list(s.shape), "batch_axis": s.batch_axis, "transposed":
-                          s.batch_axis not in (None, 0)} for s, c in zip(states, contract.states)],
-              "batch": "dynamic" if dynamic else "fixed 1", "why_fixed": why_fixed if not dynamic else "",
-              "reshapes_made_dynamic": patched if dynamic else 0, "scan_over_hops": g.hop_fixed}
+                          "original_shape": list(s.shape),
+                          "batch_axis": s.batch_axis if mode != "scan over streams" else "stream",
+                          "transposed": mode == "dynamic" and s.batch_axis not in (None, 0)}
+                         for s, c in zip(states, contract.states)],
+              "batch": mode, "why_fixed": why_fixed if mode != "dynamic" else "",
+              "reshapes_made_dynamic": patched if mode == "dynamic" else 0, "scan_over_hops": g.hop_fixed}
     keep = [(p.key, p.value) for p in adopted.metadata_props if p.key != ADOPTED_META_KEY]
     del adopted.metadata_props[:]
     for k, v in keep + [(ADOPTED_META_KEY, json.dumps(record, sort_keys=True))]:
@@ -363,7 +387,7 @@ def adopt_model(model: Any, *, where: str = "model", state_pairs: Any = None, sa
         p.key, p.value = k, v
     LOG.info("adopted: %d states (%s), batch %s, %s; proof: max abs error %.3g vs the graph's own state loop",
              len(states), ", ".join(f"{c.input}{c.shape}" for c in contract.states),
-             "dynamic" if dynamic else "fixed 1", "Scan over hops" if g.hop_fixed else "dynamic time axis",
+             mode, "Scan over hops" if g.hop_fixed else "dynamic time axis",
              contract.proof["max_abs"])
     return adopted, contract
 
