@@ -58,7 +58,6 @@ graph's own state loop is :func:`cosyedge.surgery.proof.prove_against_loop`.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 from typing import Any, Callable
@@ -68,7 +67,6 @@ import numpy as np
 from cosyedge._lazy import lazy_import
 from cosyedge.artifacts import (
     BATCH_DIM,
-    TIME_DIM,
     Stage,
     StateSpec,
     StreamContract,
@@ -84,7 +82,7 @@ from cosyedge.surgery import io, proof
 from cosyedge.surgery.adopt import canon, feeds
 from cosyedge.surgery.adopt.batch import _batch_test, _dynamic_batch
 from cosyedge.surgery.adopt.layout import inspect_inputs, output_tensors
-from cosyedge.surgery.adopt.pairs import AdoptedState, find_state_pairs, parse_state_pairs, split_state_args
+from cosyedge.surgery.adopt.pairs import AdoptedState, find_state_pairs, parse_state_pairs, split_state_args  # noqa: F401
 from cosyedge.surgery.adopt.streams import scan_over_streams
 from cosyedge.surgery.adopt.wrap import _rename_and_wrap
 

@@ -1,5 +1,9 @@
 """Adopt, step 0: bring a graph's streaming inputs and outputs to the layouts the later steps take.
 
+Constant side inputs (``--const sr=16000``) become initializers (:func:`fix_consts`); a waveform block of L
+samples per call in any layout becomes a waveform input of one hop plus, when L > hop, its context as a state
+(:func:`frame_input`).
+
 The later steps (batch axes, Scan over hops, the contract) take stream tensors batch-first with a time axis:
 audio ``(N, 1, T)``, outputs ``(N, C, F)`` (time last) or features with a named time axis. Graphs in the
 wild give one value per call instead (a VAD's speech probability ``(N, 1)`` or ``(N,)``): such an output gets
@@ -39,7 +43,7 @@ def per_call_outputs_to_frames(model: Any, ranks: dict[str, int]) -> tuple[Any, 
         tuple[onnx.ModelProto, list[str]]: the copy (``model`` itself when nothing changes) and the names of
         the reshaped outputs.
     """
-    from onnx import numpy_helper
+    from onnx import helper, numpy_helper
 
     fix = [o for o, r in ranks.items() if r in (1, 2)]
     if not fix:
@@ -57,8 +61,6 @@ def per_call_outputs_to_frames(model: Any, ranks: dict[str, int]) -> tuple[Any, 
         shape_name = f"{o}/adopt_frames_shape"
         target = [-1, 1, 1] if ranks[o] == 1 else [0, 0, 1]
         g.initializer.append(numpy_helper.from_array(np.array(target, np.int64), shape_name))
-        from onnx import helper
-
         g.node.append(helper.make_node("Reshape", [raw, shape_name], [o], name=f"adopt/{o}/one_frame_per_call"))
         vi = by_name[o]
         dims = vi.type.tensor_type.shape.dim
@@ -204,7 +206,8 @@ def _rename_in_subgraphs(graph: Any, old: str, new: str) -> None:
 
     for n in graph.node:
         for a in n.attribute:
-            subs = [a.g] if a.type == AttributeProto.GRAPH else list(a.graphs) if a.type == AttributeProto.GRAPHS else []
+            subs = ([a.g] if a.type == AttributeProto.GRAPH else
+                    list(a.graphs) if a.type == AttributeProto.GRAPHS else [])
             for sg in subs:
                 if any(i.name == old for i in sg.input) or any(t.name == old for t in sg.initializer):
                     continue  # shadowed inside
