@@ -10,6 +10,12 @@ unchanged:
   ``cache``/``new_cache``, ``states_in``/``states_out``, a ``state``/``cache``/``hidden``-named input whose
   output is the only one with its shape, or a ``state_pairs`` entry in the model metadata); an ambiguous or
   missing pairing is refused in one line naming the candidates. Each pair must have equal shape and dtype.
+  Also ``state``/``stateN``, ``h``/``hn``, ``c``/``cn`` (Silero); a size the graph leaves symbolic is learnt
+  by running it once from zeros, else asked for (``--state NAME=SHAPE``).
+* **Inputs** (:mod:`.layout`): a waveform (N, 1, T), or a block of L samples per call in any layout whose
+  L - hop samples of context become a ``"context"`` state; features inputs (STFT/ERB frames, several, each
+  with a time axis); constant side inputs fixed at adopt time (``consts``, Silero's ``sr``); anything else is
+  refused in one line naming the input and the option.
 * **Batch axis**: cosyedge states are batch-first (``["N", ...]``). The batch axis of each state is the one
   declared (``batch_axes``), else the one sharing the audio input's symbolic batch name, else its single
   axis of size 1 (several: tried one by one, kept when the batch test below passes). A state whose batch
@@ -103,8 +109,9 @@ class AdoptedOnnxFromOnnx(Stage):
 
     Args:
         onnx_in (str | Path | Stage): The graph: one audio input float32 (B, 1, T) (B = 1 or dynamic, T = the
-            hop or dynamic), state inputs, outputs (B, C, T') or one value per call (B, C) / (B,), and the
-            matching state outputs.
+            hop or dynamic), or a block of L samples per call ((B, L), (B, 1, L), (L,)), or features inputs
+            (several; a time axis each); state inputs; outputs (B, C, T'), features with a time axis, or one
+            value per call (B, C) / (B,); and the matching state outputs.
         out (str | Path): Stream ONNX to write (atomically; nothing is written when a check fails).
         state_pairs (list[str] | list[tuple] | dict | None): ``"IN=OUT"`` pairs; the inputs not given are
             paired from the metadata and name conventions (:func:`find_state_pairs`).
@@ -133,8 +140,10 @@ class AdoptedOnnxFromOnnx(Stage):
             frames on the time axis; GTCRN: STFT frames of speech); default: demo speech laid out frame by frame.
 
     Raises:
-        UsageError: ambiguous / missing / unknown state pairs, pairs with different shapes or dtypes, no single
-            waveform input, a state that carries nothing, outputs that do not depend on state, bad options.
+        UsageError: ambiguous / missing / unknown state pairs, pairs with different shapes or dtypes, an input
+            left unexplained (not a state, audio or features: give --const), a features input or output whose
+            time axis cannot be told, a state shape the graph does not tell (give --state NAME=SHAPE), a state
+            that carries nothing, outputs that do not depend on state, bad options.
         ArtifactError: the file is missing or corrupt, ONNX Runtime cannot run it (or on zero state), the
             output is not writable.
         AccuracyError: the adopted graph differs from the original state loop (or ``check`` refuses).
