@@ -280,27 +280,27 @@ def flat_model(path: Path) -> Path:
                  [_f("enhanced", [1, 1, HOP]), _f("h_out", [1, HOP])], inits)
 
 
-def test_a_graph_that_cannot_batch_is_adopted_for_batch_1_and_refused_by_streampool_and_triton(tmp_path):
-    from cosyedge.errors import ArtifactError
+def test_a_graph_that_cannot_batch_is_batched_by_a_scan_over_streams(tmp_path):
+    """Issue 39 item 1b: the Reshape([16]) defeats the dynamic-batch rewrite, so the batch-1 graph runs once per
+    stream inside a Scan over axis 0 (state stored (N, *its batch-1 shape)); StreamPool batches it and batch 2 ==
+    two batch-1 streams (was: adopted for batch 1 only, refused by StreamPool and Triton)."""
     from cosyedge.runtime.pool import StreamPool
 
     out = tmp_path / "flat.stream.onnx"
     c = adopt(flat_model(tmp_path / "flat.onnx"), out, sample_rate_hz=SR, hop_samples=HOP)
-    assert c.states[0].shape == ["N", HOP]  # the contract is the same; the graph declares batch 1
+    assert c.states[0].shape == ["N", 1, HOP]  # (N, *batch-1 shape (1, 16))
     m = onnx.load(str(out))
-    assert [d.dim_value for d in m.graph.input[1].type.tensor_type.shape.dim] == [1, HOP]
-    rec = json.loads({p.key: p.value for p in onnx.load(str(out)).metadata_props}["cosyedge.adopted"])
-    assert rec["batch"] == "fixed 1" and "does not run at batch 2" in rec["why_fixed"]
+    assert m.graph.input[1].type.tensor_type.shape.dim[0].dim_param == "N"
+    rec = json.loads({p.key: p.value for p in m.metadata_props}["cosyedge.adopted"])
+    assert rec["batch"] == "scan over streams" and "does not run at batch 2" in rec["why_fixed"]
+    assert rec["states"][0]["batch_axis"] == "stream"
     x = _speech(HOP * 21)
-    want = x + 0.5 * np.concatenate([np.zeros(HOP), x[:-HOP]])
-    np.testing.assert_allclose(_stream(out, x, 3 * HOP)[0, 0], want, atol=1e-6)
-    with pytest.raises(ArtifactError, match=r"takes one stream per run \(input 'audio' has shape \[1, 1, 'T'\], a "
-                                            r"fixed batch of 1"):
-        StreamPool(out, max_streams=2).activate()
-    with StreamPool(out, max_streams=1) as pool:  # one stream is fine
-        sid = pool.join()
-        np.testing.assert_allclose(pool.push({sid: x[:HOP]})[sid], want[:HOP], atol=1e-6)
-    from cosyedge.cli.main import main
-
-    assert main(["build", "-q", "--onnx", str(out), "--backend", "triton", "-o", str(tmp_path / "e")]) == 3
-    assert not (tmp_path / "e").exists() or not list((tmp_path / "e").iterdir())
+    x2 = np.stack([x, 0.5 * x[::-1]])
+    want = x2 + 0.5 * np.concatenate([np.zeros((2, HOP)), x2[:, :-HOP]], axis=1)
+    np.testing.assert_allclose(_stream(out, x, 3 * HOP)[0, 0], want[0], atol=1e-6)
+    np.testing.assert_allclose(_stream(out, x2, 3 * HOP, batch=2)[:, 0], want, atol=1e-6)
+    with StreamPool(out, max_streams=2) as pool:
+        a, b = pool.join(), pool.join()
+        got = pool.push({a: x2[0, :HOP], b: x2[1, :HOP]})
+        np.testing.assert_allclose(got[a], want[0, :HOP], atol=1e-6)
+        np.testing.assert_allclose(got[b], want[1, :HOP], atol=1e-6)

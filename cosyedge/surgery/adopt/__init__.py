@@ -17,11 +17,19 @@ unchanged:
 * **Dynamic batch**: a graph exported for batch 1 gets ``N`` on the batch axes of its inputs and outputs,
   and each ``Reshape`` to a constant shape starting with 1 gets ``-1`` there (identical at batch 1). The
   result must give, at batch 2, exactly what it gives each stream at batch 1 over many chunks of real
-  speech. If not (a batch-1 constant deep inside), the graph is adopted **for batch 1 only**: its states and
-  audio tensors keep a fixed batch of 1 in the graph (the contract still writes ``N``), so
-  ``OrtStreamSession`` / ``cosyedge run`` (batch 1) work, and ``StreamPool`` (more than one slot) and the
-  Triton repository build (which runs the model at batch > 1) refuse it in one line; the metadata
-  ``cosyedge.adopted`` says ``"batch": "fixed 1"`` and why.
+  speech. If not (a batch-1 constant deep inside, a state that folds the batch with another axis, as GTCRN's
+  ``inter_cache`` (2, 1, B*33, 16)), the batch-1 graph is **batched by a Scan over streams** (:mod:`.streams`):
+  an outer ONNX ``Scan`` over axis 0 of every streamed input and state runs the graph once per stream at batch
+  1, each state stored ``(N, *its batch-1 shape)``; the same batch test must pass, and the log says so
+  (``cosyedge.adopted`` says ``"batch": "scan over streams"`` and why the rewrite failed). Only if that fails too
+  is the graph adopted **for batch 1 only**: its states and audio tensors keep a fixed batch of 1 (the contract
+  still writes ``N``), so ``OrtStreamSession`` / ``cosyedge run`` work and ``StreamPool`` (more than one slot)
+  and the Triton build refuse it in one line (``"batch": "fixed 1"``).
+* **Outputs that are not audio**: an output of one value per call, ``(N, C)`` or ``(N,)`` (a VAD's speech
+  probability), gets a ``Reshape`` to ``(N, C, 1)`` (:mod:`.canon`) and streams as a ``"features"`` output of one
+  frame per hop (``StreamIO.frames_per_hop`` 1); the graph then runs hop by hop (Scan over hops). An output of
+  ``hop`` samples per hop and one channel is ``"audio"``; the contract's ``output`` is the first audio output, else
+  the first output (a VAD: its probability). Sessions return every output of such a model by name.
 * **Chunks**: a graph whose audio input takes exactly one hop per call is wrapped in an ONNX ``Scan`` over
   the hops of a chunk (the states are the Scan's loop-carried values), so every chunk that is a multiple of
   the hop works; a graph with a dynamic time axis is kept as it is.
@@ -41,8 +49,9 @@ Sources: ONNX ``Scan`` (onnx.ai/onnx/operators/onnx__Scan.html: loop-carried sta
 and output axes); k2-fsa/icefall ``onnx_pretrained-streaming.py`` (the state loop an already-streaming
 export needs); breizhn/DTLN ``real_time_processing_onnx.py`` (packed LSTM states fed back per block).
 
-Layout: :mod:`.pairs` (state pairs from names/metadata, :class:`AdoptedState`), :mod:`.batch` (batch axes,
-dynamic batch, the batch test), :mod:`.wrap` (renaming, Scan over hops); this module inspects the graph,
+Layout: :mod:`.pairs` (state pairs from names/metadata, :class:`AdoptedState`), :mod:`.canon` (stream I/O
+layouts), :mod:`.batch` (batch axes, dynamic batch, the batch test), :mod:`.streams` (batch by a Scan over
+streams), :mod:`.wrap` (renaming, Scan over hops); this module inspects the graph,
 drives the steps (:func:`adopt_model`) and holds the stage and its function twin. The proof against the
 graph's own state loop is :func:`cosyedge.surgery.proof.prove_against_loop`.
 """
@@ -72,8 +81,11 @@ from cosyedge.artifacts import (
 from cosyedge.errors import ArtifactError, UsageError, first_line
 from cosyedge.log import LOG
 from cosyedge.surgery import io, proof
+from cosyedge.surgery.adopt import canon, feeds
 from cosyedge.surgery.adopt.batch import _batch_test, _dynamic_batch
-from cosyedge.surgery.adopt.pairs import AdoptedState, _decl_shape, find_state_pairs, parse_state_pairs
+from cosyedge.surgery.adopt.layout import inspect_inputs, output_tensors
+from cosyedge.surgery.adopt.pairs import AdoptedState, find_state_pairs, parse_state_pairs, split_state_args
+from cosyedge.surgery.adopt.streams import scan_over_streams
 from cosyedge.surgery.adopt.wrap import _rename_and_wrap
 
 gs = lazy_import("onnx_graphsurgeon")
@@ -88,97 +100,16 @@ _ORT_TO_NP = {"tensor(float)": "float32", "tensor(float16)": "float16", "tensor(
               "tensor(int64)": "int64", "tensor(int32)": "int32"}
 
 
-@dataclasses.dataclass
-class _Graph:
-    audio: str
-    outs: list
-    states: list
-    hop_fixed: bool
-
-
-def _inspect(model: Any, pairs: list[tuple[str, str]], hop: int, batch_axes: dict, init: dict, kinds: dict,
-             where: str) -> _Graph:
-    ins = {i.name: i for i in model.graph.input}
-    outs = {o.name: o for o in model.graph.output}
-    elem = {**{n: v.type.tensor_type.elem_type for n, v in ins.items()},
-            **{n: v.type.tensor_type.elem_type for n, v in outs.items()}}
-    bad_in = [i for i, _ in pairs if i not in ins]
-    bad_out = [o for _, o in pairs if o not in outs]
-    if bad_in or bad_out:
-        what = (f"state input{'s' if len(bad_in) > 1 else ''} {bad_in} not among the inputs {list(ins)}" if bad_in
-                else f"state output{'s' if len(bad_out) > 1 else ''} {bad_out} not among the outputs {list(outs)}")
-        raise UsageError(f"{where}: {what}")
-    for side in (0, 1):
-        names = [p[side] for p in pairs]
-        dup = sorted({n for n in names if names.count(n) > 1})
-        if dup:
-            raise UsageError(f"{where}: '{dup[0]}' appears in several state pairs")
-    for name in list(batch_axes) + list(init) + list(kinds):
-        if name not in ins:
-            raise UsageError(f"{where}: '{name}' (given for --batch-axis/--init) is not an input of the graph "
-                             f"(inputs: {list(ins)})")
-    rest_in = [n for n in ins if n not in {p[0] for p in pairs}]
-    rest_out = [n for n in outs if n not in {p[1] for p in pairs}]
-    if len(rest_in) != 1:
-        raise UsageError(f"{where}: {'no input is' if not rest_in else f'inputs {rest_in} are'} left for the audio "
-                         f"after the state pairs {[f'{a}={b}' for a, b in pairs]}: adopt streams one waveform input "
-                         f"(N, 1, T); pair every state input with --state IN=OUT")
-    if not rest_out:
-        raise UsageError(f"{where}: every output is a state output: the graph has no audio output")
-    audio = rest_in[0]
-    a_shape = _decl_shape(ins[audio])
-    if len(a_shape) != 3 or a_shape[1] != 1:
-        raise UsageError(f"{where}: audio input '{audio}' has shape {a_shape}; adopt takes a waveform graph, audio "
-                         f"(N, 1, T): wrap a features graph in a recipe (as cosyedge.recipes.dtln does)")
-    if isinstance(a_shape[0], int) and a_shape[0] not in (0, 1):
-        raise UsageError(f"{where}: audio input '{audio}' has a fixed batch of {a_shape[0]}: export it with batch 1 "
-                         f"or a dynamic batch")
-    t = a_shape[2]
-    hop_fixed = isinstance(t, int) and t > 0
-    if hop_fixed and t != hop:
-        raise UsageError(f"{where}: audio input '{audio}' takes {t} samples per call, not hop_samples {hop}: give "
-                         f"--hop-samples {t}")
-    for o in rest_out:
-        sh = _decl_shape(outs[o])
-        if sh and len(sh) != 3:
-            raise UsageError(f"{where}: output '{o}' has shape {sh}; adopt streams outputs (N, C, T) with time last")
-    states = []
-    a_batch = a_shape[0] if isinstance(a_shape[0], str) and a_shape[0] != "?" else None
-    for i, o in pairs:
-        si, so = _decl_shape(ins[i]), _decl_shape(outs[o])
-        if elem[i] != elem[o]:
-            from onnx import helper
-
-            raise UsageError(f"{where}: state pair {i}={o} has dtypes {helper.tensor_dtype_to_np_dtype(elem[i])} and "
-                             f"{helper.tensor_dtype_to_np_dtype(elem[o])} (a state output feeds the next chunk's input: "
-                             f"dtypes must be equal)")
-        fixed = len(si) == len(so) and all(a == b for a, b in zip(si, so) if isinstance(a, int) and isinstance(b, int))
-        if not fixed:
-            raise UsageError(f"{where}: state pair {i}={o} has shapes {si} and {so} (a state output feeds the next "
-                             f"chunk's input: shapes must be equal)")
-        if i in batch_axes:
-            ax = int(batch_axes[i])
-            if not -len(si) <= ax < len(si):
-                raise UsageError(f"{where}: --batch-axis {i}={ax} is outside the state's {len(si)} axes {si}")
-            cands = [ax % len(si)]
-        else:
-            sym = [k for k, d in enumerate(si) if a_batch is not None and d == a_batch]
-            ones = [k for k, d in enumerate(si) if d == 1 or isinstance(d, str)]
-            cands = sym[:1] or ([0] if 0 in ones else []) + [k for k in ones if k != 0] or [None]
-        states.append((AdoptedState(i, o, tuple(si), "float32", cands[0], float(init.get(i, 0.0)),
-                                    kinds.get(i, "recurrent")), cands))
-    return _Graph(audio, rest_out, states, hop_fixed)
-
-
 class AdoptedOnnxFromOnnx(Stage):
     """Stage: an already-streaming ONNX (own state inputs/outputs) -> proved cosyedge stream ONNX (module doc).
 
     Args:
         onnx_in (str | Path | Stage): The graph: one audio input float32 (B, 1, T) (B = 1 or dynamic, T = the
-            hop or dynamic), state inputs, outputs (B, C, T') and the matching state outputs.
+            hop or dynamic), state inputs, outputs (B, C, T') or one value per call (B, C) / (B,), and the
+            matching state outputs.
         out (str | Path): Stream ONNX to write (atomically; nothing is written when a check fails).
-        state_pairs (list[str] | list[tuple] | dict | None): ``"IN=OUT"`` pairs; None: found from the
-            metadata and name conventions (:func:`find_state_pairs`).
+        state_pairs (list[str] | list[tuple] | dict | None): ``"IN=OUT"`` pairs; the inputs not given are
+            paired from the metadata and name conventions (:func:`find_state_pairs`).
         sample_rate_hz (int): Model sample rate (Hz).
         hop_samples (int): Samples per call of the graph (its step); chunks are multiples of it.
         delay_samples (int): Delay of the output behind the input (samples; e.g. DTLN's 384 = block - shift).
@@ -192,6 +123,16 @@ class AdoptedOnnxFromOnnx(Stage):
         check (Callable | None): ``check(model, contract) -> dict``, run on the adopted ModelProto before
             writing; its dict is added to the contract's ``proof``; it raises AccuracyError to refuse.
         extra_metadata (dict[str, str] | None): ``metadata_props`` to add (a recipe's provenance).
+        consts (dict[str, int | float] | None): Inputs fixed at adopt time, by name (Silero's ``{"sr": 16000}``):
+            each becomes an initializer of the graph's dtype and shape.
+        frame_samples (int | None): Samples per call of a waveform block input whose size the graph does not fix
+            (Silero's (batch, sequence): 576); ``frame_samples - hop_samples`` of them are context, kept as a
+            state (kind ``"context"``). Default: the block's fixed size, else the hop.
+        time_axes (dict[str, int] | None): Time axis of a features input or output by name, where the shapes do
+            not tell (default: the only symbolic axis, or the one that follows the frames of a call, or the only
+            axis of size 1).
+        proof_inputs (dict[str, np.ndarray] | None): Real inputs for the proof by features input name (batch 1,
+            frames on the time axis; GTCRN: STFT frames of speech); default: demo speech laid out frame by frame.
 
     Raises:
         UsageError: ambiguous / missing / unknown state pairs, pairs with different shapes or dtypes, no single
@@ -204,7 +145,11 @@ class AdoptedOnnxFromOnnx(Stage):
     def __init__(self, onnx_in: Any, out: str | Path, *, state_pairs: Any = None, sample_rate_hz: int,
                  hop_samples: int, delay_samples: int = 0, name: str | None = None,
                  batch_axes: dict | None = None, init: dict | None = None, kinds: dict | None = None,
-                 atol: float = ADOPT_ATOL, check: Callable | None = None, extra_metadata: dict | None = None):
+                 atol: float = ADOPT_ATOL, check: Callable | None = None, extra_metadata: dict | None = None,
+                 consts: dict | None = None, frame_samples: int | None = None, time_axes: dict | None = None,
+                 proof_inputs: dict | None = None):
+        self.consts, self.frame_samples = dict(consts or {}), frame_samples
+        self.time_axes, self.proof_inputs = dict(time_axes or {}), proof_inputs
         self.onnx_in, self.out = onnx_in, Path(out)
         self.state_pairs = state_pairs
         self.sample_rate_hz, self.hop_samples = sample_rate_hz, hop_samples
@@ -230,7 +175,8 @@ class AdoptedOnnxFromOnnx(Stage):
                 hop_samples=int(self.hop_samples), delay_samples=int(self.delay_samples),
                 name=self.name or io.model_stem(src, (".onnx", ".stream", ".streaming")),
                 batch_axes=self.batch_axes, init=self.init, kinds=self.kinds,
-                atol=self.atol, check=self.check)
+                atol=self.atol, check=self.check, consts=self.consts, frame_samples=self.frame_samples,
+                time_axes=self.time_axes, proof_inputs=self.proof_inputs)
             for k, v in self.extra_metadata.items():
                 p = new.metadata_props.add()
                 p.key, p.value = k, v
@@ -242,14 +188,15 @@ class AdoptedOnnxFromOnnx(Stage):
 def adopt_model(model: Any, *, where: str = "model", state_pairs: Any = None, sample_rate_hz: int, hop_samples: int,
                 delay_samples: int = 0, name: str = "model", batch_axes: dict | None = None,
                 init: dict | None = None, kinds: dict | None = None, atol: float = ADOPT_ATOL,
-                check: Callable | None = None) -> tuple[Any, StreamContract]:
+                check: Callable | None = None, consts: dict | None = None, frame_samples: int | None = None,
+                time_axes: dict | None = None, proof_inputs: dict | None = None) -> tuple[Any, StreamContract]:
     """Adopt ``model`` in memory and prove it (module doc); nothing is written.
 
     Args:
         model (onnx.ModelProto): The already-streaming graph (weights inline).
         where (str): Name for messages.
-        state_pairs, sample_rate_hz, hop_samples, delay_samples, batch_axes, init, kinds, atol, check: see
-            :class:`AdoptedOnnxFromOnnx`.
+        state_pairs, sample_rate_hz, hop_samples, delay_samples, batch_axes, init, kinds, atol, check, consts,
+            frame_samples, time_axes, proof_inputs: see :class:`AdoptedOnnxFromOnnx`.
         name (str): Model name.
     Returns:
         tuple[onnx.ModelProto, StreamContract]: the adopted model (contract and ``cosyedge.adopted`` in its
@@ -263,24 +210,29 @@ def adopt_model(model: Any, *, where: str = "model", state_pairs: Any = None, sa
     meta = {p.key for p in model.metadata_props}
     if taken and "cosyedge.state" in meta:
         raise UsageError(f"{where} is already a cosyedge stream model (has '{taken[0]}'): nothing to adopt")
-    pairs = parse_state_pairs(state_pairs) or find_state_pairs(model, where)
-    g = _inspect(model, pairs, hop, dict(batch_axes or {}), dict(init or {}), dict(kinds or {}), where)
+    time_axes = dict(time_axes or {})
+    model = canon.fix_consts(model, dict(consts or {}), where)
+    given, state_shapes = split_state_args(state_pairs)
+    pairs = find_state_pairs(model, where, given=given)
+    model, pairs, g = inspect_inputs(model, pairs, hop, frame_samples=frame_samples, time_axes=time_axes,
+                                     batch_axes=dict(batch_axes or {}), init=dict(init or {}),
+                                     kinds=dict(kinds or {}), state_shapes=state_shapes, where=where)
     states = [s for s, _c in g.states]
-    LOG.info("%s: audio '%s', outputs %s, %d state pair(s): %s", where, g.audio, g.outs, len(states),
-             ", ".join(f"{s.input}={s.output}" for s in states))
-    try:
-        ref_sess = proof.session(model)
-    except Exception as err:
-        raise ArtifactError(f"ONNX Runtime cannot load {where} ({first_line(err)})") from None
-    # real shapes and zero-state check: one chunk at batch 1
+    LOG.info("%s: %s %s, outputs %s, %d state pair(s): %s", where, "audio" if g.ins[0].kind == "audio" else
+             "features", [t.name for t in g.ins], g.outs, len(states), ", ".join(f"{s.input}={s.output}" for s in states))
+    ref_sess = _session(model, where)
+    # real shapes and zero-state check: one call of one hop at batch 1 (shapes the graph does not tell: by running)
     ort_in = {i.name: i for i in ref_sess.get_inputs()}
+    unknown = {s.input for s in states if any(not isinstance(d, int) or d <= 0 for d in s.shape)}
     for s in states:
         s.dtype = _ORT_TO_NP.get(ort_in[s.input].type, "float32")
         s.shape = tuple(1 if not isinstance(d, int) or d <= 0 else d for d in s.shape)
-    x = proof.demo_audio_rows(sample_rate_hz, hop * max(12, -(-int(PROOF_SECONDS * sample_rate_hz) // hop)))
-    x = x[..., : hop * (x.shape[-1] // (3 * hop)) * 3]
-    init_vals = [(s.input, s.output, np.full(s.shape, s.init, dtype=s.dtype)) for s in states]
-    first = proof.run_state_loop(ref_sess, g.audio, x[..., :hop], hop, init_vals, g.outs + [s.output for s in states])
+    feed1 = feeds.speech_feed(g.ins, sample_rate_hz, 1, proof_inputs)
+    first = _run_once(ref_sess, g, feed1, states, g.outs + [s.output for s in states], unknown, where)
+    for s in states:  # a state whose size the graph does not declare: the size its output has when run
+        if tuple(first[s.output].shape) != tuple(s.shape) and s.input in unknown:
+            s.shape = tuple(first[s.output].shape)
+            first = _run_once(ref_sess, g, feed1, states, g.outs + [s.output for s in states], unknown, where)
     for s in states:
         got = first[s.output].shape
         if tuple(got) != tuple(s.shape):
@@ -291,55 +243,93 @@ def adopt_model(model: Any, *, where: str = "model", state_pairs: Any = None, sa
             raise UsageError(f"{where}: output '{o}' is NaN/Inf on the first chunk from the initial state "
                              f"({'zeros' if all(s.init == 0 for s in states) else 'given values'}): give the initial "
                              f"values (--init NAME=VALUE)")
-    out_frames, out_channels = {}, {}
-    for o in g.outs:
-        if first[o].ndim != 3:
-            raise UsageError(f"{where}: output '{o}' has shape {list(first[o].shape)}; adopt streams outputs (N, C, T)")
-        out_frames[o] = int(first[o].shape[-1])
-        out_channels[o] = int(first[o].shape[1])
-    # the reference: the original graph, hop by hop, with its own state loop
-    ref = proof.run_state_loop(ref_sess, g.audio, x, hop, init_vals, g.outs)
+    second = None
+    if any(t.dynamic_time for t in g.ins):
+        second = _run_once(ref_sess, g, feeds.speech_feed(g.ins, sample_rate_hz, 2, proof_inputs), states, g.outs,
+                           unknown, where)
+    outs, per_call = output_tensors({o.name: o for o in model.graph.output}, first, second, g, hop, time_axes, where)
+    model, _ = canon.per_call_outputs_to_frames(model, per_call)
+    if per_call:  # one value per call (a VAD's probability): (N, C, 1) per hop, so the graph runs hop by hop
+        LOG.info("%s: outputs %s give one value per call: streamed as features, one frame per hop of %d samples",
+                 where, sorted(per_call), hop)
+        g.hop_fixed = True
+        ref_sess = _session(model, where)
+    g.outs = outs
+    init_vals = [(s.input, s.output, np.full(s.shape, s.init, dtype=s.dtype)) for s in states]
+    hops = max(12, -(-int(PROOF_SECONDS * sample_rate_hz) // hop))
+    feed = feeds.speech_feed(g.ins, sample_rate_hz, hops - hops % 3, proof_inputs)
+    # the reference: the (canonical) graph, hop by hop, with its own state loop
+    ref = feeds.run_loop(ref_sess, g.ins, feed, 1, init_vals, g.outs)
+    if not g.hop_fixed:  # a dynamic time axis: it must give at 3 hops per call what it gives hop by hop
+        got = feeds.run_loop(ref_sess, g.ins, feed, 3, init_vals, g.outs)
+        for o in g.outs:
+            mx, _snr, peak = feeds._err(ref[o.name], got[o.name])
+            if not mx <= atol * max(1.0, peak):
+                LOG.info("%s: takes any number of frames per call, but 3 hops per call differ from hop by hop ('%s' by "
+                         "%.3g: context inside a call): run one hop per call (Scan over hops)", where, o.name, mx)
+                g.hop_fixed = True
+                break
+    streamed_names = [t.name for t in g.ins + g.outs]
     dynamic, patched, why_fixed = True, 0, ""
     alternatives = [(k, c) for k, (_s, cands) in enumerate(g.states) for c in cands[1:]]
-    tried = [None] + alternatives
     adopted = None
-    for alt in tried:
+    for alt in [None] + alternatives:
         if alt is not None:
             states[alt[0]].batch_axis = alt[1]
         if any(s.batch_axis is None for s in states):
             why_fixed = f"state '{next(s.input for s in states if s.batch_axis is None)}' has no axis of size 1"
             break
-        dyn, patched = _dynamic_batch(model, g.audio, g.outs, states)
-        cand = _rename_and_wrap(dyn, g.audio, g.outs, states, dynamic=True, scan=g.hop_fixed, hop=hop,
-                                out_frames=out_frames)
-        why_fixed = _batch_test(cand, g, states, out_frames, x, hop, atol)
+        dyn, patched = _dynamic_batch(model, streamed_names, states)
+        cand = _rename_and_wrap(dyn, g.ins, g.outs, states, dynamic=True, scan=g.hop_fixed, hop=hop)
+        why_fixed = _batch_test(cand, g.ins, g.outs, states, feed, atol)
         if not why_fixed:
             adopted = cand
             break
         if alt is not None:
             states[alt[0]].batch_axis = g.states[alt[0]][1][0]
-    if adopted is None:
-        dynamic = False
+    mode, c_states = "dynamic", states
+    if adopted is None:  # batch by a Scan over streams: each stream runs the batch-1 graph
         for s, cands in g.states:
             s.batch_axis = cands[0]
-        adopted = _rename_and_wrap(model, g.audio, g.outs, states, dynamic=False, scan=g.hop_fixed, hop=hop,
-                                   out_frames=out_frames)
+        shapes = {t.name: [(t.frames if g.hop_fixed else -1) if k == t.time_axis else d for k, d in enumerate(t.shape)]
+                  for t in g.ins + g.outs}
+        try:
+            streamed, st_states = scan_over_streams(model, shapes, states)
+            cand = _rename_and_wrap(streamed, g.ins, g.outs, st_states, dynamic=True, scan=g.hop_fixed, hop=hop)
+            why_scan = _batch_test(cand, g.ins, g.outs, st_states, feed, atol)
+        except Exception as err:  # graphsurgeon / ONNX errors: keep the batch-1 fallback below
+            why_scan = f"the Scan over streams fails ({first_line(err)})"
+        if not why_scan:
+            LOG.info("%s: no dynamic batch (%s): batched by a Scan over streams (each stream runs the batch-1 graph; "
+                     "states stored (N, *batch-1 shape)); batch 2 == two batch-1 streams", where, why_fixed)
+            adopted, mode, c_states = cand, "scan over streams", st_states
+        else:
+            why_fixed = f"{why_fixed}; {why_scan}"
+    if adopted is None:
+        dynamic, mode = False, "fixed 1"
+        adopted = _rename_and_wrap(model, g.ins, g.outs, states, dynamic=False, scan=g.hop_fixed, hop=hop)
         LOG.warning("%s: adopted for batch 1 only (%s): cosyedge run and OrtStreamSession work; StreamPool and "
                     "Triton refuse it (a fixed batch of 1)", where, why_fixed)
-    contract = _contract(g, states, out_frames, out_channels, dynamic=dynamic, sample_rate_hz=sample_rate_hz, hop=hop,
+    contract = _contract(g, c_states, dynamic=dynamic, sample_rate_hz=sample_rate_hz, hop=hop,
                          delay_samples=delay_samples, name=name)
     contract.write_to_onnx(adopted)
     adopted = io.finalize_model(adopted, where=where)
-    contract.proof = proof.prove_against_loop(adopted, contract, g.audio, g.outs, [(s.input, s.output) for s in states],
-                                              ref, x, hop, atol, where)
+    contract.proof = feeds.prove(adopted, contract, g.ins, g.outs, [(s.input, s.output) for s in states], ref, feed,
+                                 atol, where)
     if check is not None:
         contract.proof.update(check(adopted, contract) or {})
     contract.write_to_onnx(adopted)
     record = {"states": [{"input": s.input, "output": s.output, "state_in": c.input, "state_out": c.output,
-                          "original_shape": list(s.shape), "batch_axis": s.batch_axis, "transposed":
-                          s.batch_axis not in (None, 0)} for s, c in zip(states, contract.states)],
-              "batch": "dynamic" if dynamic else "fixed 1", "why_fixed": why_fixed if not dynamic else "",
-              "reshapes_made_dynamic": patched if dynamic else 0, "scan_over_hops": g.hop_fixed}
+                          "original_shape": list(s.shape), "kind": s.kind,
+                          "batch_axis": s.batch_axis if mode != "scan over streams" else "stream",
+                          "transposed": mode == "dynamic" and s.batch_axis not in (None, 0)}
+                         for s, c in zip(states, contract.states)],
+              "batch": mode, "why_fixed": why_fixed if mode != "dynamic" else "",
+              "reshapes_made_dynamic": patched if mode == "dynamic" else 0, "scan_over_hops": g.hop_fixed,
+              "consts": {k: v for k, v in (consts or {}).items()},
+              "inputs": {t.name: {"kind": t.kind, "time_axis": t.time_axis, "frames_per_hop": t.frames} for t in g.ins},
+              "outputs": {t.name: {"kind": t.kind, "time_axis": t.time_axis, "frames_per_hop": t.frames,
+                                   "per_call": t.name in per_call} for t in g.outs}}
     keep = [(p.key, p.value) for p in adopted.metadata_props if p.key != ADOPTED_META_KEY]
     del adopted.metadata_props[:]
     for k, v in keep + [(ADOPTED_META_KEY, json.dumps(record, sort_keys=True))]:
@@ -347,13 +337,38 @@ def adopt_model(model: Any, *, where: str = "model", state_pairs: Any = None, sa
         p.key, p.value = k, v
     LOG.info("adopted: %d states (%s), batch %s, %s; proof: max abs error %.3g vs the graph's own state loop",
              len(states), ", ".join(f"{c.input}{c.shape}" for c in contract.states),
-             "dynamic" if dynamic else "fixed 1", "Scan over hops" if g.hop_fixed else "dynamic time axis",
-             contract.proof["max_abs"])
+             mode, "Scan over hops" if g.hop_fixed else "dynamic time axis", contract.proof["max_abs"])
     return adopted, contract
 
 
-def _contract(g: _Graph, states: list[AdoptedState], out_frames: dict, out_channels: dict, *, dynamic: bool, sample_rate_hz: int,
-              hop: int, delay_samples: int, name: str) -> StreamContract:
+def _session(model: Any, where: str) -> Any:
+    try:
+        return proof.session(model)
+    except Exception as err:
+        raise ArtifactError(f"ONNX Runtime cannot load {where} ({first_line(err)})") from None
+
+
+def _run_once(sess: Any, g: Any, feed: dict, states: list[AdoptedState], outputs: list[str], unknown: set,
+              where: str) -> dict[str, np.ndarray]:
+    """One call of the graph on ``feed`` from the initial states; outputs by name. A failure while some state's
+    shape is a guess asks for that shape (``--state NAME=SHAPE``)."""
+    feeds_ = {**feed, **{s.input: np.full(s.shape, s.init, dtype=s.dtype) for s in states}}
+    names = [o.name for o in sess.get_outputs()]
+    try:
+        return dict(zip(names, sess.run(None, feeds_)))
+    except Exception as err:
+        guess = [s for s in states if s.input in unknown]
+        if guess:
+            s = guess[0]
+            raise UsageError(f"{where}: the shape of state '{s.input}' cannot be told from the graph (declared "
+                             f"{list(s.shape)} with unknown sizes; running it that way fails: {first_line(err)[:120]}): "
+                             f"give it with --state {s.input}=SHAPE, e.g. --state {s.input}="
+                             f"{'x'.join(str(d) for d in s.shape)}") from None
+        raise ArtifactError(f"ONNX Runtime fails on one hop of {where} ({first_line(err)})") from None
+
+
+def _contract(g: Any, states: list[AdoptedState], *, dynamic: bool, sample_rate_hz: int, hop: int,
+              delay_samples: int, name: str) -> StreamContract:
     from cosyedge.surgery.streamify import STATE_IN_PREFIX, STATE_OUT_PREFIX
 
     width = max(2, len(str(len(states) - 1)))
@@ -363,26 +378,20 @@ def _contract(g: _Graph, states: list[AdoptedState], out_frames: dict, out_chann
         shape = [b] + [int(d) for i, d in enumerate(s.shape) if i != s.batch_axis]
         specs.append(StateSpec(f"{STATE_IN_PREFIX}{k:0{width}d}", f"{STATE_OUT_PREFIX}{k:0{width}d}",
                                shape, s.dtype, f"adopted:{s.input}", float(s.init), s.kind))
-    audio_io = StreamIO(g.audio, [b, 1, TIME_DIM], "float32", 2, hop, 0, "audio")
-    outs = []
-    for o in g.outs:
-        f = out_frames[o]
-        kind = "audio" if f == hop else "features"
-        kind = "audio" if f == hop and out_channels[o] == 1 else "features"
-        outs.append(StreamIO(o, [b, out_channels[o], TIME_DIM], "float32", 2, f, 0, kind))
-    audio_out = next((o.name for o in outs if o.kind == "audio"), None)
-    if audio_out is None:
-        raise UsageError(f"no output gives {hop} samples per hop of {hop} (outputs {out_frames}): adopt streams "
-                         f"waveform-out graphs")
-    return StreamContract(input=g.audio, output=audio_out, sample_rate_hz=int(sample_rate_hz), hop_samples=hop,
+    ios = [[StreamIO(t.name, t.contract_shape(), t.dtype, t.time_axis, t.frames, 0, t.kind) for t in ts]
+           for ts in (g.ins, g.outs)]
+    # the main output: the first waveform one, else the first (a VAD: its probability, one frame per hop)
+    main = next((o.name for o in ios[1] if o.kind == "audio"), ios[1][0].name)
+    return StreamContract(input=g.ins[0].name, output=main, sample_rate_hz=int(sample_rate_hz), hop_samples=hop,
                           total_stride=hop, delay_samples=int(delay_samples), states=specs, name=name,
-                          inputs=[audio_io], outputs=outs)
+                          inputs=ios[0], outputs=ios[1])
 
 
 def adopt(in_onnx: Any, out_onnx: str | Path, *, state_pairs: Any = None, sample_rate_hz: int, hop_samples: int,
           delay_samples: int = 0, name: str | None = None, batch_axes: dict | None = None, init: dict | None = None,
           kinds: dict | None = None, atol: float = ADOPT_ATOL, check: Callable | None = None,
-          extra_metadata: dict | None = None) -> StreamContract:
+          extra_metadata: dict | None = None, consts: dict | None = None, frame_samples: int | None = None,
+          time_axes: dict | None = None, proof_inputs: dict | None = None) -> StreamContract:
     """Function twin of :class:`AdoptedOnnxFromOnnx`: adopt an already-streaming ONNX, prove it, write it.
 
     Args:
@@ -399,6 +408,7 @@ def adopt(in_onnx: Any, out_onnx: str | Path, *, state_pairs: Any = None, sample
         atol (float): Proof tolerance relative to max(1, peak).
         check (Callable | None): Extra check ``check(model, contract) -> dict`` before writing.
         extra_metadata (dict[str, str] | None): Metadata to add.
+        consts, frame_samples, time_axes, proof_inputs: see :class:`AdoptedOnnxFromOnnx`.
     Returns:
         StreamContract: the written contract (``proof`` filled; original names in ``cosyedge.adopted``).
     Raises:
@@ -407,6 +417,7 @@ def adopt(in_onnx: Any, out_onnx: str | Path, *, state_pairs: Any = None, sample
     stage = AdoptedOnnxFromOnnx(in_onnx, out_onnx, state_pairs=state_pairs, sample_rate_hz=sample_rate_hz,
                                 hop_samples=hop_samples, delay_samples=delay_samples, name=name,
                                 batch_axes=batch_axes, init=init, kinds=kinds, atol=atol, check=check,
-                                extra_metadata=extra_metadata)
+                                extra_metadata=extra_metadata, consts=consts, frame_samples=frame_samples,
+                                time_axes=time_axes, proof_inputs=proof_inputs)
     stage()
     return stage.contract

@@ -41,8 +41,9 @@ def _set_dim(vi: Any, axis: int, value: Any) -> None:
         d.dim_value = int(value)
 
 
-def _dynamic_batch(model: Any, audio: str, outs: list[str], states: list[AdoptedState]) -> tuple[Any, int]:
-    """Copy of ``model`` with ``N`` on every batch axis and Reshape shapes ``[1, ...]`` -> ``[-1, ...]``.
+def _dynamic_batch(model: Any, streamed: list[str], states: list[AdoptedState]) -> tuple[Any, int]:
+    """Copy of ``model`` with ``N`` on every batch axis (axis 0 of the ``streamed`` inputs and outputs, each
+    state's own) and Reshape shapes ``[1, ...]`` -> ``[-1, ...]``.
 
     Returns:
         tuple[onnx.ModelProto, int]: the copy and the number of Reshape shapes rewritten.
@@ -50,7 +51,7 @@ def _dynamic_batch(model: Any, audio: str, outs: list[str], states: list[Adopted
     from onnx import numpy_helper
 
     m = copy.deepcopy(model)
-    axes = {audio: 0, **{o: 0 for o in outs}}
+    axes = {n: 0 for n in streamed}
     for s in states:
         axes[s.input] = axes[s.output] = s.batch_axis
     for vi in list(m.graph.input) + list(m.graph.output):
@@ -94,24 +95,39 @@ def _adopted_states(model: Any, states: list[AdoptedState], batch: int, dynamic:
     return res
 
 
-def _batch_test(model: Any, g: Any, states: list[AdoptedState], out_frames: dict, x1: np.ndarray, hop: int,
+def _batch_test(model: Any, ins: list, outs: list, states: list[AdoptedState], feed: dict[str, np.ndarray],
                 atol: float) -> str:
-    """'' when ``model`` at batch 2 gives each stream what it gives at batch 1, else why not (str)."""
+    """'' when ``model`` at batch 2 gives each stream what it gives at batch 1, else why not (str).
+
+    Args:
+        model (onnx.ModelProto): The adopted candidate (``state_in.NN``...).
+        ins, outs (list[StreamTensor]): Streamed inputs and outputs.
+        states (list[AdoptedState]): The state pairs as the candidate has them.
+        feed (dict[str, np.ndarray]): Batch-1 inputs (the proof's); the second stream gets them reversed in time,
+            rolled and scaled by 0.6.
+        atol (float): Tolerance relative to max(1, peak).
+    """
+    from cosyedge.surgery.adopt.feeds import run_loop
+
     try:
         sess = proof.session(model)
     except Exception as err:
         return f"the graph does not load with a dynamic batch ({first_line(err)})"
-    n = min(x1.shape[-1], BATCH_CHUNKS * hop)
-    xb = np.concatenate([x1[..., :n], 0.6 * np.roll(x1[..., :n][..., ::-1], 1234, axis=-1)], axis=0)
+    fb = {}
+    for t in ins:
+        a = feed[t.name]
+        a = np.take(a, np.arange(min(a.shape[t.time_axis], BATCH_CHUNKS * t.frames)), axis=t.time_axis)
+        other = 0.6 * np.roll(np.flip(a, axis=t.time_axis), 1234, axis=t.time_axis)
+        fb[t.name] = np.concatenate([a, other.astype(a.dtype)], axis=0)
     try:
-        both = proof.run_state_loop(sess, g.audio, xb, hop, _adopted_states(model, states, 2, True), g.outs)
-        one = [proof.run_state_loop(sess, g.audio, xb[b:b + 1], hop, _adopted_states(model, states, 1, True), g.outs)
-               for b in range(2)]
+        both = run_loop(sess, ins, fb, 1, _adopted_states(model, states, 2, True), outs)
+        one = [run_loop(sess, ins, {k: v[b:b + 1] for k, v in fb.items()}, 1,
+                        _adopted_states(model, states, 1, True), outs) for b in range(2)]
     except ArtifactError as err:
         return f"it does not run at batch 2: {err}"
-    for o in g.outs:
+    for o in outs:
         for b in range(2):
-            mx, _snr, peak = proof.max_err(one[b][o], both[o][b:b + 1])
+            mx, _snr, peak = proof.max_err(one[b][o.name], both[o.name][b:b + 1])
             if not mx <= max(atol, 1e-5) * max(1.0, peak):
-                return f"at batch 2 stream {b} of '{o}' differs from batch 1 by {mx:.3g}"
+                return f"at batch 2 stream {b} of '{o.name}' differs from batch 1 by {mx:.3g}"
     return ""

@@ -70,6 +70,31 @@ def parse_state_pairs(values: Any) -> list[tuple[str, str]]:
     return pairs
 
 
+_SHAPE = re.compile(r"^\d+(x\d+)*$")
+
+
+def split_state_args(values: Any) -> tuple[list[tuple[str, str]], dict[str, tuple[int, ...]]]:
+    """Split ``--state`` values into pairs (``IN=OUT``) and shapes (``NAME=SHAPE``, e.g. ``state=2x1x128``: the
+    state input's shape at batch 1 where the graph does not tell it).
+
+    Args:
+        values (Iterable[str | tuple[str, str]] | dict[str, str] | None): The values.
+    Returns:
+        tuple[list[tuple[str, str]], dict[str, tuple[int, ...]]]: the pairs and the shapes by input name.
+    Raises:
+        UsageError: a string without ``=`` or with an empty side.
+    """
+    if not values or isinstance(values, dict):
+        return parse_state_pairs(values), {}
+    pairs, shapes = [], {}
+    for v in values:
+        if isinstance(v, str) and _SHAPE.match(v.partition("=")[2]) and v.partition("=")[0]:
+            shapes[v.partition("=")[0]] = tuple(int(d) for d in v.partition("=")[2].split("x"))
+        else:
+            pairs.extend(parse_state_pairs([v]))
+    return pairs, shapes
+
+
 def _name_candidates(name: str) -> list[str]:
     """Output names a state input ``name`` conventionally pairs with (x_in -> x_out, cache -> new_cache ...)."""
     out = []
@@ -79,7 +104,7 @@ def _name_candidates(name: str) -> list[str]:
             out.append(re.sub(pat, rep, name, count=1))
     for pre in ("new_", "next_", "updated_", "out_"):
         out.append(pre + name)
-    for suf in ("_new", "_next", "_out", "_updated"):
+    for suf in ("_new", "_next", "_out", "_updated", "N", "n"):  # Silero: state -> stateN, h -> hn, c -> cn
         out.append(name + suf)
     return list(dict.fromkeys(out))
 
@@ -106,22 +131,25 @@ def _decl_shape(vi: Any) -> list:
     return [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in t.shape.dim]
 
 
-def find_state_pairs(model: Any, where: str = "model") -> list[tuple[str, str]]:
+def find_state_pairs(model: Any, where: str = "model", given: list | None = None) -> list[tuple[str, str]]:
     """Find the state pairs of an already-streaming graph from its metadata and name conventions.
 
     Args:
         model (onnx.ModelProto): The graph.
         where (str): Name for messages.
+        given (list[tuple[str, str]] | None): Pairs given by the user: kept first, their names not searched;
+            then finding none more is not an error.
     Returns:
         list[tuple[str, str]]: (input, output) pairs in input order.
     Raises:
         UsageError: an input could pair with several outputs, or several inputs with one output (the line
             names the candidates), or no pair is found (the line lists inputs and outputs).
     """
-    ins = [i.name for i in model.graph.input]
-    outs = [o.name for o in model.graph.output]
+    given = list(given or [])
+    ins = [i.name for i in model.graph.input if i.name not in {a for a, _ in given}]
+    outs = [o.name for o in model.graph.output if o.name not in {b for _, b in given}]
     meta = _metadata_pairs(model)
-    if meta:
+    if meta and not given:
         return meta
     shapes_in = {i.name: (_decl_shape(i), i.type.tensor_type.elem_type) for i in model.graph.input}
     shapes_out = {o.name: (_decl_shape(o), o.type.tensor_type.elem_type) for o in model.graph.output}
@@ -150,7 +178,9 @@ def find_state_pairs(model: Any, where: str = "model") -> list[tuple[str, str]]:
     dup = next(((o, i) for o, i in rev.items() if len(i) > 1), None)
     if dup:
         raise UsageError(f"{where}: inputs {dup[1]} all pair with output '{dup[0]}': give the pairs with --state IN=OUT")
+    if not pairs and given:
+        return given
     if not pairs:
         raise UsageError(f"{where}: found no state pairs (inputs {ins}, outputs {outs}; no x_in/x_out, cache/new_cache "
                          f"or state-named input whose output has its shape): give them with --state IN=OUT")
-    return [(i, pairs[i]) for i in ins if i in pairs]
+    return given + [(i, pairs[i]) for i in ins if i in pairs]

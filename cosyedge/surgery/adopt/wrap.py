@@ -20,16 +20,43 @@ from cosyedge.surgery.adopt.pairs import AdoptedState
 gs = lazy_import("onnx_graphsurgeon")
 
 
-def _rename_and_wrap(model: Any, audio: str, outs: list[str], states: list[AdoptedState], *, dynamic: bool,
-                     scan: bool, hop: int, out_frames: dict[str, int]) -> Any:
+def _unique_node_names(model: Any) -> Any:
+    """``model`` with every node of its main graph named, and named once (exporters such as spox repeat names;
+    graphsurgeon warns at length on each repeat). A copy when a name changes."""
+    seen: set = set()
+    nodes = model.graph.node
+    if len({n.name for n in nodes}) == len(nodes) and all(n.name for n in nodes):
+        return model
+    import copy
+
+    model = copy.deepcopy(model)
+    for i, n in enumerate(model.graph.node):
+        name = n.name or f"{n.op_type}_{i}"
+        while name in seen:
+            name = f"{name}_{i}"
+        n.name = name
+        seen.add(name)
+    return model
+
+
+def _rename_and_wrap(model: Any, ins: list, outs: list, states: list[AdoptedState], *, dynamic: bool,
+                     scan: bool, hop: int) -> Any:
     """The adopted graph: states renamed ``state_in.NN``/``state_out.NN`` batch-first (Transposes where the batch
-    axis is elsewhere); with ``scan``, the one-hop graph as the body of a Scan over the hops of a chunk."""
+    axis is elsewhere); with ``scan``, the one-hop graph as the body of a Scan over the hops of a chunk.
+
+    Args:
+        model (onnx.ModelProto): The canonical graph (streamed tensors batch-first).
+        ins, outs (list[StreamTensor]): Streamed inputs and outputs (time axis, frames per hop, shape at batch 1).
+        states (list[AdoptedState]): The state pairs.
+        dynamic (bool): Declare ``N`` on the batch axes (else 1).
+        scan (bool): Wrap in a Scan over hops (each input split into hops on its time axis; each output joined).
+        hop (int): Samples per hop.
+    Returns:
+        onnx.ModelProto: the adopted graph.
+    """
     from cosyedge.surgery.streamify import STATE_IN_PREFIX, STATE_OUT_PREFIX
 
-    graph = gs.import_onnx(model)
-    for i, node in enumerate(graph.nodes):
-        if not node.name:
-            node.name = f"{node.op}_{i}"
+    graph = gs.import_onnx(_unique_node_names(model))
     tensors = graph.tensors()
     width = max(2, len(str(len(states) - 1)))
     new_inputs, new_outputs = [], []
@@ -63,54 +90,61 @@ def _rename_and_wrap(model: Any, audio: str, outs: list[str], states: list[Adopt
         t_in.shape = t_out.shape = None
         new_inputs.append(sin)
         new_outputs.append(sout)
-    a_in = by_in[audio]
     bdim = BATCH_DIM if dynamic else 1
-    plain_outs = [by_out[o] for o in outs]
-    if dynamic:
-        a_in.shape = [BATCH_DIM] + list(a_in.shape[1:]) if a_in.shape else None
-        for t in plain_outs:
-            t.shape = [BATCH_DIM] + list(t.shape[1:]) if t.shape else None
-    graph.inputs = [a_in] + new_inputs
+
+    def declared(t: Any, per_hop: bool) -> list:
+        return [bdim] + [(t.frames if per_hop else TIME_DIM) if k == t.time_axis else int(d)
+                         for k, d in enumerate(t.shape) if k > 0]
+
+    a_ins = [by_in[t.name] for t in ins]
+    plain_outs = [by_out[t.name] for t in outs]
+    for v, t in zip(a_ins + plain_outs, ins + outs):
+        v.shape = declared(t, scan)
+    graph.inputs = a_ins + new_inputs
     graph.outputs = plain_outs + new_outputs
     for t in tensors.values():
         if isinstance(t, gs.Variable) and t not in graph.inputs and t not in graph.outputs:
             t.shape = None
     graph.cleanup().toposort()
     if not scan:
-        m = io.graph_to_model(graph, like=model)
-        return m
-    # Scan over the hops of a chunk: body = the one-hop graph (state vars first, then the scan input)
+        return io.graph_to_model(graph, like=model)
+    # Scan over the hops of a chunk: body = the one-hop graph (state vars first, then the scan inputs)
     for t in graph.tensors().values():
         if isinstance(t, gs.Variable):
             t.name = f"step/{t.name}"
     body = graph
-    body.inputs = new_inputs + [a_in]
+    body.inputs = new_inputs + a_ins
     body.outputs = new_outputs + plain_outs
     body.name = "adopt_step"
-    a_in.shape = [bdim, 1, hop]
     outer = gs.Graph(opset=graph.opset, name="adopted")
     outer.import_domains = graph.import_domains
-    x = gs.Variable(audio, dtype=a_in.dtype, shape=[bdim, 1, TIME_DIM])
     o_states_in = [gs.Variable(t.name.removeprefix("step/"), dtype=t.dtype, shape=t.shape) for t in new_inputs]
     o_states_out = [gs.Variable(t.name.removeprefix("step/"), dtype=t.dtype, shape=t.shape) for t in new_outputs]
-    x4 = gs.Variable("adopt/hops", dtype=a_in.dtype)
-    outer.nodes.append(gs.Node("Reshape", name="adopt/split_hops",
-                               inputs=[x, gs.Constant("adopt/hops_shape", np.array([0, 0, -1, hop], np.int64))],
-                               outputs=[x4]))
-    ys4 = [gs.Variable(f"adopt/{o}/hops", dtype=t.dtype) for o, t in zip(outs, plain_outs)]
-    outer.nodes.append(gs.Node("Scan", name="adopt/scan_hops", inputs=o_states_in + [x4],
-                               outputs=o_states_out + ys4,
-                               attrs={"body": body, "num_scan_inputs": 1, "scan_input_axes": [2],
-                                      "scan_output_axes": [2] * len(outs)}))
+    xs, hops_in = [], []
+    for t, v in zip(ins, a_ins):
+        x = gs.Variable(t.name, dtype=v.dtype, shape=declared(t, False))
+        ta = t.time_axis
+        split = [0] + [int(d) for d in t.shape[1:ta]] + [-1, t.frames] + [int(d) for d in t.shape[ta + 1:]]
+        xh = gs.Variable(f"adopt/{t.name}/hops", dtype=v.dtype)
+        outer.nodes.append(gs.Node("Reshape", name=f"adopt/{t.name}/split_hops", outputs=[xh], inputs=[
+            x, gs.Constant(f"adopt/{t.name}/hops_shape", np.array(split, np.int64))]))
+        xs.append(x)
+        hops_in.append(xh)
+    ys_h = [gs.Variable(f"adopt/{t.name}/hops", dtype=v.dtype) for t, v in zip(outs, plain_outs)]
+    outer.nodes.append(gs.Node("Scan", name="adopt/scan_hops", inputs=o_states_in + hops_in,
+                               outputs=o_states_out + ys_h,
+                               attrs={"body": body, "num_scan_inputs": len(ins),
+                                      "scan_input_axes": [t.time_axis for t in ins],
+                                      "scan_output_axes": [t.time_axis for t in outs]}))
     finals = []
-    for o, t, y4 in zip(outs, plain_outs, ys4):
-        c = int(t.shape[1]) if t.shape and isinstance(t.shape[1], int) else 1
-        y = gs.Variable(o, dtype=t.dtype, shape=[bdim, c, TIME_DIM])
-        outer.nodes.append(gs.Node("Reshape", name=f"adopt/{o}/join_hops",
-                                   inputs=[y4, gs.Constant(f"adopt/{o}/join_shape", np.array([0, 0, -1], np.int64))],
-                                   outputs=[y]))
+    for t, v, yh in zip(outs, plain_outs, ys_h):
+        ta = t.time_axis
+        join = [0] + [int(d) for d in t.shape[1:ta]] + [-1] + [int(d) for d in t.shape[ta + 1:]]
+        y = gs.Variable(t.name, dtype=v.dtype, shape=declared(t, False))
+        outer.nodes.append(gs.Node("Reshape", name=f"adopt/{t.name}/join_hops", outputs=[y], inputs=[
+            yh, gs.Constant(f"adopt/{t.name}/join_shape", np.array(join, np.int64))]))
         finals.append(y)
-    outer.inputs = [x] + o_states_in
+    outer.inputs = xs + o_states_in
     outer.outputs = finals + o_states_out
     outer.cleanup().toposort()
     return io.graph_to_model(outer, like=model)

@@ -1,0 +1,235 @@
+"""Adopt, step 1b: what each input and output of a graph that already streams is.
+
+After the state pairs, every other input is the waveform (one input (N, 1, T), or a block of L samples per call
+in any layout (N, L), (N, 1, L), (L,), whose L - hop samples of context become a state of their own), or a
+features input (STFT frames, ERB features: several allowed, each with a time axis: the one named, else its only
+symbolic axis, else its only axis of size 1). An input that is none of these (an int or scalar side input such as
+Silero's ``sr``) is refused in one line naming it and the option that fixes it (``--const NAME=VALUE``).
+
+Outputs: one value per call ((N, C) or (N,)) streams as one frame per hop; (N, C, T) of a waveform graph has time
+last; any other output's time axis is the one named, else the one whose size follows the frames of a call when
+the graph is run with one hop and with two (a graph with a dynamic time axis), else its only axis of size 1.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+
+from cosyedge.errors import UsageError
+from cosyedge.surgery.adopt import canon
+from cosyedge.surgery.adopt.feeds import StreamTensor
+from cosyedge.surgery.adopt.pairs import AdoptedState, _decl_shape
+
+
+@dataclasses.dataclass
+class _Graph:
+    """What adopt learned about a graph: streamed inputs and outputs, state pairs (with batch-axis candidates),
+    whether it runs one hop per call (then wrapped in a Scan over hops)."""
+
+    ins: list
+    outs: list
+    states: list
+    hop_fixed: bool
+
+    @property
+    def audio(self) -> str:
+        """str: the first streamed input's name."""
+        return self.ins[0].name
+
+
+def _np_dtype(elem: int) -> str:
+    from onnx import helper
+
+    return str(np.dtype(helper.tensor_dtype_to_np_dtype(elem)))
+
+
+def inspect_inputs(model: Any, pairs: list[tuple[str, str]], hop: int, *, frame_samples: int | None,
+                   time_axes: dict, batch_axes: dict, init: dict, kinds: dict, state_shapes: dict,
+                   where: str) -> tuple[Any, list, _Graph]:
+    """Classify the inputs of ``model`` (see the module doc) and check the state pairs.
+
+    Args:
+        model (onnx.ModelProto): The graph (constants already fixed).
+        pairs (list[tuple[str, str]]): State pairs (input, output).
+        hop (int): Samples per hop.
+        frame_samples (int | None): Samples per call of a waveform block input (default: its fixed size).
+        time_axes (dict[str, int]): Time axis by input/output name.
+        batch_axes, init, kinds (dict): By state input name (see :func:`cosyedge.surgery.adopt.adopt`).
+        state_shapes (dict[str, tuple[int, ...]]): Shape by state input name where the graph does not tell.
+        where (str): Name for messages.
+    Returns:
+        tuple[onnx.ModelProto, list, _Graph]: the graph (a block input made a waveform one plus its context
+        state), the pairs (with the context pair) and what was found (``outs`` empty: filled after running).
+    Raises:
+        UsageError: unknown or repeated names, an input left unexplained, a features input without a time axis,
+            a block shorter than the hop, state pairs of different shapes or dtypes.
+    """
+    ins = {i.name: i for i in model.graph.input}
+    outs = {o.name: o for o in model.graph.output}
+    bad_in = [i for i, _ in pairs if i not in ins]
+    bad_out = [o for _, o in pairs if o not in outs]
+    if bad_in or bad_out:
+        what = (f"state input{'s' if len(bad_in) > 1 else ''} {bad_in} not among the inputs {list(ins)}" if bad_in
+                else f"state output{'s' if len(bad_out) > 1 else ''} {bad_out} not among the outputs {list(outs)}")
+        raise UsageError(f"{where}: {what}")
+    for side in (0, 1):
+        names = [p[side] for p in pairs]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise UsageError(f"{where}: '{dup[0]}' appears in several state pairs")
+    for name in list(batch_axes) + list(init) + list(kinds) + list(state_shapes):
+        if name not in ins:
+            raise UsageError(f"{where}: '{name}' (given for --batch-axis/--init/--state) is not an input of the graph "
+                             f"(inputs: {list(ins)})")
+    for name in time_axes:
+        if name not in ins and name not in outs:
+            raise UsageError(f"{where}: --time-axis {name}=...: no input or output of the graph is named so "
+                             f"(inputs {list(ins)}, outputs {list(outs)})")
+    paired = {p[0] for p in pairs}
+    rest_in = [n for n in ins if n not in paired]
+    rest_out = [n for n in outs if n not in {p[1] for p in pairs}]
+    if not rest_in:
+        raise UsageError(f"{where}: no input is left for the audio or features after the state pairs "
+                         f"{[f'{a}={b}' for a, b in pairs]}")
+    if not rest_out:
+        raise UsageError(f"{where}: every output is a state output: the graph has no audio or features output")
+    for n in rest_in:
+        shape, dt = _decl_shape(ins[n]), _np_dtype(ins[n].type.tensor_type.elem_type)
+        if not shape or not dt.startswith("float"):
+            raise UsageError(f"{where}: input '{n}' ({dt} {shape}) is left unexplained (not a state, not audio or "
+                             f"features): fix its value with --const {n}=VALUE (e.g. --const sr=16000) or pair it with "
+                             f"--state {n}=OUT")
+    kinds = dict(kinds)
+    pairs = list(pairs)
+    streamed: list[StreamTensor] = []
+    shape0 = _decl_shape(ins[rest_in[0]])
+    layout = canon.waveform_layout(shape0) if len(rest_in) == 1 and rest_in[0] not in time_axes else None
+    if layout is not None:
+        name = rest_in[0]
+        if isinstance(shape0[0], int) and shape0[0] not in (0, 1) and layout > 1:
+            raise UsageError(f"{where}: audio input '{name}' has a fixed batch of {shape0[0]}: export it with batch 1 "
+                             f"or a dynamic batch")
+        length = shape0[-1]
+        fixed = isinstance(length, int) and length > 0
+        frame = frame_samples or (length if fixed else hop)
+        if fixed and frame != length:
+            raise UsageError(f"{where}: --frame-samples {frame}, but audio input '{name}' takes {length} samples per "
+                             f"call (shape {shape0})")
+        if frame < hop:
+            raise UsageError(f"{where}: audio input '{name}' takes {frame} samples per call (shape {shape0}), fewer "
+                             f"than hop_samples {hop}: give --hop-samples {frame}")
+        if layout == 3 and frame_samples is None and (not fixed or length == hop):
+            streamed.append(StreamTensor(name, "audio", 2, hop, [1, 1, hop], "float32", dynamic_time=not fixed))
+            hop_fixed = fixed
+        else:  # a block of `frame` samples per call: a waveform input of one hop, plus its context as a state
+            model, ctx = canon.frame_input(model, name, frame, hop)
+            if ctx:
+                pairs.append(ctx)
+                kinds[ctx[0]] = "context"
+            streamed.append(StreamTensor(name, "audio", 2, hop, [1, 1, hop], "float32"))
+            hop_fixed = True
+            ins = {i.name: i for i in model.graph.input}
+            outs = {o.name: o for o in model.graph.output}
+    else:
+        for n in rest_in:
+            shape = _decl_shape(ins[n])
+            if n in time_axes:
+                ta = int(time_axes[n]) % max(1, len(shape))
+            else:
+                cands = canon.time_axis_candidates(shape)
+                if len(cands) != 1 or len(shape) < 2:
+                    raise UsageError(f"{where}: features input '{n}' {shape}: cannot tell its time axis (candidates "
+                                     f"{cands}): give --time-axis {n}=AXIS (or --const / --state if it is no stream)")
+                ta = cands[0]
+            per_hop = [1] + [(d if isinstance(d, int) and d > 0 else 1) for d in shape[1:]]
+            dyn = not isinstance(shape[ta], int)
+            per_hop[ta] = 1 if dyn else int(shape[ta])
+            streamed.append(StreamTensor(n, "features", ta, per_hop[ta], per_hop,
+                                         _np_dtype(ins[n].type.tensor_type.elem_type), dynamic_time=dyn))
+        hop_fixed = not any(t.dynamic_time for t in streamed)
+    states = []
+    a_shape = _decl_shape(ins[streamed[0].name])
+    a_batch = a_shape[0] if a_shape and isinstance(a_shape[0], str) and a_shape[0] != "?" else None
+    for i, o in pairs:
+        si, so = _decl_shape(ins[i]), _decl_shape(outs[o])
+        ei, eo = ins[i].type.tensor_type.elem_type, outs[o].type.tensor_type.elem_type
+        if ei != eo:
+            raise UsageError(f"{where}: state pair {i}={o} has dtypes {_np_dtype(ei)} and {_np_dtype(eo)} (a state "
+                             f"output feeds the next chunk's input: dtypes must be equal)")
+        if i in state_shapes:
+            given = list(state_shapes[i])
+            if si and (len(si) != len(given) or any(isinstance(a, int) and a != b for a, b in zip(si, given))):
+                raise UsageError(f"{where}: --state {i}={'x'.join(map(str, given))} contradicts the graph's shape {si}")
+            si = given
+        fixed = len(si) == len(so) or not so
+        fixed = fixed and all(a == b for a, b in zip(si, so) if isinstance(a, int) and isinstance(b, int))
+        if not fixed:
+            raise UsageError(f"{where}: state pair {i}={o} has shapes {si} and {so} (a state output feeds the next "
+                             f"chunk's input: shapes must be equal)")
+        if i in batch_axes:
+            ax = int(batch_axes[i])
+            if not -len(si) <= ax < len(si):
+                raise UsageError(f"{where}: --batch-axis {i}={ax} is outside the state's {len(si)} axes {si}")
+            cands = [ax % len(si)]
+        else:
+            sym = [k for k, d in enumerate(si) if a_batch is not None and d == a_batch]
+            ones = [k for k, d in enumerate(si) if d == 1 or isinstance(d, str)]
+            cands = sym[:1] or ([0] if 0 in ones else []) + [k for k in ones if k != 0] or [None]
+        st = AdoptedState(i, o, tuple(si), _np_dtype(ei), cands[0], float(init.get(i, 0.0)), kinds.get(i, "recurrent"))
+        states.append((st, cands))
+    return model, pairs, _Graph(streamed, rest_out, states, hop_fixed)
+
+
+def output_tensors(model_outs: dict, first: dict, second: dict | None, g: _Graph, hop: int, time_axes: dict,
+                   where: str) -> tuple[list[StreamTensor], dict[str, int]]:
+    """The streamed outputs, from one call of one hop (``first``) and, for a graph with a dynamic time axis, one of
+    two hops (``second``).
+
+    Args:
+        model_outs (dict): Graph outputs (ValueInfoProto) by name.
+        first (dict[str, np.ndarray]): Outputs of one call of one hop.
+        second (dict[str, np.ndarray] | None): Outputs of one call of two hops (dynamic time only).
+        g (_Graph): The graph's inputs (``outs`` holds the output names).
+        hop (int): Samples per hop.
+        time_axes (dict[str, int]): Time axis by output name, given.
+        where (str): Name for messages.
+    Returns:
+        tuple[list[StreamTensor], dict[str, int]]: the outputs (after the per-call Reshape of
+        :func:`canon.per_call_outputs_to_frames`) and the ranks of those given one value per call.
+    Raises:
+        UsageError: an output whose time axis cannot be told.
+    """
+    res, per_call = [], {}
+    waveform = g.ins[0].kind == "audio"
+    for o in g.outs:
+        a = first[o]
+        shape = list(a.shape)
+        if o in time_axes:
+            ta = int(time_axes[o]) % max(1, a.ndim)
+        elif a.ndim <= 2:
+            per_call[o] = a.ndim
+            shape = [shape[0] if shape else 1, shape[1] if a.ndim == 2 else 1, 1]
+            ta = 2
+        elif second is not None:
+            grow = [k for k in range(a.ndim) if second[o].shape[k] != a.shape[k]]
+            if len(grow) != 1:
+                raise UsageError(f"{where}: output '{o}' {shape}: cannot tell its time axis (axes {grow} change with the "
+                                 f"frames of a call): give --time-axis {o}=AXIS")
+            ta = grow[0]
+        elif waveform and a.ndim == 3:
+            ta = 2
+        else:
+            ones = [k for k in range(1, a.ndim) if a.shape[k] == 1]
+            if len(ones) != 1:
+                raise UsageError(f"{where}: output '{o}' {shape}: cannot tell its time axis (axes of size 1: {ones}): "
+                                 f"give --time-axis {o}=AXIS")
+            ta = ones[0]
+        shape[0] = 1
+        kind = "audio" if len(shape) == 3 and ta == 2 and shape[1] == 1 and shape[2] == hop else "features"
+        dt = _np_dtype(model_outs[o].type.tensor_type.elem_type)
+        res.append(StreamTensor(o, kind, ta, int(shape[ta]), shape, dt,
+                                dynamic_time=second is not None and o not in per_call))
+    return res, per_call
