@@ -341,13 +341,36 @@ def fp16_model(model: Any, contract: StreamContract, *, exclude: Iterable[str] =
     from cosyedge._lazy import require
 
     require("onnxruntime")
-    from onnxruntime.transformers import float16
+    from cosyedge.precision.bodies import has_subgraphs
 
     m = onnx.ModelProto()
     m.CopyFrom(model)
-    _name_nodes(m)
-    plan = fp32_node_plan(m, contract, keep_ops=keep_ops, exclude=exclude)
     meta = [(p.key, p.value) for p in m.metadata_props]
+    if has_subgraphs(m):
+        out, plan = _fp16_bodies(m, contract, exclude=exclude, keep_ops=keep_ops)
+    else:
+        _name_nodes(m)
+        plan = fp32_node_plan(m, contract, keep_ops=keep_ops, exclude=exclude)
+        out = _convert(m, plan, keep_ops)
+    del out.metadata_props[:]
+    for k, v in meta:
+        if k != PRECISION_KEY:
+            p = out.metadata_props.add()
+            p.key, p.value = k, v
+    p = out.metadata_props.add()
+    p.key, p.value = PRECISION_KEY, "fp16"
+    return out, plan
+
+
+def _convert(m: Any, plan: dict[str, str], keep_ops: Iterable[str]) -> Any:
+    """``m`` (onnx.ModelProto, one graph) converted to FP16 with FP32 I/O, the ``plan``'s nodes and ``keep_ops``
+    blocked, FP16 round trips stripped (:func:`strip_fp16_round_trips`).
+
+    Raises:
+        ArtifactError: the converter fails on this model.
+    """
+    from onnxruntime.transformers import float16
+
     try:
         out = float16.convert_float_to_float16(
             m, keep_io_types=True,
@@ -357,14 +380,43 @@ def fp16_model(model: Any, contract: StreamContract, *, exclude: Iterable[str] =
     except Exception as err:  # the converter raises ValueError/KeyError/onnx errors
         raise ArtifactError(f"FP16 conversion failed: {first_line(err)}") from None
     strip_fp16_round_trips(out)
-    del out.metadata_props[:]
-    for k, v in meta:
-        if k != PRECISION_KEY:
-            p = out.metadata_props.add()
-            p.key, p.value = k, v
-    p = out.metadata_props.add()
-    p.key, p.value = PRECISION_KEY, "fp16"
-    return out, plan
+    return out
+
+
+def _fp16_bodies(m: Any, contract: StreamContract, *, exclude: Iterable[str],
+                 keep_ops: Iterable[str]) -> tuple[Any, dict[str, str]]:
+    """FP16 inside the Scan bodies of ``m`` (an adopted model: the compute sits in a Scan over hops, and for a
+    batch-1 graph a Scan over streams in it), in place; returns ``(m, plan)``.
+
+    Each leaf body (:func:`cosyedge.precision.bodies.leaf_bodies`) is converted as a model of its own with the
+    flat rules: its :func:`fp32_node_plan` is made with the body's roles (the body input carrying the audio, the
+    body output carrying ``contract.output``, the body inputs/outputs carrying the states), and its inputs and
+    outputs stay FP32 (``keep_io_types``), so the Scan's state variables and scan inputs/outputs keep their
+    dtypes, the states cross hops in FP32 and the Casts sit at the body's boundary. The graphs around the bodies
+    (adopt's Reshape/Identity plumbing) are left FP32.
+
+    Raises:
+        UsageError: a name in ``exclude`` is in no body.
+        ArtifactError: the converter fails on a body.
+    """
+    from cosyedge.precision.bodies import body_model, leaf_bodies, put_body
+
+    exclude = list(exclude)
+    bodies = leaf_bodies(m, contract)
+    names = {n.name for b in bodies for n in b.graph.node}
+    missing = [e for e in exclude if e not in names]
+    if missing:
+        close = sorted(names, key=lambda s: -sum(a == b for a, b in zip(s, missing[0])))[:3]
+        raise UsageError(f"--exclude {missing[0]!r} is not a node of the model (node names look like {close})")
+    plan: dict[str, str] = {}
+    for b in bodies:
+        bm = body_model(m, b.graph)
+        _name_nodes(bm)
+        own = {n.name for n in bm.graph.node}
+        bplan = fp32_node_plan(bm, b.contract, keep_ops=keep_ops, exclude=[e for e in exclude if e in own])
+        put_body(b.attr, _convert(bm, bplan, keep_ops).graph, b.graph)
+        plan.update(bplan)
+    return m, plan
 
 
 # ---------------------------------------------------------------------------------------------- checks
@@ -538,13 +590,18 @@ def _stream_output(session: Any, x: np.ndarray, partners: dict[str, np.ndarray] 
 
 # ---------------------------------------------------------------------------------------------- stage
 def _has_fp16(graph: Any) -> bool:
-    """bool: ``graph`` (onnx.GraphProto) holds an FP16 initializer or a Cast to FP16 (subgraphs not searched)."""
+    """bool: ``graph`` (onnx.GraphProto) or a Scan body in it holds an FP16 initializer or a Cast to FP16."""
     import onnx
 
+    from cosyedge.precision.bodies import iter_graphs
+
     f16 = onnx.TensorProto.FLOAT16
-    if any(t.data_type == f16 for t in graph.initializer):
-        return True
-    return any(n.op_type == "Cast" and any(a.name == "to" and a.i == f16 for a in n.attribute) for n in graph.node)
+    for g in iter_graphs(graph):
+        if any(t.data_type == f16 for t in g.initializer):
+            return True
+        if any(n.op_type == "Cast" and any(a.name == "to" and a.i == f16 for a in n.attribute) for n in g.node):
+            return True
+    return False
 
 
 def fp16_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, exclude: Iterable[str] = (),
@@ -590,10 +647,11 @@ def fp16_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, exclude: Iterable[
         m16, plan = fp16_model(model, contract, exclude=exclude, keep_ops=keep_ops)
         subgraphs = sorted({n.op_type for n in model.graph.node
                             if any(a.type == onnx.AttributeProto.GRAPH for a in n.attribute)})
-        if subgraphs and not _has_fp16(m16.graph):  # e.g. an adopted one-hop graph wrapped in a Scan
+        if subgraphs and not _has_fp16(m16.graph):  # e.g. compute only in If/Loop bodies (Scan bodies are entered)
             raise UsageError(f"fp16: nothing in {src} would run in FP16: its compute sits inside "
-                             f"{'/'.join(subgraphs)} bodies, which the FP16 stage does not enter yet; an 'fp16' "
-                             f"engine would be the FP32 model under another label (build it without --fp16)")
+                             f"{'/'.join(subgraphs)} bodies and the FP16 stage enters Scan bodies only (not If/Loop, "
+                             f"nor bodies reading outer tensors) or keeps all of it FP32; an 'fp16' engine would be "
+                             f"the FP32 model under another label (build it without --fp16)")
         with atomic_output(out_path) as tmp:
             onnx.save(m16, str(tmp))
             result = {

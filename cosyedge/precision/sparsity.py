@@ -9,6 +9,11 @@ non-zero; the 2 of largest magnitude are kept. This is the pattern NVIDIA Ampere
 * ``Gemm`` ``B`` ``(K, N)`` (``(N, K)`` with ``transB=1``) and ``MatMul`` with a constant 2-D right
   input ``(K, N)``: groups of 4 along K.
 
+Layers are looked for in the main graph and in every ``Scan`` body under it (Scan in Scan: an adopted model's
+compute sits in such bodies, :mod:`cosyedge.precision.bodies`); a weight is constant when it is an initializer
+(of the graph or an enclosing one) or the value of a ``Constant`` node (Silero VAD's exported bodies hold their
+conv weights so).
+
 A layer is **eligible** when its weight is a constant initializer of rank >= 2 and its reduction length
 (``C_in / group`` or ``K``) is a multiple of 4 and at least :data:`MIN_REDUCTION` (so the fixed 1-channel
 STFT analysis conv, the 161-bin input conv and the 322-channel synthesis conv of the reference model are
@@ -127,95 +132,138 @@ def check_2to4(w: np.ndarray, axis: int) -> bool:
     return bool((g.sum(-1) <= N_KEEP).all())
 
 
-def _layers(model: Any) -> list[tuple[Any, str | None, int, LayerReport]]:
-    """(node, weight initializer name or None, reduction axis, report) per Conv/ConvTranspose/Gemm/MatMul."""
+def _scopes(model: Any) -> list[tuple[Any, dict]]:
+    """(graph, constants in scope) for the main graph and every Scan body under it, depth first (an adopted
+    model's compute sits in Scan bodies, :mod:`cosyedge.precision.bodies`).
+
+    The constants of a graph are its initializers, the ``value`` tensors of its ``Constant`` nodes and those of
+    the enclosing graphs (a body may read an outer initializer): name -> ``(owner, onnx.TensorProto)``, where
+    ``owner`` (int) numbers the graph that holds the tensor (the TensorProto is modified in place by pruning)."""
+    out: list = []
+
+    def visit(graph: Any, outer: dict) -> None:
+        owner = len(out)
+        consts = dict(outer)
+        for t in graph.initializer:
+            consts[t.name] = (owner, t)
+        for n in graph.node:
+            if n.op_type == "Constant" and n.output:
+                value = next((a for a in n.attribute if a.name == "value"), None)
+                if value is not None:
+                    consts[n.output[0]] = (owner, value.t)
+        out.append((graph, consts))
+        for n in graph.node:
+            if n.op_type == "Scan":
+                for a in n.attribute:
+                    if a.type == onnx.AttributeProto.GRAPH:
+                        visit(a.g, consts)
+
+    visit(model.graph, {})
+    return out
+
+
+def _layers(model: Any) -> list[tuple[Any, Any, tuple | None, int, LayerReport]]:
+    """(node, weight TensorProto or None, weight key (owner, name) or None, reduction axis, report) per
+    Conv/ConvTranspose/Gemm/MatMul of the main graph and of every Scan body, in that order (graph by graph)."""
     from onnx import numpy_helper
 
-    inits = {t.name: t for t in model.graph.initializer}
     rows = []
-    for n in model.graph.node:
-        if n.op_type not in ("Conv", "ConvTranspose", "Gemm", "MatMul"):
-            continue
-        attrs = {a.name: onnx.helper.get_attribute_value(a) for a in n.attribute}
-        w_name = n.input[1] if len(n.input) > 1 else ""
-        t = inits.get(w_name)
-        shape = list(t.dims) if t is not None else []
-        rep = LayerReport(node=n.name, op=n.op_type, weight=w_name if t is not None else "", shape=shape,
-                          reduction=0, out_channels=0, eligible=False)
+    for graph, consts in _scopes(model):
+        for n in graph.node:
+            if n.op_type not in ("Conv", "ConvTranspose", "Gemm", "MatMul"):
+                continue
+            w_name = n.input[1] if len(n.input) > 1 else ""
+            owner, t = consts.get(w_name, (None, None))
+            rows.append(_layer(n, w_name, t, numpy_helper) + ((owner, w_name) if t is not None else None,))
+    return [(n, t, key, axis, rep) for n, t, axis, rep, key in rows]
+
+
+def _layer(n: Any, w_name: str, t: Any, numpy_helper: Any) -> tuple:
+    """(node, weight TensorProto or None, reduction axis, LayerReport) of one Conv/ConvTranspose/Gemm/MatMul."""
+    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in n.attribute}
+    shape = list(t.dims) if t is not None else []
+    rep = LayerReport(node=n.name, op=n.op_type, weight=w_name if t is not None else "", shape=shape,
+                      reduction=0, out_channels=0, eligible=False)
+    axis = 1
+    if t is None:
+        rep.reason = "weight is not a constant initializer"
+    elif t.data_type not in (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16):
+        rep.reason = f"weight dtype {onnx.TensorProto.DataType.Name(t.data_type)} (prune the FP32 model)"
+    elif n.op_type == "ConvTranspose":
+        rep.reduction, rep.out_channels = shape[0], shape[1] * int(attrs.get("group", 1))
+        rep.reason = "ConvTranspose is left dense"
+    elif n.op_type == "Conv":
         axis = 1
-        if t is None:
-            rep.reason = "weight is not a constant initializer"
-        elif t.data_type not in (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16):
-            rep.reason = f"weight dtype {onnx.TensorProto.DataType.Name(t.data_type)} (prune the FP32 model)"
-        elif n.op_type == "ConvTranspose":
-            rep.reduction, rep.out_channels = shape[0], shape[1] * int(attrs.get("group", 1))
-            rep.reason = "ConvTranspose is left dense"
-        elif n.op_type == "Conv":
-            axis = 1
-            rep.reduction, rep.out_channels = shape[1], shape[0]
-            if int(attrs.get("group", 1)) > 1 and shape[1] < M_GROUP:
-                rep.reason = f"depthwise/grouped conv ({shape[1]} input channel(s) per group)"
-        elif n.op_type == "Gemm":
-            if len(shape) != 2:
-                rep.reason = f"weight rank {len(shape)}"
-            else:
-                axis = 1 if int(attrs.get("transB", 0)) else 0
-                rep.reduction, rep.out_channels = shape[axis], shape[1 - axis]
-                if int(attrs.get("transA", 0)):
-                    pass  # transA changes A's layout only; B's reduction axis is as above
-        else:  # MatMul: the constant must be the right operand (K, N)
-            if len(shape) != 2:
-                rep.reason = "constant right operand of rank != 2"
-            else:
-                axis = 0
-                rep.reduction, rep.out_channels = shape[0], shape[1]
-        if not rep.reason:
-            if rep.reduction % M_GROUP:
-                rep.reason = f"{rep.reduction} input channels is not a multiple of {M_GROUP}"
-            elif rep.reduction < MIN_REDUCTION:
-                rep.reason = f"{rep.reduction} input channels is too few (< {MIN_REDUCTION})"
-            else:
-                rep.eligible = True
-        rep.speedup_likely = rep.eligible and min(rep.reduction, rep.out_channels) >= WIDE_CHANNELS
-        if t is not None and rep.shape:
-            w = numpy_helper.to_array(t)
-            rep.sparsity = float((w == 0).mean()) if w.size else 0.0
-        rows.append((n, w_name if t is not None else None, axis, rep))
-    return rows
+        rep.reduction, rep.out_channels = shape[1], shape[0]
+        if int(attrs.get("group", 1)) > 1 and shape[1] < M_GROUP:
+            rep.reason = f"depthwise/grouped conv ({shape[1]} input channel(s) per group)"
+    elif n.op_type == "Gemm":
+        if len(shape) != 2:
+            rep.reason = f"weight rank {len(shape)}"
+        else:
+            axis = 1 if int(attrs.get("transB", 0)) else 0
+            rep.reduction, rep.out_channels = shape[axis], shape[1 - axis]
+    else:  # MatMul: the constant must be the right operand (K, N)
+        if len(shape) != 2:
+            rep.reason = "constant right operand of rank != 2"
+        else:
+            axis = 0
+            rep.reduction, rep.out_channels = shape[0], shape[1]
+    if not rep.reason:
+        if rep.reduction % M_GROUP:
+            rep.reason = f"{rep.reduction} input channels is not a multiple of {M_GROUP}"
+        elif rep.reduction < MIN_REDUCTION:
+            rep.reason = f"{rep.reduction} input channels is too few (< {MIN_REDUCTION})"
+        else:
+            rep.eligible = True
+    rep.speedup_likely = rep.eligible and min(rep.reduction, rep.out_channels) >= WIDE_CHANNELS
+    if t is not None and rep.shape:
+        w = numpy_helper.to_array(t)
+        rep.sparsity = float((w == 0).mean()) if w.size else 0.0
+    return n, t, axis, rep
+
+
+def is_dsp_node(name: str) -> bool:
+    """bool: ``name`` is a node of a recipe's signal processing (:class:`cosyedge.recipes.dsp.GraphBuilder` names
+    them ``<recipe>_dsp/...``, e.g. ``gtcrn_dsp/rfft_re_4``: the STFT bases around an adopted network). Their
+    weights are fixed transforms, not learned: pruning them 2:4 breaks the transform (measured: GTCRN 4.2 dB,
+    DTLN 5.8 dB output SNR vs FP32 with the analysis bases pruned), so they stay dense."""
+    return any(part.endswith("_dsp") for part in name.split("/")[:-1])
 
 
 def sparsify_model(model: Any, exclude: Iterable[str] = ()) -> list[LayerReport]:
-    """Prune eligible weights of ``model`` to 2:4 in place.
+    """Prune eligible weights of ``model`` to 2:4 in place (main graph and Scan bodies).
 
     Args:
         model (onnx.ModelProto): FP32 model with weights loaded (no external data left unread).
         exclude (Iterable[str]): Node names left dense (reported with reason ``excluded``).
     Returns:
-        list[LayerReport]: one row per Conv/ConvTranspose/Gemm/MatMul, in graph order.
+        list[LayerReport]: one row per Conv/ConvTranspose/Gemm/MatMul, in graph order (main graph first, then
+        each Scan body depth first).
     Raises:
         UsageError: a name in ``exclude`` is not a node.
     """
     from onnx import numpy_helper
 
     exclude = set(exclude)
-    names = {n.name for n in model.graph.node}
+    names = {n.name for g, _ in _scopes(model) for n in g.node}
     missing = sorted(exclude - names)
     if missing:
         raise UsageError(f"--exclude {missing[0]!r} is not a node of the model")
-    inits = {t.name: t for t in model.graph.initializer}
-    done: dict[str, float] = {}
+    done: dict[tuple, float] = {}
     reports = []
-    for node, w_name, axis, rep in _layers(model):
+    for node, t, key, axis, rep in _layers(model):
         if rep.eligible and node.name in exclude:
             rep.eligible, rep.reason = False, "excluded"
+        if rep.eligible and is_dsp_node(node.name):
+            rep.eligible, rep.reason = False, "signal processing of a recipe (STFT basis, filterbank), not learned"
         if rep.eligible:
-            if w_name not in done:
-                t = inits[w_name]
+            if key not in done:
                 w = numpy_helper.to_array(t)
                 pruned = np.where(mask_2to4(w, axis), w, np.zeros((), w.dtype)).astype(w.dtype)
                 t.CopyFrom(numpy_helper.from_array(pruned, name=t.name))
-                done[w_name] = float((pruned == 0).mean())
-            rep.sparsity = done[w_name]
+                done[key] = float((pruned == 0).mean())
+            rep.sparsity = done[key]
         reports.append(rep)
     return reports
 
@@ -223,6 +271,9 @@ def sparsify_model(model: Any, exclude: Iterable[str] = ()) -> list[LayerReport]
 def verify_onnx(path: str | Path, reports: list[LayerReport]) -> list[LayerReport]:
     """Re-read ``path`` and set ``verified`` on every pruned row of ``reports`` (pattern re-checked).
 
+    Args:
+        path (str | Path): The written ONNX.
+        reports (list[LayerReport]): :func:`sparsify_model`'s rows for this model (same layers, same order).
     Returns:
         list[LayerReport]: ``reports`` (same objects).
     Raises:
@@ -231,13 +282,11 @@ def verify_onnx(path: str | Path, reports: list[LayerReport]) -> list[LayerRepor
     from onnx import numpy_helper
 
     model = load_onnx(path)
-    inits = {t.name: t for t in model.graph.initializer}
-    axes = {n.name: axis for n, _, axis, _ in _layers(model)}
-    for rep in reports:
+    layers = _layers(model)
+    for rep, (node, t, _key, axis, _) in zip(reports, layers):
         if not rep.eligible:
             continue
-        w = numpy_helper.to_array(inits[rep.weight])
-        rep.verified = check_2to4(w, axes[rep.node])
+        rep.verified = node.name == rep.node and t is not None and check_2to4(numpy_helper.to_array(t), axis)
         if not rep.verified:
             raise ArtifactError(f"{path}: layer {rep.node} does not hold the 2:4 pattern after writing")
     return reports
