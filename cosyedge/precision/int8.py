@@ -98,7 +98,8 @@ def int8_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, calib: Any = None,
     Raises:
         ArtifactError: ONNX missing/corrupt or without cosyedge state metadata; an ``amax`` cache from
             another model; the result fails shape inference or does not run in ONNX Runtime.
-        UsageError: unknown ``exclude`` node; ``out_path`` equals the input.
+        UsageError: unknown ``exclude`` node; ``out_path`` equals the input; the compute sits in Scan bodies
+            (an adopted model, :func:`refuse_scan_bodies`).
         ArtifactError: a calibration folder without ``manifest.json``.
     """
     from cosyedge.precision import calibrate as cal
@@ -121,6 +122,7 @@ def int8_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, calib: Any = None,
     check_writable(out_path)
     exclude = tuple(exclude or ())
     model = io.at_least_opset(load_onnx(src), 13, str(src), "per-channel Q/DQ (DequantizeLinear axis)")
+    refuse_scan_bodies(model, src)
     graph = gs.import_onnx(model)
     if any(n.op in ("QuantizeLinear", "DequantizeLinear") for n in graph.nodes):
         raise UsageError(f"{src} already holds Q/DQ nodes; give the FP32 streaming model")
@@ -171,6 +173,23 @@ def int8_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, calib: Any = None,
         "excluded_nodes": dict(sorted(kept.items())),
         "macs": macs,
     }
+
+
+def refuse_scan_bodies(model: Any, src: Path) -> None:
+    """Refuse a model whose main graph holds a Scan (an adopted model: DTLN, GTCRN, Silero VAD keep their compute
+    in Scan bodies, :mod:`cosyedge.precision.bodies`): calibration reads activations as model outputs, which ONNX
+    Runtime cannot give for tensors inside a body, so no Q/DQ could be placed there; an 'int8' engine would be the
+    FP32 model under another label. FP16 and 2:4 do enter the bodies.
+
+    Raises:
+        UsageError: the main graph has a Scan (one line naming why and what to build instead).
+    """
+    from cosyedge.precision.bodies import subgraph_nodes
+
+    if any(n.op_type == "Scan" for n in subgraph_nodes(model.graph)):
+        raise UsageError(f"int8: {src} keeps its compute inside Scan bodies (an adopted graph), and INT8 calibration "
+                         f"does not read activations inside Scan bodies yet, so nothing would run in INT8: build it "
+                         f"with --fp16 and/or --sparse, or in FP32")
 
 
 def _smoke_test(model: Any, contract: StreamContract, where: Path) -> None:

@@ -120,16 +120,22 @@ def test_streampool_with_three_streams_equals_single_sessions(dtln_onnx):
     assert _snr_db(want[0], want[1]) < 0  # the streams really differ
 
 
-def test_fp16_build_refuses_to_label_the_fp32_model_fp16(dtln_onnx, tmp_path, capsys):
-    """DTLN's compute sits in the Scan body of the adopted graph, which the FP16 stage does not enter yet: the build
-    says so in one line (exit 2) instead of writing the FP32 model as an 'fp16' engine (what it did)."""
+def test_fp16_build_converts_the_scan_body(dtln_onnx, tmp_path, capsys):
+    """DTLN's compute sits in the Scan body of the adopted graph; the FP16 stage enters it (issue 39 item 3): the
+    build writes an engine whose body computes in FP16 (FP16 weights in the body, none outside it) and records its
+    output SNR vs FP32 on speech (measured 66.7 dB; gate 50 dB, the FP16 target)."""
     from cosyedge.cli.main import main
 
     engines = tmp_path / "engines"
-    assert main(["build", "-q", "--onnx", str(dtln_onnx), "--fp16", "-o", str(engines)]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "nothing in" in err[0] and "inside Scan bodies, which the FP16 stage does not enter" in err[0]
-    assert not engines.exists() or not any(p for p in engines.iterdir() if not p.name.startswith("."))
+    assert main(["build", "-q", "--onnx", str(dtln_onnx), "--fp16", "-o", str(engines)]) == 0
+    folder = engines / "dtln-fp16-onnxruntime"
+    manifest = json.loads((folder / "manifest.json").read_text())
+    snr = manifest["reports"]["fp16"]["snr_db_vs_fp32"]
+    assert snr >= 50.0, snr
+    model = onnx.load(str(folder / "model.onnx"))
+    assert not any(t.data_type == onnx.TensorProto.FLOAT16 for t in model.graph.initializer)
+    body = next(a.g for n in model.graph.node if n.op_type == "Scan" for a in n.attribute if a.name == "body")
+    assert sum(t.data_type == onnx.TensorProto.FLOAT16 for t in body.initializer) >= 8
 
 
 def test_triton_repository_takes_it_unchanged(dtln_onnx, tmp_path):
