@@ -122,11 +122,21 @@ def int8_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, calib: Any = None,
     check_writable(out_path)
     exclude = tuple(exclude or ())
     model = io.at_least_opset(load_onnx(src), 13, str(src), "per-channel Q/DQ (DequantizeLinear axis)")
-    refuse_scan_bodies(model, src)
-    graph = gs.import_onnx(model)
-    if any(n.op in ("QuantizeLinear", "DequantizeLinear") for n in graph.nodes):
+    from cosyedge.precision.bodies import has_subgraphs, iter_graphs
+
+    if any(n.op_type in ("QuantizeLinear", "DequantizeLinear") for g in iter_graphs(model.graph) for n in g.node):
         raise UsageError(f"{src} already holds Q/DQ nodes; give the FP32 streaming model")
-    to_quantize, kept = qdq.select_nodes(model, [i.name for i in contract.stream_inputs], contract.output, exclude)
+    plans = None
+    if has_subgraphs(model):  # an adopted model: Q/DQ inside its leaf Scan bodies
+        from cosyedge.precision import int8_bodies
+
+        plans = int8_bodies.body_plans(model, contract, exclude)
+        to_quantize = [w for p in plans for w in p.quantize]
+        kept = {k: v for p in plans for k, v in p.kept.items()}
+    else:
+        graph = gs.import_onnx(model)
+        to_quantize, kept = qdq.select_nodes(model, [i.name for i in contract.stream_inputs], contract.output,
+                                             exclude)
     model_sha = source.sha256
     calib_info: dict = {}
     if amax is not None:
@@ -140,16 +150,20 @@ def int8_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, calib: Any = None,
         trt_cache = cal.trt_cache_path_for(amax_path.parent, cache_name or contract.name)
     calib_info = data["calibration"]
     with LOG.stage(f"insert Q/DQ into {src.name} ({len(to_quantize)} weighted nodes, {len(kept)} kept in float)"):
-        report = graph.insert_qdq(data["amax"], to_quantize)
-        graph.cleanup().toposort()
-        out_model = io.graph_to_model(graph, like=model)
+        if plans is not None:
+            report = int8_bodies.quantize_bodies(model, plans, data["amax"])
+            out_model = model
+        else:
+            report = graph.insert_qdq(data["amax"], to_quantize)
+            graph.cleanup().toposort()
+            out_model = io.graph_to_model(graph, like=model)
         for key, value in (("precision", PRECISION), ("parent_sha256", model_sha),
                            ("calibration_manifest_sha256", calib_info["manifest_sha256"])):
             p = out_model.metadata_props.add()
             p.key, p.value = f"cosyedge.{key}", value
         out_model = io.finalize_model(out_model, where=str(src))
         _smoke_test(out_model, contract, src)
-        macs = mac_share(out_model, contract)
+        macs = int8_bodies.mac_share(out_model, contract) if plans is not None else mac_share(out_model, contract)
         io.save_model(out_model, out_path)
     LOG.info("INT8 model %s: %d Q/DQ pairs, %d nodes quantized, kept in float: %s", out_path,
              report["qdq_pairs"], len(to_quantize), ", ".join(sorted(kept)) or "none")
