@@ -98,8 +98,9 @@ def int8_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, calib: Any = None,
     Raises:
         ArtifactError: ONNX missing/corrupt or without cosyedge state metadata; an ``amax`` cache from
             another model; the result fails shape inference or does not run in ONNX Runtime.
-        UsageError: unknown ``exclude`` node; ``out_path`` equals the input; the compute sits in Scan bodies
-            (an adopted model, :func:`refuse_scan_bodies`).
+        UsageError: unknown ``exclude`` node; ``out_path`` equals the input; the compute sits in subgraphs INT8
+            does not enter (:func:`refuse_scan_bodies`). An adopted model's leaf Scan bodies are quantized
+            (:mod:`cosyedge.precision.int8_bodies`).
         ArtifactError: a calibration folder without ``manifest.json``.
     """
     from cosyedge.precision import calibrate as cal
@@ -189,21 +190,31 @@ def int8_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, calib: Any = None,
     }
 
 
-def refuse_scan_bodies(model: Any, src: Path) -> None:
-    """Refuse a model whose main graph holds a Scan (an adopted model: DTLN, GTCRN, Silero VAD keep their compute
-    in Scan bodies, :mod:`cosyedge.precision.bodies`): calibration reads activations as model outputs, which ONNX
-    Runtime cannot give for tensors inside a body, so no Q/DQ could be placed there; an 'int8' engine would be the
-    FP32 model under another label. FP16 and 2:4 do enter the bodies.
+def refuse_scan_bodies(model: Any, src: Path, contract: StreamContract | None = None) -> None:
+    """Refuse, before any calibration or pruning, a model whose main graph holds a Scan/Loop/If but whose compute
+    INT8 cannot reach: no leaf Scan body (:mod:`cosyedge.precision.int8_bodies`; If/Loop bodies and bodies reading
+    outer tensors are not entered) holds a weighted op with constant weights, so an 'int8' engine would be the FP32
+    model under another label. Adopted models (DTLN, GTCRN, Silero VAD) pass: their bodies are quantized.
 
+    Args:
+        model (onnx.ModelProto): The FP32 streaming model.
+        src (Path): Its path (for the message).
+        contract (StreamContract | None): Its contract; read from ``model`` when None.
     Raises:
-        UsageError: the main graph has a Scan (one line naming why and what to build instead).
+        UsageError: one line naming why and what to build instead.
     """
-    from cosyedge.precision.bodies import subgraph_nodes
+    from cosyedge.precision.bodies import has_subgraphs
+    from cosyedge.precision.int8_bodies import body_plans
 
-    if any(n.op_type == "Scan" for n in subgraph_nodes(model.graph)):
-        raise UsageError(f"int8: {src} keeps its compute inside Scan bodies (an adopted graph), and INT8 calibration "
-                         f"does not read activations inside Scan bodies yet, so nothing would run in INT8: build it "
-                         f"with --fp16 and/or --sparse, or in FP32")
+    if not has_subgraphs(model):
+        return
+    try:
+        body_plans(model, contract if contract is not None else StreamContract.from_onnx(model))
+    except UsageError:
+        raise UsageError(f"int8: {src} keeps its compute inside subgraphs (Scan/Loop/If), and no Scan body that the "
+                         f"INT8 stage enters (Scan bodies reading no outer tensor) holds a Conv/ConvTranspose/Gemm/"
+                         f"MatMul with constant weights, so nothing would run in INT8: build it with --fp16 and/or "
+                         f"--sparse, or in FP32") from None
 
 
 def _smoke_test(model: Any, contract: StreamContract, where: Path) -> None:
