@@ -3,8 +3,8 @@
 The flat INT8 stage reads activations as extra model outputs and places Q/DQ in the main graph; for an adopted
 model both happen in the leaf bodies (:func:`cosyedge.precision.bodies.leaf_bodies`):
 
-* **Selection** (:func:`body_plans`): each leaf body is made a standalone model (:func:`~cosyedge.precision.bodies.body_model`;
-  weights held by ``Constant`` nodes, as in Silero VAD's export, become initializers) and its weighted ops are split
+* **Selection** (:func:`body_plans`): each leaf body is made a standalone model
+  (:func:`~cosyedge.precision.bodies.body_model`; weights held by ``Constant`` nodes, as in Silero VAD's export, become initializers) and its weighted ops are split
   with the flat rules (:func:`cosyedge.precision.qdq.select_nodes`, with the body's roles: the body input carrying
   the audio is the "audio input", the body output carrying ``contract.output`` the "audio output"). The nodes a
   recipe builds as signal processing (``<recipe>_dsp/...``, the fixed STFT bases,
