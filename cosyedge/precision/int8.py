@@ -8,7 +8,9 @@ pairs following TensorRT's rules (:mod:`cosyedge.precision.qdq`), keeps the cosy
 inference, the checker and one ONNX Runtime chunk, and writes it atomically. It counts the MACs per chunk
 and the share of them the Q/DQ covers (:mod:`cosyedge.precision.macs`; a GRU or a conv kept in float stays
 float), logs that share in one line (a warning below 50 %) and returns it for the build manifest
-(``reports.int8.macs``).
+(``reports.int8.macs``). A model whose compute sits in Scan bodies (an adopted model: GTCRN, DTLN, Silero VAD) is
+calibrated and quantized inside its leaf bodies (:mod:`cosyedge.precision.int8_bodies`); one whose weighted ops
+INT8 cannot reach (If/Loop bodies) is refused in one line (:func:`refuse_scan_bodies`).
 """
 
 from __future__ import annotations

@@ -238,7 +238,7 @@ def mac_share(model: Any, contract: Any) -> dict:
     from cosyedge.runtime.ort import session_from_onnx
 
     bodies = leaf_bodies(model, contract)
-    names, depth = [], {}
+    names = []
     for b in bodies:
         inits = {t.name for t in b.graph.initializer}
         consts = {o for n in b.graph.node if n.op_type == "Constant" for o in n.output}
