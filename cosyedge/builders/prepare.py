@@ -133,7 +133,7 @@ def prepare_onnx(onnx_path: Any, dest: str | Path, *, precision: str = "fp32", s
     if precision == "int8":
         from cosyedge.precision.int8 import int8_onnx, refuse_scan_bodies
 
-        refuse_scan_bodies(src.proto, src.path)  # before any pruning: the line names the user's model
+        refuse_scan_bodies(src.proto, src.path, src.contract)  # before any pruning: the line names the user's model
     fields: dict = {"precision": precision, "sparse": bool(sparse), "exclude": list(exclude), "sparsity": None,
                     "fp16": None, "int8": None, "calibration_sha256": None}
     stage_in = src

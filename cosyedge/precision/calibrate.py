@@ -5,7 +5,9 @@ state, chunk by chunk (:data:`CHUNK_HOPS` hops = 1 s for the reference; the chun
 the states are the real carried states, so the activations equal those of 10 ms streaming), with the
 tensors to quantize (:func:`cosyedge.precision.qdq.activation_tensors`) and the outputs of the weighted
 ops (for the TensorRT cache, :func:`cosyedge.precision.qdq.calibration_tensors`) added as extra graph
-outputs.
+outputs. For a model whose compute sits in Scan bodies (an adopted model) the tensors are those of its leaf bodies,
+brought out as extra scan outputs of each enclosing Scan (:func:`cosyedge.precision.int8_bodies.expose`: every
+value the tensor takes over the hops of a chunk).
 Pass 1 records ``max |x|`` per tensor, pass 2 fills a 2048-bin histogram of ``|x|`` over
 ``[0, max]`` (:class:`cosyedge.precision.entropy.AbsHistogram`: why two passes), then each amax is the
 KL-optimal threshold (:func:`cosyedge.precision.entropy.amax_entropy`, TensorRT's EntropyCalibration2).
@@ -167,8 +169,16 @@ def collect_amax(model_path: str | Path, calib: CalibrationSet, tensors: list[st
         return x
 
     readers = [lambda i=i: read(i) for i in range(len(calib))]
-    sess = _session_with_outputs(model, tensors, threads)
+    fetch = {t: t for t in tensors}
+    from cosyedge.precision.bodies import has_subgraphs
+
+    if has_subgraphs(model):  # an adopted model: body tensors come out as extra scan outputs
+        from cosyedge.precision.int8_bodies import expose
+
+        model, fetch = expose(model, tensors)
+    sess = _session_with_outputs(model, list(dict.fromkeys(fetch.values())), threads)
     del model
+    fetched = [fetch[t] for t in tensors]
     hists = {t: AbsHistogram(num_bins) for t in tensors}
     t0 = time.perf_counter()
     for pass_no, what in ((1, "amax"), (2, "histograms")):
@@ -181,7 +191,7 @@ def collect_amax(model_path: str | Path, calib: CalibrationSet, tensors: list[st
         for i in tqdm(range(len(calib)), desc=f"calibration pass {pass_no}/2 ({what})", unit="utt",
                       disable=(None if progress is None else not progress)):
             x = read(i)
-            _stream_utterance(sess, contract, x, chunk, tensors, fn, pick_partners(contract, readers, i))
+            _stream_utterance(sess, contract, x, chunk, fetched, fn, pick_partners(contract, readers, i))
     amax = {t: h.amax_entropy() for t, h in hists.items()}
     elapsed = time.perf_counter() - t0
     return {"amax": amax, "max": {t: h.max for t, h in hists.items()},
@@ -260,8 +270,16 @@ def calibrate(model_path: "str | Path | SourceModel", calib: CalibrationSet, *, 
     require_calibratable(contract, model_path)
     model_sha = source.sha256
     fp32 = load_onnx(model_path)
-    tensors = calibration_tensors(fp32)
-    aliases = concat_aliases(fp32, tensors)
+    from cosyedge.precision.bodies import has_subgraphs
+
+    if has_subgraphs(fp32):  # an adopted model: the tensors of its Scan bodies (cosyedge.precision.int8_bodies)
+        from cosyedge.precision import int8_bodies
+
+        tensors = int8_bodies.calibration_tensors(fp32, contract)
+        aliases = {}
+    else:
+        tensors = calibration_tensors(fp32)
+        aliases = concat_aliases(fp32, tensors)
     del fp32
     if not tensors:
         raise UsageError(f"{model_path} has no Conv/ConvTranspose/Gemm/MatMul with constant weights to quantize")

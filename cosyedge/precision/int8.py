@@ -8,7 +8,9 @@ pairs following TensorRT's rules (:mod:`cosyedge.precision.qdq`), keeps the cosy
 inference, the checker and one ONNX Runtime chunk, and writes it atomically. It counts the MACs per chunk
 and the share of them the Q/DQ covers (:mod:`cosyedge.precision.macs`; a GRU or a conv kept in float stays
 float), logs that share in one line (a warning below 50 %) and returns it for the build manifest
-(``reports.int8.macs``).
+(``reports.int8.macs``). A model whose compute sits in Scan bodies (an adopted model: GTCRN, DTLN, Silero VAD) is
+calibrated and quantized inside its leaf bodies (:mod:`cosyedge.precision.int8_bodies`); one whose weighted ops
+INT8 cannot reach (If/Loop bodies) is refused in one line (:func:`refuse_scan_bodies`).
 """
 
 from __future__ import annotations
@@ -98,8 +100,9 @@ def int8_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, calib: Any = None,
     Raises:
         ArtifactError: ONNX missing/corrupt or without cosyedge state metadata; an ``amax`` cache from
             another model; the result fails shape inference or does not run in ONNX Runtime.
-        UsageError: unknown ``exclude`` node; ``out_path`` equals the input; the compute sits in Scan bodies
-            (an adopted model, :func:`refuse_scan_bodies`).
+        UsageError: unknown ``exclude`` node; ``out_path`` equals the input; the compute sits in subgraphs INT8
+            does not enter (:func:`refuse_scan_bodies`). An adopted model's leaf Scan bodies are quantized
+            (:mod:`cosyedge.precision.int8_bodies`).
         ArtifactError: a calibration folder without ``manifest.json``.
     """
     from cosyedge.precision import calibrate as cal
@@ -122,11 +125,21 @@ def int8_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, calib: Any = None,
     check_writable(out_path)
     exclude = tuple(exclude or ())
     model = io.at_least_opset(load_onnx(src), 13, str(src), "per-channel Q/DQ (DequantizeLinear axis)")
-    refuse_scan_bodies(model, src)
-    graph = gs.import_onnx(model)
-    if any(n.op in ("QuantizeLinear", "DequantizeLinear") for n in graph.nodes):
+    from cosyedge.precision.bodies import has_subgraphs, iter_graphs
+
+    if any(n.op_type in ("QuantizeLinear", "DequantizeLinear") for g in iter_graphs(model.graph) for n in g.node):
         raise UsageError(f"{src} already holds Q/DQ nodes; give the FP32 streaming model")
-    to_quantize, kept = qdq.select_nodes(model, [i.name for i in contract.stream_inputs], contract.output, exclude)
+    plans = None
+    if has_subgraphs(model):  # an adopted model: Q/DQ inside its leaf Scan bodies
+        from cosyedge.precision import int8_bodies
+
+        plans = int8_bodies.body_plans(model, contract, exclude)
+        to_quantize = [w for p in plans for w in p.quantize]
+        kept = {k: v for p in plans for k, v in p.kept.items()}
+    else:
+        graph = gs.import_onnx(model)
+        to_quantize, kept = qdq.select_nodes(model, [i.name for i in contract.stream_inputs], contract.output,
+                                             exclude)
     model_sha = source.sha256
     calib_info: dict = {}
     if amax is not None:
@@ -140,16 +153,20 @@ def int8_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, calib: Any = None,
         trt_cache = cal.trt_cache_path_for(amax_path.parent, cache_name or contract.name)
     calib_info = data["calibration"]
     with LOG.stage(f"insert Q/DQ into {src.name} ({len(to_quantize)} weighted nodes, {len(kept)} kept in float)"):
-        report = graph.insert_qdq(data["amax"], to_quantize)
-        graph.cleanup().toposort()
-        out_model = io.graph_to_model(graph, like=model)
+        if plans is not None:
+            report = int8_bodies.quantize_bodies(model, plans, data["amax"])
+            out_model = model
+        else:
+            report = graph.insert_qdq(data["amax"], to_quantize)
+            graph.cleanup().toposort()
+            out_model = io.graph_to_model(graph, like=model)
         for key, value in (("precision", PRECISION), ("parent_sha256", model_sha),
                            ("calibration_manifest_sha256", calib_info["manifest_sha256"])):
             p = out_model.metadata_props.add()
             p.key, p.value = f"cosyedge.{key}", value
         out_model = io.finalize_model(out_model, where=str(src))
         _smoke_test(out_model, contract, src)
-        macs = mac_share(out_model, contract)
+        macs = int8_bodies.mac_share(out_model, contract) if plans is not None else mac_share(out_model, contract)
         io.save_model(out_model, out_path)
     LOG.info("INT8 model %s: %d Q/DQ pairs, %d nodes quantized, kept in float: %s", out_path,
              report["qdq_pairs"], len(to_quantize), ", ".join(sorted(kept)) or "none")
@@ -175,21 +192,31 @@ def int8_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, calib: Any = None,
     }
 
 
-def refuse_scan_bodies(model: Any, src: Path) -> None:
-    """Refuse a model whose main graph holds a Scan (an adopted model: DTLN, GTCRN, Silero VAD keep their compute
-    in Scan bodies, :mod:`cosyedge.precision.bodies`): calibration reads activations as model outputs, which ONNX
-    Runtime cannot give for tensors inside a body, so no Q/DQ could be placed there; an 'int8' engine would be the
-    FP32 model under another label. FP16 and 2:4 do enter the bodies.
+def refuse_scan_bodies(model: Any, src: Path, contract: StreamContract | None = None) -> None:
+    """Refuse, before any calibration or pruning, a model whose main graph holds a Scan/Loop/If but whose compute
+    INT8 cannot reach: no leaf Scan body (:mod:`cosyedge.precision.int8_bodies`; If/Loop bodies and bodies reading
+    outer tensors are not entered) holds a weighted op with constant weights, so an 'int8' engine would be the FP32
+    model under another label. Adopted models (DTLN, GTCRN, Silero VAD) pass: their bodies are quantized.
 
+    Args:
+        model (onnx.ModelProto): The FP32 streaming model.
+        src (Path): Its path (for the message).
+        contract (StreamContract | None): Its contract; read from ``model`` when None.
     Raises:
-        UsageError: the main graph has a Scan (one line naming why and what to build instead).
+        UsageError: one line naming why and what to build instead.
     """
-    from cosyedge.precision.bodies import subgraph_nodes
+    from cosyedge.precision.bodies import has_subgraphs
+    from cosyedge.precision.int8_bodies import body_plans
 
-    if any(n.op_type == "Scan" for n in subgraph_nodes(model.graph)):
-        raise UsageError(f"int8: {src} keeps its compute inside Scan bodies (an adopted graph), and INT8 calibration "
-                         f"does not read activations inside Scan bodies yet, so nothing would run in INT8: build it "
-                         f"with --fp16 and/or --sparse, or in FP32")
+    if not has_subgraphs(model):
+        return
+    try:
+        body_plans(model, contract if contract is not None else StreamContract.from_onnx(model))
+    except UsageError:
+        raise UsageError(f"int8: {src} keeps its compute inside subgraphs (Scan/Loop/If), and no Scan body that the "
+                         f"INT8 stage enters (Scan bodies reading no outer tensor) holds a Conv/ConvTranspose/Gemm/"
+                         f"MatMul with constant weights, so nothing would run in INT8: build it with --fp16 and/or "
+                         f"--sparse, or in FP32") from None
 
 
 def _smoke_test(model: Any, contract: StreamContract, where: Path) -> None:

@@ -172,22 +172,24 @@ def test_run_mic_enhances_live_and_replays_offline_to_the_same_samples(mic_cli, 
     assert _snr_db(heard[: live.size - d], live[d:]) < 20.0
 
 
-def test_int8_build_refuses_in_one_line(gtcrn_onnx, tmp_path, capsys):
-    """GTCRN's compute sits in the adoption's Scan bodies; FP16 and 2:4 enter them (tests/precision/
-    test_issue39_scan_precision.py), INT8 calibration does not yet: the build says so in one line (exit 2), before
-    any calibration set is made or weight pruned, instead of writing the FP32 model under another label."""
+def test_int8_sparse_build_runs_in_the_body(gtcrn_onnx, tmp_path):
+    """`cosyedge build --int8 --sparse` of GTCRN (compute in the adoption's Scan bodies): prunes, calibrates and places
+    Q/DQ inside the leaf body (tests/precision/test_issue39_scan_precision.py checks the placement and the SNR);
+    the build exits 0 and its model holds no Q/DQ outside the Scan bodies."""
+    import onnx
+
     from cosyedge.cli.main import main
+    from tests.precision.test_issue39_scan_precision import _calib
 
     engines = tmp_path / "engines"
-    calib = tmp_path / "calib"
-    argv = ["build", "-q", "--onnx", str(gtcrn_onnx), "--int8", "--sparse", "--calib", str(calib), "-o", str(engines)]
-    assert main(argv) == 2
-    assert capsys.readouterr().err.strip().splitlines() == [
-        f"[!] int8: {gtcrn_onnx} keeps its compute inside Scan bodies (an adopted graph), and INT8 calibration does not "
-        "read activations inside Scan bodies yet, so nothing would run in INT8: build it with --fp16 and/or --sparse, "
-        "or in FP32"]
-    assert not calib.exists()
-    assert not engines.exists() or not any(p for p in engines.iterdir() if not p.name.startswith("."))
+    calib = _calib(tmp_path / "calib", count=4)
+    argv = ["build", "-q", "--onnx", str(gtcrn_onnx), "--int8", "--sparse", "--calib", str(calib.folder), "-o",
+            str(engines)]
+    assert main(argv) == 0
+    model = onnx.load(str(next(engines.rglob("model.onnx"))))
+    assert not any(n.op_type in ("QuantizeLinear", "DequantizeLinear") for n in model.graph.node)
+    text = model.SerializeToString()
+    assert b"QuantizeLinear" in text and b"DequantizeLinear" in text
 
 
 def test_fp32_build_compares_equal_to_the_stream_onnx(gtcrn_onnx, tmp_path, capsys):
