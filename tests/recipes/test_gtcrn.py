@@ -229,15 +229,15 @@ def test_triton_repository_takes_it(gtcrn_onnx, tmp_path):
 
 
 def test_the_committed_ci_baseline_is_for_the_model_the_recipe_exports(gtcrn_onnx):
-    """.ci/run gates `cosyedge export gtcrn` with cosyedge/compare/baselines/gtcrn.accuracy.json (FP32); the export
-    is deterministic, so a change of the recipe, adopt or the wheel shows here first (then regenerate the baseline
+    """.ci/run gates `cosyedge export gtcrn` with cosyedge/compare/baselines/gtcrn.accuracy.json (FP32 and FP16);
+    the export is deterministic, so a change of the recipe, adopt or the wheel shows here first (then regenerate the baseline
     with check --update-baseline, as for nsnet2)."""
     from cosyedge.artifacts import model_content_sha256
 
     base = json.loads((ROOT / "cosyedge" / "compare" / "baselines" / "gtcrn.accuracy.json").read_text())
     assert base["model"]["name"] == "gtcrn"
     assert base["model"]["content_sha256"] == model_content_sha256(gtcrn_onnx)
-    assert sorted(base["labels"]) == ["fp32"]
+    assert sorted(base["labels"]) == ["fp16", "fp32"]
     ci = (ROOT / ".ci" / "run").read_text()
     assert "cosyedge export gtcrn -q -o out/gtcrn.stream.onnx" in ci
     assert "--baseline cosyedge/compare/baselines/gtcrn.accuracy.json" in ci
