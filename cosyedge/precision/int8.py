@@ -25,6 +25,7 @@ from cosyedge.artifacts import (SourceModel, StreamContract, check_not_input, ch
 from cosyedge.errors import ArtifactError, UsageError
 from cosyedge.log import LOG
 from cosyedge.precision.calibration import Calibration
+from cosyedge.precision.cost import output_cost
 
 PRECISION = "int8"
 
@@ -174,8 +175,11 @@ def int8_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, calib: Any = None,
         LOG.warning("%s (below %d %%: most of this INT8 build runs in float)", share_line(macs), 100 * LOW_SHARE)
     else:
         LOG.info("%s", share_line(macs))
+    snr = output_cost(source, out_path, "int8", "INT8 quantization",
+                      "keep sensitive layers float with --exclude, or calibrate on more of your own audio")
     return {
         "precision": PRECISION,
+        "output_snr_db": snr,
         "output": str(out_path),
         "output_sha256": sha256_file(out_path),
         "model_sha256": model_sha,

@@ -53,6 +53,7 @@ from cosyedge.artifacts import (
 )
 from cosyedge.errors import ArtifactError, UsageError
 from cosyedge.log import LOG
+from cosyedge.precision.cost import output_cost
 
 onnx = lazy_import("onnx")
 
@@ -345,7 +346,7 @@ def sparsify_onnx(in_onnx: Any, out_onnx: str | Path, *, exclude: Iterable[str] 
         dict: ``{"input", "output", "parent_sha256", "sha256", "pattern": "2:4", "axis": "reduction",
         "layers": [LayerReport as dict...], "summary": summarize(...), "seconds", "output_snr_db"}``
         (JSON-serialisable; ``output_snr_db``: the pruned model's output vs the dense one on 1.5 s of speech, dB,
-        None for a model that does not stream audio; a warning is logged below :data:`SPARSE_WARN_SNR_DB`).
+        None for a model that does not stream audio; a warning is logged below :data:`cosyedge.precision.cost.WARN_SNR_DB`).
     Raises:
         ArtifactError: input missing/corrupt, same path as the output, output not writable.
         UsageError: unknown node in ``exclude``; no layer is eligible.
@@ -376,39 +377,11 @@ def sparsify_onnx(in_onnx: Any, out_onnx: str | Path, *, exclude: Iterable[str] 
             "seconds": time.perf_counter() - t0,
         }
     LOG.info("sparsify: %d/%d layers pruned 2:4", report["summary"]["pruned"], len(reports))
-    report["output_snr_db"] = _pruning_cost(source, out_onnx)
+    report["output_snr_db"] = output_cost(
+        source, out_onnx, "sparsify", "2:4 magnitude pruning without fine-tuning",
+        "fine-tune with 2:4 masks, cosyedge.precision.sparse_torch, or build without --sparse")
     return report
 
-
-SPARSE_WARN_SNR_DB = 20.0
-"""float: below this output SNR (dB) of the pruned model vs its dense parent on speech, the build warns that
-magnitude pruning without fine-tuning changed the model audibly (GTCRN 5.3 dB, DTLN 4.7 dB; the reference model,
-trained with 2:4 in mind, far above)."""
-
-
-def _pruning_cost(source: Any, pruned: Path) -> float | None:
-    """Output SNR (dB, float) of the pruned stream model vs its dense parent over 1.5 s of the bundled speech,
-    logged, with a warning below :data:`SPARSE_WARN_SNR_DB`; None for a model that does not stream audio (a VAD,
-    features models: ``cosyedge compare`` measures those) or a graph that is not a stream model."""
-    from cosyedge.errors import CosyEdgeError
-    from cosyedge.precision.fp16 import default_scan_signals, output_snr_db
-
-    try:
-        contract = source.contract
-        if not contract.is_audio or len(contract.stream_inputs) != 1:
-            return None
-        speech = default_scan_signals(contract.sample_rate_hz)["speech"]
-        speech = speech[: len(speech) // contract.hop_samples * contract.hop_samples]
-        snr = float(output_snr_db(source, pruned, speech))
-    except (CosyEdgeError, ValueError, KeyError):
-        return None
-    if snr < SPARSE_WARN_SNR_DB:
-        LOG.warning("sparsify: output SNR %.1f dB vs the dense model on speech: 2:4 magnitude pruning without "
-                    "fine-tuning changed this model audibly (measure with cosyedge compare; fine-tune with 2:4 masks, "
-                    "cosyedge.precision.sparse_torch, or build without --sparse)", snr)
-    else:
-        LOG.info("sparsify: output SNR %.1f dB vs the dense model on speech", snr)
-    return snr
 
 
 def is_sparse_onnx(path: str | Path) -> bool:

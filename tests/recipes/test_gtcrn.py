@@ -248,10 +248,11 @@ def test_sparse_pruning_reports_its_cost_and_warns(gtcrn_onnx, tmp_path, caplog)
     vs the dense model on speech (16.1 dB measured) and the log warns below 20 dB, naming the way out."""
     import logging
 
-    from cosyedge.precision.sparsity import SPARSE_WARN_SNR_DB, sparsify_onnx
+    from cosyedge.precision.cost import WARN_SNR_DB
+    from cosyedge.precision.sparsity import sparsify_onnx
 
     with caplog.at_level(logging.INFO, logger="cosyedge"):
         report = sparsify_onnx(gtcrn_onnx, tmp_path / "g-sparse.onnx")
-    assert 5.0 < report["output_snr_db"] < SPARSE_WARN_SNR_DB
+    assert 5.0 < report["output_snr_db"] < WARN_SNR_DB
     assert any("changed this model audibly" in r.getMessage() and r.levelno == logging.WARNING
                for r in caplog.records), caplog.text
