@@ -227,3 +227,26 @@ def test_cli_run_mic_vad_shows_speech_and_gives_the_file_segments(cli, engines, 
     want = _package_segments(x)
     got = [(s["start_sample"], s["end_sample"]) for s in live["segments"]]
     assert len(got) == len(want) and all(abs(a - b) <= HOP for g, w in zip(got, want) for a, b in zip(g, w)), got
+
+
+def test_silero_onnx_adopted_from_the_wheel_runs_with_vad_and_is_refused_without(cli, engines, tmp_path):
+    """Silero's own silero_vad.onnx, adopted (output 'output', no recipe metadata): `run --vad` gives the
+    recipe's segments on noisy.wav; without --vad the one-line refusal points at --vad."""
+    import silero_vad
+
+    from cosyedge.vad.stream import detect_file
+
+    src = Path(silero_vad.__file__).parent / "data" / "silero_vad.onnx"
+    s1 = tmp_path / "s1.onnx"
+    rc, _out, err = cli("adopt", src, "-o", s1, "--sample-rate-hz", 16000, "--const", "sr=16000",
+                        "--frame-samples", 576, "--hop-samples", 512)
+    assert rc == 0, err
+    rc, out, err = cli("run", DEMO / "noisy.wav", "--vad", "--engine", s1, "-o", tmp_path / "seg.json")
+    assert rc == 0, err
+    got = json.loads((tmp_path / "seg.json").read_text())["segments"]
+    assert got == detect_file(DEMO / "noisy.wav", engines.folder)["segments"]
+    assert [(s["start"], s["end"]) for s in got] == RECON_SECONDS["noisy"]
+    rc, _out, err = cli("run", DEMO / "noisy.wav", "-o", tmp_path / "x.wav", "--engine", s1)
+    line = _one_line_error(rc, err, 2)
+    assert "a voice activity detector: it gives a speech probability per 32 ms hop ('output')" in line
+    assert "cosyedge run FILE --vad --engine MODEL" in line and not (tmp_path / "x.wav").exists()
