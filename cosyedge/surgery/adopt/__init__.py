@@ -230,16 +230,25 @@ def adopt_model(model: Any, *, where: str = "model", state_pairs: Any = None, sa
     ref_sess = _session(model, where)
     # real shapes and zero-state check: one call of one hop at batch 1 (shapes the graph does not tell: by running)
     ort_in = {i.name: i for i in ref_sess.get_inputs()}
-    unknown = {s.input for s in states if any(not isinstance(d, int) or d <= 0 for d in s.shape)}
+    ranked = {i.name for i in model.graph.input if i.type.tensor_type.HasField("shape")}
+    declared = {s.input: list(s.shape) if s.input in ranked or s.input in state_shapes else None for s in states}
+    unknown = {s.input for s in states if declared[s.input] is None
+               or any(not isinstance(d, int) or d <= 0 for d in s.shape)}
     for s in states:
         s.dtype = _ORT_TO_NP.get(ort_in[s.input].type, "float32")
         s.shape = tuple(1 if not isinstance(d, int) or d <= 0 else d for d in s.shape)
     feed1 = feeds.speech_feed(g.ins, sample_rate_hz, 1, proof_inputs)
-    first = _run_once(ref_sess, g, feed1, states, g.outs + [s.output for s in states], unknown, where)
+    first = _run_once(ref_sess, g, feed1, states, g.outs + [s.output for s in states], unknown, where, declared)
     for s in states:  # a state whose size the graph does not declare: the size its output has when run
         if tuple(first[s.output].shape) != tuple(s.shape) and s.input in unknown:
             s.shape = tuple(first[s.output].shape)
-            first = _run_once(ref_sess, g, feed1, states, g.outs + [s.output for s in states], unknown, where)
+            first = _run_once(ref_sess, g, feed1, states, g.outs + [s.output for s in states], unknown, where,
+                              declared)
+    for s in states:
+        if s.input in unknown:  # a guess that ran: say so, it may not be the graph's intent
+            LOG.info("%s: state '%s' has a shape the graph does not tell (%s): guessed %s, which runs; if it is "
+                     "another, give --state %s=SHAPE", where, s.input, "unknown rank" if declared[s.input] is None
+                     else f"declared {declared[s.input]}", list(s.shape), s.input)
     for s in states:
         got = first[s.output].shape
         if tuple(got) != tuple(s.shape):
@@ -253,7 +262,7 @@ def adopt_model(model: Any, *, where: str = "model", state_pairs: Any = None, sa
     second = None
     if any(t.dynamic_time for t in g.ins):
         second = _run_once(ref_sess, g, feeds.speech_feed(g.ins, sample_rate_hz, 2, proof_inputs), states, g.outs,
-                           unknown, where)
+                           unknown, where, declared)
     outs, per_call = output_tensors({o.name: o for o in model.graph.output}, first, second, g, hop, time_axes, where)
     model, _ = canon.per_call_outputs_to_frames(model, per_call)
     if per_call:  # one value per call (a VAD's probability): (N, C, 1) per hop, so the graph runs hop by hop
@@ -356,9 +365,10 @@ def _session(model: Any, where: str) -> Any:
 
 
 def _run_once(sess: Any, g: Any, feed: dict, states: list[AdoptedState], outputs: list[str], unknown: set,
-              where: str) -> dict[str, np.ndarray]:
+              where: str, declared: dict | None = None) -> dict[str, np.ndarray]:
     """One call of the graph on ``feed`` from the initial states; outputs by name. A failure while some state's
-    shape is a guess asks for that shape (``--state NAME=SHAPE``)."""
+    shape is a guess (``unknown``: its rank or a size the graph does not declare; ``declared``: its declared
+    shape by input name, None for an unknown rank) asks for that shape (``--state NAME=SHAPE``)."""
     feeds_ = {**feed, **{s.input: np.full(s.shape, s.init, dtype=s.dtype) for s in states}}
     names = [o.name for o in sess.get_outputs()]
     try:
@@ -367,10 +377,16 @@ def _run_once(sess: Any, g: Any, feed: dict, states: list[AdoptedState], outputs
         guess = [s for s in states if s.input in unknown]
         if guess:
             s = guess[0]
-            raise UsageError(f"{where}: the shape of state '{s.input}' cannot be told from the graph (declared "
-                             f"{list(s.shape)} with unknown sizes; running it that way fails: {first_line(err)[:120]}): "
-                             f"give it with --state {s.input}=SHAPE, e.g. --state {s.input}="
-                             f"{'x'.join(str(d) for d in s.shape)}") from None
+            decl = (declared or {}).get(s.input, list(s.shape))
+            told = ("of unknown rank" if decl is None else
+                    f"declared {decl} with unknown sizes")
+            # a placeholder, never the guess that just failed: 1xH for [1, 'H'], SHAPE for an unknown rank
+            example = ("all its sizes at batch 1, e.g. 1x64" if decl is None else f"e.g. --state {s.input}=" + "x".join(
+                str(d) if isinstance(d, int) and d > 0 else (d if isinstance(d, str) and d != "?" else f"D{k}")
+                for k, d in enumerate(decl)))
+            raise UsageError(f"{where}: the shape of state '{s.input}' cannot be told from the graph ({told}; "
+                             f"running it as {list(s.shape)} fails: {first_line(err)[:120]}): give it with "
+                             f"--state {s.input}=SHAPE ({example})") from None
         raise ArtifactError(f"ONNX Runtime fails on one hop of {where} ({first_line(err)})") from None
 
 
