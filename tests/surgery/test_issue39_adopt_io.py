@@ -459,3 +459,18 @@ def test_a_state_shape_the_graph_does_not_tell_is_asked_for_or_said_to_be_guesse
         assert rc == 0 and out.exists(), err
         assert f"state 'mem' has a shape the graph does not tell ({guessed}, which runs; if it is another, give " \
                f"--state mem=SHAPE" in err
+
+
+def test_a_const_the_graph_cannot_load_with_is_named_as_the_cause(tmp_path, cli):
+    """Silero with --const sr=8000 and a 576-sample frame: the graph loads without consts but not with them:
+    exit 2 naming the const (was exit 3 'ONNX Runtime cannot load silero_vad.onnx', blaming the file)."""
+    from tests.cli_errors import one_error_line
+
+    vad = _need("silero_vad/data/silero_vad.onnx")
+    out = tmp_path / "s8.onnx"
+    rc, _, err = cli("adopt", vad, "-o", out, "--sample-rate-hz", 8000, "--const", "sr=8000", "--frame-samples", 576,
+                     "--hop-samples", 512)
+    line = one_error_line(err)
+    assert rc == 2 and not out.exists() and "Traceback" not in err
+    assert "loads in ONNX Runtime without the consts but not with --const sr=8000 (" in line
+    assert "the const values are the likely cause" in line and "cannot load" not in line

@@ -218,6 +218,7 @@ def adopt_model(model: Any, *, where: str = "model", state_pairs: Any = None, sa
     if taken and "cosyedge.state" in meta:
         raise UsageError(f"{where} is already a cosyedge stream model (has '{taken[0]}'): nothing to adopt")
     time_axes = dict(time_axes or {})
+    unfixed = model
     model = canon.fix_consts(model, dict(consts or {}), where)
     given, state_shapes = split_state_args(state_pairs)
     pairs = find_state_pairs(model, where, given=given)
@@ -227,7 +228,7 @@ def adopt_model(model: Any, *, where: str = "model", state_pairs: Any = None, sa
     states = [s for s, _c in g.states]
     LOG.info("%s: %s %s, outputs %s, %d state pair(s): %s", where, "audio" if g.ins[0].kind == "audio" else
              "features", [t.name for t in g.ins], g.outs, len(states), ", ".join(f"{s.input}={s.output}" for s in states))
-    ref_sess = _session(model, where)
+    ref_sess = _session(model, where, unfixed if consts else None, consts)
     # real shapes and zero-state check: one call of one hop at batch 1 (shapes the graph does not tell: by running)
     ort_in = {i.name: i for i in ref_sess.get_inputs()}
     ranked = {i.name for i in model.graph.input if i.type.tensor_type.HasField("shape")}
@@ -269,7 +270,7 @@ def adopt_model(model: Any, *, where: str = "model", state_pairs: Any = None, sa
         LOG.info("%s: outputs %s give one value per call: streamed as features, one frame per hop of %d samples",
                  where, sorted(per_call), hop)
         g.hop_fixed = True
-        ref_sess = _session(model, where)
+        ref_sess = _session(model, where, unfixed if consts else None, consts)
     g.outs = outs
     init_vals = [(s.input, s.output, np.full(s.shape, s.init, dtype=s.dtype)) for s in states]
     hops = max(12, -(-int(PROOF_SECONDS * sample_rate_hz) // hop))
@@ -357,11 +358,24 @@ def adopt_model(model: Any, *, where: str = "model", state_pairs: Any = None, sa
     return adopted, contract
 
 
-def _session(model: Any, where: str) -> Any:
+def _session(model: Any, where: str, unfixed: Any = None, consts: dict | None = None) -> Any:
+    """ONNX Runtime session of ``model``. When it fails to load and ``unfixed`` (the graph before ``consts`` were
+    fixed) loads, the const values are named as the likely cause (UsageError, exit 2); else ArtifactError."""
     try:
         return proof.session(model)
     except Exception as err:
-        raise ArtifactError(f"ONNX Runtime cannot load {where} ({first_line(err)})") from None
+        msg = first_line(err)
+        if unfixed is not None:
+            try:
+                proof.session(unfixed)
+            except Exception:  # noqa: BLE001 - the graph itself does not load: the file is to blame
+                pass
+            else:
+                given = " ".join(f"--const {k}={v}" for k, v in (consts or {}).items())
+                raise UsageError(f"{where} loads in ONNX Runtime without the consts but not with {given} ("
+                                 f"{msg[:160]}): the const values are the likely cause (a value the graph does not "
+                                 f"support, or one that does not fit --frame-samples/--hop-samples)") from None
+        raise ArtifactError(f"ONNX Runtime cannot load {where} ({msg})") from None
 
 
 def _run_once(sess: Any, g: Any, feed: dict, states: list[AdoptedState], outputs: list[str], unknown: set,
