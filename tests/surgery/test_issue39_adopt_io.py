@@ -474,3 +474,46 @@ def test_a_const_the_graph_cannot_load_with_is_named_as_the_cause(tmp_path, cli)
     assert rc == 2 and not out.exists() and "Traceback" not in err
     assert "loads in ONNX Runtime without the consts but not with --const sr=8000 (" in line
     assert "the const values are the likely cause" in line and "cannot load" not in line
+
+
+def _block_graph(path: Path, out_len: int) -> Path:
+    """audio (1, 1, 160) -> y (1, 1, out_len): the block's last out_len samples plus a state h (1, 8):
+    y = audio[..., 160 - out_len:] + sum(h), h_out = 0.5 h + mean(audio)."""
+    nodes = [helper.make_node("Slice", ["audio", "st", "en", "ax"], ["tail"]),
+             helper.make_node("ReduceSum", ["h_in"], ["s"], keepdims=0), helper.make_node("Add", ["tail", "s"], ["y"]),
+             helper.make_node("ReduceMean", ["audio"], ["m"], keepdims=0), helper.make_node("Mul", ["h_in", "half"], ["hh"]),
+             helper.make_node("Add", ["hh", "m"], ["h_out"])]
+    inits = [_c("st", [160 - out_len]), _c("en", [160]), _c("ax", [2]), _c("half", 0.5)]
+    return _save(path, nodes, [_f("audio", [1, 1, 160]), _f("h_in", [1, 8])],
+                 [_f("y", [1, 1, out_len]), _f("h_out", [1, 8])], inits)
+
+
+def test_block_and_hop_mismatches_are_said_or_refused(tmp_path, cli, warnings_seen):
+    """A symbolic-length audio input taken as the hop says so (naming --frame-samples); a fixed 160-sample block
+    at a 100-sample hop warns that 60 samples are context and streams like the graph; an audio output of 160
+    samples per call at a 100-sample hop is refused (it was adopted as '160 frames per 100-sample hop')."""
+    from tests.cli_errors import one_error_line
+
+    vad = _need("silero_vad/data/silero_vad.onnx")
+    rc, _, err = cli("adopt", vad, "-o", tmp_path / "s.onnx", "--sample-rate-hz", SR, "--const", "sr=16000",
+                     "--hop-samples", 512)
+    assert rc == 0, err
+    assert "audio input 'input' has no fixed length (shape ['?', '?']): taken as the hop, 512 samples per call with " \
+           "no context; if the graph wants context samples before the hop, give --frame-samples" in err
+    rc, _, err = cli("adopt", _block_graph(tmp_path / "b100.onnx", 100), "-o", tmp_path / "b.onnx",
+                     "--sample-rate-hz", SR, "--hop-samples", 100, "--state", "h_in=h_out")
+    assert rc == 0, err
+    assert any("takes 160 samples per call (shape [1, 1, 160]), more than the 100-sample hop: its first 60 samples "
+               "are context" in r.getMessage() for r in warnings_seen)
+    c = StreamContract.from_onnx(tmp_path / "b.onnx")
+    assert c.is_audio and c.hop_samples == 100 and c.stream_outputs[0].frames_per_hop == 100
+    x = _speech(1000)
+    d = (_stream(tmp_path / "b.onnx", x[None], 100).reshape(-1) - x).reshape(10, 100)  # y - x: sum(h) per hop
+    assert np.abs(d[0]).max() <= 1e-6 and np.abs(d - d[:, :1]).max() <= 1e-5 and np.abs(d[1:, 0]).max() > 0.1
+    out = tmp_path / "bad.onnx"
+    rc, _, err = cli("adopt", _block_graph(tmp_path / "b160.onnx", 160), "-o", out, "--sample-rate-hz", SR,
+                     "--hop-samples", 100, "--state", "h_in=h_out")
+    line = one_error_line(err)
+    assert rc == 2 and not out.exists()
+    assert "output 'y' gives 160 samples per call [1, 1, 160], more than the 100-sample hop: it cannot be a waveform " \
+           "at the hop" in line
