@@ -92,9 +92,13 @@ def refuse_vad_as_enhancer(engine, where: str, mic: bool = False) -> None:
                      f"audio, so it cannot enhance; get speech segments (start/end seconds, JSON) with {use}")
 
 
-def require_vad(engine, where: str) -> str:
+def require_vad(engine, where: str, mic: bool = False) -> str:
     """Return the probability output of a VAD engine, or refuse an enhancer given with ``--vad``.
 
+    Args:
+        engine (Engine): The loaded engine.
+        where (str): The model as the message names it.
+        mic (bool): The microphone command (the hint says ``cosyedge run mic -o OUT.wav``).
     Raises:
         UsageError: ``engine`` is not a VAD model (one line: what it is and the plain ``cosyedge run``).
     """
@@ -104,7 +108,8 @@ def require_vad(engine, where: str) -> str:
         what = ("an enhancer (waveform in, waveform out)" if c.is_audio else
                 f"not a voice activity detector (outputs {[o.name for o in c.stream_outputs]})")
         raise UsageError(f"--vad needs a voice activity detector (one speech probability per hop), but {where} is "
-                         f"{what}: leave out --vad to enhance with it (cosyedge run FILE -o OUT.wav), or drop "
+                         f"{what}: leave out --vad to enhance with it (cosyedge run {'mic' if mic else 'FILE'} "
+                         f"--engine MODEL -o OUT.wav), or drop "
                          f"--engine/--model to use Silero VAD")
     return out
 
