@@ -517,3 +517,18 @@ def test_block_and_hop_mismatches_are_said_or_refused(tmp_path, cli, warnings_se
     assert rc == 2 and not out.exists()
     assert "output 'y' gives 160 samples per call [1, 1, 160], more than the 100-sample hop: it cannot be a waveform " \
            "at the hop" in line
+
+
+def test_the_no_dynamic_batch_line_quotes_one_clause_of_onnx_runtime():
+    """The info line of every GTCRN export quoted ~400 characters of ONNX Runtime text: now its first clause."""
+    from cosyedge.surgery.adopt.batch import BRIEF_CHARS, brief
+
+    raw = ("ONNX Runtime fails on a call of 1 hop(s) (InvalidArgument: [ONNXRuntimeError] : 2 : INVALID_ARGUMENT : "
+           "Non-zero status code returned while running Scan node. Name:'adopt/scan_hops' Status Message: Non-zero "
+           "status code returned while running ScatterND node. Name:'gtcrn/ScatterND_227' Status Message: updates "
+           "tensor should have shape equal to indices.shape[:-1] + data.shape[indices.shape[-1]:]. updates shape: "
+           "{1,1,16,1,33}, indices shape: {1,1,16,1,33,5}, data shape: {2,1,16,16,33})\nsecond line")
+    got = brief(raw)
+    assert got == ("ONNX Runtime fails on a call of 1 hop(s) (InvalidArgument: Non-zero status code returned while "
+                   "running Scan node. Name:'adopt/scan_hops'")
+    assert len(got) <= BRIEF_CHARS and len(brief("x" * 500)) == BRIEF_CHARS

@@ -86,7 +86,7 @@ from cosyedge.errors import ArtifactError, UsageError, first_line
 from cosyedge.log import LOG
 from cosyedge.surgery import io, proof
 from cosyedge.surgery.adopt import canon, feeds
-from cosyedge.surgery.adopt.batch import _batch_test, _dynamic_batch
+from cosyedge.surgery.adopt.batch import _batch_test, _dynamic_batch, brief
 from cosyedge.surgery.adopt.layout import inspect_inputs, output_tensors
 from cosyedge.surgery.adopt.pairs import AdoptedState, find_state_pairs, parse_state_pairs, split_state_args  # noqa: F401
 from cosyedge.surgery.adopt.streams import scan_over_streams
@@ -315,7 +315,7 @@ def adopt_model(model: Any, *, where: str = "model", state_pairs: Any = None, sa
             cand = _rename_and_wrap(streamed, g.ins, g.outs, st_states, dynamic=True, scan=g.hop_fixed, hop=hop)
             why_scan = _batch_test(cand, g.ins, g.outs, st_states, feed, atol)
         except Exception as err:  # graphsurgeon / ONNX errors: keep the batch-1 fallback below
-            why_scan = f"the Scan over streams fails ({first_line(err)})"
+            why_scan = f"the Scan over streams fails ({brief(first_line(err))})"
         if not why_scan:
             LOG.info("%s: no dynamic batch (%s): batched by a Scan over streams (each stream runs the batch-1 graph; "
                      "states stored (N, *batch-1 shape)); batch 2 == two batch-1 streams", where, why_fixed)
