@@ -194,3 +194,14 @@ def test_run_model_kind_is_checked_before_any_export(cli, root, tmp_path):
     assert _one_line_error(rc, err, 2).endswith("unknown model 'foo': --model takes an enhancer (dfn3, dtln, gtcrn, "
                                                 "nsnet2) or, with --vad, a voice activity detector (silero-vad)")
     assert cli.exports == [] and list(tmp_path.iterdir()) == []
+
+
+def test_readme_and_export_help_name_the_vad_and_model_options(cli):
+    """README's command table shows --model, --vad and silero-vad; `cosyedge export --help` names silero-vad."""
+    readme = (DEMO.parents[2] / "README.md").read_text()
+    table = [ln for ln in readme.splitlines() if ln.startswith("| `cosyedge ")]
+    assert any("--model NAME" in ln for ln in table) and any("--vad" in ln and "silero-vad" in ln for ln in table)
+    assert any(ln.startswith("| `cosyedge export [") and "silero-vad" in ln for ln in table)
+    rc, out, _err = cli("export", "--help")
+    out = " ".join(out.split())  # click wraps the help text
+    assert rc == 0 and "'silero-vad' (Silero VAD" in out and "cosyedge export silero-vad -o" in out
