@@ -178,3 +178,30 @@ def test_read_only_engines_folder_falls_back_to_the_user_cache(tmp_path, monkeyp
     cache = tmp_path / "cache" / "cosyedge" / "engines"
     assert seen["export"] == cache / "nsnet2.stream.onnx"
     assert seen["build"] == cache and folder == cache / "nsnet2-fp32-onnxruntime"
+
+
+def test_run_model_kind_is_checked_before_any_export(cli, root, tmp_path):
+    """--vad with an enhancer's name is refused before exporting anything (it exported and built GTCRN first); the
+    mic form suggests `run mic`; an unknown name lists the enhancers apart from the VAD."""
+    rc, _out, err = cli("run", "--model", "gtcrn", DEMO / "noisy.wav", "--vad")
+    line = _one_line_error(rc, err, 2)
+    assert "--vad needs a voice activity detector (silero-vad), but --model gtcrn is an enhancer: leave out --vad to " \
+           "enhance with it (cosyedge run --model gtcrn FILE -o OUT.wav)" in line
+    rc, _out, err = cli("run", "mic", "--vad", "--model", "gtcrn")
+    line = _one_line_error(rc, err, 2)
+    assert "(cosyedge run mic --model gtcrn -o OUT.wav)" in line and "FILE" not in line
+    rc, _out, err = cli("run", "--model", "foo", DEMO / "noisy.wav", "-o", tmp_path / "x.wav")
+    assert _one_line_error(rc, err, 2).endswith("unknown model 'foo': --model takes an enhancer (dfn3, dtln, gtcrn, "
+                                                "nsnet2) or, with --vad, a voice activity detector (silero-vad)")
+    assert cli.exports == [] and list(tmp_path.iterdir()) == []
+
+
+def test_readme_and_export_help_name_the_vad_and_model_options(cli):
+    """README's command table shows --model, --vad and silero-vad; `cosyedge export --help` names silero-vad."""
+    readme = (DEMO.parents[2] / "README.md").read_text()
+    table = [ln for ln in readme.splitlines() if ln.startswith("| `cosyedge ")]
+    assert any("--model NAME" in ln for ln in table) and any("--vad" in ln and "silero-vad" in ln for ln in table)
+    assert any(ln.startswith("| `cosyedge export [") and "silero-vad" in ln for ln in table)
+    rc, out, _err = cli("export", "--help")
+    out = " ".join(out.split())  # click wraps the help text
+    assert rc == 0 and "'silero-vad' (Silero VAD" in out and "cosyedge export silero-vad -o" in out

@@ -227,3 +227,53 @@ def test_cli_run_mic_vad_shows_speech_and_gives_the_file_segments(cli, engines, 
     want = _package_segments(x)
     got = [(s["start_sample"], s["end_sample"]) for s in live["segments"]]
     assert len(got) == len(want) and all(abs(a - b) <= HOP for g, w in zip(got, want) for a, b in zip(g, w)), got
+
+
+def test_silero_onnx_adopted_from_the_wheel_runs_with_vad_and_is_refused_without(cli, engines, tmp_path):
+    """Silero's own silero_vad.onnx, adopted (output 'output', no recipe metadata): `run --vad` gives the
+    recipe's segments on noisy.wav; without --vad the one-line refusal points at --vad."""
+    import silero_vad
+
+    from cosyedge.vad.stream import detect_file
+
+    src = Path(silero_vad.__file__).parent / "data" / "silero_vad.onnx"
+    s1 = tmp_path / "s1.onnx"
+    rc, _out, err = cli("adopt", src, "-o", s1, "--sample-rate-hz", 16000, "--const", "sr=16000",
+                        "--frame-samples", 576, "--hop-samples", 512)
+    assert rc == 0, err
+    rc, out, err = cli("run", DEMO / "noisy.wav", "--vad", "--engine", s1, "-o", tmp_path / "seg.json")
+    assert rc == 0, err
+    got = json.loads((tmp_path / "seg.json").read_text())["segments"]
+    assert got == detect_file(DEMO / "noisy.wav", engines.folder)["segments"]
+    assert [(s["start"], s["end"]) for s in got] == RECON_SECONDS["noisy"]
+    rc, _out, err = cli("run", DEMO / "noisy.wav", "-o", tmp_path / "x.wav", "--engine", s1)
+    line = _one_line_error(rc, err, 2)
+    assert "a voice activity detector: it gives a speech probability per 32 ms hop ('output')" in line
+    assert "cosyedge run FILE --vad --engine MODEL" in line and not (tmp_path / "x.wav").exists()
+
+
+def test_compare_judges_a_vad_by_its_probabilities_and_segments(cli, engines, tmp_path):
+    """`compare` of a VAD (output: one probability per hop, not audio) reports max abs, hops across 0.5 and the
+    segments and passes when they are unchanged (it used to die on SI-SNR of 543 values vs 276640 samples);
+    a track whose segments change fails, naming them."""
+    from cosyedge.artifacts import StreamContract
+    from cosyedge.compare.probs import probability_failures, probability_stats
+
+    rc, out, err = cli("compare", engines.onnx, engines.folder, "--json", tmp_path / "c.json", "--no-pesq")
+    assert rc == 0, err
+    assert "speech_prob (one value per hop): max abs 0.000e+00, 0/541 hops cross 0.5, speech segments unchanged " \
+           "(4 vs 4)" in out
+    assert out.strip().splitlines()[-1].startswith("PASS: fp32 within tolerance on 2 utterance(s)")
+    p = json.loads((tmp_path / "c.json").read_text())["modes"]["free-running"]["utterances"]["demo-noisy"]
+    assert p["probabilities"]["segments_ref"] == [list(s) for s in RECON_SECONDS["noisy"]]
+    c = StreamContract.from_onnx(engines.onnx)
+    ref = _package_probs(_audio("noisy")).astype(np.float32)
+    cand = ref.copy()
+    cand[300:340] = 0.0  # 1.28 s of silence in a segment: the segments change
+    st = probability_stats(_audio("noisy").size, ref, cand, c, vad=True)
+    assert st["flips"] == int((ref[300:340] >= 0.5).sum()) > 30 and not st["segments_equal"]
+    (fail,) = probability_failures("free-running 'demo-noisy'", "speech_prob", st)
+    assert fail.startswith("free-running 'demo-noisy' speech_prob: speech segments changed (4 vs reference 4; "
+                           f"{st['flips']}/541 hops cross 0.5, max abs 1)")
+    st = probability_stats(_audio("noisy").size, ref, cand, c, vad=False)  # not a VAD: any hop across 0.5 fails
+    assert "segments_equal" not in st and "hops cross 0.5" in probability_failures("x", "p", st)[0]

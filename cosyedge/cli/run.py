@@ -84,7 +84,7 @@ def run(input, output, engine, model, vad, chunk_ms, threads, device, monitor, d
     if input == "mic":
         if not vad and output is None and save_input is None and not monitor:
             raise UsageError("nothing to do: give --output FILE, --save-input FILE and/or --monitor")
-        engine = _named_engine(model, vad, engine)
+        engine = _named_engine(model, vad, engine, mic=True)
         if vad:
             return _run_mic_vad(output, engine, chunk_ms, threads, device, duration, save_input)
         return _run_mic(output, engine, chunk_ms, threads, device, monitor, duration, save_input)
@@ -108,14 +108,40 @@ def run(input, output, engine, model, vad, chunk_ms, threads, device, monitor, d
     )
 
 
-def _named_engine(model, vad, engine):
+def _named_engine(model, vad, engine, mic=False):
     """The engine to run: ``engine``, or recipe ``model``'s (Silero VAD's for ``--vad`` alone), made on first use
     (:func:`cosyedge.builders.named.recipe_engine`)."""
     if model is None and not (vad and engine is None):
         return engine
     from cosyedge.builders.named import recipe_engine
 
+    if model is not None:
+        check_model_task(model, vad, mic)
     return str(recipe_engine(model or "silero-vad"))
+
+
+def check_model_task(model: str, vad: bool, mic: bool = False) -> None:
+    """Refuse, before anything is exported, a --model name that is unknown or of the wrong kind for the command
+    (an enhancer with --vad).
+
+    Raises:
+        UsageError: unknown name (enhancers and VAD listed apart), an enhancer given with --vad.
+    """
+    from cosyedge.errors import UsageError
+    from cosyedge.recipes import recipes
+    from cosyedge.vad.stream import VAD_TASK
+
+    known = recipes()
+    vads = sorted(n for n, r in known.items() if getattr(r, "task", None) == VAD_TASK)
+    enhancers = sorted(n for n in known if n not in vads)
+    if model not in known:
+        raise UsageError(f"unknown model '{model}': --model takes an enhancer ({', '.join(enhancers)}) or, with "
+                         f"--vad, a voice activity detector ({', '.join(vads)})")
+    if vad and model not in vads:
+        raise UsageError(f"--vad needs a voice activity detector ({', '.join(vads)}), but --model {model} is an "
+                         f"enhancer: leave out --vad to enhance with it (cosyedge run "
+                         f"{'mic --model ' + model + ' -o OUT.wav' if mic else '--model ' + model + ' FILE -o OUT.wav'}"
+                         f"), or drop --model to detect speech with Silero VAD")
 
 
 def _segments_lines(rep: dict) -> list[str]:

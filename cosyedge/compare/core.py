@@ -325,7 +325,10 @@ def compare(ref: CompareModel, cand: CompareModel, utterances: list[Utterance], 
     Returns:
         dict: JSON-ready result: ``reference``/``candidate`` descriptions, ``chunk_samples``,
         ``tolerance``, ``modes[mode]["utterances"][name]["outputs"][output] = {max_abs, mean_abs,
-        snr_db}`` (+ ``["audio"]`` = PESQ/SI-SNR in free-running mode), ``failures`` (one line each,
+        snr_db}`` (+ ``["audio"]`` = PESQ/SI-SNR in free-running mode for a waveform output, or
+        ``["probabilities"]`` = :func:`cosyedge.compare.probs.probability_stats` in both modes for an output of
+        one value per hop, e.g. a VAD: judged by its decisions, not the waveform limits: a VAD fails when its
+        speech segments change, another such output when a hop crosses 0.5), ``failures`` (one line each,
         naming the mode, utterance, tensor or metric and the limit) and ``passed``.
     Raises:
         UsageError: incompatible candidate, unknown mode, bad chunk, a model fails to run, a model input that is
@@ -357,6 +360,11 @@ def compare(ref: CompareModel, cand: CompareModel, utterances: list[Utterance], 
         "chunk_ms": 1000.0 * chunk / c.sample_rate_hz, "tolerance": tol.as_dict(),
         "utterances": [u.describe() for u in utterances], "modes": {}, "failures": [],
     }
+    from cosyedge.compare.probs import is_vad, one_value_per_hop, probability_failures, probability_stats
+
+    per_hop = one_value_per_hop(c)  # a probability, not audio: compared by its decisions, not SI-SNR/PESQ
+    vad = per_hop and is_vad(ref)
+    audio_out = any(o.name == c.output and o.kind == "audio" for o in c.stream_outputs)
     for mode in modes:
         ref_iters, cand_iters = [], []
         runner = cand.runner("candidate", threads=threads)
@@ -377,23 +385,27 @@ def compare(ref: CompareModel, cand: CompareModel, utterances: list[Utterance], 
         per_utt = {}
         for utt, row, r_out, c_out in zip(utterances, stats, ref_iters, cand_iters):
             entry = {"outputs": row}
-            if mode == "free-running":
+            if per_hop:  # judged by its decisions instead of the waveform limits (SNR, max abs)
+                entry["probabilities"] = probability_stats(len(utt.x), r_out[c.output], c_out[c.output], c, vad)
+                result["failures"] += probability_failures(f"{mode} '{utt.name}'", c.output, entry["probabilities"])
+            elif mode == "free-running" and audio_out:
                 entry["audio"] = _utterance_audio(utt, r_out[c.output], c_out[c.output], pesq)
             per_utt[utt.name] = entry
-            result["failures"] += _failures(mode, utt.name, entry, c.output, state_outs, tol)
+            result["failures"] += _failures(mode, utt.name, entry, c.output, state_outs, tol, not per_hop)
         result["modes"][mode] = {"utterances": per_utt}
     result["passed"] = not result["failures"]
     return result
 
 
-def _failures(mode: str, utt: str, entry: dict, output: str, state_outs: list, tol: Tolerance) -> list[str]:
+def _failures(mode: str, utt: str, entry: dict, output: str, state_outs: list, tol: Tolerance,
+              output_limits: bool = True) -> list[str]:
     out = []
     o = entry["outputs"][output]
     where = f"{mode} '{utt}'"
-    if not o["snr_db"] >= tol.output_snr_db:  # NaN fails
+    if output_limits and not o["snr_db"] >= tol.output_snr_db:  # NaN fails
         out.append(f"{where} {output}: SNR {o['snr_db']:.2f} dB < {tol.output_snr_db:g} dB")
     if mode == "teacher-forced":
-        if not o["max_abs"] <= tol.output_max_abs:
+        if output_limits and not o["max_abs"] <= tol.output_max_abs:
             out.append(f"{where} {output}: max abs error {o['max_abs']:.3g} > {tol.output_max_abs:g}")
         for s in state_outs:
             st = entry["outputs"].get(s)

@@ -115,7 +115,7 @@ def run_mic_vad(device: str | int | None = None, engine: str | Path | None = Non
         check_output_path(save_input)
     eng = load_or_rebuild(engine)
     c = eng.contract
-    out = require_vad(eng, str(engine))
+    out = require_vad(eng, str(engine), mic=True)
     chunk = None if chunk_ms is None else c.chunk_samples(chunk_ms)
     sd = sd or load_sounddevice()
     dev = resolve_device(device, "input", sd)

@@ -37,8 +37,9 @@ def model_metadata(path: str | Path) -> dict:
 def vad_output(contract, meta: dict | None = None) -> str | None:
     """The speech-probability output of a VAD stream model, or None for any other model.
 
-    A VAD model takes one waveform and gives no audio, and either records recipe provenance with ``task``
-    ``"vad"`` or has one single-channel output of one frame per hop whose name says ``prob``.
+    A VAD model takes one waveform, and either records recipe provenance with ``task`` ``"vad"`` or streams
+    exactly one non-audio output of one channel and one frame per hop (one value per hop: its probability,
+    whatever its name, e.g. ``output`` of Silero's own ONNX adopted with ``cosyedge adopt``).
 
     Args:
         contract (StreamContract): The model's contract.
@@ -46,17 +47,18 @@ def vad_output(contract, meta: dict | None = None) -> str | None:
     Returns:
         str | None: the output name (float32 (N, 1, T / hop)).
     """
-    if not contract.audio_in or any(o.kind == "audio" for o in contract.stream_outputs):
+    if not contract.audio_in:
         return None
-    cands = [o for o in contract.stream_outputs if o.frames_per_hop == 1 and len(o.shape) == 3 and o.shape[1] == 1]
+    cands = [o for o in contract.stream_outputs if o.kind != "audio" and o.frames_per_hop == 1
+             and len(o.shape) == 3 and o.shape[1] == 1]
     try:
         task = json.loads((meta or {}).get(RECIPE_META_KEY) or "{}").get("task")
     except (ValueError, AttributeError):
         task = None
-    named = [o for o in cands if "prob" in o.name.lower()]
     if task == VAD_TASK and cands:
+        named = [o for o in cands if "prob" in o.name.lower()]
         return (named or cands)[0].name
-    return named[0].name if len(cands) == 1 and named else None
+    return cands[0].name if len(cands) == 1 else None
 
 
 def describe(where: str, meta: dict) -> str:
@@ -80,7 +82,7 @@ def refuse_vad_as_enhancer(engine, where: str, mic: bool = False) -> None:
     """
     meta = model_metadata(engine.model_path)
     out = vad_output(engine.contract, meta)
-    if out is None:
+    if out is None or any(o.kind == "audio" for o in engine.contract.stream_outputs):
         return
     c = engine.contract
     hop_ms = 1000.0 * c.hop_samples / c.sample_rate_hz
@@ -90,9 +92,13 @@ def refuse_vad_as_enhancer(engine, where: str, mic: bool = False) -> None:
                      f"audio, so it cannot enhance; get speech segments (start/end seconds, JSON) with {use}")
 
 
-def require_vad(engine, where: str) -> str:
+def require_vad(engine, where: str, mic: bool = False) -> str:
     """Return the probability output of a VAD engine, or refuse an enhancer given with ``--vad``.
 
+    Args:
+        engine (Engine): The loaded engine.
+        where (str): The model as the message names it.
+        mic (bool): The microphone command (the hint says ``cosyedge run mic -o OUT.wav``).
     Raises:
         UsageError: ``engine`` is not a VAD model (one line: what it is and the plain ``cosyedge run``).
     """
@@ -102,7 +108,8 @@ def require_vad(engine, where: str) -> str:
         what = ("an enhancer (waveform in, waveform out)" if c.is_audio else
                 f"not a voice activity detector (outputs {[o.name for o in c.stream_outputs]})")
         raise UsageError(f"--vad needs a voice activity detector (one speech probability per hop), but {where} is "
-                         f"{what}: leave out --vad to enhance with it (cosyedge run FILE -o OUT.wav), or drop "
+                         f"{what}: leave out --vad to enhance with it (cosyedge run {'mic' if mic else 'FILE'} "
+                         f"--engine MODEL -o OUT.wav), or drop "
                          f"--engine/--model to use Silero VAD")
     return out
 

@@ -86,7 +86,7 @@ from cosyedge.errors import ArtifactError, UsageError, first_line
 from cosyedge.log import LOG
 from cosyedge.surgery import io, proof
 from cosyedge.surgery.adopt import canon, feeds
-from cosyedge.surgery.adopt.batch import _batch_test, _dynamic_batch
+from cosyedge.surgery.adopt.batch import _batch_test, _dynamic_batch, brief
 from cosyedge.surgery.adopt.layout import inspect_inputs, output_tensors
 from cosyedge.surgery.adopt.pairs import AdoptedState, find_state_pairs, parse_state_pairs, split_state_args  # noqa: F401
 from cosyedge.surgery.adopt.streams import scan_over_streams
@@ -218,6 +218,7 @@ def adopt_model(model: Any, *, where: str = "model", state_pairs: Any = None, sa
     if taken and "cosyedge.state" in meta:
         raise UsageError(f"{where} is already a cosyedge stream model (has '{taken[0]}'): nothing to adopt")
     time_axes = dict(time_axes or {})
+    unfixed = model
     model = canon.fix_consts(model, dict(consts or {}), where)
     given, state_shapes = split_state_args(state_pairs)
     pairs = find_state_pairs(model, where, given=given)
@@ -227,19 +228,28 @@ def adopt_model(model: Any, *, where: str = "model", state_pairs: Any = None, sa
     states = [s for s, _c in g.states]
     LOG.info("%s: %s %s, outputs %s, %d state pair(s): %s", where, "audio" if g.ins[0].kind == "audio" else
              "features", [t.name for t in g.ins], g.outs, len(states), ", ".join(f"{s.input}={s.output}" for s in states))
-    ref_sess = _session(model, where)
+    ref_sess = _session(model, where, unfixed if consts else None, consts)
     # real shapes and zero-state check: one call of one hop at batch 1 (shapes the graph does not tell: by running)
     ort_in = {i.name: i for i in ref_sess.get_inputs()}
-    unknown = {s.input for s in states if any(not isinstance(d, int) or d <= 0 for d in s.shape)}
+    ranked = {i.name for i in model.graph.input if i.type.tensor_type.HasField("shape")}
+    declared = {s.input: list(s.shape) if s.input in ranked or s.input in state_shapes else None for s in states}
+    unknown = {s.input for s in states if declared[s.input] is None
+               or any(not isinstance(d, int) or d <= 0 for d in s.shape)}
     for s in states:
         s.dtype = _ORT_TO_NP.get(ort_in[s.input].type, "float32")
         s.shape = tuple(1 if not isinstance(d, int) or d <= 0 else d for d in s.shape)
     feed1 = feeds.speech_feed(g.ins, sample_rate_hz, 1, proof_inputs)
-    first = _run_once(ref_sess, g, feed1, states, g.outs + [s.output for s in states], unknown, where)
+    first = _run_once(ref_sess, g, feed1, states, g.outs + [s.output for s in states], unknown, where, declared)
     for s in states:  # a state whose size the graph does not declare: the size its output has when run
         if tuple(first[s.output].shape) != tuple(s.shape) and s.input in unknown:
             s.shape = tuple(first[s.output].shape)
-            first = _run_once(ref_sess, g, feed1, states, g.outs + [s.output for s in states], unknown, where)
+            first = _run_once(ref_sess, g, feed1, states, g.outs + [s.output for s in states], unknown, where,
+                              declared)
+    for s in states:
+        if s.input in unknown:  # a guess that ran: say so, it may not be the graph's intent
+            LOG.info("%s: state '%s' has a shape the graph does not tell (%s): guessed %s, which runs; if it is "
+                     "another, give --state %s=SHAPE", where, s.input, "unknown rank" if declared[s.input] is None
+                     else f"declared {declared[s.input]}", list(s.shape), s.input)
     for s in states:
         got = first[s.output].shape
         if tuple(got) != tuple(s.shape):
@@ -253,14 +263,14 @@ def adopt_model(model: Any, *, where: str = "model", state_pairs: Any = None, sa
     second = None
     if any(t.dynamic_time for t in g.ins):
         second = _run_once(ref_sess, g, feeds.speech_feed(g.ins, sample_rate_hz, 2, proof_inputs), states, g.outs,
-                           unknown, where)
+                           unknown, where, declared)
     outs, per_call = output_tensors({o.name: o for o in model.graph.output}, first, second, g, hop, time_axes, where)
     model, _ = canon.per_call_outputs_to_frames(model, per_call)
     if per_call:  # one value per call (a VAD's probability): (N, C, 1) per hop, so the graph runs hop by hop
         LOG.info("%s: outputs %s give one value per call: streamed as features, one frame per hop of %d samples",
                  where, sorted(per_call), hop)
         g.hop_fixed = True
-        ref_sess = _session(model, where)
+        ref_sess = _session(model, where, unfixed if consts else None, consts)
     g.outs = outs
     init_vals = [(s.input, s.output, np.full(s.shape, s.init, dtype=s.dtype)) for s in states]
     hops = max(12, -(-int(PROOF_SECONDS * sample_rate_hz) // hop))
@@ -305,7 +315,7 @@ def adopt_model(model: Any, *, where: str = "model", state_pairs: Any = None, sa
             cand = _rename_and_wrap(streamed, g.ins, g.outs, st_states, dynamic=True, scan=g.hop_fixed, hop=hop)
             why_scan = _batch_test(cand, g.ins, g.outs, st_states, feed, atol)
         except Exception as err:  # graphsurgeon / ONNX errors: keep the batch-1 fallback below
-            why_scan = f"the Scan over streams fails ({first_line(err)})"
+            why_scan = f"the Scan over streams fails ({brief(first_line(err))})"
         if not why_scan:
             LOG.info("%s: no dynamic batch (%s): batched by a Scan over streams (each stream runs the batch-1 graph; "
                      "states stored (N, *batch-1 shape)); batch 2 == two batch-1 streams", where, why_fixed)
@@ -348,17 +358,31 @@ def adopt_model(model: Any, *, where: str = "model", state_pairs: Any = None, sa
     return adopted, contract
 
 
-def _session(model: Any, where: str) -> Any:
+def _session(model: Any, where: str, unfixed: Any = None, consts: dict | None = None) -> Any:
+    """ONNX Runtime session of ``model``. When it fails to load and ``unfixed`` (the graph before ``consts`` were
+    fixed) loads, the const values are named as the likely cause (UsageError, exit 2); else ArtifactError."""
     try:
         return proof.session(model)
     except Exception as err:
-        raise ArtifactError(f"ONNX Runtime cannot load {where} ({first_line(err)})") from None
+        msg = first_line(err)
+        if unfixed is not None:
+            try:
+                proof.session(unfixed)
+            except Exception:  # noqa: BLE001 - the graph itself does not load: the file is to blame
+                pass
+            else:
+                given = " ".join(f"--const {k}={v}" for k, v in (consts or {}).items())
+                raise UsageError(f"{where} loads in ONNX Runtime without the consts but not with {given} ("
+                                 f"{msg[:160]}): the const values are the likely cause (a value the graph does not "
+                                 f"support, or one that does not fit --frame-samples/--hop-samples)") from None
+        raise ArtifactError(f"ONNX Runtime cannot load {where} ({msg})") from None
 
 
 def _run_once(sess: Any, g: Any, feed: dict, states: list[AdoptedState], outputs: list[str], unknown: set,
-              where: str) -> dict[str, np.ndarray]:
+              where: str, declared: dict | None = None) -> dict[str, np.ndarray]:
     """One call of the graph on ``feed`` from the initial states; outputs by name. A failure while some state's
-    shape is a guess asks for that shape (``--state NAME=SHAPE``)."""
+    shape is a guess (``unknown``: its rank or a size the graph does not declare; ``declared``: its declared
+    shape by input name, None for an unknown rank) asks for that shape (``--state NAME=SHAPE``)."""
     feeds_ = {**feed, **{s.input: np.full(s.shape, s.init, dtype=s.dtype) for s in states}}
     names = [o.name for o in sess.get_outputs()]
     try:
@@ -367,10 +391,16 @@ def _run_once(sess: Any, g: Any, feed: dict, states: list[AdoptedState], outputs
         guess = [s for s in states if s.input in unknown]
         if guess:
             s = guess[0]
-            raise UsageError(f"{where}: the shape of state '{s.input}' cannot be told from the graph (declared "
-                             f"{list(s.shape)} with unknown sizes; running it that way fails: {first_line(err)[:120]}): "
-                             f"give it with --state {s.input}=SHAPE, e.g. --state {s.input}="
-                             f"{'x'.join(str(d) for d in s.shape)}") from None
+            decl = (declared or {}).get(s.input, list(s.shape))
+            told = ("of unknown rank" if decl is None else
+                    f"declared {decl} with unknown sizes")
+            # a placeholder, never the guess that just failed: 1xH for [1, 'H'], SHAPE for an unknown rank
+            example = ("all its sizes at batch 1, e.g. 1x64" if decl is None else f"e.g. --state {s.input}=" + "x".join(
+                str(d) if isinstance(d, int) and d > 0 else (d if isinstance(d, str) and d != "?" else f"D{k}")
+                for k, d in enumerate(decl)))
+            raise UsageError(f"{where}: the shape of state '{s.input}' cannot be told from the graph ({told}; "
+                             f"running it as {list(s.shape)} fails: {first_line(err)[:120]}): give it with "
+                             f"--state {s.input}=SHAPE ({example})") from None
         raise ArtifactError(f"ONNX Runtime fails on one hop of {where} ({first_line(err)})") from None
 
 

@@ -112,7 +112,7 @@ def _batch_test(model: Any, ins: list, outs: list, states: list[AdoptedState], f
     try:
         sess = proof.session(model)
     except Exception as err:
-        return f"the graph does not load with a dynamic batch ({first_line(err)})"
+        return f"the graph does not load with a dynamic batch ({brief(first_line(err))})"
     fb = {}
     for t in ins:
         a = feed[t.name]
@@ -124,10 +124,24 @@ def _batch_test(model: Any, ins: list, outs: list, states: list[AdoptedState], f
         one = [run_loop(sess, ins, {k: v[b:b + 1] for k, v in fb.items()}, 1,
                         _adopted_states(model, states, 1, True), outs) for b in range(2)]
     except ArtifactError as err:
-        return f"it does not run at batch 2: {err}"
+        return f"it does not run at batch 2: {brief(str(err))}"
     for o in outs:
         for b in range(2):
             mx, _snr, peak = proof.max_err(one[b][o.name], both[o.name][b:b + 1])
             if not mx <= max(atol, 1e-5) * max(1.0, peak):
                 return f"at batch 2 stream {b} of '{o.name}' differs from batch 1 by {mx:.3g}"
     return ""
+
+
+BRIEF_CHARS = 160
+"""int: the most characters of a third-party error text quoted in an info line (:func:`brief`)."""
+
+
+def brief(text: str) -> str:
+    """str: the first clause of an ONNX Runtime error text for a log line: its first line, without the
+    ``[ONNXRuntimeError] : 1 : FAIL :`` code and the ``Status Message:`` detail, cut at :data:`BRIEF_CHARS`."""
+    import re
+
+    t = (text.strip().splitlines() or [""])[0]
+    t = re.sub(r"\[ONNXRuntimeError\] : \d+ : \w+ : ", "", t).split(" Status Message:")[0].rstrip()
+    return t if len(t) <= BRIEF_CHARS else t[: BRIEF_CHARS - 3] + "..."

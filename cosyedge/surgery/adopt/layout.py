@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from cosyedge.errors import UsageError
+from cosyedge.log import LOG
 from cosyedge.surgery.adopt import canon
 from cosyedge.surgery.adopt.feeds import StreamTensor
 from cosyedge.surgery.adopt.pairs import AdoptedState, _decl_shape
@@ -121,6 +122,15 @@ def inspect_inputs(model: Any, pairs: list[tuple[str, str]], hop: int, *, frame_
         if frame < hop:
             raise UsageError(f"{where}: audio input '{name}' takes {frame} samples per call (shape {shape0}), fewer "
                              f"than hop_samples {hop}: give --hop-samples {frame}")
+        if not fixed and frame_samples is None:
+            LOG.info("%s: audio input '%s' has no fixed length (shape %s): taken as the hop, %d samples per call with "
+                     "no context; if the graph wants context samples before the hop, give --frame-samples (e.g. "
+                     "Silero: 576 with --hop-samples 512)", where, name, shape0, hop)
+        elif fixed and frame_samples is None and length > hop:
+            LOG.warning("%s: audio input '%s' takes %d samples per call (shape %s), more than the %d-sample hop: its "
+                        "first %d samples are context (the previous calls' last samples, kept as a state); if the "
+                        "graph's hop is its block, give --hop-samples %d", where, name, length, shape0, hop,
+                        length - hop, length)
         if layout == 3 and frame_samples is None and (not fixed or length == hop):
             streamed.append(StreamTensor(name, "audio", 2, hop, [1, 1, hop], "float32", dynamic_time=not fixed))
             hop_fixed = fixed
@@ -221,6 +231,11 @@ def output_tensors(model_outs: dict, first: dict, second: dict | None, g: _Graph
             ta = grow[0]
         elif waveform and a.ndim == 3:
             ta = 2
+            if a.shape[1] == 1 and a.shape[2] > hop:
+                raise UsageError(f"{where}: output '{o}' gives {a.shape[2]} samples per call {shape}, more than the "
+                                 f"{hop}-sample hop: it cannot be a waveform at the hop (give the graph's hop, "
+                                 f"--hop-samples {a.shape[2]}, or its time axis with --time-axis {o}=AXIS if it is "
+                                 f"not audio)")
         else:
             ones = [k for k in range(1, a.ndim) if a.shape[k] == 1]
             if len(ones) != 1:
