@@ -16,6 +16,10 @@ On a mismatch the error is bisected: every tensor that exists in both graphs is 
 and the first one in graph order whose error exceeds the tolerance is named (as ``compare --mark-all`` does
 for precision).
 
+Every proof also measures the full graph's true look-ahead by future perturbation (:func:`measure_lookahead`:
+change the input from tick ``k`` on, for several ``k``, and find the first output frame that changes), so the
+stream's delay is checked against the smallest delay at which any stream could equal the full graph (issue 39).
+
 Adopt's proof lives here too (:func:`prove_against_loop`): a graph that already streams has no
 full-sequence twin, so its reference is the original graph's own state loop (:func:`run_state_loop`), hop by
 hop, on real speech. Both proofs take their inputs from this module (:func:`proof_inputs`,

@@ -8,7 +8,9 @@ reason, in one line. What becomes state: causal context of Conv / pooling (1-D o
 axis, strided, dilated, grouped), Pad on time, GRU / LSTM / RNN hidden and cell state, transposed-conv
 overlap, running sums, delay lines where paths of different delay meet. Look-ahead (right pads, symmetric
 conv pads that are not chomped, crops at the start) becomes delay; the outputs share one delay, added to
-the contract's ``delay_samples``. States are batch-first, named ``state_in.NN`` / ``state_out.NN`` with a
+the contract's ``delay_samples`` (whole samples: a vocoder's delay is not rounded up to whole input frames); the
+proof measures the full graph's look-ahead by future perturbation and logs it against that delay, a warning when
+they differ. States are batch-first, named ``state_in.NN`` / ``state_out.NN`` with a
 fixed width (no name a prefix of another).
 
 A time axis the export left at a fixed length on a graph input or output is made symbolic (one warning line).

@@ -192,3 +192,14 @@ def test_unfold_over_frequency_streams_over_time_refused_by_name(tmp_path):
     with pytest.raises(UsageError, match=r"Gather node '[^']*': gathers a window of frames along the time axis 2 "
                                          r"\(nn.Unfold / im2col over time"):
         streamify(tmp_path / "t.onnx", tmp_path / "t.stream.onnx", sample_rate_hz=1000, hop_samples=1)
+
+
+def test_zero_taps_that_read_the_future_are_no_delay(tmp_path):
+    """A symmetric Hann window ends at 0 (a Conv's last tap reads the future for nothing): a 'same' conv of 5 taps
+    whose last tap is zero looks 1 frame ahead, not 2; the stream equals the full graph at that delay."""
+    w = np.hanning(5).astype(np.float32).reshape(1, 1, 5)
+    src = _graph(tmp_path / "m.onnx", [helper.make_node("Conv", ["x", "w"], ["y"], kernel_shape=[5], pads=[2, 2])],
+                 [numpy_helper.from_array(w, "w")])
+    c = streamify(src, tmp_path / "m.stream.onnx", sample_rate_hz=1000, hop_samples=1)
+    assert c.delay_samples == 1 and c.proof["lookahead"]["measured_samples"] == 1 and c.proof["lookahead"]["equal"]
+    assert c.proof["max_abs"] <= 1e-6

@@ -38,17 +38,16 @@ def _leading_zero_taps(w: np.ndarray, axis: int, limit: int) -> int:
     return n
 
 
-def _lead_frames(ctx: Any, x: Any, frames: int, axis: int) -> Any:
-    """The ``frames`` frames a left pad put before early ``x`` (delay ``-frames``) as the full graph computes them;
-    None when they are zeros (their overlap-adds are zeros too: the stream's overlap state starts at zeros and the
-    output is ``d S + p_b`` frames late with ``d`` negative, GTCRN's causal decoder: a left pad of ``2 dil`` then a
-    begin crop of ``2 dil`` is delay 0); ``True`` when they are not zeros or cannot be traced (a delay line then
-    computes them: its state starts with their values, :meth:`Walker.add_state`)."""
+def _lead_nonzero(ctx: Any, x: Any, frames: int, axis: int) -> bool:
+    """Whether the ``frames`` frames a left pad put before early ``x`` (delay ``-frames``) are not all zeros in the
+    full graph, or cannot be traced (bool). When they are zeros their overlap-adds are zeros too: the stream's overlap
+    state starts at zeros and the output is ``d S + p_b`` frames late with ``d`` negative (GTCRN's causal decoder: a
+    left pad of ``2 dil`` then a begin crop of ``2 dil`` is delay 0). Otherwise a delay line computes them (its
+    state starts with their values, :meth:`Walker.add_state`)."""
     try:
-        lead = ctx._lead_values(x, frames, axis)
+        return ctx._lead_values(x, frames, axis) is not None
     except Blocker:
         return True
-    return None if lead is None else True
 
 
 @register("ConvTranspose")
@@ -92,7 +91,7 @@ def conv_transpose(node: Any, ctx: Any) -> None:
         return pass_through(node, ctx, [0])
     if k_eff < s:
         raise Blocker(f"time kernel {k_eff} shorter than its stride {s} leaves gaps between chunks")
-    if d < 0 and _lead_frames(ctx, x, -d, f.axis) is not None:
+    if d < 0 and _lead_nonzero(ctx, x, -d, f.axis):
         x, d = ctx.delay_line(x, -d, node.name), 0
     if d > 0:
         x = ctx.mask_preroll(x, node.name)
