@@ -42,7 +42,8 @@ def _lead_nonzero(ctx: Any, x: Any, frames: int, axis: int) -> bool:
     """Whether the ``frames`` frames a left pad put before early ``x`` (delay ``-frames``) are not all zeros in the
     full graph, or cannot be traced (bool). When they are zeros their overlap-adds are zeros too: the stream's overlap
     state starts at zeros and the output is ``d S + p_b`` frames late with ``d`` negative (GTCRN's causal decoder: a
-    left pad of ``2 dil`` then a begin crop of ``2 dil`` is delay 0). Otherwise a delay line computes them (its
+    left pad of ``2 dil`` then a begin crop of ``2 dil`` is delay 0); used only where the crop absorbs the pad
+    (``d S + p_b >= 0``), an output left early is brought to delay 0 on the input as before. Otherwise a delay line computes them (its
     state starts with their values, :meth:`Walker.add_state`)."""
     try:
         return ctx._lead_values(x, frames, axis) is not None
@@ -91,7 +92,7 @@ def conv_transpose(node: Any, ctx: Any) -> None:
         return pass_through(node, ctx, [0])
     if k_eff < s:
         raise Blocker(f"time kernel {k_eff} shorter than its stride {s} leaves gaps between chunks")
-    if d < 0 and _lead_nonzero(ctx, x, -d, f.axis):
+    if d < 0 and (d * s + p_b < 0 or _lead_nonzero(ctx, x, -d, f.axis)):
         x, d = ctx.delay_line(x, -d, node.name), 0
     if d > 0:
         x = ctx.mask_preroll(x, node.name)
