@@ -7,7 +7,8 @@ of ``P_s`` frames and no time pads, where ``P_s`` is the one value in ``[max(0, 
 ``C / S`` outputs for a chunk of ``C`` frames) with ``(P_s + d - P_l) % S == 0``. Its output is then
 ``(P_s + d - P_l) / S`` frames late: 0 for a causal conv (``P_l = K - 1``, stride 1; or ``K - S`` strided),
 ``K - 1`` for a look-ahead conv (``causal_type='right'``, a right pad), the un-chomped half of a symmetric
-pad. A Conv's last time taps that are zero for every channel are dropped first (they read the future for nothing). It is negative when the left pad is longer than the kernel needs (a 1x1 conv after a pad, as in the
+pad. A Conv's last time taps that are zero for every channel are dropped first (they read the future for
+nothing). It is negative when the left pad is longer than the kernel needs (a 1x1 conv after a pad, as in the
 Conformer convolution module): the output's first frames only saw padding, the stream starts after them
 (early), and the next window op's state starts with their values (:meth:`Walker.add_state`). When the
 input is late and the full graph zero-pads on the left, the frames before the stream's start are zeroed

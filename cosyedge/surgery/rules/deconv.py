@@ -42,9 +42,9 @@ def _lead_nonzero(ctx: Any, x: Any, frames: int, axis: int) -> bool:
     """Whether the ``frames`` frames a left pad put before early ``x`` (delay ``-frames``) are not all zeros in the
     full graph, or cannot be traced (bool). When they are zeros their overlap-adds are zeros too: the stream's overlap
     state starts at zeros and the output is ``d S + p_b`` frames late with ``d`` negative (GTCRN's causal decoder: a
-    left pad of ``2 dil`` then a begin crop of ``2 dil`` is delay 0); used only where the crop absorbs the pad
-    (``d S + p_b >= 0``), an output left early is brought to delay 0 on the input as before. Otherwise a delay line computes them (its
-    state starts with their values, :meth:`Walker.add_state`)."""
+    left pad of ``2 dil`` then a begin crop of ``2 dil`` is delay 0), where the crop absorbs the pad (``d S + p_b
+    >= 0``). Otherwise (or for an output that would stay early) a delay line on the input computes them, its state
+    starting with their values (:meth:`Walker.add_state`)."""
     try:
         return ctx._lead_values(x, frames, axis) is not None
     except Blocker:
