@@ -5,8 +5,8 @@ Random weights are enough here: streaming equivalence and look-ahead do not depe
 * :class:`GTCRN`: the offline GTCRN of Xiaobin-Rong/gtcrn ``gtcrn.py`` (MIT, Rong Xiaobin; commit at the time of
   writing), module for module: ERB band merge/split, SFE (``nn.Unfold`` over frequency), grouped temporal convs with
   dilated causal time kernels (``F.pad`` on the left, ``ConvTranspose2d`` with a begin crop in the decoder), TRA
-  (GRU attention over time), two DPGRNNs (bidirectional GRU over frequency, GRU over time). Only ``einops.rearrange``
-  is written as ``reshape``. Strictly causal: (B, 257, T, 2) STFT frames -> (B, 257, T, 2).
+  (GRU attention over time), two DPGRNNs (bidirectional GRU over frequency, GRU over time; the explicit zero initial
+  state over the time-folded batch). Only ``einops.rearrange`` is written as ``reshape``. Strictly causal: (B, 257, T, 2) STFT frames -> (B, 257, T, 2).
 * :class:`CausalHiFTTrunk`: FunAudioLLM/CosyVoice ``cosyvoice/hifigan/generator.py`` ``CausalHiFTGenerator.decode``
   with the class defaults (upsample 8 x 8, kernels 16, iSTFT n_fft 16 hop 4: 256 samples per mel frame;
   ``conv_pre`` looks 4 mel frames ahead, ``causal_type='right'``), ``cosyvoice/transformer/convolution.py``
@@ -168,12 +168,13 @@ class GRNN(nn.Module):
                            bidirectional=bidirectional)
 
     def forward(self, x):
-        # upstream passes h = zeros((layers x directions, B, hidden)) explicitly: the same zeros as no initial state.
-        # Written without it: the explicit zeros' shape (B*T folded) is baked at batch 1 by streamify (batch-2 check
-        # fails), a defect apart from the delay (issue 39 report).
+        # upstream's zero initial state over the batch, which the intra-frame RNN folds with time (B*T): its zeros
+        # are rewritten to the chunk's shape (Walker._uniform multiplies the frames by the batch there)
+        h = torch.zeros(self.num_layers * (2 if self.bidirectional else 1), x.shape[0], self.hidden_size)
         x1, x2 = torch.chunk(x, chunks=2, dim=-1)
-        y1, _ = self.rnn1(x1)
-        y2, _ = self.rnn2(x2)
+        h1, h2 = torch.chunk(h, chunks=2, dim=-1)
+        y1, _ = self.rnn1(x1, h1.contiguous())
+        y2, _ = self.rnn2(x2, h2.contiguous())
         return torch.cat([y1, y2], dim=-1)
 
 

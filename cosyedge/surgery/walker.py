@@ -569,7 +569,10 @@ class Walker:
         b = self.batch_axes.get(o.name)
         for i, d in enumerate(f.shape1):
             if i == f.axis:
-                parts.append(self.frames_tensor(f.rate, base))
+                n = self.frames_tensor(f.rate, base)
+                if i == b:  # batch folded into time (N x frames: zeros for a per-frame RNN's initial state)
+                    n = self.op("Mul", [n, self.batch_tensor(base)], base, dtype=np.int64)
+                parts.append(n)
             elif i == b:
                 n = self.batch_tensor(base)
                 parts.append(n if int(d) == 1 else self.op("Mul", [n, self.const([int(d)])], base, dtype=np.int64))

@@ -1,7 +1,8 @@
 """Issue 39 item 6: streamify's delay is the true look-ahead, measured by future perturbation on every proof.
 
 * A faithful GTCRN rebuild (strictly causal; ``nn.Unfold`` over frequency) streams with delay 0 (it was 10 frames,
-  2560 samples: the decoder's causal transposed convs, a left pad then a begin crop, counted their crop as delay);
+  2560 samples: the decoder's causal transposed convs, a left pad then a begin crop, counted their crop as delay),
+  also with two streams in a batch (the intra-frame RNN's zero initial state over batch x time was baked at batch 1);
 * a CosyVoice3 CausalHiFT trunk gets 1027 samples, its look-ahead measured on the torch model (it was 1280: the
   delay rounded up to whole mel frames, and the iSTFT's zero first window tap counted);
 * :func:`cosyedge.surgery.proof.measure_lookahead` on small graphs whose look-ahead is known by construction;
