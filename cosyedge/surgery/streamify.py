@@ -500,7 +500,10 @@ def _check_lookahead(full_model: Any, inputs: dict, full: dict, contract: Stream
     else:
         LOG.warning("%s: the stream's delay from the graph is %d samples but the full graph's look-ahead measured by "
                     "changing its input from several points on is %d samples (%s)%s", where, graph, measured_samples,
-                    text, ": the stream is later than it needs to be" if graph > measured_samples else "")
+                    text, ": either a rule counts more look-ahead than the graph has, or the measurement sees less "
+                    "(filter taps too small to change a float32 sum, a nonlinearity that hides the change at the "
+                    "first frames, whole frames at a lower rate inside the graph)" if graph > measured_samples
+                    else ": the measured look-ahead exceeds the stream's delay")
     return {"measured_samples": measured_samples, "graph_delay_samples": graph, "equal": graph == measured_samples,
             "outputs": rows}
 
