@@ -16,6 +16,10 @@ On a mismatch the error is bisected: every tensor that exists in both graphs is 
 and the first one in graph order whose error exceeds the tolerance is named (as ``compare --mark-all`` does
 for precision).
 
+Every proof also measures the full graph's true look-ahead by future perturbation (:func:`measure_lookahead`:
+change the input from tick ``k`` on, for several ``k``, and find the first output frame that changes), so the
+stream's delay is checked against the smallest delay at which any stream could equal the full graph (issue 39).
+
 Adopt's proof lives here too (:func:`prove_against_loop`): a graph that already streams has no
 full-sequence twin, so its reference is the original graph's own state loop (:func:`run_state_loop`), hop by
 hop, on real speech. Both proofs take their inputs from this module (:func:`proof_inputs`,
@@ -332,6 +336,112 @@ def bisect(full_model: Any, stream_model: Any, contract: Any, inputs: dict[str, 
             return (f"first diverging tensor '{name}' (output of {producers.get(name, '?')}): max abs error "
                     f"{mx:.3g}, SNR {snr:.1f} dB at chunks of {chunk} {tick_unit(contract, short=True)}")
     return ""
+
+
+# ---------------------------------------------------------------- look-ahead, measured
+@dataclasses.dataclass
+class Lookahead:
+    """What :func:`measure_lookahead` found for one output.
+
+    Attributes:
+        frames (int | None): Look-ahead in the output's frames, ``max over k of (k r - first changed frame)``
+            (negative: the output lags its input; None: no perturbation changed the output).
+        points (list[tuple[int, int]]): (first perturbed input tick k, first output frame that changed) per k that
+            changed something.
+    """
+
+    frames: int | None
+    points: list
+
+
+def perturbation_starts(ticks: int, stride: int, count: int = 4) -> list[int]:
+    """Input ticks (list[int], sorted, distinct) from which :func:`measure_lookahead` changes the input: ``count``
+    points well inside ``ticks`` (from a fifth to four fifths of it), each a multiple of ``stride`` (a chunk
+    boundary the stream can have, so every phase of a strided model is the same)."""
+    out = set()
+    for j in range(count):
+        k = int(ticks * (0.2 + 0.6 * j / max(1, count - 1))) // stride * stride
+        if 0 < k < ticks:
+            out.add(k)
+    return sorted(out)
+
+
+def perturbed(inputs: dict[str, np.ndarray], axes: dict[str, tuple[int, Any]], k: int) -> dict[str, np.ndarray]:
+    """``inputs`` with every time-running input changed from input tick ``k`` on (its frame ``k x frames per
+    tick``): the same input turned by a third of its length (other real speech for a waveform), mixed
+    ``0.7 alt - 0.3 x`` for floats (so that neither a sign nor a scale hides the change); integers are turned only.
+    Frames before ``k`` are bit-identical.
+
+    Args:
+        inputs (dict[str, np.ndarray]): Proof inputs (batch 1).
+        axes (dict[str, tuple[int, Fraction]]): (time axis, frames per tick) of each input that runs over time.
+        k (int): First changed input tick.
+    """
+    out = dict(inputs)
+    for name, (axis, rate) in axes.items():
+        v = np.asarray(inputs[name])
+        n = v.shape[axis]
+        start = int(k * rate)
+        alt = np.roll(v, max(1, n // 3), axis=axis)
+        if np.issubdtype(v.dtype, np.floating):
+            alt = (0.7 * alt - 0.3 * v).astype(v.dtype)
+        idx = [slice(None)] * v.ndim
+        idx[axis] = slice(start, None)
+        w = v.copy()
+        w[tuple(idx)] = alt[tuple(idx)]
+        out[name] = w
+    return out
+
+
+def first_change(a: np.ndarray, b: np.ndarray, axis: int) -> int | None:
+    """First index along ``axis`` where ``a`` and ``b`` differ at all (bit for bit; NaN equal to NaN), else None."""
+    diff = ~((a == b) | (np.isnan(a) & np.isnan(b)) if np.issubdtype(np.asarray(a).dtype, np.floating) else a == b)
+    other = tuple(i for i in range(diff.ndim) if i != axis)
+    hit = np.flatnonzero(diff.any(axis=other) if other else diff)
+    return int(hit[0]) if hit.size else None
+
+
+def measure_lookahead(full_model: Any, inputs: dict[str, np.ndarray], full: dict[str, np.ndarray],
+                      in_axes: dict[str, tuple[int, Any]], out_axes: dict[str, tuple[int, Any]], stride: int,
+                      sess: Any = None) -> dict[str, Lookahead]:
+    """The true look-ahead of a full-sequence graph, measured by future perturbation: for several input ticks ``k``
+    well inside the input (:func:`perturbation_starts`), change every input from tick ``k`` on
+    (:func:`perturbed`), run the full graph and find the first output frame ``f(k)`` that changes; an output ``r``
+    frames per tick ahead of its input by ``L`` frames changes first at ``k r - L``, so ``L = max over k of
+    (k r - f(k))``. A stream that emits ``n r`` frames after ``n`` ticks with delay ``D`` holds full frames
+    ``< n r - D``, which must not depend on ticks ``>= n``: the smallest delay at which the stream can equal the full
+    graph is ``max(0, L)``.
+
+    Args:
+        full_model (onnx.ModelProto): The full-sequence graph.
+        inputs (dict[str, np.ndarray]): Proof inputs (batch 1, real speech or seeded features).
+        full (dict[str, np.ndarray]): The full graph's outputs on ``inputs``.
+        in_axes (dict[str, tuple[int, Fraction]]): (time axis, frames per tick) of each streaming input.
+        out_axes (dict[str, tuple[int, Fraction]]): (time axis, frames per tick) of each output to measure.
+        stride (int): Total stride (ticks); every ``k`` is a multiple of it.
+        sess (onnxruntime.InferenceSession | None): A session of ``full_model`` (made when None).
+    Returns:
+        dict[str, Lookahead]: by output name.
+    Source: issue 39 (changing input frames from k on leaves output frames before k - L bit-identical).
+    """
+    from fractions import Fraction
+
+    name0 = next(iter(in_axes))
+    ticks = int(Fraction(inputs[name0].shape[in_axes[name0][0]]) / Fraction(in_axes[name0][1]))
+    sess = sess or session(full_model)
+    names = [o.name for o in full_model.graph.output]
+    points: dict[str, list] = {o: [] for o in out_axes}
+    for k in perturbation_starts(ticks, stride):
+        got = dict(zip(names, sess.run(None, perturbed(inputs, in_axes, k))))
+        for o, (axis, _rate) in out_axes.items():
+            f = first_change(np.asarray(full[o]), np.asarray(got[o]), axis)
+            if f is not None:
+                points[o].append((k, f))
+    out = {}
+    for o, (_axis, rate) in out_axes.items():
+        la = [math.ceil(k * Fraction(rate)) - f for k, f in points[o]]
+        out[o] = Lookahead(max(la) if la else None, points[o])
+    return out
 
 
 # ---------------------------------------------------------------- proof inputs

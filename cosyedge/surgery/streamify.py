@@ -8,7 +8,9 @@ reason, in one line. What becomes state: causal context of Conv / pooling (1-D o
 axis, strided, dilated, grouped), Pad on time, GRU / LSTM / RNN hidden and cell state, transposed-conv
 overlap, running sums, delay lines where paths of different delay meet. Look-ahead (right pads, symmetric
 conv pads that are not chomped, crops at the start) becomes delay; the outputs share one delay, added to
-the contract's ``delay_samples``. States are batch-first, named ``state_in.NN`` / ``state_out.NN`` with a
+the contract's ``delay_samples`` (whole samples: a vocoder's delay is not rounded up to whole input frames); the
+proof measures the full graph's look-ahead by future perturbation and logs it against that delay, a warning when
+they differ. States are batch-first, named ``state_in.NN`` / ``state_out.NN`` with a
 fixed width (no name a prefix of another).
 
 A time axis the export left at a fixed length on a graph input or output is made symbolic (one warning line).
@@ -68,7 +70,8 @@ class StreamGraph:
         inputs (list[StreamIO]): Streaming inputs (frames per hop, time axis).
         outputs (list[StreamIO]): Streaming outputs with their delay in frames.
         stride_ticks (int): Chunks must hold a multiple of this many input ticks.
-        delay_ticks (int): The outputs' common delay in input ticks (look-ahead found in the graph).
+        delay_ticks (Fraction): The outputs' common delay in input ticks (look-ahead found in the graph; a
+            fraction of a tick for outputs faster than the input, a whole number of samples).
         walker (Walker): The walker (per-tensor delays and facts, for the proof's bisection).
         rf_ticks (int): Longest time context of one stateful layer, in input ticks.
         full_model (onnx.ModelProto): The constant-folded full-sequence graph (the proof's reference; with its
@@ -80,7 +83,7 @@ class StreamGraph:
     inputs: list
     outputs: list
     stride_ticks: int
-    delay_ticks: int
+    delay_ticks: Fraction
     walker: Any
     rf_ticks: int
     full_model: Any = None
@@ -211,7 +214,7 @@ def _is_audio(shape: list, axis: int) -> bool:
 
 def streamify_graph(graph: Any, *, hop_ticks: int, time_axes: dict[str, int] | None = None,
                     where: str = "model", hop_label: str = "hop_samples",
-                    attention_window: int | None = None) -> StreamGraph:
+                    attention_window: int | None = None, samples_per_tick: int = 1) -> StreamGraph:
     """Rewrite ``graph`` in place into its stream graph: one rule per node (:mod:`cosyedge.surgery.rules`).
 
     Args:
@@ -222,6 +225,8 @@ def streamify_graph(graph: Any, *, hop_ticks: int, time_axes: dict[str, int] | N
         time_axes (dict[str, int] | None): Time axis by input name, where the shapes do not tell.
         where (str): Name for messages.
         hop_label (str): What the hop is called in messages (``hop_samples`` or ``frames_per_hop``).
+        samples_per_tick (int): Samples one input tick stands for (1 for a waveform; ``hop_samples /
+            frames_per_hop`` for feature frames): the delay is a whole number of samples, not of ticks.
     Returns:
         StreamGraph: states, I/O and strides (see there).
     Raises:
@@ -267,7 +272,7 @@ def streamify_graph(graph: Any, *, hop_ticks: int, time_axes: dict[str, int] | N
     walker = Walker(graph, facts, values, batch_axes, (first.name, axes[first.name]), model=folded,
                     t1=_probe_lengths(quantum)[0], attention_window=attention_window)
     walker.walk()
-    delays = walker.finish(out_names)
+    delays = walker.finish(out_names, Fraction(1, max(1, int(samples_per_tick))))
     if walker.blockers:
         n = len(walker.blockers)
         raise UsageError(f"{where} cannot stream: {n} node{'s' if n > 1 else ''} block{'' if n > 1 else 's'} it: "
@@ -303,7 +308,7 @@ def streamify_graph(graph: Any, *, hop_ticks: int, time_axes: dict[str, int] | N
         shape = [BATCH_DIM if i == 0 else ("T" if i == axes[name] else int(d)) for i, d in enumerate(f.shape1)]
         kind = "audio" if _is_audio(list(f.shape1), axes[name]) else "features"
         inputs.append(StreamIO(name, shape, _np_name(values[0][name].dtype), axes[name], hop_ticks, 0, kind))
-    outputs, delay_ticks = [], 0
+    outputs, delay_ticks = [], Fraction(0)
     for name in out_names:
         f = walker.facts[name]
         fph = f.rate * hop_ticks
@@ -314,7 +319,7 @@ def streamify_graph(graph: Any, *, hop_ticks: int, time_axes: dict[str, int] | N
         dtype = _np_name(values[0][name].dtype) if name in values[0] else "float32"
         outputs.append(StreamIO(name, shape, dtype, f.axis, int(fph) if fph.denominator == 1 else 0,
                                 delays.get(name, 0), kind))
-        delay_ticks = max(delay_ticks, int(Fraction(delays.get(name, 0)) / f.rate))
+        delay_ticks = max(delay_ticks, Fraction(delays.get(name, 0)) / f.rate)
     bad = [o.name for o in outputs if o.frames_per_hop == 0]
     if bad:
         raise UsageError(f"{where}: output '{bad[0]}' has a fractional number of frames per hop of {hop_ticks} "
@@ -418,7 +423,7 @@ def prove_stream(full_model: Any, stream_model: Any, contract: StreamContract, s
     chunks = proof_chunks(s, hop)
     big = max(chunks)
     if inputs is None:
-        need = max(64 * big, 8 * sg.rf_ticks + sg.delay_ticks, 4 * contract.sample_rate_hz * hop //
+        need = max(64 * big, 8 * sg.rf_ticks + math.ceil(sg.delay_ticks), 4 * contract.sample_rate_hz * hop //
                    contract.hop_samples)
         ticks = math.lcm(*chunks) * -(-need // math.lcm(*chunks))
         inputs = proof.proof_inputs(contract, ticks)
@@ -453,9 +458,54 @@ def prove_stream(full_model: Any, stream_model: Any, contract: StreamContract, s
              proof.tick_unit(contract, short=True),
              worst["max_abs"], min(r["snr_db"] for r in res.rows))
     summary = res.summary()
+    summary["lookahead"] = _check_lookahead(full_model, inputs, res.full, contract, sg, where)
     if sg.original_model is not None and sg.full_model is not sg.original_model:
         summary["attention_window"] = _window_deviation(sg, inputs, res.full, contract, where)
     return summary
+
+
+def _check_lookahead(full_model: Any, inputs: dict, full: dict, contract: StreamContract, sg: StreamGraph,
+                     where: str) -> dict:
+    """The future-perturbation test of every streamify proof (:func:`cosyedge.surgery.proof.measure_lookahead`):
+    the full graph's true look-ahead on the proof's input against the delay the walker gave the stream. Logs both
+    (one line); a contract delay above the measured look-ahead (a rule that over-counts) or below it is a warning
+    naming both, never hidden.
+
+    Returns:
+        dict: for the contract's proof: ``measured_samples`` (the smallest common delay at which the stream can
+        equal the full graph), ``graph_delay_samples`` (the stream's), ``outputs`` (per output: measured look-ahead
+        and delay, frames), ``equal`` (bool).
+    """
+    from cosyedge.surgery.walker import common_delay_ticks
+
+    first = contract.stream_inputs[0]
+    per_tick = contract.hop_samples // first.frames_per_hop
+    in_axes = {i.name: (i.time_axis, Fraction(i.frames_per_hop, first.frames_per_hop)) for i in contract.stream_inputs}
+    out_axes = {o.name: (o.time_axis, sg.walker.facts[o.name].rate) for o in contract.stream_outputs}
+    found = proof.measure_lookahead(full_model, inputs, full, in_axes, out_axes, sg.stride_ticks)
+    delays = {o.name: o.delay_frames for o in contract.stream_outputs}
+    known = {o: la.frames for o, la in found.items() if la.frames is not None}
+    measured = common_delay_ticks([(out_axes[o][1], max(0, f)) for o, f in known.items()], Fraction(1, per_tick)) \
+        if known else Fraction(0)
+    graph = int(sg.delay_ticks * per_tick)
+    measured_samples = int(measured * per_tick)
+    rows = {o: {"lookahead_frames": found[o].frames, "delay_frames": delays[o]} for o in found}
+    text = ", ".join(f"'{o}' {r['lookahead_frames']} frames ahead, {r['delay_frames']} late" for o, r in rows.items())
+    if not known:
+        LOG.info("%s: look-ahead: changing the input from %s on changes no output: nothing to measure", where,
+                 proof.perturbation_starts(next(iter(inputs.values())).shape[first.time_axis], sg.stride_ticks))
+    elif graph == measured_samples:
+        LOG.info("%s: look-ahead measured on the full graph (input changed from several points on, first output "
+                 "frame that changes) %d samples = the stream's delay (%s)", where, measured_samples, text)
+    else:
+        LOG.warning("%s: the stream's delay from the graph is %d samples but the full graph's look-ahead measured by "
+                    "changing its input from several points on is %d samples (%s)%s", where, graph, measured_samples,
+                    text, ": either a rule counts more look-ahead than the graph has, or the measurement sees less "
+                    "(filter taps too small to change a float32 sum, a nonlinearity that hides the change at the "
+                    "first frames, whole frames at a lower rate inside the graph)" if graph > measured_samples
+                    else ": the measured look-ahead exceeds the stream's delay")
+    return {"measured_samples": measured_samples, "graph_delay_samples": graph, "equal": graph == measured_samples,
+            "outputs": rows}
 
 
 def _window_deviation(sg: StreamGraph, inputs: dict, bounded: dict, contract: StreamContract, where: str) -> dict:
@@ -672,7 +722,8 @@ class StatefulOnnxFromOnnx(Stage):
             try:
                 sg = streamify_graph(graph, hop_ticks=hop_ticks, time_axes=self.time_axes, where=str(src),
                                      hop_label="hop_samples" if audio else "frames_per_hop",
-                                     attention_window=self.attention_window)
+                                     attention_window=self.attention_window,
+                                     samples_per_tick=hop // hop_ticks)
             except UsageError as err:
                 if audio or hop_ticks != 1 or not _waveform_like(shape0, axes0[first.name]):
                     raise
@@ -698,7 +749,7 @@ class StatefulOnnxFromOnnx(Stage):
                 input=want_in or in_names[0], output=want_out or audio_out,
                 sample_rate_hz=int(fields["sample_rate_hz"]), hop_samples=hop,
                 total_stride=sg.stride_ticks * per_tick,
-                delay_samples=int(fields.get("delay_samples") or 0) + sg.delay_ticks * per_tick,
+                delay_samples=int(fields.get("delay_samples") or 0) + int(sg.delay_ticks * per_tick),
                 states=sg.states, name=str(fields.get("name")
                                                       or io.model_stem(src, (".onnx", ".full", ".stream"))),
                 inputs=sg.inputs, outputs=sg.outputs,
@@ -717,7 +768,7 @@ class StatefulOnnxFromOnnx(Stage):
             contract.write_to_onnx(new)
             io.save_model(new, self.out)
             LOG.info("%d states, total stride %d samples, delay %d samples (%d from the graph), %s",
-                     len(sg.states), contract.total_stride, contract.delay_samples, sg.delay_ticks * per_tick,
+                     len(sg.states), contract.total_stride, contract.delay_samples, int(sg.delay_ticks * per_tick),
                      ", ".join(f"{s.input}{s.shape[1:]}" for s in sg.states))
             LOG.info("state per stream: %d bytes (%s)", contract.state_bytes,
                      ", ".join(f"{k} {v}" for k, v in _bytes_by_kind(contract).items()))

@@ -45,6 +45,20 @@ def node_desc(node: Any) -> str:
     return f"{node.op} node '{node.name}'"
 
 
+def common_delay_ticks(delays: list[tuple[Fraction, int]], tick_step: Fraction = Fraction(1)) -> Fraction:
+    """The smallest common delay (input ticks, Fraction >= 0) of outputs that must be ``delays`` frames late at
+    least, each given as (frames per tick, frames): a whole number of frames of every output and a multiple of
+    ``tick_step``. Those delays form the lattice ``unit * Z``, ``unit`` the lcm of every ``1 / rate`` and
+    ``tick_step`` (lcm of fractions: lcm of the numerators over the gcd of the denominators).
+
+    Example: one output at 256 frames per tick, 1032 frames late, ``tick_step`` 1/256: 1032/256 ticks (not 5).
+    """
+    gens = [1 / Fraction(r) for r, _ in delays] + [Fraction(tick_step)]
+    unit = Fraction(math.lcm(*(g.numerator for g in gens)), math.gcd(*(g.denominator for g in gens)))
+    ticks = max([Fraction(d) / Fraction(r) for r, d in delays] + [Fraction(0)])
+    return math.ceil(ticks / unit) * unit
+
+
 class Walker:
     """Rewrites a constant-folded, sorted full-sequence graph in place into its streaming form.
 
@@ -555,7 +569,10 @@ class Walker:
         b = self.batch_axes.get(o.name)
         for i, d in enumerate(f.shape1):
             if i == f.axis:
-                parts.append(self.frames_tensor(f.rate, base))
+                n = self.frames_tensor(f.rate, base)
+                if i == b:  # batch folded into time (N x frames: zeros for a per-frame RNN's initial state)
+                    n = self.op("Mul", [n, self.batch_tensor(base)], base, dtype=np.int64)
+                parts.append(n)
             elif i == b:
                 n = self.batch_tensor(base)
                 parts.append(n if int(d) == 1 else self.op("Mul", [n, self.const([int(d)])], base, dtype=np.int64))
@@ -703,11 +720,18 @@ class Walker:
             del self._state_vars[i], self.states[i], self._positions[rate]
         self.graph.cleanup()
 
-    def finish(self, output_names: list[str]) -> dict[str, int]:
+    def finish(self, output_names: list[str], tick_step: Fraction = Fraction(1)) -> dict[str, int]:
         """Align the graph outputs to one delay in ticks, add the counter update, name the states.
+
+        The common delay is the smallest one at least every output's own delay that is a whole number of frames of
+        every output and a multiple of ``tick_step`` ticks (one sample: ``1 / samples per tick``), not a whole
+        number of ticks: a vocoder whose waveform is 1032 samples late at 256 samples per mel frame is 1032 samples
+        late, not 5 frames (1280, issue 39).
 
         Args:
             output_names (list[str]): The model's streaming outputs (graph outputs before the walk).
+            tick_step (Fraction): The delay in ticks must be a multiple of this (1 for a waveform input; ``1 /
+                samples per tick`` for feature frames, so that the contract's delay is whole samples).
         Returns:
             dict[str, int]: delay of each output in its own frames.
         """
@@ -729,12 +753,7 @@ class Walker:
             need[name] = (f.rate, 0 if d is None else d)
         delays = {}
         if need:
-            ticks = max(Fraction(d) / r for r, d in need.values())
-            ticks = max(ticks, Fraction(0))
-            step = math.lcm(*(r.denominator for r, _ in need.values()))
-            ticks = Fraction(math.ceil(ticks * step), step) if step > 1 else Fraction(math.ceil(ticks))
-            while not all((ticks * r).denominator == 1 for r, _ in need.values()):
-                ticks += Fraction(1, step)
+            ticks = common_delay_ticks([(r, d) for r, d in need.values()], tick_step)
             for name, (rate, d) in need.items():
                 want = int(ticks * rate)
                 if want > d:

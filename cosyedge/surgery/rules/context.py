@@ -7,7 +7,8 @@ of ``P_s`` frames and no time pads, where ``P_s`` is the one value in ``[max(0, 
 ``C / S`` outputs for a chunk of ``C`` frames) with ``(P_s + d - P_l) % S == 0``. Its output is then
 ``(P_s + d - P_l) / S`` frames late: 0 for a causal conv (``P_l = K - 1``, stride 1; or ``K - S`` strided),
 ``K - 1`` for a look-ahead conv (``causal_type='right'``, a right pad), the un-chomped half of a symmetric
-pad. It is negative when the left pad is longer than the kernel needs (a 1x1 conv after a pad, as in the
+pad. A Conv's last time taps that are zero for every channel are dropped first (they read the future for
+nothing). It is negative when the left pad is longer than the kernel needs (a 1x1 conv after a pad, as in the
 Conformer convolution module): the output's first frames only saw padding, the stream starts after them
 (early), and the next window op's state starts with their values (:meth:`Walker.add_state`). When the
 input is late and the full graph zero-pads on the left, the frames before the stream's start are zeroed
@@ -89,6 +90,27 @@ def _kernel(node: Any, ctx: Any) -> list[int]:
     return [int(k) for k in shape[2:]]
 
 
+def _drop_trailing_zero_taps(node: Any, ctx: Any, kernel: list[int], t_sp: int) -> list[int]:
+    """Drop the last time taps of a Conv weight that are zero for every channel (they read the future and add
+    nothing: a symmetric Hann window ends at 0, so an STFT written as a strided Conv looks one sample less far ahead
+    than its kernel says); returns the kernel shape (list[int]). The weight becomes a new constant; pads are left as
+    they are (the chunk graph drops the time pads). Source: issue 39 (delay = measured look-ahead)."""
+    w = np.asarray(ctx.value(node.inputs[1]))
+    axis = 2 + t_sp
+    n = 0
+    while n < kernel[t_sp] - 1 and not np.any(np.take(w, kernel[t_sp] - 1 - n, axis=axis)):
+        n += 1
+    if not n:
+        return kernel
+    w = np.take(w, np.arange(kernel[t_sp] - n), axis=axis)
+    node.inputs[1] = ctx.const(w, f"{node.name}/weight", dtype=w.dtype)
+    kernel = list(kernel)
+    kernel[t_sp] -= n
+    if "kernel_shape" in node.attrs:
+        node.attrs["kernel_shape"] = kernel
+    return kernel
+
+
 @register("Conv", "ConvInteger", "QLinearConv", "MaxPool", "AveragePool", "LpPool")
 def window(node: Any, ctx: Any) -> None:
     """Conv / pooling over time: state of ``P_s`` past frames, delay from the look-ahead (module doc)."""
@@ -104,6 +126,8 @@ def window(node: Any, ctx: Any) -> None:
     kernel = _kernel(node, ctx)
     if node.op.startswith("Conv") and ctx.value(node.inputs[1]) is None:
         raise Blocker("its weight is computed at run time (streaming needs constant weights)")
+    if node.op == "Conv" and attr_str(node, "auto_pad", "NOTSET") in ("NOTSET", "VALID"):
+        kernel = _drop_trailing_zero_taps(node, ctx, kernel, t_sp)
     k_eff, s, p_l, _p_r = window_geometry(node, ctx, n_sp, t_sp, kernel)
     if node.op == "AveragePool" and p_l and not int(node.attrs.get("count_include_pad", 0)):
         raise Blocker("AveragePool with a left time pad and count_include_pad=0 averages fewer frames at the "

@@ -6,7 +6,10 @@ chunk (``(C - 1) S + K`` frames); the first ``K - S`` frames get the overlap sta
 previous chunk) added, the first ``C S`` frames are the output (bias added once, after the overlap-add),
 the last ``K - S`` the new state. A begin pad ``p_b`` crops the start: the output is ``d S + p_b`` frames
 late; end pads and ``output_padding`` only shape the sequence's tail. A late input is zeroed before the
-stream's start (its pre-roll would spill into real frames). ``K < S`` is refused (gaps between chunks).
+stream's start (its pre-roll would spill into real frames). An early input (``d < 0``: a left zero pad not yet
+absorbed) stays early when the pad's frames are zeros: they add nothing to the overlap, so a left pad followed by
+a begin crop of the same length (a causal transposed conv) is delay 0, not ``p_b`` (issue 39: GTCRN's decoder
+was 10 frames late for nothing). ``K < S`` is refused (gaps between chunks).
 
 Sources: ONNX ConvTranspose (output shape ``S (T - 1) + output_padding + K - pads``); sonos/tract
 ``pulse/src/ops/cnn/deconv.rs`` (pulsed deconv with a zero bias, overlap-add, bias added once).
@@ -23,6 +26,30 @@ from cosyedge.surgery.rules import INT64_MAX, Blocker, attr_str, register
 from cosyedge.surgery.rules.perframe import pass_through
 
 gs = lazy_import("onnx_graphsurgeon")
+
+def _leading_zero_taps(w: np.ndarray, axis: int, limit: int) -> int:
+    """How many of the first time taps of weight ``w`` (along ``axis``) are zero for every channel, at most
+    ``limit`` (int). A periodic Hann window starts at 0: an iSTFT written as a ConvTranspose with windowed bases
+    gives frame ``i`` no weight at its first sample, so the output reaches one sample less far ahead than the kernel
+    says (issue 39: the CausalHiFT trunk's stream was 1028 samples late, its look-ahead measured 1027)."""
+    n = 0
+    while n < limit and not np.any(np.take(w, n, axis=axis)):
+        n += 1
+    return n
+
+
+def _lead_nonzero(ctx: Any, x: Any, frames: int, axis: int) -> bool:
+    """Whether the ``frames`` frames a left pad put before early ``x`` (delay ``-frames``) are not all zeros in the
+    full graph, or cannot be traced (bool). When they are zeros their overlap-adds are zeros too: the stream's overlap
+    state starts at zeros and the output is ``d S + p_b`` frames late with ``d`` negative (GTCRN's causal decoder: a
+    left pad of ``2 dil`` then a begin crop of ``2 dil`` is delay 0), where the crop absorbs the pad (``d S + p_b
+    >= 0``). Otherwise (or for an output that would stay early) a delay line on the input computes them, its state
+    starting with their values (:meth:`Walker.add_state`)."""
+    try:
+        return ctx._lead_values(x, frames, axis) is not None
+    except Blocker:
+        return True
+
 
 @register("ConvTranspose")
 def conv_transpose(node: Any, ctx: Any) -> None:
@@ -47,9 +74,17 @@ def conv_transpose(node: Any, ctx: Any) -> None:
     if "output_shape" in node.attrs:
         raise Blocker("output_shape fixes the sequence length")
     pads = list(node.attrs.get("pads", [0] * 2 * n_sp))
-    k_eff = (kernel[t_sp] - 1) * int(dil[t_sp]) + 1
     s = int(strides[t_sp])
     p_b = int(pads[t_sp])
+    z0 = _leading_zero_taps(w, 2 + t_sp, min(kernel[t_sp] - 1, p_b // int(dil[t_sp])))
+    if z0:  # those taps add nothing: drop them, the begin crop shrinks by as many frames
+        w = np.take(w, np.arange(z0, kernel[t_sp]), axis=2 + t_sp)
+        node.inputs[1] = ctx.const(w, f"{node.name}/weight", dtype=w.dtype)
+        kernel[t_sp] -= z0
+        if "kernel_shape" in node.attrs:
+            node.attrs["kernel_shape"] = kernel
+        p_b -= z0 * int(dil[t_sp])
+    k_eff = (kernel[t_sp] - 1) * int(dil[t_sp]) + 1
     d = ctx.delay_of(x) or 0
     if k_eff == 1 and s == 1:
         if p_b or pads[n_sp + t_sp]:
@@ -57,7 +92,7 @@ def conv_transpose(node: Any, ctx: Any) -> None:
         return pass_through(node, ctx, [0])
     if k_eff < s:
         raise Blocker(f"time kernel {k_eff} shorter than its stride {s} leaves gaps between chunks")
-    if d < 0:
+    if d < 0 and (d * s + p_b < 0 or _lead_nonzero(ctx, x, -d, f.axis)):
         x, d = ctx.delay_line(x, -d, node.name), 0
     if d > 0:
         x = ctx.mask_preroll(x, node.name)

@@ -71,11 +71,39 @@ def gather(node: Any, ctx: Any) -> None:
     idxs = ctx.stream_inputs(node)
     if idxs == [1]:
         return pass_through(node, ctx, [1])
-    if 1 in idxs:
-        raise Blocker("gathers from a streaming tensor with indices that run over time")
     t, rank = _time_axis(ctx, node)
+    if 1 in idxs:
+        if _axis_attr(node, 0, rank) == t:
+            return _gather_own_frames(node, ctx, t)
+        raise Blocker("gathers from a streaming tensor with indices that run over time")
     if _axis_attr(node, 0, rank) == t:
         raise Blocker(f"gathers along the time axis {t} (picks frames by their position in the sequence)")
+    pass_through(node, ctx, [0])
+
+
+def _gather_own_frames(node: Any, ctx: Any, t: int) -> None:
+    """Gather along the data's time axis with indices that run over time: ``nn.Unfold`` exports (TorchScript
+    ``im2col``) as ``Gather(x, Range(0, T)[:, None] * stride + arange(K) * dilation, axis=time)``, a window of ``K``
+    frames per output frame. With a time kernel of one frame (an Unfold over frequency only, GTCRN's subband
+    features: kernel ``(1, 3)``) the index of output frame ``i`` is ``i`` in both probe runs: each frame reads
+    itself, a per-frame op (the same ``Range`` counts the chunk's frames in the chunk graph, :func:`range_op`). A
+    wider window (an Unfold over time) is refused by name."""
+    idx = node.inputs[1]
+    fi, fd = ctx.fact(idx), ctx.fact(node.inputs[0])
+    ta = fi.axis
+    for v in (ctx.value(idx), ctx.value2(idx)):
+        if v is None or fi.rate != fd.rate:
+            raise Blocker(f"gathers along the time axis {t} at positions computed from the data")
+        v = np.moveaxis(np.asarray(v), ta, 0)
+        pos = np.arange(v.shape[0]).reshape((-1,) + (1,) * (v.ndim - 1))
+        if not np.array_equal(v, np.broadcast_to(pos, v.shape)) or v[0].size != 1:
+            first = v.reshape(v.shape[0], -1)[:2].tolist()
+            raise Blocker(f"gathers a window of frames along the time axis {t} (nn.Unfold / im2col over time: "
+                          f"output frames 0 and 1 read input frames {first}): only an unfold over other axes "
+                          "(a time kernel of 1 frame) streams; write a time window as a Conv")
+    fo = ctx.fact(node.outputs[0])
+    if fo.axis != t + ta or fo.rate != fd.rate:
+        raise Blocker(f"gathers along the time axis {t} into an output whose time axis is not the indices' own")
     pass_through(node, ctx, [0])
 
 
@@ -412,6 +440,10 @@ def _only_nd_positions(t: Any, graph_outputs: set, seen: set | None = None, ctx:
         slots = [i for i, x in enumerate(c.inputs) if x is t]
         if c.op in ("GatherND", "ScatterND") and slots == [1] and (ctx is None or ctx.is_stream(c.inputs[0])):
             continue
+        if c.op == "Gather" and slots == [1] and ctx is not None and ctx.is_stream(c.inputs[0]):
+            f = ctx.fact(c.inputs[0])
+            if _axis_attr(c, 0, len(f.shape1)) == f.axis:  # an im2col frame index (:func:`_gather_own_frames`)
+                continue
         if c.op == "Shape":
             continue
         if c.op not in _INDEX_PATH or (_INDEX_PATH[c.op] is not None and any(i not in _INDEX_PATH[c.op]
