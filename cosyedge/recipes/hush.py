@@ -264,8 +264,8 @@ class Hush(Recipe):
         return model_dir
 
     def provenance(self) -> dict:
-        """dict: the base provenance plus ``network_sha256`` (SHA-256 of the four files in order, joined by
-        ``+``... as one SHA-256 over their hashes, str) and ``network`` (the file names)."""
+        """dict: the base provenance plus ``network`` (the files, str) and ``network_sha256`` (str: the SHA-256 of
+        the four files' SHA-256s in :data:`FILE_SHA256` order, joined by ``+``), so a changed wheel re-exports."""
         import hashlib
 
         model_dir = self.hush_dir() / MODEL_DIR
