@@ -192,7 +192,7 @@ def test_run_model_kind_is_checked_before_any_export(cli, root, tmp_path):
     assert "(cosyedge run mic --model gtcrn -o OUT.wav)" in line and "FILE" not in line
     rc, _out, err = cli("run", "--model", "foo", DEMO / "noisy.wav", "-o", tmp_path / "x.wav")
     assert _one_line_error(rc, err, 2).endswith("unknown model 'foo': --model takes an enhancer (dfn3, dtln, gtcrn, "
-                                                "nsnet2) or, with --vad, a voice activity detector (silero-vad)")
+                                                "hush, nsnet2) or, with --vad, a voice activity detector (silero-vad)")
     assert cli.exports == [] and list(tmp_path.iterdir()) == []
 
 

