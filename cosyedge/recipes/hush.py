@@ -49,7 +49,6 @@ from __future__ import annotations
 
 import configparser
 import importlib
-import json
 import os
 import sys
 import tempfile
@@ -61,7 +60,7 @@ import numpy as np
 
 from cosyedge.errors import AccuracyError, ArtifactError
 from cosyedge.log import LOG
-from cosyedge.recipes.base import RECIPE_META_KEY, Recipe, sha256_of
+from cosyedge.recipes.base import Recipe, sha256_of
 from cosyedge.recipes.dsp import gs
 from cosyedge.recipes.dtln import _demo_recording, snr_db
 from cosyedge.recipes.libdf import MEAN_NORM_INIT, UNIT_NORM_INIT, build_libdf_processing
