@@ -12,8 +12,10 @@ processing (``featurelib.py`` / ``enhance_onnx.py``, 16 kHz branch):
 * synthesis: ``X * gain`` inverse rfft, the same window, overlap-added at the hop (no normalisation, as
   ``featurelib.istft``).
 
-Streamed, the output lags by the 160-sample look-ahead of the 20 ms frame (``delay_samples`` 160: 10 ms
-delay, 20 ms algorithmic latency with the 10 ms chunk).
+Streamed, the output lags by the 159-sample look-ahead of the 20 ms frame (``delay_samples`` 159, about 10 ms
+delay, 20 ms algorithmic latency with the 10 ms chunk): the symmetric window's first tap is 0, so after 160 n
+input samples the output is complete through sample 160 (n - 1), which frame n - 1 (not yet whole) gives no weight
+(streamify drops the synthesis kernel's zero first tap; the proof's measured look-ahead is 159).
 
 Source: Braun & Tashev, "Data augmentation and loss normalization for deep noise suppression", SPECOM
 2020 (arXiv:2008.06412); github.com/microsoft/DNS-Challenge (NSNet2-baseline). Model CC-BY-4.0, code MIT.

@@ -50,9 +50,11 @@ def _snr_db(ref: np.ndarray, est: np.ndarray) -> float:
 def test_the_stream_onnx_is_a_proved_waveform_model(nsnet2_onnx):
     c = StreamContract.from_onnx(nsnet2_onnx)
     assert (c.name, c.sample_rate_hz, c.hop_samples, c.total_stride, c.delay_samples) == ("nsnet2", 16000, 160,
-                                                                                          160, 160)
+                                                                                          160, 159)
     assert c.is_audio and c.input == "audio" and c.output == "enhanced"
     assert c.proof["snr_db"] > 90 and c.proof["chunks_ticks"] == [160, 480]
+    # the window's zero first tap: the delay is the measured look-ahead, one sample under the hop
+    assert c.proof["lookahead"]["measured_samples"] == 159 and c.proof["lookahead"]["equal"]
     shapes = sorted(tuple(s.shape[1:]) for s in c.states)
     assert shapes.count((1, 400)) == 2  # the two GRUs' hidden states
     import onnx
@@ -72,7 +74,7 @@ def test_cosyedge_run_equals_the_packages_own_pipeline(nsnet2_onnx, tmp_path):
     out = tmp_path / "nsnet2.wav"
     s = enhance_file(DEMO, out, engine=nsnet2_onnx)
     y, sr = sf.read(out, dtype="float64")
-    assert sr == 16000 and y.size == x.shape[0] and s["delay_samples"] == 160
+    assert sr == 16000 and y.size == x.shape[0] and s["delay_samples"] == 159
     snr = _snr_db(ref, y)
     assert snr >= 60.0, snr
     assert _snr_db(ref, np.roll(y, 160)) < 20.0  # misaligned by the delay it is not the same signal

@@ -9,7 +9,10 @@ late; end pads and ``output_padding`` only shape the sequence's tail. A late inp
 stream's start (its pre-roll would spill into real frames). An early input (``d < 0``: a left zero pad not yet
 absorbed) stays early when the pad's frames are zeros: they add nothing to the overlap, so a left pad followed by
 a begin crop of the same length (a causal transposed conv) is delay 0, not ``p_b`` (issue 39: GTCRN's decoder
-was 10 frames late for nothing). ``K < S`` is refused (gaps between chunks).
+was 10 frames late for nothing). Leading time taps of the kernel that are zero for every channel add nothing: they
+are dropped, taking back frames of the begin crop and then, for a late input, of the output's lateness (the
+output of frame ``i`` starts ``z0`` frames later; issue 39: NSNet2's synthesis window starts at 0, its stream was
+160 samples late, its look-ahead is 159). ``K < S`` is refused (gaps between chunks).
 
 Sources: ONNX ConvTranspose (output shape ``S (T - 1) + output_padding + K - pads``); sonos/tract
 ``pulse/src/ops/cnn/deconv.rs`` (pulsed deconv with a zero bias, overlap-add, bias added once).
@@ -76,16 +79,22 @@ def conv_transpose(node: Any, ctx: Any) -> None:
     pads = list(node.attrs.get("pads", [0] * 2 * n_sp))
     s = int(strides[t_sp])
     p_b = int(pads[t_sp])
-    z0 = _leading_zero_taps(w, 2 + t_sp, min(kernel[t_sp] - 1, p_b // int(dil[t_sp])))
-    if z0:  # those taps add nothing: drop them, the begin crop shrinks by as many frames
+    d = ctx.delay_of(x) or 0
+    dl = int(dil[t_sp])
+    # zero leading taps the begin crop absorbs, and past it those a late input's lateness absorbs (the output is
+    # then less late; the kernel keeps at least max(S, 2) frames: no gaps, no 1-frame kernel with a crop)
+    limit = p_b // dl
+    if d > 0:
+        limit = max(limit, min((p_b + d * s) // dl, (kernel[t_sp] - 1) - (max(s, 2) - 1 + dl - 1) // dl))
+    z0 = _leading_zero_taps(w, 2 + t_sp, min(kernel[t_sp] - 1, limit))
+    if z0:  # those taps add nothing: drop them, the begin crop (or the output's lateness) shrinks by as many frames
         w = np.take(w, np.arange(z0, kernel[t_sp]), axis=2 + t_sp)
         node.inputs[1] = ctx.const(w, f"{node.name}/weight", dtype=w.dtype)
         kernel[t_sp] -= z0
         if "kernel_shape" in node.attrs:
             node.attrs["kernel_shape"] = kernel
-        p_b -= z0 * int(dil[t_sp])
+        p_b -= z0 * dl
     k_eff = (kernel[t_sp] - 1) * int(dil[t_sp]) + 1
-    d = ctx.delay_of(x) or 0
     if k_eff == 1 and s == 1:
         if p_b or pads[n_sp + t_sp]:
             raise Blocker("crops time with a kernel of 1 frame")
