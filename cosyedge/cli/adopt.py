@@ -65,7 +65,7 @@ def adopt(onnx_in: Path, out_onnx: Path, states: tuple[str, ...], sample_rate_hz
     state must change the output (exit 2 for a state that carries nothing or a graph that does not stream).
     State pairs are given (--state IN=OUT) or found from names (x_in/x_out, h_in/h_out, cache/new_cache,
     states_in/states_out, a state_pairs metadata entry); the original names stay in the cosyedge.adopted
-    metadata. Known gap: build --fp16 of a Scan-wrapped model gives an FP32 model. See docs/adopt.md.
+    metadata. build --fp16, --int8 and --sparse convert inside the Scan bodies. See docs/adopt.md.
 
     Inputs: one waveform (N, 1, T); or a block of L samples per call ((N, L), (N, 1, L), (L,)): with
     --hop-samples H < L the graph expects L - H samples of context, kept as a state; or features (STFT frames,

@@ -64,7 +64,10 @@ def resolve_calibration_set(calib: Any, count: int = 2048):
             raise ArtifactError(f"calibration folder {folder} is a file, not a folder ({make})")
         raise ArtifactError(f"calibration folder {folder} has no {MANIFEST} ({make})")
     if not (folder / MANIFEST).is_file():
-        LOG.info("no calibration set in %s: making the default one (%d utterances)", folder, count)
+        LOG.warning("no calibration set in %s: making the default one (%d utterances, about %d min of audio; the KL "
+                    "calibration then streams all of it, minutes on a small CPU). A smaller or your own set: "
+                    "'cosyedge calib make --count N --out DIR' and build --calib DIR", folder, count,
+                    round(count * 2.5 / 60))
         return make_calibration_set(folder, count=count)
     return load_calibration_set(folder)
 

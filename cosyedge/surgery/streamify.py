@@ -490,13 +490,15 @@ def _check_lookahead(full_model: Any, inputs: dict, full: dict, contract: Stream
     graph = int(sg.delay_ticks * per_tick)
     measured_samples = int(measured * per_tick)
     rows = {o: {"lookahead_frames": found[o].frames, "delay_frames": delays[o]} for o in found}
-    text = ", ".join(f"'{o}' {r['lookahead_frames']} frames ahead, {r['delay_frames']} late" for o, r in rows.items())
+    unit = {o.name: "samples" if o.kind == "audio" else "frames" for o in contract.stream_outputs}
+    text = ", ".join(f"'{o}' {r['lookahead_frames']} {unit.get(o, 'frames')} ahead, {r['delay_frames']} late"
+                     for o, r in rows.items())
     if not known:
         LOG.info("%s: look-ahead: changing the input from %s on changes no output: nothing to measure", where,
                  proof.perturbation_starts(next(iter(inputs.values())).shape[first.time_axis], sg.stride_ticks))
     elif graph == measured_samples:
         LOG.info("%s: look-ahead measured on the full graph (input changed from several points on, first output "
-                 "frame that changes) %d samples = the stream's delay (%s)", where, measured_samples, text)
+                 "frame that changes) %d samples = the delay the graph gives the stream (%s)", where, measured_samples, text)
     else:
         LOG.warning("%s: the stream's delay from the graph is %d samples but the full graph's look-ahead measured by "
                     "changing its input from several points on is %d samples (%s)%s", where, graph, measured_samples,

@@ -244,7 +244,7 @@ def test_the_committed_ci_baseline_is_for_the_model_the_recipe_exports(gtcrn_onn
 
 def test_sparse_pruning_reports_its_cost_and_warns(gtcrn_onnx, tmp_path, caplog):
     """2:4 magnitude pruning of GTCRN (no fine-tuning) changes it audibly: the sparsify report carries the output SNR
-    vs the dense model on speech (16.1 dB measured) and the log warns below 20 dB, naming the way out."""
+    vs the FP32 model on noisy speech (5.3 dB measured, as compare) and the log warns below 20 dB, naming the way out."""
     import logging
 
     from cosyedge.precision.cost import WARN_SNR_DB
@@ -252,6 +252,6 @@ def test_sparse_pruning_reports_its_cost_and_warns(gtcrn_onnx, tmp_path, caplog)
 
     with caplog.at_level(logging.INFO, logger="cosyedge"):
         report = sparsify_onnx(gtcrn_onnx, tmp_path / "g-sparse.onnx")
-    assert 5.0 < report["output_snr_db"] < WARN_SNR_DB
+    assert 2.0 < report["output_snr_db"] < 10.0 < WARN_SNR_DB
     assert any("changed this model audibly" in r.getMessage() and r.levelno == logging.WARNING
                for r in caplog.records), caplog.text
