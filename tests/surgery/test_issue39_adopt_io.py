@@ -487,7 +487,8 @@ def test_state_and_const_arguments_are_checked_before_use(tmp_path, cli):
     assert "state output ['1xq'] not among the outputs ['enhanced', 'mem_out']" in got
     assert got.endswith("(if it is a shape: SHAPE is D1xD2x... of positive integers, e.g. 1x64)")
     assert "if it is a shape" not in line("--state", "mem=nope")
-    assert line("--state", "mem=1x8", "--state", "mem=1x4") == "--state mem=SHAPE is given twice (1x8 and 1x4): give it once"
+    assert line("--state", "mem=1x8", "--state", "mem=1x4") == ("--state mem=SHAPE is given twice (1x8 and 1x4): "
+                                                              "give it once")
     assert line("--state", "mem=mem_out", "--state", "mem=mem_out", "--state", "mem=1x8") == (
         "--state: state input 'mem' is given in several pairs (mem=mem_out, mem=mem_out): give it once")
     assert line("--const", "mode=2", "--const", "mode=3") == "--const mode is given twice (2 and 3): give it once"
