@@ -205,3 +205,20 @@ def test_readme_and_export_help_name_the_vad_and_model_options(cli):
     rc, out, _err = cli("export", "--help")
     out = " ".join(out.split())  # click wraps the help text
     assert rc == 0 and "'silero-vad' (Silero VAD" in out and "cosyedge export silero-vad -o" in out
+
+
+def test_run_mic_checks_the_model_name_and_the_audio_device_before_any_export(cli, tmp_path, monkeypatch):
+    """`run mic --model gtcrn -o m.wav` exported GTCRN (~6 s) before finding no audio device (exit 4), and
+    `run mic --model foo` said 'nothing to do' before 'unknown model': both are now said before any export."""
+    import cosyedge.realtime.devices as devmod
+    from tests.realtime.fakes import fake_sounddevice
+
+    monkeypatch.setenv("COSYEDGE_ENGINES_DIR", str(tmp_path / "engines"))  # empty: any engine would be exported
+    monkeypatch.setattr(devmod, "load_sounddevice", lambda: fake_sounddevice([]))
+    rc, _out, err = cli("run", "mic", "--model", "foo")
+    assert _one_line_error(rc, err, 2).endswith("unknown model 'foo': --model takes an enhancer (dfn3, dtln, gtcrn, "
+                                                "hush, nsnet2) or, with --vad, a voice activity detector (silero-vad)")
+    for args in (["--model", "gtcrn", "-o", tmp_path / "m.wav"], ["--vad", "-o", tmp_path / "seg.json"]):
+        rc, _out, err = cli("run", "mic", *args)
+        assert "no audio devices found" in _one_line_error(rc, err, 4)
+    assert cli.exports == [] and list(tmp_path.iterdir()) == []

@@ -119,6 +119,9 @@ def test_recipe_records_where_it_comes_from_and_its_contract(engines):
     assert (o.name, o.kind, o.frames_per_hop) == ("speech_prob", "features", 1)
     assert [s.shape for s in c.states] == [["N", 1, 64], ["N", 2, 128]]
     assert c.proof["package_reference_max_abs"] <= 1e-6
+    # the export's proof covers every sample as `run --vad` does: 17.29 s = 540.3 hops -> 541, the last zero-padded
+    # (it said 540, trimmed to whole 4-hop chunks, while run said 541)
+    assert c.proof["package_reference_hops"] == 541 == -(-_audio("noisy").size // HOP)
     meta = {p.key: p.value for p in load_onnx(engines.onnx, load_external_data=False).metadata_props}
     rec = json.loads(meta["recipe"])
     assert rec["task"] == "vad" and rec["version"] == "6.2.3" and rec["network"].endswith("openvino_16k.onnx")
@@ -172,6 +175,10 @@ def test_cli_run_file_vad_writes_json_and_reuses_the_engine(cli, engines, tmp_pa
     data = json.loads((tmp_path / "seg.json").read_text())
     assert [(s["start"], s["end"]) for s in data["segments"]] == RECON_SECONDS["noisy"]
     assert data["sample_rate_hz"] == 16000 and data["hop_samples"] == 512 and "probs" not in data
+    # one count (hops; chunks repeated it at one-hop chunks), the chunk length beside it; a newline at the end
+    text = (tmp_path / "seg.json").read_text()
+    assert data["hops"] == 541 and data["chunk_samples"] == 512 and "chunks" not in data
+    assert text.endswith("}\n") and text.count('"hops"') == 1
     assert "4 speech segment(s)" in out.strip().splitlines()[-1]
     rc, out, err = cli("run", DEMO / "clean.wav", "--vad", "--chunk-ms", "128")  # printed, 4-hop chunks
     assert rc == 0, err

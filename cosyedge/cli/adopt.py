@@ -14,9 +14,12 @@ _PATH = click.Path(dir_okay=True, path_type=Path)
 def _name_values(values: tuple[str, ...], option: str, cast, example: str) -> dict:
     from cosyedge.errors import UsageError
 
-    out = {}
+    out, raw = {}, {}
     for v in values:
         name, sep, value = v.rpartition("=")
+        if sep and name in raw:
+            raise UsageError(f"{option} {name} is given twice ({raw[name]} and {value}): give it once")
+        raw[name] = value
         try:
             if not sep or not name:
                 raise ValueError

@@ -81,9 +81,13 @@ def run(input, output, engine, model, vad, chunk_ms, threads, device, monitor, d
         raise UsageError(f"with --vad, -o is the speech segments file: give a .json name, not '{output}'")
     if vad and monitor:
         raise UsageError("--monitor does not apply with --vad (nothing is played)")
+    if model is not None:  # an unknown name first: before 'nothing to do' and before any export
+        check_model_task(model, vad, input == "mic")
     if input == "mic":
         if not vad and output is None and save_input is None and not monitor:
             raise UsageError("nothing to do: give --output FILE, --save-input FILE and/or --monitor")
+        if model is not None or (vad and engine is None):  # an engine to export/build: the device first (seconds)
+            _check_audio_devices(device, monitor)
         engine = _named_engine(model, vad, engine, mic=True)
         if vad:
             return _run_mic_vad(output, engine, chunk_ms, threads, device, duration, save_input)
@@ -106,6 +110,22 @@ def run(input, output, engine, model, vad, chunk_ms, threads, device, monitor, d
         f"RTF {s['rtf']:.4f}, chunk {s['chunk_ms']:g} ms x {s['chunks']}, latency p50 {s['latency_ms_p50']:.3f} ms "
         f"p99 {s['latency_ms_p99']:.3f} ms, delay {s['delay_ms']:g} ms compensated, {s['sample_rate_hz_out']} Hz mono"
     )
+
+
+def _check_audio_devices(device, monitor) -> None:
+    """Before an engine is exported or built for 'mic': sounddevice/PortAudio load and the input device (and the
+    default output for --monitor) exists (:func:`cosyedge.realtime.devices.resolve_device`).
+
+    Raises:
+        DependencyError: sounddevice or PortAudio missing, no audio device at all (exit 4).
+        UsageError: an unknown or ambiguous --device, no default input/output device.
+    """
+    from cosyedge.realtime import devices
+
+    sd = devices.load_sounddevice()
+    devices.resolve_device(device, "input", sd)
+    if monitor:
+        devices.resolve_device(None, "output", sd)
 
 
 def _named_engine(model, vad, engine, mic=False):

@@ -197,7 +197,8 @@ def detect_file(input: str | Path, engine: str | Path, chunk_ms: float | None = 
         **seg_kw: Options of :func:`speech_timestamps_from_probs` (threshold, min_speech_duration_ms, ...).
     Returns:
         dict: :func:`segments_report` plus ``input`` (str), ``engine`` (str), ``probs`` (list[float], one per
-        hop), ``elapsed_s`` (float), ``rtf`` (float), ``chunks`` (int).
+        hop), ``elapsed_s`` (float), ``rtf`` (float), ``chunk_samples`` (int: samples per chunk pushed; the
+        count is ``hops``, not repeated as chunks).
     Raises:
         UsageError: not a VAD model, bad chunk. ArtifactError: input missing/corrupt, engine missing/stale,
         a NaN probability.
@@ -231,5 +232,5 @@ def detect_file(input: str | Path, engine: str | Path, chunk_ms: float | None = 
             elapsed = time.perf_counter() - t0
     rep = segments_report(probs, rec.comp.fed, c, **seg_kw)
     rep.update(input=str(input), engine=str(eng.folder or eng.model_path), probs=probs, elapsed_s=elapsed,
-               rtf=elapsed / rep["duration_s"] if rep["duration_s"] else 0.0, chunks=rec.comp.chunks)
+               rtf=elapsed / rep["duration_s"] if rep["duration_s"] else 0.0, chunk_samples=int(chunk))
     return rep

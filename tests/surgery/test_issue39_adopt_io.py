@@ -453,12 +453,58 @@ def test_a_state_shape_the_graph_does_not_tell_is_asked_for_or_said_to_be_guesse
     line = one_error_line(err)
     assert rc == 2 and "(declared [1, 'H'] with unknown sizes; running it as [1, 1] fails" in line
     assert line.endswith("--state mem=SHAPE (e.g. --state mem=1xH)") and "mem=1x1" not in line
-    for name, decl, guessed in (("s0", None, "unknown rank): guessed []"),
-                                ("s2", ["A", "B"], "declared ['A', 'B']): guessed [1, 1]")):
-        rc, err, out = run(_sum_state(tmp_path / f"{name}.onnx", decl))
-        assert rc == 0 and out.exists(), err
-        assert f"state 'mem' has a shape the graph does not tell ({guessed}, which runs; if it is another, give " \
-               f"--state mem=SHAPE" in err
+    rc, err, out = run(_sum_state(tmp_path / "s2.onnx", ["A", "B"]))
+    assert rc == 0 and out.exists(), err
+    assert "state 'mem' has a shape the graph does not tell (declared ['A', 'B']): guessed [1, 1], which runs; if " \
+           "it is another, give --state mem=SHAPE" in err
+    # unknown rank that runs as a scalar []: was adopted with an info line; a scalar recurrent state is implausible,
+    # so the guess is refused and the shape asked for
+    rc, err, out = run(_sum_state(tmp_path / "s0.onnx", None))
+    line = one_error_line(err)
+    assert rc == 2 and not out.exists() and "Traceback" not in err
+    assert "the shape of state 'mem' cannot be told from the graph (of unknown rank; it runs as a scalar []" in line
+    assert line.endswith("give it with --state mem=SHAPE (all its sizes at batch 1, e.g. 1x64)")
+    rc, err, out = run(tmp_path / "s0.onnx", "--state", "mem=1x8")  # its ReduceSum mixes rows: batched per stream
+    assert rc == 0 and StreamContract.from_onnx(out).states[0].shape == ["N", 1, 8], err
+
+
+def test_state_and_const_arguments_are_checked_before_use(tmp_path, cli):
+    """--state mem=0x4 was taken, then overridden by the guess [1, 4]; mem=1xq was read as a pair with no hint;
+    a --const / --state name given twice was taken, the last one winning: each is now one line, exit 2."""
+    from tests.cli_errors import one_error_line
+
+    src = _mat_state(tmp_path / "unk.onnx", None)
+
+    def line(*extra):
+        out = tmp_path / "out.onnx"
+        rc, _, err = cli("adopt", src, "-o", out, "--sample-rate-hz", SR, "--hop-samples", 160, *extra)
+        assert rc == 2 and not out.exists() and "Traceback" not in err, err
+        return one_error_line(err).removeprefix("[!] ")
+
+    assert line("--state", "mem=0x4") == ("--state mem=0x4: SHAPE is D1xD2x... of positive integers (all sizes at "
+                                         "batch 1, e.g. mem=1x64), got a size of 0")
+    got = line("--state", "mem=1xq")
+    assert "state output ['1xq'] not among the outputs ['enhanced', 'mem_out']" in got
+    assert got.endswith("(if it is a shape: SHAPE is D1xD2x... of positive integers, e.g. 1x64)")
+    assert "if it is a shape" not in line("--state", "mem=nope")
+    assert line("--state", "mem=1x8", "--state", "mem=1x4") == ("--state mem=SHAPE is given twice (1x8 and 1x4): "
+                                                              "give it once")
+    assert line("--state", "mem=mem_out", "--state", "mem=mem_out", "--state", "mem=1x8") == (
+        "--state: state input 'mem' is given in several pairs (mem=mem_out, mem=mem_out): give it once")
+    assert line("--const", "mode=2", "--const", "mode=3") == "--const mode is given twice (2 and 3): give it once"
+    assert line("--init", "mem=0", "--init", "mem=0.5") == "--init mem is given twice (0 and 0.5): give it once"
+
+
+def test_silero_guess_line_names_no_state_adopt_made_itself(tmp_path, cli):
+    """The guessed-shape info line named input.context_in, the context state adopt creates: only the graph's own
+    state is named."""
+    vad = _need("silero_vad/data/silero_vad.onnx")
+    out = tmp_path / "vad.onnx"
+    rc, _, err = cli("adopt", vad, "-o", out, "--const", "sr=16000", "--frame-samples", 576, "--hop-samples", 512,
+                     "--sample-rate-hz", SR)
+    assert rc == 0 and out.exists(), err
+    assert "state 'state' has a shape the graph does not tell (declared [2, '?', 128]): guessed [2, 1, 128]" in err
+    assert "context_in=SHAPE" not in err and "state 'input.context_in'" not in err
 
 
 def test_a_const_the_graph_cannot_load_with_is_named_as_the_cause(tmp_path, cli):

@@ -245,8 +245,13 @@ def adopt_model(model: Any, *, where: str = "model", state_pairs: Any = None, sa
             s.shape = tuple(first[s.output].shape)
             first = _run_once(ref_sess, g, feed1, states, g.outs + [s.output for s in states], unknown, where,
                               declared)
+    for s in states:  # a scalar recurrent state is implausible: a rank-0 guess is asked for, not adopted
+        if s.input in unknown and declared[s.input] is None and not s.shape and s.kind != "context":
+            raise UsageError(f"{where}: the shape of state '{s.input}' cannot be told from the graph (of unknown "
+                             f"rank; it runs as a scalar [], which a recurrent state hardly is): give it with "
+                             f"--state {s.input}=SHAPE (all its sizes at batch 1, e.g. 1x64)")
     for s in states:
-        if s.input in unknown:  # a guess that ran: say so, it may not be the graph's intent
+        if s.input in unknown and s.kind != "context":  # a guess that ran: say so (not for a state adopt made)
             LOG.info("%s: state '%s' has a shape the graph does not tell (%s): guessed %s, which runs; if it is "
                      "another, give --state %s=SHAPE", where, s.input, "unknown rank" if declared[s.input] is None
                      else f"declared {declared[s.input]}", list(s.shape), s.input)

@@ -22,7 +22,7 @@ from cosyedge.errors import UsageError
 from cosyedge.log import LOG
 from cosyedge.surgery.adopt import canon
 from cosyedge.surgery.adopt.feeds import StreamTensor
-from cosyedge.surgery.adopt.pairs import AdoptedState, _decl_shape
+from cosyedge.surgery.adopt.pairs import AdoptedState, _decl_shape, shape_hint
 
 
 @dataclasses.dataclass
@@ -75,7 +75,7 @@ def inspect_inputs(model: Any, pairs: list[tuple[str, str]], hop: int, *, frame_
     if bad_in or bad_out:
         what = (f"state input{'s' if len(bad_in) > 1 else ''} {bad_in} not among the inputs {list(ins)}" if bad_in
                 else f"state output{'s' if len(bad_out) > 1 else ''} {bad_out} not among the outputs {list(outs)}")
-        raise UsageError(f"{where}: {what}")
+        raise UsageError(f"{where}: {what}{shape_hint(bad_out[0]) if bad_out and not bad_in else ''}")
     for side in (0, 1):
         names = [p[side] for p in pairs]
         dup = sorted({n for n in names if names.count(n) > 1})

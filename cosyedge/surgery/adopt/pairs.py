@@ -82,17 +82,39 @@ def split_state_args(values: Any) -> tuple[list[tuple[str, str]], dict[str, tupl
     Returns:
         tuple[list[tuple[str, str]], dict[str, tuple[int, ...]]]: the pairs and the shapes by input name.
     Raises:
-        UsageError: a string without ``=`` or with an empty side.
+        UsageError: a string without ``=`` or with an empty side, a SHAPE with a size below 1 (e.g. 0x4), a
+            name given twice as a shape or in two pairs.
     """
     if not values or isinstance(values, dict):
         return parse_state_pairs(values), {}
     pairs, shapes = [], {}
     for v in values:
-        if isinstance(v, str) and _SHAPE.match(v.partition("=")[2]) and v.partition("=")[0]:
-            shapes[v.partition("=")[0]] = tuple(int(d) for d in v.partition("=")[2].split("x"))
+        name, _, right = v.partition("=") if isinstance(v, str) else ("", "", "")
+        if name and _SHAPE.match(right):
+            dims = tuple(int(d) for d in right.split("x"))
+            if min(dims) < 1:
+                raise UsageError(f"--state {v}: SHAPE is D1xD2x... of positive integers (all sizes at batch 1, "
+                                 f"e.g. {name}=1x64), got a size of 0")
+            if name in shapes:
+                raise UsageError(f"--state {name}=SHAPE is given twice ({'x'.join(map(str, shapes[name]))} and "
+                                 f"{right}): give it once")
+            shapes[name] = dims
         else:
             pairs.extend(parse_state_pairs([v]))
+    for side, what in ((0, "input"), (1, "output")):
+        names = [p[side] for p in pairs]
+        dup = next((n for n in names if names.count(n) > 1), None)
+        if dup is not None:
+            raise UsageError(f"--state: state {what} '{dup}' is given in several pairs "
+                             f"({', '.join(f'{a}={b}' for a, b in pairs if (a, b)[side] == dup)}): give it once")
     return pairs, shapes
+
+
+def shape_hint(right: str) -> str:
+    """A hint for a ``--state`` right side that looks like a malformed SHAPE (digits and 'x', e.g. ``1xq``),
+    else ''."""
+    return (" (if it is a shape: SHAPE is D1xD2x... of positive integers, e.g. 1x64)"
+            if re.match(r"^\d+x", right) else "")
 
 
 def _name_candidates(name: str) -> list[str]:
