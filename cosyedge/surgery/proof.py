@@ -20,8 +20,8 @@ Every proof also measures the full graph's true look-ahead by future perturbatio
 change the input from tick ``k`` on, for several ``k``, and find the first output frame that changes), so the
 stream's delay is checked against the smallest delay at which any stream could equal the full graph (issue 39).
 
-Adopt's proof lives here too (:func:`prove_against_loop`): a graph that already streams has no
-full-sequence twin, so its reference is the original graph's own state loop (:func:`run_state_loop`), hop by
+Adopt's proof (:func:`cosyedge.surgery.adopt.feeds.prove`) uses pieces of this module: a graph that already streams
+has no full-sequence twin, so its reference is the original graph's own state loop (:func:`run_state_loop`), hop by
 hop, on real speech. Both proofs take their inputs from this module (:func:`proof_inputs`,
 :func:`demo_audio`, :func:`demo_audio_rows`) and stream through :func:`cosyedge.runtime.loop.stream`.
 
@@ -532,87 +532,3 @@ def max_err(a: np.ndarray, b: np.ndarray) -> tuple[float, float, float]:
     e2, s2 = float((e ** 2).sum()), float((a ** 2).sum())
     snr = 200.0 if e2 == 0 else min(200.0, 10 * math.log10(max(s2, 1e-300) / e2))
     return float(np.abs(e).max()) if e.size else 0.0, snr, float(np.abs(a).max()) if a.size else 0.0
-
-
-@dataclasses.dataclass
-class _Loop:
-    audio: str
-    outs: list
-
-
-@dataclasses.dataclass
-class _Pair:
-    input: str
-    output: str
-
-
-def prove_against_loop(model: Any, contract: Any, audio: str, outputs: list[str], pairs: list[tuple[str, str]],
-                       ref: dict[str, np.ndarray], x: np.ndarray, hop: int, atol: float, where: str) -> dict:
-    """Adopt's proof: the adopted stream graph == the original graph's own state loop (``ref``) at chunks of 1
-    and 3 hops, and its states carry information (zeroing all of them, and each alone, every chunk changes
-    the main output).
-
-    Args:
-        model (onnx.ModelProto): The adopted stream graph (``state_in.NN``/``state_out.NN``).
-        contract (StreamContract): Its contract (state pairs in the order of ``pairs``; ``output``).
-        audio (str): Audio input name.
-        outputs (list[str]): Outputs compared.
-        pairs (list[tuple[str, str]]): The original (state input, state output) names, for messages.
-        ref (dict[str, np.ndarray]): Per output, the original graph streamed hop by hop with its own state
-            loop (:func:`run_state_loop`), float32 (1, ..., L).
-        x (np.ndarray): float32 (1, 1, L) real speech (:func:`demo_audio_rows`), L a multiple of 3 hops.
-        hop (int): Samples per hop.
-        atol (float): Tolerance relative to max(1, peak |ref|).
-        where (str): Name for messages.
-    Returns:
-        dict: the proof summary for the contract (max_abs, snr_db, chunks_ticks, ticks, outputs, reference,
-        state_effect_max_abs).
-    Raises:
-        ArtifactError: ONNX Runtime cannot load or run the adopted graph.
-        AccuracyError: an output differs from the reference beyond ``atol``.
-        UsageError: the outputs do not depend on the states, or one state carries nothing.
-    Source: sonos/tract ``pulse`` tests (pulsed == reference); k2-fsa/icefall ``onnx_pretrained-streaming.py``.
-    """
-    g = _Loop(audio, outputs)
-    states = [_Pair(i, o) for i, o in pairs]
-    try:
-        sess = session(model)
-    except Exception as err:
-        raise ArtifactError(f"{where}: ONNX Runtime cannot load the adopted graph ({first_line(err)})") from None
-    svals = [(s.input, s.output, s.zeros(1)) for s in contract.states]
-    rows = []
-    for chunk in (hop, 3 * hop):
-        got = run_state_loop(sess, g.audio, x, chunk, svals, g.outs)
-        for o in g.outs:
-            mx, snr, peak = max_err(ref[o], got[o])
-            rows.append({"output": o, "chunk_samples": chunk, "max_abs": mx, "snr_db": snr, "peak": peak})
-            if not mx <= atol * max(1.0, peak):
-                raise AccuracyError(f"{where}: the adopted graph differs from the original's own state loop: output "
-                                    f"'{o}' max abs error {mx:.3g} (SNR {snr:.1f} dB) at chunks of {chunk} samples "
-                                    f"(tolerance {atol:g}); nothing written")
-    main = contract.output
-    streamed = ref[main]
-    peak = max(1.0, float(np.abs(streamed).max()))
-    floor = max(1e-4, 100 * atol) * peak
-
-    def zeroed(which: set) -> float:
-        got = run_state_loop(sess, g.audio, x, hop, svals, [main], zero=which)[main]
-        return float(np.abs(got - streamed).max())
-
-    all_in = {s.input for s in contract.states}
-    d_all = zeroed(all_in)
-    if d_all <= floor:
-        raise UsageError(f"{where}: the outputs do not depend on the states {[s.input for s in states]} (zeroing them "
-                         f"every chunk changes '{main}' by {d_all:.3g} at most): this graph is not a streaming model; "
-                         f"nothing written")
-    carry = {}
-    for s, spec in zip(states, contract.states):
-        d = zeroed({spec.input}) if len(states) > 1 else d_all
-        carry[s.input] = d
-        if d <= floor:
-            raise UsageError(f"{where}: state {s.input}={s.output} carries nothing (zeroing it every chunk changes "
-                             f"'{main}' by {d:.3g} at most): drop it from the pairs or fix the export; nothing written")
-    return {"max_abs": max(r["max_abs"] for r in rows), "snr_db": min(r["snr_db"] for r in rows),
-            "chunks_ticks": sorted({r["chunk_samples"] for r in rows}), "ticks": int(x.shape[-1]),
-            "outputs": sorted(g.outs), "reference": "the original graph's own state loop, hop by hop",
-            "state_effect_max_abs": {k: float(v) for k, v in carry.items()}}

@@ -59,7 +59,7 @@ Layout: :mod:`.pairs` (state pairs from names/metadata, :class:`AdoptedState`), 
 layouts), :mod:`.batch` (batch axes, dynamic batch, the batch test), :mod:`.streams` (batch by a Scan over
 streams), :mod:`.wrap` (renaming, Scan over hops); this module inspects the graph,
 drives the steps (:func:`adopt_model`) and holds the stage and its function twin. The proof against the
-graph's own state loop is :func:`cosyedge.surgery.proof.prove_against_loop`.
+graph's own state loop is :func:`cosyedge.surgery.adopt.feeds.prove`.
 """
 
 from __future__ import annotations
