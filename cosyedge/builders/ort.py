@@ -130,7 +130,7 @@ def build_ort(onnx_path: Any, out_dir: str | Path | None = None, name: str | Non
     with LOG.stage(f"build {BACKEND} {label} engine {dest}"), atomic_folder(dest, "engine folder") as tmp:
         model_dst = tmp / MODEL_FILE
         fields = prepare_onnx(src, model_dst, precision=precision, sparse=sparse, exclude=exclude,
-                              calib=calib, calib_count=calib_count, amax=amax, config=config)
+                              calib=calib, calib_count=calib_count, amax=amax, config=config, placement="ort")
         _smoke_test(model_dst, StreamContract.from_onnx(model_dst))
         head = manifest_head(name=name, backend=BACKEND, precision=precision, sparse=sparse,
                              model_file=MODEL_FILE, model_path=model_dst, parent=src)

@@ -87,7 +87,7 @@ def _copy_onnx(src: Path, dest: Path) -> None:
 def prepare_onnx(onnx_path: Any, dest: str | Path, *, precision: str = "fp32", sparse: bool = False,
                  exclude: Iterable[str] = (), calib: str | Path | None = None,
                  calib_count: int = DEFAULT_CALIB_COUNT, amax: str | Path | None = None,
-                 config: BuildConfig | None = None) -> dict:
+                 config: BuildConfig | None = None, placement: str = "trt") -> dict:
     """Write the precision ONNX ``dest`` from a streaming FP32 ONNX (sparsify, then FP16/INT8/copy).
 
     Args:
@@ -104,6 +104,8 @@ def prepare_onnx(onnx_path: Any, dest: str | Path, *, precision: str = "fp32", s
             cache of another model is an ArtifactError.
         config (BuildConfig | None): The options as one checked object (made by the CLI with
             :meth:`BuildConfig.from_flags`); when given, the keyword options above are not used.
+        placement (str): INT8 Q/DQ placement for the backend (:func:`~cosyedge.precision.int8.int8_onnx`):
+            ``trt`` (TensorRT, Triton; the default) or ``ort`` (ONNX Runtime CPU).
     Returns:
         dict: manifest fields: ``precision``, ``sparse``, ``exclude``, ``parent_sha256`` of the FP32
         input is added by the caller; ``sparsity`` (report of :func:`~cosyedge.precision.sparsity.sparsify_onnx`
@@ -152,7 +154,7 @@ def prepare_onnx(onnx_path: Any, dest: str | Path, *, precision: str = "fp32", s
         elif precision == "int8":
             calibration = Calibration(set=calib, count=calib_count, amax=amax,
                                       cache_name=f"{contract.name}-sparse" if sparse else None)
-            res = int8_onnx(stage_in, dest, exclude=exclude, calibration=calibration)
+            res = int8_onnx(stage_in, dest, exclude=exclude, calibration=calibration, placement=placement)
             fields["int8"] = res
             fields["calibration_sha256"] = res["calibration_manifest_sha256"]  # the one key int8_onnx returns
         elif not sparse:

@@ -74,7 +74,7 @@ def resolve_calibration_set(calib: Any, count: int = 2048):
 
 def int8_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, calib: Any = None, exclude=(), count: int = 2048,
               amax: str | Path | None = None, threads: int = 1, cache_name: str | None = None,
-              calibration: Calibration | None = None) -> dict:
+              calibration: Calibration | None = None, placement: str = "trt") -> dict:
     """Calibrate (or reuse the amax cache) and write the INT8 Q/DQ streaming ONNX atomically.
 
     Args:
@@ -94,13 +94,19 @@ def int8_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, calib: Any = None,
             (default: the model's contract name); ``cosyedge build --sparse`` uses ``<name>-sparse``.
         calibration (Calibration | None): The calibration options as one object (what the build passes);
             when given, ``calib``, ``count``, ``amax`` and ``cache_name`` are taken from it.
+        placement (str): Q/DQ placement (:data:`cosyedge.precision.qdq.PLACEMENTS`): ``trt`` (default; TensorRT's
+            rules: symmetric int8 activations on the inputs of weighted ops) or ``ort`` (what ONNX Runtime's CPU
+            QDQ fusion on x86 needs: uint8 activations, a DQ per consumer, Q on the outputs; what
+            ``cosyedge build --backend onnxruntime`` uses). Models with Scan bodies always use ``trt``.
     Returns:
         dict: manifest fields: ``precision`` ("int8"), ``amax_path``, ``trt_calibration_cache``,
         ``calibration_manifest_sha256``, ``calibration_utterances``, ``model_sha256`` (the FP32 parent),
         ``qdq_pairs`` (activation + weight Q/DQ), ``quantized_nodes``, ``excluded_nodes``
         ({node: reason}), ``output`` (path), ``output_sha256`` and ``macs``: the MACs per chunk (one hop) and the
         share of them that runs in INT8 (:func:`cosyedge.precision.macs.mac_share`: ``chunk_samples``, ``total``,
-        ``quantized``, ``share``, ``float_ops``), logged in one line (a warning below 50 %).
+        ``quantized``, ``share``, ``float_ops``), logged in one line (a warning below 50 %); ``placement`` and
+        ``activation_type`` (``int8`` | ``uint8``) of the Q/DQ; ``ort_fusion``: what ONNX Runtime's CPU EP on this
+        machine fuses (:func:`cosyedge.precision.ort_fusion.ort_fusion_report`), logged in one line.
     Raises:
         ArtifactError: ONNX missing/corrupt or without cosyedge state metadata; an ``amax`` cache from
             another model; the result fails shape inference or does not run in ONNX Runtime.
@@ -159,9 +165,11 @@ def int8_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, calib: Any = None,
     with LOG.stage(f"insert Q/DQ into {src.name} ({len(to_quantize)} weighted nodes, {len(kept)} kept in float)"):
         if plans is not None:
             report = int8_bodies.quantize_bodies(model, plans, data["amax"])
+            report.setdefault("placement", "trt")
+            report.setdefault("activation_type", "int8")
             out_model = model
         else:
-            report = graph.insert_qdq(data["amax"], to_quantize)
+            report = graph.insert_qdq(data["amax"], to_quantize, placement=placement)
             graph.cleanup().toposort()
             out_model = io.graph_to_model(graph, like=model)
         for key, value in (("precision", PRECISION), ("parent_sha256", model_sha),
@@ -178,6 +186,11 @@ def int8_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, calib: Any = None,
         LOG.warning("%s (below %d %%: most of this INT8 build runs in float)", share_line(macs), 100 * LOW_SHARE)
     else:
         LOG.info("%s", share_line(macs))
+    from cosyedge.precision.ort_fusion import fusion_line, ort_fusion_report
+
+    fusion = ort_fusion_report(out_path, contract)
+    LOG.info("%s (Q/DQ placement %s, %s activations)", fusion_line(fusion), report["placement"],
+             report["activation_type"])
     snr = output_cost(source, out_path, "int8", "INT8 quantization",
                       "keep sensitive layers float with --exclude, or calibrate on more of your own audio")
     return {
@@ -196,6 +209,9 @@ def int8_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, calib: Any = None,
         "quantized_nodes": sorted(report["weights"]),
         "excluded_nodes": dict(sorted(kept.items())),
         "macs": macs,
+        "placement": report["placement"],
+        "activation_type": report["activation_type"],
+        "ort_fusion": fusion,
     }
 
 

@@ -304,24 +304,72 @@ def quantize_weight(w: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray]:
     return q, scale
 
 
+PLACEMENTS = ("trt", "ort")
+"""tuple[str]: Q/DQ placements. ``trt``: TensorRT's rules (int8 symmetric activations, one Q/DQ pair per tensor on the
+inputs of weighted ops, float outputs). ``ort``: what ONNX Runtime's CPU QDQ fusion on x86 needs (see
+:func:`insert_qdq`)."""
+
+
 @gs.Graph.register()
-def insert_qdq(self: Any, amax: dict[str, float], quantize: list[WeightedNode]) -> dict:
+def insert_qdq(self: Any, amax: dict[str, float], quantize: list[WeightedNode], placement: str = "trt") -> dict:
     """Insert Q/DQ pairs for the weighted nodes in ``quantize`` (see module docstring).
+
+    Placement ``trt`` (TensorRT's rules): a per-tensor symmetric int8 Q/DQ pair on each quantized op's data
+    input, shared by every quantized consumer of that tensor; outputs stay float.
+
+    Placement ``ort`` (ONNX Runtime CPU on x86, ``QDQSelectorActionTransformer`` + ``QDQS8ToU8Transformer``):
+    ORT turns ``DQ -> Conv -> Q`` into ``QLinearConv`` (and ``DQ -> MatMul -> Q`` into ``QLinearMatMul``) only
+    when both ends are there with one activation type, each DQ feeds only that op and the op's output feeds
+    only the Q; on x86 it converts int8 activation pairs to uint8 only when the Q has one consumer. So here:
+    activations are **uint8** with zero point 128 and ``scale = amax / 127`` (the same grid as int8
+    symmetric: ``[-128, 127] * scale``), weights stay per-channel symmetric int8 (QLinearConv u8 x s8), every
+    consumer gets its **own DQ** (one Q per tensor), and a quantized op's **output** gets a Q (scale from its
+    calibrated amax) followed by one DQ per consumer, so the next op can fuse too. Biases are int32
+    (``scale = s_x * s_w[c]``, zero point 0), as QLinearConv takes them. An op whose output amax is missing keeps
+    a float output (it cannot fuse; the fusion report counts it).
 
     Args:
         amax (dict[str, float]): Calibrated amax per activation tensor name (> 0; 0 becomes 1.0).
         quantize (list[WeightedNode]): Nodes to quantize (already filtered by excludes).
+        placement (str): ``trt`` or ``ort`` (:data:`PLACEMENTS`).
     Returns:
-        dict: ``{"activations": {tensor: scale}, "weights": {node: axis}, "qdq_pairs": int}``; the caller
-        ends the pass with ``graph.cleanup().toposort()``.
+        dict: ``{"activations": {tensor: scale}, "weights": {node: axis}, "qdq_pairs": int, "placement": str,
+        "activation_type": "int8" | "uint8"}``; the caller ends the pass with ``graph.cleanup().toposort()``.
     Raises:
         ArtifactError: a node to quantize has no amax for its input (cache from another model), or is
             missing from the graph.
+        UsageError: unknown ``placement``.
     """
+    if placement not in PLACEMENTS:
+        raise UsageError(f"unknown Q/DQ placement {placement!r} (use one of {', '.join(PLACEMENTS)})")
+    ort_style = placement == "ort"
     by_name = {n.name: n for n in self.nodes}
     tensors = self.tensors()
-    act_qdq: dict[str, Any] = {}
-    report = {"activations": {}, "weights": {}, "qdq_pairs": 0}
+    act_q: dict[str, tuple] = {}
+    report = {"activations": {}, "weights": {}, "qdq_pairs": 0, "placement": placement,
+              "activation_type": "uint8" if ort_style else "int8"}
+    zp_dtype, zp_value = (np.uint8, 128) if ort_style else (np.int8, 0)
+
+    def quantize_tensor(x: Any, a: float) -> tuple:
+        """One Q of tensor ``x`` (its scale and zero point constants)."""
+        scale = np.float32(a / INT8_MAX if a > 0 else 1.0)
+        base = _safe(x.name)
+        s = gs.Constant(f"{base}/act_scale", np.array(scale, np.float32))
+        z = gs.Constant(f"{base}/act_zero_point", np.array(zp_value, zp_dtype))
+        q = gs.Variable(f"{base}/QuantizeLinear_output", dtype=zp_dtype, shape=x.shape)
+        self.layer(op="QuantizeLinear", name=f"{base}/QuantizeLinear", inputs=[x, s, z], outputs=[q])
+        report["activations"][x.name] = float(scale)
+        report["qdq_pairs"] += 1
+        return q, s, z, x
+
+    def dequantize(entry: tuple, suffix: str = "") -> Any:
+        q, s, z, x = entry
+        base = _safe(x.name)
+        dq = gs.Variable(f"{base}/DequantizeLinear_output{suffix}", dtype=np.float32, shape=x.shape)
+        self.layer(op="DequantizeLinear", name=f"{base}/DequantizeLinear{suffix}", inputs=[q, s, z], outputs=[dq])
+        return dq
+
+    shared_dq: dict[str, Any] = {}
     for w in quantize:
         node = by_name.get(w.name)
         if node is None:
@@ -329,22 +377,14 @@ def insert_qdq(self: Any, amax: dict[str, float], quantize: list[WeightedNode]) 
         if w.data not in amax:
             raise ArtifactError(f"no calibrated amax for tensor '{w.data}' (input of '{w.name}'): the amax cache "
                                 f"is from another model; recalibrate")
-        # activation: one shared Q/DQ per tensor
-        if w.data not in act_qdq:
-            x = tensors[w.data]
-            a = float(amax[w.data])
-            scale = np.float32(a / INT8_MAX if a > 0 else 1.0)
-            base = _safe(w.data)
-            s = gs.Constant(f"{base}/act_scale", np.array(scale, np.float32))
-            z = gs.Constant(f"{base}/act_zero_point", np.array(0, np.int8))
-            q = gs.Variable(f"{base}/QuantizeLinear_output", dtype=np.int8, shape=x.shape)
-            dq = gs.Variable(f"{base}/DequantizeLinear_output", dtype=np.float32, shape=x.shape)
-            self.layer(op="QuantizeLinear", name=f"{base}/QuantizeLinear", inputs=[x, s, z], outputs=[q])
-            self.layer(op="DequantizeLinear", name=f"{base}/DequantizeLinear", inputs=[q, s, z], outputs=[dq])
-            act_qdq[w.data] = dq
-            report["activations"][w.data] = float(scale)
-            report["qdq_pairs"] += 1
-        node.inputs[0] = act_qdq[w.data]
+        if w.data not in act_q:
+            act_q[w.data] = quantize_tensor(tensors[w.data], float(amax[w.data]))
+        if ort_style:  # a DQ of its own: ORT fuses a DQ only into its single consumer
+            node.inputs[0] = dequantize(act_q[w.data], f"/{_safe(w.name)}")
+        else:
+            if w.data not in shared_dq:
+                shared_dq[w.data] = dequantize(act_q[w.data])
+            node.inputs[0] = shared_dq[w.data]
         # weight: int8 initializer + per-channel DQ
         wt = node.inputs[1]
         if not isinstance(wt, gs.Constant):
@@ -360,7 +400,39 @@ def insert_qdq(self: Any, amax: dict[str, float], quantize: list[WeightedNode]) 
         node.inputs[1] = wdq
         report["weights"][w.name] = int(w.axis)
         report["qdq_pairs"] += 1
+        if ort_style and node.op == "Conv" and len(node.inputs) > 2 and isinstance(node.inputs[2], gs.Constant):
+            sx = np.float32(report["activations"][w.data])
+            bscale = (sx * wscale).astype(np.float32)
+            bq = np.clip(np.rint(node.inputs[2].values / bscale), -2**31 + 1, 2**31 - 1).astype(np.int32)
+            bdq = gs.Variable(f"{base}/bias_DequantizeLinear_output", dtype=np.float32, shape=[len(bq)])
+            self.layer(op="DequantizeLinear", name=f"{base}/bias_DequantizeLinear",
+                       inputs=[gs.Constant(f"{base}/bias_int32", bq), gs.Constant(f"{base}/bias_scale", bscale),
+                               gs.Constant(f"{base}/bias_zero_point", np.zeros(bscale.shape, np.int32))],
+                       outputs=[bdq], attrs={"axis": 0})
+            node.inputs[2] = bdq
+    if ort_style:
+        for w in quantize:
+            _quantize_output(self, by_name[w.name], amax, act_q, quantize_tensor, dequantize)
     return report
+
+
+def _quantize_output(graph: Any, node: Any, amax: dict, act_q: dict, quantize_tensor, dequantize) -> None:
+    """``ort`` placement: put a Q on ``node``'s output (one per tensor, shared with a quantized consumer's input
+    Q) and give each consumer (and a graph output) its own DQ. Nothing happens when the output has no amax."""
+    y = node.outputs[0]
+    if y.name not in amax:
+        return
+    if y.name not in act_q:
+        act_q[y.name] = quantize_tensor(y, float(amax[y.name]))
+    q = act_q[y.name][0]
+    consumers = [c for c in list(y.outputs) if c.op != "QuantizeLinear" or c.outputs[0] is not q]
+    for i, c in enumerate(consumers):
+        dq = dequantize(act_q[y.name], f"/out{i}")
+        for j, t in enumerate(list(c.inputs)):
+            if t is y:
+                c.inputs[j] = dq
+    if y in graph.outputs:  # a graph output keeps its float tensor: a DQ copy would change its name
+        pass
 
 
 def _safe(name: str) -> str:
