@@ -4,7 +4,7 @@ A small conv model with a skip connection and a fan-out (one conv output read by
 with TensorRT's placement (one shared int8 Q/DQ on the conv inputs, float outputs) ORT fuses nothing and runs three
 float convs between Q/DQ; with the ``ort`` placement (uint8 activations, a DQ per consumer, a Q on each conv output,
 int32 biases) the two inner convs become QLinearConv and the residual Add QLinearAdd (the last conv feeds the float
-graph output and stays float). The engine manifest of ``build_ort --int8`` carries the report.
+graph output and stays float). The engine manifest of ``build_ort(precision='int8', qdq_placement='ort')`` carries the report.
 """
 
 from __future__ import annotations
@@ -121,7 +121,7 @@ def test_ort_engine_manifest_holds_fusion_report(tmp_path):
     from tests.precision.int8_fixtures import small_calibration_set
 
     dest = build_ort(REFERENCE_STREAM_ONNX, out_dir=tmp_path / "engines", precision="int8",
-                     calib=small_calibration_set(tmp_path))
+                     calib=small_calibration_set(tmp_path), qdq_placement="ort")
     rep = json.loads((dest / "manifest.json").read_text())["reports"]["int8"]
     assert rep["placement"] == "ort" and rep["activation_type"] == "uint8"
     fusion = rep["ort_fusion"]
