@@ -7,7 +7,9 @@ to :meth:`~StreamPool.leave`. A tick takes one pending chunk from every stream t
 may be anywhere in a state's shape: the store is batch-first and the gather/scatter moves the axis),
 runs the model once on ``(m, 1, chunk_samples)`` and scatters the new states back to the same slots.
 Streams that had no chunk keep their state untouched; a slot is reset to the initial state when a new
-stream joins it, so state never leaks from one stream to another.
+stream joins it, so state never leaks from one stream to another. The joined streams always hold slots
+``0..k-1``: a stream joins the lowest free slot, and when one leaves, the stream in the highest slot moves into
+its slot (one copy of that stream's states), so churn does not push the pool off the copy-free path.
 
 The slot stores are **ping-pong** pairs (set A, set B) with a per-slot parity telling which set holds
 the slot's current state. In the steady state of a server (the ``m`` streams of a tick sit in slots
@@ -78,10 +80,16 @@ class StreamPool:
         threads (int): ONNX Runtime intra-op threads (>= 1).
         providers (list[str] | None): Execution providers; default ``["CPUExecutionProvider"]``.
         max_pending (int): Chunks a stream may queue; older ones are dropped (counted) beyond it.
+        batch_rewrite (bool): With ``max_streams`` > 1, run the graph with its one-frame convolutions and
+            matrix-vector MatMuls rewritten as batched GEMMs (:func:`cosyedge.runtime.batched.batch_rewrite`: the
+            weight is read once per tick, not once per stream; outputs equal to rounding). ``False`` runs the
+            graph as stored.
     Attributes:
         input_shapes (dict[str, tuple[int, ...]]): Per streaming input, the shape of one stream's chunk (without the
             batch axis), e.g. ``{"audio": (1, 160), "ref": (1, 160)}``.
         output_shapes (dict[str, tuple[int, ...]]): The same for every streaming output.
+        rewritten (dict[str, int]): After :meth:`activate`, the nodes ``batch_rewrite`` replaced, by kind (empty when
+            it was off, found nothing, or failed: then the stored graph runs and a warning says why).
     Raises:
         ArtifactError: model missing/corrupt, no cosyedge metadata, no states.
         UsageError: bad ``max_streams``, ``chunk_samples``, ``threads`` or ``max_pending``; an input or output whose
@@ -90,7 +98,9 @@ class StreamPool:
 
     def __init__(self, model_path: str | Path, max_streams: int = DEFAULT_MAX_STREAMS,
                  chunk_samples: int | None = None, threads: int = 1, providers: list[str] | None = None,
-                 max_pending: int = DEFAULT_MAX_PENDING):
+                 max_pending: int = DEFAULT_MAX_PENDING, batch_rewrite: bool = True):
+        self.batch_rewrite = bool(batch_rewrite)
+        self.rewritten: dict[str, int] = {}
         self.model_path = Path(model_path)
         c = StreamContract.from_onnx(self.model_path)
         c.require_streaming(self.model_path)
@@ -149,7 +159,7 @@ class StreamPool:
             return self
         c = self.contract
         try:
-            sess = session_from_onnx(self.model_path, threads=self.threads, inter_threads=1,
+            sess = session_from_onnx(self._graph(), threads=self.threads, inter_threads=1,
                                      providers=self.providers, log_severity=3)
         except Exception as err:  # noqa: BLE001 - onnxruntime raises its own exception types
             raise ArtifactError(f"ONNX Runtime cannot load {self.model_path}: {first_line(err)}") from None
@@ -193,6 +203,27 @@ class StreamPool:
         LOG.debug("stream pool %s: %d slots, chunk %d, %d state(s), batch axes %s", self.model_path, cap,
                   self.chunk_samples, len(c.states), self.axes)
         return self
+
+    def _graph(self):
+        """The model for the session: the path, or (``batch_rewrite`` and batch > 1) the rewritten ModelProto."""
+        self.rewritten = {}
+        if not self.batch_rewrite or self.max_streams == 1:
+            return self.model_path
+        from cosyedge.runtime.batched import batch_rewrite
+
+        dims = {name: ["N", *shape] for name, shape in self.input_shapes.items()}
+        dims.update({s.input: list(s.shape) for s in self.contract.states})
+        try:
+            model, counts = batch_rewrite(lazy_import("onnx").load(str(self.model_path)), dims)
+        except Exception as err:  # noqa: BLE001 - onnx raises many types; the stored graph still runs
+            LOG.warning_once(f"stream pool: {self.model_path} runs unbatched convs (rewrite failed: "
+                             f"{first_line(err)})")
+            return self.model_path
+        if not (counts["conv_gemm"] + counts["conv_depthwise"] + counts["matmul_gemm"]):
+            return self.model_path
+        self.rewritten = {k: v for k, v in counts.items() if v}
+        LOG.debug("stream pool %s: batched rewrite %s", self.model_path, self.rewritten)
+        return model
 
     def deactivate(self) -> None:
         """Release the session and buffers; every stream is dropped."""
@@ -250,6 +281,17 @@ class StreamPool:
             del self._slot_of[sid], self._pending[sid]
             self._samples.pop(sid, None)
             self.dropped.pop(sid, None)
+            last = max(self._slot_of.values(), default=-1)
+            if last > slot:
+                # keep the active slots compact (0..k-1), so that the steady state after a stream leaves still
+                # runs in place: the stream in the highest slot moves into the freed one (its rows, one copy)
+                moved = next(s for s, v in self._slot_of.items() if v == last)
+                q = self._parity[last]
+                for store in self._sets[q]:
+                    store[slot] = store[last]
+                self._parity[slot] = q
+                self._slot_of[moved] = slot
+                slot = last
             self._free.append(slot)
 
     def submit(self, sid: int, chunk: np.ndarray | dict) -> None:
@@ -334,8 +376,8 @@ class StreamPool:
                 self.inplace_ticks += 1
             else:
                 self._run_gathered(m, slots, par, bool((par == p).all()))
-            if self._audio:
-                out = {sid: self._y[i, 0].copy() for i, (_, sid) in enumerate(ready)}
+            if self._audio:  # one copy of the batch; each stream gets its own row of it
+                out = dict(zip((sid for _, sid in ready), self._y[:m, 0].copy()))
             else:
                 out = {sid: {k: (y[i, 0].copy() if k in self._wave_out else y[i].copy()) for k, y in self._ys.items()}
                        for i, (_, sid) in enumerate(ready)}
