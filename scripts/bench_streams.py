@@ -48,9 +48,11 @@ def load_speech(n_streams: int, samples: int, rate_hz: int) -> np.ndarray:
     return np.stack([x[i * 997: i * 997 + samples] for i in range(n_streams)])
 
 
-def measure(model: Path, n: int, ticks: int, warmup: int, threads: int, chunk_samples: int | None) -> dict:
+def measure(model: Path, n: int, ticks: int, warmup: int, threads: int, chunk_samples: int | None,
+            batch_rewrite: bool = True) -> dict:
     """Run N streams for warmup + ticks ticks; return tick latency p50/p99/max (ms) and the chunk period (ms)."""
-    with StreamPool(model, max_streams=n, threads=threads, chunk_samples=chunk_samples) as pool:
+    with StreamPool(model, max_streams=n, threads=threads, chunk_samples=chunk_samples,
+                    batch_rewrite=batch_rewrite) as pool:
         c, sr = pool.chunk_samples, pool.contract.sample_rate_hz
         audio = load_speech(n, (ticks + warmup) * c, sr)
         ids = [pool.join() for _ in range(n)]
@@ -76,6 +78,9 @@ def main(argv=None) -> int:
     ap.add_argument("--warmup", type=int, default=20, help="ticks discarded per stream count")
     ap.add_argument("--max-p99-ms", type=float, default=10.0, help="real-time bound on the p99 tick latency")
     ap.add_argument("--max-streams", type=int, default=1024, help="largest stream count tried")
+    ap.add_argument("--no-rewrite", action="store_true",
+                    help="run the graph as stored (StreamPool batch_rewrite=False: one matrix-vector product per "
+                         "stream and conv)")
     ap.add_argument("--json", type=Path, default=None, help="write the results here")
     args = ap.parse_args(argv)
 
@@ -83,7 +88,8 @@ def main(argv=None) -> int:
 
     def ok(n: int) -> bool:
         if n not in cache:
-            r = measure(args.model, n, args.ticks, args.warmup, args.threads, args.chunk_samples)
+            r = measure(args.model, n, args.ticks, args.warmup, args.threads, args.chunk_samples,
+                        batch_rewrite=not args.no_rewrite)
             r["real_time"] = r["p99_ms"] <= args.max_p99_ms
             cache[n] = r
             rows.append(r)
@@ -102,6 +108,8 @@ def main(argv=None) -> int:
         else:
             hi = mid
     best = lo
+    with StreamPool(args.model, max_streams=2, batch_rewrite=not args.no_rewrite) as pool:
+        rewritten = pool.rewritten  # nodes run as batched GEMMs
     result = {
         "streams_per_core": best / args.threads,
         "max_streams": best,
@@ -109,6 +117,8 @@ def main(argv=None) -> int:
         "max_p99_ms": args.max_p99_ms,
         "chunk_ms": rows[0]["chunk_ms"] if rows else None,
         "model": str(args.model),
+        "batch_rewrite": not args.no_rewrite,
+        "rewritten": rewritten,
         "ticks": args.ticks,
         "warmup": args.warmup,
         "rows": sorted(rows, key=lambda r: r["streams"]),
