@@ -48,6 +48,10 @@ process). Every other ``ORT_ENABLE_ALL`` transformer stays on. Passed as the ses
 
 _DISABLE_OPTIMIZERS_KEY = "optimization.disable_specified_optimizers"
 
+FUSE_DEFAULT = True
+"""bool: whether :class:`OrtStreamSession` folds residual ``Conv -> Add`` pairs into ``FusedConv`` by default
+(:mod:`cosyedge.runtime.ort_fuse`; measured in ``docs/bench/profile_stream.json``)."""
+
 
 def holds_fp16(model: Any) -> bool:
     """Whether an ONNX model holds FP16 tensors (an FP16 initializer, Constant, Cast to FP16, graph input/output
@@ -260,6 +264,10 @@ class OrtStreamSession(StreamSession):
         threads (int): ONNX Runtime intra- and inter-op threads, 1..:data:`MAX_THREADS`. Defaults to 1.
         providers (list[str] | None): Execution providers; defaults to ``["CPUExecutionProvider"]``.
         max_latency_records (int): Size of the per-chunk latency ring buffer.
+        fuse (bool | None): Fold residual ``Conv -> Add`` pairs into ONNX Runtime's ``FusedConv`` in memory
+            before the session is made (:func:`cosyedge.runtime.ort_fuse.fuse_conv_sum`; CPU provider only,
+            models without external data; outputs within 141 dB of the unfused graph on the reference).
+            ``None`` (default) means :data:`FUSE_DEFAULT`.
     Raises:
         ArtifactError: file missing/corrupt, cosyedge metadata missing, or no state pairs (not streamified).
         UsageError: bad ``chunk_samples``, ``batch`` or ``threads``.
@@ -267,7 +275,7 @@ class OrtStreamSession(StreamSession):
 
     def __init__(self, model_path: str | Path, chunk_samples: int | None = None, batch: int = 1,
                  threads: int = 1, providers: list[str] | None = None,
-                 max_latency_records: int = DEFAULT_MAX_LATENCY_RECORDS):
+                 max_latency_records: int = DEFAULT_MAX_LATENCY_RECORDS, fuse: bool | None = None):
         from cosyedge.errors import UsageError
 
         self.model_path = Path(model_path)  # a SourceModel is os.PathLike
@@ -280,6 +288,9 @@ class OrtStreamSession(StreamSession):
             raise UsageError(f"threads must be between 1 and {MAX_THREADS}, got {threads}")
         self.threads = int(threads)
         self.providers = list(providers) if providers else ["CPUExecutionProvider"]
+        self.fuse = FUSE_DEFAULT if fuse is None else bool(fuse)
+        self.fused_nodes = 0
+        """int: ``Conv -> Add`` pairs folded into ``FusedConv`` by the last :meth:`activate` (0: none)."""
         self._sess = None
 
     # ------------------------------------------------------------------ activation
@@ -293,8 +304,9 @@ class OrtStreamSession(StreamSession):
             DependencyError: onnxruntime is not installed.
         """
         c = self.contract
+        model: Any = self._fused_model()
         try:
-            sess = session_from_onnx(self.model_path, threads=self.threads, inter_threads=self.threads,
+            sess = session_from_onnx(model, threads=self.threads, inter_threads=self.threads,
                                      providers=self.providers, log_severity=4,
                                      disabled_optimizers=disabled_optimizers_for(self._source.proto))
         except Exception as err:  # onnxruntime raises its own exception types (Fail, InvalidGraph, ...)
@@ -349,6 +361,26 @@ class OrtStreamSession(StreamSession):
         self._sess = sess
         LOG.debug("ORT session %s: providers %s, chunk %d, batch %d, %d state pair(s)", self.model_path,
                   sess.get_providers(), self.chunk_samples, self.batch, len(c.states))
+
+    def _fused_model(self) -> Any:
+        """The model to load: the path, or (with :attr:`fuse`, CPU provider, no external data) an in-memory
+        copy with residual ``Conv -> Add`` pairs folded at this session's concrete input shapes."""
+        self.fused_nodes = 0
+        if not self.fuse or self.providers != ["CPUExecutionProvider"]:
+            return self.model_path
+        try:
+            from cosyedge.runtime.ort_fuse import fuse_conv_sum
+
+            proto = self._source.proto
+            if any(t.data_location == 1 for t in proto.graph.initializer):  # onnx.TensorProto.EXTERNAL
+                return self.model_path
+            shapes = {i.name: list(self.input_shape(i)) for i in self.contract.stream_inputs}
+            shapes.update({s.input: list(s.concrete_shape(self.batch)) for s in self.contract.states})
+            fused, self.fused_nodes = fuse_conv_sum(proto, shapes)
+        except Exception as err:  # shape inference failures: run the model as it is
+            LOG.debug("no Conv+Add folding for %s: %s", self.model_path, first_line(err))
+            return self.model_path
+        return fused if self.fused_nodes else self.model_path
 
     def _check_state_shape(self, s, model_shape, kind: str) -> None:
         want = s.concrete_shape(self.batch)
