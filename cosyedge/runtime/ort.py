@@ -304,13 +304,26 @@ class OrtStreamSession(StreamSession):
             DependencyError: onnxruntime is not installed.
         """
         c = self.contract
-        model: Any = self._fused_model()
+        model, tmp = self._fused_model()
         try:
-            sess = session_from_onnx(model, threads=self.threads, inter_threads=self.threads,
-                                     providers=self.providers, log_severity=4,
-                                     disabled_optimizers=disabled_optimizers_for(self._source.proto))
+            try:
+                sess = session_from_onnx(model, threads=self.threads, inter_threads=self.threads,
+                                         providers=self.providers, log_severity=4,
+                                         disabled_optimizers=disabled_optimizers_for(self._source.proto))
+            except Exception:
+                if tmp is None:
+                    raise
+                self.fused_nodes = 0  # the folded copy does not load: load the model as it is
+                sess = session_from_onnx(self.model_path, threads=self.threads, inter_threads=self.threads,
+                                         providers=self.providers, log_severity=4,
+                                         disabled_optimizers=disabled_optimizers_for(self._source.proto))
         except Exception as err:  # onnxruntime raises its own exception types (Fail, InvalidGraph, ...)
             raise ArtifactError(f"ONNX Runtime cannot load {self.model_path}: {first_line(err)}") from None
+        finally:
+            if tmp is not None:
+                import shutil
+
+                shutil.rmtree(tmp, ignore_errors=True)
 
         inputs = {i.name: i for i in sess.get_inputs()}
         outputs = {o.name: o for o in sess.get_outputs()}
@@ -362,25 +375,37 @@ class OrtStreamSession(StreamSession):
         LOG.debug("ORT session %s: providers %s, chunk %d, batch %d, %d state pair(s)", self.model_path,
                   sess.get_providers(), self.chunk_samples, self.batch, len(c.states))
 
-    def _fused_model(self) -> Any:
-        """The model to load: the path, or (with :attr:`fuse`, CPU provider, no external data) an in-memory
-        copy with residual ``Conv -> Add`` pairs folded at this session's concrete input shapes."""
+    def _fused_model(self) -> tuple[Any, Any]:
+        """The model to load and a temporary folder to remove after loading (or None): the path, or (with
+        :attr:`fuse`, CPU provider, no external data, something folded) the rewritten copy saved into a
+        temporary folder with its weights as external data, so that no serialised copy of the weights is held
+        in Python memory."""
         self.fused_nodes = 0
         if not self.fuse or self.providers != ["CPUExecutionProvider"]:
-            return self.model_path
+            return self.model_path, None
+        import tempfile
+
         try:
+            import onnx
+
             from cosyedge.runtime.ort_fuse import fuse_conv_sum
 
             proto = self._source.proto
-            if any(t.data_location == 1 for t in proto.graph.initializer):  # onnx.TensorProto.EXTERNAL
-                return self.model_path
+            if any(t.data_location == onnx.TensorProto.EXTERNAL for t in proto.graph.initializer):
+                return self.model_path, None
             shapes = {i.name: list(self.input_shape(i)) for i in self.contract.stream_inputs}
             shapes.update({s.input: list(s.concrete_shape(self.batch)) for s in self.contract.states})
-            fused, self.fused_nodes = fuse_conv_sum(proto, shapes)
-        except Exception as err:  # shape inference failures: run the model as it is
+            fused, folded = fuse_conv_sum(proto, shapes)
+            if not folded:
+                return self.model_path, None
+            tmp = Path(tempfile.mkdtemp(prefix="cosyedge_fused_"))
+            onnx.save_model(fused, str(tmp / "model.onnx"), save_as_external_data=True,
+                            all_tensors_to_one_file=True, location="weights.bin", size_threshold=1024)
+        except Exception as err:  # shape inference failures, a full disk: run the model as it is
             LOG.debug("no Conv+Add folding for %s: %s", self.model_path, first_line(err))
-            return self.model_path
-        return fused if self.fused_nodes else self.model_path
+            return self.model_path, None
+        self.fused_nodes = folded
+        return tmp / "model.onnx", tmp
 
     def _check_state_shape(self, s, model_shape, kind: str) -> None:
         want = s.concrete_shape(self.batch)

@@ -24,6 +24,9 @@ from __future__ import annotations
 from typing import Any
 
 MS_DOMAIN = "com.microsoft"
+SMALL_BYTES = 4096
+"""int: initializers up to this size keep their values for the shape check; larger ones are replaced by their
+declared shape (weights: no serialised copy of them is made)."""
 
 
 def _concrete(model: Any, input_shapes: dict[str, list[int]]) -> dict[str, tuple]:
@@ -32,6 +35,14 @@ def _concrete(model: Any, input_shapes: dict[str, list[int]]) -> dict[str, tuple
 
     m = onnx.ModelProto()
     m.CopyFrom(model)
+    # big initializers become typed graph inputs (their shape is all shape inference needs): no serialised
+    # copy of the weights; small ones (Slice bounds, Reshape shapes) keep their values for data propagation
+    big = [t for t in m.graph.initializer if t.ByteSize() > SMALL_BYTES]
+    for t in big:
+        m.graph.input.append(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
+    keep = [t for t in m.graph.initializer if t.ByteSize() <= SMALL_BYTES]
+    del m.graph.initializer[:]
+    m.graph.initializer.extend(keep)
     for i in m.graph.input:
         if i.name in input_shapes:
             dims = i.type.tensor_type.shape.dim
