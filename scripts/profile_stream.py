@@ -52,6 +52,8 @@ VARIANTS = {
 
 
 def make_session(model: Path, variant: dict, profile: bool = False):
+    """An ``onnxruntime.InferenceSession`` on ``model`` (one thread, sequential) with the options of ``variant``
+    (a :data:`VARIANTS` value); ``profile`` turns on ``enable_profiling`` into a temporary folder."""
     import onnxruntime as ort
 
     so = ort.SessionOptions()
@@ -106,6 +108,7 @@ class PingPong:
         self.run_ms: list[float] = []
 
     def push(self, chunk: np.ndarray) -> np.ndarray:
+        """Run one chunk (float32 (1, 1, hop)); return the bound output buffer (overwritten by the next push)."""
         np.copyto(self.x, chunk)
         t = time.perf_counter()
         self.sess.run_with_iobinding(self.bindings[self.parity])
@@ -120,6 +123,8 @@ SPIN_S = 0.0
 
 
 def timed(step, n: int, period_s: float | None) -> np.ndarray:
+    """Call ``step(i)`` for i < n back to back (``period_s`` None) or each at ``t0 + (i + 1) x period_s``;
+    return the per-call times (ms, float64 (n,))."""
     lat = np.empty(n)
     t_next = time.perf_counter()
     for i in range(n):
@@ -137,6 +142,7 @@ def timed(step, n: int, period_s: float | None) -> np.ndarray:
 
 
 def pct(a) -> dict:
+    """p50/p99/mean (ms, rounded to 0.1 us) of ``a``."""
     a = np.asarray(a, np.float64)
     return {"p50": round(float(np.percentile(a, 50)), 4), "p99": round(float(np.percentile(a, 99)), 4),
             "mean": round(float(a.mean()), 4)}
@@ -167,6 +173,7 @@ def node_profile(path: str, skip: int) -> dict:
 
 
 def main(argv=None) -> int:
+    """Run the variants (see the module doc); print one line per variant; exit 0."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--onnx", type=Path, default=None)
     ap.add_argument("--chunks", type=int, default=500)
