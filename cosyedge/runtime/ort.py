@@ -48,6 +48,10 @@ process). Every other ``ORT_ENABLE_ALL`` transformer stays on. Passed as the ses
 
 _DISABLE_OPTIMIZERS_KEY = "optimization.disable_specified_optimizers"
 
+FUSE_DEFAULT = True
+"""bool: whether :class:`OrtStreamSession` folds residual ``Conv -> Add`` pairs into ``FusedConv`` by default
+(:mod:`cosyedge.runtime.ort_fuse`; measured in ``docs/bench/profile_stream.json``)."""
+
 
 def holds_fp16(model: Any) -> bool:
     """Whether an ONNX model holds FP16 tensors (an FP16 initializer, Constant, Cast to FP16, graph input/output
@@ -260,6 +264,10 @@ class OrtStreamSession(StreamSession):
         threads (int): ONNX Runtime intra- and inter-op threads, 1..:data:`MAX_THREADS`. Defaults to 1.
         providers (list[str] | None): Execution providers; defaults to ``["CPUExecutionProvider"]``.
         max_latency_records (int): Size of the per-chunk latency ring buffer.
+        fuse (bool | None): Fold residual ``Conv -> Add`` pairs into ONNX Runtime's ``FusedConv`` in memory
+            before the session is made (:func:`cosyedge.runtime.ort_fuse.fuse_conv_sum`; CPU provider only,
+            models without external data; outputs within 141 dB of the unfused graph on the reference).
+            ``None`` (default) means :data:`FUSE_DEFAULT`.
     Raises:
         ArtifactError: file missing/corrupt, cosyedge metadata missing, or no state pairs (not streamified).
         UsageError: bad ``chunk_samples``, ``batch`` or ``threads``.
@@ -267,7 +275,7 @@ class OrtStreamSession(StreamSession):
 
     def __init__(self, model_path: str | Path, chunk_samples: int | None = None, batch: int = 1,
                  threads: int = 1, providers: list[str] | None = None,
-                 max_latency_records: int = DEFAULT_MAX_LATENCY_RECORDS):
+                 max_latency_records: int = DEFAULT_MAX_LATENCY_RECORDS, fuse: bool | None = None):
         from cosyedge.errors import UsageError
 
         self.model_path = Path(model_path)  # a SourceModel is os.PathLike
@@ -280,6 +288,9 @@ class OrtStreamSession(StreamSession):
             raise UsageError(f"threads must be between 1 and {MAX_THREADS}, got {threads}")
         self.threads = int(threads)
         self.providers = list(providers) if providers else ["CPUExecutionProvider"]
+        self.fuse = FUSE_DEFAULT if fuse is None else bool(fuse)
+        self.fused_nodes = 0
+        """int: ``Conv -> Add`` pairs folded into ``FusedConv`` by the last :meth:`activate` (0: none)."""
         self._sess = None
 
     # ------------------------------------------------------------------ activation
@@ -293,12 +304,26 @@ class OrtStreamSession(StreamSession):
             DependencyError: onnxruntime is not installed.
         """
         c = self.contract
+        model, tmp = self._fused_model()
         try:
-            sess = session_from_onnx(self.model_path, threads=self.threads, inter_threads=self.threads,
-                                     providers=self.providers, log_severity=4,
-                                     disabled_optimizers=disabled_optimizers_for(self._source.proto))
+            try:
+                sess = session_from_onnx(model, threads=self.threads, inter_threads=self.threads,
+                                         providers=self.providers, log_severity=4,
+                                         disabled_optimizers=disabled_optimizers_for(self._source.proto))
+            except Exception:
+                if tmp is None:
+                    raise
+                self.fused_nodes = 0  # the folded copy does not load: load the model as it is
+                sess = session_from_onnx(self.model_path, threads=self.threads, inter_threads=self.threads,
+                                         providers=self.providers, log_severity=4,
+                                         disabled_optimizers=disabled_optimizers_for(self._source.proto))
         except Exception as err:  # onnxruntime raises its own exception types (Fail, InvalidGraph, ...)
             raise ArtifactError(f"ONNX Runtime cannot load {self.model_path}: {first_line(err)}") from None
+        finally:
+            if tmp is not None:
+                import shutil
+
+                shutil.rmtree(tmp, ignore_errors=True)
 
         inputs = {i.name: i for i in sess.get_inputs()}
         outputs = {o.name: o for o in sess.get_outputs()}
@@ -349,6 +374,38 @@ class OrtStreamSession(StreamSession):
         self._sess = sess
         LOG.debug("ORT session %s: providers %s, chunk %d, batch %d, %d state pair(s)", self.model_path,
                   sess.get_providers(), self.chunk_samples, self.batch, len(c.states))
+
+    def _fused_model(self) -> tuple[Any, Any]:
+        """The model to load and a temporary folder to remove after loading (or None): the path, or (with
+        :attr:`fuse`, CPU provider, no external data, something folded) the rewritten copy saved into a
+        temporary folder with its weights as external data, so that no serialised copy of the weights is held
+        in Python memory."""
+        self.fused_nodes = 0
+        if not self.fuse or self.providers != ["CPUExecutionProvider"]:
+            return self.model_path, None
+        import tempfile
+
+        try:
+            import onnx
+
+            from cosyedge.runtime.ort_fuse import fuse_conv_sum
+
+            proto = self._source.proto
+            if any(t.data_location == onnx.TensorProto.EXTERNAL for t in proto.graph.initializer):
+                return self.model_path, None
+            shapes = {i.name: list(self.input_shape(i)) for i in self.contract.stream_inputs}
+            shapes.update({s.input: list(s.concrete_shape(self.batch)) for s in self.contract.states})
+            fused, folded = fuse_conv_sum(proto, shapes)
+            if not folded:
+                return self.model_path, None
+            tmp = Path(tempfile.mkdtemp(prefix="cosyedge_fused_"))
+            onnx.save_model(fused, str(tmp / "model.onnx"), save_as_external_data=True,
+                            all_tensors_to_one_file=True, location="weights.bin", size_threshold=1024)
+        except Exception as err:  # shape inference failures, a full disk: run the model as it is
+            LOG.debug("no Conv+Add folding for %s: %s", self.model_path, first_line(err))
+            return self.model_path, None
+        self.fused_nodes = folded
+        return tmp / "model.onnx", tmp
 
     def _check_state_shape(self, s, model_shape, kind: str) -> None:
         want = s.concrete_shape(self.batch)
