@@ -162,3 +162,77 @@ class Recipe(abc.ABC):
 def sha256_of(path: Path) -> str:
     """str: hex SHA-256 of a file's bytes."""
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+class AdoptedRecipe(Recipe):
+    """A network published already streaming (one hop per call, its states as inputs and outputs): the recipe
+    builds ONE hop with its signal processing (:meth:`block_model`) and adopts it
+    (:func:`cosyedge.surgery.adopt.adopt`: states renamed batch-first, batch, Scan over hops, proof against the hop
+    graph's own state loop), then :meth:`reference_check` compares the result with the package's own loop.
+
+    Class attributes (set by each recipe, besides :class:`Recipe`'s):
+        state_pairs (list[tuple[str, str]]): The hop graph's (state input, state output) names.
+        state_kinds (dict[str, str]): State input -> kind (``context``, ``recurrent``, ``overlap``).
+        batch_axes (dict[str, int] | None): State input -> its batch axis where it is not the first; None: adopt's.
+        delay_samples (int | None): Output delay behind the input, samples (None: 0).
+    """
+
+    state_pairs: list = []
+    state_kinds: dict = {}
+    batch_axes: dict | None = None
+
+    @abc.abstractmethod
+    def block_model(self) -> Any:
+        """onnx.ModelProto: ONE hop: ``audio`` (1, 1, hop) float32 and the states in, the output and the next
+        states out (the package's own state layouts).
+
+        Raises:
+            DependencyError: the package is missing. ArtifactError: its network file is missing, corrupt or not the
+            one the recipe is proved on.
+        """
+
+    @abc.abstractmethod
+    def reference_check(self, model: Any, contract: Any, audio: Any = None) -> dict:
+        """Compare the adopted ``model`` with the package's own loop on real speech (adopt's ``check``).
+
+        Returns:
+            dict: what it measured (goes into the contract's proof).
+        Raises:
+            AccuracyError: below the recipe's bound (nothing is written).
+        """
+
+    def full_model(self) -> Any:
+        """onnx.ModelProto: an already-streaming network has no full-sequence graph: the one-hop graph
+        :meth:`block_model`, which :meth:`export` adopts instead of streamifying."""
+        return self.block_model()
+
+    def export(self, out: str | Path, *, full_onnx: str | Path | None = None, atol: float | None = None):
+        """Build the one-hop graph, adopt it (proof against its own state loop), compare with the package's own
+        loop (:meth:`reference_check`) and write the stream ONNX.
+
+        Args:
+            out (str | Path): Stream ONNX to write (atomically; nothing written when a check fails).
+            full_onnx (str | Path | None): Also keep the one-hop graph (the package's state layouts) here.
+            atol (float | None): Adoption proof tolerance (default :data:`cosyedge.surgery.adopt.ADOPT_ATOL`).
+        Returns:
+            StreamContract: the written contract (hop :attr:`hop_samples`, delay :attr:`delay_samples`).
+        Raises:
+            DependencyError, ArtifactError: wheel or network missing, corrupt or not the known one (exit 3);
+            UsageError / AccuracyError: a check failed.
+        """
+        import onnx
+
+        from cosyedge.surgery.adopt import ADOPT_ATOL, adopt
+
+        model = self.block_model()
+        LOG.info("recipe %s: %s %s (%s)", self.name, self.package, self.installed_version(), self.licence)
+        kw = {} if self.batch_axes is None else {"batch_axes": self.batch_axes}
+        with tempfile.TemporaryDirectory(prefix=f"cosyedge-{self.name}-") as tmp:
+            src = Path(full_onnx) if full_onnx is not None else Path(tmp) / f"{self.name}.hop.onnx"
+            src.parent.mkdir(parents=True, exist_ok=True)
+            onnx.save(model, str(src))
+            return adopt(src, out, state_pairs=self.state_pairs, sample_rate_hz=self.sample_rate_hz,
+                         hop_samples=self.hop_samples, delay_samples=self.delay_samples or 0, name=self.name,
+                         kinds=self.state_kinds, atol=ADOPT_ATOL if atol is None else float(atol),
+                         check=self.reference_check,
+                         extra_metadata={RECIPE_META_KEY: json.dumps(self.provenance(), sort_keys=True)}, **kw)

