@@ -169,6 +169,15 @@ def _segments_lines(rep: dict) -> list[str]:
     return [f"speech {s['start']:.3f} - {s['end']:.3f} s" for s in rep["segments"]]
 
 
+def _emit_segments(rep: dict, output) -> None:
+    """The VAD report's segments: to ``output`` as JSON (:func:`_write_segments`), else printed one per line."""
+    if output is not None:
+        _write_segments(rep, output)
+    else:
+        for line in _segments_lines(rep):
+            click.echo(line)
+
+
 def _write_segments(rep: dict, output) -> None:
     """Write the VAD report (without the per-hop probabilities) as JSON to ``output`` (temp + rename)."""
     from cosyedge.artifacts import check_writable
@@ -187,11 +196,7 @@ def _run_file_vad(input, output, engine, chunk_ms, threads):
 
         check_writable(output)
     rep = detect_file(input, engine, chunk_ms=chunk_ms, threads=threads)
-    if output is not None:
-        _write_segments(rep, output)
-    else:
-        for line in _segments_lines(rep):
-            click.echo(line)
+    _emit_segments(rep, output)
     click.echo(f"{input}{' -> ' + str(output) if output else ''}: {len(rep['segments'])} speech segment(s), "
                f"{rep['speech_s']:.2f} s of speech in {rep['duration_s']:.2f} s ({rep['model']}, "
                f"{rep['hops']} hops of {rep['hop_samples']} samples, {rep['speech_hops']} over {rep['threshold']:g}), "
@@ -200,25 +205,16 @@ def _run_file_vad(input, output, engine, chunk_ms, threads):
 
 def _run_mic_vad(output, engine, chunk_ms, threads, device, duration, save_input):
     """``cosyedge run mic --vad``: speech/silence in the status line, segments at the end (-o JSON or printed)."""
-    import sys
-    import time
-
     from cosyedge.vad.live import run_mic_vad
 
     if output is not None:
         from cosyedge.artifacts import check_writable
 
         check_writable(output)
-    tty = sys.stderr.isatty()
-    last = [0.0]
+    tty, show = _status_printer()
 
     def on_status(stats, vad):
-        line = f"{vad.vad_line()} | {stats.status_line()}"
-        if tty:
-            click.echo("\r" + line + "  ", err=True, nl=False)
-        elif time.monotonic() - last[0] >= STATUS_EVERY_S_NO_TTY:
-            last[0] = time.monotonic()
-            click.echo(line, err=True)
+        show(f"{vad.vad_line()} | {stats.status_line()}")
 
     try:
         rep = run_mic_vad(device=device, engine=engine, duration_s=duration, chunk_ms=chunk_ms, threads=threads,
@@ -226,11 +222,7 @@ def _run_mic_vad(output, engine, chunk_ms, threads, device, duration, save_input
     finally:
         if tty:
             click.echo("", err=True)
-    if output is not None:
-        _write_segments(rep, output)
-    else:
-        for line in _segments_lines(rep):
-            click.echo(line)
+    _emit_segments(rep, output)
     click.echo(f"mic {rep['device_index']} '{rep['device']}' at {rep['device_rate_hz']} Hz"
                f"{' -> ' + str(output) if output else ''}: {len(rep['segments'])} speech segment(s), "
                f"{rep['speech_s']:.2f} s of speech in {rep['captured_s']:.2f} s captured, chunks {rep['chunks']}, "
@@ -242,22 +234,33 @@ STATUS_EVERY_S_NO_TTY = 5.0
 """float: seconds between status lines when stderr is not a terminal (logs, CI)."""
 
 
-def _run_mic(output, engine, chunk_ms, threads, device, monitor, duration, save_input=None):
-    """``cosyedge run mic``: live status on stderr (one rewritten line on a terminal), report line on stdout."""
+def _status_printer():
+    """(tty, show): whether stderr is a terminal, and ``show(line)``: the live status on stderr, one rewritten line
+    on a terminal, else a line every :data:`STATUS_EVERY_S_NO_TTY` seconds (the first at once)."""
     import sys
     import time
-
-    from cosyedge.realtime.devices import run_mic
 
     tty = sys.stderr.isatty()
     last = [0.0]
 
-    def on_status(stats):
+    def show(line: str) -> None:
         if tty:
-            click.echo("\r" + stats.status_line() + "  ", err=True, nl=False)
+            click.echo("\r" + line + "  ", err=True, nl=False)
         elif time.monotonic() - last[0] >= STATUS_EVERY_S_NO_TTY:
             last[0] = time.monotonic()
-            click.echo(stats.status_line(), err=True)
+            click.echo(line, err=True)
+
+    return tty, show
+
+
+def _run_mic(output, engine, chunk_ms, threads, device, monitor, duration, save_input=None):
+    """``cosyedge run mic``: live status on stderr (one rewritten line on a terminal), report line on stdout."""
+    from cosyedge.realtime.devices import run_mic
+
+    tty, show = _status_printer()
+
+    def on_status(stats):
+        show(stats.status_line())
 
     if engine is not None:
         from cosyedge.builders.cache import load_or_rebuild
