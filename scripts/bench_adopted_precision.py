@@ -97,21 +97,11 @@ CALIB_CLIPS = 32
 def calib_set(folder: Path):
     """The INT8 calibration set (made once per run): :data:`CALIB_CLIPS` seeded cuts of the clean demo speech
     (``clean.wav``) plus white noise at 0.01 RMS; the measurement runs on ``noisy.wav``, which is not in it."""
-    from cosyedge.audio import load_audio
-    from cosyedge.precision.calibset import load_calibration_set, make_calibration_set
+    from cosyedge.precision.calibset import DemoMix, load_calibration_set, make_calibration_set
 
     if (folder / "manifest.json").is_file():
         return load_calibration_set(folder)
-    x, _ = load_audio(ROOT / "cosyedge" / "assets" / "demo" / "clean.wav")
-    x = x[:, 0]
-
-    class Mix:
-        def batch(self, n, t, rng):
-            start = int(rng.integers(0, x.size - t))
-            clean = x[None, start:start + t].astype(np.float32)
-            return clean + 0.01 * rng.standard_normal(clean.shape).astype(np.float32), clean
-
-    return make_calibration_set(folder, count=CALIB_CLIPS, seed=0, training_data=Mix())
+    return make_calibration_set(folder, count=CALIB_CLIPS, seed=0, training_data=DemoMix())
 
 
 def main(argv: list[str] | None = None) -> int:

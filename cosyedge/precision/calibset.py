@@ -290,6 +290,34 @@ def _from_folder(src: Path, count: int | None, seed: int, audio: Path, skipped: 
         yield {"file": name, **entry, "snr_db": None, "source": str(p.relative_to(src))}
 
 
+class DemoMix:
+    """Seeded noisy speech cut from one recording plus white noise, no downloads: a ``training_data`` for
+    :func:`make_calibration_set` in tests, benchmarks and examples (a small set on a machine without the corpora).
+
+    Args:
+        path (str | Path | None): A mono-or-more recording at 16 kHz; default the bundled clean demo speech
+            (``cosyedge/assets/demo/clean.wav``).
+        noise_rms (float): RMS of the white noise added (full scale 1.0). Defaults to 0.01 (-40 dBFS).
+    Raises:
+        ArtifactError: the recording cannot be read.
+    """
+
+    def __init__(self, path: str | Path | None = None, noise_rms: float = 0.01):
+        from cosyedge.audio import load_audio
+
+        x, _ = load_audio(Path(path) if path is not None
+                          else Path(__file__).resolve().parents[1] / "assets" / "demo" / "clean.wav")
+        self.x = x[:, 0]
+        self.noise_rms = float(noise_rms)
+
+    def batch(self, n: int, t: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        """(noisy, clean): float32 (1, t) each: a seeded cut of the recording (``rng``'s first draw) and the cut plus
+        white noise (its next draws); ``n`` is ignored (one clip per call)."""
+        start = int(rng.integers(0, self.x.size - t))
+        clean = self.x[None, start:start + t].astype(np.float32)
+        return clean + self.noise_rms * rng.standard_normal(clean.shape).astype(np.float32), clean
+
+
 def make_calibration_set(out: str | Path | None = None, *, count: int | None = None, seed: int = 0,
                          from_dir: str | Path | None = None, clips=None, training_data=None) -> CalibrationSet:
     """Write a calibration set (audio + manifest) into ``out``.

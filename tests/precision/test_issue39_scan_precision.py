@@ -133,18 +133,9 @@ CLEAN = ROOT / "cosyedge" / "assets" / "demo" / "clean.wav"
 def _calib(folder: Path, count: int = 8):
     """A small calibration set: seeded 1-s-or-longer cuts of the clean demo speech plus white noise (-40 dBFS); the
     tests measure on the noisy recording, which is not in it."""
-    from cosyedge.precision.calibset import make_calibration_set
+    from cosyedge.precision.calibset import DemoMix, make_calibration_set
 
-    x, _ = load_audio(CLEAN)
-    x = x[:, 0]
-
-    class Mix:
-        def batch(self, n, t, rng):
-            start = int(rng.integers(0, x.size - t))
-            clean = x[None, start:start + t].astype(np.float32)
-            return clean + 0.01 * rng.standard_normal(clean.shape).astype(np.float32), clean
-
-    return make_calibration_set(folder, count=count, seed=0, training_data=Mix())
+    return make_calibration_set(folder, count=count, seed=0, training_data=DemoMix(CLEAN))
 
 
 def _qdq_ops(graph) -> int:

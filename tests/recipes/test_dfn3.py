@@ -174,7 +174,7 @@ def test_int8_quantizes_the_network_and_keeps_the_signal_processing_float(dfn3_o
     import onnx
 
     from cosyedge.builders import build_engine
-    from cosyedge.precision.calibset import make_calibration_set
+    from cosyedge.precision.calibset import DemoMix, make_calibration_set
     from cosyedge.precision.qdq import declared_float_nodes
     from cosyedge.runtime.ort import OrtStreamSession
     from cosyedge.runtime.stream import enhance_array
@@ -182,16 +182,7 @@ def test_int8_quantizes_the_network_and_keeps_the_signal_processing_float(dfn3_o
     keep = declared_float_nodes(onnx.load(str(dfn3_onnx)))
     assert {"dfn3_dsp/stft_2", "dfn3_dsp/erb_power_20", "dfn3_dsp/gain_bins_74", "dfn3_dsp/istft_122"} <= set(keep)
     assert all(k.startswith("dfn3_dsp/") for k in keep)
-    x16, _ = load_audio(DEMO)
-    x16 = x16[:, 0]
-
-    class Mix:  # seeded noisy speech from the demo recording, 16 kHz, no downloads
-        def batch(self, n, t, rng):
-            start = int(rng.integers(0, x16.size - t))
-            clean = x16[None, start:start + t].astype(np.float32)
-            return clean + 0.01 * rng.standard_normal(clean.shape).astype(np.float32), clean
-
-    calib = make_calibration_set(tmp_path / "calib", count=16, seed=0, training_data=Mix())
+    calib = make_calibration_set(tmp_path / "calib", count=16, seed=0, training_data=DemoMix(DEMO))
     int8 = build_engine(dfn3_onnx, backend="onnxruntime", precision="int8", calib=calib.folder,
                         out_dir=tmp_path / "engines")
     x = demo48[: 48000 * 6]

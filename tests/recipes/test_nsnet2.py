@@ -104,18 +104,10 @@ def test_fp16_and_int8_builds_stay_close(nsnet2_onnx, tmp_path):
 
 
 def tm_training_data():
-    """Seeded noisy speech for a small calibration set (the demo speech and white noise; no downloads)."""
-    x, _ = load_audio(DEMO)
-    x = x[:, 0]
+    """Seeded noisy speech for a small calibration set (the demo recording and white noise; no downloads)."""
+    from cosyedge.precision.calibset import DemoMix
 
-    class Mix:
-        def batch(self, n, t, rng):
-            start = int(rng.integers(0, x.size - t))
-            clean = x[None, start:start + t].astype(np.float32)
-            noisy = clean + 0.01 * rng.standard_normal(clean.shape).astype(np.float32)
-            return noisy, clean
-
-    return Mix()
+    return DemoMix(DEMO)
 
 
 def test_streampool_serves_nsnet2_like_single_sessions(nsnet2_onnx):
