@@ -15,3 +15,10 @@ def one_error_line(err, last: bool = True) -> str:
     if last:
         assert err.rstrip().splitlines()[-1] == bang[0], err
     return bang[0]
+
+
+def refused(rc: int, err: str, code: int) -> str:
+    """Return the single ``[!] ...`` line of a refusal (:func:`one_error_line`), asserting the exit code ``rc`` is
+    ``code``."""
+    assert rc == code, err
+    return one_error_line(err)

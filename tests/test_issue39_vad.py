@@ -13,6 +13,7 @@ import pytest
 import soundfile as sf
 
 from cosyedge.vad.segments import speech_timestamps_from_probs
+from tests.cli_errors import refused
 
 DEMO = Path(__file__).resolve().parents[1] / "cosyedge" / "assets" / "demo"
 RECORDINGS = ("clean", "noisy")
@@ -80,14 +81,6 @@ def _package_segments(x: np.ndarray) -> list[tuple[int, int]]:
 
     ts = get_speech_timestamps(torch.from_numpy(x), load_silero_vad(onnx=True), sampling_rate=16000)
     return [(d["start"], d["end"]) for d in ts]
-
-
-def _one_line_error(rc, err, code):
-    assert rc == code, err
-    assert "Traceback" not in err
-    bang = [ln for ln in err.splitlines() if ln.startswith("[!]")]
-    assert len(bang) == 1 and err.rstrip().splitlines()[-1] == bang[0], err
-    return bang[0]
 
 
 @pytest.mark.parametrize("name", RECORDINGS)
@@ -187,14 +180,14 @@ def test_cli_run_file_vad_writes_json_and_reuses_the_engine(cli, engines, tmp_pa
 
 def test_cli_vad_model_without_vad_is_refused_in_one_line(cli, engines, tmp_path):
     rc, _out, err = cli("run", DEMO / "noisy.wav", "-o", tmp_path / "x.wav", "--engine", engines.folder)
-    line = _one_line_error(rc, err, 2)
+    line = refused(rc, err, 2)
     assert "is Silero VAD (Silero Team, 16 kHz), a voice activity detector: it gives a speech probability per " \
            "32 ms hop ('speech_prob'), not audio" in line
     assert "cosyedge run FILE --vad --engine MODEL" in line
     rc, _out, err = cli("run", DEMO / "noisy.wav", "-o", tmp_path / "x.wav", "--model", "silero-vad")
-    assert "a voice activity detector" in _one_line_error(rc, err, 2)
+    assert "a voice activity detector" in refused(rc, err, 2)
     rc, _out, err = cli("run", "mic", "-o", tmp_path / "x.wav", "--engine", engines.folder)
-    assert "cosyedge run mic --vad --engine MODEL" in _one_line_error(rc, err, 2)
+    assert "cosyedge run mic --vad --engine MODEL" in refused(rc, err, 2)
     assert list(tmp_path.iterdir()) == []
 
 
@@ -203,10 +196,10 @@ def test_cli_vad_with_an_enhancer_and_bad_vad_output_are_refused(cli, tmp_path):
 
     ref = require_reference("")
     rc, _out, err = cli("run", DEMO / "noisy.wav", "--vad", "--engine", ref)
-    line = _one_line_error(rc, err, 2)
+    line = refused(rc, err, 2)
     assert "--vad needs a voice activity detector" in line and "is an enhancer (waveform in, waveform out)" in line
     rc, _out, err = cli("run", DEMO / "noisy.wav", "--vad", "-o", tmp_path / "x.wav")
-    assert "with --vad, -o is the speech segments file: give a .json name" in _one_line_error(rc, err, 2)
+    assert "with --vad, -o is the speech segments file: give a .json name" in refused(rc, err, 2)
     assert list(tmp_path.iterdir()) == []
 
 
@@ -257,7 +250,7 @@ def test_silero_onnx_adopted_from_the_wheel_runs_with_vad_and_is_refused_without
     assert got == detect_file(DEMO / "noisy.wav", engines.folder)["segments"]
     assert [(s["start"], s["end"]) for s in got] == RECON_SECONDS["noisy"]
     rc, _out, err = cli("run", DEMO / "noisy.wav", "-o", tmp_path / "x.wav", "--engine", s1)
-    line = _one_line_error(rc, err, 2)
+    line = refused(rc, err, 2)
     assert "a voice activity detector: it gives a speech probability per 32 ms hop ('output')" in line
     assert "cosyedge run FILE --vad --engine MODEL" in line and not (tmp_path / "x.wav").exists()
 

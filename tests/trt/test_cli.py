@@ -15,6 +15,7 @@ import soundfile as sf
 from cosyedge._lazy import has_module
 from cosyedge.builders import trt as bt
 from tests import models
+from tests.cli_errors import refused
 from tests.scripts import load_script
 from tests.trt import fakes
 
@@ -26,14 +27,6 @@ HOP = 160
 @pytest.fixture(scope="module")
 def delay_onnx(tmp_path_factory):
     return models.make_delay_model(tmp_path_factory.mktemp("m") / "delay.onnx", delay_samples=HOP, hop=HOP)
-
-
-def _one_line(rc, err, code):
-    assert rc == code, err
-    assert "Traceback" not in err
-    bang = [line for line in err.splitlines() if line.startswith("[!]")]
-    assert len(bang) == 1 and err.rstrip().splitlines()[-1] == bang[0], err
-    return bang[0]
 
 
 def _speech(tmp_path, seconds=0.5):
@@ -50,7 +43,7 @@ needs_no_trt = pytest.mark.skipif(has_module("tensorrt") or has_module("pycuda")
 @needs_no_trt
 def test_build_backend_tensorrt_without_tensorrt(cli, delay_onnx, tmp_path):
     rc, out, err = cli("build", "--onnx", delay_onnx, "--backend", "tensorrt", "-o", tmp_path)
-    line = _one_line(rc, err, 4)
+    line = refused(rc, err, 4)
     assert "TensorRT and an NVIDIA GPU: pip install 'cosyedge[trt]'" in line and "JetPack" in line
     assert not list(tmp_path.iterdir())
 
@@ -71,7 +64,7 @@ def test_run_tensorrt_engine_without_tensorrt(cli, monkeypatch, delay_onnx, tmp_
     del f
     wav, _ = _speech(tmp_path)
     rc, out, err = cli("run", wav, "-o", tmp_path / "out.wav", "--engine", folder)
-    line = _one_line(rc, err, 4)
+    line = refused(rc, err, 4)
     assert line.startswith("[!] to run TensorRT engines cosyedge needs tensorrt and pycuda (missing); install: "
                            "pip install 'cosyedge[trt]'")
     assert not (tmp_path / "out.wav").exists()
@@ -80,11 +73,11 @@ def test_run_tensorrt_engine_without_tensorrt(cli, monkeypatch, delay_onnx, tmp_
 def test_gpu_fallback_needs_dla_core(cli, monkeypatch, delay_onnx, tmp_path):
     fakes.install(monkeypatch, version="10.3.0")
     rc, out, err = cli("build", "--onnx", delay_onnx, "--backend", "tensorrt", "--gpu-fallback", "-o", tmp_path)
-    assert "--gpu-fallback only applies to DLA builds: add --dla-core N" in _one_line(rc, err, 2)
+    assert "--gpu-fallback only applies to DLA builds: add --dla-core N" in refused(rc, err, 2)
     rc, out, err = cli("build", "--onnx", delay_onnx, "--backend", "onnxruntime", "--dla-core", "0", "-o", tmp_path)
-    assert "are TensorRT options (Jetson): add --backend tensorrt" in _one_line(rc, err, 2)
+    assert "are TensorRT options (Jetson): add --backend tensorrt" in refused(rc, err, 2)
     rc, out, err = cli("build", "--onnx", delay_onnx, "--backend", "tensorrt", "--dla-core", "0", "-o", tmp_path)
-    assert "DLA runs FP16 and INT8 only" in _one_line(rc, err, 2)
+    assert "DLA runs FP16 and INT8 only" in refused(rc, err, 2)
 
 
 def test_build_and_run_through_the_cli_on_the_fake_stack(cli, monkeypatch, delay_onnx, tmp_path):
@@ -107,7 +100,7 @@ def test_build_and_run_through_the_cli_on_the_fake_stack(cli, monkeypatch, delay
     assert y.shape == x.shape
     assert np.abs(y - x).max() < 1e-3  # pure delay model, delay compensated: output == input (16-bit PCM)
     rc, out, err = cli("run", wav, "-o", tmp_path / "out2.wav", "--engine", folder, "--chunk-ms", "20")
-    assert "this TensorRT engine streams chunks of 160 samples (10 ms), not 320" in _one_line(rc, err, 2)
+    assert "this TensorRT engine streams chunks of 160 samples (10 ms), not 320" in refused(rc, err, 2)
 
 
 def test_gpu_check_script_without_gpu_exits_4():
