@@ -177,25 +177,28 @@ def _fresh(folder: Path, digest: str) -> bool:
         return False
 
 
-def _default_root(name: str, digest: str) -> Path:
-    """The engines root of the bundled reference's engine ``name``: :func:`engines_root`, unless
-    ``$COSYEDGE_ENGINES_DIR`` is unset, ``./engines`` holds no fresh engine of it and cannot be written (a
-    read-only working folder): then :func:`user_engines_root`, said in one info line.
+def writable_root(what: str, has: Callable[[Path], bool]) -> Path:
+    """The engines root for ``what`` (Path): :func:`engines_root`, unless ``$COSYEDGE_ENGINES_DIR`` is unset, ``has``
+    finds nothing usable of it there and it cannot be written (a read-only working folder): then
+    :func:`user_engines_root`, said in one info line.
 
+    Args:
+        what (str): The engine as the messages name it (``"the reference"``, ``"the gtcrn"``).
+        has (Callable[[Path], bool]): ``has(root)``: the root already holds what is needed (used as it is).
     Raises:
         ArtifactError: neither ``./engines`` nor the user cache can be written (names both and the fix).
     """
     import os
 
     root = engines_root()
-    if os.environ.get(ENGINES_ENV) or _fresh(root / name, digest) or _writable(root):
+    if os.environ.get(ENGINES_ENV) or has(root) or _writable(root):
         return root
     cache = user_engines_root()
     if not _writable(cache):
-        raise ArtifactError(f"cannot write the reference engine in {root.absolute()} (not writable) nor in {cache}: "
+        raise ArtifactError(f"cannot write {what} engine in {root.absolute()} (not writable) nor in {cache}: "
                             f"set {ENGINES_ENV} to a writable folder, or pass --engine PATH")
-    LOG.info("%s is not writable: the reference engine goes to %s (set %s to choose another folder)",
-             root.absolute(), cache, ENGINES_ENV)
+    LOG.info("%s is not writable: %s engine goes to %s (set %s to choose another folder)", root.absolute(), what,
+             cache, ENGINES_ENV)
     return cache
 
 
@@ -231,7 +234,7 @@ def default_engine(build: Callable[..., Path] | None = None) -> Path:
         return cached
     contract = StreamContract.from_onnx(src)
     name = engine_folder_name(contract.name)
-    folder = _default_root(name, digest) / name
+    folder = writable_root("the reference", lambda root: _fresh(root / name, digest)) / name
     folder = reuse_or_build(src, folder, build=lambda: build(src, out_dir=folder.parent),
                             fresh=lambda f: parent_is(f, digest),
                             stale="bundled reference model changed; rebuilding %s", broken="rebuilding %s (%s)")
@@ -281,4 +284,4 @@ def load_or_rebuild(path: str | Path, manifest: dict | None = None, *, device: i
 
 
 __all__ = ["amax_matches", "default_engine", "label_fresh", "load_or_rebuild", "parent_is", "rebuild_foreign_plan", "reuse_or_build",
-           "user_engines_root"]
+           "user_engines_root", "writable_root"]

@@ -85,30 +85,6 @@ def recipe_stream_onnx(name: str, root: Path, export: Callable | None = None) ->
     return src
 
 
-def _recipe_root(name: str, root: Path) -> Path:
-    """The engines root for recipe ``name`` (Path): ``root``, unless ``$COSYEDGE_ENGINES_DIR`` is unset, ``root``
-    holds no export of it and cannot be written (a read-only working folder): then the per-user cache
-    (:func:`cosyedge.builders.cache.user_engines_root`), said in one info line, as for the bundled reference.
-
-    Raises:
-        ArtifactError: neither can be written (names both and the fix).
-    """
-    import os
-
-    from cosyedge.builders.cache import ENGINES_ENV, _writable, user_engines_root
-    from cosyedge.errors import ArtifactError
-
-    if os.environ.get(ENGINES_ENV) or (root / f"{name}{STREAM_SUFFIX}").is_file() or _writable(root):
-        return root
-    cache = user_engines_root()
-    if not _writable(cache):
-        raise ArtifactError(f"cannot write the {name} engine in {root.absolute()} (not writable) nor in {cache}: "
-                            f"set {ENGINES_ENV} to a writable folder, or pass --engine PATH")
-    LOG.info("%s is not writable: the %s engine goes to %s (set %s to choose another folder)", root.absolute(), name,
-             cache, ENGINES_ENV)
-    return cache
-
-
 def recipe_engine(name: str, *, export: Callable | None = None, build: Callable | None = None) -> Path:
     """Return the FP32 ONNX Runtime engine folder of recipe ``name``, exporting and building on first use.
 
@@ -124,13 +100,12 @@ def recipe_engine(name: str, *, export: Callable | None = None, build: Callable 
         ArtifactError / AccuracyError: export or build failed.
     """
     from cosyedge.artifacts import sha256_file
-    from cosyedge.builders.cache import parent_is, reuse_or_build
+    from cosyedge.builders.cache import parent_is, reuse_or_build, writable_root
     from cosyedge.builders.names import engine_folder_name
-    from cosyedge.runtime.engine import engines_root
 
     if build is None:
         from cosyedge.builders.ort import build_ort as build
-    root = _recipe_root(name, engines_root())
+    root = writable_root(f"the {name}", lambda r: (r / f"{name}{STREAM_SUFFIX}").is_file())
     src = recipe_stream_onnx(name, root, export)
     digest = sha256_file(src)
     folder = root / engine_folder_name(name)
