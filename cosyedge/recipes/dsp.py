@@ -117,3 +117,19 @@ class GraphBuilder:
         a = self.op("ConvTranspose", [re, self.const(re_w, "irdft_re")], attrs, what="istft_re")
         b = self.op("ConvTranspose", [im, self.const(im_w, "irdft_im")], attrs, what="istft_im")
         return self.op("Add", [a, b], what="istft", out=out)
+
+    def frame_rfft(self, frame: Any, window: np.ndarray, n_fft: int) -> tuple[Any, Any]:
+        """Re, Im (..., n_fft // 2 + 1) of ``rfft(window * frame)`` for ONE frame (..., n_fft) float32, as two
+        MatMuls with fixed bases (a one-hop graph: no framing conv)."""
+        re_w, im_w = rdft_bases(window, n_fft)
+        re = self.op("MatMul", [frame, self.const(re_w[:, 0, :].T.copy(), "rfft_re")], what="rfft_re")
+        im = self.op("MatMul", [frame, self.const(im_w[:, 0, :].T.copy(), "rfft_im")], what="rfft_im")
+        return re, im
+
+    def frame_irfft(self, re: Any, im: Any, window: np.ndarray, n_fft: int, out: Any | None = None) -> Any:
+        """``window * irfft(Re + j Im)`` (..., n_fft) float32 for ONE frame (Re, Im (..., n_fft // 2 + 1)), as two
+        MatMuls with fixed bases and their sum."""
+        ire, iim = irdft_bases(window, n_fft)
+        return self.op("Add", [self.op("MatMul", [re, self.const(ire[:, 0, :].copy(), "irfft_re")]),
+                               self.op("MatMul", [im, self.const(iim[:, 0, :].copy(), "irfft_im")])],
+                       what="irfft", out=out)

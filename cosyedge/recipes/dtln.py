@@ -41,7 +41,7 @@ import numpy as np
 from cosyedge.errors import AccuracyError, ArtifactError
 from cosyedge.log import LOG
 from cosyedge.recipes.base import AdoptedRecipe, sha256_of
-from cosyedge.recipes.dsp import GraphBuilder, gs, irdft_bases, rdft_bases
+from cosyedge.recipes.dsp import GraphBuilder, gs
 
 BLOCK_SAMPLES = 512
 SHIFT_SAMPLES = 128
@@ -188,16 +188,12 @@ class DTLN(AdoptedRecipe):
         frame = b.op("Concat", [in_buf, audio], {"axis": 2}, what="block")  # (1, 1, 512): the script's in_buffer
         b.op("Slice", [frame, np.array([SHIFT_SAMPLES]), np.array([BLOCK_SAMPLES]), ax2], what="in_buffer_next",
              out=in_next)
-        re_w, im_w = rdft_bases(np.ones(BLOCK_SAMPLES), BLOCK_SAMPLES)  # (257, 1, 512): rfft, no window
-        re = b.op("MatMul", [frame, b.const(re_w[:, 0, :].T.copy(), "rfft_re")], what="rfft_re")
-        im = b.op("MatMul", [frame, b.const(im_w[:, 0, :].T.copy(), "rfft_im")], what="rfft_im")
+        re, im = b.frame_rfft(frame, np.ones(BLOCK_SAMPLES), BLOCK_SAMPLES)  # (1, 1, 257) each: rfft, no window
         power = b.op("Add", [b.op("Mul", [re, re]), b.op("Mul", [im, im])], what="power")
         b.op("Sqrt", [power], what="magnitude", out=mag_in)
         re2 = b.op("Mul", [re, mask], what="re_masked")
         im2 = b.op("Mul", [im, mask], what="im_masked")
-        ire, iim = irdft_bases(np.ones(BLOCK_SAMPLES), BLOCK_SAMPLES)  # (257, 1, 512): irfft
-        b.op("Add", [b.op("MatMul", [re2, b.const(ire[:, 0, :].copy(), "irfft_re")]),
-                     b.op("MatMul", [im2, b.const(iim[:, 0, :].copy(), "irfft_im")])], what="irfft", out=blk_in)
+        b.frame_irfft(re2, im2, np.ones(BLOCK_SAMPLES), BLOCK_SAMPLES, out=blk_in)  # (1, 1, 512): irfft
         acc = b.op("Add", [b.op("Pad", [out_buf, np.array([0, 0, 0, 0, 0, SHIFT_SAMPLES], np.int64)], what="ola_shift"),
                            den], what="overlap_add")  # the script's out_buffer after += block
         b.op("Slice", [acc, np.array([0]), np.array([SHIFT_SAMPLES]), ax2], what="emit", out=enhanced)

@@ -45,7 +45,7 @@ import numpy as np
 from cosyedge.errors import AccuracyError, ArtifactError
 from cosyedge.log import LOG
 from cosyedge.recipes.base import AdoptedRecipe, sha256_of
-from cosyedge.recipes.dsp import GraphBuilder, gs, irdft_bases, rdft_bases
+from cosyedge.recipes.dsp import GraphBuilder, gs
 from cosyedge.recipes.dtln import _demo_recording, _load, snr_db
 
 N_FFT = 512
@@ -240,9 +240,7 @@ class GTCRN(AdoptedRecipe):
         win = window().astype(np.float64)
         frame = b.op("Concat", [in_buf, audio], {"axis": 2}, what="frame")  # (1, 1, 512)
         b.op("Identity", [audio], what="in_buffer_next", out=in_next)
-        re_w, im_w = rdft_bases(win, N_FFT)  # (257, 1, 512): rfft(window * frame)
-        re = b.op("MatMul", [frame, b.const(re_w[:, 0, :].T.copy(), "rfft_re")], what="rfft_re")  # (1, 1, 257)
-        im = b.op("MatMul", [frame, b.const(im_w[:, 0, :].T.copy(), "rfft_im")], what="rfft_im")
+        re, im = b.frame_rfft(frame, win, N_FFT)  # (1, 1, 257) each: rfft(window * frame)
         ri = b.op("Concat", [b.op("Unsqueeze", [re, np.array([3])]), b.op("Unsqueeze", [im, np.array([3])])],
                   {"axis": 3}, what="re_im")  # (1, 1, 257, 2)
         b.op("Transpose", [ri], {"perm": [0, 2, 1, 3]}, what="mix", out=mix)  # (1, 257, 1, 2)
@@ -250,9 +248,7 @@ class GTCRN(AdoptedRecipe):
         ax3 = np.array([3], np.int64)
         ere = b.op("Squeeze", [b.op("Slice", [e, np.array([0]), np.array([1]), ax3]), ax3], what="enh_re")
         eim = b.op("Squeeze", [b.op("Slice", [e, np.array([1]), np.array([2]), ax3]), ax3], what="enh_im")
-        ire, iim = irdft_bases(win, N_FFT)  # (257, 1, 512): window * irfft
-        y = b.op("Add", [b.op("MatMul", [ere, b.const(ire[:, 0, :].copy(), "irfft_re")]),
-                         b.op("MatMul", [eim, b.const(iim[:, 0, :].copy(), "irfft_im")])], what="irfft")  # (1, 1, 512)
+        y = b.frame_irfft(ere, eim, win, N_FFT)  # (1, 1, 512): window * irfft
         acc = b.op("Add", [b.op("Pad", [out_buf, np.array([0, 0, 0, 0, 0, HOP_SAMPLES], np.int64)], what="ola_shift"),
                            y], what="overlap_add")
         w2 = win ** 2
