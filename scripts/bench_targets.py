@@ -1,0 +1,160 @@
+#!/usr/bin/env python3
+"""Issue 40's CPU targets, every model, one run, side by side: runs the bench scripts and prints one table.
+
+For each model named (``reference``, ``nsnet2``, ``dfn3``, ``gtcrn``; the recipes are exported on first use into
+the engines folder, as ``cosyedge run --model`` does) this runs, one after another (never two timings at
+once):
+
+* ``scripts/bench_precision.py``: FP32 vs INT8 per chunk (one hop, ONNX Runtime CPU, 1 thread, interleaved
+  rounds): INT8/FP32 speed ratio at p50 (``fp32_p50 / int8_p50``, target >= 1.3) and the INT8 output's SNR vs
+  FP32 on real speech (target >= 42 dB);
+* ``scripts/bench_stream.py``: the model vs RNNoise (pyrnnoise) on the same audio, normalised to ms per 10 ms of
+  audio, back to back and **paced** (one chunk per hop of wall clock, what a live stream sees): target paced
+  p50 ratio <= 0.8;
+* ``scripts/bench_streams.py`` (``--streams-models``, default the reference only: minutes per model): real-time
+  StreamPool streams per core (target >= 60);
+* ``scripts/bench_dfn3.py`` when present and ``dfn3`` is named: DeepFilterNet3's stream graph vs the official
+  ``libdeepfilter.so`` per 10 ms hop (target <= 0.8).
+
+Every child's full JSON is kept under ``runs`` in the output; the table (``targets``) has one row per
+(model, target) with the measured value and whether it is met. Keep the machine otherwise idle.
+
+Commands::
+
+    python scripts/bench_targets.py --json docs/bench/bench_targets.json
+    python scripts/bench_targets.py --models reference --seconds 3 --rounds 2    # a quick look
+
+Exit status: 0 (1 with ``--strict`` when a target is missed); 2 on a bench script failing (its stderr tail
+is printed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPTS = REPO / "scripts"
+MODELS = ("reference", "nsnet2", "dfn3", "gtcrn")
+TARGETS = {
+    "int8_speedup_p50": (">=", 1.3),
+    "int8_snr_db_vs_fp32": (">=", 42.0),
+    "paced_p50_vs_rnnoise": ("<=", 0.8),
+    "back_to_back_p50_vs_rnnoise": ("<=", 0.8),
+    "streams_per_core": (">=", 60.0),
+    "dfn3_vs_libdeepfilter_p50": ("<=", 0.8),
+}
+
+
+def stream_onnx(name: str) -> Path:
+    """The FP32 streaming ONNX of ``name`` (the bundled reference, or the recipe exported on first use)."""
+    if name == "reference":
+        from cosyedge.models import REFERENCE_STREAM_ONNX
+
+        return Path(REFERENCE_STREAM_ONNX)
+    from cosyedge.builders.cache import writable_root
+    from cosyedge.builders.named import STREAM_SUFFIX, recipe_stream_onnx
+
+    root = writable_root(f"the {name}", lambda r: (r / f"{name}{STREAM_SUFFIX}").is_file())
+    return recipe_stream_onnx(name, root)
+
+
+def run_json(script: str, args: list[str], tmp: Path) -> dict:
+    """Run ``scripts/<script>`` with ``args`` plus ``--json``; return its JSON. Raises RuntimeError on failure."""
+    out = tmp / f"{script}-{time.monotonic_ns()}.json"
+    cmd = [sys.executable, str(SCRIPTS / script), *args, "--json", str(out)]
+    print("$", " ".join(cmd), flush=True)
+    p = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
+    if not out.is_file():
+        raise RuntimeError(f"{script} failed (rc {p.returncode}): {p.stderr.strip()[-800:]}")
+    return json.loads(out.read_text())
+
+
+def row(model: str, key: str, value: float | None, how: str) -> dict:
+    """One table row: the target of ``key``, the measured ``value`` and whether it is met."""
+    op, target = TARGETS[key]
+    met = None if value is None else (value >= target if op == ">=" else value <= target)
+    return {"model": model, "target": key, "want": f"{op} {target}", "measured": value, "met": met, "how": how}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--models", default=",".join(MODELS), help="comma-separated: " + ", ".join(MODELS))
+    ap.add_argument("--streams-models", default="reference", help="models for bench_streams (slow); '' for none")
+    ap.add_argument("--seconds", type=float, default=10.0, help="audio per round / per stream bench, s")
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds in bench_precision")
+    ap.add_argument("--paced-seconds", type=float, default=5.0, help="paced audio in bench_stream, s")
+    ap.add_argument("--precision-args", default="", help="extra arguments for bench_precision.py (quoted)")
+    ap.add_argument("--json", type=Path, default=None, help="write the table and every run here")
+    ap.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
+    args = ap.parse_args(argv)
+    sys.path.insert(0, str(REPO))
+    names = [m for m in args.models.split(",") if m]
+    unknown = [m for m in names if m not in MODELS]
+    if unknown:
+        print(f"[!] unknown model(s) {', '.join(unknown)} (use {', '.join(MODELS)})", file=sys.stderr)
+        return 2
+    streams_for = {m for m in args.streams_models.split(",") if m}
+    rows: list[dict] = []
+    runs: dict[str, dict] = {}
+    with tempfile.TemporaryDirectory(prefix="bench-targets-") as t:
+        tmp = Path(t)
+        try:
+            for name in names:
+                src = stream_onnx(name)
+                runs[name] = r = {"onnx": str(src)}
+                r["precision"] = p = run_json("bench_precision.py", [
+                    "--onnx", str(src), "--seconds", str(args.seconds), "--rounds", str(args.rounds),
+                    *args.precision_args.split()], tmp)
+                i8 = p.get("variants", {}).get("int8", {})
+                rows.append(row(name, "int8_speedup_p50", i8.get("speedup_p50_vs_fp32"),
+                                "bench_precision: fp32 p50 / int8 p50 per chunk"))
+                rows.append(row(name, "int8_snr_db_vs_fp32", i8.get("snr_db_vs_fp32"),
+                                "bench_precision: INT8 output vs FP32 output, same speech"))
+                r["stream"] = s = run_json("bench_stream.py", [
+                    "--onnx", str(src), "--seconds", str(args.seconds),
+                    "--paced-seconds", str(args.paced_seconds)], tmp)
+                ratio = s.get("ratio_vs_rnnoise", {})
+                rows.append(row(name, "paced_p50_vs_rnnoise", ratio.get("paced_p50_per_10ms"),
+                                "bench_stream: paced p50 per 10 ms of audio, model / RNNoise"))
+                rows.append(row(name, "back_to_back_p50_vs_rnnoise", ratio.get("p50_per_10ms"),
+                                "bench_stream: back-to-back p50 per 10 ms of audio, model / RNNoise"))
+                if name in streams_for:
+                    r["streams"] = st = run_json("bench_streams.py", ["--model", str(src)], tmp)
+                    rows.append(row(name, "streams_per_core", st.get("streams_per_core"),
+                                    "bench_streams: streams with tick p99 <= 10 ms, 1 thread"))
+                if name == "dfn3" and (SCRIPTS / "bench_dfn3.py").is_file():
+                    r["libdeepfilter"] = d = run_json("bench_dfn3.py", [], tmp)
+                    rows.append(row(name, "dfn3_vs_libdeepfilter_p50", d.get("ratio", {}).get("p50"),
+                                    "bench_dfn3: stream graph / libdeepfilter.so per 10 ms hop"))
+        except RuntimeError as err:
+            print(f"[!] {err}", file=sys.stderr)
+            return 2
+    print()
+    print(f"{'model':10s} {'target':30s} {'want':>9s} {'measured':>10s}  met")
+    for x in rows:
+        v = "n/a" if x["measured"] is None else f"{x['measured']:.3g}"
+        print(f"{x['model']:10s} {x['target']:30s} {x['want']:>9s} {v:>10s}  "
+              f"{'-' if x['met'] is None else ('yes' if x['met'] else 'NO')}")
+    if args.json:
+        import onnxruntime
+
+        doc = {"machine": {"platform": platform.platform(), "processor": platform.processor(),
+                           "onnxruntime": onnxruntime.__version__, "python": platform.python_version()},
+               "settings": vars(args) | {"json": str(args.json)}, "targets": rows, "runs": runs}
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        part = args.json.with_suffix(".json.part")
+        part.write_text(json.dumps(doc, indent=2, default=str) + "\n")
+        part.replace(args.json)
+    missed = [x for x in rows if x["met"] is False]
+    return 1 if args.strict and missed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
