@@ -196,7 +196,8 @@ def insert_qdq_matmul(model: Any, amax: dict[str, float], names: list[str],
             constant (bias correction); a MatMul without a bias Add gets none.
     Returns:
         dict: ``{"activations": {tensor: scale}, "weights": {matmul: 1}, "qdq_pairs": int, "placement":
-        "ort_matmul", "activation_type": "uint8", "bias_corrected": [matmul names]}``.
+        "ort_matmul", "activation_type": "uint8", "bias_norms": {matmul: L2 norm of the bias before correction}}``
+        (only the corrected MatMuls: those with a bias Add).
     Raises:
         ArtifactError: a MatMul to quantize has no amax for its data tensor, or is missing.
     """
@@ -204,7 +205,7 @@ def insert_qdq_matmul(model: Any, amax: dict[str, float], names: list[str],
     inits = {t.name: t for t in g.initializer}
     by_name = {n.name: n for n in g.node}
     report = {"activations": {}, "weights": {}, "qdq_pairs": 0, "placement": PLACEMENT, "activation_type": "uint8",
-              "bias_corrected": []}
+              "bias_norms": {}}
     qs: dict[str, str] = {}
     new_nodes: list = []
     pre: dict[int, list] = collections.defaultdict(list)  # nodes to insert before node id
@@ -255,7 +256,7 @@ def insert_qdq_matmul(model: Any, amax: dict[str, float], names: list[str],
                 cname = f"{name}/bias_corrected"
                 g.initializer.append(onnx.numpy_helper.from_array(nb, cname))
                 add.input[1] = cname
-                report["bias_corrected"].append(name)
+                report["bias_norms"][name] = float(np.linalg.norm(b))
     out = list(new_nodes)
     for n in g.node:
         out += pre.get(id(n), [])
