@@ -137,6 +137,8 @@ def build_engine(onnx_path: str | Path | None = None, backend: str = "auto", nam
             LOG.info("backend auto -> onnxruntime instead: the TensorRT backend streams one waveform input and "
                      "output, %s streams %s", src.path, [i.name for i in src.contract.stream_inputs])
             chosen = "onnxruntime"
+    if chosen == "tensorrt" and config is not None and config.placement not in (None, "trt"):
+        raise UsageError(f"--int8-placement {config.placement} is for ONNX Runtime CPU; TensorRT builds use trt")
     if (dla_core is not None or gpu_fallback) and chosen != "tensorrt":
         raise UsageError("--dla-core/--gpu-fallback are TensorRT options (Jetson): add --backend tensorrt")
     if onnx_path is None:
@@ -210,6 +212,9 @@ def build(source: str | Path | None = None, config: BuildConfig | None = None, b
     given = {k: v for k, v in triton_options.items() if v is not None}
     if backend == TRITON:
         from cosyedge.builders.triton import build_triton
+
+        if config.placement not in (None, "trt"):
+            raise UsageError(f"--int8-placement {config.placement} is for ONNX Runtime CPU; Triton builds use trt")
         from cosyedge.models import require_reference
 
         if dla_core is not None or gpu_fallback:

@@ -24,6 +24,8 @@ class BuildConfig:
         sparse (bool): 2:4-prune Conv/Gemm/MatMul weights first.
         exclude (tuple[str, ...]): ONNX node names kept as in the FP32 model (dense, float).
         calibration (Calibration | None): INT8 only (None: the default set, 2048 utterances).
+        placement (str | None): INT8 Q/DQ placement (:data:`cosyedge.precision.qdq.PLACEMENTS`); None: the backend's
+            default (``trt``; ``--int8-placement``).
     Raises:
         UsageError: unknown precision; calibration options on a non-INT8 build (on construction).
     """
@@ -32,6 +34,7 @@ class BuildConfig:
     sparse: bool = False
     exclude: tuple[str, ...] = ()
     calibration: Calibration | None = None
+    placement: str | None = None
 
     def __post_init__(self) -> None:
         """Check the precision and that calibration options go with INT8 (UsageError)."""
@@ -40,6 +43,14 @@ class BuildConfig:
         object.__setattr__(self, "exclude", tuple(self.exclude))
         object.__setattr__(self, "sparse", bool(self.sparse))
         cal = self.calibration
+        if self.placement is not None:
+            from cosyedge.precision.qdq import check_placement
+
+            check_placement(self.placement)
+            if self.precision != "int8":
+                raise UsageError("--int8-placement is only used by --int8 builds")
+        if cal is not None and cal.bias_correction and self.precision != "int8":
+            raise UsageError("--bias-correction is only used by --int8 builds")
         if cal is not None and self.precision != "int8":
             if cal.set is not None:
                 raise UsageError("--calib is only used by --int8 builds")
@@ -79,7 +90,8 @@ class BuildConfig:
     @classmethod
     def from_flags(cls, *, fp16: bool = False, int8: bool = False, sparse: bool = False,
                    exclude: Iterable[str] = (), calib: str | Path | None = None,
-                   calib_count: int = DEFAULT_CALIB_COUNT, amax: str | Path | None = None) -> BuildConfig:
+                   calib_count: int = DEFAULT_CALIB_COUNT, amax: str | Path | None = None,
+                   placement: str | None = None, bias_correction: bool = False) -> BuildConfig:
         """Make the config of ``cosyedge build`` flags, checking them once.
 
         Args:
@@ -90,6 +102,8 @@ class BuildConfig:
             calib (str | Path | None): ``--calib DIR``.
             calib_count (int): ``--calib-count``.
             amax (str | Path | None): an amax cache to reuse (INT8).
+            placement (str | None): ``--int8-placement`` (None: the backend's default).
+            bias_correction (bool): ``--bias-correction``.
         Returns:
             BuildConfig
         Raises:
@@ -103,8 +117,8 @@ class BuildConfig:
             raise UsageError("--exclude applies to --fp16, --int8 or --sparse builds (an FP32 build changes no node)")
         if calib_count < 1:
             raise UsageError(f"--calib-count must be >= 1, got {calib_count}")
-        cal = Calibration(set=calib, count=calib_count, amax=amax)
-        return cls(precision=precision, sparse=sparse, exclude=tuple(exclude), calibration=cal)
+        cal = Calibration(set=calib, count=calib_count, amax=amax, bias_correction=bool(bias_correction))
+        return cls(precision=precision, sparse=sparse, exclude=tuple(exclude), calibration=cal, placement=placement)
 
     @property
     def label(self) -> str:

@@ -105,7 +105,8 @@ def prepare_onnx(onnx_path: Any, dest: str | Path, *, precision: str = "fp32", s
         config (BuildConfig | None): The options as one checked object (made by the CLI with
             :meth:`BuildConfig.from_flags`); when given, the keyword options above are not used.
         placement (str): INT8 Q/DQ placement for the backend (:func:`~cosyedge.precision.int8.int8_onnx`):
-            ``trt`` (TensorRT, Triton; the default) or ``ort`` (ONNX Runtime CPU).
+            ``trt`` (TensorRT, Triton; the default), ``ort`` or ``ort_matmul`` (ONNX Runtime CPU); ``config.placement``
+            wins when set.
     Returns:
         dict: manifest fields: ``precision``, ``sparse``, ``exclude``, ``parent_sha256`` of the FP32
         input is added by the caller; ``sparsity`` (report of :func:`~cosyedge.precision.sparsity.sparsify_onnx`
@@ -153,7 +154,9 @@ def prepare_onnx(onnx_path: Any, dest: str | Path, *, precision: str = "fp32", s
             fields["fp16"] = fp16_onnx(stage_in, dest, exclude=exclude)
         elif precision == "int8":
             calibration = Calibration(set=calib, count=calib_count, amax=amax,
-                                      cache_name=f"{contract.name}-sparse" if sparse else None)
+                                      cache_name=f"{contract.name}-sparse" if sparse else None,
+                                      bias_correction=cal.bias_correction)
+            placement = config.placement or placement
             res = int8_onnx(stage_in, dest, exclude=exclude, calibration=calibration, placement=placement)
             fields["int8"] = res
             fields["calibration_sha256"] = res["calibration_manifest_sha256"]  # the one key int8_onnx returns

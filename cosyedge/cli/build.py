@@ -19,6 +19,11 @@ from cosyedge.cli.options import log_opts
               help="INT8 calibration set folder (from 'cosyedge calib make [--from DIR]'). "
                    "Default: $COSYEDGE_CALIB_DIR or ./calib (made when missing).")
 @click.option("--calib-count", type=int, default=2048, show_default=True, help="INT8 calibration utterances when the default set has to be made.")
+@click.option("--int8-placement", "placement", default=None, metavar="NAME",
+              help="INT8 Q/DQ placement: trt (default; TensorRT's rules), ort (QLinearConv) or ort_matmul (one-frame "
+                   "convs as MatMuls ONNX Runtime's x86 CPU EP fuses into MatMulIntegerToFloat; one hop per call).")
+@click.option("--bias-correction", is_flag=True,
+              help="INT8 ort_matmul: subtract E[W_q Q(x) - W x] over the calibration set from each quantized bias.")
 @click.option("--name", default=None, help="Engine name. Default: the model's name from its metadata, plus the first "
                                            "8 hex digits of the ONNX's SHA-256 for a model derived from another one "
                                            "(the 2:4 fine-tuned model, a 'cosyedge sparsify' output).")
@@ -40,7 +45,7 @@ from cosyedge.cli.options import log_opts
 @click.option("--chunk-samples", type=int, default=None, metavar="N",
               help="Triton: samples per request, a multiple of the model's hop (the config fixes it). Default: one hop.")
 @log_opts
-def build(onnx_path, fp16, int8, sparse, exclude, calib, calib_count, name, backend, out_dir, dla_core,
+def build(onnx_path, fp16, int8, sparse, exclude, calib, calib_count, placement, bias_correction, name, backend, out_dir, dla_core,
           gpu_fallback, max_batch_size, max_sequences, instances, instance_kind, chunk_samples):
     """Build an FP32/FP16/INT8 (optionally 2:4-sparse) engine folder for one backend.
 
@@ -76,7 +81,7 @@ def build(onnx_path, fp16, int8, sparse, exclude, calib, calib_count, name, back
     from cosyedge.builders.config import BuildConfig
 
     config = BuildConfig.from_flags(fp16=fp16, int8=int8, sparse=sparse, exclude=exclude, calib=calib,
-                                    calib_count=calib_count)
+                                    calib_count=calib_count, placement=placement, bias_correction=bias_correction)
     folder = build_folder(onnx_path, config, backend, name=name, out_dir=out_dir, dla_core=dla_core,
                           gpu_fallback=gpu_fallback, max_batch_size=max_batch_size, max_sequences=max_sequences,
                           instances=instances, instance_kind=instance_kind, chunk_samples=chunk_samples)

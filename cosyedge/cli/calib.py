@@ -90,8 +90,12 @@ def amax(onnx_path, calib_dir, threads, force, trt_version):
 @click.option("--exclude", multiple=True, metavar="NODE", help="Keep this weighted node in float (repeatable).")
 @click.option("--threads", type=int, default=1, show_default=True, callback=warn_threads_above_cpus,
               help="ONNX Runtime threads for calibration.")
+@click.option("--placement", default="trt", show_default=True, metavar="NAME",
+              help="Q/DQ placement: trt, ort or ort_matmul (MatMulIntegerToFloat on ONNX Runtime x86 CPU).")
+@click.option("--bias-correction", is_flag=True,
+              help="ort_matmul: subtract E[W_q Q(x) - W x] over the calibration set from each quantized bias.")
 @log_opts
-def int8(onnx_path, output, calib_dir, amax_path, exclude, threads):
+def int8(onnx_path, output, calib_dir, amax_path, exclude, threads, placement, bias_correction):
     """Write the INT8 streaming ONNX: KL-calibrated activations, per-channel weights, explicit Q/DQ.
 
     The first and last (1-channel audio) convs and any --exclude node stay in float, and so do the
@@ -107,7 +111,8 @@ def int8(onnx_path, output, calib_dir, amax_path, exclude, threads):
 
     if not 1 <= threads <= 256:
         raise UsageError(f"--threads must be between 1 and 256, got {threads}")
-    r = int8_onnx(_model(onnx_path), output, calib=calib_dir, exclude=exclude, amax=amax_path, threads=threads)
+    r = int8_onnx(_model(onnx_path), output, calib=calib_dir, exclude=exclude, amax=amax_path, threads=threads,
+                  placement=placement, bias_correction=bias_correction)
     click.echo(f"{r['qdq_pairs']} Q/DQ pairs, {len(r['quantized_nodes'])} nodes INT8, float: "
                f"{', '.join(r['excluded_nodes']) or 'none'}; amax {r['amax_path']}")
     click.echo(r["output"])

@@ -16,6 +16,10 @@ DEFAULT_CALIB_COUNT = 2048
 """int: utterances streamed for INT8 calibration when the default set has to be made (issue 4)."""
 
 
+BIAS_CORRECTION_UTTERANCES = 32
+"""int: calibration utterances streamed (one hop per call) to estimate the bias correction."""
+
+
 @dataclasses.dataclass(frozen=True)
 class Calibration:
     """INT8 calibration options.
@@ -28,6 +32,9 @@ class Calibration:
             instead of calibrating.
         cache_name (str | None): Name of the amax / TensorRT cache files in the calibration folder
             (None: the model's name; the build passes ``<name>-sparse`` for 2:4-pruned models).
+        bias_correction (bool): Correct each quantized layer's bias by ``E[W_q Q(x) - W x]`` over the first
+            :data:`BIAS_CORRECTION_UTTERANCES` utterances of the set (placement ``ort_matmul`` only;
+            :func:`cosyedge.precision.qdq_matmul.bias_corrections`). Defaults to False.
     Raises:
         UsageError: ``count`` < 1 (on construction).
     """
@@ -36,6 +43,7 @@ class Calibration:
     count: int = DEFAULT_CALIB_COUNT
     amax: str | Path | None = None
     cache_name: str | None = None
+    bias_correction: bool = False
 
     def __post_init__(self) -> None:
         """Check ``count`` (UsageError). Paths are kept as given (the manifest records them as given)."""
@@ -44,4 +52,4 @@ class Calibration:
         object.__setattr__(self, "count", int(self.count))
 
 
-__all__ = ["Calibration", "DEFAULT_CALIB_COUNT"]
+__all__ = ["BIAS_CORRECTION_UTTERANCES", "Calibration", "DEFAULT_CALIB_COUNT"]

@@ -74,7 +74,7 @@ def resolve_calibration_set(calib: Any, count: int = 2048):
 
 def int8_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, calib: Any = None, exclude=(), count: int = 2048,
               amax: str | Path | None = None, threads: int = 1, cache_name: str | None = None,
-              calibration: Calibration | None = None, placement: str = "trt") -> dict:
+              calibration: Calibration | None = None, placement: str = "trt", bias_correction: bool = False) -> dict:
     """Calibrate (or reuse the amax cache) and write the INT8 Q/DQ streaming ONNX atomically.
 
     Args:
@@ -98,7 +98,12 @@ def int8_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, calib: Any = None,
             rules: symmetric int8 activations on the inputs of weighted ops) or ``ort`` (what ONNX Runtime's CPU
             QDQ fusion on x86 needs: uint8 activations, a DQ per consumer, Q on the outputs;
             ``build_ort(..., qdq_placement="ort")``: 24 QLinearConv in the reference instead of none, but 4.6 dB
-            lower output SNR vs FP32, so not the default yet). Models with Scan bodies always use ``trt``.
+            lower output SNR vs FP32, so not the default yet) or ``ort_matmul`` (one-frame convs rewritten to
+            MatMuls that ONNX Runtime's x86 CPU EP fuses into ``MatMulIntegerToFloat``; the model then runs one hop
+            per call: :mod:`cosyedge.precision.qdq_matmul`). Models with Scan bodies always use ``trt``.
+        bias_correction (bool): ``ort_matmul`` only: correct each quantized layer's bias by
+            ``E[W_q Q(x) - W x]`` over the calibration set (:func:`cosyedge.precision.qdq_matmul.bias_corrections`);
+            also taken from ``calibration.bias_correction``. Defaults to False.
     Returns:
         dict: manifest fields: ``precision`` ("int8"), ``amax_path``, ``trt_calibration_cache``,
         ``calibration_manifest_sha256``, ``calibration_utterances``, ``model_sha256`` (the FP32 parent),
@@ -107,7 +112,9 @@ def int8_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, calib: Any = None,
         share of them that runs in INT8 (:func:`cosyedge.precision.macs.mac_share`: ``chunk_samples``, ``total``,
         ``quantized``, ``share``, ``float_ops``), logged in one line (a warning below 50 %); ``placement`` and
         ``activation_type`` (``int8`` | ``uint8``) of the Q/DQ; ``ort_fusion``: what ONNX Runtime's CPU EP on this
-        machine fuses (:func:`cosyedge.precision.ort_fusion.ort_fusion_report`), logged in one line.
+        machine fuses (:func:`cosyedge.precision.ort_fusion.ort_fusion_report`), logged in one line;
+        ``bias_correction``: None, or ``{"utterances", "layers": {matmul: {"norm", "bias_norm"}}}`` (L2 norms of the
+        correction and of the bias it was subtracted from); ``matmul_form`` (``ort_matmul``): the rewrite's counts.
     Raises:
         ArtifactError: ONNX missing/corrupt or without cosyedge state metadata; an ``amax`` cache from
             another model; the result fails shape inference or does not run in ONNX Runtime.
@@ -127,6 +134,10 @@ def int8_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, calib: Any = None,
     if calibration is not None:
         calib, count, amax, cache_name = (calibration.set, calibration.count, calibration.amax,
                                           calibration.cache_name)
+        bias_correction = bias_correction or calibration.bias_correction
+    qdq.check_placement(placement)
+    if bias_correction and placement != "ort_matmul":
+        raise UsageError(f"bias correction is implemented for Q/DQ placement ort_matmul only, not {placement!r}")
     source = SourceModel.of(fp32_stream_onnx)
     src = source.path
     out_path = Path(out_path)
@@ -151,6 +162,19 @@ def int8_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, calib: Any = None,
         graph = gs.import_onnx(model)
         to_quantize, kept = qdq.select_nodes(model, [i.name for i in contract.stream_inputs], contract.output,
                                              exclude)
+    mm_form = None
+    if placement == "ort_matmul" and plans is None:
+        from cosyedge.precision import qdq_matmul
+
+        mm_model, mm_form = qdq_matmul.matmul_form(model, contract)
+        wanted = {w.name for w in to_quantize}
+        mm_names = [n.name for n in qdq_matmul.quantizable(mm_model) if mm_form["origin"].get(n.name) in wanted]
+        got = {mm_form["origin"][n] for n in mm_names}
+        for w in to_quantize:
+            if w.name not in got:
+                kept[w.name] = ("no MatMul form (not a one-frame conv, or it feeds an ArgMax/Log): float, since a "
+                                "float op between Q/DQ is slower than FP32 on ONNX Runtime CPU")
+        to_quantize = [w for w in to_quantize if w.name in got]
     model_sha = source.sha256
     calib_info: dict = {}
     if amax is not None:
@@ -163,8 +187,24 @@ def int8_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, calib: Any = None,
         data = cal.load_amax(amax_path, model_sha256=model_sha, where=str(src), model_path=src)
         trt_cache = cal.trt_cache_path_for(amax_path.parent, cache_name or contract.name)
     calib_info = data["calibration"]
+    bias_info = None
+    if mm_form is not None and bias_correction:
+        from cosyedge.precision.calibration import BIAS_CORRECTION_UTTERANCES
+
+        cset = resolve_calibration_set(calib, count)
+        with LOG.stage(f"bias correction ({min(BIAS_CORRECTION_UTTERANCES, len(cset))} utterances, one hop per call)"):
+            shift = qdq_matmul.bias_corrections(mm_model, contract, data["amax"], mm_names, cset,
+                                                BIAS_CORRECTION_UTTERANCES, threads)
+        bias_info = {"utterances": min(BIAS_CORRECTION_UTTERANCES, len(cset)), "layers": {}}
     with LOG.stage(f"insert Q/DQ into {src.name} ({len(to_quantize)} weighted nodes, {len(kept)} kept in float)"):
-        if plans is not None:
+        if mm_form is not None:
+            report = qdq_matmul.insert_qdq_matmul(mm_model, data["amax"], mm_names,
+                                                  shift if bias_info is not None else None)
+            if bias_info is not None:
+                bias_info["layers"] = {n: {"norm": float(np.linalg.norm(shift[n])), "bias_norm": float(b)}
+                                       for n, b in report.pop("bias_norms").items()}
+            out_model = mm_model
+        elif plans is not None:
             report = int8_bodies.quantize_bodies(model, plans, data["amax"])
             report.setdefault("placement", "trt")
             report.setdefault("activation_type", "int8")
@@ -213,6 +253,8 @@ def int8_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, calib: Any = None,
         "placement": report["placement"],
         "activation_type": report["activation_type"],
         "ort_fusion": fusion,
+        "bias_correction": bias_info,
+        "matmul_form": None if mm_form is None else mm_form["counts"],
     }
 
 

@@ -304,10 +304,23 @@ def quantize_weight(w: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray]:
     return q, scale
 
 
-PLACEMENTS = ("trt", "ort")
+PLACEMENTS = ("trt", "ort", "ort_matmul")
 """tuple[str]: Q/DQ placements. ``trt``: TensorRT's rules (int8 symmetric activations, one Q/DQ pair per tensor on the
-inputs of weighted ops, float outputs). ``ort``: what ONNX Runtime's CPU QDQ fusion on x86 needs (see
-:func:`insert_qdq`)."""
+inputs of weighted ops, float outputs). ``ort``: ONNX Runtime's CPU ``QLinearConv`` fusion on x86 (see
+:func:`insert_qdq`). ``ort_matmul``: one-frame convs rewritten to MatMuls that ONNX Runtime's x86 CPU EP fuses into
+``MatMulIntegerToFloat`` (float outputs, no output Q; :mod:`cosyedge.precision.qdq_matmul`, applied by
+:func:`cosyedge.precision.int8.int8_onnx`, not by :func:`insert_qdq`)."""
+
+
+def check_placement(placement: str) -> str:
+    """Return ``placement`` (str) when it is one of :data:`PLACEMENTS`.
+
+    Raises:
+        UsageError: one line naming the valid placements.
+    """
+    if placement not in PLACEMENTS:
+        raise UsageError(f"unknown Q/DQ placement {placement!r} (use one of {', '.join(PLACEMENTS)})")
+    return placement
 
 
 @gs.Graph.register()
@@ -340,8 +353,8 @@ def insert_qdq(self: Any, amax: dict[str, float], quantize: list[WeightedNode], 
             missing from the graph.
         UsageError: unknown ``placement``.
     """
-    if placement not in PLACEMENTS:
-        raise UsageError(f"unknown Q/DQ placement {placement!r} (use one of {', '.join(PLACEMENTS)})")
+    if check_placement(placement) == "ort_matmul":
+        raise UsageError("Q/DQ placement 'ort_matmul' rewrites the graph first: use cosyedge.precision.int8.int8_onnx")
     ort_style = placement == "ort"
     by_name = {n.name: n for n in self.nodes}
     tensors = self.tensors()

@@ -1,0 +1,356 @@
+"""Q/DQ placement ``ort_matmul``: INT8 that ONNX Runtime's x86 CPU EP fuses into ``MatMulIntegerToFloat``.
+
+ONNX Runtime fuses ``DQ(x_u8) , DQ(W_s8) -> MatMul`` with a **float** output (no Q after it) into
+``com.microsoft.MatMulIntegerToFloat`` (``qdq_transformer/selectors_actions/qdq_selector_action_transformer.cc``,
+``MatMulIntegerToFloat`` action). That kernel quantizes nothing at its output, so no Q/DQ is added after it,
+no NHWC Transposes appear (they do around ``QLinearConv``) and the output keeps float precision. This placement:
+
+1. **Conv -> MatMul** (:func:`matmul_form`): every one-frame Conv of the per-chunk graph becomes
+   ``[Slice] -> Reshape (N, C*K) -> MatMul (C*K, M) -> Reshape (N, M, 1) -> Add bias (M, 1)``
+   (:func:`cosyedge.runtime.batched.batch_rewrite` with the chunk fixed at one hop, then the bias Add moved after
+   the Reshape: before it, ORT's ``MatMulAddFusion`` makes a ``Gemm`` first and the Q/DQ fusion is lost). The
+   FP32 rewritten graph is the same function (>= 120 dB vs the original on the demo recording, tested). Its audio
+   input's time axis is fixed to one hop: this INT8 model runs one hop per call (ONNX Runtime refuses any other
+   chunk length in one line instead of computing garbage).
+2. **Q/DQ** (:func:`insert_qdq_matmul`): one ``QuantizeLinear`` per activation tensor (uint8, zero point 128,
+   ``scale = amax / 127``: the int8 symmetric grid), placed on the tensor the original Conv read, so the amax
+   cache of the FP32 model (same tensor names) serves as is, no recalibration; the rewrite's Slice/Reshape then
+   move uint8 bytes; each MatMul gets its **own** ``DequantizeLinear`` right before it; weights are
+   per-column symmetric int8 (axis 1 of (K, M)) + DQ; **no Q on the MatMul output**. MatMuls that were already
+   MatMuls with a constant 2-D weight (NSNet2, DeepFilterNet3) get the same. Biases stay float.
+3. Everything else stays float: the first/last layers and the declared sensitive ones
+   (:func:`cosyedge.precision.qdq.select_nodes`), convs that are not one-frame (2-D convs, ConvTranspose), convs
+   in the cone of an ArgMax/Log (kept by the rewrite), GRUs. Such a layer could only be quantized with
+   float convs wrapped in Q/DQ, which is slower than FP32 on ORT CPU (it cannot pay), so it is left float and
+   reported with the reason.
+
+Bias correction (:func:`bias_corrections`): ``b' = b - E[W_q Q(x) - W x]`` per output channel, the expectation over
+frames of the calibration set streamed one hop at a time through the FP32 matmul-form graph (Nagel et al.,
+"Data-Free Quantization Through Weight Equalization and Bias Correction", ICCV 2019, section 4.2, empirical
+variant, https://arxiv.org/abs/1906.04721).
+
+Source: ONNX Runtime ``onnxruntime/core/optimizer/qdq_transformer/`` (``qdq_s8_to_u8.cc``,
+``selectors_actions/qdq_selectors.cc`` ``MatMulSelector``/``MatMulIntegerToFloat``),
+https://github.com/microsoft/onnxruntime; ONNX operator specs (QuantizeLinear/DequantizeLinear ``axis``).
+"""
+
+from __future__ import annotations
+
+import collections
+from typing import Any
+
+import numpy as np
+
+from cosyedge._lazy import lazy_import
+from cosyedge.errors import ArtifactError
+from cosyedge.precision.qdq import INT8_MAX, quantize_weight
+
+onnx = lazy_import("onnx")
+
+PLACEMENT = "ort_matmul"
+"""str: the name of this placement in :data:`cosyedge.precision.qdq.PLACEMENTS`."""
+
+_MOVES = ("Slice", "Reshape")
+
+
+def _inits(model: Any) -> dict[str, np.ndarray]:
+    return {t.name: onnx.numpy_helper.to_array(t) for t in model.graph.initializer}
+
+
+def _move_bias_after_reshape(model: Any) -> int:
+    """In place: ``MatMul -> Add(b) -> Reshape`` becomes ``MatMul -> Reshape -> Add(b as (M, 1))`` (the output tensor
+    keeps its name). Returns how many were moved (int)."""
+    g = model.graph
+    inits = {t.name: t for t in g.initializer}
+    cons: dict[str, list] = collections.defaultdict(list)
+    for n in g.node:
+        for i in n.input:
+            cons[i].append(n)
+    moved = 0
+    for n in list(g.node):
+        if n.op_type != "MatMul" or n.input[1] not in inits:
+            continue
+        c = cons.get(n.output[0], [])
+        if len(c) != 1 or c[0].op_type != "Add" or c[0].input[0] != n.output[0] or c[0].input[1] not in inits:
+            continue
+        add = c[0]
+        r = cons.get(add.output[0], [])
+        if len(r) != 1 or r[0].op_type != "Reshape":
+            continue
+        rs = r[0]
+        b = onnx.numpy_helper.to_array(inits[add.input[1]])
+        out = rs.output[0]
+        rs.input[0], rs.output[0] = n.output[0], out + "/pre_bias"
+        col = add.input[1] + "/col"
+        g.initializer.append(onnx.numpy_helper.from_array(b.reshape(-1, 1).astype(np.float32), col))
+        add.input[0], add.input[1], add.output[0] = rs.output[0], col, out
+        moved += 1
+    _toposort(model)
+    return moved
+
+
+def _toposort(model: Any) -> None:
+    """In place: order the top-level nodes so every input is produced before it is read."""
+    g = model.graph
+    prod = {o: i for i, n in enumerate(g.node) for o in n.output}
+    done, order, seen = set(), [], set()
+    nodes = list(g.node)
+
+    def visit(i: int) -> None:
+        stack = [(i, False)]
+        while stack:
+            k, expanded = stack.pop()
+            if k in done:
+                continue
+            if expanded:
+                done.add(k)
+                order.append(nodes[k])
+                continue
+            if k in seen:
+                continue
+            seen.add(k)
+            stack.append((k, True))
+            stack += [(prod[t], False) for t in nodes[k].input if t in prod and prod[t] not in done]
+
+    for i in range(len(nodes)):
+        visit(i)
+    del g.node[:]
+    g.node.extend(order)
+
+
+def matmul_form(model: Any, contract: Any) -> tuple[Any, dict]:
+    """Return the FP32 matmul form of a streaming graph (one-frame Convs as MatMuls, chunk fixed at one hop).
+
+    Args:
+        model (onnx.ModelProto): FP32 streaming model (no subgraphs).
+        contract (StreamContract): Its stream contract (hop, stream inputs, states).
+    Returns:
+        tuple[onnx.ModelProto, dict]: the rewritten copy and ``{"origin": {matmul name: original node name},
+        "counts": batch_rewrite's counts plus ``bias_moved``}``. A MatMul that was a MatMul keeps its name.
+    Raises:
+        ArtifactError: ONNX shape inference fails on the model.
+    """
+    from cosyedge.runtime.batched import batch_rewrite
+
+    dims: dict[str, list] = {}
+    for vi in model.graph.input:
+        d = [x.dim_value if x.HasField("dim_value") else x.dim_param for x in vi.type.tensor_type.shape.dim]
+        dims[vi.name] = d
+    for s in contract.stream_inputs:
+        frames = s.frames(contract.hop_samples, contract.hop_samples)
+        dims[s.name] = [1 if v == "N" else frames if v == "T" else v for v in s.shape]
+    for s in contract.states:
+        dims[s.input] = [1 if v == "N" else v for v in s.shape]
+    try:
+        out, counts = batch_rewrite(model, dims)
+    except Exception as err:  # onnx's own errors (shape inference)
+        raise ArtifactError(f"the Conv -> MatMul rewrite cannot infer the graph's shapes: {err}") from None
+    counts = dict(counts, bias_moved=_move_bias_after_reshape(out))
+    # the chunk is one hop now: fix the stream inputs' time axis so another chunk length is refused by ORT
+    for vi in out.graph.input:
+        if vi.name in {s.name for s in contract.stream_inputs}:
+            want = dims[vi.name]
+            for d, v in zip(vi.type.tensor_type.shape.dim, want):
+                if isinstance(v, int) and d.HasField("dim_param") and d.dim_param == "T":
+                    d.dim_value = v
+    originals = {n.name for n in model.graph.node}
+    origin = {}
+    for n in out.graph.node:
+        if n.op_type != "MatMul":
+            continue
+        if n.name in originals:
+            origin[n.name] = n.name
+        elif "/batched_" in n.name:
+            origin[n.name] = n.name.rsplit("/batched_", 1)[0]
+    return out, {"origin": origin, "counts": counts}
+
+
+def data_tensor(model: Any, matmul: Any) -> tuple[str, list]:
+    """The tensor a MatMul's input A is moved from (str: back through the rewrite's Slice/Reshape nodes, each read
+    only by the next) and those nodes (list of NodeProto, producer first)."""
+    prod = {o: n for n in model.graph.node for o in n.output}
+    cons = collections.Counter(i for n in model.graph.node for i in n.input)
+    t, chain = matmul.input[0], []
+    while t in prod and prod[t].op_type in _MOVES and cons[t] == 1 and "/batched_" in prod[t].name:
+        chain.insert(0, prod[t])
+        t = prod[t].input[0]
+    return t, chain
+
+
+def quantizable(model: Any) -> list[Any]:
+    """MatMul nodes (list[NodeProto], graph order) with a constant float 2-D weight as input B."""
+    inits = _inits(model)
+    return [n for n in model.graph.node if n.op_type == "MatMul" and n.input[1] in inits
+            and inits[n.input[1]].ndim == 2 and inits[n.input[1]].dtype == np.float32 and n.input[0] not in inits]
+
+
+def insert_qdq_matmul(model: Any, amax: dict[str, float], names: list[str],
+                      bias_shift: dict[str, np.ndarray] | None = None) -> dict:
+    """In place: Q/DQ for the MatMuls ``names`` of a :func:`matmul_form` graph (see module docstring).
+
+    Args:
+        model (onnx.ModelProto): The matmul-form graph.
+        amax (dict[str, float]): Calibrated amax per activation tensor (the FP32 model's names).
+        names (list[str]): MatMul node names to quantize.
+        bias_shift (dict[str, np.ndarray] | None): Per MatMul name, float32 (M,) subtracted from its bias Add's
+            constant (bias correction); a MatMul without a bias Add gets none.
+    Returns:
+        dict: ``{"activations": {tensor: scale}, "weights": {matmul: 1}, "qdq_pairs": int, "placement":
+        "ort_matmul", "activation_type": "uint8", "bias_norms": {matmul: L2 norm of the bias before correction}}``
+        (only the corrected MatMuls: those with a bias Add).
+    Raises:
+        ArtifactError: a MatMul to quantize has no amax for its data tensor, or is missing.
+    """
+    g = model.graph
+    inits = {t.name: t for t in g.initializer}
+    by_name = {n.name: n for n in g.node}
+    report = {"activations": {}, "weights": {}, "qdq_pairs": 0, "placement": PLACEMENT, "activation_type": "uint8",
+              "bias_norms": {}}
+    qs: dict[str, str] = {}
+    new_nodes: list = []
+    pre: dict[int, list] = collections.defaultdict(list)  # nodes to insert before node id
+    for name in names:
+        mm = by_name.get(name)
+        if mm is None:
+            raise ArtifactError(f"node '{name}' not in the graph")
+        t, chain = data_tensor(model, mm)
+        if t not in amax:
+            raise ArtifactError(f"no calibrated amax for tensor '{t}' (input of '{name}'): the amax cache is from "
+                                f"another model; recalibrate")
+        scale = np.float32(amax[t] / INT8_MAX if amax[t] > 0 else 1.0)
+        s_name, z_name = f"{t}/act_scale", f"{t}/act_zero_point"
+        if t not in qs:
+            g.initializer.extend([onnx.numpy_helper.from_array(np.array(scale, np.float32), s_name),
+                                  onnx.numpy_helper.from_array(np.array(128, np.uint8), z_name)])
+            qs[t] = f"{t}/QuantizeLinear_output"
+            new_nodes.append(onnx.helper.make_node("QuantizeLinear", [t, s_name, z_name], [qs[t]],
+                                                   name=f"{t}/QuantizeLinear"))
+            report["activations"][t] = float(scale)
+            report["qdq_pairs"] += 1
+        if chain:  # the rewrite's Slice/Reshape move the uint8 bytes
+            chain[0].input[0] = qs[t]
+            src = chain[-1].output[0]
+        else:
+            src = qs[t]
+        dq = f"{name}/input_DequantizeLinear_output"
+        pre[id(mm)].append(onnx.helper.make_node("DequantizeLinear", [src, s_name, z_name], [dq],
+                                                 name=f"{name}/input_DequantizeLinear"))
+        w = onnx.numpy_helper.to_array(inits[mm.input[1]])
+        wq, ws = quantize_weight(w, 1)
+        base = name
+        g.initializer.extend([onnx.numpy_helper.from_array(wq, f"{base}/weight_int8"),
+                              onnx.numpy_helper.from_array(ws, f"{base}/weight_scale"),
+                              onnx.numpy_helper.from_array(np.zeros(ws.shape, np.int8), f"{base}/weight_zero_point")])
+        wdq = f"{base}/weight_DequantizeLinear_output"
+        pre[id(mm)].append(onnx.helper.make_node(
+            "DequantizeLinear", [f"{base}/weight_int8", f"{base}/weight_scale", f"{base}/weight_zero_point"], [wdq],
+            name=f"{base}/weight_DequantizeLinear", axis=1))
+        mm.input[0], mm.input[1] = dq, wdq
+        report["weights"][name] = 1
+        report["qdq_pairs"] += 1
+        if bias_shift and name in bias_shift:
+            add = _bias_add(model, mm)
+            if add is not None:
+                b = onnx.numpy_helper.to_array(inits[add.input[1]])
+                nb = (b - bias_shift[name].reshape(b.shape)).astype(np.float32)
+                cname = f"{name}/bias_corrected"
+                g.initializer.append(onnx.numpy_helper.from_array(nb, cname))
+                add.input[1] = cname
+                report["bias_norms"][name] = float(np.linalg.norm(b))
+    out = list(new_nodes)
+    for n in g.node:
+        out += pre.get(id(n), [])
+        out.append(n)
+    del g.node[:]
+    g.node.extend(out)
+    _toposort(model)
+    used = {i for n in g.node for i in n.input}
+    keep = [t for t in g.initializer if t.name in used]
+    del g.initializer[:]
+    g.initializer.extend(keep)
+    return report
+
+
+def _bias_add(model: Any, mm: Any) -> Any:
+    """The bias ``Add`` of a MatMul (NodeProto, or None): ``MatMul -> Add(const)`` or ``MatMul -> Reshape ->
+    Add(const)`` (the matmul form), the MatMul's output read by that path only."""
+    inits = {t.name for t in model.graph.initializer}
+    cons = collections.defaultdict(list)
+    for n in model.graph.node:
+        for i in n.input:
+            cons[i].append(n)
+    t = mm.output[0]
+    for _ in range(2):
+        c = cons.get(t, [])
+        if len(c) != 1:
+            return None
+        if c[0].op_type == "Add" and c[0].input[0] == t and c[0].input[1] in inits:
+            return c[0]
+        if c[0].op_type != "Reshape":
+            return None
+        t = c[0].output[0]
+    return None
+
+
+def bias_corrections(model: Any, contract: Any, amax: dict[str, float], names: list[str], calib: Any,
+                     utterances: int = 32, threads: int = 1) -> dict[str, np.ndarray]:
+    """Per MatMul, ``E[W_q Q(x) - W x]`` (float32 (M,)) over ``utterances`` of the calibration set.
+
+    The FP32 matmul-form ``model`` streams each utterance one hop at a time from zero state; ``x`` is the MatMul's
+    float input A for every frame, ``Q(x)`` its fake-quantized value (uint8 zero point 128, the scale
+    :func:`insert_qdq_matmul` uses: ``round(x / s)`` clipped to [-128, 127], times ``s``), ``W_q`` the dequantized
+    per-column int8 weight. Since the expectation is linear, ``E[x]`` and ``E[Q(x)]`` (per input feature) are
+    accumulated and ``E[Q(x)] @ W_q - E[x] @ W`` returned.
+
+    Args:
+        model (onnx.ModelProto): :func:`matmul_form` graph (FP32, before Q/DQ).
+        contract (StreamContract): Its stream contract.
+        amax (dict[str, float]): Calibrated amax per data tensor (:func:`data_tensor`).
+        names (list[str]): MatMul names to correct.
+        calib (CalibrationSet): The calibration set.
+        utterances (int): How many of its utterances (>= 1; fewer when the set is smaller).
+        threads (int): ONNX Runtime threads.
+    Returns:
+        dict[str, np.ndarray]: MatMul name -> correction (M,) to subtract from its bias.
+    Raises:
+        ArtifactError: ONNX Runtime cannot load the model; a calibration file is missing.
+    """
+    from cosyedge.precision.calibrate import _session_with_outputs, _stream_utterance
+    from cosyedge.runtime.feeds import pick_partners
+
+    by_name = {n.name: n for n in model.graph.node}
+    inits = _inits(model)
+    inputs = {nm: by_name[nm].input[0] for nm in names}
+    scales = {nm: np.float32(amax[data_tensor(model, by_name[nm])[0]] / INT8_MAX) for nm in names}
+    tensors = list(dict.fromkeys(inputs.values()))
+    sess = _session_with_outputs(model, tensors, threads)
+    sx = {nm: 0.0 for nm in names}
+    sq = {nm: 0.0 for nm in names}
+    rows = {nm: 0 for nm in names}
+
+    def fn(vals: list) -> None:
+        got = dict(zip(tensors, vals))
+        for nm in names:
+            x = got[inputs[nm]].reshape(-1, got[inputs[nm]].shape[-1]).astype(np.float64)
+            s = scales[nm] if scales[nm] > 0 else 1.0
+            q = np.clip(np.rint(x / s), -128, 127) * s
+            sx[nm] = sx[nm] + x.sum(0)
+            sq[nm] = sq[nm] + q.sum(0)
+            rows[nm] += x.shape[0]
+
+    n = min(int(utterances), len(calib))
+    readers = [lambda i=i: calib.read(i) for i in range(len(calib))]
+    for i in range(n):
+        _stream_utterance(sess, contract, calib.read(i), contract.hop_samples, tensors, fn,
+                          pick_partners(contract, readers, i))
+    out = {}
+    for nm in names:
+        w = inits[by_name[nm].input[1]].astype(np.float64)
+        wq, ws = quantize_weight(w.astype(np.float32), 1)
+        wdq = wq.astype(np.float64) * ws.astype(np.float64)
+        ex, eq = np.asarray(sx[nm]) / max(rows[nm], 1), np.asarray(sq[nm]) / max(rows[nm], 1)
+        out[nm] = (eq @ wdq - ex @ w).astype(np.float32)
+    return out
+
+
+__all__ = ["PLACEMENT", "bias_corrections", "data_tensor", "insert_qdq_matmul", "matmul_form", "quantizable"]
