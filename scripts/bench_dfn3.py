@@ -148,6 +148,56 @@ def measure(onnx_path: Path, hops: np.ndarray, variants: list[str], round_hops: 
     return out
 
 
+def profile(onnx_path: Path, hops: np.ndarray, variant: str, tmp: Path) -> dict:
+    """ONNX Runtime's own per-node profile (``enable_profiling``) of ``variant``'s graph over ``hops`` (one hop per
+    run, states carried), and the node count of the optimised graph it writes (``optimized_model_filepath``):
+    microseconds per hop by op type and the 15 slowest nodes (profiling adds its own per-node overhead: use the
+    shares, the timed runs give the latency)."""
+    import collections
+    import json
+
+    import onnx
+    import onnxruntime as ort
+
+    from cosyedge.runtime.ort import OrtStreamSession
+
+    sess = OrtStreamSession(onnx_path, threads=1, **VARIANTS[variant])
+    model, folder = sess._fused_model()
+    model_nodes = len(onnx.load(str(model), load_external_data=False).graph.node)
+    try:
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = so.inter_op_num_threads = 1
+        so.log_severity_level = 4
+        so.enable_profiling = True
+        so.profile_file_prefix = str(tmp / f"profile_{variant}")
+        so.optimized_model_filepath = str(tmp / f"optimized_{variant}.onnx")
+        ort_sess = ort.InferenceSession(str(model), so, providers=["CPUExecutionProvider"])
+    finally:
+        if folder is not None:
+            import shutil
+
+            shutil.rmtree(folder, ignore_errors=True)
+    states = {s.input: s.zeros(1) for s in sess.contract.states}
+    outs = [o.name for o in ort_sess.get_outputs()]
+    for hop in hops:
+        res = ort_sess.run(outs, {"audio": hop.reshape(1, 1, HOP), **states})
+        states = {s.input: res[outs.index(s.output)] for s in sess.contract.states}
+    events = json.loads(Path(ort_sess.end_profiling()).read_text())
+    by_type, by_node, count = collections.Counter(), collections.Counter(), collections.Counter()
+    for e in events:
+        if e.get("cat") == "Node" and e["name"].endswith("_kernel_time"):
+            op = e["args"]["op_name"]
+            by_type[op] += e["dur"]
+            by_node[f"{op} {e['name'][:-len('_kernel_time')]}"] += e["dur"]
+            count[op] += 1
+    n = len(hops)
+    opt = onnx.load(str(tmp / f"optimized_{variant}.onnx"), load_external_data=False)
+    return {"hops": n, "kernel_us_per_hop": sum(by_type.values()) / n,
+            "by_op_type_us_per_hop": {k: {"us": v / n, "nodes": count[k] // n} for k, v in by_type.most_common()},
+            "slowest_nodes_us_per_hop": {k: v / n for k, v in by_node.most_common(15)},
+            "model_nodes": model_nodes, "optimized_nodes": len(opt.graph.node), "rewritten": sess.rewritten}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -159,6 +209,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--paced-seconds", type=float, default=5.0, help="audio per system at real-time pace; 0: skip")
     ap.add_argument("--paced-round-hops", type=int, default=100, help="hops per turn when paced")
     ap.add_argument("--warmup", type=int, default=50, help="untimed hops per system first")
+    ap.add_argument("--profile-hops", type=int, default=400, help="hops of ORT's per-node profile of the first "
+                                                                   "two variants; 0: skip")
     ap.add_argument("--json", type=Path, default=None, help="write the results here")
     args = ap.parse_args(argv)
     variants = [v for v in args.variants.split(",") if v]
@@ -190,6 +242,8 @@ def main(argv: list[str] | None = None) -> int:
             if args.paced_seconds > 0:
                 n = min(len(hops), int(round(args.paced_seconds * SR / HOP)))
                 paced = measure(onnx_path, hops[:n], variants, args.paced_round_hops, args.warmup, HOP / SR)
+            profiles = {v: profile(onnx_path, hops[: args.profile_hops], v, Path(tmp))
+                        for v in variants[:2]} if args.profile_hops > 0 else None
         except DependencyError as err:
             print(f"[!] {err}", file=sys.stderr)
             return 4
@@ -222,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
         "model_sha256": model_sha, "variants": {v: VARIANTS[v] for v in variants},
         "settings": {"round_hops": args.round_hops, "paced_round_hops": args.paced_round_hops,
                      "warmup": args.warmup, "threads": 1},
-        "back_to_back": b2b, "paced": paced, "ratio_ours_over_libdf": ratios, "agreement": agreement,
+        "back_to_back": b2b, "paced": paced, "profile": profiles, "ratio_ours_over_libdf": ratios, "agreement": agreement,
         "target": {"ratio_p50_max": TARGET_RATIO},
     }
     print(f"{len(hops)} hops ({hops.size / SR:.2f} s) of {args.audio.name} at 48 kHz; load avg "
@@ -243,6 +297,10 @@ def main(argv: list[str] | None = None) -> int:
         print(line)
     for v in variants[1:]:
         print(f"{v} vs {variants[0]}: {agreement[v][f'snr_vs_{variants[0]}_db']:.1f} dB")
+    for v, pr in (profiles or {}).items():
+        top = ", ".join(f"{k} {d['us']:.0f}" for k, d in list(pr["by_op_type_us_per_hop"].items())[:6])
+        print(f"profile {v}: {pr['kernel_us_per_hop']:.0f} us of kernels per hop, {pr['optimized_nodes']} nodes after "
+              f"ORT optimisation; by op type (us): {top}")
     if args.json:
         from cosyedge.artifacts import write_json
 
