@@ -78,6 +78,15 @@ def test_several_frames_per_step_are_left_alone(dfn3_onnx):
         assert s.rewritten.get("dft_fft", 0) == 0
 
 
+def test_small_transforms_are_left_dense():
+    """The reference model's 320-point analysis is under MIN_FFT_SIZE (rewritten it measured 112 dB < 120 dB)."""
+    from cosyedge.models import REFERENCE_STREAM_ONNX
+    from cosyedge.runtime.ort import OrtStreamSession
+
+    with OrtStreamSession(REFERENCE_STREAM_ONNX) as s:
+        assert s.rewritten.get("dft_fft", 0) == 0 and s.rewritten.get("conv_sum", 0) == 12
+
+
 def test_an_unknown_rewrite_is_refused(dfn3_onnx):
     from cosyedge.errors import UsageError
     from cosyedge.runtime.ort import OrtStreamSession
