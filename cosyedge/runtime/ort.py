@@ -52,6 +52,11 @@ FUSE_DEFAULT = True
 """bool: whether :class:`OrtStreamSession` folds residual ``Conv -> Add`` pairs into ``FusedConv`` by default
 (:mod:`cosyedge.runtime.ort_fuse`; measured in ``docs/bench/profile_stream.json``)."""
 
+REWRITES = ("conv_sum", "dft_fft")
+"""tuple[str, ...]: the in-memory graph rewrites :class:`OrtStreamSession` applies on the CPU provider, in order:
+``conv_sum`` (:func:`cosyedge.runtime.ort_fuse.fuse_conv_sum`, switched by ``fuse``) and ``dft_fft``
+(:func:`cosyedge.runtime.ort_fft.fft_dft_convs`); measured in ``docs/bench/bench_dfn3.json``."""
+
 
 def holds_fp16(model: Any) -> bool:
     """Whether an ONNX model holds FP16 tensors (an FP16 initializer, Constant, Cast to FP16, graph input/output
@@ -268,6 +273,10 @@ class OrtStreamSession(StreamSession):
             before the session is made (:func:`cosyedge.runtime.ort_fuse.fuse_conv_sum`; CPU provider only,
             models without external data; outputs within 141 dB of the unfused graph on the reference).
             ``None`` (default) means :data:`FUSE_DEFAULT`.
+        rewrites (Iterable[str] | None): In-memory rewrites to apply (CPU provider only), of :data:`REWRITES`;
+            ``None`` (default) means all; ``()`` none. ``dft_fft`` replaces a one-frame windowed DFT
+            ``Conv``/``ConvTranspose`` by an FFT (:mod:`cosyedge.runtime.ort_fft`; DeepFilterNet3: >= 120 dB vs
+            the unrewritten graph).
     Raises:
         ArtifactError: file missing/corrupt, cosyedge metadata missing, or no state pairs (not streamified).
         UsageError: bad ``chunk_samples``, ``batch`` or ``threads``.
@@ -275,7 +284,8 @@ class OrtStreamSession(StreamSession):
 
     def __init__(self, model_path: str | Path, chunk_samples: int | None = None, batch: int = 1,
                  threads: int = 1, providers: list[str] | None = None,
-                 max_latency_records: int = DEFAULT_MAX_LATENCY_RECORDS, fuse: bool | None = None):
+                 max_latency_records: int = DEFAULT_MAX_LATENCY_RECORDS, fuse: bool | None = None,
+                 rewrites: Any = None):
         from cosyedge.errors import UsageError
 
         self.model_path = Path(model_path)  # a SourceModel is os.PathLike
@@ -289,8 +299,14 @@ class OrtStreamSession(StreamSession):
         self.threads = int(threads)
         self.providers = list(providers) if providers else ["CPUExecutionProvider"]
         self.fuse = FUSE_DEFAULT if fuse is None else bool(fuse)
+        self.rewrites = tuple(REWRITES if rewrites is None else rewrites)
+        unknown = sorted(set(self.rewrites) - set(REWRITES))
+        if unknown:
+            raise UsageError(f"unknown rewrites {unknown}; choose from {list(REWRITES)}")
         self.fused_nodes = 0
         """int: ``Conv -> Add`` pairs folded into ``FusedConv`` by the last :meth:`activate` (0: none)."""
+        self.rewritten: dict[str, int] = {}
+        """dict[str, int]: nodes each rewrite replaced in the last :meth:`activate` (rewrite name -> count)."""
         self._sess = None
 
     # ------------------------------------------------------------------ activation
@@ -313,7 +329,7 @@ class OrtStreamSession(StreamSession):
             except Exception:
                 if tmp is None:
                     raise
-                self.fused_nodes = 0  # the folded copy does not load: load the model as it is
+                self.fused_nodes, self.rewritten = 0, {}  # the rewritten copy does not load: the model as it is
                 sess = session_from_onnx(self.model_path, threads=self.threads, inter_threads=self.threads,
                                          providers=self.providers, log_severity=4,
                                          disabled_optimizers=disabled_optimizers_for(self._source.proto))
@@ -376,35 +392,46 @@ class OrtStreamSession(StreamSession):
                   sess.get_providers(), self.chunk_samples, self.batch, len(c.states))
 
     def _fused_model(self) -> tuple[Any, Any]:
-        """The model to load and a temporary folder to remove after loading (or None): the path, or (with
-        :attr:`fuse`, CPU provider, no external data, something folded) the rewritten copy saved into a
-        temporary folder with its weights as external data, so that no serialised copy of the weights is held
-        in Python memory."""
+        """The model to load and a temporary folder to remove after loading (or None): the path, or (CPU
+        provider, no external data, something rewritten by :attr:`rewrites`: ``conv_sum`` only with
+        :attr:`fuse`) the rewritten copy saved into a temporary folder with its weights as external data, so
+        that no serialised copy of the weights is held in Python memory. A rewrite that fails (shape
+        inference) is skipped, the others still apply."""
         self.fused_nodes = 0
-        if not self.fuse or self.providers != ["CPUExecutionProvider"]:
+        self.rewritten = {}
+        names = [r for r in self.rewrites if r != "conv_sum" or self.fuse]
+        if not names or self.providers != ["CPUExecutionProvider"]:
             return self.model_path, None
         import tempfile
 
         try:
             import onnx
 
+            from cosyedge.runtime.ort_fft import fft_dft_convs
             from cosyedge.runtime.ort_fuse import fuse_conv_sum
 
+            passes = {"conv_sum": fuse_conv_sum, "dft_fft": fft_dft_convs}
             proto = self._source.proto
             if any(t.data_location == onnx.TensorProto.EXTERNAL for t in proto.graph.initializer):
                 return self.model_path, None
             shapes = {i.name: list(self.input_shape(i)) for i in self.contract.stream_inputs}
             shapes.update({s.input: list(s.concrete_shape(self.batch)) for s in self.contract.states})
-            fused, folded = fuse_conv_sum(proto, shapes)
-            if not folded:
+            model, counts = proto, {}
+            for name in names:
+                try:
+                    model, counts[name] = passes[name](model, shapes)
+                except Exception as err:  # noqa: BLE001  (shape inference failures: skip this rewrite)
+                    LOG.debug("no %s rewrite for %s: %s", name, self.model_path, first_line(err))
+            if not any(counts.values()):
                 return self.model_path, None
             tmp = Path(tempfile.mkdtemp(prefix="cosyedge_fused_"))
-            onnx.save_model(fused, str(tmp / "model.onnx"), save_as_external_data=True,
+            onnx.save_model(model, str(tmp / "model.onnx"), save_as_external_data=True,
                             all_tensors_to_one_file=True, location="weights.bin", size_threshold=1024)
-        except Exception as err:  # shape inference failures, a full disk: run the model as it is
-            LOG.debug("no Conv+Add folding for %s: %s", self.model_path, first_line(err))
+        except Exception as err:  # a full disk: run the model as it is
+            LOG.debug("no rewrites for %s: %s", self.model_path, first_line(err))
             return self.model_path, None
-        self.fused_nodes = folded
+        self.rewritten = counts
+        self.fused_nodes = counts.get("conv_sum", 0)
         return tmp / "model.onnx", tmp
 
     def _check_state_shape(self, s, model_shape, kind: str) -> None:
