@@ -179,7 +179,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="streaming ONNX (default: bundled cosyedge/models/reference.stream.onnx)")
     ap.add_argument("--seconds", type=float, default=5.0, help="audio to stream (the speech file, looped), s")
     ap.add_argument("--audio", type=Path, default=DEFAULT_AUDIO, help="speech file")
-    ap.add_argument("--chunk-samples", type=int, default=160, help="chunk at the model rate, samples")
+    ap.add_argument("--chunk-samples", type=int, default=None,
+                    help="chunk at the model rate, samples (default: one hop of the model, 10 ms for the reference)")
     ap.add_argument("--threads", type=int, default=1, help="ONNX Runtime threads")
     ap.add_argument("--warmup", type=int, default=50, help="untimed warm-up chunks/frames")
     ap.add_argument("--no-rnnoise", action="store_true", help="skip the RNNoise baseline")
@@ -205,6 +206,7 @@ def main(argv: list[str] | None = None) -> int:
         x, sr = load_audio(args.audio)
         speech = to_model_input(x, sr, contract.sample_rate_hz)
         audio = looped(speech, int(round(args.seconds * contract.sample_rate_hz)))
+        args.chunk_samples = args.chunk_samples or contract.hop_samples
         ours = bench_cosyedge(onnx_path, audio, args.chunk_samples, args.threads, args.warmup)
         if args.paced_seconds > 0:
             ours["paced"] = bench_cosyedge_paced(onnx_path, audio, args.chunk_samples, args.threads, args.warmup,

@@ -1,0 +1,49 @@
+"""scripts/bench_targets.py: the target table logic and its refusals (the timings themselves are benchmarks,
+never asserted here)."""
+
+from __future__ import annotations
+
+import json
+
+from tests.scripts import load_script
+
+
+def test_rows_judge_each_target_in_its_direction():
+    bench = load_script("bench_targets")
+    assert bench.row("reference", "int8_speedup_p50", 1.31, "")["met"] is True
+    assert bench.row("reference", "int8_speedup_p50", 0.94, "")["met"] is False
+    assert bench.row("reference", "paced_p50_vs_rnnoise", 0.72, "")["met"] is True
+    assert bench.row("dfn3", "dfn3_vs_libdeepfilter_p50", 0.81, "")["met"] is False
+    assert bench.row("gtcrn", "int8_snr_db_vs_fp32", None, "")["met"] is None
+    assert bench.row("reference", "streams_per_core", 73.0, "")["want"] == ">= 60.0"
+
+
+def test_unknown_model_is_refused_in_one_line(capsys):
+    bench = load_script("bench_targets")
+    assert bench.main(["--models", "reference,rnnoise2"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["[!] unknown model(s) rnnoise2 (use reference, nsnet2, dfn3, gtcrn)"]
+
+
+def test_a_failing_bench_script_stops_with_its_error(tmp_path, monkeypatch, capsys):
+    bench = load_script("bench_targets")
+    monkeypatch.setattr(bench, "SCRIPTS", tmp_path)  # no bench scripts there: the child fails
+    out = tmp_path / "t.json"
+    assert bench.main(["--models", "reference", "--json", str(out)]) == 2
+    assert "bench_precision.py failed (rc 2)" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_the_table_is_written_from_the_children_json(tmp_path, monkeypatch):
+    bench = load_script("bench_targets")
+    fake = {"bench_precision.py": {"variants": {"int8": {"speedup_p50_vs_fp32": 0.9, "snr_db_vs_fp32": 47.2}}},
+            "bench_stream.py": {"ratio_vs_rnnoise": {"paced_p50_per_10ms": 0.7, "p50_per_10ms": 0.8}},
+            "bench_streams.py": {"streams_per_core": 73.0}}
+    monkeypatch.setattr(bench, "run_json", lambda script, args, tmp: fake[script])
+    out = tmp_path / "t.json"
+    assert bench.main(["--models", "reference", "--json", str(out), "--strict"]) == 1  # INT8 misses 1.3x
+    doc = json.loads(out.read_text())
+    got = {r["target"]: (r["measured"], r["met"]) for r in doc["targets"]}
+    assert got == {"int8_speedup_p50": (0.9, False), "int8_snr_db_vs_fp32": (47.2, True),
+                   "paced_p50_vs_rnnoise": (0.7, True), "back_to_back_p50_vs_rnnoise": (0.8, True),
+                   "streams_per_core": (73.0, True)}
