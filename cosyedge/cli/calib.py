@@ -112,8 +112,11 @@ def int8(onnx_path, output, calib_dir, amax_path, exclude, threads, placement, b
     from cosyedge.errors import UsageError
     from cosyedge.precision.int8 import int8_onnx
 
+    from cosyedge.precision.fallback import check_min_snr
+
     if not 1 <= threads <= 256:
         raise UsageError(f"--threads must be between 1 and 256, got {threads}")
+    min_snr = check_min_snr(min_snr, "--min-snr")
     r = int8_onnx(_model(onnx_path), output, calib=calib_dir, exclude=exclude, amax=amax_path, threads=threads,
                   placement=placement, bias_correction=bias_correction, min_snr_db=min_snr)
     click.echo(f"{r['qdq_pairs']} Q/DQ pairs, {len(r['quantized_nodes'])} nodes INT8, float: "
