@@ -52,10 +52,12 @@ def test_fallback_reaches_a_reachable_target_with_the_fewest_layers(small, tmp_p
     assert 40.0 < f["initial_snr_db"] < 43.0  # measured 41.4 dB with every layer INT8
     assert f["met"] and f["final_snr_db"] >= 43.0  # measured 43.5 dB
     kept = [k["name"] for k in f["kept_float"]]
-    # measured: 5 depthwise/output convs taken out, 2 of them put back by the backward pass
-    assert len(kept) == 3 and len(f["requantized"]) == 2
+    # measured: 4 depthwise convs taken out, most sensitive first, one put back by the backward pass
+    assert len(kept) == 3 and len(f["requantized"]) == 1
     assert len(f["sensitivity"]) == len(plain["quantized_nodes"]) == 24
-    assert all(f["sensitivity"][k] <= min(v for n, v in f["sensitivity"].items() if n not in kept) for k in kept[:1])
+    taken = kept + [k["name"] for k in f["requantized"]]
+    assert min(f["sensitivity"], key=f["sensitivity"].get) in taken
+    assert all(f["sensitivity"][t] < 55.0 for t in taken)  # on the full demo: 44-48 dB alone, 1x1 convs 54-69 dB
     for k in kept:
         assert r["excluded_nodes"][k].startswith("int8 fallback:") and k not in r["quantized_nodes"]
     assert len(r["quantized_nodes"]) == 24 - 3
