@@ -121,7 +121,22 @@ def evaluate(models: dict, testset: Path, work: Path) -> dict:
     for label, path in models.items():
         cmd += ["--engine", f"{label}={path}"]
     subprocess.run(cmd, check=True, env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=subprocess.DEVNULL)
-    return json.loads(out.read_text())
+    return summarize_eval(json.loads(out.read_text()), list(models))
+
+
+def summarize_eval(report: dict, labels: list) -> dict:
+    """Overall SI-SNR / PESQ-WB / STOI per system of a ``cosyedge eval`` JSON report, and each INT8 system's
+    difference to ``fp32`` with the issue's pass rule (within 1 dB SI-SNR and 0.1 PESQ-WB)."""
+    overall = report["summary"]["overall"]
+    out = {"items": overall["n"], "systems": {k: {m: overall[k][m] for m in ("si_snr_db", "pesq_wb", "stoi")}
+                                              for k in labels}}
+    base = out["systems"]["fp32"]
+    for k in labels[1:]:
+        d_si = out["systems"][k]["si_snr_db"] - base["si_snr_db"]
+        d_pesq = out["systems"][k]["pesq_wb"] - base["pesq_wb"]
+        out["systems"][k].update(delta_si_snr_db=d_si, delta_pesq_wb=d_pesq,
+                                 within_1db_0p1pesq=bool(d_si >= -1.0 and d_pesq >= -0.1))
+    return out
 
 
 def main(argv=None) -> int:
