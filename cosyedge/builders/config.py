@@ -51,6 +51,8 @@ class BuildConfig:
                 raise UsageError("--int8-placement is only used by --int8 builds")
         if cal is not None and cal.bias_correction and self.precision != "int8":
             raise UsageError("--bias-correction is only used by --int8 builds")
+        if cal is not None and cal.min_snr_db is not None and self.precision != "int8":
+            raise UsageError("--int8-min-snr is only used by --int8 builds")
         if cal is not None and self.precision != "int8":
             if cal.set is not None:
                 raise UsageError("--calib is only used by --int8 builds")
@@ -91,7 +93,8 @@ class BuildConfig:
     def from_flags(cls, *, fp16: bool = False, int8: bool = False, sparse: bool = False,
                    exclude: Iterable[str] = (), calib: str | Path | None = None,
                    calib_count: int = DEFAULT_CALIB_COUNT, amax: str | Path | None = None,
-                   placement: str | None = None, bias_correction: bool = False) -> BuildConfig:
+                   placement: str | None = None, bias_correction: bool = False,
+                   min_snr_db: float | None = None) -> BuildConfig:
         """Make the config of ``cosyedge build`` flags, checking them once.
 
         Args:
@@ -104,11 +107,13 @@ class BuildConfig:
             amax (str | Path | None): an amax cache to reuse (INT8).
             placement (str | None): ``--int8-placement`` (None: the backend's default).
             bias_correction (bool): ``--bias-correction``.
+            min_snr_db (float | None): ``--int8-min-snr`` (dB; :mod:`cosyedge.precision.fallback`).
         Returns:
             BuildConfig
         Raises:
             UsageError: ``--fp16`` with ``--int8``; ``--exclude`` on a plain FP32 build; ``--calib-count`` < 1;
-                ``--calib`` (or an amax cache) without ``--int8``.
+                ``--calib`` (or an amax cache) without ``--int8``; ``--int8-min-snr`` NaN, infinite, negative or
+                without ``--int8``.
         """
         from cosyedge.builders.prepare import precision_from_flags
 
@@ -117,7 +122,8 @@ class BuildConfig:
             raise UsageError("--exclude applies to --fp16, --int8 or --sparse builds (an FP32 build changes no node)")
         if calib_count < 1:
             raise UsageError(f"--calib-count must be >= 1, got {calib_count}")
-        cal = Calibration(set=calib, count=calib_count, amax=amax, bias_correction=bool(bias_correction))
+        cal = Calibration(set=calib, count=calib_count, amax=amax, bias_correction=bool(bias_correction),
+                          min_snr_db=min_snr_db)
         return cls(precision=precision, sparse=sparse, exclude=tuple(exclude), calibration=cal, placement=placement)
 
     @property

@@ -155,7 +155,7 @@ def prepare_onnx(onnx_path: Any, dest: str | Path, *, precision: str = "fp32", s
         elif precision == "int8":
             calibration = Calibration(set=calib, count=calib_count, amax=amax,
                                       cache_name=f"{contract.name}-sparse" if sparse else None,
-                                      bias_correction=cal.bias_correction)
+                                      bias_correction=cal.bias_correction, min_snr_db=cal.min_snr_db)
             placement = config.placement or placement
             res = int8_onnx(stage_in, dest, exclude=exclude, calibration=calibration, placement=placement)
             fields["int8"] = res

@@ -24,6 +24,10 @@ from cosyedge.cli.options import log_opts
                    "convs as MatMuls ONNX Runtime's x86 CPU EP fuses into MatMulIntegerToFloat; one hop per call).")
 @click.option("--bias-correction", is_flag=True,
               help="INT8 ort_matmul: subtract E[W_q Q(x) - W x] over the calibration set from each quantized bias.")
+@click.option("--int8-min-snr", "min_snr", default=None, metavar="DB",
+              help="INT8: keep in float the layers whose quantization hurts most (measured one by one on held-out "
+                   "speech, the bundled demo recording) until the output SNR vs FP32 reaches DB (e.g. 42); the "
+                   "manifest lists them with their measured dB.")
 @click.option("--name", default=None, help="Engine name. Default: the model's name from its metadata, plus the first "
                                            "8 hex digits of the ONNX's SHA-256 for a model derived from another one "
                                            "(the 2:4 fine-tuned model, a 'cosyedge sparsify' output).")
@@ -45,7 +49,7 @@ from cosyedge.cli.options import log_opts
 @click.option("--chunk-samples", type=int, default=None, metavar="N",
               help="Triton: samples per request, a multiple of the model's hop (the config fixes it). Default: one hop.")
 @log_opts
-def build(onnx_path, fp16, int8, sparse, exclude, calib, calib_count, placement, bias_correction, name, backend, out_dir, dla_core,
+def build(onnx_path, fp16, int8, sparse, exclude, calib, calib_count, placement, bias_correction, min_snr, name, backend, out_dir, dla_core,
           gpu_fallback, max_batch_size, max_sequences, instances, instance_kind, chunk_samples):
     """Build an FP32/FP16/INT8 (optionally 2:4-sparse) engine folder for one backend.
 
@@ -81,7 +85,8 @@ def build(onnx_path, fp16, int8, sparse, exclude, calib, calib_count, placement,
     from cosyedge.builders.config import BuildConfig
 
     config = BuildConfig.from_flags(fp16=fp16, int8=int8, sparse=sparse, exclude=exclude, calib=calib,
-                                    calib_count=calib_count, placement=placement, bias_correction=bias_correction)
+                                    calib_count=calib_count, placement=placement, bias_correction=bias_correction,
+                                    min_snr_db=min_snr)
     folder = build_folder(onnx_path, config, backend, name=name, out_dir=out_dir, dla_core=dla_core,
                           gpu_fallback=gpu_fallback, max_batch_size=max_batch_size, max_sequences=max_sequences,
                           instances=instances, instance_kind=instance_kind, chunk_samples=chunk_samples)

@@ -94,8 +94,11 @@ def amax(onnx_path, calib_dir, threads, force, trt_version):
               help="Q/DQ placement: trt, ort or ort_matmul (MatMulIntegerToFloat on ONNX Runtime x86 CPU).")
 @click.option("--bias-correction", is_flag=True,
               help="ort_matmul: subtract E[W_q Q(x) - W x] over the calibration set from each quantized bias.")
+@click.option("--min-snr", "min_snr", default=None, metavar="DB",
+              help="Keep in float the layers whose quantization hurts most (measured on held-out speech, the bundled "
+                   "demo recording) until the output SNR vs FP32 reaches DB.")
 @log_opts
-def int8(onnx_path, output, calib_dir, amax_path, exclude, threads, placement, bias_correction):
+def int8(onnx_path, output, calib_dir, amax_path, exclude, threads, placement, bias_correction, min_snr):
     """Write the INT8 streaming ONNX: KL-calibrated activations, per-channel weights, explicit Q/DQ.
 
     The first and last (1-channel audio) convs and any --exclude node stay in float, and so do the
@@ -109,10 +112,13 @@ def int8(onnx_path, output, calib_dir, amax_path, exclude, threads, placement, b
     from cosyedge.errors import UsageError
     from cosyedge.precision.int8 import int8_onnx
 
+    from cosyedge.precision.fallback import check_min_snr
+
     if not 1 <= threads <= 256:
         raise UsageError(f"--threads must be between 1 and 256, got {threads}")
+    min_snr = check_min_snr(min_snr, "--min-snr")
     r = int8_onnx(_model(onnx_path), output, calib=calib_dir, exclude=exclude, amax=amax_path, threads=threads,
-                  placement=placement, bias_correction=bias_correction)
+                  placement=placement, bias_correction=bias_correction, min_snr_db=min_snr)
     click.echo(f"{r['qdq_pairs']} Q/DQ pairs, {len(r['quantized_nodes'])} nodes INT8, float: "
                f"{', '.join(r['excluded_nodes']) or 'none'}; amax {r['amax_path']}")
     click.echo(r["output"])

@@ -35,8 +35,10 @@ class Calibration:
         bias_correction (bool): Correct each quantized layer's bias by ``E[W_q Q(x) - W x]`` over the first
             :data:`BIAS_CORRECTION_UTTERANCES` utterances of the set (placement ``ort_matmul`` only;
             :func:`cosyedge.precision.qdq_matmul.bias_corrections`). Defaults to False.
+        min_snr_db (float | None): Target INT8 output SNR (dB) vs FP32 on held-out speech: layers that cannot pay
+            stay float until it is met (:mod:`cosyedge.precision.fallback`; ``--int8-min-snr``). None: no fallback.
     Raises:
-        UsageError: ``count`` < 1 (on construction).
+        UsageError: ``count`` < 1; ``min_snr_db`` NaN, infinite or negative (on construction).
     """
 
     set: str | Path | None = None
@@ -44,12 +46,17 @@ class Calibration:
     amax: str | Path | None = None
     cache_name: str | None = None
     bias_correction: bool = False
+    min_snr_db: float | None = None
 
     def __post_init__(self) -> None:
-        """Check ``count`` (UsageError). Paths are kept as given (the manifest records them as given)."""
+        """Check ``count`` and ``min_snr_db`` (UsageError). Paths are kept as given (the manifest records them as
+        given)."""
+        from cosyedge.precision.fallback import check_min_snr
+
         if int(self.count) < 1:
             raise UsageError(f"calibration count must be >= 1, got {self.count}")
         object.__setattr__(self, "count", int(self.count))
+        object.__setattr__(self, "min_snr_db", check_min_snr(self.min_snr_db))
 
 
 __all__ = ["BIAS_CORRECTION_UTTERANCES", "Calibration", "DEFAULT_CALIB_COUNT"]

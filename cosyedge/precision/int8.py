@@ -74,7 +74,8 @@ def resolve_calibration_set(calib: Any, count: int = 2048):
 
 def int8_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, calib: Any = None, exclude=(), count: int = 2048,
               amax: str | Path | None = None, threads: int = 1, cache_name: str | None = None,
-              calibration: Calibration | None = None, placement: str = "trt", bias_correction: bool = False) -> dict:
+              calibration: Calibration | None = None, placement: str = "trt", bias_correction: bool = False,
+              min_snr_db: float | None = None, holdout=None) -> dict:
     """Calibrate (or reuse the amax cache) and write the INT8 Q/DQ streaming ONNX atomically.
 
     Args:
@@ -104,6 +105,12 @@ def int8_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, calib: Any = None,
         bias_correction (bool): ``ort_matmul`` only: correct each quantized layer's bias by
             ``E[W_q Q(x) - W x]`` over the calibration set (:func:`cosyedge.precision.qdq_matmul.bias_corrections`);
             also taken from ``calibration.bias_correction``. Defaults to False.
+        min_snr_db (float | None): Target output SNR (dB) vs FP32 on held-out speech: while the INT8 model is
+            below it, keep in float the quantized layer whose quantization alone hurts most, and re-measure
+            (:mod:`cosyedge.precision.fallback`; the amax cache is reused, nothing recalibrated); also taken from
+            ``calibration.min_snr_db``. None (default): no fallback.
+        holdout (Iterable[str | Path | np.ndarray] | None): Held-out speech for ``min_snr_db``
+            (:func:`cosyedge.precision.fallback.holdout_audio`); None: the bundled demo recording.
     Returns:
         dict: manifest fields: ``precision`` ("int8"), ``amax_path``, ``trt_calibration_cache``,
         ``calibration_manifest_sha256``, ``calibration_utterances``, ``model_sha256`` (the FP32 parent),
@@ -114,11 +121,16 @@ def int8_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, calib: Any = None,
         ``activation_type`` (``int8`` | ``uint8``) of the Q/DQ; ``ort_fusion``: what ONNX Runtime's CPU EP on this
         machine fuses (:func:`cosyedge.precision.ort_fusion.ort_fusion_report`), logged in one line;
         ``bias_correction``: None, or ``{"utterances", "layers": {matmul: {"norm", "bias_norm"}}}`` (L2 norms of the
-        correction and of the bias it was subtracted from); ``matmul_form`` (``ort_matmul``): the rewrite's counts.
+        correction and of the bias it was subtracted from); ``matmul_form`` (``ort_matmul``): the rewrite's counts;
+        ``fallback``: None, or what :func:`cosyedge.precision.fallback.search` measured (``target_db``,
+        ``initial_snr_db``, ``final_snr_db``, ``met``, ``kept_float`` [{name, alone_snr_db, snr_after_db}],
+        ``sensitivity``, ``evaluations``, ``holdout``, ``quantized_mac_share``); the layers it keeps float are in
+        ``excluded_nodes`` too (reason: their measured SNR alone).
     Raises:
         ArtifactError: ONNX missing/corrupt or without cosyedge state metadata; an ``amax`` cache from
             another model; the result fails shape inference or does not run in ONNX Runtime.
-        UsageError: unknown ``exclude`` node; ``out_path`` equals the input; the compute sits in subgraphs INT8
+        UsageError: unknown ``exclude`` node; ``out_path`` equals the input; a bad ``min_snr_db`` (NaN, infinite,
+            negative) or one given for a model that does not stream audio to audio; the compute sits in subgraphs INT8
             does not enter (:func:`refuse_scan_bodies`). An adopted model's leaf Scan bodies are quantized
             (:mod:`cosyedge.precision.int8_bodies`).
         ArtifactError: a calibration folder without ``manifest.json``.
@@ -135,6 +147,11 @@ def int8_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, calib: Any = None,
         calib, count, amax, cache_name = (calibration.set, calibration.count, calibration.amax,
                                           calibration.cache_name)
         bias_correction = bias_correction or calibration.bias_correction
+        if min_snr_db is None:
+            min_snr_db = calibration.min_snr_db
+    from cosyedge.precision.fallback import check_min_snr
+
+    min_snr_db = check_min_snr(min_snr_db)
     qdq.check_placement(placement)
     if bias_correction and placement != "ort_matmul":
         raise UsageError(f"bias correction is implemented for Q/DQ placement ort_matmul only, not {placement!r}")
@@ -159,7 +176,6 @@ def int8_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, calib: Any = None,
         to_quantize = [w for p in plans for w in p.quantize]
         kept = {k: v for p in plans for k, v in p.kept.items()}
     else:
-        graph = gs.import_onnx(model)
         to_quantize, kept = qdq.select_nodes(model, [i.name for i in contract.stream_inputs], contract.output,
                                              exclude)
     mm_form = None
@@ -187,7 +203,7 @@ def int8_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, calib: Any = None,
         data = cal.load_amax(amax_path, model_sha256=model_sha, where=str(src), model_path=src)
         trt_cache = cal.trt_cache_path_for(amax_path.parent, cache_name or contract.name)
     calib_info = data["calibration"]
-    bias_info = None
+    bias_info, shift = None, None
     if mm_form is not None and bias_correction:
         from cosyedge.precision.calibration import BIAS_CORRECTION_UTTERANCES
 
@@ -196,23 +212,51 @@ def int8_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, calib: Any = None,
             shift = qdq_matmul.bias_corrections(mm_model, contract, data["amax"], mm_names, cset,
                                                 BIAS_CORRECTION_UTTERANCES, threads)
         bias_info = {"utterances": min(BIAS_CORRECTION_UTTERANCES, len(cset)), "layers": {}}
-    with LOG.stage(f"insert Q/DQ into {src.name} ({len(to_quantize)} weighted nodes, {len(kept)} kept in float)"):
+
+    def build(names: set[str]) -> tuple:
+        """The Q/DQ model (not finalized) quantizing the weighted nodes in ``names``, and insert_qdq's report."""
         if mm_form is not None:
-            report = qdq_matmul.insert_qdq_matmul(mm_model, data["amax"], mm_names,
-                                                  shift if bias_info is not None else None)
-            if bias_info is not None:
-                bias_info["layers"] = {n: {"norm": float(np.linalg.norm(shift[n])), "bias_norm": float(b)}
-                                       for n, b in report.pop("bias_norms").items()}
-            out_model = mm_model
-        elif plans is not None:
-            report = int8_bodies.quantize_bodies(model, plans, data["amax"])
-            report.setdefault("placement", "trt")
-            report.setdefault("activation_type", "int8")
-            out_model = model
-        else:
-            report = graph.insert_qdq(data["amax"], to_quantize, placement=placement)
-            graph.cleanup().toposort()
-            out_model = io.graph_to_model(graph, like=model)
+            m = _copy(mm_model)
+            rep = qdq_matmul.insert_qdq_matmul(m, data["amax"], [n for n in mm_names
+                                                                  if mm_form["origin"][n] in names], shift)
+            return m, rep
+        if plans is not None:
+            m = _copy(model)
+            ps = int8_bodies.body_plans(m, contract, exclude)
+            for p in ps:
+                p.quantize = [w for w in p.quantize if w.name in names]
+            rep = int8_bodies.quantize_bodies(m, ps, data["amax"])
+            rep.setdefault("placement", "trt")
+            rep.setdefault("activation_type", "int8")
+            return m, rep
+        graph = gs.import_onnx(model)
+        rep = graph.insert_qdq(data["amax"], [w for w in to_quantize if w.name in names], placement=placement)
+        graph.cleanup().toposort()
+        return io.graph_to_model(graph, like=model), rep
+
+    fallback = None
+    if min_snr_db is not None:
+        from cosyedge.precision import fallback as fb
+
+        measure = fb.HoldoutSnr(source, fb.holdout_audio(contract, holdout))
+        try:
+            with LOG.stage(f"int8 fallback to {min_snr_db:g} dB on held-out speech"):
+                fallback = fb.search([w.name for w in to_quantize], lambda names: build(names)[0], measure,
+                                     min_snr_db)
+        finally:
+            measure.close()
+        fallback["holdout"] = "bundled demo recording (noisy.wav)" if holdout is None else \
+            f"{len(measure.clips)} clips given"
+        fallback["holdout_seconds"] = round(sum(x.size for x in measure.clips) / contract.sample_rate_hz, 3)
+        for k in fallback["kept_float"]:
+            kept[k["name"]] = f"int8 fallback: {k['alone_snr_db']:.1f} dB vs FP32 when quantized alone"
+        left = set(fallback.pop("quantize"))
+        to_quantize = [w for w in to_quantize if w.name in left]
+    with LOG.stage(f"insert Q/DQ into {src.name} ({len(to_quantize)} weighted nodes, {len(kept)} kept in float)"):
+        out_model, report = build({w.name for w in to_quantize})
+        if bias_info is not None:
+            bias_info["layers"] = {n: {"norm": float(np.linalg.norm(shift[n])), "bias_norm": float(b)}
+                                   for n, b in report.pop("bias_norms").items()}
         for key, value in (("precision", PRECISION), ("parent_sha256", model_sha),
                            ("calibration_manifest_sha256", calib_info["manifest_sha256"])):
             p = out_model.metadata_props.add()
@@ -232,8 +276,21 @@ def int8_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, calib: Any = None,
     fusion = ort_fusion_report(out_path, contract)
     LOG.info("%s (Q/DQ placement %s, %s activations)", fusion_line(fusion), report["placement"],
              report["activation_type"])
+    if fallback is not None:
+        fallback["quantized_mac_share"] = macs["share"]
+        if not fallback["met"]:
+            LOG.warning("int8 fallback: the target %.1f dB vs FP32 on held-out speech cannot be met: %.1f dB with "
+                        "%d layers kept float and only %s left INT8 (%.0f %% of the MACs INT8); the model is written "
+                        "anyway (lower --int8-min-snr, or build FP16/FP32)", min_snr_db, fallback["final_snr_db"],
+                        len(fallback["kept_float"]), ", ".join(sorted(w.name for w in to_quantize)),
+                        100 * macs["share"])
+        else:
+            LOG.info("int8 fallback: %.1f dB vs FP32 on held-out speech (target %.1f dB), %d layers kept float: %s; "
+                     "%.0f %% of the MACs INT8", fallback["final_snr_db"], min_snr_db, len(fallback["kept_float"]),
+                     ", ".join(k["name"] for k in fallback["kept_float"]) or "none", 100 * macs["share"])
     snr = output_cost(source, out_path, "int8", "INT8 quantization",
-                      "keep sensitive layers float with --exclude, or calibrate on more of your own audio")
+                      "keep sensitive layers float with --exclude or --int8-min-snr, or calibrate on more of your "
+                      "own audio")
     return {
         "precision": PRECISION,
         "output_snr_db": snr,
@@ -255,7 +312,17 @@ def int8_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, calib: Any = None,
         "ort_fusion": fusion,
         "bias_correction": bias_info,
         "matmul_form": None if mm_form is None else mm_form["counts"],
+        "fallback": fallback,
     }
+
+
+def _copy(model: Any) -> Any:
+    """A deep copy of an ``onnx.ModelProto``."""
+    import onnx
+
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    return m
 
 
 def refuse_scan_bodies(model: Any, src: Path, contract: StreamContract | None = None) -> None:
