@@ -99,7 +99,8 @@ def testset_snr(fp32: Path, candidates: dict, testset: Path) -> dict:
 
 
 def latency(fp32: Path, int8: Path, args, work: Path) -> dict:
-    """INT8/FP32 per-chunk p50 of one scripts/bench_precision.py run (interleaved rounds, under flock)."""
+    """FP32 and INT8 per-chunk p50 of one scripts/bench_precision.py run (interleaved rounds, under flock) and the
+    speed-up ``fp32_p50 / int8_p50`` (> 1: INT8 faster), as every bench here reports it."""
     out = work / f"lat-{int8.stem}.json"
     cmd = ["flock", "/tmp/bench.lock", sys.executable, str(REPO / "scripts" / "bench_precision.py"), "--onnx",
            str(fp32), "--int8-onnx", str(int8), "--no-fp16", "--rounds", str(args.rounds), "--seconds",
@@ -108,7 +109,7 @@ def latency(fp32: Path, int8: Path, args, work: Path) -> dict:
     rows = json.loads(out.read_text())["variants"]
     q = next(k for k in rows if k.startswith("int8"))
     f32, i8 = rows["fp32"]["latency_ms_p50"], rows[q]["latency_ms_p50"]
-    return {"fp32_p50_ms": f32, "int8_p50_ms": i8, "int8_over_fp32_p50": i8 / f32,
+    return {"fp32_p50_ms": f32, "int8_p50_ms": i8, "int8_speedup_p50": f32 / i8,
             "snr_db_vs_fp32_librivox": rows[q]["snr_db_vs_fp32"], "rounds": args.rounds, "seconds": args.seconds}
 
 
