@@ -8,7 +8,7 @@ through slow generic kernels, or through kernels that no INT8 path of ONNX Runti
   (about 10-30 us per node on DeepFilterNet3). With one frame it is a batched ``MatMul``: ``x`` (N, 1, g, i) ->
   (g, N, i) (a ``Reshape`` when N = 1, else ``Reshape`` + ``Transpose``), ``MatMul`` with ``W`` (g, i, h) ->
   (g, N, h) -> (N, 1, g, h). :func:`einsum_matmul`.
-* **GRU** with one time step (``seq_length`` 1, forward, default activations, no ``sequence_lens``, no clip):
+* **GRU** with one time step (``seq_length`` 1, forward, default activations, no clip):
   written as its cell, ``gx = x W^T + Wb``, ``gh = h R^T + Rb`` (two ``MatMul`` + ``Add``, which ONNX Runtime
   fuses into ``Gemm``), ``z, r = sigmoid(gx_zr + gh_zr)``, ``n = tanh(gx_n + r * gh_n)`` (``linear_before_reset``
   1; with 0, ``n = tanh(gx_n + (r * h) Rn^T + Rbn)``), ``h' = n + z * (h - n)``. :func:`gru_cell`. In FP32 this is
@@ -142,10 +142,11 @@ def gru_cell(model: Any, input_shapes: dict[str, list[int]]) -> tuple[Any, int]:
     """Rewrite one-step forward GRUs into their cell (two ``MatMul`` s and elementwise ops; see module docstring).
     Works on a copy.
 
-    Only GRUs with constant float32 ``W`` (1, 3H, I), ``R`` (1, 3H, H), optional ``B`` (1, 6H), no
-    ``sequence_lens``, an ``initial_h``, ``layout`` 0, direction forward, default activations, no clip, and
+    Only GRUs with constant float32 ``W`` (1, 3H, I), ``R`` (1, 3H, H), optional ``B`` (1, 6H), an ``initial_h``, ``layout`` 0, direction forward, default activations, no clip, and
     ``X`` of shape (1, N, I) at ``input_shapes`` are rewritten. Outputs ``Y`` (1, 1, N, H) and ``Y_h`` (1, N, H)
-    keep their names. The nodes are valid at every batch size (``Reshape`` s with -1).
+    keep their names. The nodes are valid at every batch size (``Reshape`` s with -1). A ``sequence_lens`` input
+    (int32 (N,), 0 or 1 here: a streamified gate, e.g. NSNet2's) zeroes ``Y`` and ``Y_h`` of the streams where it
+    is 0, as ONNX Runtime's GRU kernel does (measured; the graph around it restores the state).
 
     Args:
         model (onnx.ModelProto): The per-step model.
@@ -169,7 +170,7 @@ def gru_cell(model: Any, input_shapes: dict[str, list[int]]) -> tuple[Any, int]:
         at = _attrs(node)
         ins = list(node.input) + [""] * (6 - len(node.input))
         if (at.get("direction", b"forward") not in (b"forward", "forward") or at.get("layout", 0) != 0
-                or "clip" in at or "activations" in at or ins[4] or not ins[5]
+                or "clip" in at or "activations" in at or not ins[5]
                 or any(ins[k] not in inits for k in (1, 2)) or (ins[3] and ins[3] not in inits)):
             continue
         if any(inits[ins[k]].data_type != onnx.TensorProto.FLOAT for k in (1, 2)):
@@ -231,10 +232,18 @@ def gru_cell(model: Any, input_shapes: dict[str, list[int]]) -> tuple[Any, int]:
                   mk("Sub", [t("h"), t("n")], [t("hmn")], name=t("h_minus_n")),
                   mk("Mul", [t("z"), t("hmn")], [t("zd")], name=t("z_mix")),
                   mk("Add", [t("n"), t("zd")], [t("h_new")], name=t("h_new"))]
+        y_src = yh_src = t("h_new")
+        if ins[4]:  # sequence_lens (N,): where 0, ONNX Runtime's GRU writes Y = 0 and Y_h = 0: the same here
+            cst.update({"zero_len": np.asarray(0, np.int32), "shape_mask": np.asarray([-1, 1], np.int64),
+                        "zero_y": np.zeros((1, hid), np.float32)})
+            nodes += [mk("Greater", [ins[4], t("zero_len")], [t("live0")], name=t("live0")),
+                      mk("Reshape", [t("live0"), t("shape_mask")], [t("live")], name=t("live")),
+                      mk("Where", [t("live"), t("h_new"), t("zero_y")], [t("y_kept")], name=t("y_kept"))]
+            y_src = yh_src = t("y_kept")
         if outs[0]:
-            nodes.append(mk("Reshape", [t("h_new"), t("shape_y")], [outs[0]], name=t("y")))
+            nodes.append(mk("Reshape", [y_src, t("shape_y")], [outs[0]], name=t("y")))
         if outs[1]:
-            nodes.append(mk("Reshape", [t("h_new"), t("shape_yh")], [outs[1]], name=t("y_h")))
+            nodes.append(mk("Reshape", [yh_src, t("shape_yh")], [outs[1]], name=t("y_h")))
         new_inits += [numpy_helper.from_array(np.asarray(v), t(k)) for k, v in cst.items()]
         replace[idx] = nodes
     if not replace:

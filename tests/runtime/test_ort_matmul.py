@@ -64,6 +64,26 @@ def test_gru_cell_equals_the_gru_at_any_batch(lbr):
             np.testing.assert_allclose(b, a, atol=2e-6)
 
 
+def test_gru_cell_follows_sequence_lens():
+    """A streamified gate (NSNet2): where sequence_lens is 0, ONNX Runtime's GRU writes Y = Y_h = 0; the cell too."""
+    from onnx import TensorProto, helper
+
+    from cosyedge.runtime.ort_matmul import gru_cell
+
+    m, feeds = _gru_model(1, 2)
+    m.graph.node[0].input[4] = "lens"
+    m.graph.input.append(helper.make_tensor_value_info("lens", TensorProto.INT32, ["N"]))
+    out, n = gru_cell(m, {"x": [1, 2, 6], "h0": [1, 2, 5], "lens": [2]})
+    assert n == 1
+    feeds["lens"] = np.asarray([0, 1], np.int32)
+    want, got = _run(m, feeds), _run(out, feeds)
+    np.testing.assert_array_equal(got[1][0, 0], np.zeros(5, np.float32))  # length 0
+    np.testing.assert_array_equal(got[0][0, 0, 0], np.zeros(5, np.float32))
+    assert np.abs(got[1][0, 1]).max() > 0.1  # length 1: a real step
+    for a, b in zip(want, got):
+        np.testing.assert_allclose(b, a, atol=2e-6)
+
+
 def test_gru_with_two_steps_or_reverse_is_left_alone():
     from onnx import helper
 
