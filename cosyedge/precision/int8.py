@@ -169,6 +169,10 @@ def int8_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, calib: Any = None,
     if any(n.op_type in ("QuantizeLinear", "DequantizeLinear") for g in iter_graphs(model.graph) for n in g.node):
         raise UsageError(f"{src} already holds Q/DQ nodes; give the FP32 streaming model")
     plans = None
+    # ort_matmul writes one-step GRUs as cells of DynamicQuantizeMatMul (qdq_matmul.quantize_dynamic): --exclude
+    # may name a GRU to keep it float
+    grus = {n.name for n in model.graph.node if n.op_type == "GRU"} if placement == "ort_matmul" else set()
+    gru_keep, exclude = [e for e in exclude if e in grus], tuple(e for e in exclude if e not in grus)
     if has_subgraphs(model):  # an adopted model: Q/DQ inside its leaf Scan bodies
         from cosyedge.precision import int8_bodies
 
@@ -219,6 +223,9 @@ def int8_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, calib: Any = None,
             m = _copy(mm_model)
             rep = qdq_matmul.insert_qdq_matmul(m, data["amax"], [n for n in mm_names
                                                                   if mm_form["origin"][n] in names], shift)
+            dyn = qdq_matmul.quantize_dynamic(m, mm_form["gru_cells"], gru_keep)  # GRUs: no amax needed
+            rep["weights"].update({k: 1 for k in dyn["gru"]})
+            rep["gru_kept"] = dyn["kept"]
             return m, rep
         if plans is not None:
             m = _copy(model)
@@ -254,6 +261,9 @@ def int8_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, calib: Any = None,
         to_quantize = [w for w in to_quantize if w.name in left]
     with LOG.stage(f"insert Q/DQ into {src.name} ({len(to_quantize)} weighted nodes, {len(kept)} kept in float)"):
         out_model, report = build({w.name for w in to_quantize})
+        kept.update(report.pop("gru_kept", {}))
+        if mm_form is not None:
+            kept.update({k: "not a one-step GRU: float" for k in grus if k not in mm_form["gru_cells"]})
         if bias_info is not None:
             bias_info["layers"] = {n: {"norm": float(np.linalg.norm(shift[n])), "bias_norm": float(b)}
                                    for n, b in report.pop("bias_norms").items()}

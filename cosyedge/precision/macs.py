@@ -5,7 +5,8 @@ An "INT8" build quantizes only the inputs of Conv, ConvTranspose, Gemm and MatMu
 ops, ``--exclude``) still run in float. This module says how much of the arithmetic that is: every MAC-heavy op of
 the stream graph (Conv, ConvTranspose, MatMul, Gemm, GRU, LSTM, RNN) is counted at the shapes one chunk has, and an
 op counts as quantized when both its data input (input 0) and its weight (input 1) come out of a
-``DequantizeLinear`` node (explicit Q/DQ, as TensorRT fuses it into an INT8 kernel).
+``DequantizeLinear`` node (explicit Q/DQ, as TensorRT fuses it into an INT8 kernel), or it is a
+``com.microsoft.DynamicQuantizeMatMul`` (INT8 weight, activation quantized per call: the ``ort_matmul`` GRU cells).
 
 Shapes are measured, not inferred: the stream graph runs once in ONNX Runtime on a zero chunk (batch 1, one hop by
 default) with every tensor marked as an output, so every shape is the one a chunk really has.
@@ -34,7 +35,7 @@ import numpy as np
 from cosyedge.artifacts import StreamContract
 from cosyedge.errors import ArtifactError, first_line
 
-MAC_OPS = ("Conv", "ConvTranspose", "MatMul", "Gemm", "GRU", "LSTM", "RNN")
+MAC_OPS = ("Conv", "ConvTranspose", "MatMul", "Gemm", "GRU", "LSTM", "RNN", "DynamicQuantizeMatMul")
 """tuple[str, ...]: the ops counted (the ones that hold nearly all the arithmetic of a speech model)."""
 
 LOW_SHARE = 0.5
@@ -86,7 +87,7 @@ def op_macs(node: Any, shapes: dict[str, tuple]) -> int:
         return int(math.prod(y[:1]) * w[0] * math.prod(y[2:]) * math.prod(w[1:]))
     if op == "ConvTranspose" and w is not None and x is not None:
         return int(math.prod(x[:2]) * math.prod(x[2:]) * math.prod(w[1:]))
-    if op == "MatMul" and x is not None and y is not None:
+    if op in ("MatMul", "DynamicQuantizeMatMul") and x is not None and y is not None:
         return int(math.prod(y) * (x[-1] if x else 1))
     if op == "Gemm" and x is not None and y is not None and len(x) == 2:
         return int(math.prod(y) * (x[0] if int(a.get("transA", 0)) else x[1]))
@@ -152,7 +153,8 @@ def count_macs(model: Any, contract: StreamContract, chunk_samples: int | None =
         macs = op_macs(n, shapes)
         if macs <= 0:
             continue
-        q = len(n.input) > 1 and all(producer.get(n.input[i]) == "DequantizeLinear" for i in (0, 1))
+        q = n.op_type == "DynamicQuantizeMatMul" or (
+            len(n.input) > 1 and all(producer.get(n.input[i]) == "DequantizeLinear" for i in (0, 1)))
         rows.append(OpMacs(n.name or f"{n.op_type}:{n.output[0]}", n.op_type, macs, q))
     return rows
 

@@ -61,6 +61,8 @@ def _weight_owner(model: Any) -> dict[str, str]:
             w = dq_src.get(n.input[1], n.input[1])
             if w in inits:
                 owner[w] = n.name
+        elif n.op_type == "DynamicQuantizeMatMul" and n.input[1] in inits:  # INT8 weight read directly
+            owner[n.input[1]] = n.name
     return owner
 
 

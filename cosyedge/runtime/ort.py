@@ -52,10 +52,48 @@ FUSE_DEFAULT = True
 """bool: whether :class:`OrtStreamSession` folds residual ``Conv -> Add`` pairs into ``FusedConv`` by default
 (:mod:`cosyedge.runtime.ort_fuse`; measured in ``docs/bench/profile_stream.json``)."""
 
-REWRITES = ("conv_sum", "dft_fft")
-"""tuple[str, ...]: the in-memory graph rewrites :class:`OrtStreamSession` applies on the CPU provider, in order:
-``conv_sum`` (:func:`cosyedge.runtime.ort_fuse.fuse_conv_sum`, switched by ``fuse``) and ``dft_fft``
-(:func:`cosyedge.runtime.ort_fft.fft_dft_convs`); measured in ``docs/bench/bench_dfn3.json``."""
+REWRITES = ("conv_sum", "dft_fft", "einsum_matmul")
+"""tuple[str, ...]: the in-memory graph rewrites :class:`OrtStreamSession` applies on the CPU provider by default, in
+order: ``conv_sum`` (:func:`cosyedge.runtime.ort_fuse.fuse_conv_sum`, switched by ``fuse``), ``dft_fft``
+(:func:`cosyedge.runtime.ort_fft.fft_dft_convs`) and ``einsum_matmul``
+(:func:`cosyedge.runtime.ort_matmul.einsum_matmul`); measured in ``docs/bench/bench_dfn3.json``."""
+
+OPTIONAL_REWRITES = ("gru_cell",)
+"""tuple[str, ...]: rewrites applied only when named in ``rewrites``: ``gru_cell``
+(:func:`cosyedge.runtime.ort_matmul.gru_cell`: one-step GRUs as MatMuls; in FP32 about 3 % slower per hop on
+DeepFilterNet3 than ONNX Runtime's GRU kernel, so off by default; the INT8 ``ort_matmul`` build writes it into
+the model itself)."""
+
+
+def apply_rewrites(model: Any, input_shapes: dict[str, list[int]], names: Any,
+                   any_batch: bool = False) -> tuple[Any, dict[str, int]]:
+    """Apply the named in-memory rewrites (of :data:`REWRITES` and :data:`OPTIONAL_REWRITES`, in the order given).
+
+    Args:
+        model (onnx.ModelProto): The per-step model (not modified).
+        input_shapes (dict[str, list[int]]): Concrete shape of every graph input for the rewrites' shape checks.
+        names (Iterable[str]): Rewrite names.
+        any_batch (bool): The session's batch varies per run (StreamPool): rewrites write batch-free nodes.
+    Returns:
+        tuple[onnx.ModelProto, dict[str, int]]: The rewritten model (``model`` itself when nothing applied) and the
+        nodes each rewrite replaced. A rewrite that fails (ONNX shape inference) is skipped with a debug log line.
+    """
+    from cosyedge.runtime.ort_fft import fft_dft_convs
+    from cosyedge.runtime.ort_fuse import fuse_conv_sum
+    from cosyedge.runtime.ort_matmul import einsum_matmul, gru_cell
+
+    passes = {"conv_sum": fuse_conv_sum, "dft_fft": fft_dft_convs,
+              "einsum_matmul": lambda m, s: einsum_matmul(m, s, any_batch=any_batch), "gru_cell": gru_cell}
+    counts: dict[str, int] = {}
+    for name in names:
+        try:
+            out, counts[name] = passes[name](model, input_shapes)
+        except Exception as err:  # noqa: BLE001  (shape inference failures: skip this rewrite)
+            LOG.debug("no %s rewrite: %s", name, first_line(err))
+            continue
+        if counts[name]:
+            model = out
+    return model, counts
 
 
 def holds_fp16(model: Any) -> bool:
@@ -274,9 +312,11 @@ class OrtStreamSession(StreamSession):
             models without external data; outputs within 141 dB of the unfused graph on the reference).
             ``None`` (default) means :data:`FUSE_DEFAULT`.
         rewrites (Iterable[str] | None): In-memory rewrites to apply (CPU provider only), of :data:`REWRITES`;
-            ``None`` (default) means all; ``()`` none. ``dft_fft`` replaces a one-frame windowed DFT
-            ``Conv``/``ConvTranspose`` by an FFT (:mod:`cosyedge.runtime.ort_fft`; DeepFilterNet3: >= 120 dB vs
-            the unrewritten graph).
+            ``None`` (default) means all of them; ``()`` none; :data:`OPTIONAL_REWRITES` only when named.
+            ``dft_fft`` replaces a one-frame windowed DFT ``Conv``/``ConvTranspose`` by an FFT
+            (:mod:`cosyedge.runtime.ort_fft`); ``einsum_matmul`` a one-frame grouped-linear ``Einsum`` by a batched
+            ``MatMul``, ``gru_cell`` a one-step GRU by its cell (:mod:`cosyedge.runtime.ort_matmul`); on
+            DeepFilterNet3 each keeps >= 120 dB vs the unrewritten graph.
     Raises:
         ArtifactError: file missing/corrupt, cosyedge metadata missing, or no state pairs (not streamified).
         UsageError: bad ``chunk_samples``, ``batch`` or ``threads``.
@@ -300,9 +340,9 @@ class OrtStreamSession(StreamSession):
         self.providers = list(providers) if providers else ["CPUExecutionProvider"]
         self.fuse = FUSE_DEFAULT if fuse is None else bool(fuse)
         self.rewrites = tuple(REWRITES if rewrites is None else rewrites)
-        unknown = sorted(set(self.rewrites) - set(REWRITES))
+        unknown = sorted(set(self.rewrites) - set(REWRITES) - set(OPTIONAL_REWRITES))
         if unknown:
-            raise UsageError(f"unknown rewrites {unknown}; choose from {list(REWRITES)}")
+            raise UsageError(f"unknown rewrites {unknown}; choose from {list(REWRITES + OPTIONAL_REWRITES)}")
         self.fused_nodes = 0
         """int: ``Conv -> Add`` pairs folded into ``FusedConv`` by the last :meth:`activate` (0: none)."""
         self.rewritten: dict[str, int] = {}
@@ -407,21 +447,12 @@ class OrtStreamSession(StreamSession):
         try:
             import onnx
 
-            from cosyedge.runtime.ort_fft import fft_dft_convs
-            from cosyedge.runtime.ort_fuse import fuse_conv_sum
-
-            passes = {"conv_sum": fuse_conv_sum, "dft_fft": fft_dft_convs}
             proto = self._source.proto
             if any(t.data_location == onnx.TensorProto.EXTERNAL for t in proto.graph.initializer):
                 return self.model_path, None
             shapes = {i.name: list(self.input_shape(i)) for i in self.contract.stream_inputs}
             shapes.update({s.input: list(s.concrete_shape(self.batch)) for s in self.contract.states})
-            model, counts = proto, {}
-            for name in names:
-                try:
-                    model, counts[name] = passes[name](model, shapes)
-                except Exception as err:  # noqa: BLE001  (shape inference failures: skip this rewrite)
-                    LOG.debug("no %s rewrite for %s: %s", name, self.model_path, first_line(err))
+            model, counts = apply_rewrites(proto, shapes, names)
             if not any(counts.values()):
                 return self.model_path, None
             tmp = Path(tempfile.mkdtemp(prefix="cosyedge_fused_"))

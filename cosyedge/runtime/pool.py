@@ -53,6 +53,12 @@ DEFAULT_MAX_STREAMS = 64
 DEFAULT_MAX_PENDING = 16
 """int: chunks a stream may queue before its oldest is dropped (160 ms at 10 ms chunks)."""
 MAX_TICK_RECORDS = 1 << 14
+
+POOL_REWRITES = ("dft_fft", "einsum_matmul")
+"""tuple[str, ...]: the session rewrites (:data:`cosyedge.runtime.ort.REWRITES`) a pool of more than one stream
+applies before ``batch_rewrite``: both write nodes valid at any batch (``dft_fft``'s Reshapes copy the batch
+axis; ``einsum_matmul`` with ``any_batch``). ``conv_sum`` is left out: ``batch_rewrite`` turns the same one-frame
+convs into batched GEMMs, which is what a pool gains from."""
 """int: per-tick latencies kept (ring buffer)."""
 
 
@@ -210,24 +216,41 @@ class StreamPool:
         return self
 
     def _graph(self):
-        """The model for the session: the path, or (``batch_rewrite`` and batch > 1) the rewritten ModelProto."""
+        """The model for the session: the path, or (batch > 1) the rewritten ModelProto: first the batch-free
+        session rewrites :data:`POOL_REWRITES` (CPU provider, no external data), then (``batch_rewrite``)
+        :func:`cosyedge.runtime.batched.batch_rewrite`."""
         self.rewritten = {}
-        if not self.batch_rewrite or self.max_streams == 1:
+        if self.max_streams == 1:
             return self.model_path
-        from cosyedge.runtime.batched import batch_rewrite
+        onnx = lazy_import("onnx")
+        model = onnx.load(str(self.model_path))
+        counts: dict[str, int] = {}
+        if self.providers == ["CPUExecutionProvider"] and not any(
+                t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer):
+            from cosyedge.runtime.ort import apply_rewrites
 
-        dims = {name: ["N", *shape] for name, shape in self.input_shapes.items()}
-        dims.update({s.input: list(s.shape) for s in self.contract.states})
-        try:
-            model, counts = batch_rewrite(lazy_import("onnx").load(str(self.model_path)), dims)
-        except Exception as err:  # noqa: BLE001 - onnx raises many types; the stored graph still runs
-            LOG.warning_once(f"stream pool: {self.model_path} runs unbatched convs (rewrite failed: "
-                             f"{first_line(err)})")
+            # concrete shapes at batch 2 for the rewrites' checks; the nodes they write hold for any batch
+            shapes = {name: [2, *shape] for name, shape in self.input_shapes.items()}
+            shapes.update({s.input: list(s.concrete_shape(2)) for s in self.contract.states})
+            model, done = apply_rewrites(model, shapes, POOL_REWRITES, any_batch=True)
+            counts.update({k: v for k, v in done.items() if v})
+        if self.batch_rewrite:
+            from cosyedge.runtime.batched import batch_rewrite
+
+            dims = {name: ["N", *shape] for name, shape in self.input_shapes.items()}
+            dims.update({s.input: list(s.shape) for s in self.contract.states})
+            try:
+                batched, done = batch_rewrite(model, dims)
+                if done["conv_gemm"] + done["conv_depthwise"] + done["matmul_gemm"]:
+                    model = batched
+                    counts.update({k: v for k, v in done.items() if v})
+            except Exception as err:  # noqa: BLE001 - onnx raises many types; the stored graph still runs
+                LOG.warning_once(f"stream pool: {self.model_path} runs unbatched convs (rewrite failed: "
+                                 f"{first_line(err)})")
+        if not counts:
             return self.model_path
-        if not (counts["conv_gemm"] + counts["conv_depthwise"] + counts["matmul_gemm"]):
-            return self.model_path
-        self.rewritten = {k: v for k, v in counts.items() if v}
-        LOG.debug("stream pool %s: batched rewrite %s", self.model_path, self.rewritten)
+        self.rewritten = counts
+        LOG.debug("stream pool %s: rewrites %s", self.model_path, self.rewritten)
         return model
 
     def deactivate(self) -> None:
