@@ -80,11 +80,13 @@ def run_json(script: str, args: list[str], tmp: Path) -> dict:
     return json.loads(out.read_text())
 
 
-def row(model: str, key: str, value: float | None, how: str) -> dict:
-    """One table row: the target of ``key``, the measured ``value`` and whether it is met."""
+def row(model: str, key: str, value: float | None, how: str, variant: str | None = None) -> dict:
+    """One table row: the target of ``key``, the measured ``value`` and whether it is met (``variant``: which
+    build it was measured on, e.g. ``int8-ort_matmul``)."""
     op, target = TARGETS[key]
     met = None if value is None else (value >= target if op == ">=" else value <= target)
-    return {"model": model, "target": key, "want": f"{op} {target}", "measured": value, "met": met, "how": how}
+    return {"model": model, "target": key, "variant": variant, "want": f"{op} {target}", "measured": value,
+            "met": met, "how": how}
 
 
 def main(argv=None) -> int:
@@ -94,7 +96,8 @@ def main(argv=None) -> int:
     ap.add_argument("--seconds", type=float, default=10.0, help="audio per round / per stream bench, s")
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds in bench_precision")
     ap.add_argument("--paced-seconds", type=float, default=5.0, help="paced audio in bench_stream, s")
-    ap.add_argument("--precision-args", default="", help="extra arguments for bench_precision.py (quoted)")
+    ap.add_argument("--precision-args", default="--placements trt,ort_matmul --no-fp16",
+                    help="extra arguments for bench_precision.py (quoted; default: the INT8 placements side by side)")
     ap.add_argument("--json", type=Path, default=None, help="write the table and every run here")
     ap.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
     args = ap.parse_args(argv)
@@ -116,11 +119,12 @@ def main(argv=None) -> int:
                 r["precision"] = p = run_json("bench_precision.py", [
                     "--onnx", str(src), "--seconds", str(args.seconds), "--rounds", str(args.rounds),
                     *args.precision_args.split()], tmp)
-                i8 = p.get("variants", {}).get("int8", {})
-                rows.append(row(name, "int8_speedup_p50", i8.get("speedup_p50_vs_fp32"),
-                                "bench_precision: fp32 p50 / int8 p50 per chunk"))
-                rows.append(row(name, "int8_snr_db_vs_fp32", i8.get("snr_db_vs_fp32"),
-                                "bench_precision: INT8 output vs FP32 output, same speech"))
+                int8 = {k: v for k, v in p.get("variants", {}).items() if k.startswith("int8")} or {"int8": {}}
+                for k, i8 in sorted(int8.items()):
+                    rows.append(row(name, "int8_speedup_p50", i8.get("speedup_p50_vs_fp32"),
+                                    f"bench_precision {k}: fp32 p50 / int8 p50 per chunk", variant=k))
+                    rows.append(row(name, "int8_snr_db_vs_fp32", i8.get("snr_db_vs_fp32"),
+                                    f"bench_precision {k}: INT8 output vs FP32 output, same speech", variant=k))
                 r["int8_bound"] = b = run_json("bench_int8_bound.py", [
                     "--onnx", str(src), "--seconds", str(args.seconds), "--rounds", str(args.rounds)], tmp)
                 rows.append(row(name, "int8_speedup_bound", b.get("int8_speedup_bound_quantized_ops"),
@@ -149,10 +153,10 @@ def main(argv=None) -> int:
             print(f"[!] {err}", file=sys.stderr)
             return 2
     print()
-    print(f"{'model':10s} {'target':30s} {'want':>9s} {'measured':>10s}  met")
+    print(f"{'model':10s} {'target':32s} {'build':16s} {'want':>9s} {'measured':>10s}  met")
     for x in rows:
         v = "n/a" if x["measured"] is None else f"{x['measured']:.3g}"
-        print(f"{x['model']:10s} {x['target']:30s} {x['want']:>9s} {v:>10s}  "
+        print(f"{x['model']:10s} {x['target']:32s} {x['variant'] or '':16s} {x['want']:>9s} {v:>10s}  "
               f"{'-' if x['met'] is None else ('yes' if x['met'] else 'NO')}")
     if args.json:
         import onnxruntime

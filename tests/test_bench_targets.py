@@ -36,7 +36,8 @@ def test_a_failing_bench_script_stops_with_its_error(tmp_path, monkeypatch, caps
 
 def test_the_table_is_written_from_the_children_json(tmp_path, monkeypatch):
     bench = load_script("bench_targets")
-    fake = {"bench_precision.py": {"variants": {"int8": {"speedup_p50_vs_fp32": 0.9, "snr_db_vs_fp32": 47.2}}},
+    fake = {"bench_precision.py": {"variants": {"int8-trt": {"speedup_p50_vs_fp32": 0.9, "snr_db_vs_fp32": 47.2},
+                                                "fp32": {"speedup_p50_vs_fp32": 1.0}}},
             "bench_stream.py": {"ratio_vs_rnnoise": {"paced_p50_per_10ms": 0.7, "p50_per_10ms": 0.8}},
             "bench_streams.py": {"streams_per_core": 73.0},
             "bench_int8_bound.py": {"int8_speedup_bound_quantized_ops": 1.25}}
@@ -44,6 +45,7 @@ def test_the_table_is_written_from_the_children_json(tmp_path, monkeypatch):
     out = tmp_path / "t.json"
     assert bench.main(["--models", "reference", "--json", str(out), "--strict"]) == 1  # INT8 misses 1.3x
     doc = json.loads(out.read_text())
+    assert {r["variant"] for r in doc["targets"] if r["target"].startswith("int8_s")} == {"int8-trt"}
     got = {r["target"]: (r["measured"], r["met"]) for r in doc["targets"]}
     assert got == {"int8_speedup_p50": (0.9, False), "int8_snr_db_vs_fp32": (47.2, True),
                    "int8_speedup_bound": (1.25, False),
