@@ -2,7 +2,8 @@
 """Upper bound on what INT8 can gain per chunk on ONNX Runtime CPU: the model with its weighted layers made free.
 
 INT8 only speeds up the weighted ops it quantizes (Conv, ConvTranspose, Gemm, MatMul with a constant weight:
-:func:`cosyedge.precision.qdq.weighted_nodes`); everything else (activations, gates, state Concat/Slice, the
+:func:`cosyedge.precision.qdq.weighted_nodes`; GRUs, which the ``ort_matmul`` placement also quantizes as
+``DynamicQuantizeMatMul`` cells, are not freed here, so for a GRU model the bound is that of the other placements); everything else (activations, gates, state Concat/Slice, the
 recipe's DSP, GRUs) runs as before. Here every such op is replaced by a near-free op with the same output
 shape (its input cut to one channel / one feature by a ``Slice``, then the same op with a weight of that one
 channel: the node count grows by one ``Slice`` per op, the multiply-adds drop by the input width), and the
@@ -18,7 +19,8 @@ Commands::
     python scripts/bench_int8_bound.py --json docs/bench/bench_int8_bound.json            # the reference
     python scripts/bench_int8_bound.py --onnx engines/nsnet2.stream.onnx --json nsnet2-bound.json
 
-Exit status: 0; 3 when the model is missing.
+Exit status: 0 (also when the top-level graph has no weighted op, an adopted model whose compute sits in Scan
+bodies: then the bound is ``null``); 3 when the model is missing.
 """
 
 from __future__ import annotations
@@ -122,9 +124,17 @@ def main(argv=None) -> int:
     x, sr = load_audio(args.audio)
     audio = np.resize(to_model_input(x, sr, contract.sample_rate_hz),
                       int(round(args.seconds * contract.sample_rate_hz))).astype(np.float32)
-    from cosyedge.precision.qdq import select_nodes
+    from cosyedge.precision.qdq import select_nodes, weighted_nodes
 
     model = onnx.load(str(src))
+    if not any(w for w in weighted_nodes(model)):
+        print(f"[!] {contract.name}: no weighted op in the top-level graph (compute inside Scan bodies, an adopted "
+              f"model): no bound measured", file=sys.stderr)
+        if args.json:
+            args.json.write_text(json.dumps({"model": {"path": str(src), "name": contract.name},
+                                             "int8_speedup_bound": None, "int8_speedup_bound_quantized_ops": None,
+                                             "note": "no weighted op in the top-level graph (Scan bodies)"}) + "\n")
+        return 0
     quantized, float_kept = select_nodes(model, [i.name for i in contract.stream_inputs], contract.output)
     free, replaced, kept = free_weighted_ops(model)
     free_q, replaced_q, kept_q = free_weighted_ops(model, {w.name for w in quantized})

@@ -49,5 +49,5 @@ def test_the_table_is_written_from_the_children_json(tmp_path, monkeypatch):
     got = {r["target"]: (r["measured"], r["met"]) for r in doc["targets"]}
     assert got == {"int8_speedup_p50": (0.9, False), "int8_snr_db_vs_fp32": (47.2, True),
                    "int8_speedup_bound": (1.25, False),
-                   "paced_p50_vs_rnnoise": (0.7, True), "back_to_back_p50_vs_rnnoise": (0.8, True),
+                   "paced_p50_vs_rnnoise": (0.7, True), "back_to_back_p50_vs_rnnoise": (0.8, None),
                    "streams_per_core": (73.0, True)}
