@@ -136,6 +136,7 @@ def build_ort(onnx_path: Any, out_dir: str | Path | None = None, name: str | Non
         fields = prepare_onnx(src, model_dst, precision=precision, sparse=sparse, exclude=exclude,
                               calib=calib, calib_count=calib_count, amax=amax, config=config, placement=qdq_placement)
         _smoke_test(model_dst, StreamContract.from_onnx(model_dst))
+        _placement_hint(fields.get("int8"))
         head = manifest_head(name=name, backend=BACKEND, precision=precision, sparse=sparse,
                              model_file=MODEL_FILE, model_path=model_dst, parent=src)
         write_manifest(tmp, {
@@ -204,3 +205,14 @@ class OrtEngineFromOnnx(Stage):
     def call_impl(self) -> Path:
         """Build and return the engine folder (Path); see :func:`build_ort`."""
         return build_ort(self.onnx_path, out_dir=self.out_dir, name=self.name, **self.options)
+
+
+def _placement_hint(int8: dict | None) -> None:
+    """Log, for an INT8 build with TensorRT's placement, that ONNX Runtime's CPU fusion wants ``ort_matmul``."""
+    if not int8 or int8.get("placement") != "trt":
+        return
+    unfused = len((int8.get("ort_fusion") or {}).get("unfused_weighted") or [])
+    if unfused:
+        LOG.info("placement trt is TensorRT's: ONNX Runtime CPU runs %d of its weighted ops in float between Q/DQ "
+                 "here; --int8-placement ort_matmul is the CPU placement (fused INT8 kernels, one hop per call; "
+                 "docs/bench/bench_targets.json)", unfused)

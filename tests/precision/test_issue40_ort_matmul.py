@@ -119,3 +119,18 @@ def test_bad_placement_is_one_line(capsys):
 def test_bias_correction_needs_ort_matmul(capsys):
     rc = main(["calib", "int8", "--bias-correction", "-o", "x.onnx"])
     assert "ort_matmul only" in refused(rc, capsys.readouterr().err, 2)
+
+
+def test_an_ort_build_with_trt_placement_names_the_cpu_placement(caplog):
+    import logging
+
+    from cosyedge.builders.ort import _placement_hint
+
+    with caplog.at_level(logging.INFO, logger="cosyedge"):
+        _placement_hint({"placement": "trt", "ort_fusion": {"unfused_weighted": ["a", "b", "c"]}})
+        _placement_hint({"placement": "ort_matmul", "ort_fusion": {"unfused_weighted": ["a"]}})
+        _placement_hint({"placement": "trt", "ort_fusion": {"unfused_weighted": []}})
+        _placement_hint(None)
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 1 and "runs 3 of its weighted ops in float" in lines[0]
+    assert "--int8-placement ort_matmul" in lines[0]
