@@ -237,16 +237,9 @@ def fft_dft_convs(model: Any, input_shapes: dict[str, list[int]]) -> tuple[Any, 
         replace[idx] = nodes  # by index: protobuf wrappers' id() is not stable
     if not replace:
         return m, 0
-    out = []
-    for idx, node in enumerate(g.node):
-        out.extend(replace.get(idx, [node]))
-    del g.node[:]
-    g.node.extend(out)
-    g.initializer.extend(new_inits)
-    used = {i for n in g.node for i in n.input}
-    keep = [t for t in g.initializer if t.name in used]
-    del g.initializer[:]
-    g.initializer.extend(keep)
+    from cosyedge.runtime.ort_fuse import splice
+
+    splice(m, replace, new_inits)
     return m, len(replace)
 
 

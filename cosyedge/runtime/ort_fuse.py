@@ -123,3 +123,22 @@ def fuse_conv_sum(model: Any, input_shapes: dict[str, list[int]]) -> tuple[Any, 
     if not any(o.domain == MS_DOMAIN for o in m.opset_import):
         m.opset_import.append(helper.make_opsetid(MS_DOMAIN, 1))
     return m, folded
+
+
+def splice(m: Any, replace: dict[int, list], new_inits: list) -> None:
+    """In place: splice ``replace`` (node index -> its new nodes; by index, since protobuf wrappers' ``id()`` is not
+    stable) into ``m`` (onnx.ModelProto), add ``new_inits`` (onnx.TensorProto list) and drop the initializers no node
+    or graph output reads any more. Shared by the in-memory session rewrites (:mod:`cosyedge.runtime.ort_fft`,
+    :mod:`cosyedge.runtime.ort_matmul`)."""
+    g = m.graph
+    out = []
+    for idx, node in enumerate(g.node):
+        out.extend(replace.get(idx, [node]))
+    del g.node[:]
+    g.node.extend(out)
+    g.initializer.extend(new_inits)
+    used = {i for n in g.node for i in n.input}
+    used |= {o.name for o in g.output}
+    keep = [t for t in g.initializer if t.name in used]
+    del g.initializer[:]
+    g.initializer.extend(keep)

@@ -32,6 +32,8 @@ from typing import Any
 
 import numpy as np
 
+from cosyedge.runtime.ort_fuse import splice
+
 GROUPED_EQUATIONS = ("btgi,gih->btgh",)
 """tuple[str, ...]: Einsum equations (spaces removed) rewritten by :func:`einsum_matmul`."""
 
@@ -52,23 +54,6 @@ def _shapes(model: Any, names: list[str], input_shapes: dict[str, list[int]]) ->
     if missing:
         shapes.update(_run_shapes(model, missing, input_shapes))
     return shapes
-
-
-def _finish(m: Any, replace: dict[int, list], new_inits: list) -> None:
-    """In place: splice ``replace`` (node index -> new nodes) into ``m``, add ``new_inits``, drop unused
-    initializers."""
-    g = m.graph
-    out = []
-    for idx, node in enumerate(g.node):
-        out.extend(replace.get(idx, [node]))
-    del g.node[:]
-    g.node.extend(out)
-    g.initializer.extend(new_inits)
-    used = {i for n in g.node for i in n.input}
-    used |= {o.name for o in g.output}
-    keep = [t for t in g.initializer if t.name in used]
-    del g.initializer[:]
-    g.initializer.extend(keep)
 
 
 def einsum_matmul(model: Any, input_shapes: dict[str, list[int]], any_batch: bool = False) -> tuple[Any, int]:
@@ -134,7 +119,7 @@ def einsum_matmul(model: Any, input_shapes: dict[str, list[int]], any_batch: boo
         replace[idx] = nodes
     if not replace:
         return m, 0
-    _finish(m, replace, new_inits)
+    splice(m, replace, new_inits)
     return m, len(replace)
 
 
@@ -248,5 +233,5 @@ def gru_cell(model: Any, input_shapes: dict[str, list[int]]) -> tuple[Any, int]:
         replace[idx] = nodes
     if not replace:
         return m, 0
-    _finish(m, replace, new_inits)
+    splice(m, replace, new_inits)
     return m, len(replace)
