@@ -48,6 +48,26 @@ def test_the_table_is_written_from_the_children_json(tmp_path, monkeypatch):
     assert {r["variant"] for r in doc["targets"] if r["target"] in ("int8_speedup_p50", "int8_snr_db_vs_fp32")} == {"int8-trt"}
     got = {r["target"]: (r["measured"], r["met"]) for r in doc["targets"]}
     assert got == {"int8_speedup_p50": (0.9, False), "int8_snr_db_vs_fp32": (47.2, True),
-                   "int8_speedup_bound": (1.25, False),
+                   "int8_speedup_bound": (1.25, None),
                    "paced_p50_vs_rnnoise": (0.7, True), "back_to_back_p50_vs_rnnoise": (0.8, None),
                    "streams_per_core": (73.0, True)}
+
+
+def test_from_json_re_tables_without_measuring(tmp_path, monkeypatch):
+    bench = load_script("bench_targets")
+    runs = {"dfn3": {"precision": {"variants": {"int8-ort_matmul": {
+        "speedup_p50_vs_fp32": 1.39, "snr_db_vs_fp32": 46.0, "ort_fusion": {"demo_snr_db": 38.4}}}},
+        "int8_bound": {"int8_speedup_bound_quantized_ops": 1.04},
+        "libdeepfilter": {"ratio_ours_over_libdf": {"shipped": {"p50": 0.68, "paced_p50": 0.69}}}}}
+    src = tmp_path / "old.json"
+    src.write_text(json.dumps({"runs": runs, "machine": {"platform": "x"}}))
+    monkeypatch.setattr(bench, "run_json", lambda *a: (_ for _ in ()).throw(AssertionError("measured")))
+    out = tmp_path / "new.json"
+    assert bench.main(["--from-json", str(src), "--json", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    got = {r["target"]: (r["measured"], r["met"]) for r in doc["targets"]}
+    assert got == {"int8_speedup_p50": (1.39, True), "int8_snr_db_vs_fp32": (46.0, True),
+                   "int8_snr_db_vs_fp32_noisy": (38.4, False), "int8_speedup_bound": (1.04, None),
+                   "dfn3_vs_libdeepfilter_p50": (0.68, True), "dfn3_vs_libdeepfilter_paced_p50": (0.69, True)}
+    assert doc["machine"] == {"platform": "x"} and doc["runs"] == runs
+    assert bench.main(["--from-json", str(tmp_path / "missing.json")]) == 3
