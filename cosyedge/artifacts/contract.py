@@ -142,6 +142,12 @@ class StreamContract:
             look-ahead frames inside a chunk, delay frames; ``bounded_from`` when ``--attention-window`` bounded it).
         max_stream_samples (int): Longest stream (samples) the model can count positions for (an encoding table of
             a fixed number of rows, ``pe[:, :T]``); 0: unlimited. The runtime refuses to push past it.
+        fixed_chunk_samples (int): Samples per call the graph takes, when its streaming inputs declare a fixed
+            (integer) time axis, e.g. 160 for an ``--int8-placement ort_matmul`` build (one hop per call); 0: any
+            multiple of :attr:`total_stride`. Not metadata: read from the graph by :meth:`from_onnx`
+            (:meth:`fixed_chunk_of`); :meth:`check_chunk` refuses any other chunk length.
+        fixed_chunk_where (str): The model as the fixed-chunk message names it (``"engine engines/x"`` or its path).
+        fixed_chunk_why (str): Why its chunk is fixed (``"an ort_matmul INT8 build: one hop per call"``).
     """
 
     input: str
@@ -157,6 +163,9 @@ class StreamContract:
     proof: dict = dataclasses.field(default_factory=dict)
     attention: list = dataclasses.field(default_factory=list)
     max_stream_samples: int = 0
+    fixed_chunk_samples: int = dataclasses.field(default=0, compare=False, repr=False)
+    fixed_chunk_where: str = dataclasses.field(default="", compare=False, repr=False)
+    fixed_chunk_why: str = dataclasses.field(default="", compare=False, repr=False)
 
     @property
     def stream_inputs(self) -> list[StreamIO]:
@@ -238,7 +247,10 @@ class StreamContract:
 
     def check_chunk(self, chunk_samples: int) -> None:
         """Raise :class:`~cosyedge.errors.UsageError` unless ``chunk_samples`` (int) is a positive
-        multiple of :attr:`total_stride`."""
+        multiple of :attr:`total_stride` and, for a graph that fixes its time axis (:attr:`fixed_chunk_samples`),
+        exactly that length: ``"engine engines/x takes exactly 160 samples (10 ms) per call, not 320 (an ort_matmul
+        INT8 build: one hop per call); use --chunk-ms 10"``. The one check every session, StreamPool, ``compare``
+        and the builders call before running a chunk."""
         from cosyedge.errors import UsageError
 
         if chunk_samples <= 0 or chunk_samples % self.total_stride:
@@ -246,6 +258,51 @@ class StreamContract:
                 f"chunk of {chunk_samples} samples is not a positive multiple of the model's total stride "
                 f"{self.total_stride} samples (use {self.total_stride}, {2 * self.total_stride}, ...)"
             )
+        fixed = self.fixed_chunk_samples
+        if fixed and chunk_samples != fixed:
+            ms = 1000.0 * fixed / self.sample_rate_hz
+            where, why = self.fixed_chunk_where, self.fixed_chunk_why
+            raise UsageError(f"{where or 'the model'} takes exactly {fixed} samples ({ms:g} ms) per call, not "
+                             f"{chunk_samples} ({why or 'its input has a fixed time axis'}); use --chunk-ms {ms:g}")
+
+    def fixed_chunk_of(self, model: Any, where: str) -> int:
+        """Read from ``model``'s graph whether it fixes the chunk length, and record it on this contract.
+
+        A streaming input whose declared time axis is an integer ``g`` (not ``"T"``) takes exactly
+        ``g * hop_samples // frames_per_hop`` samples per call; ONNX Runtime refuses any other length in the middle
+        of a run. The INT8 ``ort_matmul`` placement writes such a graph (its Conv -> MatMul form is one hop per
+        call, :func:`cosyedge.precision.qdq_matmul.matmul_form`).
+
+        Args:
+            model (onnx.ModelProto): The model (its ``graph.input`` shapes; a ``QuantizeLinear`` node marks it INT8).
+            where (str): Its path; an engine folder's ``model.onnx`` (next to a ``manifest.json``) is named
+                ``"engine <folder>"``.
+        Returns:
+            int: :attr:`fixed_chunk_samples` (0: any multiple of the total stride).
+        """
+        declared = {v.name: v for v in model.graph.input}
+        fixed, name = 0, ""
+        for io in self.stream_inputs:
+            v = declared.get(io.name)
+            if v is None or not v.type.tensor_type.HasField("shape"):
+                continue
+            dims = v.type.tensor_type.shape.dim
+            if io.time_axis < len(dims) and dims[io.time_axis].HasField("dim_value"):
+                g = int(dims[io.time_axis].dim_value)
+                fixed = g * self.hop_samples // max(1, int(io.frames_per_hop or 1))
+                name = io.name
+                break
+        self.fixed_chunk_samples = fixed
+        if not fixed:
+            self.fixed_chunk_where = self.fixed_chunk_why = ""
+            return 0
+        p = Path(where)
+        label = f"engine {p.parent}" if p.name == "model.onnx" and (p.parent / "manifest.json").is_file() else where
+        int8 = any(n.op_type == "QuantizeLinear" for n in model.graph.node)
+        why = ("an ort_matmul INT8 build: one hop per call" if int8 and fixed == self.hop_samples
+               else f"its input '{name}' has a fixed time axis")
+        self.fixed_chunk_where, self.fixed_chunk_why = label, why
+        return fixed
 
     def to_metadata(self) -> dict[str, str]:
         """Return the contract as ``cosyedge.*`` string key/values for ONNX ``metadata_props``."""
@@ -410,6 +467,7 @@ class StreamContract:
         contract = cls.from_metadata(meta, where=where)
         if contract.is_streaming:
             contract.check_graph(model.graph, where)
+            contract.fixed_chunk_of(model, where)
         return contract
 
     def write_to_onnx(self, model: Any) -> Any:

@@ -109,8 +109,8 @@ def build_engine(onnx_path: str | Path | None = None, backend: str = "auto", nam
         DependencyError: see :func:`resolve_backend`.
         AccuracyError: the FP16 model gave NaN/Inf in its scan.
         UsageError: ``backend="tensorrt"`` for a model that does not map one waveform to one waveform (several
-            inputs, features: :func:`cosyedge.runtime.trt.require_one_waveform`); ``auto`` builds those for ONNX
-            Runtime.
+            inputs, features: :func:`cosyedge.runtime.trt.require_one_waveform`), or with an INT8 placement other
+            than ``trt``; ``auto`` builds those for ONNX Runtime (one info line says why).
     """
     import shutil
     import tempfile
@@ -138,7 +138,11 @@ def build_engine(onnx_path: str | Path | None = None, backend: str = "auto", nam
                      "output, %s streams %s", src.path, [i.name for i in src.contract.stream_inputs])
             chosen = "onnxruntime"
     if chosen == "tensorrt" and config is not None and config.placement not in (None, "trt"):
-        raise UsageError(f"--int8-placement {config.placement} is for ONNX Runtime CPU; TensorRT builds use trt")
+        if backend != "auto":
+            raise UsageError(f"--int8-placement {config.placement} is for ONNX Runtime CPU; TensorRT builds use trt")
+        LOG.info("backend auto -> onnxruntime instead: --int8-placement %s is ONNX Runtime's CPU placement (TensorRT "
+                 "builds use trt)", config.placement)
+        chosen = "onnxruntime"
     if (dla_core is not None or gpu_fallback) and chosen != "tensorrt":
         raise UsageError("--dla-core/--gpu-fallback are TensorRT options (Jetson): add --backend tensorrt")
     if onnx_path is None:

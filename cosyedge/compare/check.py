@@ -99,8 +99,9 @@ def run_check(onnx_path: str | Path | None = None, *, baseline: str | Path | Non
         candidates (dict[str, str | Path] | None): ``{label: engine folder or ONNX}`` checked instead of
             building that label (e.g. a build made elsewhere).
         utterances (list[Utterance] | None): Real speech (default :func:`fixed_utterances`).
-        chunk_ms (float | None): Chunk (ms), a multiple of the total stride; None (default) = the multiple
-            nearest :data:`DEFAULT_CHUNK_MS` (:func:`cosyedge.compare.core.default_chunk`).
+        chunk_ms (float | None): Chunk (ms), a multiple of the total stride; None (default) = the one chunk a given
+            candidate takes (an ``ort_matmul`` INT8 build: one hop), else the multiple nearest :data:`DEFAULT_CHUNK_MS`
+            (:func:`cosyedge.compare.core.default_chunk`).
         calib (str | Path | None): INT8 calibration set folder (calibrate instead of using the kept amax).
         json_path (str | Path | None): Write the full report here.
         junit_path (str | Path | None): Write JUnit XML here (one test case per label, mode and utterance).
@@ -153,7 +154,9 @@ def run_check(onnx_path: str | Path | None = None, *, baseline: str | Path | Non
 
     utts = utterances if utterances is not None else fixed_utterances(ref.contract.sample_rate_hz)
     utts = with_partners(utts, ref.contract, str(ref.path), "cosyedge check")  # a model with several inputs
-    chunk = default_chunk(ref, chunk_ms)
+    given = {label: load_candidate(label, candidates[label], parent_of(label)) for label in labels
+             if label in candidates}  # every --candidate is checked before anything is built or compared
+    chunk = default_chunk(ref, chunk_ms, given.values())  # a candidate that runs one chunk length only sets it
     chunk_ms = 1000.0 * chunk / ref.contract.sample_rate_hz
     if base is not None:
         _check_same_set(base, utts, chunk, baseline)
@@ -178,8 +181,6 @@ def run_check(onnx_path: str | Path | None = None, *, baseline: str | Path | Non
                     "utterances": [u.describe() for u in utts], "labels": {}, "regressions": [], "rows": [],
                     "tolerances": tolerances, "not_gated": []}
     state_outs = [s.output for s in ref.contract.states]
-    given = {label: load_candidate(label, candidates[label], parent_of(label)) for label in labels
-             if label in candidates}  # every --candidate is checked before anything is built or compared
     for label in labels:
         parent = parent_of(label)
         if label in given:

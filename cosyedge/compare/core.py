@@ -267,25 +267,79 @@ DEFAULT_CHUNK_MS = 100.0
 multiple of the model's total stride nearest to it (:func:`default_chunk`)."""
 
 
-def default_chunk(model: CompareModel, chunk_ms: float | None) -> int:
+def fixed_chunk(m: CompareModel) -> tuple[int, str, str]:
+    """The chunk length ``m`` runs only (its graph's fixed time axis, :attr:`StreamContract.fixed_chunk_samples`,
+    e.g. an ``ort_matmul`` INT8 build; or a TensorRT engine's profile, manifest ``chunk_samples``).
+
+    Returns:
+        tuple[int, str, str]: samples (0: any multiple of the total stride), the model and the reason as a message
+        names them (``"engine engines/x"``, ``"an ort_matmul INT8 build: one hop per call"``).
+    """
+    c = m.contract
+    if c.fixed_chunk_samples:
+        return int(c.fixed_chunk_samples), c.fixed_chunk_where or str(m.path), c.fixed_chunk_why
+    fixed = (m.manifest or {}).get("chunk_samples") if m.backend == "tensorrt" else None
+    return (int(fixed), f"TensorRT engine {m.path}", "its optimization profile") if fixed else (0, "", "")
+
+
+def check_fixed_chunk(chunk: int, models: Any) -> None:
+    """Refuse a chunk length one of ``models`` (CompareModel) cannot run, in one line before anything runs.
+
+    Raises:
+        UsageError: ``"engine engines/x takes exactly 160 samples (10 ms) per call, not 1600 (an ort_matmul INT8
+            build: one hop per call); use --chunk-ms 10"`` (:meth:`StreamContract.check_chunk`), or the same for a
+            TensorRT engine's profile.
+    """
+    for m in models:
+        m.contract.check_chunk(chunk)
+        fixed, who, why = fixed_chunk(m)
+        if fixed and fixed != chunk:
+            ms = 1000.0 * fixed / m.contract.sample_rate_hz
+            raise UsageError(f"{who} takes exactly {fixed} samples ({ms:g} ms) per call, not {chunk} ({why}); use "
+                             f"--chunk-ms {ms:g}")
+
+
+def default_chunk(model: CompareModel, chunk_ms: float | None, candidates: Any = ()) -> int:
     """Samples per chunk for ``--chunk-ms``.
 
     Args:
         model (CompareModel): The reference (its contract gives the rate and the total stride).
-        chunk_ms (float | None): Chunk (ms), a multiple of the total stride; None = the multiple of the total stride
-            nearest :data:`DEFAULT_CHUNK_MS` (100 ms: 1600 samples at hop 160 / 16 kHz, 1536 = 96 ms at hop 256).
+        chunk_ms (float | None): Chunk (ms), a multiple of the total stride; None = the chunk a candidate runs only
+            (:func:`fixed_chunk`: an ``ort_matmul`` INT8 build takes one hop per call; said in one info line), else
+            the multiple of the total stride nearest :data:`DEFAULT_CHUNK_MS` (100 ms: 1600 samples at hop 160 /
+            16 kHz, 1536 = 96 ms at hop 256).
+        candidates (Iterable[CompareModel]): The models to be compared with ``model``.
     Returns:
-        int: samples per chunk, a positive multiple of the total stride.
+        int: samples per chunk, a positive multiple of the total stride that every candidate runs.
     Raises:
         UsageError: ``chunk_ms`` is not a positive multiple of the total stride (the message is in ms, with the
             samples: ``chunk of 100 ms (1600 samples) is not a multiple of the model's total stride 256 samples =
-            16 ms (use 16, 32, ... ms)``).
+            16 ms (use 16, 32, ... ms)``), or a candidate cannot run it (:func:`check_fixed_chunk`), or two
+            candidates each run only another length.
     """
     c = model.contract
+    models = [model, *candidates]
     if chunk_ms is None:
-        stride = c.total_stride
-        return stride * max(1, round(DEFAULT_CHUNK_MS * c.sample_rate_hz / 1000.0 / stride))
-    return c.chunk_samples(chunk_ms)
+        fixed = {}
+        for m in models:
+            n, who, why = fixed_chunk(m)
+            if n:
+                fixed.setdefault(n, f"{who} ({why})")
+        if len(fixed) > 1:
+            raise UsageError("the models run only different chunk lengths: "
+                             + "; ".join(f"{who}: {n} samples" for n, who in fixed.items()))
+        if fixed:
+            (n, who), = fixed.items()
+            LOG.info("%s takes exactly %d samples per call: comparing in %g ms chunks (not the default %g ms)",
+                     who, n, 1000.0 * n / c.sample_rate_hz, DEFAULT_CHUNK_MS)
+            chunk = n
+        else:
+            stride = c.total_stride
+            chunk = stride * max(1, round(DEFAULT_CHUNK_MS * c.sample_rate_hz / 1000.0 / stride))
+    else:
+        chunk = c.chunk_samples(chunk_ms)
+    check_fixed_chunk(chunk, models)
+    return chunk
 
 
 _PESQ_WARNED = []
@@ -344,12 +398,7 @@ def compare(ref: CompareModel, cand: CompareModel, utterances: list[Utterance], 
 
     utterances = with_partners(utterances, ref.contract, str(ref.path), "cosyedge compare")
     chunk = chunk or ref.contract.hop_samples
-    ref.contract.check_chunk(chunk)
-    for m in (ref, cand):  # a TensorRT profile fixes the chunk length
-        fixed = (m.manifest or {}).get("chunk_samples") if m.backend == "tensorrt" else None
-        if fixed and int(fixed) != chunk:
-            raise UsageError(f"TensorRT engine {m.path} streams {fixed}-sample chunks only; pass --chunk-ms "
-                             f"{1000.0 * int(fixed) / c_rate(ref):g}")
+    check_fixed_chunk(chunk, (ref, cand))  # an ort_matmul INT8 graph or a TensorRT profile fixes the chunk length
     tol = tolerance or tolerance_for(cand.label)
     pesq = pesq and pesq_available()
     cache = ref_cache or ReferenceCache(ref, chunk, threads)
@@ -435,5 +484,6 @@ def describe(m: CompareModel) -> dict:
             "model_sha256": m.model_sha256, "parent_sha256": m.parent_sha256, "name": m.contract.name}
 
 
-__all__ = ["DEFAULT_CHUNK_MS", "MODES", "ReferenceCache", "StreamRecord", "compare", "default_chunk", "describe", "polygraphy_compare",
+__all__ = ["DEFAULT_CHUNK_MS", "MODES", "ReferenceCache", "StreamRecord", "check_fixed_chunk", "compare", "default_chunk",
+           "describe", "fixed_chunk", "polygraphy_compare",
            "snr_db", "stream", "tensor_stats"]

@@ -50,9 +50,10 @@ def output_cost(source: Any, candidate: str | Path, who: str, what: str, advice:
         snr = float(output_snr_db(source, candidate, speech))
     except (CosyEdgeError, ValueError, KeyError):
         return None
+    on = f"on noisy speech (the first {len(speech) / contract.sample_rate_hz:.3g} s of the demo recording)"
     if snr < WARN_SNR_DB:
-        LOG.warning("%s: output SNR %.1f dB vs the FP32 model on noisy speech: %s changed this model audibly (measure with "
-                    "cosyedge compare; %s)", who, snr, what, advice)
+        LOG.warning("%s: output SNR %.1f dB vs the FP32 model %s: %s changed this model audibly (measure with "
+                    "cosyedge compare; %s)", who, snr, on, what, advice)
     else:
-        LOG.info("%s: output SNR %.1f dB vs the FP32 model on noisy speech", who, snr)
+        LOG.info("%s: output SNR %.1f dB vs the FP32 model %s", who, snr, on)
     return snr

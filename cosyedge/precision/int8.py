@@ -194,6 +194,10 @@ def int8_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, calib: Any = None,
             if w.name not in got:
                 kept[w.name] = ("no MatMul form (not a one-frame conv, or it feeds an ArgMax/Log): float, since a "
                                 "float op between Q/DQ is slower than FP32 on ONNX Runtime CPU")
+        note = qdq_matmul.float_note(model, contract, [w.name for w in to_quantize if w.name not in got],
+                                     len(to_quantize))
+        if note:
+            LOG.warning("%s", note)
         to_quantize = [w for w in to_quantize if w.name in got]
     model_sha = source.sha256
     calib_info: dict = {}
@@ -288,15 +292,17 @@ def int8_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, calib: Any = None,
              report["activation_type"])
     if fallback is not None:
         fallback["quantized_mac_share"] = macs["share"]
+        # which audio: the output SNR line below measures the first seconds of the demo recording only
+        on = f"on held-out speech ({fallback['holdout_seconds']:.3g} s, {fallback['holdout']})"
         if not fallback["met"]:
-            LOG.warning("int8 fallback: the target %.1f dB vs FP32 on held-out speech cannot be met: %.1f dB with "
+            LOG.warning("int8 fallback: the target %.1f dB vs FP32 %s cannot be met: %.1f dB with "
                         "%d layers kept float and only %s left INT8 (%.0f %% of the MACs INT8); the model is written "
-                        "anyway (lower --int8-min-snr, or build FP16/FP32)", min_snr_db, fallback["final_snr_db"],
+                        "anyway (lower --int8-min-snr, or build FP16/FP32)", min_snr_db, on, fallback["final_snr_db"],
                         len(fallback["kept_float"]), ", ".join(sorted(w.name for w in to_quantize)),
                         100 * macs["share"])
         else:
-            LOG.info("int8 fallback: %.1f dB vs FP32 on held-out speech (target %.1f dB), %d layers kept float: %s; "
-                     "%.0f %% of the MACs INT8", fallback["final_snr_db"], min_snr_db, len(fallback["kept_float"]),
+            LOG.info("int8 fallback: %.1f dB vs FP32 %s (target %.1f dB), %d layers kept float: %s; "
+                     "%.0f %% of the MACs INT8", fallback["final_snr_db"], on, min_snr_db, len(fallback["kept_float"]),
                      ", ".join(k["name"] for k in fallback["kept_float"]) or "none", 100 * macs["share"])
     snr = output_cost(source, out_path, "int8", "INT8 quantization",
                       "keep sensitive layers float with --exclude or --int8-min-snr, or calibrate on more of your "

@@ -119,6 +119,68 @@ def _toposort(model: Any) -> None:
     g.node.extend(order)
 
 
+def _hop_dims(model: Any, contract: Any) -> dict[str, list]:
+    """Graph input name -> its dims for one hop per call at batch 1 (list of int | str)."""
+    dims: dict[str, list] = {}
+    for vi in model.graph.input:
+        d = [x.dim_value if x.HasField("dim_value") else x.dim_param for x in vi.type.tensor_type.shape.dim]
+        dims[vi.name] = d
+    for s in contract.stream_inputs:
+        frames = s.frames(contract.hop_samples, contract.hop_samples)
+        dims[s.name] = [1 if v == "N" else frames if v == "T" else v for v in s.shape]
+    for s in contract.states:
+        dims[s.input] = [1 if v == "N" else v for v in s.shape]
+    return dims
+
+
+def float_note(model: Any, contract: Any, left: list[str], total: int) -> str | None:
+    """Why this placement leaves weighted layers float, in one line, when that is most of them or a whole-model cause.
+
+    The Conv -> MatMul form exists for a conv that computes exactly one output frame per call. A model whose hop
+    gives a conv several frames per call (streamified with a hop of 2+ conv frames, e.g. ``--hop-samples 320`` over
+    a stride-160 analysis conv) has none: its INT8 ``ort_matmul`` build quantizes nothing there.
+
+    Args:
+        model (onnx.ModelProto): The FP32 streaming model.
+        contract (StreamContract): Its contract (hop).
+        left (list[str]): Weighted node names selected for INT8 that got no MatMul form.
+        total (int): Weighted nodes selected for INT8 (before this placement's filter).
+    Returns:
+        str | None: ``"Q/DQ placement ort_matmul quantizes one-frame convs only: at one hop (320 samples) per call,
+        25 convs compute 2 frames each, so 25 of 25 weighted layers stay float; use placement trt (build
+        --int8-placement trt), or streamify with a hop of one conv frame (--hop-samples 160)"``; a line naming 2-D
+        convs etc. when no layer at all has the form; None otherwise (some layers float for their own reasons).
+    """
+    if not left:
+        return None
+    from cosyedge.runtime.batched import _shapes
+
+    try:
+        shapes = _shapes(model, _hop_dims(model, contract))
+    except Exception:  # noqa: BLE001  (onnx shape inference errors)
+        shapes = {}
+    names = set(left)
+    frames = {}
+    for n in model.graph.node:
+        ys = shapes.get(n.output[0]) if n.name in names and n.op_type == "Conv" else None
+        if ys and len(ys) == 3 and ys[2] and ys[2] > 1:
+            frames[n.name] = int(ys[2])
+    hop = contract.hop_samples
+    stay = f"{len(left)} of {total} weighted layers stay float"
+    if frames:
+        per = sorted(set(frames.values()))
+        span = f"{per[0]}" if len(per) == 1 else f"{per[0]}-{per[-1]}"
+        hint = (f" (--hop-samples {hop // per[0]})" if len(per) == 1 and hop % per[0] == 0 else "")
+        return (f"Q/DQ placement ort_matmul quantizes one-frame convs only: at one hop ({hop} samples) per call, "
+                f"{len(frames)} convs compute {span} frames each, so {stay}; use placement trt (build "
+                f"--int8-placement trt), or streamify with a hop of one conv frame{hint}")
+    if len(left) == total:
+        return (f"Q/DQ placement ort_matmul quantizes one-frame 1-D convs and 2-D MatMuls only: {stay} (none has that "
+                f"form: 2-D convs, ConvTranspose, ArgMax/Log cones; reasons in the manifest's excluded_nodes); use "
+                f"placement trt (build --int8-placement trt)")
+    return None
+
+
 def matmul_form(model: Any, contract: Any) -> tuple[Any, dict]:
     """Return the FP32 matmul form of a streaming graph (one-frame Convs as MatMuls, chunk fixed at one hop).
 
@@ -135,15 +197,7 @@ def matmul_form(model: Any, contract: Any) -> tuple[Any, dict]:
     """
     from cosyedge.runtime.batched import batch_rewrite
 
-    dims: dict[str, list] = {}
-    for vi in model.graph.input:
-        d = [x.dim_value if x.HasField("dim_value") else x.dim_param for x in vi.type.tensor_type.shape.dim]
-        dims[vi.name] = d
-    for s in contract.stream_inputs:
-        frames = s.frames(contract.hop_samples, contract.hop_samples)
-        dims[s.name] = [1 if v == "N" else frames if v == "T" else v for v in s.shape]
-    for s in contract.states:
-        dims[s.input] = [1 if v == "N" else v for v in s.shape]
+    dims = _hop_dims(model, contract)
     try:
         out, counts = batch_rewrite(model, dims)
     except Exception as err:  # onnx's own errors (shape inference)
@@ -441,4 +495,5 @@ def bias_corrections(model: Any, contract: Any, amax: dict[str, float], names: l
     return out
 
 
-__all__ = ["PLACEMENT", "bias_corrections", "data_tensor", "insert_qdq_matmul", "matmul_form", "quantizable"]
+__all__ = ["PLACEMENT", "bias_corrections", "data_tensor", "float_note", "insert_qdq_matmul", "matmul_form",
+           "quantizable"]
