@@ -134,7 +134,8 @@ def build_ort(onnx_path: Any, out_dir: str | Path | None = None, name: str | Non
     with LOG.stage(f"build {BACKEND} {label} engine {dest}"), atomic_folder(dest, "engine folder") as tmp:
         model_dst = tmp / MODEL_FILE
         fields = prepare_onnx(src, model_dst, precision=precision, sparse=sparse, exclude=exclude,
-                              calib=calib, calib_count=calib_count, amax=amax, config=config, placement=qdq_placement)
+                              calib=calib, calib_count=calib_count, amax=amax, config=config, placement=qdq_placement,
+                              final_path=dest / MODEL_FILE)
         _smoke_test(model_dst, StreamContract.from_onnx(model_dst))
         _placement_hint(fields.get("int8"))
         head = manifest_head(name=name, backend=BACKEND, precision=precision, sparse=sparse,

@@ -252,7 +252,8 @@ def build_triton(onnx_path: Any, out_dir: str | Path | None = None, name: str | 
         version_dir.mkdir(parents=True)
         model_dst = version_dir / ONNX_FILE
         fields = prepare_onnx(src, model_dst, precision=precision, sparse=sparse, exclude=exclude, calib=calib,
-                              calib_count=calib_count, amax=amax, config=config)
+                              calib_count=calib_count, amax=amax, config=config,
+                              final_path=dest / name / MODEL_VERSION / ONNX_FILE)
         model = load_onnx(model_dst)
         pairs = [(s.input, s.output) for s in contract.states]
         taken = {t for n in model.graph.node for t in list(n.input) + list(n.output)} | \
