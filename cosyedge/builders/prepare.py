@@ -207,5 +207,34 @@ def warn_replacing_other_model(dest: Path, parent: Path | SourceModel) -> None:
                     "%s (%s...); pass --name to keep both", dest, str(old)[:12], Path(parent).name, new[:12])
 
 
-__all__ = ["DEFAULT_CALIB_COUNT", "QUANTIZED_OPS", "check_streaming_onnx", "manifest_head", "warn_replacing_other_model",
+def warn_replacing_other_flags(dest: Path, variant: dict) -> None:
+    """Log one warning line when the engine folder ``dest`` already holds an INT8 engine of another variant (its
+    manifest's placement, bias correction or minimum SNR, :func:`cosyedge.builders.names.variant_of_manifest`,
+    differ from ``variant``, the build about to replace it), naming the differing flags. A non-default variant
+    builds into its own folder (:func:`cosyedge.builders.names.engine_folder_name`), so this only fires for folders
+    written before the variant was in the name. Unreadable or absent manifests and non-INT8 engines are ignored."""
+    import json
+
+    from cosyedge.artifacts import MANIFEST_NAME
+    from cosyedge.builders.names import variant_diff, variant_of_manifest
+
+    try:
+        raw = json.loads((Path(dest) / MANIFEST_NAME).read_text())
+        old = variant_of_manifest(raw)
+    except (OSError, ValueError, AttributeError):
+        return
+    if old.get("int8_placement") is None or variant.get("int8_placement") is None:
+        return
+    diff = variant_diff(old, variant)
+    if diff:
+        from cosyedge.builders.names import engine_folder_name
+
+        now = engine_folder_name(str(raw.get("name")), "int8", str(raw.get("backend")), bool(raw.get("sparse")),
+                                 variant=old)
+        LOG.warning("%s holds an INT8 engine built with other flags (%s); replacing it (an INT8 build with those "
+                    "flags now writes %s)", dest, "; ".join(diff), now)
+
+
+__all__ = ["DEFAULT_CALIB_COUNT", "QUANTIZED_OPS", "check_streaming_onnx", "manifest_head",
+           "warn_replacing_other_flags", "warn_replacing_other_model",
            "precision_from_flags", "prepare_onnx"]

@@ -90,4 +90,21 @@ def build(onnx_path, fp16, int8, sparse, exclude, calib, calib_count, placement,
     folder = build_folder(onnx_path, config, backend, name=name, out_dir=out_dir, dla_core=dla_core,
                           gpu_fallback=gpu_fallback, max_batch_size=max_batch_size, max_sequences=max_sequences,
                           instances=instances, instance_kind=instance_kind, chunk_samples=chunk_samples)
+    _hint(folder)
     click.echo(str(folder))
+
+
+def _hint(folder) -> None:
+    """Log :func:`cosyedge.precision.ort_fusion.placement_hint` for an ONNX Runtime INT8 engine folder."""
+    from cosyedge.artifacts import EngineManifest
+    from cosyedge.errors import CosyEdgeError
+    from cosyedge.log import LOG
+    from cosyedge.precision.ort_fusion import placement_hint
+
+    try:
+        manifest = EngineManifest.load(folder)
+    except CosyEdgeError:  # a Triton repository's manifest, etc.: nothing to add
+        return
+    line = placement_hint(manifest.int8) if manifest.backend == "onnxruntime" else None
+    if line:
+        LOG.info("%s", line)
