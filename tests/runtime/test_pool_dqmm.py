@@ -114,4 +114,4 @@ def test_a_quiet_stream_beside_a_loud_one_equals_it_alone(gru_int8, monkeypatch)
     monkeypatch.setattr(mod, "per_row_dynamic_quant", lambda model: 0)
     (mixed, _), _ = _pool(gru_int8, [quiet, loud])
     snr = 10 * np.log10((alone.astype(np.float64) ** 2).sum() / ((mixed - alone).astype(np.float64) ** 2).sum())
-    assert snr < 80.0, snr
+    assert snr < 80.0, snr  # measured 53.9 dB
