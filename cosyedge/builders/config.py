@@ -135,7 +135,7 @@ class BuildConfig:
 
     def variant(self, placement: str | None = None) -> dict:
         """The INT8 variant flags of this build (dict, :func:`cosyedge.builders.names.int8_variant`): the placement
-        (``self.placement``, else ``placement``, else ``trt``), bias correction and minimum SNR; all None unless INT8."""
+        (``self.placement``, else ``placement``, else ``trt``), bias correction and minimum SNR; ``{}`` unless INT8."""
         from cosyedge.builders.names import int8_variant
 
         cal = self.calibration or Calibration()

@@ -88,7 +88,9 @@ def build_ort(onnx_path: Any, out_dir: str | Path | None = None, name: str | Non
               qdq_placement: str = "trt") -> Path:
     """Build an ONNX Runtime engine folder (FP32, FP16 or INT8, optionally 2:4-sparse) from a streaming ONNX.
 
-    The folder ``<out_dir>/<name>-<precision>[-sparse]-onnxruntime/`` holds ``model.onnx`` (the precision
+    The folder ``<out_dir>/<name>-<precision>[-sparse][-<INT8 variant>]-onnxruntime/`` (the variant, when not the
+    default: placement, ``biascorr``, ``minsnr<dB>``, :func:`cosyedge.builders.names.engine_folder_name`; recorded in
+    the manifest's ``flags``) holds ``model.onnx`` (the precision
     ONNX; for ONNX Runtime it is also the backend artifact the session loads) and ``manifest.json``
     (model and parent SHA-256, calibration hash, flags, tool versions, precision/sparsity reports, stream
     contract). It is assembled in a temp folder and renamed into place after one chunk ran finite.

@@ -54,7 +54,11 @@ def build(onnx_path, fp16, int8, sparse, exclude, calib, calib_count, placement,
     """Build an FP32/FP16/INT8 (optionally 2:4-sparse) engine folder for one backend.
 
     Writes <out-dir>/<name>-<precision>[-sparse]-<backend>/ with the precision ONNX, the backend's
-    artifact and manifest.json (model and calibration hashes, flags, tool versions, reports). A model
+    artifact and manifest.json (model and calibration hashes, flags, tool versions, reports). A non-default
+    INT8 variant gets its own folder, e.g. <name>-int8-ort_matmul-biascorr-minsnr42-onnxruntime (placement,
+    --bias-correction, --int8-min-snr), so INT8 variants never replace each other (a build that replaces
+    an engine of other INT8 flags says so in one line). A source ONNX that already holds Q/DQ nodes (an
+    INT8 engine's model.onnx) is refused for every precision and backend (exit 2). A model
     derived from another one (it records its dense parent, or was pruned by 'cosyedge sparsify') carries
     that one's name, so its <name> is <model>-<sha256[:8]> (reference-60b615af-int8-sparse-onnxruntime for
     the bundled fine-tuned 2:4 model): it never replaces the dense model's engines.

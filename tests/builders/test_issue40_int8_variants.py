@@ -56,6 +56,7 @@ def test_folder_names_of_variants():
     v = int8_variant("int8", "ort_matmul", True, 42.0)
     assert engine_folder_name("reference", "int8", sparse=True, variant=v) == \
         "reference-int8-sparse-ort_matmul-biascorr-minsnr42-onnxruntime"
+    assert int8_variant("fp16", "ort_matmul") == {}
     assert engine_folder_name("reference", "fp16", variant=int8_variant("fp16")) == "reference-fp16-onnxruntime"
 
 
