@@ -47,11 +47,16 @@ DEFAULT_VARIANT = {"int8_placement": "trt", "bias_correction": False, "int8_min_
 def int8_variant(precision: str, placement: str | None = None, bias_correction: bool = False,
                  min_snr_db: float | None = None) -> dict:
     """The INT8 variant flags of a build (dict): ``int8_placement`` (str; ``trt`` when None), ``bias_correction``
-    (bool), ``int8_min_snr`` (float | None); ``{}`` for an FP32/FP16 build (its manifest flags get none of them)."""
+    (bool), ``int8_min_snr`` (float | None); ``{}`` for an FP32/FP16 build (its manifest flags get none of them).
+
+    Raises:
+        UsageError: ``min_snr_db`` not a finite number >= 0 (:func:`cosyedge.precision.fallback.check_min_snr`)."""
     if precision != "int8":
         return {}
+    from cosyedge.precision.fallback import check_min_snr
+
     return {"int8_placement": placement or "trt", "bias_correction": bool(bias_correction),
-            "int8_min_snr": None if min_snr_db is None else float(min_snr_db)}
+            "int8_min_snr": check_min_snr(min_snr_db)}
 
 
 def variant_of_manifest(manifest: dict) -> dict:
