@@ -166,7 +166,11 @@ def build_engine(onnx_path: str | Path | None = None, backend: str = "auto", nam
             raise ArtifactError(f"cannot write in {root}: {err.strerror or err}") from None
         try:
             model = tmp / f"{name}.{precision}{'.sparse' if sparse else ''}.onnx"
-            fields = prepare_onnx(src, model, **options) or {}
+            from cosyedge.builders.names import engine_folder_name
+            from cosyedge.runtime.trt import MODEL_FILE as TRT_MODEL_FILE
+
+            final = root / engine_folder_name(name, precision, "tensorrt", sparse, dla_core) / TRT_MODEL_FILE
+            fields = prepare_onnx(src, model, final_path=final, **options) or {}
             extra = {"calibration_sha256": fields.get("calibration_sha256"),
                      "reports": {k: fields[k] for k in ("sparsity", "fp16", "int8") if fields.get(k) is not None}}
             from cosyedge.builders.trt import build_trt

@@ -76,7 +76,11 @@ def label_fresh(folder: Path, parent_sha256: str, label: str, *, amax: str | Pat
     """The freshness rule of ``cosyedge check``'s engines (``reuse_or_build(..., fresh=...)``).
 
     Fresh when the folder loads (:func:`cosyedge.runtime.engine.load_engine`), was built from ``parent_sha256``,
-    has the precision label ``label`` (``fp16``, ``int8-sparse``, ...) and no ``--exclude``; for INT8 also:
+    has the precision label ``label`` (``fp16``, ``int8-sparse``, ...) and no ``--exclude``; for INT8 also: the
+    default variant (placement ``trt``, no bias correction, no minimum SNR: what check builds; a folder written before
+    other variants got their own folder names that holds another one is rebuilt, and the build says so in one warning
+    line naming the flags and the folder that variant now builds into:
+    :func:`cosyedge.builders.prepare.warn_replacing_other_flags`), and
     built from the amax cache ``amax`` when given (:func:`amax_matches`), else from the amax cache its report
     names, and, with ``calib``, on that calibration set (its ``manifest.json`` SHA-256).
 
@@ -97,6 +101,11 @@ def label_fresh(folder: Path, parent_sha256: str, label: str, *, amax: str | Pat
     precision, _ = parse_precision_label(label)
     fresh = (m.parent_sha256 == parent_sha256 and precision_label(m.precision, m.sparse) == label
              and not list(m.flags.get("exclude") or []))
+    if fresh and precision == "int8":
+        from cosyedge.builders.names import DEFAULT_VARIANT, variant_diff, variant_of_manifest
+
+        if variant_diff(variant_of_manifest(m.raw), DEFAULT_VARIANT):
+            return False
     if fresh and precision == "int8":
         used = m.int8.get("amax_path")
         fresh = amax_matches(amax, m) if amax is not None else amax_matches(Path(used) if used else None, m)

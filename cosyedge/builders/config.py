@@ -133,6 +133,14 @@ class BuildConfig:
 
         return precision_label(self.precision, self.sparse)
 
+    def variant(self, placement: str | None = None) -> dict:
+        """The INT8 variant flags of this build (dict, :func:`cosyedge.builders.names.int8_variant`): the placement
+        (``self.placement``, else ``placement``, else ``trt``), bias correction and minimum SNR; ``{}`` unless INT8."""
+        from cosyedge.builders.names import int8_variant
+
+        cal = self.calibration or Calibration()
+        return int8_variant(self.precision, self.placement or placement, cal.bias_correction, cal.min_snr_db)
+
     def options(self) -> tuple:
         """``(precision, sparse, exclude, calib, calib_count, amax)`` (tuple) for the layers that unpack it."""
         cal = self.calibration or Calibration()

@@ -3,7 +3,10 @@
 * :data:`PRECISIONS`: ``fp32``, ``fp16``, ``int8`` (defined beside the TensorRT version shim, which the runtime
   needs too: :data:`cosyedge.runtime.trt_compat.PRECISIONS`).
 * :func:`precision_label` / :func:`parse_precision_label`: ``int8-sparse`` <-> ``("int8", True)``.
-* :func:`engine_folder_name`: ``<model>-<precision>[-sparse][-dla<N>]-<backend>``.
+* :func:`engine_folder_name`: ``<model>-<precision>[-sparse][-<INT8 variant>][-dla<N>]-<backend>``.
+* :func:`int8_variant` / :func:`variant_parts`: the INT8 options that make another engine (placement, bias correction,
+  minimum SNR): recorded in the manifest's ``flags`` and, when not the defaults, in the folder name, so INT8 variants
+  never replace each other.
 * :func:`engine_model_name`: ``<name>`` or ``<name>-<sha256[:8]>`` for a model derived from another one.
 """
 
@@ -37,12 +40,75 @@ def parse_precision_label(label: str) -> tuple[str, bool]:
     return base, rest == "sparse"
 
 
+DEFAULT_VARIANT = {"int8_placement": "trt", "bias_correction": False, "int8_min_snr": None}
+"""dict: the INT8 variant of a plain ``--int8`` build (what ``cosyedge check`` builds)."""
+
+
+def int8_variant(precision: str, placement: str | None = None, bias_correction: bool = False,
+                 min_snr_db: float | None = None) -> dict:
+    """The INT8 variant flags of a build (dict): ``int8_placement`` (str; ``trt`` when None), ``bias_correction``
+    (bool), ``int8_min_snr`` (float | None); ``{}`` for an FP32/FP16 build (its manifest flags get none of them).
+
+    Raises:
+        UsageError: ``min_snr_db`` not a finite number >= 0 (:func:`cosyedge.precision.fallback.check_min_snr`)."""
+    if precision != "int8":
+        return {}
+    from cosyedge.precision.fallback import check_min_snr
+
+    return {"int8_placement": placement or "trt", "bias_correction": bool(bias_correction),
+            "int8_min_snr": check_min_snr(min_snr_db)}
+
+
+def variant_of_manifest(manifest: dict) -> dict:
+    """The INT8 variant (:func:`int8_variant`) an engine's manifest records (dict): its ``flags``, or for a folder
+    built before they were recorded, what its ``reports.int8`` says (placement, bias correction report, fallback
+    target). FP32/FP16 engines: all None."""
+    flags = manifest.get("flags") or {}
+    if manifest.get("precision") != "int8":
+        return {k: None for k in DEFAULT_VARIANT}
+    if "int8_placement" in flags:
+        return {k: flags.get(k) for k in DEFAULT_VARIANT}
+    rep = (manifest.get("reports") or {}).get("int8") or {}
+    target = (rep.get("fallback") or {}).get("target_db")
+    return int8_variant("int8", rep.get("placement"), rep.get("bias_correction") is not None, target)
+
+
+def variant_parts(variant: dict | None) -> list[str]:
+    """The folder-name parts (list[str]) of an INT8 variant that is not the default: the placement (``ort_matmul``,
+    ``ort``), ``biascorr``, ``minsnr<dB>`` (e.g. ``minsnr42``); ``[]`` for the default or None."""
+    if not variant or variant.get("int8_placement") is None:
+        return []
+    parts = [variant["int8_placement"]] if variant["int8_placement"] != "trt" else []
+    parts += ["biascorr"] if variant.get("bias_correction") else []
+    snr = variant.get("int8_min_snr")
+    return parts + ([f"minsnr{snr:g}"] if snr is not None else [])
+
+
+def variant_diff(old: dict, new: dict) -> list[str]:
+    """The flags (list[str], as ``cosyedge build`` spells them with the old and new values) in which two INT8 variants
+    differ, e.g. ``["--int8-placement ort_matmul -> trt"]``; ``[]`` when equal."""
+    spell = {"int8_placement": "--int8-placement", "bias_correction": "--bias-correction",
+             "int8_min_snr": "--int8-min-snr"}
+    return [f"{spell[k]} {_show(old.get(k))} -> {_show(new.get(k))}" for k in DEFAULT_VARIANT
+            if old.get(k) != new.get(k)]
+
+
+def _show(value) -> str:
+    """A flag value as a message shows it: ``on``/``off`` for bools, ``none`` for None."""
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return "none" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
+
+
 def engine_folder_name(name: str, precision: str = "fp32", backend: str = "onnxruntime", sparse: bool = False,
-                       dla_core: int | None = None) -> str:
-    """Return the engine folder name (str) encoding its configuration, e.g. ``reference-int8-sparse-onnxruntime``
-    or ``reference-fp16-dla0-tensorrt`` (``dla_core``: TensorRT's DLA core, None for the GPU). ``name`` is the
-    model part: :func:`engine_model_name` (``reference``, or ``reference-60b615af`` for a derived model)."""
-    parts = [name, precision] + (["sparse"] if sparse else []) + ([f"dla{int(dla_core)}"] if dla_core is not None else [])
+                       dla_core: int | None = None, variant: dict | None = None) -> str:
+    """Return the engine folder name (str) encoding its configuration, e.g. ``reference-int8-sparse-onnxruntime``,
+    ``reference-int8-ort_matmul-biascorr-onnxruntime`` or ``reference-fp16-dla0-tensorrt`` (``dla_core``: TensorRT's
+    DLA core, None for the GPU; ``variant``: the INT8 variant, :func:`int8_variant`, named by :func:`variant_parts`
+    when not the default). ``name`` is the model part: :func:`engine_model_name` (``reference``, or
+    ``reference-60b615af`` for a derived model)."""
+    parts = [name, precision] + (["sparse"] if sparse else []) + variant_parts(variant)
+    parts += [f"dla{int(dla_core)}"] if dla_core is not None else []
     return "-".join(parts + [backend])
 
 
@@ -95,5 +161,6 @@ def check_engine_name(name: str | None) -> str:
     return name
 
 
-__all__ = ["PARENT_HASH_CHARS", "PRECISIONS", "check_engine_name", "engine_folder_name", "engine_model_name",
+__all__ = ["DEFAULT_VARIANT", "PARENT_HASH_CHARS", "PRECISIONS", "check_engine_name", "engine_folder_name",
+           "engine_model_name", "int8_variant", "variant_diff", "variant_of_manifest", "variant_parts",
            "parse_precision_label", "precision_label"]

@@ -45,6 +45,7 @@ from cosyedge.builders.prepare import (
     check_streaming_onnx,
     manifest_head,
     prepare_onnx,
+    warn_replacing_other_flags,
     warn_replacing_other_model,
 )
 from cosyedge.errors import ArtifactError
@@ -87,7 +88,9 @@ def build_ort(onnx_path: Any, out_dir: str | Path | None = None, name: str | Non
               qdq_placement: str = "trt") -> Path:
     """Build an ONNX Runtime engine folder (FP32, FP16 or INT8, optionally 2:4-sparse) from a streaming ONNX.
 
-    The folder ``<out_dir>/<name>-<precision>[-sparse]-onnxruntime/`` holds ``model.onnx`` (the precision
+    The folder ``<out_dir>/<name>-<precision>[-sparse][-<INT8 variant>]-onnxruntime/`` (the variant, when not the
+    default: placement, ``biascorr``, ``minsnr<dB>``, :func:`cosyedge.builders.names.engine_folder_name`; recorded in
+    the manifest's ``flags``) holds ``model.onnx`` (the precision
     ONNX; for ONNX Runtime it is also the backend artifact the session loads) and ``manifest.json``
     (model and parent SHA-256, calibration hash, flags, tool versions, precision/sparsity reports, stream
     contract). It is assembled in a temp folder and renamed into place after one chunk ran finite.
@@ -121,22 +124,26 @@ def build_ort(onnx_path: Any, out_dir: str | Path | None = None, name: str | Non
         AccuracyError: the FP16 model produced NaN/Inf in its scan.
         DependencyError: onnxruntime is missing, or INT8 is requested without ``cosyedge.precision.int8``.
     """
-    if config is not None:  # one checked object instead of the keyword options
-        precision, sparse, exclude, calib, calib_count, amax = config.options()
+    if config is None:  # one checked object instead of the keyword options
+        config = BuildConfig.of(precision=precision, sparse=sparse, exclude=exclude, calib=calib,
+                                calib_count=calib_count, amax=amax)
+    precision, sparse, exclude, calib, calib_count, amax = config.options()
+    variant = config.variant(qdq_placement)
     # parsed and hashed once for the whole build
     src = SourceModel.of(onnx_path)
     contract = check_streaming_onnx(src)
     name = check_engine_name(name or engine_model_name(contract.name, src))
     root = Path(out_dir) if out_dir is not None else engines_root()
-    dest = root / engine_folder_name(name, precision, BACKEND, sparse)
+    dest = root / engine_folder_name(name, precision, BACKEND, sparse, variant=variant)
     label = precision + ("+2:4 sparse" if sparse else "")
     warn_replacing_other_model(dest, src)
+    warn_replacing_other_flags(dest, variant)
     with LOG.stage(f"build {BACKEND} {label} engine {dest}"), atomic_folder(dest, "engine folder") as tmp:
         model_dst = tmp / MODEL_FILE
         fields = prepare_onnx(src, model_dst, precision=precision, sparse=sparse, exclude=exclude,
-                              calib=calib, calib_count=calib_count, amax=amax, config=config, placement=qdq_placement)
+                              calib=calib, calib_count=calib_count, amax=amax, config=config, placement=qdq_placement,
+                              final_path=dest / MODEL_FILE)
         _smoke_test(model_dst, StreamContract.from_onnx(model_dst))
-        _placement_hint(fields.get("int8"))
         head = manifest_head(name=name, backend=BACKEND, precision=precision, sparse=sparse,
                              model_file=MODEL_FILE, model_path=model_dst, parent=src)
         write_manifest(tmp, {
@@ -145,7 +152,7 @@ def build_ort(onnx_path: Any, out_dir: str | Path | None = None, name: str | Non
             "session": _session_options(model_dst),
             "calibration_sha256": fields["calibration_sha256"],
             "tools": _tool_versions(precision),
-            "flags": {**head["flags"], "exclude": list(exclude), "calib": None if calib is None else str(calib),
+            "flags": {**head["flags"], **variant, "exclude": list(exclude), "calib": None if calib is None else str(calib),
                       "calib_count": int(calib_count) if precision == "int8" else None},
             "reports": {k: fields[k] for k in ("sparsity", "fp16", "int8") if fields[k] is not None},
             "contract": contract.to_metadata(),
@@ -206,13 +213,3 @@ class OrtEngineFromOnnx(Stage):
         """Build and return the engine folder (Path); see :func:`build_ort`."""
         return build_ort(self.onnx_path, out_dir=self.out_dir, name=self.name, **self.options)
 
-
-def _placement_hint(int8: dict | None) -> None:
-    """Log, for an INT8 build with TensorRT's placement, that ONNX Runtime's CPU fusion wants ``ort_matmul``."""
-    if not int8 or int8.get("placement") != "trt":
-        return
-    unfused = len((int8.get("ort_fusion") or {}).get("unfused_weighted") or [])
-    if unfused:
-        LOG.info("placement trt is TensorRT's: ONNX Runtime CPU runs %d of its weighted ops in float between Q/DQ "
-                 "here; --int8-placement ort_matmul is the CPU placement (fused INT8 kernels, one hop per call; "
-                 "docs/bench/bench_targets.json)", unfused)

@@ -63,14 +63,28 @@ def manifest_head(*, name: str, backend: str, precision: str, sparse: bool, mode
     }
 
 
+QUANTIZED_OPS = frozenset({"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "DynamicQuantizeMatMul",
+                           "MatMulIntegerToFloat", "MatMulInteger", "ConvInteger", "QLinearConv", "QLinearMatMul"})
+"""frozenset[str]: ops that mark an already quantized (INT8) model: no build starts from one."""
+
+
 def check_streaming_onnx(src: Path | SourceModel) -> StreamContract:
-    """Return the stream contract of ``src`` (Path, or a SourceModel: parsed once).
+    """Return the stream contract of ``src`` (Path, or a SourceModel: parsed once): the one source check every
+    build (ONNX Runtime, TensorRT, Triton; FP32, FP16, INT8) makes before any work.
 
     Raises:
         ArtifactError: file missing/corrupt, no cosyedge metadata, or no state pairs (not streamified).
+        UsageError: the model (or a Scan body in it) already holds Q/DQ or quantized ops (:data:`QUANTIZED_OPS`: an
+            INT8 engine's ``model.onnx``), one line naming its FP32 parent as what to build from.
     """
-    contract = SourceModel.of(src).contract
+    src = SourceModel.of(src)
+    contract = src.contract
     contract.require_streaming(src)
+    from cosyedge.precision.bodies import iter_graphs
+
+    if any(n.op_type in QUANTIZED_OPS for g in iter_graphs(src.proto.graph) for n in g.node):
+        raise UsageError(f"{src.path} already holds Q/DQ nodes (an INT8 model): build from its FP32 parent (an "
+                         f"engine's manifest.json names it as 'parent_path')")
     return contract
 
 
@@ -87,7 +101,8 @@ def _copy_onnx(src: Path, dest: Path) -> None:
 def prepare_onnx(onnx_path: Any, dest: str | Path, *, precision: str = "fp32", sparse: bool = False,
                  exclude: Iterable[str] = (), calib: str | Path | None = None,
                  calib_count: int = DEFAULT_CALIB_COUNT, amax: str | Path | None = None,
-                 config: BuildConfig | None = None, placement: str = "trt") -> dict:
+                 config: BuildConfig | None = None, placement: str = "trt",
+                 final_path: str | Path | None = None) -> dict:
     """Write the precision ONNX ``dest`` from a streaming FP32 ONNX (sparsify, then FP16/INT8/copy).
 
     Args:
@@ -107,6 +122,8 @@ def prepare_onnx(onnx_path: Any, dest: str | Path, *, precision: str = "fp32", s
         placement (str): INT8 Q/DQ placement for the backend (:func:`~cosyedge.precision.int8.int8_onnx`):
             ``trt`` (TensorRT, Triton; the default), ``ort`` or ``ort_matmul`` (ONNX Runtime CPU); ``config.placement``
             wins when set.
+        final_path (str | Path | None): Where ``dest`` ends up once the caller's temp folder is renamed into place:
+            the path the INT8 report and log line name (None: ``dest``).
     Returns:
         dict: manifest fields: ``precision``, ``sparse``, ``exclude``, ``parent_sha256`` of the FP32
         input is added by the caller; ``sparsity`` (report of :func:`~cosyedge.precision.sparsity.sparsify_onnx`
@@ -157,7 +174,8 @@ def prepare_onnx(onnx_path: Any, dest: str | Path, *, precision: str = "fp32", s
                                       cache_name=f"{contract.name}-sparse" if sparse else None,
                                       bias_correction=cal.bias_correction, min_snr_db=cal.min_snr_db)
             placement = config.placement or placement
-            res = int8_onnx(stage_in, dest, exclude=exclude, calibration=calibration, placement=placement)
+            res = int8_onnx(stage_in, dest, exclude=exclude, calibration=calibration, placement=placement,
+                            final_path=final_path)
             fields["int8"] = res
             fields["calibration_sha256"] = res["calibration_manifest_sha256"]  # the one key int8_onnx returns
         elif not sparse:
@@ -189,5 +207,34 @@ def warn_replacing_other_model(dest: Path, parent: Path | SourceModel) -> None:
                     "%s (%s...); pass --name to keep both", dest, str(old)[:12], Path(parent).name, new[:12])
 
 
-__all__ = ["DEFAULT_CALIB_COUNT", "check_streaming_onnx", "manifest_head", "warn_replacing_other_model",
+def warn_replacing_other_flags(dest: Path, variant: dict) -> None:
+    """Log one warning line when the engine folder ``dest`` already holds an INT8 engine of another variant (its
+    manifest's placement, bias correction or minimum SNR, :func:`cosyedge.builders.names.variant_of_manifest`,
+    differ from ``variant``, the build about to replace it), naming the differing flags. A non-default variant
+    builds into its own folder (:func:`cosyedge.builders.names.engine_folder_name`), so this only fires for folders
+    written before the variant was in the name. Unreadable or absent manifests and non-INT8 engines are ignored."""
+    import json
+
+    from cosyedge.artifacts import MANIFEST_NAME
+    from cosyedge.builders.names import variant_diff, variant_of_manifest
+
+    try:
+        raw = json.loads((Path(dest) / MANIFEST_NAME).read_text())
+        old = variant_of_manifest(raw)
+    except (OSError, ValueError, AttributeError):
+        return
+    if old.get("int8_placement") is None or variant.get("int8_placement") is None:
+        return
+    diff = variant_diff(old, variant)
+    if diff:
+        from cosyedge.builders.names import engine_folder_name
+
+        now = engine_folder_name(str(raw.get("name")), "int8", str(raw.get("backend")), bool(raw.get("sparse")),
+                                 variant=old)
+        LOG.warning("%s holds an INT8 engine built with other flags (%s); replacing it (an INT8 build with those "
+                    "flags now writes %s)", dest, "; ".join(diff), now)
+
+
+__all__ = ["DEFAULT_CALIB_COUNT", "QUANTIZED_OPS", "check_streaming_onnx", "manifest_head",
+           "warn_replacing_other_flags", "warn_replacing_other_model",
            "precision_from_flags", "prepare_onnx"]

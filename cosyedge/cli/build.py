@@ -54,7 +54,11 @@ def build(onnx_path, fp16, int8, sparse, exclude, calib, calib_count, placement,
     """Build an FP32/FP16/INT8 (optionally 2:4-sparse) engine folder for one backend.
 
     Writes <out-dir>/<name>-<precision>[-sparse]-<backend>/ with the precision ONNX, the backend's
-    artifact and manifest.json (model and calibration hashes, flags, tool versions, reports). A model
+    artifact and manifest.json (model and calibration hashes, flags, tool versions, reports). A non-default
+    INT8 variant gets its own folder, e.g. <name>-int8-ort_matmul-biascorr-minsnr42-onnxruntime (placement,
+    --bias-correction, --int8-min-snr), so INT8 variants never replace each other (a build that replaces
+    an engine of other INT8 flags says so in one line). A source ONNX that already holds Q/DQ nodes (an
+    INT8 engine's model.onnx) is refused for every precision and backend (exit 2). A model
     derived from another one (it records its dense parent, or was pruned by 'cosyedge sparsify') carries
     that one's name, so its <name> is <model>-<sha256[:8]> (reference-60b615af-int8-sparse-onnxruntime for
     the bundled fine-tuned 2:4 model): it never replaces the dense model's engines.
@@ -90,4 +94,21 @@ def build(onnx_path, fp16, int8, sparse, exclude, calib, calib_count, placement,
     folder = build_folder(onnx_path, config, backend, name=name, out_dir=out_dir, dla_core=dla_core,
                           gpu_fallback=gpu_fallback, max_batch_size=max_batch_size, max_sequences=max_sequences,
                           instances=instances, instance_kind=instance_kind, chunk_samples=chunk_samples)
+    _hint(folder)
     click.echo(str(folder))
+
+
+def _hint(folder) -> None:
+    """Log :func:`cosyedge.precision.ort_fusion.placement_hint` for an ONNX Runtime INT8 engine folder."""
+    from cosyedge.artifacts import EngineManifest
+    from cosyedge.errors import CosyEdgeError
+    from cosyedge.log import LOG
+    from cosyedge.precision.ort_fusion import placement_hint
+
+    try:
+        manifest = EngineManifest.load(folder)
+    except CosyEdgeError:  # a Triton repository's manifest, etc.: nothing to add
+        return
+    line = placement_hint(manifest.int8) if manifest.backend == "onnxruntime" else None
+    if line:
+        LOG.info("%s", line)

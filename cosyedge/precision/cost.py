@@ -36,6 +36,23 @@ def output_cost(source: Any, candidate: str | Path, who: str, what: str, advice:
         float | None: the SNR in dB (``inf`` when identical); None for a model that does not stream one audio input
         to audio (a VAD, a features model: ``cosyedge compare`` measures those) or that does not run.
     """
+    snr = demo_snr(source, candidate)
+    if snr is None:
+        return None
+    on = f"on noisy speech (the first {SECONDS:g} s of the demo recording)"
+    if snr < WARN_SNR_DB:
+        LOG.warning("%s: output SNR %.1f dB vs the FP32 model %s: %s changed this model audibly (measure with "
+                    "cosyedge compare; %s)", who, snr, on, what, advice)
+    else:
+        LOG.info("%s: output SNR %.1f dB vs the FP32 model %s", who, snr, on)
+    return snr
+
+
+def demo_snr(source: Any, candidate: str | Path) -> float | None:
+    """The number :func:`output_cost` logs, without logging it: output SNR (dB, float; ``inf`` when identical) of
+    ``candidate`` vs ``source`` (SourceModel) over the first :data:`SECONDS` of the bundled noisy recording, both
+    streamed from zero state one hop per call; None for a model that does not stream one audio input to audio or
+    does not run."""
     from cosyedge.audio import load_audio, to_model_input
     from cosyedge.errors import CosyEdgeError
     from cosyedge.precision.fp16 import output_snr_db
@@ -47,13 +64,6 @@ def output_cost(source: Any, candidate: str | Path, who: str, what: str, advice:
         x, sr = load_audio(DEMO_NOISY)
         speech = to_model_input(x[: int(SECONDS * sr)], sr, contract.sample_rate_hz)
         speech = speech[: len(speech) // contract.hop_samples * contract.hop_samples]
-        snr = float(output_snr_db(source, candidate, speech))
+        return float(output_snr_db(source, candidate, speech))
     except (CosyEdgeError, ValueError, KeyError):
         return None
-    on = f"on noisy speech (the first {len(speech) / contract.sample_rate_hz:.3g} s of the demo recording)"
-    if snr < WARN_SNR_DB:
-        LOG.warning("%s: output SNR %.1f dB vs the FP32 model %s: %s changed this model audibly (measure with "
-                    "cosyedge compare; %s)", who, snr, on, what, advice)
-    else:
-        LOG.info("%s: output SNR %.1f dB vs the FP32 model %s", who, snr, on)
-    return snr

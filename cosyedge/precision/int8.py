@@ -75,7 +75,7 @@ def resolve_calibration_set(calib: Any, count: int = 2048):
 def int8_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, calib: Any = None, exclude=(), count: int = 2048,
               amax: str | Path | None = None, threads: int = 1, cache_name: str | None = None,
               calibration: Calibration | None = None, placement: str = "trt", bias_correction: bool = False,
-              min_snr_db: float | None = None, holdout=None) -> dict:
+              min_snr_db: float | None = None, holdout=None, final_path: str | Path | None = None) -> dict:
     """Calibrate (or reuse the amax cache) and write the INT8 Q/DQ streaming ONNX atomically.
 
     Args:
@@ -111,6 +111,8 @@ def int8_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, calib: Any = None,
             ``calibration.min_snr_db``. None (default): no fallback.
         holdout (Iterable[str | Path | np.ndarray] | None): Held-out speech for ``min_snr_db``
             (:func:`cosyedge.precision.fallback.holdout_audio`); None: the bundled demo recording.
+        final_path (str | Path | None): Where ``out_path`` will end up (a build writes into a temp folder that is then
+            renamed): the path the log line and ``output`` name. None: ``out_path``.
     Returns:
         dict: manifest fields: ``precision`` ("int8"), ``amax_path``, ``trt_calibration_cache``,
         ``calibration_manifest_sha256``, ``calibration_utterances``, ``model_sha256`` (the FP32 parent),
@@ -120,8 +122,12 @@ def int8_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, calib: Any = None,
         ``quantized``, ``share``, ``float_ops``), logged in one line (a warning below 50 %); ``placement`` and
         ``activation_type`` (``int8`` | ``uint8``) of the Q/DQ; ``ort_fusion``: what ONNX Runtime's CPU EP on this
         machine fuses (:func:`cosyedge.precision.ort_fusion.ort_fusion_report`), logged in one line;
-        ``bias_correction``: None, or ``{"utterances", "layers": {matmul: {"norm", "bias_norm"}}}`` (L2 norms of the
-        correction and of the bias it was subtracted from); ``matmul_form`` (``ort_matmul``): the rewrite's counts;
+        ``bias_correction``: None, or ``{"utterances", "layers": {matmul: {"norm", "bias_norm"}}, "snr_db_with",
+        "snr_db_without", "delta_db"}`` (L2 norms of the correction and of the bias it was subtracted from; the output SNR
+        vs FP32 on the demo recording, :func:`cosyedge.precision.cost.demo_snr`, with and without the correction, logged
+        in one line, a warning when the correction lowers it); ``placement_requested``: the placement asked for
+        (``placement`` is what was applied: ``trt`` in Scan bodies, whatever was asked); ``placement_note``: None, or
+        why the request was not applied (a Scan-body model asked for ``ort_matmul``/``ort`` or bias correction); ``matmul_form`` (``ort_matmul``): the rewrite's counts;
         ``fallback``: None, or what :func:`cosyedge.precision.fallback.search` measured (``target_db``,
         ``initial_snr_db``, ``final_snr_db``, ``met``, ``kept_float`` [{name, alone_snr_db, snr_after_db}],
         ``sensitivity``, ``evaluations``, ``holdout``, ``quantized_mac_share``); the layers it keeps float are in
@@ -168,7 +174,7 @@ def int8_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, calib: Any = None,
 
     if any(n.op_type in ("QuantizeLinear", "DequantizeLinear") for g in iter_graphs(model.graph) for n in g.node):
         raise UsageError(f"{src} already holds Q/DQ nodes; give the FP32 streaming model")
-    plans = None
+    plans, placement_note = None, None
     # ort_matmul writes one-step GRUs as cells of DynamicQuantizeMatMul (qdq_matmul.quantize_dynamic): --exclude
     # may name a GRU to keep it float
     grus = {n.name for n in model.graph.node if n.op_type == "GRU"} if placement == "ort_matmul" else set()
@@ -179,6 +185,13 @@ def int8_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, calib: Any = None,
         plans = int8_bodies.body_plans(model, contract, exclude)
         to_quantize = [w for p in plans for w in p.quantize]
         kept = {k: v for p in plans for k, v in p.kept.items()}
+        if placement != "trt" or bias_correction:
+            asked = " and ".join(x for x in (f"--int8-placement {placement}" if placement != "trt" else "",
+                                             "--bias-correction" if bias_correction else "") if x)
+            placement_note = (f"Scan bodies are quantized with the trt placement; ort_matmul/bias correction apply to "
+                              f"flat graphs ({asked} not applied)")
+            LOG.warning("int8: %s: %s", src.name, placement_note)
+            bias_correction = False
     else:
         to_quantize, kept = qdq.select_nodes(model, [i.name for i in contract.stream_inputs], contract.output,
                                              exclude)
@@ -221,8 +234,9 @@ def int8_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, calib: Any = None,
                                                 BIAS_CORRECTION_UTTERANCES, threads)
         bias_info = {"utterances": min(BIAS_CORRECTION_UTTERANCES, len(cset)), "layers": {}}
 
-    def build(names: set[str]) -> tuple:
-        """The Q/DQ model (not finalized) quantizing the weighted nodes in ``names``, and insert_qdq's report."""
+    def build(names: set[str], shift=shift) -> tuple:
+        """The Q/DQ model (not finalized) quantizing the weighted nodes in ``names``, and insert_qdq's report
+        (``shift``: the bias corrections, None for none)."""
         if mm_form is not None:
             m = _copy(mm_model)
             rep = qdq_matmul.insert_qdq_matmul(m, data["amax"], [n for n in mm_names
@@ -279,7 +293,8 @@ def int8_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, calib: Any = None,
         _smoke_test(out_model, contract, src)
         macs = int8_bodies.mac_share(out_model, contract) if plans is not None else mac_share(out_model, contract)
         io.save_model(out_model, out_path)
-    LOG.info("INT8 model %s: %d Q/DQ pairs, %d nodes quantized, kept in float: %s", out_path,
+    shown = Path(final_path) if final_path is not None else out_path
+    LOG.info("INT8 model %s: %d Q/DQ pairs, %d nodes quantized, kept in float: %s", shown,
              report["qdq_pairs"], len(to_quantize), ", ".join(sorted(kept)) or "none")
     if macs["share"] < LOW_SHARE:
         LOG.warning("%s (below %d %%: most of this INT8 build runs in float)", share_line(macs), 100 * LOW_SHARE)
@@ -307,10 +322,12 @@ def int8_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, calib: Any = None,
     snr = output_cost(source, out_path, "int8", "INT8 quantization",
                       "keep sensitive layers float with --exclude or --int8-min-snr, or calibrate on more of your "
                       "own audio")
+    if bias_info is not None:
+        bias_info.update(_bias_effect(source, out_path, snr, build({w.name for w in to_quantize}, None)[0], src))
     return {
         "precision": PRECISION,
         "output_snr_db": snr,
-        "output": str(out_path),
+        "output": str(shown),
         "output_sha256": sha256_file(out_path),
         "model_sha256": model_sha,
         "amax_path": str(amax_path),
@@ -324,12 +341,40 @@ def int8_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, calib: Any = None,
         "excluded_nodes": dict(sorted(kept.items())),
         "macs": macs,
         "placement": report["placement"],
+        "placement_requested": placement,
+        "placement_note": placement_note,
         "activation_type": report["activation_type"],
         "ort_fusion": fusion,
         "bias_correction": bias_info,
         "matmul_form": None if mm_form is None else mm_form["counts"],
         "fallback": fallback,
     }
+
+
+def _bias_effect(source: Any, out_path: Path, snr_with: float | None, plain: Any, src: Path) -> dict:
+    """Measure what bias correction did: the output SNR (dB) vs FP32 on the demo recording
+    (:func:`cosyedge.precision.cost.demo_snr`) of ``plain`` (the same INT8 model without the correction; written next
+    to ``out_path`` and removed) beside ``snr_with`` (the corrected model's); logged in one line, a warning when the
+    correction lowered it. Returns ``{"snr_db_with", "snr_db_without", "delta_db"}`` (floats or None)."""
+    from cosyedge.precision.cost import demo_snr
+    from cosyedge.surgery import io
+
+    tmp = out_path.with_name(out_path.stem + ".no-bias-correction.tmp.onnx")
+    try:
+        io.save_model(io.finalize_model(plain, where=str(src)), tmp)
+        without = demo_snr(source, tmp)
+    finally:
+        tmp.unlink(missing_ok=True)
+    if snr_with is None or without is None:
+        return {"snr_db_with": snr_with, "snr_db_without": without, "delta_db": None}
+    delta = snr_with - without
+    if delta < 0:
+        LOG.warning("int8: bias correction lowered the output SNR vs FP32 on the demo recording: %.1f dB with it, "
+                    "%.1f dB without (%+.1f dB); build without --bias-correction", snr_with, without, delta)
+    else:
+        LOG.info("int8: bias correction: output SNR vs FP32 on the demo recording %.1f dB with it, %.1f dB without "
+                 "(%+.1f dB)", snr_with, without, delta)
+    return {"snr_db_with": round(snr_with, 2), "snr_db_without": round(without, 2), "delta_db": round(delta, 2)}
 
 
 def _copy(model: Any) -> Any:

@@ -50,13 +50,26 @@ def optimized_graph(onnx_path: str | Path, out_path: str | Path) -> None:
     ort.InferenceSession(str(onnx_path), sess_options=so, providers=["CPUExecutionProvider"])
 
 
+def _graphs(graph: Any, depth: int = 0):
+    """Yield ``(graph, depth)`` for ``graph`` (depth 0) and every subgraph under it (Scan/Loop/If bodies, depth >= 1),
+    depth first."""
+    yield graph, depth
+    for n in graph.node:
+        for a in n.attribute:
+            if a.g is not None and a.g.ByteSize():
+                yield from _graphs(a.g, depth + 1)
+            for g in a.graphs:
+                yield from _graphs(g, depth + 1)
+
+
 def _weight_owner(model: Any) -> dict[str, str]:
     """Map each weight initializer that reaches a weighted op (directly or through one DequantizeLinear) to that
     op's name (dict[str, str]), in the model given to ORT."""
-    inits = {t.name for t in model.graph.initializer}
-    dq_src = {n.output[0]: n.input[0] for n in model.graph.node if n.op_type == "DequantizeLinear"}
+    inits = {t.name for g, _ in _graphs(model.graph) for t in g.initializer}
+    nodes = [n for g, _ in _graphs(model.graph) for n in g.node]
+    dq_src = {n.output[0]: n.input[0] for n in nodes if n.op_type == "DequantizeLinear"}
     owner: dict[str, str] = {}
-    for n in model.graph.node:
+    for n in nodes:
         if n.op_type in WEIGHTED_FLOAT_OPS and len(n.input) > 1:
             w = dq_src.get(n.input[1], n.input[1])
             if w in inits:
@@ -76,7 +89,9 @@ def ort_fusion_report(onnx_path: str | Path, contract: Any = None) -> dict:
     Returns:
         dict: ``fused`` ({op_type: count} of :data:`FUSED_OPS` in the optimized graph), ``fused_total`` (int),
         ``unfused_weighted`` (list[str]: float weighted ops of the optimized graph that read a DequantizeLinear
-        output: Q/DQ that did not fuse), ``qdq_left`` (int: Quantize/DequantizeLinear nodes left), ``fused_mac_share``
+        output: Q/DQ that did not fuse), ``qdq_left`` (int: Quantize/DequantizeLinear nodes left), ``qdq_in_bodies``
+        (int: how many of them sit inside subgraphs, e.g. the Scan bodies of an adopted model; every count here covers
+        the main graph and every subgraph ORT optimized), ``fused_mac_share``
         (float in [0, 1] | None: MACs per chunk of the weighted ops that became fused kernels / all MACs),
         ``machine`` (``platform.machine()``), ``onnxruntime`` (version).
     Raises:
@@ -95,11 +110,13 @@ def ort_fusion_report(onnx_path: str | Path, contract: Any = None) -> dict:
         except Exception as err:  # onnxruntime's own exception types
             raise ArtifactError(f"ONNX Runtime cannot load {onnx_path}: {first_line(err)}") from None
         opt = onnx.load(str(out))
-    nodes = list(opt.graph.node)
+    graphs = list(_graphs(opt.graph))
+    nodes = [n for g, _ in graphs for n in g.node]
     fused = Counter(n.op_type for n in nodes if n.op_type in FUSED_OPS)
     producer = {o: n for n in nodes for o in n.output}
     unfused = [n.name for n in nodes if n.op_type in WEIGHTED_FLOAT_OPS
                and any(getattr(producer.get(i), "op_type", "") == "DequantizeLinear" for i in n.input[:2])]
+    in_bodies = sum(1 for g, d in graphs if d for n in g.node if n.op_type in _QDQ)
     owner = _weight_owner(model)
     fused_owners = {owner[i] for n in nodes if n.op_type in FUSED_OPS for i in n.input if i in owner}
     share = None
@@ -114,6 +131,7 @@ def ort_fusion_report(onnx_path: str | Path, contract: Any = None) -> dict:
         share = None
     return {"fused": dict(sorted(fused.items())), "fused_total": int(sum(fused.values())),
             "unfused_weighted": sorted(unfused), "qdq_left": sum(1 for n in nodes if n.op_type in _QDQ),
+            "qdq_in_bodies": in_bodies,
             "fused_mac_share": share, "machine": platform.machine(), "onnxruntime": ort.__version__}
 
 
@@ -122,5 +140,27 @@ def fusion_line(report: dict) -> str:
     fused = ", ".join(f"{n} {op}" for op, n in report["fused"].items()) or "nothing"
     share = report["fused_mac_share"]
     share_txt = f"{100 * share:.0f} % of MACs in fused INT8 kernels" if share is not None else "MAC share unknown"
+    bodies = report.get("qdq_in_bodies")
+    where = f" ({bodies} inside Scan bodies)" if bodies else ""
     return (f"ONNX Runtime CPU ({report['machine']}) fuses {fused}; {len(report['unfused_weighted'])} weighted ops "
-            f"stay float between Q/DQ, {report['qdq_left']} Q/DQ nodes left; {share_txt}")
+            f"stay float between Q/DQ, {report['qdq_left']} Q/DQ nodes left{where}; {share_txt}")
+
+
+def placement_hint(int8: dict | None) -> str | None:
+    """The one line ``cosyedge build`` logs after an ONNX Runtime INT8 build with TensorRT's placement whose weighted
+    ops ORT leaves in float between Q/DQ (str), naming ``--int8-placement ort_matmul``; None when there is nothing to
+    say: no INT8 report, another placement, everything fused, or Q/DQ inside Scan bodies (an adopted model, where
+    only ``trt`` applies). A ``cosyedge build`` line: ``check`` and the Python API do not log it.
+
+    Args:
+        int8 (dict | None): The manifest's ``reports.int8``.
+    """
+    if not int8 or int8.get("placement") != "trt":
+        return None
+    fusion = int8.get("ort_fusion") or {}
+    unfused = len(fusion.get("unfused_weighted") or [])
+    if not unfused or fusion.get("qdq_in_bodies"):
+        return None
+    return (f"placement trt is TensorRT's: ONNX Runtime CPU runs {unfused} of its weighted ops in float between Q/DQ "
+            f"here; --int8-placement ort_matmul is the CPU placement (fused INT8 kernels, one hop per call; "
+            f"docs/bench/bench_targets.json)")

@@ -23,7 +23,9 @@ output copy.
 With ``max_streams`` > 1 the session runs the graph rewritten by :func:`cosyedge.runtime.batched.batch_rewrite`:
 ONNX Runtime's CPU Conv runs a one-frame convolution as one matrix-vector product per stream; rewritten, each
 is one GEMM per tick (the reference model at 64 streams: 10.3 -> 7.3 ms per run, 60 -> 73 real-time streams per
-core, ``docs/bench/bench_streams.json``).
+core, ``docs/bench/bench_streams.json``). An ``ort_matmul`` INT8 model's ``DynamicQuantizeMatMul`` GRU cells (activation
+scale per call) are rewritten to quantize each stream's row from its own range
+(:mod:`cosyedge.runtime.pool_dqmm`), so every stream's output is what it would be alone.
 
 Source: ONNX Runtime "I/O Binding" (onnxruntime.ai/docs/performance/tune-performance/iobinding.html);
 dynamic batching of stateful streams as in NVIDIA Triton's sequence batcher with implicit state
@@ -218,7 +220,9 @@ class StreamPool:
     def _graph(self):
         """The model for the session: the path, or (batch > 1) the rewritten ModelProto: first the batch-free
         session rewrites :data:`POOL_REWRITES` (CPU provider, no external data), then (``batch_rewrite``)
-        :func:`cosyedge.runtime.batched.batch_rewrite`."""
+        :func:`cosyedge.runtime.batched.batch_rewrite`, then (always, for correctness) each
+        ``DynamicQuantizeMatMul`` quantized per row (:func:`cosyedge.runtime.pool_dqmm.per_row_dynamic_quant`: one
+        stream's activation range never changes another's output)."""
         self.rewritten = {}
         if self.max_streams == 1:
             return self.model_path
@@ -247,6 +251,16 @@ class StreamPool:
             except Exception as err:  # noqa: BLE001 - onnx raises many types; the stored graph still runs
                 LOG.warning_once(f"stream pool: {self.model_path} runs unbatched convs (rewrite failed: "
                                  f"{first_line(err)})")
+        if any(n.op_type == "DynamicQuantizeMatMul" for n in model.graph.node):  # correctness, not speed: always
+            from cosyedge.runtime.pool_dqmm import per_row_dynamic_quant
+
+            counts["dqmm_per_row"] = per_row_dynamic_quant(model)
+            left = sum(n.op_type == "DynamicQuantizeMatMul" for n in model.graph.node)
+            if left:
+                LOG.warning_once(f"stream pool: {self.model_path} keeps {left} DynamicQuantizeMatMul (no constant "
+                                 f"int8 weight with zero point 0): their activation scale spans every stream of a "
+                                 f"tick, so a loud stream changes a quiet one's output slightly")
+            counts = {k: v for k, v in counts.items() if v}
         if not counts:
             return self.model_path
         self.rewritten = counts

@@ -121,16 +121,13 @@ def test_bias_correction_needs_ort_matmul(capsys):
     assert "ort_matmul only" in refused(rc, capsys.readouterr().err, 2)
 
 
-def test_an_ort_build_with_trt_placement_names_the_cpu_placement(caplog):
-    import logging
+def test_an_ort_build_with_trt_placement_names_the_cpu_placement():
+    from cosyedge.precision.ort_fusion import placement_hint
 
-    from cosyedge.builders.ort import _placement_hint
-
-    with caplog.at_level(logging.INFO, logger="cosyedge"):
-        _placement_hint({"placement": "trt", "ort_fusion": {"unfused_weighted": ["a", "b", "c"]}})
-        _placement_hint({"placement": "ort_matmul", "ort_fusion": {"unfused_weighted": ["a"]}})
-        _placement_hint({"placement": "trt", "ort_fusion": {"unfused_weighted": []}})
-        _placement_hint(None)
-    lines = [r.getMessage() for r in caplog.records]
-    assert len(lines) == 1 and "runs 3 of its weighted ops in float" in lines[0]
-    assert "--int8-placement ort_matmul" in lines[0]
+    line = placement_hint({"placement": "trt", "ort_fusion": {"unfused_weighted": ["a", "b", "c"]}})
+    assert "runs 3 of its weighted ops in float" in line and "--int8-placement ort_matmul" in line
+    assert placement_hint({"placement": "ort_matmul", "ort_fusion": {"unfused_weighted": ["a"]}}) is None
+    assert placement_hint({"placement": "trt", "ort_fusion": {"unfused_weighted": []}}) is None
+    assert placement_hint(None) is None
+    # an adopted model's Q/DQ sits in Scan bodies, where only trt applies: no hint
+    assert placement_hint({"placement": "trt", "ort_fusion": {"unfused_weighted": ["a"], "qdq_in_bodies": 98}}) is None

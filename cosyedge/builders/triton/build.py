@@ -244,7 +244,8 @@ def build_triton(onnx_path: Any, out_dir: str | Path | None = None, name: str | 
                                 f"batch-first ('{BATCH_DIM}' first)")
     name = check_engine_name(name or engine_model_name(contract.name, src))
     root = Path(out_dir) if out_dir is not None else engines_root()
-    dest = root / engine_folder_name(name, precision, BACKEND, sparse)
+    variant = config.variant() if config is not None else None
+    dest = root / engine_folder_name(name, precision, BACKEND, sparse, variant=variant)
     warn_replacing_other_model(dest, src)
     label = precision + ("+2:4 sparse" if sparse else "")
     with LOG.stage(f"build Triton {label} repository {dest}"), atomic_folder(dest, "Triton model repository") as tmp:
@@ -252,7 +253,8 @@ def build_triton(onnx_path: Any, out_dir: str | Path | None = None, name: str | 
         version_dir.mkdir(parents=True)
         model_dst = version_dir / ONNX_FILE
         fields = prepare_onnx(src, model_dst, precision=precision, sparse=sparse, exclude=exclude, calib=calib,
-                              calib_count=calib_count, amax=amax, config=config)
+                              calib_count=calib_count, amax=amax, config=config,
+                              final_path=dest / name / MODEL_VERSION / ONNX_FILE)
         model = load_onnx(model_dst)
         pairs = [(s.input, s.output) for s in contract.states]
         taken = {t for n in model.graph.node for t in list(n.input) + list(n.output)} | \
@@ -306,7 +308,8 @@ def build_triton(onnx_path: Any, out_dir: str | Path | None = None, name: str | 
             },
             "calibration_sha256": fields["calibration_sha256"],
             "tools": _tool_versions(precision),
-            "flags": {**head["flags"], "exclude": list(exclude), "calib": None if calib is None else str(calib),
+            "flags": {**head["flags"], **(variant or {}), "exclude": list(exclude),
+                      "calib": None if calib is None else str(calib),
                       "calib_count": int(calib_count) if precision == "int8" else None,
                       "max_batch_size": int(max_batch_size), "max_sequences": int(max_sequences),
                       "instances": int(instances), "instance_kind": instance_kind, "chunk_samples": chunk,
