@@ -76,7 +76,7 @@ def eng(built, monkeypatch):
 def test_auto_backend_on_a_tensorrt_machine_builds_ort_matmul_for_onnx_runtime(built):
     folder, lines = built
     manifest = json.loads((folder / "manifest.json").read_text())
-    assert folder.name == "reference-int8-onnxruntime" and manifest["backend"] == "onnxruntime"
+    assert folder.name == "reference-int8-ort_matmul-minsnr10-onnxruntime" and manifest["backend"] == "onnxruntime"
     assert manifest["reports"]["int8"]["placement"] == "ort_matmul"
     assert (logging.INFO, "backend auto -> onnxruntime instead: --int8-placement ort_matmul is ONNX Runtime's CPU "
                           "placement (TensorRT builds use trt)") in lines
