@@ -241,7 +241,9 @@ def int8_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, calib: Any = None,
             m = _copy(mm_model)
             rep = qdq_matmul.insert_qdq_matmul(m, data["amax"], [n for n in mm_names
                                                                   if mm_form["origin"][n] in names], shift)
-            dyn = qdq_matmul.quantize_dynamic(m, mm_form["gru_cells"], gru_keep)  # GRUs: no amax needed
+            # GRUs: no amax needed; a GRU not in ``names`` (excluded, or kept float by the fallback) stays float
+            dyn = qdq_matmul.quantize_dynamic(m, mm_form["gru_cells"],
+                                              set(gru_keep) | {g for g in mm_form["gru_cells"] if g not in names})
             rep["weights"].update({k: 1 for k in dyn["gru"]})
             rep["gru_kept"] = dyn["kept"]
             return m, rep
@@ -259,6 +261,8 @@ def int8_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, calib: Any = None,
         graph.cleanup().toposort()
         return io.graph_to_model(graph, like=model), rep
 
+    # the one-step GRUs the ort_matmul placement quantizes (DynamicQuantizeMatMul cells): fallback candidates too
+    dyn_grus = [g for g in mm_form["gru_cells"] if g not in gru_keep] if mm_form is not None else []
     fallback = None
     if min_snr_db is not None:
         from cosyedge.precision import fallback as fb
@@ -266,8 +270,8 @@ def int8_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, calib: Any = None,
         measure = fb.HoldoutSnr(source, fb.holdout_audio(contract, holdout))
         try:
             with LOG.stage(f"int8 fallback to {min_snr_db:g} dB on held-out speech"):
-                fallback = fb.search([w.name for w in to_quantize], lambda names: build(names)[0], measure,
-                                     min_snr_db)
+                fallback = fb.search([w.name for w in to_quantize] + dyn_grus, lambda names: build(names)[0],
+                                     measure, min_snr_db)
         finally:
             measure.close()
         fallback["holdout"] = "bundled demo recording (noisy.wav)" if holdout is None else \
@@ -277,9 +281,10 @@ def int8_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, calib: Any = None,
             kept[k["name"]] = f"int8 fallback: {k['alone_snr_db']:.1f} dB vs FP32 when quantized alone"
         left = set(fallback.pop("quantize"))
         to_quantize = [w for w in to_quantize if w.name in left]
+        dyn_grus = [g for g in dyn_grus if g in left]
     with LOG.stage(f"insert Q/DQ into {src.name} ({len(to_quantize)} weighted nodes, {len(kept)} kept in float)"):
-        out_model, report = build({w.name for w in to_quantize})
-        kept.update(report.pop("gru_kept", {}))
+        out_model, report = build({w.name for w in to_quantize} | set(dyn_grus))
+        kept.update({k: v for k, v in report.pop("gru_kept", {}).items() if k not in kept})
         if mm_form is not None:
             kept.update({k: "not a one-step GRU: float" for k in grus if k not in mm_form["gru_cells"]})
         if bias_info is not None:
@@ -323,7 +328,7 @@ def int8_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, calib: Any = None,
                       "keep sensitive layers float with --exclude or --int8-min-snr, or calibrate on more of your "
                       "own audio")
     if bias_info is not None:
-        bias_info.update(_bias_effect(source, out_path, snr, build({w.name for w in to_quantize}, None)[0], src))
+        bias_info.update(_bias_effect(source, out_path, snr, build({w.name for w in to_quantize} | set(dyn_grus), None)[0], src))
     return {
         "precision": PRECISION,
         "output_snr_db": snr,

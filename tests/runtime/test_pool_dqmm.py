@@ -115,3 +115,33 @@ def test_a_quiet_stream_beside_a_loud_one_equals_it_alone(gru_int8, monkeypatch)
     (mixed, _), _ = _pool(gru_int8, [quiet, loud])
     snr = 10 * np.log10((alone.astype(np.float64) ** 2).sum() / ((mixed - alone).astype(np.float64) ** 2).sum())
     assert snr < 80.0, snr  # measured 53.9 dB
+
+
+def test_the_int8_fallback_weighs_the_gru_cells_too(tmp_path):
+    """``--int8-min-snr`` with placement ort_matmul: the one-step GRU (a DynamicQuantizeMatMul cell, no amax) is a
+    fallback candidate like the convs: measured alone, and kept float when the target needs it."""
+    torch = pytest.importorskip("torch")
+    from cosyedge.precision.int8 import int8_onnx
+    from cosyedge.surgery.streamify import streamify
+    from tests.precision import int8_fixtures as fx
+    from tests.precision.test_issue37_macs import HOP, _BigGru
+
+    full, src = tmp_path / "gru.onnx", tmp_path / "gru.stream.onnx"
+    torch.onnx.export(_BigGru().eval(), (torch.zeros(1, 1, 16 * HOP),), str(full), input_names=["audio"],
+                      output_names=["enhanced"], dynamo=False, opset_version=17,
+                      dynamic_axes={"audio": {0: "N", 2: "T"}, "enhanced": {0: "N", 2: "T"}})
+    streamify(full, src, sample_rate_hz=16000, hop_samples=HOP)
+    grus = [n.name for n in onnx.load(str(src)).graph.node if n.op_type == "GRU"]
+    assert len(grus) == 1
+    info = int8_onnx(src, tmp_path / "gru.int8.onnx", calib=fx.small_calibration_set(tmp_path),
+                     placement="ort_matmul", min_snr_db=200.0)
+    fb = info["fallback"]
+    assert grus[0] in fb["sensitivity"] and np.isfinite(fb["sensitivity"][grus[0]])
+    assert not fb["met"] and fb["final_snr_db"] > fb["initial_snr_db"]
+    n_dqmm = sum(n.op_type == "DynamicQuantizeMatMul" for n in onnx.load(str(tmp_path / "gru.int8.onnx")).graph.node)
+    floated = {k["name"] for k in fb["kept_float"]}
+    # every layer but one is float at an unreachable target: the GRU is either float (no cell kernels left) or the
+    # single least sensitive layer kept INT8 (its two cell kernels)
+    assert (grus[0] in floated and n_dqmm == 0) or (grus[0] not in floated and n_dqmm == 2)
+    if grus[0] in floated:
+        assert info["excluded_nodes"][grus[0]].startswith("int8 fallback: ")
