@@ -72,6 +72,8 @@ def main(argv=None) -> int:
     ap.add_argument("--calib", type=Path, default=None, help="calibration set folder for INT8")
     ap.add_argument("--no-int8", action="store_true", help="skip INT8")
     ap.add_argument("--no-fp16", action="store_true", help="skip FP16")
+    ap.add_argument("--min-snr", type=float, default=None,
+                    help="with --placements: also one variant per placement built with --int8-min-snr this (dB)")
     ap.add_argument("--placements", default=None,
                     help="comma-separated Q/DQ placements (trt, ort, ort_matmul): one INT8 variant each")
     ap.add_argument("--bias-correction", action="store_true", help="with ort_matmul: also the bias-corrected model")
@@ -117,14 +119,16 @@ def main(argv=None) -> int:
         if args.placements and not args.no_int8:
             from cosyedge.precision.int8 import int8_onnx
 
-            runs = [(p.strip(), False) for p in args.placements.split(",") if p.strip()]
-            if args.bias_correction and ("ort_matmul", False) in runs:
-                runs.append(("ort_matmul", True))
-            for pl, bc in runs:
-                key = f"int8-{pl}" + ("-bc" if bc else "")
+            runs = [(p.strip(), False, None) for p in args.placements.split(",") if p.strip()]
+            if args.bias_correction and ("ort_matmul", False, None) in runs:
+                runs.append(("ort_matmul", True, None))
+            if args.min_snr is not None:
+                runs += [(pl, False, args.min_snr) for pl, bc, _ in list(runs) if not bc]
+            for pl, bc, min_snr in runs:
+                key = f"int8-{pl}" + ("-bc" if bc else "") + (f"-minsnr{min_snr:g}" if min_snr is not None else "")
                 t = time.perf_counter()
                 info = int8_onnx(src, tmp / f"{key}.onnx", calib=args.calib, amax=args.amax, placement=pl,
-                                 bias_correction=bc)
+                                 bias_correction=bc, min_snr_db=min_snr)
                 notes[f"{key}_build_s"] = time.perf_counter() - t
                 fusion[key] = {"fused": info["ort_fusion"]["fused"],
                                "unfused_weighted": len(info["ort_fusion"]["unfused_weighted"]),
