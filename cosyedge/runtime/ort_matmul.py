@@ -56,6 +56,18 @@ def _shapes(model: Any, names: list[str], input_shapes: dict[str, list[int]]) ->
     return shapes
 
 
+def _copy_with(model: Any, op_type: str) -> tuple:
+    """A copy of ``model`` to rewrite: (ModelProto, its graph, initializer name -> TensorProto, [(index, node)] of the
+    default-domain ``op_type`` nodes)."""
+    import onnx
+
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    g = m.graph
+    return (m, g, {t.name: t for t in g.initializer},
+            [(i, n) for i, n in enumerate(g.node) if n.op_type == op_type and n.domain in ("", "ai.onnx")])
+
+
 def einsum_matmul(model: Any, input_shapes: dict[str, list[int]], any_batch: bool = False) -> tuple[Any, int]:
     """Rewrite one-frame grouped-linear Einsums (:data:`GROUPED_EQUATIONS`, constant float32 ``W`` (g, i, h)) into a
     batched ``MatMul`` (see module docstring). Works on a copy.
@@ -74,13 +86,10 @@ def einsum_matmul(model: Any, input_shapes: dict[str, list[int]], any_batch: boo
     import onnx
     from onnx import helper, numpy_helper
 
-    m = onnx.ModelProto()
-    m.CopyFrom(model)
-    g = m.graph
-    inits = {t.name: t for t in g.initializer}
+    m, g, inits, nodes = _copy_with(model, "Einsum")
     cands = []
-    for idx, node in enumerate(g.node):
-        if node.op_type != "Einsum" or node.domain not in ("", "ai.onnx") or len(node.input) != 2:
+    for idx, node in nodes:
+        if len(node.input) != 2:
             continue
         eq = _attrs(node).get("equation", b"")
         eq = (eq.decode() if isinstance(eq, bytes) else eq).replace(" ", "")
@@ -144,14 +153,9 @@ def gru_cell(model: Any, input_shapes: dict[str, list[int]]) -> tuple[Any, int]:
     import onnx
     from onnx import helper, numpy_helper
 
-    m = onnx.ModelProto()
-    m.CopyFrom(model)
-    g = m.graph
-    inits = {t.name: t for t in g.initializer}
+    m, g, inits, nodes = _copy_with(model, "GRU")
     cands = []
-    for idx, node in enumerate(g.node):
-        if node.op_type != "GRU" or node.domain not in ("", "ai.onnx"):
-            continue
+    for idx, node in nodes:
         at = _attrs(node)
         ins = list(node.input) + [""] * (6 - len(node.input))
         if (at.get("direction", b"forward") not in (b"forward", "forward") or at.get("layout", 0) != 0

@@ -60,22 +60,29 @@ def test_a_nonzero_weight_zero_point_is_left_alone():
     assert [n.op_type for n in model.graph.node] == ["DynamicQuantizeMatMul"]
 
 
-@pytest.fixture(scope="module")
-def gru_int8(tmp_path_factory):
-    """The torch GRU test model (tests/precision/test_issue37_macs.py) quantized with placement ort_matmul: its
-    one-step GRU becomes a cell of two DynamicQuantizeMatMul."""
+def _gru_stream(d):
+    """The torch GRU test model (tests/precision/test_issue37_macs.py) exported and streamified into folder ``d``."""
     torch = pytest.importorskip("torch")
-    from cosyedge.precision.int8 import int8_onnx
     from cosyedge.surgery.streamify import streamify
-    from tests.precision import int8_fixtures as fx
     from tests.precision.test_issue37_macs import HOP, _BigGru
 
-    d = tmp_path_factory.mktemp("dqmm")
     full, src = d / "gru.onnx", d / "gru.stream.onnx"
     torch.onnx.export(_BigGru().eval(), (torch.zeros(1, 1, 16 * HOP),), str(full), input_names=["audio"],
                       output_names=["enhanced"], dynamo=False, opset_version=17,
                       dynamic_axes={"audio": {0: "N", 2: "T"}, "enhanced": {0: "N", 2: "T"}})
     streamify(full, src, sample_rate_hz=16000, hop_samples=HOP)
+    return src
+
+
+@pytest.fixture(scope="module")
+def gru_int8(tmp_path_factory):
+    """The torch GRU test model (tests/precision/test_issue37_macs.py) quantized with placement ort_matmul: its
+    one-step GRU becomes a cell of two DynamicQuantizeMatMul."""
+    from cosyedge.precision.int8 import int8_onnx
+    from tests.precision import int8_fixtures as fx
+
+    d = tmp_path_factory.mktemp("dqmm")
+    src = _gru_stream(d)
     out = d / "gru.int8.onnx"
     int8_onnx(src, out, calib=fx.small_calibration_set(d), placement="ort_matmul")
     assert sum(n.op_type == "DynamicQuantizeMatMul" for n in onnx.load(str(out)).graph.node) == 2
@@ -120,17 +127,10 @@ def test_a_quiet_stream_beside_a_loud_one_equals_it_alone(gru_int8, monkeypatch)
 def test_the_int8_fallback_weighs_the_gru_cells_too(tmp_path):
     """``--int8-min-snr`` with placement ort_matmul: the one-step GRU (a DynamicQuantizeMatMul cell, no amax) is a
     fallback candidate like the convs: measured alone, and kept float when the target needs it."""
-    torch = pytest.importorskip("torch")
     from cosyedge.precision.int8 import int8_onnx
-    from cosyedge.surgery.streamify import streamify
     from tests.precision import int8_fixtures as fx
-    from tests.precision.test_issue37_macs import HOP, _BigGru
 
-    full, src = tmp_path / "gru.onnx", tmp_path / "gru.stream.onnx"
-    torch.onnx.export(_BigGru().eval(), (torch.zeros(1, 1, 16 * HOP),), str(full), input_names=["audio"],
-                      output_names=["enhanced"], dynamo=False, opset_version=17,
-                      dynamic_axes={"audio": {0: "N", 2: "T"}, "enhanced": {0: "N", 2: "T"}})
-    streamify(full, src, sample_rate_hz=16000, hop_samples=HOP)
+    src = _gru_stream(tmp_path)
     grus = [n.name for n in onnx.load(str(src)).graph.node if n.op_type == "GRU"]
     assert len(grus) == 1
     info = int8_onnx(src, tmp_path / "gru.int8.onnx", calib=fx.small_calibration_set(tmp_path),
