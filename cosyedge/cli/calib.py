@@ -90,11 +90,12 @@ def amax(onnx_path, calib_dir, threads, force, trt_version):
 @click.option("--exclude", multiple=True, metavar="NODE", help="Keep this weighted node in float (repeatable).")
 @click.option("--threads", type=int, default=1, show_default=True, callback=warn_threads_above_cpus,
               help="ONNX Runtime threads for calibration.")
-@click.option("--placement", default="trt", show_default=True, metavar="NAME",
-              help="Q/DQ placement: trt, ort or ort_matmul (MatMulIntegerToFloat on ONNX Runtime x86 CPU).")
+@click.option("--placement", "--int8-placement", "placement", default="trt", show_default=True, metavar="NAME",
+              help="Q/DQ placement: trt, ort or ort_matmul (fused INT8 kernels on ONNX Runtime x86 CPU; the model then "
+                   "takes one hop per call).")
 @click.option("--bias-correction", is_flag=True,
               help="ort_matmul: subtract E[W_q Q(x) - W x] over the calibration set from each quantized bias.")
-@click.option("--min-snr", "min_snr", default=None, metavar="DB",
+@click.option("--min-snr", "--int8-min-snr", "min_snr", default=None, metavar="DB",
               help="Keep in float the layers whose quantization hurts most (measured on held-out speech, the bundled "
                    "demo recording) until the output SNR vs FP32 reaches DB.")
 @log_opts

@@ -126,8 +126,8 @@ def int8_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, calib: Any = None,
         "snr_db_without", "delta_db"}`` (L2 norms of the correction and of the bias it was subtracted from; the output SNR
         vs FP32 on the demo recording, :func:`cosyedge.precision.cost.demo_snr`, with and without the correction, logged
         in one line, a warning when the correction lowers it); ``placement_requested``: the placement asked for
-        (``placement`` is what was applied: ``trt`` in Scan bodies, whatever was asked); ``placement_note``: None, or
-        why the request was not applied (a Scan-body model asked for ``ort_matmul``/``ort`` or bias correction); ``matmul_form`` (``ort_matmul``): the rewrite's counts;
+        (the same as ``placement``: a request that cannot be applied is refused); ``placement_note``: None (kept for
+        manifests written before the refusal); ``matmul_form`` (``ort_matmul``): the rewrite's counts;
         ``fallback``: None, or what :func:`cosyedge.precision.fallback.search` measured (``target_db``,
         ``initial_snr_db``, ``final_snr_db``, ``met``, ``kept_float`` [{name, alone_snr_db, snr_after_db}],
         ``sensitivity``, ``evaluations``, ``holdout``, ``quantized_mac_share``); the layers it keeps float are in
@@ -138,7 +138,8 @@ def int8_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, calib: Any = None,
         UsageError: unknown ``exclude`` node; ``out_path`` equals the input; a bad ``min_snr_db`` (NaN, infinite,
             negative) or one given for a model that does not stream audio to audio; the compute sits in subgraphs INT8
             does not enter (:func:`refuse_scan_bodies`). An adopted model's leaf Scan bodies are quantized
-            (:mod:`cosyedge.precision.int8_bodies`).
+            (:mod:`cosyedge.precision.int8_bodies`), with the ``trt`` placement only: another ``placement`` or
+            ``bias_correction`` for such a model is refused.
         ArtifactError: a calibration folder without ``manifest.json``.
     """
     from cosyedge.precision import calibrate as cal
@@ -188,10 +189,8 @@ def int8_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, calib: Any = None,
         if placement != "trt" or bias_correction:
             asked = " and ".join(x for x in (f"--int8-placement {placement}" if placement != "trt" else "",
                                              "--bias-correction" if bias_correction else "") if x)
-            placement_note = (f"Scan bodies are quantized with the trt placement; ort_matmul/bias correction apply to "
-                              f"flat graphs ({asked} not applied)")
-            LOG.warning("int8: %s: %s", src.name, placement_note)
-            bias_correction = False
+            raise UsageError(f"int8: {src.name} keeps its compute in Scan bodies, which take the trt placement only "
+                             f"(ort_matmul and bias correction are for flat graphs): build without {asked}")
     else:
         to_quantize, kept = qdq.select_nodes(model, [i.name for i in contract.stream_inputs], contract.output,
                                              exclude)
@@ -299,8 +298,10 @@ def int8_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, calib: Any = None,
         macs = int8_bodies.mac_share(out_model, contract) if plans is not None else mac_share(out_model, contract)
         io.save_model(out_model, out_path)
     shown = Path(final_path) if final_path is not None else out_path
-    LOG.info("INT8 model %s: %d Q/DQ pairs, %d nodes quantized, kept in float: %s", shown,
-             report["qdq_pairs"], len(to_quantize), ", ".join(sorted(kept)) or "none")
+    LOG.info("INT8 model %s: %d Q/DQ pairs, %d nodes quantized%s, kept in float: %s", shown,
+             report["qdq_pairs"], len(to_quantize) + len(dyn_grus),
+             f" ({len(dyn_grus)} of them GRUs as dynamic INT8 cells)" if dyn_grus else "",
+             ", ".join(sorted(kept)) or "none")
     if macs["share"] < LOW_SHARE:
         LOG.warning("%s (below %d %%: most of this INT8 build runs in float)", share_line(macs), 100 * LOW_SHARE)
     else:
