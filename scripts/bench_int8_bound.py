@@ -19,8 +19,9 @@ Commands::
     python scripts/bench_int8_bound.py --json docs/bench/bench_int8_bound.json            # the reference
     python scripts/bench_int8_bound.py --onnx engines/nsnet2.stream.onnx --json nsnet2-bound.json
 
-Exit status: 0 (also when the top-level graph has no weighted op, an adopted model whose compute sits in Scan
-bodies: then the bound is ``null``); 3 when the model is missing.
+An adopted model (compute in Scan bodies, e.g. GTCRN) gets the same treatment inside its leaf bodies.
+
+Exit status: 0; 3 when the model is missing.
 """
 
 from __future__ import annotations
@@ -99,6 +100,28 @@ def free_weighted_ops(model, only=None):
     return m, replaced, kept
 
 
+def free_in_bodies(model, contract, quantized_only: bool):
+    """:func:`free_weighted_ops` in every leaf Scan body of an adopted model (a copy): (model, replaced, kept,
+    kept-float reasons of the INT8 stage); ``quantized_only``: only the ops the INT8 stage quantizes
+    (:func:`cosyedge.precision.int8_bodies.body_plans`)."""
+    import onnx
+
+    from cosyedge.precision.bodies import put_body
+    from cosyedge.precision.int8_bodies import body_plans
+
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    replaced, kept, float_kept = [], [], {}
+    for p in body_plans(m, contract):
+        only = {w.name for w in p.quantize} if quantized_only else None
+        freed, r, k = free_weighted_ops(p.model, only)
+        put_body(p.body.attr, freed.graph, p.body.graph)
+        replaced += r
+        kept += k
+        float_kept.update(p.kept)
+    return m, replaced, kept, float_kept
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--onnx", type=Path, default=None, help="FP32 streaming ONNX (default: bundled reference)")
@@ -124,20 +147,17 @@ def main(argv=None) -> int:
     x, sr = load_audio(args.audio)
     audio = np.resize(to_model_input(x, sr, contract.sample_rate_hz),
                       int(round(args.seconds * contract.sample_rate_hz))).astype(np.float32)
-    from cosyedge.precision.qdq import select_nodes, weighted_nodes
+    from cosyedge.precision.bodies import has_subgraphs
+    from cosyedge.precision.qdq import select_nodes
 
     model = onnx.load(str(src))
-    if not any(w for w in weighted_nodes(model)):
-        print(f"[!] {contract.name}: no weighted op in the top-level graph (compute inside Scan bodies, an adopted "
-              f"model): no bound measured", file=sys.stderr)
-        if args.json:
-            args.json.write_text(json.dumps({"model": {"path": str(src), "name": contract.name},
-                                             "int8_speedup_bound": None, "int8_speedup_bound_quantized_ops": None,
-                                             "note": "no weighted op in the top-level graph (Scan bodies)"}) + "\n")
-        return 0
-    quantized, float_kept = select_nodes(model, [i.name for i in contract.stream_inputs], contract.output)
-    free, replaced, kept = free_weighted_ops(model)
-    free_q, replaced_q, kept_q = free_weighted_ops(model, {w.name for w in quantized})
+    if has_subgraphs(model):  # an adopted model: the weighted ops sit in its leaf Scan bodies
+        free, replaced, kept, _ = free_in_bodies(model, contract, quantized_only=False)
+        free_q, replaced_q, kept_q, float_kept = free_in_bodies(model, contract, quantized_only=True)
+    else:
+        quantized, float_kept = select_nodes(model, [i.name for i in contract.stream_inputs], contract.output)
+        free, replaced, kept = free_weighted_ops(model)
+        free_q, replaced_q, kept_q = free_weighted_ops(model, {w.name for w in quantized})
     with tempfile.TemporaryDirectory(prefix="int8-bound-") as t:
         paths = {"free_weighted_ops": Path(t) / "free.onnx", "free_int8_ops": Path(t) / "free_q.onnx"}
         onnx.save(free, str(paths["free_weighted_ops"]))

@@ -255,3 +255,26 @@ def test_sparse_pruning_reports_its_cost_and_warns(gtcrn_onnx, tmp_path, caplog)
     assert 2.0 < report["output_snr_db"] < 10.0 < WARN_SNR_DB
     assert any("changed this model audibly" in r.getMessage() and r.levelno == logging.WARNING
                for r in caplog.records), caplog.text
+
+
+def test_int8_bound_frees_the_weighted_ops_inside_the_scan_bodies(gtcrn_onnx):
+    """scripts/bench_int8_bound.py on an adopted model: the weighted ops of the leaf Scan bodies are made free (the
+    26 the INT8 stage quantizes, or all 30 that are not grouped convs; 8 are) and the model still runs, same shapes."""
+    from cosyedge.artifacts import StreamContract
+    from cosyedge.runtime import OrtStreamSession, stream_array
+    from tests.scripts import load_script
+
+    bench = load_script("bench_int8_bound")
+    c = StreamContract.from_onnx(gtcrn_onnx)
+    m = onnx.load(str(gtcrn_onnx))
+    free_q, replaced_q, kept_q, float_kept = bench.free_in_bodies(m, c, quantized_only=True)
+    free, replaced, kept, _ = bench.free_in_bodies(m, c, quantized_only=False)
+    assert (len(replaced_q), len(replaced), len(kept)) == (26, 30, 8)
+    assert float_kept  # the recipe's DSP convs stay float, as in the INT8 build
+    x = np.sin(np.arange(16000, dtype=np.float32) * 0.05) * 0.1
+    ref = stream_array(OrtStreamSession(gtcrn_onnx), x)
+    for model in (free_q, free):
+        p = gtcrn_onnx.parent / "free.onnx"
+        onnx.save(model, str(p))
+        y = stream_array(OrtStreamSession(p), x)
+        assert y.shape == ref.shape and not np.allclose(y, ref)
