@@ -131,7 +131,7 @@ def model_rows(name: str, r: dict) -> list[dict]:
         rows.append(row(name, "int8_speedup_bound", r["int8_bound"].get("int8_speedup_bound_quantized_ops"),
                         "bench_int8_bound: fp32 p50 / p50 with the Conv/Gemm/MatMul ops INT8 quantizes made free: "
                         "no INT8 kernel for them can beat it (below 1.3 the speed-up target needs more than those "
-                        "ops; GRUs not freed; null for Scan-body models)"))
+                        "ops; GRUs not freed; inside the leaf Scan bodies of an adopted model)"))
     ratio = r.get("stream", {}).get("ratio_vs_rnnoise", {})
     if "stream" in r:
         rows.append(row(name, "paced_p50_vs_rnnoise", ratio.get("paced_p50_per_10ms"),
