@@ -42,6 +42,7 @@ from typing import Any
 import numpy as np
 
 from cosyedge._lazy import lazy_import
+from cosyedge.precision.bodies import toposort
 from cosyedge.errors import ArtifactError
 from cosyedge.precision.qdq import INT8_MAX, quantize_weight
 
@@ -86,37 +87,8 @@ def _move_bias_after_reshape(model: Any) -> int:
         g.initializer.append(onnx.numpy_helper.from_array(b.reshape(-1, 1).astype(np.float32), col))
         add.input[0], add.input[1], add.output[0] = rs.output[0], col, out
         moved += 1
-    _toposort(model)
+    toposort(model.graph)
     return moved
-
-
-def _toposort(model: Any) -> None:
-    """In place: order the top-level nodes so every input is produced before it is read."""
-    g = model.graph
-    prod = {o: i for i, n in enumerate(g.node) for o in n.output}
-    done, order, seen = set(), [], set()
-    nodes = list(g.node)
-
-    def visit(i: int) -> None:
-        stack = [(i, False)]
-        while stack:
-            k, expanded = stack.pop()
-            if k in done:
-                continue
-            if expanded:
-                done.add(k)
-                order.append(nodes[k])
-                continue
-            if k in seen:
-                continue
-            seen.add(k)
-            stack.append((k, True))
-            stack += [(prod[t], False) for t in nodes[k].input if t in prod and prod[t] not in done]
-
-    for i in range(len(nodes)):
-        visit(i)
-    del g.node[:]
-    g.node.extend(order)
 
 
 def _hop_dims(model: Any, contract: Any) -> dict[str, list]:
@@ -335,7 +307,7 @@ def insert_qdq_matmul(model: Any, amax: dict[str, float], names: list[str],
         out.append(n)
     del g.node[:]
     g.node.extend(out)
-    _toposort(model)
+    toposort(model.graph)
     used = {i for n in g.node for i in n.input}
     keep = [t for t in g.initializer if t.name in used]
     del g.initializer[:]
