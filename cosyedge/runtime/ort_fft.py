@@ -179,9 +179,10 @@ def fft_dft_convs(model: Any, input_shapes: dict[str, list[int]]) -> tuple[Any, 
         onnx.shape_inference.InferenceError: the model fails ONNX shape inference.
     """
     import onnx
-    from onnx import helper, numpy_helper
+    from onnx import numpy_helper
 
     from cosyedge.runtime.ort_fuse import _concrete
+    from cosyedge.runtime.ort_fuse import node_attrs as attrs
 
     m = onnx.ModelProto()
     m.CopyFrom(model)
@@ -190,9 +191,6 @@ def fft_dft_convs(model: Any, input_shapes: dict[str, list[int]]) -> tuple[Any, 
     cands: list = []
     new_inits: list = []
     replace: dict[int, list] = {}
-
-    def attrs(node) -> dict:
-        return {a.name: helper.get_attribute_value(a) for a in node.attribute}
 
     for idx, node in enumerate(g.node):
         if node.domain not in ("", "ai.onnx") or node.op_type not in ("Conv", "ConvTranspose"):

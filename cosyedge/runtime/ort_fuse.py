@@ -142,3 +142,11 @@ def splice(m: Any, replace: dict[int, list], new_inits: list) -> None:
     keep = [t for t in g.initializer if t.name in used]
     del g.initializer[:]
     g.initializer.extend(keep)
+
+
+def node_attrs(node: Any) -> dict:
+    """``node``'s (onnx.NodeProto) attributes as a dict of Python values (name -> int, float, bytes, list, ...), for
+    the in-memory session rewrites (:mod:`cosyedge.runtime.ort_fft`, :mod:`cosyedge.runtime.ort_matmul`)."""
+    from onnx import helper
+
+    return {a.name: helper.get_attribute_value(a) for a in node.attribute}

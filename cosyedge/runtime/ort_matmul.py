@@ -32,16 +32,11 @@ from typing import Any
 
 import numpy as np
 
+from cosyedge.runtime.ort_fuse import node_attrs as _attrs
 from cosyedge.runtime.ort_fuse import splice
 
 GROUPED_EQUATIONS = ("btgi,gih->btgh",)
 """tuple[str, ...]: Einsum equations (spaces removed) rewritten by :func:`einsum_matmul`."""
-
-
-def _attrs(node: Any) -> dict:
-    from onnx import helper
-
-    return {a.name: helper.get_attribute_value(a) for a in node.attribute}
 
 
 def _shapes(model: Any, names: list[str], input_shapes: dict[str, list[int]]) -> dict[str, tuple]:
