@@ -111,24 +111,20 @@ class HoldoutSnr:
             raise UsageError("--int8-min-snr measures the output SNR of a model that streams one audio input to "
                              "audio; this model does not (use --exclude to keep layers float)")
         self.clips = clips
-        self.hop = int(c.hop_samples)
         self.chunk = c.hop_samples * max(1, round(EVAL_CHUNK_S * c.sample_rate_hz / c.hop_samples))
         self.tmp = tempfile.TemporaryDirectory(prefix="cosyedge-fallback-")
         self.refs = self._stream(source)
         self.calls = 0
 
     def _stream(self, path: Any) -> list[np.ndarray]:
+        from cosyedge.artifacts import SourceModel
         from cosyedge.runtime.ort import OrtStreamSession
         from cosyedge.runtime.stream import stream_array
 
-        try:
-            with OrtStreamSession(path, chunk_samples=self.chunk) as s:
-                return [stream_array(s, x).astype(np.float64) for x in self.clips]
-        except Exception:  # noqa: BLE001 - a model that runs one hop per call only (ort_matmul form)
-            if self.chunk == self.hop:
-                raise
-            self.chunk = self.hop
-        with OrtStreamSession(path, chunk_samples=self.hop) as s:
+        src = SourceModel.of(path)
+        # EVAL_CHUNK_S chunks, or the one length a graph with a fixed time axis takes (an ort_matmul form: one hop)
+        chunk = src.contract.fixed_chunk_samples or self.chunk
+        with OrtStreamSession(src, chunk_samples=chunk) as s:
             return [stream_array(s, x).astype(np.float64) for x in self.clips]
 
     def __call__(self, model: Any) -> float:
