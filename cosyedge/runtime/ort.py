@@ -361,18 +361,20 @@ class OrtStreamSession(StreamSession):
         """
         c = self.contract
         model, tmp = self._fused_model()
+        disabled = disabled_optimizers_for(self._source.proto)
+
+        def load(src: Any) -> Any:
+            return session_from_onnx(src, threads=self.threads, inter_threads=self.threads,
+                                     providers=self.providers, log_severity=4, disabled_optimizers=disabled)
+
         try:
             try:
-                sess = session_from_onnx(model, threads=self.threads, inter_threads=self.threads,
-                                         providers=self.providers, log_severity=4,
-                                         disabled_optimizers=disabled_optimizers_for(self._source.proto))
+                sess = load(model)
             except Exception:
                 if tmp is None:
                     raise
                 self.fused_nodes, self.rewritten = 0, {}  # the rewritten copy does not load: the model as it is
-                sess = session_from_onnx(self.model_path, threads=self.threads, inter_threads=self.threads,
-                                         providers=self.providers, log_severity=4,
-                                         disabled_optimizers=disabled_optimizers_for(self._source.proto))
+                sess = load(self.model_path)
         except Exception as err:  # onnxruntime raises its own exception types (Fail, InvalidGraph, ...)
             raise ArtifactError(f"ONNX Runtime cannot load {self.model_path}: {first_line(err)}") from None
         finally:
