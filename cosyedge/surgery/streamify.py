@@ -234,6 +234,7 @@ def streamify_graph(graph: Any, *, hop_ticks: int, time_axes: dict[str, int] | N
             axis, no state at all, tensors already named ``state_in.*``.
         ArtifactError: ONNX Runtime cannot run the graph.
     """
+    from cosyedge.surgery.batch import fixed_batch, free_batch
     from cosyedge.surgery.facts import measure
     from cosyedge.surgery.walker import Walker
 
@@ -261,6 +262,12 @@ def streamify_graph(graph: Any, *, hop_ticks: int, time_axes: dict[str, int] | N
     # need them: drop them all (ONNX Runtime infers what it needs).
     del folded.graph.value_info[:]
     facts, values, batch_axes = measure(folded, axes, *_probe_lengths(quantum), where)
+    fixed = fixed_batch(graph)
+    if fixed is not None:  # a fixed-batch export: free its batch (proved) so every tensor gets a batch axis
+        freed = free_batch(graph, folded, axes, values, _probe_lengths(quantum), where)
+        if freed is not None:
+            folded, fixed = freed, None
+            facts, values, batch_axes = measure(folded, axes, *_probe_lengths(quantum), where)
     finer = _stride_beyond(facts, quantum, *_probe_lengths(quantum), folded)
     if finer:  # a stride the probes did not divide (3 with a hop of 160): measure again at multiples of it
         quantum = math.lcm(quantum, finer)
@@ -270,7 +277,7 @@ def streamify_graph(graph: Any, *, hop_ticks: int, time_axes: dict[str, int] | N
     out_names = [t.name for t in graph.outputs]
     first = graph.inputs[0]
     walker = Walker(graph, facts, values, batch_axes, (first.name, axes[first.name]), model=folded,
-                    t1=_probe_lengths(quantum)[0], attention_window=attention_window)
+                    t1=_probe_lengths(quantum)[0], attention_window=attention_window, fixed_batch=fixed)
     walker.walk()
     delays = walker.finish(out_names, Fraction(1, max(1, int(samples_per_tick))))
     if walker.blockers:
@@ -425,7 +432,16 @@ def prove_stream(full_model: Any, stream_model: Any, contract: StreamContract, s
     if inputs is None:
         need = max(64 * big, 8 * sg.rf_ticks + math.ceil(sg.delay_ticks), 4 * contract.sample_rate_hz * hop //
                    contract.hop_samples)
-        ticks = math.lcm(*chunks) * -(-need // math.lcm(*chunks))
+        step = math.lcm(*chunks)
+        ticks = step * -(-need // step)
+        if sg.walker.max_ticks and ticks > sg.walker.max_ticks[0]:  # an encoding table bounds the stream's length
+            limit, why = sg.walker.max_ticks
+            ticks = step * (limit // step)
+            if not ticks:
+                raise UsageError(f"{where}: {why} allows a stream of {limit} {proof.tick_unit(contract)}, fewer than "
+                                 f"the proof's chunks of {step}: the model cannot stream a chunk that long")
+            LOG.info("%s: the proof runs on %d %s, the longest stream %s allows", where, ticks,
+                     proof.tick_unit(contract), why)
         inputs = proof.proof_inputs(contract, ticks)
     else:
         ticks = next(iter(inputs.values())).shape[contract.stream_inputs[0].time_axis]

@@ -233,11 +233,17 @@ def lifted(node: Any, ctx: Any) -> None:
         inputs = {t.name for t in ctx.graph.inputs}
         batched = [i for i, t in enumerate(ins) if i not in lift and t.name
                    and (t.name in ctx.batch_axes or (ctx.is_stream(t) and t.name in inputs))]
-        other = [i for i, t in enumerate(ins) if i not in lift and i not in batched]
+        other = [i for i, t in enumerate(ins) if i not in lift and i not in batched and not _const_ok(ctx, t)]
         for i in other:
-            if not _const_ok(ctx, ins[i]):
-                raise Blocker(f"combines positions counted from the sequence start with '{ins[i].name}', which "
-                              f"depends on the sequence length or the data: it {_FUTURE}")
+            _check_operand(ctx, ins[i])
+        if other and ctx.fixed_batch is None:
+            raise Blocker(f"combines positions counted from the sequence start with '{ins[other[0]].name}', which "
+                          "runs over time but has no batch axis the batch probe found (a batch folded into another "
+                          "axis?): the positions of each stream cannot be joined to it")
+        if ctx.fixed_batch is not None and (other or batched):  # one start for every row: positions as one stream
+            for i in lift:
+                _unlift(node, i, ctx, base)
+            return RULES[op](node, ctx)
         if op == "MatMul" and (lift not in ([0], [1]) or batched):
             raise Blocker("multiplies positions by something other than a constant")
         R = max(_rank(ctx, t) if t.name else 0 for t in ins)
@@ -403,6 +409,37 @@ def _lift_outputs(node: Any, ctx: Any) -> None:
         if o.name:
             ctx.lifted.add(o.name)
             ctx.set_delay(o, 0)
+
+
+def _check_operand(ctx: Any, t: Any) -> None:
+    """Refuse positions combined with ``t`` (not a constant, no batch axis) where the full graph needs the sequence's
+    length: ``t`` is computed from the length alone (``T - pos``, ``pos / T``), or is no stream (a summary of the whole
+    sequence). A tensor that runs over time (data, per frame) passes: a fixed-batch graph joins it (:func:`_unlift`).
+
+    Raises:
+        Blocker: which of the two, naming ``t``.
+    """
+    f = ctx.fact(t)
+    data = ctx.masks.data_path(t.name) if ctx.masks is not None else "data"
+    if not data:
+        raise Blocker(f"combines positions counted from the sequence start with '{t.name}', which is computed from "
+                      f"the sequence length alone (T - pos, pos / T, positions counted from the end): it needs the "
+                      f"sequence's total length, which a stream does not know")
+    if not f.is_stream:
+        raise Blocker(f"combines positions counted from the sequence start with '{t.name}', which does not run over "
+                      "time but depends on the data (a summary of the whole sequence): it needs the whole sequence")
+
+
+def _unlift(node: Any, i: int, ctx: Any, base: str) -> None:
+    """Replace lifted input ``i`` of ``node`` by row 0 of its per-stream positions, shaped as in the full graph: for a
+    graph whose fixed batch could not be freed (:mod:`cosyedge.surgery.batch`), which runs every row of its batch from
+    the same start, so every row has the same positions."""
+    t = node.inputs[i]
+    g = ctx.op("Gather", [t, ctx.const(0)], base, {"axis": 0},
+               dtype=t.dtype if t.dtype is not None else _dtype(ctx, t))
+    ctx.facts[g.name] = ctx.fact(t)
+    ctx.set_delay(g, ctx.delay_of(t))
+    node.inputs[i] = g
 
 
 def _join(node: Any, i: int, ctx: Any, R: int, b: int, base: str) -> None:
