@@ -6,9 +6,12 @@ join the data at its batch axis, and StreamPool runs many streams in one batch. 
 a second run at batch 2, which a fixed-batch graph refuses. :func:`free_batch` makes such a graph batch-dynamic:
 
 * the graph inputs' and outputs' axis 0 (the export's fixed batch ``B``) becomes ``N``;
-* every Reshape whose target's first entry is a constant multiple ``k * B`` while its data's axis 0 is ``B`` (at
-  both probe lengths) gets ``k * (data's axis 0)`` there instead: ``x.view(1, T, H, D)`` and the heads folded into
-  the batch, ``x.view(1 * H, T, D)``, as both exporters bake them;
+* every Reshape whose target's first entry is a constant multiple ``k * B`` while its data's axis 0 is a constant
+  ``m * B`` (at both probe lengths) gets ``k * (data's axis 0) / m`` there instead: ``x.view(1, T, H, D)``, the heads
+  folded into the batch, ``x.view(1 * H, T, D)``, and unfolded again, ``x.view(1, H, T, D)`` of a ``(1 * H, T, D)``
+  tensor, as both exporters bake them;
+* every Expand of a tensor that has no batch (size 1 there) to a target whose first entry is ``k * B`` (``B`` of 2 or
+  more: an attention mask expanded to the batch) gets ``k *`` (this run's batch) there;
 
 then proves the change before it is used: the freed graph at batch ``B`` equals the export, and at batch ``2 B``
 each half equals the export run on that half alone (two different seeded signals), at two lengths. A graph whose
@@ -46,7 +49,7 @@ def fixed_batch(graph: Any) -> int | None:
 
 
 def _patch(graph: Any, b: int, values: tuple[dict, dict]) -> int:
-    """Free the batch of ``graph`` (gs.Graph, edited in place; module doc); returns the Reshapes rewritten (int)."""
+    """Free the batch of ``graph`` (gs.Graph, edited in place; module doc); returns the Reshape and Expand targets rewritten (int)."""
     for t in list(graph.inputs) + list(graph.outputs):
         shape = list(t.shape or [])
         if shape and shape[0] == b:
@@ -54,6 +57,8 @@ def _patch(graph: Any, b: int, values: tuple[dict, dict]) -> int:
     v1, v2 = values
     n = 0
     for node in list(graph.nodes):
+        if node.op == "Expand" and len(node.inputs) == 2:
+            n += _patch_expand(graph, node, b, values)
         if node.op != "Reshape" or len(node.inputs) < 2:
             continue
         data, shp = node.inputs[0], node.inputs[1]
@@ -61,14 +66,16 @@ def _patch(graph: Any, b: int, values: tuple[dict, dict]) -> int:
         d1, d2 = v1.get(data.name), v2.get(data.name)
         if s1 is None or s2 is None or d1 is None or d2 is None or s1.ndim != 1 or s2.shape != s1.shape:
             continue
-        if np.ndim(d1) == 0 or np.shape(d1)[0] != b or np.shape(d2)[0] != b:
+        if np.ndim(d1) == 0 or np.shape(d1)[0] != np.shape(d2)[0] or np.shape(d1)[0] % b:
             continue
-        first = int(s1[0])
+        first, m = int(s1[0]), np.shape(d1)[0] // b
         if first != int(s2[0]) or first <= 0 or first % b:
             continue
         base = f"{node.name}/free_batch"
         lead = _layer(graph, "Shape", [data], base, {"start": 0, "end": 1}) if _opset(graph) >= 15 else \
             _layer(graph, "Slice", [_layer(graph, "Shape", [data], base), _c([0], base), _c([1], base)], base)
+        if m != 1:  # the data's axis 0 folds m per batch row (heads: (B H, ...))
+            lead = _layer(graph, "Div", [lead, _c([m], base)], base)
         if first != b:
             lead = _layer(graph, "Mul", [lead, _c([first // b], base)], base)
         rest = _layer(graph, "Slice", [shp, _c([1], base), _c([len(s1)], base)], base)
@@ -76,6 +83,33 @@ def _patch(graph: Any, b: int, values: tuple[dict, dict]) -> int:
         n += 1
     graph.cleanup().toposort()
     return n
+
+
+def _batch_size(graph: Any, base: str) -> Any:
+    """int64 (1,): this run's batch, axis 0 of the first graph input (every input's axis 0 is the batch here)."""
+    shape = _layer(graph, "Shape", [graph.inputs[0]], base)
+    return _layer(graph, "Slice", [shape, _c([0], base), _c([1], base)], base)
+
+
+def _patch_expand(graph: Any, node: Any, b: int, values: tuple[dict, dict]) -> int:
+    """Rewrite an Expand that broadcasts a batch-less tensor to the export's batch (target ``[k * B, ...]``, the data 1
+    there: an attention mask ``mask.expand(B, 1, T, T)``) to ``k * (this run's batch)``; returns 1 when rewritten."""
+    data, shp = node.inputs
+    s1, s2 = _value(shp, values[0]), _value(shp, values[1])
+    d1 = _value(data, values[0])
+    if s1 is None or s2 is None or d1 is None or s1.ndim != 1 or s1.shape != s2.shape or not s1.size:
+        return 0
+    first = int(s1[0])
+    aligned = np.shape(d1)[0] if np.ndim(d1) == s1.size else 1
+    if b < 2 or first != int(s2[0]) or first % b or aligned != 1:
+        return 0
+    base = f"{node.name}/free_batch"
+    lead = _batch_size(graph, base)
+    if first != b:
+        lead = _layer(graph, "Mul", [lead, _c([first // b], base)], base)
+    rest = _layer(graph, "Slice", [shp, _c([1], base), _c([int(s1.size)], base)], base)
+    node.inputs[1] = _layer(graph, "Concat", [lead, rest], base, {"axis": 0})
+    return 1
 
 
 def _opset(graph: Any) -> int:
@@ -177,6 +211,6 @@ def free_batch(graph: Any, model: Any, time_axes: dict[str, int], values: tuple[
                  where, b, why, b)
         return None
     _patch(graph, b, values)
-    LOG.info("%s: exported with a fixed batch of %d: batch made dynamic (%d Reshape target%s rewritten), proved "
+    LOG.info("%s: exported with a fixed batch of %d: batch made dynamic (%d Reshape/Expand target%s rewritten), proved "
              "equal to the export at batch %d and row by row at batch %d", where, b, n, "" if n == 1 else "s", b, 2 * b)
     return freed
