@@ -56,6 +56,7 @@ def _patch(graph: Any, b: int, values: tuple[dict, dict]) -> int:
             t.shape = [BATCH_DIM] + shape[1:]
     v1, v2 = values
     n = 0
+    _UID[0] = 0  # the same names in the proved copy and in the graph itself
     for node in list(graph.nodes):
         if node.op == "Expand" and len(node.inputs) == 2:
             n += _patch_expand(graph, node, b, values)

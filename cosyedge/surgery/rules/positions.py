@@ -295,11 +295,13 @@ def lifted(node: Any, ctx: Any) -> None:
             raise Blocker("concatenates positions along the time axis")
         node.attrs["axis"] = a + 1 if a >= 0 else a
         return _lift_outputs(node, ctx)
-    if op == "Shape":
-        if "start" in node.attrs or "end" in node.attrs:
-            raise Blocker("takes part of the shape of positions")
+    if op == "Shape":  # the full graph's shape: the lifted axis dropped, then its start/end
+        rank = len(ctx.fact(ins[0]).shape1)
+        start, end = int(node.attrs.get("start", 0)), int(node.attrs.get("end", rank))
+        start, end = [max(0, min(rank, i + rank if i < 0 else i)) for i in (start, end)]
         full = ctx.op("Shape", [ins[0]], base, dtype=np.int64)
-        _become(node, "Slice", [full, ctx.const([1]), ctx.const([2 ** 62]), ctx.const([0])])
+        node.attrs.clear()
+        _become(node, "Slice", [full, ctx.const([1 + start]), ctx.const([1 + max(start, end)]), ctx.const([0])])
         for o in node.outputs:
             ctx.set_delay(o, None)
         return None
@@ -322,6 +324,8 @@ def lifted(node: Any, ctx: Any) -> None:
             _become(node, "Transpose", [g], {"perm": perm})
             node.outputs[0] = out
         return _lift_outputs(node, ctx)
+    if op in ("Gather", "Slice", "Split") and lift == [0]:
+        return _along_other_axis(node, ctx)
     if op == "Einsum":
         return _einsum(node, ctx, lift)
     if op == "Transpose":  # the lifted axis stays first, the full graph's axes move by one
@@ -333,6 +337,74 @@ def lifted(node: Any, ctx: Any) -> None:
         return _expand(node, ctx, base)
     raise Blocker(f"{op} on positions counted from the sequence start (no position rule for it: reversing or "
                   f"slicing positions needs the sequence's end)")
+
+
+def _along_other_axis(node: Any, ctx: Any) -> None:
+    """Gather (constant indices), Slice (constant starts/ends/axes/steps) or Split of positions along an axis other than
+    their time axis (torchtune's ``rope_cache[..., 0]``, a rotate-half ``x[..., :d // 2]``): the axes move by one for
+    the lifted axis.
+
+    Raises:
+        Blocker: an index, bound or axis computed at run time, or the positions' time axis (slicing or picking frames
+            of positions, which needs the sequence's end).
+    """
+    ins = node.inputs
+    f = ctx.fact(ins[0])
+    rank = len(f.shape1)
+
+    def moved(a: int) -> int:
+        a = int(a)
+        if a % rank == f.axis:
+            raise Blocker(f"{node.op} of positions along their time axis (picking or slicing frames of positions "
+                          "needs the sequence's end)")
+        return a + 1 if a >= 0 else a
+
+    if node.op == "Slice":
+        return _slice_lifted(node, ctx, moved)
+    for t in ins[1:]:
+        if t.name and not _const_ok(ctx, t):
+            raise Blocker(f"{node.op} of positions with indices or bounds computed at run time")
+    node.attrs["axis"] = moved(node.attrs.get("axis", 0))
+    return _lift_outputs(node, ctx)
+
+
+def _slice_lifted(node: Any, ctx: Any, moved: Any) -> None:
+    """Slice of positions (:func:`_along_other_axis`): constant bounds on other axes move by one; on the time axis only
+    a slice that keeps every frame at both probe lengths is allowed (x-transformers' ``freqs[:, -seq_len:]`` of
+    ``seq_len`` rows: its start, ``-T``, is computed from the length, yet it is the whole axis) and is dropped."""
+    ins = node.inputs
+    f = ctx.fact(ins[0])
+    rank = len(f.shape1)
+    probe = []
+    for value, shape in ((ctx.value, f.shape1), (ctx.value2, f.shape2)):
+        v = [value(t) if t.name else None for t in ins[1:5]] + [None] * (5 - len(ins))
+        if v[0] is None or v[1] is None:
+            raise Blocker("Slice of positions with bounds computed from the data")
+        n = np.size(v[0])
+        axes = np.arange(n) if v[2] is None else np.asarray(v[2]).reshape(-1) % rank
+        steps = np.ones(n, dtype=np.int64) if v[3] is None else np.asarray(v[3]).reshape(-1)
+        probe.append((np.asarray(v[0]).reshape(-1), np.asarray(v[1]).reshape(-1), axes, steps, shape))
+    keep = []
+    for j, a in enumerate(probe[0][2]):
+        if a == f.axis:
+            for starts, ends, _, steps, shape in probe:
+                dim = int(shape[a])
+                lo = int(starts[j]) + dim if starts[j] < 0 else int(starts[j])
+                hi = int(ends[j]) + dim if ends[j] < 0 else int(ends[j])
+                if steps[j] != 1 or max(0, lo) != 0 or min(hi, dim) != dim:
+                    raise Blocker("Slice of positions along their time axis (picking or slicing frames of positions "
+                                  "needs the sequence's end)")
+            continue
+        if any(not np.array_equal(probe[0][k][j], probe[1][k][j]) for k in range(4)):
+            raise Blocker("Slice of positions with bounds computed from the sequence length on an axis other than time")
+        keep.append(j)
+    if not keep:
+        _become(node, "Identity", [ins[0]])
+        return _lift_outputs(node, ctx)
+    starts, ends, axes, steps, _ = probe[0]
+    _become(node, "Slice", [ins[0], ctx.const([int(starts[j]) for j in keep]), ctx.const([int(ends[j]) for j in keep]),
+                            ctx.const([moved(int(axes[j])) for j in keep]), ctx.const([int(steps[j]) for j in keep])])
+    return _lift_outputs(node, ctx)
 
 
 def _expand(node: Any, ctx: Any, base: str) -> None:
