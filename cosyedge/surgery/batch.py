@@ -10,6 +10,8 @@ a second run at batch 2, which a fixed-batch graph refuses. :func:`free_batch` m
   ``m * B`` (at both probe lengths) gets ``k * (data's axis 0) / m`` there instead: ``x.view(1, T, H, D)``, the heads
   folded into the batch, ``x.view(1 * H, T, D)``, and unfolded again, ``x.view(1, H, T, D)`` of a ``(1 * H, T, D)``
   tensor, as both exporters bake them;
+* every constant operand of a broadcasting op whose axis 0 is ``B`` (2 or more) with equal rows (``torch.zeros(B)``
+  folded) becomes its first row, which broadcasts to any batch;
 * every Expand of a tensor that has no batch (size 1 there) to a target whose first entry is ``k * B`` (``B`` of 2 or
   more: an attention mask expanded to the batch) gets ``k *`` (this run's batch) there;
 
@@ -58,6 +60,8 @@ def _patch(graph: Any, b: int, values: tuple[dict, dict]) -> int:
     n = 0
     _UID[0] = 0  # the same names in the proved copy and in the graph itself
     for node in list(graph.nodes):
+        if node.op in _BROADCAST and b > 1:
+            n += _patch_constants(node, b)
         if node.op == "Expand" and len(node.inputs) == 2:
             n += _patch_expand(graph, node, b, values)
         if node.op != "Reshape" or len(node.inputs) < 2:
@@ -83,6 +87,24 @@ def _patch(graph: Any, b: int, values: tuple[dict, dict]) -> int:
         node.inputs[1] = _layer(graph, "Concat", [lead, rest], base, {"axis": 0})
         n += 1
     graph.cleanup().toposort()
+    return n
+
+
+_BROADCAST = set("Add Sub Mul Div Pow Max Min Where Equal Less Greater LessOrEqual GreaterOrEqual And Or".split())
+
+
+def _patch_constants(node: Any, b: int) -> int:
+    """Replace each constant input of a broadcasting op whose axis 0 is the export's batch ``b`` (2 or more) and whose
+    rows are all equal (``torch.zeros(B)`` folded to a constant: moshi's RoPE offsets) by its first row, which
+    broadcasts to any batch; returns how many."""
+    n = 0
+    for i, t in enumerate(node.inputs):
+        if not isinstance(t, gs.Constant):
+            continue
+        v = np.asarray(t.values)
+        if v.ndim and v.shape[0] == b and all(np.array_equal(v[0], v[r]) for r in range(1, b)):
+            node.inputs[i] = gs.Constant(f"{t.name}/free_batch/{node.name}", np.ascontiguousarray(v[:1]))
+            n += 1
     return n
 
 
@@ -184,7 +206,7 @@ def _proof(model: Any, freed: Any, time_axes: dict[str, int], b: int, lengths: t
 
 
 def free_batch(graph: Any, model: Any, time_axes: dict[str, int], values: tuple[dict, dict],
-               lengths: tuple[int, int], where: str = "model") -> Any | None:
+               lengths: tuple[int, int], where: str = "model") -> tuple[Any | None, str]:
     """Make a fixed-batch graph batch-dynamic in place, proved (module doc).
 
     Args:
@@ -196,12 +218,12 @@ def free_batch(graph: Any, model: Any, time_axes: dict[str, int], values: tuple[
         lengths (tuple[int, int]): The probe lengths (input ticks) the proof runs at.
         where (str): Name for messages.
     Returns:
-        onnx.ModelProto | None: the freed model (``graph`` now matches it), or None when the graph has no fixed
-        batch or the freed graph fails the proof (``graph`` unchanged; a log line says why).
+        tuple[onnx.ModelProto | None, str]: the freed model (``graph`` now matches it) and "", or None and why not (no
+        fixed batch: ""; the freed graph fails the proof: the reason, also logged; ``graph`` unchanged).
     """
     b = fixed_batch(graph)
     if b is None:
-        return None
+        return None, ""
     trial = graph.copy()
     n = _patch(trial, b, values)
     freed = gs.export_onnx(trial)
@@ -210,8 +232,9 @@ def free_batch(graph: Any, model: Any, time_axes: dict[str, int], values: tuple[
     if why:
         LOG.info("%s: exported with a fixed batch of %d; freeing it failed (%s): the stream graph keeps batch %d",
                  where, b, why, b)
-        return None
+        return None, why
     _patch(graph, b, values)
-    LOG.info("%s: exported with a fixed batch of %d: batch made dynamic (%d Reshape/Expand target%s rewritten), proved "
-             "equal to the export at batch %d and row by row at batch %d", where, b, n, "" if n == 1 else "s", b, 2 * b)
-    return freed
+    LOG.info("%s: exported with a fixed batch of %d: batch made dynamic (%d shape target%s and constant%s "
+             "rewritten), proved equal to the export at batch %d and row by row at batch %d", where, b, n,
+             "" if n == 1 else "s", "" if n == 1 else "s", b, 2 * b)
+    return freed, ""

@@ -264,10 +264,13 @@ def streamify_graph(graph: Any, *, hop_ticks: int, time_axes: dict[str, int] | N
     facts, values, batch_axes = measure(folded, axes, *_probe_lengths(quantum), where)
     fixed = fixed_batch(graph)
     if fixed is not None:  # a fixed-batch export: free its batch (proved) so every tensor gets a batch axis
-        freed = free_batch(graph, folded, axes, values, _probe_lengths(quantum), where)
+        freed, why = free_batch(graph, folded, axes, values, _probe_lengths(quantum), where)
         if freed is not None:
             folded, fixed = freed, None
             facts, values, batch_axes = measure(folded, axes, *_probe_lengths(quantum), where)
+        elif fixed > 1:  # streams run one at a time or together from one start: only batch 1 is kept as exported
+            raise UsageError(f"{where}: exported with a fixed batch of {fixed} that cannot be made dynamic ({why}): "
+                             "export it with batch 1 or a dynamic batch axis")
     finer = _stride_beyond(facts, quantum, *_probe_lengths(quantum), folded)
     if finer:  # a stride the probes did not divide (3 with a hop of 160): measure again at multiples of it
         quantum = math.lcm(quantum, finer)

@@ -228,6 +228,9 @@ def test_positions_stream_exactly_at_any_batch(tmp_path, name, dynamo, batch):
     """Every form, both exporters, fixed batch 1 and 2 and symbolic: the stream graph takes any batch (input ``N``),
     has one int64 (N, 1) position counter, and two different streams in one batch equal the full graph (each at the
     export's batch) from the first frame at 5 chunk sizes, within 1e-5 of the peak."""
+    if name == "torchtune_rope" and dynamo and batch != "1":
+        pytest.skip("torch.export (torch 2.13) cannot trace torchtune's rope_cache.view(-1, T, 1, D // 2, 2) at a "
+                    "batch above 1 ('Eq(Min(4096, T) // T, 2) is inconsistent'): no ONNX to streamify")
     c, errs = _stream_errors(name, tmp_path, dynamo, batch)
     assert [(s.shape, s.dtype) for s in c.states if s.kind == "position"] == [(["N", 1], "int64")], c.states
     assert c.delay_samples == 0
@@ -287,5 +290,80 @@ def test_positions_over_the_length_are_refused_as_needing_it(tmp_path, batch):
     src = export_fixed_or_symbolic(PosOverLength(), tmp_path / "pt.onnx", 1, False, batch)
     out = tmp_path / "pt.stream.onnx"
     with pytest.raises(UsageError, match=r"computed from the sequence length alone .*needs the sequence's total length"):
+        streamify(src, out, sample_rate_hz=16000, hop_samples=160, frames_per_hop=1)
+    assert not out.exists()
+
+
+class WaveAbsTable(nn.Module):
+    """Waveform (1, 1, T) fixed batch: a strided causal conv (stride 2), ``h * sqrt(C) + pe[:, :, :T/2]``, a 1x1 conv
+    and a transposed conv back to samples."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Conv1d(1, D, 4, stride=2)
+        self.b = nn.Conv1d(D, D, 1)
+        self.up = nn.ConvTranspose1d(D, 1, 2, stride=2)
+        self.register_buffer("pe", 0.1 * _sinusoid_table(40000).T[None])
+
+    def forward(self, x):
+        h = self.a(nn.functional.pad(x, (2, 0)))
+        return self.up(torch.tanh(self.b(h * 0.25 + self.pe[:, :, :h.shape[2]])))
+
+
+@pytest.mark.slow
+def test_a_freed_fixed_batch_keeps_pool_and_precision_guarantees(tmp_path):
+    """A waveform model exported at a fixed batch of 1 with an absolute table: after streamify, StreamPool runs two
+    streams that join 7 chunks apart, each equal to its solo run (own positions); ``build --fp16`` and ``--int8`` exit
+    0 and ``cosyedge compare`` against the FP32 stream passes (exit 0) on real speech."""
+    from cosyedge.cli.main import main
+    from cosyedge.runtime import OrtStreamSession, StreamPool, stream_array
+    from tests.precision import int8_fixtures as fx
+
+    m = WaveAbsTable().eval()
+    src = tmp_path / "wave.onnx"
+    with torch.no_grad():
+        torch.onnx.export(m, (torch.randn(1, 1, 640),), str(src), input_names=["audio"], output_names=["enhanced"],
+                          opset_version=17, dynamo=False, dynamic_axes={"audio": {2: "T"}, "enhanced": {2: "T"}})
+    out = tmp_path / "wave.stream.onnx"
+    c = streamify(src, out, sample_rate_hz=16000, hop_samples=160)
+    assert c.max_stream_samples == 80000 and [s.shape for s in c.states if s.kind == "position"] == [["N", 1]]
+    from cosyedge.surgery.proof import demo_audio
+
+    x = demo_audio(16000, 6400)
+    with OrtStreamSession(out, chunk_samples=160) as s:
+        solo = stream_array(s, x)
+    got = {0: [], 1: []}
+    with StreamPool(out, max_streams=4, chunk_samples=160) as pool:
+        a = pool.join()
+        ids, b = {a: 0}, None
+        for i in range(0, 6400 + 7 * 160, 160):
+            if i == 7 * 160:
+                b = pool.join()
+                ids[b] = 1
+            if i < 6400:
+                pool.submit(a, x[i:i + 160].copy())
+            if b is not None:
+                pool.submit(b, x[i - 7 * 160:i - 6 * 160].copy())
+            for sid, y in pool.tick().items():
+                got[ids[sid]].append(np.asarray(y).reshape(-1).copy())
+    for k in (0, 1):
+        y = np.concatenate(got[k])
+        assert len(y) == 6400 and np.abs(y - solo[:len(y)]).max() <= 1e-6
+    d = fx.write_recordings(tmp_path / "rec", count=16)
+    assert main(["calib", "make", "--from", str(d), "--out", str(tmp_path / "calib")]) == 0
+    for flags in (["--fp16"], ["--int8", "--calib", str(tmp_path / "calib")]):
+        eng = tmp_path / ("e" + flags[0])
+        assert main(["build", "-q", "--onnx", str(out), "--backend", "onnxruntime", "-o", str(eng)] + flags) == 0
+        folder = next(p.parent for p in eng.glob("*/model.onnx"))
+        assert main(["compare", "-q", str(out), str(folder), "--seconds", "3"]) == 0, flags
+
+
+def test_a_fixed_batch_of_two_that_cannot_be_freed_is_refused(tmp_path):
+    """A fixed batch of 2 that the graph depends on (rows mixed: ``h[0]``) is refused in one line naming the batch,
+    why it stays fixed and the export fix; nothing is written."""
+    src = export_fixed_or_symbolic(Unfreeable(), tmp_path / "unfree2.onnx", 2, False, "2")
+    out = tmp_path / "unfree2.stream.onnx"
+    with pytest.raises(UsageError, match=r"exported with a fixed batch of 2 that cannot be made dynamic \(batch 4 .*\): "
+                                         r"export it with batch 1 or a dynamic batch axis"):
         streamify(src, out, sample_rate_hz=16000, hop_samples=160, frames_per_hop=1)
     assert not out.exists()
