@@ -160,3 +160,53 @@ def train_reference_module():
     from tests.scripts import load_script
 
     return load_script("train_reference")
+
+
+class MelFrameStreamer(nn.Module):
+    """An already-streaming encoder over one mel frame per call, as streaming ASR front ends are exported: a causal
+    conv over time whose last ``kernel - 1`` frames are a cache, then a GRU whose hidden state is the second cache.
+
+    forward(mel (N, 1, F), cache_conv (N, F, kernel - 1), cache_gru (1, N, H)) -> (enc (N, 1, H),
+    new_cache_conv (N, F, kernel - 1), new_cache_gru (1, N, H)), float32 throughout.
+    """
+
+    def __init__(self, feats: int = 80, hidden: int = 32, kernel: int = 3):
+        super().__init__()
+        self.conv = nn.Conv1d(feats, hidden, kernel)
+        self.gru = nn.GRU(hidden, hidden, batch_first=True)
+        self.feats, self.hidden, self.kernel = feats, hidden, kernel
+
+    def forward(self, mel: torch.Tensor, cache_conv: torch.Tensor, cache_gru: torch.Tensor):
+        x = torch.cat([cache_conv, mel.transpose(1, 2)], dim=2)  # (N, F, kernel)
+        h = torch.tanh(self.conv(x)).transpose(1, 2)  # (N, 1, H)
+        y, new_gru = self.gru(h, cache_gru)
+        return y, x[:, :, 1:], new_gru
+
+    def zeros(self, batch: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Initial caches at ``batch``: (N, F, kernel - 1) and (1, N, H) float32 zeros."""
+        return torch.zeros(batch, self.feats, self.kernel - 1), torch.zeros(1, batch, self.hidden)
+
+
+def export_one_frame(model: MelFrameStreamer, path, *, dynamo: bool, batch: int | None = None) -> None:
+    """Export :class:`MelFrameStreamer` as its authors would: inputs ``mel``, ``cache_conv``, ``cache_gru``, outputs
+    ``enc``, ``new_cache_conv``, ``new_cache_gru``; the batch fixed at ``batch`` or symbolic (None), time fixed at
+    one frame per call. Weights are inlined (no ``.onnx.data``)."""
+    n = batch or 2
+    cc, cg = model.zeros(n)
+    args = (torch.randn(n, 1, model.feats), cc, cg)
+    names_in, names_out = ["mel", "cache_conv", "cache_gru"], ["enc", "new_cache_conv", "new_cache_gru"]
+    with torch.no_grad():
+        if dynamo:
+            shapes = None
+            if batch is None:
+                b = torch.export.Dim("N")
+                shapes = ({0: b}, {0: b}, {1: b})
+            torch.onnx.export(model.eval(), args, str(path), input_names=names_in, output_names=names_out,
+                              dynamic_shapes=shapes, dynamo=True, verbose=False, external_data=False)
+        else:
+            axes = None
+            if batch is None:
+                axes = {"mel": {0: "N"}, "cache_conv": {0: "N"}, "cache_gru": {1: "N"}, "enc": {0: "N"},
+                        "new_cache_conv": {0: "N"}, "new_cache_gru": {1: "N"}}
+            torch.onnx.export(model.eval(), args, str(path), input_names=names_in, output_names=names_out,
+                              dynamic_axes=axes, dynamo=False, opset_version=17)
