@@ -262,10 +262,11 @@ class _Waveform2d(nn.Module):
         return y if self.stereo else y[:, 0]
 
 
-@pytest.mark.parametrize("stereo, shape", [(False, "['N', 'T']"), (True, "['N', 2, 'T']")])
+@pytest.mark.parametrize("stereo, shape", [(True, "['N', 2, 'T']")])
 def test_a_waveform_without_a_channel_axis_names_frames_per_hop(tmp_path, cli, stereo, shape):
     """Before: only 'graph output ... does not grow with the input length (... math.ceil/int ...)' (exit 2), which
-    sent the user to the export; --frames-per-hop 160 streams it."""
+    sent the user to the export; --frames-per-hop 160 streams it. A mono (N, T) waveform now streams as (N, 1, T)
+    without an option (tests/surgery/test_refusal_reasons.py)."""
     src, out = tmp_path / "w.onnx", tmp_path / "w.stream.onnx"
     torch.onnx.export(_Waveform2d(stereo).eval(), (torch.zeros(1, 2, 3200) if stereo else torch.zeros(1, 3200),),
                       str(src), input_names=["audio"], output_names=["enhanced"],
@@ -275,8 +276,8 @@ def test_a_waveform_without_a_channel_axis_names_frames_per_hop(tmp_path, cli, s
     lines = err.strip().splitlines()
     assert rc == 2 and len(lines) == 1
     assert lines[0].endswith(f"; note: input 'audio' {shape} was read as features at 1 frame per hop (only (N, 1, T) "
-                             "is read as a waveform): if it is a waveform (N, T) or (N, channels, T), give "
-                             "--frames-per-hop 160 (its samples per hop)")
+                             "is read as a waveform, and (N, T) when --frames-per-hop is not given): if it is a "
+                             "waveform (N, T) or (N, channels, T), give --frames-per-hop 160 (its samples per hop)")
     rc, _o, err = _streamify(cli, src, out, "--frames-per-hop", "160")
     assert rc == 0, err
     assert StreamContract.from_onnx(out).proof["max_abs"] < 1e-5
