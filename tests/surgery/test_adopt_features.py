@@ -76,6 +76,7 @@ def test_one_frame_of_mel_per_call_is_adopted_as_features_and_streams_exactly(dy
     rc, _o, err = cli("adopt", src, "-o", out, "--sample-rate-hz", SR, "--hop-samples", HOP)
     assert rc == 0, err
     assert "read as one frame of 16 features per call (time axis 1, one frame per hop)" in err
+    assert "does not tell" not in err  # the caches' symbolic N is the batch of 'mel': told, not guessed
     c = StreamContract.from_onnx(out)
     (mel_io,) = c.stream_inputs
     assert (mel_io.name, mel_io.kind, mel_io.time_axis, mel_io.frames_per_hop) == ("mel", "features", 1, 1)
