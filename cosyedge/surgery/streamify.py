@@ -81,6 +81,7 @@ class StreamGraph:
         repairs (list[tuple[str, str, int, int]]): Graph inputs and outputs whose time axis the export fixed and
             streamify made symbolic: (``"input"`` or ``"output"``, name, axis, fixed length); reported, with what
             else was repaired, by :func:`check_repaired_copy`.
+        probe_ticks (tuple[int, int]): The two lengths (input ticks) the repaired copy was measured at.
     """
 
     states: list
@@ -93,6 +94,7 @@ class StreamGraph:
     full_model: Any = None
     original_model: Any = None
     repairs: list = dataclasses.field(default_factory=list)
+    probe_ticks: tuple = ()
 
 
 def _input_time_axes(graph: Any, given: dict[str, int] | None, where: str = "") -> dict[str, int]:
@@ -447,7 +449,7 @@ def streamify_graph(graph: Any, *, hop_ticks: int, time_axes: dict[str, int] | N
 
         full = bound_full_model(folded, walker.attention_sites)
     return StreamGraph(walker.states, inputs, outputs, stride, delay_ticks, walker, walker.rf_ticks, full, folded,
-                       repairs)
+                       repairs, _probe_lengths(quantum))
 
 
 def _group_blockers(blockers: list[str]) -> list[str]:
@@ -702,18 +704,19 @@ def check_repaired_copy(model: Any, sg: StreamGraph, contract: StreamContract, *
     unit = proof.tick_unit(contract, short=True)
     said = [f"{kind} '{name}' had its time axis {axis} fixed at {fixed} by the export" for kind, name, axis, fixed
             in freed]
-    step = math.lcm(sg.stride_ticks, contract.stream_inputs[0].frames_per_hop)
     lengths = {fixed for kind, _n, _a, fixed in freed if kind == "input"}
     for kind, name, _axis, fixed in freed:
         rate = sg.walker.facts[name].rate if kind == "output" and name in sg.walker.facts else None
         if rate and (Fraction(fixed) / rate).denominator == 1:
             lengths.add(int(Fraction(fixed) / rate))
     trace = min(lengths) if len(lengths) == 1 else None
-    other = step * max(2, -(-512 // step))
-    other += step if other == trace else 0
     if not freed and not model.graph.value_info:
         return None
+    probes = tuple(sg.probe_ticks) or (512, 517)
+    other = probes[1] if probes[0] == trace else probes[0]  # a length the copy ran at when measured
     got, why = _run_as_exported(model, contract, other)
+    if got is None and _run_as_exported(sg.original_model, contract, other)[0] is None:
+        got = {}  # the copy fails there too: no repair made it run (the proof reports what fails)
     if got is not None:  # the export runs at other lengths: only the stream graph's declared shapes were repaired
         if not freed:
             return None

@@ -235,7 +235,7 @@ def test_a_repair_that_changes_results_is_refused():
     out = StreamIO("y", ["N", 1, "T"], "float32", 2, 160, 0, "audio")
     contract = StreamContract(input="x", output="y", sample_rate_hz=SR, hop_samples=160, total_stride=1,
                               delay_samples=0, states=[], name="m", inputs=[io], outputs=[out])
-    sg = SimpleNamespace(repairs=[("input", "x", 2, 640)], stride_ticks=1, walker=SimpleNamespace(facts={}),
+    sg = SimpleNamespace(repairs=[("input", "x", 2, 640)], probe_ticks=(512, 517), walker=SimpleNamespace(facts={}),
                          original_model=_scale_graph("T", 3.0))
     with pytest.raises(UsageError) as e:
         check_repaired_copy(_scale_graph(640, 2.0), sg, contract, where="m.onnx")
