@@ -168,9 +168,8 @@ def _no_time_axis_error(t: Any, shape: list, where: str, timed: str) -> UsageErr
     if len(shape) <= 1 and np.dtype(dtype).kind in "iu" and _compared_along_time(t):
         return UsageError(f"{pre}input '{t.name}' ({dtype} {shape}) is a length per sequence compared with positions "
                           f"along time (a padding mask, as make_pad_mask(lengths)): a stream has no total length, so "
-                          f"no chunk can be masked by it; export without the '{t.name}' input and its mask (every frame "
-                          f"of a stream is valid), or with the lengths computed from the input's shape "
-                          f"({timed})")
+                          f"no chunk can be masked by it; export without the '{t.name}' input and its mask (every "
+                          f"frame of a stream is valid), or with the lengths computed from the input's shape ({timed})")
     if len(shape) <= 1:
         return UsageError(f"{pre}input '{t.name}' ({dtype} {shape}) has no axis but the batch: one value per sequence, "
                           f"not a stream over time; inputs without a time axis (a speaker id, a conditioning vector) "

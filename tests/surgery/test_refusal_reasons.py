@@ -121,9 +121,9 @@ def _export_nt(path, dynamo: bool):
             torch.onnx.export(WaveformNoChannel().eval(), (x,), str(path), input_names=["audio"],
                               output_names=["enhanced"], dynamic_shapes=shapes, dynamo=True, external_data=False)
         else:
+            axes = {n: {0: "N", 1: "T"} for n in ("audio", "enhanced")}
             torch.onnx.export(WaveformNoChannel().eval(), (x,), str(path), input_names=["audio"],
-                              output_names=["enhanced"], dynamic_axes={n: {0: "N", 1: "T"} for n in ("audio", "enhanced")},
-                              dynamo=False, opset_version=17)
+                              output_names=["enhanced"], dynamic_axes=axes, dynamo=False, opset_version=17)
     return path
 
 

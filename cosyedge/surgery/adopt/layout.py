@@ -227,18 +227,19 @@ def one_frame_of_features(name: str, shape: list, outs: dict[str, list], hop: in
         return False
     size = shape[2]
     if size < hop:
-        LOG.info("%s: input '%s' (shape %s) takes %d values per call, fewer than the %d-sample hop, so it is no waveform "
-                 "block: read as one frame of %d features per call (time axis 1, one frame per hop); if it is a "
-                 "waveform block of %d samples, give --hop-samples %d", where, name, shape, size, hop, size, size, size)
+        LOG.info("%s: input '%s' (shape %s) takes %d values per call, fewer than the %d-sample hop, so it is no "
+                 "waveform block: read as one frame of %d features per call (time axis 1, one frame per hop); if it "
+                 "is a waveform block of %d samples, give --hop-samples %d", where, name, shape, size, hop, size, size,
+                 size)
         return True
     frames = [(o, d) for o, d in outs.items() if len(d) == 3 and d[1] == 1 and isinstance(d[2], int)]
     if outs and len(frames) == len(outs) and all(1 < d[2] < hop for _o, d in frames):
         block = f"{size - hop} of them context before the {hop}-sample hop" if size > hop else "one hop"
         said = ", ".join(f"{o} {d}" for o, d in frames)
-        raise UsageError(f"{where}: input '{name}' {shape} is a waveform block of {size} samples ({block}) or one frame "
-                         f"of {size} features per call, and its outputs ({said}) give no waveform at the hop: give "
-                         f"--time-axis {name}=1 if it is one frame of features per call, or --frame-samples {size} if it "
-                         f"is a waveform block")
+        raise UsageError(f"{where}: input '{name}' {shape} is a waveform block of {size} samples ({block}) or one "
+                         f"frame of {size} features per call, and its outputs ({said}) give no waveform at the hop: "
+                         f"give --time-axis {name}=1 if it is one frame of features per call, or --frame-samples "
+                         f"{size} if it is a waveform block")
     return False
 
 
