@@ -155,3 +155,15 @@ def test_a_waveform_block_shorter_than_the_hop_names_both_fixes(tmp_path, cli):
                    2)
     assert "takes 16 samples per call" in line and "give --hop-samples 16 if it is a waveform block" in line
     assert "export it as (N, 1, 16) and give --time-axis x=1" in line
+
+
+def test_a_fixed_batch_of_two_is_refused_in_one_line(tmp_path, cli):
+    """The encoder exported at a fixed batch of 2 (mel (2, 1, 16)): exit 2 naming the batch and the export fix
+    (was exit 3 with ONNX Runtime's 'Got invalid dimensions for input: mel'); nothing written."""
+    from tests.cli_errors import refused
+
+    out = tmp_path / "enc.stream.onnx"
+    line = refused(*cli("adopt", _graph(tmp_path, dynamo=False, batch=2), "-o", out, "--sample-rate-hz", SR,
+                        "--hop-samples", HOP)[::2], 2)
+    assert "features input 'mel' has a fixed batch of 2 ([2, 1, 16]): export it with batch 1 or a dynamic batch" \
+        in line and not out.exists()

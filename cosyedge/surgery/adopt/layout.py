@@ -65,7 +65,8 @@ def inspect_inputs(model: Any, pairs: list[tuple[str, str]], hop: int, *, frame_
         tuple[onnx.ModelProto, list, _Graph]: the graph (a block input made a waveform one plus its context
         state), the pairs (with the context pair) and what was found (``outs`` empty: filled after running).
     Raises:
-        UsageError: unknown or repeated names, an input left unexplained, a features input without a time axis,
+        UsageError: unknown or repeated names, an input left unexplained, a features input without a time axis or
+            with a fixed batch above 1,
             a block shorter than the hop, state pairs of different shapes or dtypes.
     """
     ins = {i.name: i for i in model.graph.input}
@@ -153,6 +154,9 @@ def inspect_inputs(model: Any, pairs: list[tuple[str, str]], hop: int, *, frame_
     else:
         for n in rest_in:
             shape = _decl_shape(ins[n])
+            if shape and isinstance(shape[0], int) and shape[0] > 1:
+                raise UsageError(f"{where}: features input '{n}' has a fixed batch of {shape[0]} ({shape}): export it "
+                                 f"with batch 1 or a dynamic batch (adopt runs and proves it one stream at a time)")
             if n in time_axes:
                 ta = int(time_axes[n]) % max(1, len(shape))
             else:
