@@ -210,3 +210,62 @@ def export_one_frame(model: MelFrameStreamer, path, *, dynamo: bool, batch: int 
                         "new_cache_conv": {0: "N"}, "new_cache_gru": {1: "N"}}
             torch.onnx.export(model.eval(), args, str(path), input_names=names_in, output_names=names_out,
                               dynamic_axes=axes, dynamo=False, opset_version=17)
+
+
+class WaveformNoChannel(nn.Module):
+    """A waveform model without a channel axis, (N, T) float32 -> (N, T) float32: analysis conv of one hop's stride
+    (window two hops), tanh, synthesis transposed conv, the first hop chomped (as ``_Waveform2d`` of the audit
+    tests, which used to be refused with 'output does not grow')."""
+
+    def __init__(self, hop: int = 160):
+        super().__init__()
+        torch.manual_seed(0)
+        self.hop = hop
+        self.enc = nn.Conv1d(1, 8, 2 * hop, stride=hop)
+        self.dec = nn.ConvTranspose1d(8, 1, 2 * hop, stride=hop)
+
+    def forward(self, x):
+        y = self.dec(torch.tanh(self.enc(F.pad(x[:, None], (self.hop, 0)))))[..., :-self.hop]
+        return y[:, 0]
+
+
+class ConvGruGain(nn.Module):
+    """Conv (stride one hop) -> GRU -> Linear -> sigmoid gain -> transposed conv: (N, 1, T) -> (N, 1, T), hop 80.
+    Its dynamo export keeps the example's frame count in value_info, which ONNX Runtime bakes into a fused Gemm
+    reshape: the graph as exported runs only at its trace length."""
+
+    def __init__(self, hop: int = 80, c: int = 24):
+        super().__init__()
+        torch.manual_seed(0)
+        self.hop = hop
+        self.enc = nn.Conv1d(1, c, 2 * hop, stride=hop)
+        self.gru = nn.GRU(c, c, batch_first=True)
+        self.g = nn.Linear(c, c)
+        self.dec = nn.ConvTranspose1d(c, 1, 2 * hop, stride=hop)
+
+    def forward(self, x):
+        z = self.enc(F.pad(x, (self.hop, 0)))
+        h, _ = self.gru(z.transpose(1, 2))
+        return self.dec(z * torch.sigmoid(self.g(h)).transpose(1, 2))[..., :-self.hop]
+
+
+def export_in_child(call: str) -> None:
+    """Run one export statement (Python source, e.g. ``"export_one_frame(MelFrameStreamer(), 'm.onnx', dynamo=True)"``)
+    in a fresh Python process with this module's names imported, and wait for it.
+
+    torch 2.13: after one ``torch.onnx.export(dynamo=True)`` of a model with ``nn.GRU``, every later dynamo export of a
+    GRU over a dynamic time axis in the same process fails in ``torch.export`` ("The size of tensor a (24) must match
+    the size of tensor b (72)"); exporting GRUs in a child keeps the test process clean for the tests after it.
+
+    Raises:
+        RuntimeError: the child failed (its last stderr lines).
+    """
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = str(Path(__file__).resolve().parents[1])
+    code = f"import sys; sys.path.insert(0, {root!r}); import torch; from tests.models_torch import *; {call}"
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root)
+    if res.returncode:
+        raise RuntimeError(f"export in a child process failed: {res.stderr.strip().splitlines()[-3:]}")

@@ -15,7 +15,8 @@ from cosyedge.artifacts import StreamContract
 from tests.cli_errors import refused
 
 torch = pytest.importorskip("torch")
-F = torch.nn.functional
+
+from tests.models_torch import WaveformNoChannel  # noqa: E402  (imports torch)
 
 SR = 16000
 EXPORTERS = [pytest.param(False, id="torchscript"), pytest.param(True, id="dynamo")]
@@ -94,23 +95,6 @@ def test_an_input_with_only_a_batch_axis_is_named_as_one_value_per_sequence(tmp_
 
 
 # ---------------------------------------------------------------- an (N, T) waveform streams like (N, 1, T)
-class WaveformNoChannel(torch.nn.Module):
-    """A waveform model without a channel axis, (N, T) float32 -> (N, T) float32: analysis conv of one hop's stride
-    (window two hops), tanh, synthesis transposed conv, the first hop chomped (as ``_Waveform2d`` of the audit
-    tests, which used to be refused with 'output does not grow')."""
-
-    def __init__(self, hop: int = 160):
-        super().__init__()
-        torch.manual_seed(0)
-        self.hop = hop
-        self.enc = torch.nn.Conv1d(1, 8, 2 * hop, stride=hop)
-        self.dec = torch.nn.ConvTranspose1d(8, 1, 2 * hop, stride=hop)
-
-    def forward(self, x):
-        y = self.dec(torch.tanh(self.enc(F.pad(x[:, None], (self.hop, 0)))))[..., :-self.hop]
-        return y[:, 0]
-
-
 def _export_nt(path, dynamo: bool):
     """Export :class:`WaveformNoChannel` with input ``audio`` (N, T) and output ``enhanced`` (N, T), N and T
     dynamic."""
@@ -161,39 +145,21 @@ def test_an_n_t_waveform_streams_as_a_waveform_and_runs(dynamo, tmp_path, cli):
 
 
 # ---------------------------------------------------------------- a graph that runs only at its trace length
-class ConvGruGain(torch.nn.Module):
-    """Conv (stride one hop) -> GRU -> Linear -> sigmoid gain -> transposed conv: (N, 1, T) -> (N, 1, T), hop 80.
-    Its dynamo export keeps the example's frame count in value_info, which ONNX Runtime bakes into a fused Gemm
-    reshape: the graph as exported runs only at its trace length."""
-
-    def __init__(self, hop: int = 80, c: int = 24):
-        super().__init__()
-        torch.manual_seed(0)
-        self.hop = hop
-        self.enc = torch.nn.Conv1d(1, c, 2 * hop, stride=hop)
-        self.gru = torch.nn.GRU(c, c, batch_first=True)
-        self.g = torch.nn.Linear(c, c)
-        self.dec = torch.nn.ConvTranspose1d(c, 1, 2 * hop, stride=hop)
-
-    def forward(self, x):
-        z = self.enc(F.pad(x, (self.hop, 0)))
-        h, _ = self.gru(z.transpose(1, 2))
-        return self.dec(z * torch.sigmoid(self.g(h)).transpose(1, 2))[..., :-self.hop]
-
-
 def test_a_graph_that_runs_only_at_its_trace_length_is_accepted_with_one_line_naming_the_repair(tmp_path, cli,
                                                                                                warnings_seen):
-    """The dynamo export of :class:`ConvGruGain` at 960 samples fails in ONNX Runtime at other lengths; streamify
-    proves a repaired copy (value_info dropped, output length made symbolic): exit 0 with exactly one warning line
-    that names both repairs, the trace length and the copy's error there; the contract's proof records it; the
-    stream equals the full graph at the trace length."""
+    """The dynamo export of :class:`tests.models_torch.ConvGruGain` at 960 samples fails in ONNX Runtime at other
+    lengths; streamify proves a repaired copy (value_info dropped, output length made symbolic): exit 0 with exactly
+    one warning line that names both repairs, the trace length and the copy's error there; the contract's proof
+    records it; the stream equals the full graph at the trace length."""
     from cosyedge.runtime.ort import OrtStreamSession
     from cosyedge.surgery import proof
 
+    from tests.models_torch import export_in_child
+
     src, out = tmp_path / "gru.onnx", tmp_path / "gru.stream.onnx"
-    torch.onnx.export(ConvGruGain().eval(), (torch.randn(1, 1, 960) * 0.1,), str(src), input_names=["audio"],
-                      output_names=["enhanced"], dynamic_shapes=({2: 80 * torch.export.Dim("K", min=2, max=2000)},),
-                      dynamo=True, opset_version=18)
+    export_in_child(f"torch.onnx.export(ConvGruGain().eval(), (torch.randn(1, 1, 960) * 0.1,), {str(src)!r}, "
+                    "input_names=['audio'], output_names=['enhanced'], dynamo=True, opset_version=18, "
+                    "dynamic_shapes=({2: 80 * torch.export.Dim('K', min=2, max=2000)},))")
     rc, _o, err = _streamify(cli, src, out, hop=80)
     assert rc == 0, err
     lines = [r.getMessage() for r in warnings_seen if "trace length" in r.getMessage()]
