@@ -93,22 +93,7 @@ def test_a_quiet_correct_model_still_proves(tmp_path, cli):
 
 
 # ---------------------------------------------------------------- 7: dynamo exports whose value_info fixes the frames
-class _ConvGruLinear(nn.Module):
-    """Conv (stride one hop) -> GRU -> Linear -> sigmoid gain -> transposed conv, hop 80 (8 kHz)."""
-
-    def __init__(self, hop: int = 80, c: int = 24):
-        super().__init__()
-        torch.manual_seed(0)
-        self.hop = hop
-        self.enc = nn.Conv1d(1, c, 2 * hop, stride=hop)
-        self.gru = nn.GRU(c, c, batch_first=True)
-        self.g = nn.Linear(c, c)
-        self.dec = nn.ConvTranspose1d(c, 1, 2 * hop, stride=hop)
-
-    def forward(self, x):
-        z = self.enc(F.pad(x, (self.hop, 0)))
-        h, _ = self.gru(z.transpose(1, 2))
-        return self.dec(z * torch.sigmoid(self.g(h)).transpose(1, 2))[..., :-self.hop]
+from tests.models_torch import ConvGruGain as _ConvGruLinear  # noqa: E402  (the shared model)
 
 
 @pytest.fixture(scope="module")
