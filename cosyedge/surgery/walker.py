@@ -89,6 +89,8 @@ class Walker:
         self.partners: dict[str, Any] = {}  # second score nodes of a site (rules/attention.py)
         self.strides: list[tuple[int, str]] = []  # (ticks, why): chunks must be a multiple of each
         self.mask_only: set[str] = set()
+        self.relative: dict[str, Any] = {}  # relative-position terms by tensor name (rules/relative.py)
+        self.relative_nodes: set[str] = set()  # nodes of those terms the walk leaves alone
         self.max_ticks: tuple[int, str] | None = None  # (ticks, why): the longest stream positions can be counted for
         self.graph = graph
         self.facts = facts
@@ -593,11 +595,14 @@ class Walker:
         for name, f in self.facts.items():  # graph inputs that stream start at delay 0
             if f.is_stream:
                 self.delay.setdefault(name, 0)
+        from cosyedge.surgery.rules import relative
+
+        relative.find(self)
         self._find_mask_only()
         from cosyedge.surgery.rules.attention import attend, involved
 
         for node in list(self.graph.nodes):
-            if node.name in self.mask_only:
+            if node.name in self.mask_only or node.name in self.relative_nodes:
                 for o in node.outputs:
                     self.set_delay(o, None)
                 continue
