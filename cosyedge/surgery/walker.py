@@ -550,7 +550,7 @@ class Walker:
             return False
         o = node.outputs[0]
         f = self.facts.get(o.name)
-        if (f is None or not f.is_stream or f.extra or self.masks.data_path(o.name)
+        if (f is None or not f.is_stream or f.extra < 0 or self.masks.data_path(o.name)
                 or node.op in ("Range", "Shape", "Size", "ConstantOfShape")):
             return False
         v1, v2 = self.values.get(o.name), self.values2.get(o.name)
@@ -601,6 +601,7 @@ class Walker:
         self._find_mask_only()
         from cosyedge.surgery.rules.attention import attend, involved
 
+        blocked: list[tuple[Any, str]] = []
         for node in list(self.graph.nodes):
             if node.name in self.mask_only or node.name in self.relative_nodes:
                 for o in node.outputs:
@@ -612,13 +613,13 @@ class Walker:
                 try:
                     attend(node, self)
                 except Blocker as err:
-                    self.blockers.append(f"{node_desc(node)}: {err}")
+                    blocked.append((node, f"{node_desc(node)}: {err}"))
                     self._fallback(node)
                 continue
             outs_stream = [o for o in node.outputs if o.name and self.fact(o).is_stream]
             errors = [self.fact(o).error for o in node.outputs if o.name and self.fact(o).error]
             if errors:
-                self.blockers.append(f"{node_desc(node)}: output {errors[0]}")
+                blocked.append((node, f"{node_desc(node)}: output {errors[0]}"))
                 continue
             if not self.stream_inputs(node) and not outs_stream:
                 continue  # static, or arithmetic on sizes (recomputed per chunk; its consumers decide)
@@ -628,8 +629,8 @@ class Walker:
 
                 rule = lifted
             if rule is None:
-                self.blockers.append(f"{node_desc(node)}: no streaming rule for {node.op} on a tensor with a time "
-                                     f"axis (closed world: the op is refused until it has one)")
+                blocked.append((node, f"{node_desc(node)}: no streaming rule for {node.op} on a tensor with a time "
+                                     f"axis (closed world: the op is refused until it has one)"))
                 self._fallback(node)
                 continue
             try:
@@ -637,8 +638,23 @@ class Walker:
             except Blocker as err:
                 if self.shape_only(node):
                     continue
-                self.blockers.append(f"{node_desc(node)}: {err}")
+                blocked.append((node, f"{node_desc(node)}: {err}"))
                 self._fallback(node)
+        self._keep_live_blockers(blocked)
+
+    def _keep_live_blockers(self, blocked: list[tuple[Any, str]]) -> None:
+        """Record the walk's blockers (node, text) of nodes the chunk graph still computes: a node whose consumers were
+        all rewritten not to read it (a Range whose ``arange(T) < length`` pad mask :meth:`_uniform` folded to a
+        constant) blocks nothing."""
+        outs = [t for t in self.graph.outputs]
+        live, stack = set(), [t.inputs[0] for t in outs if t.inputs]
+        while stack:
+            n = stack.pop()
+            if id(n) in live:
+                continue
+            live.add(id(n))
+            stack.extend(t.inputs[0] for t in n.inputs if t.inputs)
+        self.blockers.extend(text for node, text in blocked if id(node) in live)
 
     def shape_only(self, node: Any) -> bool:
         """Stream a node whose rule refused it when its outputs' values are never used, only their shapes, and
