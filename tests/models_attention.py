@@ -226,6 +226,53 @@ class WenetRelPositionMultiHeadedAttention(WenetMultiHeadedAttention):
         return self.forward_attention(v, scores, mask)
 
 
+class EspnetLegacyRelPositionalEncoding(nn.Module):
+    """ESPnet ``LegacyRelPositionalEncoding`` (``espnet/nets/pytorch_backend/transformer/embedding.py``, espnet 202511:
+    ``PositionalEncoding(reverse=True)``): a table for positions ``max_len - 1 .. 0`` built at init, ``x * xscale``,
+    ``pos_emb = pe[:, :T]`` (positions ``max_len - 1 .. max_len - T``: counted from the table's end, not relative to
+    the sequence; the reason ESPnet replaced it, espnet/espnet#2816)."""
+
+    def __init__(self, d_model: int, max_len: int = 5000):
+        super().__init__()
+        self.xscale = math.sqrt(d_model)
+        position = torch.arange(max_len - 1, -1, -1.0, dtype=torch.float32).unsqueeze(1)
+        div_term = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float32) * -(math.log(10000.0) / d_model))
+        pe = torch.zeros(max_len, d_model)
+        pe[:, 0::2] = torch.sin(position * div_term)
+        pe[:, 1::2] = torch.cos(position * div_term)
+        self.register_buffer("pe", pe.unsqueeze(0))
+
+    def forward(self, x, offset: int = 0):
+        return x * self.xscale, self.pe[:, :x.size(1)]
+
+
+class EspnetLegacyRelPositionMultiHeadedAttention(WenetRelPositionMultiHeadedAttention):
+    """ESPnet ``LegacyRelPositionMultiHeadedAttention`` (``attention.py``, ``zero_triu=False``): ``matrix_bd`` over the
+    (1, T, d) legacy table, then the legacy ``rel_shift`` (zero column, view (T + 1, T), drop a row, ``view_as``: the
+    entries above the diagonal come from the next query's row)."""
+
+    def __init__(self, n_head: int, n_feat: int):
+        super().__init__(n_head, n_feat, rel_shift=True)
+
+    def rel_shift(self, x):
+        """``LegacyRelPositionMultiHeadedAttention.rel_shift`` verbatim (``zero_triu=False``)."""
+        zero_pad = torch.zeros((*x.size()[:3], 1), device=x.device, dtype=x.dtype)
+        x_padded = torch.cat([zero_pad, x], dim=-1)
+        x_padded = x_padded.view(*x.size()[:2], x.size(3) + 1, x.size(2))
+        return x_padded[:, :, 1:].view_as(x)
+
+    def forward(self, query, key, value, mask, pos_emb=None):
+        q, k, v = self.forward_qkv(query, key, value)
+        q = q.transpose(1, 2)
+        p = self.linear_pos(pos_emb).view(pos_emb.size(0), -1, self.h, self.d_k).transpose(1, 2)
+        q_with_bias_u = (q + self.pos_bias_u).transpose(1, 2)
+        q_with_bias_v = (q + self.pos_bias_v).transpose(1, 2)
+        matrix_ac = torch.matmul(q_with_bias_u, k.transpose(-2, -1))
+        matrix_bd = self.rel_shift(torch.matmul(q_with_bias_v, p.transpose(-2, -1)))
+        scores = (matrix_ac + matrix_bd) / math.sqrt(self.d_k)
+        return self.forward_attention(v, scores, mask)
+
+
 class WenetConvolutionModule(nn.Module):
     """``wenet/models/transformer/convolution.py`` ``ConvolutionModule``, ``causal=True`` (``lorder = kernel - 1``
     zero frames padded on the left with ``nn.functional.pad``), ``norm='layer_norm'``, swish; GLU; no pad mask
@@ -296,7 +343,9 @@ class WenetConformer(nn.Module):
     of ``make_pad_mask(xs_lens)`` is all True for full-length streams and left out (see :class:`WenetLengths`).
     ``pos``: ``"abs"`` (``PositionalEncoding`` + ``MultiHeadedAttention``), ``"rel"`` (WeNet ``rel_pos`` +
     ``rel_selfattn``, the U2++ recipe, no rel_shift), ``"rel_espnet"`` (CosyVoice ``rel_pos_espnet`` +
-    ``rel_selfattn``: ``EspnetRelPositionalEncoding`` and ``rel_shift``).
+    ``rel_selfattn``: ``EspnetRelPositionalEncoding`` and ``rel_shift``, the same code as ESPnet's current
+    ``RelPositionMultiHeadedAttention``), ``"rel_espnet_legacy"`` (ESPnet's ``legacy_rel_pos`` +
+    ``legacy_rel_selfattn``).
     Config from ``examples/aishell/s0/conf/train_u2++_conformer.yaml`` scaled down: swish, causal conv kernel 8,
     ``cnn_module_norm: layer_norm``, ``normalize_before: true``.
     """
@@ -315,6 +364,9 @@ class WenetConformer(nn.Module):
         elif pos == "rel_espnet":
             self.pos_enc = EspnetRelPositionalEncoding(d_model)
             attn = lambda: WenetRelPositionMultiHeadedAttention(heads, d_model, rel_shift=True)  # noqa: E731
+        elif pos == "rel_espnet_legacy":
+            self.pos_enc = EspnetLegacyRelPositionalEncoding(d_model)
+            attn = lambda: EspnetLegacyRelPositionMultiHeadedAttention(heads, d_model)  # noqa: E731
         else:
             raise ValueError(pos)
         self.encoders = nn.ModuleList(WenetConformerLayer(d_model, attn(), ff_units, kernel)

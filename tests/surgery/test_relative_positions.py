@@ -179,3 +179,18 @@ def test_a_wrong_relative_range_fails_the_proof(tmp_path, monkeypatch):
     with pytest.raises(AccuracyError, match="differs from the full-sequence graph"):
         streamify(src, out, sample_rate_hz=16000, hop_samples=160, frames_per_hop=1)
     assert not out.exists()
+
+
+def test_espnet_legacy_rel_pos_is_refused_as_length_dependent(tmp_path):
+    """ESPnet's legacy relative positions (a (1, T, d) table of positions ``max_len - 1 .. max_len - T`` and the legacy
+    rel_shift over T columns) with a chunk mask: its term depends on the sequence length (entry (i, j) sees position
+    ``max_len - T + i - j``), so no chunk graph equals it: refused, nothing written."""
+    torch.manual_seed(0)
+    model = M.randomize_constants(M.WenetConformer(pos="rel_espnet_legacy", num_blocks=1),
+                                  torch.Generator().manual_seed(1)).eval()
+    src = _export(model, tmp_path / "legacy.onnx", False, 1, "N")
+    out = tmp_path / "legacy.stream.onnx"
+    with pytest.raises(UsageError, match=r"1 node blocks it: .*not centred on the query.*depends on the sequence "
+                                         r"length"):
+        streamify(src, out, sample_rate_hz=16000, hop_samples=640, frames_per_hop=4)
+    assert not out.exists()

@@ -630,7 +630,13 @@ def _binary(node: Any, ctx: Any, a: Att, data: list[int]) -> None:
                 raise Blocker(f"{node.op} of the relative-position term '{t.name}' (only added to the scores)")
             from cosyedge.surgery.rules.relative import chunk_term
 
-            node.inputs[i] = chunk_term(node, i, ctx, a.site)
+            try:
+                node.inputs[i] = chunk_term(node, i, ctx, a.site)
+            except Blocker:
+                for o in node.outputs:  # its consumers add no further blockers
+                    if o.name and ctx.fact(o).axes2 is not None:
+                        ctx.attn[o.name] = Att(None)
+                raise
             continue
         if f.axes2 is not None:
             raise Blocker(f"'{t.name}' over query x key time is neither this attention's mask nor its scores")

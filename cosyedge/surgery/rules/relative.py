@@ -89,7 +89,7 @@ def find(ctx: Any) -> None:
 
     for node in list(ctx.graph.nodes):
         outs = [o for o in node.outputs if o.name]
-        if len(outs) != 1 or ctx.fact(outs[0]).axes_rel is None:
+        if len(outs) != 1 or not (ctx.fact(outs[0]).axes_rel is not None or _shifted_square(node, ctx)):
             continue
         if any(ctx.fact(t).axes_rel is not None for t in node.inputs if t.name):
             continue  # inside a chain: reached from its matrix_bd
@@ -104,6 +104,25 @@ def find(ctx: Any) -> None:
         ctx.relative_nodes.update(n.name for n in [node] + chain)
     if ctx.relative_nodes:
         _sweep(ctx)
+
+
+def _users(t: Any) -> list:
+    """The consumers of ``t`` that read its values (a ``Shape``/``Size`` only reads its shape, for the reshapes)."""
+    return [c for c in t.outputs if c.op not in ("Shape", "Size")]
+
+
+def _shifted_square(node: Any, ctx: Any) -> bool:
+    """bool: ``node`` is a MatMul of two streaming tensors making a tensor over query x key time whose one consumer
+    moves its entries into a tensor no attention rule takes (two growing axes of different sizes): ESPnet's legacy
+    ``rel_shift`` of ``matrix_bd`` over T positions (zero column, view (T + 1, T))."""
+    out = node.outputs[0] if node.outputs else None
+    if node.op != "MatMul" or out is None or not out.name or ctx.fact(out).axes2 is None:
+        return False
+    users = _users(out)
+    if len(users) != 1 or users[0].op not in MOVE_OPS:
+        return False
+    nxt = [o for o in users[0].outputs if o.name]
+    return len(nxt) == 1 and ctx.fact(nxt[0]).axes2 is None and bool(ctx.fact(nxt[0]).error)
 
 
 def _match(node: Any, ctx: Any, chain: list) -> RelTerm:
@@ -121,7 +140,7 @@ def _match(node: Any, ctx: Any, chain: list) -> RelTerm:
     q, pos = node.inputs
     fq, fp = ctx.fact(q), ctx.fact(pos)
     rank = len(fo.shape1)
-    if fo.axes_rel != (rank - 2, rank - 1) or not fq.is_stream or fq.axis != len(fq.shape1) - 2 \
+    if (fo.axes_rel or fo.axes2) != (rank - 2, rank - 1) or not fq.is_stream or fq.axis != len(fq.shape1) - 2 \
             or ctx.fact(pos).axis != len(fp.shape1) - 1:
         raise Blocker(f"a MatMul over time x (2T - 1) relative positions with time on axes {fo.axes_rel} of "
                       f"{list(fo.shape1)}: not queries (time on axis -2) x relative positions (on the last axis)")
@@ -130,8 +149,8 @@ def _match(node: Any, ctx: Any, chain: list) -> RelTerm:
         raise Blocker(f"its relative positions '{pos.name}' depend on the values of {why}, not only on the sequence "
                       "length: refused, not guessed")
     t = out
-    while ctx.fact(t).axes2 is None:
-        users = [c for c in t.outputs if c.op not in ("Shape", "Size")]  # its shape read for the reshapes: fine
+    while t is out or ctx.fact(t).axes2 is None:
+        users = _users(t)
         if len(users) != 1 or t.name in {o.name for o in ctx.graph.outputs}:
             raise Blocker(f"its scores over relative positions '{t.name}' are used by {len(users)} nodes (the "
                           "rel_shift streamify follows is one chain of Pad/Reshape/Slice ops to query x key scores)")
@@ -149,11 +168,18 @@ def _match(node: Any, ctx: Any, chain: list) -> RelTerm:
             raise Blocker(f"{c.op} node '{c.name}' of its rel_shift has {len(nxt)} outputs")
         t = nxt[0]
         f = ctx.fact(t)
-        if f.axes2 is None and f.axes_rel is None:
+        if f.axes2 is None and f.axes_rel is None and not f.error:  # two growing axes of other sizes: on the way
             raise Blocker(f"its rel_shift ends in '{t.name}' of shape {list(f.shape1)}, not query x key scores")
-    if len(ctx.fact(t).shape1) != rank or ctx.fact(t).axes2 != fo.axes_rel:
+    while len(_users(t)) == 1 and _users(t)[0].op in MOVE_OPS and t.name not in {o.name for o in ctx.graph.outputs}:
+        c = _users(t)[0]  # ops that keep the shape (ESPnet's view_as)
+        nxt = [o for o in c.outputs if o.name]
+        if len(nxt) != 1 or ctx.fact(nxt[0]).shape1 != ctx.fact(t).shape1 or ctx.fact(nxt[0]).axes2 is None:
+            break
+        chain.append(c)
+        t = nxt[0]
+    if len(ctx.fact(t).shape1) != rank or ctx.fact(t).axes2 != (fo.axes_rel or fo.axes2):
         raise Blocker(f"its rel_shift ends in '{t.name}' with query and key on axes {ctx.fact(t).axes2}, not on the "
-                      f"axes {fo.axes_rel} of the relative positions")
+                      f"axes {fo.axes_rel or fo.axes2} of the relative positions")
     return RelTerm(node, pos, out, t, chain)
 
 
@@ -216,11 +242,11 @@ def _check_shift(rt: RelTerm, ctx: Any, site: Any) -> int:
     return found
 
 
-def _table(rt: RelTerm, ctx: Any, site: Any, rmin: int, rmax: int, sign: int) -> np.ndarray:
-    """The positional operand at relative positions ``rmin .. rmax`` (its last axis, R entries), batch axis 1.
+def _centred(rt: RelTerm, ctx: Any) -> np.ndarray:
+    """The positional operand at the first probe (np.ndarray), checked to be centred (module doc).
 
     Raises:
-        Blocker: it is not centred (module doc), or it cannot be evaluated at a length that holds those positions.
+        Blocker: it was not measured, or it is not centred.
     """
     p1, p2 = ctx.value(rt.pos), ctx.value2(rt.pos)
     if p1 is None or p2 is None:
@@ -231,10 +257,21 @@ def _table(rt: RelTerm, ctx: Any, site: Any, rmin: int, rmax: int, sign: int) ->
     mid = p2[..., off:off + n1]
     scale = max(float(np.abs(p1).max()), 1e-30)
     if (n2 - n1) % 2 or mid.shape != p1.shape or float(np.abs(mid - p1).max()) > 1e-5 * scale:
-        raise Blocker(f"its relative positions '{rt.pos.name}' are not centred: the middle {n1} of {n2} entries at the "
-                      "longer probe differ from the shorter probe's (positions counted from the sequence's start or "
-                      "end, not relative to the query): the term depends on the sequence length")
-    half = (n1 - 1) // 2  # entry half - sign * r is relative position r
+        raise Blocker(f"its relative positions '{rt.pos.name}' ({n1} entries at the shorter probe, {n2} at the longer) "
+                      "are not centred on the query: the middle entries at the longer probe differ from the shorter "
+                      "probe's (positions counted from the sequence's or the table's start or end, as ESPnet's legacy "
+                      "relative encoding): the term depends on the sequence length")
+    return p1
+
+
+def _table(rt: RelTerm, ctx: Any, site: Any, rmin: int, rmax: int, sign: int) -> np.ndarray:
+    """The positional operand at relative positions ``rmin .. rmax`` (its last axis, R entries), batch axis 1.
+
+    Raises:
+        Blocker: it is not centred (module doc), or it cannot be evaluated at a length that holds those positions.
+    """
+    p1 = _centred(rt, ctx)
+    half = (p1.shape[-1] - 1) // 2  # entry half - sign * r is relative position r
     need = max(abs(rmin), abs(rmax))
     table = p1
     if need > half:
@@ -268,6 +305,7 @@ def chunk_term(node: Any, i: int, ctx: Any, site: Any) -> Any:
             the queries are later than the site's.
     """
     rt = ctx.relative[node.inputs[i].name]
+    _centred(rt, ctx)
     sign = _check_shift(rt, ctx, site)
     rmin, rmax = _rel_range(site)
     table = _table(rt, ctx, site, rmin, rmax, sign)
