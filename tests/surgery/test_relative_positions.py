@@ -194,3 +194,20 @@ def test_espnet_legacy_rel_pos_is_refused_as_length_dependent(tmp_path):
                                          r"length"):
         streamify(src, out, sample_rate_hz=16000, hop_samples=640, frames_per_hop=4)
     assert not out.exists()
+
+
+def test_attention_window_bounds_unlimited_rel_pos(tmp_path):
+    """``attention_window=16`` makes NeMo's rel_pos attention with unlimited left context ([-1, 0]) stream: the stream
+    equals the same model exported with ``att_context_size`` [15, 0] (query i sees keys i - 15 .. i) within 1e-5 at
+    three chunk sizes, and differs from the unbounded graph."""
+    src = _export(_nemo("regular", context=(-1, 0)), tmp_path / "unb.onnx", False, 2, "N")
+    ref_src = _export(_nemo("regular", context=(15, 0)), tmp_path / "w16.onnx", False, 2, "N")
+    out = tmp_path / "unb.stream.onnx"
+    c = streamify(src, out, sample_rate_hz=16000, hop_samples=160, frames_per_hop=1, attention_window=16)
+    x = M.speech_features(200, 2)
+    errs = _stream_error(ref_src, out, c, x, 2, 1)
+    sess = {p: ort.InferenceSession(str(p), providers=["CPUExecutionProvider"]) for p in (src, ref_src)}
+    unbounded = float(np.abs(sess[src].run(None, {"x": x})[0] - sess[ref_src].run(None, {"x": x})[0]).max())
+    print("window 16 errors", errs, "vs unbounded", unbounded)
+    assert max(errs.values()) < RTOL, errs
+    assert unbounded > 1e-3
