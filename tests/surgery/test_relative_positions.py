@@ -21,11 +21,14 @@ Source: Dai et al., Transformer-XL (arXiv:1901.02860), section 3.3 and appendix 
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import onnxruntime as ort
 import pytest
 
 torch = pytest.importorskip("torch")
+F = torch.nn.functional
 
 from cosyedge.errors import AccuracyError, UsageError  # noqa: E402
 from cosyedge.surgery import streamify  # noqa: E402
@@ -150,6 +153,47 @@ def test_transformer_xl_layer_with_a_band_streams_exactly(tmp_path, dynamo):
     batch = "1" if dynamo else "N"
     src = _export(RelShift().eval(), tmp_path / f"txl{int(dynamo)}.onnx", dynamo, 1, batch)
     _check(src, tmp_path, 1, 1, 200, batch)
+
+
+class _ScaledRelShift(torch.nn.Module):
+    """Transformer-XL attention (one layer, 2 heads, band window 8, (N, T, 16) -> (N, T, 16)) whose terms are scaled
+    apart: ``ac / sqrt(d) + rel_shift(bd) / sqrt(d)`` (NeMo's rel_shift and table order: ``pe[2500 - T : 2499 + T]``
+    of positions 2499 .. -2499)."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        d, self.h = 16, 2
+        self.q, self.k, self.v, self.pos = (torch.nn.Linear(d, d), torch.nn.Linear(d, d), torch.nn.Linear(d, d),
+                                            torch.nn.Linear(d, d, bias=False))
+        self.bu, self.bv = torch.nn.Parameter(torch.randn(2, 8)), torch.nn.Parameter(torch.randn(2, 8))
+        p = torch.arange(2499, -2500, -1).float()[:, None]
+        div = torch.exp(torch.arange(0, d, 2).float() * -(np.log(10000.0) / d))
+        pe = torch.zeros(p.shape[0], d)
+        pe[:, 0::2], pe[:, 1::2] = torch.sin(p * div), torch.cos(p * div)
+        self.register_buffer("pe", pe[None])
+
+    def forward(self, x):
+        n, t, c = x.shape
+        q = self.q(x).view(n, t, self.h, c // self.h)
+        k, v = [m(x).view(n, t, self.h, c // self.h).transpose(1, 2) for m in (self.k, self.v)]
+        p = self.pos(self.pe[:, 2500 - t:2499 + t]).view(1, 2 * t - 1, self.h, c // self.h).transpose(1, 2)
+        ac = (q + self.bu).transpose(1, 2) @ k.transpose(-2, -1)
+        bd = (q + self.bv).transpose(1, 2) @ p.transpose(-2, -1)
+        b, h, qlen, plen = bd.shape
+        bd = F.pad(bd, (1, 0)).view(b, h, -1, qlen)[:, :, 1:].view(b, h, qlen, plen)[..., :t]
+        i = torch.arange(t)
+        band = (i[:, None] - i[None, :] >= 0) & (i[:, None] - i[None, :] < 8)
+        s = (ac / math.sqrt(8) + bd / math.sqrt(8)).masked_fill(~band, float("-inf"))
+        return (torch.softmax(s, -1) @ v).transpose(1, 2).reshape(n, t, c)
+
+
+@DYNAMO
+def test_a_term_scaled_after_the_rel_shift_streams_exactly(tmp_path, dynamo):
+    """The shifted term divided by sqrt(d) on its own before it is added to the content scores: the scale is applied
+    again to the chunk's term; streams exactly."""
+    src = _export(_ScaledRelShift().eval(), tmp_path / f"scaled{int(dynamo)}.onnx", dynamo, 1, "N")
+    _check(src, tmp_path, 1, 1, 200)
 
 
 @pytest.mark.parametrize("context,style,why", [

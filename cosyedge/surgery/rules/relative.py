@@ -35,7 +35,8 @@ Everything is measured, not matched to one exporter's op sequence (:func:`find` 
   or end, as ESPnet's legacy encoding, is not);
 * the ops from ``matrix_bd`` to the term over query x key time move data only (Pad, Reshape, Slice, Concat with
   shape-only zeros, Transpose, ...), and at both probe lengths the term's entry (i, j) equals ``matrix_bd[i, T - 1 -
-  (i - j)]`` (or ``T - 1 + (i - j)``, a table in the other order) at every entry the mask leaves visible.
+  (i - j)]`` (or ``T - 1 + (i - j)``, a table in the other order) at every entry the mask leaves visible; a Mul or Div
+  of the shifted term alone by a shape-only factor (``rel_shift(bd) / sqrt(d)``) is applied again to the chunk's.
 
 What does not fit is refused with the reason (closed world); without a bounded mask, the attention's own rule refuses
 it (unlimited context: ``--attention-window``; full attention: not streamable).
@@ -63,7 +64,10 @@ class RelTerm:
         pos (Any): Its positional operand (input 1: relative positions on its last axis).
         bd (Any): Its output (the tensor with :attr:`TimeFact.axes_rel`).
         term (Any): The tensor over query x key time the movement ops make of it (``rel_shift``'s result).
-        chain (list): The movement nodes from ``bd`` to ``term``.
+        chain (list): The movement nodes from ``bd`` to ``shifted``.
+        shifted (Any): The rel_shift's result (query x key); ``term`` is it after ``tail``.
+        tail (list): Mul/Div nodes by shape-only factors from ``shifted`` to ``term`` (``rel_shift(bd) / sqrt(d)``),
+            applied again to the chunk's term.
         sign (int): +1 when column ``T - 1 - r`` is relative position ``r`` (NeMo, ESPnet), -1 for ``T - 1 + r``
             (set by :func:`chunk_term` once the chain is checked).
     """
@@ -73,6 +77,8 @@ class RelTerm:
     bd: Any
     term: Any
     chain: list
+    shifted: Any = None
+    tail: list = dataclasses.field(default_factory=list)
     sign: int = 0
 
 
@@ -180,7 +186,20 @@ def _match(node: Any, ctx: Any, chain: list) -> RelTerm:
     if len(ctx.fact(t).shape1) != rank or ctx.fact(t).axes2 != (fo.axes_rel or fo.axes2):
         raise Blocker(f"its rel_shift ends in '{t.name}' with query and key on axes {ctx.fact(t).axes2}, not on the "
                       f"axes {fo.axes_rel or fo.axes2} of the relative positions")
-    return RelTerm(node, pos, out, t, chain)
+    shifted, tail = t, []
+    while len(_users(t)) == 1 and _users(t)[0].op in ("Mul", "Div") and t.name not in {o.name for o in
+                                                                                       ctx.graph.outputs}:
+        c = _users(t)[0]  # a scale of the term alone (the sum with the content scores is the attention rule's)
+        others = [x for x in c.inputs if x is not t]
+        nxt = [o for o in c.outputs if o.name]
+        if (len(others) != 1 or (c.op == "Div" and c.inputs[0] is not t) or len(nxt) != 1
+                or ctx.fact(nxt[0]).shape1 != ctx.fact(t).shape1 or ctx.fact(nxt[0]).axes2 is None
+                or (others[0].name and (ctx.masks.data_path(others[0].name) or ctx.fact(others[0]).is_stream
+                                        or ctx.fact(others[0]).axes2))):
+            break
+        tail.append(c)
+        t = nxt[0]
+    return RelTerm(node, pos, out, t, chain, shifted, tail)
 
 
 def _sweep(ctx: Any) -> None:
@@ -216,7 +235,7 @@ def _check_shift(rt: RelTerm, ctx: Any, site: Any) -> int:
     """
     found = None
     for get in (ctx.value, ctx.value2):
-        bd, z = get(rt.bd), get(rt.term)
+        bd, z = get(rt.bd), get(rt.shifted)
         if bd is None or z is None:
             raise Blocker("its rel_shift's values were not measured")
         bd, z = np.asarray(bd), np.asarray(z)
@@ -233,7 +252,7 @@ def _check_shift(rt: RelTerm, ctx: Any, site: Any) -> int:
             if np.array_equal(want[..., vis], z[..., vis]):
                 ok.append(sign)
         if not ok:
-            raise Blocker(f"its rel_shift does not give the visible entry (i, j) of '{rt.term.name}' the relative "
+            raise Blocker(f"its rel_shift does not give the visible entry (i, j) of '{rt.shifted.name}' the relative "
                           f"position i - j at {t} frames (ESPnet's legacy rel_shift over T positions counted from the "
                           "sequence's end?): the term depends on the sequence length")
         found = ok[0] if found is None or found in ok else None
@@ -334,4 +353,10 @@ def chunk_term(node: Any, i: int, ctx: Any, site: Any) -> Any:
                             ctx.const([0])], base, dtype=i64)
     shape = ctx.op("Concat", [lead, ctx.unsqueeze(nk, [0], base)], base, {"axis": 0}, dtype=i64)
     col = ctx.op("Expand", [col, shape], base, dtype=i64)
-    return ctx.op("GatherElements", [bc, col], base, {"axis": rank - 1}, dtype=ctx.dtype_of(rt.bd))
+    term = ctx.op("GatherElements", [bc, col], base, {"axis": rank - 1}, dtype=ctx.dtype_of(rt.bd))
+    prev = rt.shifted
+    for c in rt.tail:
+        ins = [term if x is prev else x for x in c.inputs]
+        prev = c.outputs[0]
+        term = ctx.op(c.op, ins, base, dict(c.attrs), dtype=ctx.dtype_of(prev))
+    return term
