@@ -91,8 +91,6 @@ def find(ctx: Any) -> None:
     ctx.relative, ctx.relative_nodes = {}, set()
     if ctx.masks is None:
         return
-    from cosyedge.surgery.walker import node_desc
-
     for node in list(ctx.graph.nodes):
         outs = [o for o in node.outputs if o.name]
         if len(outs) != 1 or not (ctx.fact(outs[0]).axes_rel is not None or _shifted_square(node, ctx)):
@@ -103,7 +101,7 @@ def find(ctx: Any) -> None:
         try:
             term = _match(node, ctx, chain)
         except Blocker as err:
-            ctx.blockers.append(f"{node_desc(node)}: {err}")
+            ctx.blockers.append(f"{node.op} node '{node.name}': {err}")
             ctx.relative_nodes.update(n.name for n in [node] + chain)
             continue
         ctx.relative[term.term.name] = term
