@@ -108,7 +108,8 @@ def _check(src, tmp_path, ax, hop, frames, batch: str = "N"):
 DYNAMO = pytest.mark.parametrize("dynamo", [False, True], ids=["torchscript", "dynamo"])
 
 
-@pytest.mark.parametrize("style,dynamo", [("regular", False), ("regular", True), ("chunked_limited", False),
+@pytest.mark.parametrize("style,dynamo", [("regular", False), pytest.param("regular", True, marks=pytest.mark.slow),
+                                          ("chunked_limited", False),
                                           pytest.param("chunked_limited", True, marks=pytest.mark.slow)],
                          ids=["regular-torchscript", "regular-dynamo", "chunked-torchscript", "chunked-dynamo"])
 def test_nemo_fastconformer_rel_pos_streams_exactly(tmp_path, style, dynamo):
