@@ -63,7 +63,7 @@ class RelTerm:
         node (Any): The MatMul making ``matrix_bd`` (queries x 2T - 1 relative positions).
         pos (Any): Its positional operand (input 1: relative positions on its last axis).
         bd (Any): Its output (the tensor with :attr:`TimeFact.axes_rel`).
-        term (Any): The tensor over query x key time the movement ops make of it (``rel_shift``'s result).
+        term (Any): The tensor over query x key time added to the content scores (``shifted`` after ``tail``).
         chain (list): The movement nodes from ``bd`` to ``shifted``.
         shifted (Any): The rel_shift's result (query x key); ``term`` is it after ``tail``.
         tail (list): Mul/Div nodes by shape-only factors from ``shifted`` to ``term`` (``rel_shift(bd) / sqrt(d)``),
@@ -105,7 +105,7 @@ def find(ctx: Any) -> None:
             ctx.relative_nodes.update(n.name for n in [node] + chain)
             continue
         ctx.relative[term.term.name] = term
-        ctx.relative_nodes.update(n.name for n in [node] + chain)
+        ctx.relative_nodes.update(n.name for n in [node] + chain + term.tail)
     if ctx.relative_nodes:
         _sweep(ctx)
 
@@ -146,7 +146,7 @@ def _match(node: Any, ctx: Any, chain: list) -> RelTerm:
     rank = len(fo.shape1)
     if (fo.axes_rel or fo.axes2) != (rank - 2, rank - 1) or not fq.is_stream or fq.axis != len(fq.shape1) - 2 \
             or ctx.fact(pos).axis != len(fp.shape1) - 1:
-        raise Blocker(f"a MatMul over time x (2T - 1) relative positions with time on axes {fo.axes_rel} of "
+        raise Blocker(f"a MatMul over time x (2T - 1) relative positions with time on axes {fo.axes_rel or fo.axes2} of "
                       f"{list(fo.shape1)}: not queries (time on axis -2) x relative positions (on the last axis)")
     why = ctx.masks.data_path(pos.name)
     if why:
@@ -323,7 +323,7 @@ def chunk_term(node: Any, i: int, ctx: Any, site: Any) -> Any:
     """
     rt = ctx.relative[node.inputs[i].name]
     _centred(rt, ctx)
-    sign = _check_shift(rt, ctx, site)
+    sign = rt.sign = _check_shift(rt, ctx, site)
     rmin, rmax = _rel_range(site)
     table = _table(rt, ctx, site, rmin, rmax, sign)
     base = f"{rt.node.name}/relative"
