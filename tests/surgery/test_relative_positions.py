@@ -13,7 +13,8 @@ and ``dynamo=True`` (``dynamic_shapes``), symbolic batch and fixed batch 1.
 
 Each accepted model: streamify's own proof passes, the contract has key/value caches, and an independent ONNX
 Runtime loop (states from the contract, zeros at start) at several chunk sizes equals the full graph from the first
-frame within 1e-5 of its peak. Refusals: unlimited left context names it and ``--attention-window``; full context
+frame within 1e-5 of its peak. A waveform enhancer with NeMo's rel_pos attention builds in FP16 and INT8 (ONNX
+Runtime) with ``compare`` PASS, and StreamPool keeps its caches per stream. Refusals: unlimited left context names it and ``--attention-window``; full context
 names full attention. A negative control shows the proof sees a wrong relative-position range.
 
 Source: Dai et al., Transformer-XL (arXiv:1901.02860), section 3.3 and appendix B.
@@ -256,3 +257,93 @@ def test_attention_window_bounds_unlimited_rel_pos(tmp_path):
     print("window 16 errors", errs, "vs unbounded", unbounded)
     assert max(errs.values()) < RTOL, errs
     assert unbounded > 1e-3
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# deployment: the stream graph of a waveform model with rel_pos attention builds in FP16 and INT8 and pools
+# ---------------------------------------------------------------------------------------------------------------
+
+HOP = 160
+
+
+class _RelPosEnhancer(torch.nn.Module):
+    """Waveform in and out: causal conv encoder (1 -> 32, window 320, hop 160) -> NeMo ``RelPositionalEncoding`` +
+    ``RelPositionMultiHeadAttention`` (4 heads, ``regular`` window of 16 frames: mask ``~ones.triu(-15).tril(0)``) ->
+    sigmoid mask on the encoding -> ConvTranspose decoder. (N, 1, T) -> (N, 1, T)."""
+
+    def __init__(self, d: int = 32):
+        super().__init__()
+        torch.manual_seed(0)
+        self.enc = torch.nn.Conv1d(1, d, 2 * HOP, stride=HOP)
+        self.pos = M.NemoRelPositionalEncoding(d)
+        self.att = M.NemoRelPositionMultiHeadAttention(4, d)
+        M.randomize_constants(self, torch.Generator().manual_seed(1))
+        self.dec = torch.nn.ConvTranspose1d(d, 1, 2 * HOP, stride=HOP)
+
+    def forward(self, audio):
+        h = self.enc(F.pad(audio, (HOP, 0)))
+        z, pos = self.pos(h.transpose(1, 2))
+        t = z.shape[1]
+        mask = ~torch.ones(1, t, t, dtype=torch.bool).triu(diagonal=-15).tril(diagonal=0)
+        y = self.att(z, z, z, mask, pos)
+        return self.dec(torch.sigmoid(y).transpose(1, 2) * h)[..., HOP:HOP + audio.shape[-1]]
+
+
+@pytest.fixture(scope="module")
+def enhancer(tmp_path_factory):
+    d = tmp_path_factory.mktemp("relpos")
+    full = d / "relpos.onnx"
+    torch.onnx.export(_RelPosEnhancer().eval(), (torch.zeros(1, 1, 16 * HOP),), str(full), input_names=["audio"],
+                      output_names=["enhanced"], dynamic_axes={"audio": {0: "N", 2: "T"}, "enhanced": {0: "N", 2: "T"}},
+                      dynamo=False, opset_version=17)
+    out = d / "relpos.stream.onnx"
+    c = streamify(full, out, sample_rate_hz=16000, hop_samples=HOP)
+    assert {"key", "value"} <= {s.kind for s in c.states}
+    return out
+
+
+@pytest.mark.parametrize("precision", ["fp16", "int8"])
+def test_rel_pos_stream_builds_in_fp16_and_int8_and_compares(enhancer, precision, tmp_path, cli):
+    """``cosyedge build --fp16`` / ``--int8`` (ONNX Runtime) of the rel_pos stream graph, then ``cosyedge compare``
+    against the FP32 stream: PASS."""
+    from tests.precision import int8_fixtures as fx
+
+    extra = ["--int8", "--calib", fx.small_calibration_set(tmp_path / "calib")] if precision == "int8" else ["--fp16"]
+    rc, out, err = cli("build", "--onnx", enhancer, *extra, "--backend", "onnxruntime", "-o", tmp_path / "eng")
+    assert rc == 0, err
+    folder = tmp_path / "eng" / f"relpos-{precision}-onnxruntime"
+    rc, out, err = cli("compare", enhancer, folder)
+    print(out)
+    assert rc == 0 and f"PASS: {precision}" in out, out + err
+
+
+def test_streampool_keeps_rel_pos_caches_per_stream(enhancer):
+    """StreamPool: streams joining at different ticks (one reusing a freed slot) share batches and each equals its
+    solo run."""
+    from cosyedge.runtime.pool import StreamPool
+    from tests.streams import session_outputs
+
+    n = 50
+    rng = np.random.default_rng(7)
+    xs = [(0.1 * rng.standard_normal(n * HOP)).astype(np.float32) for _ in range(3)]
+    starts, ends = {0: 0, 1: 9, 2: 35}, {0: 30, 1: 9 + n, 2: 35 + n}
+    got = {k: [] for k in starts}
+    with StreamPool(enhancer, max_streams=2, chunk_samples=HOP) as pool:
+        sids, batches = {}, 0
+        for t in range(max(ends.values())):
+            for k, s in starts.items():
+                if t == s:
+                    sids[k] = pool.join()
+            push = {sids[k]: xs[k][(t - starts[k]) * HOP:(t - starts[k] + 1) * HOP] for k in sids}
+            out = pool.push(push)
+            batches += len(push) > 1
+            for k in list(sids):
+                got[k].append(out[sids[k]])
+                if t + 1 == ends[k]:
+                    pool.leave(sids.pop(k))
+    assert batches > 20
+    solo = session_outputs(enhancer, [xs[0][:30 * HOP], xs[1], xs[2]], HOP)
+    for k in range(3):
+        y = np.concatenate(got[k])
+        assert y.shape == solo[k].shape
+        assert np.abs(y - solo[k]).max() < 1e-5, k
