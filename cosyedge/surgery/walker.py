@@ -630,7 +630,7 @@ class Walker:
                 rule = lifted
             if rule is None:
                 blocked.append((node, f"{node_desc(node)}: no streaming rule for {node.op} on a tensor with a time "
-                                     f"axis (closed world: the op is refused until it has one)"))
+                                      "axis (closed world: the op is refused until it has one)"))
                 self._fallback(node)
                 continue
             try:
