@@ -226,6 +226,53 @@ class WenetRelPositionMultiHeadedAttention(WenetMultiHeadedAttention):
         return self.forward_attention(v, scores, mask)
 
 
+class EspnetLegacyRelPositionalEncoding(nn.Module):
+    """ESPnet ``LegacyRelPositionalEncoding`` (``espnet/nets/pytorch_backend/transformer/embedding.py``, espnet 202511:
+    ``PositionalEncoding(reverse=True)``): a table for positions ``max_len - 1 .. 0`` built at init, ``x * xscale``,
+    ``pos_emb = pe[:, :T]`` (positions ``max_len - 1 .. max_len - T``: counted from the table's end, not relative to
+    the sequence; the reason ESPnet replaced it, espnet/espnet#2816)."""
+
+    def __init__(self, d_model: int, max_len: int = 5000):
+        super().__init__()
+        self.xscale = math.sqrt(d_model)
+        position = torch.arange(max_len - 1, -1, -1.0, dtype=torch.float32).unsqueeze(1)
+        div_term = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float32) * -(math.log(10000.0) / d_model))
+        pe = torch.zeros(max_len, d_model)
+        pe[:, 0::2] = torch.sin(position * div_term)
+        pe[:, 1::2] = torch.cos(position * div_term)
+        self.register_buffer("pe", pe.unsqueeze(0))
+
+    def forward(self, x, offset: int = 0):
+        return x * self.xscale, self.pe[:, :x.size(1)]
+
+
+class EspnetLegacyRelPositionMultiHeadedAttention(WenetRelPositionMultiHeadedAttention):
+    """ESPnet ``LegacyRelPositionMultiHeadedAttention`` (``attention.py``, ``zero_triu=False``): ``matrix_bd`` over the
+    (1, T, d) legacy table, then the legacy ``rel_shift`` (zero column, view (T + 1, T), drop a row, ``view_as``: the
+    entries above the diagonal come from the next query's row)."""
+
+    def __init__(self, n_head: int, n_feat: int):
+        super().__init__(n_head, n_feat, rel_shift=True)
+
+    def rel_shift(self, x):
+        """``LegacyRelPositionMultiHeadedAttention.rel_shift`` verbatim (``zero_triu=False``)."""
+        zero_pad = torch.zeros((*x.size()[:3], 1), device=x.device, dtype=x.dtype)
+        x_padded = torch.cat([zero_pad, x], dim=-1)
+        x_padded = x_padded.view(*x.size()[:2], x.size(3) + 1, x.size(2))
+        return x_padded[:, :, 1:].view_as(x)
+
+    def forward(self, query, key, value, mask, pos_emb=None):
+        q, k, v = self.forward_qkv(query, key, value)
+        q = q.transpose(1, 2)
+        p = self.linear_pos(pos_emb).view(pos_emb.size(0), -1, self.h, self.d_k).transpose(1, 2)
+        q_with_bias_u = (q + self.pos_bias_u).transpose(1, 2)
+        q_with_bias_v = (q + self.pos_bias_v).transpose(1, 2)
+        matrix_ac = torch.matmul(q_with_bias_u, k.transpose(-2, -1))
+        matrix_bd = self.rel_shift(torch.matmul(q_with_bias_v, p.transpose(-2, -1)))
+        scores = (matrix_ac + matrix_bd) / math.sqrt(self.d_k)
+        return self.forward_attention(v, scores, mask)
+
+
 class WenetConvolutionModule(nn.Module):
     """``wenet/models/transformer/convolution.py`` ``ConvolutionModule``, ``causal=True`` (``lorder = kernel - 1``
     zero frames padded on the left with ``nn.functional.pad``), ``norm='layer_norm'``, swish; GLU; no pad mask
@@ -296,7 +343,9 @@ class WenetConformer(nn.Module):
     of ``make_pad_mask(xs_lens)`` is all True for full-length streams and left out (see :class:`WenetLengths`).
     ``pos``: ``"abs"`` (``PositionalEncoding`` + ``MultiHeadedAttention``), ``"rel"`` (WeNet ``rel_pos`` +
     ``rel_selfattn``, the U2++ recipe, no rel_shift), ``"rel_espnet"`` (CosyVoice ``rel_pos_espnet`` +
-    ``rel_selfattn``: ``EspnetRelPositionalEncoding`` and ``rel_shift``).
+    ``rel_selfattn``: ``EspnetRelPositionalEncoding`` and ``rel_shift``, the same code as ESPnet's current
+    ``RelPositionMultiHeadedAttention``), ``"rel_espnet_legacy"`` (ESPnet's ``legacy_rel_pos`` +
+    ``legacy_rel_selfattn``).
     Config from ``examples/aishell/s0/conf/train_u2++_conformer.yaml`` scaled down: swish, causal conv kernel 8,
     ``cnn_module_norm: layer_norm``, ``normalize_before: true``.
     """
@@ -315,6 +364,9 @@ class WenetConformer(nn.Module):
         elif pos == "rel_espnet":
             self.pos_enc = EspnetRelPositionalEncoding(d_model)
             attn = lambda: WenetRelPositionMultiHeadedAttention(heads, d_model, rel_shift=True)  # noqa: E731
+        elif pos == "rel_espnet_legacy":
+            self.pos_enc = EspnetLegacyRelPositionalEncoding(d_model)
+            attn = lambda: EspnetLegacyRelPositionMultiHeadedAttention(heads, d_model)  # noqa: E731
         else:
             raise ValueError(pos)
         self.encoders = nn.ModuleList(WenetConformerLayer(d_model, attn(), ff_units, kernel)
@@ -554,13 +606,106 @@ class NemoConformerLayer(nn.Module):
         return self.norm_out(residual)
 
 
+class NemoCausalConv2D(nn.Conv2d):
+    """NeMo ``CausalConv2D`` (``causal_convs.py``): ``F.pad(x, (k - 1, stride - 1, k - 1, stride - 1))`` (frequency
+    and time), then the conv without padding."""
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: int, stride: int = 1, groups: int = 1):
+        super().__init__(in_channels, out_channels, kernel_size, stride, 0, groups=groups)
+        self._left_padding, self._right_padding = kernel_size - 1, stride - 1
+
+    def forward(self, x):
+        return super().forward(F.pad(x, pad=(self._left_padding, self._right_padding, self._left_padding,
+                                              self._right_padding)))
+
+
+class NemoMaskedConvSequential(nn.Sequential):
+    """NeMo 3.0 ``MaskedConvSequential`` (``subsampling.py``) verbatim: (B, T, F) -> (B, C, T', F'), every layer's
+    input multiplied by ``arange(T) < lengths`` (all ones at full length), lengths updated after each strided conv."""
+
+    def forward(self, x, lengths):
+        x = x.unsqueeze(1)
+        current_lengths = lengths.clone().float()
+        mask = self._create_mask(x, current_lengths.long())
+        for layer in self:
+            b, c, t, f = x.shape
+            x = x * mask.unsqueeze(1).expand(b, c, t, f)  # apply_channel_mask
+            x = layer(x)
+            if hasattr(layer, "stride") and layer.stride != (1, 1):
+                padding = (layer._left_padding, layer._right_padding) if hasattr(layer, "_left_padding") \
+                    else layer.padding
+                current_lengths = (current_lengths + padding[0] + padding[1] - layer.kernel_size[0]) \
+                    // layer.stride[0] + 1  # calculate_conv_output_size
+                mask = self._create_mask(x, current_lengths.long())
+        b, c, t, f = x.shape
+        x = x * mask.unsqueeze(1).expand(b, c, t, f)
+        return x, current_lengths.long()
+
+    def _create_mask(self, tensor, lengths):
+        batch_size, channels, time, features = tensor.shape
+        time_mask = torch.arange(time, device=tensor.device).expand(batch_size, time) < lengths.unsqueeze(1)
+        return time_mask.unsqueeze(-1).expand(batch_size, time, features).to(tensor.dtype)
+
+
+class NemoConvSubsampling(nn.Module):
+    """NeMo ``ConvSubsampling`` (``subsampling.py``, nemo_toolkit 3.0.0) for ``subsampling`` ``"dw_striding"``
+    (FastConformer: a 3x3 stride-2 Conv2d, then per further factor 2 a depthwise 3x3 stride-2 Conv2d and a pointwise
+    Conv2d, ReLU after each stage) and ``"striding"`` (3x3 stride-2 Conv2d + ReLU per factor 2), factor 4 or 8,
+    ``is_causal`` (``causal_downsampling: true`` of the cache-aware streaming configs: ``CausalConv2D``, pads k - 1
+    before and stride - 1 after on time and frequency) or not (symmetric padding 1: one frame of look-ahead per
+    stage). ``subsampling_conv_chunking_factor=1`` (the default: ``MaskedConvSequential`` with lengths). The output
+    Linear takes ``conv_channels * F'`` features (``calc_length`` of ``feat_in``). (B, T, feat_in) -> (B, T', feat_out),
+    lengths (B,) -> (B,)."""
+
+    def __init__(self, subsampling: str, factor: int, feat_in: int, feat_out: int, conv_channels: int,
+                 is_causal: bool = True):
+        super().__init__()
+        self._sampling_num = int(math.log(factor, 2))
+        self._stride, self._kernel_size = 2, 3
+        self._left_padding, self._right_padding = (2, 1) if is_causal else (1, 1)
+        act = nn.ReLU(True)
+
+        def conv(cin, cout, groups=1):
+            if is_causal:
+                return NemoCausalConv2D(cin, cout, 3, 2, groups=groups)
+            return nn.Conv2d(cin, cout, 3, 2, padding=1, groups=groups)
+
+        layers, cin = [], 1
+        if subsampling == "dw_striding":
+            layers += [conv(1, conv_channels), act]
+            for _ in range(self._sampling_num - 1):
+                layers += [conv(conv_channels, conv_channels, groups=conv_channels),
+                           nn.Conv2d(conv_channels, conv_channels, 1), act]
+        elif subsampling == "striding":
+            for _ in range(self._sampling_num):
+                layers += [conv(cin, conv_channels), act]
+                cin = conv_channels
+        else:
+            raise ValueError(subsampling)
+        out_length = float(feat_in)
+        for _ in range(self._sampling_num):  # calc_length
+            out_length = math.floor((out_length + self._left_padding + self._right_padding - 3) / 2 + 1)
+        self.out = nn.Linear(conv_channels * int(out_length), feat_out)
+        self.conv = NemoMaskedConvSequential(*layers)
+
+    def forward(self, x, lengths):
+        out_lengths = lengths.float()
+        for _ in range(self._sampling_num):  # calc_length (its value is not used on this path, as upstream)
+            out_lengths = torch.floor((out_lengths + self._left_padding + self._right_padding - 3) / 2 + 1)
+        x, lengths = self.conv(x, lengths)
+        b, c, t, f = x.size()
+        x = self.out(x.transpose(1, 2).reshape(b, t, -1))
+        return x, lengths
+
+
 class NemoFastConformer(nn.Module):
     """Faithful rebuild of NeMo's cache-aware FastConformer encoder (``ConformerEncoder.forward_internal``, no
-    cache), (N, C_IN, T) -> (N, C_IN, T), named as such: ``nemo_toolkit`` 3.0.0 installs with ``--no-deps`` but
+    cache), (N, C_IN, T) -> (N, C_IN, T / subsampling factor), named as such: ``nemo_toolkit`` 3.0.0 installs with ``--no-deps`` but
     ``nemo.collections.asr`` does not import without hydra/lightning.
 
-    ``subsampling_factor=1`` (``pre_encode = nn.Linear(feat_in, d_model)``; FastConformer's 8x ``dw_striding``
-    subsampling is left out), ``xscaling=True``, ``self_attention_model`` ``"rel_pos"`` (the default, with
+    ``subsampling=None``: ``subsampling_factor=1`` (``pre_encode = nn.Linear(feat_in, d_model)``); else
+    :class:`NemoConvSubsampling` (``"dw_striding"``, FastConformer's, or ``"striding"``; ``subsampling_factor`` 4 or 8;
+    ``causal_downsampling``), its lengths passed on to the masks as ``forward_internal`` does; ``xscaling=True``, ``self_attention_model`` ``"rel_pos"`` (the default, with
     ``rel_shift``) or ``"abs_pos"``, ``att_context_style`` ``"regular"`` (mask ``ones(1, T, T).triu(-left)
     .tril(right)``: ONNX ``Trilu``) or ``"chunked_limited"`` (chunk ``right + 1``, ``left // chunk`` left chunks, from
     ``arange``), ``conv_context_size='causal'``, ``conv_norm_type='layer_norm'``. ``length`` is ``None`` in
@@ -571,12 +716,18 @@ class NemoFastConformer(nn.Module):
 
     def __init__(self, d_model: int = 32, n_heads: int = 4, n_layers: int = 2, ff_expansion: int = 2,
                  conv_kernel_size: int = 9, self_attention_model: str = "rel_pos",
-                 att_context_size: tuple[int, int] = (16, 0), att_context_style: str = "regular"):
+                 att_context_size: tuple[int, int] = (16, 0), att_context_style: str = "regular",
+                 subsampling: str | None = None, subsampling_factor: int = 8, causal_downsampling: bool = True,
+                 subsampling_conv_channels: int = 8):
         super().__init__()
         self.att_context_size = list(att_context_size)
         self.att_context_style = att_context_style
         self.self_attention_model = self_attention_model
-        self.pre_encode = nn.Linear(C_IN, d_model)
+        if subsampling is None:
+            self.pre_encode = nn.Linear(C_IN, d_model)
+        else:
+            self.pre_encode = NemoConvSubsampling(subsampling, subsampling_factor, C_IN, d_model,
+                                                  subsampling_conv_channels, is_causal=causal_downsampling)
         self.pos_enc = NemoRelPositionalEncoding(d_model, rel=self_attention_model == "rel_pos")
         self.layers = nn.ModuleList(NemoConformerLayer(d_model, d_model * ff_expansion, n_heads,
                                                        self_attention_model, conv_kernel_size)
@@ -623,7 +774,12 @@ class NemoFastConformer(nn.Module):
 
     def forward(self, audio_signal):
         length = audio_signal.new_full((audio_signal.size(0),), audio_signal.size(-1), dtype=torch.int64)
-        audio_signal = self.pre_encode(torch.transpose(audio_signal, 1, 2))
+        audio_signal = torch.transpose(audio_signal, 1, 2)
+        if isinstance(self.pre_encode, nn.Linear):
+            audio_signal = self.pre_encode(audio_signal)
+        else:
+            audio_signal, length = self.pre_encode(x=audio_signal, lengths=length)
+            length = length.to(torch.int64)
         max_audio_length = audio_signal.size(1)
         audio_signal, pos_emb = self.pos_enc(x=audio_signal, cache_len=0)
         pad_mask, att_mask = self._create_masks(self.att_context_size, length, max_audio_length, None,

@@ -3,7 +3,7 @@ pytest: it needs upstream sources that the project does not install).
 
 Get the sources without their dependencies, then run this file::
 
-    pip install --no-deps --target /tmp/up nemo_toolkit==3.0.0 moshi==0.2.13 einops
+    pip install --no-deps --target /tmp/up nemo_toolkit==3.0.0 moshi==0.2.13 einops espnet==202511
     git -C <wenet checkout> archive HEAD wenet | tar -x -C /tmp/up        # wenet-e2e/wenet 01546996
     git -C <CosyVoice checkout> archive HEAD cosyvoice | tar -x -C /tmp/up  # FunAudioLLM/CosyVoice ace7c47f
     UPSTREAM_SRC=/tmp/up python tests/verify_attention_upstream.py
@@ -14,7 +14,9 @@ few imports that pull in hydra/lightning/huggingface are stubbed (NeMo's adapter
 ``load_state_dict(strict=True)`` and the outputs compared on real-speech features. Measured 2026-12 (torch 2.13 CPU):
 Mimi 0.0; NeMo rel_pos and abs_pos layers + positional encodings 0.0, ``_create_masks`` equal; WeNet abs / rel /
 lengths 0.0; CosyVoice espnet rel_pos and chunk mask without left limit <= 5.4e-6 (CosyVoice's softmax runs without
-WeNet's ``.float()`` / ``type_as``).
+WeNet's ``.float()`` / ``type_as``). Added for issue 48: NeMo ``ConvSubsampling`` (dw_striding / striding, x4 / x8,
+causal or not) 0.0 and equal lengths; ESPnet's legacy and current relative positions (tables and attention) vs the
+rebuilds (the current ones are CosyVoice's): 0.0 each.
 """
 
 from __future__ import annotations
@@ -134,6 +136,59 @@ def nemo():
                 h = layer(x=h, att_mask=att_mask, pos_emb=pe, pad_mask=pad_mask)
             _report(f"nemo _create_masks + ConformerLayer x2 + {type(pos).__name__} vs {name}",
                     mine.head(h).transpose(1, 2), mine(x))
+    sys.modules["nemo.utils"].logging = __import__("logging").getLogger("nemo")  # subsampling.py logs only
+    sub = importlib.import_module("nemo.collections.asr.parts.submodules.subsampling")
+    for kind in ("dw_striding", "striding"):
+        for factor in (4, 8):
+            for causal in (True, False):
+                torch.manual_seed(0)
+                up = sub.ConvSubsampling(kind, factor, M.C_IN, 32, 8, activation=nn.ReLU(True),
+                                         is_causal=causal).eval()
+                mine = M.NemoConvSubsampling(kind, factor, M.C_IN, 32, 8, is_causal=causal).eval()
+                mine.load_state_dict(up.state_dict(), strict=True)
+                x = torch.from_numpy(M.speech_features(77, 1))
+                length = torch.full((2,), 77)
+                with torch.no_grad():
+                    (a, la), (b, lb) = up(x, length), mine(x, length)
+                assert torch.equal(la, lb), (kind, factor, causal)
+                _report(f"nemo ConvSubsampling {kind} x{factor} causal={causal} vs NemoConvSubsampling", a, b)
+
+
+def espnet():
+    """ESPnet's relative positions (``pip install --no-deps --target /tmp/up espnet==202511``): its
+    ``LegacyRelPositionalEncoding`` and ``LegacyRelPositionMultiHeadedAttention``, and the current
+    ``RelPositionalEncoding`` and ``RelPositionMultiHeadedAttention`` (the CosyVoice rebuilds) vs the rebuilds."""
+    e = UP / "espnet"
+    for name, path in [("espnet", e), ("espnet.nets", e / "nets"), ("espnet.nets.pytorch_backend",
+                                                                      e / "nets/pytorch_backend"),
+                       ("espnet.nets.pytorch_backend.transformer", e / "nets/pytorch_backend/transformer"),
+                       ("espnet2", None), ("espnet2.asr", None), ("espnet2.asr.frontend", None)]:
+        _pkg(name, path)
+    _mod("espnet2.asr.frontend.cnn", dim_1_layer_norm=None)
+    att = importlib.import_module("espnet.nets.pytorch_backend.transformer.attention")
+    emb = importlib.import_module("espnet.nets.pytorch_backend.transformer.embedding")
+    torch.manual_seed(0)
+    up_pos, up_att = emb.LegacyRelPositionalEncoding(32, 0.0).eval(), att.LegacyRelPositionMultiHeadedAttention(
+        4, 32, 0.0).eval()
+    mine_pos, mine_att = M.EspnetLegacyRelPositionalEncoding(32).eval(), \
+        M.EspnetLegacyRelPositionMultiHeadedAttention(4, 32).eval()
+    mine_att.load_state_dict(up_att.state_dict(), strict=True)
+    x = torch.randn(2, 50, 32, generator=torch.Generator().manual_seed(0))
+    mask = M.subsequent_chunk_mask(50, 4, 2).unsqueeze(0)
+    with torch.no_grad():
+        (ux, upe), (mx, mpe) = up_pos(x), mine_pos(x)
+        _report("espnet LegacyRelPositionalEncoding vs EspnetLegacyRelPositionalEncoding", upe, mpe)
+        _report("espnet LegacyRelPositionMultiHeadedAttention vs the rebuild", up_att(ux, ux, ux, upe, mask),
+                mine_att(mx, mx, mx, mask, mpe))
+    up_pos, up_att = emb.RelPositionalEncoding(32, 0.0).eval(), att.RelPositionMultiHeadedAttention(4, 32, 0.0).eval()
+    mine_pos, mine_att = M.EspnetRelPositionalEncoding(32).eval(), \
+        M.WenetRelPositionMultiHeadedAttention(4, 32, rel_shift=True).eval()
+    mine_att.load_state_dict(up_att.state_dict(), strict=True)
+    with torch.no_grad():
+        (ux, upe), (mx, mpe) = up_pos(x), mine_pos(x)
+        _report("espnet RelPositionalEncoding vs EspnetRelPositionalEncoding (CosyVoice)", upe, mpe)
+        _report("espnet RelPositionMultiHeadedAttention vs WenetRelPositionMultiHeadedAttention(rel_shift=True)",
+                up_att(ux, ux, ux, upe, mask), mine_att(mx, mx, mx, mask, mpe))
 
 
 def wenet_cosyvoice():
@@ -195,3 +250,4 @@ if __name__ == "__main__":
     mimi()
     nemo()
     wenet_cosyvoice()
+    espnet()

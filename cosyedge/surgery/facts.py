@@ -55,6 +55,9 @@ class TimeFact:
         axes2 (tuple[int, int] | None): For a tensor over time x time (attention scores, masks): its two time axes,
             both at ``rate`` frames per tick with ``extra`` frames (``error`` is still set: only the attention rules
             take such a tensor, :mod:`cosyedge.surgery.rules.attention`).
+        axes_rel (tuple[int, int] | None): For a tensor with two growing axes, one twice as fast as the other (time x
+            (2T - 1) relative positions): (the slower axis, the faster axis); ``error`` is still set (only
+            :mod:`cosyedge.surgery.rules.relative` takes such a tensor, as the relative-position term of an attention).
     """
 
     shape1: tuple
@@ -67,6 +70,7 @@ class TimeFact:
     values2: Any = None
     error: str = ""
     axes2: tuple | None = None
+    axes_rel: tuple | None = None
 
     @property
     def is_stream(self) -> bool:
@@ -94,11 +98,13 @@ def _fact(shape1: tuple, shape2: tuple, t1: int, t2: int, v1, v2) -> TimeFact:
         e = [Fraction(int(shape1[a])) - r[k] * t1 for k, a in enumerate(grow)]
         if r[0] == r[1] and r[0] > 0 and e[0] == e[1]:
             fact.axes2, fact.rate, fact.extra = tuple(grow), r[0], e[0]
-        elif sorted(r)[1] == 2 * sorted(r)[0]:
+        elif sorted(r)[1] == 2 * sorted(r)[0] and r[0] > 0:
+            fact.axes_rel = tuple(grow) if r[1] > r[0] else tuple(grow[::-1])
             fact.error = (f"axes {grow} grow with the input length, one twice as fast ({list(shape1)} at T={t1}): a "
                           "tensor over time x (2T - 1) relative positions (Transformer-XL rel_shift, as in NeMo, "
                           "icefall and ESPnet/CosyVoice relative-position attention), or attention between tensors at "
-                          "different frame rates: not streamed")
+                          "different frame rates: streamed only as the relative-position term of an attention with a "
+                          "bounded mask (rules/relative.py)")
             return fact
     if len(grow) > 1:
         fact.error = (f"axes {grow} all grow with the input length ({list(shape1)} at T={t1}, {list(shape2)} at "

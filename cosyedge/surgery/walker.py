@@ -93,6 +93,8 @@ class Walker:
         self.partners: dict[str, Any] = {}  # second score nodes of a site (rules/attention.py)
         self.strides: list[tuple[int, str]] = []  # (ticks, why): chunks must be a multiple of each
         self.mask_only: set[str] = set()
+        self.relative: dict[str, Any] = {}  # relative-position terms by tensor name (rules/relative.py)
+        self.relative_nodes: set[str] = set()  # nodes of those terms the walk leaves alone
         self.max_ticks: tuple[int, str] | None = None  # (ticks, why): the longest stream positions can be counted for
         self.graph = graph
         self.facts = facts
@@ -552,7 +554,7 @@ class Walker:
             return False
         o = node.outputs[0]
         f = self.facts.get(o.name)
-        if (f is None or not f.is_stream or f.extra or self.masks.data_path(o.name)
+        if (f is None or not f.is_stream or f.extra < 0 or self.masks.data_path(o.name)
                 or node.op in ("Range", "Shape", "Size", "ConstantOfShape")):
             return False
         v1, v2 = self.values.get(o.name), self.values2.get(o.name)
@@ -597,11 +599,15 @@ class Walker:
         for name, f in self.facts.items():  # graph inputs that stream start at delay 0
             if f.is_stream:
                 self.delay.setdefault(name, 0)
+        from cosyedge.surgery.rules import relative
+
+        relative.find(self)
         self._find_mask_only()
         from cosyedge.surgery.rules.attention import attend, involved
 
+        blocked: list[tuple[Any, str]] = []
         for node in list(self.graph.nodes):
-            if node.name in self.mask_only:
+            if node.name in self.mask_only or node.name in self.relative_nodes:
                 for o in node.outputs:
                     self.set_delay(o, None)
                 continue
@@ -611,13 +617,13 @@ class Walker:
                 try:
                     attend(node, self)
                 except Blocker as err:
-                    self.blockers.append(f"{node_desc(node)}: {err}")
+                    blocked.append((node, f"{node_desc(node)}: {err}"))
                     self._fallback(node)
                 continue
             outs_stream = [o for o in node.outputs if o.name and self.fact(o).is_stream]
             errors = [self.fact(o).error for o in node.outputs if o.name and self.fact(o).error]
             if errors:
-                self.blockers.append(f"{node_desc(node)}: output {errors[0]}")
+                blocked.append((node, f"{node_desc(node)}: output {errors[0]}"))
                 continue
             if not self.stream_inputs(node) and not outs_stream:
                 continue  # static, or arithmetic on sizes (recomputed per chunk; its consumers decide)
@@ -627,8 +633,8 @@ class Walker:
 
                 rule = lifted
             if rule is None:
-                self.blockers.append(f"{node_desc(node)}: no streaming rule for {node.op} on a tensor with a time "
-                                     f"axis (closed world: the op is refused until it has one)")
+                blocked.append((node, f"{node_desc(node)}: no streaming rule for {node.op} on a tensor with a time "
+                                      "axis (closed world: the op is refused until it has one)"))
                 self._fallback(node)
                 continue
             try:
@@ -636,8 +642,23 @@ class Walker:
             except Blocker as err:
                 if self.shape_only(node):
                     continue
-                self.blockers.append(f"{node_desc(node)}: {err}")
+                blocked.append((node, f"{node_desc(node)}: {err}"))
                 self._fallback(node)
+        self._keep_live_blockers(blocked)
+
+    def _keep_live_blockers(self, blocked: list[tuple[Any, str]]) -> None:
+        """Record the walk's blockers (node, text) of nodes the chunk graph still computes: a node whose consumers were
+        all rewritten not to read it (a Range whose ``arange(T) < length`` pad mask :meth:`_uniform` folded to a
+        constant) blocks nothing."""
+        outs = [t for t in self.graph.outputs]
+        live, stack = set(), [t.inputs[0] for t in outs if t.inputs]
+        while stack:
+            n = stack.pop()
+            if id(n) in live:
+                continue
+            live.add(id(n))
+            stack.extend(t.inputs[0] for t in n.inputs if t.inputs)
+        self.blockers.extend(text for node, text in blocked if id(node) in live)
 
     def shape_only(self, node: Any) -> bool:
         """Stream a node whose rule refused it when its outputs' values are never used, only their shapes, and

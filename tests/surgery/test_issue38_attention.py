@@ -12,8 +12,8 @@ exporters (models and upstream commits: ``tests/models_attention.py``).
    forms: ``streamify`` proves it, then an own ONNX Runtime loop (states from the contract, zeros at start) at
    several chunk sizes over at least 8 x the context, from the first frame, equals the full graph within 1e-4.
    Chunked models are streamified with a hop of one chunk (``frames_per_hop=4``, ``hop_samples=640``) and pushed in
-   multiples of it. Relative positions with ``rel_shift`` (CosyVoice espnet, NeMo ``rel_pos``) either stream the
-   same way or are refused naming the relative position encoding.
+   multiples of it. Relative positions with ``rel_shift`` (CosyVoice espnet, NeMo ``rel_pos``) stream the same way
+   (more in ``tests/surgery/test_relative_positions.py``).
 3. Refusals: unlimited causal context (``torch.tril``, CosyVoice's chunk mask without a left limit, Mimi with
    ``context=None``) names "unlimited"; with ``attention_window=N`` it streams and equals the full graph with the
    same bound (query i sees keys i-N+1 ... i); full bidirectional attention names "full"; masks from a ``lengths``
@@ -234,20 +234,12 @@ def test_masks_are_what_the_architecture_says(name, first, last):
 @pytest.mark.parametrize("name,dynamo", _params(STREAMING, gaps=True))
 def test_streams_exactly(tmp_path, name, dynamo):
     """streamify proves it; stream == full graph from the first frame at 4 chunk sizes over >= 8 x the context,
-    batch 2 (two different speech excerpts), within 1e-4. Relative positions with rel_shift: either that, or a
-    refusal naming the relative position encoding (and nothing written)."""
+    batch 2 (two different speech excerpts), within 1e-4 (relative positions with rel_shift included)."""
     _, _, ax, facts = M.MODELS[name]
     _, src = _export(name, tmp_path, dynamo)
     out = tmp_path / f"{src.stem}.stream.onnx"
     hop_samples, fph = _hop(facts)
-    try:
-        c = streamify(src, out, sample_rate_hz=16000, hop_samples=hop_samples, frames_per_hop=fph)
-    except UsageError as e:
-        if facts.get("rel_shift") and re.search(r"(?i)relative|rel_shift", str(e).replace(str(tmp_path), "<dir>")):
-            assert not out.exists()
-            print(name, "dynamo" if dynamo else "torchscript", "refused:", e)
-            return
-        raise
+    c = streamify(src, out, sample_rate_hz=16000, hop_samples=hop_samples, frames_per_hop=fph)
     kv = [s for s in c.states if s.kind not in ("context", "position", "counter")]
     x = M.speech_features(_frames(facts), ax)
     errs = _stream_errors(src, out, c, facts, ax, x)

@@ -115,7 +115,8 @@ class RelPos(nn.Module):
 class RelShift(RelPos):
     """NeMo ``RelPositionMultiHeadAttention`` (nemo/collections/asr/parts/submodules/multi_head_attention.py): relative
     positions ``T - 1 .. -(T - 1)`` (2T - 1 of them, the centre of the table), ``matrix_bd`` over them and
-    Transformer-XL's ``rel_shift`` (pad, view, slice). Refused by name."""
+    Transformer-XL's ``rel_shift`` (pad, view, slice). Streams under its band window
+    (tests/surgery/test_relative_positions.py)."""
 
     def forward(self, x):
         n, t, c = x.shape
@@ -308,12 +309,6 @@ def test_unstreamable_attention_is_refused_naming_why(tmp_path, form, why):
     with pytest.raises(UsageError, match=why):
         streamify(src, tmp_path / "o.onnx", sample_rate_hz=16000, hop_samples=160, frames_per_hop=1)
     assert not (tmp_path / "o.onnx").exists()
-
-
-def test_transformer_xl_rel_shift_is_refused_by_name(tmp_path):
-    src = _export(RelShift().eval(), tmp_path / "m.onnx", False)
-    with pytest.raises(UsageError, match=r"time x \(2T - 1\) relative positions \(Transformer-XL rel_shift"):
-        streamify(src, tmp_path / "o.onnx", sample_rate_hz=16000, hop_samples=160, frames_per_hop=1)
 
 
 def test_a_mask_from_a_lengths_input_is_refused_not_guessed(tmp_path):

@@ -11,7 +11,8 @@ Families (one module each): :mod:`.perframe` (pass-through, following the time a
 time: crops become delay, steps decimate), :mod:`.recurrent` (GRU, LSTM, RNN: hidden state becomes state
 I/O), :mod:`.deconv` (ConvTranspose over time: an overlap-add state), :mod:`.running` (CumSum over time:
 a running-sum state), :mod:`.attention` (attention over query x key time: key/value caches, measured masks;
-the ONNX Attention op), :mod:`.refuse` (ops that see the whole sequence, named with the reason).
+the ONNX Attention op), :mod:`.relative` (Transformer-XL relative positions with rel_shift under a bounded mask: the
+term from the chunk's relative positions), :mod:`.refuse` (ops that see the whole sequence, named with the reason).
 
 Source: sonos/tract ``pulse/src/ops/`` (one ``pulsify`` per op family, ``register_all!``).
 """
@@ -51,7 +52,7 @@ def register(*ops: str) -> Callable:
 
 def load_all() -> dict[str, Callable]:
     """Import every rule module (registering its rules) and return the registry (dict[str, callable])."""
-    from cosyedge.surgery.rules import (attention, context, deconv, perframe, recurrent, refuse, running,  # noqa: F401
-                                        timeslice)
+    from cosyedge.surgery.rules import (attention, context, deconv, perframe, recurrent, refuse,  # noqa: F401
+                                        relative, running, timeslice)
 
     return RULES

@@ -280,6 +280,8 @@ def _region(out: Any, ctx: Any) -> tuple[list, list]:
                 f = ctx.fact(m)
                 if f.axes2 is None and not f.is_stream:
                     continue
+                if m.name in ctx.relative:
+                    continue  # a relative-position term (rules/relative.py): built at its node
                 why = ctx.masks.data_path(m.name)
                 prod = m.inputs[0] if m.inputs else None
                 if (why and f.axes2 is not None and not after and c.op in ("Add", "Sub") and prod is not None
@@ -622,6 +624,19 @@ def _binary(node: Any, ctx: Any, a: Att, data: list[int]) -> None:
         f = ctx.fact(t)
         if i in masks:
             node.inputs[i] = _replacement(node, ctx, a, i, data[0])
+            continue
+        if t.name in ctx.relative:
+            if node.op != "Add" or a.site.pattern.kind not in ("banded", "chunked"):
+                raise Blocker(f"{node.op} of the relative-position term '{t.name}' (only added to the scores)")
+            from cosyedge.surgery.rules.relative import chunk_term
+
+            try:
+                node.inputs[i] = chunk_term(node, i, ctx, a.site)
+            except Blocker:
+                for o in node.outputs:  # its consumers add no further blockers
+                    if o.name and ctx.fact(o).axes2 is not None:
+                        ctx.attn[o.name] = Att(None)
+                raise
             continue
         if f.axes2 is not None:
             raise Blocker(f"'{t.name}' over query x key time is neither this attention's mask nor its scores")
