@@ -332,11 +332,14 @@ class Walker:
             init = np.transpose(init, perm)
         counter = self.counter(1, self.fact(x).rate)
         base = f"{node}/{BOOKKEEPING}_lead"
-        first = self.op("Cast", [self.op("Equal", [counter, self.const([[0.0]], dtype=np.float32)], base)], base,
-                        {"to": 1}, dtype=np.float32)  # (N, 1)
+        first = self.op("Equal", [counter, self.const([[0.0]], dtype=np.float32)], base, dtype=bool)  # (N, 1)
         first = self.unsqueeze(first, list(range(2, init.ndim)), base) if init.ndim > 2 else first
-        lead = self.op("Mul", [first, self.const(init, dtype=init.dtype)], base)
-        return self.op("Add", [s_in, lead], base)
+        # Where, not s_in + first * init: any dtype (a bool or int state has no Mul/Add), and a state is zeros there
+        # (ONNX Runtime has no bool Where: Or(And(first, init), s_in))
+        if init.dtype == bool:
+            return self.op("Or", [self.op("And", [first, self.const(init, dtype=bool)], base, dtype=bool), s_in],
+                           base, dtype=bool)
+        return self.op("Where", [first, self.const(init, dtype=init.dtype), s_in], base, dtype=init.dtype)
 
     def delay_line(self, x: Any, frames: int, base: str) -> Any:
         """Return ``x`` late by ``frames`` (> 0) more frames: ``Concat(state, x)[:-frames]`` on its time axis,
@@ -465,8 +468,8 @@ class Walker:
         return n
 
     def mask_preroll(self, x: Any, base: str) -> Any:
-        """Return ``x`` with its frames before the stream's start set to zero (stream frames ``< delay``):
-        ``x * (counter * rate + arange(frames) >= delay)``, where the counter state holds the ticks streamed
+        """Return ``x`` with its frames before the stream's start set to zero (False for a bool ``x``; stream frames
+        ``< delay``): ``Where(counter * rate + arange(frames) >= delay, x, 0)``, where the counter state holds the ticks streamed
         so far (float32 (N, 1), saturating once every mask is past its delay). No-op for delay <= 0."""
         d = self.delay_of(x)
         if d is None or d <= 0:
@@ -486,13 +489,19 @@ class Walker:
         idx = self.op("Add", [start, rng], base)  # (N, frames)
         # idx >= d as Not(idx < d): Less and Not exist in every opset (GreaterOrEqual only from 12)
         late = self.op("Not", [self.op("Less", [idx, self.const([[float(d)]], dtype=np.float32)], base)], base)
-        keep = self.op("Cast", [late], base, {"to": 1}, dtype=np.float32)
+        keep = late
         if b > axis:
-            keep = self.op("Transpose", [keep], base, {"perm": [1, 0]})
+            keep = self.op("Transpose", [keep], base, {"perm": [1, 0]}, dtype=bool)
         others = [i for i in range(rank) if i not in (axis, b)]
         if others:
             keep = self.unsqueeze(keep, others, base)
-        out = self.op("Mul", [x, keep], base, like=x)
+        # Where(keep, x, 0), not x * keep: every dtype (a bool mask shifted by a pad or concat has no Mul), and the
+        # full graph's zeros stay zeros where x is inf or NaN
+        dt = np.dtype(self.dtype_of(x))
+        if dt == bool:  # ONNX Runtime has no bool Where
+            out = self.op("And", [x, keep], base, like=x, dtype=bool)
+        else:
+            out = self.op("Where", [keep, x, self.const(np.zeros((), dtype=dt), base, dtype=dt)], base, like=x)
         self.set_delay(out, d)
         self._masked[x.name] = out
         return out
