@@ -407,6 +407,18 @@ def _scores(node: Any, ctx: Any) -> None:
         raise
 
 
+def chunk_choices(node: Any, chunk: int, rate: Fraction) -> str:
+    """Why a chunked attention needs whole chunks per hop, and the two ways to stream it (str, for the stride
+    message of :func:`cosyedge.surgery.streamify.streamify_graph`): a hop of whole chunks with no delay, or one frame
+    per hop where each query waits for the end of its chunk (``chunk - 1`` frames of look-ahead), which the rules do
+    not build yet. ``rate``: the attention's frames per input tick."""
+    at = "" if rate == 1 else f" at {rate} of the input's rate"
+    return (f"chunked attention at {node.op} node '{node.name}' (chunks of {chunk} frames{at}): either a "
+            f"hop of whole chunks ({chunk} frames), which streams it with no delay, or one frame per hop, where each "
+            f"query waits for the end of its chunk: {chunk - 1} frames of look-ahead delay, which streamify does not "
+            "build yet (use whole chunks)")
+
+
 def _site(node: Any, ctx: Any, pat: Pattern, idxs: list[int], rate: Fraction, masks: list, score: str) -> Site:
     """Bound ``pat`` by ``--attention-window`` where unlimited (else refuse it), align the inputs ``idxs`` (queries,
     keys, values) to one delay (a multiple of the chunk for a chunked mask) and register the site."""
@@ -424,8 +436,7 @@ def _site(node: Any, ctx: Any, pat: Pattern, idxs: list[int], rate: Fraction, ma
         d = ctx.align(node, idxs, minimum=d + (-d) % pat.chunk)
     site = Site(node.name, pat, original, d, rate, pat.cache_frames, score=score, masks=masks)
     if pat.kind == "chunked":
-        ctx.require_stride((rate / pat.chunk).denominator, f"chunked attention at {node.op} node '{node.name}' "
-                           f"(chunks of {pat.chunk} frames)")
+        ctx.require_stride((rate / pat.chunk).denominator, chunk_choices(node, pat.chunk, rate))
     ctx.attention_sites.append(site)
     return site
 
