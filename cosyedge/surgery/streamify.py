@@ -473,8 +473,10 @@ def _check_lookahead(full_model: Any, inputs: dict, full: dict, contract: Stream
 
     Returns:
         dict: for the contract's proof: ``measured_samples`` (the smallest common delay at which the stream can
-        equal the full graph), ``graph_delay_samples`` (the stream's), ``outputs`` (per output: measured look-ahead
-        and delay, frames), ``equal`` (bool).
+        equal the full graph), ``graph_delay_samples`` (the stream's), ``reach_samples`` (None, or where the stream's
+        delay is larger than ``measured_samples``: the same measured with NaN inputs, which no small weight hides),
+        ``outputs`` (per output: measured look-ahead and delay, frames), ``equal`` (bool: the delay equals the
+        measured look-ahead, or the NaN reach where changed values vanish below float32 resolution).
     """
     from cosyedge.surgery.walker import common_delay_ticks
 
@@ -490,24 +492,36 @@ def _check_lookahead(full_model: Any, inputs: dict, full: dict, contract: Stream
     graph = int(sg.delay_ticks * per_tick)
     measured_samples = int(measured * per_tick)
     rows = {o: {"lookahead_frames": found[o].frames, "delay_frames": delays[o]} for o in found}
+    reach_samples = None
+    if graph > measured_samples:  # a change below float32 resolution? the reach of NaN inputs (proof.measure_lookahead)
+        reach = proof.measure_lookahead(full_model, inputs, full, in_axes, out_axes, sg.stride_ticks, nan=True)
+        known_r = {o: la.frames for o, la in reach.items() if la.frames is not None}
+        if known_r:
+            reach_samples = int(common_delay_ticks([(out_axes[o][1], max(0, f)) for o, f in known_r.items()],
+                                                   Fraction(1, per_tick)) * per_tick)
+    structural = reach_samples == graph
     unit = {o.name: "samples" if o.kind == "audio" else "frames" for o in contract.stream_outputs}
     text = ", ".join(f"'{o}' {r['lookahead_frames']} {unit.get(o, 'frames')} ahead, {r['delay_frames']} late"
                      for o, r in rows.items())
     if not known:
         LOG.info("%s: look-ahead: changing the input from %s on changes no output: nothing to measure", where,
                  proof.perturbation_starts(next(iter(inputs.values())).shape[first.time_axis], sg.stride_ticks))
-    elif graph == measured_samples:
-        LOG.info("%s: look-ahead measured on the full graph (input changed from several points on, first output "
-                 "frame that changes) %d samples = the delay the graph gives the stream (%s)", where, measured_samples, text)
+    elif graph == measured_samples or structural:
+        how = ("input changed from several points on, first output frame that changes" if not structural else
+               f"input set to NaN from several points on, first output frame that turns NaN; changed values reached "
+               f"only {measured_samples} samples back, the rest is below float32 resolution")
+        LOG.info("%s: look-ahead measured on the full graph (%s) %d samples = the delay the graph gives the stream "
+                 "(%s)", where, how, graph if structural else measured_samples, text)
     else:
         LOG.warning("%s: the stream's delay from the graph is %d samples but the full graph's look-ahead measured by "
                     "changing its input from several points on is %d samples (%s)%s", where, graph, measured_samples,
-                    text, ": either a rule counts more look-ahead than the graph has, or the measurement sees less "
-                    "(filter taps too small to change a float32 sum, a nonlinearity that hides the change at the "
-                    "first frames, whole frames at a lower rate inside the graph)" if graph > measured_samples
-                    else ": the measured look-ahead exceeds the stream's delay")
-    return {"measured_samples": measured_samples, "graph_delay_samples": graph, "equal": graph == measured_samples,
-            "outputs": rows}
+                    text, (": either a rule counts more look-ahead than the graph has, or the measurement sees less "
+                           "(a nonlinearity that hides the change at the first frames, whole frames at a lower rate "
+                           "inside the graph); NaN inputs reach "
+                           + (f"{reach_samples} samples back" if reach_samples is not None else "no output"))
+                    if graph > measured_samples else ": the measured look-ahead exceeds the stream's delay")
+    return {"measured_samples": measured_samples, "graph_delay_samples": graph,
+            "equal": graph == measured_samples or structural, "reach_samples": reach_samples, "outputs": rows}
 
 
 def _window_deviation(sg: StreamGraph, inputs: dict, bounded: dict, contract: StreamContract, where: str) -> dict:
