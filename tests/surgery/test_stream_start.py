@@ -161,5 +161,5 @@ def test_left_replicate_pad_channels_last_and_held_first_frame(tmp_path, dynamo)
 @pytest.mark.parametrize("dynamo", [False, True])
 def test_left_reflect_pad_refused_naming_the_frames_it_copies(tmp_path, dynamo):
     src = _export(EdgePadConv("reflect"), tmp_path / "r.onnx", (1, 2, 64), 2, dynamo, "N")
-    with pytest.raises(UsageError, match=r"'reflect' mode: its first 3 frames copy frames 3..1 of the sequence"):
+    with pytest.raises(UsageError, match=r"'reflect' mode on the left: its first 3 frames copy frames 3..1 of the sequence"):
         streamify(src, tmp_path / "r.stream.onnx", sample_rate_hz=16000, hop_samples=160)
