@@ -163,3 +163,65 @@ def test_left_reflect_pad_refused_naming_the_frames_it_copies(tmp_path, dynamo):
     src = _export(EdgePadConv("reflect"), tmp_path / "r.onnx", (1, 2, 64), 2, dynamo, "N")
     with pytest.raises(UsageError, match=r"'reflect' mode on the left: its first 3 frames copy frames 3..1 of the sequence"):
         streamify(src, tmp_path / "r.stream.onnx", sample_rate_hz=16000, hop_samples=160)
+
+
+class LookAheadThenPreEmphasis(nn.Module):
+    """(N, 2, T) -> Conv1d(5, padding 2: two frames of look-ahead) -> pre-emphasis over time keeping the first frame
+    -> Conv1d(3) with a causal left pad: the head's source is two frames late, so the head is aligned to it."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.a, self.b = nn.Conv1d(2, 2, 5, padding=2), nn.Conv1d(2, 2, 3)
+
+    def forward(self, x):
+        h = self.a(x)
+        y = torch.cat((h[..., :1], h[..., 1:] - PREEMPH * h[..., :-1]), dim=-1)
+        return self.b(F.pad(y, (2, 0)))
+
+
+@pytest.mark.parametrize("dynamo,batch", [(False, "N"), (True, 1)])
+def test_pre_emphasis_after_a_look_ahead_streams_exactly(tmp_path, dynamo, batch):
+    c, err = _check(LookAheadThenPreEmphasis(), tmp_path, (1, 2, 64), 2, dynamo, batch)
+    assert c.outputs[0].delay_frames == 2
+    assert err <= 1e-5, err
+
+
+def test_replicate_pad_after_a_look_ahead_refused_by_name(tmp_path):
+    class Late(nn.Module):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            self.a, self.b = nn.Conv1d(2, 2, 3, padding=1), nn.Conv1d(2, 2, 3)
+
+        def forward(self, x):
+            return self.b(F.pad(self.a(x), (2, 0), mode="replicate"))
+
+    src = _export(Late(), tmp_path / "l.onnx", (1, 2, 64), 2, False, "N")
+    with pytest.raises(UsageError, match=r"pads time in 'edge' \(replicate\) mode on the left after 1 frames of "
+                                         r"look-ahead"):
+        streamify(src, tmp_path / "l.stream.onnx", sample_rate_hz=16000, hop_samples=160)
+
+
+def test_onnx_edge_pad_with_axes_on_channels_last_time(tmp_path):
+    """A hand-built opset-18 graph: (1, T, 3) -> Pad(mode=edge, pads [2, 0] on axes [1]) -> Conv over time after a
+    Transpose; batch fixed at 1 (only the time axis dynamic, as most streaming exports are)."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((3, 3, 3)).astype(np.float32), "w")
+    nodes = [helper.make_node("Pad", ["x", "pads", "", "axes"], ["p"], mode="edge"),
+             helper.make_node("Transpose", ["p"], ["pt"], perm=[0, 2, 1]),
+             helper.make_node("Conv", ["pt", "w"], ["c"], kernel_shape=[3]),
+             helper.make_node("Transpose", ["c"], ["y"], perm=[0, 2, 1])]
+    g = helper.make_graph(nodes, "edge", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, "T", 3])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, "T", 3])],
+                          [w, numpy_helper.from_array(np.array([2, 0], np.int64), "pads"),
+                           numpy_helper.from_array(np.array([1], np.int64), "axes")])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
+    onnx.save(model, tmp_path / "e.onnx")
+    c = streamify(tmp_path / "e.onnx", tmp_path / "e.stream.onnx", sample_rate_hz=16000, hop_samples=160)
+    assert c.delay_samples == 0
+    x = rng.standard_normal((1, 1120, 3)).astype(np.float32)
+    assert chunked_equals_full(tmp_path / "e.onnx", tmp_path / "e.stream.onnx", x, [1, 7, 160]) <= 1e-5
