@@ -12,6 +12,8 @@ shape). Rules use the services of :class:`Walker` to rewrite a node:
 * :meth:`Walker.align`: give every streaming input of a node the same delay (at least ``minimum``);
 * :meth:`Walker.mask_preroll`: zero the frames of ``x`` that come before the stream's start (frames
   ``< delay``: a full-sequence graph sees zeros or nothing there), with one saturating tick counter state.
+* :meth:`Walker.before_frame` / :meth:`Walker.select`: the same counter as a bool flag (stream frames before a given
+  frame) and a Where for any dtype (the stream's first frames of :mod:`cosyedge.surgery.rules.start`).
 
 Blockers are collected, so one run names every node that cannot stream.
 

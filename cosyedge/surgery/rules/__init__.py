@@ -11,7 +11,8 @@ Families (one module each): :mod:`.perframe` (pass-through, following the time a
 time: crops become delay, steps decimate), :mod:`.recurrent` (GRU, LSTM, RNN: hidden state becomes state
 I/O), :mod:`.deconv` (ConvTranspose over time: an overlap-add state), :mod:`.running` (CumSum over time:
 a running-sum state), :mod:`.attention` (attention over query x key time: key/value caches, measured masks;
-the ONNX Attention op), :mod:`.refuse` (ops that see the whole sequence, named with the reason).
+the ONNX Attention op), :mod:`.refuse` (ops that see the whole sequence, named with the reason). :mod:`.start` holds no rule: the helpers the
+Slice, Gather, Concat and Pad rules share for the stream's first frames (pre-emphasis, edge pads).
 
 Source: sonos/tract ``pulse/src/ops/`` (one ``pulsify`` per op family, ``register_all!``).
 """
