@@ -405,7 +405,7 @@ def first_change(a: np.ndarray, b: np.ndarray, axis: int) -> int | None:
 
 def measure_lookahead(full_model: Any, inputs: dict[str, np.ndarray], full: dict[str, np.ndarray],
                       in_axes: dict[str, tuple[int, Any]], out_axes: dict[str, tuple[int, Any]], stride: int,
-                      sess: Any = None, nan: bool = False) -> dict[str, Lookahead]:
+                      sess: Any = None, nan: bool = False, phases: int = 1) -> dict[str, Lookahead]:
     """The true look-ahead of a full-sequence graph, measured by future perturbation: for several input ticks ``k``
     well inside the input (:func:`perturbation_starts`), change every input from tick ``k`` on
     (:func:`perturbed`), run the full graph and find the first output frame ``f(k)`` that changes; an output ``r``
@@ -426,6 +426,9 @@ def measure_lookahead(full_model: Any, inputs: dict[str, np.ndarray], full: dict
             ops, whatever the size of their weights (every arithmetic op carries a NaN forward), where a change of
             values can vanish below float32 resolution (15 stacked 3-tap convs: the last taps' product is about 1e-8
             of the output). An upper bound where ops only mask (an additive -inf mask carries NaN; Where does not).
+        phases (int): Also change the input from the ``phases - 1`` strides after the first start (a look-ahead that
+            depends on the phase, as a chunked attention's: a query at a chunk's start looks ``chunk - 1`` frames
+            ahead, one at its end none).
     Returns:
         dict[str, Lookahead]: by output name.
     Source: issue 39 (changing input frames from k on leaves output frames before k - L bit-identical).
@@ -437,7 +440,10 @@ def measure_lookahead(full_model: Any, inputs: dict[str, np.ndarray], full: dict
     sess = sess or session(full_model)
     names = [o.name for o in full_model.graph.output]
     points: dict[str, list] = {o: [] for o in out_axes}
-    for k in perturbation_starts(ticks, stride):
+    starts = perturbation_starts(ticks, stride)
+    starts = sorted(set(starts) | {starts[0] + i * stride for i in range(1, phases) if starts and
+                                   starts[0] + i * stride < ticks})
+    for k in starts:
         got = dict(zip(names, sess.run(None, perturbed(inputs, in_axes, k, nan=nan))))
         for o, (axis, _rate) in out_axes.items():
             f = first_change(np.asarray(full[o]), np.asarray(got[o]), axis)
