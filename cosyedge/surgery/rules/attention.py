@@ -424,13 +424,15 @@ def _scores(node: Any, ctx: Any) -> None:
 def chunk_choices(node: Any, chunk: int, rate: Fraction) -> str:
     """Why a chunked attention needs whole chunks per hop, and the two ways to stream it (str, for the stride
     message of :func:`cosyedge.surgery.streamify.streamify_graph`): a hop of whole chunks with no delay, or one frame
-    per hop where each query waits for the end of its chunk (``chunk - 1`` frames of look-ahead,
-    ``--attention-per-frame``). ``rate``: the attention's frames per input tick."""
+    per hop where each query waits for the end of its chunk (``chunk - 1`` frames of delay per attention layer in
+    series, ``--attention-per-frame``: a layer's keys come one frame per hop, so the next layer waits again; the
+    model's own look-ahead stays ``chunk - 1`` frames, which only whole chunks keep). ``rate``: the attention's frames
+    per input tick."""
     at = "" if rate == 1 else f" at {rate} of the input's rate"
     return (f"chunked attention at {node.op} node '{node.name}' (chunks of {chunk} frames{at}): either a "
             f"hop of whole chunks ({chunk} frames), which streams it with no delay, or one frame per hop, where each "
-            f"query waits for the end of its chunk: {chunk - 1} frames of look-ahead delay (give --attention-per-frame, "
-            "attention_per_frame=True)")
+            f"query waits for the end of its chunk: {chunk - 1} frames of delay per chunked attention layer (give "
+            "--attention-per-frame, attention_per_frame=True)")
 
 
 def _site(node: Any, ctx: Any, pat: Pattern, idxs: list[int], rate: Fraction, masks: list, score: str) -> Site:
