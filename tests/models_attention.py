@@ -358,6 +358,17 @@ class WenetLengths(WenetConformer):
         return self.head(self.after_norm(xs))
 
 
+
+class WenetShapeLengths(WenetLengths):
+    """:class:`WenetLengths` exported the way a stream allows: ``forward(xs)`` computes ``xs_lens`` from the input's
+    shape (every frame valid, ``xs_lens = T`` for each sequence) instead of taking a ``lengths`` input, so the padding
+    mask ``~make_pad_mask(xs_lens, T)`` is all True and only the chunk mask bounds attention. (N, T, C_IN) ->
+    (N, T, C_IN). Not in :data:`MODELS`: what the refusal of :class:`WenetLengths` tells the user to export."""
+
+    def forward(self, xs):
+        lens = torch.ones(xs.size(0), dtype=torch.int64, device=xs.device) * xs.size(1)
+        return super().forward(xs, lens)
+
 # ---------------------------------------------------------------------------------------------------------------
 # NeMo FastConformer (faithful rebuild: nemo_toolkit installs with --no-deps but its modules do not import without
 # hydra, lightning, ...; the rebuild was compared with the wheel's own classes, see tests)

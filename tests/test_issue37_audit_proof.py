@@ -93,22 +93,7 @@ def test_a_quiet_correct_model_still_proves(tmp_path, cli):
 
 
 # ---------------------------------------------------------------- 7: dynamo exports whose value_info fixes the frames
-class _ConvGruLinear(nn.Module):
-    """Conv (stride one hop) -> GRU -> Linear -> sigmoid gain -> transposed conv, hop 80 (8 kHz)."""
-
-    def __init__(self, hop: int = 80, c: int = 24):
-        super().__init__()
-        torch.manual_seed(0)
-        self.hop = hop
-        self.enc = nn.Conv1d(1, c, 2 * hop, stride=hop)
-        self.gru = nn.GRU(c, c, batch_first=True)
-        self.g = nn.Linear(c, c)
-        self.dec = nn.ConvTranspose1d(c, 1, 2 * hop, stride=hop)
-
-    def forward(self, x):
-        z = self.enc(F.pad(x, (self.hop, 0)))
-        h, _ = self.gru(z.transpose(1, 2))
-        return self.dec(z * torch.sigmoid(self.g(h)).transpose(1, 2))[..., :-self.hop]
+from tests.models_torch import ConvGruGain as _ConvGruLinear  # noqa: E402  (the shared model)
 
 
 @pytest.fixture(scope="module")
@@ -262,10 +247,11 @@ class _Waveform2d(nn.Module):
         return y if self.stereo else y[:, 0]
 
 
-@pytest.mark.parametrize("stereo, shape", [(False, "['N', 'T']"), (True, "['N', 2, 'T']")])
+@pytest.mark.parametrize("stereo, shape", [(True, "['N', 2, 'T']")])
 def test_a_waveform_without_a_channel_axis_names_frames_per_hop(tmp_path, cli, stereo, shape):
     """Before: only 'graph output ... does not grow with the input length (... math.ceil/int ...)' (exit 2), which
-    sent the user to the export; --frames-per-hop 160 streams it."""
+    sent the user to the export; --frames-per-hop 160 streams it. A mono (N, T) waveform now streams as (N, 1, T)
+    without an option (tests/surgery/test_refusal_reasons.py)."""
     src, out = tmp_path / "w.onnx", tmp_path / "w.stream.onnx"
     torch.onnx.export(_Waveform2d(stereo).eval(), (torch.zeros(1, 2, 3200) if stereo else torch.zeros(1, 3200),),
                       str(src), input_names=["audio"], output_names=["enhanced"],
@@ -275,8 +261,8 @@ def test_a_waveform_without_a_channel_axis_names_frames_per_hop(tmp_path, cli, s
     lines = err.strip().splitlines()
     assert rc == 2 and len(lines) == 1
     assert lines[0].endswith(f"; note: input 'audio' {shape} was read as features at 1 frame per hop (only (N, 1, T) "
-                             "is read as a waveform): if it is a waveform (N, T) or (N, channels, T), give "
-                             "--frames-per-hop 160 (its samples per hop)")
+                             "is read as a waveform, and (N, T) when --frames-per-hop is not given): if it is a "
+                             "waveform (N, T) or (N, channels, T), give --frames-per-hop 160 (its samples per hop)")
     rc, _o, err = _streamify(cli, src, out, "--frames-per-hop", "160")
     assert rc == 0, err
     assert StreamContract.from_onnx(out).proof["max_abs"] < 1e-5

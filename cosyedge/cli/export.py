@@ -145,8 +145,9 @@ def _check_stream_output(out: Path, positional: bool, inputs: list[Path]) -> Non
 @click.option("--name", type=str, default=None, help="Model name. Default: metadata value or the file stem.")
 @click.option("--time-axis", "time_axis", multiple=True, metavar="NAME=AXIS",
               help="Time axis of an input whose shape does not tell (repeatable).")
-@click.option("--frames-per-hop", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Frames per hop of feature (non-waveform) inputs.")
+@click.option("--frames-per-hop", type=click.IntRange(min=1), default=None,
+              help="Frames per hop of feature (non-waveform) inputs. Default 1; an only input (N, T) is a waveform "
+                   "(streamed as (N, 1, T)) unless this is given.")
 @click.option("--atol", type=click.FloatRange(min=0, max=1), default=1e-4, show_default=True,
               help="Proof tolerance: max abs error relative to the peak output (of at least 1e-3).")
 @click.option("--audio-output", default=None, metavar="NAME",
@@ -162,7 +163,7 @@ def _check_stream_output(out: Path, positional: bool, inputs: list[Path]) -> Non
                    "of its chunk (that much more delay). Default: the hop must hold whole chunks (no delay).")
 def streamify(onnx_files: tuple[Path, ...], out_onnx: Path | None, sample_rate_hz: int | None,
               hop_samples: int | None, delay_samples: int | None, name: str | None, time_axis: tuple[str, ...],
-              frames_per_hop: int, atol: float, audio_output: str | None, attention_window: int | None,
+              frames_per_hop: int | None, atol: float, audio_output: str | None, attention_window: int | None,
               attention_per_frame: bool) -> None:
     """Turn a full-sequence ONNX (or several forming one model) into a proved stream ONNX.
 

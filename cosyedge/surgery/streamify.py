@@ -76,7 +76,12 @@ class StreamGraph:
         rf_ticks (int): Longest time context of one stateful layer, in input ticks.
         full_model (onnx.ModelProto): The constant-folded full-sequence graph (the proof's reference; with its
             attention bounded where ``--attention-window`` bounded it).
-        original_model (onnx.ModelProto): The constant-folded full-sequence graph as given.
+        original_model (onnx.ModelProto): The constant-folded full-sequence graph as given (with the time axes
+            of its inputs made symbolic where the export fixed them).
+        repairs (list[tuple[str, str, int, int]]): Graph inputs and outputs whose time axis the export fixed and
+            streamify made symbolic: (``"input"`` or ``"output"``, name, axis, fixed length); reported, with what
+            else was repaired, by :func:`check_repaired_copy`.
+        probe_ticks (tuple[int, int]): The two lengths (input ticks) the repaired copy was measured at.
     """
 
     states: list
@@ -88,6 +93,8 @@ class StreamGraph:
     rf_ticks: int
     full_model: Any = None
     original_model: Any = None
+    repairs: list = dataclasses.field(default_factory=list)
+    probe_ticks: tuple = ()
 
 
 def _input_time_axes(graph: Any, given: dict[str, int] | None, where: str = "") -> dict[str, int]:
@@ -120,25 +127,74 @@ def _input_time_axes(graph: Any, given: dict[str, int] | None, where: str = "") 
             raise UsageError(f"{where + ': ' if where else ''}the export fixed the time length (input '{t.name}' is "
                              f"{shape}, no input has a dynamic axis); export with a dynamic time axis: {hint}")
         else:
-            raise UsageError(f"input '{t.name}' has no symbolic axis ({shape}): every input must run over time "
-                             f"(export it with a dynamic time axis, or give it: --time-axis {t.name}=AXIS); inputs "
-                             f"without a time axis (a fixed conditioning vector) are not supported")
+            timed = next((f"{u.name}.shape[{i}]" for u in graph.inputs for i, d in enumerate(u.shape or [])
+                          if i > 0 and not (isinstance(d, (int, np.integer)) and d > 0)), "x.shape[1]")
+            raise _no_time_axis_error(t, shape, where, timed)
     return axes
 
 
-def _free_time_dims(tensors: list, axes: dict[str, int], where: str, kind: str) -> None:
+_COMPARE_OPS = {"Less", "LessOrEqual", "Greater", "GreaterOrEqual", "Equal"}
+_PASS_OPS = {"Unsqueeze", "Squeeze", "Reshape", "Cast", "Expand", "Identity", "Flatten", "Add", "Sub", "Mul"}
+
+
+def _compared_along_time(t: Any, depth: int = 6) -> bool:
+    """Whether the values of graph input ``t`` (gs.Variable) reach a comparison (Less, Greater, ...) through at most
+    ``depth`` shape or arithmetic steps (Unsqueeze, Cast, Expand, Add, ...): a length compared with positions along
+    time, as WeNet's ``make_pad_mask(lengths)`` (``arange(T) >= lengths.unsqueeze(-1)``) builds a key-padding mask.
+    A ``Shape`` of it reads no values and is not followed."""
+    front, seen = [t], set()
+    for _ in range(depth):
+        nxt = []
+        for v in front:
+            for node in v.outputs:
+                if id(node) in seen:
+                    continue
+                seen.add(id(node))
+                if node.op in _COMPARE_OPS:
+                    return True
+                if node.op in _PASS_OPS:
+                    nxt.extend(node.outputs)
+        front = nxt
+    return False
+
+
+def _no_time_axis_error(t: Any, shape: list, where: str, timed: str) -> UsageError:
+    """The refusal (UsageError, exit 2) of graph input ``t`` (gs.Variable of ``shape``) that has no time axis while
+    another input has one (``timed``: that input's length, e.g. ``"x.shape[1]"``), naming what it is: a per-sequence
+    length that feeds a padding mask (a stream has no total length), a value per sequence (only a batch axis), or a
+    tensor of fixed sizes (give its time axis if it has one)."""
+    pre = f"{where}: " if where else ""
+    dtype = _np_name(t.dtype)
+    if len(shape) <= 1 and np.dtype(dtype).kind in "iu" and _compared_along_time(t):
+        return UsageError(f"{pre}input '{t.name}' ({dtype} {shape}) is a length per sequence compared with positions "
+                          f"along time (a padding mask, as make_pad_mask(lengths)): a stream has no total length, so "
+                          f"no chunk can be masked by it; export without the '{t.name}' input and its mask (every "
+                          f"frame of a stream is valid), or with the lengths computed from the input's shape ({timed})")
+    if len(shape) <= 1:
+        return UsageError(f"{pre}input '{t.name}' ({dtype} {shape}) has no axis but the batch: one value per sequence, "
+                          f"not a stream over time; inputs without a time axis (a speaker id, a conditioning vector) "
+                          f"are not supported: fix its value inside the model before export")
+    return UsageError(f"{pre}input '{t.name}' has no symbolic axis ({shape}): every input must run over time "
+                      f"(export it with a dynamic time axis, or give it: --time-axis {t.name}=AXIS); inputs "
+                      f"without a time axis (a fixed conditioning vector) are not supported")
+
+
+def _free_time_dims(tensors: list, axes: dict[str, int], where: str, kind: str) -> list[tuple[str, str, int, int]]:
     """Make the time axis of each graph input or output in ``tensors`` symbolic where the export left it at a
     fixed length (``torch.onnx.export(dynamo=True)`` with ``dynamic_shapes`` on the input only keeps the output
     at the example's length): a stream graph runs on chunks of any multiple of the stride, and ONNX Runtime
     refuses a bound output whose declared fixed length differs ("Got invalid dimensions for output").
-    Logs one warning line per repaired tensor.
+    Logs nothing: :func:`check_repaired_copy` reports every repair in one warning line.
 
     Args:
         tensors (list[gs.Variable]): Graph inputs or outputs (their ``shape`` is edited in place).
         axes (dict[str, int]): Time axis by tensor name; tensors not named are left alone.
         where (str): Name for messages.
         kind (str): ``"input"`` or ``"output"``, for messages.
+    Returns:
+        list[tuple[str, str, int, int]]: (kind, name, axis, fixed length) of each repaired tensor.
     """
+    freed = []
     for t in tensors:
         shape = list(t.shape or [])
         axis = axes.get(t.name)
@@ -147,8 +203,8 @@ def _free_time_dims(tensors: list, axes: dict[str, int], where: str, kind: str) 
         fixed = int(shape[axis])
         shape[axis] = f"T_{t.name}"
         t.shape = shape
-        LOG.warning("%s: %s '%s' had its time axis %d fixed at %d by the export; made it symbolic in the stream "
-                    "graph so that every chunk length runs", where, kind, t.name, axis, fixed)
+        freed.append((kind, t.name, axis, fixed))
+    return freed
 
 
 def _probe_lengths(quantum: int) -> tuple[int, int]:
@@ -212,6 +268,66 @@ def _is_audio(shape: list, axis: int) -> bool:
     return len(shape) == 3 and axis == 2 and shape[1] == 1
 
 
+def _add_channel_axis(graph: Any, axes: dict[str, int], where: str) -> dict[str, int] | None:
+    """Stream a waveform without a channel axis as one with it: when the graph's only input is float (N, T) with time
+    on axis 1, it becomes (N, 1, T) followed by a ``Squeeze`` of axis 1, and every output (N, T') of rank 2 with a
+    symbolic axis 1 gets an ``Unsqueeze`` to (N, 1, T'), so the stream graph takes and gives what every runtime
+    streams (a waveform (N, 1, T) chunked in samples) and its proof runs on real speech. The graph is edited in place
+    (the names of inputs and outputs are kept); one info line says so.
+
+    Args:
+        graph (gs.Graph): The full-sequence graph.
+        axes (dict[str, int]): Time axis by input name (:func:`_input_time_axes`).
+        where (str): Name for messages.
+    Returns:
+        dict[str, int] | None: the new time axes (the input's is 2), or None when the graph is left as it is (more
+        than one input, another rank or time axis, an integer input, an input that is also an output).
+    """
+    if len(graph.inputs) != 1:
+        return None
+    t = graph.inputs[0]
+    shape = list(t.shape or [])
+    if len(shape) != 2 or axes.get(t.name) != 1 or t in graph.outputs or np.dtype(_np_name(t.dtype)).kind != "f":
+        return None
+    opset = int(graph.opset or 13)
+
+    def axis_op(op: str, x: Any, y: Any, name: str) -> Any:
+        if opset >= 13:
+            return gs.Node(op, name=name, inputs=[x, gs.Constant(f"{name}/axes", np.array([1], np.int64))],
+                           outputs=[y])
+        return gs.Node(op, name=name, attrs={"axes": [1]}, inputs=[x], outputs=[y])
+
+    flat = gs.Variable(f"{t.name}/no_channel", dtype=t.dtype, shape=shape)
+    for node in list(t.outputs):
+        for k, i in enumerate(node.inputs):
+            if i is t:
+                node.inputs[k] = flat
+    graph.nodes.append(axis_op("Squeeze", t, flat, f"{t.name}/drop_channel_axis"))
+    t.shape = [shape[0], 1, shape[1]]
+    made = []
+    for o in graph.outputs:
+        oshape = list(o.shape or [])
+        if len(oshape) != 2 or isinstance(oshape[1], (int, np.integer)) or not o.inputs:
+            continue
+        raw = gs.Variable(f"{o.name}/no_channel", dtype=o.dtype, shape=oshape)
+        producer = o.inputs[0]
+        for k, v in enumerate(producer.outputs):
+            if v is o:
+                producer.outputs[k] = raw
+        for node in list(o.outputs):
+            for k, i in enumerate(node.inputs):
+                if i is o:
+                    node.inputs[k] = raw
+        graph.nodes.append(axis_op("Unsqueeze", raw, o, f"{o.name}/add_channel_axis"))
+        o.shape = [oshape[0], 1, oshape[1]]
+        made.append(o.name)
+    graph.toposort()
+    LOG.info("%s: input '%s' %s is a waveform without a channel axis: streamed as (N, 1, T) in samples (the stream "
+             "graph takes it as %s%s; a Squeeze inside); to stream it as features instead, give --frames-per-hop",
+             where, t.name, shape, t.shape, f" and gives {made} as (N, 1, T)" if made else "")
+    return {**axes, t.name: 2}
+
+
 def streamify_graph(graph: Any, *, hop_ticks: int, time_axes: dict[str, int] | None = None,
                     where: str = "model", hop_label: str = "hop_samples",
                     attention_window: int | None = None, samples_per_tick: int = 1,
@@ -237,6 +353,7 @@ def streamify_graph(graph: Any, *, hop_ticks: int, time_axes: dict[str, int] | N
             axis, no state at all, tensors already named ``state_in.*``.
         ArtifactError: ONNX Runtime cannot run the graph.
     """
+    from cosyedge.surgery.batch import fixed_batch, free_batch
     from cosyedge.surgery.facts import measure
     from cosyedge.surgery.walker import Walker
 
@@ -252,7 +369,7 @@ def streamify_graph(graph: Any, *, hop_ticks: int, time_axes: dict[str, int] | N
     if taken:
         raise UsageError(f"model already has tensor '{taken[0]}': is it already streamified?")
     axes = _input_time_axes(graph, time_axes, where)
-    _free_time_dims(graph.inputs, axes, where, "input")
+    repairs = list(_free_time_dims(graph.inputs, axes, where, "input") or [])
     # Probe at multiples of the hop and, for waveforms, of 64 samples, so strides up to 64 are measured
     # exactly even when the hop is not a multiple of them (then refused below, naming the stride).
     quantum = math.lcm(hop_ticks, 64) if _is_audio(list(graph.inputs[0].shape or []), axes[graph.inputs[0].name]) \
@@ -264,6 +381,15 @@ def streamify_graph(graph: Any, *, hop_ticks: int, time_axes: dict[str, int] | N
     # need them: drop them all (ONNX Runtime infers what it needs).
     del folded.graph.value_info[:]
     facts, values, batch_axes = measure(folded, axes, *_probe_lengths(quantum), where)
+    fixed = fixed_batch(graph)
+    if fixed is not None:  # a fixed-batch export: free its batch (proved) so every tensor gets a batch axis
+        freed, why = free_batch(graph, folded, axes, values, _probe_lengths(quantum), where)
+        if freed is not None:
+            folded, fixed = freed, None
+            facts, values, batch_axes = measure(folded, axes, *_probe_lengths(quantum), where)
+        elif fixed > 1:  # streams run one at a time or together from one start: only batch 1 is kept as exported
+            raise UsageError(f"{where}: exported with a fixed batch of {fixed} that cannot be made dynamic ({why}): "
+                             "export it with batch 1 or a dynamic batch axis")
     finer = _stride_beyond(facts, quantum, *_probe_lengths(quantum), folded)
     if finer:  # a stride the probes did not divide (3 with a hop of 160): measure again at multiples of it
         quantum = math.lcm(quantum, finer)
@@ -273,7 +399,7 @@ def streamify_graph(graph: Any, *, hop_ticks: int, time_axes: dict[str, int] | N
     out_names = [t.name for t in graph.outputs]
     first = graph.inputs[0]
     walker = Walker(graph, facts, values, batch_axes, (first.name, axes[first.name]), model=folded,
-                    t1=_probe_lengths(quantum)[0], attention_window=attention_window,
+                    t1=_probe_lengths(quantum)[0], attention_window=attention_window, fixed_batch=fixed,
                     attention_per_frame=attention_per_frame)
     walker.walk()
     delays = walker.finish(out_names, Fraction(1, max(1, int(samples_per_tick))))
@@ -284,8 +410,9 @@ def streamify_graph(graph: Any, *, hop_ticks: int, time_axes: dict[str, int] | N
     if not walker.states:
         LOG.warning("%s has no time context to carry: every op works on whole chunks of the total stride (a "
                     "frame-by-frame model streams as it is; if it should not, check the time axis)", where)
-    _free_time_dims(graph.outputs, {t.name: walker.facts[t.name].axis for t in graph.outputs
-                                    if t.name in walker.facts and walker.facts[t.name].is_stream}, where, "output")
+    repairs += _free_time_dims(graph.outputs, {t.name: walker.facts[t.name].axis for t in graph.outputs
+                                               if t.name in walker.facts and walker.facts[t.name].is_stream},
+                               where, "output") or []
     denoms = [f.rate.denominator for f in facts.values() if f.is_stream]
     stride = math.lcm(*denoms) if denoms else 1
     for ticks, _why in walker.strides:
@@ -334,7 +461,8 @@ def streamify_graph(graph: Any, *, hop_ticks: int, time_axes: dict[str, int] | N
         from cosyedge.surgery.rules.attention import bound_full_model
 
         full = bound_full_model(folded, walker.attention_sites)
-    return StreamGraph(walker.states, inputs, outputs, stride, delay_ticks, walker, walker.rf_ticks, full, folded)
+    return StreamGraph(walker.states, inputs, outputs, stride, delay_ticks, walker, walker.rf_ticks, full, folded,
+                       repairs, _probe_lengths(quantum))
 
 
 def _group_blockers(blockers: list[str]) -> list[str]:
@@ -429,7 +557,16 @@ def prove_stream(full_model: Any, stream_model: Any, contract: StreamContract, s
     if inputs is None:
         need = max(64 * big, 8 * sg.rf_ticks + math.ceil(sg.delay_ticks), 4 * contract.sample_rate_hz * hop //
                    contract.hop_samples)
-        ticks = math.lcm(*chunks) * -(-need // math.lcm(*chunks))
+        step = math.lcm(*chunks)
+        ticks = step * -(-need // step)
+        if sg.walker.max_ticks and ticks > sg.walker.max_ticks[0]:  # an encoding table bounds the stream's length
+            limit, why = sg.walker.max_ticks
+            ticks = step * (limit // step)
+            if not ticks:
+                raise UsageError(f"{where}: {why} allows a stream of {limit} {proof.tick_unit(contract)}, fewer than "
+                                 f"the proof's chunks of {step}: the model cannot stream a chunk that long")
+            LOG.info("%s: the proof runs on %d %s, the longest stream %s allows", where, ticks,
+                     proof.tick_unit(contract), why)
         inputs = proof.proof_inputs(contract, ticks)
     else:
         ticks = next(iter(inputs.values())).shape[contract.stream_inputs[0].time_axis]
@@ -553,6 +690,120 @@ def _window_deviation(sg: StreamGraph, inputs: dict, bounded: dict, contract: St
 
 
 
+def _run_as_exported(model: Any, contract: StreamContract, ticks: int) -> tuple[dict | None, str]:
+    """Run ``model`` (the graph as exported) once at batch 1 on ``ticks`` input ticks of the proof's inputs
+    (:func:`cosyedge.surgery.proof.proof_inputs`, reshaped to each input's declared rank: an (N, T) waveform takes
+    the samples of (N, 1, T)), with ONNX Runtime's default graph optimisation, as a user runs it.
+
+    Returns:
+        tuple[dict | None, str]: the outputs by name (None when ONNX Runtime fails) and its reason ("" on success).
+    """
+    feeds = proof.proof_inputs(contract, ticks)
+    declared = {i.name: len(i.type.tensor_type.shape.dim) for i in model.graph.input}
+    for name, a in feeds.items():
+        rank = declared.get(name, a.ndim)
+        if rank != a.ndim and rank >= 2 and a.ndim == rank + 1 and a.shape[1] == 1:
+            feeds[name] = a.reshape(a.shape[:1] + a.shape[2:])
+    try:
+        sess = proof.session(model)
+        names = [o.name for o in sess.get_outputs()]
+        return dict(zip(names, sess.run(None, feeds))), ""
+    except Exception as err:  # onnxruntime's own exception types: the reason is reported, not raised
+        why = re.sub(r"^\w+: \[ONNXRuntimeError\] : \d+ : \w+ : ", "", proof.ort_reason(err, 400))
+        return None, why if len(why) <= 160 else why[:157].rstrip() + "..."
+
+
+def check_repaired_copy(model: Any, sg: StreamGraph, contract: StreamContract, *, atol: float = ATOL,
+                        where: str = "model") -> dict | None:
+    """Say (one warning line) when the graph streamify proved is a repaired copy of the one given, and refuse a
+    repair that changes results.
+
+    Streamify repairs two export defects: a time axis the export fixed on a graph input or output is made symbolic
+    (:func:`_free_time_dims`), and the exporter's intermediate shapes (``value_info``, which hold the example's
+    length; ONNX Runtime bakes them into fused nodes) are dropped. A repaired output shape changes only the stream
+    graph: the line names it. When the graph as exported fails in ONNX Runtime at another length (it runs only at
+    its trace length), the proof's full-sequence reference is the repaired copy: the copy is compared with the
+    export at the trace length (the fixed length of an input, or of an output over its frames per tick) and the line
+    says so, with the error; a copy that differs there is refused.
+
+    Args:
+        model (onnx.ModelProto): The graph as exported (loaded, weights inline).
+        sg (StreamGraph): What :func:`streamify_graph` made (``repairs``, ``original_model``: the repaired copy).
+        contract (StreamContract): The stream contract (inputs, rate, hop).
+        atol (float): Tolerance relative to the peak output (:func:`cosyedge.surgery.proof.tolerance`).
+        where (str): Name for messages.
+    Returns:
+        dict | None: for the contract's proof (``repairs``: what was repaired; ``runs_only_at_ticks``: the trace
+        length or None; ``max_abs_vs_export``: error of the copy there, or None when not compared), None when
+        nothing was repaired.
+    Raises:
+        UsageError: the repaired copy differs from the export at its trace length (exit 2; nothing written).
+    """
+    freed = [tuple(r) for r in sg.repairs]
+    unit = proof.tick_unit(contract, short=True)
+    said = [f"{kind} '{name}' had its time axis {axis} fixed at {fixed} by the export" for kind, name, axis, fixed
+            in freed]
+    lengths = {fixed for kind, _n, _a, fixed in freed if kind == "input"}
+    for kind, name, _axis, fixed in freed:
+        rate = sg.walker.facts[name].rate if kind == "output" and name in sg.walker.facts else None
+        if rate and (Fraction(fixed) / rate).denominator == 1:
+            lengths.add(int(Fraction(fixed) / rate))
+    trace = min(lengths) if len(lengths) == 1 else None
+    if not freed and not model.graph.value_info:
+        return None
+    probes = tuple(sg.probe_ticks) or (512, 517)
+    other = probes[1] if probes[0] == trace else probes[0]  # a length the copy ran at when measured
+    got, why = _run_as_exported(model, contract, other)
+    if got is None and _run_as_exported(sg.original_model, contract, other)[0] is None:
+        got = {}  # the copy fails there too: no repair made it run (the proof reports what fails)
+    if got is not None:  # the export runs at other lengths: only the stream graph's declared shapes were repaired
+        if not freed:
+            return None
+        LOG.warning("%s: %s; made %s symbolic in the stream graph so that every chunk length runs", where,
+                    ", ".join(said), "it" if len(said) == 1 else "them")
+        return {"repairs": said, "runs_only_at_ticks": None, "max_abs_vs_export": None}
+    what = ([] if not model.graph.value_info else
+            ["dropped the exporter's intermediate shapes (value_info, which hold the example's length)"]) + said
+    if not what:
+        what = ["folded its constants"]
+    err_txt = "not compared: the export declares no fixed length to run it at"
+    max_abs = None
+    if trace is not None:
+        want, why_trace = _run_as_exported(model, contract, trace)
+        mine, _ = _run_as_exported(sg.original_model, contract, trace)
+        if want is None or mine is None:
+            err_txt = f"not compared: at {trace} {unit} {'the export' if want is None else 'the copy'} fails too"
+        else:
+            worst = (0.0, 0.0, "")
+            for o in contract.stream_outputs:
+                a, b = want.get(o.name), mine.get(o.name)
+                if a is None or b is None:
+                    continue
+                if a.size != b.size:
+                    worst = max(worst, (float("inf"), 0.0, o.name))
+                    continue
+                e, _snr, peak = proof.max_err(a.reshape(-1), b.reshape(-1))
+                worst = max(worst, (e / proof.tolerance(peak, atol), e, o.name))
+            max_abs = worst[1]
+            if worst[0] > 1:
+                raise UsageError(f"{where}: the graph as exported runs only at its trace length ({trace} {unit}; at "
+                                 f"{other} {unit} ONNX Runtime fails: {why}), and the copy streamify repaired "
+                                 f"({'; '.join(what)}) differs from it there (output '{worst[2]}' max abs error "
+                                 f"{worst[1]:.3g}): re-export with a dynamic time axis and shapes computed from the "
+                                 "input; nothing written")
+            err_txt = f"equal to the export at {trace} {unit} (max abs error {max_abs:.3g})"
+    made = "" if not said else f"; made {'it' if len(said) == 1 else 'them'} symbolic in the stream graph so that " \
+        "every chunk length runs"
+    fix = " and ".join((["re-export with a dynamic time axis"] if said or not model.graph.value_info else [])
+                       + (["drop the export's value_info (del model.graph.value_info[:])"] if model.graph.value_info
+                          else []))
+    at = f" ({trace} {unit})" if trace is not None else ""
+    LOG.warning("%s: the graph as exported runs only at its trace length%s (at %d %s ONNX Runtime fails: %s); the "
+                "proof ran on a repaired copy (%s%s), %s; %s to run the graph itself at other lengths", where, at,
+                other, unit, why, "; ".join(what), made, err_txt, fix)
+    return {"repairs": what, "runs_only_at_ticks": trace, "max_abs_vs_export": max_abs}
+
+
 SAMPLE_RATE_RANGE_HZ = (1000, 384000)
 """tuple[int, int]: sample rates streamify accepts, Hz (telephone-band 1 kHz .. 384 kHz studio rates)."""
 
@@ -653,7 +904,9 @@ class StatefulOnnxFromOnnx(Stage):
         name (str | None): Model name; defaults to the metadata value or the file stem.
         time_axes (dict[str, int] | None): Time axis by input name where the input's shape does not tell
             (one symbolic axis besides batch axis 0 is taken as time).
-        frames_per_hop (int): Frames per hop of feature inputs (not waveforms): 1 by default.
+        frames_per_hop (int | None): Frames per hop of feature inputs (not waveforms): 1 by default. Not given
+            (None), an only input (N, T) of floats is a waveform without a channel axis, streamed as (N, 1, T)
+            (:func:`_add_channel_axis`); given, such an input is read as features.
         proof_inputs (dict[str, np.ndarray] | None): Inputs for the proof (batch 1, full length); default
             real speech for waveform inputs, seeded values for others.
         atol (float): Proof tolerance relative to the peak output (:func:`cosyedge.surgery.proof.tolerance`).
@@ -684,7 +937,7 @@ class StatefulOnnxFromOnnx(Stage):
 
     def __init__(self, onnx_in: Any, out: str | Path, *, sample_rate_hz: int | None = None,
                  hop_samples: int | None = None, delay_samples: int | None = None, name: str | None = None,
-                 time_axes: dict[str, int] | None = None, frames_per_hop: int = 1,
+                 time_axes: dict[str, int] | None = None, frames_per_hop: int | None = None,
                  proof_inputs: dict | None = None, atol: float = ATOL, audio_output: str | None = None,
                  attention_window: int | None = None, attention_per_frame: bool = False):
         self.onnx_in = onnx_in
@@ -699,7 +952,7 @@ class StatefulOnnxFromOnnx(Stage):
         self.delay_samples = delay_samples
         self.name = name
         self.time_axes = dict(time_axes or {})
-        self.frames_per_hop = int(frames_per_hop)
+        self.frames_per_hop = None if frames_per_hop is None else int(frames_per_hop)
         self.proof_inputs = proof_inputs
         self.atol = float(atol)
         self.contract: StreamContract | None = None
@@ -725,7 +978,7 @@ class StatefulOnnxFromOnnx(Stage):
         check_numbers(sample_rate_hz=self.sample_rate_hz, hop_samples=self.hop_samples,
                       delay_samples=self.delay_samples, atol=self.atol)
         check_writable(self.out)
-        if self.frames_per_hop < 1:
+        if self.frames_per_hop is not None and self.frames_per_hop < 1:
             raise UsageError(f"frames_per_hop must be >= 1, got {self.frames_per_hop}")
         graph, model, src = self._load()
         with LOG.stage(f"streamify {src} -> {self.out}"):
@@ -737,17 +990,22 @@ class StatefulOnnxFromOnnx(Stage):
             if first is None or not graph.outputs:
                 raise ArtifactError(f"{src} has no inputs or no outputs (an empty or truncated ONNX?)")
             axes0 = _input_time_axes(graph, self.time_axes, str(src))
+            time_axes = dict(self.time_axes)
+            wrapped = _add_channel_axis(graph, axes0, str(src)) if self.frames_per_hop is None else None
+            if wrapped:  # not asked for features: an (N, T) waveform streams as (N, 1, T)
+                time_axes, axes0 = wrapped, wrapped
+            frames_per_hop = 1 if self.frames_per_hop is None else self.frames_per_hop
             shape0 = list(first.shape or [])
             audio = _is_audio(shape0, axes0[first.name])  # (N, 1, T), whether or not --time-axis named it
-            hop_ticks = hop if audio else self.frames_per_hop
-            if audio and self.frames_per_hop != 1:
+            hop_ticks = hop if audio else frames_per_hop
+            if audio and frames_per_hop != 1:
                 LOG.warning("%s: frames_per_hop %d ignored: input '%s' %s is a waveform, chunked in samples (%d per "
-                            "hop); frames_per_hop is for feature inputs", src, self.frames_per_hop, first.name,
+                            "hop); frames_per_hop is for feature inputs", src, frames_per_hop, first.name,
                             shape0, hop)
             if hop % hop_ticks:
                 raise UsageError(f"hop_samples {hop} is not a multiple of frames_per_hop {hop_ticks}")
             try:
-                sg = streamify_graph(graph, hop_ticks=hop_ticks, time_axes=self.time_axes, where=str(src),
+                sg = streamify_graph(graph, hop_ticks=hop_ticks, time_axes=time_axes, where=str(src),
                                      hop_label="hop_samples" if audio else "frames_per_hop",
                                      attention_window=self.attention_window,
                                      attention_per_frame=self.attention_per_frame,
@@ -756,8 +1014,9 @@ class StatefulOnnxFromOnnx(Stage):
                 if audio or hop_ticks != 1 or not _waveform_like(shape0, axes0[first.name]):
                     raise
                 raise UsageError(f"{err}; note: input '{first.name}' {shape0} was read as features at 1 frame per "
-                                 f"hop (only (N, 1, T) is read as a waveform): if it is a waveform (N, T) or "
-                                 f"(N, channels, T), give --frames-per-hop {hop} (its samples per hop)") from None
+                                 f"hop (only (N, 1, T) is read as a waveform, and (N, T) when --frames-per-hop is not "
+                                 f"given): if it is a waveform (N, T) or (N, channels, T), give --frames-per-hop {hop} "
+                                 f"(its samples per hop)") from None
             if self.attention_window and not any(x.original != x.pattern for x in sg.walker.attention_sites):
                 LOG.warning("%s: --attention-window %d changes nothing: no attention in the model has an unlimited "
                             "left context (%s)", src, self.attention_window,
@@ -791,8 +1050,11 @@ class StatefulOnnxFromOnnx(Stage):
             new = io.graph_to_model(graph, like=model)
             contract.write_to_onnx(new)
             new = io.finalize_model(new, where=str(src))
+            repaired = check_repaired_copy(model, sg, contract, atol=self.atol, where=str(src))
             contract.proof = prove_stream(sg.full_model, new, contract, sg, inputs=self.proof_inputs,
                                           atol=self.atol, where=str(src))
+            if repaired:
+                contract.proof["repaired"] = repaired
             contract.write_to_onnx(new)
             io.save_model(new, self.out)
             LOG.info("%d states, total stride %d samples, delay %d samples (%d from the graph), %s",
@@ -810,7 +1072,7 @@ class StatefulOnnxFromOnnx(Stage):
 
 def streamify(in_onnx: Any, out_onnx: str | Path, *, sample_rate_hz: int | None = None,
               hop_samples: int | None = None, delay_samples: int | None = None,
-              name: str | None = None, time_axes: dict[str, int] | None = None, frames_per_hop: int = 1,
+              name: str | None = None, time_axes: dict[str, int] | None = None, frames_per_hop: int | None = None,
               proof_inputs: dict | None = None, atol: float = ATOL, audio_output: str | None = None,
               attention_window: int | None = None, attention_per_frame: bool = False) -> StreamContract:
     """Function twin of :class:`StatefulOnnxFromOnnx`: rewrite ``in_onnx`` into a proved stream ``out_onnx``.
@@ -824,7 +1086,8 @@ def streamify(in_onnx: Any, out_onnx: str | Path, *, sample_rate_hz: int | None 
         delay_samples (int | None): Delay beyond the graph's own look-ahead; defaults to the metadata value or 0.
         name (str | None): Defaults to the metadata value or the file stem.
         time_axes (dict[str, int] | None): Time axis by input name where the shape does not tell.
-        frames_per_hop (int): Frames per hop of feature inputs (1).
+        frames_per_hop (int | None): Frames per hop of feature inputs (default 1; see :class:`StatefulOnnxFromOnnx`
+            for an (N, T) waveform).
         proof_inputs (dict | None): Inputs for the proof (default: real speech / seeded values).
         atol (float): Proof tolerance relative to the peak output (:func:`cosyedge.surgery.proof.tolerance`).
         audio_output (str | None): The waveform output 'run' writes (see :class:`StatefulOnnxFromOnnx`).

@@ -78,18 +78,23 @@ class Walker:
         t1 (int): The first probe length of ``facts`` (ticks).
         attention_window (int | None): ``--attention-window``: bound attention with unlimited left context to this
             many frames (:mod:`cosyedge.surgery.rules.attention`).
+        fixed_batch (int | None): The batch of an export whose fixed batch could not be freed
+            (:mod:`cosyedge.surgery.batch`): its stream graph runs that batch only, every row from the same start, so
+            positions meet its tensors as one stream; None for a batch-dynamic graph.
         attention_per_frame (bool): ``--attention-per-frame``: stream chunked attention at any hop, each query waiting
             ``chunk - 1`` frames for the end of its chunk (a delay), instead of requiring a hop of whole chunks.
     """
 
     def __init__(self, graph: Any, facts: dict[str, TimeFact], values: dict[str, np.ndarray],
                  batch_axes: dict[str, int], tick_source: tuple[str, int], model: Any = None, t1: int = 0,
-                 attention_window: int | None = None, attention_per_frame: bool = False):
+                 attention_window: int | None = None, fixed_batch: int | None = None,
+                 attention_per_frame: bool = False):
         load_all()
         from cosyedge.surgery.masks import MaskEvaluator
 
         self.masks = MaskEvaluator(model, facts, t1, batch_axes) if model is not None else None
         self.attention_window = attention_window
+        self.fixed_batch = fixed_batch  # the export's batch where it could not be freed (surgery/batch.py), else None
         self.attention_per_frame = bool(attention_per_frame)
         self.attn: dict[str, Any] = {}  # tensors over query x key time (rules/attention.Att)
         self.attention_sites: list[Any] = []

@@ -233,8 +233,11 @@ def adopt_model(model: Any, *, where: str = "model", state_pairs: Any = None, sa
     ort_in = {i.name: i for i in ref_sess.get_inputs()}
     ranked = {i.name for i in model.graph.input if i.type.tensor_type.HasField("shape")}
     declared = {s.input: list(s.shape) if s.input in ranked or s.input in state_shapes else None for s in states}
+    # a size is told by the graph when fixed, or when it is the streamed input's symbolic batch (1 at batch 1)
+    lead = next(i for i in model.graph.input if i.name == g.ins[0].name).type.tensor_type.shape.dim
+    batch_sym = lead[0].dim_param if len(lead) and lead[0].dim_param not in ("", "?") else None
     unknown = {s.input for s in states if declared[s.input] is None
-               or any(not isinstance(d, int) or d <= 0 for d in s.shape)}
+               or any((not isinstance(d, int) or d <= 0) and not (batch_sym and d == batch_sym) for d in s.shape)}
     for s in states:
         s.dtype = _ORT_TO_NP.get(ort_in[s.input].type, "float32")
         s.shape = tuple(1 if not isinstance(d, int) or d <= 0 else d for d in s.shape)

@@ -65,7 +65,8 @@ def inspect_inputs(model: Any, pairs: list[tuple[str, str]], hop: int, *, frame_
         tuple[onnx.ModelProto, list, _Graph]: the graph (a block input made a waveform one plus its context
         state), the pairs (with the context pair) and what was found (``outs`` empty: filled after running).
     Raises:
-        UsageError: unknown or repeated names, an input left unexplained, a features input without a time axis,
+        UsageError: unknown or repeated names, an input left unexplained, a features input without a time axis or
+            with a fixed batch above 1,
             a block shorter than the hop, state pairs of different shapes or dtypes.
     """
     ins = {i.name: i for i in model.graph.input}
@@ -108,6 +109,10 @@ def inspect_inputs(model: Any, pairs: list[tuple[str, str]], hop: int, *, frame_
     streamed: list[StreamTensor] = []
     shape0 = _decl_shape(ins[rest_in[0]])
     layout = canon.waveform_layout(shape0) if len(rest_in) == 1 and rest_in[0] not in time_axes else None
+    if layout is not None and frame_samples is None and one_frame_of_features(
+            rest_in[0], shape0, {n: _decl_shape(outs[n]) for n in rest_out}, hop, where):
+        time_axes = {**time_axes, rest_in[0]: 1}
+        layout = None
     if layout is not None:
         name = rest_in[0]
         if isinstance(shape0[0], int) and shape0[0] not in (0, 1) and layout > 1:
@@ -120,8 +125,11 @@ def inspect_inputs(model: Any, pairs: list[tuple[str, str]], hop: int, *, frame_
             raise UsageError(f"{where}: --frame-samples {frame}, but audio input '{name}' takes {length} samples per "
                              f"call (shape {shape0})")
         if frame < hop:
+            feats = (f"--time-axis {name}=1" if layout == 3 and not frame_samples else
+                     f"a time axis: export it as (N, 1, {frame}) and give --time-axis {name}=1")
             raise UsageError(f"{where}: audio input '{name}' takes {frame} samples per call (shape {shape0}), fewer "
-                             f"than hop_samples {hop}: give --hop-samples {frame}")
+                             f"than hop_samples {hop}: give --hop-samples {frame} if it is a waveform block, or, if it "
+                             f"is one frame of {frame} features per call, {feats}")
         if not fixed and frame_samples is None:
             LOG.info("%s: audio input '%s' has no fixed length (shape %s): taken as the hop, %d samples per call with "
                      "no context; if the graph wants context samples before the hop, give --frame-samples (e.g. "
@@ -146,6 +154,9 @@ def inspect_inputs(model: Any, pairs: list[tuple[str, str]], hop: int, *, frame_
     else:
         for n in rest_in:
             shape = _decl_shape(ins[n])
+            if shape and isinstance(shape[0], int) and shape[0] > 1:
+                raise UsageError(f"{where}: features input '{n}' has a fixed batch of {shape[0]} ({shape}): export it "
+                                 f"with batch 1 or a dynamic batch (adopt runs and proves it one stream at a time)")
             if n in time_axes:
                 ta = int(time_axes[n]) % max(1, len(shape))
             else:
@@ -193,6 +204,49 @@ def inspect_inputs(model: Any, pairs: list[tuple[str, str]], hop: int, *, frame_
     return model, pairs, _Graph(streamed, rest_out, states, hop_fixed)
 
 
+def one_frame_of_features(name: str, shape: list, outs: dict[str, list], hop: int, where: str) -> bool:
+    """Whether the only streamed input ``name``, of a waveform block's layout, is one frame of features per call.
+
+    A graph that takes one frame of F features per call (an already-streaming encoder over mel or STFT frames with
+    its caches) declares its input (N, 1, F), the layout of a waveform block of F samples. What tells them apart
+    holds for any graph: a waveform block is at least one hop long (the samples before the hop are context), so
+    F < ``hop`` samples is one frame of F features, read with time on axis 1. With F >= ``hop`` both readings run:
+    when every streamed output is declared one frame of D > 1 values (N, 1, D) with D < ``hop`` (no waveform at the
+    hop, no one value per call), the graph is refused, naming both choices, instead of being silently adopted as a
+    waveform block whose outputs are one channel of D frames per hop.
+
+    Args:
+        name (str): The input.
+        shape (list): Its declared shape, e.g. ``['N', 1, 80]`` (ints fixed, strings symbolic).
+        outs (dict[str, list]): Declared shapes of the streamed (non-state) outputs by name (``[]``: undeclared).
+        hop (int): Samples per hop the user gave.
+        where (str): Name for messages.
+    Returns:
+        bool: True to read the input as one frame of features (time axis 1); False to keep the waveform reading
+        (any other layout, a symbolic length, or a block of at least a hop whose outputs do not say otherwise).
+    Raises:
+        UsageError: a block of at least a hop whose outputs are all one frame of fewer than ``hop`` values (exit 2).
+    """
+    if len(shape) != 3 or shape[1] != 1 or not isinstance(shape[2], int) or shape[2] <= 0:
+        return False
+    size = shape[2]
+    if size < hop:
+        LOG.info("%s: input '%s' (shape %s) takes %d values per call, fewer than the %d-sample hop, so it is no "
+                 "waveform block: read as one frame of %d features per call (time axis 1, one frame per hop); if it "
+                 "is a waveform block of %d samples, give --hop-samples %d", where, name, shape, size, hop, size, size,
+                 size)
+        return True
+    frames = [(o, d) for o, d in outs.items() if len(d) == 3 and d[1] == 1 and isinstance(d[2], int)]
+    if outs and len(frames) == len(outs) and all(1 < d[2] < hop for _o, d in frames):
+        block = f"{size - hop} of them context before the {hop}-sample hop" if size > hop else "one hop"
+        said = ", ".join(f"{o} {d}" for o, d in frames)
+        raise UsageError(f"{where}: input '{name}' {shape} is a waveform block of {size} samples ({block}) or one "
+                         f"frame of {size} features per call, and its outputs ({said}) give no waveform at the hop: "
+                         f"give --time-axis {name}=1 if it is one frame of features per call, or --frame-samples "
+                         f"{size} if it is a waveform block")
+    return False
+
+
 def output_tensors(model_outs: dict, first: dict, second: dict | None, g: _Graph, hop: int, time_axes: dict,
                    where: str) -> tuple[list[StreamTensor], dict[str, int]]:
     """The streamed outputs, from one call of one hop (``first``) and, for a graph with a dynamic time axis, one of
@@ -235,7 +289,8 @@ def output_tensors(model_outs: dict, first: dict, second: dict | None, g: _Graph
                 raise UsageError(f"{where}: output '{o}' gives {a.shape[2]} samples per call {shape}, more than the "
                                  f"{hop}-sample hop: it cannot be a waveform at the hop (give the graph's hop, "
                                  f"--hop-samples {a.shape[2]}, or its time axis with --time-axis {o}=AXIS if it is "
-                                 f"not audio)")
+                                 f"not audio; if input '{g.audio}' is one frame of features per call, give "
+                                 f"--time-axis {g.audio}=1)")
         else:
             ones = [k for k in range(1, a.ndim) if a.shape[k] == 1]
             if len(ones) != 1:

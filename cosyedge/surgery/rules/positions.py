@@ -233,11 +233,17 @@ def lifted(node: Any, ctx: Any) -> None:
         inputs = {t.name for t in ctx.graph.inputs}
         batched = [i for i, t in enumerate(ins) if i not in lift and t.name
                    and (t.name in ctx.batch_axes or (ctx.is_stream(t) and t.name in inputs))]
-        other = [i for i, t in enumerate(ins) if i not in lift and i not in batched]
+        other = [i for i, t in enumerate(ins) if i not in lift and i not in batched and not _const_ok(ctx, t)]
         for i in other:
-            if not _const_ok(ctx, ins[i]):
-                raise Blocker(f"combines positions counted from the sequence start with '{ins[i].name}', which "
-                              f"depends on the sequence length or the data: it {_FUTURE}")
+            _check_operand(ctx, ins[i])
+        if other and ctx.fixed_batch is None:
+            raise Blocker(f"combines positions counted from the sequence start with '{ins[other[0]].name}', which "
+                          "runs over time but has no batch axis the batch probe found (a batch folded into another "
+                          "axis?): the positions of each stream cannot be joined to it")
+        if ctx.fixed_batch is not None and (other or batched):  # one start for every row: positions as one stream
+            for i in lift:
+                _unlift(node, i, ctx, base)
+            return RULES[op](node, ctx)
         if op == "MatMul" and (lift not in ([0], [1]) or batched):
             raise Blocker("multiplies positions by something other than a constant")
         R = max(_rank(ctx, t) if t.name else 0 for t in ins)
@@ -289,11 +295,13 @@ def lifted(node: Any, ctx: Any) -> None:
             raise Blocker("concatenates positions along the time axis")
         node.attrs["axis"] = a + 1 if a >= 0 else a
         return _lift_outputs(node, ctx)
-    if op == "Shape":
-        if "start" in node.attrs or "end" in node.attrs:
-            raise Blocker("takes part of the shape of positions")
+    if op == "Shape":  # the full graph's shape: the lifted axis dropped, then its start/end
+        rank = len(ctx.fact(ins[0]).shape1)
+        start, end = int(node.attrs.get("start", 0)), int(node.attrs.get("end", rank))
+        start, end = [max(0, min(rank, i + rank if i < 0 else i)) for i in (start, end)]
         full = ctx.op("Shape", [ins[0]], base, dtype=np.int64)
-        _become(node, "Slice", [full, ctx.const([1]), ctx.const([2 ** 62]), ctx.const([0])])
+        node.attrs.clear()
+        _become(node, "Slice", [full, ctx.const([1 + start]), ctx.const([1 + max(start, end)]), ctx.const([0])])
         for o in node.outputs:
             ctx.set_delay(o, None)
         return None
@@ -316,6 +324,8 @@ def lifted(node: Any, ctx: Any) -> None:
             _become(node, "Transpose", [g], {"perm": perm})
             node.outputs[0] = out
         return _lift_outputs(node, ctx)
+    if op in ("Gather", "Slice", "Split") and lift == [0]:
+        return _along_other_axis(node, ctx)
     if op == "Einsum":
         return _einsum(node, ctx, lift)
     if op == "Transpose":  # the lifted axis stays first, the full graph's axes move by one
@@ -327,6 +337,74 @@ def lifted(node: Any, ctx: Any) -> None:
         return _expand(node, ctx, base)
     raise Blocker(f"{op} on positions counted from the sequence start (no position rule for it: reversing or "
                   f"slicing positions needs the sequence's end)")
+
+
+def _along_other_axis(node: Any, ctx: Any) -> None:
+    """Gather (constant indices), Slice (constant starts/ends/axes/steps) or Split of positions along an axis other than
+    their time axis (torchtune's ``rope_cache[..., 0]``, a rotate-half ``x[..., :d // 2]``): the axes move by one for
+    the lifted axis.
+
+    Raises:
+        Blocker: an index, bound or axis computed at run time, or the positions' time axis (slicing or picking frames
+            of positions, which needs the sequence's end).
+    """
+    ins = node.inputs
+    f = ctx.fact(ins[0])
+    rank = len(f.shape1)
+
+    def moved(a: int) -> int:
+        a = int(a)
+        if a % rank == f.axis:
+            raise Blocker(f"{node.op} of positions along their time axis (picking or slicing frames of positions "
+                          "needs the sequence's end)")
+        return a + 1 if a >= 0 else a
+
+    if node.op == "Slice":
+        return _slice_lifted(node, ctx, moved)
+    for t in ins[1:]:
+        if t.name and not _const_ok(ctx, t):
+            raise Blocker(f"{node.op} of positions with indices or bounds computed at run time")
+    node.attrs["axis"] = moved(node.attrs.get("axis", 0))
+    return _lift_outputs(node, ctx)
+
+
+def _slice_lifted(node: Any, ctx: Any, moved: Any) -> None:
+    """Slice of positions (:func:`_along_other_axis`): constant bounds on other axes move by one; on the time axis only
+    a slice that keeps every frame at both probe lengths is allowed (x-transformers' ``freqs[:, -seq_len:]`` of
+    ``seq_len`` rows: its start, ``-T``, is computed from the length, yet it is the whole axis) and is dropped."""
+    ins = node.inputs
+    f = ctx.fact(ins[0])
+    rank = len(f.shape1)
+    probe = []
+    for value, shape in ((ctx.value, f.shape1), (ctx.value2, f.shape2)):
+        v = [value(t) if t.name else None for t in ins[1:5]] + [None] * (5 - len(ins))
+        if v[0] is None or v[1] is None:
+            raise Blocker("Slice of positions with bounds computed from the data")
+        n = np.size(v[0])
+        axes = np.arange(n) if v[2] is None else np.asarray(v[2]).reshape(-1) % rank
+        steps = np.ones(n, dtype=np.int64) if v[3] is None else np.asarray(v[3]).reshape(-1)
+        probe.append((np.asarray(v[0]).reshape(-1), np.asarray(v[1]).reshape(-1), axes, steps, shape))
+    keep = []
+    for j, a in enumerate(probe[0][2]):
+        if a == f.axis:
+            for starts, ends, _, steps, shape in probe:
+                dim = int(shape[a])
+                lo = int(starts[j]) + dim if starts[j] < 0 else int(starts[j])
+                hi = int(ends[j]) + dim if ends[j] < 0 else int(ends[j])
+                if steps[j] != 1 or max(0, lo) != 0 or min(hi, dim) != dim:
+                    raise Blocker("Slice of positions along their time axis (picking or slicing frames of positions "
+                                  "needs the sequence's end)")
+            continue
+        if any(not np.array_equal(probe[0][k][j], probe[1][k][j]) for k in range(4)):
+            raise Blocker("Slice of positions with bounds computed from the sequence length on an axis other than time")
+        keep.append(j)
+    if not keep:
+        _become(node, "Identity", [ins[0]])
+        return _lift_outputs(node, ctx)
+    starts, ends, axes, steps, _ = probe[0]
+    _become(node, "Slice", [ins[0], ctx.const([int(starts[j]) for j in keep]), ctx.const([int(ends[j]) for j in keep]),
+                            ctx.const([moved(int(axes[j])) for j in keep]), ctx.const([int(steps[j]) for j in keep])])
+    return _lift_outputs(node, ctx)
 
 
 def _expand(node: Any, ctx: Any, base: str) -> None:
@@ -403,6 +481,37 @@ def _lift_outputs(node: Any, ctx: Any) -> None:
         if o.name:
             ctx.lifted.add(o.name)
             ctx.set_delay(o, 0)
+
+
+def _check_operand(ctx: Any, t: Any) -> None:
+    """Refuse positions combined with ``t`` (not a constant, no batch axis) where the full graph needs the sequence's
+    length: ``t`` is computed from the length alone (``T - pos``, ``pos / T``), or is no stream (a summary of the whole
+    sequence). A tensor that runs over time (data, per frame) passes: a fixed-batch graph joins it (:func:`_unlift`).
+
+    Raises:
+        Blocker: which of the two, naming ``t``.
+    """
+    f = ctx.fact(t)
+    data = ctx.masks.data_path(t.name) if ctx.masks is not None else "data"
+    if not data:
+        raise Blocker(f"combines positions counted from the sequence start with '{t.name}', which is computed from "
+                      f"the sequence length alone (T - pos, pos / T, positions counted from the end): it needs the "
+                      f"sequence's total length, which a stream does not know")
+    if not f.is_stream:
+        raise Blocker(f"combines positions counted from the sequence start with '{t.name}', which does not run over "
+                      "time but depends on the data (a summary of the whole sequence): it needs the whole sequence")
+
+
+def _unlift(node: Any, i: int, ctx: Any, base: str) -> None:
+    """Replace lifted input ``i`` of ``node`` by row 0 of its per-stream positions, shaped as in the full graph: for a
+    graph whose fixed batch could not be freed (:mod:`cosyedge.surgery.batch`), which runs every row of its batch from
+    the same start, so every row has the same positions."""
+    t = node.inputs[i]
+    g = ctx.op("Gather", [t, ctx.const(0)], base, {"axis": 0},
+               dtype=t.dtype if t.dtype is not None else _dtype(ctx, t))
+    ctx.facts[g.name] = ctx.fact(t)
+    ctx.set_delay(g, ctx.delay_of(t))
+    node.inputs[i] = g
 
 
 def _join(node: Any, i: int, ctx: Any, R: int, b: int, base: str) -> None:
