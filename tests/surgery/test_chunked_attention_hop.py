@@ -58,7 +58,7 @@ def test_hop_below_the_chunk_names_both_choices_and_whole_chunks_stream(tmp_path
     assert chunked_equals_full(src, tmp_path / "a8.onnx", x, [8, 16, 40]) <= 1e-5
 
 
-@pytest.mark.parametrize("dynamo,batch", [(False, "N"), (True, "N"), (False, 1), (True, 1)])
+@pytest.mark.parametrize("dynamo,batch", [(False, "N"), (True, "N"), (False, 1), (True, 1), (False, 2), (True, 2)])
 def test_per_frame_chunked_attention_waits_for_the_chunk_end(tmp_path, dynamo, batch):
     src = _export(StridedChunkAttention(), tmp_path / "a.onnx", (1, 64, 8), 1, dynamo, batch)
     c = streamify(src, tmp_path / "a2.onnx", sample_rate_hz=16000, hop_samples=320, frames_per_hop=2,
@@ -67,7 +67,7 @@ def test_per_frame_chunked_attention_waits_for_the_chunk_end(tmp_path, dynamo, b
     assert c.proof["lookahead"]["measured_samples"] == c.delay_samples == (CHUNK - 1) * 320
     key = next(s for s in c.states if s.kind == "key")
     assert key.shape[-1] == CHUNK + 2 * (CHUNK - 1)  # one left chunk, and the queries' lag on both sides
-    x = np.random.default_rng(0).standard_normal((2 if batch == "N" else 1, 336, 8)).astype(np.float32)
+    x = np.random.default_rng(0).standard_normal((1 if batch == 1 else 2, 336, 8)).astype(np.float32)
     assert chunked_equals_full(src, tmp_path / "a2.onnx", x, [2, 6, 16]) <= 1e-5
 
 

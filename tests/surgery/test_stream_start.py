@@ -23,6 +23,8 @@ F = torch.nn.functional
 PREEMPH = 0.97
 EXPORTS = [(False, "N"), (False, 1), (True, "N"), (True, 1)]
 """(dynamo, batch): every exporter with a symbolic batch and a batch fixed at 1."""
+FIXED_2 = [(False, 2), (True, 2)]
+"""(dynamo, batch): every exporter with a batch fixed at 2 (streamify frees it, :mod:`cosyedge.surgery.batch`)."""
 
 
 class PreEmphasis2(nn.Module):
@@ -87,9 +89,9 @@ class EdgeHold(nn.Module):
 
 def _export(model: nn.Module, path, shape: tuple, time_axis: int, dynamo: bool, batch) -> str:
     """Export ``model`` with input ``x`` of ``shape`` (batch first), output ``y``; time dynamic, batch symbolic
-    (``batch='N'``) or fixed at 1."""
+    (``batch='N'``) or fixed at 1 or 2."""
     x = torch.randn(*shape)
-    if dynamo and batch == "N":
+    if (dynamo and batch == "N") or batch == 2:
         x = torch.cat([x, x])  # torch.export specializes an example batch of 1
     with torch.no_grad():
         if dynamo:
@@ -117,14 +119,14 @@ def _check(model, tmp_path, shape, time_axis, dynamo, batch, chunks=(1, 7, 160),
     return c, err
 
 
-@pytest.mark.parametrize("dynamo,batch", EXPORTS)
+@pytest.mark.parametrize("dynamo,batch", EXPORTS + FIXED_2)
 def test_pre_emphasis_n_t_streams_exactly(tmp_path, dynamo, batch):
     c, err = _check(PreEmphasis2(), tmp_path, (1, 64), 1, dynamo, batch)
     assert c.delay_samples == 0
     assert err <= 1e-6, err
 
 
-@pytest.mark.parametrize("dynamo,batch", EXPORTS)
+@pytest.mark.parametrize("dynamo,batch", EXPORTS + FIXED_2)
 def test_pre_emphasis_n_1_t_then_conv_streams_exactly(tmp_path, dynamo, batch):
     c, err = _check(PreEmphasis3(), tmp_path, (1, 1, 64), 2, dynamo, batch, chunks=(1, 7, 64, 160), frames=2240)
     assert c.delay_samples == 0
@@ -141,7 +143,7 @@ def test_first_frames_not_before_their_own_stream_are_refused(tmp_path):
         streamify(src, tmp_path / "o.stream.onnx", sample_rate_hz=16000, hop_samples=160)
 
 
-@pytest.mark.parametrize("dynamo,batch", EXPORTS)
+@pytest.mark.parametrize("dynamo,batch", EXPORTS + FIXED_2)
 @pytest.mark.parametrize("post", [False, True])
 def test_left_replicate_pad_streams_from_the_first_frame(tmp_path, dynamo, batch, post):
     c, err = _check(EdgePadConv(post=post), tmp_path, (1, 2, 64), 2, dynamo, batch)
