@@ -35,3 +35,53 @@ def pool_outputs(model: Path, streams: list[np.ndarray], chunk: int, max_streams
             for k, sid in enumerate(ids):
                 got[k].append(out[sid])
     return [np.concatenate(g) for g in got]
+
+
+def chunked_equals_full(full_onnx: Path, stream_onnx: Path, x: np.ndarray, chunk_ticks: list[int]) -> float:
+    """Stream ``x`` (the full graph's one input, batch first, any batch) through ``stream_onnx`` with an
+    :class:`~cosyedge.runtime.ort.OrtStreamSession` in chunks of each of ``chunk_ticks`` input ticks (frames of a
+    feature input, samples of a waveform), and compare every streaming output with the full graph run by plain ONNX
+    Runtime on all of ``x``, the stream ``delay_frames`` late.
+
+    Args:
+        full_onnx (Path): The full-sequence model.
+        stream_onnx (Path): Its streamified model (the contract in its metadata).
+        x (np.ndarray): The full graph's input, its time axis as the contract says (an (N, T) waveform, which the
+            stream graph takes as (N, 1, T), is given as (N, T)); its length a multiple of every chunk.
+        chunk_ticks (list[int]): Chunk lengths to try (input ticks).
+    Returns:
+        float: the largest absolute error over every chunk length, output and frame the stream has.
+    Raises:
+        AssertionError: a stream output has the wrong frame count.
+    """
+    import onnxruntime as ort
+
+    from cosyedge.artifacts import StreamContract
+    from cosyedge.runtime.ort import OrtStreamSession
+
+    c = StreamContract.from_onnx(stream_onnx)
+    inp = c.stream_inputs[0]
+    per_tick = c.hop_samples // inp.frames_per_hop
+    sess = ort.InferenceSession(str(full_onnx), providers=["CPUExecutionProvider"])
+    full = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, {inp.name: x})))
+    worst = 0.0
+    xs = x[:, None] if x.ndim + 1 == len(inp.shape) else x  # an (N, T) waveform streams as (N, 1, T)
+    for chunk in chunk_ticks:
+        got = {o.name: [] for o in c.stream_outputs}
+        with OrtStreamSession(stream_onnx, chunk_samples=chunk * per_tick, batch=x.shape[0]) as s:
+            for i in range(0, xs.shape[inp.time_axis], chunk):
+                part = np.ascontiguousarray(np.take(xs, np.arange(i, i + chunk), axis=inp.time_axis))
+                out = s.push(part if c.is_audio else {inp.name: part})
+                for o in c.stream_outputs:
+                    got[o.name].append(np.array(out[o.name]))
+        for o in c.stream_outputs:
+            y = np.concatenate(got[o.name], axis=o.time_axis)
+            ref, t = full[o.name], o.time_axis
+            if y.ndim == ref.ndim + 1 and y.shape[1] == 1:  # an (N, T) waveform output streams as (N, 1, T)
+                y, t = y[:, 0], t - 1
+            n = y.shape[t] - o.delay_frames
+            assert n > 0 and n <= ref.shape[t], (o.name, y.shape, ref.shape)
+            a = np.take(y, np.arange(o.delay_frames, o.delay_frames + n), axis=t)
+            b = np.take(ref, np.arange(n), axis=t)
+            worst = max(worst, float(np.abs(a.astype(np.float64) - b.astype(np.float64)).max()))
+    return worst

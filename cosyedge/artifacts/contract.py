@@ -28,7 +28,8 @@ BOOKKEEPING = "~stream"
 gates); a naming contract between surgery (which writes them) and the precision stages (which keep them
 in FP32, since positions in FP16 round, and never quantize them)."""
 
-_NP_DTYPES = {"float32": np.float32, "float16": np.float16, "int64": np.int64, "int32": np.int32}
+_NP_DTYPES = {"float32": np.float32, "float16": np.float16, "int64": np.int64, "int32": np.int32, "bool": np.bool_,
+              "uint8": np.uint8, "int8": np.int8, "float64": np.float64}
 
 
 @dataclasses.dataclass

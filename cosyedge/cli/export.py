@@ -158,9 +158,13 @@ def _check_stream_output(out: Path, positional: bool, inputs: list[Path]) -> Non
               help="Bound attention with unlimited left context (causal, or chunked seeing every earlier chunk) to "
                    "this many frames of keys. It changes the model: the proof compares with the bounded full graph "
                    "and the log and metadata give the deviation from the unbounded original.")
+@click.option("--attention-per-frame", is_flag=True, default=False,
+              help="Stream chunked attention at a hop below its chunk: each query waits chunk - 1 frames for the end "
+                   "of its chunk (that much more delay). Default: the hop must hold whole chunks (no delay).")
 def streamify(onnx_files: tuple[Path, ...], out_onnx: Path | None, sample_rate_hz: int | None,
               hop_samples: int | None, delay_samples: int | None, name: str | None, time_axis: tuple[str, ...],
-              frames_per_hop: int | None, atol: float, audio_output: str | None, attention_window: int | None) -> None:
+              frames_per_hop: int | None, atol: float, audio_output: str | None, attention_window: int | None,
+              attention_per_frame: bool) -> None:
     """Turn a full-sequence ONNX (or several forming one model) into a proved stream ONNX.
 
     Every node gets its op's streaming rule: causal context of convs and pools, GRU/LSTM/RNN states,
@@ -194,4 +198,5 @@ def streamify(onnx_files: tuple[Path, ...], out_onnx: Path | None, sample_rate_h
     streamify_api(files if len(files) > 1 else files[0], out_onnx, sample_rate_hz=sample_rate_hz,
                   hop_samples=hop_samples, delay_samples=delay_samples, name=name,
                   time_axes=_time_axes(time_axis), frames_per_hop=frames_per_hop, atol=atol,
-                  audio_output=audio_output, attention_window=attention_window)
+                  audio_output=audio_output, attention_window=attention_window,
+                  attention_per_frame=attention_per_frame)

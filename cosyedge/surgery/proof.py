@@ -366,7 +366,8 @@ def perturbation_starts(ticks: int, stride: int, count: int = 4) -> list[int]:
     return sorted(out)
 
 
-def perturbed(inputs: dict[str, np.ndarray], axes: dict[str, tuple[int, Any]], k: int) -> dict[str, np.ndarray]:
+def perturbed(inputs: dict[str, np.ndarray], axes: dict[str, tuple[int, Any]], k: int,
+              nan: bool = False) -> dict[str, np.ndarray]:
     """``inputs`` with every time-running input changed from input tick ``k`` on (its frame ``k x frames per
     tick``): the same input turned by a third of its length (other real speech for a waveform), mixed
     ``0.7 alt - 0.3 x`` for floats (so that neither a sign nor a scale hides the change); integers are turned only.
@@ -376,6 +377,7 @@ def perturbed(inputs: dict[str, np.ndarray], axes: dict[str, tuple[int, Any]], k
         inputs (dict[str, np.ndarray]): Proof inputs (batch 1).
         axes (dict[str, tuple[int, Fraction]]): (time axis, frames per tick) of each input that runs over time.
         k (int): First changed input tick.
+        nan (bool): Float inputs become NaN from tick ``k`` on instead (:func:`measure_lookahead` with ``nan``).
     """
     out = dict(inputs)
     for name, (axis, rate) in axes.items():
@@ -384,7 +386,7 @@ def perturbed(inputs: dict[str, np.ndarray], axes: dict[str, tuple[int, Any]], k
         start = int(k * rate)
         alt = np.roll(v, max(1, n // 3), axis=axis)
         if np.issubdtype(v.dtype, np.floating):
-            alt = (0.7 * alt - 0.3 * v).astype(v.dtype)
+            alt = np.full_like(v, np.nan) if nan else (0.7 * alt - 0.3 * v).astype(v.dtype)
         idx = [slice(None)] * v.ndim
         idx[axis] = slice(start, None)
         w = v.copy()
@@ -403,7 +405,7 @@ def first_change(a: np.ndarray, b: np.ndarray, axis: int) -> int | None:
 
 def measure_lookahead(full_model: Any, inputs: dict[str, np.ndarray], full: dict[str, np.ndarray],
                       in_axes: dict[str, tuple[int, Any]], out_axes: dict[str, tuple[int, Any]], stride: int,
-                      sess: Any = None) -> dict[str, Lookahead]:
+                      sess: Any = None, nan: bool = False, phases: int = 1) -> dict[str, Lookahead]:
     """The true look-ahead of a full-sequence graph, measured by future perturbation: for several input ticks ``k``
     well inside the input (:func:`perturbation_starts`), change every input from tick ``k`` on
     (:func:`perturbed`), run the full graph and find the first output frame ``f(k)`` that changes; an output ``r``
@@ -420,6 +422,13 @@ def measure_lookahead(full_model: Any, inputs: dict[str, np.ndarray], full: dict
         out_axes (dict[str, tuple[int, Fraction]]): (time axis, frames per tick) of each output to measure.
         stride (int): Total stride (ticks); every ``k`` is a multiple of it.
         sess (onnxruntime.InferenceSession | None): A session of ``full_model`` (made when None).
+        nan (bool): Change the float inputs to NaN (:func:`perturbed`): the **reach** of the future through the graph's
+            ops, whatever the size of their weights (every arithmetic op carries a NaN forward), where a change of
+            values can vanish below float32 resolution (15 stacked 3-tap convs: the last taps' product is about 1e-8
+            of the output). An upper bound where ops only mask (an additive -inf mask carries NaN; Where does not).
+        phases (int): Also change the input from the ``phases - 1`` strides after the first start (a look-ahead that
+            depends on the phase, as a chunked attention's: a query at a chunk's start looks ``chunk - 1`` frames
+            ahead, one at its end none).
     Returns:
         dict[str, Lookahead]: by output name.
     Source: issue 39 (changing input frames from k on leaves output frames before k - L bit-identical).
@@ -431,8 +440,11 @@ def measure_lookahead(full_model: Any, inputs: dict[str, np.ndarray], full: dict
     sess = sess or session(full_model)
     names = [o.name for o in full_model.graph.output]
     points: dict[str, list] = {o: [] for o in out_axes}
-    for k in perturbation_starts(ticks, stride):
-        got = dict(zip(names, sess.run(None, perturbed(inputs, in_axes, k))))
+    starts = perturbation_starts(ticks, stride)
+    starts = sorted(set(starts) | {starts[0] + i * stride for i in range(1, phases) if starts and
+                                   starts[0] + i * stride < ticks})
+    for k in starts:
+        got = dict(zip(names, sess.run(None, perturbed(inputs, in_axes, k, nan=nan))))
         for o, (axis, _rate) in out_axes.items():
             f = first_change(np.asarray(full[o]), np.asarray(got[o]), axis)
             if f is not None:

@@ -330,7 +330,8 @@ def _add_channel_axis(graph: Any, axes: dict[str, int], where: str) -> dict[str,
 
 def streamify_graph(graph: Any, *, hop_ticks: int, time_axes: dict[str, int] | None = None,
                     where: str = "model", hop_label: str = "hop_samples",
-                    attention_window: int | None = None, samples_per_tick: int = 1) -> StreamGraph:
+                    attention_window: int | None = None, samples_per_tick: int = 1,
+                    attention_per_frame: bool = False) -> StreamGraph:
     """Rewrite ``graph`` in place into its stream graph: one rule per node (:mod:`cosyedge.surgery.rules`).
 
     Args:
@@ -343,6 +344,8 @@ def streamify_graph(graph: Any, *, hop_ticks: int, time_axes: dict[str, int] | N
         hop_label (str): What the hop is called in messages (``hop_samples`` or ``frames_per_hop``).
         samples_per_tick (int): Samples one input tick stands for (1 for a waveform; ``hop_samples /
             frames_per_hop`` for feature frames): the delay is a whole number of samples, not of ticks.
+        attention_per_frame (bool): Stream chunked attention at any hop with ``chunk - 1`` frames of delay
+            (:class:`cosyedge.surgery.walker.Walker`).
     Returns:
         StreamGraph: states, I/O and strides (see there).
     Raises:
@@ -396,7 +399,8 @@ def streamify_graph(graph: Any, *, hop_ticks: int, time_axes: dict[str, int] | N
     out_names = [t.name for t in graph.outputs]
     first = graph.inputs[0]
     walker = Walker(graph, facts, values, batch_axes, (first.name, axes[first.name]), model=folded,
-                    t1=_probe_lengths(quantum)[0], attention_window=attention_window, fixed_batch=fixed)
+                    t1=_probe_lengths(quantum)[0], attention_window=attention_window, fixed_batch=fixed,
+                    attention_per_frame=attention_per_frame)
     walker.walk()
     delays = walker.finish(out_names, Fraction(1, max(1, int(samples_per_tick))))
     if walker.blockers:
@@ -610,8 +614,10 @@ def _check_lookahead(full_model: Any, inputs: dict, full: dict, contract: Stream
 
     Returns:
         dict: for the contract's proof: ``measured_samples`` (the smallest common delay at which the stream can
-        equal the full graph), ``graph_delay_samples`` (the stream's), ``outputs`` (per output: measured look-ahead
-        and delay, frames), ``equal`` (bool).
+        equal the full graph), ``graph_delay_samples`` (the stream's), ``reach_samples`` (None, or where the stream's
+        delay is larger than ``measured_samples``: the same measured with NaN inputs, which no small weight hides),
+        ``outputs`` (per output: measured look-ahead and delay, frames), ``equal`` (bool: the delay equals the
+        measured look-ahead, or the NaN reach where changed values vanish below float32 resolution).
     """
     from cosyedge.surgery.walker import common_delay_ticks
 
@@ -619,7 +625,10 @@ def _check_lookahead(full_model: Any, inputs: dict, full: dict, contract: Stream
     per_tick = contract.hop_samples // first.frames_per_hop
     in_axes = {i.name: (i.time_axis, Fraction(i.frames_per_hop, first.frames_per_hop)) for i in contract.stream_inputs}
     out_axes = {o.name: (o.time_axis, sg.walker.facts[o.name].rate) for o in contract.stream_outputs}
-    found = proof.measure_lookahead(full_model, inputs, full, in_axes, out_axes, sg.stride_ticks)
+    period = max([int(Fraction(s.pattern.chunk) / s.rate / sg.stride_ticks) for s in sg.walker.attention_sites
+                  if s.lead] + [1])  # per-frame chunked attention: its look-ahead depends on the chunk phase
+    found = proof.measure_lookahead(full_model, inputs, full, in_axes, out_axes, sg.stride_ticks,
+                                    phases=min(period, 16))
     delays = {o.name: o.delay_frames for o in contract.stream_outputs}
     known = {o: la.frames for o, la in found.items() if la.frames is not None}
     measured = common_delay_ticks([(out_axes[o][1], max(0, f)) for o, f in known.items()], Fraction(1, per_tick)) \
@@ -627,24 +636,36 @@ def _check_lookahead(full_model: Any, inputs: dict, full: dict, contract: Stream
     graph = int(sg.delay_ticks * per_tick)
     measured_samples = int(measured * per_tick)
     rows = {o: {"lookahead_frames": found[o].frames, "delay_frames": delays[o]} for o in found}
+    reach_samples = None
+    if graph > measured_samples:  # a change below float32 resolution? the reach of NaN inputs (proof.measure_lookahead)
+        reach = proof.measure_lookahead(full_model, inputs, full, in_axes, out_axes, sg.stride_ticks, nan=True)
+        known_r = {o: la.frames for o, la in reach.items() if la.frames is not None}
+        if known_r:
+            reach_samples = int(common_delay_ticks([(out_axes[o][1], max(0, f)) for o, f in known_r.items()],
+                                                   Fraction(1, per_tick)) * per_tick)
+    structural = reach_samples == graph
     unit = {o.name: "samples" if o.kind == "audio" else "frames" for o in contract.stream_outputs}
     text = ", ".join(f"'{o}' {r['lookahead_frames']} {unit.get(o, 'frames')} ahead, {r['delay_frames']} late"
                      for o, r in rows.items())
     if not known:
         LOG.info("%s: look-ahead: changing the input from %s on changes no output: nothing to measure", where,
                  proof.perturbation_starts(next(iter(inputs.values())).shape[first.time_axis], sg.stride_ticks))
-    elif graph == measured_samples:
-        LOG.info("%s: look-ahead measured on the full graph (input changed from several points on, first output "
-                 "frame that changes) %d samples = the delay the graph gives the stream (%s)", where, measured_samples, text)
+    elif graph == measured_samples or structural:
+        how = ("input changed from several points on, first output frame that changes" if not structural else
+               f"input set to NaN from several points on, first output frame that turns NaN; changed values reached "
+               f"only {measured_samples} samples back, the rest is below float32 resolution")
+        LOG.info("%s: look-ahead measured on the full graph (%s) %d samples = the delay the graph gives the stream "
+                 "(%s)", where, how, graph if structural else measured_samples, text)
     else:
         LOG.warning("%s: the stream's delay from the graph is %d samples but the full graph's look-ahead measured by "
                     "changing its input from several points on is %d samples (%s)%s", where, graph, measured_samples,
-                    text, ": either a rule counts more look-ahead than the graph has, or the measurement sees less "
-                    "(filter taps too small to change a float32 sum, a nonlinearity that hides the change at the "
-                    "first frames, whole frames at a lower rate inside the graph)" if graph > measured_samples
-                    else ": the measured look-ahead exceeds the stream's delay")
-    return {"measured_samples": measured_samples, "graph_delay_samples": graph, "equal": graph == measured_samples,
-            "outputs": rows}
+                    text, (": either a rule counts more look-ahead than the graph has, or the measurement sees less "
+                           "(a nonlinearity that hides the change at the first frames, whole frames at a lower rate "
+                           "inside the graph); NaN inputs reach "
+                           + (f"{reach_samples} samples back" if reach_samples is not None else "no output"))
+                    if graph > measured_samples else ": the measured look-ahead exceeds the stream's delay")
+    return {"measured_samples": measured_samples, "graph_delay_samples": graph,
+            "equal": graph == measured_samples or structural, "reach_samples": reach_samples, "outputs": rows}
 
 
 def _window_deviation(sg: StreamGraph, inputs: dict, bounded: dict, contract: StreamContract, where: str) -> dict:
@@ -893,6 +914,9 @@ class StatefulOnnxFromOnnx(Stage):
             a mask and the enhanced signal); default: the metadata value, else the one named like an estimate
             (enhanced, output, audio, speech, clean, est, ...) and never one named like a mask, with a warning
             naming every waveform output.
+        attention_window (int | None): Bound attention with unlimited left context to this many frames.
+        attention_per_frame (bool): Stream chunked attention at a hop below its chunk with ``chunk - 1`` frames of
+            delay (default: the hop must hold whole chunks).
 
     Calling it returns the output Path; afterwards :attr:`contract` holds the written
     :class:`~cosyedge.artifacts.StreamContract` (with ``inputs``/``outputs``: time axis, frames per hop and
@@ -915,11 +939,12 @@ class StatefulOnnxFromOnnx(Stage):
                  hop_samples: int | None = None, delay_samples: int | None = None, name: str | None = None,
                  time_axes: dict[str, int] | None = None, frames_per_hop: int | None = None,
                  proof_inputs: dict | None = None, atol: float = ATOL, audio_output: str | None = None,
-                 attention_window: int | None = None):
+                 attention_window: int | None = None, attention_per_frame: bool = False):
         self.onnx_in = onnx_in
         if attention_window is not None and not 1 <= int(attention_window) <= 100000:
             raise UsageError(f"attention_window must be 1..100000 frames, got {attention_window}")
         self.attention_window = None if attention_window is None else int(attention_window)
+        self.attention_per_frame = bool(attention_per_frame)
         self.audio_output = audio_output
         self.out = Path(out)
         self.sample_rate_hz = sample_rate_hz
@@ -983,6 +1008,7 @@ class StatefulOnnxFromOnnx(Stage):
                 sg = streamify_graph(graph, hop_ticks=hop_ticks, time_axes=time_axes, where=str(src),
                                      hop_label="hop_samples" if audio else "frames_per_hop",
                                      attention_window=self.attention_window,
+                                     attention_per_frame=self.attention_per_frame,
                                      samples_per_tick=hop // hop_ticks)
             except UsageError as err:
                 if audio or hop_ticks != 1 or not _waveform_like(shape0, axes0[first.name]):
@@ -1048,7 +1074,7 @@ def streamify(in_onnx: Any, out_onnx: str | Path, *, sample_rate_hz: int | None 
               hop_samples: int | None = None, delay_samples: int | None = None,
               name: str | None = None, time_axes: dict[str, int] | None = None, frames_per_hop: int | None = None,
               proof_inputs: dict | None = None, atol: float = ATOL, audio_output: str | None = None,
-              attention_window: int | None = None) -> StreamContract:
+              attention_window: int | None = None, attention_per_frame: bool = False) -> StreamContract:
     """Function twin of :class:`StatefulOnnxFromOnnx`: rewrite ``in_onnx`` into a proved stream ``out_onnx``.
 
     Args:
@@ -1067,6 +1093,8 @@ def streamify(in_onnx: Any, out_onnx: str | Path, *, sample_rate_hz: int | None 
         audio_output (str | None): The waveform output 'run' writes (see :class:`StatefulOnnxFromOnnx`).
         attention_window (int | None): Bound attention with unlimited left context to this many frames (changes the
             model; the proof compares with the bounded full graph, :mod:`cosyedge.surgery.rules.attention`).
+        attention_per_frame (bool): Stream chunked attention at a hop below its chunk: each query waits ``chunk - 1``
+            frames for the end of its chunk (that much more delay); default: the hop must hold whole chunks.
     Returns:
         StreamContract: the contract written into ``out_onnx``'s metadata (states, I/O, strides, proof).
     Raises:
@@ -1075,6 +1103,7 @@ def streamify(in_onnx: Any, out_onnx: str | Path, *, sample_rate_hz: int | None 
     stage = StatefulOnnxFromOnnx(in_onnx, out_onnx, sample_rate_hz=sample_rate_hz, hop_samples=hop_samples,
                                  delay_samples=delay_samples, name=name, time_axes=time_axes,
                                  frames_per_hop=frames_per_hop, proof_inputs=proof_inputs, atol=atol,
-                                 audio_output=audio_output, attention_window=attention_window)
+                                 audio_output=audio_output, attention_window=attention_window,
+                                 attention_per_frame=attention_per_frame)
     stage()
     return stage.contract

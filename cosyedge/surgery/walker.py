@@ -12,6 +12,8 @@ shape). Rules use the services of :class:`Walker` to rewrite a node:
 * :meth:`Walker.align`: give every streaming input of a node the same delay (at least ``minimum``);
 * :meth:`Walker.mask_preroll`: zero the frames of ``x`` that come before the stream's start (frames
   ``< delay``: a full-sequence graph sees zeros or nothing there), with one saturating tick counter state.
+* :meth:`Walker.before_frame` / :meth:`Walker.select`: the same counter as a bool flag (stream frames before a given
+  frame) and a Where for any dtype (the stream's first frames of :mod:`cosyedge.surgery.rules.start`).
 
 Blockers are collected, so one run names every node that cannot stream.
 
@@ -38,6 +40,8 @@ from cosyedge.surgery.rules import INT64_MAX, RULES, Blocker, load_all
 gs = lazy_import("onnx_graphsurgeon")
 
 COUNTER = "counter"
+EDGE = "edge"
+"""str: :meth:`Walker._lead_values` of frames that copy the sequence's first frame (a left edge / replicate pad)."""
 
 
 def node_desc(node: Any) -> str:
@@ -77,17 +81,21 @@ class Walker:
         fixed_batch (int | None): The batch of an export whose fixed batch could not be freed
             (:mod:`cosyedge.surgery.batch`): its stream graph runs that batch only, every row from the same start, so
             positions meet its tensors as one stream; None for a batch-dynamic graph.
+        attention_per_frame (bool): ``--attention-per-frame``: stream chunked attention at any hop, each query waiting
+            ``chunk - 1`` frames for the end of its chunk (a delay), instead of requiring a hop of whole chunks.
     """
 
     def __init__(self, graph: Any, facts: dict[str, TimeFact], values: dict[str, np.ndarray],
                  batch_axes: dict[str, int], tick_source: tuple[str, int], model: Any = None, t1: int = 0,
-                 attention_window: int | None = None, fixed_batch: int | None = None):
+                 attention_window: int | None = None, fixed_batch: int | None = None,
+                 attention_per_frame: bool = False):
         load_all()
         from cosyedge.surgery.masks import MaskEvaluator
 
         self.masks = MaskEvaluator(model, facts, t1, batch_axes) if model is not None else None
         self.attention_window = attention_window
         self.fixed_batch = fixed_batch  # the export's batch where it could not be freed (surgery/batch.py), else None
+        self.attention_per_frame = bool(attention_per_frame)
         self.attn: dict[str, Any] = {}  # tensors over query x key time (rules/attention.Att)
         self.attention_sites: list[Any] = []
         self.partners: dict[str, Any] = {}  # second score nodes of a site (rules/attention.py)
@@ -301,7 +309,8 @@ class Walker:
     def _lead_values(self, x: Any, frames: int, axis: int) -> np.ndarray | None:
         """The frames a left pad put before the sequence that a state of ``frames`` frames on early ``x``
         (delay ``d < 0``) must start with: its last ``min(frames, -d)`` frames, as the full graph computes them
-        (the same in both probe runs); None when ``x`` is not early or they are zeros.
+        (the same in both probe runs); :data:`EDGE` when in both probe runs they are copies of the frame after them
+        (the sequence's first frame: an edge pad); None when ``x`` is not early or they are zeros.
 
         Raises:
             Blocker: they cannot be found or depend on the data.
@@ -316,7 +325,11 @@ class Walker:
         lead1 = np.take(v1, np.arange(-d - n, -d), axis=axis)
         lead2 = np.take(v2, np.arange(-d - n, -d), axis=axis)
         if lead1.shape != lead2.shape or not np.array_equal(lead1, lead2):
-            raise Blocker(f"the frames a left pad adds before '{x.name}' depend on the data")
+            if all(np.array_equal(np.take(v, np.arange(-d - n, -d), axis=axis),
+                                  np.broadcast_to(np.take(v, [-d], axis=axis), lead1.shape)) for v in (v1, v2)):
+                return EDGE  # copies of the sequence's first frame (an edge / replicate pad)
+            raise Blocker(f"the frames a left pad adds before '{x.name}' depend on the data (and are not copies of "
+                          "its first frame)")
         return lead1 if np.any(lead1) else None
 
     def _lead_start(self, s_in: Any, x: Any, frames: int, axis: int, perm: list | None, node: str) -> Any:
@@ -327,6 +340,8 @@ class Walker:
         lead1 = self._lead_values(x, frames, axis)
         if lead1 is None:
             return s_in
+        if isinstance(lead1, str):
+            return self._edge_start(s_in, x, frames, axis, perm, node)
         n = lead1.shape[axis]
         shape, _ = self._state_shape(x, frames, axis)
         init = np.zeros([1 if d_ == BATCH_DIM else d_ for d_ in shape], dtype=lead1.dtype)
@@ -338,11 +353,35 @@ class Walker:
             init = np.transpose(init, perm)
         counter = self.counter(1, self.fact(x).rate)
         base = f"{node}/{BOOKKEEPING}_lead"
-        first = self.op("Cast", [self.op("Equal", [counter, self.const([[0.0]], dtype=np.float32)], base)], base,
-                        {"to": 1}, dtype=np.float32)  # (N, 1)
+        first = self.op("Equal", [counter, self.const([[0.0]], dtype=np.float32)], base, dtype=bool)  # (N, 1)
         first = self.unsqueeze(first, list(range(2, init.ndim)), base) if init.ndim > 2 else first
-        lead = self.op("Mul", [first, self.const(init, dtype=init.dtype)], base)
-        return self.op("Add", [s_in, lead], base)
+        # Where, not s_in + first * init: any dtype (a bool or int state has no Mul/Add), and a state is zeros there
+        # (ONNX Runtime has no bool Where: Or(And(first, init), s_in))
+        if init.dtype == bool:
+            return self.op("Or", [self.op("And", [first, self.const(init, dtype=bool)], base, dtype=bool), s_in],
+                           base, dtype=bool)
+        return self.op("Where", [first, self.const(init, dtype=init.dtype), s_in], base, dtype=init.dtype)
+
+    def _edge_start(self, s_in: Any, x: Any, frames: int, axis: int, perm: list | None, node: str) -> Any:
+        """:meth:`_lead_start` for an edge pad: at the first chunk (tick counter 0) the state's last ``min(frames,
+        -delay)`` frames are copies of this chunk's first frame of ``x`` (the sequence's first frame: ``x`` is early by
+        the pad, so its stream starts with it), the others zeros; later chunks keep ``s_in``."""
+        n = min(frames, -self.delay_of(x))
+        shape, _ = self._state_shape(x, frames, axis)
+        where = np.zeros([1] * len(shape), dtype=bool).repeat(frames, axis=axis)
+        idx = [slice(None)] * where.ndim
+        idx[axis] = slice(frames - n, frames)
+        where[tuple(idx)] = True
+        first_frame = self.time_slice(x, 0, 1, axis, f"{node}/{BOOKKEEPING}_edge")
+        if perm is not None:
+            where = np.transpose(where, perm)
+            first_frame = self.op("Transpose", [first_frame], f"{node}/{BOOKKEEPING}_edge", {"perm": perm})
+        base = f"{node}/{BOOKKEEPING}_edge"
+        counter = self.counter(1, self.fact(x).rate)
+        first = self.op("Equal", [counter, self.const([[0.0]], dtype=np.float32)], base, dtype=bool)  # (N, 1)
+        first = self.unsqueeze(first, list(range(2, where.ndim)), base) if where.ndim > 2 else first
+        cond = self.op("And", [first, self.const(where, dtype=bool)], base, dtype=bool)
+        return self.select(cond, first_frame, s_in, base, like=s_in)
 
     def delay_line(self, x: Any, frames: int, base: str) -> Any:
         """Return ``x`` late by ``frames`` (> 0) more frames: ``Concat(state, x)[:-frames]`` on its time axis,
@@ -470,18 +509,14 @@ class Walker:
             n = self.op("Div", [n, self.const([rate.denominator])], b)
         return n
 
-    def mask_preroll(self, x: Any, base: str) -> Any:
-        """Return ``x`` with its frames before the stream's start set to zero (stream frames ``< delay``):
-        ``x * (counter * rate + arange(frames) >= delay)``, where the counter state holds the ticks streamed
-        so far (float32 (N, 1), saturating once every mask is past its delay). No-op for delay <= 0."""
-        d = self.delay_of(x)
-        if d is None or d <= 0:
-            return x
-        if x.name in self._masked:
-            return self._masked[x.name]
+    def before_frame(self, x: Any, frames: int, base: str) -> Any:
+        """bool, broadcastable to ``x``: True at the stream frames of ``x`` numbered ``< frames`` from the stream's
+        start (``counter * rate + arange(chunk frames) < frames``; (N, frames) laid out on ``x``'s batch and time axes,
+        size 1 elsewhere). The counter state holds the ticks streamed so far (float32 (N, 1)) and saturates past
+        ``frames`` (and every other user's)."""
         f = self.fact(x)
         axis, b, rank = f.axis, self.batch_axis(x), len(f.shape1)
-        counter = self.counter(d, f.rate)
+        counter = self.counter(frames, f.rate)
         base = f"{base}/{BOOKKEEPING}_mask"
         shape = self.op("Shape", [x], base)
         n = self.op("Gather", [shape, self.const([axis])], base, {"axis": 0})
@@ -490,15 +525,38 @@ class Walker:
                       dtype=np.float32)
         start = self.op("Mul", [counter, self.const([[float(f.rate)]], dtype=np.float32)], base)
         idx = self.op("Add", [start, rng], base)  # (N, frames)
-        # idx >= d as Not(idx < d): Less and Not exist in every opset (GreaterOrEqual only from 12)
-        late = self.op("Not", [self.op("Less", [idx, self.const([[float(d)]], dtype=np.float32)], base)], base)
-        keep = self.op("Cast", [late], base, {"to": 1}, dtype=np.float32)
+        # Less exists in every opset (GreaterOrEqual only from 12)
+        flag = self.op("Less", [idx, self.const([[float(frames)]], dtype=np.float32)], base, dtype=bool)
         if b > axis:
-            keep = self.op("Transpose", [keep], base, {"perm": [1, 0]})
+            flag = self.op("Transpose", [flag], base, {"perm": [1, 0]}, dtype=bool)
         others = [i for i in range(rank) if i not in (axis, b)]
         if others:
-            keep = self.unsqueeze(keep, others, base)
-        out = self.op("Mul", [x, keep], base, like=x)
+            flag = self.unsqueeze(flag, others, base)
+        return flag
+
+    def select(self, cond: Any, a: Any, b: Any, base: str, like: Any = None) -> Any:
+        """``Where(cond, a, b)`` for any dtype of ``a`` and ``b`` (``like``: the tensor whose fact the result takes):
+        ONNX Runtime has no bool Where, so a bool one is ``Or(And(cond, a), And(Not(cond), b))``."""
+        dt = np.dtype(self.dtype_of(like if like is not None else a))
+        if dt == bool:
+            keep = self.op("And", [cond, a], base, dtype=bool)
+            other = self.op("And", [self.op("Not", [cond], base, dtype=bool), b], base, dtype=bool)
+            return self.op("Or", [keep, other], base, like=like, dtype=bool)
+        return self.op("Where", [cond, a, b], base, like=like, dtype=dt)
+
+    def mask_preroll(self, x: Any, base: str) -> Any:
+        """Return ``x`` with its frames before the stream's start set to zero (False for a bool ``x``; stream frames
+        ``< delay``): ``Where(counter * rate + arange(frames) < delay, 0, x)`` (:meth:`before_frame`; a Where, not a
+        float Mul: any dtype, and the full graph's zeros stay zeros where ``x`` is inf or NaN). No-op for delay <= 0."""
+        d = self.delay_of(x)
+        if d is None or d <= 0:
+            return x
+        if x.name in self._masked:
+            return self._masked[x.name]
+        early = self.before_frame(x, d, base)
+        dt = np.dtype(self.dtype_of(x))
+        out = self.select(early, self.const(np.zeros((), dtype=dt), base, dtype=dt), x, f"{base}/{BOOKKEEPING}_mask",
+                          like=x)
         self.set_delay(out, d)
         self._masked[x.name] = out
         return out

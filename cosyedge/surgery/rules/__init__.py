@@ -13,6 +13,8 @@ I/O), :mod:`.deconv` (ConvTranspose over time: an overlap-add state), :mod:`.run
 a running-sum state), :mod:`.attention` (attention over query x key time: key/value caches, measured masks;
 the ONNX Attention op), :mod:`.relative` (Transformer-XL relative positions with rel_shift under a bounded mask: the
 term from the chunk's relative positions), :mod:`.refuse` (ops that see the whole sequence, named with the reason).
+:mod:`.start` holds no rule: the helpers the Slice, Gather, Concat and Pad rules share for the stream's first frames
+(pre-emphasis, edge pads).
 
 Source: sonos/tract ``pulse/src/ops/`` (one ``pulsify`` per op family, ``register_all!``).
 """

@@ -77,6 +77,7 @@ class Site:
     attention_op: bool = False  # an ONNX Attention node (the bound goes into its attn_mask)
     qk: tuple = (0, 1, 2)  # the score tensor's query axis, key axis and rank
     masks: list = dataclasses.field(default_factory=list)  # (node name, input index) of the masks replaced
+    lead: int = 0  # frames the keys and values run ahead of the queries (per-frame chunked attention: chunk - 1)
 
     def info(self) -> dict:
         """What the contract records of this attention (dict, JSON-able)."""
@@ -84,6 +85,8 @@ class Site:
              "lookahead_frames": self.pattern.lookahead_frames, "delay_frames": self.delay}
         if self.original != self.pattern:
             d["bounded_from"] = self.original.describe()
+        if self.lead:
+            d["per_frame_lead_frames"] = self.lead
         return d
 
 
@@ -355,6 +358,17 @@ def _key_side(node: Any, ctx: Any, site: Site, ka: int) -> None:
         from cosyedge.surgery.rules.positions import _join
 
         _join(node, 1, ctx, len(ctx.fact(k).shape1), 0, f"{node.name}/positions")
+    if site.lead:  # per-frame chunked attention: the queries wait site.lead frames for the end of their chunk
+        for i, want in ((0, site.delay), (1, site.delay - site.lead)):
+            di = ctx.delay_of(node.inputs[i]) or 0
+            if di > want:
+                raise Blocker(f"its {'queries' if i == 0 else 'keys'} are {di - want} frames later than the "
+                              "attention's other scores")
+            if di < want:
+                node.inputs[i] = ctx.delay_line(node.inputs[i], want - di, node.name)
+        if site.cache:
+            node.inputs[1] = ctx.add_state(node.inputs[1], site.cache, ka, KEY, node.name)
+        return
     d = ctx.align(node, [0, 1], minimum=site.delay)
     if d != site.delay:
         raise Blocker(f"its queries or keys are {d - site.delay} frames later than the attention's other scores")
@@ -409,6 +423,20 @@ def _scores(node: Any, ctx: Any) -> None:
         raise
 
 
+def chunk_choices(node: Any, chunk: int, rate: Fraction) -> str:
+    """Why a chunked attention needs whole chunks per hop, and the two ways to stream it (str, for the stride
+    message of :func:`cosyedge.surgery.streamify.streamify_graph`): a hop of whole chunks with no delay, or one frame
+    per hop where each query waits for the end of its chunk (``chunk - 1`` frames of delay per attention layer in
+    series, ``--attention-per-frame``: a layer's keys come one frame per hop, so the next layer waits again; the
+    model's own look-ahead stays ``chunk - 1`` frames, which only whole chunks keep). ``rate``: the attention's frames
+    per input tick."""
+    at = "" if rate == 1 else f" at {rate} of the input's rate"
+    return (f"chunked attention at {node.op} node '{node.name}' (chunks of {chunk} frames{at}): either a "
+            f"hop of whole chunks ({chunk} frames), which streams it with no delay, or one frame per hop, where each "
+            f"query waits for the end of its chunk: {chunk - 1} frames of delay per chunked attention layer (give "
+            "--attention-per-frame, attention_per_frame=True)")
+
+
 def _site(node: Any, ctx: Any, pat: Pattern, idxs: list[int], rate: Fraction, masks: list, score: str) -> Site:
     """Bound ``pat`` by ``--attention-window`` where unlimited (else refuse it), align the inputs ``idxs`` (queries,
     keys, values) to one delay (a multiple of the chunk for a chunked mask) and register the site."""
@@ -422,12 +450,20 @@ def _site(node: Any, ctx: Any, pat: Pattern, idxs: list[int], rate: Fraction, ma
                           "proof then compares with the bounded full graph and reports the deviation)")
         raise Blocker(f"its attention mask is {pat.describe()}: not streamable")
     d = ctx.align(node, idxs, minimum=0) or 0
+    if pat.kind == "chunked" and getattr(ctx, "attention_per_frame", False) and pat.chunk > 1:
+        if idxs != [0]:
+            raise Blocker("per-frame chunked attention is not built for the ONNX Attention op (use a hop of whole "
+                          "chunks)")
+        lead = pat.chunk - 1  # the keys stay at the queries' delay d; the queries wait for the end of their chunk
+        site = Site(node.name, pat, original, d + lead, rate, pat.cache_frames + 2 * lead, score=score, masks=masks,
+                    lead=lead)
+        ctx.attention_sites.append(site)
+        return site
     if pat.kind == "chunked" and d % pat.chunk:
         d = ctx.align(node, idxs, minimum=d + (-d) % pat.chunk)
     site = Site(node.name, pat, original, d, rate, pat.cache_frames, score=score, masks=masks)
     if pat.kind == "chunked":
-        ctx.require_stride((rate / pat.chunk).denominator, f"chunked attention at {node.op} node '{node.name}' "
-                           f"(chunks of {pat.chunk} frames)")
+        ctx.require_stride((rate / pat.chunk).denominator, chunk_choices(node, pat.chunk, rate))
     ctx.attention_sites.append(site)
     return site
 
@@ -522,7 +558,8 @@ def _vis3(ctx: Any, site: Site) -> Any:
     rq = ctx.op("Range", [ctx.const(0), n, ctx.const(1)], base, dtype=i64)
     rk = ctx.op("Range", [ctx.const(-L), n, ctx.const(1)], base, dtype=i64)
     qf = ctx.op("Sub", [ctx.op("Add", [counter, rq], base, dtype=i64), ctx.const([[d]])], base, dtype=i64)
-    kf = ctx.op("Sub", [ctx.op("Add", [counter, rk], base, dtype=i64), ctx.const([[d]])], base, dtype=i64)
+    kf = ctx.op("Sub", [ctx.op("Add", [counter, rk], base, dtype=i64), ctx.const([[d - site.lead]])], base,
+                dtype=i64)
     qs = ctx.unsqueeze(qf, [2], base)  # (N, Fq, 1)
     ks = ctx.unsqueeze(kf, [1], base)  # (N, 1, Fk)
 
@@ -688,7 +725,7 @@ def _values(node: Any, ctx: Any, a: Att, di: int) -> None:
             raise Blocker(f"'{eq}' does not sum attention weights over the values' time")
     if fv.rate != a.site.rate:
         raise Blocker(f"values at {fv.rate} frames per tick, queries at {a.site.rate}")
-    d, dv = a.site.delay, ctx.delay_of(v)
+    d, dv = a.site.delay - a.site.lead, ctx.delay_of(v)  # values with the keys (site.lead frames before the queries)
     if dv is not None and dv != d:
         if dv > d:
             raise Blocker(f"the values are {dv - d} frames later than the keys (a look-ahead on the value path only)")
@@ -697,7 +734,7 @@ def _values(node: Any, ctx: Any, a: Att, di: int) -> None:
         v = ctx.add_state(v, a.site.cache, fv.axis, VALUE, node.name)
     node.inputs[1] = v
     for o in node.outputs:
-        ctx.set_delay(o, d)
+        ctx.set_delay(o, a.site.delay)
 
 
 def _bound_vis(p: Pattern, nq: str, nk: str, extra: list, name: Any, c: Any) -> str:

@@ -18,7 +18,10 @@ input is late and the full graph zero-pads on the left, the frames before the st
 window op absorbs it into its state, anything else gets a delay line whose zeros are the pad); a right pad
 (constant, or computed from the input length, as Demucs's valid-length pad) only appends frames at the
 sequence's end and is dropped from the chunk graph; a negative left pad (a crop, DeepFilterNet's
-``pad_feat``) makes the tensor later. Reflect and edge pads over time are refused.
+``pad_feat``) makes the tensor later. A left edge (replicate) pad is early the same way; the state that absorbs it
+starts with copies of the first chunk's first frame (:mod:`cosyedge.surgery.rules.start`). Right pads of any mode
+only append frames at the end and are dropped. Left reflect and wrap pads over time copy frames from later in the
+sequence and are refused, as is an edge pad after a look-ahead.
 
 Sources: ONNX operator docs (Conv/ConvTranspose ``pads`` = all begins then all ends, ``auto_pad``; Pad
 opset 2/11/18 forms); sonos/tract ``pulse/src/ops/cnn/conv.rs`` and ``pad.rs`` (pulsified windows, delay);
@@ -200,14 +203,18 @@ def pad(node: Any, ctx: Any) -> None:
     left, right1 = int(p1[t]), int(p1[rank + t])
     if p1[t] != p2[t]:
         raise Blocker("left-pads time by an amount computed from the sequence length")
-    if (left or right1 or p2[rank + t]) and mode != "constant":
-        raise Blocker(f"pads time in '{mode}' mode (only zero padding streams: a chunk cannot see the sequence's "
-                      "edges)")
-    if left > 0 and not value_ok:
+    d = ctx.delay_of(x) or 0
+    if left > 0 and mode == "edge" and d != 0:
+        raise Blocker(f"pads time in 'edge' (replicate) mode on the left after {d} frames of look-ahead (the copies "
+                      "of the first frame are taken at the stream's start, before any delay: put the pad first)")
+    if left > 0 and mode not in ("constant", "edge"):
+        copied = f"frames {left}..1 of the sequence" if mode == "reflect" else f"its last {left} frames"
+        raise Blocker(f"pads time in '{mode}' mode on the left: its first {left} frames copy {copied}, which a "
+                      "stream has not seen at its start (use 'replicate' or a zero pad)")
+    if left > 0 and mode == "constant" and not value_ok:
         raise Blocker("left-pads time with a value other than 0 (a state starts at zeros)")
     new = p1.copy()
     new[t] = new[rank + t] = 0
-    d = ctx.delay_of(x) or 0
     if left > 0 and d > 0:
         x = ctx.mask_preroll(x, node.name)
     if not new.any():

@@ -77,6 +77,11 @@ def gather(node: Any, ctx: Any) -> None:
             return _gather_own_frames(node, ctx, t)
         raise Blocker("gathers from a streaming tensor with indices that run over time")
     if _axis_attr(node, 0, rank) == t:
+        from cosyedge.surgery.rules.start import feeds_only_heads
+
+        o = node.outputs[0]
+        if not ctx.fact(o).is_stream and ctx.value(node.inputs[1]) is not None and feeds_only_heads(o, ctx):
+            return  # x[:, 0] put back before the stream: the Concat proves it is the stream's start (rules/start.py)
         raise Blocker(f"gathers along the time axis {t} (picks frames by their position in the sequence)")
     pass_through(node, ctx, [0])
 
@@ -207,12 +212,20 @@ def concat(node: Any, ctx: Any) -> None:
                       "the sequence)")
     i = idxs[0]
     lead = 0
+    if i == 1 and len(node.inputs) == 2:  # cat(x[:k], tail): the stream's first frames, then a stream (rules/start.py)
+        from cosyedge.surgery.rules.start import head_concat, head_source
+
+        v = ctx.value(node.inputs[0])
+        found = head_source(node.inputs[0], t, ctx) if v is not None and np.any(np.asarray(v) != 0) else None
+        if found is not None:
+            return head_concat(node, ctx, node.inputs[0], found[0], found[1], node.inputs[1])
     for j, tin in enumerate(node.inputs):
         if j == i:
             continue
         v = ctx.value(tin)
         if v is None or np.any(np.asarray(v) != 0):
-            raise Blocker(f"concatenates non-zero frames to a stream along the time axis {t}")
+            raise Blocker(f"concatenates non-zero frames to a stream along the time axis {t} (only zeros before it, "
+                          "or a stream's own first frames before a stream, x[:k] then the rest, stream)")
         if j < i:
             lead += int(np.asarray(v).shape[t])
     x = node.inputs[i]

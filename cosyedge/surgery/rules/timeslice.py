@@ -78,6 +78,10 @@ def slice_op(node: Any, ctx: Any) -> None:
     if s1 != s2:
         raise Blocker("starts at a frame counted from the sequence's end (keeps its last frames)")
     if e1 == e2 and e1 < n1:
+        from cosyedge.surgery.rules.start import feeds_only_heads
+
+        if feeds_only_heads(node.outputs[0], ctx):
+            return  # x[:k] put back before the stream: the Concat proves it is the stream's start (rules/start.py)
         raise Blocker(f"keeps only the first {e1} frames of the sequence")
     for key in names:
         for i in range(n):
