@@ -52,28 +52,53 @@ def _load(log: Path) -> dict[int, dict]:
     return done
 
 
-def cause(msg: str) -> str:
-    """A short cause label for a refusal message (groups the report's bounded refusals)."""
+CAUSES = [
+    (r"combines positions counted from the sequence start", "positions joined to data: the fixed batch has no batch fact"),
+    (r"(?i)relative positions? \(|rel_shift|slices a table at a start computed from the sequence length",
+     "relative positions (rel_shift)"),
+    (r"over query x key time, applied to its scores by \w+, depends on the values|makes a tensor over query x key "
+     r"time from the data", "relative-position bias read as data-dependent (rel_shift)"),
+    (r"Gather on positions counted from the sequence start", "Gather on positions (torchtune's rope_cache[..., 0])"),
+    (r"neither banded nor chunked", "band with look-ahead read as 'neither banded nor chunked'"),
+    (r"RMSNormalization", "ONNX RMSNormalization op (dynamo opset 23) has no rule"),
+    (r"cannot run the full-sequence graph on \d+ frames.*invalid dimensions",
+     "fixed batch: the proof feeds the full graph another batch (ArtifactError)"),
+    (r"(?i)tensor\(bool\)|boolean", "bool mask"),
+    (r"(?i)not a multiple of the model's total stride", "hop vs total stride"),
+    (r"(?i)differs from the full-sequence graph", "proof failed (AccuracyError)"),
+    (r"^crash", "crash inside streamify"),
+    (r"(?i)unlimited", "read as unlimited context"),
+    (r"(?i)its attention mask is full", "read as full attention"),
+]
+"""(regex, label) for grouping refusal messages by cause; the first that matches a blocker clause names it."""
+
+
+def _clauses(msg: str) -> list[str]:
+    """The blocker clauses of a streamify refusal ('... block(s) it: A; B; C'), or the whole message."""
     import re
 
-    rules = [
-        (r"combines positions counted from the sequence start", "positions joined to a tensor without a batch fact"),
-        (r"(?i)relative position|rel_shift|runs over the key time axis but is computed from data",
-         "relative positions (rel_shift)"),
-        (r"(?i)boolean|tensor\(bool\)", "bool mask"),
-        (r"(?i)not a multiple of the model's total stride", "hop vs total stride"),
-        (r"(?i)multiplies positions", "positions multiplied by a non-constant"),
-        (r"(?i)unlimited", "unlimited context (misread)"),
-        (r"(?i)\bfull\b", "full attention (misread)"),
-        (r"(?i)differs from the full-sequence graph", "proof failed (AccuracyError)"),
-        (r"^crash", "crash inside streamify"),
-        (r"(?i)Attention node", "ONNX Attention op"),
-    ]
-    for pat, label in rules:
-        if re.search(pat, msg):
+    m = re.search(r"blocks? it: ", msg)
+    return [c for c in msg[m.end():].split("; ")] if m else [msg]
+
+
+def _label(clause: str) -> str:
+    import re
+
+    for pat, label in CAUSES:
+        if re.search(pat, clause):
             return label
-    m = re.search(r"blocks? it: (\w+) node '[^']*': ([^:;(]{0,80})", msg)
-    return f"{m.group(1)}: {m.group(2).strip()}" if m else msg[:100]
+    m = re.match(r"(\w+) node '[^']*': ([^:;(]{0,80})", clause)
+    return f"{m.group(1)}: {m.group(2).strip()}" if m else clause[:100]
+
+
+def cause(msg: str) -> str:
+    """Cause label (str) of a refusal message: its first blocker clause, labelled by :data:`CAUSES`."""
+    return _label(_clauses(msg)[0])
+
+
+def causes(msg: str) -> set[str]:
+    """Every cause label (set[str]) among the blocker clauses of a refusal message."""
+    return {_label(c) for c in _clauses(msg)}
 
 
 def report(results: list[dict]) -> dict:
@@ -100,10 +125,14 @@ def report(results: list[dict]) -> dict:
             vals[v][1] += 1
             vals[v][0] += r["category"] == "accepted-exact"
         per_choice[key] = {v: f"{a}/{n}" for v, (a, n) in sorted(vals.items())}
-    causes = collections.defaultdict(list)
+    first, anywhere, sole = (collections.defaultdict(list) for _ in range(3))
     for r in results:
         if r["category"] == "refused-but-bounded":
-            causes[cause(r["message"])].append(r["seed"])
+            first[cause(r["message"])].append(r["seed"])
+            for k in causes(r["message"]):
+                anywhere[k].append(r["seed"])
+            if len(causes(r["message"])) == 1:
+                sole[cause(r["message"])].append(r["seed"])
     secs = [r["seconds"] for r in results]
     return {
         "models": len(results),
@@ -113,7 +142,11 @@ def report(results: list[dict]) -> dict:
         "bounded_accepted_exact": f"{exact}/{len(bounded)}",
         "bounded_accepted_exact_percent": round(100.0 * exact / max(len(bounded), 1), 1),
         "refused_but_bounded_causes": {k: {"count": len(v), "seed": v[0], "seeds": v[:20]}
-                                       for k, v in sorted(causes.items(), key=lambda kv: -len(kv[1]))},
+                                       for k, v in sorted(first.items(), key=lambda kv: -len(kv[1]))},
+        "refused_but_bounded_causes_anywhere": {k: {"count": len(v), "seed": v[0]}
+                                                for k, v in sorted(anywhere.items(), key=lambda kv: -len(kv[1]))},
+        "refused_but_bounded_sole_cause": {k: {"count": len(v), "seed": v[0]}
+                                           for k, v in sorted(sole.items(), key=lambda kv: -len(kv[1]))},
         "bounded_accepted_by_choice": per_choice,
         "breakdown": breakdown,
         "seconds_per_model": {"mean": round(sum(secs) / max(len(secs), 1), 2), "max": round(max(secs, default=0), 2),
@@ -130,9 +163,15 @@ def table(rep: dict) -> str:
         pct = rep["percent"].get(k)
         lines.append(f"{k:24s} {v:6d} {'' if pct is None else f'{pct:6.1f}'}")
     lines.append(f"bounded accepted-exact: {rep['bounded_accepted_exact']} ({rep['bounded_accepted_exact_percent']} %)")
-    lines.append("refused-but-bounded by cause:")
-    for k, v in rep["refused_but_bounded_causes"].items():
-        lines.append(f"  {v['count']:5d}  {k}  (seed {v['seed']})")
+    lines.append("refused-but-bounded by cause (first blocker | named anywhere | the only blocker):")
+    for k, v in rep["refused_but_bounded_causes_anywhere"].items():
+        n1 = rep["refused_but_bounded_causes"].get(k, {}).get("count", 0)
+        n3 = rep["refused_but_bounded_sole_cause"].get(k, {}).get("count", 0)
+        lines.append(f"  {n1:5d} | {v['count']:5d} | {n3:5d}  {k}  (seed {v['seed']})")
+    wr = [c for c in rep["cases"] if c["category"] == "refused-wrong-reason"]
+    lines.append(f"refused-wrong-reason: {len(wr)}")
+    for c in wr:
+        lines.append(f"  seed {c['seed']} ({c['choices']['kind']}): {c['message'][:160]}")
     sw = [c for c in rep["cases"] if c["category"] == "silent-wrong"]
     lines.append(f"silent-wrong: {len(sw)}")
     for c in sw:
