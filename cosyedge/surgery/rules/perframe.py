@@ -265,9 +265,10 @@ def softmax(node: Any, ctx: Any) -> None:
     pass_through(node, ctx)
 
 
-@register("LayerNormalization")
+@register("LayerNormalization", "RMSNormalization")
 def layer_norm(node: Any, ctx: Any) -> None:
-    """LayerNormalization over axes ``axis``.. that exclude time (per frame: a channel norm)."""
+    """LayerNormalization and RMSNormalization (opset 23: what ``torch.onnx.export(dynamo=True)`` makes of a written-out
+    RMSNorm) over axes ``axis``.. that exclude time (per frame: a channel norm)."""
     t, rank = _time_axis(ctx, node)
     if t >= _axis_attr(node, -1, rank):
         raise Blocker(f"normalises over axes {_axis_attr(node, -1, rank)}..{rank - 1}, which include the time "
