@@ -386,6 +386,11 @@ def _scores(node: Any, ctx: Any) -> None:
         for o in node.outputs:
             if o.name and ctx.fact(o).axes2 is not None:
                 ctx.attn[o.name] = Att(None)
+        data = [x for x in node.inputs if x.name and ctx.masks.data_path(x.name)]
+        if data and node.op not in ("MatMul", "Einsum"):
+            raise Blocker(f"makes a mask over query x key time from '{data[0].name}', which depends on the values of "
+                          f"{ctx.masks.data_path(data[0].name)}, not only on the sequence length (a mask from the "
+                          "data, e.g. frames masked by their energy): refused, not guessed")
         raise Blocker(f"{node.op} makes a tensor over query x key time that is not attention scores of two streaming "
                       "tensors")
     try:
