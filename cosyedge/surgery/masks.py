@@ -47,10 +47,12 @@ class Pattern:
     Attributes:
         kind (str): ``"banded"``, ``"chunked"``, ``"causal"`` (banded with unlimited window), ``"full"``, ``"none"``
             (the mask hides nothing: a key padding mask of ones) or ``"other"``.
-        window (int): ``banded``: keys ``i - window + 1 .. i`` (frames); :data:`UNLIMITED` for ``causal``.
+        window (int): ``banded``: keys ``i - window + 1 .. i + ahead`` (frames); :data:`UNLIMITED` for ``causal``.
         chunk (int): ``chunked``: chunk size ``C`` (frames).
         left (int): ``chunked``: left chunks ``n`` a query sees besides its own; :data:`UNLIMITED` for all.
         text (str): For ``other``: what the rows see (for the refusal).
+        ahead (int): ``banded``: future frames every query sees (a band with look-ahead, e.g. NeMo's ``regular``
+            att_context_size ``[W - 1, A]``); 0 for a causal band.
     """
 
     kind: str
@@ -58,6 +60,7 @@ class Pattern:
     chunk: int = 0
     left: int = 0
     text: str = ""
+    ahead: int = 0
 
     @property
     def bounded(self) -> bool:
@@ -75,15 +78,17 @@ class Pattern:
 
     @property
     def lookahead_frames(self) -> int:
-        """int: future frames a query sees (``C - 1`` for chunked, else 0)."""
-        return self.chunk - 1 if self.kind == "chunked" else 0
+        """int: future frames a query sees (``C - 1`` for chunked, ``ahead`` for banded, else 0)."""
+        return self.chunk - 1 if self.kind == "chunked" else self.ahead if self.kind == "banded" else 0
 
     def describe(self) -> str:
         """One phrase: ``banded causal, window 16 frames``, ``chunked, chunk 4 frames, 2 left chunks``..."""
+        if self.kind == "banded" and self.ahead:
+            return f"banded (sliding window of {self.window} frames and {self.ahead} frames ahead)"
         if self.kind == "banded":
             return f"banded causal (sliding window of {self.window} frames)"
         if self.kind == "causal":
-            return "causal with unlimited left context"
+            return "causal with unlimited left context" + (f" and {self.ahead} frames ahead" if self.ahead else "")
         if self.kind == "chunked":
             left = ("every earlier chunk" if self.left == UNLIMITED
                     else f"{self.left} left chunk{'s' * (self.left != 1)}")
@@ -99,7 +104,7 @@ class Pattern:
         ``window``; chunked with unlimited left chunks -> ``window // C`` left chunks, at least one; any other pattern
         as it is."""
         if self.kind == "causal":
-            return Pattern("banded", window=window)
+            return Pattern("banded", window=window, ahead=self.ahead)
         if self.kind == "chunked" and self.left == UNLIMITED:
             return Pattern("chunked", chunk=self.chunk, left=max(1, window // self.chunk))
         return self
@@ -110,7 +115,7 @@ class Pattern:
             return np.ones(np.broadcast(q, k).shape, dtype=bool)
         if self.kind in ("banded", "causal"):
             d = q - k
-            return (d >= 0) & ((d < self.window) if self.window != UNLIMITED else True)
+            return (d >= -self.ahead) & ((d < self.window) if self.window != UNLIMITED else True)
         if self.kind == "chunked":
             cq, ck = q // self.chunk, k // self.chunk
             return (ck <= cq) & ((ck >= cq - self.left) if self.left != UNLIMITED else True)
@@ -143,6 +148,12 @@ def classify_one(v: np.ndarray) -> Pattern:
         w = int((np.arange(n) - lo).max()) + 1
         p = Pattern("banded", window=w)
         return p if np.array_equal(v, p.visible(i, j)) else Pattern("other", text=text)
+    lo, hi = np.argmax(v, axis=1), n - 1 - np.argmax(v[:, ::-1], axis=1)  # first and last visible key per row
+    ahead = int((hi - np.arange(n)).max())
+    p = Pattern("banded", window=int((np.arange(n) - lo).max()) + 1, ahead=ahead) if lo[-1] > 0 else \
+        Pattern("causal", window=UNLIMITED, ahead=ahead)  # keys i - W + 1 (or 0) .. i + A: a band that looks ahead
+    if np.array_equal(v, p.visible(i, j)):
+        return p
     c = int(np.flatnonzero(v[0]).max()) + 1
     if c >= n:
         return Pattern("other", text=text)

@@ -464,6 +464,14 @@ def _site(node: Any, ctx: Any, pat: Pattern, idxs: list[int], rate: Fraction, ma
                     lead=lead)
         ctx.attention_sites.append(site)
         return site
+    if pat.kind == "banded" and pat.ahead:  # the queries wait pat.ahead frames for the keys they see ahead
+        if idxs != [0]:
+            raise Blocker(f"its attention is {pat.describe()}: a band that looks ahead is not built for the ONNX "
+                          "Attention op (queries and keys in one node cannot be delayed apart)")
+        site = Site(node.name, pat, original, d + pat.ahead, rate, pat.cache_frames + pat.ahead, score=score,
+                    masks=masks, lead=pat.ahead)
+        ctx.attention_sites.append(site)
+        return site
     if pat.kind == "chunked" and d % pat.chunk:
         d = ctx.align(node, idxs, minimum=d + (-d) % pat.chunk)
     site = Site(node.name, pat, original, d, rate, pat.cache_frames, score=score, masks=masks)
@@ -601,7 +609,7 @@ def _pattern_nodes(p: Pattern, qs: Any, ks: Any, op: Any, const: Any, shift: int
 
     if p.kind == "banded":
         diff = op("Sub", [qs, ks])
-        return op("And", [not_less(diff, const(0)), op("Less", [diff, const(p.window)])])
+        return op("And", [not_less(diff, const(-p.ahead)), op("Less", [diff, const(p.window)])])
     cq, ck = (op("Div", [op("Add", [x, const(shift)]) if shift else x, const(p.chunk)]) for x in (qs, ks))
     return op("And", [not_less(cq, ck), not_less(ck, op("Sub", [cq, const(p.left)]))])
 

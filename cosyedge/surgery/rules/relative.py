@@ -218,7 +218,7 @@ def _sweep(ctx: Any) -> None:
 def _rel_range(site: Any) -> tuple[int, int]:
     """(r_min, r_max): the relative positions ``i - j`` the site's bounded pattern leaves visible."""
     p = site.pattern
-    n = p.window + (p.left + 2) * max(p.chunk, 1) + 8
+    n = p.window + p.ahead + (p.left + 2) * max(p.chunk, 1) + 8
     i, j = np.arange(n)[:, None], np.arange(n)[None, :]
     rel = (i - j)[p.visible(i, j)]
     return int(rel.min()), int(rel.max())
