@@ -347,3 +347,15 @@ def test_streampool_keeps_rel_pos_caches_per_stream(enhancer):
         y = np.concatenate(got[k])
         assert y.shape == solo[k].shape
         assert np.abs(y - solo[k]).max() < 1e-5, k
+
+
+@pytest.mark.parametrize("context", [(16, 2), (8, 1)], ids=["16-2", "8-1"])
+def test_nemo_regular_with_right_context_streams_with_its_look_ahead(tmp_path, context):
+    """NeMo FastConformer ``regular`` with right context ``[W - 1, A]`` (a band that looks A frames ahead), rel_pos, two
+    layers: streams exactly, TorchScript, symbolic batch; each layer's queries wait A frames, so the contract's delay is
+    2 A frames, and the contract records A frames of look-ahead per attention."""
+    src = _export(_nemo("regular", context=context), tmp_path / f"nemo_reg{context[0]}_{context[1]}.onnx", False, 2,
+                  "N")
+    c = _check(src, tmp_path, 2, 1, 240)
+    assert [a["lookahead_frames"] for a in c.attention] == [context[1]] * 2, c.attention
+    assert c.outputs[0].delay_frames == 2 * context[1]

@@ -21,8 +21,9 @@ sees only keys at relative positions ``i - j`` in a fixed range ``[r_min, r_max]
 * ``P`` = the positional operand of ``matrix_bd`` (e.g. ``p^T``) at the relative positions ``r_min .. r_max``: a
   **constant** (N-independent, (1, H, d, R), R = r_max - r_min + 1), read from the probe runs;
 * ``B = q_v @ P`` (N, H, F, R), the same MatMul on the chunk's queries;
-* ``term[i, j] = B[i, clip(i + L - j - r_min, 0, R - 1)]`` (``GatherElements`` over the last axis): key slot ``j``
-  of the chunk (cache first) is ``i + L - j`` frames before query ``i``. Entries outside ``[r_min, r_max]`` are hidden
+* ``term[i, j] = B[i, clip(i + L - lead - j - r_min, 0, R - 1)]`` (``GatherElements`` over the last axis): key slot
+  ``j`` of the chunk (cache first) is ``i + L - lead - j`` frames before query ``i`` (``lead``: frames the keys run
+  ahead of the queries, a band that looks ahead or per-frame chunked attention; else 0). Entries outside ``[r_min, r_max]`` are hidden
   by the attention's mask (:func:`cosyedge.surgery.rules.attention._vis3`); the clip only keeps them finite.
 
 Everything is measured, not matched to one exporter's op sequence (:func:`find` and :func:`chunk_term`):
@@ -342,7 +343,8 @@ def chunk_term(node: Any, i: int, ctx: Any, site: Any) -> Any:
     rq = ctx.unsqueeze(ctx.op("Range", [ctx.const(0), n, ctx.const(1)], base, dtype=i64), [1], base)  # (F, 1)
     nk = ctx.op("Add", [n, ctx.const(L)], base, dtype=i64)
     rk = ctx.unsqueeze(ctx.op("Range", [ctx.const(0), nk, ctx.const(1)], base, dtype=i64), [0], base)  # (1, L + F)
-    col = ctx.op("Sub", [ctx.op("Add", [rq, ctx.const(L - rmin)], base, dtype=i64), rk], base, dtype=i64)
+    # query i is i + L - lead - j frames after key slot j (the keys run site.lead frames ahead of the queries)
+    col = ctx.op("Sub", [ctx.op("Add", [rq, ctx.const(L - site.lead - rmin)], base, dtype=i64), rk], base, dtype=i64)
     col = ctx.op("Min", [ctx.op("Max", [col, ctx.const(0)], base, dtype=i64), ctx.const(R - 1)], base, dtype=i64)
     rank = len(ctx.fact(rt.bd).shape1)
     if rank > 2:
