@@ -456,27 +456,28 @@ def _site(node: Any, ctx: Any, pat: Pattern, idxs: list[int], rate: Fraction, ma
         raise Blocker(f"its attention mask is {pat.describe()}: not streamable")
     d = ctx.align(node, idxs, minimum=0) or 0
     if pat.kind == "chunked" and getattr(ctx, "attention_per_frame", False) and pat.chunk > 1:
-        if idxs != [0]:
-            raise Blocker("per-frame chunked attention is not built for the ONNX Attention op (use a hop of whole "
-                          "chunks)")
         lead = pat.chunk - 1  # the keys stay at the queries' delay d; the queries wait for the end of their chunk
-        site = Site(node.name, pat, original, d + lead, rate, pat.cache_frames + 2 * lead, score=score, masks=masks,
-                    lead=lead)
-        ctx.attention_sites.append(site)
-        return site
+        return _lead_site(node, ctx, Site(node.name, pat, original, d + lead, rate, pat.cache_frames + 2 * lead,
+                                          score=score, masks=masks, lead=lead), idxs)
     if pat.kind == "banded" and pat.ahead:  # the queries wait pat.ahead frames for the keys they see ahead
-        if idxs != [0]:
-            raise Blocker(f"its attention is {pat.describe()}: a band that looks ahead is not built for the ONNX "
-                          "Attention op (queries and keys in one node cannot be delayed apart)")
-        site = Site(node.name, pat, original, d + pat.ahead, rate, pat.cache_frames + pat.ahead, score=score,
-                    masks=masks, lead=pat.ahead)
-        ctx.attention_sites.append(site)
-        return site
+        return _lead_site(node, ctx, Site(node.name, pat, original, d + pat.ahead, rate, pat.cache_frames + pat.ahead,
+                                          score=score, masks=masks, lead=pat.ahead), idxs)
     if pat.kind == "chunked" and d % pat.chunk:
         d = ctx.align(node, idxs, minimum=d + (-d) % pat.chunk)
     site = Site(node.name, pat, original, d, rate, pat.cache_frames, score=score, masks=masks)
     if pat.kind == "chunked":
         ctx.require_stride((rate / pat.chunk).denominator, chunk_choices(node, pat.chunk, rate))
+    ctx.attention_sites.append(site)
+    return site
+
+
+def _lead_site(node: Any, ctx: Any, site: Site, idxs: list[int]) -> Site:
+    """Register a site whose keys and values run ``site.lead`` frames ahead of its queries (a band that looks ahead,
+    per-frame chunked attention). A score MatMul/Einsum (``idxs`` ``[0]``) delays its queries at the key side
+    (:func:`_key_side`); the ONNX Attention op (``idxs`` ``[0, 1, 2]``, aligned to one delay) gets its queries through
+    a delay line of ``site.lead`` frames here."""
+    if idxs != [0]:
+        node.inputs[0] = ctx.delay_line(node.inputs[0], site.lead, node.name)
     ctx.attention_sites.append(site)
     return site
 
