@@ -1,4 +1,4 @@
-"""Issue 48 item 5: run the model generator (``tests/surgery/model_generator.py``) over N seeds and report how streamify
+"""Run the model generator (``tests/surgery/model_generator.py``) over N seeds and report how streamify
 generalizes: counts per category (accepted-exact, refused-correctly, refused-but-bounded, refused-wrong-reason,
 silent-wrong; export-failed apart), a per-choice breakdown of refused-but-bounded and silent-wrong, and every non-exact
 case with its seed, choices and message.

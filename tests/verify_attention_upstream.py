@@ -14,7 +14,7 @@ few imports that pull in hydra/lightning/huggingface are stubbed (NeMo's adapter
 ``load_state_dict(strict=True)`` and the outputs compared on real-speech features. Measured 2026-12 (torch 2.13 CPU):
 Mimi 0.0; NeMo rel_pos and abs_pos layers + positional encodings 0.0, ``_create_masks`` equal; WeNet abs / rel /
 lengths 0.0; CosyVoice espnet rel_pos and chunk mask without left limit <= 5.4e-6 (CosyVoice's softmax runs without
-WeNet's ``.float()`` / ``type_as``). Added for issue 48: NeMo ``ConvSubsampling`` (dw_striding / striding, x4 / x8,
+WeNet's ``.float()`` / ``type_as``). Also: NeMo ``ConvSubsampling`` (dw_striding / striding, x4 / x8,
 causal or not) 0.0 and equal lengths; ESPnet's legacy and current relative positions (tables and attention) vs the
 rebuilds (the current ones are CosyVoice's): 0.0 each.
 """

@@ -1,4 +1,4 @@
-"""Issue 48 item 5: a generator of small seeded PyTorch transformer/conv models that tests whether streamify generalizes
+"""A generator of small seeded PyTorch transformer/conv models that tests whether streamify generalizes
 beyond the forms the other tests were written for.
 
 Every model is composed from independent choices, each drawn from ``random.Random(seed)`` (:func:`draw`):

@@ -1,4 +1,4 @@
-"""Issue 48 item 5, the CI sample of the model generator (``tests/surgery/model_generator.py``; the full sweep of
+"""The CI sample of the model generator (``tests/surgery/model_generator.py``; the full sweep of
 >= 1000 seeds is ``scripts/generalize_streamify.py``, its report ``docs/bench/streamify_generalize.json``).
 
 Seeds 0 ... 59, each a small transformer/conv model drawn from independent choices (positions, masks, layout, heads,

@@ -1,5 +1,5 @@
 """Relative-position attention with Transformer-XL's ``rel_shift`` streams under a bounded mask, proved
-(``cosyedge/surgery/rules/relative.py``; issue 48 item 3).
+(``cosyedge/surgery/rules/relative.py``).
 
 Models (``tests/models_attention.py``, rebuilt from upstream, seeded random weights): NeMo's FastConformer encoder
 (``RelPositionMultiHeadAttention``, ``RelPositionalEncoding``; ``nemo/collections/asr/parts/submodules/
