@@ -355,8 +355,8 @@ def _along_other_axis(node: Any, ctx: Any) -> None:
     def moved(a: int) -> int:
         a = int(a)
         if a % rank == f.axis:
-            raise Blocker(f"{node.op} of positions along their time axis (picking or slicing frames of positions "
-                          "needs the sequence's end)")
+            raise Blocker(f"{node.op} of positions along their time axis (reversing, picking or slicing frames of "
+                          f"positions): it {_FUTURE}")
         return a + 1 if a >= 0 else a
 
     if node.op == "Slice":
@@ -392,8 +392,8 @@ def _slice_lifted(node: Any, ctx: Any, moved: Any) -> None:
                 lo = int(starts[j]) + dim if starts[j] < 0 else int(starts[j])
                 hi = int(ends[j]) + dim if ends[j] < 0 else int(ends[j])
                 if steps[j] != 1 or max(0, lo) != 0 or min(hi, dim) != dim:
-                    raise Blocker("Slice of positions along their time axis (picking or slicing frames of positions "
-                                  "needs the sequence's end)")
+                    raise Blocker("Slice of positions along their time axis (reversing, picking or slicing frames of "
+                                  f"positions): it {_FUTURE}")
             continue
         if any(not np.array_equal(probe[0][k][j], probe[1][k][j]) for k in range(4)):
             raise Blocker("Slice of positions with bounds computed from the sequence length on an axis other than time")
