@@ -95,6 +95,7 @@ class Walker:
         self.masks = MaskEvaluator(model, facts, t1, batch_axes) if model is not None else None
         self.attention_window = attention_window
         self.fixed_batch = fixed_batch  # the export's batch where it could not be freed (surgery/batch.py), else None
+        self._length_dep: dict[str, str] = {}  # length_dependence() by tensor name
         self.attention_per_frame = bool(attention_per_frame)
         self.attn: dict[str, Any] = {}  # tensors over query x key time (rules/attention.Att)
         self.attention_sites: list[Any] = []
@@ -567,6 +568,34 @@ class Walker:
         q = math.lcm(1, *[f.rate.denominator for f in self.facts.values() if f.is_stream or f.axes2])
         t = math.ceil(Fraction(frames) / rate)
         return -(-t // q) * q
+
+    def length_dependence(self, t: Any, rate: Fraction) -> str:
+        """Why ``t`` (a tensor without a time axis, computed from shapes alone) is not the same at a chunk's length as
+        at the whole sequence's, or "": the chunk graph computes it again from the chunk's shapes, so a value that
+        depends on the length (``x / T``, ``(T % 2) * x``) would differ, even where the two probe lengths agree.
+        Evaluated (:class:`cosyedge.surgery.masks.MaskEvaluator`) at chunks of 1, 2, 3, 4, 5, 7, 8 and 16 frames at
+        ``rate``; lengths it cannot be evaluated at are skipped. Constants, data and unmeasured tensors give "".
+        """
+        if self.masks is None or isinstance(t, gs.Constant) or not t.name or self.is_stream(t):
+            return ""
+        if t.name in self._length_dep:
+            return self._length_dep[t.name]
+        why = ""
+        v = self.value(t)
+        if v is not None and not self.masks.data_path(t.name) and t.name in self.facts:
+            for frames in (1, 2, 3, 4, 5, 7, 8, 16):
+                try:
+                    w = self.masks.evaluate([t.name], self.ticks_for_frames(rate or Fraction(1), frames))[t.name]
+                except Exception:  # noqa: BLE001 - a length the graph cannot run at: nothing to compare
+                    continue
+                if np.shape(w) != np.shape(v) or not np.array_equal(w, v):
+                    why = (f"'{t.name}', which is computed from the sequence length: "
+                           f"{np.asarray(w).ravel()[:4].tolist()} at a chunk of {frames} frames, "
+                           f"{np.asarray(v).ravel()[:4].tolist()} on the whole sequence (a stream knows only its "
+                           "chunk's length)")
+                    break
+        self._length_dep[t.name] = why
+        return why
 
     def limit_ticks(self, ticks: int, why: str) -> None:
         """A stream may last at most ``ticks`` input ticks (an encoding table of that many rows); ``why`` names it."""

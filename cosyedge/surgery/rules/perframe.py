@@ -15,6 +15,7 @@ ops keep the stream fact).
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -50,7 +51,22 @@ def pass_through(node: Any, ctx: Any, idxs: list[int] | None = None) -> None:
         ctx.set_delay(o, int(d * q))
 
 
-register(*ELEMENTWISE)(pass_through)
+@register(*ELEMENTWISE)
+def elementwise(node: Any, ctx: Any) -> None:
+    """Per-frame ops (:data:`ELEMENTWISE`): :func:`pass_through`, after checking that no input without a time axis
+    is computed from the sequence length (``x / T``; the chunk graph would compute it from the chunk's length:
+    :meth:`cosyedge.surgery.walker.Walker.length_dependence`).
+
+    Raises:
+        Blocker: such an input, naming it and its values at a chunk's length and on the whole sequence.
+    """
+    idxs = ctx.stream_inputs(node)
+    rate = ctx.fact(node.inputs[idxs[0]]).rate if idxs else Fraction(1)
+    for t in node.inputs:
+        why = ctx.length_dependence(t, rate) if t.name and not ctx.is_stream(t) else ""
+        if why:
+            raise Blocker(f"{node.op} of a stream with {why}")
+    pass_through(node, ctx)
 
 
 def _time_axis(ctx: Any, node: Any, i: int = 0) -> tuple[int, int]:

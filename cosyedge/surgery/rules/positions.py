@@ -186,13 +186,13 @@ def _table_limit(ctx: Any, node: Any, idx: Any, rows: int) -> None:
 
 
 def _const_ok(ctx: Any, t: Any) -> bool:
-    """True when ``t`` is the same in both probe runs and does not stream (a constant, or sizes that do not change
-    with the length)."""
+    """True when ``t`` is the same in both probe runs and at a chunk's lengths and does not stream (a constant, or
+    sizes that do not change with the length: :meth:`cosyedge.surgery.walker.Walker.length_dependence`)."""
     if not t.name:
         return True
     if ctx.is_stream(t):
         return False
-    return _same(ctx.value(t), ctx.value2(t))
+    return _same(ctx.value(t), ctx.value2(t)) and not ctx.length_dependence(t, Fraction(1))
 
 
 def _rank(ctx: Any, t: Any) -> int:
