@@ -179,6 +179,9 @@ def _batch_two(full_sess: Any, full_model: Any, stream_model: Any, contract: Any
         full = dict(zip([o.name for o in full_model.graph.output], full_sess.run(None, two)))
     except Exception:  # a full graph that runs batch 1 only: nothing to compare at batch 2
         return
+    names_full = [o.name for o in full_model.graph.output]
+    alone = [dict(zip(names_full, full_sess.run(None, {k: v[r:r + 1] if v.ndim else v for k, v in two.items()})))
+             for r in range(2)]  # each stream alone: what StreamPool must give it whatever shares its batch
     sess = session(stream_model)
     names = [o.name for o in sess.get_outputs()]
 
@@ -194,6 +197,13 @@ def _batch_two(full_sess: Any, full_model: Any, stream_model: Any, contract: Any
     for name, (axis, _rate, delay) in out_facts.items():
         got = np.concatenate([c[name] for c in chunks], axis=axis)
         for row in range(2):
+            mx, _, peak = compare_aligned(alone[row][name], full[name][row:row + 1], axis, 0)
+            if mx > tolerance(peak, atol):
+                raise AccuracyError(f"{where}: the model mixes the streams of a batch: output '{name}' row {row} of "
+                                    f"the full graph at batch 2 differs from that stream run alone by {mx:.3g} (its "
+                                    f"peak {peak:.3g}): a statistic over the batch (x.mean(0), BatchNorm in training "
+                                    "mode)? StreamPool and Triton would mix their users; export it with each batch row "
+                                    "on its own; nothing written")
             mx, snr, peak = compare_aligned(full[name][row:row + 1], got[row:row + 1], axis, delay)
             if mx > tolerance(peak, atol):
                 raise AccuracyError(f"{where}: the stream graph differs from the full-sequence graph with two streams "

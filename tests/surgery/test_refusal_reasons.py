@@ -12,6 +12,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from cosyedge.artifacts import StreamContract
+from cosyedge.errors import UsageError
 from tests.cli_errors import refused
 
 torch = pytest.importorskip("torch")
@@ -213,3 +214,59 @@ def test_a_repair_that_changes_results_is_refused():
     rec = check_repaired_copy(_scale_graph(640, 2.0), sg, contract, where="m.onnx")
     assert rec == {"repairs": ["input 'x' had its time axis 2 fixed at 640 by the export"], "runs_only_at_ticks": 640,
                    "max_abs_vs_export": 0.0}
+
+
+class _LengthFactor(torch.nn.Module):
+    """(N, T, C): ``lin(x) * ((T % 2 == 1) | (T > 100))``: a factor computed from the length that is 1 at both probe
+    lengths and at the proof's chunks of 1 and 3 frames, 0 at a chunk of 2."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        t = x.shape[1]
+        return self.lin(x) * ((t % 2 == 1) | (t > 100)).float()
+
+
+def test_a_factor_computed_from_the_length_is_refused_not_proved_by_luck(tmp_path):
+    """A value without a time axis computed from the sequence length multiplies the stream: refused naming it and its
+    value at a chunk of 2 frames (the probes and the proof's chunk lengths all give the full graph's value)."""
+    from cosyedge.surgery import streamify
+
+    src = tmp_path / "lf.onnx"
+    torch.onnx.export(_LengthFactor().eval(), (torch.randn(1, 100, 8),), str(src), input_names=["x"],
+                      output_names=["y"], dynamo=False, opset_version=17,
+                      dynamic_axes={"x": {0: "N", 1: "T"}, "y": {0: "N", 1: "T"}})
+    with pytest.raises(UsageError, match=r"which is computed from the sequence length: \[0\.0\] at a chunk of 2 frames, "
+                                         r"\[1\.0\] on the whole sequence"):
+        streamify(src, tmp_path / "lf.stream.onnx", sample_rate_hz=16000, hop_samples=160, frames_per_hop=1)
+    assert not (tmp_path / "lf.stream.onnx").exists()
+
+
+class _BatchMix(torch.nn.Module):
+    """Waveform (N, 1, T): a causal conv, then ``h - h.mean(0)`` (a statistic over the batch)."""
+
+    def __init__(self):
+        super().__init__()
+        self.c = torch.nn.Conv1d(1, 1, 3)
+
+    def forward(self, x):
+        h = self.c(torch.nn.functional.pad(x, (2, 0)))
+        return h - h.mean(0, keepdim=True)
+
+
+def test_a_model_that_mixes_the_batch_rows_is_refused(tmp_path):
+    """A symbolic-batch model whose rows see each other would mix StreamPool's users: streamify refuses it (exit 5)
+    naming the batch statistic; nothing is written."""
+    from cosyedge.errors import AccuracyError
+    from cosyedge.surgery import streamify
+
+    src = tmp_path / "mix.onnx"
+    torch.onnx.export(_BatchMix().eval(), (torch.randn(2, 1, 640),), str(src), input_names=["audio"],
+                      output_names=["enhanced"], dynamo=False, opset_version=17,
+                      dynamic_axes={"audio": {0: "N", 2: "T"}, "enhanced": {0: "N", 2: "T"}})
+    with pytest.raises(AccuracyError, match="the model mixes the streams of a batch: output 'enhanced' row 0 .*"
+                                            "a statistic over the batch"):
+        streamify(src, tmp_path / "mix.stream.onnx", sample_rate_hz=16000, hop_samples=160)
+    assert not (tmp_path / "mix.stream.onnx").exists()
