@@ -110,7 +110,7 @@ def test_run_refuses_a_multi_input_model_in_one_line(twoin, tmp_path, cli):
     line = one_error_line(err, last=False)
     assert rc == 2 and not out.exists()
     assert "cannot run on an audio file" in line and "it takes 2 inputs and an audio file is one waveform" in line
-    assert (f"cosyedge.runtime.OrtStreamSession('{twoin[0]}').push({{'audio': float32 (1, 1, 160), "
+    assert (f"with cosyedge.runtime.OrtStreamSession('{twoin[0]}') as s: s.push({{'audio': float32 (1, 1, 160), "
             f"'ref': float32 (1, 1, 160)}})") in line
     assert "cosyedge.runtime.stream_array(session, audio, partners={'ref': ref})" in line
 
@@ -287,7 +287,7 @@ def test_feature_inputs_are_refused_by_name_where_feeds_come_from_audio(featnet,
     rc, _, err = cli("run", DEMO / "noisy.wav", "-o", tmp_path / "o.wav", "--engine", featnet)
     line = one_error_line(err, last=False)
     assert rc == 2 and "its input 'feat' is not a waveform" in line
-    assert f"cosyedge.runtime.OrtStreamSession('{featnet}').push({{'feat': float32 (1, 4, 1)}})" in line
+    assert f"with cosyedge.runtime.OrtStreamSession('{featnet}') as s: s.push({{'feat': float32 (1, 4, 1)}})" in line
 
 
 # ------------------------------------------------------------------------------------------------ compare / check

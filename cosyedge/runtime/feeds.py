@@ -67,7 +67,8 @@ def describe_input(io: StreamIO, contract: StreamContract) -> str:
 
 def python_api_call(contract: StreamContract, model: str, chunk_samples: int | None = None) -> str:
     """The Python call that streams ``model`` chunk by chunk (str), with one array per input and its shape, e.g.
-    ``cosyedge.runtime.OrtStreamSession('m.onnx').push({'audio': float32 (1, 1, 160), 'ref': float32 (1, 1, 160)})``.
+    ``with cosyedge.runtime.OrtStreamSession('m.onnx') as s: s.push({'audio': float32 (1, 1, 160), 'ref': float32 (1,
+    1, 160)})`` (a session pushes once activated; ``push`` reuses its output arrays: copy what you keep).
 
     Args:
         contract (StreamContract): The model's contract.
@@ -77,7 +78,7 @@ def python_api_call(contract: StreamContract, model: str, chunk_samples: int | N
     chunk = int(chunk_samples or contract.hop_samples)
     arrays = ", ".join(f"'{i.name}': {i.dtype} {i.concrete_shape(1, i.frames(chunk, contract.hop_samples))}"
                        for i in contract.stream_inputs)
-    return f"cosyedge.runtime.OrtStreamSession('{model}').push({{{arrays}}})"
+    return f"with cosyedge.runtime.OrtStreamSession('{model}') as s: s.push({{{arrays}}})"
 
 
 def require_waveform_inputs(contract: StreamContract, where: str, purpose: str, hint: str) -> None:

@@ -111,6 +111,11 @@ def _input_time_axes(graph: Any, given: dict[str, int] | None, where: str = "") 
                 raise UsageError(f"--time-axis {t.name}={ax}: input '{t.name}' has shape {shape}; time must be one of "
                                  f"axes 1..{len(shape) - 1} (axis 0 is the batch)")
             axes[t.name] = ax % len(shape) if shape else ax
+            sym = [i for i, d in enumerate(shape) if i > 0 and not (isinstance(d, (int, np.integer)) and d > 0)]
+            if shape and axes[t.name] not in sym and sym:
+                raise UsageError(f"--time-axis {t.name}={ax}: axis {axes[t.name]} of input '{t.name}' {shape} has a "
+                                 f"fixed size; the export made axis {sym[0]} dynamic (give --time-axis "
+                                 f"{t.name}={sym[0]}, or export with axis {axes[t.name]} dynamic)")
             continue
         sym = [i for i, d in enumerate(shape) if i > 0 and not (isinstance(d, (int, np.integer)) and d > 0)]
         if len(sym) == 1:

@@ -40,8 +40,8 @@ POSITION = "position"
 
 _UNARY = set(("Abs Acos Asin Atan Cast Ceil Cos Cosh Erf Exp Floor Identity IsInf IsNaN Log Neg Not Reciprocal Relu "
               "Round Sigmoid Sign Sin Sinh Softplus Sqrt Tan Tanh").split())
-_NARY = set(("Add And BitShift CastLike Div Equal Greater GreaterOrEqual Less LessOrEqual Max Mean Min Mod Mul Or Pow "
-             "PRelu Sub Sum Where Xor").split())
+_NARY = set(("Add And BitShift CastLike Clip Div Equal Greater GreaterOrEqual Less LessOrEqual Max Mean Min Mod Mul "
+             "Or Pow PRelu Sub Sum Where Xor").split())
 _FUTURE = ("needs the sequence's total length, which a stream does not know (T - pos, pos / T, positions counted "
            "from the end)")
 
@@ -335,8 +335,7 @@ def lifted(node: Any, ctx: Any) -> None:
         return _lift_outputs(node, ctx)
     if op == "Expand" and lift == [0]:
         return _expand(node, ctx, base)
-    raise Blocker(f"{op} on positions counted from the sequence start (no position rule for it: reversing or "
-                  f"slicing positions needs the sequence's end)")
+    raise Blocker(f"{op} on positions counted from the sequence start (no position rule for it)")
 
 
 def _along_other_axis(node: Any, ctx: Any) -> None:
