@@ -85,3 +85,27 @@ def chunked_equals_full(full_onnx: Path, stream_onnx: Path, x: np.ndarray, chunk
             b = np.take(ref, np.arange(n), axis=t)
             worst = max(worst, float(np.abs(a.astype(np.float64) - b.astype(np.float64)).max()))
     return worst
+
+
+def staggered_pool_outputs(model: Path, xs: list[np.ndarray], chunk: int, starts: dict[int, int],
+                           ends: dict[int, int], max_streams: int) -> tuple[dict[int, np.ndarray], int]:
+    """Streams joining and leaving one StreamPool at different ticks: stream ``k`` (float32 (T,) samples) joins at
+    tick ``starts[k]`` and leaves after tick ``ends[k] - 1``, one ``chunk`` a tick. Returns its output (float32 (n,),
+    concatenated) by ``k`` and the number of ticks that ran more than one stream in a batch."""
+    from cosyedge.runtime.pool import StreamPool
+
+    got: dict[int, list] = {k: [] for k in starts}
+    with StreamPool(model, max_streams=max_streams, chunk_samples=chunk) as pool:
+        sids, batches = {}, 0
+        for t in range(max(ends.values())):
+            for k, s in starts.items():
+                if t == s:
+                    sids[k] = pool.join()
+            push = {sids[k]: xs[k][(t - starts[k]) * chunk:(t - starts[k] + 1) * chunk] for k in sids}
+            out = pool.push(push)
+            batches += len(push) > 1
+            for k in list(sids):
+                got[k].append(np.asarray(out[sids[k]]).reshape(-1).copy())
+                if t + 1 == ends[k]:
+                    pool.leave(sids.pop(k))
+    return {k: np.concatenate(v) for k, v in got.items()}, batches

@@ -160,32 +160,18 @@ def test_triton_repository_carries_the_caches_as_implicit_states(stream, tmp_pat
 def test_streampool_keeps_caches_and_positions_per_stream(stream):
     """Streams that join at different ticks (one reusing a freed slot) share batches; each equals its solo run, so the
     key/value caches and the position counter are per stream, and a reused slot starts from zeros."""
-    from cosyedge.runtime.pool import StreamPool
-    from tests.streams import session_outputs
+    from tests.streams import session_outputs, staggered_pool_outputs
 
     chunk, n = HOP, 60
     rng = np.random.default_rng(7)
     xs = [(0.1 * rng.standard_normal(n * chunk)).astype(np.float32) for _ in range(3)]
     starts = {0: 0, 1: 11, 2: 45}  # stream 2 joins after stream 0 left (at tick 40): it reuses slot 0
     ends = {0: 40, 1: 11 + n, 2: 45 + n}
-    got = {k: [] for k in starts}
-    with StreamPool(stream, max_streams=2, chunk_samples=chunk) as pool:
-        sids, batches = {}, 0
-        for t in range(max(ends.values())):
-            for k, s in starts.items():
-                if t == s:
-                    sids[k] = pool.join()
-            push = {sids[k]: xs[k][(t - starts[k]) * chunk:(t - starts[k] + 1) * chunk] for k in sids}
-            out = pool.push(push)
-            batches += len(push) > 1
-            for k in list(sids):
-                got[k].append(out[sids[k]])
-                if t + 1 == ends[k]:
-                    pool.leave(sids.pop(k))
+    got, batches = staggered_pool_outputs(stream, xs, chunk, starts, ends, max_streams=2)
     assert batches > 30
     solo = session_outputs(stream, [xs[0][:40 * chunk], xs[1], xs[2]], chunk)
     for k in range(3):
-        y = np.concatenate(got[k])
+        y = got[k]
         assert y.shape == solo[k].shape
         assert np.abs(y - solo[k]).max() < 1e-5, k
 

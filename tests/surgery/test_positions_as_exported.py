@@ -316,8 +316,9 @@ def test_a_freed_fixed_batch_keeps_pool_and_precision_guarantees(tmp_path):
     streams that join 7 chunks apart, each equal to its solo run (own positions); ``build --fp16`` and ``--int8`` exit
     0 and ``cosyedge compare`` against the FP32 stream passes (exit 0) on real speech."""
     from cosyedge.cli.main import main
-    from cosyedge.runtime import OrtStreamSession, StreamPool, stream_array
+    from cosyedge.runtime import OrtStreamSession, stream_array
     from tests.precision import int8_fixtures as fx
+    from tests.streams import staggered_pool_outputs
 
     m = WaveAbsTable().eval()
     src = tmp_path / "wave.onnx"
@@ -332,23 +333,10 @@ def test_a_freed_fixed_batch_keeps_pool_and_precision_guarantees(tmp_path):
     x = demo_audio(16000, 6400)
     with OrtStreamSession(out, chunk_samples=160) as s:
         solo = stream_array(s, x)
-    got = {0: [], 1: []}
-    with StreamPool(out, max_streams=4, chunk_samples=160) as pool:
-        a = pool.join()
-        ids, b = {a: 0}, None
-        for i in range(0, 6400 + 7 * 160, 160):
-            if i == 7 * 160:
-                b = pool.join()
-                ids[b] = 1
-            if i < 6400:
-                pool.submit(a, x[i:i + 160].copy())
-            if b is not None:
-                pool.submit(b, x[i - 7 * 160:i - 6 * 160].copy())
-            for sid, y in pool.tick().items():
-                got[ids[sid]].append(np.asarray(y).reshape(-1).copy())
+    got, batches = staggered_pool_outputs(out, [x, x], 160, {0: 0, 1: 7}, {0: 40, 1: 47}, max_streams=4)
+    assert batches == 33
     for k in (0, 1):
-        y = np.concatenate(got[k])
-        assert len(y) == 6400 and np.abs(y - solo[:len(y)]).max() <= 1e-6
+        assert len(got[k]) == 6400 and np.abs(got[k] - solo).max() <= 1e-6
     d = fx.write_recordings(tmp_path / "rec", count=16)
     assert main(["calib", "make", "--from", str(d), "--out", str(tmp_path / "calib")]) == 0
     for flags in (["--fp16"], ["--int8", "--calib", str(tmp_path / "calib")]):

@@ -320,31 +320,17 @@ def test_rel_pos_stream_builds_in_fp16_and_int8_and_compares(enhancer, precision
 def test_streampool_keeps_rel_pos_caches_per_stream(enhancer):
     """StreamPool: streams joining at different ticks (one reusing a freed slot) share batches and each equals its
     solo run."""
-    from cosyedge.runtime.pool import StreamPool
-    from tests.streams import session_outputs
+    from tests.streams import session_outputs, staggered_pool_outputs
 
     n = 50
     rng = np.random.default_rng(7)
     xs = [(0.1 * rng.standard_normal(n * HOP)).astype(np.float32) for _ in range(3)]
     starts, ends = {0: 0, 1: 9, 2: 35}, {0: 30, 1: 9 + n, 2: 35 + n}
-    got = {k: [] for k in starts}
-    with StreamPool(enhancer, max_streams=2, chunk_samples=HOP) as pool:
-        sids, batches = {}, 0
-        for t in range(max(ends.values())):
-            for k, s in starts.items():
-                if t == s:
-                    sids[k] = pool.join()
-            push = {sids[k]: xs[k][(t - starts[k]) * HOP:(t - starts[k] + 1) * HOP] for k in sids}
-            out = pool.push(push)
-            batches += len(push) > 1
-            for k in list(sids):
-                got[k].append(out[sids[k]])
-                if t + 1 == ends[k]:
-                    pool.leave(sids.pop(k))
+    got, batches = staggered_pool_outputs(enhancer, xs, HOP, starts, ends, max_streams=2)
     assert batches > 20
     solo = session_outputs(enhancer, [xs[0][:30 * HOP], xs[1], xs[2]], HOP)
     for k in range(3):
-        y = np.concatenate(got[k])
+        y = got[k]
         assert y.shape == solo[k].shape
         assert np.abs(y - solo[k]).max() < 1e-5, k
 
