@@ -510,11 +510,12 @@ class Walker:
             n = self.op("Div", [n, self.const([rate.denominator])], b)
         return n
 
-    def before_frame(self, x: Any, frames: int, base: str) -> Any:
+    def before_frame(self, x: Any, frames: int, base: str, keep: bool = False) -> Any:
         """bool, broadcastable to ``x``: True at the stream frames of ``x`` numbered ``< frames`` from the stream's
         start (``counter * rate + arange(chunk frames) < frames``; (N, frames) laid out on ``x``'s batch and time axes,
         size 1 elsewhere). The counter state holds the ticks streamed so far (float32 (N, 1)) and saturates past
-        ``frames`` (and every other user's)."""
+        ``frames`` (and every other user's). ``keep``: float32 1.0 at the other frames and 0.0 there instead (a
+        factor that zeroes the early frames: :meth:`mask_preroll` of a float tensor)."""
         f = self.fact(x)
         axis, b, rank = f.axis, self.batch_axis(x), len(f.shape1)
         counter = self.counter(frames, f.rate)
@@ -527,9 +528,12 @@ class Walker:
         start = self.op("Mul", [counter, self.const([[float(f.rate)]], dtype=np.float32)], base)
         idx = self.op("Add", [start, rng], base)  # (N, frames)
         # Less exists in every opset (GreaterOrEqual only from 12)
-        flag = self.op("Less", [idx, self.const([[float(frames)]], dtype=np.float32)], base, dtype=bool)
+        flag = self.op("Less", [idx, self.const([[float(frames)]], dtype=np.float32)], base,
+                       dtype=None if keep else bool)
+        if keep:
+            flag = self.op("Cast", [self.op("Not", [flag], base)], base, {"to": 1}, dtype=np.float32)
         if b > axis:
-            flag = self.op("Transpose", [flag], base, {"perm": [1, 0]}, dtype=bool)
+            flag = self.op("Transpose", [flag], base, {"perm": [1, 0]}, dtype=None if keep else bool)
         others = [i for i in range(rank) if i not in (axis, b)]
         if others:
             flag = self.unsqueeze(flag, others, base)
@@ -547,17 +551,21 @@ class Walker:
 
     def mask_preroll(self, x: Any, base: str) -> Any:
         """Return ``x`` with its frames before the stream's start set to zero (False for a bool ``x``; stream frames
-        ``< delay``): ``Where(counter * rate + arange(frames) < delay, 0, x)`` (:meth:`before_frame`; a Where, not a
-        float Mul: any dtype, and the full graph's zeros stay zeros where ``x`` is inf or NaN). No-op for delay <= 0."""
+        ``< delay``): a float ``x`` times ``counter * rate + arange(frames) >= delay`` (as 0/1), any other dtype
+        ``Where(... < delay, 0, x)`` (:meth:`before_frame`; a bool one as And/Or, :meth:`select`). No-op for
+        delay <= 0."""
         d = self.delay_of(x)
         if d is None or d <= 0:
             return x
         if x.name in self._masked:
             return self._masked[x.name]
-        early = self.before_frame(x, d, base)
         dt = np.dtype(self.dtype_of(x))
-        out = self.select(early, self.const(np.zeros((), dtype=dt), base, dtype=dt), x, f"{base}/{BOOKKEEPING}_mask",
-                          like=x)
+        if dt.kind == "f":  # a float tensor times the kept frames (0/1): the graphs earlier releases wrote
+            out = self.op("Mul", [x, self.before_frame(x, d, base, keep=True)], f"{base}/{BOOKKEEPING}_mask", like=x)
+        else:
+            early = self.before_frame(x, d, base)
+            out = self.select(early, self.const(np.zeros((), dtype=dt), base, dtype=dt), x,
+                              f"{base}/{BOOKKEEPING}_mask", like=x)
         self.set_delay(out, d)
         self._masked[x.name] = out
         return out
