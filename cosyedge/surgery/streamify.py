@@ -302,11 +302,14 @@ def _add_channel_axis(graph: Any, axes: dict[str, int], where: str) -> dict[str,
                            outputs=[y])
         return gs.Node(op, name=name, attrs={"axes": [1]}, inputs=[x], outputs=[y])
 
+    def replace_uses(old: Any, new: Any) -> None:
+        for node in list(old.outputs):
+            for k, i in enumerate(node.inputs):
+                if i is old:
+                    node.inputs[k] = new
+
     flat = gs.Variable(f"{t.name}/no_channel", dtype=t.dtype, shape=shape)
-    for node in list(t.outputs):
-        for k, i in enumerate(node.inputs):
-            if i is t:
-                node.inputs[k] = flat
+    replace_uses(t, flat)
     graph.nodes.append(axis_op("Squeeze", t, flat, f"{t.name}/drop_channel_axis"))
     t.shape = [shape[0], 1, shape[1]]
     made = []
@@ -319,10 +322,7 @@ def _add_channel_axis(graph: Any, axes: dict[str, int], where: str) -> dict[str,
         for k, v in enumerate(producer.outputs):
             if v is o:
                 producer.outputs[k] = raw
-        for node in list(o.outputs):
-            for k, i in enumerate(node.inputs):
-                if i is o:
-                    node.inputs[k] = raw
+        replace_uses(o, raw)
         graph.nodes.append(axis_op("Unsqueeze", raw, o, f"{o.name}/add_channel_axis"))
         o.shape = [oshape[0], 1, oshape[1]]
         made.append(o.name)
