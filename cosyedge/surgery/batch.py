@@ -10,8 +10,9 @@ a second run at batch 2, which a fixed-batch graph refuses. :func:`free_batch` m
   ``m * B`` (at both probe lengths) gets ``k * (data's axis 0) / m`` there instead: ``x.view(1, T, H, D)``, the heads
   folded into the batch, ``x.view(1 * H, T, D)``, and unfolded again, ``x.view(1, H, T, D)`` of a ``(1 * H, T, D)``
   tensor, as both exporters bake them;
-* every constant operand of a broadcasting op whose axis 0 is ``B`` (2 or more) with equal rows (``torch.zeros(B)``
-  folded) becomes its first row, which broadcasts to any batch;
+* every constant operand of a broadcasting op (a MatMul's of rank 3 or more) whose axis 0 is ``B`` (2 or more) with
+  equal rows (``torch.zeros(B)`` folded, ``inv_freq.expand(B, -1, 1)``) becomes its first row, which broadcasts to any
+  batch;
 * every Expand of a tensor that has no batch (size 1 there) to a target whose first entry is ``k * B`` (``B`` of 2 or
   more: an attention mask expanded to the batch) gets ``k *`` (this run's batch) there;
 
@@ -60,8 +61,8 @@ def _patch(graph: Any, b: int, values: tuple[dict, dict]) -> int:
     n = 0
     _UID[0] = 0  # the same names in the proved copy and in the graph itself
     for node in list(graph.nodes):
-        if node.op in _BROADCAST and b > 1:
-            n += _patch_constants(node, b)
+        if b > 1 and (node.op in _BROADCAST or node.op == "MatMul"):
+            n += _patch_constants(node, b, min_rank=3 if node.op == "MatMul" else 1)
         if node.op == "Expand" and len(node.inputs) == 2:
             n += _patch_expand(graph, node, b, values)
         if node.op != "Reshape" or len(node.inputs) < 2:
@@ -93,16 +94,18 @@ def _patch(graph: Any, b: int, values: tuple[dict, dict]) -> int:
 _BROADCAST = set("Add Sub Mul Div Pow Max Min Where Equal Less Greater LessOrEqual GreaterOrEqual And Or".split())
 
 
-def _patch_constants(node: Any, b: int) -> int:
+def _patch_constants(node: Any, b: int, min_rank: int = 1) -> int:
     """Replace each constant input of a broadcasting op whose axis 0 is the export's batch ``b`` (2 or more) and whose
-    rows are all equal (``torch.zeros(B)`` folded to a constant: moshi's RoPE offsets) by its first row, which
-    broadcasts to any batch; returns how many."""
+    rows are all equal (``torch.zeros(B)`` folded to a constant: moshi's RoPE offsets; Hugging Face's
+    ``inv_freq[None, :, None].expand(B, -1, 1)`` before its MatMul) by its first row, which broadcasts to any batch;
+    returns how many. ``min_rank``: only constants of at least that rank (a MatMul broadcasts its batch axes only,
+    rank 3 and up)."""
     n = 0
     for i, t in enumerate(node.inputs):
         if not isinstance(t, gs.Constant):
             continue
         v = np.asarray(t.values)
-        if v.ndim and v.shape[0] == b and all(np.array_equal(v[0], v[r]) for r in range(1, b)):
+        if v.ndim >= min_rank and v.shape[0] == b and all(np.array_equal(v[0], v[r]) for r in range(1, b)):
             node.inputs[i] = gs.Constant(f"{t.name}/free_batch/{node.name}", np.ascontiguousarray(v[:1]))
             n += 1
     return n
