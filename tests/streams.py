@@ -109,3 +109,18 @@ def staggered_pool_outputs(model: Path, xs: list[np.ndarray], chunk: int, starts
                 if t + 1 == ends[k]:
                     pool.leave(sids.pop(k))
     return {k: np.concatenate(v) for k, v in got.items()}, batches
+
+
+def feature_frames_streamed(model: Path, x: np.ndarray, axis: int, chunk: int) -> np.ndarray:
+    """Push feature frames ``x`` (float32, batch first, every row a stream, time on ``axis``) ``chunk`` frames at a
+    time through a new OrtStreamSession of ``model`` (input ``x``, output ``y``, one frame per 160-sample hop); the
+    outputs joined on ``axis`` (a tail shorter than ``chunk`` is not pushed)."""
+    from cosyedge.runtime import OrtStreamSession
+
+    parts = []
+    with OrtStreamSession(model, chunk_samples=chunk * 160, batch=x.shape[0]) as s:
+        for i in range(0, x.shape[axis] - x.shape[axis] % chunk, chunk):
+            sl = [slice(None)] * x.ndim
+            sl[axis] = slice(i, i + chunk)
+            parts.append(s.push({"x": np.ascontiguousarray(x[tuple(sl)])})["y"].copy())
+    return np.concatenate(parts, axis=axis)

@@ -23,6 +23,7 @@ import onnxruntime as ort
 import pytest
 
 from cosyedge.surgery import streamify
+from tests.streams import feature_frames_streamed
 
 torch = pytest.importorskip("torch")
 nn = torch.nn
@@ -187,20 +188,6 @@ def _speech_frames(t, ax):
     return np.ascontiguousarray(x if ax == 1 else x.transpose(0, 2, 1))
 
 
-def _own_loop(out, x, ax, chunk):
-    """Push ``x`` ``chunk`` frames at a time through a new OrtStreamSession; the outputs concatenated on ``ax``."""
-    from cosyedge.runtime import OrtStreamSession
-
-    t = x.shape[ax]
-    parts = []
-    with OrtStreamSession(out, chunk_samples=chunk * 160, batch=x.shape[0]) as s:
-        for i in range(0, t - t % chunk, chunk):
-            sl = [slice(None)] * 3
-            sl[ax] = slice(i, i + chunk)
-            parts.append(s.push({"x": np.ascontiguousarray(x[tuple(sl)])})["y"].copy())
-    return np.concatenate(parts, axis=ax)
-
-
 def _errors(name, tmp_path, dynamo):
     cls, ax, delay = MODELS[name]
     torch.manual_seed(0)
@@ -213,7 +200,7 @@ def _errors(name, tmp_path, dynamo):
     ref = ort.InferenceSession(str(src), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     errs, unshifted = {}, {}
     for k in CHUNKS:
-        y = _own_loop(out, x, ax, k)
+        y = feature_frames_streamed(out, x, ax, k)
         n = min(y.shape[ax] - delay, ref.shape[ax])
         assert n >= x.shape[ax] - k - delay
         got = np.take(y, np.arange(delay, delay + n), axis=ax)

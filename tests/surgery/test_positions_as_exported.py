@@ -24,6 +24,7 @@ import pytest
 from cosyedge.errors import UsageError
 from cosyedge.surgery import streamify
 from tests import library_rope
+from tests.streams import feature_frames_streamed
 
 torch = pytest.importorskip("torch")
 nn = torch.nn
@@ -186,19 +187,6 @@ def _speech_frames(t: int, ax: int, n: int = 2) -> np.ndarray:
     return speech_features(t, ax, n)
 
 
-def _own_loop(out, x, ax, chunk):
-    """``x`` pushed ``chunk`` frames at a time through a new OrtStreamSession (all rows in one batch); outputs joined."""
-    from cosyedge.runtime import OrtStreamSession
-
-    parts = []
-    with OrtStreamSession(out, chunk_samples=chunk * 160, batch=x.shape[0]) as s:
-        for i in range(0, x.shape[ax] - x.shape[ax] % chunk, chunk):
-            sl = [slice(None)] * 3
-            sl[ax] = slice(i, i + chunk)
-            parts.append(s.push({"x": np.ascontiguousarray(x[tuple(sl)])})["y"].copy())
-    return np.concatenate(parts, axis=ax)
-
-
 def _stream_errors(name, tmp_path, dynamo, batch):
     cls, ax = MODELS[name]
     torch.manual_seed(0)
@@ -214,7 +202,7 @@ def _stream_errors(name, tmp_path, dynamo, batch):
     peak = float(np.abs(ref).max())
     errs = {}
     for k in CHUNKS:
-        y = _own_loop(out, x, ax, k)
+        y = feature_frames_streamed(out, x, ax, k)
         n = y.shape[ax]
         errs[k] = float(np.abs(y - np.take(ref, np.arange(n), axis=ax)).max()) / peak
     return c, errs
@@ -269,7 +257,7 @@ def test_fixed_batch_that_cannot_be_freed_streams_one_stream_per_run(tmp_path, d
     x = _speech_frames(200, 2, n=1)
     ref = ort.InferenceSession(str(src), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     for k in (1, 7):
-        y = _own_loop(out, x, 2, k)
+        y = feature_frames_streamed(out, x, 2, k)
         assert float(np.abs(y - ref[..., :y.shape[2]]).max()) <= ATOL * float(np.abs(ref).max())
     with pytest.raises(ArtifactError, match="takes one stream per run"):
         StreamPool(out, max_streams=2, chunk_samples=160).activate()
