@@ -51,16 +51,44 @@ class _LengthScaled(nn.Module):
 
 @pytest.mark.parametrize("gain", [1.0, 1e-4])
 def test_a_chunk_length_dependent_model_is_refused_loud_or_quiet(tmp_path, cli, gain):
-    """Before: the quiet one (full peak 3.7e-6, stream 400x louder, max abs error 4.1e-5 < atol * max(1, peak) =
-    1e-4) was 'proved' (exit 0, SNR -1.8 dB). The tolerance is now relative to the output's own level."""
+    """Before: the quiet one (full peak 3.7e-6, stream 400x louder) was 'proved' (exit 0, SNR -1.8 dB). The walker
+    now evaluates every shape-only tensor at several chunk lengths, so the 1000 / T scale is refused by name before
+    any proof runs, however quiet the output."""
     src, out = tmp_path / "scaled.onnx", tmp_path / "scaled.stream.onnx"
     _export(_LengthScaled(gain), src)
     rc, _out, err = _streamify(cli, src, out)
-    assert rc == 5, err
-    assert "the stream graph differs from the full-sequence graph: output 'enhanced'" in err
-    assert "SNR -1.8 dB" in err and "nothing written" in err
+    assert rc == 2, err
+    assert "cannot stream: 1 node blocks it: Mul node" in err
+    assert "computed from the sequence length" in err and "a stream knows only its chunk's length" in err
     assert len(err.strip().splitlines()) == 1
     assert not out.exists()
+
+
+def test_the_proof_refuses_a_quiet_stream_graph_that_is_wrong(tmp_path, cli):
+    """The proof's second line of defence: a correct quiet stream graph (peak about 4e-6) made 1.5x louder after
+    its output (max abs error far below an absolute 1e-4) fails, because the tolerance follows the output's level."""
+    import numpy as np
+
+    src, out = tmp_path / "quiet.onnx", tmp_path / "quiet.stream.onnx"
+    _export(_QuietCausal(), src)
+    rc, _out, err = _streamify(cli, src, out)
+    assert rc == 0, err
+    full, stream = onnx.load(str(src)), onnx.load(str(out))
+    contract = StreamContract.from_onnx(out)
+    g = stream.graph
+    name = contract.stream_outputs[0].name
+    producer = next(n for n in g.node if name in n.output)
+    producer.output[list(producer.output).index(name)] = name + "_quiet"
+    g.initializer.append(onnx.numpy_helper.from_array(np.array(1.5, np.float32), "loud"))
+    g.node.append(onnx.helper.make_node("Mul", [name + "_quiet", "loud"], [name]))
+    inputs = proof.proof_inputs(contract, 8 * HOP)
+    facts = {name: (contract.stream_outputs[0].time_axis, 1, contract.stream_outputs[0].delay_frames)}
+    right = proof.prove(full, onnx.load(str(out)), contract, inputs, [HOP], facts)
+    wrong = proof.prove(full, stream, contract, inputs, [HOP], facts)
+    assert right.ok and right.summary()["snr_db"] > 100
+    peak = wrong.rows[0]["peak"]
+    assert peak < 1e-4 and wrong.rows[0]["max_abs"] < 1e-4  # an absolute 1e-4 would have passed it
+    assert not wrong.ok and wrong.summary()["snr_db"] < 10
 
 
 def test_the_tolerance_is_relative_to_the_output_level():
