@@ -249,7 +249,7 @@ def test_compare_check_default_chunk_is_a_multiple_of_the_hop(tmp_path):
     p = _cli(tmp_path, "compare", ref, ref, "--no-pesq", "--chunk-ms", "100")
     assert p.returncode == 2
     assert one_error_line(p.stderr, last=False) == (
-        "[!] chunk of 100 ms (1600 samples) is not a multiple of the model's total stride 256 samples = 16 ms "
+        "[!] --chunk-ms 100 (1600 samples) is not a multiple of the model's total stride 256 samples = 16 ms "
         "(use 16, 32, ... ms)")
     p = _cli(tmp_path, "check", "--onnx", ref, "--update-baseline", "--baseline", tmp_path / "b.json",
              "--precisions", "fp32", "--no-pesq", "-q")

@@ -30,6 +30,7 @@ from cosyedge.artifacts.contract import (
     StateSpec,
     StreamContract,
     StreamIO,
+    check_name,
 )
 from cosyedge.artifacts.files import (
     MACHINE_MEASURED_KEYS,
@@ -66,6 +67,7 @@ from cosyedge.artifacts.manifest import (
 )
 
 __all__ = [
+    "check_name",
     "BATCH_DIM", "BOOKKEEPING", "MAX_CHUNK_MS", "META_PREFIX", "SCHEMA_VERSION", "TIME_DIM", "StateSpec",
     "StreamContract", "StreamIO",
     "MACHINE_MEASURED_KEYS", "OWNER_FILE", "atomic_folder", "atomic_output", "check_not_input", "check_writable",

@@ -497,15 +497,16 @@ class StreamContract:
         chunk_ms = float(chunk_ms)
         step_ms = 1000.0 * total_stride / sample_rate_hz
         if not (0 < chunk_ms <= MAX_CHUNK_MS):  # also rejects NaN
-            raise UsageError(f"chunk of {chunk_ms} ms: give a positive multiple of {step_ms:g} ms up to "
+            raise UsageError(f"--chunk-ms {chunk_ms:g}: give a positive multiple of {step_ms:g} ms up to "
                              f"{MAX_CHUNK_MS:g} ms")
         samples = chunk_ms * sample_rate_hz / 1000.0
         # printed ms values (6 significant digits, e.g. 3.62812 ms = 160 samples at 44.1 kHz) round-trip
         if abs(samples - round(samples)) > 0.05 or round(samples) < 1:
-            raise UsageError(f"chunk of {chunk_ms} ms is not a positive whole number of samples at {sample_rate_hz} Hz")
+            raise UsageError(f"--chunk-ms {chunk_ms:g} is not a positive whole number of samples at {sample_rate_hz} "
+                             "Hz")
         samples = int(round(samples))
         if samples % total_stride:
-            raise UsageError(f"chunk of {chunk_ms:g} ms ({samples} samples) is not a multiple of the model's total "
+            raise UsageError(f"--chunk-ms {chunk_ms:g} ({samples} samples) is not a multiple of the model's total "
                              f"stride {total_stride} samples = {step_ms:g} ms (use {step_ms:g}, {2 * step_ms:g}, ... ms)")
         return samples
 
@@ -517,3 +518,13 @@ whole (an edited ``cosyedge.hop_samples`` of 1e12 asked numpy for 3.64 TiB)."""
 MAX_CHUNK_MS = 10_000.0
 """float: longest chunk accepted by :meth:`StreamContract.chunk_samples`, ms (a chunk is buffered whole; 10 s
 bounds memory)."""
+
+
+def check_name(name: Any) -> None:
+    """Refuse an empty or blank model name (``--name ''``): it names the engine folder and every message.
+
+    Raises:
+        UsageError: one line (exit 2).
+    """
+    if name is not None and not str(name).strip():
+        raise UsageError(f"--name {name!r} is empty: give a model name (default: the file stem)")

@@ -14,6 +14,9 @@ from cosyedge.builders.names import PRECISIONS
 from cosyedge.errors import UsageError
 from cosyedge.precision.calibration import DEFAULT_CALIB_COUNT, Calibration
 
+MAX_CALIB_COUNT = 100_000
+"""int: the most calibration utterances ``--calib-count`` takes (50x the default 2048: about 70 h of audio)."""
+
 
 @dataclasses.dataclass(frozen=True)
 class BuildConfig:
@@ -111,7 +114,7 @@ class BuildConfig:
         Returns:
             BuildConfig
         Raises:
-            UsageError: ``--fp16`` with ``--int8``; ``--exclude`` on a plain FP32 build; ``--calib-count`` < 1;
+            UsageError: ``--fp16`` with ``--int8``; ``--exclude`` on a plain FP32 build; ``--calib-count`` outside 1..:data:`MAX_CALIB_COUNT`;
                 ``--calib`` (or an amax cache) without ``--int8``; ``--int8-min-snr`` NaN, infinite, negative or
                 without ``--int8``.
         """
@@ -120,8 +123,8 @@ class BuildConfig:
         precision = precision_from_flags(fp16=fp16, int8=int8)
         if exclude and precision == "fp32" and not sparse:
             raise UsageError("--exclude applies to --fp16, --int8 or --sparse builds (an FP32 build changes no node)")
-        if calib_count < 1:
-            raise UsageError(f"--calib-count must be >= 1, got {calib_count}")
+        if not 1 <= calib_count <= MAX_CALIB_COUNT:
+            raise UsageError(f"--calib-count must be in 1..{MAX_CALIB_COUNT} utterances, got {calib_count}")
         cal = Calibration(set=calib, count=calib_count, amax=amax, bias_correction=bool(bias_correction),
                           min_snr_db=min_snr_db)
         return cls(precision=precision, sparse=sparse, exclude=tuple(exclude), calibration=cal, placement=placement)

@@ -36,8 +36,9 @@ from cosyedge.cli.options import log_opts
                                       "triton writes a Triton Inference Server model repository.")
 @click.option("-o", "--out-dir", metavar="DIR", default=None,
               help="Engines root. Default: $COSYEDGE_ENGINES_DIR or ./engines.")
-@click.option("--dla-core", type=int, default=None, metavar="N",
-              help="TensorRT on Jetson: run on DLA core N (needs --fp16 or --int8; TensorRT 8.6/10.x).")
+@click.option("--dla-core", type=click.IntRange(0, 1), default=None, metavar="N",
+              help="TensorRT on Jetson: run on DLA core N, 0 or 1 (Xavier and Orin have two; needs --fp16 or "
+                   "--int8; TensorRT 8.6/10.x).")
 @click.option("--gpu-fallback", is_flag=True, help="With --dla-core: layers the DLA cannot run go to the GPU.")
 @click.option("--max-batch-size", type=int, default=None, metavar="N",
               help="Triton: streams per model execution (max_batch_size). Default: 64.")
@@ -87,7 +88,9 @@ def build(onnx_path, fp16, int8, sparse, exclude, calib, calib_count, placement,
     """
     from cosyedge.builders import build as build_folder
     from cosyedge.builders.config import BuildConfig
+    from cosyedge.artifacts import check_name
 
+    check_name(name)
     config = BuildConfig.from_flags(fp16=fp16, int8=int8, sparse=sparse, exclude=exclude, calib=calib,
                                     calib_count=calib_count, placement=placement, bias_correction=bias_correction,
                                     min_snr_db=min_snr)

@@ -74,7 +74,7 @@ from cosyedge.compare.models import CompareModel, load_compare_model
 from cosyedge.compare.report import _jsonable, _rows, write_junit
 from cosyedge.compare.tolerances import BASELINE_TOLERANCES, tolerance_for
 from cosyedge.compare.utterances import Utterance, fixed_utterances, with_partners
-from cosyedge.errors import CosyEdgeError, UsageError
+from cosyedge.errors import ArtifactError, CosyEdgeError, UsageError
 
 # DEFAULT_CHUNK_MS (100 ms, from cosyedge.compare.core): teacher forcing about every 100 ms; 10x fewer runner calls
 # than one-hop chunks, which keeps the CI gate under a minute on two shared cores.
@@ -147,6 +147,16 @@ def run_check(onnx_path: str | Path | None = None, *, baseline: str | Path | Non
         raise UsageError(f"--candidate {unchecked[0]}=... is for a label this check does not run (it checks "
                          f"{','.join(labels)}); add it to --precisions")
     has_sparse = any(parse_precision_label(lab)[1] for lab in labels)
+    has_int8 = any(parse_precision_label(lab)[0] == "int8" for lab in labels)
+    for path, option, used, what in ((calib, "--calib", has_int8, "int8 labels"),
+                                     (sparse_onnx, "--sparse-onnx", has_sparse, "-sparse labels")):
+        if path is None:
+            continue
+        if not used:  # it would be silently ignored
+            raise UsageError(f"{option} {path} is used by {what} only, and this check runs {','.join(labels)}: add "
+                             f"one to --precisions or drop {option}")
+        if not Path(path).exists():
+            raise ArtifactError(f"{option} {path} not found")
     sparse_ref = sparse_parent(ref, sparse_onnx) if has_sparse else ref  # only resolved when a sparse label is checked
 
     def parent_of(label: str) -> CompareModel:  # the FP32 model a label is built from and compared with

@@ -12,7 +12,7 @@ from pathlib import Path
 from cosyedge.artifacts import EngineManifest
 from cosyedge.builders.names import parse_precision_label, precision_label
 from cosyedge.compare.models import CompareModel, check_lineage, load_compare_model
-from cosyedge.errors import UsageError
+from cosyedge.errors import ArtifactError, UsageError
 
 DEFAULT_PRECISIONS = ("fp16", "int8-sparse")
 
@@ -53,7 +53,10 @@ def load_candidate(label: str, target: str | Path, parent: CompareModel) -> Comp
         ArtifactError: missing/invalid engine, a manifest whose ``schema_version`` is newer than this
             cosyedge (:func:`cosyedge.artifacts.load_manifest`); exit 3.
     """
-    cand = load_compare_model(target)
+    try:
+        cand = load_compare_model(target)
+    except ArtifactError as err:
+        raise ArtifactError(f"--candidate {label}={target}: {err}") from None
     check_lineage(cand, parent, f"--candidate {label}={target}", f" that '{label}' is compared with")
     check_candidate_label(cand, label, f"--candidate {label}={target}")
     return cand

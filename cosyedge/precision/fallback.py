@@ -49,11 +49,16 @@ DEMO_NOISY = Path(__file__).resolve().parents[1] / "assets" / "demo" / "noisy.wa
 """Path: the default held-out speech (the bundled noisy demo recording, 16 kHz, 17.29 s)."""
 
 
+MAX_MIN_SNR_DB = 150.0
+"""float: the highest ``--int8-min-snr`` taken, dB (float32 rounding alone sits near 140 dB below full scale)."""
+
+
 def check_min_snr(value: Any, flag: str = "--int8-min-snr") -> float | None:
     """Return the target output SNR (float, dB) or None when ``value`` is None.
 
     Raises:
-        UsageError: ``value`` is not a number, is NaN or infinite, or is negative (one line naming ``flag``).
+        UsageError: ``value`` is not a number, is NaN or infinite, or is outside 0..:data:`MAX_MIN_SNR_DB` (one line
+            naming ``flag``).
     """
     if value is None:
         return None
@@ -63,6 +68,9 @@ def check_min_snr(value: Any, flag: str = "--int8-min-snr") -> float | None:
         raise UsageError(f"{flag} must be a number of dB, got {value!r}") from None
     if not math.isfinite(v) or v < 0:
         raise UsageError(f"{flag} must be a finite SNR >= 0 dB (e.g. 42), got {value!r}")
+    if v > MAX_MIN_SNR_DB:
+        raise UsageError(f"{flag} {value} is above {MAX_MIN_SNR_DB:g} dB, which no INT8 layer reaches (it would keep "
+                         "every layer in float): give a target such as 42, or build FP32")
     return v
 
 

@@ -319,7 +319,7 @@ def check_placement(placement: str) -> str:
         UsageError: one line naming the valid placements.
     """
     if placement not in PLACEMENTS:
-        raise UsageError(f"unknown Q/DQ placement {placement!r} (use one of {', '.join(PLACEMENTS)})")
+        raise UsageError(f"--int8-placement {placement!r}: unknown Q/DQ placement (use one of {', '.join(PLACEMENTS)})")
     return placement
 
 

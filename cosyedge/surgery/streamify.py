@@ -45,6 +45,7 @@ from cosyedge.artifacts import (
     Stage,
     StreamContract,
     StreamIO,
+    check_name,
     check_not_input,
     check_writable,
     resolve_artifact,
@@ -811,6 +812,9 @@ def check_repaired_copy(model: Any, sg: StreamGraph, contract: StreamContract, *
 
 SAMPLE_RATE_RANGE_HZ = (1000, 384000)
 """tuple[int, int]: sample rates streamify accepts, Hz (telephone-band 1 kHz .. 384 kHz studio rates)."""
+MAX_HOP = SAMPLE_RATE_RANGE_HZ[1]
+"""int: the longest hop any rate allows, samples (1 s at the highest rate)."""
+
 
 
 def check_numbers(*, sample_rate_hz: Any = None, hop_samples: Any = None, delay_samples: Any = None,
@@ -983,8 +987,10 @@ class StatefulOnnxFromOnnx(Stage):
         check_numbers(sample_rate_hz=self.sample_rate_hz, hop_samples=self.hop_samples,
                       delay_samples=self.delay_samples, atol=self.atol)
         check_writable(self.out)
-        if self.frames_per_hop is not None and self.frames_per_hop < 1:
-            raise UsageError(f"frames_per_hop must be >= 1, got {self.frames_per_hop}")
+        if self.frames_per_hop is not None and not 1 <= self.frames_per_hop <= (self.hop_samples or MAX_HOP):
+            raise UsageError(f"frames_per_hop (--frames-per-hop) {self.frames_per_hop} must be in 1.."
+                             f"{self.hop_samples or MAX_HOP} (at most one frame per sample of the hop)")
+        check_name(self.name)
         graph, model, src = self._load()
         with LOG.stage(f"streamify {src} -> {self.out}"):
             fields = _contract_fields(model, str(src), sample_rate_hz=self.sample_rate_hz,

@@ -345,7 +345,7 @@ def test_bad_options_are_exit_2(ref_onnx, utt_dir, capsys):
     assert main(["check", "--candidate", "nolabel"]) == 2
     assert "LABEL=PATH" in _one_line_error(capsys)
     assert main(["compare", str(ref_onnx), str(ref_onnx), "--chunk-ms", "7"]) == 2
-    assert "chunk of 7 ms (112 samples) is not a multiple of the model's total stride 160 samples = 10 ms" in \
+    assert "--chunk-ms 7 (112 samples) is not a multiple of the model's total stride 160 samples = 10 ms" in \
         _one_line_error(capsys)
 
 

@@ -110,7 +110,7 @@ def test_unknown_placement_is_refused(float_model_and_amax):
     from cosyedge.errors import UsageError
 
     model, amax, _, _ = float_model_and_amax
-    with pytest.raises(UsageError, match="unknown Q/DQ placement 'arm'"):
+    with pytest.raises(UsageError, match="--int8-placement 'arm': unknown Q/DQ placement"):
         gs.import_onnx(model).insert_qdq(amax, qdq.weighted_nodes(model), placement="arm")
 
 

@@ -111,9 +111,9 @@ def test_bias_correction_raises_the_int8_snr(tmp_path):
 def test_bad_placement_is_one_line(capsys):
     rc = main(["calib", "int8", "--placement", "nope", "-o", "x.onnx"])
     line = refused(rc, capsys.readouterr().err, 2)
-    assert "unknown Q/DQ placement 'nope'" in line and "ort_matmul" in line
+    assert "--int8-placement 'nope': unknown Q/DQ placement" in line and "ort_matmul" in line
     rc = main(["build", "--int8", "--int8-placement", "nope"])
-    assert "unknown Q/DQ placement 'nope'" in refused(rc, capsys.readouterr().err, 2)
+    assert "--int8-placement 'nope': unknown Q/DQ placement" in refused(rc, capsys.readouterr().err, 2)
 
 
 def test_bias_correction_needs_ort_matmul(capsys):

@@ -237,7 +237,10 @@ def build_triton(onnx_path: Any, out_dir: str | Path | None = None, name: str | 
         check_triton_states(raw_states, str(src))
     contract = check_streaming_onnx(src)
     chunk = int(contract.hop_samples if chunk_samples is None else chunk_samples)
-    contract.check_chunk(chunk)
+    try:
+        contract.check_chunk(chunk)
+    except UsageError as err:
+        raise UsageError(f"--chunk-samples {chunk}: {err}" if chunk_samples is not None else str(err)) from None
     for io in contract.stream_inputs + contract.stream_outputs:
         if not io.shape or io.shape[0] != BATCH_DIM:
             raise ArtifactError(f"{src}: '{io.name}' has shape {io.shape}; Triton batches on axis 0, so it must be "
