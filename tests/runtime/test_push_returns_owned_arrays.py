@@ -4,7 +4,8 @@ overwritten by each push: N copies of the last chunk). Reusing the session's buf
 ``push(..., copy=False)`` (``StreamPool.tick/push(..., copy=False)``), and it still reuses them.
 
 Covered: OrtStreamSession on the bundled reference model (batch 1 and batch 2), an adopted Scan-over-hops model
-pushed several hops per call, a model whose streaming outputs come back as a dict (several outputs), StreamPool
+pushed several hops per call, a model whose streaming outputs come back as a dict (several outputs), one whose
+output is FP16 (cast into a float32 buffer), StreamPool
 (audio and dict outputs) and ``loop.stream``. The TensorRT session is covered on the fake stack in
 ``tests/trt/test_push_returns_owned_arrays.py``.
 """
@@ -129,6 +130,33 @@ def test_a_session_with_several_outputs_returns_owned_arrays_for_each(tmp_path):
     np.testing.assert_allclose(np.concatenate([o[models.OUTPUT] for o in outs], axis=2).reshape(-1),
                                models.two_state_reference(x)[0], atol=1e-5)
     assert np.shares_memory(shared[0]["h"], shared[1]["h"]) and shared[0] is not shared[1]
+
+
+def _fp16_output_model(path: Path) -> Path:
+    """The two-state model with its output cast to FP16 (as an FP16 build may give it): the session returns it
+    cast to float32."""
+    base = models.make_two_state_model(path.with_name("base_" + path.name), hop=4)
+    m = onnx.load(str(base))
+    g = m.graph
+    for n in g.node:
+        n.output[:] = ["enh32" if o == models.OUTPUT else o for o in n.output]
+    g.node.append(helper.make_node("Cast", ["enh32"], [models.OUTPUT], to=TensorProto.FLOAT16, name="to_fp16"))
+    g.output[0].type.tensor_type.elem_type = TensorProto.FLOAT16
+    onnx.save(m, str(path))
+    return path
+
+
+def test_an_fp16_output_comes_back_as_owned_float32(tmp_path):
+    model = _fp16_output_model(tmp_path / "fp16_out.onnx")
+    x = _speech(4 * CHUNKS)
+    with OrtStreamSession(model, chunk_samples=4) as s:
+        outs = [s.push(x[i:i + 4].reshape(1, 1, 4))[models.OUTPUT] for i in range(0, x.size, 4)]
+        shared = [s.push(x[:4].reshape(1, 1, 4), copy=False)[models.OUTPUT] for _ in range(2)]
+    assert all(a.dtype == np.float32 for a in outs + shared)
+    _assert_distinct(outs)
+    np.testing.assert_allclose(np.concatenate(outs, axis=2).reshape(-1), models.two_state_reference(x)[0],
+                               atol=2e-3)
+    assert np.shares_memory(shared[0], shared[1])  # the opt-in: one preallocated float32 buffer, no allocation
 
 
 # ------------------------------------------------------------------------------------------------ StreamPool
