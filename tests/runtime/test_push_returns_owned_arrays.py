@@ -5,8 +5,8 @@ overwritten by each push: N copies of the last chunk). Reusing the session's buf
 
 Covered: OrtStreamSession on the bundled reference model (batch 1 and batch 2), an adopted Scan-over-hops model
 pushed several hops per call, a model whose streaming outputs come back as a dict (several outputs), one whose
-output is FP16 (cast into a float32 buffer), StreamPool (audio and dict outputs) and ``loop.stream``. The TensorRT session is covered on the fake stack in
-``tests/trt/test_push_returns_owned_arrays.py``.
+output is FP16 (cast into a float32 buffer), StreamPool (audio and dict outputs) and ``loop.stream``. The TensorRT
+session is covered on the fake stack in ``tests/trt/test_push_returns_owned_arrays.py``.
 """
 
 from __future__ import annotations
