@@ -172,7 +172,7 @@ class _FileStreamer:
         if self.rate != self.model_rate:
             self.rs_in = soxr.ResampleStream(self.rate, self.model_rate, 1, dtype="float32", quality="HQ")
             self.rs_out = soxr.ResampleStream(self.model_rate, self.rate, 1, dtype="float32", quality="HQ")
-        self.comp = DelayCompensator(lambda x: session.push(x)[self.out_name], session.chunk_samples,
+        self.comp = DelayCompensator(lambda x: session.push(x, copy=False)[self.out_name], session.chunk_samples,
                                      int(c.delay_samples))
         self.ahead = np.zeros(0, np.float32)  # file-rate output beyond the input frames read so far
         self.written = 0  # file-rate samples written

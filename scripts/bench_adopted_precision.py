@@ -44,7 +44,7 @@ def stream(path: Path, x: np.ndarray) -> tuple[np.ndarray, list[float]]:
         ys, times = [], []
         for i in range(n):
             t0 = time.perf_counter()
-            y = s.push(xp[i * hop:(i + 1) * hop].reshape(1, 1, hop))[c.output]
+            y = s.push(xp[i * hop:(i + 1) * hop].reshape(1, 1, hop), copy=False)[c.output]
             times.append(time.perf_counter() - t0)
             ys.append(np.array(y, np.float64).ravel())
     return np.concatenate(ys), times

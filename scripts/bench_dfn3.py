@@ -107,7 +107,7 @@ def interleave(runners: list[Runner], round_hops: int, period_s: float = 0.0) ->
 def ours_step(session):
     """A step function: one hop (480,) -> the session's output hop (480,)."""
     def step(hop: np.ndarray) -> np.ndarray:
-        return session.push(hop.reshape(1, 1, HOP))["enhanced"][0, 0]
+        return session.push(hop.reshape(1, 1, HOP), copy=False)["enhanced"][0, 0]  # Runner.run stores it at once
     return step
 
 

@@ -14,10 +14,16 @@ to back. Between two chunks the core idles about 9 ms, so caches and clocks are 
 virtual machine the per-chunk time can be several times the tight-loop one, for any model. Reported as
 ``paced`` (p50/p99, deadlines missed, ratio); the targets stay on the tight loop.
 
+Push copy (``--push-copy-json FILE``, only this measurement): what ``push`` returning arrays the caller owns
+(the default, a copy of each output) costs beside ``push(x, copy=False)`` (the session's reused buffers), one
+session, the same chunks, interleaved rounds (ABBA order), per-push wall time (perf_counter around the call),
+medians (``docs/bench/push_copy.json``).
+
 Command (a few seconds of audio; the CPU should be otherwise idle for stable numbers)::
 
     python scripts/bench_stream.py --seconds 5 --json bench.json
     python scripts/bench_stream.py --onnx path/to/model.stream.onnx   # any streaming ONNX
+    python scripts/bench_stream.py --push-copy-json docs/bench/push_copy.json   # owned outputs vs copy=False
 
 Exit status: 0 (1 with ``--strict`` when a target is missed); 3 when the model is missing; 4 when
 pyrnnoise is missing (``--no-rnnoise`` skips it).
@@ -122,8 +128,65 @@ def bench_cosyedge_paced(onnx_path: Path, audio: np.ndarray, chunk_samples: int,
         zero = np.zeros((1, 1, chunk_samples), np.float32)
         for _ in range(warmup_chunks):
             session.push(zero)
-        lat, late = paced_latencies(lambda i: session.push(chunks[i]), n, chunk_samples / sr)
+        lat, late = paced_latencies(lambda i: session.push(chunks[i], copy=False), n, chunk_samples / sr)
     return paced_summary(lat, late, 1000.0 * chunk_samples / sr)
+
+
+def bench_push_copy(onnx_path: Path, audio: np.ndarray, chunk_samples: int, threads: int, warmup_chunks: int,
+                    rounds: int, chunks_per_round: int) -> dict:
+    """Per-push wall time with owned outputs (``push(x)``, the default) vs the opt-in ``push(x, copy=False)``.
+
+    One session; every round pushes the same ``chunks_per_round`` chunks of ``audio`` from a reset state once in
+    each mode, in ABBA order (round r starts with the owned mode when r is even), so drift and cache state hit both
+    modes alike. Each call is timed with perf_counter (Python overhead included, as a caller sees it).
+
+    Returns:
+        dict: per mode the median, p99 and mean per push (ms, over every push of every round) and the per-round
+        medians; the median of the per-round differences (owned - reuse, us) and the ratio of the medians; the
+        cost of ``y.copy()`` alone on an output-shaped array (us, median of ``timeit`` repeats).
+    """
+    import timeit
+
+    from cosyedge.runtime import OrtStreamSession
+
+    session = OrtStreamSession(onnx_path, chunk_samples=chunk_samples, threads=threads)
+    n = min(chunks_per_round, audio.size // chunk_samples)
+    chunks = np.ascontiguousarray(audio[: n * chunk_samples].reshape(n, 1, 1, chunk_samples))
+    times = {"owned": [], "reuse": []}
+    with session:
+        name = session.contract.output
+        for i in range(warmup_chunks):
+            session.push(chunks[i % n], copy=bool(i % 2))
+        for r in range(rounds):
+            order = ("owned", "reuse") if r % 2 == 0 else ("reuse", "owned")
+            for mode in order:
+                copy = mode == "owned"
+                session.reset()
+                lat = np.empty(n, np.float64)
+                for i in range(n):
+                    t = time.perf_counter()
+                    session.push(chunks[i], copy=copy)
+                    lat[i] = (time.perf_counter() - t) * 1000.0
+                times[mode].append(lat)
+        y = session.push(chunks[0], copy=False)[name]
+        reps = timeit.Timer(y.copy).repeat(repeat=7, number=10000)
+        copy_us = float(np.median(reps)) / 10000 * 1e6
+
+    def summary(mode: str) -> dict:
+        all_ms = np.concatenate(times[mode])
+        return {"median_ms": float(np.median(all_ms)), "p99_ms": float(np.percentile(all_ms, 99)),
+                "mean_ms": float(all_ms.mean()), "pushes": int(all_ms.size),
+                "round_medians_ms": [round(float(np.median(x)), 5) for x in times[mode]]}
+
+    owned, reuse = summary("owned"), summary("reuse")
+    diffs_us = [1000.0 * (float(np.median(a)) - float(np.median(b))) for a, b in zip(times["owned"], times["reuse"])]
+    return {"model": str(onnx_path), "chunk_samples": chunk_samples, "output_shape": list(y.shape),
+            "output_dtype": str(y.dtype), "threads": threads, "rounds": rounds, "chunks_per_round": n,
+            "order": "ABBA (even rounds owned first)", "timer": "perf_counter around each push call",
+            "owned": owned, "reuse": reuse,
+            "median_diff_us": float(np.median(diffs_us)), "round_diffs_us": [round(d, 3) for d in diffs_us],
+            "ratio_owned_over_reuse": owned["median_ms"] / reuse["median_ms"],
+            "copy_alone_us": copy_us}
 
 
 def bench_rnnoise(audio: np.ndarray, sample_rate_hz: int, warmup_frames: int,
@@ -187,6 +250,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--paced-seconds", type=float, default=5.0,
                     help="also push this much audio at real-time pace (one chunk per 10 ms), s; 0: skip")
     ap.add_argument("--json", type=Path, default=None, help="write the results here")
+    ap.add_argument("--push-copy-json", type=Path, default=None,
+                    help="only measure push with owned outputs vs push(copy=False) and write it here")
+    ap.add_argument("--push-copy-rounds", type=int, default=20, help="interleaved rounds of the push-copy measurement")
+    ap.add_argument("--push-copy-chunks", type=int, default=300, help="pushes per mode per round (push-copy)")
     ap.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
     args = ap.parse_args(argv)
 
@@ -207,6 +274,8 @@ def main(argv: list[str] | None = None) -> int:
         speech = to_model_input(x, sr, contract.sample_rate_hz)
         audio = looped(speech, int(round(args.seconds * contract.sample_rate_hz)))
         args.chunk_samples = args.chunk_samples or contract.hop_samples
+        if args.push_copy_json:
+            return push_copy_main(args, onnx_path, audio, contract)
         ours = bench_cosyedge(onnx_path, audio, args.chunk_samples, args.threads, args.warmup)
         if args.paced_seconds > 0:
             ours["paced"] = bench_cosyedge_paced(onnx_path, audio, args.chunk_samples, args.threads, args.warmup,
@@ -224,13 +293,9 @@ def main(argv: list[str] | None = None) -> int:
                   file=sys.stderr)
             return 4
 
-    import onnxruntime
-
     result = {
         "audio": {"path": str(args.audio), "seconds": audio.size / contract.sample_rate_hz, "looped": True},
-        "machine": {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
-                    "cpu_count": os.cpu_count(), "loadavg_1min": os.getloadavg()[0],
-                    "onnxruntime": onnxruntime.__version__, "python": platform.python_version()},
+        "machine": machine(),
         "cosyedge": ours,
         "rnnoise": rnn,
         "targets": {"latency_ms_p50_max": TARGET_P50_MS, "rtf_max": TARGET_RTF,
@@ -280,6 +345,32 @@ def main(argv: list[str] | None = None) -> int:
         write_json(args.json, result)
         print(f"wrote {args.json}")
     return 1 if args.strict and not passed["all"] else 0
+
+
+def machine() -> dict:
+    """The machine block of the JSON (platform, CPUs, 1-minute load average, ONNX Runtime and Python versions)."""
+    import onnxruntime
+
+    return {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
+            "cpu_count": os.cpu_count(), "loadavg_1min": os.getloadavg()[0],
+            "onnxruntime": onnxruntime.__version__, "python": platform.python_version()}
+
+
+def push_copy_main(args, onnx_path: Path, audio: np.ndarray, contract) -> int:
+    """``--push-copy-json``: measure :func:`bench_push_copy`, print one line, write the JSON."""
+    from cosyedge.artifacts import write_json
+
+    res = bench_push_copy(onnx_path, audio, args.chunk_samples, args.threads, args.warmup, args.push_copy_rounds,
+                          args.push_copy_chunks)
+    result = {"audio": {"path": str(args.audio), "seconds": audio.size / contract.sample_rate_hz, "looped": True},
+              "machine": machine(), "push_copy": res}
+    print(f"push {onnx_path.name}, {res['rounds']} rounds x {res['chunks_per_round']} pushes per mode: owned "
+          f"median {res['owned']['median_ms'] * 1000:.2f} us, copy=False {res['reuse']['median_ms'] * 1000:.2f} us, "
+          f"difference {res['median_diff_us']:.2f} us (ratio {res['ratio_owned_over_reuse']:.4f}); y.copy() alone "
+          f"{res['copy_alone_us']:.2f} us")
+    write_json(args.push_copy_json, result)
+    print(f"wrote {args.push_copy_json}")
+    return 0
 
 
 if __name__ == "__main__":

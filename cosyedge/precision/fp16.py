@@ -518,9 +518,9 @@ def scan_nonfinite(onnx_path: str | Path, signals: dict[str, np.ndarray],
                     sl = slice(i * c, (i + 1) * c)
                     if others:
                         ys = session.push({first: xp[sl].reshape(1, 1, c),
-                                           **{k: v[sl].reshape(1, 1, c) for k, v in others.items()}})
+                                           **{k: v[sl].reshape(1, 1, c) for k, v in others.items()}}, copy=False)
                     else:
-                        ys = session.push(xp[sl].reshape(1, 1, c))
+                        ys = session.push(xp[sl].reshape(1, 1, c), copy=False)  # read before the next push
                     for k, v in ys.items():
                         if not np.isfinite(v).all():
                             bad.setdefault(k, i)
@@ -591,7 +591,7 @@ def _stream_output(session: Any, x: np.ndarray, partners: dict[str, np.ndarray] 
     for i in range(chunks):
         sl = slice(i * n, (i + 1) * n)
         feed = {first: xp[:, :, sl], **{k: v[:, :, sl] for k, v in others.items()}}
-        ys.append(np.array(session.push(feed)[c.output], copy=True))
+        ys.append(session.push(feed)[c.output])  # an array of its own
     return np.concatenate(ys, axis=out.time_axis) if ys else np.zeros(0, np.float32)
 
 # ---------------------------------------------------------------------------------------------- stage

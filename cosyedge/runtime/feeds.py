@@ -68,7 +68,7 @@ def describe_input(io: StreamIO, contract: StreamContract) -> str:
 def python_api_call(contract: StreamContract, model: str, chunk_samples: int | None = None) -> str:
     """The Python call that streams ``model`` chunk by chunk (str), with one array per input and its shape, e.g.
     ``with cosyedge.runtime.OrtStreamSession('m.onnx') as s: s.push({'audio': float32 (1, 1, 160), 'ref': float32 (1,
-    1, 160)})`` (a session pushes once activated; ``push`` reuses its output arrays: copy what you keep).
+    1, 160)})`` (a session pushes once activated; ``push`` returns arrays of the caller's own).
 
     Args:
         contract (StreamContract): The model's contract.

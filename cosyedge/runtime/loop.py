@@ -23,7 +23,8 @@ def stream(infer: Callable[[dict], dict], contract: Any, inputs: dict[str, np.nd
            axes: dict[str, int] | None = None, outputs: Iterable[str] | None = None,
            on_chunk: Callable[[int, dict, dict], None] | None = None,
            on_error: Callable[[Exception, int], Exception] | None = None,
-           copy_states: bool = False, chunks: dict[str, int] | None = None) -> list[dict[str, np.ndarray]]:
+           copy_states: bool = False, chunks: dict[str, int] | None = None,
+           copy_outputs: bool = True) -> list[dict[str, np.ndarray]]:
     """Stream ``inputs`` chunk by chunk through ``infer``, each chunk's state outputs feeding the next chunk.
 
     Args:
@@ -55,8 +56,13 @@ def stream(infer: Callable[[dict], dict], contract: Any, inputs: dict[str, np.nd
         chunks (dict[str, int] | None): Ticks per call for inputs whose rate differs from the first input's
             (e.g. feature frames beside samples); an input not named takes ``chunk``. The number of calls is
             set by the first input: ``ceil(length / its chunk)``.
+        copy_outputs (bool): ``True`` (default): each kept output is copied before it is collected, so the list
+            holds arrays of its own even when ``infer`` reuses its output buffers (Polygraphy runners,
+            ``session.push(..., copy=False)``). ``False``: collect the arrays ``infer`` returned (for an ``infer``
+            that returns new arrays on every call, e.g. ``sess.run``). ``on_chunk`` always gets ``infer``'s arrays
+            (valid until the next chunk).
     Returns:
-        list[dict[str, np.ndarray]]: per chunk, the kept outputs (the arrays ``infer`` returned).
+        list[dict[str, np.ndarray]]: per chunk, the kept outputs (copies unless ``copy_outputs`` is False).
     Raises:
         Exception: what ``on_error`` returns for a failing chunk (or ``infer``'s own exception).
     """
@@ -92,7 +98,8 @@ def stream(infer: Callable[[dict], dict], contract: Any, inputs: dict[str, np.nd
         if on_chunk is not None:
             on_chunk(k, feeds, res)
         else:
-            collected.append(res if keep is None else {n: res[n] for n in keep if n in res})
+            kept = res if keep is None else {n: res[n] for n in keep if n in res}
+            collected.append({n: np.array(v, copy=True) for n, v in kept.items()} if copy_outputs else kept)
         if forced_states is None:
             cur = {i: (np.array(res[o], copy=True) if copy_states else res[o]) for i, o in pairs}
     return collected

@@ -415,6 +415,9 @@ class OrtStreamSession(StreamSession):
         self._ys = chunk_output_buffers(c, sess, self.chunk_samples, self.batch, io_out)
         self._x = self._xs.get(c.input)
         self._y = self._ys.get(c.output)
+        # a model whose output is not float32 (FP16 engines) is returned in this float32 buffer (reused too)
+        self._y32 = (np.zeros(self._y.shape, np.float32) if self._y is not None and self._y.dtype != np.float32
+                     else self._y)
         # ping-pong state buffers: _states[k][i] is set k (0 = A, 1 = B) of state i
         self._states = ([s.zeros(self.batch) for s in c.states], [s.zeros(self.batch) for s in c.states])
 
@@ -498,7 +501,7 @@ class OrtStreamSession(StreamSession):
         """Drop the session, bindings and buffers."""
         self._sess = None
         self._bindings = self._ov_states = self._states = self._ov_xs = self._ov_ys = None
-        self._x = self._y = self._xs = self._ys = None
+        self._x = self._y = self._y32 = self._xs = self._ys = None
 
     def reset_impl(self) -> None:
         """Fill both ping-pong sets with the initial state values (zeros) and restart at set A."""
@@ -512,9 +515,10 @@ class OrtStreamSession(StreamSession):
         """Copy ``chunk`` into the bound input buffer, run, swap the state sets.
 
         Returns:
-            dict[str, np.ndarray]: ``{contract.output: (batch, 1, chunk_samples)}``, the preallocated
-            output buffer (float32; a float32 copy if the model output has another dtype); for a
-            multi-input model every streaming output's buffer by name.
+            dict[str, np.ndarray]: ``{contract.output: (batch, 1, chunk_samples) float32}``, the preallocated
+            output buffer (a preallocated float32 buffer it is cast into when the model output has another
+            dtype); for a multi-input model every streaming output's buffer by name. Reused by the next chunk:
+            :meth:`push` copies them unless called with ``copy=False``.
         """
         if isinstance(chunk, dict):
             for name, a in chunk.items():
@@ -530,9 +534,10 @@ class OrtStreamSession(StreamSession):
             raise ArtifactError(f"ONNX Runtime failed on {self.model_path}: {first_line(err)}") from None
         self._parity ^= 1
         if not self._audio:
-            return self._ys
-        y = self._y if self._y.dtype == np.float32 else self._y.astype(np.float32)
-        return {self.contract.output: y}
+            return dict(self._ys)
+        if self._y32 is not self._y:
+            np.copyto(self._y32, self._y, casting="unsafe")
+        return {self.contract.output: self._y32}
 
     def state_impl(self) -> dict[str, np.ndarray]:
         """Copies of the current states (the set the next push reads) by state input name."""

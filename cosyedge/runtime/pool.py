@@ -18,7 +18,7 @@ writes set ``1-p`` rows ``:m`` in place: no copy at all. Otherwise (a stream ski
 compact, a batch axis elsewhere) the states are gathered into batch buffers and the new states
 scattered back. Buffers are allocated once for ``max_streams``; batch ``m`` binds views of their first
 ``m`` rows (IOBinding objects are cached per ``m``), so a tick allocates nothing but the returned
-output copy.
+output copy (none with ``tick(copy=False)``).
 
 With ``max_streams`` > 1 the session runs the graph rewritten by :func:`cosyedge.runtime.batched.batch_rewrite`:
 ONNX Runtime's CPU Conv runs a one-frame convolution as one matrix-vector product per stream; rewritten, each
@@ -76,7 +76,7 @@ class StreamPool:
             pool.submit(a, chunk_a)         # float32 (chunk_samples,)
             pool.submit(b, chunk_b)
             out = pool.tick()               # {a: (chunk_samples,), b: (chunk_samples,)}, one run, batch 2
-            pool.leave(a)
+            pool.leave(a)                   # out[a], out[b] are yours (tick(copy=False): the pool's buffers)
 
     ``join``/``leave``/``submit``/``tick`` are thread-safe (one lock; a tick holds it while it runs).
 
@@ -383,14 +383,19 @@ class StreamPool:
             return len(self._pending[sid])
 
     # ------------------------------------------------------------------ running
-    def tick(self) -> dict[int, np.ndarray]:
+    def tick(self, copy: bool = True) -> dict[int, np.ndarray]:
         """Run one chunk of every stream that has one queued, in one batched model run.
 
+        Args:
+            copy (bool): ``True`` (default): every returned array is the caller's (rows of one new copy of the
+                batch, no two sharing memory; safe to keep across ticks). ``False``: opt in to views of the
+                pool's preallocated output buffers (no copy): they are overwritten by the next tick (from any
+                thread) and released by :meth:`deactivate`, so use or copy the values before the next tick.
         Returns:
-            dict[int, np.ndarray | dict[str, np.ndarray]]: stream id -> float32 (chunk_samples,) output (fresh
-            copies); for a model that does not map one waveform to one waveform, stream id -> {output name: array}
-            with every streaming output (a waveform output as (chunk_samples,), others of :attr:`output_shapes`).
-            Empty when nothing was queued.
+            dict[int, np.ndarray | dict[str, np.ndarray]]: stream id -> float32 (chunk_samples,) output; for a
+            model that does not map one waveform to one waveform, stream id -> {output name: array} with every
+            streaming output (a waveform output as (chunk_samples,), others of :attr:`output_shapes`, of the
+            output's dtype). Owned arrays unless ``copy=False``. Empty when nothing was queued.
         Raises:
             UsageError: the pool is inactive.
         """
@@ -419,10 +424,11 @@ class StreamPool:
                 self.inplace_ticks += 1
             else:
                 self._run_gathered(m, slots, par, bool((par == p).all()))
-            if self._audio:  # one copy of the batch; each stream gets its own row of it
-                out = dict(zip((sid for _, sid in ready), self._y[:m, 0].copy()))
+            if self._audio:  # one copy of the batch (copy=False: the buffer); each stream gets its own row of it
+                out = dict(zip((sid for _, sid in ready), self._y[:m, 0].copy() if copy else self._y[:m, 0]))
             else:
-                out = {sid: {k: (y[i, 0].copy() if k in self._wave_out else y[i].copy()) for k, y in self._ys.items()}
+                ys = {k: y[:m].copy() if copy else y[:m] for k, y in self._ys.items()}
+                out = {sid: {k: (y[i, 0] if k in self._wave_out else y[i]) for k, y in ys.items()}
                        for i, (_, sid) in enumerate(ready)}
             ms = (time.perf_counter() - t0) * 1000.0
             self._lat.add(ms)
@@ -430,19 +436,21 @@ class StreamPool:
             self.chunks_run += m
             return out
 
-    def push(self, chunks: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
+    def push(self, chunks: dict[int, np.ndarray], copy: bool = True) -> dict[int, np.ndarray]:
         """Submit one chunk per stream and run one tick (:meth:`submit` + :meth:`tick`).
 
         Args:
             chunks (dict[int, np.ndarray | dict[str, np.ndarray]]): stream id -> float32 (chunk_samples,), or for a
                 multi-input model stream id -> {input name: array} (:meth:`submit`).
+            copy (bool): ``True`` (default): the returned arrays are the caller's; ``False``: views of the pool's
+                output buffers, overwritten by the next tick (:meth:`tick`).
         Returns:
             dict[int, np.ndarray | dict[str, np.ndarray]]: outputs of every stream that ran this tick (:meth:`tick`).
         """
         with self._lock:
             for sid, ch in chunks.items():
                 self.submit(sid, ch)
-            return self.tick()
+            return self.tick(copy=copy)
 
     def state(self, sid: int) -> dict[str, np.ndarray]:
         """Copies of stream ``sid``'s states by state input name, each in the model layout with batch 1."""

@@ -181,9 +181,9 @@ def stream_array(session: StreamSession, x: np.ndarray, return_stats: bool = Fal
             sl = slice(i * c, (i + 1) * c)
             if others:
                 feed = {first: xp[:, :, sl], **{k: v[:, :, sl] for k, v in others.items()}}
-                yp[:, :, sl] = session.push(feed)[out_name]
+                yp[:, :, sl] = session.push(feed, copy=False)[out_name]
             else:
-                yp[:, :, sl] = session.push(xp[:, :, sl])[out_name]
+                yp[:, :, sl] = session.push(xp[:, :, sl], copy=False)[out_name]
         elapsed = time.perf_counter() - t0
         lat = session.latencies_ms[-chunks:] if chunks else np.zeros(0)
     finally:
@@ -227,7 +227,7 @@ def enhance_array(session: StreamSession, x: np.ndarray, return_stats: bool = Fa
     """
     xb = _as_batch(session, x)
     out_name = session.contract.output
-    comp = DelayCompensator(lambda xc: session.push(xc)[out_name], session.chunk_samples,
+    comp = DelayCompensator(lambda xc: session.push(xc, copy=False)[out_name], session.chunk_samples,
                             session.contract.delay_samples, batch=xb.shape[0])
     owns = not session.is_active
     if owns:
@@ -274,8 +274,8 @@ class DelayCompensator:
     Args:
         push (Callable[[np.ndarray], np.ndarray]): Runs one chunk: float32 (batch, 1, chunk_samples) in (a
             buffer reused between calls), the model output float32 (batch, 1, chunk_samples) out, e.g.
-            ``lambda x: session.push(x)[contract.output]`` (it may return a buffer the next call reuses: it is
-            copied at once).
+            ``lambda x: session.push(x, copy=False)[contract.output]`` (it may return a buffer the next call
+            reuses: it is copied at once).
         chunk_samples (int): Samples per chunk at the model rate.
         delay_samples (int): Leading outputs to drop, the contract's ``delay_samples``; 0 drops none (the
             live path, whose output is heard as it comes, ``delay_samples`` late).

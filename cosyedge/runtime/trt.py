@@ -372,6 +372,8 @@ class TrtStreamSession(StreamSession):
 
         self._x_host = cuda.pagelocked_empty(audio, dtype[c.input])
         self._y_host = cuda.pagelocked_empty(audio, dtype[c.output])
+        # an FP16 engine output is cast into this float32 host buffer (reused too; push copies it by default)
+        self._y32 = self._y_host if dtype[c.output] == np.float32 else np.zeros(audio, np.float32)
         self._x_dev = cuda.mem_alloc(nbytes(c.input))
         self._y_dev = cuda.mem_alloc(nbytes(c.output))
         # ping-pong: _state_dev[k][i] is set k (0 = A, 1 = B) of state i; same size for in and out
@@ -471,7 +473,7 @@ class TrtStreamSession(StreamSession):
                 b.free()
         # drop TensorRT objects in dependency order: context, engine, runtime
         for name in ("_context", "_engine", "_runtime", "_stream", "_ev_start", "_ev_end", "_x_host", "_y_host",
-                     "_x_dev", "_y_dev", "_state_dev", "_bindings"):
+                     "_y32", "_x_dev", "_y_dev", "_state_dev", "_bindings"):
             setattr(self, name, None)
 
     def deactivate_impl(self) -> None:
@@ -497,7 +499,8 @@ class TrtStreamSession(StreamSession):
 
         Returns:
             dict[str, np.ndarray]: ``{contract.output: (batch, 1, chunk_samples) float32}``, the pinned output
-            buffer itself when the engine output is float32 (overwritten by the next push), else a float32 copy.
+            buffer itself when the engine output is float32, else a preallocated float32 host buffer it is cast
+            into. Reused by the next chunk: :meth:`push` copies it unless called with ``copy=False``.
         Raises:
             ArtifactError: the enqueue or a graph launch failed.
         """
@@ -515,8 +518,9 @@ class TrtStreamSession(StreamSession):
             self._parity = 1 - k
         self._gpu[self._gpu_count % self._gpu.size] = ms
         self._gpu_count += 1
-        y = self._y_host if self._y_host.dtype == np.float32 else self._y_host.astype(np.float32)
-        return {self.contract.output: y}
+        if self._y32 is not self._y_host:
+            np.copyto(self._y32, self._y_host, casting="unsafe")
+        return {self.contract.output: self._y32}
 
     def state_impl(self) -> dict[str, np.ndarray]:
         """Copies of the current states (the set the next push reads), copied device -> host."""

@@ -135,7 +135,7 @@ class ProbabilityRecorder:
         self.comp = DelayCompensator(self._push, session.chunk_samples, 0)
 
     def _push(self, x: np.ndarray) -> np.ndarray:
-        p = self.session.push(x)[self.output]
+        p = self.session.push(x, copy=False)[self.output]  # read at once by record()
         self.record(p)
         return np.zeros_like(x)
 

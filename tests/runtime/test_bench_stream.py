@@ -35,3 +35,16 @@ def test_bench_stream_writes_the_paced_block(tmp_path):
     assert r["cosyedge"]["chunks"] == 50
     assert bench.main(["--seconds", "0.2", "--paced-seconds", "0", "--no-rnnoise", "--json", str(out)]) == 0
     assert "paced" not in json.loads(out.read_text())["cosyedge"]
+
+
+def test_bench_stream_push_copy_mode_writes_both_modes(tmp_path):
+    """``--push-copy-json``: owned outputs vs ``push(copy=False)``, interleaved rounds, medians (a tiny run)."""
+    bench = load_script("bench_stream")
+    out = tmp_path / "push_copy.json"
+    assert bench.main(["--seconds", "0.2", "--warmup", "2", "--push-copy-json", str(out), "--push-copy-rounds", "2",
+                       "--push-copy-chunks", "5"]) == 0
+    r = json.loads(out.read_text())["push_copy"]
+    assert r["rounds"] == 2 and r["chunks_per_round"] == 5 and r["output_shape"] == [1, 1, 160]
+    for mode in ("owned", "reuse"):
+        assert r[mode]["pushes"] == 10 and len(r[mode]["round_medians_ms"]) == 2 and r[mode]["median_ms"] > 0
+    assert r["ratio_owned_over_reuse"] > 0 and r["copy_alone_us"] > 0 and len(r["round_diffs_us"]) == 2

@@ -124,10 +124,11 @@ def test_ping_pong_buffers_are_distinct(two_state):
         ids = [id(a) for a in arrays]
         _push_all(s, _speechlike(8 * HOP))
         assert [id(a) for pair in s.ping_pong_buffers for a in pair] == ids
-        # the output buffer is reused too
-        out1 = s.push(np.zeros((1, 1, HOP), np.float32))[models.OUTPUT]
-        out2 = s.push(np.zeros((1, 1, HOP), np.float32))[models.OUTPUT]
+        # the output buffer is reused too (what push(copy=False) returns; a plain push returns a copy of it)
+        out1 = s.push(np.zeros((1, 1, HOP), np.float32), copy=False)[models.OUTPUT]
+        out2 = s.push(np.zeros((1, 1, HOP), np.float32), copy=False)[models.OUTPUT]
         assert out1 is out2
+        assert s.push(np.zeros((1, 1, HOP), np.float32))[models.OUTPUT] is not out1
 
 
 def test_latency_records_stay_bounded(fir):
