@@ -24,12 +24,14 @@ from cosyedge.artifacts.contract import (
     BATCH_DIM,
     BOOKKEEPING,
     MAX_CHUNK_MS,
+    MAX_STATE_BYTES_PER_STREAM,
     META_PREFIX,
     SCHEMA_VERSION,
     TIME_DIM,
     StateSpec,
     StreamContract,
     StreamIO,
+    check_state_bytes,
 )
 from cosyedge.artifacts.files import (
     MACHINE_MEASURED_KEYS,
@@ -66,8 +68,8 @@ from cosyedge.artifacts.manifest import (
 )
 
 __all__ = [
-    "BATCH_DIM", "BOOKKEEPING", "MAX_CHUNK_MS", "META_PREFIX", "SCHEMA_VERSION", "TIME_DIM", "StateSpec",
-    "StreamContract", "StreamIO",
+    "BATCH_DIM", "BOOKKEEPING", "MAX_CHUNK_MS", "MAX_STATE_BYTES_PER_STREAM", "META_PREFIX", "SCHEMA_VERSION", "TIME_DIM", "StateSpec",
+    "StreamContract", "StreamIO", "check_state_bytes",
     "MACHINE_MEASURED_KEYS", "OWNER_FILE", "atomic_folder", "atomic_output", "check_not_input", "check_writable",
     "check_not_inputs",
     "default_file_mode", "load_onnx", "model_content_sha256", "remove_stale_temp_folders", "replace_dir",
