@@ -24,8 +24,9 @@ def _name_values(values: tuple[str, ...], option: str, cast, example: str) -> di
             if not sep or not name:
                 raise ValueError
             out[name] = cast(value)
-        except ValueError:
-            raise UsageError(f"{option} takes NAME=VALUE (e.g. {example}), got '{v}'") from None
+        except ValueError as err:
+            why = f": {err}" if sep and name and " " in str(err) and "invalid literal" not in str(err) else ""
+            raise UsageError(f"{option} takes NAME=VALUE (e.g. {example}), got '{v}'{why}") from None
     return out
 
 
