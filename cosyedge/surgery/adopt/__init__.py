@@ -172,6 +172,7 @@ class AdoptedOnnxFromOnnx(Stage):
                            ("delay_samples", self.delay_samples, 0)):
             if v is None or int(v) < lo:
                 raise UsageError(f"{key} must be an integer >= {lo}, got {v} (CLI: --{key.replace('_', '-')} N)")
+        _check_numbers(self.sample_rate_hz, self.hop_samples, self.delay_samples, self.frame_samples)
         src = resolve_artifact(self.onnx_in)
         check_not_input(src, self.out)
         model = load_onnx(src)
@@ -211,6 +212,7 @@ def adopt_model(model: Any, *, where: str = "model", state_pairs: Any = None, sa
     Raises:
         UsageError, ArtifactError, AccuracyError: see :class:`AdoptedOnnxFromOnnx`.
     """
+    _check_numbers(sample_rate_hz, hop_samples, delay_samples, frame_samples)
     hop = int(hop_samples)
     taken = [t for t in [i.name for i in model.graph.input] + [o.name for o in model.graph.output]
              if t.startswith(("state_in.", "state_out."))]
@@ -364,6 +366,20 @@ def adopt_model(model: Any, *, where: str = "model", state_pairs: Any = None, sa
              len(states), ", ".join(f"{c.input}{c.shape}" for c in contract.states),
              mode, "Scan over hops" if g.hop_fixed else "dynamic time axis", contract.proof["max_abs"])
     return adopted, contract
+
+
+def _check_numbers(sample_rate_hz: Any, hop_samples: Any, delay_samples: Any, frame_samples: Any) -> None:
+    """The bounds streamify puts on its numbers, up front (:func:`cosyedge.surgery.streamify.check_numbers`: what
+    ``run`` and ``build`` accept of a contract, so nothing is written that they then refuse), and a frame of at most
+    :data:`cosyedge.artifacts.contract.MAX_HOP_S` (its context is a state). Raises UsageError (exit 2)."""
+    from cosyedge.artifacts.contract import MAX_HOP_S
+    from cosyedge.surgery.streamify import check_numbers
+
+    check_numbers(sample_rate_hz=sample_rate_hz, hop_samples=hop_samples, delay_samples=delay_samples)
+    most = int(MAX_HOP_S * sample_rate_hz)
+    if frame_samples is not None and (not isinstance(frame_samples, (int, np.integer)) or not 1 <= frame_samples <= most):
+        raise UsageError(f"frame_samples (--frame-samples) {frame_samples} must be an integer in 1..{most} samples "
+                         f"({MAX_HOP_S:g} s at {sample_rate_hz} Hz)")
 
 
 def _session(model: Any, where: str, unfixed: Any = None, consts: dict | None = None) -> Any:

@@ -47,6 +47,34 @@ def _np_dtype(elem: int) -> str:
     return str(np.dtype(helper.tensor_dtype_to_np_dtype(elem)))
 
 
+def given_time_axis(name: str, axis: int, shape: list, what: str, where: str) -> int:
+    """The time axis ``--time-axis NAME=AXIS`` gives, checked against the tensor's rank (axis 0 is the batch).
+
+    Args:
+        name (str): The input or output.
+        axis (int): The axis given: 1..rank-1, or -(rank-1)..-1 counted from the end.
+        shape (list): Its shape (declared for an input, as run for an output), e.g. ``['N', 1, 160]``.
+        what (str): ``"input"`` or ``"output"``, for the message.
+        where (str): Name for messages.
+    Returns:
+        int: the axis, 1..rank-1.
+    Raises:
+        UsageError: an axis outside the tensor's axes or the batch axis, or a tensor of rank below 2 (no axis besides
+            the batch to pick, exit 2).
+    """
+    rank = len(shape)
+    ax = int(axis)
+    if rank < 2:
+        fix = ("drop --time-axis for it: it streams as one value per call" if what == "output" else
+               f"fix its value with --const {name}=VALUE or pair it with --state {name}=OUT if it is no stream")
+        raise UsageError(f"{where}: --time-axis {name}={ax}: {what} '{name}' {shape} has no time axis to pick (rank "
+                         f"{rank}: {'its only axis is the batch' if rank == 1 else 'a scalar'}): {fix}")
+    if not (1 <= ax < rank or -rank < ax <= -1):
+        raise UsageError(f"{where}: --time-axis {name}={ax}: {what} '{name}' {shape} has {rank} axes; its time axis is "
+                         f"one of axes 1..{rank - 1} (axis 0 is the batch)")
+    return ax % rank
+
+
 def inspect_inputs(model: Any, pairs: list[tuple[str, str]], hop: int, *, frame_samples: int | None,
                    time_axes: dict, batch_axes: dict, init: dict, kinds: dict, state_shapes: dict,
                    where: str) -> tuple[Any, list, _Graph]:
@@ -66,7 +94,7 @@ def inspect_inputs(model: Any, pairs: list[tuple[str, str]], hop: int, *, frame_
         state), the pairs (with the context pair) and what was found (``outs`` empty: filled after running).
     Raises:
         UsageError: unknown or repeated names, an input left unexplained, a features input without a time axis or
-            with a fixed batch above 1,
+            with a fixed batch above 1, a ``--time-axis`` outside the input's axes (:func:`given_time_axis`),
             a block shorter than the hop, state pairs of different shapes or dtypes.
     """
     ins = {i.name: i for i in model.graph.input}
@@ -90,6 +118,8 @@ def inspect_inputs(model: Any, pairs: list[tuple[str, str]], hop: int, *, frame_
         if name not in ins and name not in outs:
             raise UsageError(f"{where}: --time-axis {name}=...: no input or output of the graph is named so "
                              f"(inputs {list(ins)}, outputs {list(outs)})")
+        if name in ins and ins[name].type.tensor_type.HasField("shape"):  # before the input is read any other way
+            given_time_axis(name, time_axes[name], _decl_shape(ins[name]), "input", where)
     paired = {p[0] for p in pairs}
     rest_in = [n for n in ins if n not in paired]
     rest_out = [n for n in outs if n not in {p[1] for p in pairs}]
@@ -158,7 +188,7 @@ def inspect_inputs(model: Any, pairs: list[tuple[str, str]], hop: int, *, frame_
                 raise UsageError(f"{where}: features input '{n}' has a fixed batch of {shape[0]} ({shape}): export it "
                                  f"with batch 1 or a dynamic batch (adopt runs and proves it one stream at a time)")
             if n in time_axes:
-                ta = int(time_axes[n]) % max(1, len(shape))
+                ta = given_time_axis(n, time_axes[n], shape, "input", where)
             else:
                 cands = canon.time_axis_candidates(shape)
                 if len(cands) != 1 or len(shape) < 2:
@@ -264,7 +294,8 @@ def output_tensors(model_outs: dict, first: dict, second: dict | None, g: _Graph
         tuple[list[StreamTensor], dict[str, int]]: the outputs (after the per-call Reshape of
         :func:`canon.per_call_outputs_to_frames`) and the ranks of those given one value per call.
     Raises:
-        UsageError: an output whose time axis cannot be told.
+        UsageError: an output whose time axis cannot be told, or a ``--time-axis`` outside its axes
+            (:func:`given_time_axis`).
     """
     res, per_call = [], {}
     waveform = g.ins[0].kind == "audio"
@@ -272,7 +303,7 @@ def output_tensors(model_outs: dict, first: dict, second: dict | None, g: _Graph
         a = first[o]
         shape = list(a.shape)
         if o in time_axes:
-            ta = int(time_axes[o]) % max(1, a.ndim)
+            ta = given_time_axis(o, time_axes[o], shape, "output", where)
         elif a.ndim <= 2:
             per_call[o] = a.ndim
             shape = [shape[0] if shape else 1, shape[1] if a.ndim == 2 else 1, 1]
