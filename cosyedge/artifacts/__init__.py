@@ -32,6 +32,7 @@ from cosyedge.artifacts.contract import (
     StreamContract,
     StreamIO,
     check_state_bytes,
+    state_nbytes,
 )
 from cosyedge.artifacts.files import (
     MACHINE_MEASURED_KEYS,
@@ -69,7 +70,7 @@ from cosyedge.artifacts.manifest import (
 
 __all__ = [
     "BATCH_DIM", "BOOKKEEPING", "MAX_CHUNK_MS", "MAX_STATE_BYTES_PER_STREAM", "META_PREFIX", "SCHEMA_VERSION", "TIME_DIM", "StateSpec",
-    "StreamContract", "StreamIO", "check_state_bytes",
+    "StreamContract", "StreamIO", "check_state_bytes", "state_nbytes",
     "MACHINE_MEASURED_KEYS", "OWNER_FILE", "atomic_folder", "atomic_output", "check_not_input", "check_writable",
     "check_not_inputs",
     "default_file_mode", "load_onnx", "model_content_sha256", "remove_stale_temp_folders", "replace_dir",

@@ -528,6 +528,15 @@ def _mib(nbytes: int) -> str:
     return f"{nbytes / (1 << 20):.4g} MiB" if nbytes < 1 << 40 else f"{nbytes / (1 << 40):.4g} TiB"
 
 
+def state_nbytes(shape: list, dtype: str = "float32") -> int:
+    """Bytes of one stream's state of ``shape`` (``"N"`` and any other non-integer size count as 1) and numpy dtype
+    name ``dtype`` (unknown names count as float32), computed without allocating anything (int)."""
+    import math
+
+    dims = [int(d) if isinstance(d, (int, np.integer)) and not isinstance(d, bool) and d > 0 else 1 for d in shape]
+    return math.prod(dims) * np.dtype(_NP_DTYPES.get(str(dtype), np.float32)).itemsize
+
+
 def check_state_bytes(states: list[tuple[str, list, str]], where: str, error: type = ArtifactError,
                       fix: str = "") -> int:
     """Refuse states that carry more than :data:`MAX_STATE_BYTES_PER_STREAM` per stream, before any allocation.
@@ -544,17 +553,12 @@ def check_state_bytes(states: list[tuple[str, list, str]], where: str, error: ty
     Raises:
         ArtifactError | UsageError: one line naming the largest state, its shape and size, and the bound.
     """
-    import math
-
-    sizes = []
-    for name, shape, dtype in states:
-        dims = [int(d) if isinstance(d, (int, np.integer)) and not isinstance(d, bool) and d > 0 else 1 for d in shape]
-        sizes.append((math.prod(dims) * np.dtype(_NP_DTYPES.get(str(dtype), np.float32)).itemsize, name, shape, dtype))
+    sizes = [(state_nbytes(shape, dtype), name, shape, dtype) for name, shape, dtype in states]
     total = sum(n for n, *_ in sizes)
     if total > MAX_STATE_BYTES_PER_STREAM:
         n, name, shape, dtype = max(sizes, key=lambda t: t[0])
         raise error(f"{where}: state '{name}' {list(shape)} {dtype} is {_mib(n)} per stream"
-                    f"{f' ({_mib(total)} with the other states)' if total > n else ''}, more than the "
+                    f"{f' ({_mib(total)} with the other states)' if _mib(total) != _mib(n) else ''}, more than the "
                     f"{_mib(MAX_STATE_BYTES_PER_STREAM)} of state a stream may carry (MAX_STATE_BYTES_PER_STREAM)"
                     f"{': ' + fix if fix else ''}")
     return total

@@ -212,9 +212,17 @@ def inspect_inputs(model: Any, pairs: list[tuple[str, str]], hop: int, *, frame_
                              f"output feeds the next chunk's input: dtypes must be equal)")
         if i in state_shapes:
             given = list(state_shapes[i])
-            if si and (len(si) != len(given) or any(isinstance(a, int) and a != b for a, b in zip(si, given))):
-                raise UsageError(f"{where}: --state {i}={'x'.join(map(str, given))} contradicts the graph's shape {si}")
-            si = given
+            text = "x".join(map(str, given))
+            if si and (len(si) != len(given) or any(isinstance(a, int) and a != (1 if b == "N" else b)
+                                                    for a, b in zip(si, given))):
+                raise UsageError(f"{where}: --state {i}={text} contradicts the graph's shape {si}")
+            if "N" in given:  # N marks the batch axis (size 1 at batch 1)
+                nax = given.index("N")
+                if i in batch_axes and int(batch_axes[i]) % len(given) != nax:
+                    raise UsageError(f"{where}: --state {i}={text} puts the batch on axis {nax}, --batch-axis "
+                                     f"{i}={batch_axes[i]} on axis {int(batch_axes[i]) % len(given)}: give one")
+                batch_axes = {**batch_axes, i: nax}
+            si = [1 if d == "N" else d for d in given]
         fixed = len(si) == len(so) or not so
         fixed = fixed and all(a == b for a, b in zip(si, so) if isinstance(a, int) and isinstance(b, int))
         if not fixed:
@@ -231,7 +239,39 @@ def inspect_inputs(model: Any, pairs: list[tuple[str, str]], hop: int, *, frame_
             cands = sym[:1] or ([0] if 0 in ones else []) + [k for k in ones if k != 0] or [None]
         st = AdoptedState(i, o, tuple(si), _np_dtype(ei), cands[0], float(init.get(i, 0.0)), kinds.get(i, "recurrent"))
         states.append((st, cands))
+    given = set(state_shapes) | ({p[0] for p in pairs if kinds.get(p[0]) == "context"} if frame_samples else set())
+    check_states_fit([s for s, _c in states], given, where)
     return model, pairs, _Graph(streamed, rest_out, states, hop_fixed)
+
+
+def check_states_fit(states: list[AdoptedState], given: set, where: str, how: str = "declares") -> None:
+    """Refuse states that carry more than :data:`cosyedge.artifacts.contract.MAX_STATE_BYTES_PER_STREAM` per stream
+    (sizes the graph leaves symbolic count as 1), before any of them is allocated.
+
+    Args:
+        states (list[AdoptedState]): The states (shape at batch 1, dtype).
+        given (set[str]): State inputs whose shape the user gave (``--state NAME=SHAPE``, the context of
+            ``--frame-samples``): the largest state among them is a bad argument (UsageError, exit 2); else the
+            graph is to blame (ArtifactError, exit 3).
+        where (str): Name for messages.
+        how (str): How the graph gives the shapes (``"declares"``, ``"gives when run"``), for the message.
+    Raises:
+        UsageError | ArtifactError: see ``given``.
+    """
+    from cosyedge.artifacts.contract import MAX_STATE_BYTES_PER_STREAM, check_state_bytes, state_nbytes
+    from cosyedge.errors import ArtifactError
+
+    named = [(s.input, list(s.shape), s.dtype) for s in states]
+    sizes = {n: state_nbytes(shape, dt) for n, shape, dt in named}
+    if sum(sizes.values()) <= MAX_STATE_BYTES_PER_STREAM:
+        return
+    big = max(sizes, key=sizes.get)
+    if big in given:
+        check_state_bytes(named, where, UsageError, fix=f"give the state's true sizes at batch 1 (--state {big}=SHAPE)"
+                          if big in {s.input for s in states if s.kind != "context"} else
+                          "give a smaller --frame-samples")
+    check_state_bytes(named, where, ArtifactError, fix=f"the graph {how} state '{big}' this large; export it with "
+                                                       f"smaller states")
 
 
 def one_frame_of_features(name: str, shape: list, outs: dict[str, list], hop: int, where: str) -> bool:
