@@ -149,9 +149,13 @@ class AdoptedOnnxFromOnnx(Stage):
         UsageError: ambiguous / missing / unknown state pairs, pairs with different shapes or dtypes, an input
             left unexplained (not a state, audio or features: give --const), a features input or output whose
             time axis cannot be told, a state shape the graph does not tell (give --state NAME=SHAPE), a state
-            that carries nothing, outputs that do not depend on state, bad options.
-        ArtifactError: the file is missing or corrupt, ONNX Runtime cannot run it (or on zero state), the
-            output is not writable.
+            that carries nothing, outputs that do not depend on state (a given pair that holds the audio output is
+            named), bad options: a sample rate, hop or delay outside streamify's bounds
+            (:func:`cosyedge.surgery.streamify.check_numbers`), a ``--const`` value the input's dtype cannot hold
+            exactly, a ``--time-axis`` outside the tensor's axes, a ``--state NAME=SHAPE`` that does not run or
+            whose states exceed :data:`cosyedge.artifacts.contract.MAX_STATE_BYTES_PER_STREAM` per stream.
+        ArtifactError: the file is missing or corrupt, ONNX Runtime cannot run it (or on zero state), its states
+            (declared, or as run) exceed ``MAX_STATE_BYTES_PER_STREAM`` per stream, the output is not writable.
         AccuracyError: the adopted graph differs from the original state loop (or ``check`` refuses).
     """
 
