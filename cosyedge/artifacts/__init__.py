@@ -69,7 +69,8 @@ from cosyedge.artifacts.manifest import (
 )
 
 __all__ = [
-    "BATCH_DIM", "BOOKKEEPING", "MAX_CHUNK_MS", "MAX_STATE_BYTES_PER_STREAM", "META_PREFIX", "SCHEMA_VERSION", "TIME_DIM", "StateSpec",
+    "BATCH_DIM", "BOOKKEEPING", "MAX_CHUNK_MS", "MAX_STATE_BYTES_PER_STREAM", "META_PREFIX", "SCHEMA_VERSION",
+    "TIME_DIM", "StateSpec",
     "StreamContract", "StreamIO", "check_state_bytes", "state_nbytes",
     "MACHINE_MEASURED_KEYS", "OWNER_FILE", "atomic_folder", "atomic_output", "check_not_input", "check_writable",
     "check_not_inputs",

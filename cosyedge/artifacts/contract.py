@@ -380,7 +380,8 @@ class StreamContract:
         Raises:
             ArtifactError: sample rate, hop or total stride not positive; hop not a multiple of the total
                 stride; delay negative or longer than 10 s; hop longer than :data:`MAX_HOP_S`; a state shape with
-                a non-positive dimension; states of more than :data:`MAX_STATE_BYTES_PER_STREAM` per stream; a waveform input/output (``kind`` ``"audio"``) whose ``frames_per_hop``
+                a non-positive dimension; states of more than :data:`MAX_STATE_BYTES_PER_STREAM` per stream; a
+                waveform input/output (``kind`` ``"audio"``) whose ``frames_per_hop``
                 is not ``hop_samples`` ("the contract contradicts the graph").
         """
         bad = None

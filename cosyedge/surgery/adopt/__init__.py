@@ -424,7 +424,8 @@ def _misplaced_pairs(model: Any, given: list[tuple[str, str]], g: Any) -> tuple[
         if like_audio:
             why.append(f"'{o}' {decl[o]} has the shape of the audio input '{audio}', so it is likely the audio output")
         why.append(f"'{conv}' is named as {i}'s new state: give --state {i}={conv} (or leave the pair out: it is "
-                   f"found by its name)" if conv else f"give --state {i}=OUT with the output that holds {i}'s new state")
+                   f"found by its name)" if conv else
+                   f"give --state {i}=OUT with the output that holds {i}'s new state")
         return f"--state {i}={o} pairs state '{i}' with output '{o}', which is no state of it", "; ".join(why)
     return "", ""
 
@@ -438,7 +439,8 @@ def _check_numbers(sample_rate_hz: Any, hop_samples: Any, delay_samples: Any, fr
 
     check_numbers(sample_rate_hz=sample_rate_hz, hop_samples=hop_samples, delay_samples=delay_samples)
     most = int(MAX_HOP_S * sample_rate_hz)
-    if frame_samples is not None and (not isinstance(frame_samples, (int, np.integer)) or not 1 <= frame_samples <= most):
+    if frame_samples is not None and (not isinstance(frame_samples, (int, np.integer))
+                                      or not 1 <= frame_samples <= most):
         raise UsageError(f"frame_samples (--frame-samples) {frame_samples} must be an integer in 1..{most} samples "
                          f"({MAX_HOP_S:g} s at {sample_rate_hz} Hz)")
 
@@ -509,10 +511,11 @@ def _run_once(sess: Any, g: Any, feed: dict, states: list[AdoptedState], outputs
         if guess and mine:  # either may be wrong: the user's shapes first, then the guess
             s = guess[0]
             decl = (declared or {}).get(s.input, list(s.shape))
+            how = "does not declare its rank" if decl is None else f"declares {decl}"
+            theirs = ", ".join(f"{m.input} {given[m.input]}" for m in mine)
             raise UsageError(f"{where}: running one hop with {told} (given) and state '{s.input}' as {list(s.shape)} "
-                             f"(guessed: the graph {'does not declare its rank' if decl is None else f'declares {decl}'})"
-                             f" fails ({msg[:120]}): check the shape{'s' if len(mine) > 1 else ''} given (the graph "
-                             f"declares {', '.join(f'{m.input} {given[m.input]}' for m in mine)}), and give "
+                             f"(guessed: the graph {how}) fails ({msg[:120]}): check the shape"
+                             f"{'s' if len(mine) > 1 else ''} given (the graph declares {theirs}), and give "
                              f"'{s.input}' with --state {s.input}=SHAPE if the guess is wrong "
                              f"({state_shape_example(s.input, decl, batch_sym)})") from None
         if guess:

@@ -122,8 +122,9 @@ def shape_hint(right: str) -> str:
     if not re.match(r"^(\d+|N)x", right):
         return ""
     bad = [t for t in right.split("x") if not (t.isdigit() or t == "N")]
+    which = ", ".join(repr(t) for t in bad) + (" is no size" if len(bad) == 1 else " are no sizes")
     return (" (if it is a shape: SHAPE is D1xD2x... of positive integers, N on the batch axis, e.g. 1x64 or Nx64"
-            f"{'; ' + ', '.join(repr(t) for t in bad) + (' is no size' if len(bad) == 1 else ' are no sizes') if bad else ''})")
+            f"{'; ' + which if bad else ''})")
 
 
 def _name_candidates(name: str) -> list[str]:
