@@ -24,6 +24,7 @@ from cosyedge.artifacts.contract import (
     BATCH_DIM,
     BOOKKEEPING,
     MAX_CHUNK_MS,
+    MAX_STATE_BYTES_PER_STREAM,
     META_PREFIX,
     SCHEMA_VERSION,
     TIME_DIM,
@@ -31,6 +32,8 @@ from cosyedge.artifacts.contract import (
     StreamContract,
     StreamIO,
     check_name,
+    check_state_bytes,
+    state_nbytes,
 )
 from cosyedge.artifacts.files import (
     MACHINE_MEASURED_KEYS,
@@ -67,9 +70,9 @@ from cosyedge.artifacts.manifest import (
 )
 
 __all__ = [
-    "check_name",
-    "BATCH_DIM", "BOOKKEEPING", "MAX_CHUNK_MS", "META_PREFIX", "SCHEMA_VERSION", "TIME_DIM", "StateSpec",
-    "StreamContract", "StreamIO",
+    "BATCH_DIM", "BOOKKEEPING", "MAX_CHUNK_MS", "MAX_STATE_BYTES_PER_STREAM", "META_PREFIX", "SCHEMA_VERSION",
+    "TIME_DIM", "StateSpec",
+    "StreamContract", "StreamIO", "check_name", "check_state_bytes", "state_nbytes",
     "MACHINE_MEASURED_KEYS", "OWNER_FILE", "atomic_folder", "atomic_output", "check_not_input", "check_writable",
     "check_not_inputs",
     "default_file_mode", "load_onnx", "model_content_sha256", "remove_stale_temp_folders", "replace_dir",

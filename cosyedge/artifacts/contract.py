@@ -380,7 +380,8 @@ class StreamContract:
         Raises:
             ArtifactError: sample rate, hop or total stride not positive; hop not a multiple of the total
                 stride; delay negative or longer than 10 s; hop longer than :data:`MAX_HOP_S`; a state shape with
-                a non-positive dimension; a waveform input/output (``kind`` ``"audio"``) whose ``frames_per_hop``
+                a non-positive dimension; states of more than :data:`MAX_STATE_BYTES_PER_STREAM` per stream; a
+                waveform input/output (``kind`` ``"audio"``) whose ``frames_per_hop``
                 is not ``hop_samples`` ("the contract contradicts the graph").
         """
         bad = None
@@ -401,6 +402,9 @@ class StreamContract:
                     break
         if bad:
             raise ArtifactError(f"{where} has invalid cosyedge metadata: {bad}")
+        check_state_bytes([(s.input, s.shape, s.dtype) for s in self.states], f"{where} has invalid cosyedge metadata",
+                          fix="a state this large is an edited or corrupt contract; re-run 'cosyedge streamify' or "
+                              "'cosyedge adopt'")
         for io in list(self.inputs) + list(self.outputs):
             if io.kind == "audio" and io.frames_per_hop != self.hop_samples:
                 raise ArtifactError(
@@ -514,6 +518,53 @@ class StreamContract:
 MAX_HOP_S = 10.0
 """float: the longest hop a contract may declare (seconds at its sample rate): a hop is one chunk, allocated
 whole (an edited ``cosyedge.hop_samples`` of 1e12 asked numpy for 3.64 TiB)."""
+
+MAX_STATE_BYTES_PER_STREAM = 256 << 20
+"""int: the most state one stream may carry between chunks, bytes (256 MiB: every state at batch 1 together; the
+largest model cosyedge streams carries well under 1 MiB, a long attention cache some MiB). A contract, a graph or a
+``--state NAME=SHAPE`` that declares more is refused before anything is allocated (a 2^40-sample state asked numpy
+for 4 TiB); :func:`check_state_bytes`."""
+
+
+def _mib(nbytes: int) -> str:
+    return f"{nbytes / (1 << 20):.4g} MiB" if nbytes < 1 << 40 else f"{nbytes / (1 << 40):.4g} TiB"
+
+
+def state_nbytes(shape: list, dtype: str = "float32") -> int:
+    """Bytes of one stream's state of ``shape`` (``"N"`` and any other non-integer size count as 1) and numpy dtype
+    name ``dtype`` (unknown names count as float32), computed without allocating anything (int)."""
+    import math
+
+    dims = [int(d) if isinstance(d, (int, np.integer)) and not isinstance(d, bool) and d > 0 else 1 for d in shape]
+    return math.prod(dims) * np.dtype(_NP_DTYPES.get(str(dtype), np.float32)).itemsize
+
+
+def check_state_bytes(states: list[tuple[str, list, str]], where: str, error: type = ArtifactError,
+                      fix: str = "") -> int:
+    """Refuse states that carry more than :data:`MAX_STATE_BYTES_PER_STREAM` per stream, before any allocation.
+
+    Args:
+        states (list[tuple[str, list, str]]): (name, shape, numpy dtype name) of each state; the shape at batch 1
+            or with ``"N"`` for the batch axis (taken as 1); any other non-integer size counts as 1.
+        where (str): The model, as the message names it.
+        error (type): The error class to raise: :class:`ArtifactError` (exit 3) for a file's shapes,
+            :class:`UsageError` (exit 2) for shapes the user gave.
+        fix (str): What to do, appended to the message (e.g. ``"give --state cache=SHAPE"``).
+    Returns:
+        int: bytes per stream (the sum over ``states``).
+    Raises:
+        ArtifactError | UsageError: one line naming the largest state, its shape and size, and the bound.
+    """
+    sizes = [(state_nbytes(shape, dtype), name, shape, dtype) for name, shape, dtype in states]
+    total = sum(n for n, *_ in sizes)
+    if total > MAX_STATE_BYTES_PER_STREAM:
+        n, name, shape, dtype = max(sizes, key=lambda t: t[0])
+        raise error(f"{where}: state '{name}' {list(shape)} {dtype} is {_mib(n)} per stream"
+                    f"{f' ({_mib(total)} with the other states)' if _mib(total) != _mib(n) else ''}, more than the "
+                    f"{_mib(MAX_STATE_BYTES_PER_STREAM)} of state a stream may carry (MAX_STATE_BYTES_PER_STREAM)"
+                    f"{': ' + fix if fix else ''}")
+    return total
+
 
 MAX_CHUNK_MS = 10_000.0
 """float: longest chunk accepted by :meth:`StreamContract.chunk_samples`, ms (a chunk is buffered whole; 10 s

@@ -24,8 +24,9 @@ def _name_values(values: tuple[str, ...], option: str, cast, example: str) -> di
             if not sep or not name:
                 raise ValueError
             out[name] = cast(value)
-        except ValueError:
-            raise UsageError(f"{option} takes NAME=VALUE (e.g. {example}), got '{v}'") from None
+        except ValueError as err:
+            why = f": {err}" if sep and name and " " in str(err) and "invalid literal" not in str(err) else ""
+            raise UsageError(f"{option} takes NAME=VALUE (e.g. {example}), got '{v}'{why}") from None
     return out
 
 
@@ -35,7 +36,8 @@ def _name_values(values: tuple[str, ...], option: str, cast, example: str) -> di
 @click.option("-o", "--output", "out_onnx", type=_PATH, required=True, help="Stream ONNX to write.")
 @click.option("--state", "states", multiple=True, metavar="IN=OUT|NAME=SHAPE",
               help="A state pair: input name = output name (repeatable), or a state input's shape where the graph "
-                   "does not tell it (e.g. state=2x1x128). Pairs not given are found from the names (x_in/x_out, "
+                   "does not tell it, at batch 1, N marking the batch axis (e.g. state=2x1x128, h=1xNx32). "
+                   "Pairs not given are found from the names (x_in/x_out, "
                    "cache/new_cache, state/stateN, h/hn, a state-named input whose output has its shape) or metadata.")
 @click.option("--sample-rate-hz", type=click.IntRange(min=1), required=True, help="Sample rate of the model.")
 @click.option("--hop-samples", type=click.IntRange(min=1), required=True,

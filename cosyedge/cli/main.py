@@ -16,7 +16,7 @@ import sys
 import click
 
 from cosyedge import __version__
-from cosyedge.errors import CosyEdgeError
+from cosyedge.errors import CosyEdgeError, first_line
 
 # command name -> (module, attribute); modules are imported only when the command runs or --help lists it.
 COMMANDS = {
@@ -55,9 +55,9 @@ def cli():
     Pipeline: export -> streamify (or adopt, for a graph that already streams) -> build -> run. Run 'cosyedge COMMAND --help' for details.
 
     Errors are one '[!] ...' line on stderr. Exit codes: 1 accuracy regression (compare, check); 2 bad
-    arguments or bad samples; 3 missing, corrupt, empty or stale file; 4 missing optional dependency or
-    device; 5 a stream graph that fails its proof or a build that fails its accuracy scan; 130 Ctrl-C,
-    143 SIGTERM (half-written output removed, earlier files kept). Add -v or -q after the command for
+    arguments or bad samples; 3 missing, corrupt, empty or stale file (or out of memory); 4 missing optional
+    dependency or device; 5 a stream graph that fails its proof or a build that fails its accuracy scan; 130
+    Ctrl-C, 143 SIGTERM (half-written output removed, earlier files kept). Add -v or -q after the command for
     debug or warnings-only logs. Examples: scripts/examples/.
     """
 
@@ -133,6 +133,15 @@ def _output_error(err: OSError) -> str | None:
     return f"cannot write {'standard output' if stdout else 'output'}: {err.strerror or err}"
 
 
+def _memory_error(err: MemoryError) -> str:
+    """The one-line message (str, without ``[!]``) for a ``MemoryError`` (numpy's ``ArrayMemoryError`` names the
+    size and shape it could not allocate): sizes come from files and arguments (a state, chunk or model larger than
+    this machine's memory), so it is exit 3, not a traceback."""
+    what = first_line(err, with_type=False)
+    return (f"out of memory{': ' + what if what else ''} (a model, state or chunk larger than this machine's memory: "
+            f"check the file's shapes and the chunk length)")
+
+
 _NoArgsIsHelp = getattr(click.exceptions, "NoArgsIsHelpError", ())
 """click >= 8.2 raises it for a bare ``cosyedge`` (older click prints the help and exits 0 itself)."""
 
@@ -172,6 +181,9 @@ def main(argv: list[str] | None = None) -> int:
         return err.exit_code
     except click.exceptions.Exit as err:
         return err.exit_code
+    except MemoryError as err:  # numpy's ArrayMemoryError too: a size read from a file or argument, not a bug here
+        click.echo(f"[!] {_memory_error(err)}", err=True)
+        return 3
     except Exception as err:
         line = (_path_error(err) or _output_error(err)) if isinstance(err, OSError) else None
         if line is not None:  # a bad path, a full disk or closed pipe on stdout: one line, exit 3

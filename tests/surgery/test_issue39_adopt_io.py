@@ -452,7 +452,8 @@ def test_a_state_shape_the_graph_does_not_tell_is_asked_for_or_said_to_be_guesse
     rc, err, out = run(_mat_state(tmp_path / "h.onnx", [1, "H"]))
     line = one_error_line(err)
     assert rc == 2 and "(declared [1, 'H'] with unknown sizes; running it as [1, 1] fails" in line
-    assert line.endswith("--state mem=SHAPE (e.g. --state mem=1xH)") and "mem=1x1" not in line
+    # the example is a form --state takes (H is no size: a placeholder alone was refused as an output name)
+    assert line.endswith("--state mem=SHAPE (1xH with a number for H, e.g. --state mem=1x64)") and "mem=1x1" not in line
     rc, err, out = run(_sum_state(tmp_path / "s2.onnx", ["A", "B"]))
     assert rc == 0 and out.exists(), err
     assert "state 'mem' has a shape the graph does not tell (declared ['A', 'B']): guessed [1, 1], which runs; if " \
@@ -485,7 +486,8 @@ def test_state_and_const_arguments_are_checked_before_use(tmp_path, cli):
                                          "batch 1, e.g. mem=1x64), got a size of 0")
     got = line("--state", "mem=1xq")
     assert "state output ['1xq'] not among the outputs ['enhanced', 'mem_out']" in got
-    assert got.endswith("(if it is a shape: SHAPE is D1xD2x... of positive integers, e.g. 1x64)")
+    assert got.endswith("(if it is a shape: SHAPE is D1xD2x... of positive integers, N on the batch axis, e.g. 1x64 "
+                        "or Nx64; 'q' is no size)")
     assert "if it is a shape" not in line("--state", "mem=nope")
     assert line("--state", "mem=1x8", "--state", "mem=1x4") == ("--state mem=SHAPE is given twice (1x8 and 1x4): "
                                                               "give it once")

@@ -87,8 +87,14 @@ from cosyedge.log import LOG
 from cosyedge.surgery import io, proof
 from cosyedge.surgery.adopt import canon, feeds
 from cosyedge.surgery.adopt.batch import _batch_test, _dynamic_batch, brief
-from cosyedge.surgery.adopt.layout import inspect_inputs, output_tensors
-from cosyedge.surgery.adopt.pairs import AdoptedState, find_state_pairs, parse_state_pairs, split_state_args  # noqa: F401
+from cosyedge.surgery.adopt.layout import check_states_fit, inspect_inputs, output_tensors
+from cosyedge.surgery.adopt.pairs import (  # noqa: F401
+    AdoptedState,
+    _decl_shape,
+    find_state_pairs,
+    parse_state_pairs,
+    split_state_args,
+)
 from cosyedge.surgery.adopt.streams import scan_over_streams
 from cosyedge.surgery.adopt.wrap import _rename_and_wrap
 
@@ -143,9 +149,13 @@ class AdoptedOnnxFromOnnx(Stage):
         UsageError: ambiguous / missing / unknown state pairs, pairs with different shapes or dtypes, an input
             left unexplained (not a state, audio or features: give --const), a features input or output whose
             time axis cannot be told, a state shape the graph does not tell (give --state NAME=SHAPE), a state
-            that carries nothing, outputs that do not depend on state, bad options.
-        ArtifactError: the file is missing or corrupt, ONNX Runtime cannot run it (or on zero state), the
-            output is not writable.
+            that carries nothing, outputs that do not depend on state (a given pair that holds the audio output is
+            named), bad options: a sample rate, hop or delay outside streamify's bounds
+            (:func:`cosyedge.surgery.streamify.check_numbers`), a ``--const`` value the input's dtype cannot hold
+            exactly, a ``--time-axis`` outside the tensor's axes, a ``--state NAME=SHAPE`` that does not run or
+            whose states exceed :data:`cosyedge.artifacts.contract.MAX_STATE_BYTES_PER_STREAM` per stream.
+        ArtifactError: the file is missing or corrupt, ONNX Runtime cannot run it (or on zero state), its states
+            (declared, or as run) exceed ``MAX_STATE_BYTES_PER_STREAM`` per stream, the output is not writable.
         AccuracyError: the adopted graph differs from the original state loop (or ``check`` refuses).
     """
 
@@ -172,6 +182,7 @@ class AdoptedOnnxFromOnnx(Stage):
                            ("delay_samples", self.delay_samples, 0)):
             if v is None or int(v) < lo:
                 raise UsageError(f"{key} must be an integer >= {lo}, got {v} (CLI: --{key.replace('_', '-')} N)")
+        _check_numbers(self.sample_rate_hz, self.hop_samples, self.delay_samples, self.frame_samples)
         src = resolve_artifact(self.onnx_in)
         check_not_input(src, self.out)
         model = load_onnx(src)
@@ -211,6 +222,7 @@ def adopt_model(model: Any, *, where: str = "model", state_pairs: Any = None, sa
     Raises:
         UsageError, ArtifactError, AccuracyError: see :class:`AdoptedOnnxFromOnnx`.
     """
+    _check_numbers(sample_rate_hz, hop_samples, delay_samples, frame_samples)
     hop = int(hop_samples)
     taken = [t for t in [i.name for i in model.graph.input] + [o.name for o in model.graph.output]
              if t.startswith(("state_in.", "state_out."))]
@@ -242,12 +254,16 @@ def adopt_model(model: Any, *, where: str = "model", state_pairs: Any = None, sa
         s.dtype = _ORT_TO_NP.get(ort_in[s.input].type, "float32")
         s.shape = tuple(1 if not isinstance(d, int) or d <= 0 else d for d in s.shape)
     feed1 = feeds.speech_feed(g.ins, sample_rate_hz, 1, proof_inputs)
-    first = _run_once(ref_sess, g, feed1, states, g.outs + [s.output for s in states], unknown, where, declared)
+    graph_decl = {i.name: _decl_shape(i) if i.name in ranked else None for i in model.graph.input}
+    mine = {s.input: graph_decl[s.input] for s in states if s.input in state_shapes}
+    first = _run_once(ref_sess, g, feed1, states, g.outs + [s.output for s in states], unknown, where, declared, mine,
+                      batch_sym)
     for s in states:  # a state whose size the graph does not declare: the size its output has when run
         if tuple(first[s.output].shape) != tuple(s.shape) and s.input in unknown:
             s.shape = tuple(first[s.output].shape)
+            check_states_fit(states, set(), where, "gives when run")
             first = _run_once(ref_sess, g, feed1, states, g.outs + [s.output for s in states], unknown, where,
-                              declared)
+                              declared, mine, batch_sym)
     for s in states:  # a scalar recurrent state is implausible: a rank-0 guess is asked for, not adopted
         if s.input in unknown and declared[s.input] is None and not s.shape and s.kind != "context":
             raise UsageError(f"{where}: the shape of state '{s.input}' cannot be told from the graph (of unknown "
@@ -339,8 +355,16 @@ def adopt_model(model: Any, *, where: str = "model", state_pairs: Any = None, sa
                          delay_samples=delay_samples, name=name)
     contract.write_to_onnx(adopted)
     adopted = io.finalize_model(adopted, where=where)
-    contract.proof = feeds.prove(adopted, contract, g.ins, g.outs, [(s.input, s.output) for s in states], ref, feed,
-                                 atol, where)
+    try:
+        contract.proof = feeds.prove(adopted, contract, g.ins, g.outs, [(s.input, s.output) for s in states], ref,
+                                     feed, atol, where)
+    except UsageError as err:  # no state dependence: a pair the user gave may hold the audio output instead
+        head, fix = _misplaced_pairs(model, given, g)
+        if not head:
+            raise
+        detail = str(err).removeprefix(f"{where}: ").removesuffix("; nothing written").removesuffix(
+            ": this graph is not a streaming model")
+        raise UsageError(f"{where}: {head} (fed back as the state, {detail}): {fix}; nothing written") from None
     if check is not None:
         contract.proof.update(check(adopted, contract) or {})
     contract.write_to_onnx(adopted)
@@ -366,6 +390,61 @@ def adopt_model(model: Any, *, where: str = "model", state_pairs: Any = None, sa
     return adopted, contract
 
 
+def _misplaced_pairs(model: Any, given: list[tuple[str, str]], g: Any) -> tuple[str, str]:
+    """What is wrong with a state pair the user gave (``--state IN=OUT``) whose output is no state of it, for the
+    message of a proof that finds no state dependence; '' when no given pair looks so.
+
+    A given output is suspect when it is not named as the input's new state (``cache`` -> ``new_cache``...) and either
+    an output left to stream is (the pair took the audio output, the real state output streams instead), or it has
+    the audio input's declared shape (it is likely the audio output).
+
+    Args:
+        model (onnx.ModelProto): The canonical graph (declared shapes).
+        given (list[tuple[str, str]]): The pairs the user gave.
+        g (_Graph): What adopt found (``ins``, ``outs``: the streamed tensors).
+    Returns:
+        tuple[str, str]: what is wrong (``"--state cache=enhanced pairs state 'cache' with output 'enhanced', which is
+        no state of it"``) and why and the fix (``"'enhanced' ... is likely the audio output; ..."``); ('', '') when
+        no given pair looks wrong.
+    """
+    from cosyedge.surgery.adopt.pairs import _name_candidates
+
+    decl = {v.name: _decl_shape(v) for v in list(model.graph.input) + list(model.graph.output)}
+    streamed = [t.name for t in g.outs]
+    audio = g.ins[0].name if g.ins and g.ins[0].kind == "audio" else None
+    for i, o in given:
+        names = _name_candidates(i)
+        if o in names:
+            continue
+        conv = next((c for c in names if c in streamed), None)
+        like_audio = audio is not None and decl.get(o) and decl.get(o) == decl.get(audio)
+        if not conv and not like_audio:
+            continue
+        why = []
+        if like_audio:
+            why.append(f"'{o}' {decl[o]} has the shape of the audio input '{audio}', so it is likely the audio output")
+        why.append(f"'{conv}' is named as {i}'s new state: give --state {i}={conv} (or leave the pair out: it is "
+                   f"found by its name)" if conv else
+                   f"give --state {i}=OUT with the output that holds {i}'s new state")
+        return f"--state {i}={o} pairs state '{i}' with output '{o}', which is no state of it", "; ".join(why)
+    return "", ""
+
+
+def _check_numbers(sample_rate_hz: Any, hop_samples: Any, delay_samples: Any, frame_samples: Any) -> None:
+    """The bounds streamify puts on its numbers, up front (:func:`cosyedge.surgery.streamify.check_numbers`: what
+    ``run`` and ``build`` accept of a contract, so nothing is written that they then refuse), and a frame of at most
+    :data:`cosyedge.artifacts.contract.MAX_HOP_S` (its context is a state). Raises UsageError (exit 2)."""
+    from cosyedge.artifacts.contract import MAX_HOP_S
+    from cosyedge.surgery.streamify import check_numbers
+
+    check_numbers(sample_rate_hz=sample_rate_hz, hop_samples=hop_samples, delay_samples=delay_samples)
+    most = int(MAX_HOP_S * sample_rate_hz)
+    if frame_samples is not None and (not isinstance(frame_samples, (int, np.integer))
+                                      or not 1 <= frame_samples <= most):
+        raise UsageError(f"frame_samples (--frame-samples) {frame_samples} must be an integer in 1..{most} samples "
+                         f"({MAX_HOP_S:g} s at {sample_rate_hz} Hz)")
+
+
 def _session(model: Any, where: str, unfixed: Any = None, consts: dict | None = None) -> Any:
     """ONNX Runtime session of ``model``. When it fails to load and ``unfixed`` (the graph before ``consts`` were
     fixed) loads, the const values are named as the likely cause (UsageError, exit 2); else ArtifactError."""
@@ -387,29 +466,105 @@ def _session(model: Any, where: str, unfixed: Any = None, consts: dict | None = 
 
 
 def _run_once(sess: Any, g: Any, feed: dict, states: list[AdoptedState], outputs: list[str], unknown: set,
-              where: str, declared: dict | None = None) -> dict[str, np.ndarray]:
-    """One call of the graph on ``feed`` from the initial states; outputs by name. A failure while some state's
-    shape is a guess (``unknown``: its rank or a size the graph does not declare; ``declared``: its declared
-    shape by input name, None for an unknown rank) asks for that shape (``--state NAME=SHAPE``)."""
+              where: str, declared: dict | None = None, given: dict | None = None,
+              batch_sym: str | None = None) -> dict[str, np.ndarray]:
+    """One call of the graph on ``feed`` from the initial states; outputs by name.
+
+    A failure is blamed on the right shapes: a shape the user gave (``given``: the graph's declared shape by state
+    input, ``None`` for an unknown rank) that fails where the graph runs with that state at its declared sizes (1 for
+    a symbolic one) is named with the size the state's output then has (UsageError, exit 2); else a guessed shape
+    (``unknown``: its rank or a size the graph does not declare; ``declared``: its declared shape by input name, None
+    for an unknown rank) is asked for with ``--state NAME=SHAPE`` in a form adopt takes (N on the batch axis: the
+    declared symbol ``batch_sym`` or ``N``); a failure with shapes all given names them (exit 2); one with every shape
+    told by the graph is the file's (ArtifactError, exit 3).
+    """
     feeds_ = {**feed, **{s.input: np.full(s.shape, s.init, dtype=s.dtype) for s in states}}
     names = [o.name for o in sess.get_outputs()]
     try:
         return dict(zip(names, sess.run(None, feeds_)))
     except Exception as err:
-        guess = [s for s in states if s.input in unknown]
+        msg = first_line(err)[:160]
+        mine = [s for s in states if s.input in (given or {})]
+        if mine:  # the user's shapes: does the graph run with them at its declared sizes?
+            tried = {s.input: tuple(1 if not isinstance(d, int) or d <= 0 else d for d in given[s.input])
+                     for s in mine if given[s.input] is not None}
+            got = None
+            if tried:
+                retry = {**feeds_, **{s.input: np.full(tried[s.input], s.init, dtype=s.dtype) for s in mine
+                                      if s.input in tried}}
+                try:
+                    got = dict(zip(names, sess.run(None, retry)))
+                except Exception:  # noqa: BLE001 - it fails either way: named below with every shape in play
+                    got = None
+            if got is not None:
+                bad = [s for s in mine if s.input in tried and s.output in got
+                       and tuple(got[s.output].shape) != tuple(s.shape)] or [s for s in mine if s.input in tried]
+                s = bad[0]
+                want = "x".join(map(str, got[s.output].shape)) if s.output in got else None
+                fix = (f"give --state {s.input}={want}, the shape its output '{s.output}' has when run" if want else
+                       f"check --state {s.input}=SHAPE")
+                raise UsageError(f"{where}: --state {s.input}={'x'.join(map(str, s.shape))} does not run ({msg}), "
+                                 f"but the graph runs with '{s.input}' at its declared sizes {given[s.input]}: "
+                                 f"{fix}") from None
+        guess = [s for s in states if s.input in unknown and s.input not in (given or {})]
+        told = ", ".join(f"--state {s.input}={'x'.join(map(str, s.shape))}" for s in mine)
+        if guess and mine:  # either may be wrong: the user's shapes first, then the guess
+            s = guess[0]
+            decl = (declared or {}).get(s.input, list(s.shape))
+            how = "does not declare its rank" if decl is None else f"declares {decl}"
+            theirs = ", ".join(f"{m.input} {given[m.input]}" for m in mine)
+            raise UsageError(f"{where}: running one hop with {told} (given) and state '{s.input}' as {list(s.shape)} "
+                             f"(guessed: the graph {how}) fails ({msg[:120]}): check the shape"
+                             f"{'s' if len(mine) > 1 else ''} given (the graph declares {theirs}), and give "
+                             f"'{s.input}' with --state {s.input}=SHAPE if the guess is wrong "
+                             f"({state_shape_example(s.input, decl, batch_sym)})") from None
         if guess:
             s = guess[0]
             decl = (declared or {}).get(s.input, list(s.shape))
-            told = ("of unknown rank" if decl is None else
-                    f"declared {decl} with unknown sizes")
-            # a placeholder, never the guess that just failed: 1xH for [1, 'H'], SHAPE for an unknown rank
-            example = ("all its sizes at batch 1, e.g. 1x64" if decl is None else f"e.g. --state {s.input}=" + "x".join(
-                str(d) if isinstance(d, int) and d > 0 else (d if isinstance(d, str) and d != "?" else f"D{k}")
-                for k, d in enumerate(decl)))
-            raise UsageError(f"{where}: the shape of state '{s.input}' cannot be told from the graph ({told}; "
-                             f"running it as {list(s.shape)} fails: {first_line(err)[:120]}): give it with "
-                             f"--state {s.input}=SHAPE ({example})") from None
+            how = ("of unknown rank" if decl is None else f"declared {decl} with unknown sizes")
+            raise UsageError(f"{where}: the shape of state '{s.input}' cannot be told from the graph ({how}; "
+                             f"running it as {list(s.shape)} fails: {first_line(err)[:120]}): give it with --state "
+                             f"{s.input}=SHAPE ({state_shape_example(s.input, decl, batch_sym)})") from None
+        if mine:
+            raise UsageError(f"{where}: running one hop with {told} fails ({msg}): check the shape"
+                             f"{'s' if len(mine) > 1 else ''} given (the graph declares "
+                             f"{', '.join(f'{s.input} {given[s.input]}' for s in mine)})") from None
         raise ArtifactError(f"ONNX Runtime fails on one hop of {where} ({first_line(err)})") from None
+
+
+def state_shape_example(name: str, decl: list | None, batch_sym: str | None = None) -> str:
+    """The example of ``--state NAME=SHAPE`` a message gives for a state whose shape the graph does not tell: a form
+    :func:`split_state_args` takes (digits, ``N`` on the batch axis), never a placeholder alone.
+
+    Args:
+        name (str): The state input.
+        decl (list | None): Its declared shape (ints fixed, strings symbolic), None for an unknown rank.
+        batch_sym (str | None): The streamed input's symbolic batch name (its axis is written ``N``); else a symbol
+            named ``N`` is the batch.
+    Returns:
+        str: e.g. ``"e.g. --state h=1xNx32"``, ``"Nx1xL with a number for L, N on the batch axis, e.g. --state
+        cache=Nx1x64"``, or ``"all its sizes at batch 1, e.g. 1x64"`` for an unknown rank.
+    """
+    if decl is None:
+        return "all its sizes at batch 1, e.g. 1x64"
+    batch = batch_sym if batch_sym and batch_sym in decl else "N"
+    dims, holes, nax = [], [], None
+    for k, d in enumerate(decl):
+        if isinstance(d, int) and d > 0:
+            dims.append(str(d))
+        elif d == batch and nax is None:
+            dims.append("N")
+            nax = k
+        else:
+            hole = d if isinstance(d, str) and d.isalpha() and d not in ("N", "x") and d not in holes else f"D{k}"
+            holes.append(hole)
+            dims.append(hole)
+    form = "x".join(dims)
+    if not holes:
+        return f"e.g. --state {name}={form}"
+    example = "x".join("64" if d in holes else d for d in dims)
+    return (f"{form} with {'a number' if len(holes) == 1 else 'numbers'} for {', '.join(holes)}"
+            f"{', N on the batch axis' if nax is not None else ''}, e.g. --state {name}={example}")
 
 
 def _contract(g: Any, states: list[AdoptedState], *, dynamic: bool, sample_rate_hz: int, hop: int,

@@ -94,12 +94,57 @@ def _set_dims(vi: Any, dims: list) -> None:
 
 
 def parse_const(text: str) -> float:
-    """A ``--const`` value: a number (int or float), e.g. ``16000`` or ``0.5``.
+    """A ``--const`` value: a number (int or float), e.g. ``16000`` or ``0.5``; ``nan``, ``inf``, ``-inf`` as written.
 
     Raises:
-        ValueError: not a number.
+        ValueError: not a number, or one beyond the float range (``1e400``, which float() turns into inf).
     """
-    return float(text) if any(c in text for c in ".eE") or text.lower() in ("nan", "inf", "-inf") else int(text)
+    value = float(text) if any(c in text for c in ".eE") or text.lower() in ("nan", "inf", "-inf") else int(text)
+    if isinstance(value, float) and np.isinf(value) and text.lower().lstrip("+-") != "inf":
+        raise ValueError(f"{text} is beyond the float range")
+    return value
+
+
+def check_const(name: str, value: object, dtype: object, where: str) -> object:
+    """``value`` as ``dtype`` holds it exactly, else one line: an integer input takes a whole number within its dtype's
+    range (``sr=16000.7`` is not silently 16000, nor ``sr=1e20`` an overflow), a bool input 0 or 1, a float input a
+    number within its dtype's range (65504 for float16) or nan/inf as written.
+
+    Args:
+        name (str): The input.
+        value (int | float | bool): The value given.
+        dtype (numpy.dtype): The input's dtype in the graph.
+        where (str): Name for messages.
+    Returns:
+        int | float | bool: the value to fill the input with.
+    Raises:
+        UsageError: a value the dtype cannot hold (exit 2).
+    """
+    from cosyedge.errors import UsageError
+
+    dt = np.dtype(dtype)
+    fix = f"--const {name}={value}: input '{name}' is {dt.name}"
+    if isinstance(value, (bool, np.bool_)):
+        value = int(value)
+    if not isinstance(value, (int, float, np.integer, np.floating)):
+        raise UsageError(f"{where}: {fix}, the value is not a number ({type(value).__name__})")
+    if dt.kind in "iub":
+        if isinstance(value, (float, np.floating)) and not (np.isfinite(value) and float(value).is_integer()):
+            cut = f"{value} would be cut to {int(value)}" if np.isfinite(value) else f"{value} is no whole number"
+            raise UsageError(f"{where}: {fix}, which takes whole numbers only ({cut}): give a whole number")
+        v = int(value)
+        lo, hi = (0, 1) if dt.kind == "b" else (int(np.iinfo(dt).min), int(np.iinfo(dt).max))
+        if not lo <= v <= hi:
+            raise UsageError(f"{where}: {fix}, which holds {lo}..{hi}: the value is out of its range")
+        return bool(v) if dt.kind == "b" else v
+    if dt.kind == "f":
+        v = float(value)
+        if np.isfinite(v) and abs(v) > float(np.finfo(dt).max):
+            raise UsageError(f"{where}: {fix}, which holds at most {float(np.finfo(dt).max):g} in magnitude: the value "
+                             f"would become inf")
+        return v
+    raise UsageError(f"{where}: --const {name}: input '{name}' is {dt.name}; only number inputs (int, float, bool) can "
+                     f"be fixed with --const")
 
 
 def fix_consts(model: Any, consts: dict, where: str) -> Any:
@@ -113,8 +158,8 @@ def fix_consts(model: Any, consts: dict, where: str) -> Any:
     Returns:
         onnx.ModelProto: the copy (``model`` when ``consts`` is empty).
     Raises:
-        UsageError: a name that is not an input, or an input whose shape is not fixed (a tensor with a symbolic
-            size cannot be made a constant).
+        UsageError: a name that is not an input, an input whose shape is not fixed (a tensor with a symbolic
+            size cannot be made a constant), a value its dtype cannot hold exactly (:func:`check_const`).
     """
     from onnx import helper, numpy_helper
 
@@ -132,6 +177,7 @@ def fix_consts(model: Any, consts: dict, where: str) -> Any:
             raise UsageError(f"{where}: --const {name}: the input has shape {shape}, not a fixed one; only inputs of a "
                              f"fixed shape (a scalar such as sr) can be constants")
         dtype = helper.tensor_dtype_to_np_dtype(ins[name].type.tensor_type.elem_type)
+        value = check_const(name, value, dtype, where)
         m.graph.initializer.append(numpy_helper.from_array(np.full(shape, value, dtype=dtype), name))
         m.graph.input.remove(ins[name])
     if m.ir_version < 4:

@@ -47,6 +47,34 @@ def _np_dtype(elem: int) -> str:
     return str(np.dtype(helper.tensor_dtype_to_np_dtype(elem)))
 
 
+def given_time_axis(name: str, axis: int, shape: list, what: str, where: str) -> int:
+    """The time axis ``--time-axis NAME=AXIS`` gives, checked against the tensor's rank (axis 0 is the batch).
+
+    Args:
+        name (str): The input or output.
+        axis (int): The axis given: 1..rank-1, or -(rank-1)..-1 counted from the end.
+        shape (list): Its shape (declared for an input, as run for an output), e.g. ``['N', 1, 160]``.
+        what (str): ``"input"`` or ``"output"``, for the message.
+        where (str): Name for messages.
+    Returns:
+        int: the axis, 1..rank-1.
+    Raises:
+        UsageError: an axis outside the tensor's axes or the batch axis, or a tensor of rank below 2 (no axis besides
+            the batch to pick, exit 2).
+    """
+    rank = len(shape)
+    ax = int(axis)
+    if rank < 2:
+        fix = ("drop --time-axis for it: it streams as one value per call" if what == "output" else
+               f"fix its value with --const {name}=VALUE or pair it with --state {name}=OUT if it is no stream")
+        raise UsageError(f"{where}: --time-axis {name}={ax}: {what} '{name}' {shape} has no time axis to pick (rank "
+                         f"{rank}: {'its only axis is the batch' if rank == 1 else 'a scalar'}): {fix}")
+    if not (1 <= ax < rank or -rank < ax <= -1):
+        raise UsageError(f"{where}: --time-axis {name}={ax}: {what} '{name}' {shape} has {rank} axes; its time axis is "
+                         f"one of axes 1..{rank - 1} (axis 0 is the batch)")
+    return ax % rank
+
+
 def inspect_inputs(model: Any, pairs: list[tuple[str, str]], hop: int, *, frame_samples: int | None,
                    time_axes: dict, batch_axes: dict, init: dict, kinds: dict, state_shapes: dict,
                    where: str) -> tuple[Any, list, _Graph]:
@@ -66,7 +94,7 @@ def inspect_inputs(model: Any, pairs: list[tuple[str, str]], hop: int, *, frame_
         state), the pairs (with the context pair) and what was found (``outs`` empty: filled after running).
     Raises:
         UsageError: unknown or repeated names, an input left unexplained, a features input without a time axis or
-            with a fixed batch above 1,
+            with a fixed batch above 1, a ``--time-axis`` outside the input's axes (:func:`given_time_axis`),
             a block shorter than the hop, state pairs of different shapes or dtypes.
     """
     ins = {i.name: i for i in model.graph.input}
@@ -90,6 +118,8 @@ def inspect_inputs(model: Any, pairs: list[tuple[str, str]], hop: int, *, frame_
         if name not in ins and name not in outs:
             raise UsageError(f"{where}: --time-axis {name}=...: no input or output of the graph is named so "
                              f"(inputs {list(ins)}, outputs {list(outs)})")
+        if name in ins and ins[name].type.tensor_type.HasField("shape"):  # before the input is read any other way
+            given_time_axis(name, time_axes[name], _decl_shape(ins[name]), "input", where)
     paired = {p[0] for p in pairs}
     rest_in = [n for n in ins if n not in paired]
     rest_out = [n for n in outs if n not in {p[1] for p in pairs}]
@@ -158,7 +188,7 @@ def inspect_inputs(model: Any, pairs: list[tuple[str, str]], hop: int, *, frame_
                 raise UsageError(f"{where}: features input '{n}' has a fixed batch of {shape[0]} ({shape}): export it "
                                  f"with batch 1 or a dynamic batch (adopt runs and proves it one stream at a time)")
             if n in time_axes:
-                ta = int(time_axes[n]) % max(1, len(shape))
+                ta = given_time_axis(n, time_axes[n], shape, "input", where)
             else:
                 cands = canon.time_axis_candidates(shape)
                 if len(cands) != 1 or len(shape) < 2:
@@ -182,9 +212,17 @@ def inspect_inputs(model: Any, pairs: list[tuple[str, str]], hop: int, *, frame_
                              f"output feeds the next chunk's input: dtypes must be equal)")
         if i in state_shapes:
             given = list(state_shapes[i])
-            if si and (len(si) != len(given) or any(isinstance(a, int) and a != b for a, b in zip(si, given))):
-                raise UsageError(f"{where}: --state {i}={'x'.join(map(str, given))} contradicts the graph's shape {si}")
-            si = given
+            text = "x".join(map(str, given))
+            if si and (len(si) != len(given) or any(isinstance(a, int) and a != (1 if b == "N" else b)
+                                                    for a, b in zip(si, given))):
+                raise UsageError(f"{where}: --state {i}={text} contradicts the graph's shape {si}")
+            if "N" in given:  # N marks the batch axis (size 1 at batch 1)
+                nax = given.index("N")
+                if i in batch_axes and int(batch_axes[i]) % len(given) != nax:
+                    raise UsageError(f"{where}: --state {i}={text} puts the batch on axis {nax}, --batch-axis "
+                                     f"{i}={batch_axes[i]} on axis {int(batch_axes[i]) % len(given)}: give one")
+                batch_axes = {**batch_axes, i: nax}
+            si = [1 if d == "N" else d for d in given]
         fixed = len(si) == len(so) or not so
         fixed = fixed and all(a == b for a, b in zip(si, so) if isinstance(a, int) and isinstance(b, int))
         if not fixed:
@@ -201,7 +239,39 @@ def inspect_inputs(model: Any, pairs: list[tuple[str, str]], hop: int, *, frame_
             cands = sym[:1] or ([0] if 0 in ones else []) + [k for k in ones if k != 0] or [None]
         st = AdoptedState(i, o, tuple(si), _np_dtype(ei), cands[0], float(init.get(i, 0.0)), kinds.get(i, "recurrent"))
         states.append((st, cands))
+    given = set(state_shapes) | ({p[0] for p in pairs if kinds.get(p[0]) == "context"} if frame_samples else set())
+    check_states_fit([s for s, _c in states], given, where)
     return model, pairs, _Graph(streamed, rest_out, states, hop_fixed)
+
+
+def check_states_fit(states: list[AdoptedState], given: set, where: str, how: str = "declares") -> None:
+    """Refuse states that carry more than :data:`cosyedge.artifacts.contract.MAX_STATE_BYTES_PER_STREAM` per stream
+    (sizes the graph leaves symbolic count as 1), before any of them is allocated.
+
+    Args:
+        states (list[AdoptedState]): The states (shape at batch 1, dtype).
+        given (set[str]): State inputs whose shape the user gave (``--state NAME=SHAPE``, the context of
+            ``--frame-samples``): the largest state among them is a bad argument (UsageError, exit 2); else the
+            graph is to blame (ArtifactError, exit 3).
+        where (str): Name for messages.
+        how (str): How the graph gives the shapes (``"declares"``, ``"gives when run"``), for the message.
+    Raises:
+        UsageError | ArtifactError: see ``given``.
+    """
+    from cosyedge.artifacts.contract import MAX_STATE_BYTES_PER_STREAM, check_state_bytes, state_nbytes
+    from cosyedge.errors import ArtifactError
+
+    named = [(s.input, list(s.shape), s.dtype) for s in states]
+    sizes = {n: state_nbytes(shape, dt) for n, shape, dt in named}
+    if sum(sizes.values()) <= MAX_STATE_BYTES_PER_STREAM:
+        return
+    big = max(sizes, key=sizes.get)
+    if big in given:
+        check_state_bytes(named, where, UsageError, fix=f"give the state's true sizes at batch 1 (--state {big}=SHAPE)"
+                          if big in {s.input for s in states if s.kind != "context"} else
+                          "give a smaller --frame-samples")
+    check_state_bytes(named, where, ArtifactError, fix=f"the graph {how} state '{big}' this large; export it with "
+                                                       f"smaller states")
 
 
 def one_frame_of_features(name: str, shape: list, outs: dict[str, list], hop: int, where: str) -> bool:
@@ -264,7 +334,8 @@ def output_tensors(model_outs: dict, first: dict, second: dict | None, g: _Graph
         tuple[list[StreamTensor], dict[str, int]]: the outputs (after the per-call Reshape of
         :func:`canon.per_call_outputs_to_frames`) and the ranks of those given one value per call.
     Raises:
-        UsageError: an output whose time axis cannot be told.
+        UsageError: an output whose time axis cannot be told, or a ``--time-axis`` outside its axes
+            (:func:`given_time_axis`).
     """
     res, per_call = [], {}
     waveform = g.ins[0].kind == "audio"
@@ -272,7 +343,7 @@ def output_tensors(model_outs: dict, first: dict, second: dict | None, g: _Graph
         a = first[o]
         shape = list(a.shape)
         if o in time_axes:
-            ta = int(time_axes[o]) % max(1, a.ndim)
+            ta = given_time_axis(o, time_axes[o], shape, "output", where)
         elif a.ndim <= 2:
             per_call[o] = a.ndim
             shape = [shape[0] if shape else 1, shape[1] if a.ndim == 2 else 1, 1]

@@ -70,29 +70,35 @@ def parse_state_pairs(values: Any) -> list[tuple[str, str]]:
     return pairs
 
 
-_SHAPE = re.compile(r"^\d+(x\d+)*$")
+_SHAPE = re.compile(r"^(\d+|N)(x(\d+|N))*$")
+"""A ``--state NAME=SHAPE``: sizes at batch 1 joined by ``x``, ``N`` on the batch axis (``2x1x128``, ``1xNx32``)."""
 
 
-def split_state_args(values: Any) -> tuple[list[tuple[str, str]], dict[str, tuple[int, ...]]]:
+def split_state_args(values: Any) -> tuple[list[tuple[str, str]], dict[str, tuple]]:
     """Split ``--state`` values into pairs (``IN=OUT``) and shapes (``NAME=SHAPE``, e.g. ``state=2x1x128``: the
-    state input's shape at batch 1 where the graph does not tell it).
+    state input's shape at batch 1 where the graph does not tell it; ``N`` marks the batch axis, e.g. ``h=1xNx32``,
+    size 1 at batch 1; ``N`` alone is read as an output name).
 
     Args:
         values (Iterable[str | tuple[str, str]] | dict[str, str] | None): The values.
     Returns:
-        tuple[list[tuple[str, str]], dict[str, tuple[int, ...]]]: the pairs and the shapes by input name.
+        tuple[list[tuple[str, str]], dict[str, tuple]]: the pairs and the shapes by input name (ints, and the
+        string ``"N"`` on the batch axis where given).
     Raises:
-        UsageError: a string without ``=`` or with an empty side, a SHAPE with a size below 1 (e.g. 0x4), a
-            name given twice as a shape or in two pairs.
+        UsageError: a string without ``=`` or with an empty side, a SHAPE with a size below 1 (e.g. 0x4) or more
+            than one ``N``, a name given twice as a shape or in two pairs.
     """
     if not values or isinstance(values, dict):
         return parse_state_pairs(values), {}
     pairs, shapes = [], {}
     for v in values:
         name, _, right = v.partition("=") if isinstance(v, str) else ("", "", "")
-        if name and _SHAPE.match(right):
-            dims = tuple(int(d) for d in right.split("x"))
-            if min(dims) < 1:
+        if name and _SHAPE.match(right) and right != "N":
+            dims = tuple(d if d == "N" else int(d) for d in right.split("x"))
+            if dims.count("N") > 1:
+                raise UsageError(f"--state {v}: N marks the one batch axis of SHAPE, given {dims.count('N')} times "
+                                 f"(e.g. {name}=1xNx32)")
+            if any(d != "N" and d < 1 for d in dims):
                 raise UsageError(f"--state {v}: SHAPE is D1xD2x... of positive integers (all sizes at batch 1, "
                                  f"e.g. {name}=1x64), got a size of 0")
             if name in shapes:
@@ -111,10 +117,14 @@ def split_state_args(values: Any) -> tuple[list[tuple[str, str]], dict[str, tupl
 
 
 def shape_hint(right: str) -> str:
-    """A hint for a ``--state`` right side that looks like a malformed SHAPE (digits and 'x', e.g. ``1xq``),
-    else ''."""
-    return (" (if it is a shape: SHAPE is D1xD2x... of positive integers, e.g. 1x64)"
-            if re.match(r"^\d+x", right) else "")
+    """A hint for a ``--state`` right side that looks like a malformed SHAPE (digits, ``N`` and 'x', e.g. ``1xq``,
+    ``Nx1xL``: a placeholder left in), else ''."""
+    if not re.match(r"^(\d+|N)x", right):
+        return ""
+    bad = [t for t in right.split("x") if not (t.isdigit() or t == "N")]
+    which = ", ".join(repr(t) for t in bad) + (" is no size" if len(bad) == 1 else " are no sizes")
+    return (" (if it is a shape: SHAPE is D1xD2x... of positive integers, N on the batch axis, e.g. 1x64 or Nx64"
+            f"{'; ' + which if bad else ''})")
 
 
 def _name_candidates(name: str) -> list[str]:
