@@ -77,6 +77,7 @@ from cosyedge.artifacts import (
     StateSpec,
     StreamContract,
     StreamIO,
+    check_name,
     check_not_input,
     check_writable,
     load_onnx,
@@ -183,6 +184,10 @@ class AdoptedOnnxFromOnnx(Stage):
             if v is None or int(v) < lo:
                 raise UsageError(f"{key} must be an integer >= {lo}, got {v} (CLI: --{key.replace('_', '-')} N)")
         _check_numbers(self.sample_rate_hz, self.hop_samples, self.delay_samples, self.frame_samples)
+        from cosyedge.surgery.streamify import check_numbers
+
+        check_numbers(atol=self.atol)
+        check_name(self.name)
         src = resolve_artifact(self.onnx_in)
         check_not_input(src, self.out)
         model = load_onnx(src)
