@@ -122,6 +122,31 @@ class Pattern:
         raise ValueError(self.kind)
 
 
+def window_for_cache(original: Pattern, cache_frames: int) -> int:
+    """The longest ``--attention-window`` (frames, int) whose bound of ``original`` (an unlimited causal or chunked
+    pattern, :meth:`Pattern.bound`) keeps at most ``cache_frames`` frames of keys: ``cache + 1`` for causal (a window of
+    ``W`` caches ``W - 1``), whole chunks for chunked; 0 when none fits (or ``original`` is not unlimited)."""
+    cache_frames = int(cache_frames)
+    if original.kind == "causal":
+        return max(0, cache_frames + 1)
+    if original.kind == "chunked" and original.left == UNLIMITED and original.chunk > 0:
+        return (cache_frames // original.chunk) * original.chunk
+    return 0
+
+
+def window_for_reach(original: Pattern, frames: int) -> int:
+    """The longest ``--attention-window`` (frames, int) whose bound of ``original`` sees keys at most ``frames - 1``
+    frames away (a relative-position table that holds relative positions up to +-(frames - 1)): ``frames`` for causal
+    (a window of ``W`` reaches ``W - 1`` back), for chunked ``n`` left chunks reach ``(n + 1) C - 1`` back; 0 when none
+    fits."""
+    frames = int(frames)
+    if original.kind == "causal":
+        return max(0, frames) if original.ahead <= frames - 1 else 0
+    if original.kind == "chunked" and original.left == UNLIMITED and original.chunk > 0:
+        return max(0, frames // original.chunk - 1) * original.chunk
+    return 0
+
+
 def _rows(v: np.ndarray, i: int) -> str:
     idx = np.flatnonzero(v[i])
     if not idx.size:

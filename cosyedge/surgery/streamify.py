@@ -50,7 +50,7 @@ from cosyedge.artifacts import (
     resolve_artifact,
 )
 from cosyedge.errors import ArtifactError, UsageError
-from cosyedge.log import LOG
+from cosyedge.log import LOG, plural
 from cosyedge.surgery import io, ops  # noqa: F401  (ops registers graph functions)
 from cosyedge.surgery import proof
 from cosyedge.surgery.proof import ATOL
@@ -564,14 +564,7 @@ def prove_stream(full_model: Any, stream_model: Any, contract: StreamContract, s
                    contract.hop_samples)
         step = math.lcm(*chunks)
         ticks = step * -(-need // step)
-        if sg.walker.max_ticks and ticks > sg.walker.max_ticks[0]:  # an encoding table bounds the stream's length
-            limit, why = sg.walker.max_ticks
-            ticks = step * (limit // step)
-            if not ticks:
-                raise UsageError(f"{where}: {why} allows a stream of {limit} {proof.tick_unit(contract)}, fewer than "
-                                 f"the proof's chunks of {step}: the model cannot stream a chunk that long")
-            LOG.info("%s: the proof runs on %d %s, the longest stream %s allows", where, ticks,
-                     proof.tick_unit(contract), why)
+        ticks = _proof_ticks_within_tables(ticks, step, sg, contract, where)
         inputs = proof.proof_inputs(contract, ticks)
     else:
         ticks = next(iter(inputs.values())).shape[contract.stream_inputs[0].time_axis]
@@ -608,6 +601,52 @@ def prove_stream(full_model: Any, stream_model: Any, contract: StreamContract, s
     if sg.original_model is not None and sg.full_model is not sg.original_model:
         summary["attention_window"] = _window_deviation(sg, inputs, res.full, contract, where)
     return summary
+
+
+def _proof_ticks_within_tables(ticks: int, step: int, sg: StreamGraph, contract: StreamContract, where: str) -> int:
+    """The proof's length (input ticks, a multiple of ``step``) cut to what the model's tables allow, with one info line
+    naming the table when cut.
+
+    An encoding table of absolute positions bounds the stream itself (``walker.max_ticks``: a stream is never longer,
+    so the proof covers every length a stream runs at). A relative-position table bounds only the full-sequence graph
+    (``walker.full_max_ticks``): the stream runs on, so the proof must still see its caches filled and replaced once,
+    at least twice the longest context (``sg.rf_ticks``); a table too short for that is refused, naming it, its rows
+    and the longest ``--attention-window`` it allows.
+
+    Raises:
+        UsageError: a table shorter than the proof's chunks, or a relative-position table shorter than twice the
+            longest context (exit 2; nothing written).
+    """
+    unit = proof.tick_unit(contract)
+    limits = [(sg.walker.max_ticks[0], sg.walker.max_ticks[1], None)] if sg.walker.max_ticks else []
+    if sg.walker.full_max_ticks:
+        limits.append(sg.walker.full_max_ticks)
+    if not limits or ticks <= min(x[0] for x in limits):
+        return ticks
+    limit, why, frames = min(limits, key=lambda x: x[0])
+    cut = step * (limit // step)
+    if not cut:
+        raise UsageError(f"{where}: {why} allows a stream of {limit} {unit}, fewer than the proof's chunks of "
+                         f"{step}: the model cannot stream a chunk that long")
+    if frames is not None and cut < 2 * sg.rf_ticks:  # the stream outlives the table: its caches must turn over
+        from cosyedge.surgery.masks import window_for_cache
+
+        bounded = [x for x in sg.walker.attention_sites if x.original != x.pattern]
+        cache = math.floor(Fraction(limit, 2) * min(x.rate for x in bounded)) if bounded else 0
+        longest = min(window_for_cache(x.original, cache) for x in bounded) if bounded else 0
+        asked = {x.pattern.window if x.pattern.kind == "banded" else x.pattern.cache_frames for x in bounded}
+        fix = ((f"; the longest --attention-window it allows is {plural(longest, 'frame')} (asked: "
+                f"{'/'.join(map(str, sorted(asked)))}): give --attention-window {longest} or less" if longest else
+                "; no --attention-window fits it") if bounded else "")
+        raise UsageError(f"{where}: the proof streams at least twice the longest context ({2 * sg.rf_ticks} {unit}) "
+                         f"against the full-sequence graph, which runs on at most {limit} {unit}: {why} holds the "
+                         f"relative positions of {plural(frames, 'frame')} and no more{fix}; nothing written")
+    if frames is None:
+        LOG.info("%s: the proof runs on %d %s, the longest stream %s allows", where, cut, unit, why)
+    else:
+        LOG.info("%s: the proof runs on %d %s: the full-sequence graph runs no longer, %s holds the relative positions "
+                 "of %s (the stream has no such limit)", where, cut, unit, why, plural(frames, "frame"))
+    return cut
 
 
 def _check_lookahead(full_model: Any, inputs: dict, full: dict, contract: StreamContract, sg: StreamGraph,

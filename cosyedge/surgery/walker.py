@@ -105,6 +105,9 @@ class Walker:
         self.relative: dict[str, Any] = {}  # relative-position terms by tensor name (rules/relative.py)
         self.relative_nodes: set[str] = set()  # nodes of those terms the walk leaves alone
         self.max_ticks: tuple[int, str] | None = None  # (ticks, why): the longest stream positions can be counted for
+        # (ticks, why, frames): the longest input the full-sequence graph runs at where the stream itself has no such
+        # limit (a relative-position table of fixed rows): it bounds only the proof (streamify.prove_stream)
+        self.full_max_ticks: tuple[int, str, int] | None = None
         self.graph = graph
         self.facts = facts
         self.values, self.values2 = values
@@ -609,6 +612,13 @@ class Walker:
         """A stream may last at most ``ticks`` input ticks (an encoding table of that many rows); ``why`` names it."""
         if self.max_ticks is None or ticks < self.max_ticks[0]:
             self.max_ticks = (int(ticks), why)
+
+    def limit_full_ticks(self, ticks: int, why: str, frames: int) -> None:
+        """The full-sequence graph runs at most ``ticks`` input ticks (``frames`` frames at the attention's rate) though
+        the stream runs longer: a relative-position table of fixed rows (``why`` names it, with its rows). Only the
+        proof's input is bounded by it (:func:`cosyedge.surgery.streamify.prove_stream`)."""
+        if self.full_max_ticks is None or ticks < self.full_max_ticks[0]:
+            self.full_max_ticks = (int(ticks), why, int(frames))
 
     def require_stride(self, ticks: int, why: str) -> None:
         """Chunks must hold a multiple of ``ticks`` input ticks (a chunked attention's chunk); ``why`` names it."""
