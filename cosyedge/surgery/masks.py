@@ -122,6 +122,22 @@ class Pattern:
         raise ValueError(self.kind)
 
 
+def window_rounding(original: Pattern, window: int) -> str:
+    """What ``--attention-window window`` becomes on ``original`` when it is not exactly ``window`` frames (str, "" when
+    it is): a chunked attention keeps whole chunks of left context, ``max(1, window // C)`` of them, so the window is
+    rounded down to a multiple of the chunk, or up to one chunk. E.g. ``"attention window rounded up from 4 to 8
+    frames (a whole number of chunks of 8 frames, at least one: 1 left chunk)"``."""
+    if original.kind != "chunked" or original.left != UNLIMITED or original.chunk < 1:
+        return ""
+    got = original.bound(int(window))
+    frames = got.left * got.chunk
+    if frames == int(window):
+        return ""
+    way = "up" if frames > int(window) else "down"
+    return (f"attention window rounded {way} from {int(window)} to {frames} frames (a whole number of chunks of "
+            f"{original.chunk} frames, at least one: {got.left} left chunk{'s' * (got.left != 1)})")
+
+
 def window_for_cache(original: Pattern, cache_frames: int) -> int:
     """The longest ``--attention-window`` (frames, int) whose bound of ``original`` (an unlimited causal or chunked
     pattern, :meth:`Pattern.bound`) keeps at most ``cache_frames`` frames of keys: ``cache + 1`` for causal (a window of

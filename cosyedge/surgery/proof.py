@@ -258,7 +258,7 @@ class ProofResult:
 def prove(full_model: Any, stream_model: Any, contract: Any, inputs: dict[str, np.ndarray], chunks: list[int],
           out_facts: dict[str, tuple[int, Any, int]], all_facts: dict[str, tuple[int, Any, int]] | None = None,
           order: list[str] | None = None, producers: dict[str, str] | None = None,
-          atol: float = ATOL, where: str = "model") -> ProofResult:
+          atol: float = ATOL, where: str = "model", ran_at: tuple = ()) -> ProofResult:
     """Run both graphs and compare (module doc).
 
     Args:
@@ -273,6 +273,9 @@ def prove(full_model: Any, stream_model: Any, contract: Any, inputs: dict[str, n
         producers (dict[str, str] | None): "Op node 'name'" by tensor name (bisection).
         atol (float): Tolerance relative to the peak of each full output (:func:`tolerance`).
         where (str): Name (the source path) for messages.
+        ran_at (tuple[int, ...]): Lengths (input ticks) the full graph already ran at (streamify's probes): a failure
+            at a longer proof length is then not called a fixed time length (the export did not fix it; something
+            inside, a table of fixed rows, is shorter than the proof).
     Returns:
         ProofResult: the rows; ``first_bad`` names the first diverging tensor when not ok.
     Raises:
@@ -289,6 +292,13 @@ def prove(full_model: Any, stream_model: Any, contract: Any, inputs: dict[str, n
         full = dict(zip([o.name for o in full_model.graph.output], full_sess.run(None, inputs)))
     except Exception as err:
         fixed = fixed_length_error(full_model, err, where)
+        if fixed is not None and ran_at and ticks > max(ran_at):
+            raise UsageError(f"{where}: the full-sequence graph runs at {' and '.join(map(str, ran_at))} "
+                             f"{tick_unit(contract, short=True)} but not at the proof's {ticks} (8 x the longest "
+                             f"context; {getattr(fixed, 'what', 'a tensor of fixed length')}): a tensor of fixed "
+                             "length inside it, such as a table of positions, is shorter than that input; bound the "
+                             "context less (a smaller --attention-window) or give proof inputs; nothing "
+                             "written") from None
         if fixed is not None:
             raise fixed from None
         if "allocate" in str(err).lower():

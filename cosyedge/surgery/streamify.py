@@ -492,6 +492,22 @@ def _group_blockers(blockers: list[str]) -> list[str]:
     return out
 
 
+def _attention_lookahead(a: dict) -> str:
+    """What an attention's look-ahead costs the stream (str), from its contract entry (``Site.info``): chunked
+    attention at a hop of whole chunks sees up to ``C - 1`` frames ahead inside its chunk with no delay (the chunk
+    arrives whole); per-frame chunked attention waits for the end of its chunk; a band that looks ahead waits as
+    many frames."""
+    ahead, lead = int(a.get("lookahead_frames", 0)), int(a.get("per_frame_lead_frames", 0))
+    if not ahead:
+        return "no look-ahead"
+    if lead:
+        return f"a query waits up to {plural(lead, 'frame')} for the end of its chunk ({plural(lead, 'frame')} of delay)"
+    if str(a.get("pattern", "")).startswith("chunked"):
+        return (f"a query sees up to {plural(ahead, 'frame')} ahead inside its chunk, which a hop of whole chunks "
+                "brings at once (no delay across chunks)")
+    return f"a query sees {plural(ahead, 'frame')} ahead ({plural(ahead, 'frame')} of delay)"
+
+
 def _bytes_by_kind(contract: StreamContract) -> dict[str, int]:
     """Bytes of state per stream by state kind (dict[str, int], e.g. {"key": 4096, "value": 4096, "position": 8})."""
     out: dict[str, int] = {}
@@ -579,7 +595,7 @@ def prove_stream(full_model: Any, stream_model: Any, contract: StreamContract, s
             order.append(o)
             producers[o] = f"{node.op_type} node '{node.name}'"
     res = prove(full_model, stream_model, contract, inputs, chunks, out_facts, all_facts, order, producers, atol,
-                where)
+                where, ran_at=tuple(sg.probe_ticks))
     worst = max(res.rows, key=lambda r: r["max_abs"])
     if not res.ok:
         worst = max(res.rows, key=lambda r: r["max_abs"] / proof.tolerance(r["peak"], atol))
@@ -695,11 +711,17 @@ def _check_lookahead(full_model: Any, inputs: dict, full: dict, contract: Stream
         LOG.info("%s: look-ahead: changing the input from %s on changes no output: nothing to measure", where,
                  proof.perturbation_starts(next(iter(inputs.values())).shape[first.time_axis], sg.stride_ticks))
     elif graph == measured_samples or structural:
-        how = ("input changed from several points on, first output frame that changes" if not structural else
-               f"input set to NaN from several points on, first output frame that turns NaN; changed values reached "
-               f"only {measured_samples} samples back, the rest is below float32 resolution")
-        LOG.info("%s: look-ahead measured on the full graph (%s) %d samples = the delay the graph gives the stream "
-                 "(%s)", where, how, graph if structural else measured_samples, text)
+        points = "several points" if sg.stride_ticks == 1 else \
+            f"several chunk boundaries (multiples of the {sg.stride_ticks}-{proof.tick_unit(contract, True)[:-1]} stride)"
+        how = (f"input changed from {points} on, first output frame that changes" if not structural else
+               f"input set to NaN from {points} on, first output frame that turns NaN; changed values reached "
+               f"only {plural(measured_samples, 'sample')} back, the rest is below float32 resolution")
+        inside = max([int(x.pattern.lookahead_frames) for x in sg.walker.attention_sites if not x.lead] + [0])
+        across = "" if not inside else (
+            f" across chunks (inside a chunk, which arrives whole, chunked attention sees up to "
+            f"{plural(inside, 'frame')} ahead)")
+        LOG.info("%s: look-ahead%s measured on the full graph (%s) %s = the delay the graph gives the stream (%s)",
+                 where, across, how, plural(graph if structural else measured_samples, "sample"), text)
     else:
         LOG.warning("%s: the stream's delay from the graph is %d samples but the full graph's look-ahead measured by "
                     "changing its input from several points on is %d samples (%s)%s", where, graph, measured_samples,
@@ -715,23 +737,40 @@ def _check_lookahead(full_model: Any, inputs: dict, full: dict, contract: Stream
 def _window_deviation(sg: StreamGraph, inputs: dict, bounded: dict, contract: StreamContract, where: str) -> dict:
     """How far the ``--attention-window`` bound moves the model from the unbounded original on the proof's input
     (max abs error and SNR of each output of the bounded full graph, ``bounded`` as the proof ran it, against the
-    original's), logged as a warning: the stream equals the bounded model, never called exact to the original."""
+    original's), logged as a warning: the stream equals the bounded model, never called exact to the original.
+
+    The deviation grows with the input's length (the original attends to all of the past, the bounded model to its
+    window: every frame past the window adds keys only the original sees), so the SNR is also given over the first
+    half of the proof's input (the same causal outputs, measured on a shorter stretch) and the line says which way it
+    went: streams longer than the proof's input differ more."""
     outs = [o.name for o in contract.stream_outputs]
     original = dict(zip(outs, proof.session(sg.original_model).run(outs, inputs)))
     rows = {o: proof.max_err(original[o], bounded[o]) for o in outs}
     worst = min(rows, key=lambda o: rows[o][1])
     frames = sorted({s.pattern.window or s.pattern.left * s.pattern.chunk for s in sg.walker.attention_sites
                      if s.original != s.pattern})
+    seconds = proof.ticks_seconds(contract,
+                                  next(iter(inputs.values())).shape[contract.stream_inputs[0].time_axis])
+    ax = next(o.time_axis for o in contract.stream_outputs if o.name == worst)
+    n = np.shape(original[worst])[ax]
+    a = np.take(original[worst], np.arange(n // 2), axis=ax).astype(np.float64)
+    e = np.take(bounded[worst], np.arange(n // 2), axis=ax).astype(np.float64) - a
+    e2, s2 = float((e ** 2).sum()), float((a ** 2).sum())
+    half_snr = 200.0 if e2 == 0 else min(200.0, 10 * math.log10(max(s2, 1e-300) / e2))
+    grows = rows[worst][1] < half_snr
+    trend = (f"SNR {half_snr:.1f} dB over its first {seconds / 2:.2f} s, {rows[worst][1]:.1f} dB over all of it: the "
+             f"deviation grows with the stream's length (the original attends to all of the past, the bounded model "
+             f"to its window), so streams longer than {seconds:.2f} s differ more" if grows else
+             f"SNR {half_snr:.1f} dB over its first {seconds / 2:.2f} s, {rows[worst][1]:.1f} dB over all of it; "
+             f"streams longer than {seconds:.2f} s may differ more (the original attends to all of the past)")
     LOG.warning("%s: --attention-window bounds %s to %s frames: the stream equals the bounded model (proved above); "
                 "the bounded model differs from the unbounded original on the proof's %.2f s of input by max abs "
-                "error %.3g (SNR %.1f dB at output '%s'): not the original model", where,
+                "error %.3g (SNR %.1f dB at output '%s'; %s): not the original model", where,
                 "attention" if len(frames) == 1 else f"{len(frames)} attentions", "/".join(map(str, frames)),
-                proof.ticks_seconds(contract, next(iter(inputs.values())).shape[contract.stream_inputs[0].time_axis]),
-                rows[worst][0], rows[worst][1], worst)
+                seconds, rows[worst][0], rows[worst][1], worst, trend)
     return {"frames": frames, "max_abs_vs_original": rows[worst][0], "snr_db_vs_original": rows[worst][1],
-            "output": worst}
-
-
+            "output": worst, "seconds": round(seconds, 3), "snr_db_vs_original_first_half": half_snr,
+            "grows_with_length": bool(grows)}
 
 
 def _run_as_exported(model: Any, contract: StreamContract, ticks: int) -> tuple[dict | None, str]:
@@ -1061,6 +1100,8 @@ class StatefulOnnxFromOnnx(Stage):
                                  f"hop (only (N, 1, T) is read as a waveform, and (N, T) when --frames-per-hop is not "
                                  f"given): if it is a waveform (N, T) or (N, channels, T), give --frames-per-hop {hop} "
                                  f"(its samples per hop)") from None
+            for note in dict.fromkeys(x.rounding for x in sg.walker.attention_sites if x.rounding):
+                LOG.warning("%s: --attention-window %d: %s", src, self.attention_window, note)
             if self.attention_window and not any(x.original != x.pattern for x in sg.walker.attention_sites):
                 LOG.warning("%s: --attention-window %d changes nothing: no attention in the model has an unlimited "
                             "left context (%s)", src, self.attention_window,
@@ -1107,8 +1148,8 @@ class StatefulOnnxFromOnnx(Stage):
             LOG.info("state per stream: %d bytes (%s)", contract.state_bytes,
                      ", ".join(f"{k} {v}" for k, v in _bytes_by_kind(contract).items()))
             for a in contract.attention:
-                LOG.info("attention at %s: %s, key/value cache %d frames, look-ahead %d frames inside a chunk%s",
-                         a["node"], a["pattern"], a["cache_frames"], a["lookahead_frames"],
+                LOG.info("attention at %s: %s, key/value cache %s, %s%s", a["node"], a["pattern"],
+                         plural(a["cache_frames"], "frame"), _attention_lookahead(a),
                          f" (bounded from {a['bounded_from']})" if "bounded_from" in a else "")
         self.contract = contract
         return self.out

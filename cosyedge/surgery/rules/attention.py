@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 
 from cosyedge._lazy import lazy_import
-from cosyedge.surgery.masks import Pattern, classify
+from cosyedge.surgery.masks import Pattern, classify, window_rounding
 from cosyedge.surgery.rules import Blocker, attr_str, register
 
 gs = lazy_import("onnx_graphsurgeon")
@@ -78,6 +78,7 @@ class Site:
     qk: tuple = (0, 1, 2)  # the score tensor's query axis, key axis and rank
     masks: list = dataclasses.field(default_factory=list)  # (node name, input index) of the masks replaced
     lead: int = 0  # frames the keys and values run ahead of the queries (per-frame chunked attention: chunk - 1)
+    rounding: str = ""  # how --attention-window was rounded to whole chunks (masks.window_rounding), "" when exact
 
     def info(self) -> dict:
         """What the contract records of this attention (dict, JSON-able)."""
@@ -85,6 +86,8 @@ class Site:
              "lookahead_frames": self.pattern.lookahead_frames, "delay_frames": self.delay}
         if self.original != self.pattern:
             d["bounded_from"] = self.original.describe()
+        if self.rounding:
+            d["window_rounding"] = self.rounding
         if self.lead:
             d["per_frame_lead_frames"] = self.lead
         return d
@@ -445,9 +448,10 @@ def chunk_choices(node: Any, chunk: int, rate: Fraction) -> str:
 def _site(node: Any, ctx: Any, pat: Pattern, idxs: list[int], rate: Fraction, masks: list, score: str) -> Site:
     """Bound ``pat`` by ``--attention-window`` where unlimited (else refuse it), align the inputs ``idxs`` (queries,
     keys, values) to one delay (a multiple of the chunk for a chunked mask) and register the site."""
-    original = pat
+    original, rounding = pat, ""
     if not pat.bounded and pat.kind in ("causal", "chunked") and ctx.attention_window:
         pat = pat.bound(int(ctx.attention_window))
+        rounding = window_rounding(original, int(ctx.attention_window))
     if not pat.bounded:
         if pat.kind in ("causal", "chunked"):
             raise Blocker(f"its attention is {pat.describe()}: a stream would need a key cache that grows without "
@@ -458,13 +462,13 @@ def _site(node: Any, ctx: Any, pat: Pattern, idxs: list[int], rate: Fraction, ma
     if pat.kind == "chunked" and getattr(ctx, "attention_per_frame", False) and pat.chunk > 1:
         lead = pat.chunk - 1  # the keys stay at the queries' delay d; the queries wait for the end of their chunk
         return _lead_site(node, ctx, Site(node.name, pat, original, d + lead, rate, pat.cache_frames + 2 * lead,
-                                          score=score, masks=masks, lead=lead), idxs)
+                                          score=score, masks=masks, lead=lead, rounding=rounding), idxs)
     if pat.kind == "banded" and pat.ahead:  # the queries wait pat.ahead frames for the keys they see ahead
         return _lead_site(node, ctx, Site(node.name, pat, original, d + pat.ahead, rate, pat.cache_frames + pat.ahead,
-                                          score=score, masks=masks, lead=pat.ahead), idxs)
+                                          score=score, masks=masks, lead=pat.ahead, rounding=rounding), idxs)
     if pat.kind == "chunked" and d % pat.chunk:
         d = ctx.align(node, idxs, minimum=d + (-d) % pat.chunk)
-    site = Site(node.name, pat, original, d, rate, pat.cache_frames, score=score, masks=masks)
+    site = Site(node.name, pat, original, d, rate, pat.cache_frames, score=score, masks=masks, rounding=rounding)
     if pat.kind == "chunked":
         ctx.require_stride((rate / pat.chunk).denominator, chunk_choices(node, pat.chunk, rate))
     ctx.attention_sites.append(site)
