@@ -129,8 +129,12 @@ def _input_time_axes(graph: Any, given: dict[str, int] | None, where: str = "") 
 
             hint = dynamic_axes_hint([(u.name, u.shape) for u in graph.inputs],
                                      [(u.name, u.shape) for u in graph.outputs])
+            guess = next((i for i in range(len(shape) - 1, 0, -1) if isinstance(shape[i], (int, np.integer))
+                          and shape[i] > 1), None)
+            alt = (f", or give its time axis (--time-axis {t.name}={guess}) to stream it as exported (that axis is "
+                   "made symbolic and the proof checks it)") if guess is not None else ""
             raise UsageError(f"{where + ': ' if where else ''}the export fixed the time length (input '{t.name}' is "
-                             f"{shape}, no input has a dynamic axis); export with a dynamic time axis: {hint}")
+                             f"{shape}, no input has a dynamic axis); export with a dynamic time axis: {hint}{alt}")
         else:
             timed = next((f"{u.name}.shape[{i}]" for u in graph.inputs for i, d in enumerate(u.shape or [])
                           if i > 0 and not (isinstance(d, (int, np.integer)) and d > 0)), "x.shape[1]")
@@ -313,9 +317,12 @@ def _add_channel_axis(graph: Any, axes: dict[str, int], where: str) -> dict[str,
     graph.nodes.append(axis_op("Squeeze", t, flat, f"{t.name}/drop_channel_axis"))
     t.shape = [shape[0], 1, shape[1]]
     made = []
+    fixed_in = shape[1] if isinstance(shape[1], (int, np.integer)) else None  # an export that fixed the length
     for o in graph.outputs:
         oshape = list(o.shape or [])
-        if len(oshape) != 2 or isinstance(oshape[1], (int, np.integer)) or not o.inputs:
+        same_fixed = fixed_in is not None and isinstance(oshape[1] if len(oshape) == 2 else None, (int, np.integer)) \
+            and int(oshape[1]) == int(fixed_in)  # the waveform out, its length fixed with the input's
+        if len(oshape) != 2 or (isinstance(oshape[1], (int, np.integer)) and not same_fixed) or not o.inputs:
             continue
         raw = gs.Variable(f"{o.name}/no_channel", dtype=o.dtype, shape=oshape)
         producer = o.inputs[0]
@@ -797,7 +804,7 @@ def _run_as_exported(model: Any, contract: StreamContract, ticks: int) -> tuple[
 
 
 def check_repaired_copy(model: Any, sg: StreamGraph, contract: StreamContract, *, atol: float = ATOL,
-                        where: str = "model") -> dict | None:
+                        where: str = "model", given: dict[str, int] | None = None) -> dict | None:
     """Say (one warning line) when the graph streamify proved is a repaired copy of the one given, and refuse a
     repair that changes results.
 
@@ -815,6 +822,9 @@ def check_repaired_copy(model: Any, sg: StreamGraph, contract: StreamContract, *
         contract (StreamContract): The stream contract (inputs, rate, hop).
         atol (float): Tolerance relative to the peak output (:func:`cosyedge.surgery.proof.tolerance`).
         where (str): Name for messages.
+        given (dict[str, int] | None): Time axes the user gave (``--time-axis``): making a fixed one symbolic is then
+            what was asked, said in an info line without the advice to re-export (and with the axis as given, for an
+            (N, T) waveform streamed as (N, 1, T)).
     Returns:
         dict | None: for the contract's proof (``repairs``: what was repaired; ``runs_only_at_ticks``: the trace
         length or None; ``max_abs_vs_export``: error of the copy there, or None when not compared), None when
@@ -823,9 +833,12 @@ def check_repaired_copy(model: Any, sg: StreamGraph, contract: StreamContract, *
         UsageError: the repaired copy differs from the export at its trace length (exit 2; nothing written).
     """
     freed = [tuple(r) for r in sg.repairs]
+    given = dict(given or {})
     unit = proof.tick_unit(contract, short=True)
-    said = [f"{kind} '{name}' had its time axis {axis} fixed at {fixed} by the export" for kind, name, axis, fixed
-            in freed]
+    said = [f"{kind} '{name}' had its time axis {given.get(name, axis) if kind == 'input' else axis} fixed at {fixed} "
+            f"by the export" + (f" (--time-axis {name}={given[name]})" if kind == "input" and name in given else "")
+            for kind, name, axis, fixed in freed]
+    asked = bool(given) and all(kind == "output" or name in given for kind, name, _a, _f in freed)
     lengths = {fixed for kind, _n, _a, fixed in freed if kind == "input"}
     for kind, name, _axis, fixed in freed:
         rate = sg.walker.facts[name].rate if kind == "output" and name in sg.walker.facts else None
@@ -842,8 +855,8 @@ def check_repaired_copy(model: Any, sg: StreamGraph, contract: StreamContract, *
     if got is not None:  # the export runs at other lengths: only the stream graph's declared shapes were repaired
         if not freed:
             return None
-        LOG.warning("%s: %s; made %s symbolic in the stream graph so that every chunk length runs", where,
-                    ", ".join(said), "it" if len(said) == 1 else "them")
+        (LOG.info if asked else LOG.warning)("%s: %s; made %s symbolic in the stream graph so that every chunk length "
+                                             "runs", where, ", ".join(said), "it" if len(said) == 1 else "them")
         return {"repairs": said, "runs_only_at_ticks": None, "max_abs_vs_export": None}
     what = ([] if not model.graph.value_info else
             ["dropped the exporter's intermediate shapes (value_info, which hold the example's length)"]) + said
@@ -877,13 +890,19 @@ def check_repaired_copy(model: Any, sg: StreamGraph, contract: StreamContract, *
             err_txt = f"equal to the export at {trace} {unit} (max abs error {max_abs:.3g})"
     made = "" if not said else f"; made {'it' if len(said) == 1 else 'them'} symbolic in the stream graph so that " \
         "every chunk length runs"
-    fix = " and ".join((["re-export with a dynamic time axis"] if said or not model.graph.value_info else [])
+    fix = " and ".join((["re-export with a dynamic time axis"] if (said or not model.graph.value_info) and not asked
+                        else [])
                        + (["drop the export's value_info (del model.graph.value_info[:])"] if model.graph.value_info
                           else []))
     at = f" ({trace} {unit})" if trace is not None else ""
-    LOG.warning("%s: the graph as exported runs only at its trace length%s (at %d %s ONNX Runtime fails: %s); the "
-                "proof ran on a repaired copy (%s%s), %s; %s to run the graph itself at other lengths", where, at,
-                other, unit, why, "; ".join(what), made, err_txt, fix)
+    if asked and not fix:  # --time-axis named every fixed axis: the repair is what was asked, the stream graph runs
+        LOG.info("%s: the graph as exported runs only at its trace length%s (at %d %s ONNX Runtime fails: %s); as "
+                 "--time-axis asked, the proof ran on a repaired copy (%s%s), %s; the stream graph runs at every "
+                 "chunk length", where, at, other, unit, why, "; ".join(what), made, err_txt)
+    else:
+        LOG.warning("%s: the graph as exported runs only at its trace length%s (at %d %s ONNX Runtime fails: %s); the "
+                    "proof ran on a repaired copy (%s%s), %s; %s to run the graph itself at other lengths", where, at,
+                    other, unit, why, "; ".join(what), made, err_txt, fix)
     return {"repairs": what, "runs_only_at_ticks": trace, "max_abs_vs_export": max_abs}
 
 
@@ -1135,7 +1154,8 @@ class StatefulOnnxFromOnnx(Stage):
             new = io.graph_to_model(graph, like=model)
             contract.write_to_onnx(new)
             new = io.finalize_model(new, where=str(src))
-            repaired = check_repaired_copy(model, sg, contract, atol=self.atol, where=str(src))
+            repaired = check_repaired_copy(model, sg, contract, atol=self.atol, where=str(src),
+                                           given=self.time_axes)
             contract.proof = prove_stream(sg.full_model, new, contract, sg, inputs=self.proof_inputs,
                                           atol=self.atol, where=str(src))
             if repaired:
