@@ -136,7 +136,10 @@ def _output_error(err: OSError) -> str | None:
 _NoArgsIsHelp = getattr(click.exceptions, "NoArgsIsHelpError", ())
 """click >= 8.2 raises it for a bare ``cosyedge`` (older click prints the help and exits 0 itself)."""
 
-_INTERRUPTED = {143: "[!] terminated (SIGTERM): unfinished outputs removed, earlier files kept", 130: "[!] aborted"}
+_INTERRUPTED = {143: "[!] terminated (SIGTERM): unfinished outputs removed, earlier files kept",
+                130: "[!] interrupted (Ctrl-C, SIGINT): unfinished outputs removed, earlier files kept"}
+"""dict[int, str]: the one line of an interrupted command by exit code; both signals run every ``finally`` (temp files
+and the folders a command made for them are removed: :func:`cosyedge.artifacts.files.atomic_folder`)."""
 
 
 def main(argv: list[str] | None = None) -> int:

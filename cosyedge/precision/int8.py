@@ -64,12 +64,24 @@ def resolve_calibration_set(calib: Any, count: int = 2048):
             raise ArtifactError(f"calibration folder {folder} is a file, not a folder ({make})")
         raise ArtifactError(f"calibration folder {folder} has no {MANIFEST} ({make})")
     if not (folder / MANIFEST).is_file():
-        LOG.warning("no calibration set in %s: making the default one (%d utterances, about %d min of audio; the KL "
-                    "calibration then streams all of it, minutes on a small CPU). A smaller or your own set: "
-                    "'cosyedge calib make --count N --out DIR' and build --calib DIR", folder, count,
-                    round(count * 2.5 / 60))
+        LOG.info("%s", default_set_note(folder, count))
         return make_calibration_set(folder, count=count)
     return load_calibration_set(folder)
+
+
+def default_set_note(folder: Path, count: int) -> str:
+    """The line said before a default calibration set is made (str): where it is written (absolute), how many files
+    and about how much audio and disk (16-bit PCM, 1-4 s each), what it draws from, what it costs and how to avoid it.
+    """
+    from cosyedge.precision.calibset import CALIB_ENV, DURATION_RANGE_S, SAMPLE_RATE_HZ
+
+    seconds = count * sum(DURATION_RANGE_S) / 2
+    mb = seconds * SAMPLE_RATE_HZ * 2 / 1e6
+    return (f"INT8 calibration: no calibration set in {folder.absolute()}: writing the default one there now "
+            f"({count} WAV files, about {seconds / 60:.0f} min of audio, {mb:.0f} MB, mixed from the training speech "
+            f"and noise, which are prepared on first use in $COSYEDGE_DATA_DIR or ~/.cache/cosyedge/data); the KL "
+            f"calibration then streams all of it (minutes on a small CPU). Set {CALIB_ENV} to put it elsewhere, or "
+            "make a smaller or your own set: 'cosyedge calib make --count N --out DIR' and build --calib DIR")
 
 
 def int8_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, calib: Any = None, exclude=(), count: int = 2048,
