@@ -50,8 +50,9 @@ def export(model: str, weights: Path | None, dynamo: bool, out: Path | None, ful
     cosyedge export silero-vad -o silero-vad.stream.onnx
     """
     from cosyedge.errors import UsageError
+    from cosyedge.recipes import REFERENCE, match_name
 
-    if model == "reference":
+    if match_name(model, [REFERENCE]) == REFERENCE:
         import importlib.util
 
         from cosyedge.errors import DependencyError
@@ -66,6 +67,7 @@ def export(model: str, weights: Path | None, dynamo: bool, out: Path | None, ful
     from cosyedge.recipes import get_recipe
 
     recipe = get_recipe(model)
+    model = recipe.name
     given = [flag for flag, v in (("--weights", weights), ("--dynamo", dynamo or None)) if v is not None]
     if given:
         raise UsageError(f"{', '.join(given)} only appl{'ies' if len(given) == 1 else 'y'} to the reference model "
