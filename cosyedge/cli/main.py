@@ -50,14 +50,14 @@ class LazyGroup(click.Group):
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="cosyedge")
 def cli():
-    """cosyedge: stream speech models (causal convs, recurrent layers) on TensorRT (GPU) and ONNX Runtime (CPU).
+    """cosyedge: stream speech models (convs, recurrent layers, attention, positions) on TensorRT and ONNX Runtime.
 
     Pipeline: export -> streamify (or adopt, for a graph that already streams) -> build -> run. Run 'cosyedge COMMAND --help' for details.
 
     Errors are one '[!] ...' line on stderr. Exit codes: 1 accuracy regression (compare, check); 2 bad
     arguments or bad samples; 3 missing, corrupt, empty or stale file; 4 missing optional dependency or
     device; 5 a stream graph that fails its proof or a build that fails its accuracy scan; 130 Ctrl-C,
-    143 SIGTERM (half-written output removed, earlier files kept). Add -v or -q after the command for
+    143 SIGTERM (both: half-written output removed, earlier files kept). Add -v or -q after the command for
     debug or warnings-only logs. Examples: scripts/examples/.
     """
 
