@@ -23,7 +23,7 @@ import numpy as np
 from cosyedge.artifacts import (SourceModel, StreamContract, check_not_input, check_writable,
                                 sha256_file)
 from cosyedge.errors import ArtifactError, UsageError
-from cosyedge.log import LOG
+from cosyedge.log import LOG, plural
 from cosyedge.precision.calibration import Calibration
 from cosyedge.precision.cost import output_cost
 
@@ -329,13 +329,14 @@ def int8_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, calib: Any = None,
         on = f"on held-out speech ({fallback['holdout_seconds']:.3g} s, {fallback['holdout']})"
         if not fallback["met"]:
             LOG.warning("int8 fallback: the target %.1f dB vs FP32 %s cannot be met: %.1f dB with "
-                        "%d layers kept float and only %s left INT8 (%.0f %% of the MACs INT8); the model is written "
+                        "%s kept float and only %s left INT8 (%.0f %% of the MACs INT8); the model is written "
                         "anyway (lower --int8-min-snr, or build FP16/FP32)", min_snr_db, on, fallback["final_snr_db"],
-                        len(fallback["kept_float"]), ", ".join(sorted(w.name for w in to_quantize)),
+                        plural(len(fallback["kept_float"]), "layer"), ", ".join(sorted(w.name for w in to_quantize)),
                         100 * macs["share"])
         else:
-            LOG.info("int8 fallback: %.1f dB vs FP32 %s (target %.1f dB), %d layers kept float: %s; "
-                     "%.0f %% of the MACs INT8", fallback["final_snr_db"], on, min_snr_db, len(fallback["kept_float"]),
+            LOG.info("int8 fallback: %.1f dB vs FP32 %s (target %.1f dB), %s kept float: %s; "
+                     "%.0f %% of the MACs INT8", fallback["final_snr_db"], on, min_snr_db,
+                     plural(len(fallback["kept_float"]), "layer"),
                      ", ".join(k["name"] for k in fallback["kept_float"]) or "none", 100 * macs["share"])
     snr = output_cost(source, out_path, "int8", "INT8 quantization",
                       "keep sensitive layers float with --exclude or --int8-min-snr, or calibrate on more of your "

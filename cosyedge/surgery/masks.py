@@ -31,6 +31,7 @@ import numpy as np
 
 from cosyedge._lazy import lazy_import
 from cosyedge.errors import first_line
+from cosyedge.log import plural
 
 onnx = lazy_import("onnx")
 
@@ -84,15 +85,15 @@ class Pattern:
     def describe(self) -> str:
         """One phrase: ``banded causal, window 16 frames``, ``chunked, chunk 4 frames, 2 left chunks``..."""
         if self.kind == "banded" and self.ahead:
-            return f"banded (sliding window of {self.window} frames and {self.ahead} frames ahead)"
+            return f"banded (sliding window of {plural(self.window, 'frame')} and {plural(self.ahead, 'frame')} ahead)"
         if self.kind == "banded":
-            return f"banded causal (sliding window of {self.window} frames)"
+            return f"banded causal (sliding window of {plural(self.window, 'frame')})"
         if self.kind == "causal":
-            return "causal with unlimited left context" + (f" and {self.ahead} frames ahead" if self.ahead else "")
+            return "causal with unlimited left context" + (f" and {plural(self.ahead, 'frame')} ahead" if self.ahead else "")
         if self.kind == "chunked":
             left = ("every earlier chunk" if self.left == UNLIMITED
                     else f"{self.left} left chunk{'s' * (self.left != 1)}")
-            return f"chunked (chunks of {self.chunk} frames, {left})"
+            return f"chunked (chunks of {plural(self.chunk, 'frame')}, {left})"
         if self.kind == "full":
             return "full (bidirectional: every frame sees the whole sequence)"
         if self.kind == "none":

@@ -39,6 +39,7 @@ import numpy as np
 
 from cosyedge.artifacts import StreamContract
 from cosyedge.errors import AccuracyError, ArtifactError, UsageError, first_line
+from cosyedge.log import plural
 from cosyedge.runtime import loop
 from cosyedge.runtime.ort import BoundRunner, chunk_output_buffers, session_from_onnx
 from cosyedge.surgery.facts import mark_all_outputs
@@ -99,6 +100,14 @@ def tick_unit(contract: Any, short: bool = False) -> str:
     return "frames" if short else f"frames of '{first.name}'"
 
 
+def count_ticks(contract: Any, n: int, short: bool = False) -> str:
+    """``n`` input ticks in words (str): ``"1 sample"``, ``"160 samples"``, ``"3 frames of 'x'"`` (:func:`tick_unit`)."""
+    first = contract.stream_inputs[0]
+    if first.kind == "audio":
+        return plural(n, "sample")
+    return plural(n, "frame") + ("" if short else f" of '{first.name}'")
+
+
 def ticks_seconds(contract: Any, ticks: int) -> float:
     """Seconds (float) of audio that ``ticks`` input ticks (samples, or feature frames) stand for."""
     first = contract.stream_inputs[0]
@@ -144,7 +153,7 @@ def stream_run(model: Any, contract: Any, inputs: dict[str, np.ndarray], chunk_t
 
     def error(err: Exception, _k: int) -> ArtifactError:
         return ArtifactError(f"{where + ': ' if where else ''}ONNX Runtime cannot run the stream graph on a chunk "
-                             f"of {chunk_ticks} {tick_unit(contract, short=True)} ({ort_reason(err)}), as "
+                             f"of {count_ticks(contract, chunk_ticks, short=True)} ({ort_reason(err)}), as "
                              "'cosyedge run' and 'build' would run it; nothing written")
 
     def buffers(feeds: dict) -> dict:  # what OrtStreamSession (cosyedge run / build) binds for this chunk
@@ -548,7 +557,7 @@ def run_state_loop(sess: Any, audio: str, x: np.ndarray, chunk: int, states: lis
     names = [o.name for o in sess.get_outputs()]
 
     def error(err: Exception, _k: int) -> ArtifactError:
-        return ArtifactError(f"ONNX Runtime fails on a chunk of {chunk} samples ({first_line(err)})")
+        return ArtifactError(f"ONNX Runtime fails on a chunk of {plural(chunk, 'sample')} ({first_line(err)})")
 
     chunks = loop.stream(lambda feeds: dict(zip(names, sess.run(None, feeds))), None, {audio: x}, chunk,
                          states={i: v for i, _o, v in states}, pairs=[(i, o) for i, o, _v in states],

@@ -712,7 +712,7 @@ def _check_lookahead(full_model: Any, inputs: dict, full: dict, contract: Stream
                                                    Fraction(1, per_tick)) * per_tick)
     structural = reach_samples == graph
     unit = {o.name: "samples" if o.kind == "audio" else "frames" for o in contract.stream_outputs}
-    text = ", ".join(f"'{o}' {r['lookahead_frames']} {unit.get(o, 'frames')} ahead, {r['delay_frames']} late"
+    text = ", ".join(f"'{o}' {plural(r['lookahead_frames'], unit.get(o, 'frames')[:-1])} ahead, {r['delay_frames']} late"
                      for o, r in rows.items())
     if not known:
         LOG.info("%s: look-ahead: changing the input from %s on changes no output: nothing to measure", where,
@@ -730,12 +730,13 @@ def _check_lookahead(full_model: Any, inputs: dict, full: dict, contract: Stream
         LOG.info("%s: look-ahead%s measured on the full graph (%s) %s = the delay the graph gives the stream (%s)",
                  where, across, how, plural(graph if structural else measured_samples, "sample"), text)
     else:
-        LOG.warning("%s: the stream's delay from the graph is %d samples but the full graph's look-ahead measured by "
-                    "changing its input from several points on is %d samples (%s)%s", where, graph, measured_samples,
+        LOG.warning("%s: the stream's delay from the graph is %s but the full graph's look-ahead measured by "
+                    "changing its input from several points on is %s (%s)%s", where, plural(graph, "sample"),
+                    plural(measured_samples, "sample"),
                     text, (": either a rule counts more look-ahead than the graph has, or the measurement sees less "
                            "(a nonlinearity that hides the change at the first frames, whole frames at a lower rate "
                            "inside the graph); NaN inputs reach "
-                           + (f"{reach_samples} samples back" if reach_samples is not None else "no output"))
+                           + (f"{plural(reach_samples, 'sample')} back" if reach_samples is not None else "no output"))
                     if graph > measured_samples else ": the measured look-ahead exceeds the stream's delay")
     return {"measured_samples": measured_samples, "graph_delay_samples": graph,
             "equal": graph == measured_samples or structural, "reach_samples": reach_samples, "outputs": rows}
@@ -1162,10 +1163,10 @@ class StatefulOnnxFromOnnx(Stage):
                 contract.proof["repaired"] = repaired
             contract.write_to_onnx(new)
             io.save_model(new, self.out)
-            LOG.info("%d states, total stride %d samples, delay %d samples (%d from the graph), %s",
-                     len(sg.states), contract.total_stride, contract.delay_samples, int(sg.delay_ticks * per_tick),
-                     ", ".join(f"{s.input}{s.shape[1:]}" for s in sg.states))
-            LOG.info("state per stream: %d bytes (%s)", contract.state_bytes,
+            LOG.info("%s, total stride %s, delay %s (%d from the graph), %s", plural(len(sg.states), "state"),
+                     plural(contract.total_stride, "sample"), plural(contract.delay_samples, "sample"),
+                     int(sg.delay_ticks * per_tick), ", ".join(f"{s.input}{s.shape[1:]}" for s in sg.states))
+            LOG.info("state per stream: %s (%s)", plural(contract.state_bytes, "byte"),
                      ", ".join(f"{k} {v}" for k, v in _bytes_by_kind(contract).items()))
             for a in contract.attention:
                 LOG.info("attention at %s: %s, key/value cache %s, %s%s", a["node"], a["pattern"],

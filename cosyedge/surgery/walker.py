@@ -34,6 +34,7 @@ import numpy as np
 
 from cosyedge._lazy import lazy_import
 from cosyedge.artifacts import BATCH_DIM, BOOKKEEPING, StateSpec
+from cosyedge.log import plural
 from cosyedge.surgery.facts import TimeFact
 from cosyedge.surgery.rules import INT64_MAX, RULES, Blocker, load_all
 
@@ -325,7 +326,7 @@ class Walker:
         n = min(frames, -d)
         v1, v2 = self.values.get(x.name), self.values2.get(x.name)
         if v1 is None or v2 is None:
-            raise Blocker(f"the {-d} frames a left pad adds before '{x.name}' cannot be traced to constants")
+            raise Blocker(f"the {plural(-d, 'frame')} a left pad adds before '{x.name}' cannot be traced to constants")
         lead1 = np.take(v1, np.arange(-d - n, -d), axis=axis)
         lead2 = np.take(v2, np.arange(-d - n, -d), axis=axis)
         if lead1.shape != lead2.shape or not np.array_equal(lead1, lead2):
@@ -601,7 +602,7 @@ class Walker:
                     continue
                 if np.shape(w) != np.shape(v) or not np.array_equal(w, v):
                     why = (f"'{t.name}', which is computed from the sequence length: "
-                           f"{np.asarray(w).ravel()[:4].tolist()} at a chunk of {frames} frames, "
+                           f"{np.asarray(w).ravel()[:4].tolist()} at a chunk of {plural(frames, 'frame')}, "
                            f"{np.asarray(v).ravel()[:4].tolist()} on the whole sequence (a stream knows only its "
                            "chunk's length)")
                     break

@@ -42,6 +42,7 @@ from typing import Any
 import numpy as np
 
 from cosyedge._lazy import lazy_import
+from cosyedge.log import plural
 from cosyedge.surgery.masks import Pattern, classify, window_rounding
 from cosyedge.surgery.rules import Blocker, attr_str, register
 
@@ -365,7 +366,7 @@ def _key_side(node: Any, ctx: Any, site: Site, ka: int) -> None:
         for i, want in ((0, site.delay), (1, site.delay - site.lead)):
             di = ctx.delay_of(node.inputs[i]) or 0
             if di > want:
-                raise Blocker(f"its {'queries' if i == 0 else 'keys'} are {di - want} frames later than the "
+                raise Blocker(f"its {'queries' if i == 0 else 'keys'} are {plural(di - want, 'frame')} later than the "
                               "attention's other scores")
             if di < want:
                 node.inputs[i] = ctx.delay_line(node.inputs[i], want - di, node.name)
@@ -374,7 +375,7 @@ def _key_side(node: Any, ctx: Any, site: Site, ka: int) -> None:
         return
     d = ctx.align(node, [0, 1], minimum=site.delay)
     if d != site.delay:
-        raise Blocker(f"its queries or keys are {d - site.delay} frames later than the attention's other scores")
+        raise Blocker(f"its queries or keys are {plural(d - site.delay, 'frame')} later than the attention's other scores")
     if site.cache:
         node.inputs[1] = ctx.add_state(node.inputs[1], site.cache, ka, KEY, node.name)
 
@@ -439,9 +440,9 @@ def chunk_choices(node: Any, chunk: int, rate: Fraction) -> str:
     model's own look-ahead stays ``chunk - 1`` frames, which only whole chunks keep). ``rate``: the attention's frames
     per input tick."""
     at = "" if rate == 1 else f" at {rate} of the input's rate"
-    return (f"chunked attention at {node.op} node '{node.name}' (chunks of {chunk} frames{at}): either a "
-            f"hop of whole chunks ({chunk} frames), which streams it with no delay, or one frame per hop, where each "
-            f"query waits for the end of its chunk: {chunk - 1} frames of delay per chunked attention layer (give "
+    return (f"chunked attention at {node.op} node '{node.name}' (chunks of {plural(chunk, 'frame')}{at}): either a "
+            f"hop of whole chunks ({plural(chunk, 'frame')}), which streams it with no delay, or one frame per hop, where each "
+            f"query waits for the end of its chunk: {plural(chunk - 1, 'frame')} of delay per chunked attention layer (give "
             "--attention-per-frame, attention_per_frame=True)")
 
 
@@ -706,7 +707,7 @@ def _binary(node: Any, ctx: Any, a: Att, data: list[int]) -> None:
         dt = ctx.delay_of(t)
         if dt is not None and dt != a.site.delay:
             if dt > a.site.delay:
-                raise Blocker(f"'{t.name}' is {dt - a.site.delay} frames later than the attention's queries")
+                raise Blocker(f"'{t.name}' is {plural(dt - a.site.delay, 'frame')} later than the attention's queries")
             node.inputs[i] = ctx.delay_line(t, a.site.delay - dt, node.name)
     _out(node, ctx, a)
 
@@ -746,7 +747,7 @@ def _values(node: Any, ctx: Any, a: Att, di: int) -> None:
     d, dv = a.site.delay - a.site.lead, ctx.delay_of(v)  # values with the keys (site.lead frames before the queries)
     if dv is not None and dv != d:
         if dv > d:
-            raise Blocker(f"the values are {dv - d} frames later than the keys (a look-ahead on the value path only)")
+            raise Blocker(f"the values are {plural(dv - d, 'frame')} later than the keys (a look-ahead on the value path only)")
         v = ctx.delay_line(v, d - dv, node.name)
     if a.site.cache:
         v = ctx.add_state(v, a.site.cache, fv.axis, VALUE, node.name)

@@ -163,7 +163,7 @@ def _match(node: Any, ctx: Any, chain: list) -> RelTerm:
     while t is out or ctx.fact(t).axes2 is None:
         users = _users(t)
         if len(users) != 1 or t.name in {o.name for o in ctx.graph.outputs}:
-            raise Blocker(f"its scores over relative positions '{t.name}' are used by {len(users)} nodes (the "
+            raise Blocker(f"its scores over relative positions '{t.name}' are used by {plural(len(users), 'node')} (the "
                           "rel_shift streamify follows is one chain of Pad/Reshape/Slice ops to query x key scores)")
         c = users[0]
         if c.op not in MOVE_OPS:
@@ -176,7 +176,7 @@ def _match(node: Any, ctx: Any, chain: list) -> RelTerm:
         chain.append(c)
         nxt = [o for o in c.outputs if o.name]
         if len(nxt) != 1:
-            raise Blocker(f"{c.op} node '{c.name}' of its rel_shift has {len(nxt)} outputs")
+            raise Blocker(f"{c.op} node '{c.name}' of its rel_shift has {plural(len(nxt), 'output')}")
         t = nxt[0]
         f = ctx.fact(t)
         if f.axes2 is None and f.axes_rel is None and not f.error:  # two growing axes of other sizes: on the way
@@ -258,7 +258,7 @@ def _check_shift(rt: RelTerm, ctx: Any, site: Any) -> int:
                 ok.append(sign)
         if not ok:
             raise Blocker(f"its rel_shift does not give the visible entry (i, j) of '{rt.shifted.name}' the relative "
-                          f"position i - j at {t} frames (ESPnet's legacy rel_shift over T positions counted from the "
+                          f"position i - j at {plural(t, 'frame')} (ESPnet's legacy rel_shift over T positions counted from the "
                           "sequence's end?): the term depends on the sequence length")
         found = ok[0] if found is None or found in ok else None
         if found is None:
@@ -414,7 +414,7 @@ def chunk_term(node: Any, i: int, ctx: Any, site: Any) -> Any:
     dq = ctx.delay_of(q)
     if dq is not None and dq != site.delay:
         if dq > site.delay:
-            raise Blocker(f"its queries '{q.name}' are {dq - site.delay} frames later than the attention's")
+            raise Blocker(f"its queries '{q.name}' are {plural(dq - site.delay, 'frame')} later than the attention's")
         q = ctx.delay_line(q, site.delay - dq, rt.node.name)
     bc = ctx.op(rt.node.op, [q, ctx.const(table, f"{base}/table", dtype=table.dtype)], base,
                 dict(rt.node.attrs))  # (..., F, R)
