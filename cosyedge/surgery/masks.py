@@ -89,7 +89,8 @@ class Pattern:
         if self.kind == "banded":
             return f"banded causal (sliding window of {plural(self.window, 'frame')})"
         if self.kind == "causal":
-            return "causal with unlimited left context" + (f" and {plural(self.ahead, 'frame')} ahead" if self.ahead else "")
+            ahead = f" and {plural(self.ahead, 'frame')} ahead" if self.ahead else ""
+            return "causal with unlimited left context" + ahead
         if self.kind == "chunked":
             left = ("every earlier chunk" if self.left == UNLIMITED
                     else f"{self.left} left chunk{'s' * (self.left != 1)}")

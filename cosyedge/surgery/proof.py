@@ -101,7 +101,8 @@ def tick_unit(contract: Any, short: bool = False) -> str:
 
 
 def count_ticks(contract: Any, n: int, short: bool = False) -> str:
-    """``n`` input ticks in words (str): ``"1 sample"``, ``"160 samples"``, ``"3 frames of 'x'"`` (:func:`tick_unit`)."""
+    """``n`` input ticks in words (str): ``"1 sample"``, ``"160 samples"``, ``"3 frames of 'x'"``
+    (:func:`tick_unit`)."""
     first = contract.stream_inputs[0]
     if first.kind == "audio":
         return plural(n, "sample")

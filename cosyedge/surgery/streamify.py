@@ -508,7 +508,8 @@ def _attention_lookahead(a: dict) -> str:
     if not ahead:
         return "no look-ahead"
     if lead:
-        return f"a query waits up to {plural(lead, 'frame')} for the end of its chunk ({plural(lead, 'frame')} of delay)"
+        return (f"a query waits up to {plural(lead, 'frame')} for the end of its chunk ({plural(lead, 'frame')} of "
+                "delay)")
     if str(a.get("pattern", "")).startswith("chunked"):
         return (f"a query sees up to {plural(ahead, 'frame')} ahead inside its chunk, which a hop of whole chunks "
                 "brings at once (no delay across chunks)")
@@ -712,14 +713,16 @@ def _check_lookahead(full_model: Any, inputs: dict, full: dict, contract: Stream
                                                    Fraction(1, per_tick)) * per_tick)
     structural = reach_samples == graph
     unit = {o.name: "samples" if o.kind == "audio" else "frames" for o in contract.stream_outputs}
-    text = ", ".join(f"'{o}' {plural(r['lookahead_frames'], unit.get(o, 'frames')[:-1])} ahead, {r['delay_frames']} late"
+    text = ", ".join(f"'{o}' {plural(r['lookahead_frames'], unit.get(o, 'frames')[:-1])} ahead, "
+                     f"{r['delay_frames']} late"
                      for o, r in rows.items())
     if not known:
         LOG.info("%s: look-ahead: changing the input from %s on changes no output: nothing to measure", where,
                  proof.perturbation_starts(next(iter(inputs.values())).shape[first.time_axis], sg.stride_ticks))
     elif graph == measured_samples or structural:
         points = "several points" if sg.stride_ticks == 1 else \
-            f"several chunk boundaries (multiples of the {sg.stride_ticks}-{proof.tick_unit(contract, True)[:-1]} stride)"
+            (f"several chunk boundaries (multiples of the {sg.stride_ticks}-"
+             f"{proof.tick_unit(contract, True)[:-1]} stride)")
         how = (f"input changed from {points} on, first output frame that changes" if not structural else
                f"input set to NaN from {points} on, first output frame that turns NaN; changed values reached "
                f"only {plural(measured_samples, 'sample')} back, the rest is below float32 resolution")

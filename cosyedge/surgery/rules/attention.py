@@ -375,7 +375,8 @@ def _key_side(node: Any, ctx: Any, site: Site, ka: int) -> None:
         return
     d = ctx.align(node, [0, 1], minimum=site.delay)
     if d != site.delay:
-        raise Blocker(f"its queries or keys are {plural(d - site.delay, 'frame')} later than the attention's other scores")
+        raise Blocker(f"its queries or keys are {plural(d - site.delay, 'frame')} later than the attention's other "
+                      "scores")
     if site.cache:
         node.inputs[1] = ctx.add_state(node.inputs[1], site.cache, ka, KEY, node.name)
 
@@ -441,8 +442,9 @@ def chunk_choices(node: Any, chunk: int, rate: Fraction) -> str:
     per input tick."""
     at = "" if rate == 1 else f" at {rate} of the input's rate"
     return (f"chunked attention at {node.op} node '{node.name}' (chunks of {plural(chunk, 'frame')}{at}): either a "
-            f"hop of whole chunks ({plural(chunk, 'frame')}), which streams it with no delay, or one frame per hop, where each "
-            f"query waits for the end of its chunk: {plural(chunk - 1, 'frame')} of delay per chunked attention layer (give "
+            f"hop of whole chunks ({plural(chunk, 'frame')}), which streams it with no delay, or one frame per hop, "
+            f"where each query waits for the end of its chunk: {plural(chunk - 1, 'frame')} of delay per chunked "
+            "attention layer (give "
             "--attention-per-frame, attention_per_frame=True)")
 
 
@@ -747,7 +749,8 @@ def _values(node: Any, ctx: Any, a: Att, di: int) -> None:
     d, dv = a.site.delay - a.site.lead, ctx.delay_of(v)  # values with the keys (site.lead frames before the queries)
     if dv is not None and dv != d:
         if dv > d:
-            raise Blocker(f"the values are {plural(dv - d, 'frame')} later than the keys (a look-ahead on the value path only)")
+            raise Blocker(f"the values are {plural(dv - d, 'frame')} later than the keys (a look-ahead on the value "
+                          "path only)")
         v = ctx.delay_line(v, d - dv, node.name)
     if a.site.cache:
         v = ctx.add_state(v, a.site.cache, fv.axis, VALUE, node.name)

@@ -163,7 +163,8 @@ def _match(node: Any, ctx: Any, chain: list) -> RelTerm:
     while t is out or ctx.fact(t).axes2 is None:
         users = _users(t)
         if len(users) != 1 or t.name in {o.name for o in ctx.graph.outputs}:
-            raise Blocker(f"its scores over relative positions '{t.name}' are used by {plural(len(users), 'node')} (the "
+            raise Blocker(f"its scores over relative positions '{t.name}' are used by {plural(len(users), 'node')} "
+                          "(the "
                           "rel_shift streamify follows is one chain of Pad/Reshape/Slice ops to query x key scores)")
         c = users[0]
         if c.op not in MOVE_OPS:
@@ -258,7 +259,8 @@ def _check_shift(rt: RelTerm, ctx: Any, site: Any) -> int:
                 ok.append(sign)
         if not ok:
             raise Blocker(f"its rel_shift does not give the visible entry (i, j) of '{rt.shifted.name}' the relative "
-                          f"position i - j at {plural(t, 'frame')} (ESPnet's legacy rel_shift over T positions counted from the "
+                          f"position i - j at {plural(t, 'frame')} (ESPnet's legacy rel_shift over T positions "
+                          "counted from the "
                           "sequence's end?): the term depends on the sequence length")
         found = ok[0] if found is None or found in ok else None
         if found is None:
