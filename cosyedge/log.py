@@ -16,6 +16,23 @@ import time
 _logger = logging.getLogger("cosyedge")
 
 
+def plural(n, word: str, many: str | None = None) -> str:
+    """``n`` with ``word`` in the number it needs (str): ``plural(1, "frame")`` is ``"1 frame"``, ``plural(3, "frame")``
+    ``"3 frames"``, ``plural(2, "key/value cache", "key/value caches")``; ``many`` defaults to ``word + "s"``. The one
+    place cosyedge's messages count things (no "1 frames").
+
+    Args:
+        n (int | float | str): The count (printed as given; only exactly 1 takes the singular, as does -1).
+        word (str): The singular.
+        many (str | None): The plural, when not ``word + "s"``.
+    """
+    try:
+        one = abs(float(n)) == 1
+    except (TypeError, ValueError):
+        one = False
+    return f"{n} {word if one else (many or word + 's')}"
+
+
 class _StderrHandler(logging.StreamHandler):
     """A StreamHandler on whatever ``sys.stderr`` is when a record is emitted, not the object it was when the
     handler was made: stderr redirected later (``contextlib.redirect_stderr``, pytest's capture, a CLI run

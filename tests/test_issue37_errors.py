@@ -379,7 +379,8 @@ def test_streamify_an_export_that_fixed_its_time_length(tmp_path, capsys):
     sr = ["--sample-rate-hz", "16000", "--hop-samples", "160"]
     assert main(["streamify", str(fixed), "-o", str(out)] + sr) == 2
     assert one_error_line(capsys) == (f"[!] {fixed}: the export fixed the time length (input 'x' is [1, 1, 16000], "
-                                       f"no input has a dynamic axis); {HINT}")
+                                       f"no input has a dynamic axis); {HINT}, or give its time axis (--time-axis x=2) "
+                                       "to stream it as exported (that axis is made symbolic and the proof checks it)")
     # told which axis is time, the fixed dim is made symbolic (issue 37 item 3's repair) and the proof decides
     assert main(["streamify", str(fixed), "-o", str(out), "--time-axis", "x=2"] + sr) == 0
     err = capsys.readouterr().err  # one line names the repair the proof ran on (tests/surgery/test_refusal_reasons.py)

@@ -118,7 +118,8 @@ def test_streamify_without_the_repair_refuses_in_one_line(tmp_path, cli, monkeyp
     rc, _o, err = _streamify(cli, src, out)
     assert rc == 3
     assert err.strip().splitlines() == [
-        f"[!] {src}: ONNX Runtime cannot run the stream graph on a chunk of 1 samples (RuntimeError: Error in execution: Got "
+        f"[!] {src}: ONNX Runtime cannot run the stream graph on a chunk of 1 sample (RuntimeError: Error in "
+        "execution: Got "
         "invalid dimensions for output: enhanced for the following indices), as 'cosyedge run' and 'build' would run "
         "it; nothing written"]
     assert not out.exists()

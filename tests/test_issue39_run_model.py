@@ -185,8 +185,9 @@ def test_run_model_kind_is_checked_before_any_export(cli, root, tmp_path):
     line = refused(rc, err, 2)
     assert "(cosyedge run mic --model gtcrn -o OUT.wav)" in line and "FILE" not in line
     rc, _out, err = cli("run", "--model", "foo", DEMO / "noisy.wav", "-o", tmp_path / "x.wav")
-    assert refused(rc, err, 2).endswith("unknown model 'foo': --model takes an enhancer (dfn3, dtln, gtcrn, "
-                                                "hush, nsnet2) or, with --vad, a voice activity detector (silero-vad)")
+    assert refused(rc, err, 2).endswith("unknown model 'foo': --model takes an enhancer (reference, dfn3, dtln, "
+                                        "gtcrn, hush, nsnet2; reference is the bundled one) or, with --vad, a voice "
+                                        "activity detector (silero-vad)")
     assert cli.exports == [] and list(tmp_path.iterdir()) == []
 
 
@@ -210,8 +211,9 @@ def test_run_mic_checks_the_model_name_and_the_audio_device_before_any_export(cl
     monkeypatch.setenv("COSYEDGE_ENGINES_DIR", str(tmp_path / "engines"))  # empty: any engine would be exported
     monkeypatch.setattr(devmod, "load_sounddevice", lambda: fake_sounddevice([]))
     rc, _out, err = cli("run", "mic", "--model", "foo")
-    assert refused(rc, err, 2).endswith("unknown model 'foo': --model takes an enhancer (dfn3, dtln, gtcrn, "
-                                                "hush, nsnet2) or, with --vad, a voice activity detector (silero-vad)")
+    assert refused(rc, err, 2).endswith("unknown model 'foo': --model takes an enhancer (reference, dfn3, dtln, "
+                                        "gtcrn, hush, nsnet2; reference is the bundled one) or, with --vad, a voice "
+                                        "activity detector (silero-vad)")
     for args in (["--model", "gtcrn", "-o", tmp_path / "m.wav"], ["--vad", "-o", tmp_path / "seg.json"]):
         rc, _out, err = cli("run", "mic", *args)
         assert "no audio devices found" in refused(rc, err, 4)

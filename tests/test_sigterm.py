@@ -66,7 +66,7 @@ def test_sigterm_during_build_removes_its_temp_folder(tmp_path):
     if proc.returncode == 0:  # finished before the signal landed: nothing to check
         pytest.skip("the build finished before SIGTERM arrived")
     assert proc.returncode == 143, err
-    assert _hidden(engines) == [] and list(engines.iterdir()) == []
+    assert not engines.exists()  # the engines folder this build made goes with its temp folder
 
 
 def test_a_build_removes_stale_temp_folders_of_its_own_name_only(tmp_path):
@@ -87,7 +87,7 @@ def test_a_build_removes_stale_temp_folders_of_its_own_name_only(tmp_path):
 
 
 @pytest.mark.parametrize("signal_exc, code, line", [("Terminated", 143, "[!] terminated (SIGTERM)"),
-                                                     ("KeyboardInterrupt", 130, "[!] aborted")])
+                                                     ("KeyboardInterrupt", 130, "[!] interrupted (Ctrl-C, SIGINT)")])
 def test_an_error_caused_by_a_signal_is_its_exit_code_not_a_traceback(monkeypatch, capsys, signal_exc, code, line):
     """A signal that lands while a C extension initialises comes back as ``ImportError: initialization failed``
     caused by the signal's exception (seen with ``import onnxruntime`` in fp16_onnx), and a lazy import turns it

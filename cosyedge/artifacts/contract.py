@@ -19,6 +19,7 @@ import numpy as np
 
 from cosyedge.artifacts.files import load_onnx
 from cosyedge.errors import ArtifactError, UsageError
+from cosyedge.log import plural
 
 SCHEMA_VERSION = 1
 META_PREFIX = "cosyedge."
@@ -256,8 +257,8 @@ class StreamContract:
 
         if chunk_samples <= 0 or chunk_samples % self.total_stride:
             raise UsageError(
-                f"chunk of {chunk_samples} samples is not a positive multiple of the model's total stride "
-                f"{self.total_stride} samples (use {self.total_stride}, {2 * self.total_stride}, ...)"
+                f"chunk of {plural(chunk_samples, 'sample')} is not a positive multiple of the model's total stride "
+                f"{plural(self.total_stride, 'sample')} (use {self.total_stride}, {2 * self.total_stride}, ...)"
             )
         fixed = self.fixed_chunk_samples
         if fixed and chunk_samples != fixed:
@@ -510,8 +511,9 @@ class StreamContract:
                              "Hz")
         samples = int(round(samples))
         if samples % total_stride:
-            raise UsageError(f"--chunk-ms {chunk_ms:g} ({samples} samples) is not a multiple of the model's total "
-                             f"stride {total_stride} samples = {step_ms:g} ms (use {step_ms:g}, {2 * step_ms:g}, ... ms)")
+            raise UsageError(f"--chunk-ms {chunk_ms:g} ({plural(samples, 'sample')}) is not a multiple of the model's "
+                             f"total stride {plural(total_stride, 'sample')} = {step_ms:g} ms (use {step_ms:g}, "
+                             f"{2 * step_ms:g}, ... ms)")
         return samples
 
 

@@ -271,8 +271,9 @@ def atomic_folder(dest: str | Path, what: str = "folder") -> Iterator[Path]:
     """
     dest = Path(dest)
     root = dest.parent
+    made: list[Path] = []  # folders above dest this call creates (./engines on a first build): removed on failure
     try:
-        root.mkdir(parents=True, exist_ok=True)
+        made = made_folders(root)
         remove_stale_temp_folders(dest)
         tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=root))
         (tmp / OWNER_FILE).write_text(f"{os.getpid()}\n")
@@ -288,17 +289,47 @@ def atomic_folder(dest: str | Path, what: str = "folder") -> Iterator[Path]:
         replace_dir(tmp, dest, what)
     except OSError as err:
         shutil.rmtree(tmp, ignore_errors=True)
+        remove_empty_folders(made)
         if not is_write_error(err, tmp):
             raise
         raise write_error(err, dest, what) from None
     except WriteError as err:  # a file inside the temp folder: name the folder, not the temp file
         shutil.rmtree(tmp, ignore_errors=True)
+        remove_empty_folders(made)
         if not _inside(err.dest, tmp):
             raise
         raise write_error(err.os_error, dest, what) from None
-    except BaseException:
+    except BaseException:  # an error, Ctrl-C or SIGTERM: no temp folder, and no empty folder this call made
         shutil.rmtree(tmp, ignore_errors=True)
+        remove_empty_folders(made)
         raise
+
+
+def made_folders(folder: str | Path) -> list[Path]:
+    """Create ``folder`` and its missing parents (``mkdir -p``); returns the folders this call created, deepest first
+    (list[Path], empty when ``folder`` existed), for :func:`remove_empty_folders` after a failure.
+
+    Raises:
+        OSError: as ``Path.mkdir``.
+    """
+    folder = Path(folder)
+    missing = []
+    p = folder
+    while not p.exists() and p != p.parent:
+        missing.append(p)
+        p = p.parent
+    folder.mkdir(parents=True, exist_ok=True)
+    return missing
+
+
+def remove_empty_folders(folders: list[Path]) -> None:
+    """Remove each of ``folders`` (deepest first, as :func:`made_folders` returns them) that is empty now; one that
+    holds anything (another writer's output) is kept, and so are the folders above it."""
+    for p in folders:
+        try:
+            p.rmdir()
+        except OSError:
+            return
 
 
 OWNER_FILE = ".cosyedge-owner"

@@ -159,11 +159,16 @@ def build_engine(onnx_path: str | Path | None = None, backend: str = "auto", nam
         contract = check_streaming_onnx(src)
         name = check_engine_name(name or engine_model_name(contract.name, src))
         root = Path(out_dir) if out_dir is not None else engines_root()
+        from cosyedge.artifacts.files import made_folders, remove_empty_folders
+
+        made: list[Path] = []
         try:
-            root.mkdir(parents=True, exist_ok=True)
+            made = made_folders(root)
             tmp = Path(tempfile.mkdtemp(prefix=".prepare-", dir=root))
         except OSError as err:
+            remove_empty_folders(made)
             raise ArtifactError(f"cannot write in {root}: {err.strerror or err}") from None
+        done = False
         try:
             model = tmp / f"{name}.{precision}{'.sparse' if sparse else ''}.onnx"
             from cosyedge.builders.names import engine_folder_name
@@ -175,11 +180,15 @@ def build_engine(onnx_path: str | Path | None = None, backend: str = "auto", nam
                      "reports": {k: fields[k] for k in ("sparsity", "fp16", "int8") if fields.get(k) is not None}}
             from cosyedge.builders.trt import build_trt
 
-            return build_trt(
+            folder = build_trt(
                 model, out_dir=out_dir, name=name, precision=precision, sparse=sparse,
                 dla_core=dla_core, gpu_fallback=gpu_fallback, parent_path=src, extra_manifest=extra)
+            done = True
+            return folder
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
+            if not done:  # an engines folder this build made stays only with an engine in it
+                remove_empty_folders(made)
     return build_ort(onnx_path, out_dir=out_dir, name=name, **options)
 
 

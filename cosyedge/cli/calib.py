@@ -6,6 +6,7 @@ from __future__ import annotations
 import click
 
 from cosyedge.cli.options import log_opts, warn_threads_above_cpus
+from cosyedge.log import plural
 
 
 @click.group("calib")
@@ -43,8 +44,8 @@ def make(count, seed, out, from_dir):
     s = make_calibration_set(out, count=count, seed=seed, from_dir=from_dir)
     skipped = s.manifest.get("skipped", {})
     n_skip = sum(skipped.values())
-    click.echo(f"{len(s)} utterances, {s.duration_s / 60:.1f} min"
-               + (f", {n_skip} file(s) skipped {skipped}" if n_skip else "") + f", sha256 {s.sha256[:12]}")
+    click.echo(f"{plural(len(s), 'utterance')}, {s.duration_s / 60:.1f} min"
+               + (f", {plural(n_skip, 'file')} skipped {skipped}" if n_skip else "") + f", sha256 {s.sha256[:12]}")
     click.echo(str(s.folder / MANIFEST))
 
 
@@ -120,7 +121,7 @@ def int8(onnx_path, output, calib_dir, amax_path, exclude, threads, placement, b
     min_snr = check_min_snr(min_snr, "--min-snr")
     r = int8_onnx(_model(onnx_path), output, calib=calib_dir, exclude=exclude, amax=amax_path, threads=threads,
                   placement=placement, bias_correction=bias_correction, min_snr_db=min_snr)
-    click.echo(f"{r['qdq_pairs']} Q/DQ pairs, {len(r['quantized_nodes'])} nodes INT8, float: "
+    click.echo(f"{plural(r['qdq_pairs'], 'Q/DQ pair')}, {plural(len(r['quantized_nodes']), 'node')} INT8, float: "
                f"{', '.join(r['excluded_nodes']) or 'none'}; amax {r['amax_path']}")
     click.echo(r["output"])
 

@@ -50,8 +50,9 @@ def export(model: str, weights: Path | None, dynamo: bool, out: Path | None, ful
     cosyedge export silero-vad -o silero-vad.stream.onnx
     """
     from cosyedge.errors import UsageError
+    from cosyedge.recipes import REFERENCE, match_name
 
-    if model == "reference":
+    if match_name(model, [REFERENCE]) == REFERENCE:
         import importlib.util
 
         from cosyedge.errors import DependencyError
@@ -66,6 +67,7 @@ def export(model: str, weights: Path | None, dynamo: bool, out: Path | None, ful
     from cosyedge.recipes import get_recipe
 
     recipe = get_recipe(model)
+    model = recipe.name
     given = [flag for flag, v in (("--weights", weights), ("--dynamo", dynamo or None)) if v is not None]
     if given:
         raise UsageError(f"{', '.join(given)} only appl{'ies' if len(given) == 1 else 'y'} to the reference model "
@@ -156,8 +158,9 @@ def _check_stream_output(out: Path, positional: bool, inputs: list[Path]) -> Non
                    "a warning names them all.")
 @click.option("--attention-window", type=click.IntRange(min=1, max=100000), default=None, metavar="FRAMES",
               help="Bound attention with unlimited left context (causal, or chunked seeing every earlier chunk) to "
-                   "this many frames of keys. It changes the model: the proof compares with the bounded full graph "
-                   "and the log and metadata give the deviation from the unbounded original.")
+                   "this many frames of keys (chunked: whole chunks, at least one; a warning says when it is rounded). "
+                   "It changes the model: the proof compares with the bounded full graph and the log and metadata "
+                   "give the deviation from the unbounded original, which grows with the stream's length.")
 @click.option("--attention-per-frame", is_flag=True, default=False,
               help="Stream chunked attention at a hop below its chunk: each query waits chunk - 1 frames for the end "
                    "of its chunk (that much more delay). Default: the hop must hold whole chunks (no delay).")

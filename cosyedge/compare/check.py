@@ -36,7 +36,8 @@ line names the field), a directory given as ``--baseline``, an utterance shorter
 (:data:`cosyedge.compare.utterances.MIN_SECONDS`), an empty ``--onnx``, a missing ``--sparse-onnx``; 4 dependency).
 
 **Baseline** (``--baseline``, default the committed ``cosyedge/compare/baselines/reference.accuracy.json``
-for the bundled model): JSON keyed by the reference model's SHA-256, with the utterance set's hashes,
+for the bundled model, ``<model name>.accuracy.json`` beside any other ``--onnx`` file, never the installed
+package's folder; the log says which): JSON keyed by the reference model's SHA-256, with the utterance set's hashes,
 chunk length and, per label, every metric's value. ``cosyedge check --update-baseline`` is the one
 command that (re)writes it, after the model changes: it builds every label of ``--precisions`` (the
 other labels of a baseline of the same model, utterances and chunk are kept) (INT8: calibrates on the
@@ -55,6 +56,7 @@ import time
 from pathlib import Path
 
 from cosyedge.artifacts import MANIFEST_NAME, check_not_inputs, check_writable, write_json
+from cosyedge.log import LOG
 from cosyedge.compare.baseline import (
     _check_same_set,
     _is_parent,
@@ -81,6 +83,27 @@ from cosyedge.log import LOG
 # than one-hop chunks, which keeps the CI gate under a minute on two shared cores.
 
 # ----------------------------------------------------------------------------------------------- the gate
+def _bundled(path: str | Path) -> bool:
+    """Whether ``path`` is a model shipped inside the installed cosyedge package (its committed baseline applies)."""
+    import cosyedge
+
+    pkg = Path(cosyedge.__file__).resolve().parent
+    try:
+        Path(path).resolve().relative_to(pkg)
+        return True
+    except ValueError:
+        return False
+
+
+def default_baseline_for(onnx_path: str | Path | None, model_name: str) -> Path:
+    """The baseline ``cosyedge check`` reads or writes without ``--baseline`` (Path): the committed
+    ``cosyedge/compare/baselines/<name>.accuracy.json`` for the bundled model (no ``--onnx``, or a model inside the
+    package), else ``<name>.accuracy.json`` beside the user's ``--onnx`` file (never into the installed package)."""
+    if onnx_path is None or _bundled(onnx_path):
+        return default_baseline_path(model_name)
+    return Path(onnx_path).parent / f"{model_name}.accuracy.json"
+
+
 def run_check(onnx_path: str | Path | None = None, *, baseline: str | Path | None = None,
               update_baseline: bool = False, precisions: list[str] | None = None,
               engines_dir: str | Path | None = None, candidates: dict | None = None,
@@ -92,7 +115,8 @@ def run_check(onnx_path: str | Path | None = None, *, baseline: str | Path | Non
 
     Args:
         onnx_path (str | Path | None): FP32 streaming ONNX (default: the bundled reference model).
-        baseline (str | Path | None): Baseline JSON (default :func:`cosyedge.compare.baseline.default_baseline_path`).
+        baseline (str | Path | None): Baseline JSON (default :func:`default_baseline_for`: the committed one for the
+            bundled model, else beside ``onnx_path``).
         update_baseline (bool): Measure and (re)write the baseline instead of gating.
         precisions (list[str] | None): Labels, e.g. ``["fp16", "int8-sparse"]`` (default: the baseline's
             labels, or :data:`DEFAULT_PRECISIONS` when updating).
@@ -124,7 +148,12 @@ def run_check(onnx_path: str | Path | None = None, *, baseline: str | Path | Non
     ref = load_compare_model(onnx_path or require_reference())
     if ref.precision != "fp32" or ref.sparse:
         raise UsageError(f"the reference {ref.path} is a {ref.label} model; give the FP32 streaming ONNX")
-    baseline = Path(baseline) if baseline is not None else default_baseline_path(ref.contract.name)
+    if baseline is None:
+        baseline = default_baseline_for(onnx_path, ref.contract.name)
+        LOG.info("baseline: %s (the default %s; --baseline FILE to choose another)", baseline,
+                 "committed with cosyedge for its bundled model" if onnx_path is None or _bundled(onnx_path) else
+                 f"beside {onnx_path}")
+    baseline = Path(baseline)
     engines_dir = Path(engines_dir) if engines_dir is not None else engines_root()
     inputs = [onnx_path, ref.path, ref.model_path, baseline, sparse_onnx, calib, *(candidates or {}).values(),
               *baseline.parent.glob(f"{ref.contract.name}.*.amax.json"),  # the INT8 calibration kept beside it

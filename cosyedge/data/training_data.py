@@ -197,6 +197,7 @@ class TrainingData:
                     continue
                 self.speech_ranges[name] = (pos, pos + size)
                 pos += size
+            self._say_missing_synthesizers()
             if not self.speech_ranges:
                 raise ArtifactError("no training speech available (check apt-get access)")
             self.speech = self._load_speech()
@@ -225,8 +226,22 @@ class TrainingData:
         if require_all:
             kind = type(err) if isinstance(err, (ArtifactError, DependencyError)) else ArtifactError
             raise kind(f"{reason}; every source of the data version is needed for a reproducible run")
-        LOG.warning("%s", reason)
         self.missing[name] = reason
+        if name in SYNTHETIC_CORPORA and isinstance(err, DependencyError):
+            return  # a synthesizer not installed: said once for all of them (_say_missing_synthesizers)
+        LOG.warning("%s", reason)
+
+    def _say_missing_synthesizers(self) -> None:
+        """One info line for the synthetic corpora left out because their speech synthesizer (espeak-ng, flite,
+        festival) is not installed: optional sources (``synthetic_share`` of the speech draws goes to the corpora
+        there are), not three warnings."""
+        gone = [n for n in SYNTHETIC_CORPORA if n in self.missing and n not in self.corpora]
+        if not gone:
+            return
+        LOG.info("training speech: the synthetic corpora %s are left out, their speech synthesizers not being "
+                 "installed (%s): the mixtures draw from the recorded corpora only (enough for an INT8 calibration "
+                 "set; its manifest lists them as missing_corpora); to include synthetic speech install them",
+                 ", ".join(gone), "; ".join(self.missing[n].split("unavailable: ", 1)[-1] for n in gone))
 
     def _version_real_noise(self) -> dict:
         """``{category: corpora}`` of the data version's real training noises (all of them)."""

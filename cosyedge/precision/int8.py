@@ -23,7 +23,7 @@ import numpy as np
 from cosyedge.artifacts import (SourceModel, StreamContract, check_not_input, check_writable,
                                 sha256_file)
 from cosyedge.errors import ArtifactError, UsageError
-from cosyedge.log import LOG
+from cosyedge.log import LOG, plural
 from cosyedge.precision.calibration import Calibration
 from cosyedge.precision.cost import output_cost
 
@@ -64,12 +64,24 @@ def resolve_calibration_set(calib: Any, count: int = 2048):
             raise ArtifactError(f"calibration folder {folder} is a file, not a folder ({make})")
         raise ArtifactError(f"calibration folder {folder} has no {MANIFEST} ({make})")
     if not (folder / MANIFEST).is_file():
-        LOG.warning("no calibration set in %s: making the default one (%d utterances, about %d min of audio; the KL "
-                    "calibration then streams all of it, minutes on a small CPU). A smaller or your own set: "
-                    "'cosyedge calib make --count N --out DIR' and build --calib DIR", folder, count,
-                    round(count * 2.5 / 60))
+        LOG.info("%s", default_set_note(folder, count))
         return make_calibration_set(folder, count=count)
     return load_calibration_set(folder)
+
+
+def default_set_note(folder: Path, count: int) -> str:
+    """The line said before a default calibration set is made (str): where it is written (absolute), how many files
+    and about how much audio and disk (16-bit PCM, 1-4 s each), what it draws from, what it costs and how to avoid it.
+    """
+    from cosyedge.precision.calibset import CALIB_ENV, DURATION_RANGE_S, SAMPLE_RATE_HZ
+
+    seconds = count * sum(DURATION_RANGE_S) / 2
+    mb = seconds * SAMPLE_RATE_HZ * 2 / 1e6
+    return (f"INT8 calibration: no calibration set in {folder.absolute()}: writing the default one there now "
+            f"({count} WAV files, about {seconds / 60:.0f} min of audio, {mb:.0f} MB, mixed from the training speech "
+            f"and noise, which are prepared on first use in $COSYEDGE_DATA_DIR or ~/.cache/cosyedge/data); the KL "
+            f"calibration then streams all of it (minutes on a small CPU). Set {CALIB_ENV} to put it elsewhere, or "
+            "make a smaller or your own set: 'cosyedge calib make --count N --out DIR' and build --calib DIR")
 
 
 def int8_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, calib: Any = None, exclude=(), count: int = 2048,
@@ -317,13 +329,14 @@ def int8_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, calib: Any = None,
         on = f"on held-out speech ({fallback['holdout_seconds']:.3g} s, {fallback['holdout']})"
         if not fallback["met"]:
             LOG.warning("int8 fallback: the target %.1f dB vs FP32 %s cannot be met: %.1f dB with "
-                        "%d layers kept float and only %s left INT8 (%.0f %% of the MACs INT8); the model is written "
+                        "%s kept float and only %s left INT8 (%.0f %% of the MACs INT8); the model is written "
                         "anyway (lower --int8-min-snr, or build FP16/FP32)", min_snr_db, on, fallback["final_snr_db"],
-                        len(fallback["kept_float"]), ", ".join(sorted(w.name for w in to_quantize)),
+                        plural(len(fallback["kept_float"]), "layer"), ", ".join(sorted(w.name for w in to_quantize)),
                         100 * macs["share"])
         else:
-            LOG.info("int8 fallback: %.1f dB vs FP32 %s (target %.1f dB), %d layers kept float: %s; "
-                     "%.0f %% of the MACs INT8", fallback["final_snr_db"], on, min_snr_db, len(fallback["kept_float"]),
+            LOG.info("int8 fallback: %.1f dB vs FP32 %s (target %.1f dB), %s kept float: %s; "
+                     "%.0f %% of the MACs INT8", fallback["final_snr_db"], on, min_snr_db,
+                     plural(len(fallback["kept_float"]), "layer"),
                      ", ".join(k["name"] for k in fallback["kept_float"]) or "none", 100 * macs["share"])
     snr = output_cost(source, out_path, "int8", "INT8 quantization",
                       "keep sensitive layers float with --exclude or --int8-min-snr, or calibrate on more of your "

@@ -28,16 +28,56 @@ def recipes() -> dict:
     return {r.name: r for r in (NSNet2, DTLN, DeepFilterNet3, GTCRN, Hush, SileroVAD)}
 
 
+REFERENCE = "reference"
+"""str: the name of the bundled model (not a recipe: 'cosyedge export reference', the default engine of 'run')."""
+
+
+def _norm(name: str) -> str:
+    return str(name).strip().lower().replace("_", "-")
+
+
+def match_name(name: str, known) -> str | None:
+    """The known name ``name`` stands for (str), or None: the exact name, else the one it equals ignoring case and
+    ``_`` / ``-`` (``GTCRN`` -> ``gtcrn``, ``silero_vad`` -> ``silero-vad``) when exactly one does.
+
+    Args:
+        name (str): What the user typed.
+        known (Iterable[str]): The names (recipes, ``reference``).
+    """
+    known = list(known)
+    if name in known:
+        return name
+    hits = [k for k in known if _norm(k) == _norm(name)]
+    return hits[0] if len(hits) == 1 else None
+
+
+def closest_names(name: str, known, n: int = 3) -> list[str]:
+    """Up to ``n`` known names closest to ``name`` (list[str], best first; :func:`difflib.get_close_matches` ignoring
+    case), for a refusal's "did you mean"."""
+    import difflib
+
+    by_norm = {_norm(k): k for k in known}
+    return [by_norm[m] for m in difflib.get_close_matches(_norm(name), list(by_norm), n=n, cutoff=0.5)]
+
+
+def did_you_mean(name: str, known) -> str:
+    """``" (did you mean 'gtcrn'?)"`` for the closest known names, or "" (str)."""
+    close = closest_names(name, known)
+    return f" (did you mean {' or '.join(repr(c) for c in close)}?)" if close else ""
+
+
 def get_recipe(name: str):
-    """Return an instance of recipe ``name``.
+    """Return an instance of recipe ``name`` (matched ignoring case and ``_``/``-``, :func:`match_name`).
 
     Raises:
-        UsageError: unknown name (the message lists the known ones).
+        UsageError: unknown name (the message lists the known ones and the closest).
     """
     known = recipes()
-    if name not in known:
-        raise UsageError(f"unknown model '{name}': cosyedge export knows reference, {', '.join(sorted(known))}")
-    return known[name]()
+    found = match_name(name, known)
+    if found is None:
+        raise UsageError(f"unknown model '{name}'{did_you_mean(name, [REFERENCE, *known])}: cosyedge export knows "
+                         f"{REFERENCE}, {', '.join(sorted(known))}")
+    return known[found]()
 
 
 def export_recipe(name: str, out: str | Path, *, full_onnx: str | Path | None = None, atol: float | None = None):

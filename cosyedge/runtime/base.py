@@ -24,6 +24,7 @@ import numpy as np
 
 from cosyedge.artifacts import StreamContract
 from cosyedge.errors import UsageError
+from cosyedge.log import plural
 
 DEFAULT_MAX_LATENCY_RECORDS = 1 << 16
 """int: per-chunk latencies kept by default (a ring buffer; 65536 chunks = 11 min at 10 ms)."""
@@ -250,7 +251,7 @@ class StreamSession(abc.ABC):
         if chunk.shape[2] != self.chunk_samples:
             self.contract.check_chunk(chunk.shape[2])
             raise UsageError(
-                f"chunk has {chunk.shape[2]} samples but this session streams chunks of {self.chunk_samples} "
+                f"chunk has {plural(chunk.shape[2], 'sample')} but this session streams chunks of {self.chunk_samples} "
                 f"(create the session with chunk_samples={chunk.shape[2]})"
             )
         if not np.isfinite(chunk).all():

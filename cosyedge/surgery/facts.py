@@ -248,8 +248,10 @@ def fixed_length_error(model: Any, err: BaseException, where: str = "model") -> 
     hint = dynamic_axes_hint([(vi.name, _dims(vi)) for vi in model.graph.input if vi.name not in inits],
                              [(vi.name, _dims(vi)) for vi in model.graph.output])
     tail = ", and shapes computed from the input (x.reshape(1, -1, 160), not fixed numbers)" if node and not m else ""
-    return UsageError(f"{where}: the export fixed the time length ({what}); export with a dynamic time axis: "
-                      f"{hint}{tail}")
+    out = UsageError(f"{where}: the export fixed the time length ({what}); export with a dynamic time axis: "
+                     f"{hint}{tail}")
+    out.what = what  # what failed, for a caller that knows the graph ran at other lengths (proof.prove)
+    return out
 
 
 def run_all(model: Any, feeds: dict[str, np.ndarray], where: str = "model") -> dict[str, np.ndarray]:

@@ -31,6 +31,7 @@ import numpy as np
 
 from cosyedge._lazy import lazy_import
 from cosyedge.errors import first_line
+from cosyedge.log import plural
 
 onnx = lazy_import("onnx")
 
@@ -84,15 +85,16 @@ class Pattern:
     def describe(self) -> str:
         """One phrase: ``banded causal, window 16 frames``, ``chunked, chunk 4 frames, 2 left chunks``..."""
         if self.kind == "banded" and self.ahead:
-            return f"banded (sliding window of {self.window} frames and {self.ahead} frames ahead)"
+            return f"banded (sliding window of {plural(self.window, 'frame')} and {plural(self.ahead, 'frame')} ahead)"
         if self.kind == "banded":
-            return f"banded causal (sliding window of {self.window} frames)"
+            return f"banded causal (sliding window of {plural(self.window, 'frame')})"
         if self.kind == "causal":
-            return "causal with unlimited left context" + (f" and {self.ahead} frames ahead" if self.ahead else "")
+            ahead = f" and {plural(self.ahead, 'frame')} ahead" if self.ahead else ""
+            return "causal with unlimited left context" + ahead
         if self.kind == "chunked":
             left = ("every earlier chunk" if self.left == UNLIMITED
                     else f"{self.left} left chunk{'s' * (self.left != 1)}")
-            return f"chunked (chunks of {self.chunk} frames, {left})"
+            return f"chunked (chunks of {plural(self.chunk, 'frame')}, {left})"
         if self.kind == "full":
             return "full (bidirectional: every frame sees the whole sequence)"
         if self.kind == "none":
@@ -120,6 +122,47 @@ class Pattern:
             cq, ck = q // self.chunk, k // self.chunk
             return (ck <= cq) & ((ck >= cq - self.left) if self.left != UNLIMITED else True)
         raise ValueError(self.kind)
+
+
+def window_rounding(original: Pattern, window: int) -> str:
+    """What ``--attention-window window`` becomes on ``original`` when it is not exactly ``window`` frames (str, "" when
+    it is): a chunked attention keeps whole chunks of left context, ``max(1, window // C)`` of them, so the window is
+    rounded down to a multiple of the chunk, or up to one chunk. E.g. ``"attention window rounded up from 4 to 8
+    frames (a whole number of chunks of 8 frames, at least one: 1 left chunk)"``."""
+    if original.kind != "chunked" or original.left != UNLIMITED or original.chunk < 1:
+        return ""
+    got = original.bound(int(window))
+    frames = got.left * got.chunk
+    if frames == int(window):
+        return ""
+    way = "up" if frames > int(window) else "down"
+    return (f"attention window rounded {way} from {int(window)} to {frames} frames (a whole number of chunks of "
+            f"{original.chunk} frames, at least one: {got.left} left chunk{'s' * (got.left != 1)})")
+
+
+def window_for_cache(original: Pattern, cache_frames: int) -> int:
+    """The longest ``--attention-window`` (frames, int) whose bound of ``original`` (an unlimited causal or chunked
+    pattern, :meth:`Pattern.bound`) keeps at most ``cache_frames`` frames of keys: ``cache + 1`` for causal (a window of
+    ``W`` caches ``W - 1``), whole chunks for chunked; 0 when none fits (or ``original`` is not unlimited)."""
+    cache_frames = int(cache_frames)
+    if original.kind == "causal":
+        return max(0, cache_frames + 1)
+    if original.kind == "chunked" and original.left == UNLIMITED and original.chunk > 0:
+        return (cache_frames // original.chunk) * original.chunk
+    return 0
+
+
+def window_for_reach(original: Pattern, frames: int) -> int:
+    """The longest ``--attention-window`` (frames, int) whose bound of ``original`` sees keys at most ``frames - 1``
+    frames away (a relative-position table that holds relative positions up to +-(frames - 1)): ``frames`` for causal
+    (a window of ``W`` reaches ``W - 1`` back), for chunked ``n`` left chunks reach ``(n + 1) C - 1`` back; 0 when none
+    fits."""
+    frames = int(frames)
+    if original.kind == "causal":
+        return max(0, frames) if original.ahead <= frames - 1 else 0
+    if original.kind == "chunked" and original.left == UNLIMITED and original.chunk > 0:
+        return max(0, frames // original.chunk - 1) * original.chunk
+    return 0
 
 
 def _rows(v: np.ndarray, i: int) -> str:

@@ -39,6 +39,7 @@ import numpy as np
 
 from cosyedge.artifacts import StreamContract
 from cosyedge.errors import AccuracyError, ArtifactError, UsageError, first_line
+from cosyedge.log import plural
 from cosyedge.runtime import loop
 from cosyedge.runtime.ort import BoundRunner, chunk_output_buffers, session_from_onnx
 from cosyedge.surgery.facts import mark_all_outputs
@@ -99,6 +100,15 @@ def tick_unit(contract: Any, short: bool = False) -> str:
     return "frames" if short else f"frames of '{first.name}'"
 
 
+def count_ticks(contract: Any, n: int, short: bool = False) -> str:
+    """``n`` input ticks in words (str): ``"1 sample"``, ``"160 samples"``, ``"3 frames of 'x'"``
+    (:func:`tick_unit`)."""
+    first = contract.stream_inputs[0]
+    if first.kind == "audio":
+        return plural(n, "sample")
+    return plural(n, "frame") + ("" if short else f" of '{first.name}'")
+
+
 def ticks_seconds(contract: Any, ticks: int) -> float:
     """Seconds (float) of audio that ``ticks`` input ticks (samples, or feature frames) stand for."""
     first = contract.stream_inputs[0]
@@ -144,7 +154,7 @@ def stream_run(model: Any, contract: Any, inputs: dict[str, np.ndarray], chunk_t
 
     def error(err: Exception, _k: int) -> ArtifactError:
         return ArtifactError(f"{where + ': ' if where else ''}ONNX Runtime cannot run the stream graph on a chunk "
-                             f"of {chunk_ticks} {tick_unit(contract, short=True)} ({ort_reason(err)}), as "
+                             f"of {count_ticks(contract, chunk_ticks, short=True)} ({ort_reason(err)}), as "
                              "'cosyedge run' and 'build' would run it; nothing written")
 
     def buffers(feeds: dict) -> dict:  # what OrtStreamSession (cosyedge run / build) binds for this chunk
@@ -258,7 +268,7 @@ class ProofResult:
 def prove(full_model: Any, stream_model: Any, contract: Any, inputs: dict[str, np.ndarray], chunks: list[int],
           out_facts: dict[str, tuple[int, Any, int]], all_facts: dict[str, tuple[int, Any, int]] | None = None,
           order: list[str] | None = None, producers: dict[str, str] | None = None,
-          atol: float = ATOL, where: str = "model") -> ProofResult:
+          atol: float = ATOL, where: str = "model", ran_at: tuple = ()) -> ProofResult:
     """Run both graphs and compare (module doc).
 
     Args:
@@ -273,6 +283,9 @@ def prove(full_model: Any, stream_model: Any, contract: Any, inputs: dict[str, n
         producers (dict[str, str] | None): "Op node 'name'" by tensor name (bisection).
         atol (float): Tolerance relative to the peak of each full output (:func:`tolerance`).
         where (str): Name (the source path) for messages.
+        ran_at (tuple[int, ...]): Lengths (input ticks) the full graph already ran at (streamify's probes): a failure
+            at a longer proof length is then not called a fixed time length (the export did not fix it; something
+            inside, a table of fixed rows, is shorter than the proof).
     Returns:
         ProofResult: the rows; ``first_bad`` names the first diverging tensor when not ok.
     Raises:
@@ -289,6 +302,13 @@ def prove(full_model: Any, stream_model: Any, contract: Any, inputs: dict[str, n
         full = dict(zip([o.name for o in full_model.graph.output], full_sess.run(None, inputs)))
     except Exception as err:
         fixed = fixed_length_error(full_model, err, where)
+        if fixed is not None and ran_at and ticks > max(ran_at):
+            raise UsageError(f"{where}: the full-sequence graph runs at {' and '.join(map(str, ran_at))} "
+                             f"{tick_unit(contract, short=True)} but not at the proof's {ticks} (8 x the longest "
+                             f"context; {getattr(fixed, 'what', 'a tensor of fixed length')}): a tensor of fixed "
+                             "length inside it, such as a table of positions, is shorter than that input; bound the "
+                             "context less (a smaller --attention-window) or give proof inputs; nothing "
+                             "written") from None
         if fixed is not None:
             raise fixed from None
         if "allocate" in str(err).lower():
@@ -538,7 +558,7 @@ def run_state_loop(sess: Any, audio: str, x: np.ndarray, chunk: int, states: lis
     names = [o.name for o in sess.get_outputs()]
 
     def error(err: Exception, _k: int) -> ArtifactError:
-        return ArtifactError(f"ONNX Runtime fails on a chunk of {chunk} samples ({first_line(err)})")
+        return ArtifactError(f"ONNX Runtime fails on a chunk of {plural(chunk, 'sample')} ({first_line(err)})")
 
     chunks = loop.stream(lambda feeds: dict(zip(names, sess.run(None, feeds))), None, {audio: x}, chunk,
                          states={i: v for i, _o, v in states}, pairs=[(i, o) for i, o, _v in states],

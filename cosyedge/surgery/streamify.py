@@ -51,7 +51,7 @@ from cosyedge.artifacts import (
     resolve_artifact,
 )
 from cosyedge.errors import ArtifactError, UsageError
-from cosyedge.log import LOG
+from cosyedge.log import LOG, plural
 from cosyedge.surgery import io, ops  # noqa: F401  (ops registers graph functions)
 from cosyedge.surgery import proof
 from cosyedge.surgery.proof import ATOL
@@ -130,8 +130,12 @@ def _input_time_axes(graph: Any, given: dict[str, int] | None, where: str = "") 
 
             hint = dynamic_axes_hint([(u.name, u.shape) for u in graph.inputs],
                                      [(u.name, u.shape) for u in graph.outputs])
+            guess = next((i for i in range(len(shape) - 1, 0, -1) if isinstance(shape[i], (int, np.integer))
+                          and shape[i] > 1), None)
+            alt = (f", or give its time axis (--time-axis {t.name}={guess}) to stream it as exported (that axis is "
+                   "made symbolic and the proof checks it)") if guess is not None else ""
             raise UsageError(f"{where + ': ' if where else ''}the export fixed the time length (input '{t.name}' is "
-                             f"{shape}, no input has a dynamic axis); export with a dynamic time axis: {hint}")
+                             f"{shape}, no input has a dynamic axis); export with a dynamic time axis: {hint}{alt}")
         else:
             timed = next((f"{u.name}.shape[{i}]" for u in graph.inputs for i, d in enumerate(u.shape or [])
                           if i > 0 and not (isinstance(d, (int, np.integer)) and d > 0)), "x.shape[1]")
@@ -314,9 +318,12 @@ def _add_channel_axis(graph: Any, axes: dict[str, int], where: str) -> dict[str,
     graph.nodes.append(axis_op("Squeeze", t, flat, f"{t.name}/drop_channel_axis"))
     t.shape = [shape[0], 1, shape[1]]
     made = []
+    fixed_in = shape[1] if isinstance(shape[1], (int, np.integer)) else None  # an export that fixed the length
     for o in graph.outputs:
         oshape = list(o.shape or [])
-        if len(oshape) != 2 or isinstance(oshape[1], (int, np.integer)) or not o.inputs:
+        same_fixed = fixed_in is not None and isinstance(oshape[1] if len(oshape) == 2 else None, (int, np.integer)) \
+            and int(oshape[1]) == int(fixed_in)  # the waveform out, its length fixed with the input's
+        if len(oshape) != 2 or (isinstance(oshape[1], (int, np.integer)) and not same_fixed) or not o.inputs:
             continue
         raw = gs.Variable(f"{o.name}/no_channel", dtype=o.dtype, shape=oshape)
         producer = o.inputs[0]
@@ -493,6 +500,23 @@ def _group_blockers(blockers: list[str]) -> list[str]:
     return out
 
 
+def _attention_lookahead(a: dict) -> str:
+    """What an attention's look-ahead costs the stream (str), from its contract entry (``Site.info``): chunked
+    attention at a hop of whole chunks sees up to ``C - 1`` frames ahead inside its chunk with no delay (the chunk
+    arrives whole); per-frame chunked attention waits for the end of its chunk; a band that looks ahead waits as
+    many frames."""
+    ahead, lead = int(a.get("lookahead_frames", 0)), int(a.get("per_frame_lead_frames", 0))
+    if not ahead:
+        return "no look-ahead"
+    if lead:
+        return (f"a query waits up to {plural(lead, 'frame')} for the end of its chunk ({plural(lead, 'frame')} of "
+                "delay)")
+    if str(a.get("pattern", "")).startswith("chunked"):
+        return (f"a query sees up to {plural(ahead, 'frame')} ahead inside its chunk, which a hop of whole chunks "
+                "brings at once (no delay across chunks)")
+    return f"a query sees {plural(ahead, 'frame')} ahead ({plural(ahead, 'frame')} of delay)"
+
+
 def _bytes_by_kind(contract: StreamContract) -> dict[str, int]:
     """Bytes of state per stream by state kind (dict[str, int], e.g. {"key": 4096, "value": 4096, "position": 8})."""
     out: dict[str, int] = {}
@@ -565,14 +589,7 @@ def prove_stream(full_model: Any, stream_model: Any, contract: StreamContract, s
                    contract.hop_samples)
         step = math.lcm(*chunks)
         ticks = step * -(-need // step)
-        if sg.walker.max_ticks and ticks > sg.walker.max_ticks[0]:  # an encoding table bounds the stream's length
-            limit, why = sg.walker.max_ticks
-            ticks = step * (limit // step)
-            if not ticks:
-                raise UsageError(f"{where}: {why} allows a stream of {limit} {proof.tick_unit(contract)}, fewer than "
-                                 f"the proof's chunks of {step}: the model cannot stream a chunk that long")
-            LOG.info("%s: the proof runs on %d %s, the longest stream %s allows", where, ticks,
-                     proof.tick_unit(contract), why)
+        ticks = _proof_ticks_within_tables(ticks, step, sg, contract, where)
         inputs = proof.proof_inputs(contract, ticks)
     else:
         ticks = next(iter(inputs.values())).shape[contract.stream_inputs[0].time_axis]
@@ -587,7 +604,7 @@ def prove_stream(full_model: Any, stream_model: Any, contract: StreamContract, s
             order.append(o)
             producers[o] = f"{node.op_type} node '{node.name}'"
     res = prove(full_model, stream_model, contract, inputs, chunks, out_facts, all_facts, order, producers, atol,
-                where)
+                where, ran_at=tuple(sg.probe_ticks))
     worst = max(res.rows, key=lambda r: r["max_abs"])
     if not res.ok:
         worst = max(res.rows, key=lambda r: r["max_abs"] / proof.tolerance(r["peak"], atol))
@@ -609,6 +626,52 @@ def prove_stream(full_model: Any, stream_model: Any, contract: StreamContract, s
     if sg.original_model is not None and sg.full_model is not sg.original_model:
         summary["attention_window"] = _window_deviation(sg, inputs, res.full, contract, where)
     return summary
+
+
+def _proof_ticks_within_tables(ticks: int, step: int, sg: StreamGraph, contract: StreamContract, where: str) -> int:
+    """The proof's length (input ticks, a multiple of ``step``) cut to what the model's tables allow, with one info line
+    naming the table when cut.
+
+    An encoding table of absolute positions bounds the stream itself (``walker.max_ticks``: a stream is never longer,
+    so the proof covers every length a stream runs at). A relative-position table bounds only the full-sequence graph
+    (``walker.full_max_ticks``): the stream runs on, so the proof must still see its caches filled and replaced once,
+    at least twice the longest context (``sg.rf_ticks``); a table too short for that is refused, naming it, its rows
+    and the longest ``--attention-window`` it allows.
+
+    Raises:
+        UsageError: a table shorter than the proof's chunks, or a relative-position table shorter than twice the
+            longest context (exit 2; nothing written).
+    """
+    unit = proof.tick_unit(contract)
+    limits = [(sg.walker.max_ticks[0], sg.walker.max_ticks[1], None)] if sg.walker.max_ticks else []
+    if sg.walker.full_max_ticks:
+        limits.append(sg.walker.full_max_ticks)
+    if not limits or ticks <= min(x[0] for x in limits):
+        return ticks
+    limit, why, frames = min(limits, key=lambda x: x[0])
+    cut = step * (limit // step)
+    if not cut:
+        raise UsageError(f"{where}: {why} allows a stream of {limit} {unit}, fewer than the proof's chunks of "
+                         f"{step}: the model cannot stream a chunk that long")
+    if frames is not None and cut < 2 * sg.rf_ticks:  # the stream outlives the table: its caches must turn over
+        from cosyedge.surgery.masks import window_for_cache
+
+        bounded = [x for x in sg.walker.attention_sites if x.original != x.pattern]
+        cache = math.floor(Fraction(limit, 2) * min(x.rate for x in bounded)) if bounded else 0
+        longest = min(window_for_cache(x.original, cache) for x in bounded) if bounded else 0
+        asked = {x.pattern.window if x.pattern.kind == "banded" else x.pattern.cache_frames for x in bounded}
+        fix = ((f"; the longest --attention-window it allows is {plural(longest, 'frame')} (asked: "
+                f"{'/'.join(map(str, sorted(asked)))}): give --attention-window {longest} or less" if longest else
+                "; no --attention-window fits it") if bounded else "")
+        raise UsageError(f"{where}: the proof streams at least twice the longest context ({2 * sg.rf_ticks} {unit}) "
+                         f"against the full-sequence graph, which runs on at most {limit} {unit}: {why} holds the "
+                         f"relative positions of {plural(frames, 'frame')} and no more{fix}; nothing written")
+    if frames is None:
+        LOG.info("%s: the proof runs on %d %s, the longest stream %s allows", where, cut, unit, why)
+    else:
+        LOG.info("%s: the proof runs on %d %s: the full-sequence graph runs no longer, %s holds the relative positions "
+                 "of %s (the stream has no such limit)", where, cut, unit, why, plural(frames, "frame"))
+    return cut
 
 
 def _check_lookahead(full_model: Any, inputs: dict, full: dict, contract: StreamContract, sg: StreamGraph,
@@ -651,24 +714,33 @@ def _check_lookahead(full_model: Any, inputs: dict, full: dict, contract: Stream
                                                    Fraction(1, per_tick)) * per_tick)
     structural = reach_samples == graph
     unit = {o.name: "samples" if o.kind == "audio" else "frames" for o in contract.stream_outputs}
-    text = ", ".join(f"'{o}' {r['lookahead_frames']} {unit.get(o, 'frames')} ahead, {r['delay_frames']} late"
+    text = ", ".join(f"'{o}' {plural(r['lookahead_frames'], unit.get(o, 'frames')[:-1])} ahead, "
+                     f"{r['delay_frames']} late"
                      for o, r in rows.items())
     if not known:
         LOG.info("%s: look-ahead: changing the input from %s on changes no output: nothing to measure", where,
                  proof.perturbation_starts(next(iter(inputs.values())).shape[first.time_axis], sg.stride_ticks))
     elif graph == measured_samples or structural:
-        how = ("input changed from several points on, first output frame that changes" if not structural else
-               f"input set to NaN from several points on, first output frame that turns NaN; changed values reached "
-               f"only {measured_samples} samples back, the rest is below float32 resolution")
-        LOG.info("%s: look-ahead measured on the full graph (%s) %d samples = the delay the graph gives the stream "
-                 "(%s)", where, how, graph if structural else measured_samples, text)
+        points = "several points" if sg.stride_ticks == 1 else \
+            (f"several chunk boundaries (multiples of the {sg.stride_ticks}-"
+             f"{proof.tick_unit(contract, True)[:-1]} stride)")
+        how = (f"input changed from {points} on, first output frame that changes" if not structural else
+               f"input set to NaN from {points} on, first output frame that turns NaN; changed values reached "
+               f"only {plural(measured_samples, 'sample')} back, the rest is below float32 resolution")
+        inside = max([int(x.pattern.lookahead_frames) for x in sg.walker.attention_sites if not x.lead] + [0])
+        across = "" if not inside else (
+            f" across chunks (inside a chunk, which arrives whole, chunked attention sees up to "
+            f"{plural(inside, 'frame')} ahead)")
+        LOG.info("%s: look-ahead%s measured on the full graph (%s) %s = the delay the graph gives the stream (%s)",
+                 where, across, how, plural(graph if structural else measured_samples, "sample"), text)
     else:
-        LOG.warning("%s: the stream's delay from the graph is %d samples but the full graph's look-ahead measured by "
-                    "changing its input from several points on is %d samples (%s)%s", where, graph, measured_samples,
+        LOG.warning("%s: the stream's delay from the graph is %s but the full graph's look-ahead measured by "
+                    "changing its input from several points on is %s (%s)%s", where, plural(graph, "sample"),
+                    plural(measured_samples, "sample"),
                     text, (": either a rule counts more look-ahead than the graph has, or the measurement sees less "
                            "(a nonlinearity that hides the change at the first frames, whole frames at a lower rate "
                            "inside the graph); NaN inputs reach "
-                           + (f"{reach_samples} samples back" if reach_samples is not None else "no output"))
+                           + (f"{plural(reach_samples, 'sample')} back" if reach_samples is not None else "no output"))
                     if graph > measured_samples else ": the measured look-ahead exceeds the stream's delay")
     return {"measured_samples": measured_samples, "graph_delay_samples": graph,
             "equal": graph == measured_samples or structural, "reach_samples": reach_samples, "outputs": rows}
@@ -677,23 +749,40 @@ def _check_lookahead(full_model: Any, inputs: dict, full: dict, contract: Stream
 def _window_deviation(sg: StreamGraph, inputs: dict, bounded: dict, contract: StreamContract, where: str) -> dict:
     """How far the ``--attention-window`` bound moves the model from the unbounded original on the proof's input
     (max abs error and SNR of each output of the bounded full graph, ``bounded`` as the proof ran it, against the
-    original's), logged as a warning: the stream equals the bounded model, never called exact to the original."""
+    original's), logged as a warning: the stream equals the bounded model, never called exact to the original.
+
+    The deviation grows with the input's length (the original attends to all of the past, the bounded model to its
+    window: every frame past the window adds keys only the original sees), so the SNR is also given over the first
+    half of the proof's input (the same causal outputs, measured on a shorter stretch) and the line says which way it
+    went: streams longer than the proof's input differ more."""
     outs = [o.name for o in contract.stream_outputs]
     original = dict(zip(outs, proof.session(sg.original_model).run(outs, inputs)))
     rows = {o: proof.max_err(original[o], bounded[o]) for o in outs}
     worst = min(rows, key=lambda o: rows[o][1])
     frames = sorted({s.pattern.window or s.pattern.left * s.pattern.chunk for s in sg.walker.attention_sites
                      if s.original != s.pattern})
+    seconds = proof.ticks_seconds(contract,
+                                  next(iter(inputs.values())).shape[contract.stream_inputs[0].time_axis])
+    ax = next(o.time_axis for o in contract.stream_outputs if o.name == worst)
+    n = np.shape(original[worst])[ax]
+    a = np.take(original[worst], np.arange(n // 2), axis=ax).astype(np.float64)
+    e = np.take(bounded[worst], np.arange(n // 2), axis=ax).astype(np.float64) - a
+    e2, s2 = float((e ** 2).sum()), float((a ** 2).sum())
+    half_snr = 200.0 if e2 == 0 else min(200.0, 10 * math.log10(max(s2, 1e-300) / e2))
+    grows = rows[worst][1] < half_snr
+    trend = (f"SNR {half_snr:.1f} dB over its first {seconds / 2:.2f} s, {rows[worst][1]:.1f} dB over all of it: the "
+             f"deviation grows with the stream's length (the original attends to all of the past, the bounded model "
+             f"to its window), so streams longer than {seconds:.2f} s differ more" if grows else
+             f"SNR {half_snr:.1f} dB over its first {seconds / 2:.2f} s, {rows[worst][1]:.1f} dB over all of it; "
+             f"streams longer than {seconds:.2f} s may differ more (the original attends to all of the past)")
     LOG.warning("%s: --attention-window bounds %s to %s frames: the stream equals the bounded model (proved above); "
                 "the bounded model differs from the unbounded original on the proof's %.2f s of input by max abs "
-                "error %.3g (SNR %.1f dB at output '%s'): not the original model", where,
+                "error %.3g (SNR %.1f dB at output '%s'; %s): not the original model", where,
                 "attention" if len(frames) == 1 else f"{len(frames)} attentions", "/".join(map(str, frames)),
-                proof.ticks_seconds(contract, next(iter(inputs.values())).shape[contract.stream_inputs[0].time_axis]),
-                rows[worst][0], rows[worst][1], worst)
+                seconds, rows[worst][0], rows[worst][1], worst, trend)
     return {"frames": frames, "max_abs_vs_original": rows[worst][0], "snr_db_vs_original": rows[worst][1],
-            "output": worst}
-
-
+            "output": worst, "seconds": round(seconds, 3), "snr_db_vs_original_first_half": half_snr,
+            "grows_with_length": bool(grows)}
 
 
 def _run_as_exported(model: Any, contract: StreamContract, ticks: int) -> tuple[dict | None, str]:
@@ -720,7 +809,7 @@ def _run_as_exported(model: Any, contract: StreamContract, ticks: int) -> tuple[
 
 
 def check_repaired_copy(model: Any, sg: StreamGraph, contract: StreamContract, *, atol: float = ATOL,
-                        where: str = "model") -> dict | None:
+                        where: str = "model", given: dict[str, int] | None = None) -> dict | None:
     """Say (one warning line) when the graph streamify proved is a repaired copy of the one given, and refuse a
     repair that changes results.
 
@@ -738,6 +827,9 @@ def check_repaired_copy(model: Any, sg: StreamGraph, contract: StreamContract, *
         contract (StreamContract): The stream contract (inputs, rate, hop).
         atol (float): Tolerance relative to the peak output (:func:`cosyedge.surgery.proof.tolerance`).
         where (str): Name for messages.
+        given (dict[str, int] | None): Time axes the user gave (``--time-axis``): making a fixed one symbolic is then
+            what was asked, said in an info line without the advice to re-export (and with the axis as given, for an
+            (N, T) waveform streamed as (N, 1, T)).
     Returns:
         dict | None: for the contract's proof (``repairs``: what was repaired; ``runs_only_at_ticks``: the trace
         length or None; ``max_abs_vs_export``: error of the copy there, or None when not compared), None when
@@ -746,9 +838,12 @@ def check_repaired_copy(model: Any, sg: StreamGraph, contract: StreamContract, *
         UsageError: the repaired copy differs from the export at its trace length (exit 2; nothing written).
     """
     freed = [tuple(r) for r in sg.repairs]
+    given = dict(given or {})
     unit = proof.tick_unit(contract, short=True)
-    said = [f"{kind} '{name}' had its time axis {axis} fixed at {fixed} by the export" for kind, name, axis, fixed
-            in freed]
+    said = [f"{kind} '{name}' had its time axis {given.get(name, axis) if kind == 'input' else axis} fixed at {fixed} "
+            f"by the export" + (f" (--time-axis {name}={given[name]})" if kind == "input" and name in given else "")
+            for kind, name, axis, fixed in freed]
+    asked = bool(given) and all(kind == "output" or name in given for kind, name, _a, _f in freed)
     lengths = {fixed for kind, _n, _a, fixed in freed if kind == "input"}
     for kind, name, _axis, fixed in freed:
         rate = sg.walker.facts[name].rate if kind == "output" and name in sg.walker.facts else None
@@ -765,8 +860,8 @@ def check_repaired_copy(model: Any, sg: StreamGraph, contract: StreamContract, *
     if got is not None:  # the export runs at other lengths: only the stream graph's declared shapes were repaired
         if not freed:
             return None
-        LOG.warning("%s: %s; made %s symbolic in the stream graph so that every chunk length runs", where,
-                    ", ".join(said), "it" if len(said) == 1 else "them")
+        (LOG.info if asked else LOG.warning)("%s: %s; made %s symbolic in the stream graph so that every chunk length "
+                                             "runs", where, ", ".join(said), "it" if len(said) == 1 else "them")
         return {"repairs": said, "runs_only_at_ticks": None, "max_abs_vs_export": None}
     what = ([] if not model.graph.value_info else
             ["dropped the exporter's intermediate shapes (value_info, which hold the example's length)"]) + said
@@ -800,13 +895,19 @@ def check_repaired_copy(model: Any, sg: StreamGraph, contract: StreamContract, *
             err_txt = f"equal to the export at {trace} {unit} (max abs error {max_abs:.3g})"
     made = "" if not said else f"; made {'it' if len(said) == 1 else 'them'} symbolic in the stream graph so that " \
         "every chunk length runs"
-    fix = " and ".join((["re-export with a dynamic time axis"] if said or not model.graph.value_info else [])
+    fix = " and ".join((["re-export with a dynamic time axis"] if (said or not model.graph.value_info) and not asked
+                        else [])
                        + (["drop the export's value_info (del model.graph.value_info[:])"] if model.graph.value_info
                           else []))
     at = f" ({trace} {unit})" if trace is not None else ""
-    LOG.warning("%s: the graph as exported runs only at its trace length%s (at %d %s ONNX Runtime fails: %s); the "
-                "proof ran on a repaired copy (%s%s), %s; %s to run the graph itself at other lengths", where, at,
-                other, unit, why, "; ".join(what), made, err_txt, fix)
+    if asked and not fix:  # --time-axis named every fixed axis: the repair is what was asked, the stream graph runs
+        LOG.info("%s: the graph as exported runs only at its trace length%s (at %d %s ONNX Runtime fails: %s); as "
+                 "--time-axis asked, the proof ran on a repaired copy (%s%s), %s; the stream graph runs at every "
+                 "chunk length", where, at, other, unit, why, "; ".join(what), made, err_txt)
+    else:
+        LOG.warning("%s: the graph as exported runs only at its trace length%s (at %d %s ONNX Runtime fails: %s); the "
+                    "proof ran on a repaired copy (%s%s), %s; %s to run the graph itself at other lengths", where, at,
+                    other, unit, why, "; ".join(what), made, err_txt, fix)
     return {"repairs": what, "runs_only_at_ticks": trace, "max_abs_vs_export": max_abs}
 
 
@@ -1028,6 +1129,8 @@ class StatefulOnnxFromOnnx(Stage):
                                  f"hop (only (N, 1, T) is read as a waveform, and (N, T) when --frames-per-hop is not "
                                  f"given): if it is a waveform (N, T) or (N, channels, T), give --frames-per-hop {hop} "
                                  f"(its samples per hop)") from None
+            for note in dict.fromkeys(x.rounding for x in sg.walker.attention_sites if x.rounding):
+                LOG.warning("%s: --attention-window %d: %s", src, self.attention_window, note)
             if self.attention_window and not any(x.original != x.pattern for x in sg.walker.attention_sites):
                 LOG.warning("%s: --attention-window %d changes nothing: no attention in the model has an unlimited "
                             "left context (%s)", src, self.attention_window,
@@ -1061,21 +1164,22 @@ class StatefulOnnxFromOnnx(Stage):
             new = io.graph_to_model(graph, like=model)
             contract.write_to_onnx(new)
             new = io.finalize_model(new, where=str(src))
-            repaired = check_repaired_copy(model, sg, contract, atol=self.atol, where=str(src))
+            repaired = check_repaired_copy(model, sg, contract, atol=self.atol, where=str(src),
+                                           given=self.time_axes)
             contract.proof = prove_stream(sg.full_model, new, contract, sg, inputs=self.proof_inputs,
                                           atol=self.atol, where=str(src))
             if repaired:
                 contract.proof["repaired"] = repaired
             contract.write_to_onnx(new)
             io.save_model(new, self.out)
-            LOG.info("%d states, total stride %d samples, delay %d samples (%d from the graph), %s",
-                     len(sg.states), contract.total_stride, contract.delay_samples, int(sg.delay_ticks * per_tick),
-                     ", ".join(f"{s.input}{s.shape[1:]}" for s in sg.states))
-            LOG.info("state per stream: %d bytes (%s)", contract.state_bytes,
+            LOG.info("%s, total stride %s, delay %s (%d from the graph), %s", plural(len(sg.states), "state"),
+                     plural(contract.total_stride, "sample"), plural(contract.delay_samples, "sample"),
+                     int(sg.delay_ticks * per_tick), ", ".join(f"{s.input}{s.shape[1:]}" for s in sg.states))
+            LOG.info("state per stream: %s (%s)", plural(contract.state_bytes, "byte"),
                      ", ".join(f"{k} {v}" for k, v in _bytes_by_kind(contract).items()))
             for a in contract.attention:
-                LOG.info("attention at %s: %s, key/value cache %d frames, look-ahead %d frames inside a chunk%s",
-                         a["node"], a["pattern"], a["cache_frames"], a["lookahead_frames"],
+                LOG.info("attention at %s: %s, key/value cache %s, %s%s", a["node"], a["pattern"],
+                         plural(a["cache_frames"], "frame"), _attention_lookahead(a),
                          f" (bounded from {a['bounded_from']})" if "bounded_from" in a else "")
         self.contract = contract
         return self.out

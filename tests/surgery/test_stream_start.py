@@ -200,7 +200,7 @@ def test_replicate_pad_after_a_look_ahead_refused_by_name(tmp_path):
             return self.b(F.pad(self.a(x), (2, 0), mode="replicate"))
 
     src = _export(Late(), tmp_path / "l.onnx", (1, 2, 64), 2, False, "N")
-    with pytest.raises(UsageError, match=r"pads time in 'edge' \(replicate\) mode on the left after 1 frames of "
+    with pytest.raises(UsageError, match=r"pads time in 'edge' \(replicate\) mode on the left after 1 frame of "
                                          r"look-ahead"):
         streamify(src, tmp_path / "l.stream.onnx", sample_rate_hz=16000, hop_samples=160)
 

@@ -84,7 +84,7 @@ from cosyedge.artifacts import (
     resolve_artifact,
 )
 from cosyedge.errors import ArtifactError, UsageError, first_line
-from cosyedge.log import LOG
+from cosyedge.log import LOG, plural
 from cosyedge.surgery import io, proof
 from cosyedge.surgery.adopt import canon, feeds
 from cosyedge.surgery.adopt.batch import _batch_test, _dynamic_batch, brief
@@ -389,8 +389,8 @@ def adopt_model(model: Any, *, where: str = "model", state_pairs: Any = None, sa
     for k, v in keep + [(ADOPTED_META_KEY, json.dumps(record, sort_keys=True))]:
         p = adopted.metadata_props.add()
         p.key, p.value = k, v
-    LOG.info("adopted: %d states (%s), batch %s, %s; proof: max abs error %.3g vs the graph's own state loop",
-             len(states), ", ".join(f"{c.input}{c.shape}" for c in contract.states),
+    LOG.info("adopted: %s (%s), batch %s, %s; proof: max abs error %.3g vs the graph's own state loop",
+             plural(len(states), "state"), ", ".join(f"{c.input}{c.shape}" for c in contract.states),
              mode, "Scan over hops" if g.hop_fixed else "dynamic time axis", contract.proof["max_abs"])
     return adopted, contract
 

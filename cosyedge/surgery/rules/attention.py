@@ -42,7 +42,8 @@ from typing import Any
 import numpy as np
 
 from cosyedge._lazy import lazy_import
-from cosyedge.surgery.masks import Pattern, classify
+from cosyedge.log import plural
+from cosyedge.surgery.masks import Pattern, classify, window_rounding
 from cosyedge.surgery.rules import Blocker, attr_str, register
 
 gs = lazy_import("onnx_graphsurgeon")
@@ -78,6 +79,7 @@ class Site:
     qk: tuple = (0, 1, 2)  # the score tensor's query axis, key axis and rank
     masks: list = dataclasses.field(default_factory=list)  # (node name, input index) of the masks replaced
     lead: int = 0  # frames the keys and values run ahead of the queries (per-frame chunked attention: chunk - 1)
+    rounding: str = ""  # how --attention-window was rounded to whole chunks (masks.window_rounding), "" when exact
 
     def info(self) -> dict:
         """What the contract records of this attention (dict, JSON-able)."""
@@ -85,6 +87,8 @@ class Site:
              "lookahead_frames": self.pattern.lookahead_frames, "delay_frames": self.delay}
         if self.original != self.pattern:
             d["bounded_from"] = self.original.describe()
+        if self.rounding:
+            d["window_rounding"] = self.rounding
         if self.lead:
             d["per_frame_lead_frames"] = self.lead
         return d
@@ -362,7 +366,7 @@ def _key_side(node: Any, ctx: Any, site: Site, ka: int) -> None:
         for i, want in ((0, site.delay), (1, site.delay - site.lead)):
             di = ctx.delay_of(node.inputs[i]) or 0
             if di > want:
-                raise Blocker(f"its {'queries' if i == 0 else 'keys'} are {di - want} frames later than the "
+                raise Blocker(f"its {'queries' if i == 0 else 'keys'} are {plural(di - want, 'frame')} later than the "
                               "attention's other scores")
             if di < want:
                 node.inputs[i] = ctx.delay_line(node.inputs[i], want - di, node.name)
@@ -371,7 +375,8 @@ def _key_side(node: Any, ctx: Any, site: Site, ka: int) -> None:
         return
     d = ctx.align(node, [0, 1], minimum=site.delay)
     if d != site.delay:
-        raise Blocker(f"its queries or keys are {d - site.delay} frames later than the attention's other scores")
+        raise Blocker(f"its queries or keys are {plural(d - site.delay, 'frame')} later than the attention's other "
+                      "scores")
     if site.cache:
         node.inputs[1] = ctx.add_state(node.inputs[1], site.cache, ka, KEY, node.name)
 
@@ -436,18 +441,20 @@ def chunk_choices(node: Any, chunk: int, rate: Fraction) -> str:
     model's own look-ahead stays ``chunk - 1`` frames, which only whole chunks keep). ``rate``: the attention's frames
     per input tick."""
     at = "" if rate == 1 else f" at {rate} of the input's rate"
-    return (f"chunked attention at {node.op} node '{node.name}' (chunks of {chunk} frames{at}): either a "
-            f"hop of whole chunks ({chunk} frames), which streams it with no delay, or one frame per hop, where each "
-            f"query waits for the end of its chunk: {chunk - 1} frames of delay per chunked attention layer (give "
+    return (f"chunked attention at {node.op} node '{node.name}' (chunks of {plural(chunk, 'frame')}{at}): either a "
+            f"hop of whole chunks ({plural(chunk, 'frame')}), which streams it with no delay, or one frame per hop, "
+            f"where each query waits for the end of its chunk: {plural(chunk - 1, 'frame')} of delay per chunked "
+            "attention layer (give "
             "--attention-per-frame, attention_per_frame=True)")
 
 
 def _site(node: Any, ctx: Any, pat: Pattern, idxs: list[int], rate: Fraction, masks: list, score: str) -> Site:
     """Bound ``pat`` by ``--attention-window`` where unlimited (else refuse it), align the inputs ``idxs`` (queries,
     keys, values) to one delay (a multiple of the chunk for a chunked mask) and register the site."""
-    original = pat
+    original, rounding = pat, ""
     if not pat.bounded and pat.kind in ("causal", "chunked") and ctx.attention_window:
         pat = pat.bound(int(ctx.attention_window))
+        rounding = window_rounding(original, int(ctx.attention_window))
     if not pat.bounded:
         if pat.kind in ("causal", "chunked"):
             raise Blocker(f"its attention is {pat.describe()}: a stream would need a key cache that grows without "
@@ -458,13 +465,13 @@ def _site(node: Any, ctx: Any, pat: Pattern, idxs: list[int], rate: Fraction, ma
     if pat.kind == "chunked" and getattr(ctx, "attention_per_frame", False) and pat.chunk > 1:
         lead = pat.chunk - 1  # the keys stay at the queries' delay d; the queries wait for the end of their chunk
         return _lead_site(node, ctx, Site(node.name, pat, original, d + lead, rate, pat.cache_frames + 2 * lead,
-                                          score=score, masks=masks, lead=lead), idxs)
+                                          score=score, masks=masks, lead=lead, rounding=rounding), idxs)
     if pat.kind == "banded" and pat.ahead:  # the queries wait pat.ahead frames for the keys they see ahead
         return _lead_site(node, ctx, Site(node.name, pat, original, d + pat.ahead, rate, pat.cache_frames + pat.ahead,
-                                          score=score, masks=masks, lead=pat.ahead), idxs)
+                                          score=score, masks=masks, lead=pat.ahead, rounding=rounding), idxs)
     if pat.kind == "chunked" and d % pat.chunk:
         d = ctx.align(node, idxs, minimum=d + (-d) % pat.chunk)
-    site = Site(node.name, pat, original, d, rate, pat.cache_frames, score=score, masks=masks)
+    site = Site(node.name, pat, original, d, rate, pat.cache_frames, score=score, masks=masks, rounding=rounding)
     if pat.kind == "chunked":
         ctx.require_stride((rate / pat.chunk).denominator, chunk_choices(node, pat.chunk, rate))
     ctx.attention_sites.append(site)
@@ -702,7 +709,7 @@ def _binary(node: Any, ctx: Any, a: Att, data: list[int]) -> None:
         dt = ctx.delay_of(t)
         if dt is not None and dt != a.site.delay:
             if dt > a.site.delay:
-                raise Blocker(f"'{t.name}' is {dt - a.site.delay} frames later than the attention's queries")
+                raise Blocker(f"'{t.name}' is {plural(dt - a.site.delay, 'frame')} later than the attention's queries")
             node.inputs[i] = ctx.delay_line(t, a.site.delay - dt, node.name)
     _out(node, ctx, a)
 
@@ -742,7 +749,8 @@ def _values(node: Any, ctx: Any, a: Att, di: int) -> None:
     d, dv = a.site.delay - a.site.lead, ctx.delay_of(v)  # values with the keys (site.lead frames before the queries)
     if dv is not None and dv != d:
         if dv > d:
-            raise Blocker(f"the values are {dv - d} frames later than the keys (a look-ahead on the value path only)")
+            raise Blocker(f"the values are {plural(dv - d, 'frame')} later than the keys (a look-ahead on the value "
+                          "path only)")
         v = ctx.delay_line(v, d - dv, node.name)
     if a.site.cache:
         v = ctx.add_state(v, a.site.cache, fv.axis, VALUE, node.name)

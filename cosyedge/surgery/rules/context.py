@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from cosyedge.log import plural
 from cosyedge.surgery.rules import Blocker, attr_str, register
 
 
@@ -205,11 +206,13 @@ def pad(node: Any, ctx: Any) -> None:
         raise Blocker("left-pads time by an amount computed from the sequence length")
     d = ctx.delay_of(x) or 0
     if left > 0 and mode == "edge" and d != 0:
-        raise Blocker(f"pads time in 'edge' (replicate) mode on the left after {d} frames of look-ahead (the copies "
+        raise Blocker(f"pads time in 'edge' (replicate) mode on the left after {plural(d, 'frame')} of look-ahead "
+                      "(the copies "
                       "of the first frame are taken at the stream's start, before any delay: put the pad first)")
     if left > 0 and mode not in ("constant", "edge"):
-        copied = f"frames {left}..1 of the sequence" if mode == "reflect" else f"its last {left} frames"
-        raise Blocker(f"pads time in '{mode}' mode on the left: its first {left} frames copy {copied}, which a "
+        copied = f"frames {left}..1 of the sequence" if mode == "reflect" else f"its last {plural(left, 'frame')}"
+        raise Blocker(f"pads time in '{mode}' mode on the left: its first {plural(left, 'frame')} copy {copied}, "
+                      "which a "
                       "stream has not seen at its start (use 'replicate' or a zero pad)")
     if left > 0 and mode == "constant" and not value_ok:
         raise Blocker("left-pads time with a value other than 0 (a state starts at zeros)")

@@ -24,6 +24,7 @@ import numpy as np
 
 from cosyedge._lazy import lazy_import
 from cosyedge.artifacts import BOOKKEEPING
+from cosyedge.log import plural
 from cosyedge.surgery.rules import Blocker, attr_str, register
 
 gs = lazy_import("onnx_graphsurgeon")
@@ -90,7 +91,8 @@ def recurrent(node: Any, ctx: Any) -> None:
     # frequency bin in a dual-path model): the state is stored (N, k, H), batch-first
     k = int(f.shape1[1 - layout])
     if k > 1 and d > 0:
-        raise Blocker(f"its input is {d} frames late and its batch folds {k} sequences per stream (a start gate "
+        raise Blocker(f"its input is {plural(d, 'frame')} late and its batch folds {k} sequences per stream (a start "
+                      "gate "
                       "per folded sequence is not supported)")
     gate = _start_gate(node, ctx, x, d, layout) if d > 0 else None
     for i, o in zip(slots, outs):

@@ -46,11 +46,17 @@ it (unlimited context: ``--attention-window``; full attention: not streamable).
 from __future__ import annotations
 
 import dataclasses
+import math
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
 
+from cosyedge._lazy import lazy_import
+from cosyedge.log import plural
 from cosyedge.surgery.rules import Blocker
+
+gs = lazy_import("onnx_graphsurgeon")
 
 MOVE_OPS = frozenset("Pad Reshape Slice Concat Transpose Squeeze Unsqueeze Identity Flatten Expand".split())
 """frozenset[str]: ops that only move entries; the ops from ``matrix_bd`` to its relative-shifted term must be these."""
@@ -157,7 +163,8 @@ def _match(node: Any, ctx: Any, chain: list) -> RelTerm:
     while t is out or ctx.fact(t).axes2 is None:
         users = _users(t)
         if len(users) != 1 or t.name in {o.name for o in ctx.graph.outputs}:
-            raise Blocker(f"its scores over relative positions '{t.name}' are used by {len(users)} nodes (the "
+            raise Blocker(f"its scores over relative positions '{t.name}' are used by {plural(len(users), 'node')} "
+                          "(the "
                           "rel_shift streamify follows is one chain of Pad/Reshape/Slice ops to query x key scores)")
         c = users[0]
         if c.op not in MOVE_OPS:
@@ -170,7 +177,7 @@ def _match(node: Any, ctx: Any, chain: list) -> RelTerm:
         chain.append(c)
         nxt = [o for o in c.outputs if o.name]
         if len(nxt) != 1:
-            raise Blocker(f"{c.op} node '{c.name}' of its rel_shift has {len(nxt)} outputs")
+            raise Blocker(f"{c.op} node '{c.name}' of its rel_shift has {plural(len(nxt), 'output')}")
         t = nxt[0]
         f = ctx.fact(t)
         if f.axes2 is None and f.axes_rel is None and not f.error:  # two growing axes of other sizes: on the way
@@ -252,7 +259,8 @@ def _check_shift(rt: RelTerm, ctx: Any, site: Any) -> int:
                 ok.append(sign)
         if not ok:
             raise Blocker(f"its rel_shift does not give the visible entry (i, j) of '{rt.shifted.name}' the relative "
-                          f"position i - j at {t} frames (ESPnet's legacy rel_shift over T positions counted from the "
+                          f"position i - j at {plural(t, 'frame')} (ESPnet's legacy rel_shift over T positions "
+                          "counted from the "
                           "sequence's end?): the term depends on the sequence length")
         found = ok[0] if found is None or found in ok else None
         if found is None:
@@ -282,6 +290,76 @@ def _centred(rt: RelTerm, ctx: Any) -> np.ndarray:
     return p1
 
 
+def table_rows(rt: RelTerm, ctx: Any) -> tuple[int, str] | None:
+    """The longest sequence (frames at the queries' rate) whose relative positions the positional operand of ``rt``
+    holds in full, and what limits it: a Slice of a constant table whose starts and ends run with the length (NeMo's
+    ``pe[:, center - T : center + T - 1]``, ESPnet's ``pe[:, L // 2 - T + 1 : L // 2 + T]``) runs out of rows there
+    (past it a start below 0 wraps to the table's end, an end past the last row is clipped). Found among the nodes
+    that compute the operand, from the starts and ends at the two probe lengths.
+
+    Returns:
+        tuple[int, str] | None: (frames, ``"the relative-position table 'NAME' of Slice node 'NODE' (R rows)"``), or
+        None when no such Slice is found (a table computed from the length: no limit).
+    """
+    p1, p2 = ctx.value(rt.pos), ctx.value2(rt.pos)
+    if p1 is None or p2 is None:
+        return None
+    f1, f2 = (np.shape(p1)[-1] + 1) // 2, (np.shape(p2)[-1] + 1) // 2
+    if f1 == f2:
+        return None
+    best, seen, front = None, set(), [rt.pos]
+    while front:
+        t = front.pop()
+        if id(t) in seen or isinstance(t, gs.Constant) or len(getattr(t, "inputs", [])) != 1:
+            continue
+        seen.add(id(t))
+        node = t.inputs[0]
+        front.extend(x for x in node.inputs if x.name)
+        if node.op != "Slice" or len(node.inputs) < 3:
+            continue
+        table = ctx.value(node.inputs[0])
+        if table is None or ctx.is_stream(node.inputs[0]) or not np.array_equal(table, ctx.value2(node.inputs[0])):
+            continue
+        got = [(ctx.value(x), ctx.value2(x)) for x in node.inputs[1:3]]
+        if any(a is None or b is None for a, b in got):
+            continue
+        (s1, s2), (e1, e2) = ((np.asarray(a, np.int64).ravel(), np.asarray(b, np.int64).ravel()) for a, b in got)
+        axes = (np.asarray(ctx.value(node.inputs[3]), np.int64).ravel() if len(node.inputs) > 3 and node.inputs[3].name
+                and ctx.value(node.inputs[3]) is not None else np.arange(len(s1)))
+        for j, ax in enumerate(axes):
+            if j >= len(s1) or j >= len(e1) or j >= len(s2) or j >= len(e2):
+                break
+            rows = int(np.shape(table)[int(ax) % np.ndim(table)])
+            limits = []
+            ds, de = Fraction(int(s2[j] - s1[j]), f2 - f1), Fraction(int(e2[j] - e1[j]), f2 - f1)
+            if ds < 0 and 0 <= s1[j] <= rows:  # the start falls below the first row
+                limits.append(f1 + Fraction(int(s1[j])) / -ds)
+            if de > 0 and 0 <= e1[j] <= rows:  # the end passes the last row
+                limits.append(f1 + Fraction(rows - int(e1[j])) / de)
+            if limits:
+                frames = math.floor(min(limits))
+                if best is None or frames < best[0]:
+                    best = (frames, f"the relative-position table '{node.inputs[0].name}' of Slice node "
+                                    f"'{node.name}' ({plural(rows, 'row')})")
+    return best
+
+
+def _too_short(rt: RelTerm, site: Any, src: tuple[int, str], need: int) -> str:
+    """The blocker (str) for a site whose keys reach ``need`` frames back or ahead while the table ``src``
+    (:func:`table_rows`) holds relative positions up to +-(frames - 1) only; with ``--attention-window`` the longest
+    window it allows."""
+    from cosyedge.surgery.masks import window_for_cache, window_for_reach
+
+    frames, why = src
+    text = (f"its relative positions '{rt.pos.name}' come from {why}, which holds relative positions up to "
+            f"+-{plural(frames - 1, 'frame')}, fewer than the +-{need} its {site.pattern.describe()} attention reaches")
+    if site.original != site.pattern:  # the proof then streams twice the window against the full graph as well
+        longest = min(window_for_reach(site.original, frames), window_for_cache(site.original, frames // 2))
+        text += (f": the longest --attention-window it allows is {plural(longest, 'frame')} (the proof streams twice "
+                 "the window against the full-sequence graph)" if longest else ": no --attention-window fits it")
+    return text
+
+
 def _table(rt: RelTerm, ctx: Any, site: Any, rmin: int, rmax: int, sign: int) -> np.ndarray:
     """The positional operand at relative positions ``rmin .. rmax`` (its last axis, R entries), batch axis 1.
 
@@ -292,16 +370,19 @@ def _table(rt: RelTerm, ctx: Any, site: Any, rmin: int, rmax: int, sign: int) ->
     half = (p1.shape[-1] - 1) // 2  # entry half - sign * r is relative position r
     need = max(abs(rmin), abs(rmax))
     table = p1
+    src = table_rows(rt, ctx)
+    if src is not None and need > src[0] - 1:
+        raise Blocker(_too_short(rt, site, src, need))
     if need > half:
         ticks = ctx.ticks_for_frames(site.rate, need + 1)
         try:
             table = np.asarray(ctx.masks.evaluate([rt.pos.name], ticks)[rt.pos.name])
         except RuntimeError as err:
-            raise Blocker(f"its relative positions '{rt.pos.name}' cannot be evaluated at {need + 1} frames from "
-                          f"shapes alone ({err})") from None
+            raise Blocker(f"its relative positions '{rt.pos.name}' cannot be evaluated at {plural(need + 1, 'frame')} "
+                          f"from shapes alone ({err})") from None
         half = (table.shape[-1] - 1) // 2
         if table.shape[-1] % 2 == 0 or need > half:
-            raise Blocker(f"its relative positions '{rt.pos.name}' evaluated at {need + 1} frames hold "
+            raise Blocker(f"its relative positions '{rt.pos.name}' evaluated at {plural(need + 1, 'frame')} hold "
                           f"{table.shape[-1]} entries, not relative positions +-{need}")
     b = ctx.batch_axes.get(rt.pos.name)
     if b is not None and b != table.ndim - 1 and table.shape[b] > 1:
@@ -327,12 +408,15 @@ def chunk_term(node: Any, i: int, ctx: Any, site: Any) -> Any:
     sign = rt.sign = _check_shift(rt, ctx, site)
     rmin, rmax = _rel_range(site)
     table = _table(rt, ctx, site, rmin, rmax, sign)
+    src = table_rows(rt, ctx)
+    if src is not None:  # the full graph runs out of rows past it, the stream never does: it bounds the proof only
+        ctx.limit_full_ticks(math.floor(Fraction(src[0]) / site.rate), src[1], src[0])
     base = f"{rt.node.name}/relative"
     q = rt.node.inputs[0]
     dq = ctx.delay_of(q)
     if dq is not None and dq != site.delay:
         if dq > site.delay:
-            raise Blocker(f"its queries '{q.name}' are {dq - site.delay} frames later than the attention's")
+            raise Blocker(f"its queries '{q.name}' are {plural(dq - site.delay, 'frame')} later than the attention's")
         q = ctx.delay_line(q, site.delay - dq, rt.node.name)
     bc = ctx.op(rt.node.op, [q, ctx.const(table, f"{base}/table", dtype=table.dtype)], base,
                 dict(rt.node.attrs))  # (..., F, R)

@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from cosyedge.log import plural
 from cosyedge.surgery.rules import Blocker
 
 _MAX_HEAD_OPS = 8
@@ -105,10 +106,12 @@ def head_concat(node: Any, ctx: Any, head: Any, src: Any, k: int, tail: Any) -> 
     """
     fs, ft = ctx.fact(src), ctx.fact(tail)
     if fs.rate != ft.rate:
-        raise Blocker(f"puts the first {k} frames of '{src.name}' before '{tail.name}', at another frame rate")
+        raise Blocker(f"puts the first {plural(k, 'frame')} of '{src.name}' before '{tail.name}', at another frame "
+                      "rate")
     ds, dt = ctx.delay_of(src), ctx.delay_of(tail)
     if ds is None or dt is None:
-        raise Blocker(f"puts the first {k} frames of '{src.name}' before a tensor that is constant along time")
+        raise Blocker(f"puts the first {plural(k, 'frame')} of '{src.name}' before a tensor that is constant along "
+                      "time")
     d = max(dt - k, ds)
     if ds < d:
         src = ctx.delay_line(src, d - ds, node.name)

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from cosyedge.log import plural
 from cosyedge.surgery.rules import INT64_MAX, Blocker, register
 from cosyedge.surgery.rules.perframe import pass_through
 
@@ -82,7 +83,7 @@ def slice_op(node: Any, ctx: Any) -> None:
 
         if feeds_only_heads(node.outputs[0], ctx):
             return  # x[:k] put back before the stream: the Concat proves it is the stream's start (rules/start.py)
-        raise Blocker(f"keeps only the first {e1} frames of the sequence")
+        raise Blocker(f"keeps only the first {plural(e1, 'frame')} of the sequence")
     for key in names:
         for i in range(n):
             if i != j and v1[key][i] != v2[key][i]:
