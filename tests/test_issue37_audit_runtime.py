@@ -125,7 +125,7 @@ def test_fp16_sessions_turn_off_nchwc_only(gru_linear, tmp_path):
 
 
 def test_failed_build_leaves_no_temp_folder(gru_linear, tmp_path, monkeypatch):
-    """A build that fails normally (here: the smoke test) removes its temp folder; exit 3, one line."""
+    """A build that fails normally (here: the smoke test) removes its temp folder, and the engines folder it made."""
     from cosyedge.builders import ort as bort
     from cosyedge.errors import ArtifactError
 
@@ -133,6 +133,10 @@ def test_failed_build_leaves_no_temp_folder(gru_linear, tmp_path, monkeypatch):
         raise ArtifactError("smoke test failed")
 
     monkeypatch.setattr(bort, "_smoke_test", boom)
+    with pytest.raises(ArtifactError, match="smoke test failed"):
+        bort.build_ort(gru_linear, out_dir=tmp_path / "engines", precision="fp16")
+    assert not (tmp_path / "engines").exists()
+    (tmp_path / "engines").mkdir()  # a folder that was there before is kept, empty
     with pytest.raises(ArtifactError, match="smoke test failed"):
         bort.build_ort(gru_linear, out_dir=tmp_path / "engines", precision="fp16")
     assert list((tmp_path / "engines").iterdir()) == []

@@ -89,7 +89,10 @@ def test_frames_per_hop_on_a_waveform_model_is_said_to_be_ignored(tmp_path, cli,
     torch.onnx.export(CausalTap3().eval(), (torch.randn(1, 1, 1600),), str(src), input_names=["audio"],
                       output_names=["enhanced"], dynamic_axes={"audio": {2: "T"}, "enhanced": {2: "T"}}, dynamo=False)
     rc, _o, err = cli("streamify", src, "-o", out, "--sample-rate-hz", "16000", "--hop-samples", "160",
-                      "--frames-per-hop", "100000000")
+                      "--frames-per-hop", "100000000")  # more frames than samples per hop: refused up front
+    assert rc == 2 and "--frames-per-hop) 100000000 must be in 1..160" in err and not out.exists()
+    rc, _o, err = cli("streamify", src, "-o", out, "--sample-rate-hz", "16000", "--hop-samples", "160",
+                      "--frames-per-hop", "4")
     assert rc == 0, err
-    assert (f"{src}: frames_per_hop 100000000 ignored: input 'audio' [1, 1, 'T'] is a waveform, chunked in "
+    assert (f"{src}: frames_per_hop 4 ignored: input 'audio' [1, 1, 'T'] is a waveform, chunked in "
             "samples (160 per hop); frames_per_hop is for feature inputs") in [r.getMessage() for r in warnings_seen]
