@@ -1,5 +1,5 @@
 """A generated sweep of bad option values over the CLI: every value-taking option of ``adopt``, ``streamify``,
-``build``, ``run`` and ``check`` gets values of the wrong type, negative, zero, huge, non-integer and out of
+``build``, ``run``, ``check``, ``calib make|amax|int8`` and ``compare`` gets values of the wrong type, negative, zero, huge, non-integer and out of
 range (and, for ``NAME=VALUE`` options and paths, malformed pairs, unknown names and unusable paths), one at a
 time on an otherwise valid command line over tiny models.
 
@@ -114,6 +114,33 @@ KINDS: dict[tuple[str, str], Kind] = {
     ("check", "--chunk-ms"): Kind(NUMBER),
     ("check", "--json"): Kind(OUT_PATH),
     ("check", "--junit"): Kind(OUT_PATH),
+    # calib
+    ("calib make", "--count"): Kind(NUMBER),
+    ("calib make", "--seed"): Kind(NUMBER, {"zero", "huge"}),  # any non-negative integer seeds numpy
+    ("calib make", "--out"): Kind(OUT_PATH, {"a folder"}),  # --out is a folder
+    ("calib make", "--from"): Kind(IN_PATH, {"a folder"}),  # searched recursively
+    ("calib amax", "--onnx"): Kind(IN_PATH),
+    ("calib amax", "--calib"): Kind(IN_PATH, {"a folder"}),
+    ("calib amax", "--threads"): Kind(NUMBER),
+    ("calib amax", "--trt-version"): Kind(TEXT + [("malformed", "abc"), ("huge", "99999999999999999999")]),
+    ("calib int8", "--onnx"): Kind(IN_PATH),
+    ("calib int8", "--output"): Kind(OUT_PATH),
+    ("calib int8", "--calib"): Kind(IN_PATH, {"a folder"}),
+    ("calib int8", "--amax"): Kind(IN_PATH),
+    ("calib int8", "--exclude"): Kind(TEXT + [("unknown name", "no_such_node")]),
+    ("calib int8", "--threads"): Kind(NUMBER),
+    ("calib int8", "--placement"): Kind(TEXT),
+    ("calib int8", "--min-snr"): Kind(NUMBER, {"zero", "non-integer"}),
+    # compare
+    ("compare", "--chunk-ms"): Kind(NUMBER),
+    ("compare", "--utterances"): Kind(IN_PATH),
+    ("compare", "--max-utterances"): Kind(NUMBER, {"huge"}),  # at most N: all of them
+    ("compare", "--snr-db"): Kind(NUMBER, {"zero", "negative", "non-integer"}),
+    ("compare", "--seconds"): Kind(NUMBER, {"non-integer"}),
+    ("compare", "--jump-db"): Kind(NUMBER, {"non-integer"}),
+    ("compare", "--floor-db"): Kind(NUMBER, {"zero", "negative", "non-integer"}),
+    ("compare", "--json"): Kind(OUT_PATH),
+    ("compare", "--threads"): Kind(NUMBER),
 }
 """(command, option) -> :class:`Kind`. Options not listed (flags, -v/-q, choices) have nothing to sweep."""
 
@@ -206,6 +233,10 @@ def fixtures(tmp: Path) -> dict[str, list[str]]:
         "build": ["build", "--onnx", stream, "--backend", "onnxruntime", "-o", tmp / "engines"],
         "run": ["run", tmp / "in.wav", "-o", tmp / "out" / "out.wav", "--engine", stream],
         "check": check,
+        "calib make": ["calib", "make", "--from", tmp / "raw", "--out", tmp / "out" / "calibset"],
+        "calib amax": ["calib", "amax", "--onnx", stream, "--calib", tmp / "calib"],
+        "calib int8": ["calib", "int8", "--onnx", stream, "-o", tmp / "out" / "fir.int8.onnx", "--calib", tmp / "calib"],
+        "compare": ["compare", stream, stream, "--utterances", tmp / "raw", "--max-utterances", "2", "--no-pesq"],
     }
 
 
@@ -213,13 +244,21 @@ NAMES = {"adopt": "sr", "streamify": "audio", "check": "fp32"}
 """The real input (or label) name put into ``NAME=VALUE`` values."""
 
 
-def options(command: str) -> list[str]:
-    """The value-taking options of ``command`` (its click params: not flags, not -v/-q/--help)."""
+def click_command(command: str):
+    """The click command of ``command`` ("build", or a group's subcommand such as "calib make")."""
     from cosyedge.cli.main import COMMANDS
 
-    mod, attr = COMMANDS[command]
+    top, *sub = command.split()
+    mod, attr = COMMANDS[top]
     cmd = getattr(importlib.import_module(mod), attr)
-    return [p.opts[-1] for p in cmd.params
+    for name in sub:
+        cmd = cmd.commands[name]
+    return cmd
+
+
+def options(command: str) -> list[str]:
+    """The value-taking options of ``command`` (its click params: not flags, not -v/-q/--help, not choices)."""
+    return [p.opts[-1] for p in click_command(command).params
             if p.param_type_name == "option" and not p.is_flag and not p.count and p.opts[-1] != "--help"
             and not getattr(p.type, "choices", None)]
 
@@ -305,7 +344,7 @@ def cases(tmp: Path, commands: list[str] | None = None) -> list[Case]:
                     i = argv.index(option)
                     argv[i + 1] = value
                 else:
-                    short = {"--output": "-o", "--out-dir": "-o"}.get(option)
+                    short = {"--output": "-o", "--out-dir": "-o"}.get(option)  # the base gives the short form
                     if short in argv:
                         argv[argv.index(short) + 1] = value
                     else:

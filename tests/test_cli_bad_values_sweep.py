@@ -1,4 +1,4 @@
-"""Every value-taking option of adopt, streamify, build, run and check, given values of the wrong type, negative,
+"""Every value-taking option of adopt, streamify, build, run, check, calib make/amax/int8 and compare, given values of the wrong type, negative,
 zero, huge, non-integer and out of range (and malformed ``NAME=VALUE`` pairs, unknown names, unusable paths),
 ends in exactly one ``[!]`` line naming the option or value, with exit 2 (bad argument) or 3 (bad file): never a
 traceback, never exit 1 (the accuracy-regression code), never exit 0 for a value its option cannot mean.
@@ -12,7 +12,7 @@ import pytest
 
 from tests import cli_sweep
 
-COMMANDS = ["adopt", "streamify", "build", "run", "check"]
+COMMANDS = ["adopt", "streamify", "build", "run", "check", "calib make", "calib amax", "calib int8", "compare"]
 
 
 @pytest.fixture(scope="module")

@@ -173,7 +173,7 @@ def test_run_usage_errors(cli, engine_onnx, tmp_path):
     assert "engine not found" in _assert_one_line_error(rc, err, code=3)
     rc, _, err = cli("run", tmp_path / "in.wav", "-o", tmp_path / "o.wav", "--engine", engine_onnx,
                      "--threads", "100000")
-    assert "threads must be between 1 and 256" in _assert_one_line_error(rc, err, code=2)
+    assert "'--threads': 100000 is not in 1..256" in _assert_one_line_error(rc, err, code=2)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.wav"]
 
 

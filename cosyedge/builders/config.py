@@ -12,10 +12,7 @@ from pathlib import Path
 
 from cosyedge.builders.names import PRECISIONS
 from cosyedge.errors import UsageError
-from cosyedge.precision.calibration import DEFAULT_CALIB_COUNT, Calibration
-
-MAX_CALIB_COUNT = 100_000
-"""int: the most calibration utterances ``--calib-count`` takes (50x the default 2048: about 70 h of audio)."""
+from cosyedge.precision.calibration import DEFAULT_CALIB_COUNT, MAX_CALIB_COUNT, Calibration
 
 
 @dataclasses.dataclass(frozen=True)

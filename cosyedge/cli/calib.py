@@ -7,6 +7,7 @@ import click
 
 from cosyedge.cli.options import log_opts, warn_threads_above_cpus
 from cosyedge.log import plural
+from cosyedge.precision.calibration import MAX_CALIB_COUNT
 
 
 @click.group("calib")
@@ -18,7 +19,7 @@ def calib():
 
 
 @calib.command("make")
-@click.option("--count", type=int, default=None,
+@click.option("--count", type=click.IntRange(1, MAX_CALIB_COUNT), default=None,
               help="Utterances. Default: 2048 generated; all usable files with --from.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the draws (reproducible set).")
 @click.option("--out", "out", metavar="DIR", default=None, help="Set folder. Default: $COSYEDGE_CALIB_DIR or ./calib.")
@@ -49,6 +50,17 @@ def make(count, seed, out, from_dir):
     click.echo(str(s.folder / MANIFEST))
 
 
+def _check_trt_version(ctx, param, value):
+    """click callback: ``--trt-version`` must read as ``major.minor[.patch]`` with a major of 5..99 (checked before
+    any calibration; a click usage error naming the option, exit 2)."""
+    if value is None:
+        return value
+    parts = str(value).split(".")
+    if not (2 <= len(parts) <= 4 and all(p.isdigit() and len(p) <= 4 for p in parts) and 5 <= int(parts[0]) <= 99):
+        raise click.BadParameter(f"{value!r} is not a TensorRT version like 10.3.0", ctx=ctx, param=param)
+    return value
+
+
 @calib.command("amax")
 @click.option("--onnx", "onnx_path", metavar="PATH", default=None,
               help="FP32 streaming ONNX. Default: bundled reference model.")
@@ -57,7 +69,7 @@ def make(count, seed, out, from_dir):
 @click.option("--threads", type=int, default=1, show_default=True, callback=warn_threads_above_cpus,
               help="ONNX Runtime threads.")
 @click.option("--force", is_flag=True, help="Recompute even if the cache matches.")
-@click.option("--trt-version", default=None, metavar="X.Y.Z",
+@click.option("--trt-version", default=None, metavar="X.Y.Z", callback=_check_trt_version,
               help="TensorRT version for the calibration-cache header. Default: installed tensorrt, else 10.3.0.")
 @log_opts
 def amax(onnx_path, calib_dir, threads, force, trt_version):

@@ -26,15 +26,16 @@ def _utterances(path, rate, limit):
               help="Folder (noisy/ + clean/) or manifest of real recordings. Default: the bundled demo "
                    "recording, noisy and clean.")
 @click.option("--max-utterances", type=click.IntRange(min=1), default=None, help="Use the first N utterances.")
-@click.option("--snr-db", type=FiniteFloat(), default=None, help="Override the minimum audio output SNR (dB).")
+@click.option("--snr-db", type=FiniteFloat(min=-200, max=200), default=None,
+              help="Override the minimum audio output SNR (dB, -200..200; 200 is the SNR of identical outputs).")
 @click.option("--no-pesq", is_flag=True, help="Skip PESQ-WB (needs the 'pesq' package).")
 @click.option("--mark-all", is_flag=True,
               help="Layer bisection: mark every tensor as an output and name the first whose error jumps.")
-@click.option("--seconds", type=FiniteFloat(min=0, min_open=True), default=2.0, show_default=True,
-              help="--mark-all: audio streamed (s).")
-@click.option("--jump-db", type=FiniteFloat(min=0, min_open=True), default=20.0, show_default=True,
+@click.option("--seconds", type=FiniteFloat(min=0, min_open=True, max=3600), default=2.0, show_default=True,
+              help="--mark-all: audio streamed (s, at most 3600).")
+@click.option("--jump-db", type=FiniteFloat(min=0, min_open=True, max=200), default=20.0, show_default=True,
               help="--mark-all: SNR drop across one node (dB) that counts as a jump.")
-@click.option("--floor-db", type=FiniteFloat(), default=40.0, show_default=True,
+@click.option("--floor-db", type=FiniteFloat(min=-200, max=200), default=40.0, show_default=True,
               help="--mark-all: tensors at or above this SNR (dB) are never the jump.")
 @click.option("--json", "json_path", metavar="FILE", default=None, help="Write the full result as JSON.")
 @click.option("--threads", type=int, default=1, show_default=True, callback=warn_threads_above_cpus,

@@ -9,19 +9,21 @@ import click
 
 
 class FiniteFloat(click.ParamType):
-    """A finite float (NaN and Inf refused), optionally bounded below: ``FiniteFloat(min=0, min_open=True)``
+    """A finite float (NaN and Inf refused), optionally bounded: ``FiniteFloat(min=0, min_open=True)``
     takes only positive numbers. Bad values are click usage errors (one ``[!]`` line, exit 2).
 
     Args:
         min (float | None): Lower bound; None: any finite number.
         min_open (bool): The bound itself is refused (``> min`` instead of ``>= min``).
+        max (float | None): Upper bound (inclusive); None: none.
     """
 
     name = "float"
 
-    def __init__(self, min: float | None = None, min_open: bool = False):
+    def __init__(self, min: float | None = None, min_open: bool = False, max: float | None = None):
         self.min = min
         self.min_open = min_open
+        self.max = max
 
     def convert(self, value, param, ctx) -> float:
         v = click.FLOAT.convert(value, param, ctx)
@@ -29,6 +31,8 @@ class FiniteFloat(click.ParamType):
             self.fail(f"{value!r} is not a finite number", param, ctx)
         if self.min is not None and (v <= self.min if self.min_open else v < self.min):
             self.fail(f"{v:g} is not {'>' if self.min_open else '>='} {self.min:g}", param, ctx)
+        if self.max is not None and v > self.max:
+            self.fail(f"{v:g} is not <= {self.max:g}", param, ctx)
         return v
 
 
@@ -57,9 +61,14 @@ def available_cpus() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+MAX_THREADS = 256
+"""int: the most ``--threads`` any command takes (as :data:`cosyedge.runtime.ort.MAX_THREADS`)."""
+
+
 def warn_threads_above_cpus(ctx, param, value):
-    """click callback of every ``--threads`` option: one warning line when ``value`` (int) exceeds
-    :func:`available_cpus`; the value is kept (its range is checked by the command).
+    """click callback of every ``--threads`` option: refuse a value outside 1..:data:`MAX_THREADS` (a click usage
+    error naming the option: one ``[!]`` line, exit 2); one warning line when ``value`` (int) exceeds
+    :func:`available_cpus` (the value is kept).
 
     ONNX Runtime's threads then wait on each other: measured, ``cosyedge run --threads 64`` on 2 cores ran at
     RTF 1.21 (slower than real time) against 0.045 with one thread.
@@ -69,8 +78,10 @@ def warn_threads_above_cpus(ctx, param, value):
     """
     from cosyedge.log import LOG
 
+    if value is not None and not 1 <= value <= MAX_THREADS:
+        raise click.BadParameter(f"{value} is not in 1..{MAX_THREADS}", ctx=ctx, param=param)
     cpus = available_cpus()
-    if value is not None and cpus < value <= 256:
+    if value is not None and cpus < value <= MAX_THREADS:
         LOG.warning("--threads %d is more than the %d CPU core%s this process can use: ONNX Runtime's threads then "
                     "wait on each other (64 on 2 cores ran 25x slower than 1 thread); give --threads %d or less",
                     value, cpus, "" if cpus == 1 else "s", cpus)

@@ -14,6 +14,9 @@ from cosyedge.errors import UsageError
 
 DEFAULT_CALIB_COUNT = 2048
 """int: utterances streamed for INT8 calibration when the default set has to be made (issue 4)."""
+MAX_CALIB_COUNT = 100_000
+"""int: the most calibration utterances taken (``--calib-count``, ``calib make --count``): 50x the default, about
+70 h of audio."""
 
 
 BIAS_CORRECTION_UTTERANCES = 32

@@ -288,6 +288,9 @@ def _from_folder(src: Path, count: int | None, seed: int, audio: Path, skipped: 
         entry = _write_wav(audio / f"{written:05d}.wav", x, SAMPLE_RATE_HZ)
         written += 1
         yield {"file": name, **entry, "snr_db": None, "source": str(p.relative_to(src))}
+    if count is not None and written < count:
+        LOG.warning("calibration: --count %d asked, %s holds %d usable recording%s: the set has %d", count, src,
+                    written, "" if written == 1 else "s", written)
 
 
 class DemoMix:
