@@ -348,17 +348,21 @@ class TritonPythonModel:
                 self.log.info("model '%s': sequence %d freed after %.3g s idle (%d requests run)", self.name, corrid,
                               time.monotonic() - rec[1], rec[2])
 
-    def _sweep(self, now: float) -> None:
-        """Free the sequences unseen for longer than Triton's idle timeout."""
-        for corrid in [k for k, r in self.sequences.items() if now - r[1] > self.idle_s]:
+    def _sweep(self, now: float, live: set[int]) -> None:
+        """Free the sequences unseen for longer than Triton's idle timeout (except ``live``: ids with a request in
+        this call, which Triton still holds)."""
+        for corrid in [k for k, r in self.sequences.items() if now - r[1] > self.idle_s and k not in live]:
             self._free(corrid, "idle")
 
-    def _start(self, corrid: int, now: float) -> None:
+    def _start(self, corrid: int, now: float, live: set[int]) -> None:
         if corrid in self.sequences:  # the id is reused by a new sequence: fresh state
             self._free(corrid, "restart")
         if len(self.sequences) >= self.slots.capacity:  # Triton admitted it into a slot it timed out
-            oldest = min(self.sequences, key=lambda k: self.sequences[k][1])
-            self._free(oldest, "idle")
+            idle = [k for k in self.sequences if k not in live]
+            if not idle:
+                raise UsageError(f"all {self.slots.capacity} state slots hold sequences with a request in this batch "
+                                 f"(max_candidate_sequences must not exceed the model's cosyedge.slots)")
+            self._free(min(idle, key=lambda k: self.sequences[k][1]), "idle")
         self.sequences[corrid] = [self.slots.join(), now, 0]
         self._count("started")
 
@@ -419,10 +423,17 @@ class TritonPythonModel:
         pb = _pb()
         now = time.monotonic()
         self._count("executions")
-        self._sweep(now)
+        ctl = self.controls
+        live = set()
+        for r in requests:
+            try:
+                cid = self._scalar(pb, r, ctl["corrid"], None)
+                live.add(int(cid) if cid is not None else int(r.correlation_id()))
+            except Exception:  # noqa: BLE001 - a malformed request is answered below
+                pass
+        self._sweep(now, live)
         responses: list = [None] * len(requests)
         todo = list(range(len(requests)))
-        ctl = self.controls
         while todo:
             batch: dict[int, int] = {}  # slot key -> request index
             later, ending = [], []
@@ -440,7 +451,7 @@ class TritonPythonModel:
                         later.append(i)
                         continue
                     if self._scalar(pb, r, ctl["start"], 0.0):
-                        self._start(corrid, now)
+                        self._start(corrid, now, live)
                     seq = self.sequences.get(corrid)
                     if seq is None:
                         raise UsageError(f"sequence {corrid} holds no state: its first request must set "

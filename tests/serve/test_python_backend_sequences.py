@@ -1,0 +1,184 @@
+"""The Python-backend model of a ``--triton-backend python`` repository, driven as Triton's sequence batcher drives it
+(START/END/READY/CORRID control inputs, one ``execute()`` per batch), with a stand-in for ``triton_python_backend_utils``
+(the real stub only exists inside tritonserver; tests/serve/test_triton_server.py runs the real one): each
+sequence's outputs equal its own solo run; START gives a fresh zero state even to a reused id; END and Triton's idle
+timeout free the slot; READY = 0 touches nothing; a bad request fails alone.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+import types
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+from cosyedge.builders.triton import build_triton
+from cosyedge.models import REFERENCE_STREAM_ONNX
+from cosyedge.runtime.pool import StreamPool
+
+DEMO = REFERENCE_STREAM_ONNX.parents[1] / "assets" / "demo" / "noisy.wav"
+CHUNK = 160
+
+
+class FakeTensor:
+    """pb_utils.Tensor: a name and a numpy array, exchanged through DLPack as the real stub's must be."""
+
+    def __init__(self, name, array):
+        self._name, self.array = name, np.asarray(array)
+
+    def name(self):
+        return self._name
+
+    def __dlpack__(self, *a, **k):
+        return self.array.__dlpack__(*a, **k)
+
+    def __dlpack_device__(self):
+        return self.array.__dlpack_device__()
+
+    @classmethod
+    def from_dlpack(cls, name, obj):
+        return cls(name, np.from_dlpack(obj))
+
+    def as_numpy(self):  # the real stub's as_numpy() is wrong under numpy 2: the model must not use it
+        raise AssertionError("as_numpy() used")
+
+
+class FakeResponse:
+    def __init__(self, output_tensors=(), error=None):
+        self.outputs = {t.name(): t.array for t in output_tensors}
+        self.error = error
+
+
+class FakeError:
+    def __init__(self, msg):
+        self.msg = msg
+
+
+class FakeRequest:
+    def __init__(self, inputs: dict):
+        self.inputs = {k: FakeTensor(k, v) for k, v in inputs.items()}
+
+
+@pytest.fixture()
+def pb(monkeypatch):
+    mod = types.ModuleType("triton_python_backend_utils")
+    mod.Tensor = FakeTensor
+    mod.InferenceResponse = FakeResponse
+    mod.TritonError = FakeError
+    mod.get_input_tensor_by_name = lambda r, name: r.inputs.get(name)
+    monkeypatch.setitem(sys.modules, "triton_python_backend_utils", mod)
+    return mod
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory):
+    return build_triton(REFERENCE_STREAM_ONNX, tmp_path_factory.mktemp("engines"), triton_backend="python",
+                        max_sequences=3, max_batch_size=8, idle_us=200_000)
+
+
+def open_model(repo, pb):
+    from google.protobuf import json_format
+
+    from cosyedge.builders.triton import load_model_config
+    from cosyedge.serve.model import TritonPythonModel
+
+    cfg = json_format.MessageToDict(load_model_config(repo / "reference" / "config.pbtxt"),
+                                    preserving_proto_field_name=True)
+    m = TritonPythonModel()
+    m.initialize({"model_config": json.dumps(cfg), "model_repository": str(repo / "reference"), "model_version": "1",
+                  "model_name": "reference"})
+    return m
+
+
+def req(corrid, chunk, start=False, end=False, ready=True, dtype=np.float32):
+    f = lambda v, t=np.float32: np.array([[v]], t)  # noqa: E731
+    return FakeRequest({"audio": np.asarray(chunk, dtype).reshape(1, 1, -1), "START": f(float(start)),
+                        "END": f(float(end)), "READY": f(float(ready)), "CORRID": f(corrid, np.uint64)})
+
+
+def speech(n_chunks: int, offset: int) -> np.ndarray:
+    x, _ = sf.read(DEMO, dtype="float32", frames=n_chunks * CHUNK, start=offset)
+    return x.reshape(n_chunks, CHUNK)
+
+
+def solo(chunks: np.ndarray) -> np.ndarray:
+    with StreamPool(REFERENCE_STREAM_ONNX, max_streams=1) as p:
+        sid = p.join()
+        return np.stack([p.push({sid: c})[sid] for c in chunks])
+
+
+def test_sequences_batched_per_execute_equal_solo_runs_and_reused_ids_start_from_zero(repo, pb):
+    m = open_model(repo, pb)
+    a, b = speech(30, 8000), speech(30, 40000)
+    ya, yb = [], []
+    for t in range(30):
+        rs = m.execute([req(7, a[t], start=t == 0), req(2**63 + 5, b[t], start=t == 0, end=t == 29)])
+        assert all(r.error is None for r in rs)
+        ya.append(rs[0].outputs["enhanced"].reshape(-1))
+        yb.append(rs[1].outputs["enhanced"].reshape(-1))
+    assert m.counts["executions"] == 30 and m.counts["ended"] == 1 and list(m.sequences) == [7]
+    np.testing.assert_allclose(np.stack(ya), solo(a), atol=1e-5)
+    np.testing.assert_allclose(np.stack(yb), solo(b), atol=1e-5)
+    # id 7 is reused by a new sequence (START): it must not see the old state
+    c = speech(10, 90000)
+    yc = [m.execute([req(7, c[t], start=t == 0)])[0].outputs["enhanced"].reshape(-1) for t in range(10)]
+    np.testing.assert_allclose(np.stack(yc), solo(c), atol=1e-5)
+    m.finalize()
+
+
+def test_ready_zero_requests_are_answered_with_zeros_and_touch_no_state(repo, pb):
+    m = open_model(repo, pb)
+    a = speech(12, 16000)
+    ys = []
+    for t in range(12):
+        batch = [req(0, np.full(CHUNK, 0.5), ready=False), req(11, a[t], start=t == 0), req(0, a[t], ready=False)]
+        rs = m.execute(batch)
+        assert np.array_equal(rs[0].outputs["enhanced"], np.zeros((1, 1, CHUNK), np.float32))
+        assert np.array_equal(rs[2].outputs["enhanced"], np.zeros((1, 1, CHUNK), np.float32))
+        ys.append(rs[1].outputs["enhanced"].reshape(-1))
+    assert list(m.sequences) == [11] and m.counts["not_ready"] == 24
+    np.testing.assert_allclose(np.stack(ys), solo(a), atol=1e-5)
+
+
+def test_bad_requests_fail_alone_and_the_batch_runs(repo, pb):
+    m = open_model(repo, pb)
+    a = speech(3, 20000)
+    m.execute([req(1, a[0], start=True)])
+    nan = a[1].copy()
+    nan[5] = np.nan
+    rs = m.execute([req(1, a[1]), req(99, a[1]), req(3, nan, start=True), req(4, a[1], start=True, dtype=np.float64)])
+    assert rs[0].error is None
+    assert "sequence 99 holds no state" in rs[1].error.msg and "sequence_start" in rs[1].error.msg
+    assert "NaN" in rs[2].error.msg and "float64" in rs[3].error.msg
+    short = FakeRequest({"audio": a[1][:80].reshape(1, 1, 80), "CORRID": np.array([[3]], np.uint64)})
+    assert "shape [1, 1, 80]" in m.execute([short])[0].error.msg
+    assert m.counts["refused"] == 4
+    y = [rs[0].outputs["enhanced"].reshape(-1), m.execute([req(1, a[2])])[0].outputs["enhanced"].reshape(-1)]
+    np.testing.assert_allclose(np.stack(y), solo(a)[1:], atol=1e-5)
+
+
+def test_idle_sequences_are_freed_after_trittons_timeout_and_a_full_pool_frees_the_least_recent(repo, pb):
+    m = open_model(repo, pb)  # 3 slots, idle timeout 0.2 s
+    a = speech(4, 30000)
+    for cid in (1, 2, 3):
+        m.execute([req(cid, a[0], start=True)])
+    m.execute([req(2, a[1]), req(3, a[1])])
+    # a fourth START with every slot taken: Triton has ended one of them for idleness; 1 is the least recent
+    m.execute([req(4, a[0], start=True)])
+    assert sorted(m.sequences) == [2, 3, 4] and m.counts["idle_freed"] == 1
+    time.sleep(0.25)
+    rs = m.execute([req(4, a[1])])  # 2 and 3 are swept before this request runs; 4 ran just now
+    assert rs[0].error is None and sorted(m.sequences) == [4] and m.counts["idle_freed"] == 3
+    assert "holds no state" in m.execute([req(2, a[2])])[0].error.msg
+
+
+def test_two_requests_of_one_sequence_in_one_call_run_in_order(repo, pb):
+    m = open_model(repo, pb)
+    a = speech(3, 50000)
+    rs = m.execute([req(9, a[0], start=True), req(9, a[1]), req(9, a[2], end=True)])
+    np.testing.assert_allclose(np.stack([r.outputs["enhanced"].reshape(-1) for r in rs]), solo(a), atol=1e-5)
+    assert m.sequences == {} and m.counts["ended"] == 1
