@@ -298,6 +298,9 @@ def build_triton(onnx_path: Any, out_dir: str | Path | None = None, name: str | 
         config = triton_config(model, copy, name=name, chunk_samples=chunk, max_batch_size=max_batch_size,
                                max_sequences=max_sequences, instances=instances, instance_kind=instance_kind,
                                max_queue_delay_us=max_queue_delay_us, idle_us=idle_us)
+        # what clients read (cosyedge run --server): the stream contract and the chunk; the backend ignores them
+        config = dataclasses.replace(config, parameters={"cosyedge.contract": json.dumps(copy.to_metadata(), sort_keys=True),
+                                                         "cosyedge.chunk_samples": str(chunk)})
         for s in config.states:
             if s.data_file:
                 f = tmp / name / "initial_state" / s.data_file
