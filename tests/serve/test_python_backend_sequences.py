@@ -94,9 +94,9 @@ def open_model(repo, pb):
     return m
 
 
-def req(corrid, chunk, start=False, end=False, ready=True, dtype=np.float32):
+def req(corrid, chunk, start=False, end=False, ready=True, dtype=np.float32, name="audio"):
     f = lambda v, t=np.float32: np.array([[v]], t)  # noqa: E731
-    return FakeRequest({"audio": np.asarray(chunk, dtype).reshape(1, 1, -1), "START": f(float(start)),
+    return FakeRequest({name: np.asarray(chunk, dtype).reshape(1, 1, -1), "START": f(float(start)),
                         "END": f(float(end)), "READY": f(float(ready)), "CORRID": f(corrid, np.uint64)})
 
 
@@ -182,3 +182,76 @@ def test_two_requests_of_one_sequence_in_one_call_run_in_order(repo, pb):
     rs = m.execute([req(9, a[0], start=True), req(9, a[1]), req(9, a[2], end=True)])
     np.testing.assert_allclose(np.stack([r.outputs["enhanced"].reshape(-1) for r in rs]), solo(a), atol=1e-5)
     assert m.sequences == {} and m.counts["ended"] == 1
+
+
+def test_fp16_repository_runs_its_sequences_and_records_the_serve_time_versions(tmp_path, pb):
+    """--fp16 builds (its pool check runs the FP16 graph); the manifest records the serve-time versions."""
+    import onnxruntime
+
+    import cosyedge
+    from cosyedge.artifacts import load_manifest
+
+    repo = build_triton(REFERENCE_STREAM_ONNX, tmp_path, triton_backend="python", precision="fp16", max_sequences=2)
+    assert repo.name == "reference-fp16-triton-python"
+    man = load_manifest(repo)
+    assert man["serve"]["requires"] == {"cosyedge": cosyedge.__version__, "onnxruntime": onnxruntime.__version__}
+    assert man["triton"]["backend"] == "python" and man["triton"]["pool"] == "pool"
+    m = open_model(repo, pb)
+    a = speech(5, 8000)
+    ys = [m.execute([req(1, a[t], start=t == 0)])[0].outputs["enhanced"].reshape(-1) for t in range(5)]
+    assert np.isfinite(np.stack(ys)).all() and np.abs(np.stack(ys) - solo(a)).max() < 0.05
+
+
+def test_cli_build_writes_a_python_backend_repository_with_the_idle_timeout(cli, tmp_path):
+    from cosyedge.builders.triton import load_model_config
+
+    rc, out, err = cli("build", "--backend", "triton", "--triton-backend", "python", "--idle-timeout-ms", "2500",
+                       "--max-sequences", "8", "--max-batch-size", "4", "-o", tmp_path, "-q")
+    assert rc == 0, err
+    repo = tmp_path / "reference-fp32-triton-python"
+    assert out.strip().splitlines()[-1] == str(repo)
+    cfg = load_model_config(repo / "reference" / "config.pbtxt")
+    sb = cfg.sequence_batching
+    assert cfg.backend == "python" and cfg.max_batch_size == 4 and sb.max_sequence_idle_microseconds == 2_500_000
+    assert sb.oldest.max_candidate_sequences == 8 and sb.oldest.max_queue_delay_microseconds == 0
+    assert [c.name for c in sb.control_input] == ["START", "END", "READY", "CORRID"] and not len(sb.state)
+    assert (repo / "reference" / "1" / "model.py").read_text().count("import") == 1
+    rc, _, err = cli("build", "--triton-backend", "python", "-o", tmp_path)
+    assert rc == 2 and "--triton-backend applies to --backend triton only" in err
+
+
+def test_a_graph_with_a_fixed_batch_of_one_gets_one_pool_per_sequence(tmp_path, pb):
+    """A stream graph whose batch is fixed to 1 (as some adopted graphs are) cannot share a pool tick: the repository
+    records pool 'solo' and the model runs one single-slot pool per sequence, each equal to its solo run."""
+    import onnx
+
+    from cosyedge.artifacts import load_manifest
+    from tests.models import make_fir_model
+
+    path = make_fir_model(tmp_path / "fir.stream.onnx", hop=CHUNK)
+    m = onnx.load(str(path))
+    for v in list(m.graph.input) + list(m.graph.output):
+        d = v.type.tensor_type.shape.dim[0]
+        d.Clear()
+        d.dim_value = 1
+    onnx.save(m, str(path))
+    repo = build_triton(path, tmp_path / "engines", triton_backend="python", max_sequences=2, name="fir")
+    assert load_manifest(repo)["triton"]["pool"] == "solo"
+    from google.protobuf import json_format
+
+    from cosyedge.builders.triton import load_model_config
+    from cosyedge.serve.model import TritonPythonModel
+
+    cfg = json_format.MessageToDict(load_model_config(repo / "fir" / "config.pbtxt"), preserving_proto_field_name=True)
+    model = TritonPythonModel()
+    model.initialize({"model_config": json.dumps(cfg), "model_repository": str(repo / "fir"), "model_version": "1"})
+    a, b = speech(6, 8000), speech(6, 30000)
+    out_name = model.contract.output
+    inp = model.contract.input
+    ys = [model.execute([req(1, a[t], start=t == 0, name=inp), req(2, b[t], start=t == 0, name=inp)]) for t in range(6)]
+    assert all(r.error is None for rs in ys for r in rs), [r.error.msg for rs in ys for r in rs if r.error]
+    for k, x in enumerate((a, b)):
+        with StreamPool(path, max_streams=1) as p:
+            sid = p.join()
+            want = np.stack([p.push({sid: c})[sid] for c in x])
+        np.testing.assert_allclose(np.stack([r[k].outputs[out_name].reshape(-1) for r in ys]), want, atol=1e-6)

@@ -334,3 +334,31 @@ def test_cosyedge_serve_refuses_a_port_in_use_and_a_repository_triton_cannot_loa
     rc, _, err = cli("serve", bad, "--grpc-port", 0, "--http-port", 0, "--metrics-port", 0)
     assert rc == 3 and err.strip().count("\n") == 0, err
     assert "Triton cannot load the repository" in err and "model 'reference'" in err and "model.onnx" in err, err
+
+
+def test_cli_run_mic_through_the_server_replays_offline_to_the_live_output(repos, server, tmp_path, cli, monkeypatch):
+    """`run mic --server` (a fake 48 kHz device): what the model heard (--save-input), run offline in process,
+    gives the live output; `run mic --vad --server` gives segments."""
+    from cosyedge.realtime import devices as devmod
+    from tests.realtime.fakes import fake_sounddevice
+    from tests.realtime.test_live import DEVICES
+
+    x = clips()[0]
+    import soxr
+
+    sd = fake_sounddevice(DEVICES, signal=soxr.resample(np.tile(x, 2), 16000, 48000).astype(np.float32))
+    monkeypatch.setattr(devmod, "load_sounddevice", lambda: sd)
+    rc, out, err = cli("run", "mic", "--device", "headset", "-o", tmp_path / "live.wav", "--save-input",
+                       tmp_path / "heard.wav", "--duration", "1.0", "--server", server.grpc_url, "--server-model",
+                       "reference")
+    assert rc == 0, err
+    assert "mic 2 'USB Headset Mic' at 48000 Hz -> " in out
+    rc, _, err = cli("run", tmp_path / "heard.wav", "-o", tmp_path / "replay.wav", "--engine", repos["ort"], "-q")
+    assert rc == 0, err
+    live, _ = sf.read(tmp_path / "live.wav", dtype="float32")
+    replay, _ = sf.read(tmp_path / "replay.wav", dtype="float32")
+    assert live.size >= 0.9 * 16000 and np.abs(replay[: live.size - 160] - live[160:]).max() <= 1.0 / 32768
+    rc, out, err = cli("run", "mic", "--vad", "--device", "headset", "--duration", "2.0", "--server", server.grpc_url,
+                       "--server-model", "silero-vad")
+    assert rc == 0, err
+    assert "speech segment(s)" in out.strip().splitlines()[-1]

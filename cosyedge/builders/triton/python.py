@@ -39,17 +39,13 @@ from typing import Any
 import numpy as np
 
 from cosyedge._lazy import has_module, lazy_import
-from cosyedge.artifacts import BATCH_DIM, META_PREFIX, SourceModel, StreamContract, atomic_folder, load_onnx, sha256_file, write_manifest
+from cosyedge.artifacts import BATCH_DIM, SourceModel, StreamContract, atomic_folder, load_onnx, sha256_file, write_manifest
 from cosyedge.builders.config import BuildConfig
-from cosyedge.builders.names import check_engine_name, engine_folder_name, engine_model_name
-from cosyedge.builders.prepare import DEFAULT_CALIB_COUNT, check_streaming_onnx, manifest_head, prepare_onnx, \
-    warn_replacing_other_model
+from cosyedge.builders.names import engine_folder_name
+from cosyedge.builders.prepare import manifest_head, prepare_onnx, warn_replacing_other_model
 from cosyedge.builders.triton.config import (
     BACKEND,
     CONFIG_FILE,
-    DEFAULT_IDLE_US,
-    DEFAULT_MAX_BATCH_SIZE,
-    DEFAULT_MAX_SEQUENCES,
     DOC_SEQUENCE_BATCHER,
     INSTANCE_KINDS,
     MODEL_VERSION,
@@ -57,7 +53,7 @@ from cosyedge.builders.triton.config import (
     STRATEGY,
     triton_config,
 )
-from cosyedge.errors import ArtifactError, UsageError, first_line
+from cosyedge.errors import ArtifactError, first_line
 from cosyedge.log import LOG
 
 onnx = lazy_import("onnx")
