@@ -323,7 +323,23 @@ class TritonServer:
             if f.is_file():
                 shutil.copy2(f, dst / f.name)
         shutil.copy2(inst.stub, dst / "triton_python_backend_stub")
+        self._check_stub(dst / "triton_python_backend_stub", inst)
         return self._tmp / "backends"
+
+    def _check_stub(self, stub: Path, inst: TritonInstall) -> None:
+        """Refuse a stub whose shared libraries are missing (it links ``libpython3.X.so.1.0``, which a Python built
+        without ``--enable-shared`` does not provide: the system's package does)."""
+        env = self._env(inst)
+        try:
+            r = subprocess.run(["ldd", str(stub)], capture_output=True, text=True, env=env, timeout=30)
+        except (OSError, subprocess.TimeoutExpired):  # no ldd: Triton's own error will say it
+            return
+        missing = [ln.split("=>")[0].strip() for ln in r.stdout.splitlines() if "not found" in ln]
+        if missing:
+            ver = f"{sys.version_info[0]}.{sys.version_info[1]}"
+            self._cleanup()
+            raise DependencyError(f"Triton's Python-backend stub cannot load {', '.join(missing)}: install it "
+                                  f"(Debian/Ubuntu: apt-get install libpython{ver})")
 
     def _env(self, inst: TritonInstall) -> dict[str, str]:
         import cosyedge
@@ -362,9 +378,10 @@ class TritonServer:
                "--log-info=true", "--log-warning=true", "--log-error=true", *self.extra_args]
         LOG.debug("starting %s", " ".join(cmd))
         try:
+            # its own session: a terminal's Ctrl-C reaches only cosyedge, which forwards one signal (serve())
             self._proc = subprocess.Popen(cmd, env=self._env(inst), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                           stdin=subprocess.DEVNULL, preexec_fn=_set_pdeathsig, text=True,
-                                          errors="replace", bufsize=1)
+                                          errors="replace", bufsize=1, start_new_session=True)
         except OSError as err:
             self._cleanup()
             raise DependencyError(f"cannot run {inst.binary}: {err.strerror or err}") from None
@@ -464,10 +481,23 @@ class TritonServer:
                     self._proc.kill()
                     self._proc.wait()
             self.returncode = self._proc.returncode
+            self._kill_group()
             if self._reader is not None:
                 self._reader.join(timeout=5.0)
         self._cleanup()
         return self.returncode
+
+    def _kill_group(self) -> None:
+        """SIGKILL what is left of the server's process group (its Python-backend stubs, should the server have died
+        without stopping them: they would otherwise live on, orphaned)."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self._proc.pid, signal.SIGKILL)
+
+    def kill(self) -> None:
+        """SIGKILL the server and its stubs at once (as a crash would), without a graceful shutdown."""
+        if self._proc is not None:
+            self._kill_group()
+            self._proc.wait()
 
     def _cleanup(self) -> None:
         if self._tmp is not None:
@@ -536,11 +566,18 @@ def serve(repo: str | Path, host: str = DEFAULT_HOST, http_port: int = DEFAULT_P
         else:
             LOG.debug("tritonserver: %s", line)
 
-    stop = {"sig": None}
+    stop = {"sig": None, "count": 0}
 
     def forward(signum, frame) -> None:
+        """First signal: Triton's graceful shutdown (SIGTERM); second: say so; third: SIGKILL."""
         stop["sig"] = signum
-        srv.signal(signal.SIGTERM if signum == signal.SIGTERM else signal.SIGINT)
+        stop["count"] += 1
+        if stop["count"] == 1:
+            srv.signal(signal.SIGTERM)
+        elif stop["count"] == 2:
+            LOG.warning("tritonserver is finishing its in-flight requests and unloading; signal again to kill it")
+        else:
+            srv.signal(signal.SIGKILL)
 
     srv = TritonServer(repo, host, http_port, grpc_port, metrics_port, tritonserver, ready_timeout_s, on_log=on_log)
     old = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}

@@ -255,3 +255,24 @@ def test_a_graph_with_a_fixed_batch_of_one_gets_one_pool_per_sequence(tmp_path, 
             sid = p.join()
             want = np.stack([p.push({sid: c})[sid] for c in x])
         np.testing.assert_allclose(np.stack([r[k].outputs[out_name].reshape(-1) for r in ys]), want, atol=1e-6)
+
+
+def test_clients_read_the_contract_of_both_repository_kinds(repo, tmp_path):
+    """The GPU (onnxruntime, implicit state) repository carries the same client parameters, so `cosyedge run --server`
+    streams to NVIDIA's container as to `cosyedge serve`; a config without them is refused in one line."""
+    from google.protobuf import json_format
+
+    from cosyedge.builders.triton import load_model_config
+    from cosyedge.errors import UsageError
+    from cosyedge.serve.client import served_model
+
+    gpu = build_triton(REFERENCE_STREAM_ONNX, tmp_path, max_sequences=4)
+    for r in (repo, gpu):
+        cfg = json_format.MessageToDict(load_model_config(r / "reference" / "config.pbtxt"),
+                                        preserving_proto_field_name=True)
+        m = served_model("127.0.0.1:8001", "reference", cfg)
+        assert m.chunk_samples == CHUNK and m.contract.delay_samples == 160 and m.contract.sample_rate_hz == 16000
+        assert str(m) == "model 'reference' at 127.0.0.1:8001"
+    cfg.pop("parameters")
+    with pytest.raises(UsageError, match="is not a cosyedge model"):
+        served_model("127.0.0.1:8001", "reference", cfg)

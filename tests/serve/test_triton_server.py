@@ -292,7 +292,7 @@ def test_server_killed_mid_stream_each_client_one_line_and_no_output(repos, tmp_
         t_end = time.monotonic() + 60
         while srv.metrics().get("nv_inference_request_success", 0) < 400 and time.monotonic() < t_end:
             time.sleep(0.05)
-        os.kill(srv.pid, signal.SIGKILL)
+        srv.kill()  # the server and its stubs, SIGKILL
         results = [c.communicate(timeout=90) for c in clients]
     for c, (stdout, err), o in zip(clients, results, outs):
         lines = [ln for ln in err.splitlines() if ln.strip()]
