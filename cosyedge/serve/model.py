@@ -158,11 +158,11 @@ class _Log:
 class _PoolSlots:
     """All sequences of one instance in one :class:`~cosyedge.runtime.pool.StreamPool` (one run per tick)."""
 
-    def __init__(self, model_path: Path, slots: int, chunk_samples: int, threads: int):
+    def __init__(self, model_path: Path, slots: int, chunk_samples: int, threads: int, batch_rewrite: bool = True):
         from cosyedge.runtime.pool import StreamPool
 
         self.pool = StreamPool(model_path, max_streams=slots, chunk_samples=chunk_samples, threads=threads,
-                               max_pending=2).activate()
+                               max_pending=2, batch_rewrite=batch_rewrite).activate()
         self.capacity = slots
 
     def join(self) -> int:
@@ -271,7 +271,8 @@ class TritonPythonModel:
         self.idle_s = int(sb.get("max_sequence_idle_microseconds") or 1_000_000) / 1e6
         self.controls = json.loads(params.get("controls", "null")) or dict(CONTROLS)
         try:
-            self.slots = _PoolSlots(model_path, slots, self.chunk_samples, threads)
+            self.slots = _PoolSlots(model_path, slots, self.chunk_samples, threads,
+                                    batch_rewrite=params.get("batch_rewrite", "1") != "0")
         except CosyEdgeError as err:
             if "one stream per run" not in str(err):
                 raise

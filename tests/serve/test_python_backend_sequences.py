@@ -276,3 +276,23 @@ def test_clients_read_the_contract_of_both_repository_kinds(repo, tmp_path):
     cfg.pop("parameters")
     with pytest.raises(UsageError, match="is not a cosyedge model"):
         served_model("127.0.0.1:8001", "reference", cfg)
+
+
+def test_int8_repository_runs_the_stored_graph_bit_identical_to_the_local_session(tmp_path, pb):
+    """INT8: batched GEMMs would move Q/DQ rounding steps (about 50 dB from the local run, carried by the state), so
+    the repository runs the stored graph: three sequences batched per execute() equal the local OrtStreamSession."""
+    from cosyedge.artifacts import load_manifest
+    from cosyedge.precision.calibset import DemoMix, make_calibration_set
+    from cosyedge.runtime.ort import OrtStreamSession
+
+    calib = make_calibration_set(tmp_path / "calib", count=4, seed=0, training_data=DemoMix()).folder
+    repo = build_triton(REFERENCE_STREAM_ONNX, tmp_path / "engines", triton_backend="python", precision="int8",
+                        calib=calib, max_sequences=3)
+    assert load_manifest(repo)["triton"]["batch_rewrite"] is False
+    m = open_model(repo, pb)
+    xs = [speech(40, off) for off in (8000, 60000, 120000)]
+    outs = [m.execute([req(k + 1, x[t], start=t == 0) for k, x in enumerate(xs)]) for t in range(40)]
+    for k, x in enumerate(xs):
+        with OrtStreamSession(repo / "reference" / "1" / "model.onnx") as s:
+            want = np.stack([s.push(c.reshape(1, 1, CHUNK))["enhanced"].reshape(-1).copy() for c in x])
+        assert np.array_equal(np.stack([o[k].outputs["enhanced"].reshape(-1) for o in outs]), want)
