@@ -194,7 +194,7 @@ def _load_errors(lines: list[str]) -> list[str]:
     for line in lines:
         m = re.search(r"failed to load '([^']+)'(?: version \d+)?: (.*)$", line)
         if m:
-            out.append(f"model '{m.group(1)}': {m.group(2).strip()}")
+            out.append(f"model '{m.group(1)}': {m.group(2).strip().rstrip(chr(34)).strip()}")
     if not out:  # the model status table: "| name | 1 | UNAVAILABLE: reason |"
         for line in lines:
             m = re.match(r"\|\s*(\S+)\s*\|\s*\d+\s*\|\s*UNAVAILABLE: (.*?)\s*\|\s*$", line)
@@ -436,7 +436,13 @@ class TritonServer:
         loads = _load_errors(lines)
         text = "\n".join(lines)
         if loads:
-            return ArtifactError(f"Triton cannot load the repository {self.repo}: {loads[0]}")
+            hint = ""
+            m = re.search(r"unable to find backend library for backend '([^']+)'", loads[0])
+            if m:
+                hint = (f" (this tritonserver has no '{m.group(1)}' backend: the nvidia-pytriton wheel has only the "
+                        f"Python backend; build with --triton-backend python, or serve this repository in NVIDIA's "
+                        f"container)")
+            return ArtifactError(f"Triton cannot load the repository {self.repo}: {loads[0]}{hint}")
         m = re.search(r"(Socket '[^']+' already in use|Address already in use|failed to start [A-Za-z]+ service[^\n]*)",
                       text)
         if m:

@@ -334,6 +334,14 @@ def test_cosyedge_serve_refuses_a_port_in_use_and_a_repository_triton_cannot_loa
     rc, _, err = cli("serve", bad, "--grpc-port", 0, "--http-port", 0, "--metrics-port", 0)
     assert rc == 3 and err.strip().count("\n") == 0, err
     assert "Triton cannot load the repository" in err and "model 'reference'" in err and "model.onnx" in err, err
+    from cosyedge.builders.triton import build_triton
+    from cosyedge.models import REFERENCE_STREAM_ONNX
+
+    gpu = build_triton(REFERENCE_STREAM_ONNX, tmp_path / "gpu", max_sequences=4)  # the onnxruntime backend
+    rc, _, err = cli("serve", gpu, "--grpc-port", 0, "--http-port", 0, "--metrics-port", 0, "-q")
+    err = err[err.index("[!]"):]  # after the build's log lines
+    assert rc == 3 and err.strip().count("\n") == 0, err
+    assert "unable to find backend library for backend 'onnxruntime'" in err and "--triton-backend python" in err
 
 
 def test_cli_run_mic_through_the_server_replays_offline_to_the_live_output(repos, server, tmp_path, cli, monkeypatch):
