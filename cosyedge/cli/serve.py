@@ -45,8 +45,9 @@ def serve(repo, host, grpc_port, http_port, metrics_port, tritonserver, ready_ti
     from cosyedge.serve.server import serve as serve_repo
 
     def ready(srv) -> None:
+        where = " (listening on every address of this machine)" if srv.host in ("0.0.0.0", "::", "") else ""
         click.echo(f"Triton {srv.version or '?'} serving {', '.join(srv.models)} from {srv.repo}: "
-                   f"gRPC {srv.grpc_url}, HTTP {srv.http_url}, metrics {srv.metrics_url} (Ctrl-C stops)")
+                   f"gRPC {srv.grpc_url}, HTTP {srv.http_url}, metrics {srv.metrics_url}{where} (Ctrl-C stops)")
 
     serve_repo(repo, host=host, http_port=http_port, grpc_port=grpc_port, metrics_port=metrics_port,
                tritonserver=tritonserver, ready_timeout_s=ready_timeout, on_ready=ready)

@@ -440,6 +440,7 @@ class TritonPythonModel:
             later, ending = [], []
             for i in todo:
                 r = requests[i]
+                corrid, end = None, False
                 try:
                     if self._scalar(pb, r, ctl["ready"], 1.0) == 0:
                         responses[i] = self._zeros(pb)
@@ -451,6 +452,7 @@ class TritonPythonModel:
                     if seq is not None and seq[0] in batch:  # a second request of one sequence: next tick
                         later.append(i)
                         continue
+                    end = bool(self._scalar(pb, r, ctl["end"], 0.0))
                     if self._scalar(pb, r, ctl["start"], 0.0):
                         self._start(corrid, now, live)
                     seq = self.sequences.get(corrid)
@@ -462,10 +464,13 @@ class TritonPythonModel:
                     self.slots.submit(seq[0], feed)
                     seq[1], seq[2] = now, seq[2] + 1
                     batch[seq[0]] = i
-                    if self._scalar(pb, r, ctl["end"], 0.0):
+                    if end:
                         ending.append(corrid)
                 except CosyEdgeError as err:
                     responses[i] = self._error(pb, str(err))
+                    if end and corrid in self.sequences:  # Triton ends the sequence even when its last request fails
+                        self._free(corrid, "end")
+                        self._count("ended")
             if batch:
                 try:
                     outs = self.slots.tick()

@@ -154,9 +154,10 @@ def test_bad_requests_fail_alone_and_the_batch_runs(repo, pb):
     assert rs[0].error is None
     assert "sequence 99 holds no state" in rs[1].error.msg and "sequence_start" in rs[1].error.msg
     assert "NaN" in rs[2].error.msg and "float64" in rs[3].error.msg
-    short = FakeRequest({"audio": a[1][:80].reshape(1, 1, 80), "CORRID": np.array([[3]], np.uint64)})
+    short = FakeRequest({"audio": a[1][:80].reshape(1, 1, 80), "CORRID": np.array([[3]], np.uint64),
+                         "END": np.ones((1, 1), np.float32)})
     assert "shape [1, 1, 80]" in m.execute([short])[0].error.msg
-    assert m.counts["refused"] == 4
+    assert m.counts["refused"] == 4 and 3 not in m.sequences  # a failed last request still ends its sequence
     y = [rs[0].outputs["enhanced"].reshape(-1), m.execute([req(1, a[2])])[0].outputs["enhanced"].reshape(-1)]
     np.testing.assert_allclose(np.stack(y), solo(a)[1:], atol=1e-5)
 
