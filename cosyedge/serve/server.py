@@ -265,14 +265,17 @@ class TritonServer:
     # ------------------------------------------------------------------ addresses
     @property
     def http_port(self) -> int:
+        """int: the HTTP port (the one picked when 0 was given)."""
         return self.ports["http"]
 
     @property
     def grpc_port(self) -> int:
+        """int: the gRPC port."""
         return self.ports["grpc"]
 
     @property
     def metrics_port(self) -> int:
+        """int: the metrics port."""
         return self.ports["metrics"]
 
     def _url_host(self) -> str:
@@ -281,14 +284,17 @@ class TritonServer:
 
     @property
     def grpc_url(self) -> str:
+        """str: ``host:port`` of gRPC, what ``cosyedge run --server`` and tritonclient take."""
         return f"{self._url_host()}:{self.grpc_port}"
 
     @property
     def http_url(self) -> str:
+        """str: ``http://host:port`` (health: ``/v2/health/ready``)."""
         return f"http://{self._url_host()}:{self.http_port}"
 
     @property
     def metrics_url(self) -> str:
+        """str: ``http://host:port/metrics`` (Prometheus text)."""
         return f"http://{self._url_host()}:{self.metrics_port}/metrics"
 
     @property
