@@ -297,3 +297,46 @@ def test_int8_repository_runs_the_stored_graph_bit_identical_to_the_local_sessio
         with OrtStreamSession(repo / "reference" / "1" / "model.onnx") as s:
             want = np.stack([s.push(c.reshape(1, 1, CHUNK))["enhanced"].reshape(-1).copy() for c in x])
         assert np.array_equal(np.stack([o[k].outputs["enhanced"].reshape(-1) for o in outs]), want)
+
+
+def test_an_attention_model_with_a_kv_cache_streams_its_sequences(tmp_path, pb):
+    """Sliding-window attention (window 16; streamified: a key/value cache and positions as states) in a repository:
+    three sequences of real-speech features, batched per execute() and joining at different times, each equal to
+    its solo run."""
+    pytest.importorskip("torch")
+    from cosyedge.surgery import streamify
+    from tests import models_attention as M
+
+    src = M.export(M.build("sliding_explicit"), tmp_path / "attn.onnx", M.example_input(1), time_axis=1)
+    c = streamify(src, tmp_path / "attn.stream.onnx", sample_rate_hz=16000, hop_samples=CHUNK, frames_per_hop=1)
+    assert [s for s in c.states if s.kind not in ("context", "position", "counter")]  # a KV cache
+    repo = build_triton(tmp_path / "attn.stream.onnx", tmp_path / "engines", triton_backend="python", max_sequences=4,
+                        name="attn")
+    from google.protobuf import json_format
+
+    from cosyedge.builders.triton import load_model_config
+    from cosyedge.serve.model import TritonPythonModel
+
+    cfg = json_format.MessageToDict(load_model_config(repo / "attn" / "config.pbtxt"), preserving_proto_field_name=True)
+    m = TritonPythonModel()
+    m.initialize({"model_config": json.dumps(cfg), "model_repository": str(repo / "attn"), "model_version": "1"})
+    feats = M.speech_features(60, 1, n=3)  # (3, 60, 16)
+    starts = [0, 7, 19]
+    outs: dict[int, list] = {k: [] for k in range(3)}
+    f = lambda v, t=np.float32: np.array([[v]], t)  # noqa: E731
+    for t in range(80):
+        batch, who = [], []
+        for k in range(3):
+            i = t - starts[k]
+            if 0 <= i < 60 - starts[k] // 2:
+                batch.append(FakeRequest({"x": feats[k, i][None, None, :], "START": f(float(i == 0)),
+                                          "CORRID": f(100 + k, np.uint64)}))
+                who.append(k)
+        for k, r in zip(who, m.execute(batch)):
+            assert r.error is None, r.error.msg
+            outs[k].append(r.outputs["y"].reshape(-1))
+    for k in range(3):
+        with StreamPool(tmp_path / "attn.stream.onnx", max_streams=1) as p:
+            sid = p.join()
+            want = [p.push({sid: {"x": feats[k, i][None, :]}})[sid]["y"].reshape(-1) for i in range(len(outs[k]))]
+        np.testing.assert_allclose(np.stack(outs[k]), np.stack(want), atol=1e-5)
