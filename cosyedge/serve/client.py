@@ -358,11 +358,12 @@ class TritonStreamSession(StreamSession):
                 raise ServerError(self._broken)
             raise ServerError(f"{self.model} refused request {self.requests} of sequence {self.sequence_id}: {text}")
         self.requests += 1
-        return {n: np.array(result.as_numpy(n)) for n in self._outs}
+        return {n: result.as_numpy(n) for n in self._outs}  # views of this response: push() copies them by default
 
     def push_impl(self, chunk: np.ndarray | dict) -> dict[str, np.ndarray]:
         """Send one validated chunk (float32 (1, 1, chunk_samples), or a dict per input) as the next request of
-        the sequence; return the server's outputs (fresh arrays the caller owns), by ONNX name."""
+        the sequence; return the server's outputs by ONNX name (read-only views of the response, which
+        :meth:`push` copies unless ``copy=False``)."""
         feeds = chunk if isinstance(chunk, dict) else {self.contract.input: chunk}
         return self._send(feeds)
 

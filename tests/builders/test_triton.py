@@ -439,7 +439,7 @@ def test_dynamic_state_dim_in_the_graph_is_refused(tmp_path):
     with pytest.raises(ArtifactError, match=r"state 'state_in.06' has shape \['N', 96, 'S'\] in the graph but the "
                                             r"contract says \['N', 96, 16\]"):
         tb.build_triton(src, out_dir=tmp_path / "engines")
-    assert [p.name for p in (tmp_path / "engines").iterdir()] == []  # atomic: nothing left
+    assert not (tmp_path / "engines").exists() or not any((tmp_path / "engines").iterdir())  # atomic: nothing left
 
 
 def test_failed_rebuild_keeps_the_previous_repository(ref_repo, tmp_path, monkeypatch):

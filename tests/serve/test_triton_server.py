@@ -101,9 +101,9 @@ def served_enhanced(url: str, x: np.ndarray, pace_s: float = 0.0, first: list | 
         if pace_s or first is not None:
             push = s.push
 
-            def paced(chunk):
+            def paced(chunk, copy=True):
                 t0 = time.perf_counter()
-                y = push(chunk)
+                y = push(chunk, copy=copy)
                 if first is not None and not first:
                     first.append(time.perf_counter() - t0)
                 time.sleep(pace_s)
