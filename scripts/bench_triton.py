@@ -173,7 +173,8 @@ def largest(fits, lo: int, hi: int, t_end: float) -> tuple[int, list]:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     ap.add_argument("--seconds", type=float, default=900.0, help="the whole run's budget (soak: what is left)")
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "bench" / "triton.json")
     ap.add_argument("--max-streams", type=int, default=512, help="the most streams tried through Triton")
@@ -212,7 +213,8 @@ def main() -> int:
                 s.push(c)
             loc = s.latencies_ms[n // 10:]
         report["latency_1_stream"] = {
-            "chunks": n, "round_trip_p50_ms": float(np.percentile(rt, 50)), "round_trip_p99_ms": float(np.percentile(rt, 99)),
+            "chunks": n, "round_trip_p50_ms": float(np.percentile(rt, 50)),
+            "round_trip_p99_ms": float(np.percentile(rt, 99)),
             "in_process_p50_ms": float(np.percentile(loc, 50)), "in_process_p99_ms": float(np.percentile(loc, 99)),
             "goal_p50_ms": 2.0}
         print("latency:", report["latency_1_stream"], flush=True)
@@ -258,7 +260,8 @@ def main() -> int:
                     with model() as s:
                         y = enhance_array(s, clips[i])
                     d = y.astype(np.float64) - solo[i]
-                    snr = float("inf") if not d.any() else 10 * np.log10((solo[i].astype(np.float64) ** 2).sum() / (d ** 2).sum())
+                    power = (solo[i].astype(np.float64) ** 2).sum()
+                    snr = float("inf") if not d.any() else float(10 * np.log10(power / (d ** 2).sum()))
                     with lock:
                         stats["sequences"] += 1
                         stats["worst_snr_db"] = min(stats["worst_snr_db"], snr)
@@ -281,7 +284,8 @@ def main() -> int:
         report["soak"] = {
             "seconds": soak_s, "concurrent": len(threads), "sequences": stats["sequences"],
             "failed_sequences": stats["failed"],
-            "failed_requests": int(m1.get("nv_inference_request_failure", 0) - m0.get("nv_inference_request_failure", 0)),
+            "failed_requests": int(m1.get("nv_inference_request_failure", 0)
+                                   - m0.get("nv_inference_request_failure", 0)),
             "worst_snr_vs_solo_db": stats["worst_snr_db"], "rss_after_warmup_mib": warm[0] / 2**20,
             "rss_end_mib": warm[-1] / 2**20, "rss_growth_pct": 100 * (max(warm) / warm[0] - 1),
             "rss_samples": [(t, r / 2**20) for t, r in rss], "goal": "10 min, >= 500 sequences, RSS growth <= 5 %"}

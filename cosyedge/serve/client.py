@@ -176,7 +176,8 @@ def connect(server: str, model: str | None = None, timeout_s: float = CONNECT_TI
                     cosy.append(n)
             if len(cosy) != 1:
                 raise (ServerError if not cosy else UsageError)(
-                    f"the Triton server at {url} serves {'no cosyedge model' if not cosy else 'several cosyedge models'}"
+                    f"the Triton server at {url} serves "
+                    f"{'no cosyedge model' if not cosy else 'several cosyedge models'}"
                     f" ({', '.join(cosy or names) or 'no model at all'}): "
                     f"{'serve one with cosyedge serve REPO' if not cosy else 'pick one with --server-model NAME'}")
             model = cosy[0]
@@ -219,8 +220,8 @@ def served_model(url: str, model: str, cfg: dict) -> ServedModel:
         raise UsageError(f"{where}: its recorded stream contract is unusable ({first_line(err, False)})") from None
     hop = contract.hop_samples
     for kind, ios in (("input", contract.stream_inputs), ("output", contract.stream_outputs)):
-        want = {i.name: (f"TYPE_{NP_TO_TRITON.get(i.dtype, '?')}", [int(d) for d in i.concrete_shape(1, i.frames(chunk, hop))[1:]])
-                for i in ios}
+        want = {i.name: (f"TYPE_{NP_TO_TRITON.get(i.dtype, '?')}",
+                         [int(d) for d in i.concrete_shape(1, i.frames(chunk, hop))[1:]]) for i in ios}
         got = {t.get("name"): (t.get("data_type"), [int(d) for d in t.get("dims", [])]) for t in cfg.get(kind, [])}
         if got != want:
             raise UsageError(f"{where}: its {kind}s {got} differ from its stream contract's for one chunk of {chunk} "

@@ -20,13 +20,13 @@ fp32 0/1, ``CORRID`` uint64), each of shape (1, 1). Each sequence's state is key
   touched;
 * a request of an id that holds no state (no ``START`` seen, or already freed): an error for that request only.
 
-**Idle sequences.** Triton ends a sequence that sent nothing for ``max_sequence_idle_microseconds`` (``--idle-timeout-ms``)
-and frees its batcher slot, but the Python backend is **not told** (no request, no control). The model therefore
-keeps each sequence's last-seen time and, at every ``execute``, frees the slots of sequences unseen for longer than
-that timeout (its clock starts when a request *ran*, after Triton's started at its arrival, so it never frees a
-sequence Triton still holds); and when a ``START`` finds every slot taken (Triton has admitted a new sequence into the
-slot of one it timed out), the least recently seen sequence is freed for it. Either way a later request of the freed
-id is refused (Triton refuses it first: a sequence it ended needs a new ``START``).
+**Idle sequences.** Triton ends a sequence that sent nothing for ``max_sequence_idle_microseconds``
+(``--idle-timeout-ms``) and frees its batcher slot, but the Python backend is **not told** (no request, no control).
+The model therefore keeps each sequence's last-seen time and, at every ``execute``, frees the slots of sequences
+unseen for longer than that timeout (its clock starts when a request *ran*, after Triton's started at its arrival, so
+it never frees a sequence Triton still holds); and when a ``START`` finds every slot taken (Triton has admitted a new
+sequence into the slot of one it timed out), the least recently seen sequence is freed for it. Either way a later
+request of the freed id is refused (Triton refuses it first: a sequence it ended needs a new ``START``).
 
 Counts are exported as Triton custom metrics on the metrics port (``cosyedge_sequences_active``,
 ``cosyedge_sequences_started``, ``cosyedge_sequences_ended``, ``cosyedge_sequences_idle_freed``,

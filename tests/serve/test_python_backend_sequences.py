@@ -1,8 +1,8 @@
 """The Python-backend model of a ``--triton-backend python`` repository, driven as Triton's sequence batcher drives it
-(START/END/READY/CORRID control inputs, one ``execute()`` per batch), with a stand-in for ``triton_python_backend_utils``
-(the real stub only exists inside tritonserver; tests/serve/test_triton_server.py runs the real one): each
-sequence's outputs equal its own solo run; START gives a fresh zero state even to a reused id; END and Triton's idle
-timeout free the slot; READY = 0 touches nothing; a bad request fails alone.
+(START/END/READY/CORRID control inputs, one ``execute()`` per batch), with a stand-in for
+``triton_python_backend_utils`` (the real stub only exists inside tritonserver; tests/serve/test_triton_server.py runs
+the real one): each sequence's outputs equal its own solo run; START gives a fresh zero state even to a reused id; END
+and Triton's idle timeout free the slot; READY = 0 touches nothing; a bad request fails alone.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """A Triton repository for Triton's **Python backend**: a cosyedge engine that the real server loads on CPU.
 
-``cosyedge build --backend triton --triton-backend python`` writes ``<engines root>/<name>-<precision>[-sparse]-triton-python/``::
+``cosyedge build --backend triton --triton-backend python`` writes
+``<engines root>/<name>-<precision>[-sparse]-triton-python/``::
 
     manifest.json             # cosyedge: hashes, flags, versions needed at serve time ("serve")
     <name>/config.pbtxt       # backend "python", sequence batcher with START/END/READY/CORRID, cosyedge parameters
@@ -39,7 +40,8 @@ from typing import Any
 import numpy as np
 
 from cosyedge._lazy import has_module, lazy_import
-from cosyedge.artifacts import BATCH_DIM, SourceModel, StreamContract, atomic_folder, load_onnx, sha256_file, write_manifest
+from cosyedge.artifacts import (BATCH_DIM, SourceModel, StreamContract, atomic_folder, load_onnx, sha256_file,
+                                write_manifest)
 from cosyedge.builders.config import BuildConfig
 from cosyedge.builders.names import engine_folder_name
 from cosyedge.builders.prepare import manifest_head, prepare_onnx, warn_replacing_other_model
@@ -61,7 +63,8 @@ onnx = lazy_import("onnx")
 PYTHON_BACKEND = "python"
 MODEL_PY = "model.py"
 FOLDER_BACKEND = "triton-python"
-"""str: last part of the folder name (``reference-fp32-triton-python``), beside the onnxruntime repository's ``-triton``."""
+"""str: last part of the folder name (``reference-fp32-triton-python``), beside the onnxruntime repository's
+``-triton``."""
 DEFAULT_PYTHON_QUEUE_DELAY_US = 0
 """int: the oldest strategy's ``max_queue_delay_microseconds`` for the Python backend: 0, a request runs as soon as the
 instance is free, and the requests that arrived while it ran form the next batch (under load the batch fills by itself;
@@ -120,7 +123,8 @@ def _check_pool(model_path: Path, contract: StreamContract, chunk: int, streams:
     feeds = [[feed() for _ in range(chunks)] for _ in range(streams)]
 
     def flat(y: Any) -> np.ndarray:
-        return np.concatenate([np.asarray(v, np.float64).reshape(-1) for v in (y.values() if isinstance(y, dict) else [y])])
+        parts = y.values() if isinstance(y, dict) else [y]
+        return np.concatenate([np.asarray(v, np.float64).reshape(-1) for v in parts])
 
     try:
         try:
@@ -166,7 +170,8 @@ def build_triton_python(src: SourceModel, contract: StreamContract, dest_root: P
         contract (StreamContract): Its contract.
         dest_root (Path): Engines root.
         name (str): Model name (checked).
-        precision, sparse, exclude, calib, calib_count, amax, config: see :func:`cosyedge.builders.prepare.prepare_onnx`.
+        precision, sparse, exclude, calib, calib_count, amax, config: see
+            :func:`cosyedge.builders.prepare.prepare_onnx`.
         variant (dict | None): INT8 variant (folder name).
         chunk (int): Samples per request.
         max_batch_size (int): Requests per ``execute()``.
