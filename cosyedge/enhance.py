@@ -43,8 +43,9 @@ def enhance_file(input: str | Path, output: str | Path, engine: str | Path | Non
     Args:
         input (str | Path): Input audio (wav/flac/ogg), any sample rate, any channel count (mixed to mono).
         output (str | Path): Output audio; ``.wav``/``.flac`` (PCM 16-bit) or ``.ogg`` (Vorbis).
-        engine (str | Path | None): Engine folder or streaming ``.onnx``; defaults to the bundled
-            reference engine (built on first use, see :func:`cosyedge.builders.cache.default_engine`).
+        engine (str | Path | Engine | None): Engine folder or streaming ``.onnx``, or an engine object (a model on
+            a Triton server: :func:`cosyedge.serve.client.connect`); defaults to the bundled reference engine (built
+            on first use, see :func:`cosyedge.builders.cache.default_engine`).
         chunk_samples (int | None): Samples per chunk at the model rate (multiple of the total stride);
             defaults to one hop.
         threads (int): ONNX Runtime threads.

@@ -58,6 +58,13 @@ class AccuracyError(CosyEdgeError):
     exit_code = 5
 
 
+class ServerError(CosyEdgeError):
+    """A Triton server that cannot be reached, has no such model, fails a request or stops mid-stream
+    (``cosyedge run --server``), or a ``cosyedge serve`` server that exits by itself. Exit 6."""
+
+    exit_code = 6
+
+
 class RegressionError(AccuracyError):
     """A candidate is worse than its tolerance (``cosyedge compare``) or than the committed baseline
     (``cosyedge check``). Exit 1, the usual "check failed" code of CI tools (pytest, Polygraphy), kept

@@ -93,6 +93,8 @@ KINDS: dict[tuple[str, str], Kind] = {
     ("build", "--max-sequences"): Kind(NUMBER),
     ("build", "--instances"): Kind(NUMBER),
     ("build", "--chunk-samples"): Kind(NUMBER),
+    ("build", "--idle-timeout-ms"): Kind(NUMBER),
+    ("build", "--max-queue-delay-us"): Kind(NUMBER, {"zero"}),
     # run
     ("run", "--output"): Kind(OUT_PATH),
     ("run", "--engine"): Kind(IN_PATH),
@@ -102,6 +104,9 @@ KINDS: dict[tuple[str, str], Kind] = {
     ("run", "--device"): Kind(TEXT + NUMBER[:4], {"path-like"}),
     ("run", "--duration"): Kind(NUMBER),
     ("run", "--save-input"): Kind(OUT_PATH),
+    ("run", "--server"): Kind(TEXT + [("malformed", "localhost"), ("out of range", "localhost:0"),
+                                      ("out of range", "localhost:99999"), ("malformed", "http://localhost:8001")]),
+    ("run", "--server-model"): Kind(TEXT),
     # check
     ("check", "--onnx"): Kind(IN_PATH),
     ("check", "--baseline"): Kind(IN_PATH),
@@ -146,7 +151,8 @@ KINDS: dict[tuple[str, str], Kind] = {
 
 TRITON = ["--backend", "triton"]
 EXTRA: dict[tuple[str, str], list[str]] = {
-    **{("build", o): TRITON for o in ("--max-batch-size", "--max-sequences", "--instances", "--chunk-samples")},
+    **{("build", o): TRITON for o in ("--max-batch-size", "--max-sequences", "--instances", "--chunk-samples",
+                                      "--idle-timeout-ms", "--max-queue-delay-us")},
     ("build", "--dla-core"): ["--backend", "tensorrt"],
     **{("build", o): ["--int8", "--calib", "{tmp}/calib"] for o in ("--calib-count", "--int8-placement",
                                                                     "--int8-min-snr")},

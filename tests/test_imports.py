@@ -27,8 +27,21 @@ TORCH_FREE = [
     "cosyedge.builders.trt", "cosyedge.runtime.trt_compat", "cosyedge.runtime.trt",
     "cosyedge.runtime.pool", "cosyedge.realtime", "cosyedge.realtime.devices", "cosyedge.cli.devices",
     "cosyedge.runtime.engine", "cosyedge.builders.cache", "cosyedge.builders.names", "cosyedge.builders.config",
-    "cosyedge.builders.triton", "cosyedge.precision.calibration",
+    "cosyedge.builders.triton", "cosyedge.precision.calibration", "cosyedge.builders.triton.python",
+    "cosyedge.serve", "cosyedge.serve.server", "cosyedge.serve.client", "cosyedge.serve.model", "cosyedge.cli.serve",
 ]
+
+
+def test_serving_modules_and_help_need_no_tritonclient_or_pytriton():
+    """`cosyedge --help`, `cosyedge serve --help` and the serving modules import with tritonclient, grpc and pytriton
+    blocked (they are imported only when a server starts or a client connects)."""
+    code = ("import importlib\nfrom cosyedge.cli.main import main\n"
+            + "".join(f"importlib.import_module({m!r})\n" for m in TORCH_FREE)
+            + "assert main(['--help']) == 0 and main(['serve', '--help']) == 0 and main(['run', '--help']) == 0\n"
+            "print('ok')\n")
+    r = _run(code, {"torch", "tensorrt", "pycuda", "sounddevice", "tritonclient", "grpc", "pytriton"})
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.strip().endswith("ok")
 
 
 def _run(code: str, blocked: set[str], env: dict | None = None) -> subprocess.CompletedProcess:

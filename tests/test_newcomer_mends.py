@@ -71,15 +71,6 @@ def test_gpu_check_refuses_a_stand_in_length_that_is_not_positive(value):
     assert r.returncode == 2 and "give a positive number of seconds" in r.stderr and "Traceback" not in r.stderr
 
 
-def test_triton_client_names_a_folder_that_is_not_a_repository(tmp_path):
-    r = subprocess.run([sys.executable, str(ROOT / "scripts" / "triton_client.py"), "--repo", str(tmp_path / "none"),
-                        str(DEMO)], capture_output=True, text=True, timeout=120)
-    assert r.returncode == 3 and "Traceback" not in r.stderr
-    assert r.stderr.strip().splitlines() == [f"[!] {tmp_path / 'none'} is not a cosyedge Triton repository: cannot read "
-                                             f"{tmp_path / 'none' / 'manifest.json'} (No such file or directory); "
-                                             f"build one with cosyedge build --backend triton"]
-
-
 def test_run_shows_no_progress_bar_under_quiet(monkeypatch):
     import logging
 

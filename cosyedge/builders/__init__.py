@@ -28,7 +28,8 @@ from cosyedge.log import LOG
 
 BACKENDS = ("auto", "onnxruntime", "tensorrt")
 TRITON = "triton"
-TRITON_OPTIONS = ("max_batch_size", "max_sequences", "instances", "instance_kind", "chunk_samples")
+TRITON_OPTIONS = ("max_batch_size", "max_sequences", "instances", "instance_kind", "chunk_samples", "triton_backend",
+                  "idle_us", "max_queue_delay_us")
 """tuple[str, ...]: :func:`build` options only ``backend="triton"`` takes (see ``builders.triton.build_triton``)."""
 
 

@@ -17,6 +17,8 @@ The runtime only loads; this module is where running meets building (Polygraphy 
 
 from __future__ import annotations
 
+import os
+
 from collections.abc import Callable
 from pathlib import Path
 
@@ -276,7 +278,8 @@ def load_or_rebuild(path: str | Path, manifest: dict | None = None, *, device: i
     :func:`rebuild_foreign_plan` injected.
 
     Args:
-        path (str | Path): Engine folder, its ``manifest.json``, or a streaming ``.onnx``.
+        path (str | Path | Engine): Engine folder, its ``manifest.json``, or a streaming ``.onnx``; an engine object
+            (e.g. :class:`cosyedge.serve.client.ServedModel`) is returned as it is.
         manifest (dict | None): The folder's already loaded manifest (TensorRT folders).
         device (int): CUDA device (TensorRT).
     Returns:
@@ -285,6 +288,8 @@ def load_or_rebuild(path: str | Path, manifest: dict | None = None, *, device: i
         ArtifactError: see :func:`cosyedge.runtime.engine.load_engine`; a foreign plan whose rebuild failed.
         DependencyError: a TensorRT engine without tensorrt, pycuda or a GPU.
     """
+    if not isinstance(path, (str, os.PathLike)) and hasattr(path, "contract") and callable(path):
+        return path  # already an engine (a model on a Triton server: cosyedge.serve.client.ServedModel)
     if manifest is not None and EngineManifest.from_dict(manifest).backend == "tensorrt":
         from cosyedge.runtime.trt import load_trt_engine
 

@@ -49,9 +49,19 @@ from cosyedge.cli.options import log_opts
               help="Triton: instance_group kind (auto: GPU when the server has one). Default: auto.")
 @click.option("--chunk-samples", type=int, default=None, metavar="N",
               help="Triton: samples per request, a multiple of the model's hop (the config fixes it). Default: one hop.")
+@click.option("--triton-backend", type=click.Choice(["onnxruntime", "python"]), default=None,
+              help="Triton: onnxruntime (implicit state; NVIDIA's GPU containers) or python (a cosyedge engine in "
+                   "Triton's Python backend: what 'cosyedge serve' runs on CPU). Default: onnxruntime.")
+@click.option("--idle-timeout-ms", type=click.IntRange(1, 10**9), default=None, metavar="MS",
+              help="Triton: a sequence that sends nothing this long is ended and its slot freed "
+                   "(max_sequence_idle_microseconds). Default: 5000.")
+@click.option("--max-queue-delay-us", type=click.IntRange(0, 10**9), default=None, metavar="US",
+              help="Triton: how long the batcher may hold a request to fill a batch. Default: 1000 (onnxruntime), "
+                   "0 (python: requests that arrive while a batch runs form the next one).")
 @log_opts
 def build(onnx_path, fp16, int8, sparse, exclude, calib, calib_count, placement, bias_correction, min_snr, name, backend, out_dir, dla_core,
-          gpu_fallback, max_batch_size, max_sequences, instances, instance_kind, chunk_samples):
+          gpu_fallback, max_batch_size, max_sequences, instances, instance_kind, chunk_samples, triton_backend,
+          idle_timeout_ms, max_queue_delay_us):
     """Build an FP32/FP16/INT8 (optionally 2:4-sparse) engine folder for one backend.
 
     Writes <out-dir>/<name>-<precision>[-sparse]-<backend>/ with the precision ONNX, the backend's
@@ -82,7 +92,12 @@ def build(onnx_path, fp16, int8, sparse, exclude, calib, calib_count, placement,
     --backend triton writes <out-dir>/<name>-<precision>[-sparse]-triton/, a Triton Inference Server
     model repository: <name>/config.pbtxt (sequence batcher, oldest strategy, one implicit state per
     state pair, zero initial state), <name>/1/model.onnx (onnxruntime backend) and manifest.json; serve
-    it with 'tritonserver --model-repository=<folder>' (see scripts/triton_client.py, docs/triton.md).
+    it with 'tritonserver --model-repository=<folder>' in NVIDIA's container (GPU; docs/triton.md).
+    --triton-backend python writes <name>-<precision>[-sparse]-triton-python/ instead: <name>/1/model.py
+    runs the engine (<name>/1/model.onnx) through a StreamPool in Triton's Python backend, one batched
+    run per execution, each sequence's state kept by its correlation id (START/END/READY/CORRID control
+    inputs), freed at its end or after --idle-timeout-ms of silence; serve it on CPU with 'cosyedge serve
+    <folder>' and stream to it with 'cosyedge run FILE -o OUT --server HOST:PORT'.
 
     Example: cosyedge build --onnx model.stream.onnx --int8 --sparse --backend onnxruntime -o engines
     """
@@ -96,7 +111,9 @@ def build(onnx_path, fp16, int8, sparse, exclude, calib, calib_count, placement,
                                     min_snr_db=min_snr)
     folder = build_folder(onnx_path, config, backend, name=name, out_dir=out_dir, dla_core=dla_core,
                           gpu_fallback=gpu_fallback, max_batch_size=max_batch_size, max_sequences=max_sequences,
-                          instances=instances, instance_kind=instance_kind, chunk_samples=chunk_samples)
+                          instances=instances, instance_kind=instance_kind, chunk_samples=chunk_samples,
+                          triton_backend=triton_backend, max_queue_delay_us=max_queue_delay_us,
+                          idle_us=None if idle_timeout_ms is None else 1000 * idle_timeout_ms)
     _hint(folder)
     click.echo(str(folder))
 

@@ -31,6 +31,7 @@ COMMANDS = {
     "compare": ("cosyedge.cli.compare", "compare"),
     "check": ("cosyedge.cli.compare", "check"),
     "devices": ("cosyedge.cli.devices", "devices"),
+    "serve": ("cosyedge.cli.serve", "serve"),
 }
 
 
@@ -56,7 +57,8 @@ def cli():
 
     Errors are one '[!] ...' line on stderr. Exit codes: 1 accuracy regression (compare, check); 2 bad
     arguments or bad samples; 3 missing, corrupt, empty or stale file (or out of memory); 4 missing optional
-    dependency or device; 5 a stream graph that fails its proof or a build that fails its accuracy scan; 130
+    dependency or device; 5 a stream graph that fails its proof or a build that fails its accuracy scan; 6 a
+    Triton server that cannot be reached, lacks the model or fails mid-stream (run --server, serve); 130
     Ctrl-C, 143 SIGTERM (both: half-written output removed, earlier files kept). Add -v or -q after the command for
     debug or warnings-only logs. Examples: scripts/examples/.
     """

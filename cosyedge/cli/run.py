@@ -35,8 +35,14 @@ from cosyedge.cli.options import log_opts, warn_threads_above_cpus
               help="mic only: also record what the model heard (the capture resampled to the model rate, mono; "
               ".wav: 32-bit float, bit-exact, or .flac: 24-bit). 'cosyedge run FILE' with the same engine and "
               "chunk gives --output back, which lags it by the model delay.")
+@click.option("--server", metavar="HOST:PORT", default=None,
+              help="Stream to a model served by Triton (gRPC endpoint, e.g. 127.0.0.1:8001 as 'cosyedge serve' "
+                   "prints it) instead of running one here; one sequence per stream, one hop per request.")
+@click.option("--server-model", metavar="NAME", default=None,
+              help="With --server: the model's name on the server. Default: the one cosyedge model it serves.")
 @log_opts
-def run(input, output, engine, model, vad, chunk_ms, threads, device, monitor, duration, save_input):
+def run(input, output, engine, model, vad, chunk_ms, threads, device, monitor, duration, save_input, server,
+        server_model):
     """Enhance an audio file, or the microphone (INPUT = mic), by streaming it chunk by chunk, state carried.
 
     INPUT is a wav/flac/ogg file of any sample rate and channel count (mixed to mono, resampled to the
@@ -63,6 +69,13 @@ def run(input, output, engine, model, vad, chunk_ms, threads, device, monitor, d
     are counted, never fatal; a device whose rate changes mid-stream or that stops delivering audio
     stops the run with a one-line error, keeping the recording.
 
+    --server HOST:PORT streams to a model on a Triton server ('cosyedge serve' of a --triton-backend
+    python repository) over gRPC instead of running it here: each file or microphone is one sequence
+    (one id, sequence_start/end), one hop per request, the same resampling and delay compensation as a
+    local run (the outputs equal the local run of the same engine within float rounding of batched
+    runs); a server that is down, lacks the model, serves a model of another rate/hop/inputs or dies
+    mid-stream is one '[!]' line, exit != 0, and no output file is left.
+
     --model NAME runs a pretrained model by name (its stream ONNX and ONNX Runtime engine are made in the
     engines folder on first use and reused after). --vad detects speech instead: the file streams through
     Silero VAD (or --engine/--model of another VAD model) and its speech segments (start/end seconds,
@@ -72,9 +85,16 @@ def run(input, output, engine, model, vad, chunk_ms, threads, device, monitor, d
     Examples: cosyedge run noisy.wav -o clean.wav --chunk-ms 10;
     cosyedge run --model dtln noisy.wav -o clean.wav; cosyedge run talk.wav --vad -o segments.json;
     cosyedge run mic --device 1 --output live.wav --monitor --duration 30;
-    cosyedge run mic --output live.wav --save-input heard.wav (then: cosyedge run heard.wav -o replay.wav)
+    cosyedge run mic --output live.wav --save-input heard.wav (then: cosyedge run heard.wav -o replay.wav);
+    cosyedge run noisy.wav -o clean.wav --server 127.0.0.1:8001
     """
     from cosyedge.errors import UsageError
+
+    if server_model is not None and server is None:
+        raise UsageError("--server-model names a model on a Triton server: give --server HOST:PORT too")
+    if server is not None:
+        return _run_served(input, output, engine, model, vad, chunk_ms, device, monitor, duration, save_input, server,
+                           server_model)
 
     if model is not None and engine is not None:
         raise UsageError(f"give --model {model} or --engine {engine}, not both (--model builds its own engine)")
@@ -111,6 +131,50 @@ def run(input, output, engine, model, vad, chunk_ms, threads, device, monitor, d
     click.echo(
         f"{input} -> {s['output']}: {s['duration_s']:.2f} s audio in {s['elapsed_s']:.3f} s, "
         f"RTF {s['rtf']:.4f}, chunk {s['chunk_ms']:g} ms x {s['chunks']}, latency p50 {s['latency_ms_p50']:.3f} ms "
+        f"p99 {s['latency_ms_p99']:.3f} ms, delay {s['delay_ms']:g} ms compensated, {s['sample_rate_hz_out']} Hz mono"
+    )
+
+
+def _run_served(input, output, engine, model, vad, chunk_ms, device, monitor, duration, save_input, server,
+                server_model):
+    """``cosyedge run ... --server``: the same paths as a local run, with the served model as the engine
+    (:func:`cosyedge.serve.client.served_engine`)."""
+    from cosyedge.errors import UsageError
+    from cosyedge.serve.client import parse_server, served_engine
+
+    parse_server(server)  # a bad address before anything else
+    if model is not None or engine is not None:
+        served_engine(server, server_model, model or engine)  # refuses the combination
+    if vad and output is not None and not str(output).lower().endswith(".json"):
+        raise UsageError(f"with --vad, -o is the speech segments file: give a .json name, not '{output}'")
+    if input == "mic":
+        if not vad and output is None and save_input is None and not monitor:
+            raise UsageError("nothing to do: give --output FILE, --save-input FILE and/or --monitor")
+        _check_audio_devices(device, monitor)
+        eng = served_engine(server, server_model)
+        if vad:
+            return _run_mic_vad(output, eng, chunk_ms, 1, device, duration, save_input)
+        return _run_mic(output, eng, chunk_ms, 1, device, monitor, duration, save_input)
+    mic_only = [flag for flag, v in (("--device", device), ("--monitor", monitor or None), ("--duration", duration),
+                                     ("--save-input", save_input)) if v is not None]
+    if mic_only:
+        raise UsageError(f"{', '.join(mic_only)} only appl{'ies' if len(mic_only) == 1 else 'y'} to "
+                         f"'cosyedge run mic'")
+    if not vad and not output:
+        raise UsageError("missing output file: cosyedge run INPUT -o OUTPUT.wav --server HOST:PORT")
+    if not vad:  # the output path and the input before the server is asked
+        from cosyedge.audio import check_output_path
+
+        check_output_path(output)
+    eng = served_engine(server, server_model)
+    if vad:
+        return _run_file_vad(input, output, eng, chunk_ms, 1)
+    from cosyedge.enhance import enhance_file
+
+    s = enhance_file(input, output, engine=eng, chunk_ms=chunk_ms)
+    click.echo(
+        f"{input} -> {s['output']}: {s['duration_s']:.2f} s audio in {s['elapsed_s']:.3f} s through {eng}, "
+        f"RTF {s['rtf']:.4f}, chunk {s['chunk_ms']:g} ms x {s['chunks']}, round trip p50 {s['latency_ms_p50']:.3f} ms "
         f"p99 {s['latency_ms_p99']:.3f} ms, delay {s['delay_ms']:g} ms compensated, {s['sample_rate_hz_out']} Hz mono"
     )
 

@@ -25,7 +25,10 @@ VAD_TASK = "vad"
 
 
 def model_metadata(path: str | Path) -> dict:
-    """dict[str, str]: the ONNX ``metadata_props`` of ``path`` (empty when it cannot be read)."""
+    """dict[str, str]: the ONNX ``metadata_props`` of ``path`` (empty when it cannot be read), or of an engine
+    object's ``metadata`` (a model on a Triton server)."""
+    if hasattr(path, "metadata") and hasattr(path, "contract"):
+        return dict(path.metadata)
     try:
         from cosyedge.artifacts import load_onnx
 
@@ -80,7 +83,7 @@ def refuse_vad_as_enhancer(engine, where: str, mic: bool = False) -> None:
     Raises:
         UsageError: the model is a VAD (one line: what it gives and the ``--vad`` command).
     """
-    meta = model_metadata(engine.model_path)
+    meta = model_metadata(engine if hasattr(engine, "metadata") else engine.model_path)
     out = vad_output(engine.contract, meta)
     if out is None or any(o.kind == "audio" for o in engine.contract.stream_outputs):
         return
@@ -102,7 +105,7 @@ def require_vad(engine, where: str, mic: bool = False) -> str:
     Raises:
         UsageError: ``engine`` is not a VAD model (one line: what it is and the plain ``cosyedge run``).
     """
-    out = vad_output(engine.contract, model_metadata(engine.model_path))
+    out = vad_output(engine.contract, model_metadata(engine if hasattr(engine, "metadata") else engine.model_path))
     if out is None:
         c = engine.contract
         what = ("an enhancer (waveform in, waveform out)" if c.is_audio else

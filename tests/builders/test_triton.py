@@ -439,7 +439,7 @@ def test_dynamic_state_dim_in_the_graph_is_refused(tmp_path):
     with pytest.raises(ArtifactError, match=r"state 'state_in.06' has shape \['N', 96, 'S'\] in the graph but the "
                                             r"contract says \['N', 96, 16\]"):
         tb.build_triton(src, out_dir=tmp_path / "engines")
-    assert [p.name for p in (tmp_path / "engines").iterdir()] == []  # atomic: nothing left
+    assert not (tmp_path / "engines").exists() or not any((tmp_path / "engines").iterdir())  # atomic: nothing left
 
 
 def test_failed_rebuild_keeps_the_previous_repository(ref_repo, tmp_path, monkeypatch):
@@ -485,41 +485,6 @@ def test_cli_build_backend_triton(cli, tmp_path):
                   meta_state=lambda st: [dict(s, shape=s["shape"][1:]) for s in st])
     rc, out, err = cli("build", "--backend", "triton", "--onnx", bad, "-o", tmp_path / "x")
     assert rc == 3 and err.count("\n") == 1 and "without a batch axis 'N'" in err
-
-
-# ------------------------------------------------------------------------------ the client example
-def test_client_example_streams_files_as_sequences(ref_repo):
-    """scripts/triton_client.py's stream logic against the emulated server (tritonclient's transport replaced):
-    one sequence id per stream, start/end flags, delay compensated; equals each signal streamed alone."""
-    from tests.scripts import load_script
-
-    client = load_script("triton_client")
-    info = client.model_info(str(ref_repo), None, None)
-    assert info == {"model": "reference", "input": "audio", "output": "enhanced", "sample_rate_hz": 16000,
-                    "chunk_samples": 160, "delay_samples": StreamContract.from_onnx(REFERENCE_STREAM_ONNX).delay_samples}
-    server = OldestSequenceBatcher(ref_repo)
-    seen = []
-
-    class Emulated:
-        def infer(self, sequence_id, start, end, chunk):
-            seen.append((sequence_id, start, end))
-            server.infer(sequence_id, {"audio": chunk}, sequence_start=start, sequence_end=end)
-            n = len(server.outputs[sequence_id])
-            while len(server.outputs[sequence_id]) == n:
-                assert server.step()
-            return server.outputs[sequence_id][-1]["enhanced"]
-
-    signals = [s[:-37] for s in _streams(160, [23, 41, 30], seed=2)]  # lengths not a multiple of the chunk
-    outs = client.stream_all(Emulated(), signals, 160, info["delay_samples"])
-    d = info["delay_samples"]
-    for i, (x, y) in enumerate(zip(signals, outs)):
-        n = -(-(x.size + d) // 160) * 160
-        ref = _alone(REFERENCE_STREAM_ONNX, np.concatenate([x, np.zeros(n - x.size, np.float32)]), 160, "enhanced")
-        assert y.shape == x.shape and float(np.abs(y - ref[d:d + x.size]).max()) <= 1e-5
-        flags = [(s, e) for sid, s, e in seen if sid == 1 + i]
-        assert len(flags) == n // 160 and flags[0] == (True, False) and flags[-1] == (False, True)
-        assert all(f == (False, False) for f in flags[1:-1])
-    assert not server.state and not server.candidates
 
 
 def test_fp16_repository_asks_triton_for_extended_optimizations_only(ref_repo, tmp_path):

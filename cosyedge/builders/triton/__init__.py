@@ -8,6 +8,12 @@ that ``tritonserver --model-repository=<folder>`` serves as it is::
       <name>/config.pbtxt        # Triton model configuration (below)
       <name>/1/model.onnx        # the precision ONNX, dynamic batch axis, for the onnxruntime backend
 
+``--triton-backend python`` writes ``<name>-<precision>[-sparse]-triton-python/`` instead: a repository for Triton's
+Python backend, whose ``model.py`` runs the engine through a :class:`~cosyedge.runtime.pool.StreamPool` with the state
+of each sequence kept by its correlation id (:mod:`cosyedge.builders.triton.python`, :mod:`cosyedge.serve.model`):
+what the nvidia-pytriton wheel's tritonserver serves on CPU (``cosyedge serve``). The rest of this docstring is about
+the default, the onnxruntime-backend repository for NVIDIA's GPU containers.
+
 Triton lists only the sub-folders of a repository as models, so ``manifest.json`` at the top is ignored by
 the server and read by cosyedge (:func:`check_repository`).
 
@@ -62,7 +68,7 @@ Sources (Triton docs):
     * Model repository layout: https://docs.nvidia.com/deeplearning/triton-inference-server/user-guide/docs/user_guide/model_repository.html
     * Model configuration protobuf: https://github.com/triton-inference-server/common/blob/main/protobuf/model_config.proto
 
-Modules: :mod:`~cosyedge.builders.triton.config` (constants, state-name rules, :class:`TritonModelConfig`,
+Modules: :mod:`~cosyedge.builders.triton.python` (the Python-backend repository), :mod:`~cosyedge.builders.triton.config` (constants, state-name rules, :class:`TritonModelConfig`,
 :func:`triton_config`), :mod:`~cosyedge.builders.triton.repository` (:func:`model_config_pb2`,
 :func:`load_model_config`, :func:`check_repository`), :mod:`~cosyedge.builders.triton.build`
 (:func:`build_triton`, the batch-independence check, :func:`tensorrt_plan_hook`).

@@ -177,7 +177,7 @@ def build_triton(onnx_path: Any, out_dir: str | Path | None = None, name: str | 
                  calib: str | Path | None = None, calib_count: int = DEFAULT_CALIB_COUNT,
                  amax: str | Path | None = None, max_batch_size: int = DEFAULT_MAX_BATCH_SIZE,
                  max_sequences: int = DEFAULT_MAX_SEQUENCES, instances: int = 1, instance_kind: str = "auto",
-                 chunk_samples: int | None = None, max_queue_delay_us: int = DEFAULT_MAX_QUEUE_DELAY_US,
+                 chunk_samples: int | None = None, max_queue_delay_us: int | None = None,
                  idle_us: int = DEFAULT_IDLE_US, triton_backend: str = "onnxruntime",
                  config: BuildConfig | None = None) -> Path:
     """Write a Triton model repository for a streaming ONNX (see the module docstring for the layout).
@@ -198,13 +198,18 @@ def build_triton(onnx_path: Any, out_dir: str | Path | None = None, name: str | 
         instances (int): ``instance_group.count``, >= 1.
         instance_kind (str): ``auto`` | ``gpu`` | ``cpu``.
         chunk_samples (int | None): Samples per request (a multiple of the total stride); default one hop.
-        max_queue_delay_us (int): Oldest strategy's batching delay, >= 0 microseconds.
-        idle_us (int): ``max_sequence_idle_microseconds``, >= 1.
-        triton_backend (str): ``onnxruntime`` (written here) or ``tensorrt`` (:func:`tensorrt_plan_hook`).
+        max_queue_delay_us (int | None): Oldest strategy's batching delay, >= 0 microseconds; None: the backend's
+            default (1000 for onnxruntime, 0 for python: :data:`cosyedge.builders.triton.python.DEFAULT_PYTHON_QUEUE_DELAY_US`).
+        idle_us (int): ``max_sequence_idle_microseconds``, >= 1: a sequence that sends nothing this long is ended
+            and its slot freed.
+        triton_backend (str): ``onnxruntime`` (written here: implicit state, for NVIDIA's GPU containers),
+            ``python`` (a cosyedge engine in Triton's Python backend, which the nvidia-pytriton wheel's server runs
+            on CPU: :mod:`cosyedge.builders.triton.python`) or ``tensorrt`` (:func:`tensorrt_plan_hook`).
         config (BuildConfig | None): The build options as one checked object (what ``cosyedge build`` passes);
             when given, ``precision``, ``sparse``, ``exclude``, ``calib``, ``calib_count`` and ``amax`` are not used.
     Returns:
-        Path: the repository folder ``<out_dir>/<name>-<precision>[-sparse]-triton``.
+        Path: the repository folder ``<out_dir>/<name>-<precision>[-sparse]-triton`` (``-triton-python`` for the
+        Python backend).
     Raises:
         ArtifactError: model missing/corrupt/not streamified, a state Triton cannot express (no batch axis,
             batch axis not first, dynamic dims), batch rows not independent, unwritable folder.
@@ -223,7 +228,8 @@ def build_triton(onnx_path: Any, out_dir: str | Path | None = None, name: str | 
     if instance_kind not in INSTANCE_KINDS:
         raise UsageError(f"unknown instance kind '{instance_kind}' (use one of {', '.join(INSTANCE_KINDS)})")
     for label, v, lo, hi in (("max batch size", max_batch_size, 1, 4096), ("max sequences", max_sequences, 1, 1 << 20),
-                             ("instances", instances, 1, 1024), ("max queue delay", max_queue_delay_us, 0, 10**9),
+                             ("instances", instances, 1, 1024),
+                             ("max queue delay", 0 if max_queue_delay_us is None else max_queue_delay_us, 0, 10**9),
                              ("idle time", idle_us, 1, 10**12)):
         if not lo <= int(v) <= hi:
             raise UsageError(f"{label} must be between {lo} and {hi}, got {v}")
@@ -233,21 +239,31 @@ def build_triton(onnx_path: Any, out_dir: str | Path | None = None, name: str | 
         raw_states = json.loads(raw.get(META_PREFIX + "state", "[]"))
     except json.JSONDecodeError:
         raw_states = None  # the contract parser names it
-    if isinstance(raw_states, list) and all(isinstance(s, dict) for s in raw_states):
-        check_triton_states(raw_states, str(src))
+    if triton_backend != "python" and isinstance(raw_states, list) and all(isinstance(s, dict) for s in raw_states):
+        check_triton_states(raw_states, str(src))  # implicit state's limits (the Python backend keeps its own)
     contract = check_streaming_onnx(src)
     chunk = int(contract.hop_samples if chunk_samples is None else chunk_samples)
     try:
         contract.check_chunk(chunk)
     except UsageError as err:
         raise UsageError(f"--chunk-samples {chunk}: {err}" if chunk_samples is not None else str(err)) from None
+    name = check_engine_name(name or engine_model_name(contract.name, src))
+    root = Path(out_dir) if out_dir is not None else engines_root()
+    variant = config.variant() if config is not None else None
+    if triton_backend == "python":
+        from cosyedge.builders.triton.python import build_triton_python
+
+        return build_triton_python(src, contract, root, name, precision=precision, sparse=sparse, exclude=exclude,
+                                   calib=calib, calib_count=calib_count, amax=amax, config=config, variant=variant,
+                                   chunk=chunk, max_batch_size=max_batch_size, max_sequences=max_sequences,
+                                   instances=instances, instance_kind=instance_kind,
+                                   max_queue_delay_us=max_queue_delay_us, idle_us=idle_us)
+    if max_queue_delay_us is None:
+        max_queue_delay_us = DEFAULT_MAX_QUEUE_DELAY_US
     for io in contract.stream_inputs + contract.stream_outputs:
         if not io.shape or io.shape[0] != BATCH_DIM:
             raise ArtifactError(f"{src}: '{io.name}' has shape {io.shape}; Triton batches on axis 0, so it must be "
                                 f"batch-first ('{BATCH_DIM}' first)")
-    name = check_engine_name(name or engine_model_name(contract.name, src))
-    root = Path(out_dir) if out_dir is not None else engines_root()
-    variant = config.variant() if config is not None else None
     dest = root / engine_folder_name(name, precision, BACKEND, sparse, variant=variant)
     warn_replacing_other_model(dest, src)
     label = precision + ("+2:4 sparse" if sparse else "")
@@ -282,6 +298,9 @@ def build_triton(onnx_path: Any, out_dir: str | Path | None = None, name: str | 
         config = triton_config(model, copy, name=name, chunk_samples=chunk, max_batch_size=max_batch_size,
                                max_sequences=max_sequences, instances=instances, instance_kind=instance_kind,
                                max_queue_delay_us=max_queue_delay_us, idle_us=idle_us)
+        # what clients read (cosyedge run --server): the stream contract and the chunk; the backend ignores them
+        config = dataclasses.replace(config, parameters={"cosyedge.contract": json.dumps(copy.to_metadata(), sort_keys=True),
+                                                         "cosyedge.chunk_samples": str(chunk)})
         for s in config.states:
             if s.data_file:
                 f = tmp / name / "initial_state" / s.data_file

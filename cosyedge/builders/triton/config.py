@@ -24,8 +24,9 @@ onnx = lazy_import("onnx")
 
 BACKEND = "triton"
 """str: ``backend`` of the manifest and last part of the folder name."""
-TRITON_BACKENDS = ("onnxruntime", "tensorrt")
-"""tuple[str]: Triton backends a repository can target (``tensorrt`` through :func:`tensorrt_plan_hook`)."""
+TRITON_BACKENDS = ("onnxruntime", "tensorrt", "python")
+"""tuple[str]: Triton backends a repository can target (``tensorrt`` through :func:`tensorrt_plan_hook`; ``python``:
+a cosyedge engine in Triton's Python backend, :mod:`cosyedge.builders.triton.python`)."""
 CONFIG_FILE = "config.pbtxt"
 MODEL_VERSION = "1"
 ONNX_FILE = "model.onnx"
@@ -213,6 +214,10 @@ class TritonModelConfig:
         graph_level (int | None): ``optimization.graph.level``; 1 (ONNX Runtime's ORT_ENABLE_EXTENDED in
             Triton's onnxruntime backend) for an FP16 model, whose ORT_ENABLE_ALL layout pass (NchwcTransformer,
             :data:`cosyedge.runtime.ort.FP16_DISABLED_OPTIMIZERS`) crashes ONNX Runtime; None keeps the default.
+        controls (dict | None): Sequence-batcher control input names by kind (``start``, ``end``, ``ready``,
+            ``corrid``: the Python backend's model reads them); None declares none (implicit state).
+        parameters (dict | None): ``parameters`` entries (str -> str), e.g. the ``cosyedge.*`` settings
+            :mod:`cosyedge.serve.model` reads.
 
     Source: https://docs.nvidia.com/deeplearning/triton-inference-server/user-guide/docs/user_guide/model_configuration.html#sequence-batcher
     """
@@ -230,6 +235,8 @@ class TritonModelConfig:
     instance_kind: str = "KIND_AUTO"
     model_file: str = ONNX_FILE
     graph_level: int | None = None
+    controls: dict | None = None
+    parameters: dict | None = None
 
     def to_pbtxt(self) -> str:
         """Return config.pbtxt (str, protobuf text format of ``inference.ModelConfig``)."""
@@ -253,8 +260,20 @@ class TritonModelConfig:
                       f"        data_type: {s.data_type}", f"        dims: {_dims(s.dims)}", f"        {init}",
                       f"        name: {_q('initial ' + s.input_name)}", "      }",
                       "    }" + ("," if i < len(self.states) - 1 else "")]
-        lines += ["  ]", "}", "instance_group [", "  {", f"    count: {self.instance_count}",
+        lines += ["  ]"]
+        if self.controls:  # START/END/READY as fp32 0/1, CORRID as uint64 (Python backend)
+            lines += ["  control_input ["]
+            kinds = [("start", "CONTROL_SEQUENCE_START"), ("end", "CONTROL_SEQUENCE_END"),
+                     ("ready", "CONTROL_SEQUENCE_READY"), ("corrid", "CONTROL_SEQUENCE_CORRID")]
+            for i, (key, kind) in enumerate(kinds):
+                value = "data_type: TYPE_UINT64" if key == "corrid" else "fp32_false_true: [ 0, 1 ]"
+                lines += ["    {", f"      name: {_q(self.controls[key])}", "      control [",
+                          f"        {{ kind: {kind} {value} }}", "      ]", "    }" + ("," if i < 3 else "")]
+            lines += ["  ]"]
+        lines += ["}", "instance_group [", "  {", f"    count: {self.instance_count}",
                   f"    kind: {self.instance_kind}", "  }", "]"]
+        for k, v in (self.parameters or {}).items():
+            lines += ["parameters {", f"  key: {_q(k)}", f"  value {{ string_value: {_q(v)} }}", "}"]
         if self.graph_level is not None:  # onnxruntime_backend: -1 basic, 1 extended, default all
             lines += ["optimization {", "  graph {", f"    level: {self.graph_level}", "  }", "}"]
         return "\n".join(lines) + "\n"

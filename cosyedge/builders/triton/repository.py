@@ -114,6 +114,8 @@ def check_repository(repo: str | Path, parse: bool = True) -> dict:
         raise ArtifactError(f"{repo} is a '{m.backend}' engine, not a Triton repository")
     tri = manifest.get("triton") or {}
     name = tri.get("model_name")
+    if tri.get("backend") == "python":
+        return check_python_repository(repo, manifest, parse)
     model_path = repo / str(manifest["model"]["file"])
     cfg_path = repo / str(name) / CONFIG_FILE
     for p, want in ((model_path, m.model_sha256), (cfg_path, manifest.get("artifact", {}).get("sha256"))):
@@ -217,3 +219,87 @@ def check_repository(repo: str | Path, parse: bool = True) -> dict:
     return {"model_name": name, "max_batch_size": s["max_batch_size"],
             "inputs": {t[0]: list(t[2]) for t in s["inputs"]}, "outputs": {t[0]: list(t[2]) for t in s["outputs"]},
             "states": [(a, b, list(d)) for a, b, _, d, _ in s["states"]], "parsed": bool(parse)}
+
+
+def check_python_repository(repo: str | Path, manifest: dict, parse: bool = True) -> dict:
+    """Check a Python-backend repository (:mod:`cosyedge.builders.triton.python`) against its manifest and model.
+
+    Checked: the hashes of model.onnx, model.py and config.pbtxt; config name = folder, backend ``python``,
+    ``max_batch_size`` >= 1, oldest strategy, the four control inputs (START/END/READY fp32, CORRID uint64), no
+    implicit state, every input/output name, type and dims against the model's contract (one chunk), and the
+    ``cosyedge.*`` parameters the model reads (model file, chunk, slots).
+
+    Args:
+        repo (str | Path): The repository folder.
+        manifest (dict): Its loaded manifest.
+        parse (bool): Parse config.pbtxt with Triton's protobuf (needs tritonclient); False checks the files only.
+    Returns:
+        dict: ``model_name``, ``max_batch_size``, ``inputs``, ``outputs`` (name -> dims), ``states`` ([]),
+        ``controls`` (list[str]), ``parsed`` (bool).
+    Raises:
+        ArtifactError: the first disagreement, in one line.
+    """
+    repo = Path(repo)
+    tri = manifest["triton"]
+    name = str(tri.get("model_name"))
+
+    def fail(msg: str) -> None:
+        raise ArtifactError(f"Triton repository {repo}: {msg}")
+
+    model_path = repo / str(manifest["model"]["file"])
+    cfg_path = repo / name / CONFIG_FILE
+    py = tri.get("model_py") or {}
+    for p, want in ((model_path, manifest["model"].get("sha256")), (cfg_path, manifest.get("artifact", {}).get("sha256")),
+                    (repo / str(py.get("file", f"{name}/1/model.py")), py.get("sha256"))):
+        if not p.is_file():
+            fail(f"no {p.relative_to(repo)}; rebuild it")
+        if sha256_file(p) != want:
+            fail(f"{p.relative_to(repo)} does not match its manifest hash (edited or corrupt); rebuild it with "
+                 f"'cosyedge build --backend triton --triton-backend python'")
+    contract = StreamContract.from_onnx(model_path)
+    chunk = int(tri.get("chunk_samples") or contract.hop_samples)
+    hop = contract.hop_samples
+    want_in = {i.name: [TRITON_DTYPES[i.dtype], list(i.concrete_shape(1, i.frames(chunk, hop))[1:])]
+               for i in contract.stream_inputs}
+    want_out = {o.name: [TRITON_DTYPES[o.dtype], list(o.concrete_shape(1, o.frames(chunk, hop))[1:])]
+                for o in contract.stream_outputs}
+    out = {"model_name": name, "max_batch_size": int(tri.get("max_batch_size", 0)),
+           "inputs": {k: v[1] for k, v in want_in.items()}, "outputs": {k: v[1] for k, v in want_out.items()},
+           "states": [], "controls": list(tri.get("control_inputs", [])), "parsed": False}
+    if not parse:
+        return out
+    cfg = load_model_config(cfg_path)
+    mc = model_config_pb2()
+    dt = mc.DataType.Name
+    sb = cfg.sequence_batching
+    if cfg.name != name or cfg_path.parent.name != name:
+        fail(f"config name '{cfg.name}' is not its folder '{cfg_path.parent.name}'")
+    if cfg.backend != "python":
+        fail(f"config backend '{cfg.backend}' is not 'python'")
+    if cfg.max_batch_size < 1 or cfg.max_batch_size != tri.get("max_batch_size"):
+        fail(f"max_batch_size {cfg.max_batch_size} (manifest {tri.get('max_batch_size')}) must be >= 1")
+    if cfg.WhichOneof("scheduling_choice") != "sequence_batching" or sb.WhichOneof("strategy_choice") != STRATEGY:
+        fail(f"config does not schedule with sequence_batching/{STRATEGY}")
+    if len(sb.state):
+        fail("config declares implicit state, which the Python backend's model keeps itself")
+    kinds = {c.name: [(mc.ModelSequenceBatching.Control.Kind.Name(k.kind), dt(k.data_type), list(k.fp32_false_true))
+                      for k in c.control] for c in sb.control_input}
+    want_ctl = {"START": "CONTROL_SEQUENCE_START", "END": "CONTROL_SEQUENCE_END", "READY": "CONTROL_SEQUENCE_READY",
+                "CORRID": "CONTROL_SEQUENCE_CORRID"}
+    for cname, kind in want_ctl.items():
+        got = kinds.get(cname)
+        ok = got and len(got) == 1 and got[0][0] == kind and (
+            got[0][1] == "TYPE_UINT64" if cname == "CORRID" else got[0][2] == [0.0, 1.0])
+        if not ok:
+            fail(f"control input '{cname}' must be {kind} ({'uint64' if cname == 'CORRID' else 'fp32 0/1'}), got {got}")
+    for kind, tensors, want in (("input", cfg.input, want_in), ("output", cfg.output, want_out)):
+        got = {t.name: [dt(t.data_type), list(t.dims)] for t in tensors}
+        if got != want:
+            fail(f"config {kind}s {got} are not the model's {want} (one chunk of {chunk} samples)")
+    params = {k: v.string_value for k, v in cfg.parameters.items()}
+    for key, value in (("cosyedge.model_file", manifest["model"]["file"].rsplit("/", 1)[-1]),
+                       ("cosyedge.chunk_samples", str(chunk)), ("cosyedge.slots", str(tri.get("max_candidate_sequences")))):
+        if params.get(key) != value:
+            fail(f"parameter '{key}' is {params.get(key)!r}, expected {value!r}")
+    out["parsed"] = True
+    return out

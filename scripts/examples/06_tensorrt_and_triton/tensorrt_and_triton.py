@@ -4,7 +4,7 @@
 Triton: ``cosyedge build --backend triton --instance-kind cpu`` writes ``<out>/engines/reference-fp32-triton/``
 (``reference/config.pbtxt`` with a sequence batcher and one implicit state per state pair,
 ``reference/1/model.onnx``, ``manifest.json``); the build itself runs a batch of streams against each stream
-alone. This script then checks the files and prints the ``tritonserver`` and ``scripts/triton_client.py``
+alone. This script then checks the files and prints the ``tritonserver`` and ``cosyedge run --server``
 commands (a Triton server cannot run here).
 TensorRT: where the ``tensorrt`` module imports, ``cosyedge build --backend tensorrt --fp16`` and
 ``cosyedge run`` on the engine; elsewhere it prints that command and skips (``cosyedge`` would exit 4).
@@ -58,7 +58,9 @@ def main() -> int:
     print(f"Triton repository {repo}: config.pbtxt has a sequence batcher with implicit states. Serve and stream:\n"
           f"  docker run --rm -p 8000:8000 -p 8001:8001 -v {repo}:/models "
           f"nvcr.io/nvidia/tritonserver:<yy.mm>-py3 tritonserver --model-repository=/models\n"
-          f"  python scripts/triton_client.py --repo {repo} {DEMO} --copies 8")
+          f"  cosyedge run {DEMO} -o enhanced.wav --server localhost:8001\n"
+          f"On CPU, without Docker: cosyedge build --backend triton --triton-backend python -o {engines} && "
+          f"cosyedge serve {engines / 'reference-fp32-triton-python'} (pip install 'cosyedge[serve]')")
 
     trt_cmd = ("build", "--backend", "tensorrt", "--fp16", "-o", str(engines))
     if importlib.util.find_spec("tensorrt") is None:

@@ -1,0 +1,90 @@
+"""Finding tritonserver, reading its log and metrics, and the client's address check: the parts of serving that need
+no server (they run everywhere, also where the nvidia-pytriton wheel cannot install)."""
+
+from __future__ import annotations
+
+import importlib.util
+import socket
+
+import pytest
+
+from cosyedge.errors import ArtifactError, DependencyError, UsageError
+from cosyedge.serve import server as srvmod
+from cosyedge.serve.client import parse_server
+
+
+def test_no_tritonserver_is_one_line_with_the_install_command(monkeypatch, tmp_path):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "pytriton" else real(name, *a))
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setattr("platform.system", lambda: "Linux")
+    monkeypatch.setattr("platform.machine", lambda: "x86_64")
+    with pytest.raises(DependencyError, match=r"no tritonserver found: pip install 'cosyedge\[serve\]'"):
+        srvmod.find_tritonserver()
+    monkeypatch.setattr("platform.machine", lambda: "aarch64")
+    with pytest.raises(DependencyError, match="x86-64 Linux .* only, this is Linux aarch64"):
+        srvmod.find_tritonserver()
+    with pytest.raises(ArtifactError, match="--tritonserver .*: not an executable file"):
+        srvmod.find_tritonserver(tmp_path / "tritonserver")
+    exe = tmp_path / "bin" / "tritonserver"
+    exe.parent.mkdir()
+    exe.write_text("#!/bin/sh\n")
+    exe.chmod(0o755)
+    inst = srvmod.find_tritonserver(exe)
+    assert inst.backends == tmp_path / "backends" and inst.stub is None and inst.source == "--tritonserver"
+
+
+def test_wheel_support_names_the_platform(monkeypatch):
+    monkeypatch.setattr("platform.system", lambda: "Linux")
+    monkeypatch.setattr("platform.machine", lambda: "x86_64")
+    monkeypatch.setattr("platform.libc_ver", lambda: ("glibc", "2.31"))
+    assert "glibc >= 2.35 (this has glibc 2.31)" in srvmod.wheel_supported()
+    monkeypatch.setattr("platform.libc_ver", lambda: ("glibc", "2.36"))
+    assert srvmod.wheel_supported() is None
+    monkeypatch.setattr("platform.system", lambda: "Darwin")
+    assert "x86-64 Linux only" in srvmod.wheel_supported()
+
+
+def test_triton_load_errors_and_metrics_are_read_from_its_own_text():
+    log = ['I1207 12:00:00.1 1 model_lifecycle.cc:472] "loading: m:1"',
+           "E1207 12:00:01.2 1 model_lifecycle.cc:642] \"failed to load 'm' version 1: Internal: ArtifactError: "
+           "bad model\"",
+           "| m     | 1       | UNAVAILABLE: Internal: ArtifactError: bad model |"]
+    assert srvmod._load_errors(log) == ["model 'm': Internal: ArtifactError: bad model"]
+    assert srvmod._load_errors(log[2:]) == ["model 'm': Internal: ArtifactError: bad model"]
+    text = ('# HELP nv_inference_exec_count x\nnv_inference_exec_count{model="a",version="1"} 3\n'
+            'nv_inference_exec_count{model="b",version="1"} 4\ncosyedge_sequences_active{model="a"} 2\n')
+    assert srvmod.parse_metrics(text) == {"nv_inference_exec_count": 7.0, "cosyedge_sequences_active": 2.0}
+
+
+def test_a_port_in_use_is_refused_before_the_server_starts():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        with pytest.raises(ArtifactError, match=f"grpc port {port} on 127.0.0.1 is in use"):
+            srvmod.check_port("127.0.0.1", port, "grpc")
+    with pytest.raises(UsageError, match="--host takes an address of this machine"):
+        srvmod.check_port("192.0.2.1", 0, "grpc")  # TEST-NET-1: never an address of this machine
+    assert 0 < srvmod.free_port() < 65536
+
+
+@pytest.mark.parametrize("spec", ["localhost", "localhost:0", "localhost:70000", "http://localhost:8001", ":8001",
+                                  "a b:8001", ""])
+def test_server_addresses_are_checked(spec):
+    with pytest.raises(UsageError, match="HOST:PORT|no scheme"):
+        parse_server(spec)
+
+
+@pytest.mark.parametrize("spec", ["127.0.0.1:8001", "localhost:1", "[::1]:8001", "triton.example:65535"])
+def test_good_server_addresses_pass(spec):
+    assert parse_server(spec) == spec
+
+
+def test_serving_a_missing_or_empty_folder_is_one_line(tmp_path, cli):
+    rc, _, err = cli("serve", tmp_path / "none")
+    assert rc == 3 and "model repository" in err and "not found" in err and err.count("\n") == 1
+    rc, _, err = cli("serve", tmp_path)
+    assert rc == 3 and "holds no model" in err and err.count("\n") == 1
+    rc, _, err = cli("serve", tmp_path, "--grpc-port", "70000")
+    assert rc == 2 and "--grpc-port" in err
