@@ -134,8 +134,8 @@ KINDS: dict[tuple[str, str], Kind] = {
     ("calib int8", "--amax"): Kind(IN_PATH),
     ("calib int8", "--exclude"): Kind(TEXT + [("unknown name", "no_such_node")]),
     ("calib int8", "--threads"): Kind(NUMBER),
-    ("calib int8", "--placement"): Kind(TEXT),
-    ("calib int8", "--min-snr"): Kind(NUMBER, {"zero", "non-integer"}),
+    ("calib int8", "--int8-placement"): Kind(TEXT),
+    ("calib int8", "--int8-min-snr"): Kind(NUMBER, {"zero", "non-integer"}),
     # compare
     ("compare", "--chunk-ms"): Kind(NUMBER),
     ("compare", "--utterances"): Kind(IN_PATH),
@@ -291,6 +291,7 @@ class Case:
     err: str = ""
     valid_ok: bool = False
     seconds: float = 0.0
+    aliases: list = dataclasses.field(default_factory=list)
 
     @property
     def lines(self) -> list[str]:
@@ -317,8 +318,10 @@ class Case:
         """The error line names what was wrong: the option (``--chunk-ms``, or ``chunk-ms``/``chunk_ms``), the
         value itself (when at least 3 characters), a ``NAME=VALUE`` value's name, or a path's file name."""
         low = line.lower()
-        bare = self.option.lstrip("-")
-        keys = {self.option, bare, bare.replace("-", "_"), bare.replace("-", " ")}
+        keys = set()
+        for opt in [self.option, *self.aliases]:
+            bare = opt.lstrip("-")
+            keys |= {opt, bare, bare.replace("-", "_"), bare.replace("-", " ")}
         if len(self.value) >= 3:
             keys.add(self.value.lower()[:40])
         if "=" in self.value and self.value.split("=")[0]:
@@ -333,6 +336,7 @@ def cases(tmp: Path, commands: list[str] | None = None) -> list[Case]:
     base = fixtures(tmp)
     out = []
     for command in commands or list(base):
+        aliases = {p.opts[-1]: [o for o in p.opts if o.startswith("--")] for p in click_command(command).params}
         for option in options(command):
             kind = KINDS.get((command, option))
             if kind is None or (command, option) in SKIP:
@@ -355,7 +359,8 @@ def cases(tmp: Path, commands: list[str] | None = None) -> list[Case]:
                         argv[argv.index(short) + 1] = value
                     else:
                         argv += [option, value]
-                out.append(Case(command, option, cls, value, argv, valid_ok=cls in kind.valid))
+                out.append(Case(command, option, cls, value, argv, valid_ok=cls in kind.valid,
+                                aliases=aliases.get(option, [])))
     return out
 
 
