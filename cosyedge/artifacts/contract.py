@@ -381,7 +381,7 @@ class StreamContract:
         Raises:
             ArtifactError: sample rate, hop or total stride not positive; hop not a multiple of the total
                 stride; delay negative or longer than 10 s; hop longer than :data:`MAX_HOP_S`; a state shape with
-                a non-positive dimension; states of more than :data:`MAX_STATE_BYTES_PER_STREAM` per stream; a
+                a non-positive dimension, a state dtype cosyedge does not know, a non-finite initial value; states of more than :data:`MAX_STATE_BYTES_PER_STREAM` per stream; a
                 waveform input/output (``kind`` ``"audio"``) whose ``frames_per_hop``
                 is not ``hop_samples`` ("the contract contradicts the graph").
         """
@@ -425,7 +425,8 @@ class StreamContract:
 
         Checked, for each streaming input/output of :attr:`inputs`/:attr:`outputs` and each state pair: the tensor
         exists, its rank, and every fixed (integer) dimension of the graph equals the contract's (a fixed time
-        axis must hold a whole number of hops: ``frames_per_hop`` frames each).
+        axis must hold a whole number of hops: ``frames_per_hop`` frames each); a state's declared element type is
+        the contract's dtype.
 
         Args:
             graph (onnx.GraphProto): The model's main graph.

@@ -48,7 +48,10 @@ from its initial states on real speech (the bundled demo recording) at chunks of
 hops, must equal the original graph run hop by hop with its own state loop (max abs error <= ``atol``
 relative to max(1, peak), 1e-6 by default); zeroing every state before each chunk must change the output
 (else the graph does not stream: its output does not depend on state), and so must zeroing each state
-alone (else that "state" carries nothing). A ``check`` callable may add a comparison of its own (a recipe
+alone (else that "state" carries nothing), by more than max(1e-4, 100 atol) of the output's level
+(:func:`cosyedge.surgery.proof.tolerance`: its peak, down to 1e-3, so a quiet output that streams is adopted).
+A batch axis the user gives that keeps the graph from a dynamic batch where the axis the graph tells batches is
+refused (:func:`blame_user_axes`). A ``check`` callable may add a comparison of its own (a recipe
 compares against the author's reference loop).
 
 Sources: ONNX ``Scan`` (onnx.ai/onnx/operators/onnx__Scan.html: loop-carried state variables, scan input

@@ -380,7 +380,9 @@ def one_frame_of_features(name: str, shape: list, outs: dict[str, list], hop: in
         bool: True to read the input as one frame of features (time axis 1); False to keep the waveform reading
         (any other layout, a symbolic length, or a block of at least a hop whose outputs do not say otherwise).
     Raises:
-        UsageError: a block of at least a hop whose outputs are all one frame of fewer than ``hop`` values (exit 2).
+        UsageError: a block of at least a hop whose outputs are all one frame of fewer than ``hop`` values, or one
+            shorter than the hop with an output of its shape (a waveform in and out at the wrong hop, likely), naming
+            both fixes (exit 2).
     """
     if len(shape) != 3 or shape[1] != 1 or not isinstance(shape[2], int) or shape[2] <= 0:
         return False
