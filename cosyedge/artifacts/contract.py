@@ -381,9 +381,10 @@ class StreamContract:
         Raises:
             ArtifactError: sample rate, hop or total stride not positive; hop not a multiple of the total
                 stride; delay negative or longer than 10 s; hop longer than :data:`MAX_HOP_S`; a state shape with
-                a non-positive dimension, a state dtype cosyedge does not know, a non-finite initial value; states of more than :data:`MAX_STATE_BYTES_PER_STREAM` per stream; a
-                waveform input/output (``kind`` ``"audio"``) whose ``frames_per_hop``
-                is not ``hop_samples`` ("the contract contradicts the graph").
+                a non-positive dimension, a state dtype cosyedge does not know, a non-finite initial value;
+                states of more than :data:`MAX_STATE_BYTES_PER_STREAM` per stream; a waveform input/output
+                (``kind`` ``"audio"``) whose ``frames_per_hop`` is not ``hop_samples`` ("the contract contradicts
+                the graph").
         """
         bad = None
         if self.sample_rate_hz <= 0 or self.hop_samples <= 0 or self.total_stride <= 0:

@@ -287,8 +287,9 @@ def inspect_inputs(model: Any, pairs: list[tuple[str, str]], hop: int, *, frame_
         value = float(init.get(i, 0.0))
         dt = _np_dtype(ei)
         if i in init and (not np.isfinite(value) or (dt.startswith("float") and abs(value) > float(np.finfo(dt).max))):
+            bound = f" within its range (|x| <= {float(np.finfo(dt).max):.4g})" if dt.startswith("float") else ""
             raise UsageError(f"{where}: --init {i}={init[i]}: the initial value of state '{i}' ({dt}) must be a finite "
-                             f"number{f' within its range (|x| <= {float(np.finfo(dt).max):.4g})' if dt.startswith('float') else ''}")
+                             f"number{bound}")
         st = AdoptedState(i, o, tuple(si), dt, cands[0], value, kinds.get(i, "recurrent"))
         states.append((st, cands))
     given = set(state_shapes) | ({p[0] for p in pairs if kinds.get(p[0]) == "context"} if frame_samples else set())

@@ -129,8 +129,9 @@ def shape_hint(right: str) -> str:
             return (f" (if it is a shape: SHAPE is sizes joined by a lowercase 'x', N (capital) on the batch axis: "
                     f"{norm})")
         bad = [t for t in parts if not (t.strip().isdigit() or t.strip() in ("n", "N"))]
+        which = (", ".join(repr(t) for t in bad) + (" is no size" if len(bad) == 1 else " are no sizes")) if bad else ""
         return (" (if it is a shape: SHAPE is D1xD2x... of positive integers, N on the batch axis, e.g. 1x64 or Nx64"
-                f"{'; ' + ', '.join(repr(t) for t in bad) + (' is no size' if len(bad) == 1 else ' are no sizes') if bad else ''})")
+                f"{'; ' + which if which else ''})")
     bad = [t for t in right.split("x") if not (t.isdigit() or t == "N")]
     which = ", ".join(repr(t) for t in bad) + (" is no size" if len(bad) == 1 else " are no sizes")
     return (" (if it is a shape: SHAPE is D1xD2x... of positive integers, N on the batch axis, e.g. 1x64 or Nx64"
