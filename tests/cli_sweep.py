@@ -61,7 +61,7 @@ KINDS: dict[tuple[str, str], Kind] = {
     ("adopt", "--sample-rate-hz"): Kind(NUMBER),
     ("adopt", "--hop-samples"): Kind(NUMBER),
     ("adopt", "--delay-samples"): Kind(NUMBER, {"zero"}),
-    ("adopt", "--name"): Kind(TEXT, {"path-like", "huge"}),
+    ("adopt", "--name"): Kind(TEXT, {"huge"}),  # a path-like name is refused: it names the engine folder
     ("adopt", "--batch-axis"): Kind(PAIR, {"zero"}),
     ("adopt", "--init"): Kind(PAIR, {"zero", "negative", "non-integer"}),
     ("adopt", "--const"): Kind(PAIR, {"negative", "zero"}),  # any int64 value is a legal constant
@@ -73,7 +73,7 @@ KINDS: dict[tuple[str, str], Kind] = {
     ("streamify", "--sample-rate-hz"): Kind(NUMBER),
     ("streamify", "--hop-samples"): Kind(NUMBER),
     ("streamify", "--delay-samples"): Kind(NUMBER, {"zero"}),
-    ("streamify", "--name"): Kind(TEXT, {"path-like", "huge"}),
+    ("streamify", "--name"): Kind(TEXT, {"huge"}),  # a path-like name is refused: it names the engine folder
     ("streamify", "--time-axis"): Kind(PAIR + [("out of range", "{name}=7")], {"negative"}),  # -1: the last axis
     ("streamify", "--frames-per-hop"): Kind(NUMBER),
     ("streamify", "--atol"): Kind(NUMBER, {"zero"}),

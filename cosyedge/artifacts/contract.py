@@ -381,9 +381,10 @@ class StreamContract:
         Raises:
             ArtifactError: sample rate, hop or total stride not positive; hop not a multiple of the total
                 stride; delay negative or longer than 10 s; hop longer than :data:`MAX_HOP_S`; a state shape with
-                a non-positive dimension; states of more than :data:`MAX_STATE_BYTES_PER_STREAM` per stream; a
-                waveform input/output (``kind`` ``"audio"``) whose ``frames_per_hop``
-                is not ``hop_samples`` ("the contract contradicts the graph").
+                a non-positive dimension, a state dtype cosyedge does not know, a non-finite initial value;
+                states of more than :data:`MAX_STATE_BYTES_PER_STREAM` per stream; a waveform input/output
+                (``kind`` ``"audio"``) whose ``frames_per_hop`` is not ``hop_samples`` ("the contract contradicts
+                the graph").
         """
         bad = None
         if self.sample_rate_hz <= 0 or self.hop_samples <= 0 or self.total_stride <= 0:
@@ -400,6 +401,12 @@ class StreamContract:
             for s in self.states:
                 if any(d != BATCH_DIM and (not isinstance(d, int) or d <= 0) for d in s.shape):
                     bad = f"state '{s.input}' has shape {s.shape} (dimensions must be positive integers or 'N')"
+                    break
+                if s.dtype not in _NP_DTYPES:
+                    bad = f"state '{s.input}' has dtype {s.dtype!r} (one of {', '.join(_NP_DTYPES)})"
+                    break
+                if not isinstance(s.init, (int, float)) or isinstance(s.init, bool) or not np.isfinite(s.init):
+                    bad = f"state '{s.input}' has initial value {s.init!r} (a finite number)"
                     break
         if bad:
             raise ArtifactError(f"{where} has invalid cosyedge metadata: {bad}")
@@ -419,7 +426,8 @@ class StreamContract:
 
         Checked, for each streaming input/output of :attr:`inputs`/:attr:`outputs` and each state pair: the tensor
         exists, its rank, and every fixed (integer) dimension of the graph equals the contract's (a fixed time
-        axis must hold a whole number of hops: ``frames_per_hop`` frames each).
+        axis must hold a whole number of hops: ``frames_per_hop`` frames each); a state's declared element type is
+        the contract's dtype.
 
         Args:
             graph (onnx.GraphProto): The model's main graph.
@@ -435,6 +443,7 @@ class StreamContract:
         declared = {v.name: v for v in list(graph.input) + list(graph.output)}
         checks = [(io.name, io.shape, io.time_axis, io.frames_per_hop) for io in list(self.inputs) + list(self.outputs)]
         checks += [(name, s.shape, None, None) for s in self.states for name in (s.input, s.output)]
+        dtypes = {name: s.dtype for s in self.states for name in (s.input, s.output)}
         for name, shape, time_axis, fph in checks:
             v = declared.get(name)
             if v is None:
@@ -443,6 +452,17 @@ class StreamContract:
             if not v.type.tensor_type.HasField("shape"):
                 continue
             got = dims(v)
+            if name in dtypes and v.type.tensor_type.elem_type:
+                from onnx import helper
+
+                try:
+                    declared_dt = np.dtype(helper.tensor_dtype_to_np_dtype(v.type.tensor_type.elem_type)).name
+                except (KeyError, TypeError, ValueError):  # an element type numpy has no dtype for
+                    declared_dt = str(v.type.tensor_type.elem_type)
+                if declared_dt != dtypes[name]:
+                    raise ArtifactError(f"{where}: the contract contradicts the graph: state '{name}' is {declared_dt} "
+                                        f"in the graph but the contract says {dtypes[name]}; re-run 'cosyedge "
+                                        f"streamify' or 'cosyedge adopt'")
             bad = len(got) != len(shape)
             for axis, (g, w) in enumerate(zip(got, shape)):
                 if bad or not isinstance(g, int) or w == BATCH_DIM:
@@ -574,10 +594,15 @@ bounds memory)."""
 
 
 def check_name(name: Any) -> None:
-    """Refuse an empty or blank model name (``--name ''``): it names the engine folder and every message.
+    """Refuse an empty or blank model name (``--name ''``) and one that is no plain folder name (``a/b``,
+    ``../x``, ``.``: the rule of :func:`cosyedge.builders.names.check_engine_name`, which ``build`` applies to the
+    engine folder the name gives): it names the engine folder and every message.
 
     Raises:
         UsageError: one line (exit 2).
     """
     if name is not None and not str(name).strip():
         raise UsageError(f"--name {name!r} is empty: give a model name (default: the file stem)")
+    if name is not None and (any(ch in str(name) for ch in "/\\") or str(name) in (".", "..")):
+        raise UsageError(f"--name {name!r} must be a plain folder name (no path separators, not '.' or '..'): it "
+                         f"names the engine folder 'cosyedge build' writes")

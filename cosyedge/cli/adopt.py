@@ -56,7 +56,7 @@ def _name_values(values: tuple[str, ...], option: str, cast, example: str) -> di
                    "--hop-samples 512: 64 samples of context, kept as a state). Default: its fixed size, else the hop.")
 @click.option("--time-axis", "time_axis", multiple=True, metavar="NAME=AXIS",
               help="Time axis of a features input or output whose shape does not tell (repeatable), e.g. mix=2.")
-@click.option("--atol", type=click.FloatRange(min=0, max=1), default=1e-6, show_default=True,
+@click.option("--atol", type=click.FloatRange(min=0, max=1, min_open=True), default=1e-6, show_default=True,
               help="Proof tolerance: max abs error against the graph's own state loop, relative to max(1, peak).")
 def adopt(onnx_in: Path, out_onnx: Path, states: tuple[str, ...], sample_rate_hz: int, hop_samples: int,
           delay_samples: int, name: str | None, batch_axis: tuple[str, ...], init: tuple[str, ...],
@@ -81,9 +81,11 @@ def adopt(onnx_in: Path, out_onnx: Path, states: tuple[str, ...], sample_rate_hz
     --hop-samples 160; Silero: cosyedge adopt silero_vad.onnx -o vad.stream.onnx --const sr=16000
     --frame-samples 576 --hop-samples 512 --sample-rate-hz 16000
     """
+    from cosyedge.cli.export import _check_stream_output
     from cosyedge.surgery.adopt import adopt as adopt_api
     from cosyedge.surgery.adopt.canon import parse_const
 
+    _check_stream_output(out_onnx, False, [onnx_in])  # a .onnx file name, as streamify's (exit 2)
     adopt_api(onnx_in, out_onnx, state_pairs=list(states) or None, sample_rate_hz=sample_rate_hz,
               hop_samples=hop_samples, delay_samples=delay_samples, name=name,
               batch_axes=_name_values(batch_axis, "--batch-axis", int, "h0=1"),

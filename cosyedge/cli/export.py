@@ -150,7 +150,7 @@ def _check_stream_output(out: Path, positional: bool, inputs: list[Path]) -> Non
 @click.option("--frames-per-hop", type=click.IntRange(min=1), default=None,
               help="Frames per hop of feature (non-waveform) inputs. Default 1; an only input (N, T) is a waveform "
                    "(streamed as (N, 1, T)) unless this is given.")
-@click.option("--atol", type=click.FloatRange(min=0, max=1), default=1e-4, show_default=True,
+@click.option("--atol", type=click.FloatRange(min=0, max=1, min_open=True), default=1e-4, show_default=True,
               help="Proof tolerance: max abs error relative to the peak output (of at least 1e-3).")
 @click.option("--audio-output", default=None, metavar="NAME",
               help="The waveform output 'run' writes when the graph has several (e.g. a mask and the enhanced "

@@ -48,7 +48,10 @@ from its initial states on real speech (the bundled demo recording) at chunks of
 hops, must equal the original graph run hop by hop with its own state loop (max abs error <= ``atol``
 relative to max(1, peak), 1e-6 by default); zeroing every state before each chunk must change the output
 (else the graph does not stream: its output does not depend on state), and so must zeroing each state
-alone (else that "state" carries nothing). A ``check`` callable may add a comparison of its own (a recipe
+alone (else that "state" carries nothing), by more than max(1e-4, 100 atol) of the output's level
+(:func:`cosyedge.surgery.proof.tolerance`: its peak, down to 1e-3, so a quiet output that streams is adopted).
+A batch axis the user gives that keeps the graph from a dynamic batch where the axis the graph tells batches is
+refused (:func:`blame_user_axes`). A ``check`` callable may add a comparison of its own (a recipe
 compares against the author's reference loop).
 
 Sources: ONNX ``Scan`` (onnx.ai/onnx/operators/onnx__Scan.html: loop-carried state variables, scan input
@@ -241,7 +244,8 @@ def adopt_model(model: Any, *, where: str = "model", state_pairs: Any = None, sa
     pairs = find_state_pairs(model, where, given=given)
     model, pairs, g = inspect_inputs(model, pairs, hop, frame_samples=frame_samples, time_axes=time_axes,
                                      batch_axes=dict(batch_axes or {}), init=dict(init or {}),
-                                     kinds=dict(kinds or {}), state_shapes=state_shapes, where=where)
+                                     kinds=dict(kinds or {}), state_shapes=state_shapes, where=where,
+                                     consts=list(consts or {}))
     states = [s for s, _c in g.states]
     LOG.info("%s: %s %s, outputs %s, %d state pair(s): %s", where, "audio" if g.ins[0].kind == "audio" else
              "features", [t.name for t in g.ins], g.outs, len(states), ", ".join(f"{s.input}={s.output}" for s in states))
@@ -261,8 +265,15 @@ def adopt_model(model: Any, *, where: str = "model", state_pairs: Any = None, sa
     feed1 = feeds.speech_feed(g.ins, sample_rate_hz, 1, proof_inputs)
     graph_decl = {i.name: _decl_shape(i) if i.name in ranked else None for i in model.graph.input}
     mine = {s.input: graph_decl[s.input] for s in states if s.input in state_shapes}
-    first = _run_once(ref_sess, g, feed1, states, g.outs + [s.output for s in states], unknown, where, declared, mine,
-                      batch_sym)
+    try:
+        first = _run_once(ref_sess, g, feed1, states, g.outs + [s.output for s in states], unknown, where, declared,
+                          mine, batch_sym)
+    except UsageError as err:  # a pair the user gave that holds another output is the first thing to fix
+        head, fix = _misplaced_pairs(model, given, g)
+        if not head:
+            raise
+        detail = str(err).removeprefix(f"{where}: ")
+        raise UsageError(f"{where}: {head} (running one hop so fails: {detail[:200]}): {fix}") from None
     for s in states:  # a state whose size the graph does not declare: the size its output has when run
         if tuple(first[s.output].shape) != tuple(s.shape) and s.input in unknown:
             s.shape = tuple(first[s.output].shape)
@@ -333,6 +344,8 @@ def adopt_model(model: Any, *, where: str = "model", state_pairs: Any = None, sa
             break
         if alt is not None:
             states[alt[0]].batch_axis = g.states[alt[0]][1][0]
+    if adopted is None and g.user_axes:  # the user's batch axis, not the graph, may be what keeps it from batching
+        blame_user_axes(model, g, states, streamed_names, feed, atol, hop, why_fixed, where)
     mode, c_states = "dynamic", states
     if adopted is None:  # batch by a Scan over streams: each stream runs the batch-1 graph
         for s, cands in g.states:
@@ -395,6 +408,59 @@ def adopt_model(model: Any, *, where: str = "model", state_pairs: Any = None, sa
     return adopted, contract
 
 
+def blame_user_axes(model: Any, g: Any, states: list[AdoptedState], streamed_names: list[str], feed: dict,
+                    atol: float, hop: int, why_fixed: str, where: str) -> None:
+    """Refuse a batch axis the user gave (``--batch-axis``, ``N`` in ``--state NAME=SHAPE``) when it is what keeps
+    the graph from a dynamic batch: with the axis the graph tells for those states instead, the batch test passes
+    (batch 2 == two streams at batch 1). Returns when it fails that way too (the graph is to blame: the Scan over
+    streams follows, as without the option).
+
+    Args:
+        model (onnx.ModelProto): The canonical graph.
+        g (_Graph): What adopt found (``user_axes``: the options and the told axes).
+        states (list[AdoptedState]): The states (batch axes as given); restored before returning.
+        streamed_names (list[str]): Streamed inputs and outputs.
+        feed (dict): The proof's inputs.
+        atol (float): Proof tolerance.
+        hop (int): Samples per hop.
+        why_fixed (str): Why the given axes fail the batch test.
+        where (str): Name for messages.
+    Raises:
+        UsageError: naming the option and the axis that batches (exit 2).
+    """
+    saved = [s.batch_axis for s in states]
+    try:
+        for s in states:
+            if s.input in g.user_axes:
+                s.batch_axis = g.user_axes[s.input][1][0]
+        dyn, _ = _dynamic_batch(model, streamed_names, states)
+        cand = _rename_and_wrap(dyn, g.ins, g.outs, states, dynamic=True, scan=g.hop_fixed, hop=hop)
+        why = _batch_test(cand, g.ins, g.outs, states, feed, atol)
+    except Exception as err:  # noqa: BLE001 - it does not batch that way either: the graph is to blame
+        why = first_line(err) or type(err).__name__
+    told = {s.input: s.batch_axis for s in states if s.input in g.user_axes}
+    for s, ax in zip(states, saved):
+        s.batch_axis = ax
+    if why:
+        return
+    opts, fixes = [], []
+    for s in states:
+        if s.input not in g.user_axes:
+            continue
+        opt = g.user_axes[s.input][0]
+        opts.append(opt)
+        if opt.startswith("--state"):
+            dims = [str(d) for d in s.shape]
+            dims[told[s.input]] = "N"
+            fixes.append(f"--state {s.input}={'x'.join(dims)}")
+        else:
+            fixes.append(f"--batch-axis {s.input}={told[s.input]}")
+    axes = ", ".join(f"'{k}' on axis {v}" for k, v in told.items())
+    raise UsageError(f"{where}: {' '.join(opts)} keep{'s' if len(opts) == 1 else ''} the graph from a dynamic batch "
+                     f"({why_fixed}), while with the batch axis the graph tells ({axes}) batch 2 runs as two streams "
+                     f"at batch 1: give {' '.join(fixes)} (or leave the batch axis out)")
+
+
 def _misplaced_pairs(model: Any, given: list[tuple[str, str]], g: Any) -> tuple[str, str]:
     """What is wrong with a state pair the user gave (``--state IN=OUT``) whose output is no state of it, for the
     message of a proof that finds no state dependence; '' when no given pair looks so.
@@ -415,7 +481,7 @@ def _misplaced_pairs(model: Any, given: list[tuple[str, str]], g: Any) -> tuple[
     from cosyedge.surgery.adopt.pairs import _name_candidates
 
     decl = {v.name: _decl_shape(v) for v in list(model.graph.input) + list(model.graph.output)}
-    streamed = [t.name for t in g.outs]
+    streamed = [getattr(t, "name", t) for t in g.outs]  # names before the outputs are read, tensors after
     audio = g.ins[0].name if g.ins and g.ins[0].kind == "audio" else None
     for i, o in given:
         names = _name_candidates(i)

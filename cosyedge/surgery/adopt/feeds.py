@@ -163,7 +163,9 @@ def prove(model: Any, contract: Any, ins: list[StreamTensor], outs: list[StreamT
                 raise AccuracyError(f"{where}: the adopted graph differs from the original's own state loop: output "
                                     f"'{o.name}' max abs error {mx:.3g} (SNR {snr:.1f} dB) at chunks of {hops * hop} "
                                     f"samples (tolerance {atol:g}); nothing written")
-    floor = {o.name: max(1e-4, 100 * atol) * max(1.0, float(np.abs(ref[o.name]).max())) for o in outs}
+    # relative to each output's own level (proof.tolerance: an output quieter than 1 is held to its peak, down to
+    # LEVEL_FLOOR), 1e-4 of it at least: far above float rounding, so states that do not matter are still refused
+    floor = {o.name: proof.tolerance(float(np.abs(ref[o.name]).max()), max(1e-4, 100 * atol)) for o in outs}
 
     def zeroed(which: set) -> tuple[float, str]:
         """Largest change of an output, relative to its floor, when ``which`` are zeroed every hop: (change, name)."""

@@ -34,6 +34,9 @@ class _Graph:
     outs: list
     states: list
     hop_fixed: bool
+    user_axes: dict = dataclasses.field(default_factory=dict)
+    """dict[str, tuple[str, list]]: by state input whose batch axis the user gave (``--batch-axis``, ``N`` in
+    ``--state NAME=SHAPE``) other than the one the graph tells: (the option as given, the told candidates)."""
 
     @property
     def audio(self) -> str:
@@ -77,7 +80,7 @@ def given_time_axis(name: str, axis: int, shape: list, what: str, where: str) ->
 
 def inspect_inputs(model: Any, pairs: list[tuple[str, str]], hop: int, *, frame_samples: int | None,
                    time_axes: dict, batch_axes: dict, init: dict, kinds: dict, state_shapes: dict,
-                   where: str) -> tuple[Any, list, _Graph]:
+                   where: str, consts: Any = ()) -> tuple[Any, list, _Graph]:
     """Classify the inputs of ``model`` (see the module doc) and check the state pairs.
 
     Args:
@@ -89,18 +92,32 @@ def inspect_inputs(model: Any, pairs: list[tuple[str, str]], hop: int, *, frame_
         batch_axes, init, kinds (dict): By state input name (see :func:`cosyedge.surgery.adopt.adopt`).
         state_shapes (dict[str, tuple[int, ...]]): Shape by state input name where the graph does not tell.
         where (str): Name for messages.
+        consts (Iterable[str]): Inputs fixed by ``--const`` (gone from the graph): named as such when an option
+            names them.
     Returns:
         tuple[onnx.ModelProto, list, _Graph]: the graph (a block input made a waveform one plus its context
         state), the pairs (with the context pair) and what was found (``outs`` empty: filled after running).
     Raises:
         UsageError: unknown or repeated names, an input left unexplained, a features input without a time axis or
-            with a fixed batch above 1, a ``--time-axis`` outside the input's axes (:func:`given_time_axis`),
-            a block shorter than the hop, state pairs of different shapes or dtypes.
+            with a fixed batch above 1, a ``--time-axis`` outside the input's axes (:func:`given_time_axis`) or on a
+            state, ``--batch-axis``/``--init``/``--state NAME=SHAPE`` for an input that is no state, an input fixed by
+            ``--const`` named by another option, a block shorter than the hop, state pairs of different shapes or
+            dtypes.
     """
     ins = {i.name: i for i in model.graph.input}
     outs = {o.name: o for o in model.graph.output}
+    fixed = set(consts or ())
+
+    def constant(name: str, opt: str) -> None:
+        if name in fixed:
+            raise UsageError(f"{where}: {opt}: input '{name}' is fixed by --const {name}=VALUE (a constant, no longer "
+                             f"an input of the graph): give one of the two")
+
     bad_in = [i for i, _ in pairs if i not in ins]
     bad_out = [o for _, o in pairs if o not in outs]
+    for i, o in pairs:
+        if i in bad_in:
+            constant(i, f"--state {i}={o}")
     if bad_in or bad_out:
         what = (f"state input{'s' if len(bad_in) > 1 else ''} {bad_in} not among the inputs {list(ins)}" if bad_in
                 else f"state output{'s' if len(bad_out) > 1 else ''} {bad_out} not among the outputs {list(outs)}")
@@ -110,17 +127,34 @@ def inspect_inputs(model: Any, pairs: list[tuple[str, str]], hop: int, *, frame_
         dup = sorted({n for n in names if names.count(n) > 1})
         if dup:
             raise UsageError(f"{where}: '{dup[0]}' appears in several state pairs")
-    for name in list(batch_axes) + list(init) + list(kinds) + list(state_shapes):
-        if name not in ins:
-            raise UsageError(f"{where}: '{name}' (given for --batch-axis/--init/--state) is not an input of the graph "
-                             f"(inputs: {list(ins)})")
+    paired = {p[0]: p[1] for p in pairs}
+    options = [("--batch-axis", batch_axes, "the batch axis of a state input whose shape does not tell"),
+               ("--init", init, "the initial value of a state input"), ("kinds", kinds, "the kind of a state"),
+               ("--state", state_shapes, "the shape of a state input (NAME=SHAPE)")]
+    for opt, given, what in options:
+        for name in given:
+            shown = f"{opt} {name}={'x'.join(map(str, given[name])) if opt == '--state' else given[name]}"
+            constant(name, shown)
+            if name not in ins:
+                raise UsageError(f"{where}: '{name}' (given for {opt}) is not an input of the graph (inputs: "
+                                 f"{list(ins)})")
+            if name not in paired:
+                raise UsageError(f"{where}: {shown}: input '{name}' is not a state (state inputs: {list(paired)}): "
+                                 f"{opt} gives {what}; drop it, or pair '{name}' with its output (--state "
+                                 f"{name}=OUT) if it is a state")
+    states_out = {o: i for i, o in pairs}
     for name in time_axes:
+        constant(name, f"--time-axis {name}={time_axes[name]}")
         if name not in ins and name not in outs:
             raise UsageError(f"{where}: --time-axis {name}=...: no input or output of the graph is named so "
                              f"(inputs {list(ins)}, outputs {list(outs)})")
+        if name in paired or name in states_out:
+            pair = f"{name}={paired[name]}" if name in paired else f"{states_out[name]}={name}"
+            raise UsageError(f"{where}: --time-axis {name}={time_axes[name]}: '{name}' is a state (pair {pair}), "
+                             f"carried whole from call to call, not streamed over time: --time-axis is for a "
+                             f"features input or output; drop it")
         if name in ins and ins[name].type.tensor_type.HasField("shape"):  # before the input is read any other way
             given_time_axis(name, time_axes[name], _decl_shape(ins[name]), "input", where)
-    paired = {p[0] for p in pairs}
     rest_in = [n for n in ins if n not in paired]
     rest_out = [n for n in outs if n not in {p[1] for p in pairs}]
     if not rest_in:
@@ -138,6 +172,7 @@ def inspect_inputs(model: Any, pairs: list[tuple[str, str]], hop: int, *, frame_
     pairs = list(pairs)
     streamed: list[StreamTensor] = []
     shape0 = _decl_shape(ins[rest_in[0]])
+    time_axes = waveform_time_axis(rest_in, shape0, time_axes, {n: _decl_shape(outs[n]) for n in rest_out}, where)
     layout = canon.waveform_layout(shape0) if len(rest_in) == 1 and rest_in[0] not in time_axes else None
     if layout is not None and frame_samples is None and one_frame_of_features(
             rest_in[0], shape0, {n: _decl_shape(outs[n]) for n in rest_out}, hop, where):
@@ -204,9 +239,16 @@ def inspect_inputs(model: Any, pairs: list[tuple[str, str]], hop: int, *, frame_
     states = []
     a_shape = _decl_shape(ins[streamed[0].name])
     a_batch = a_shape[0] if a_shape and isinstance(a_shape[0], str) and a_shape[0] != "?" else None
+    user_axes, from_shape = {}, {}
     for i, o in pairs:
         si, so = _decl_shape(ins[i]), _decl_shape(outs[o])
         ei, eo = ins[i].type.tensor_type.elem_type, outs[o].type.tensor_type.elem_type
+        if 0 in si and i not in state_shapes:
+            from cosyedge.errors import ArtifactError
+
+            raise ArtifactError(f"{where}: the graph declares state input '{i}' {si} with an axis of size 0 (a "
+                                f"state of no values): export it with its true sizes")
+        decl_si = si
         if ei != eo:
             raise UsageError(f"{where}: state pair {i}={o} has dtypes {_np_dtype(ei)} and {_np_dtype(eo)} (a state "
                              f"output feeds the next chunk's input: dtypes must be equal)")
@@ -222,26 +264,70 @@ def inspect_inputs(model: Any, pairs: list[tuple[str, str]], hop: int, *, frame_
                     raise UsageError(f"{where}: --state {i}={text} puts the batch on axis {nax}, --batch-axis "
                                      f"{i}={batch_axes[i]} on axis {int(batch_axes[i]) % len(given)}: give one")
                 batch_axes = {**batch_axes, i: nax}
+                from_shape[i] = f"--state {i}={text}"
             si = [1 if d == "N" else d for d in given]
         fixed = len(si) == len(so) or not so
         fixed = fixed and all(a == b for a, b in zip(si, so) if isinstance(a, int) and isinstance(b, int))
         if not fixed:
             raise UsageError(f"{where}: state pair {i}={o} has shapes {si} and {so} (a state output feeds the next "
                              f"chunk's input: shapes must be equal)")
+        sym = [k for k, d in enumerate(decl_si if len(decl_si) == len(si) else si)
+               if a_batch is not None and d == a_batch]
+        ones = [k for k, d in enumerate(si) if d == 1 or isinstance(d, str)]
+        told = sym[:1] or ([0] if 0 in ones else []) + [k for k in ones if k != 0] or [None]
         if i in batch_axes:
             ax = int(batch_axes[i])
             if not -len(si) <= ax < len(si):
                 raise UsageError(f"{where}: --batch-axis {i}={ax} is outside the state's {len(si)} axes {si}")
             cands = [ax % len(si)]
+            if told[0] is not None and cands[0] not in told[:1]:
+                user_axes[i] = (from_shape.get(i, f"--batch-axis {i}={batch_axes[i]}"), told)
         else:
-            sym = [k for k, d in enumerate(si) if a_batch is not None and d == a_batch]
-            ones = [k for k, d in enumerate(si) if d == 1 or isinstance(d, str)]
-            cands = sym[:1] or ([0] if 0 in ones else []) + [k for k in ones if k != 0] or [None]
-        st = AdoptedState(i, o, tuple(si), _np_dtype(ei), cands[0], float(init.get(i, 0.0)), kinds.get(i, "recurrent"))
+            cands = told
+        value = float(init.get(i, 0.0))
+        dt = _np_dtype(ei)
+        if i in init and (not np.isfinite(value) or (dt.startswith("float") and abs(value) > float(np.finfo(dt).max))):
+            bound = f" within its range (|x| <= {float(np.finfo(dt).max):.4g})" if dt.startswith("float") else ""
+            raise UsageError(f"{where}: --init {i}={init[i]}: the initial value of state '{i}' ({dt}) must be a finite "
+                             f"number{bound}")
+        st = AdoptedState(i, o, tuple(si), dt, cands[0], value, kinds.get(i, "recurrent"))
         states.append((st, cands))
     given = set(state_shapes) | ({p[0] for p in pairs if kinds.get(p[0]) == "context"} if frame_samples else set())
     check_states_fit([s for s, _c in states], given, where)
-    return model, pairs, _Graph(streamed, rest_out, states, hop_fixed)
+    return model, pairs, _Graph(streamed, rest_out, states, hop_fixed, user_axes)
+
+
+def waveform_time_axis(rest_in: list[str], shape: list, time_axes: dict, outs: dict[str, list], where: str) -> dict:
+    """What a ``--time-axis`` given for the only streamed input means when its layout is a waveform block's
+    ((N, 1, L), (N, L)): the axis of its samples (the last; -1 counted from the end) keeps it a waveform, so the
+    option is dropped; another axis (axis 1 of (N, 1, L), of size 1) reads it as one frame of L features per call,
+    as asked, with a warning when an output has the input's shape (a waveform in and out, likely): the file then
+    streams features, which ``cosyedge run`` does not take.
+
+    Args:
+        rest_in (list[str]): The streamed inputs (not states).
+        shape (list): The first one's declared shape.
+        time_axes (dict[str, int]): Time axis by name, given.
+        outs (dict[str, list]): Declared shapes of the streamed outputs.
+        where (str): Name for messages.
+    Returns:
+        dict[str, int]: ``time_axes``, without the input when the axis given is its samples' axis.
+    """
+    if len(rest_in) != 1 or rest_in[0] not in time_axes or canon.waveform_layout(shape) not in (2, 3):
+        return time_axes
+    name = rest_in[0]
+    ax = given_time_axis(name, time_axes[name], shape, "input", where)
+    if ax == len(shape) - 1:
+        return {k: v for k, v in time_axes.items() if k != name}
+    same = [o for o, d in outs.items() if len(d) == len(shape) and d[1:] == shape[1:]]
+    if same:
+        size = shape[-1]
+        LOG.warning("%s: --time-axis %s=%s reads input '%s' %s as one frame of %s features per call (time on its "
+                    "axis %d of size 1), not as a waveform block, and so its output%s %s of the same shape: the file "
+                    "streams features, which 'cosyedge run' (audio files) does not take; if '%s' is a waveform, leave "
+                    "--time-axis %s out (its samples are on axis %d)", where, name, time_axes[name], name, shape,
+                    size, ax, "s" if len(same) > 1 else "", same, name, name, len(shape) - 1)
+    return time_axes
 
 
 def check_states_fit(states: list[AdoptedState], given: set, where: str, how: str = "declares") -> None:
@@ -295,11 +381,19 @@ def one_frame_of_features(name: str, shape: list, outs: dict[str, list], hop: in
         bool: True to read the input as one frame of features (time axis 1); False to keep the waveform reading
         (any other layout, a symbolic length, or a block of at least a hop whose outputs do not say otherwise).
     Raises:
-        UsageError: a block of at least a hop whose outputs are all one frame of fewer than ``hop`` values (exit 2).
+        UsageError: a block of at least a hop whose outputs are all one frame of fewer than ``hop`` values, or one
+            shorter than the hop with an output of its shape (a waveform in and out at the wrong hop, likely), naming
+            both fixes (exit 2).
     """
     if len(shape) != 3 or shape[1] != 1 or not isinstance(shape[2], int) or shape[2] <= 0:
         return False
     size = shape[2]
+    same = [o for o, d in outs.items() if len(d) == 3 and d[1:] == shape[1:]]
+    if size < hop and same:
+        raise UsageError(f"{where}: input '{name}' {shape} takes {size} values per call, fewer than the {hop}-sample "
+                         f"hop, and output{'s' if len(same) > 1 else ''} {same} ha{'ve' if len(same) > 1 else 's'} its "
+                         f"shape: it is a waveform block of {size} samples (give --hop-samples {size}) or one frame of "
+                         f"{size} features per call (give --time-axis {name}=1)")
     if size < hop:
         LOG.info("%s: input '%s' (shape %s) takes %d values per call, fewer than the %d-sample hop, so it is no "
                  "waveform block: read as one frame of %d features per call (time axis 1, one frame per hop); if it "

@@ -118,9 +118,20 @@ def split_state_args(values: Any) -> tuple[list[tuple[str, str]], dict[str, tupl
 
 def shape_hint(right: str) -> str:
     """A hint for a ``--state`` right side that looks like a malformed SHAPE (digits, ``N`` and 'x', e.g. ``1xq``,
-    ``Nx1xL``: a placeholder left in), else ''."""
+    ``Nx1xL``: a placeholder left in; sizes joined otherwise, ``nx1x160``, ``1X1X160``, ``1,1,160``: the form
+    meant), else ''."""
     if not re.match(r"^(\d+|N)x", right):
-        return ""
+        parts = re.split(r"[xX*,\u00d7]", right.strip())
+        if len(parts) < 2 or sum(t.strip().isdigit() for t in parts) * 2 < len(parts):
+            return ""  # no size list: an output name
+        norm = "x".join("N" if t.strip() in ("n", "N") else t.strip() for t in parts)
+        if _SHAPE.match(norm) and norm.count("N") <= 1 and "0" not in norm.split("x"):
+            return (f" (if it is a shape: SHAPE is sizes joined by a lowercase 'x', N (capital) on the batch axis: "
+                    f"{norm})")
+        bad = [t for t in parts if not (t.strip().isdigit() or t.strip() in ("n", "N"))]
+        which = (", ".join(repr(t) for t in bad) + (" is no size" if len(bad) == 1 else " are no sizes")) if bad else ""
+        return (" (if it is a shape: SHAPE is D1xD2x... of positive integers, N on the batch axis, e.g. 1x64 or Nx64"
+                f"{'; ' + which if which else ''})")
     bad = [t for t in right.split("x") if not (t.isdigit() or t == "N")]
     which = ", ".join(repr(t) for t in bad) + (" is no size" if len(bad) == 1 else " are no sizes")
     return (" (if it is a shape: SHAPE is D1xD2x... of positive integers, N on the batch axis, e.g. 1x64 or Nx64"
