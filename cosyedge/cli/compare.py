@@ -64,7 +64,7 @@ def compare(reference, candidate, modes, chunk_ms, utt_path, max_utterances, snr
     from cosyedge.compare.report import _jsonable
     from cosyedge.compare.core import MODES, default_chunk
     from cosyedge.compare.core import compare as run_compare
-    from cosyedge.compare.models import check_compatible, check_lineage, load_compare_model
+    from cosyedge.compare.models import check_compatible, check_lineage, check_reference, load_compare_model
     from cosyedge.compare.tolerances import tolerance_for
     from cosyedge.errors import RegressionError, UsageError
 
@@ -75,6 +75,7 @@ def compare(reference, candidate, modes, chunk_ms, utt_path, max_utterances, snr
         check_not_inputs(json_path, (reference, candidate, utt_path), "--json")
     ref = load_compare_model(reference)
     cand = load_compare_model(candidate)
+    check_reference(ref, cand, sparse_ok=True)
     check_lineage(cand, ref, f"candidate {cand.path}")
     check_compatible(ref, cand)
     chunk = default_chunk(ref, chunk_ms, (cand,))  # a candidate that runs one chunk length only sets it

@@ -72,7 +72,7 @@ from cosyedge.compare.core import DEFAULT_CHUNK_MS, ReferenceCache, compare, def
 from cosyedge.compare.engines import ensure_engine, sparse_parent
 from cosyedge.compare.labels import DEFAULT_PRECISIONS, load_candidate, parse_precisions
 from cosyedge.builders.names import parse_precision_label, precision_label
-from cosyedge.compare.models import CompareModel, load_compare_model
+from cosyedge.compare.models import CompareModel, check_reference, load_compare_model
 from cosyedge.compare.report import _jsonable, _rows, write_junit
 from cosyedge.compare.tolerances import BASELINE_TOLERANCES, tolerance_for
 from cosyedge.compare.utterances import Utterance, fixed_utterances, with_partners
@@ -146,8 +146,7 @@ def run_check(onnx_path: str | Path | None = None, *, baseline: str | Path | Non
 
     t0 = time.perf_counter()
     ref = load_compare_model(onnx_path or require_reference())
-    if ref.precision != "fp32" or ref.sparse:
-        raise UsageError(f"the reference {ref.path} is a {ref.label} model; give the FP32 streaming ONNX")
+    check_reference(ref)
     if baseline is None:
         baseline = default_baseline_for(onnx_path, ref.contract.name)
         LOG.info("baseline: %s (the default %s; --baseline FILE to choose another)", baseline,

@@ -307,6 +307,28 @@ def check_lineage(cand: CompareModel, parent: CompareModel, where: str, compared
                      f"...'")
 
 
+def check_reference(ref: CompareModel, cand: CompareModel | None = None, sparse_ok: bool = False) -> None:
+    """Refuse a reference that is not an FP32 model (``cosyedge compare REF CAND`` and ``cosyedge check``): an FP16 or
+    INT8 reference measures the FP32 candidate against a degraded model (``compare engines/x-fp16 s.stream.onnx``, its
+    arguments swapped, exited 1 "fp32 candidate ... outside tolerance").
+
+    Args:
+        ref (CompareModel): The reference the user gave.
+        cand (CompareModel | None): The candidate (``compare``): an FP32 one means the arguments are swapped.
+        sparse_ok (bool): Accept an FP32 2:4-pruned reference (``compare``: the parent of an ``int8-sparse`` build).
+    Raises:
+        UsageError: one line, exit 2.
+    """
+    if ref.precision == "fp32" and (sparse_ok or not ref.sparse):
+        return
+    if cand is None:
+        raise UsageError(f"the reference {ref.path} is a {ref.label} model; give the FP32 streaming ONNX")
+    swapped = (f": the arguments may be swapped (the candidate {cand.path} is {cand.label}); give the reference first: "
+               f"cosyedge compare {cand.path} {ref.path}" if cand.precision == "fp32" else
+               ": the arguments may be swapped; cosyedge compare takes the FP32 reference first, then the candidate")
+    raise UsageError(f"the reference {ref.path} is a {ref.label} model, not FP32{swapped}")
+
+
 def reraise_runner_error(err: Exception, who: CompareModel, where: str) -> CosyEdgeError:
     """Turn an exception raised while running ``who`` into a one-line UsageError (exit 2)."""
     if isinstance(err, CosyEdgeError):
@@ -314,4 +336,4 @@ def reraise_runner_error(err: Exception, who: CompareModel, where: str) -> CosyE
     return UsageError(f"{who.path} failed to run {where}: {first_line(err)}")
 
 
-__all__ = ["CompareModel", "check_compatible", "check_lineage", "load_compare_model", "parse_precision_label", "precision_label"]
+__all__ = ["CompareModel", "check_compatible", "check_lineage", "check_reference", "load_compare_model", "parse_precision_label", "precision_label"]
