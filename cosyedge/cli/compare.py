@@ -143,7 +143,8 @@ def compare(reference, candidate, modes, chunk_ms, utt_path, max_utterances, snr
 @click.option("--onnx", "onnx_path", metavar="PATH", default=None,
               help="FP32 streaming ONNX reference. Default: the bundled reference model.")
 @click.option("--baseline", metavar="FILE", default=None,
-              help="Baseline JSON. Default: <model>.accuracy.json beside the --onnx file (the log says where); for the "
+              help="Baseline JSON. Default: <file>.accuracy.json beside the --onnx file (mine.stream.onnx -> "
+                   "mine.stream.accuracy.json; the log says where); for the "
                    "bundled model, the committed cosyedge/compare/baselines/reference.accuracy.json.")
 @click.option("--update-baseline", is_flag=True,
               help="Measure and (re)write the baseline (and the INT8 calibration caches next to it).")
