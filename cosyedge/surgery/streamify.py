@@ -108,6 +108,12 @@ def _input_time_axes(graph: Any, given: dict[str, int] | None, where: str = "") 
         shape = list(t.shape or [])
         if given and t.name in given:
             ax = int(given[t.name])
+            if t.shape is not None and len(shape) < 2:  # 1..rank-1 would read "axes 1..0"
+                raise UsageError(f"{where + ': ' if where else ''}--time-axis {t.name}={ax}: input '{t.name}' {shape} "
+                                 f"has no time axis to pick (rank {len(shape)}: "
+                                 f"{'its only axis is the batch' if shape else 'a scalar'}): one value per sequence, "
+                                 f"not a stream over time; inputs without a time axis (a speaker id, a conditioning "
+                                 f"vector) are not supported: fix its value inside the model before export")
             if shape and not -len(shape) < ax < len(shape) or shape and ax % len(shape) == 0:
                 raise UsageError(f"--time-axis {t.name}={ax}: input '{t.name}' has shape {shape}; time must be one of "
                                  f"axes 1..{len(shape) - 1} (axis 0 is the batch)")
