@@ -70,6 +70,15 @@ def compare(reference, candidate, modes, chunk_ms, utt_path, max_utterances, snr
 
     if threads < 1:
         raise UsageError(f"--threads must be >= 1, got {threads}")
+    if not mark_all:  # as 'run' refuses --device without mic: silently ignored, the user believes they applied
+        from click.core import ParameterSource
+
+        ctx = click.get_current_context()
+        given = [f"--{name.replace('_', '-')}" for name in ("seconds", "jump_db", "floor_db")
+                 if ctx.get_parameter_source(name) not in (None, ParameterSource.DEFAULT)]
+        if given:
+            raise UsageError(f"{', '.join(given)} only appl{'ies' if len(given) == 1 else 'y'} to the layer "
+                             f"bisection: add --mark-all")
     if json_path:
         check_writable(json_path)
         check_not_inputs(json_path, (reference, candidate, utt_path), "--json")
