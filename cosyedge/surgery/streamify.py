@@ -776,15 +776,28 @@ def _window_deviation(sg: StreamGraph, inputs: dict, bounded: dict, contract: St
     e2, s2 = float((e ** 2).sum()), float((a ** 2).sum())
     half_snr = 200.0 if e2 == 0 else min(200.0, 10 * math.log10(max(s2, 1e-300) / e2))
     grows = rows[worst][1] < half_snr
-    trend = (f"SNR {half_snr:.1f} dB over its first {seconds / 2:.2f} s, {rows[worst][1]:.1f} dB over all of it: the "
-             f"deviation grows with the stream's length (the original attends to all of the past, the bounded model "
-             f"to its window), so streams longer than {seconds:.2f} s differ more" if grows else
-             f"SNR {half_snr:.1f} dB over its first {seconds / 2:.2f} s, {rows[worst][1]:.1f} dB over all of it; "
-             f"streams longer than {seconds:.2f} s may differ more (the original attends to all of the past)")
-    LOG.warning("%s: --attention-window bounds %s to %s frames: the stream equals the bounded model (proved above); "
+    # a positional table ends every stream (the run refuses longer ones): when the proof ran up to that end (it is cut
+    # to the longest stream the table allows, a whole number of steps), no stream is longer than the proof's input
+    longest = contract.max_stream_samples / contract.sample_rate_hz if contract.max_stream_samples else 0.0
+    step_s = contract.total_stride / contract.sample_rate_hz
+    ends = bool(longest) and seconds + step_s > longest - 1e-9
+    if ends:
+        grown = ": the deviation grows with the stream's length" if grows else ""
+        trend = (f"SNR {half_snr:.1f} dB over its first {seconds / 2:.2f} s, {rows[worst][1]:.1f} dB over all of "
+                 f"it{grown}; streams end at "
+                 f"{longest:.2f} s, the length the model's positional table allows ('cosyedge run' refuses longer "
+                 f"ones): the proof's input ran to that end (within one {1000 * step_s:g} ms step)")
+    else:
+        trend = (f"SNR {half_snr:.1f} dB over its first {seconds / 2:.2f} s, {rows[worst][1]:.1f} dB over all of it: "
+                 f"the deviation grows with the stream's length (the original attends to all of the past, the bounded "
+                 f"model to its window), so streams longer than {seconds:.2f} s differ more" if grows else
+                 f"SNR {half_snr:.1f} dB over its first {seconds / 2:.2f} s, {rows[worst][1]:.1f} dB over all of it; "
+                 f"streams longer than {seconds:.2f} s may differ more (the original attends to all of the past)")
+    LOG.warning("%s: --attention-window bounds %s to %s: the stream equals the bounded model (proved above); "
                 "the bounded model differs from the unbounded original on the proof's %.2f s of input by max abs "
                 "error %.3g (SNR %.1f dB at output '%s'; %s): not the original model", where,
-                "attention" if len(frames) == 1 else f"{len(frames)} attentions", "/".join(map(str, frames)),
+                "attention" if len(frames) == 1 else f"{len(frames)} attentions",
+                plural(frames[0], "frame") if len(frames) == 1 else "/".join(map(str, frames)) + " frames",
                 seconds, rows[worst][0], rows[worst][1], worst, trend)
     return {"frames": frames, "max_abs_vs_original": rows[worst][0], "snr_db_vs_original": rows[worst][1],
             "output": worst, "seconds": round(seconds, 3), "snr_db_vs_original_first_half": half_snr,
