@@ -195,6 +195,34 @@ def _no_time_axis_error(t: Any, shape: list, where: str, timed: str) -> UsageErr
                       f"without a time axis (a fixed conditioning vector) are not supported")
 
 
+def _already_streams(model: Any, src: Any, out: Any, fields: dict, err: UsageError) -> UsageError | None:
+    """The refusal ``err`` of a graph that already streams, turned into one that says so and suggests ``cosyedge
+    adopt`` (UsageError), or None when the graph does not look streaming.
+
+    A foreign streaming graph (a chunk in, a cache or RNN state in, the next cache or state out) is refused by
+    streamify for an input without a time axis, and the line suggested ``--time-axis``, never ``adopt``. It looks
+    streaming when inputs pair with outputs as adopt pairs states (``cache``/``new_cache``, ``h``/``hn``,
+    ``x_in``/``x_out``, a state-named input and its same-shape output, pairs in the metadata:
+    :func:`cosyedge.surgery.adopt.pairs.find_state_pairs`). Only a refusal
+    is rewritten, so a full-sequence graph whose names happen to pair still streamifies; its refusal keeps the reason.
+    """
+    from cosyedge.surgery.adopt.pairs import find_state_pairs
+
+    try:
+        pairs = find_state_pairs(model, str(src))
+    except (UsageError, AttributeError):  # no pair found (or several candidates: not for this line to settle)
+        return None
+    why = str(err)
+    where = f"{src}: "
+    why = why[len(where):] if why.startswith(where) else why
+    flags = "".join(f" --{k.replace('_', '-')} {fields[k]}" for k in ("sample_rate_hz", "hop_samples") if fields.get(k))
+    return UsageError(f"{src} looks like a graph that already streams: its input{'s' if len(pairs) > 1 else ''} "
+                      f"{', '.join(f'{i}' for i, _ in pairs)} pair{'' if len(pairs) > 1 else 's'} with output"
+                      f"{'s' if len(pairs) > 1 else ''} {', '.join(o for _, o in pairs)} (a state carried from call "
+                      f"to call); streamify takes a full-sequence graph: adopt this one instead: cosyedge adopt {src} "
+                      f"-o {out}{flags} (streamify's refusal: {why})")
+
+
 def _free_time_dims(tensors: list, axes: dict[str, int], where: str, kind: str) -> list[tuple[str, str, int, int]]:
     """Make the time axis of each graph input or output in ``tensors`` symbolic where the export left it at a
     fixed length (``torch.onnx.export(dynamo=True)`` with ``dynamic_shapes`` on the input only keeps the output
@@ -1120,7 +1148,10 @@ class StatefulOnnxFromOnnx(Stage):
             first = graph.inputs[0] if graph.inputs else None
             if first is None or not graph.outputs:
                 raise ArtifactError(f"{src} has no inputs or no outputs (an empty or truncated ONNX?)")
-            axes0 = _input_time_axes(graph, self.time_axes, str(src))
+            try:
+                axes0 = _input_time_axes(graph, self.time_axes, str(src))
+            except UsageError as err:
+                raise _already_streams(model, src, self.out, fields, err) or err from None
             time_axes = dict(self.time_axes)
             wrapped = _add_channel_axis(graph, axes0, str(src)) if self.frames_per_hop is None else None
             if wrapped:  # not asked for features: an (N, T) waveform streams as (N, 1, T)
@@ -1142,6 +1173,9 @@ class StatefulOnnxFromOnnx(Stage):
                                      attention_per_frame=self.attention_per_frame,
                                      samples_per_tick=hop // hop_ticks)
             except UsageError as err:
+                adopt = _already_streams(model, src, self.out, fields, err)
+                if adopt is not None:
+                    raise adopt from None
                 if audio or hop_ticks != 1 or not _waveform_like(shape0, axes0[first.name]):
                     raise
                 raise UsageError(f"{err}; note: input '{first.name}' {shape0} was read as features at 1 frame per "
