@@ -84,7 +84,7 @@ def compare(reference, candidate, modes, chunk_ms, utt_path, max_utterances, snr
         check_not_inputs(json_path, (reference, candidate, utt_path), "--json")
     ref = load_compare_model(reference)
     cand = load_compare_model(candidate)
-    check_reference(ref, cand, sparse_ok=True)
+    check_reference(ref, cand)
     check_lineage(cand, ref, f"candidate {cand.path}")
     check_compatible(ref, cand)
     chunk = default_chunk(ref, chunk_ms, (cand,))  # a candidate that runs one chunk length only sets it

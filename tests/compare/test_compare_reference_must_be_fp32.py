@@ -1,6 +1,7 @@
-"""``cosyedge compare REF CAND`` takes the FP32 reference first, as ``check`` does: an FP16 engine given as REF (the
-arguments swapped) exited 1 "fp32 candidate ... outside tolerance", an accuracy regression that is none. Now exit 2,
-one line saying the arguments may be swapped, nothing written."""
+"""``cosyedge compare REF CAND`` takes the more exact model (the FP32 reference) first: an FP16 engine given as REF
+(the arguments swapped) exited 1 "fp32 candidate ... outside tolerance", an accuracy regression that is none. Now exit
+2, one line saying the arguments may be swapped, nothing written. ``check`` refuses any non-FP32 reference, as before;
+compare still takes two builds of one precision (an INT8 engine against an INT8 variant, test_cli_compare.py)."""
 
 from __future__ import annotations
 
@@ -22,7 +23,8 @@ def test_an_fp16_reference_is_refused_as_swapped_arguments(cli, ref_onnx, fp16_e
     rc, out, err = cli("compare", fp16_engine, ref_onnx, "--no-pesq", "--json", js)
     assert rc == 2, err
     assert err.count("\n") == 1 and err.startswith("[!] ") and "Traceback" not in err
-    assert f"the reference {fp16_engine} is a fp16 model, not FP32: the arguments may be swapped" in err
+    assert (f"the reference {fp16_engine} is a fp16 model, less exact than the fp32 candidate {ref_onnx}: the "
+            "arguments may be swapped") in err
     assert f"cosyedge compare {ref_onnx} {fp16_engine}" in err  # the command in the right order
     assert out == "" and not js.exists()
 
@@ -38,5 +40,8 @@ def test_library_check_reference(ref_onnx, fp16_engine):
 
     ref, fp16 = load_compare_model(ref_onnx), load_compare_model(fp16_engine)
     check_reference(ref, fp16)  # the right order passes
+    check_reference(fp16, fp16)  # two builds of one precision
     with pytest.raises(UsageError, match="may be swapped"):
         check_reference(fp16, ref)
+    with pytest.raises(UsageError, match="give the FP32 streaming ONNX"):
+        check_reference(fp16)  # check: FP32 only
