@@ -159,6 +159,7 @@ EXTRA: dict[tuple[str, str], list[str]] = {
     ("build", "--exclude"): ["--fp16"],
     ("check", "--calib"): ["--precisions", "int8"],
     ("check", "--sparse-onnx"): ["--precisions", "fp32-sparse"],
+    **{("compare", o): ["--mark-all"] for o in ("--seconds", "--jump-db", "--floor-db")},  # refused without it
 }
 """(command, option) -> arguments added to the base so that the option is used (a Triton option needs
 ``--backend triton``), so that its value, not the option's irrelevance, is what gets judged."""

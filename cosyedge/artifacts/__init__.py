@@ -52,6 +52,7 @@ from cosyedge.artifacts.files import (
     remove_stale_temp_folders,
     replace_dir,
     sha256_file,
+    signals_held,
     write_error,
     write_json,
     writing,
@@ -76,7 +77,7 @@ __all__ = [
     "MACHINE_MEASURED_KEYS", "OWNER_FILE", "atomic_folder", "atomic_output", "check_not_input", "check_writable",
     "check_not_inputs",
     "default_file_mode", "load_onnx", "model_content_sha256", "remove_stale_temp_folders", "replace_dir",
-    "sha256_file", "write_json", "WriteError", "check_folder_path", "is_write_error", "write_error", "writing",
+    "sha256_file", "signals_held", "write_json", "WriteError", "check_folder_path", "is_write_error", "write_error", "writing",
     "MANIFEST_NAME", "MANIFEST_OBJECTS", "MANIFEST_REQUIRED", "PRECISIONS", "EngineManifest", "SourceModel", "Stage", "load_manifest",
     "resolve_artifact", "write_manifest",
 ]

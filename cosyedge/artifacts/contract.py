@@ -593,10 +593,26 @@ MAX_CHUNK_MS = 10_000.0
 bounds memory)."""
 
 
+MAX_NAME_BYTES = 100
+"""int: the longest model or engine name, UTF-8 bytes: it names the engine folder (``<name>-<precision>[-variant]-
+<backend>``, a file name of at most 255 bytes on common file systems; ``build --name`` of 300 characters ended in exit 3
+"File name too long")."""
+
+
+def name_too_long(name: str, what: str = "--name") -> str | None:
+    """The one-line refusal of a name longer than :data:`MAX_NAME_BYTES` (str), or None when it fits."""
+    n = len(name.encode("utf-8", "surrogatepass"))
+    if n <= MAX_NAME_BYTES:
+        return None
+    size = f"{len(name)} characters" + (f", {n} bytes in UTF-8" if n != len(name) else "")
+    return (f"{what} {name[:24]!r}... is {size}; a model name holds at most {MAX_NAME_BYTES} bytes (it names the "
+            f"engine folder): give a shorter one")
+
+
 def check_name(name: Any) -> None:
-    """Refuse an empty or blank model name (``--name ''``) and one that is no plain folder name (``a/b``,
-    ``../x``, ``.``: the rule of :func:`cosyedge.builders.names.check_engine_name`, which ``build`` applies to the
-    engine folder the name gives): it names the engine folder and every message.
+    """Refuse an empty or blank model name (``--name ''``), one that is no plain folder name (``a/b``, ``../x``,
+    ``.``: the rule of :func:`cosyedge.builders.names.check_engine_name`, which ``build`` applies to the engine folder
+    the name gives), or one longer than :data:`MAX_NAME_BYTES`: it names the engine folder and every message.
 
     Raises:
         UsageError: one line (exit 2).
@@ -606,3 +622,6 @@ def check_name(name: Any) -> None:
     if name is not None and (any(ch in str(name) for ch in "/\\") or str(name) in (".", "..")):
         raise UsageError(f"--name {name!r} must be a plain folder name (no path separators, not '.' or '..'): it "
                          f"names the engine folder 'cosyedge build' writes")
+    too_long = name_too_long(str(name)) if name is not None else None
+    if too_long:
+        raise UsageError(too_long)

@@ -12,6 +12,8 @@ import hashlib
 import json
 import os
 import shutil
+import signal
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any, Iterator
@@ -221,6 +223,31 @@ def check_folder_path(path: str | Path, what: str = "output folder", why: str = 
 
 
 @contextlib.contextmanager
+def signals_held() -> Iterator[None]:
+    """Hold SIGINT and SIGTERM while the block runs: the cleanup of a temp file or folder (thousands of files of a
+    half-written calibration set) is never cut short by a second Ctrl-C or a SIGTERM, which left the temp folder
+    half removed. The previous handlers are restored after; a signal that arrived meanwhile is then delivered again,
+    unless the block ran while an interrupt (Ctrl-C, SIGTERM: a ``BaseException`` that is no ``Exception``) was
+    already ending the command, which the held one would only repeat. Outside the main thread (where handlers cannot
+    be set) the block runs as is."""
+    held: list[int] = []
+    old: dict[int, Any] = {}
+    try:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            old[sig] = signal.signal(sig, lambda signum, frame: held.append(signum))
+    except ValueError:  # not the main thread
+        pass
+    try:
+        yield
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+        ending = sys.exc_info()[1]
+        if held and (ending is None or isinstance(ending, Exception)):
+            signal.raise_signal(held[0])
+
+
+@contextlib.contextmanager
 def atomic_output(dest: str | Path, suffix: str | None = None) -> Iterator[Path]:
     """Yield a temporary path next to ``dest``; on success rename it onto ``dest``, on error delete it.
 
@@ -233,17 +260,25 @@ def atomic_output(dest: str | Path, suffix: str | None = None) -> Iterator[Path]
         ArtifactError: the destination folder cannot be created or written.
     """
     dest = Path(dest)
+    tmp: Path | None = None
     try:
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=suffix if suffix is not None else dest.suffix,
-                                   dir=dest.parent)
-        os.close(fd)
-    except OSError as err:
-        check_folder_path(dest.parent, "output folder", f"it receives {dest.name}")
-        if err.errno in WRITE_ERRNOS:
-            raise write_error(err, dest) from None
-        raise ArtifactError(f"cannot write {dest}: {err.strerror or err}") from None
-    tmp = Path(tmp)
+        with signals_held():  # a signal while the temp file is made comes once it is known (and removed below)
+            try:
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                fd, name = tempfile.mkstemp(prefix=f".{dest.name}.",
+                                            suffix=suffix if suffix is not None else dest.suffix, dir=dest.parent)
+                tmp = Path(name)
+                os.close(fd)
+            except OSError as err:
+                check_folder_path(dest.parent, "output folder", f"it receives {dest.name}")
+                if err.errno in WRITE_ERRNOS:
+                    raise write_error(err, dest) from None
+                raise ArtifactError(f"cannot write {dest}: {err.strerror or err}") from None
+    except BaseException:
+        if tmp is not None:
+            with signals_held():
+                tmp.unlink(missing_ok=True)
+        raise
     try:
         yield tmp
         if tmp.exists():  # mkstemp makes 0600 files: give the mode a plain open() would
@@ -254,8 +289,8 @@ def atomic_output(dest: str | Path, suffix: str | None = None) -> Iterator[Path]
             raise
         raise write_error(err, dest) from None
     finally:
-        if tmp.exists():
-            tmp.unlink()
+        with signals_held():
+            tmp.unlink(missing_ok=True)
 
 
 @contextlib.contextmanager
@@ -272,36 +307,48 @@ def atomic_folder(dest: str | Path, what: str = "folder") -> Iterator[Path]:
     dest = Path(dest)
     root = dest.parent
     made: list[Path] = []  # folders above dest this call creates (./engines on a first build): removed on failure
+    tmp: Path | None = None
     try:
-        made = made_folders(root)
-        remove_stale_temp_folders(dest)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=root))
-        (tmp / OWNER_FILE).write_text(f"{os.getpid()}\n")
-    except OSError as err:
-        check_folder_path(root, "output folder", f"it receives the {what}")
-        if err.errno in WRITE_ERRNOS:
-            raise write_error(err, dest, what) from None
-        raise ArtifactError(f"cannot write {what} in {root}: {err.strerror or err}") from None
+        with signals_held():  # a signal while the temp folder is made comes once it is known (and removed below)
+            try:
+                made = made_folders(root)
+                remove_stale_temp_folders(dest)
+                tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=root))
+                (tmp / OWNER_FILE).write_text(f"{os.getpid()}\n")
+            except OSError as err:
+                check_folder_path(root, "output folder", f"it receives the {what}")
+                if err.errno in WRITE_ERRNOS:
+                    raise write_error(err, dest, what) from None
+                raise ArtifactError(f"cannot write {what} in {root}: {err.strerror or err}") from None
+    except BaseException:
+        with signals_held():
+            if tmp is not None:
+                shutil.rmtree(tmp, ignore_errors=True)
+            remove_empty_folders(made)
+        raise
     try:
         yield tmp
         (tmp / OWNER_FILE).unlink(missing_ok=True)
         os.chmod(tmp, default_file_mode(0o777))  # mkdtemp creates 0700
         replace_dir(tmp, dest, what)
     except OSError as err:
-        shutil.rmtree(tmp, ignore_errors=True)
-        remove_empty_folders(made)
+        with signals_held():
+            shutil.rmtree(tmp, ignore_errors=True)
+            remove_empty_folders(made)
         if not is_write_error(err, tmp):
             raise
         raise write_error(err, dest, what) from None
     except WriteError as err:  # a file inside the temp folder: name the folder, not the temp file
-        shutil.rmtree(tmp, ignore_errors=True)
-        remove_empty_folders(made)
+        with signals_held():
+            shutil.rmtree(tmp, ignore_errors=True)
+            remove_empty_folders(made)
         if not _inside(err.dest, tmp):
             raise
         raise write_error(err.os_error, dest, what) from None
     except BaseException:  # an error, Ctrl-C or SIGTERM: no temp folder, and no empty folder this call made
-        shutil.rmtree(tmp, ignore_errors=True)
-        remove_empty_folders(made)
+        with signals_held():
+            shutil.rmtree(tmp, ignore_errors=True)
+            remove_empty_folders(made)
         raise
 
 
@@ -387,10 +434,11 @@ def replace_dir(tmp: Path, dest: Path, what: str = "folder") -> None:
         raise ArtifactError(f"cannot write {what} {dest}: {err.strerror or err}") from None
     finally:
         if old is not None:
-            if old.is_dir() and not old.is_symlink():
-                shutil.rmtree(old, ignore_errors=True)
-            else:
-                old.unlink(missing_ok=True)
+            with signals_held():  # dest is in place: the previous folder goes whole
+                if old.is_dir() and not old.is_symlink():
+                    shutil.rmtree(old, ignore_errors=True)
+                else:
+                    old.unlink(missing_ok=True)
 
 
 def check_not_input(src: str | Path, dest: str | Path) -> None:

@@ -154,10 +154,16 @@ def check_engine_name(name: str | None) -> str:
     """Return ``name`` if it is usable as an engine folder name.
 
     Raises:
-        UsageError: empty, ``.``/``..``, or holding a path separator.
+        UsageError: empty, ``.``/``..``, holding a path separator, or longer than
+            :data:`~cosyedge.artifacts.contract.MAX_NAME_BYTES` (a name from the model's metadata: give ``--name``).
     """
+    from cosyedge.artifacts.contract import name_too_long
+
     if not name or any(ch in name for ch in "/\\") or name in (".", ".."):
         raise UsageError(f"engine name {name!r} must be a plain folder name (no path separators)")
+    too_long = name_too_long(name, "engine name")
+    if too_long:
+        raise UsageError(too_long.replace("give a shorter one", "give a shorter one with --name"))
     return name
 
 

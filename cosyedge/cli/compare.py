@@ -64,17 +64,27 @@ def compare(reference, candidate, modes, chunk_ms, utt_path, max_utterances, snr
     from cosyedge.compare.report import _jsonable
     from cosyedge.compare.core import MODES, default_chunk
     from cosyedge.compare.core import compare as run_compare
-    from cosyedge.compare.models import check_compatible, check_lineage, load_compare_model
+    from cosyedge.compare.models import check_compatible, check_lineage, check_reference, load_compare_model
     from cosyedge.compare.tolerances import tolerance_for
     from cosyedge.errors import RegressionError, UsageError
 
     if threads < 1:
         raise UsageError(f"--threads must be >= 1, got {threads}")
+    if not mark_all:  # as 'run' refuses --device without mic: silently ignored, the user believes they applied
+        from click.core import ParameterSource
+
+        ctx = click.get_current_context()
+        given = [f"--{name.replace('_', '-')}" for name in ("seconds", "jump_db", "floor_db")
+                 if ctx.get_parameter_source(name) not in (None, ParameterSource.DEFAULT)]
+        if given:
+            raise UsageError(f"{', '.join(given)} only appl{'ies' if len(given) == 1 else 'y'} to the layer "
+                             f"bisection: add --mark-all")
     if json_path:
         check_writable(json_path)
         check_not_inputs(json_path, (reference, candidate, utt_path), "--json")
     ref = load_compare_model(reference)
     cand = load_compare_model(candidate)
+    check_reference(ref, cand)
     check_lineage(cand, ref, f"candidate {cand.path}")
     check_compatible(ref, cand)
     chunk = default_chunk(ref, chunk_ms, (cand,))  # a candidate that runs one chunk length only sets it
@@ -142,7 +152,8 @@ def compare(reference, candidate, modes, chunk_ms, utt_path, max_utterances, snr
 @click.option("--onnx", "onnx_path", metavar="PATH", default=None,
               help="FP32 streaming ONNX reference. Default: the bundled reference model.")
 @click.option("--baseline", metavar="FILE", default=None,
-              help="Baseline JSON. Default: <model>.accuracy.json beside the --onnx file (the log says where); for the "
+              help="Baseline JSON. Default: <file>.accuracy.json beside the --onnx file (mine.stream.onnx -> "
+                   "mine.stream.accuracy.json; the log says where); for the "
                    "bundled model, the committed cosyedge/compare/baselines/reference.accuracy.json.")
 @click.option("--update-baseline", is_flag=True,
               help="Measure and (re)write the baseline (and the INT8 calibration caches next to it).")

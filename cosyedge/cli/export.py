@@ -86,6 +86,8 @@ def _time_axes(values: tuple[str, ...]) -> dict[str, int]:
         name, sep, axis = v.rpartition("=")
         if not sep or not name or not axis.lstrip("-").isdigit():
             raise UsageError(f"--time-axis takes NAME=AXIS (e.g. feat_erb=2), got '{v}'")
+        if name in axes:  # as adopt's --time-axis/--const/--init: the last one winning silently hid a typo
+            raise UsageError(f"--time-axis {name} is given twice ({axes[name]} and {int(axis)}): give it once")
         axes[name] = int(axis)
     return axes
 

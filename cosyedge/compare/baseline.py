@@ -138,7 +138,9 @@ def load_baseline(path: Path, ref: CompareModel) -> dict:
     if sha != ref.model_sha256 and not (content and content == ref.content_sha256):
         raise UsageError(
             f"baseline {path} is for model '{data['model'].get('name', '?')}' sha256 {str(sha)[:12]}, not "
-            f"{ref.model_path} (sha256 {ref.model_sha256[:12]}): the model changed; {fix}")
+            f"{ref.model_path} (sha256 {ref.model_sha256[:12]}): the model changed, or the baseline is another "
+            f"model's; cosyedge check --update-baseline --onnx {ref.model_path} --baseline {path} replaces the stored "
+            f"baseline with one of {ref.model_path.name} (or give another --baseline FILE)")
     return data
 
 

@@ -36,7 +36,8 @@ line names the field), a directory given as ``--baseline``, an utterance shorter
 (:data:`cosyedge.compare.utterances.MIN_SECONDS`), an empty ``--onnx``, a missing ``--sparse-onnx``; 4 dependency).
 
 **Baseline** (``--baseline``, default the committed ``cosyedge/compare/baselines/reference.accuracy.json``
-for the bundled model, ``<model name>.accuracy.json`` beside any other ``--onnx`` file, never the installed
+for the bundled model, ``<file>.accuracy.json`` beside any other ``--onnx`` file (``mine.stream.onnx`` ->
+``mine.stream.accuracy.json``; an update that replaces another model's baseline says so), never the installed
 package's folder; the log says which): JSON keyed by the reference model's SHA-256, with the utterance set's hashes,
 chunk length and, per label, every metric's value. ``cosyedge check --update-baseline`` is the one
 command that (re)writes it, after the model changes: it builds every label of ``--precisions`` (the
@@ -52,12 +53,14 @@ workflow (the baseline idea).
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
 from cosyedge.artifacts import MANIFEST_NAME, check_not_inputs, check_writable, write_json
 from cosyedge.log import LOG
 from cosyedge.compare.baseline import (
+    BASELINE_KIND,
     _check_same_set,
     _is_parent,
     _kept_tolerances,
@@ -72,7 +75,7 @@ from cosyedge.compare.core import DEFAULT_CHUNK_MS, ReferenceCache, compare, def
 from cosyedge.compare.engines import ensure_engine, sparse_parent
 from cosyedge.compare.labels import DEFAULT_PRECISIONS, load_candidate, parse_precisions
 from cosyedge.builders.names import parse_precision_label, precision_label
-from cosyedge.compare.models import CompareModel, load_compare_model
+from cosyedge.compare.models import CompareModel, check_reference, load_compare_model
 from cosyedge.compare.report import _jsonable, _rows, write_junit
 from cosyedge.compare.tolerances import BASELINE_TOLERANCES, tolerance_for
 from cosyedge.compare.utterances import Utterance, fixed_utterances, with_partners
@@ -98,10 +101,33 @@ def _bundled(path: str | Path) -> bool:
 def default_baseline_for(onnx_path: str | Path | None, model_name: str) -> Path:
     """The baseline ``cosyedge check`` reads or writes without ``--baseline`` (Path): the committed
     ``cosyedge/compare/baselines/<name>.accuracy.json`` for the bundled model (no ``--onnx``, or a model inside the
-    package), else ``<name>.accuracy.json`` beside the user's ``--onnx`` file (never into the installed package)."""
+    package), else ``<file>.accuracy.json`` beside the user's ``--onnx`` file, named after that file
+    (``mine.stream.onnx`` -> ``mine.stream.accuracy.json``; never into the installed package). Named after the file,
+    not the model name in its metadata: two adopted models in one folder share that name (the file stem 'stream'),
+    and ``--update-baseline`` of one overwrote the other's baseline."""
     if onnx_path is None or _bundled(onnx_path):
         return default_baseline_path(model_name)
-    return Path(onnx_path).parent / f"{model_name}.accuracy.json"
+    p = Path(onnx_path)
+    stem = p.name[:-len(".onnx")] if p.name.lower().endswith(".onnx") and len(p.name) > len(".onnx") else p.name
+    return p.parent / f"{stem}.accuracy.json"
+
+
+def _warn_if_replacing_another_models(baseline: Path, ref: CompareModel) -> None:
+    """Say, in one warning line, when ``--update-baseline`` is about to replace a baseline recorded for another
+    model (another model name or file): the other model's gate is lost with it."""
+    try:
+        old = json.loads(baseline.read_text())
+        model = old.get("model") if isinstance(old, dict) and old.get("kind") == BASELINE_KIND else None
+    except (OSError, UnicodeDecodeError, ValueError):
+        return
+    if not isinstance(model, dict):
+        return
+    name, path = str(model.get("name", "?")), str(model.get("path", "?"))
+    if name == ref.contract.name and path == ref.model_path.name:
+        return
+    LOG.warning("--update-baseline replaces %s, the baseline recorded for another model ('%s', %s, sha256 %s), with "
+                "the baseline of '%s' (%s); give --baseline FILE to keep both", baseline, name, path,
+                str(model.get("sha256", "?"))[:12], ref.contract.name, ref.model_path)
 
 
 def run_check(onnx_path: str | Path | None = None, *, baseline: str | Path | None = None,
@@ -146,8 +172,7 @@ def run_check(onnx_path: str | Path | None = None, *, baseline: str | Path | Non
 
     t0 = time.perf_counter()
     ref = load_compare_model(onnx_path or require_reference())
-    if ref.precision != "fp32" or ref.sparse:
-        raise UsageError(f"the reference {ref.path} is a {ref.label} model; give the FP32 streaming ONNX")
+    check_reference(ref)
     if baseline is None:
         baseline = default_baseline_for(onnx_path, ref.contract.name)
         LOG.info("baseline: %s (the default %s; --baseline FILE to choose another)", baseline,
@@ -166,6 +191,7 @@ def run_check(onnx_path: str | Path | None = None, *, baseline: str | Path | Non
         raise UsageError(f"--json {json_path} and --junit {junit_path} are the same file: give two paths")
     if update_baseline:
         check_writable(baseline)
+        _warn_if_replacing_another_models(baseline, ref)
         base = None
     else:
         base = load_baseline(baseline, ref)

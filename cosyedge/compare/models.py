@@ -307,6 +307,39 @@ def check_lineage(cand: CompareModel, parent: CompareModel, where: str, compared
                      f"...'")
 
 
+def _precision_rank(m: CompareModel) -> tuple[int, int]:
+    """How exact ``m``'s arithmetic is, for ordering a reference against its candidate: FP32 > FP16 > INT8, a dense
+    model above the 2:4-pruned one of the same precision (tuple, larger is more exact)."""
+    return ({"fp32": 2, "fp16": 1}.get(m.precision, 0), 0 if m.sparse else 1)
+
+
+def check_reference(ref: CompareModel, cand: CompareModel | None = None) -> None:
+    """Refuse a reference that cannot judge its candidate, in one line (exit 2).
+
+    ``cosyedge check`` (no ``cand``) measures every label against the FP32 reference: anything else (FP16, INT8, a
+    2:4-pruned model) is refused. ``cosyedge compare REF CAND`` refuses a reference less exact than its candidate
+    (:func:`_precision_rank`): the candidate's tolerance is that of its own precision, so an FP16 engine given as the
+    reference of the FP32 model (``compare engines/x-fp16 s.stream.onnx``, the arguments swapped) exited 1 "fp32
+    candidate ... outside tolerance", an accuracy regression that is none. Two builds of one precision (an INT8 engine
+    against an INT8 variant, ``--mark-all`` naming where they part) and an FP32 2:4-pruned parent of its
+    ``int8-sparse`` build stay comparable.
+
+    Args:
+        ref (CompareModel): The reference the user gave.
+        cand (CompareModel | None): The candidate (``compare``); None for ``check``.
+    Raises:
+        UsageError: one line, exit 2; for ``compare`` it says the arguments may be swapped and gives them in order.
+    """
+    if cand is None:
+        if ref.precision != "fp32" or ref.sparse:
+            raise UsageError(f"the reference {ref.path} is a {ref.label} model; give the FP32 streaming ONNX")
+        return
+    if _precision_rank(ref) >= _precision_rank(cand):
+        return
+    raise UsageError(f"the reference {ref.path} is a {ref.label} model, less exact than the {cand.label} candidate "
+                     f"{cand.path}: the arguments may be swapped; give the reference (FP32) first: cosyedge compare "
+                     f"{cand.path} {ref.path}")
+
 def reraise_runner_error(err: Exception, who: CompareModel, where: str) -> CosyEdgeError:
     """Turn an exception raised while running ``who`` into a one-line UsageError (exit 2)."""
     if isinstance(err, CosyEdgeError):
@@ -314,4 +347,4 @@ def reraise_runner_error(err: Exception, who: CompareModel, where: str) -> CosyE
     return UsageError(f"{who.path} failed to run {where}: {first_line(err)}")
 
 
-__all__ = ["CompareModel", "check_compatible", "check_lineage", "load_compare_model", "parse_precision_label", "precision_label"]
+__all__ = ["CompareModel", "check_compatible", "check_lineage", "check_reference", "load_compare_model", "parse_precision_label", "precision_label"]

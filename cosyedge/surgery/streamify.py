@@ -108,6 +108,12 @@ def _input_time_axes(graph: Any, given: dict[str, int] | None, where: str = "") 
         shape = list(t.shape or [])
         if given and t.name in given:
             ax = int(given[t.name])
+            if t.shape is not None and len(shape) < 2:  # 1..rank-1 would read "axes 1..0"
+                raise UsageError(f"{where + ': ' if where else ''}--time-axis {t.name}={ax}: input '{t.name}' {shape} "
+                                 f"has no time axis to pick (rank {len(shape)}: "
+                                 f"{'its only axis is the batch' if shape else 'a scalar'}): one value per sequence, "
+                                 f"not a stream over time; inputs without a time axis (a speaker id, a conditioning "
+                                 f"vector) are not supported: fix its value inside the model before export")
             if shape and not -len(shape) < ax < len(shape) or shape and ax % len(shape) == 0:
                 raise UsageError(f"--time-axis {t.name}={ax}: input '{t.name}' has shape {shape}; time must be one of "
                                  f"axes 1..{len(shape) - 1} (axis 0 is the batch)")
@@ -187,6 +193,34 @@ def _no_time_axis_error(t: Any, shape: list, where: str, timed: str) -> UsageErr
     return UsageError(f"{pre}input '{t.name}' has no symbolic axis ({shape}): every input must run over time "
                       f"(export it with a dynamic time axis, or give it: --time-axis {t.name}=AXIS); inputs "
                       f"without a time axis (a fixed conditioning vector) are not supported")
+
+
+def _already_streams(model: Any, src: Any, out: Any, fields: dict, err: UsageError) -> UsageError | None:
+    """The refusal ``err`` of a graph that already streams, turned into one that says so and suggests ``cosyedge
+    adopt`` (UsageError), or None when the graph does not look streaming.
+
+    A foreign streaming graph (a chunk in, a cache or RNN state in, the next cache or state out) is refused by
+    streamify for an input without a time axis, and the line suggested ``--time-axis``, never ``adopt``. It looks
+    streaming when inputs pair with outputs as adopt pairs states (``cache``/``new_cache``, ``h``/``hn``,
+    ``x_in``/``x_out``, a state-named input and its same-shape output, pairs in the metadata:
+    :func:`cosyedge.surgery.adopt.pairs.find_state_pairs`). Only a refusal
+    is rewritten, so a full-sequence graph whose names happen to pair still streamifies; its refusal keeps the reason.
+    """
+    from cosyedge.surgery.adopt.pairs import find_state_pairs
+
+    try:
+        pairs = find_state_pairs(model, str(src))
+    except (UsageError, AttributeError):  # no pair found (or several candidates: not for this line to settle)
+        return None
+    why = str(err)
+    where = f"{src}: "
+    why = why[len(where):] if why.startswith(where) else why
+    flags = "".join(f" --{k.replace('_', '-')} {fields[k]}" for k in ("sample_rate_hz", "hop_samples") if fields.get(k))
+    return UsageError(f"{src} looks like a graph that already streams: its input{'s' if len(pairs) > 1 else ''} "
+                      f"{', '.join(f'{i}' for i, _ in pairs)} pair{'' if len(pairs) > 1 else 's'} with output"
+                      f"{'s' if len(pairs) > 1 else ''} {', '.join(o for _, o in pairs)} (a state carried from call "
+                      f"to call); streamify takes a full-sequence graph: adopt this one instead: cosyedge adopt {src} "
+                      f"-o {out}{flags} (streamify's refusal: {why})")
 
 
 def _free_time_dims(tensors: list, axes: dict[str, int], where: str, kind: str) -> list[tuple[str, str, int, int]]:
@@ -770,15 +804,28 @@ def _window_deviation(sg: StreamGraph, inputs: dict, bounded: dict, contract: St
     e2, s2 = float((e ** 2).sum()), float((a ** 2).sum())
     half_snr = 200.0 if e2 == 0 else min(200.0, 10 * math.log10(max(s2, 1e-300) / e2))
     grows = rows[worst][1] < half_snr
-    trend = (f"SNR {half_snr:.1f} dB over its first {seconds / 2:.2f} s, {rows[worst][1]:.1f} dB over all of it: the "
-             f"deviation grows with the stream's length (the original attends to all of the past, the bounded model "
-             f"to its window), so streams longer than {seconds:.2f} s differ more" if grows else
-             f"SNR {half_snr:.1f} dB over its first {seconds / 2:.2f} s, {rows[worst][1]:.1f} dB over all of it; "
-             f"streams longer than {seconds:.2f} s may differ more (the original attends to all of the past)")
-    LOG.warning("%s: --attention-window bounds %s to %s frames: the stream equals the bounded model (proved above); "
+    # a positional table ends every stream (the run refuses longer ones): when the proof ran up to that end (it is cut
+    # to the longest stream the table allows, a whole number of steps), no stream is longer than the proof's input
+    longest = contract.max_stream_samples / contract.sample_rate_hz if contract.max_stream_samples else 0.0
+    step_s = contract.total_stride / contract.sample_rate_hz
+    ends = bool(longest) and seconds + step_s > longest - 1e-9
+    if ends:
+        grown = ": the deviation grows with the stream's length" if grows else ""
+        trend = (f"SNR {half_snr:.1f} dB over its first {seconds / 2:.2f} s, {rows[worst][1]:.1f} dB over all of "
+                 f"it{grown}; streams end at "
+                 f"{longest:.2f} s, the length the model's positional table allows ('cosyedge run' refuses longer "
+                 f"ones): the proof's input ran to that end (within one {1000 * step_s:g} ms step)")
+    else:
+        trend = (f"SNR {half_snr:.1f} dB over its first {seconds / 2:.2f} s, {rows[worst][1]:.1f} dB over all of it: "
+                 f"the deviation grows with the stream's length (the original attends to all of the past, the bounded "
+                 f"model to its window), so streams longer than {seconds:.2f} s differ more" if grows else
+                 f"SNR {half_snr:.1f} dB over its first {seconds / 2:.2f} s, {rows[worst][1]:.1f} dB over all of it; "
+                 f"streams longer than {seconds:.2f} s may differ more (the original attends to all of the past)")
+    LOG.warning("%s: --attention-window bounds %s to %s: the stream equals the bounded model (proved above); "
                 "the bounded model differs from the unbounded original on the proof's %.2f s of input by max abs "
                 "error %.3g (SNR %.1f dB at output '%s'; %s): not the original model", where,
-                "attention" if len(frames) == 1 else f"{len(frames)} attentions", "/".join(map(str, frames)),
+                "attention" if len(frames) == 1 else f"{len(frames)} attentions",
+                plural(frames[0], "frame") if len(frames) == 1 else "/".join(map(str, frames)) + " frames",
                 seconds, rows[worst][0], rows[worst][1], worst, trend)
     return {"frames": frames, "max_abs_vs_original": rows[worst][0], "snr_db_vs_original": rows[worst][1],
             "output": worst, "seconds": round(seconds, 3), "snr_db_vs_original_first_half": half_snr,
@@ -1101,7 +1148,10 @@ class StatefulOnnxFromOnnx(Stage):
             first = graph.inputs[0] if graph.inputs else None
             if first is None or not graph.outputs:
                 raise ArtifactError(f"{src} has no inputs or no outputs (an empty or truncated ONNX?)")
-            axes0 = _input_time_axes(graph, self.time_axes, str(src))
+            try:
+                axes0 = _input_time_axes(graph, self.time_axes, str(src))
+            except UsageError as err:
+                raise _already_streams(model, src, self.out, fields, err) or err from None
             time_axes = dict(self.time_axes)
             wrapped = _add_channel_axis(graph, axes0, str(src)) if self.frames_per_hop is None else None
             if wrapped:  # not asked for features: an (N, T) waveform streams as (N, 1, T)
@@ -1123,6 +1173,9 @@ class StatefulOnnxFromOnnx(Stage):
                                      attention_per_frame=self.attention_per_frame,
                                      samples_per_tick=hop // hop_ticks)
             except UsageError as err:
+                adopt = _already_streams(model, src, self.out, fields, err)
+                if adopt is not None:
+                    raise adopt from None
                 if audio or hop_ticks != 1 or not _waveform_like(shape0, axes0[first.name]):
                     raise
                 raise UsageError(f"{err}; note: input '{first.name}' {shape0} was read as features at 1 frame per "

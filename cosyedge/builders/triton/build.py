@@ -243,6 +243,13 @@ def build_triton(onnx_path: Any, out_dir: str | Path | None = None, name: str | 
         check_triton_states(raw_states, str(src))  # implicit state's limits (the Python backend keeps its own)
     contract = check_streaming_onnx(src)
     chunk = int(contract.hop_samples if chunk_samples is None else chunk_samples)
+    from cosyedge.artifacts.contract import MAX_CHUNK_MS
+
+    longest = int(MAX_CHUNK_MS * contract.sample_rate_hz // 1000) // contract.total_stride * contract.total_stride
+    if chunk_samples is not None and chunk > longest:  # refused before a seeded chunk is allocated
+        raise UsageError(f"--chunk-samples {chunk}: a chunk is at most {MAX_CHUNK_MS / 1000:g} s "
+                         f"({longest} samples at {contract.sample_rate_hz} Hz, as run and compare allow); give a "
+                         f"multiple of {contract.total_stride} up to {longest}")
     try:
         contract.check_chunk(chunk)
     except UsageError as err:
