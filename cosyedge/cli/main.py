@@ -31,6 +31,7 @@ COMMANDS = {
     "compare": ("cosyedge.cli.compare", "compare"),
     "check": ("cosyedge.cli.compare", "check"),
     "devices": ("cosyedge.cli.devices", "devices"),
+    "doctor": ("cosyedge.cli.doctor", "doctor"),
 }
 
 
