@@ -280,7 +280,8 @@ def check_cpu(cpuinfo_path: str = "/proc/cpuinfo") -> Finding:
                    {"machine": machine, **info})
 
 
-def check_jetson(model_path: str = "/proc/device-tree/model", release_path: str = "/etc/nv_tegra_release") -> Finding | None:
+def check_jetson(model_path: str = "/proc/device-tree/model",
+                 release_path: str = "/etc/nv_tegra_release") -> Finding | None:
     """A Jetson board and its L4T release, or None on other machines."""
     try:
         model = Path(model_path).read_text(errors="replace").strip("\x00\n ")

@@ -116,7 +116,8 @@ def job_steps(job: str, out: Path, cal: Path) -> tuple[list[list[str]], dict[str
         placement = job.split("-", 1)[1]
         folder = engines / ("reference-int8-onnxruntime" if placement == "trt" else
                             f"reference-int8-{placement}-onnxruntime")
-        return ([[*CLI, "build", "--int8", "--int8-placement", placement, "--calib", str(cal), "-o", str(engines), "-q"],
+        return ([[*CLI, "build", "--int8", "--int8-placement", placement, "--calib", str(cal), "-o", str(engines),
+                  "-q"],
                  [*CLI, "run", NOISY, "-o", str(out / f"{job}.wav"), "--engine", str(folder), "-q"]],
                 {f"{job}.wav": "audio", str(folder.relative_to(out) / "model.onnx"): "file"})
     if job == "pool":
@@ -153,7 +154,8 @@ def compare_check(a: Path, b: Path) -> dict:
     rows = {}
     for r in ra["rows"]:
         o = rows_b.get(key(r), {})
-        rows[key(r)] = {"snr_db_x86_64": round(r["snr_db"], 2), "snr_db_aarch64": round(o.get("snr_db", float("nan")), 2),
+        rows[key(r)] = {"snr_db_x86_64": round(r["snr_db"], 2),
+                        "snr_db_aarch64": round(o.get("snr_db", float("nan")), 2),
                         "status_x86_64": r["status"], "status_aarch64": o.get("status")}
     return {"passed_x86_64": ra["passed"], "passed_aarch64": rb["passed"], "regressions_aarch64": rb["regressions"],
             "rows": rows}
@@ -212,7 +214,8 @@ def _cell(r: dict) -> tuple[str, str]:
 def table(report: dict) -> str:
     """The report as a Markdown table (docs/jetson.md carries it; tests keep the two equal)."""
     v = report["versions"]["aarch64"]
-    head = (f"{report['emulator']}, Python {v.get('python')}, onnxruntime {v.get('onnxruntime')}, numpy {v.get('numpy')}, "
+    head = (f"{report['emulator']}, Python {v.get('python')}, onnxruntime {v.get('onnxruntime')}, "
+            f"numpy {v.get('numpy')}, "
             f"onnx {v.get('onnx')}; x86-64: Python {report['versions']['x86_64'].get('python')}, same packages "
             f"({report['date']})")
     rows = [head, "", "| job | output | aarch64 vs x86-64 | notes |", "|---|---|---|---|"]
@@ -226,7 +229,8 @@ def table(report: dict) -> str:
 
 
 def versions(python: str) -> dict:
-    code = ("import json, platform, numpy, onnx, onnxruntime, cosyedge; print(json.dumps({'machine': platform.machine(), "
+    code = ("import json, platform, numpy, onnx, onnxruntime, cosyedge; "
+            "print(json.dumps({'machine': platform.machine(), "
             "'python': platform.python_version(), 'numpy': numpy.__version__, 'onnx': onnx.__version__, "
             "'onnxruntime': onnxruntime.__version__, 'cosyedge': cosyedge.__version__}))")
     p = subprocess.run([python, "-c", code], capture_output=True, text=True, cwd="/", timeout=900)

@@ -211,7 +211,8 @@ def test_a_check_that_raises_becomes_a_broken_line():
 
 def test_doctor_module_imports_no_heavy_dependency():
     code = ("import sys, cosyedge.doctor, cosyedge.cli.doctor; "
-            "print([m for m in ('onnxruntime', 'tensorrt', 'pycuda', 'sounddevice', 'onnx', 'torch') if m in sys.modules])")
+            "print([m for m in ('onnxruntime', 'tensorrt', 'pycuda', 'sounddevice', 'onnx', 'torch') "
+            "if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]", out
 

@@ -1,9 +1,9 @@
 """API conformance against the real bindings (issue 25): every TensorRT, pycuda and cuda-python name cosyedge
 uses exists where cosyedge uses it.
 
-* TensorRT 8.6.1, 10.3.0 (what JetPack 6.2 ships), 10.13.3.9 and 11.4.0.106: the bindings wheels from PyPI cannot be imported here (they link
-  libnvinfer), but their compiled module holds every class, method, property, argument and enum member name as a
-  string (pybind11). :mod:`tests.trt.api_usage` collects the names cosyedge reads *on each version's code path*
+* TensorRT 8.6.1, 10.3.0 (what JetPack 6.1/6.2 ship), 10.13.3.9 and 11.4.0.106: the bindings wheels from PyPI
+  cannot be imported here (they link libnvinfer), but their compiled module holds every class, method, property,
+  argument and enum member name as a string (pybind11). :mod:`tests.trt.api_usage` collects the names cosyedge reads *on each version's code path*
   from cosyedge's source (the branches are evaluated with :mod:`cosyedge.runtime.trt_compat`'s real decisions on a
   stand-in module made of that version's names), and each must be in that version's string table.
 * pycuda 2026.1: the names must be defined by its C++ wrappers (``src/wrapper/*.cpp``) or ``pycuda/driver.py``.
@@ -38,7 +38,8 @@ from tests.trt.api_usage import STACK_MODULES, Analysis, StandIn
 ROOT = Path(__file__).resolve().parents[2]
 CACHE = Path(os.environ.get("COSYEDGE_TRT_WHEELS", ROOT / ".cache" / "trt-wheels"))
 TRT_WHEELS = {"8.6.1": "tensorrt_bindings-8.6.1-*.whl", "10.3.0": "tensorrt_cu12_bindings-10.3.0-*.whl",
-              "10.13.3.9": "tensorrt_cu12_bindings-10.13.3.9-*.whl", "11.4.0.106": "tensorrt_cu12_bindings-11.4.0.106-*.whl"}
+              "10.13.3.9": "tensorrt_cu12_bindings-10.13.3.9-*.whl",
+              "11.4.0.106": "tensorrt_cu12_bindings-11.4.0.106-*.whl"}
 """dict[str, str]: TensorRT version -> wheel file pattern (PyPI ``tensorrt-bindings`` / ``tensorrt-cu12-bindings``).
 10.3.0 is the TensorRT of JetPack 6.2: Jetson's own bindings are not on PyPI, the x86-64 wheel of the same version
 has the same Python API."""
@@ -235,8 +236,8 @@ def test_string_tables_tell_jetpack_6_tensorrt_from_newer_10x(tables):
     for name in ("tiling_optimization_level", "TilingOptimizationLevel", "IRuntimeConfig", "EDITABLE_TIMING_CACHE",
                  "MONITOR_MEMORY"):
         assert name in v1013 and name not in v103, name
-    for name in ("STRONGLY_TYPED", "execute_async_v3", "set_tensor_address", "SPARSE_WEIGHTS", "IInt8EntropyCalibrator2",
-                 "DLA_core", "GPU_FALLBACK", "FP16", "INT8"):
+    for name in ("STRONGLY_TYPED", "execute_async_v3", "set_tensor_address", "SPARSE_WEIGHTS",
+                 "IInt8EntropyCalibrator2", "DLA_core", "GPU_FALLBACK", "FP16", "INT8"):
         assert name in v103, name
 
 
@@ -356,7 +357,8 @@ def test_checker_passes_a_gated_snippet(tables):
     assert all(not v["missing"] and not v["unresolved"] for v in r.values()), r
     assert "FP16" in r["8.6.1"]["names"] and "FP16" in r["10.13.3.9"]["names"]
     assert "FP16" not in r["11.4.0.106"]["names"] and "SPARSE_WEIGHTS" in r["11.4.0.106"]["names"]
-    assert "TilingOptimizationLevel" in r["10.13.3.9"]["names"] and "TilingOptimizationLevel" not in r["10.3.0"]["names"]
+    assert "TilingOptimizationLevel" in r["10.13.3.9"]["names"]
+    assert "TilingOptimizationLevel" not in r["10.3.0"]["names"]
 
 
 def _line(source: str, text: str) -> int:
@@ -374,7 +376,8 @@ def test_checker_flags_a_name_used_where_it_does_not_exist(tables):
     assert any("execute_async_v2" in m for m in m10) and any("execute_async_v2" in m for m in m11)
     assert not any("execute_async_v2" in m for m in m8)
     tiling = _line(BAD, "# 10.8+, ungated")
-    assert f"tensorrt: tensorrt.TilingOptimizationLevel (snippet.py:{tiling})" in r["10.3.0"]["missing"], r["10.3.0"]["missing"]
+    missing_103 = r["10.3.0"]["missing"]
+    assert f"tensorrt: tensorrt.TilingOptimizationLevel (snippet.py:{tiling})" in missing_103, missing_103
     assert not any("TilingOptimizationLevel" in m for m in m10 + m11)
 
 
