@@ -45,6 +45,8 @@ X86_INT8 = (("avx2", "AVX2"), ("avx512_vnni", "AVX-512 VNNI"), ("avx_vnni", "AVX
 ARM_INT8 = (("asimddp", "dot product (SDOT/UDOT)"), ("i8mm", "I8MM (SMMLA)"), ("sve", "SVE"), ("sve2", "SVE2"),
             ("sme", "SME"))
 """tuple[tuple[str, str]]: arm64 ``Features`` -> name, same purpose."""
+DOT_PRODUCT = ("AVX-512 VNNI", "AVX-VNNI", "AMX-INT8", "dot product (SDOT/UDOT)", "I8MM (SMMLA)")
+"""tuple[str]: the features above that multiply-accumulate INT8 in one instruction."""
 
 
 @dataclasses.dataclass
@@ -268,13 +270,14 @@ def check_cpu(cpuinfo_path: str = "/proc/cpuinfo") -> Finding:
         text = ""
     info = cpu_features(text, machine)
     have = [n for n, ok in info["int8"].items() if ok]
+    dot = [n for n in have if n in DOT_PRODUCT]
     if not info["int8"]:
         verdict = "INT8 features not known for this architecture"
-    elif any(n not in ("AVX2", "SVE", "SVE2", "SME") for n in have):
-        verdict = "INT8 dot-product instructions: " + ", ".join(have)
+    elif dot:
+        verdict = f"INT8 instructions: {', '.join(have)} (dot product: {', '.join(dot)})"
     else:
-        verdict = ("no INT8 dot-product instructions (" + (", ".join(have) or "none") +
-                   "): INT8 on ONNX Runtime is unlikely to beat FP32 here")
+        verdict = (f"INT8 instructions: {', '.join(have) or 'none'}; no INT8 dot product (VNNI / SDOT): INT8 on ONNX "
+                   f"Runtime gains little or nothing over FP32 here")
     model = f" {info['model']}" if info["model"] else ""
     return Finding("cpu", "info", f"{machine}{model}, {os.cpu_count()} cores; {verdict}", "",
                    {"machine": machine, **info})

@@ -185,7 +185,7 @@ def test_cpu_line_says_when_int8_has_no_dot_product(tmp_path, monkeypatch):
     cpuinfo.write_text("processor\t: 0\nFeatures\t: fp asimd aes crc32\n")
     monkeypatch.setattr(doctor.platform, "machine", lambda: "aarch64")
     f = doctor.check_cpu(str(cpuinfo))
-    assert f.status == "info" and "no INT8 dot-product instructions" in f.summary
+    assert f.status == "info" and "no INT8 dot product (VNNI / SDOT)" in f.summary
 
 
 def test_engines_folder_lists_cached_engines_and_unreadable_ones(cli, tmp_path, monkeypatch):
