@@ -34,6 +34,8 @@ TRT_HINT = ("pip install 'cosyedge[trt]' on an NVIDIA GPU machine; on Jetson use
             "(sudo apt install nvidia-jetpack) in a venv made with --system-site-packages (docs/jetson.md)")
 PYCUDA_HINT = "pip install pycuda (builds against the CUDA toolkit: nvcc on PATH; JetPack ships it)"
 CUDA_PYTHON_HINT = "pip install 'cuda-python>=12.0' (CUDA graphs for 'cosyedge run --cuda-graph')"
+ORT_OLDEST = "1.23.2"
+"""str: pyproject's lower bound of onnxruntime (tests/test_dependency_bounds.py keeps them equal)."""
 ORT_HINT = "pip install onnxruntime"
 AUDIO_HINT = "pip install 'cosyedge[audio]'"
 PORTAUDIO_HINT = "apt-get install libportaudio2 (Debian/Ubuntu/Jetson)"
@@ -123,8 +125,22 @@ def check_onnxruntime() -> Finding:
         return Finding("onnxruntime", "broken", f"{ort.__version__}: get_available_providers failed: {first_line(e)}",
                        f"pip install --force-reinstall onnxruntime=={ort.__version__}")
     short = [p.replace("ExecutionProvider", "") for p in providers]
-    return Finding("onnxruntime", "ok", f"{ort.__version__}; providers: {', '.join(short)}", "",
-                   {"version": ort.__version__, "providers": providers})
+    details = {"version": ort.__version__, "providers": providers}
+    if _release(ort.__version__) < _release(ORT_OLDEST):
+        return Finding("onnxruntime", "broken", f"{ort.__version__} is older than {ORT_OLDEST}, the oldest cosyedge is "
+                       f"tested with; providers: {', '.join(short)}", f"pip install 'onnxruntime>={ORT_OLDEST}'", details)
+    return Finding("onnxruntime", "ok", f"{ort.__version__}; providers: {', '.join(short)}", "", details)
+
+
+def _release(version: str) -> tuple[int, ...]:
+    """(1, 23, 2) from ``"1.23.2"`` / ``"1.23.2.dev0"``: the leading numbers."""
+    out = []
+    for part in str(version).split("."):
+        digits = "".join(c for c in part if c.isdigit()) if part[:1].isdigit() else ""
+        if not digits:
+            break
+        out.append(int(digits))
+    return tuple(out)
 
 
 def check_tensorrt() -> Finding:

@@ -66,3 +66,10 @@ def test_ci_runs_the_subset_in_the_oldest_environment():
     for want in ("tests/test_cli_run.py", "tests/surgery/test_streamify.py", "tests/test_cli_build.py",
                  "tests/compare/test_check.py", "tests/runtime/test_pool.py"):
         assert want in files, want
+
+
+def test_doctor_knows_the_oldest_onnxruntime():
+    from cosyedge.doctor import ORT_OLDEST
+
+    req = next(Requirement(t) for t in _project()["dependencies"] if t.startswith("onnxruntime"))
+    assert Version(ORT_OLDEST) == _lower_bound(req)

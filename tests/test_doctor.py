@@ -6,6 +6,7 @@ import importlib.abc
 import json
 import subprocess
 import sys
+import types
 
 import pytest
 
@@ -247,3 +248,14 @@ def test_audio_server_is_found_by_its_socket(tmp_path):
 def test_doctor_is_listed_in_the_cli_help(cli):
     rc, out, _ = cli("--help")
     assert rc == 0 and "doctor" in out
+
+
+def test_onnxruntime_older_than_the_oldest_tested_is_flagged(report, monkeypatch):
+    fake = types.ModuleType("onnxruntime")
+    fake.__version__ = "1.17.3"
+    fake.get_available_providers = lambda: ["CPUExecutionProvider"]
+    monkeypatch.setitem(sys.modules, "onnxruntime", fake)
+    rc, checks = report()
+    ort = checks["onnxruntime"]
+    assert rc == 0 and ort["status"] == "broken" and "older than 1.23.2" in ort["summary"]
+    assert ort["hint"] == "pip install 'onnxruntime>=1.23.2'"
