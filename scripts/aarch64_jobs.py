@@ -223,8 +223,9 @@ def table(report: dict) -> str:
         for name, r in entry["outputs"].items():
             vs, notes = _cell(r)
             secs = f"{entry['aarch64']['seconds']:.0f} s emulated, {entry['x86_64']['seconds']:.1f} s native"
-            rows.append(f"| {job} | `{Path(name).name if name.endswith('.onnx') else name}` | {vs} | "
-                        f"{'; '.join(x for x in (notes, secs) if x)} |")
+            if "identical" in r:  # the built Q/DQ model: the calibration of both sides
+                name, notes, secs = "model.onnx", "the INT8 Q/DQ model each side built (calibration)", ""
+            rows.append(f"| {job} | `{name}` | {vs} | {'; '.join(x for x in (notes, secs) if x)} |")
     return "\n".join(rows)
 
 
