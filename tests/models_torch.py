@@ -12,6 +12,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from tests.streams import run_streaming  # noqa: F401 - torch-free; imported from here by older tests
+
 # (in, out, kernel, dilation, stride, groups) of UserCausalNet's padded convs, in graph order.
 USER_CONVS = [
     (1, 8, 5, 1, 1, 1),
@@ -108,31 +110,6 @@ def export_plain(model: nn.Module, path, *, dynamo: bool = False, samples: int =
             torch.onnx.export(model.eval(), (x,), str(path), input_names=["x"], output_names=["y"],
                               dynamic_axes={"x": {0: "batch", 2: "time"}, "y": {0: "batch", 2: "time"}},
                               dynamo=False, opset_version=17)
-
-
-def run_streaming(onnx_path, contract, audio, chunk: int):
-    """Stream ``audio`` (N, 1, T) float32 through a streaming ONNX with raw ONNX Runtime.
-
-    Starts from ``StateSpec.zeros`` and feeds each ``state_out`` back as the matching ``state_in``;
-    T must be a multiple of ``chunk``. Returns the concatenated audio output (N, 1, T') float32.
-    Independent of cosyedge.runtime on purpose: it checks the ONNX itself.
-    """
-    import numpy as np
-    import onnxruntime as ort
-
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = 1
-    sess = ort.InferenceSession(str(onnx_path), opts, providers=["CPUExecutionProvider"])
-    names = [o.name for o in sess.get_outputs()]
-    batch = audio.shape[0]
-    states = {s.input: s.zeros(batch) for s in contract.states}
-    outs = []
-    for start in range(0, audio.shape[-1], chunk):
-        feed = {contract.input: np.ascontiguousarray(audio[..., start:start + chunk], dtype=np.float32), **states}
-        res = dict(zip(names, sess.run(None, feed)))
-        outs.append(res[contract.output])
-        states = {s.input: res[s.output] for s in contract.states}
-    return np.concatenate(outs, axis=-1)
 
 
 def assert_streams_exactly(model, onnx_path, contract, audio, chunks=(160, 480), atol: float = 1e-5) -> None:

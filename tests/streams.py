@@ -124,3 +124,28 @@ def feature_frames_streamed(model: Path, x: np.ndarray, axis: int, chunk: int) -
             sl[axis] = slice(i, i + chunk)
             parts.append(s.push({"x": np.ascontiguousarray(x[tuple(sl)])})["y"].copy())
     return np.concatenate(parts, axis=axis)
+
+
+def run_streaming(onnx_path, contract, audio, chunk: int):
+    """Stream ``audio`` (N, 1, T) float32 through a streaming ONNX with raw ONNX Runtime.
+
+    Starts from ``StateSpec.zeros`` and feeds each ``state_out`` back as the matching ``state_in``;
+    T must be a multiple of ``chunk``. Returns the concatenated audio output (N, 1, T') float32.
+    Independent of cosyedge.runtime on purpose: it checks the ONNX itself.
+    """
+    import numpy as np
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 1
+    sess = ort.InferenceSession(str(onnx_path), opts, providers=["CPUExecutionProvider"])
+    names = [o.name for o in sess.get_outputs()]
+    batch = audio.shape[0]
+    states = {s.input: s.zeros(batch) for s in contract.states}
+    outs = []
+    for start in range(0, audio.shape[-1], chunk):
+        feed = {contract.input: np.ascontiguousarray(audio[..., start:start + chunk], dtype=np.float32), **states}
+        res = dict(zip(names, sess.run(None, feed)))
+        outs.append(res[contract.output])
+        states = {s.input: res[s.output] for s in contract.states}
+    return np.concatenate(outs, axis=-1)

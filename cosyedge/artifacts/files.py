@@ -89,6 +89,47 @@ def model_content_sha256(path: str | Path) -> str:
     return hashlib.sha256(model.SerializeToString(deterministic=True)).hexdigest()
 
 
+TYPE_MIN_IR = {17: 9, 18: 9, 19: 9, 20: 9, 21: 10, 22: 10, 23: 11, 24: 12, 25: 13}
+"""dict[int, int]: ONNX tensor element type -> the IR version that introduced it (onnx ``docs/IR.md``: the FLOAT8 types
+IR 9, UINT4/INT4 IR 10, FLOAT4E2M1 IR 11, later types after); types not listed exist since IR 4 or earlier."""
+
+
+def portable_ir_version(model: Any) -> int:
+    """The lowest IR version ``model`` may declare (int): what its opsets need (``onnx.helper.find_min_ir_version_for``;
+    domains onnx does not know are ignored) and what its tensor element types need (:data:`TYPE_MIN_IR`, over the
+    graph and every subgraph), at least 4 (initializers that are not graph inputs).
+
+    onnx writes its own newest IR version into every model it makes (``helper.make_model``, the version converter,
+    onnx-graphsurgeon's export: IR 14 with onnx 1.23), while ONNX Runtime refuses a model whose IR version is newer
+    than it knows (onnxruntime 1.23.2, what an aarch64 Python 3.10 gets: "Unsupported model IR version: 14, max
+    supported IR version: 11"), although nothing in the model needs more than its opsets.
+
+    Args:
+        model (onnx.ModelProto): The model (external data need not be loaded).
+    """
+    from onnx import helper
+
+    need = 4
+    try:
+        need = max(need, helper.find_min_ir_version_for(list(model.opset_import), ignore_unknown=True))
+    except (TypeError, ValueError):  # an opset onnx does not know: keep what the model says
+        return int(model.ir_version)
+
+    def types(graph):
+        for t in graph.initializer:
+            yield t.data_type
+        for v in (*graph.input, *graph.output, *graph.value_info):
+            yield v.type.tensor_type.elem_type
+        for node in graph.node:
+            for a in node.attribute:
+                if a.HasField("t"):
+                    yield a.t.data_type
+                for g in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+                    yield from types(g)
+
+    return max([need] + [TYPE_MIN_IR.get(t, 0) for t in types(model.graph)])
+
+
 WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EIO})
 """frozenset[int]: errnos that only a write raises (disk full, quota, file too large, read-only file system, I/O
 error): inside :func:`atomic_output` / :func:`atomic_folder` they become :func:`write_error`'s one line, whatever

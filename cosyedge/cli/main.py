@@ -32,6 +32,7 @@ COMMANDS = {
     "check": ("cosyedge.cli.compare", "check"),
     "devices": ("cosyedge.cli.devices", "devices"),
     "serve": ("cosyedge.cli.serve", "serve"),
+    "doctor": ("cosyedge.cli.doctor", "doctor"),
 }
 
 

@@ -203,7 +203,10 @@ def polygraphy_compare(ref_name: str, cand_name: str, ref_iters: list[dict], can
             acc = comp.Comparator.compare_accuracy(rr, compare_func=_compare_funcs()[0])
     except Exception as err:  # noqa: BLE001 -PolygraphyException from G_LOGGER.critical
         raise UsageError(f"Polygraphy could not compare the outputs: {first_line(err)}") from None
-    stats = acc[0][(ref_name, cand_name)]
+    # Polygraphy 0.53 returns AccuracyResults (one AccuracyResult per compare function), 0.49 (0.49.0-0.49.18) the
+    # AccuracyResult itself (a dict keyed by runner pair)
+    result = acc if hasattr(acc, "keys") else acc[0]
+    stats = result[(ref_name, cand_name)]
     out = []
     for k, (r_it, c_it) in enumerate(zip(ref_iters, cand_iters)):
         row = {}

@@ -47,7 +47,9 @@ def optimized_graph(onnx_path: str | Path, out_path: str | Path) -> None:
     so.intra_op_num_threads = 1
     so.log_severity_level = 3
     so.optimized_model_filepath = str(out_path)
-    ort.InferenceSession(str(onnx_path), sess_options=so, providers=["CPUExecutionProvider"])
+    from cosyedge.runtime.ort import ort_session
+
+    ort_session(str(onnx_path), so, ["CPUExecutionProvider"])
 
 
 def _graphs(graph: Any, depth: int = 0):

@@ -14,6 +14,7 @@ and Python API ``InferenceSession.io_binding``, ``IOBinding.bind_ortvalue_input/
 from __future__ import annotations
 
 import dataclasses
+import re
 from pathlib import Path
 from typing import Any
 
@@ -204,8 +205,47 @@ def session_from_onnx(model_or_path: Any, *, threads: int | None = 1, inter_thre
         src = bytes(model_or_path)
     else:
         src = str(model_or_path)
-    return ort.InferenceSession(src, sess_options=so, providers=list(providers) if providers
-                                else ["CPUExecutionProvider"])
+    return ort_session(src, so, list(providers) if providers else ["CPUExecutionProvider"])
+
+
+_IR_REFUSED = re.compile(r"Unsupported model IR version: (\d+), max supported IR version: (\d+)")
+
+
+def ort_session(src: Any, so: Any, providers: list[str]) -> Any:
+    """``onnxruntime.InferenceSession(src, so, providers)``; a model whose IR version is newer than this ONNX Runtime
+    reads is loaded again with the IR version it needs (:func:`~cosyedge.artifacts.portable_ir_version`).
+
+    onnx 1.23 writes IR 14 into every model it makes, onnxruntime 1.23.2 (an aarch64 Python 3.10's, JetPack 6) reads
+    up to IR 11; the model's opsets need far less (cosyedge's own: IR 8). Nothing else changes: the file stays as it
+    is.
+
+    Args:
+        src (bytes | str): Serialised model or path.
+        so (onnxruntime.SessionOptions): Session options.
+        providers (list[str]): Execution providers.
+    Returns:
+        onnxruntime.InferenceSession
+    Raises:
+        Exception: ONNX Runtime's own, when the model needs more than it reads or fails for another reason.
+    """
+    try:
+        return ort.InferenceSession(src, sess_options=so, providers=providers)
+    except Exception as err:  # noqa: BLE001 - onnxruntime raises its own exception types
+        m = _IR_REFUSED.search(str(err))
+        if m is None:
+            raise
+        import onnx
+
+        from cosyedge.artifacts import portable_ir_version
+
+        model = onnx.load_from_string(src) if isinstance(src, bytes) else onnx.load(src)
+        need, have = portable_ir_version(model), int(m.group(2))
+        if need > have:
+            raise
+        LOG.debug("ONNX IR version %s is newer than onnxruntime %s reads (%d): loaded as IR %d (its opsets and types "
+                  "need IR %d)", m.group(1), ort.__version__, have, have, need)
+        model.ir_version = have
+        return ort.InferenceSession(model.SerializeToString(), sess_options=so, providers=providers)
 
 
 def ortvalue(a: np.ndarray) -> Any:

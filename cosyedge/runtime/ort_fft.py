@@ -248,6 +248,8 @@ def _run_shapes(model: Any, names: list[str], input_shapes: dict[str, list[int]]
     import onnx
     import onnxruntime as ort
 
+    from cosyedge.runtime.ort import ort_session
+
     m = onnx.ModelProto()
     m.CopyFrom(model)
     for name in names:
@@ -257,7 +259,7 @@ def _run_shapes(model: Any, names: list[str], input_shapes: dict[str, list[int]]
     so.intra_op_num_threads = so.inter_op_num_threads = 1
     so.log_severity_level = 4
     try:
-        sess = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
+        sess = ort_session(m.SerializeToString(), so, ["CPUExecutionProvider"])
         types = {i.name: i.type for i in sess.get_inputs()}
         feeds = {k: np.zeros(v, np.float32 if types.get(k) == "tensor(float)" else np.int64)
                  for k, v in input_shapes.items() if k in types}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.util
+
 import numpy as np
 import pytest
 
@@ -27,8 +29,9 @@ def test_identical_candidate_passes_with_exact_figures(ref_onnx, fp32_engine, ut
             for st in entry["outputs"].values():
                 assert st["snr_db"] == SNR_CAP_DB and st["max_abs"] == 0.0
     audio = res["modes"]["free-running"]["utterances"]["demo-late-noisy"]["audio"]
-    assert audio["against"] == "clean" and audio["si_snr_delta_db"] == 0.0 and audio["pesq_delta"] == 0.0
-    assert 1.0 < audio["pesq_ref"] < 4.7
+    assert audio["against"] == "clean" and audio["si_snr_delta_db"] == 0.0
+    if importlib.util.find_spec("pesq") is not None:  # the base install has no pesq: PESQ-WB is left out then
+        assert audio["pesq_delta"] == 0.0 and 1.0 < audio["pesq_ref"] < 4.7
 
 
 

@@ -385,3 +385,51 @@ def test_latency_log_keeps_the_last_k_oldest_first():
     assert log.values().tolist() == [3.0, 4.0, 5.0, 6.0]
     log.clear()
     assert log.values().size == 0
+
+
+# ---------------------------------------------------------------------------------------------- IR versions
+def test_model_with_an_ir_version_newer_than_onnxruntime_reads_still_streams(fir, tmp_path):
+    """onnx 1.23 writes IR 14 into the models it makes; onnxruntime 1.23.2 (an aarch64 Python 3.10's) reads up to
+    IR 11. A session loads such a model (from a file or in memory) as the IR version its opsets need."""
+    import onnx
+
+    from cosyedge.runtime.ort import session_from_onnx
+
+    model = onnx.load(str(fir))
+    model.ir_version = 99  # newer than any onnxruntime
+    path = tmp_path / "fir-ir99.onnx"
+    onnx.save(model, str(path))
+    x = _speechlike(40 * HOP)
+    with OrtStreamSession(fir) as ref, OrtStreamSession(path) as new:
+        assert np.array_equal(_push_all(ref, x), _push_all(new, x))
+    assert session_from_onnx(model).get_outputs()
+    assert onnx.load(str(path)).ir_version == 99  # the file is left as it is
+
+
+def test_model_that_needs_a_newer_ir_than_onnxruntime_reads_is_refused_as_before(fir, monkeypatch):
+    import onnx
+
+    import cosyedge.artifacts
+    from cosyedge.runtime.ort import session_from_onnx
+
+    model = onnx.load(str(fir))
+    model.ir_version = 99
+    monkeypatch.setattr(cosyedge.artifacts, "portable_ir_version", lambda m: 99)  # e.g. a type newer than this ORT
+    with pytest.raises(Exception, match="Unsupported model IR version: 99"):
+        session_from_onnx(model)
+
+
+def test_portable_ir_version_is_what_opsets_and_types_need():
+    from onnx import TensorProto, helper
+
+    from cosyedge.artifacts import portable_ir_version
+
+    body = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "body", [],
+                             [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])
+    node = helper.make_node("If", ["c"], ["y"], then_branch=body, else_branch=body)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("c", TensorProto.BOOL, [])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    assert model.ir_version >= 8 and portable_ir_version(model) == 8  # opset 17 needs IR 8
+    model.graph.node[0].attribute[0].g.initializer.append(helper.make_tensor("f8", TensorProto.FLOAT8E4M3FN, [1], [0]))
+    assert portable_ir_version(model) == 9  # a FLOAT8 tensor in a subgraph needs IR 9

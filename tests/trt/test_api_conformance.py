@@ -1,9 +1,9 @@
 """API conformance against the real bindings (issue 25): every TensorRT, pycuda and cuda-python name cosyedge
 uses exists where cosyedge uses it.
 
-* TensorRT 8.6.1, 10.13.3.9 and 11.4.0.106: the bindings wheels from PyPI cannot be imported here (they link
-  libnvinfer), but their compiled module holds every class, method, property, argument and enum member name as a
-  string (pybind11). :mod:`tests.trt.api_usage` collects the names cosyedge reads *on each version's code path*
+* TensorRT 8.6.1, 10.3.0 (what JetPack 6.1/6.2 ship), 10.13.3.9 and 11.4.0.106: the bindings wheels from PyPI
+  cannot be imported here (they link libnvinfer), but their compiled module holds every class, method, property,
+  argument and enum member name as a string (pybind11). :mod:`tests.trt.api_usage` collects the names cosyedge reads *on each version's code path*
   from cosyedge's source (the branches are evaluated with :mod:`cosyedge.runtime.trt_compat`'s real decisions on a
   stand-in module made of that version's names), and each must be in that version's string table.
 * pycuda 2026.1: the names must be defined by its C++ wrappers (``src/wrapper/*.cpp``) or ``pycuda/driver.py``.
@@ -37,13 +37,17 @@ from tests.trt.api_usage import STACK_MODULES, Analysis, StandIn
 
 ROOT = Path(__file__).resolve().parents[2]
 CACHE = Path(os.environ.get("COSYEDGE_TRT_WHEELS", ROOT / ".cache" / "trt-wheels"))
-TRT_WHEELS = {"8.6.1": "tensorrt_bindings-8.6.1-*.whl", "10.13.3.9": "tensorrt_cu12_bindings-10.13.3.9-*.whl",
+TRT_WHEELS = {"8.6.1": "tensorrt_bindings-8.6.1-*.whl", "10.3.0": "tensorrt_cu12_bindings-10.3.0-*.whl",
+              "10.13.3.9": "tensorrt_cu12_bindings-10.13.3.9-*.whl",
               "11.4.0.106": "tensorrt_cu12_bindings-11.4.0.106-*.whl"}
-"""dict[str, str]: TensorRT version -> wheel file pattern (PyPI ``tensorrt-bindings`` / ``tensorrt-cu12-bindings``)."""
+"""dict[str, str]: TensorRT version -> wheel file pattern (PyPI ``tensorrt-bindings`` / ``tensorrt-cu12-bindings``).
+10.3.0 is the TensorRT of JetPack 6.2: Jetson's own bindings are not on PyPI, the x86-64 wheel of the same version
+has the same Python API."""
 PYCUDA_SDIST = "pycuda-2026.1.tar.gz"
 CUDA_BINDINGS = {"12.9.4": "cuda_bindings-12.9.4-*.whl", "13.4.4": "cuda_bindings-13.4.4-*.whl"}
 CUDA_PATHFINDER = "cuda_pathfinder-1.9.1-*.whl"
-FETCH = "bash .ci/run (or: pip download --no-deps tensorrt-bindings==8.6.1 tensorrt-cu12-bindings==10.13.3.9 " \
+FETCH = "bash .ci/run (or: pip download --no-deps tensorrt-bindings==8.6.1 tensorrt-cu12-bindings==10.3.0 " \
+        "tensorrt-cu12-bindings==10.13.3.9 " \
         "tensorrt-cu12-bindings==11.4.0.106 cuda-bindings==12.9.4 cuda-bindings==13.4.4 cuda-pathfinder==1.9.1 " \
         f"-d {CACHE}; pip download --no-deps --no-binary pycuda pycuda==2026.1 -d {CACHE})"
 
@@ -208,7 +212,7 @@ def analysis() -> Analysis:
 
 @pytest.fixture(scope="module")
 def report(analysis, tables) -> dict:
-    """:func:`check` of cosyedge against the three TensorRT versions."""
+    """:func:`check` of cosyedge against the TensorRT versions of :data:`TRT_WHEELS`."""
     return check(analysis, tables)
 
 
@@ -224,6 +228,24 @@ def test_string_tables_read_the_known_api_differences(tables):
     for name in ("execute_async_v3", "set_tensor_address", "SPARSE_WEIGHTS", "nptype", "__version__"):
         assert all(name in t for t in (v8, v10, v11)), name
     assert "INT8" in v11  # tail-merged into "UINT8" (and DataType.INT8 remains): found as a suffix
+
+
+def test_string_tables_tell_jetpack_6_tensorrt_from_newer_10x(tables):
+    # names added after 10.3 (JetPack 6.2's TensorRT): tiling (10.8), IRuntimeConfig (10.11), timing-cache editing
+    v103, v1013 = tables["10.3.0"], tables["10.13.3.9"]
+    for name in ("tiling_optimization_level", "TilingOptimizationLevel", "IRuntimeConfig", "EDITABLE_TIMING_CACHE",
+                 "MONITOR_MEMORY"):
+        assert name in v1013 and name not in v103, name
+    for name in ("STRONGLY_TYPED", "execute_async_v3", "set_tensor_address", "SPARSE_WEIGHTS",
+                 "IInt8EntropyCalibrator2", "DLA_core", "GPU_FALLBACK", "FP16", "INT8"):
+        assert name in v103, name
+
+
+def test_jetpack_6_tensorrt_runs_the_same_path_as_newer_10x(report):
+    # TensorRT 10.3 takes the 10.x decisions (strongly typed GPU builds, weakly typed DLA builds) and cosyedge reads
+    # nothing on that path that 10.3 lacks (test_every_name_on_each_version_path_exists checks each name)
+    assert report["10.3.0"]["names"] == report["10.13.3.9"]["names"]
+    assert not report["10.3.0"]["missing"] and not report["10.3.0"]["unresolved"]
 
 
 def test_analysis_finds_modules_and_uses(analysis):
@@ -249,7 +271,7 @@ def test_every_name_on_each_version_path_exists(report):
 
 
 def test_version_gates_are_attributed(report):
-    n8, n10, n11 = (report[v]["names"] for v in TRT_WHEELS)
+    n8, n10, n11 = (report[v]["names"] for v in ("8.6.1", "10.13.3.9", "11.4.0.106"))
     # 8.6 (weakly typed): EXPLICIT_BATCH and the precision flags; FP32 pins with PREFER_PRECISION_CONSTRAINTS
     assert {"EXPLICIT_BATCH", "FP16", "INT8", "PREFER_PRECISION_CONSTRAINTS", "precision", "set_output_type"} <= n8
     assert "STRONGLY_TYPED" not in n8
@@ -309,6 +331,8 @@ def build(config):
         config.set_flag(trt.BuilderFlag.FP16)  # 8.6 / 10.x only
     for flag in ("SPARSE_WEIGHTS",):
         config.set_flag(getattr(trt.BuilderFlag, flag))
+    if feat.version >= (10, 8):
+        config.tiling_optimization_level = trt.TilingOptimizationLevel.FAST  # 10.8+, gated
 '''
 BAD = GOOD + '''
 
@@ -318,6 +342,7 @@ def build_fp16_everywhere(config, engine):
         config.set_flag(getattr(trt.BuilderFlag, flag))  # dynamic: FP16 fails on 11.x, INT4 on 8.6
     ctx = trt.Runtime(None).deserialize_cuda_engine(engine).create_execution_context()
     ctx.execute_async_v2([], 0)
+    config.tiling_optimization_level = trt.TilingOptimizationLevel.NONE  # 10.8+, ungated: fails on 10.3 (JetPack 6)
 '''
 
 
@@ -332,6 +357,8 @@ def test_checker_passes_a_gated_snippet(tables):
     assert all(not v["missing"] and not v["unresolved"] for v in r.values()), r
     assert "FP16" in r["8.6.1"]["names"] and "FP16" in r["10.13.3.9"]["names"]
     assert "FP16" not in r["11.4.0.106"]["names"] and "SPARSE_WEIGHTS" in r["11.4.0.106"]["names"]
+    assert "TilingOptimizationLevel" in r["10.13.3.9"]["names"]
+    assert "TilingOptimizationLevel" not in r["10.3.0"]["names"]
 
 
 def _line(source: str, text: str) -> int:
@@ -340,7 +367,7 @@ def _line(source: str, text: str) -> int:
 
 def test_checker_flags_a_name_used_where_it_does_not_exist(tables):
     r = check(_snippet(BAD), tables)
-    m8, m10, m11 = (r[v]["missing"] for v in TRT_WHEELS)
+    m8, m10, m11 = (r[v]["missing"] for v in ("8.6.1", "10.13.3.9", "11.4.0.106"))
     ungated, dynamic = _line(BAD, "FP16)  # no gate"), _line(BAD, "# dynamic:")
     assert f"tensorrt: BuilderFlag.FP16 (snippet.py:{ungated})" in m11, m11
     assert f"tensorrt: BuilderFlag.FP16 (snippet.py:{dynamic})" in m11, m11  # via getattr over a literal list
@@ -348,6 +375,10 @@ def test_checker_flags_a_name_used_where_it_does_not_exist(tables):
     assert any("BuilderFlag.INT4" in m for m in m8), m8  # INT4 arrived after 8.6
     assert any("execute_async_v2" in m for m in m10) and any("execute_async_v2" in m for m in m11)
     assert not any("execute_async_v2" in m for m in m8)
+    tiling = _line(BAD, "# 10.8+, ungated")
+    missing_103 = r["10.3.0"]["missing"]
+    assert f"tensorrt: tensorrt.TilingOptimizationLevel (snippet.py:{tiling})" in missing_103, missing_103
+    assert not any("TilingOptimizationLevel" in m for m in m10 + m11)
 
 
 # ------------------------------------------------------------------------------------------ pycuda
