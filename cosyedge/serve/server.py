@@ -152,9 +152,17 @@ def wheel_supported() -> str | None:
 
 
 def free_port(host: str = DEFAULT_HOST) -> int:
-    """A TCP port (int) nothing listens on at ``host`` now (the kernel's pick; another process may take it later)."""
+    """A TCP port (int) nothing listens on at ``host`` now (the kernel's pick; another process may take it later).
+
+    Raises:
+        UsageError: ``host`` is not an address of this machine (one line, as :func:`check_port` says it).
+    """
     with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
+        try:
+            s.bind((host, 0))
+        except OSError as err:  # socket.gaierror too: an unresolvable or impossible address
+            raise UsageError(f"cannot listen on {host}: {err.strerror or err} (--host takes an address of this "
+                             "machine; 0.0.0.0 listens on all of them)") from None
         return int(s.getsockname()[1])
 
 

@@ -88,3 +88,13 @@ def test_serving_a_missing_or_empty_folder_is_one_line(tmp_path, cli):
     assert rc == 3 and "holds no model" in err and err.count("\n") == 1
     rc, _, err = cli("serve", tmp_path, "--grpc-port", "70000")
     assert rc == 2 and "--grpc-port" in err
+
+
+@pytest.mark.parametrize("host", ["999.1.1.1", "no-such-host.invalid"])
+def test_a_free_port_on_an_address_that_is_not_this_machines_is_one_usage_error(host):
+    """Was a socket.gaierror traceback (exit 1) from ``serve --host 999.1.1.1`` with a port of 0."""
+    from cosyedge.errors import UsageError
+    from cosyedge.serve.server import free_port
+
+    with pytest.raises(UsageError, match=f"cannot listen on {host}: .*--host takes an address of this machine"):
+        free_port(host)
