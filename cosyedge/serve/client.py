@@ -110,6 +110,11 @@ class ServedModel:
     def __str__(self) -> str:
         return f"model '{self.name}' at {self.url}"
 
+    @property
+    def chunk_ms(self) -> float:
+        """float: the served chunk in ms at the contract's rate (what ``--chunk-ms`` defaults to with ``--server``)."""
+        return 1000.0 * self.chunk_samples / self.contract.sample_rate_hz
+
     def __call__(self, chunk_samples: int | None = None, batch: int = 1, threads: int = 1,
                  providers: list[str] | None = None, max_latency_records: int | None = None) -> TritonStreamSession:
         """Return a new inactive :class:`TritonStreamSession` (one sequence) on this model.
@@ -124,9 +129,10 @@ class ServedModel:
         """
         if chunk_samples is not None and int(chunk_samples) != self.chunk_samples:
             sr = self.contract.sample_rate_hz
-            raise UsageError(f"{self} takes chunks of {self.chunk_samples} samples ({1000 * self.chunk_samples / sr:g} "
-                             f"ms at {sr} Hz) per request, not {chunk_samples} ({1000 * chunk_samples / sr:g} ms): "
-                             f"leave out --chunk-ms, or build the repository with --chunk-samples {chunk_samples}")
+            raise UsageError(f"{self} takes chunks of {self.chunk_samples} samples ({self.chunk_ms:g} ms at {sr} Hz) "
+                             f"per request, not {chunk_samples} ({1000 * chunk_samples / sr:g} ms): give --chunk-ms "
+                             f"{self.chunk_ms:g} (the default with --server), or build the repository with "
+                             f"--chunk-samples {chunk_samples}")
         if int(batch) != 1:
             raise UsageError(f"a session on {self} streams one sequence (batch 1), not {batch}")
         return TritonStreamSession(self, max_latency_records=max_latency_records or DEFAULT_MAX_LATENCY_RECORDS)
