@@ -12,6 +12,6 @@ def test_idle_timeout_without_triton_names_the_flag_the_user_gave(cli, tmp_path)
     rc, _, err = cli("build", "--backend", "onnxruntime", "--idle-timeout-ms", "100", "--max-queue-delay-us", "5",
                      "-o", tmp_path, "-q")
     lines = [ln for ln in err.splitlines() if ln.startswith("[!]")]
-    assert rc == 2 and len(lines) == 1 and "--idle-timeout-ms, --max-queue-delay-us apply to --backend triton only" \
+    assert rc == 2 and len(lines) == 1 and "--max-queue-delay-us, --idle-timeout-ms apply to --backend triton only" \
         in lines[0], err
     assert not any(tmp_path.iterdir())
