@@ -74,8 +74,8 @@ def run(input, output, engine, model, vad, chunk_ms, threads, device, monitor, d
     --server HOST:PORT streams to a model on a Triton server ('cosyedge serve' of a --triton-backend
     python repository) over gRPC instead of running it here: each file or microphone is one sequence
     (one id, sequence_start/end), one hop per request, the same resampling and delay compensation as a
-    local run (the outputs equal the local run of the same engine within float rounding of batched
-    runs; --chunk-ms defaults to the served chunk); a server that is down, lacks the model, serves a
+    local run (the outputs equal the local run of the same engine: INT8 bit-identical, FP32/FP16 within
+    the float rounding of batched runs, docs/triton.md; --chunk-ms defaults to the served chunk); a server that is down, lacks the model, serves a
     model of another rate/hop/inputs or dies mid-stream is one '[!]' line, exit != 0: a file run leaves
     no output file, a 'mic' run keeps what it recorded up to then (as when the device fails; the line
     names the files kept).
