@@ -16,8 +16,9 @@ slot at once, not after its idle timeout.
 
 Failures are one line: no server at the address, no such model, a model whose contract, chunk or inputs differ from
 what the client sends (:class:`~cosyedge.errors.UsageError`), a request the server refuses, the server gone
-mid-stream or not answering within :data:`RESPONSE_TIMEOUT_S` (:class:`~cosyedge.errors.ServerError`); the file
-writers then remove their unfinished output. tritonclient is imported only here (``pip install 'cosyedge[serve]'``).
+mid-stream or not answering within :data:`RESPONSE_TIMEOUT_S` (:class:`~cosyedge.errors.ServerError`); a file run
+then removes its unfinished output, a microphone run keeps its recording so far (as on a device failure). Without
+``--chunk-ms`` the client streams the served chunk (:attr:`ServedModel.chunk_ms`). tritonclient is imported only here (``pip install 'cosyedge[serve]'``).
 
 Source: tritonclient ``grpc`` (``InferenceServerClient.start_stream``, ``async_stream_infer``); Triton's
 simple_grpc_sequence_stream_infer_client.py example (one sequence id per stream, START/END flags).
@@ -91,7 +92,8 @@ class ServedModel:
         url (str): ``HOST:PORT`` of the gRPC endpoint.
         name (str): The model's name on the server.
         contract (StreamContract): Its stream contract (from the repository's ``cosyedge.contract`` parameter).
-        chunk_samples (int): Samples every request carries (the config fixes the input dims to one chunk).
+        chunk_samples (int): Samples every request carries (the config fixes the input dims to one chunk);
+            :attr:`chunk_ms` is the same in ms.
         config (dict): The model's config as the server reports it (Triton's JSON).
         metadata (dict[str, str]): ONNX metadata the repository recorded for clients (``recipe``: a VAD's task).
         model_path (str): ``grpc://HOST:PORT/<model>`` (what messages and reports name).
