@@ -10,10 +10,11 @@
   write permission by probing, see :func:`cosyedge.artifacts.check_writable`); :func:`write_audio` writes atomically (temp file + rename), so a
   failure never leaves a partial file and never destroys an existing one.
 * :class:`IncrementalAudioWriter` writes blocks as they come (``cosyedge run`` files and live recordings) into
-  a hidden temp file next to the destination (``.<name>.<random>.part<ext>``) and renames it onto the
+  a hidden temp file next to the destination (``.<name>.<pid>-<host>-<random>.part<ext>``) and renames it onto the
   destination in :meth:`~IncrementalAudioWriter.close` (libsndfile rewrites the WAV/FLAC header on close, so
   the renamed file is complete and valid, also after Ctrl-C); a recording with no frames leaves no file
-  and keeps any existing one.
+  and keeps any existing one. A part file left by a killed process (SIGKILL) is deleted by the next writer of the
+  same destination (:func:`remove_stale_parts`).
 
 Errors follow :mod:`cosyedge.errors`: a missing/corrupt/empty audio file is an
 :class:`~cosyedge.errors.ArtifactError` (exit 3), and so is an unwritable output path; NaN/Inf samples
@@ -426,6 +427,68 @@ def write_audio(path: str | Path, y: np.ndarray, sample_rate_hz: int) -> Path:
     return path
 
 
+def _host_tag() -> str:
+    """str: 6 hex digits of this machine's host name (a part file in a shared folder names its machine)."""
+    import hashlib
+    import socket
+
+    return hashlib.sha1(socket.gethostname().encode("utf-8", "replace")).hexdigest()[:6]
+
+
+def _part_owner() -> str:
+    """str: ``<pid>-<host tag>``, the owner an :class:`IncrementalAudioWriter` writes into its part file's name."""
+    return f"{os.getpid()}-{_host_tag()}"
+
+
+def _pid_alive(pid: int) -> bool:
+    """bool: a process ``pid`` runs on this machine (another user's counts: signal 0 is then refused)."""
+    if pid <= 0:
+        return True  # never a writer's: leave such a file alone
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # EPERM: alive, another user's
+        return True
+    return True
+
+
+def remove_stale_parts(path: str | Path) -> list[Path]:
+    """Delete the part files an :class:`IncrementalAudioWriter` of ``path`` left when its process was killed
+    (SIGKILL, a crash, power loss: no chance to discard it), so a later run of the same output cleans up.
+
+    A part file is ``.<name>.<pid>-<host tag>-<random>.part<ext>`` beside ``path``; one is stale when ``<host tag>`` is
+    this machine's and no process ``<pid>`` runs. Part files of live processes, of other machines (a shared folder)
+    and of unknown form are kept; a file that cannot be deleted is left as it is.
+
+    Args:
+        path (str | Path): The destination audio file.
+    Returns:
+        list[Path]: the part files deleted.
+    """
+    import glob
+    import re
+
+    path = Path(path)
+    pattern = re.compile(rf"\.{re.escape(path.name)}\.(\d+)-([0-9a-f]{{6}})-[^/]*\.part{re.escape(path.suffix)}")
+    host, removed = _host_tag(), []
+    try:
+        candidates = list(path.parent.glob(f".{glob.escape(path.name)}.*.part{glob.escape(path.suffix)}"))
+    except OSError:
+        return removed
+    for part in candidates:
+        m = pattern.fullmatch(part.name)
+        if m is None or m.group(2) != host or _pid_alive(int(m.group(1))):
+            continue
+        try:
+            part.unlink()
+        except OSError:
+            continue
+        removed.append(part)
+        LOG.info("removed %s, the unfinished output of process %s (no longer running)", part, m.group(1))
+    return removed
+
+
 class IncrementalAudioWriter:
     """Mono audio file written block by block, renamed into place on :meth:`close`.
 
@@ -456,7 +519,8 @@ class IncrementalAudioWriter:
         self._clip = subtype != "FLOAT"
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".part" + self.path.suffix,
+            remove_stale_parts(self.path)
+            fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.{_part_owner()}-", suffix=".part" + self.path.suffix,
                                        dir=self.path.parent)
             os.close(fd)
         except OSError as err:

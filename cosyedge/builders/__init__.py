@@ -31,6 +31,9 @@ TRITON = "triton"
 TRITON_OPTIONS = ("max_batch_size", "max_sequences", "instances", "instance_kind", "chunk_samples", "triton_backend",
                   "idle_us", "max_queue_delay_us")
 """tuple[str, ...]: :func:`build` options only ``backend="triton"`` takes (see ``builders.triton.build_triton``)."""
+TRITON_FLAGS = {"idle_us": "--idle-timeout-ms"}
+"""dict[str, str]: the ``cosyedge build`` flag of a :data:`TRITON_OPTIONS` name whose flag is not the name with
+dashes (``idle_us`` is given in ms on the command line)."""
 
 
 def resolve_backend(backend: str = "auto") -> str:
@@ -239,7 +242,7 @@ def build(source: str | Path | None = None, config: BuildConfig | None = None, b
             raise UsageError("--dla-core/--gpu-fallback are TensorRT options (Jetson), not Triton ones")
         return build_triton(source or require_reference(), out_dir=out_dir, name=name, config=config, **given)
     if given:
-        flags = ", ".join("--" + k.replace("_", "-") for k in given)
+        flags = ", ".join(TRITON_FLAGS.get(k, "--" + k.replace("_", "-")) for k in given)
         raise UsageError(f"{flags} {'applies' if len(given) == 1 else 'apply'} to --backend triton only")
     return build_engine(source, backend=backend, name=name, out_dir=out_dir, config=config,
                         dla_core=dla_core, gpu_fallback=gpu_fallback)

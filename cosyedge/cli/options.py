@@ -68,7 +68,8 @@ MAX_THREADS = 256
 def warn_threads_above_cpus(ctx, param, value):
     """click callback of every ``--threads`` option: refuse a value outside 1..:data:`MAX_THREADS` (a click usage
     error naming the option: one ``[!]`` line, exit 2); one warning line when ``value`` (int) exceeds
-    :func:`available_cpus` (the value is kept).
+    :func:`available_cpus` (the value is kept), except beside ``run --server`` (eager, so processed first), where
+    the server runs the model and ``run`` refuses ``--threads``.
 
     ONNX Runtime's threads then wait on each other: measured, ``cosyedge run --threads 64`` on 2 cores ran at
     RTF 1.21 (slower than real time) against 0.045 with one thread.
@@ -80,6 +81,8 @@ def warn_threads_above_cpus(ctx, param, value):
 
     if value is not None and not 1 <= value <= MAX_THREADS:
         raise click.BadParameter(f"{value} is not in 1..{MAX_THREADS}", ctx=ctx, param=param)
+    if ctx is not None and ctx.params.get("server"):  # 'run --server' (an eager option): no ONNX Runtime here
+        return value
     cpus = available_cpus()
     if value is not None and cpus < value <= MAX_THREADS:
         LOG.warning("--threads %d is more than the %d CPU core%s this process can use: ONNX Runtime's threads then "

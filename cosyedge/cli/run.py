@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import click
 
 from cosyedge.cli.options import log_opts, warn_threads_above_cpus
@@ -25,7 +27,7 @@ from cosyedge.cli.options import log_opts, warn_threads_above_cpus
 @click.option("--chunk-ms", type=float, default=None,
               help="Chunk length in ms (a multiple of the model hop). Default: one hop (10 ms for the reference).")
 @click.option("--threads", type=int, default=1, show_default=True, callback=warn_threads_above_cpus,
-              help="ONNX Runtime threads.")
+              help="ONNX Runtime threads (a local run; not with --server, where the server runs the model).")
 @click.option("--device", metavar="NAME|INDEX", default=None,
               help="mic only: input device (index or name, see 'cosyedge devices'). Default: the default input.")
 @click.option("--monitor", is_flag=True, help="mic only: play the enhanced audio on the default output device.")
@@ -35,7 +37,7 @@ from cosyedge.cli.options import log_opts, warn_threads_above_cpus
               help="mic only: also record what the model heard (the capture resampled to the model rate, mono; "
               ".wav: 32-bit float, bit-exact, or .flac: 24-bit). 'cosyedge run FILE' with the same engine and "
               "chunk gives --output back, which lags it by the model delay.")
-@click.option("--server", metavar="HOST:PORT", default=None,
+@click.option("--server", metavar="HOST:PORT", default=None, is_eager=True,  # known to --threads' callback
               help="Stream to a model served by Triton (gRPC endpoint, e.g. 127.0.0.1:8001 as 'cosyedge serve' "
                    "prints it) instead of running one here; one sequence per stream, one hop per request.")
 @click.option("--server-model", metavar="NAME", default=None,
@@ -67,14 +69,16 @@ def run(input, output, engine, model, vad, chunk_ms, threads, device, monitor, d
     devices through ALSA's pulse plugin, libasound2-plugins): the audio callback only copies into a
     bounded ring buffer and a worker thread runs the chunks. Xruns (input overflow, output underflow)
     are counted, never fatal; a device whose rate changes mid-stream or that stops delivering audio
-    stops the run with a one-line error, keeping the recording.
+    (or any other error mid-run) stops the run with a one-line error, keeping the recording.
 
     --server HOST:PORT streams to a model on a Triton server ('cosyedge serve' of a --triton-backend
     python repository) over gRPC instead of running it here: each file or microphone is one sequence
     (one id, sequence_start/end), one hop per request, the same resampling and delay compensation as a
-    local run (the outputs equal the local run of the same engine within float rounding of batched
-    runs); a server that is down, lacks the model, serves a model of another rate/hop/inputs or dies
-    mid-stream is one '[!]' line, exit != 0, and no output file is left.
+    local run (the outputs equal the local run of the same engine: INT8 bit-identical, FP32/FP16 within
+    the float rounding of batched runs, docs/triton.md; --chunk-ms defaults to the served chunk); a server that is down, lacks the model, serves a
+    model of another rate/hop/inputs or dies mid-stream is one '[!]' line, exit != 0: a file run leaves
+    no output file, a 'mic' run keeps what it recorded up to then (as when the device fails; the line
+    names the files kept).
 
     --model NAME runs a pretrained model by name (its stream ONNX and ONNX Runtime engine are made in the
     engines folder on first use and reused after). --vad detects speech instead: the file streams through
@@ -92,7 +96,13 @@ def run(input, output, engine, model, vad, chunk_ms, threads, device, monitor, d
 
     if server_model is not None and server is None:
         raise UsageError("--server-model names a model on a Triton server: give --server HOST:PORT too")
+    ctx = click.get_current_context()
     if server is not None:
+        from click.core import ParameterSource
+
+        if ctx.get_parameter_source("threads") not in (ParameterSource.DEFAULT, None):
+            raise UsageError(f"--threads {threads} sets ONNX Runtime's threads for a model run here, but with --server "
+                             f"the server runs the model: leave out --threads")
         return _run_served(input, output, engine, model, vad, chunk_ms, device, monitor, duration, save_input, server,
                            server_model)
 
@@ -152,6 +162,7 @@ def _run_served(input, output, engine, model, vad, chunk_ms, device, monitor, du
             raise UsageError("nothing to do: give --output FILE, --save-input FILE and/or --monitor")
         _check_audio_devices(device, monitor)
         eng = served_engine(server, server_model)
+        chunk_ms = eng.chunk_ms if chunk_ms is None else chunk_ms
         if vad:
             return _run_mic_vad(output, eng, chunk_ms, 1, device, duration, save_input)
         return _run_mic(output, eng, chunk_ms, 1, device, monitor, duration, save_input)
@@ -167,6 +178,7 @@ def _run_served(input, output, engine, model, vad, chunk_ms, device, monitor, du
 
         check_output_path(output)
     eng = served_engine(server, server_model)
+    chunk_ms = eng.chunk_ms if chunk_ms is None else chunk_ms  # the served chunk, not one hop
     if vad:
         return _run_file_vad(input, output, eng, chunk_ms, 1)
     from cosyedge.enhance import enhance_file
@@ -291,8 +303,9 @@ def _run_mic_vad(output, engine, chunk_ms, threads, device, duration, save_input
         show(f"{vad.vad_line()} | {stats.status_line()}")
 
     try:
-        rep = run_mic_vad(device=device, engine=engine, duration_s=duration, chunk_ms=chunk_ms, threads=threads,
-                          on_status=on_status, save_input=save_input)
+        with _recording_kept_on_error(save_input):
+            rep = run_mic_vad(device=device, engine=engine, duration_s=duration, chunk_ms=chunk_ms, threads=threads,
+                              on_status=on_status, save_input=save_input)
     finally:
         if tty:
             click.echo("", err=True)
@@ -327,6 +340,43 @@ def _status_printer():
     return tty, show
 
 
+def _file_stamp(path) -> tuple | None:
+    """(inode, mtime ns) of ``path``, or None when there is none."""
+    import os
+
+    try:
+        st = os.stat(path)
+    except (OSError, TypeError, ValueError):
+        return None
+    return st.st_ino, st.st_mtime_ns
+
+
+@contextlib.contextmanager
+def _recording_kept_on_error(*paths):
+    """Around a microphone run: an error that stops it (the device gone, a server that dies mid-stream, a model
+    failure) keeps what was recorded, as :func:`~cosyedge.realtime.live.run_live` renames the files into place
+    whatever ends the stream (a live capture cannot be run again, unlike a file); the ``[!]`` line then names the
+    files kept.
+
+    Raises:
+        CosyEdgeError: the run's own, same class and exit code, with ``; the recording so far is kept in FILE``.
+    """
+    from cosyedge.errors import CosyEdgeError
+
+    paths = [p for p in paths if p is not None]
+    before = {p: _file_stamp(p) for p in paths}
+    try:
+        yield
+    except CosyEdgeError as err:
+        kept = [str(p) for p in paths if _file_stamp(p) not in (None, before[p])]
+        if not kept or "kept" in str(err):
+            raise
+        new = type(err).__new__(type(err))
+        new.__dict__.update(vars(err))  # e.g. an exit code set on the instance
+        CosyEdgeError.__init__(new, f"{err}; the recording so far is kept in {' and '.join(kept)}")
+        raise new from None
+
+
 def _run_mic(output, engine, chunk_ms, threads, device, monitor, duration, save_input=None):
     """``cosyedge run mic``: live status on stderr (one rewritten line on a terminal), report line on stdout."""
     from cosyedge.realtime.devices import run_mic
@@ -342,8 +392,9 @@ def _run_mic(output, engine, chunk_ms, threads, device, monitor, duration, save_
 
         refuse_vad_as_enhancer(load_or_rebuild(engine), str(engine), mic=True)
     try:
-        s = run_mic(device=device, output=output, monitor=monitor, engine=engine, duration_s=duration,
-                    chunk_ms=chunk_ms, threads=threads, on_status=on_status, save_input=save_input)
+        with _recording_kept_on_error(output, save_input):
+            s = run_mic(device=device, output=output, monitor=monitor, engine=engine, duration_s=duration,
+                        chunk_ms=chunk_ms, threads=threads, on_status=on_status, save_input=save_input)
     finally:
         if tty:
             click.echo("", err=True)

@@ -97,7 +97,10 @@ class StreamPool:
         batch_rewrite (bool): With ``max_streams`` > 1, run the graph with its one-frame convolutions and
             matrix-vector MatMuls rewritten as batched GEMMs (:func:`cosyedge.runtime.batched.batch_rewrite`: the
             weight is read once per tick, not once per stream; outputs equal to rounding). ``False`` runs the
-            graph as stored.
+            graph :class:`~cosyedge.runtime.ort.OrtStreamSession` runs (its in-memory rewrites), so each stream's
+            output is bit-identical to a local session's alone, and for the bundled model's INT8 graph at any
+            batch too (its convs and GEMMs run in integers); FP32 at batch > 1 is 126-142 dB from it (ONNX Runtime's
+            float kernels round a batch differently).
     Attributes:
         input_shapes (dict[str, tuple[int, ...]]): Per streaming input, the shape of one stream's chunk (without the
             batch axis), e.g. ``{"audio": (1, 160), "ref": (1, 160)}``.
@@ -219,27 +222,33 @@ class StreamPool:
         return self
 
     def _graph(self):
-        """The model for the session: the path, or (batch > 1) the rewritten ModelProto: first the batch-free
-        session rewrites :data:`POOL_REWRITES` (CPU provider, no external data), then (``batch_rewrite``)
-        :func:`cosyedge.runtime.batched.batch_rewrite`, then (always, for correctness) each
-        ``DynamicQuantizeMatMul`` quantized per row (:func:`cosyedge.runtime.pool_dqmm.per_row_dynamic_quant`: one
-        stream's activation range never changes another's output)."""
+        """The model for the session: the path, or the rewritten ModelProto. With ``batch_rewrite`` (and more than
+        one slot): the batch-free session rewrites :data:`POOL_REWRITES` (CPU provider, no external data), then
+        :func:`cosyedge.runtime.batched.batch_rewrite`; without it, or with one slot: every rewrite
+        :class:`~cosyedge.runtime.ort.OrtStreamSession` applies (:data:`cosyedge.runtime.ort.REWRITES`, ``conv_sum``
+        included, in its order), so a stream's output is bit-identical to the local session's (an INT8 graph with
+        ``conv_sum`` in one and not the other: 61 dB apart on loud speech, a flipped rounding step carried by the
+        state). Then (more than one slot, always, for correctness) each ``DynamicQuantizeMatMul`` quantized per row
+        (:func:`cosyedge.runtime.pool_dqmm.per_row_dynamic_quant`: one stream's activation range never changes
+        another's output)."""
         self.rewritten = {}
-        if self.max_streams == 1:
-            return self.model_path
         onnx = lazy_import("onnx")
         model = onnx.load(str(self.model_path))
         counts: dict[str, int] = {}
+        batched = self.batch_rewrite and self.max_streams > 1
         if self.providers == ["CPUExecutionProvider"] and not any(
                 t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer):
-            from cosyedge.runtime.ort import apply_rewrites
+            from cosyedge.runtime.ort import REWRITES, apply_rewrites
 
-            # concrete shapes at batch 2 for the rewrites' checks; the nodes they write hold for any batch
-            shapes = {name: [2, *shape] for name, shape in self.input_shapes.items()}
-            shapes.update({s.input: list(s.concrete_shape(2)) for s in self.contract.states})
-            model, done = apply_rewrites(model, shapes, POOL_REWRITES, any_batch=True)
+            # concrete shapes at batch 2 (one slot: 1) for the rewrites' checks; the nodes they write hold for any
+            # batch. Without batch_rewrite the session's own rewrites, in its order: the graph OrtStreamSession runs
+            batch = 1 if self.max_streams == 1 else 2
+            shapes = {name: [batch, *shape] for name, shape in self.input_shapes.items()}
+            shapes.update({s.input: list(s.concrete_shape(batch)) for s in self.contract.states})
+            model, done = apply_rewrites(model, shapes, POOL_REWRITES if batched else REWRITES,
+                                         any_batch=self.max_streams > 1)
             counts.update({k: v for k, v in done.items() if v})
-        if self.batch_rewrite:
+        if batched:
             from cosyedge.runtime.batched import batch_rewrite
 
             dims = {name: ["N", *shape] for name, shape in self.input_shapes.items()}
@@ -252,7 +261,7 @@ class StreamPool:
             except Exception as err:  # noqa: BLE001 - onnx raises many types; the stored graph still runs
                 LOG.warning_once(f"stream pool: {self.model_path} runs unbatched convs (rewrite failed: "
                                  f"{first_line(err)})")
-        if any(n.op_type == "DynamicQuantizeMatMul" for n in model.graph.node):  # correctness, not speed: always
+        if self.max_streams > 1 and any(n.op_type == "DynamicQuantizeMatMul" for n in model.graph.node):  # always
             from cosyedge.runtime.pool_dqmm import per_row_dynamic_quant
 
             counts["dqmm_per_row"] = per_row_dynamic_quant(model)

@@ -16,8 +16,9 @@ slot at once, not after its idle timeout.
 
 Failures are one line: no server at the address, no such model, a model whose contract, chunk or inputs differ from
 what the client sends (:class:`~cosyedge.errors.UsageError`), a request the server refuses, the server gone
-mid-stream or not answering within :data:`RESPONSE_TIMEOUT_S` (:class:`~cosyedge.errors.ServerError`); the file
-writers then remove their unfinished output. tritonclient is imported only here (``pip install 'cosyedge[serve]'``).
+mid-stream or not answering within :data:`RESPONSE_TIMEOUT_S` (:class:`~cosyedge.errors.ServerError`); a file run
+then removes its unfinished output, a microphone run keeps its recording so far (as on a device failure). Without
+``--chunk-ms`` the client streams the served chunk (:attr:`ServedModel.chunk_ms`). tritonclient is imported only here (``pip install 'cosyedge[serve]'``).
 
 Source: tritonclient ``grpc`` (``InferenceServerClient.start_stream``, ``async_stream_infer``); Triton's
 simple_grpc_sequence_stream_infer_client.py example (one sequence id per stream, START/END flags).
@@ -91,7 +92,8 @@ class ServedModel:
         url (str): ``HOST:PORT`` of the gRPC endpoint.
         name (str): The model's name on the server.
         contract (StreamContract): Its stream contract (from the repository's ``cosyedge.contract`` parameter).
-        chunk_samples (int): Samples every request carries (the config fixes the input dims to one chunk).
+        chunk_samples (int): Samples every request carries (the config fixes the input dims to one chunk);
+            :attr:`chunk_ms` is the same in ms.
         config (dict): The model's config as the server reports it (Triton's JSON).
         metadata (dict[str, str]): ONNX metadata the repository recorded for clients (``recipe``: a VAD's task).
         model_path (str): ``grpc://HOST:PORT/<model>`` (what messages and reports name).
@@ -110,6 +112,11 @@ class ServedModel:
     def __str__(self) -> str:
         return f"model '{self.name}' at {self.url}"
 
+    @property
+    def chunk_ms(self) -> float:
+        """float: the served chunk in ms at the contract's rate (what ``--chunk-ms`` defaults to with ``--server``)."""
+        return 1000.0 * self.chunk_samples / self.contract.sample_rate_hz
+
     def __call__(self, chunk_samples: int | None = None, batch: int = 1, threads: int = 1,
                  providers: list[str] | None = None, max_latency_records: int | None = None) -> TritonStreamSession:
         """Return a new inactive :class:`TritonStreamSession` (one sequence) on this model.
@@ -124,9 +131,10 @@ class ServedModel:
         """
         if chunk_samples is not None and int(chunk_samples) != self.chunk_samples:
             sr = self.contract.sample_rate_hz
-            raise UsageError(f"{self} takes chunks of {self.chunk_samples} samples ({1000 * self.chunk_samples / sr:g} "
-                             f"ms at {sr} Hz) per request, not {chunk_samples} ({1000 * chunk_samples / sr:g} ms): "
-                             f"leave out --chunk-ms, or build the repository with --chunk-samples {chunk_samples}")
+            raise UsageError(f"{self} takes chunks of {self.chunk_samples} samples ({self.chunk_ms:g} ms at {sr} Hz) "
+                             f"per request, not {chunk_samples} ({1000 * chunk_samples / sr:g} ms): give --chunk-ms "
+                             f"{self.chunk_ms:g} (the default with --server), or build the repository with "
+                             f"--chunk-samples {chunk_samples}")
         if int(batch) != 1:
             raise UsageError(f"a session on {self} streams one sequence (batch 1), not {batch}")
         return TritonStreamSession(self, max_latency_records=max_latency_records or DEFAULT_MAX_LATENCY_RECORDS)

@@ -461,7 +461,12 @@ class TritonPythonModel:
                                          f"sequence_start (a sequence idle for more than {self.idle_s:g} s is ended)")
                     seq[1] = now
                     feed = self._feed(pb, r)
-                    self.slots.submit(seq[0], feed)
+                    try:
+                        self.slots.submit(seq[0], feed)
+                    except UsageError as err:  # the pool names its own stream id: name the client's sequence id
+                        import re
+
+                        raise UsageError(re.sub(r"\bstream \d+", f"sequence {corrid}", str(err))) from None
                     seq[1], seq[2] = now, seq[2] + 1
                     batch[seq[0]] = i
                     if end:

@@ -437,7 +437,7 @@ class TritonServer:
                 return
             time.sleep(0.1)
         raise ArtifactError(f"tritonserver was not ready after {self.ready_timeout_s:g} s "
-                            f"({self._last_words() or 'no error in its log'}); {self.repo}")
+                            f"({self._last_words() or 'no error in its log'})")
 
     def _last_words(self) -> str:
         errs = _error_lines(self.log_tail)

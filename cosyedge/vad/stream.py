@@ -73,6 +73,12 @@ def describe(where: str, meta: dict) -> str:
     return f"{where} is {'a voice activity detector' if not title else title + ', a voice activity detector'}"
 
 
+def _served(engine) -> bool:
+    """bool: ``engine`` is a model on a Triton server (:class:`cosyedge.serve.client.ServedModel`), where the
+    messages' advice is ``--server-model``, not ``--engine``/``--model``."""
+    return str(getattr(engine, "model_path", "")).startswith("grpc://") and hasattr(engine, "url")
+
+
 def refuse_vad_as_enhancer(engine, where: str, mic: bool = False) -> None:
     """Refuse to enhance with a VAD model, saying what it is and how to use it.
 
@@ -89,8 +95,9 @@ def refuse_vad_as_enhancer(engine, where: str, mic: bool = False) -> None:
         return
     c = engine.contract
     hop_ms = 1000.0 * c.hop_samples / c.sample_rate_hz
-    use = ("cosyedge run mic --vad --engine MODEL [-o segments.json] (speech shown live)" if mic else
-           "cosyedge run FILE --vad --engine MODEL [-o segments.json]")
+    model = (f"--server {engine.url} --server-model {engine.name}" if _served(engine) else "--engine MODEL")
+    use = (f"cosyedge run mic --vad {model} [-o segments.json] (speech shown live)" if mic else
+           f"cosyedge run FILE --vad {model} [-o segments.json]")
     raise UsageError(f"{describe(where, meta)}: it gives a speech probability per {hop_ms:g} ms hop ('{out}'), not "
                      f"audio, so it cannot enhance; get speech segments (start/end seconds, JSON) with {use}")
 
@@ -110,6 +117,12 @@ def require_vad(engine, where: str, mic: bool = False) -> str:
         c = engine.contract
         what = ("an enhancer (waveform in, waveform out)" if c.is_audio else
                 f"not a voice activity detector (outputs {[o.name for o in c.stream_outputs]})")
+        if _served(engine):  # --engine/--model do not apply beside --server
+            cmd = f"cosyedge run {'mic' if mic else 'FILE'} -o OUT.wav --server {engine.url} --server-model {engine.name}"
+            raise UsageError(f"--vad needs a voice activity detector (one speech probability per hop), but the served "
+                             f"{where} is {what}, not a VAD: drop --vad to enhance with it ({cmd}), or serve a VAD "
+                             f"model's repository (e.g. Silero VAD, docs/triton.md) and pick it with --server-model "
+                             f"NAME")
         raise UsageError(f"--vad needs a voice activity detector (one speech probability per hop), but {where} is "
                          f"{what}: leave out --vad to enhance with it (cosyedge run {'mic' if mic else 'FILE'} "
                          f"--engine MODEL -o OUT.wav), or drop "

@@ -80,7 +80,7 @@ def test_pool_on_the_reference_model_equals_single_sessions_on_real_speech():
     with StreamPool(REFERENCE, max_streams=4) as pool:
         assert pool.rewritten == {"conv_gemm": 26, "kept_sensitive": 6}
     with StreamPool(REFERENCE, max_streams=4, batch_rewrite=False) as pool:
-        assert pool.rewritten == {}
+        assert pool.rewritten == {"conv_sum": 12}  # no batched GEMMs: the graph OrtStreamSession runs
     for want, got in zip(session_outputs(REFERENCE, streams, hop), pool_outputs(REFERENCE, streams, hop, 4)):
         snr = 10 * np.log10(np.sum(want.astype(np.float64) ** 2) / np.sum((want - got).astype(np.float64) ** 2))
         assert snr >= 120.0, snr
