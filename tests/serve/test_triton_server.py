@@ -333,6 +333,7 @@ def test_cosyedge_serve_refuses_a_port_in_use_and_a_repository_triton_cannot_loa
     assert rc == 3 and err.strip().count("\n") == 0 and f"grpc port {port} on 127.0.0.1 is in use" in err, err
     bad = tmp_path / "bad"
     shutil.copytree(repos["ref"], bad)
+    (bad / "manifest.json").unlink()  # serve would refuse the changed model.onnx by its hash, before Triton
     (bad / "reference" / "1" / "model.onnx").write_bytes(b"not an onnx model")
     rc, _, err = cli("serve", bad, "--grpc-port", 0, "--http-port", 0, "--metrics-port", 0)
     assert rc == 3 and err.strip().count("\n") == 0, err
