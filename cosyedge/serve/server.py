@@ -329,6 +329,7 @@ def clean_stale_shm(shm_dir: Path = SHM_DIR) -> list[str]:
                         removed.append(f.name)
             with contextlib.suppress(OSError):
                 lock.unlink()
+                removed.append(lock.name)
         finally:
             os.close(fd)
     return removed

@@ -283,21 +283,23 @@ def test_sigkilled_tritonserver_leaves_no_shm_region_and_stale_regions_are_clean
 
 
 def test_backlog_wait_longer_than_the_idle_timeout_ends_the_sequence_shorter_completes(repos):
-    """Triton's rule (2.51 sequence batcher): a backlogged sequence's idle clock is not restarted when it gets a
-    slot, so one that waited longer than max_sequence_idle_microseconds is force-ended right after its first request
-    (its next one: "must specify the START flag"). With a 1 s idle timeout and one slot, the second of two 3 s
-    streams (paced, ~2 s each) fails; with 6 s both complete equal to their solo runs."""
-    from cosyedge.serve.server import TritonServer
-
-    x = sf.read(DEMO, dtype="float32")[0][:48000]
-    want = local_enhanced(repos, x)
+    """Triton 2.51's rule (sequence batcher): a backlogged sequence's idle clock is not restarted when it gets a
+    slot, so one that waited longer than max_sequence_idle_microseconds is force-ended by the reaper (it runs every
+    50 ms for backlogged sequences) unless its next request arrives first; the client's next request then fails
+    with "must specify the START flag". One slot, two 0.5 s streams paced at 60 ms a chunk (3 s each): with a 1 s
+    idle timeout the second fails on its second request; with 6 s (longer than its 3 s wait) both complete, equal to
+    their solo runs."""
     import threading
 
+    from cosyedge.serve.server import TritonServer
+
+    x = sf.read(DEMO, dtype="float32")[0][8000:16000]
+    want = local_enhanced(repos, x)
     with TritonServer(repos["both"], http_port=0, grpc_port=0, metrics_port=0) as srv:
         for model, ok in (("reference_long", True), ("reference", False)):
             results: list = [None, None]
 
-            def go(i):
+            def go(i, model=model, results=results):
                 from cosyedge.runtime.stream import enhance_array
                 from cosyedge.serve.client import connect
 
@@ -307,7 +309,7 @@ def test_backlog_wait_longer_than_the_idle_timeout_ends_the_sequence_shorter_com
 
                         def paced(chunk, copy=True):
                             y = push(chunk, copy=copy)
-                            time.sleep(0.004)
+                            time.sleep(0.06)
                             return y
 
                         s.push = paced
@@ -327,4 +329,5 @@ def test_backlog_wait_longer_than_the_idle_timeout_ends_the_sequence_shorter_com
                 for r in results:
                     assert np.abs(r - want).max() < 1e-5
             else:
-                assert len(errors) == 1 and "START" in str(errors[0]), results
+                assert len(errors) == 1 and "must specify the START flag" in str(errors[0]), results
+                assert np.abs(results[0] - want).max() < 1e-5
