@@ -666,7 +666,7 @@ class TritonServer:
                 loads = [f"model '{e['name']}': {_clean_reason(e['reason'])}" for e in self._index()
                          if e.get("state") == "UNAVAILABLE" and e.get("reason")]
             if loads:
-                raise ArtifactError(f"Triton cannot load the repository {self.repo}: {loads[0]}")
+                raise self._load_failure(loads)
             time.sleep(0.1)
         raise ArtifactError(f"tritonserver was not ready after {self.ready_timeout_s:g} s "
                             f"({self._last_words() or 'no error in its log'}); {self.repo}")
@@ -756,6 +756,16 @@ class TritonServer:
         errs = _error_lines(self.log_tail)
         return errs[-1] if errs else ""
 
+    def _load_failure(self, loads: list[str]) -> ArtifactError:
+        """The one-line error of a model Triton could not load (its reason, and the fix for a missing backend)."""
+        hint = ""
+        m = re.search(r"unable to find backend library for backend '([^']+)'", loads[0])
+        if m:
+            hint = (f" (this tritonserver has no '{m.group(1)}' backend: the nvidia-pytriton wheel has only the "
+                    f"Python backend; build with --triton-backend python, or serve this repository in NVIDIA's "
+                    f"container)")
+        return ArtifactError(f"Triton cannot load the repository {self.repo}: {loads[0]}{hint}")
+
     def _startup_error(self) -> Exception:
         """The one-line error of a server that exited while starting (Triton's reason)."""
         lines = self.log_tail
@@ -763,13 +773,7 @@ class TritonServer:
         loads = _load_errors(lines)
         text = "\n".join(lines)
         if loads:
-            hint = ""
-            m = re.search(r"unable to find backend library for backend '([^']+)'", loads[0])
-            if m:
-                hint = (f" (this tritonserver has no '{m.group(1)}' backend: the nvidia-pytriton wheel has only the "
-                        f"Python backend; build with --triton-backend python, or serve this repository in NVIDIA's "
-                        f"container)")
-            return ArtifactError(f"Triton cannot load the repository {self.repo}: {loads[0]}{hint}")
+            return self._load_failure(loads)
         m = re.search(r"(Socket '[^']+' already in use|Address already in use|failed to start [A-Za-z]+ service[^\n]*)",
                       text)
         if m:
