@@ -956,6 +956,8 @@ def serve(repo: str | Path, host: str = DEFAULT_HOST, http_port: int = DEFAULT_P
                 srv.forced = True
                 srv.kill()
         code = srv.returncode
+        if srv._reader is not None:
+            srv._reader.join(timeout=5.0)  # its last log lines (what it said when it exited)
         if stop["sig"] is None:
             raise ServerError(f"tritonserver exited by itself with status {code}: "
                               f"{srv._last_words() or 'see its log with -v'}")
