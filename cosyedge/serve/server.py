@@ -242,8 +242,9 @@ def _clean_reason(text: str) -> str:
 
 
 def check_manifest_hashes(repo: str | Path) -> int:
-    """Check every file a repository's ``manifest.json`` hashes (any ``{"file": ..., "sha256": ...}`` entry:
-    ``model``, ``artifact`` (config.pbtxt), ``triton.model_py``) against its sha256, before Triton loads it.
+    """Check every file a repository's ``manifest.json`` hashes (any ``{"file": ..., "sha256": ...}`` entry with a
+    path inside the repository: ``model``, ``artifact`` (config.pbtxt), ``triton.model_py``) against its sha256,
+    before Triton loads it.
 
     A folder without manifest.json (a repository not written by cosyedge, or one assembled from several) is not
     checked.
@@ -272,7 +273,8 @@ def check_manifest_hashes(repo: str | Path) -> int:
     def walk(node) -> None:
         if isinstance(node, dict):
             f, h = node.get("file"), node.get("sha256")
-            if isinstance(f, str) and isinstance(h, str) and re.fullmatch(r"[0-9a-f]{64}", h):
+            if (isinstance(f, str) and isinstance(h, str) and re.fullmatch(r"[0-9a-f]{64}", h)
+                    and not Path(f).is_absolute() and ".." not in Path(f).parts):  # files of the repository only
                 entries.append((f, h))
             for v in node.values():
                 walk(v)

@@ -154,7 +154,8 @@ def test_manifest_hashes_are_checked(tmp_path):
     (tmp_path / "m").mkdir()
     (tmp_path / "m" / "a.bin").write_bytes(b"abc")
     h = hashlib.sha256(b"abc").hexdigest()
-    (tmp_path / "manifest.json").write_text(json.dumps({"model": {"file": "m/a.bin", "sha256": h}}))
+    (tmp_path / "manifest.json").write_text(json.dumps({"model": {"file": "m/a.bin", "sha256": h},
+                                                         "parent": {"file": "/elsewhere/src.onnx", "sha256": h}}))
     assert srvmod.check_manifest_hashes(tmp_path) == 1
     (tmp_path / "m" / "a.bin").write_bytes(b"abd")
     with pytest.raises(ArtifactError, match=r"m/a.bin does not match its sha256 in manifest.json"):
