@@ -167,6 +167,35 @@ def check_engine_name(name: str | None) -> str:
     return name
 
 
-__all__ = ["DEFAULT_VARIANT", "PARENT_HASH_CHARS", "PRECISIONS", "check_engine_name", "engine_folder_name",
+TRITON_NAME_CHARS = "letters, digits, '_', '-' and '.' (not first)"
+"""str: what :func:`check_triton_model_name` accepts, in words."""
+
+
+def check_triton_model_name(name: str, given: bool = True) -> str:
+    """Return ``name`` if Triton can load a model of that name, the name of its folder and of its config.
+
+    Triton's Python backend starts each model's stub through a ``bash -c`` command line that holds the model's
+    folder path and instance name unquoted, so a space or a shell character in the name breaks the stub's launch
+    (the model never loads); Triton skips hidden folders (a leading ``.``) and a leading ``-`` reads as a flag. So a
+    Triton model name is letters, digits, ``_``, ``-`` and ``.``, starting with a letter, digit or ``_``
+    (``reference``, ``silero-vad``, ``reference-60b615af``).
+
+    Args:
+        name (str): The model name.
+        given (bool): It came from ``--name`` (else from the model's metadata; the message says so).
+    Raises:
+        UsageError: one line naming --name (exit 2).
+    """
+    import re
+
+    if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", name or ""):
+        where = f"--name {name!r}" if given else f"the model's name {name!r} (from its metadata)"
+        raise UsageError(f"{where} cannot name a Triton model: use {TRITON_NAME_CHARS}"
+                         f"{'' if given else '; give --name'}")
+    return name
+
+
+__all__ = ["DEFAULT_VARIANT", "PARENT_HASH_CHARS", "PRECISIONS", "TRITON_NAME_CHARS", "check_engine_name",
+           "check_triton_model_name", "engine_folder_name",
            "engine_model_name", "int8_variant", "variant_diff", "variant_of_manifest", "variant_parts",
            "parse_precision_label", "precision_label"]

@@ -54,7 +54,9 @@ from cosyedge.cli.options import log_opts
                    "Triton's Python backend: what 'cosyedge serve' runs on CPU). Default: onnxruntime.")
 @click.option("--idle-timeout-ms", type=click.IntRange(1, 10**9), default=None, metavar="MS",
               help="Triton: a sequence that sends nothing this long is ended and its slot freed "
-                   "(max_sequence_idle_microseconds). Default: 5000.")
+                   "(max_sequence_idle_microseconds). Default: 5000. It must exceed the longest wait of a "
+                   "stream in Triton's backlog (more streams than --max-sequences): Triton ends one that waited "
+                   "longer.")
 @click.option("--max-queue-delay-us", type=click.IntRange(0, 10**9), default=None, metavar="US",
               help="Triton: how long the batcher may hold a request to fill a batch. Default: 1000 (onnxruntime), "
                    "0 (python: requests that arrive while a batch runs form the next one).")

@@ -24,19 +24,25 @@ from cosyedge.cli.options import log_opts
                    "else tritonserver on PATH.")
 @click.option("--ready-timeout", type=click.FloatRange(1, 3600), default=120.0, show_default=True, metavar="S",
               help="Seconds to wait for the server and its models to be ready.")
+@click.option("--exit-timeout", type=click.IntRange(0, 3600), default=30, show_default=True, metavar="S",
+              help="After Ctrl-C/SIGTERM, seconds Triton lets open streams finish; 10 s later the server and its "
+                   "stubs are killed (open streams are cut).")
 @log_opts
-def serve(repo, host, grpc_port, http_port, metrics_port, tritonserver, ready_timeout):
+def serve(repo, host, grpc_port, http_port, metrics_port, tritonserver, ready_timeout, exit_timeout):
     """Serve a model repository with Triton Inference Server until Ctrl-C or SIGTERM.
 
     REPO is a folder from 'cosyedge build --backend triton --triton-backend python' (the Python
     backend, which the nvidia-pytriton wheel's tritonserver runs on CPU; 'cosyedge[serve]' installs it)
     or any repository the given --tritonserver can load. The server's Python backend imports cosyedge
     and onnxruntime from this Python environment (its bin/ goes first on PATH, this cosyedge first on
-    PYTHONPATH). Once every model is ready, the endpoints are printed (gRPC, HTTP, metrics);
-    Ctrl-C/SIGTERM is forwarded to Triton, which finishes in-flight requests, unloads the models and
-    exits: exit 0. A repository Triton cannot load is one '[!]' line with Triton's own reason (exit 3);
-    so is a port in use (exit 3); no tritonserver: exit 4; a server that exits by itself: exit 6.
-    Use -v to see Triton's log.
+    PYTHONPATH). The files the repository's manifest hashes are checked first. Once every model is
+    loaded, each cosyedge model gets one warm-up request of zeros, then the endpoints are printed
+    (gRPC, HTTP, metrics). Ctrl-C/SIGTERM is forwarded to Triton, which lets open streams finish for
+    up to --exit-timeout seconds, unloads the models and exits: exit 0 (a server still running 10 s
+    later is killed with its stubs, open streams cut: exit 0 with a warning). A tampered file, a
+    repository Triton cannot load or a model whose warm-up request fails is one '[!]' line with the
+    reason (exit 3); so is a port in use (exit 3); no tritonserver: exit 4; a server that exits by
+    itself: exit 6. Use -v to see Triton's log.
 
     Example: cosyedge build --backend triton --triton-backend python -o engines &&
     cosyedge serve engines/reference-fp32-triton-python (then, elsewhere: cosyedge run noisy.wav -o
@@ -49,6 +55,12 @@ def serve(repo, host, grpc_port, http_port, metrics_port, tritonserver, ready_ti
         click.echo(f"Triton {srv.version or '?'} serving {', '.join(srv.models)} from {srv.repo}: "
                    f"gRPC {srv.grpc_url}, HTTP {srv.http_url}, metrics {srv.metrics_url}{where} (Ctrl-C stops)")
 
+    def stopped(srv) -> None:
+        if srv.forced:
+            click.echo(f"Triton stopped: killed after its {srv.exit_timeout_s} s exit timeout (open streams were cut)")
+        else:
+            click.echo("Triton stopped cleanly")
+
     serve_repo(repo, host=host, http_port=http_port, grpc_port=grpc_port, metrics_port=metrics_port,
-               tritonserver=tritonserver, ready_timeout_s=ready_timeout, on_ready=ready)
-    click.echo("Triton stopped cleanly")
+               tritonserver=tritonserver, ready_timeout_s=ready_timeout, on_ready=ready, exit_timeout_s=exit_timeout,
+               on_stop=stopped)

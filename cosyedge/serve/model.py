@@ -64,25 +64,55 @@ def _pb() -> Any:
     return pb_utils
 
 
-def tensor_array(tensor: Any) -> np.ndarray:
-    """A request tensor as a numpy array, through DLPack.
+TENSOR_EXCHANGE_ENV = "COSYEDGE_TRITON_TENSORS"
+"""str: environment variable that forces the tensor exchange (``numpy`` or ``dlpack``; for diagnosis only)."""
 
-    Triton 2.51's stub (pybind11 built against numpy 1.x) reads numpy 2's array descriptors wrongly: ``as_numpy()``
-    then gives zeros and ``pb_utils.Tensor(name, array)`` sends 0 bytes (measured with numpy 2.4.6). DLPack
-    (``np.from_dlpack`` / ``pb_utils.Tensor.from_dlpack``) carries the data right with numpy 1.x and 2.x.
+
+def tensor_exchange() -> str:
+    """How tensors cross the Python backend's stub under the running numpy: ``"dlpack"`` or ``"numpy"`` (str).
+
+    Triton 2.51's stub is built with pybind11 against numpy 1.x, and neither exchange works under both numpys
+    (measured with the real tritonserver 2.51 of nvidia-pytriton 0.7.0):
+
+    * numpy 2 (2.4.6): ``as_numpy()`` gives zeros and ``pb_utils.Tensor(name, array)`` sends 0 bytes (numpy 2's
+      array descriptors are read wrongly); DLPack (``np.from_dlpack`` / ``pb_utils.Tensor.from_dlpack``) is right;
+    * numpy 1 (1.26.4, what ``pip install cosyedge[serve]`` resolves: nvidia-pytriton pins numpy<2):
+      ``pb_utils.Tensor.from_dlpack`` raises "PyCapsule_GetPointer called with incorrect name" and the stub then
+      crashes; ``pb_utils.Tensor(name, array)`` and ``as_numpy()`` are right.
+
+    So: ``"numpy"`` under numpy < 2, ``"dlpack"`` under numpy >= 2; :data:`TENSOR_EXCHANGE_ENV` overrides it.
+    """
+    import os
+
+    forced = os.environ.get(TENSOR_EXCHANGE_ENV, "").strip().lower()
+    if forced in ("numpy", "dlpack"):
+        return forced
+    return "numpy" if int(np.__version__.split(".")[0]) < 2 else "dlpack"
+
+
+def tensor_array(tensor: Any, exchange: str | None = None) -> np.ndarray:
+    """A request tensor as a numpy array, by the exchange that works under the running numpy (:func:`tensor_exchange`).
 
     Args:
         tensor (pb_utils.Tensor): An input tensor of a request (CPU memory).
+        exchange (str | None): ``"numpy"`` (``as_numpy()``) or ``"dlpack"`` (``np.from_dlpack``); None: ask
+            :func:`tensor_exchange`.
     Returns:
         np.ndarray: a view of the request's memory (valid while the request is; copy what you keep).
     """
+    if (exchange or tensor_exchange()) == "numpy":
+        return tensor.as_numpy()
     return np.from_dlpack(tensor)
 
 
-def output_tensor(pb: Any, name: str, array: np.ndarray) -> Any:
-    """``pb_utils.Tensor`` of a numpy array, through DLPack (see :func:`tensor_array`); the array is copied
-    (contiguous, writable, owned by the tensor)."""
-    return pb.Tensor.from_dlpack(name, np.array(array, order="C", copy=True))
+def output_tensor(pb: Any, name: str, array: np.ndarray, exchange: str | None = None) -> Any:
+    """``pb_utils.Tensor`` of a numpy array (a contiguous, writable copy the tensor owns), made by the exchange that
+    works under the running numpy (:func:`tensor_exchange`): ``pb_utils.Tensor(name, array)`` or
+    ``pb_utils.Tensor.from_dlpack``."""
+    a = np.array(array, order="C", copy=True)
+    if (exchange or tensor_exchange()) == "numpy":
+        return pb.Tensor(name, a)
+    return pb.Tensor.from_dlpack(name, a)
 
 
 def config_parameters(model_config: dict) -> dict[str, str]:
@@ -230,6 +260,7 @@ class TritonPythonModel:
         contract (StreamContract): The engine's contract.
         chunk_samples (int): Samples per request (the config fixes the input dims to it).
         idle_s (float): Triton's ``max_sequence_idle_microseconds`` in seconds.
+        exchange (str): How tensors cross the stub: ``"numpy"`` or ``"dlpack"`` (:func:`tensor_exchange`).
         sequences (dict[int, list]): correlation id -> [slot key, last-seen monotonic time, requests run].
         counts (dict[str, int]): ``started``, ``ended``, ``idle_freed``, ``refused``, ``not_ready``, ``executions``.
     """
@@ -248,6 +279,7 @@ class TritonPythonModel:
 
         self.log = _Log()
         LOG = self.log
+        self.exchange = tensor_exchange()
         cfg = json.loads(args["model_config"])
         self.name = cfg.get("name", args.get("model_name", "model"))
         params = config_parameters(cfg)
@@ -293,8 +325,8 @@ class TritonPythonModel:
         self.sequences: dict[int, list] = {}
         self.counts = {k: 0 for k in ("started", "ended", "idle_freed", "refused", "not_ready", "executions")}
         self._metrics = self._make_metrics()
-        LOG.info("model '%s': %s, %d-sample requests, %d slots, idle timeout %g s", self.name, c.name,
-                 self.chunk_samples, slots, self.idle_s)
+        LOG.info("model '%s': %s, %d-sample requests, %d slots, idle timeout %g s, tensors by %s (numpy %s)",
+                 self.name, c.name, self.chunk_samples, slots, self.idle_s, self.exchange, np.__version__)
 
     # ------------------------------------------------------------------ metrics
     def _make_metrics(self) -> dict | None:
@@ -368,12 +400,11 @@ class TritonPythonModel:
         self._count("started")
 
     # ------------------------------------------------------------------ requests
-    @staticmethod
-    def _scalar(pb: Any, request: Any, name: str, default: float | None = None) -> float | None:
+    def _scalar(self, pb: Any, request: Any, name: str, default: float | None = None) -> float | None:
         t = pb.get_input_tensor_by_name(request, name)
         if t is None:
             return default
-        a = tensor_array(t)
+        a = tensor_array(t, self.exchange)
         return a.reshape(-1)[0].item() if a.size else default
 
     def _feed(self, pb: Any, request: Any) -> Any:
@@ -383,7 +414,7 @@ class TritonPythonModel:
             t = pb.get_input_tensor_by_name(request, name)
             if t is None:
                 raise UsageError(f"request has no input '{name}'")
-            a = tensor_array(t)
+            a = tensor_array(t, self.exchange)
             if a.dtype != self.in_dtypes[name]:
                 raise UsageError(f"input '{name}' is {a.dtype}, expected {self.in_dtypes[name]}")
             if a.shape != (1,) + shape[1:]:
@@ -397,14 +428,15 @@ class TritonPythonModel:
     def _response(self, pb: Any, out: Any) -> Any:
         if self.audio:
             name, shape = next(iter(self.out_shapes.items()))
-            tensors = [output_tensor(pb, name, np.asarray(out, dtype=self.out_dtypes[name]).reshape(shape))]
+            tensors = [output_tensor(pb, name, np.asarray(out, dtype=self.out_dtypes[name]).reshape(shape),
+                                     self.exchange)]
         else:
-            tensors = [output_tensor(pb, k, np.asarray(out[k], dtype=self.out_dtypes[k]).reshape(s))
+            tensors = [output_tensor(pb, k, np.asarray(out[k], dtype=self.out_dtypes[k]).reshape(s), self.exchange)
                        for k, s in self.out_shapes.items()]
         return pb.InferenceResponse(output_tensors=tensors)
 
     def _zeros(self, pb: Any) -> Any:
-        return pb.InferenceResponse(output_tensors=[output_tensor(pb, k, np.zeros(s, self.out_dtypes[k]))
+        return pb.InferenceResponse(output_tensors=[output_tensor(pb, k, np.zeros(s, self.out_dtypes[k]), self.exchange)
                                                     for k, s in self.out_shapes.items()])
 
     def _error(self, pb: Any, msg: str) -> Any:

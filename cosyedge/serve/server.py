@@ -53,8 +53,23 @@ DEFAULT_PORTS = {"http": 8000, "grpc": 8001, "metrics": 8002}
 """dict[str, int]: Triton's own default ports."""
 DEFAULT_READY_TIMEOUT_S = 120.0
 """float: how long :meth:`TritonServer.start` waits for the server and its models to be ready."""
-STOP_GRACE_S = 30.0
-"""float: how long :meth:`TritonServer.stop` waits after SIGTERM before SIGKILL."""
+DEFAULT_EXIT_TIMEOUT_S = 30
+"""int: Triton's ``--exit-timeout-secs``: how long, after SIGTERM, it waits for in-flight requests and live sequences
+before it unloads anyway (Triton's own default)."""
+STOP_GRACE_S = 10.0
+"""float: how long after Triton's exit timeout :meth:`TritonServer.stop` waits before it SIGKILLs the server and its
+stubs (Triton 2.51 logs "Exit timeout expired" and may then never exit while a stream is open)."""
+SHM_DIR = Path("/dev/shm")
+"""Path: where the Python backend's shared-memory regions live (POSIX shm on Linux)."""
+SHM_PREFIX = "cosyedge_triton_"
+"""str: start of the Python backend's shm region prefix of every ``cosyedge serve`` run
+(``cosyedge_triton_<token>_``, a ``<token>.lock`` beside it held while the run's server lives)."""
+SHELL_SAFE_PATH = re.compile(r"^[A-Za-z0-9_./+,:=@%-]+$")
+"""re.Pattern: a path Triton's Python backend can put in its ``bash -c`` stub command line (it joins the model's
+folder path and instance name into that line unquoted: a space or a shell character breaks the stub's launch)."""
+WARMUP_CORRELATION_ID = 2**63 - 11
+"""int: the correlation id of the warm-up sequence (one START+END request of zeros) :meth:`TritonServer.start` sends
+each cosyedge Python-backend model before it reports ready."""
 LOG_LINES_KEPT = 400
 """int: the server's last log lines kept (for error messages and :attr:`TritonServer.log_tail`)."""
 _NOISE = re.compile(r"NVML|DCGM|nvml|dcgm|CUDA driver|cuda driver|GPU metrics|Unable to get power|pinned memory|"
@@ -202,13 +217,131 @@ def _load_errors(lines: list[str]) -> list[str]:
     for line in lines:
         m = re.search(r"failed to load '([^']+)'(?: version \d+)?: (.*)$", line)
         if m:
-            out.append(f"model '{m.group(1)}': {m.group(2).strip().rstrip(chr(34)).strip()}")
+            out.append(f"model '{m.group(1)}': {_clean_reason(m.group(2))}")
     if not out:  # the model status table: "| name | 1 | UNAVAILABLE: reason |"
         for line in lines:
             m = re.match(r"\|\s*(\S+)\s*\|\s*\d+\s*\|\s*UNAVAILABLE: (.*?)\s*\|\s*$", line)
             if m:
-                out.append(f"model '{m.group(1)}': {m.group(2)}")
+                out.append(f"model '{m.group(1)}': {_clean_reason(m.group(2))}")
     return out
+
+
+def _clean_reason(text: str) -> str:
+    """Triton's reason without the Python traceback it carries (escaped ``\\n`` or real newlines, ``At:`` and
+    the stack below): its first meaningful line (str)."""
+    text = text.replace("\\n", "\n").replace("\\t", " ")
+    lines = [ln.strip() for ln in text.splitlines()]
+    keep = []
+    for ln in lines:
+        if ln in ("At:", "Traceback (most recent call last):") or ln.startswith("At: "):
+            break
+        if ln:
+            keep.append(ln)
+    out = keep[0] if keep else text.strip()
+    return out.rstrip(chr(34)).strip()
+
+
+def check_manifest_hashes(repo: str | Path) -> int:
+    """Check every file a repository's ``manifest.json`` hashes (any ``{"file": ..., "sha256": ...}`` entry with a
+    path inside the repository: ``model``, ``artifact`` (config.pbtxt), ``triton.model_py``) against its sha256,
+    before Triton loads it.
+
+    A folder without manifest.json (a repository not written by cosyedge, or one assembled from several) is not
+    checked.
+
+    Args:
+        repo (str | Path): The model repository.
+    Returns:
+        int: the number of files checked.
+    Raises:
+        ArtifactError: a hashed file is missing or differs from its hash (edited or corrupt): one line naming it.
+    """
+    import json
+
+    from cosyedge.artifacts import sha256_file
+
+    repo = Path(repo)
+    path = repo / "manifest.json"
+    if not path.is_file():
+        return 0
+    try:
+        manifest = json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        raise ArtifactError(f"{path} is not readable JSON ({err}): rebuild the repository") from None
+    entries: list[tuple[str, str]] = []
+
+    def walk(node) -> None:
+        if isinstance(node, dict):
+            f, h = node.get("file"), node.get("sha256")
+            if (isinstance(f, str) and isinstance(h, str) and re.fullmatch(r"[0-9a-f]{64}", h)
+                    and not Path(f).is_absolute() and ".." not in Path(f).parts):  # files of the repository only
+                entries.append((f, h))
+            for v in node.values():
+                walk(v)
+        elif isinstance(node, list):
+            for v in node:
+                walk(v)
+
+    walk(manifest)
+    for f, h in dict.fromkeys(entries):
+        p = repo / f
+        if not p.is_file():
+            raise ArtifactError(f"{repo}: {f} is missing (the manifest lists it): rebuild the repository with "
+                                f"'cosyedge build --backend triton'")
+        if sha256_file(p) != h:
+            raise ArtifactError(f"{repo}: {f} does not match its sha256 in manifest.json (edited or corrupt): "
+                                f"rebuild the repository with 'cosyedge build --backend triton'")
+    return len(entries)
+
+
+def _flock(fd: int, blocking: bool) -> bool:
+    import fcntl
+
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
+        return True
+    except OSError:
+        return False
+
+
+def clean_stale_shm(shm_dir: Path = SHM_DIR) -> list[str]:
+    """Remove the Python-backend shm regions of ``cosyedge serve`` runs that are over (a server killed with
+    SIGKILL leaves ``/dev/shm/<prefix>*``): a run's regions are known by its prefix, and the run is over when
+    nobody holds its ``<prefix>lock`` (the serving process and its tritonserver hold it while they live).
+
+    Returns:
+        list[str]: the names removed.
+    """
+    removed: list[str] = []
+    if not shm_dir.is_dir():
+        return removed
+    for lock in shm_dir.glob(f"{SHM_PREFIX}*_lock"):
+        try:
+            fd = os.open(lock, os.O_RDWR)
+        except OSError:
+            continue
+        try:
+            if not _flock(fd, blocking=False):
+                continue  # a live run
+            prefix = lock.name[:-len("lock")]
+            for f in shm_dir.glob(f"{glob_escape(prefix)}*"):
+                if f != lock:
+                    with contextlib.suppress(OSError):
+                        f.unlink()
+                        removed.append(f.name)
+            with contextlib.suppress(OSError):
+                lock.unlink()
+                removed.append(lock.name)
+        finally:
+            os.close(fd)
+    return removed
+
+
+def glob_escape(text: str) -> str:
+    """``text`` with glob's special characters escaped (str)."""
+    import glob
+
+    return glob.escape(text)
 
 
 def _error_lines(lines: list[str]) -> list[str]:
@@ -235,6 +368,10 @@ class TritonServer:
         ready_timeout_s (float): Seconds to wait for the server and every model to be ready.
         extra_args (list[str]): More ``tritonserver`` flags (e.g. ``["--log-verbose=1"]``).
         on_log (Callable[[str], None] | None): Called with every log line of the server (its own thread).
+        exit_timeout_s (int): Triton's ``--exit-timeout-secs``: after SIGTERM, how long it lets open sequences and
+            in-flight requests finish; :meth:`stop` SIGKILLs it and its stubs :data:`STOP_GRACE_S` later.
+        warmup (bool): Send each cosyedge Python-backend model one START+END request of zeros before reporting
+            ready (a model whose first request fails is then refused at start, not at the first client's).
     Attributes:
         http_port, grpc_port, metrics_port (int): The ports in use.
         grpc_url (str): ``host:port`` of gRPC (what ``tritonclient.grpc`` and ``--server`` take).
@@ -242,6 +379,9 @@ class TritonServer:
         models (list[str]): Models the repository holds (its sub-folders with a config.pbtxt).
         version (str | None): Triton's version (from its log) once started.
         returncode (int | None): The exit status once stopped (0: clean shutdown).
+        forced (bool): :meth:`stop` had to SIGKILL the server (it outlived its exit timeout).
+        shm_prefix (str | None): The Python backend's shm region prefix of this run (``/dev/shm/<prefix>*``; kept
+            after :meth:`stop`, which removes the files).
     Raises:
         ArtifactError: (on :meth:`start`) repository missing or without models, a port in use, a model Triton cannot
             load (Triton's reason), the server exiting early.
@@ -251,7 +391,8 @@ class TritonServer:
     def __init__(self, repo: str | Path, host: str = DEFAULT_HOST, http_port: int = DEFAULT_PORTS["http"],
                  grpc_port: int = DEFAULT_PORTS["grpc"], metrics_port: int = DEFAULT_PORTS["metrics"],
                  tritonserver: str | Path | None = None, ready_timeout_s: float = DEFAULT_READY_TIMEOUT_S,
-                 extra_args: list[str] | None = None, on_log: Callable[[str], None] | None = None):
+                 extra_args: list[str] | None = None, on_log: Callable[[str], None] | None = None,
+                 exit_timeout_s: int = DEFAULT_EXIT_TIMEOUT_S, warmup: bool = True):
         self.repo = Path(repo)
         self.host = str(host)
         self.ports = {"http": int(http_port), "grpc": int(grpc_port), "metrics": int(metrics_port)}
@@ -262,6 +403,13 @@ class TritonServer:
         self.ready_timeout_s = float(ready_timeout_s)
         self.extra_args = list(extra_args or [])
         self.on_log = on_log
+        self.exit_timeout_s = int(exit_timeout_s)
+        if self.exit_timeout_s < 0:
+            raise UsageError(f"--exit-timeout {exit_timeout_s}: give seconds >= 0")
+        self.warmup = bool(warmup)
+        self.shm_prefix: str | None = None
+        self._lock_fd: int | None = None
+        self._link_repo: Path | None = None
         self.version: str | None = None
         self.returncode: int | None = None
         self.models: list[str] = []
@@ -269,6 +417,7 @@ class TritonServer:
         self._tmp: Path | None = None
         self._lines: deque = deque(maxlen=LOG_LINES_KEPT)
         self._reader: threading.Thread | None = None
+        self.forced = False
 
     # ------------------------------------------------------------------ addresses
     @property
@@ -324,14 +473,20 @@ class TritonServer:
         if not self.models:
             raise ArtifactError(f"{self.repo} holds no model (no <model>/config.pbtxt): give the folder 'cosyedge "
                                 f"build --backend triton' printed")
+        check_manifest_hashes(self.repo)
+        for m in self.models:
+            cfg = (self.repo / m / "config.pbtxt").read_text(errors="replace")
+            if re.search(r'^\s*backend\s*:\s*"python"', cfg, re.M) and not SHELL_SAFE_PATH.match(m):
+                raise ArtifactError(f"{self.repo}: model folder {m!r} cannot be served by Triton's Python backend "
+                                    f"(it launches the model through a shell command line: letters, digits and "
+                                    f"'_.+,:=@%-' only); rebuild with another --name")
 
     def _backends(self, inst: TritonInstall) -> Path:
         """The backend folder to give Triton: the install's own, or (a stub to place) a private copy of its
         Python backend with the stub beside ``libtriton_python.so``."""
         if inst.stub is None:
             return inst.backends
-        self._tmp = Path(tempfile.mkdtemp(prefix="cosyedge-triton-"))
-        dst = self._tmp / "backends" / "python"
+        dst = self._private_dir() / "backends" / "python"
         dst.mkdir(parents=True)
         for f in (inst.backends / "python").iterdir():
             if f.is_file():
@@ -385,17 +540,22 @@ class TritonServer:
         if len(set(self.ports.values())) < 3:
             raise UsageError(f"the HTTP, gRPC and metrics ports must differ, got {self.ports}")
         backends = self._backends(inst)
-        cmd = [str(inst.binary), f"--model-repository={self.repo.resolve()}", f"--backend-directory={backends}",
+        repo_path = self._repo_for_triton()
+        shm_args = self._claim_shm()
+        cmd = [str(inst.binary), f"--model-repository={repo_path}", f"--backend-directory={backends}",
                f"--http-address={self.host}", f"--grpc-address={self.host}", f"--metrics-address={self.host}",
                f"--http-port={self.http_port}", f"--grpc-port={self.grpc_port}",
                f"--metrics-port={self.metrics_port}", "--allow-gpu-metrics=false", "--allow-cpu-metrics=true",
+               f"--exit-timeout-secs={self.exit_timeout_s}", *shm_args,
                "--log-info=true", "--log-warning=true", "--log-error=true", *self.extra_args]
         LOG.debug("starting %s", " ".join(cmd))
         try:
-            # its own session: a terminal's Ctrl-C reaches only cosyedge, which forwards one signal (serve())
+            # its own session: a terminal's Ctrl-C reaches only cosyedge, which forwards one signal (serve()); the
+            # shm lock's descriptor goes with it, so the run's regions count as live while the server lives
             self._proc = subprocess.Popen(cmd, env=self._env(inst), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                           stdin=subprocess.DEVNULL, preexec_fn=_set_pdeathsig, text=True,
-                                          errors="replace", bufsize=1, start_new_session=True)
+                                          errors="replace", bufsize=1, start_new_session=True,
+                                          pass_fds=() if self._lock_fd is None else (self._lock_fd,))
         except OSError as err:
             self._cleanup()
             raise DependencyError(f"cannot run {inst.binary}: {err.strerror or err}") from None
@@ -403,10 +563,73 @@ class TritonServer:
         self._reader.start()
         try:
             self._wait_ready()
+            if self.warmup:
+                self._warm_up()
         except BaseException:
             self.stop()
             raise
         return self
+
+    def _private_dir(self) -> Path:
+        if self._tmp is None:
+            self._tmp = Path(tempfile.mkdtemp(prefix="cosyedge-triton-"))
+        return self._tmp
+
+    def _repo_for_triton(self) -> Path:
+        """The repository path to give Triton: the real one, or a symlink to it in the private folder when the path
+        holds a character the Python backend's stub command line cannot take (a space, a quote...)."""
+        real = self.repo.resolve()
+        if SHELL_SAFE_PATH.match(str(real)):
+            return real
+        link = self._private_dir() / "repository"
+        link.symlink_to(real, target_is_directory=True)
+        if not SHELL_SAFE_PATH.match(str(link)):
+            raise ArtifactError(f"the path of {self.repo} has a character Triton's Python backend cannot take "
+                                f"(a space or a shell character), and so has the temporary folder {link.parent}: "
+                                f"move the repository or set TMPDIR")
+        LOG.debug("serving %s through %s (its path has a character Triton's stub command line cannot take)", real,
+                  link)
+        return link
+
+    def _claim_shm(self) -> list[str]:
+        """Clean the shm regions of ``cosyedge serve`` runs that are over, then claim this run's prefix: a lock
+        file ``/dev/shm/<prefix>lock`` held (flock) by this process and the server. Returns the tritonserver flags
+        (``--backend-config=python,shm-region-prefix-name=<prefix>``), none where there is no ``/dev/shm``."""
+        if not SHM_DIR.is_dir() or not os.access(SHM_DIR, os.W_OK):
+            return []
+        stale = clean_stale_shm()
+        if stale:
+            LOG.info("removed %d shared-memory regions of Triton servers that are gone: %s", len(stale),
+                     ", ".join(stale[:4]) + (" ..." if len(stale) > 4 else ""))
+        import secrets
+
+        prefix = f"{SHM_PREFIX}{os.getpid()}{secrets.token_hex(4)}_"
+        tmp_lock = SHM_DIR / f".{prefix}lock.tmp"
+        try:
+            fd = os.open(tmp_lock, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+            _flock(fd, blocking=True)
+            os.rename(tmp_lock, SHM_DIR / f"{prefix}lock")  # appears already locked: never taken for stale
+        except OSError as err:
+            LOG.debug("no shm lock (%s): Triton's default shm prefix", err)
+            return []
+        self._lock_fd, self.shm_prefix = fd, prefix
+        return [f"--backend-config=python,shm-region-prefix-name={prefix}"]
+
+    def _release_shm(self) -> None:
+        """Remove this run's shm regions (after the server and its stubs are gone) and its lock."""
+        if self.shm_prefix is None or self._lock_fd is None:
+            return
+        for f in SHM_DIR.glob(f"{glob_escape(self.shm_prefix)}*"):
+            with contextlib.suppress(OSError):
+                f.unlink()
+        os.close(self._lock_fd)
+        self._lock_fd = None
+
+    def shm_regions(self) -> list[Path]:
+        """list[Path]: this run's shm files now (its regions and its lock)."""
+        if self.shm_prefix is None:
+            return []
+        return sorted(SHM_DIR.glob(f"{glob_escape(self.shm_prefix)}*"))
 
     def _read(self) -> None:
         proc = self._proc
@@ -428,20 +651,122 @@ class TritonServer:
             return False
 
     def _wait_ready(self) -> None:
+        """Wait for ``/v2/health/ready``; stop at once when the server exits, logs that a model failed to load, or
+        its repository index says a model is UNAVAILABLE with a reason (Triton 2.51 may go on running, not ready,
+        with a model that failed: waiting out the timeout would say nothing more)."""
         t_end = time.monotonic() + self.ready_timeout_s
+        next_index = time.monotonic() + 1.0
         while time.monotonic() < t_end:
             if self._proc.poll() is not None:
                 self._reader.join(timeout=5.0)
                 raise self._startup_error()
             if self._ready():
                 return
+            loads = _load_errors(self.log_tail)
+            if not loads and time.monotonic() >= next_index:
+                next_index = time.monotonic() + 1.0
+                loads = [f"model '{e['name']}': {_clean_reason(e['reason'])}" for e in self._index()
+                         if e.get("state") == "UNAVAILABLE" and e.get("reason")]
+            if loads:
+                raise self._load_failure(loads)
             time.sleep(0.1)
         raise ArtifactError(f"tritonserver was not ready after {self.ready_timeout_s:g} s "
                             f"({self._last_words() or 'no error in its log'})")
 
+    def _http_json(self, path: str, body: dict | None = None, timeout: float = 2.0) -> tuple[int, object]:
+        """(status, parsed JSON body or None) of an HTTP request to the server; status 0 when nothing answers."""
+        import json
+
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(f"{self.http_url}{path}", data=data, method="GET" if body is None else "POST",
+                                     headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as r:
+                status, text = r.status, r.read()
+        except urllib.error.HTTPError as err:
+            status, text = err.code, err.read()
+        except (urllib.error.URLError, OSError, ValueError):
+            return 0, None
+        try:
+            return status, json.loads(text or b"null")
+        except ValueError:
+            return status, None
+
+    def _index(self) -> list[dict]:
+        """Triton's repository index (``POST /v2/repository/index``): list of {name, version, state, reason}."""
+        status, out = self._http_json("/v2/repository/index", {})
+        return [e for e in out if isinstance(e, dict)] if status == 200 and isinstance(out, list) else []
+
+    def _warm_up(self) -> None:
+        """Send each cosyedge model (``cosyedge.chunk_samples`` in its config) one sequence of one request of zeros
+        (START and END together, correlation id :data:`WARMUP_CORRELATION_ID`) and check that its outputs come back
+        whole and finite: a model whose first request would fail (its Python stub crashing, tensors lost between
+        numpy and the stub) is refused now, in one line, not at the first client's request.
+
+        Raises:
+            ArtifactError: the model answers with an error, not at all, or with outputs of the wrong size.
+        """
+        import math
+        from urllib.parse import quote
+
+        for name in self.models:
+            status, cfg = self._http_json(f"/v2/models/{quote(name)}/config", timeout=10.0)
+            if status != 200 or not isinstance(cfg, dict) or "cosyedge.chunk_samples" not in (cfg.get("parameters")
+                                                                                            or {}):
+                continue
+            batched = int(cfg.get("max_batch_size") or 0) > 0
+            inputs = []
+            for i in cfg.get("input") or []:
+                dims = [int(d) for d in i.get("dims") or []]
+                dtype = str(i.get("data_type", "")).removeprefix("TYPE_")
+                if any(d < 0 for d in dims) or dtype in ("STRING", "BYTES"):
+                    inputs = None
+                    break
+                shape = [1, *dims] if batched else dims
+                n = math.prod(shape)
+                inputs.append({"name": i["name"], "shape": shape, "datatype": dtype,
+                               "data": [False] * n if dtype == "BOOL" else [0] * n})
+            if not inputs:
+                continue
+            body = {"inputs": inputs, "parameters": {"sequence_id": WARMUP_CORRELATION_ID, "sequence_start": True,
+                                                     "sequence_end": True}}
+            status, out = self._http_json(f"/v2/models/{quote(name)}/infer", body, timeout=60.0)
+            if status != 200 or not isinstance(out, dict):
+                why = out.get("error") if isinstance(out, dict) else None
+                if status == 0:
+                    why = "no answer within 60 s"
+                if self._proc.poll() is not None:
+                    why = f"{why or 'no answer'}; tritonserver exited ({self._last_words() or 'see -v'})"
+                raise ArtifactError(f"model '{name}' fails its first request: "
+                                    f"{_clean_reason(str(why or f'HTTP {status}'))} (the server was not started; "
+                                    f"-v shows Triton's log)")
+            got = {o.get("name"): o for o in out.get("outputs") or []}
+            for o in cfg.get("output") or []:
+                want = math.prod([1, *[int(d) for d in o.get("dims") or []]] if batched
+                                 else [int(d) for d in o.get("dims") or []])
+                data = (got.get(o["name"]) or {}).get("data")
+                if not isinstance(data, list) or (want >= 0 and len(data) != want):
+                    raise ArtifactError(f"model '{name}' fails its first request: output '{o['name']}' came back "
+                                        f"with {len(data) if isinstance(data, list) else 'no'} values, not {want} "
+                                        f"(the server was not started)")
+                if any(isinstance(v, float) and not math.isfinite(v) for v in data):
+                    raise ArtifactError(f"model '{name}' fails its first request: output '{o['name']}' is NaN/Inf "
+                                        f"for a chunk of zeros (the server was not started)")
+            LOG.debug("model '%s' answered its warm-up request", name)
+
     def _last_words(self) -> str:
         errs = _error_lines(self.log_tail)
         return errs[-1] if errs else ""
+
+    def _load_failure(self, loads: list[str]) -> ArtifactError:
+        """The one-line error of a model Triton could not load (its reason, and the fix for a missing backend)."""
+        hint = ""
+        m = re.search(r"unable to find backend library for backend '([^']+)'", loads[0])
+        if m:
+            hint = (f" (this tritonserver has no '{m.group(1)}' backend: the nvidia-pytriton wheel has only the "
+                    f"Python backend; build with --triton-backend python, or serve this repository in NVIDIA's "
+                    f"container)")
+        return ArtifactError(f"Triton cannot load the repository {self.repo}: {loads[0]}{hint}")
 
     def _startup_error(self) -> Exception:
         """The one-line error of a server that exited while starting (Triton's reason)."""
@@ -450,13 +775,7 @@ class TritonServer:
         loads = _load_errors(lines)
         text = "\n".join(lines)
         if loads:
-            hint = ""
-            m = re.search(r"unable to find backend library for backend '([^']+)'", loads[0])
-            if m:
-                hint = (f" (this tritonserver has no '{m.group(1)}' backend: the nvidia-pytriton wheel has only the "
-                        f"Python backend; build with --triton-backend python, or serve this repository in NVIDIA's "
-                        f"container)")
-            return ArtifactError(f"Triton cannot load the repository {self.repo}: {loads[0]}{hint}")
+            return self._load_failure(loads)
         m = re.search(r"(Socket '[^']+' already in use|Address already in use|failed to start [A-Za-z]+ service[^\n]*)",
                       text)
         if m:
@@ -485,20 +804,29 @@ class TritonServer:
         if self.is_running():
             self._proc.send_signal(signum)
 
-    def stop(self, grace_s: float = STOP_GRACE_S) -> int | None:
-        """Stop the server: SIGTERM (Triton unloads its models and exits), SIGKILL after ``grace_s``.
+    def stop(self, grace_s: float | None = None) -> int | None:
+        """Stop the server: SIGTERM (Triton lets in-flight requests and open sequences finish for up to its exit
+        timeout, unloads its models and exits), SIGKILL of the server and its stubs when it has not exited
+        ``grace_s`` later; then its shm regions and private folder are removed.
 
+        Args:
+            grace_s (float | None): Seconds to wait after SIGTERM; None: the exit timeout plus
+                :data:`STOP_GRACE_S`.
         Returns:
-            int | None: its exit status (0: clean shutdown), None when it was never started.
+            int | None: its exit status (0: clean shutdown; negative: killed), None when it was never started.
         """
+        if grace_s is None:
+            grace_s = self.exit_timeout_s + STOP_GRACE_S
         if self._proc is not None:
             if self._proc.poll() is None:
                 self._proc.send_signal(signal.SIGTERM)
                 try:
                     self._proc.wait(grace_s)
                 except subprocess.TimeoutExpired:
-                    LOG.warning("tritonserver did not stop within %g s of SIGTERM: killed", grace_s)
-                    self._proc.kill()
+                    LOG.warning("tritonserver did not exit within %g s of SIGTERM (a stream still open?): killed it "
+                                "and its stubs", grace_s)
+                    self.forced = True
+                    self._kill_group()
                     self._proc.wait()
             self.returncode = self._proc.returncode
             self._kill_group()
@@ -514,12 +842,14 @@ class TritonServer:
             os.killpg(self._proc.pid, signal.SIGKILL)
 
     def kill(self) -> None:
-        """SIGKILL the server and its stubs at once (as a crash would), without a graceful shutdown."""
+        """SIGKILL the server and its stubs at once (as a crash would), without a graceful shutdown; its shm regions
+        are removed by :meth:`stop` (or by the next ``cosyedge serve``)."""
         if self._proc is not None:
             self._kill_group()
             self._proc.wait()
 
     def _cleanup(self) -> None:
+        self._release_shm()
         if self._tmp is not None:
             shutil.rmtree(self._tmp, ignore_errors=True)
             self._tmp = None
@@ -561,17 +891,23 @@ def parse_metrics(text: str) -> dict[str, float]:
 def serve(repo: str | Path, host: str = DEFAULT_HOST, http_port: int = DEFAULT_PORTS["http"],
           grpc_port: int = DEFAULT_PORTS["grpc"], metrics_port: int = DEFAULT_PORTS["metrics"],
           tritonserver: str | Path | None = None, ready_timeout_s: float = DEFAULT_READY_TIMEOUT_S,
-          on_ready: Callable[[TritonServer], None] | None = None) -> int:
+          on_ready: Callable[[TritonServer], None] | None = None, exit_timeout_s: int = DEFAULT_EXIT_TIMEOUT_S,
+          on_stop: Callable[[TritonServer], None] | None = None) -> int:
     """Serve ``repo`` until SIGINT/SIGTERM (forwarded to Triton) or the server exits; what ``cosyedge serve`` runs.
 
     Triton's log is kept: its errors and warnings are logged as they come (CPU-only noise about NVML/DCGM only at
-    debug level, ``-v``).
+    debug level, ``-v``). After the first signal Triton has ``exit_timeout_s`` to let open sequences finish; a server
+    still running :data:`STOP_GRACE_S` after that (Triton 2.51 logs "Exit timeout expired" and may hang) is killed
+    with its stubs: the stop still counts as asked for (0), with a warning that open streams were cut
+    (:attr:`TritonServer.forced`).
 
     Args:
-        repo, host, http_port, grpc_port, metrics_port, tritonserver, ready_timeout_s: see :class:`TritonServer`.
+        repo, host, http_port, grpc_port, metrics_port, tritonserver, ready_timeout_s, exit_timeout_s: see
+            :class:`TritonServer`.
         on_ready (Callable[[TritonServer], None] | None): Called once the server is ready (prints the endpoints).
+        on_stop (Callable[[TritonServer], None] | None): Called after a signal-driven stop (says how it ended).
     Returns:
-        int: 0 after a clean shutdown on SIGINT/SIGTERM.
+        int: 0 after a shutdown on SIGINT/SIGTERM.
     Raises:
         ArtifactError / DependencyError / UsageError: see :class:`TritonServer`; the server exiting by itself
             (its last error).
@@ -586,20 +922,24 @@ def serve(repo: str | Path, host: str = DEFAULT_HOST, http_port: int = DEFAULT_P
         else:
             LOG.debug("tritonserver: %s", line)
 
-    stop = {"sig": None, "count": 0}
+    stop = {"sig": None, "count": 0, "at": None}
 
     def forward(signum, frame) -> None:
         """First signal: Triton's graceful shutdown (SIGTERM); second: say so; third: SIGKILL."""
         stop["sig"] = signum
         stop["count"] += 1
         if stop["count"] == 1:
+            stop["at"] = time.monotonic()
             srv.signal(signal.SIGTERM)
         elif stop["count"] == 2:
-            LOG.warning("tritonserver is finishing its in-flight requests and unloading; signal again to kill it")
+            LOG.warning("tritonserver is finishing its in-flight requests and unloading (at most %d s more); signal "
+                        "again to kill it", srv.exit_timeout_s)
         else:
-            srv.signal(signal.SIGKILL)
+            srv.forced = True
+            srv.kill()
 
-    srv = TritonServer(repo, host, http_port, grpc_port, metrics_port, tritonserver, ready_timeout_s, on_log=on_log)
+    srv = TritonServer(repo, host, http_port, grpc_port, metrics_port, tritonserver, ready_timeout_s, on_log=on_log,
+                       exit_timeout_s=exit_timeout_s)
     old = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         for s in old:
@@ -607,18 +947,30 @@ def serve(repo: str | Path, host: str = DEFAULT_HOST, http_port: int = DEFAULT_P
         srv.start()
         ready.set()
         if stop["sig"] is not None:  # a signal that came before the process existed
+            stop["at"] = time.monotonic()
             srv.signal(signal.SIGTERM)
         if on_ready is not None:
             on_ready(srv)
         while srv.wait(0.5) is None:
-            pass
+            if stop["at"] is not None and time.monotonic() - stop["at"] > srv.exit_timeout_s + STOP_GRACE_S:
+                LOG.warning("tritonserver did not exit within %g s of SIGTERM (a stream still open?): killed it and "
+                            "its stubs", srv.exit_timeout_s + STOP_GRACE_S)
+                srv.forced = True
+                srv.kill()
         code = srv.returncode
+        if srv._reader is not None:
+            srv._reader.join(timeout=5.0)  # its last log lines (what it said when it exited)
         if stop["sig"] is None:
             raise ServerError(f"tritonserver exited by itself with status {code}: "
                               f"{srv._last_words() or 'see its log with -v'}")
-        if code != 0:
+        if any("Exit timeout expired" in ln for ln in srv.log_tail):
+            srv.forced = True  # Triton gave up waiting for open sequences: they were cut
+        if code != 0 and not srv.forced:
             raise ServerError(f"tritonserver did not shut down cleanly (status {code}): "
                               f"{srv._last_words() or 'see its log with -v'}")
+        srv.stop()  # its stubs and shm regions
+        if on_stop is not None:
+            on_stop(srv)
         return 0
     finally:
         srv.stop()

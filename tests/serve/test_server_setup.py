@@ -98,3 +98,68 @@ def test_a_free_port_on_an_address_that_is_not_this_machines_is_one_usage_error(
 
     with pytest.raises(UsageError, match=f"cannot listen on {host}: .*--host takes an address of this machine"):
         free_port(host)
+
+
+def test_tensor_exchange_follows_the_running_numpy(monkeypatch):
+    """numpy 1 (what cosyedge[serve] resolves): Tensor(name, array)/as_numpy(); numpy 2: DLPack (Triton 2.51's stub
+    reads numpy 2 arrays wrongly, and its from_dlpack fails under numpy 1)."""
+    import numpy as np
+
+    from cosyedge.serve import model
+
+    monkeypatch.delenv(model.TENSOR_EXCHANGE_ENV, raising=False)
+    monkeypatch.setattr(np, "__version__", "1.26.4")
+    assert model.tensor_exchange() == "numpy"
+    monkeypatch.setattr(np, "__version__", "2.4.6")
+    assert model.tensor_exchange() == "dlpack"
+    monkeypatch.setenv(model.TENSOR_EXCHANGE_ENV, "numpy")
+    assert model.tensor_exchange() == "numpy"
+
+    class T:
+        def __init__(self, name=None, a=None):
+            self.a = a
+
+        def as_numpy(self):
+            return self.a
+
+        def __dlpack__(self, *args, **kw):
+            return self.a.__dlpack__(*args, **kw)
+
+        def __dlpack_device__(self):
+            return self.a.__dlpack_device__()
+
+        @classmethod
+        def from_dlpack(cls, name, obj):
+            return cls(name, np.from_dlpack(obj))
+
+    pb = type("pb", (), {"Tensor": T})
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    for ex in ("numpy", "dlpack"):
+        t = model.output_tensor(pb, "y", x[:, ::2], ex)  # a strided view: the tensor owns a contiguous copy
+        assert t.a.flags.c_contiguous and (model.tensor_array(t, ex) == x[:, ::2]).all()
+
+
+def test_load_failure_reason_is_its_first_line_without_the_python_stack():
+    lines = ['E1207 15:40:34.802922 16166 model_lifecycle.cc:642] "failed to load \'reference\' version 1: Internal: '
+             'ArtifactError: cannot read ONNX file /r/reference/1/model.onnx: bad\\n\\nAt:\\n  '
+             '/x/cosyedge/artifacts/files.py(44): load_onnx\\n  /x/cosyedge/serve/model.py(298): initialize\\n"']
+    assert srvmod._load_errors(lines) == ["model 'reference': Internal: ArtifactError: cannot read ONNX file "
+                                          "/r/reference/1/model.onnx: bad"]
+
+
+def test_manifest_hashes_are_checked(tmp_path):
+    import hashlib
+    import json
+
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "a.bin").write_bytes(b"abc")
+    h = hashlib.sha256(b"abc").hexdigest()
+    (tmp_path / "manifest.json").write_text(json.dumps({"model": {"file": "m/a.bin", "sha256": h},
+                                                         "parent": {"file": "/elsewhere/src.onnx", "sha256": h}}))
+    assert srvmod.check_manifest_hashes(tmp_path) == 1
+    (tmp_path / "m" / "a.bin").write_bytes(b"abd")
+    with pytest.raises(ArtifactError, match=r"m/a.bin does not match its sha256 in manifest.json"):
+        srvmod.check_manifest_hashes(tmp_path)
+    (tmp_path / "m" / "a.bin").unlink()
+    with pytest.raises(ArtifactError, match=r"m/a.bin is missing"):
+        srvmod.check_manifest_hashes(tmp_path)

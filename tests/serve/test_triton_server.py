@@ -34,7 +34,7 @@ pytestmark = pytest.mark.skipif(_why is not None, reason=_why or "")
 ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "cosyedge" / "assets" / "demo" / "noisy.wav"
 LIBRIVOX = ROOT / "tests" / "data" / "speech_librivox_0890.wav"
-IDLE_MS = 1500
+IDLE_MS = 4000  # longer than the backlog waits of the concurrent test (Triton ends a sequence that waits longer)
 MAX_SEQUENCES = 2
 
 
@@ -55,7 +55,7 @@ def clips() -> list[np.ndarray]:
 
 @pytest.fixture(scope="module")
 def repos(tmp_path_factory):
-    """Python-backend repositories of the bundled model (2 sequences per instance, 1.5 s idle timeout) and Silero VAD,
+    """Python-backend repositories of the bundled model (2 sequences per instance, 4 s idle timeout) and Silero VAD,
     the local ONNX Runtime engine of the bundled model, and one folder holding both models (what the server serves)."""
     from cosyedge.builders import build
     from cosyedge.builders.triton import build_triton
@@ -213,7 +213,7 @@ def test_killed_client_frees_its_slot_after_the_idle_timeout_for_a_sequence_that
         first_c: list = []
         t_b = threading.Thread  # B holds the second slot, paced, for longer than A's idle timeout
         res = {}
-        b = t_b(target=lambda: res.__setitem__("b", served_enhanced(server.grpc_url, xs[0][:32000], pace_s=0.02)))
+        b = t_b(target=lambda: res.__setitem__("b", served_enhanced(server.grpc_url, xs[0][:32000], pace_s=0.03)))
         b.start()
         time.sleep(0.3)
         a.kill()  # A holds a slot and will never send END
@@ -333,6 +333,7 @@ def test_cosyedge_serve_refuses_a_port_in_use_and_a_repository_triton_cannot_loa
     assert rc == 3 and err.strip().count("\n") == 0 and f"grpc port {port} on 127.0.0.1 is in use" in err, err
     bad = tmp_path / "bad"
     shutil.copytree(repos["ref"], bad)
+    (bad / "manifest.json").unlink()  # serve would refuse the changed model.onnx by its hash, before Triton
     (bad / "reference" / "1" / "model.onnx").write_bytes(b"not an onnx model")
     rc, _, err = cli("serve", bad, "--grpc-port", 0, "--http-port", 0, "--metrics-port", 0)
     assert rc == 3 and err.strip().count("\n") == 0, err

@@ -26,7 +26,7 @@ from cosyedge.artifacts import (
     write_manifest,
 )
 from cosyedge.builders.config import BuildConfig
-from cosyedge.builders.names import check_engine_name, engine_folder_name, engine_model_name
+from cosyedge.builders.names import check_engine_name, check_triton_model_name, engine_folder_name, engine_model_name
 from cosyedge.builders.prepare import (
     DEFAULT_CALIB_COUNT,
     check_streaming_onnx,
@@ -254,7 +254,8 @@ def build_triton(onnx_path: Any, out_dir: str | Path | None = None, name: str | 
         contract.check_chunk(chunk)
     except UsageError as err:
         raise UsageError(f"--chunk-samples {chunk}: {err}" if chunk_samples is not None else str(err)) from None
-    name = check_engine_name(name or engine_model_name(contract.name, src))
+    given = bool(name)
+    name = check_triton_model_name(check_engine_name(name or engine_model_name(contract.name, src)), given)
     root = Path(out_dir) if out_dir is not None else engines_root()
     variant = config.variant() if config is not None else None
     if triton_backend == "python":

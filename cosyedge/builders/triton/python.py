@@ -14,7 +14,9 @@ implicit ``state`` but the four control inputs. The sequence batcher uses the *o
 onnxruntime repository does: batches hold only requests that are ready (no padding rows for idle slots), at most one
 per sequence; ``max_candidate_sequences`` (``--max-sequences``) sequences per instance hold a slot, more wait in
 Triton's backlog; ``max_sequence_idle_microseconds`` (``--idle-timeout-ms``) ends a silent sequence, whose slot the
-model then frees (the Python backend is not told: see :mod:`cosyedge.serve.model`).
+model then frees (the Python backend is not told: see :mod:`cosyedge.serve.model`). It must exceed the longest wait in
+the backlog: Triton 2.51 does not restart a backlogged sequence's idle clock when it gets a slot, and ends it at its
+reaper's next round (every 50 ms) unless the sequence's next request came first (docs/triton.md, "Batching").
 
 The Python backend runs ``model.py`` in a stub process with the Python environment tritonserver finds first on
 ``PATH``; it must hold cosyedge and onnxruntime (``cosyedge serve`` starts the server that way). The manifest and the
