@@ -20,13 +20,14 @@ scattered back. Buffers are allocated once for ``max_streams``; batch ``m`` bind
 ``m`` rows (IOBinding objects are cached per ``m``), so a tick allocates nothing but the returned
 output copy (none with ``tick(copy=False)``).
 
-With ``max_streams`` > 1 the session runs the graph rewritten by :func:`cosyedge.runtime.batched.batch_rewrite`:
+With ``max_streams`` > 1 the session runs the graph rewritten by the passes :data:`cosyedge.passes.POOL_PASSES`, above
+all ``batch_gemm`` (:func:`cosyedge.passes.batch_gemm.batch_rewrite`):
 ONNX Runtime's CPU Conv runs a one-frame convolution as one matrix-vector product per stream; rewritten, each
 is one GEMM per tick (the reference model at 64 streams: 10.3 -> 7.3 ms per run, 60 -> 73 real-time streams per
 core, ``docs/bench/bench_streams.json``). An ``ort_matmul`` INT8 model's ``DynamicQuantizeMatMul`` GRU cells (activation
 scale per call) are rewritten to quantize each stream's row from its own range
-(:mod:`cosyedge.runtime.pool_dqmm`), so no stream's volume sets another's quantization step (a stream stays within
-rounding of itself alone: about 50 dB for a GRU model, where a flipped INT8 rounding step is carried on).
+(pass ``dqmm_per_row``, :mod:`cosyedge.passes.dqmm_per_row`), so no stream's volume sets another's quantization
+step (a stream stays within rounding of itself alone: about 50 dB for a GRU model, where a flipped INT8 rounding step is carried on).
 
 Source: ONNX Runtime "I/O Binding" (onnxruntime.ai/docs/performance/tune-performance/iobinding.html);
 dynamic batching of stateful streams as in NVIDIA Triton's sequence batcher with implicit state
@@ -58,13 +59,6 @@ DEFAULT_MAX_PENDING = 16
 MAX_TICK_RECORDS = 1 << 14
 """int: per-tick latencies kept (ring buffer)."""
 
-POOL_REWRITES = ("dft_fft", "einsum_matmul")
-"""tuple[str, ...]: the session rewrites (:data:`cosyedge.runtime.ort.REWRITES`) a pool of more than one stream
-applies before ``batch_rewrite``: both write nodes valid at any batch (``dft_fft``'s Reshapes copy the batch
-axis; ``einsum_matmul`` with ``any_batch``). ``conv_sum`` is left out: ``batch_rewrite`` turns the same one-frame
-convs into batched GEMMs, which is what a pool gains from."""
-
-
 class StreamPool:
     """Batch the chunks of up to ``max_streams`` independent streams into one model run per tick.
 
@@ -95,15 +89,15 @@ class StreamPool:
         providers (list[str] | None): Execution providers; default ``["CPUExecutionProvider"]``.
         max_pending (int): Chunks a stream may queue; older ones are dropped (counted) beyond it.
         batch_rewrite (bool): With ``max_streams`` > 1, run the graph with its one-frame convolutions and
-            matrix-vector MatMuls rewritten as batched GEMMs (:func:`cosyedge.runtime.batched.batch_rewrite`: the
+            matrix-vector MatMuls rewritten as batched GEMMs (pass ``batch_gemm``, its only switch: the
             weight is read once per tick, not once per stream; outputs equal to rounding). ``False`` runs the
             graph as stored.
     Attributes:
         input_shapes (dict[str, tuple[int, ...]]): Per streaming input, the shape of one stream's chunk (without the
             batch axis), e.g. ``{"audio": (1, 160), "ref": (1, 160)}``.
         output_shapes (dict[str, tuple[int, ...]]): The same for every streaming output.
-        rewritten (dict[str, int]): After :meth:`activate`, the nodes ``batch_rewrite`` replaced, by kind (empty when
-            it was off, found nothing, or failed: then the stored graph runs and a warning says why).
+        rewritten (dict[str, int]): After :meth:`activate`, the nodes the passes replaced, by kind (empty when none
+            applied; a pass that failed is said in one warning line and the graph runs without it).
     Raises:
         ArtifactError: model missing/corrupt, no cosyedge metadata, no states.
         UsageError: bad ``max_streams``, ``chunk_samples``, ``threads`` or ``max_pending``; an input or output whose
@@ -219,49 +213,34 @@ class StreamPool:
         return self
 
     def _graph(self):
-        """The model for the session: the path, or (batch > 1) the rewritten ModelProto: first the batch-free
-        session rewrites :data:`POOL_REWRITES` (CPU provider, no external data), then (``batch_rewrite``)
-        :func:`cosyedge.runtime.batched.batch_rewrite`, then (always, for correctness) each
-        ``DynamicQuantizeMatMul`` quantized per row (:func:`cosyedge.runtime.pool_dqmm.per_row_dynamic_quant`: one
-        stream's activation range never changes another's output)."""
+        """The model for the session: the path, or (batch > 1) the ModelProto rewritten by the passes
+        :data:`cosyedge.passes.POOL_PASSES` (``dft_fft`` and ``einsum_matmul`` on the CPU provider without external
+        data; ``batch_gemm`` when :attr:`batch_rewrite`; ``dqmm_per_row`` always, for correctness: one stream's
+        activation range never changes another's output)."""
+        from cosyedge.passes import PASSES, POOL_PASSES, Target, apply_passes, passes
+
         self.rewritten = {}
         if self.max_streams == 1:
             return self.model_path
         onnx = lazy_import("onnx")
         model = onnx.load(str(self.model_path))
-        counts: dict[str, int] = {}
-        if self.providers == ["CPUExecutionProvider"] and not any(
-                t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer):
-            from cosyedge.runtime.ort import apply_rewrites
-
-            # concrete shapes at batch 2 for the rewrites' checks; the nodes they write hold for any batch
-            shapes = {name: [2, *shape] for name, shape in self.input_shapes.items()}
-            shapes.update({s.input: list(s.concrete_shape(2)) for s in self.contract.states})
-            model, done = apply_rewrites(model, shapes, POOL_REWRITES, any_batch=True)
-            counts.update({k: v for k, v in done.items() if v})
-        if self.batch_rewrite:
-            from cosyedge.runtime.batched import batch_rewrite
-
-            dims = {name: ["N", *shape] for name, shape in self.input_shapes.items()}
-            dims.update({s.input: list(s.shape) for s in self.contract.states})
-            try:
-                batched, done = batch_rewrite(model, dims)
-                if done["conv_gemm"] + done["conv_depthwise"] + done["matmul_gemm"]:
-                    model = batched
-                    counts.update({k: v for k, v in done.items() if v})
-            except Exception as err:  # noqa: BLE001 - onnx raises many types; the stored graph still runs
-                LOG.warning_once(f"stream pool: {self.model_path} runs unbatched convs (rewrite failed: "
-                                 f"{first_line(err)})")
-        if any(n.op_type == "DynamicQuantizeMatMul" for n in model.graph.node):  # correctness, not speed: always
-            from cosyedge.runtime.pool_dqmm import per_row_dynamic_quant
-
-            counts["dqmm_per_row"] = per_row_dynamic_quant(model)
-            left = sum(n.op_type == "DynamicQuantizeMatMul" for n in model.graph.node)
-            if left:
-                LOG.warning_once(f"stream pool: {self.model_path} keeps {left} DynamicQuantizeMatMul (no constant "
-                                 f"int8 weight with zero point 0): their activation scale spans every stream of a "
-                                 f"tick, so a loud stream changes a quiet one's output slightly")
-            counts = {k: v for k, v in counts.items() if v}
+        cpu = self.providers == ["CPUExecutionProvider"] and not any(
+            t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer)
+        # concrete shapes at batch 2 for the passes' checks (the nodes they write hold for any batch); symbolic
+        # batch for batch_gemm
+        shapes = {name: [2, *shape] for name, shape in self.input_shapes.items()}
+        shapes.update({s.input: list(s.concrete_shape(2)) for s in self.contract.states})
+        dims = {name: ["N", *shape] for name, shape in self.input_shapes.items()}
+        dims.update({s.input: list(s.shape) for s in self.contract.states})
+        names = [n for n in POOL_PASSES if n != "batch_gemm" or self.batch_rewrite]
+        model, done = apply_passes(model, Target(shapes, dims, any_batch=True), passes(names),
+                                   where=f"stream pool: {self.model_path}", cpu=cpu)
+        counts = {k: v for name, c in done.items() if PASSES[name].report(c) for k, v in c.items() if v}
+        left = sum(n.op_type == "DynamicQuantizeMatMul" for n in model.graph.node)
+        if left:
+            LOG.warning_once(f"stream pool: {self.model_path} keeps {left} DynamicQuantizeMatMul (no constant "
+                             f"int8 weight with zero point 0): their activation scale spans every stream of a "
+                             f"tick, so a loud stream changes a quiet one's output slightly")
         if not counts:
             return self.model_path
         self.rewritten = counts
