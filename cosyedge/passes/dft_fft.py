@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from cosyedge.passes.edit import DEFAULT_DOMAINS, copy_model, node_attrs, splice
+from cosyedge.passes.edit import DEFAULT_DOMAINS, copy_model, node_attrs, spliced
 from cosyedge.passes.shapes import known_shapes
 
 MIN_FFT_SIZE = 512
@@ -229,10 +229,7 @@ def fft_dft_convs(model: Any, input_shapes: dict[str, list[int]]) -> tuple[Any, 
             nodes, consts = _inverse_nodes(node.input[0], node.output[0], base, win, n1, n2)
         new_inits += [numpy_helper.from_array(v, k) for k, v in consts.items()]
         replace[idx] = nodes  # by index: protobuf wrappers' id() is not stable
-    if not replace:
-        return m, 0
-    splice(m, replace, new_inits)
-    return m, len(replace)
+    return spliced(m, replace, new_inits)
 
 
 def run(model: Any, target: Any) -> tuple[Any, dict[str, int]]:

@@ -1,5 +1,6 @@
 """Pass ``dqmm_per_row``: per-row dynamic quantization for batched runs: each stream of a
-:class:`~cosyedge.runtime.pool.StreamPool` tick quantizes its own activations, so no stream's volume sets another stream's quantization step.
+:class:`~cosyedge.runtime.pool.StreamPool` tick quantizes its own activations, so no stream's volume sets another
+stream's quantization step.
 
 What stays: the float ops of a batched run round differently from a batch-1 run (about 1e-7, as in any FP32
 pool), and at a dynamic INT8 step such a difference can flip one rounding step, which a recurrence (GRU) carries on:

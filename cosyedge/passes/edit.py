@@ -60,6 +60,14 @@ def splice(m: Any, replace: dict[int, list], new_inits: list) -> None:
     g.initializer.extend(keep)
 
 
+def spliced(m: Any, replace: dict[int, list], new_inits: list) -> tuple[Any, int]:
+    """:func:`splice` ``replace`` and ``new_inits`` into ``m`` when anything is replaced: the end of a pass on its
+    copy ``m``. Returns (m, the number of nodes replaced)."""
+    if replace:
+        splice(m, replace, new_inits)
+    return m, len(replace)
+
+
 def outer_refs(graph: Any) -> list[str]:
     """Names ``graph``'s (onnx.GraphProto) nodes read that it neither takes as input, holds as initializer nor
     computes (list[str], sorted): references to an enclosing scope (nested bodies' own references included)."""
@@ -107,4 +115,5 @@ def toposort(graph: Any) -> None:
     graph.node.extend(sorted_nodes)
 
 
-__all__ = ["DEFAULT_DOMAINS", "copy_model", "copy_with", "node_attrs", "opset", "outer_refs", "splice", "toposort"]
+__all__ = ["DEFAULT_DOMAINS", "copy_model", "copy_with", "node_attrs", "opset", "outer_refs", "splice", "spliced",
+           "toposort"]

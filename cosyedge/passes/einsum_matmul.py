@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from cosyedge.passes.edit import copy_with, node_attrs, splice
+from cosyedge.passes.edit import copy_with, node_attrs, spliced
 from cosyedge.passes.shapes import known_shapes
 
 GROUPED_EQUATIONS = ("btgi,gih->btgh",)
@@ -86,10 +86,7 @@ def einsum_matmul(model: Any, input_shapes: dict[str, list[int]], any_batch: boo
                      helper.make_node("Transpose", [t("y")], [t("y3")], name=t("y3"), perm=[1, 0, 2]),
                      helper.make_node("Reshape", [t("y3"), t("shape_out")], [node.output[0]], name=t("out"))]
         replace[idx] = nodes
-    if not replace:
-        return m, 0
-    splice(m, replace, new_inits)
-    return m, len(replace)
+    return spliced(m, replace, new_inits)
 
 
 def run(model: Any, target: Any) -> tuple[Any, dict[str, int]]:

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from cosyedge.passes.edit import copy_with, node_attrs, splice
+from cosyedge.passes.edit import copy_with, node_attrs, spliced
 from cosyedge.passes.shapes import known_shapes
 
 
@@ -129,10 +129,7 @@ def gru_cell(model: Any, input_shapes: dict[str, list[int]]) -> tuple[Any, int]:
             nodes.append(mk("Reshape", [yh_src, t("shape_yh")], [outs[1]], name=t("y_h")))
         new_inits += [numpy_helper.from_array(np.asarray(v), t(k)) for k, v in cst.items()]
         replace[idx] = nodes
-    if not replace:
-        return m, 0
-    splice(m, replace, new_inits)
-    return m, len(replace)
+    return spliced(m, replace, new_inits)
 
 
 def run(model: Any, target: Any) -> tuple[Any, dict[str, int]]:
