@@ -50,7 +50,7 @@ VARIANTS = {
     "shipped": {},
     "no_dft_fft": {"rewrites": ("conv_sum", "einsum_matmul")},
     "no_einsum_matmul": {"rewrites": ("conv_sum", "dft_fft")},
-    "no_conv_sum": {"fuse": False},
+    "no_conv_sum": {"rewrites": ("dft_fft", "einsum_matmul")},
     "gru_cell": {"rewrites": ("conv_sum", "dft_fft", "einsum_matmul", "gru_cell")},
 }
 """dict[str, dict]: session variant name -> extra ``OrtStreamSession`` keyword arguments (the ablation)."""

@@ -3,7 +3,7 @@
 
 An ``ort_matmul`` INT8 engine runs its GRU cells as ``com.microsoft.DynamicQuantizeMatMul`` (activation scale per
 call). A :class:`~cosyedge.runtime.pool.StreamPool` of more than one stream rewrites them to quantize each stream's
-row from its own range (:mod:`cosyedge.runtime.pool_dqmm`). This script measures, on one engine:
+row from its own range (:mod:`cosyedge.passes.dqmm_per_row`). This script measures, on one engine:
 
 * ``independence``: the demo recording at 1 % level (a quiet stream) beside the same recording shifted and at 3x (a
   loud one) vs the quiet stream alone, SNR in dB, with the rewrite (``per_row``) and without (``as_stored``);
@@ -35,7 +35,7 @@ NOISY = ROOT / "cosyedge" / "assets" / "demo" / "noisy.wav"
 @contextmanager
 def _variant(per_row: bool):
     """Run the pools made inside with (``per_row``) or without the per-row rewrite."""
-    import cosyedge.runtime.pool_dqmm as mod
+    import cosyedge.passes.dqmm_per_row as mod
 
     keep = mod.per_row_dynamic_quant
     if not per_row:

@@ -75,7 +75,7 @@ def make_session(model: Path, variant: dict, profile: bool = False):
         import onnx
 
         from cosyedge.artifacts import StreamContract
-        from cosyedge.runtime.ort_fuse import fuse_conv_sum
+        from cosyedge.passes.conv_sum import fuse_conv_sum
 
         c = StreamContract.from_onnx(model)
         shapes = {c.input: [1, 1, c.hop_samples], **{s.input: list(s.concrete_shape(1)) for s in c.states}}

@@ -30,6 +30,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from cosyedge._lazy import lazy_import
+from cosyedge.passes.edit import outer_refs, toposort
 
 onnx = lazy_import("onnx")
 
@@ -101,20 +102,6 @@ def iter_graphs(graph: Any) -> Iterator[Any]:
         for a in n.attribute:
             if a.type == onnx.AttributeProto.GRAPH:
                 yield from iter_graphs(a.g)
-
-
-def outer_refs(graph: Any) -> list[str]:
-    """Names ``graph``'s nodes read that it neither takes as input, holds as initializer nor computes (list[str],
-    sorted): references to an enclosing scope (nested bodies' own references included)."""
-    defined = {i.name for i in graph.input} | {t.name for t in graph.initializer}
-    defined |= {o for n in graph.node for o in n.output}
-    used = set()
-    for n in graph.node:
-        used.update(i for i in n.input if i)
-        for a in n.attribute:
-            if a.type == onnx.AttributeProto.GRAPH:
-                used.update(outer_refs(a.g))
-    return sorted(used - defined)
 
 
 def _roles(graph: Any, roles: dict) -> list[tuple]:
@@ -257,38 +244,6 @@ def put_body(attr: Any, converted: Any, original: Any) -> None:
     g.name = original.name
     toposort(g)
     attr.g.CopyFrom(g)
-
-
-def toposort(graph: Any) -> None:
-    """Order ``graph``'s nodes (onnx.GraphProto) so each comes after the producers of its inputs, in place (the
-    FP16 converter appends its Casts at the end). Names produced by no node of the graph (inputs, initializers,
-    outer-scope tensors, those read inside a nested body) count as available; a cycle leaves the rest in order."""
-    nodes = list(graph.node)
-    produced = {o: k for k, n in enumerate(nodes) for o in n.output if o}
-
-    def needs(n) -> set:
-        names = {i for i in n.input if i}
-        for a in n.attribute:
-            if a.type == onnx.AttributeProto.GRAPH:
-                names.update(outer_refs(a.g))
-        return {produced[i] for i in names if i in produced}
-
-    deps = [needs(n) for n in nodes]
-    done: set = set()
-    order: list = []
-    pending = list(range(len(nodes)))
-    while pending:
-        rest = [k for k in pending if not deps[k] <= done]
-        ready = [k for k in pending if deps[k] <= done]
-        if not ready:  # a cycle: keep what is left as it was
-            order.extend(rest)
-            break
-        order.extend(ready)
-        done.update(ready)
-        pending = rest
-    sorted_nodes = [nodes[k] for k in order]
-    del graph.node[:]
-    graph.node.extend(sorted_nodes)
 
 
 __all__ = ["Body", "BodyContract", "BodyIO", "BodyState", "PASS_THROUGH", "body_model", "has_subgraphs",

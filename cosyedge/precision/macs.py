@@ -34,6 +34,7 @@ import numpy as np
 
 from cosyedge.artifacts import StreamContract
 from cosyedge.errors import ArtifactError, first_line
+from cosyedge.passes.edit import node_attrs
 
 MAC_OPS = ("Conv", "ConvTranspose", "MatMul", "Gemm", "GRU", "LSTM", "RNN", "DynamicQuantizeMatMul")
 """tuple[str, ...]: the ops counted (the ones that hold nearly all the arithmetic of a speech model)."""
@@ -61,12 +62,6 @@ class OpMacs:
     quantized: bool
 
 
-def _attrs(node: Any) -> dict:
-    from onnx import helper
-
-    return {a.name: helper.get_attribute_value(a) for a in node.attribute}
-
-
 def op_macs(node: Any, shapes: dict[str, tuple]) -> int:
     """MACs (int) of one node for the shapes in ``shapes`` (module doc for the formulas); 0 when a shape it needs
     is unknown.
@@ -81,7 +76,7 @@ def op_macs(node: Any, shapes: dict[str, tuple]) -> int:
         names = node.output if outputs else node.input
         return shapes.get(names[i]) if len(names) > i and names[i] else None
 
-    op, a = node.op_type, _attrs(node)
+    op, a = node.op_type, node_attrs(node)
     x, w, y = shape(0), shape(1), shape(0, outputs=True)
     if op == "Conv" and w is not None and y is not None:
         return int(math.prod(y[:1]) * w[0] * math.prod(y[2:]) * math.prod(w[1:]))

@@ -43,6 +43,7 @@ import numpy as np
 from cosyedge._lazy import lazy_import
 from cosyedge.errors import ArtifactError, UsageError
 from cosyedge.log import LOG
+from cosyedge.passes.edit import node_attrs
 
 gs = lazy_import("onnx_graphsurgeon")
 
@@ -101,8 +102,6 @@ def weighted_nodes(model: Any) -> list[WeightedNode]:
     Returns:
         list[WeightedNode]: in graph order. A MatMul/Gemm whose weight is not an initializer is skipped.
     """
-    from onnx import helper
-
     inits = {t.name: tuple(t.dims) for t in model.graph.initializer}
     out = []
     for n in model.graph.node:
@@ -111,7 +110,7 @@ def weighted_nodes(model: Any) -> list[WeightedNode]:
         shape = inits[n.input[1]]
         if n.op_type == "MatMul" and len(shape) != 2:
             continue
-        attrs = {a.name: helper.get_attribute_value(a) for a in n.attribute}
+        attrs = node_attrs(n)
         if n.op_type == "Gemm" and int(attrs.get("transA", 0)):
             continue
         axis, cin, cout = weight_axis(n.op_type, attrs, shape)

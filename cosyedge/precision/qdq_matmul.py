@@ -7,8 +7,8 @@ no NHWC Transposes appear (they do around ``QLinearConv``) and the output keeps 
 
 1. **Conv -> MatMul** (:func:`matmul_form`): every one-frame Conv of the per-chunk graph becomes
    ``[Slice] -> Reshape (N, C*K) -> MatMul (C*K, M) -> Reshape (N, M, 1) -> Add bias (M, 1)``
-   (:func:`cosyedge.runtime.batched.batch_rewrite` with the chunk fixed at one hop, then the bias Add moved after
-   the Reshape: before it, ORT's ``MatMulAddFusion`` makes a ``Gemm`` first and the Q/DQ fusion is lost). The
+   (pass ``batch_gemm``, :func:`cosyedge.passes.batch_gemm.batch_rewrite`, with the chunk fixed at one hop, then
+   the bias Add moved after the Reshape: before it, ORT's ``MatMulAddFusion`` makes a ``Gemm`` first and the Q/DQ fusion is lost). The
    FP32 rewritten graph is the same function (>= 120 dB vs the original on the demo recording, tested). Its audio
    input's time axis is fixed to one hop: this INT8 model runs one hop per call (ONNX Runtime refuses any other
    chunk length in one line instead of computing garbage).
@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 
 from cosyedge._lazy import lazy_import
-from cosyedge.precision.bodies import toposort
+from cosyedge.passes.edit import toposort
 from cosyedge.errors import ArtifactError
 from cosyedge.precision.qdq import INT8_MAX, quantize_weight
 
@@ -125,10 +125,10 @@ def float_note(model: Any, contract: Any, left: list[str], total: int) -> str | 
     """
     if not left:
         return None
-    from cosyedge.runtime.batched import _shapes
+    from cosyedge.passes.shapes import partial_shapes
 
     try:
-        shapes = _shapes(model, _hop_dims(model, contract))
+        shapes = partial_shapes(model, _hop_dims(model, contract))
     except Exception:  # noqa: BLE001  (onnx shape inference errors)
         shapes = {}
     names = set(left)
@@ -154,7 +154,9 @@ def float_note(model: Any, contract: Any, left: list[str], total: int) -> str | 
 
 
 def matmul_form(model: Any, contract: Any) -> tuple[Any, dict]:
-    """Return the FP32 matmul form of a streaming graph (one-frame Convs as MatMuls, chunk fixed at one hop).
+    """Return the FP32 matmul form of a streaming graph (one-frame Convs as MatMuls, chunk fixed at one hop): the
+    passes :data:`cosyedge.passes.MATMUL_FORM_PASSES` (``batch_gemm``, then ``gru_cell``), the bias moved after each
+    Reshape in between.
 
     Args:
         model (onnx.ModelProto): FP32 streaming model (no subgraphs).
@@ -162,24 +164,25 @@ def matmul_form(model: Any, contract: Any) -> tuple[Any, dict]:
     Returns:
         tuple[onnx.ModelProto, dict]: the rewritten copy and ``{"origin": {matmul name: original node name},
         "counts": batch_rewrite's counts plus ``bias_moved`` and ``gru_cell``, "gru_cells": {GRU name: its cell's
-        MatMul names}}`` (one-step GRUs written as their cell, :func:`cosyedge.runtime.ort_matmul.gru_cell`). A MatMul
+        MatMul names}}`` (one-step GRUs written as their cell, :func:`cosyedge.passes.gru_cell.gru_cell`). A MatMul
         that was a MatMul keeps its name.
     Raises:
         ArtifactError: ONNX shape inference fails on the model.
     """
-    from cosyedge.runtime.batched import batch_rewrite
+    from cosyedge.passes import MATMUL_FORM_PASSES, Target, passes
 
+    batch_gemm, gru_cell = passes(MATMUL_FORM_PASSES)
     dims = _hop_dims(model, contract)
+    target = Target(dims, dims)  # one hop at batch 1; dims may hold symbols (gru_cell then leaves the GRUs alone)
     try:
-        out, counts = batch_rewrite(model, dims)
+        out, counts = batch_gemm.rewrite(model, target)
     except Exception as err:  # onnx's own errors (shape inference)
         raise ArtifactError(f"the Conv -> MatMul rewrite cannot infer the graph's shapes: {err}") from None
     counts = dict(counts, bias_moved=_move_bias_after_reshape(out))
-    from cosyedge.runtime.ort_matmul import gru_cell
-
     grus = [n.name for n in out.graph.node if n.op_type == "GRU"]
     try:
-        celled, counts["gru_cell"] = gru_cell(out, dims)
+        celled, done = gru_cell.rewrite(out, target)
+        counts["gru_cell"] = done["gru_cell"]
     except Exception:  # noqa: BLE001  (shape inference: GRUs stay GRUs, in float)
         counts["gru_cell"] = 0
     cells: dict[str, list[str]] = {}

@@ -53,6 +53,7 @@ from cosyedge.artifacts import (
 )
 from cosyedge.errors import ArtifactError, UsageError
 from cosyedge.log import LOG
+from cosyedge.passes.edit import node_attrs
 from cosyedge.precision.cost import output_cost
 
 onnx = lazy_import("onnx")
@@ -181,7 +182,7 @@ def _layers(model: Any) -> list[tuple[Any, Any, tuple | None, int, LayerReport]]
 
 def _layer(n: Any, w_name: str, t: Any, numpy_helper: Any) -> tuple:
     """(node, weight TensorProto or None, reduction axis, LayerReport) of one Conv/ConvTranspose/Gemm/MatMul."""
-    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in n.attribute}
+    attrs = node_attrs(n)
     shape = list(t.dims) if t is not None else []
     rep = LayerReport(node=n.name, op=n.op_type, weight=w_name if t is not None else "", shape=shape,
                       reduction=0, out_channels=0, eligible=False)

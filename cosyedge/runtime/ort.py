@@ -24,6 +24,7 @@ from cosyedge._lazy import lazy_import
 from cosyedge.artifacts import SourceModel, StreamContract
 from cosyedge.errors import ArtifactError, first_line
 from cosyedge.log import LOG
+from cosyedge.passes import SESSION_OPTIONAL, SESSION_PASSES
 from cosyedge.runtime.base import DEFAULT_MAX_LATENCY_RECORDS, StreamSession
 
 ort = lazy_import("onnxruntime")
@@ -49,52 +50,14 @@ process). Every other ``ORT_ENABLE_ALL`` transformer stays on. Passed as the ses
 
 _DISABLE_OPTIMIZERS_KEY = "optimization.disable_specified_optimizers"
 
-FUSE_DEFAULT = True
-"""bool: whether :class:`OrtStreamSession` folds residual ``Conv -> Add`` pairs into ``FusedConv`` by default
-(:mod:`cosyedge.runtime.ort_fuse`; measured in ``docs/bench/profile_stream.json``)."""
+REWRITES = SESSION_PASSES
+"""tuple[str, ...]: the graph passes (:mod:`cosyedge.passes`) :class:`OrtStreamSession` applies in memory on the CPU
+provider by default, in order: :data:`cosyedge.passes.SESSION_PASSES` (``conv_sum``, ``dft_fft``,
+``einsum_matmul``)."""
 
-REWRITES = ("conv_sum", "dft_fft", "einsum_matmul")
-"""tuple[str, ...]: the in-memory graph rewrites :class:`OrtStreamSession` applies on the CPU provider by default, in
-order: ``conv_sum`` (:func:`cosyedge.runtime.ort_fuse.fuse_conv_sum`, switched by ``fuse``), ``dft_fft``
-(:func:`cosyedge.runtime.ort_fft.fft_dft_convs`) and ``einsum_matmul``
-(:func:`cosyedge.runtime.ort_matmul.einsum_matmul`); measured in ``docs/bench/bench_dfn3.json``."""
-
-OPTIONAL_REWRITES = ("gru_cell",)
-"""tuple[str, ...]: rewrites applied only when named in ``rewrites``: ``gru_cell``
-(:func:`cosyedge.runtime.ort_matmul.gru_cell`: one-step GRUs as MatMuls; in FP32 about 3 % slower per hop on
-DeepFilterNet3 than ONNX Runtime's GRU kernel, so off by default; the INT8 ``ort_matmul`` build writes it into
-the model itself)."""
-
-
-def apply_rewrites(model: Any, input_shapes: dict[str, list[int]], names: Any,
-                   any_batch: bool = False) -> tuple[Any, dict[str, int]]:
-    """Apply the named in-memory rewrites (of :data:`REWRITES` and :data:`OPTIONAL_REWRITES`, in the order given).
-
-    Args:
-        model (onnx.ModelProto): The per-step model (not modified).
-        input_shapes (dict[str, list[int]]): Concrete shape of every graph input for the rewrites' shape checks.
-        names (Iterable[str]): Rewrite names.
-        any_batch (bool): The session's batch varies per run (StreamPool): rewrites write batch-free nodes.
-    Returns:
-        tuple[onnx.ModelProto, dict[str, int]]: The rewritten model (``model`` itself when nothing applied) and the
-        nodes each rewrite replaced. A rewrite that fails (ONNX shape inference) is skipped with a debug log line.
-    """
-    from cosyedge.runtime.ort_fft import fft_dft_convs
-    from cosyedge.runtime.ort_fuse import fuse_conv_sum
-    from cosyedge.runtime.ort_matmul import einsum_matmul, gru_cell
-
-    passes = {"conv_sum": fuse_conv_sum, "dft_fft": fft_dft_convs,
-              "einsum_matmul": lambda m, s: einsum_matmul(m, s, any_batch=any_batch), "gru_cell": gru_cell}
-    counts: dict[str, int] = {}
-    for name in names:
-        try:
-            out, counts[name] = passes[name](model, input_shapes)
-        except Exception as err:  # noqa: BLE001  (shape inference failures: skip this rewrite)
-            LOG.debug("no %s rewrite: %s", name, first_line(err))
-            continue
-        if counts[name]:
-            model = out
-    return model, counts
+OPTIONAL_REWRITES = SESSION_OPTIONAL
+"""tuple[str, ...]: passes applied only when named in ``rewrites``: :data:`cosyedge.passes.SESSION_OPTIONAL`
+(``gru_cell``)."""
 
 
 def holds_fp16(model: Any) -> bool:
@@ -347,16 +310,14 @@ class OrtStreamSession(StreamSession):
         threads (int): ONNX Runtime intra- and inter-op threads, 1..:data:`MAX_THREADS`. Defaults to 1.
         providers (list[str] | None): Execution providers; defaults to ``["CPUExecutionProvider"]``.
         max_latency_records (int): Size of the per-chunk latency ring buffer.
-        fuse (bool | None): Fold residual ``Conv -> Add`` pairs into ONNX Runtime's ``FusedConv`` in memory
-            before the session is made (:func:`cosyedge.runtime.ort_fuse.fuse_conv_sum`; CPU provider only,
-            models without external data; outputs within 141 dB of the unfused graph on the reference).
-            ``None`` (default) means :data:`FUSE_DEFAULT`.
-        rewrites (Iterable[str] | None): In-memory rewrites to apply (CPU provider only), of :data:`REWRITES`;
-            ``None`` (default) means all of them; ``()`` none; :data:`OPTIONAL_REWRITES` only when named.
-            ``dft_fft`` replaces a one-frame windowed DFT ``Conv``/``ConvTranspose`` by an FFT
-            (:mod:`cosyedge.runtime.ort_fft`); ``einsum_matmul`` a one-frame grouped-linear ``Einsum`` by a batched
-            ``MatMul``, ``gru_cell`` a one-step GRU by its cell (:mod:`cosyedge.runtime.ort_matmul`); on
-            DeepFilterNet3 each keeps >= 120 dB vs the unrewritten graph.
+        rewrites (Iterable[str] | None): The graph passes to apply in memory before the session is made (CPU
+            provider, models without external data), one name per pass (its only switch); ``None`` (default) means
+            :data:`REWRITES`; ``()`` none; :data:`OPTIONAL_REWRITES` only when named. ``conv_sum`` folds residual
+            ``Conv -> Add`` pairs into ``FusedConv`` (:mod:`cosyedge.passes.conv_sum`; 141 dB from the unfused graph
+            on the reference), ``dft_fft`` replaces a one-frame windowed DFT ``Conv``/``ConvTranspose`` by an FFT
+            (:mod:`cosyedge.passes.dft_fft`), ``einsum_matmul`` a one-frame grouped-linear ``Einsum`` by a batched
+            ``MatMul`` (:mod:`cosyedge.passes.einsum_matmul`), ``gru_cell`` a one-step GRU by its cell
+            (:mod:`cosyedge.passes.gru_cell`); on DeepFilterNet3 each keeps >= 120 dB vs the unrewritten graph.
     Raises:
         ArtifactError: file missing/corrupt, cosyedge metadata missing, or no state pairs (not streamified).
         UsageError: bad ``chunk_samples``, ``batch`` or ``threads``.
@@ -364,8 +325,7 @@ class OrtStreamSession(StreamSession):
 
     def __init__(self, model_path: str | Path, chunk_samples: int | None = None, batch: int = 1,
                  threads: int = 1, providers: list[str] | None = None,
-                 max_latency_records: int = DEFAULT_MAX_LATENCY_RECORDS, fuse: bool | None = None,
-                 rewrites: Any = None):
+                 max_latency_records: int = DEFAULT_MAX_LATENCY_RECORDS, rewrites: Any = None):
         from cosyedge.errors import UsageError
 
         self.model_path = Path(model_path)  # a SourceModel is os.PathLike
@@ -378,15 +338,13 @@ class OrtStreamSession(StreamSession):
             raise UsageError(f"threads must be between 1 and {MAX_THREADS}, got {threads}")
         self.threads = int(threads)
         self.providers = list(providers) if providers else ["CPUExecutionProvider"]
-        self.fuse = FUSE_DEFAULT if fuse is None else bool(fuse)
         self.rewrites = tuple(REWRITES if rewrites is None else rewrites)
         unknown = sorted(set(self.rewrites) - set(REWRITES) - set(OPTIONAL_REWRITES))
         if unknown:
             raise UsageError(f"unknown rewrites {unknown}; choose from {list(REWRITES + OPTIONAL_REWRITES)}")
-        self.fused_nodes = 0
-        """int: ``Conv -> Add`` pairs folded into ``FusedConv`` by the last :meth:`activate` (0: none)."""
         self.rewritten: dict[str, int] = {}
-        """dict[str, int]: nodes each rewrite replaced in the last :meth:`activate` (rewrite name -> count)."""
+        """dict[str, int]: nodes each pass replaced in the last :meth:`activate` (pass name -> count; a pass that
+        failed is left out; empty when none ran or the rewritten graph did not load)."""
         self._sess = None
 
     # ------------------------------------------------------------------ activation
@@ -410,10 +368,13 @@ class OrtStreamSession(StreamSession):
         try:
             try:
                 sess = load(model)
-            except Exception:
+            except Exception as err:
                 if tmp is None:
                     raise
-                self.fused_nodes, self.rewritten = 0, {}  # the rewritten copy does not load: the model as it is
+                LOG.warning_once(f"{self.model_path}: ONNX Runtime cannot load the graph rewritten by "
+                                 f"{sorted(k for k, v in self.rewritten.items() if v)} ({first_line(err)}); "
+                                 f"running the stored graph")
+                self.rewritten = {}
                 sess = load(self.model_path)
         except Exception as err:  # onnxruntime raises its own exception types (Fail, InvalidGraph, ...)
             raise ArtifactError(f"ONNX Runtime cannot load {self.model_path}: {first_line(err)}") from None
@@ -476,18 +437,22 @@ class OrtStreamSession(StreamSession):
         LOG.debug("ORT session %s: providers %s, chunk %d, batch %d, %d state pair(s)", self.model_path,
                   sess.get_providers(), self.chunk_samples, self.batch, len(c.states))
 
+    @property
+    def fused_nodes(self) -> int:
+        """int: ``Conv -> Add`` pairs folded into ``FusedConv`` by the last :meth:`activate` (0: none)."""
+        return self.rewritten.get("conv_sum", 0)
+
     def _fused_model(self) -> tuple[Any, Any]:
         """The model to load and a temporary folder to remove after loading (or None): the path, or (CPU
-        provider, no external data, something rewritten by :attr:`rewrites`: ``conv_sum`` only with
-        :attr:`fuse`) the rewritten copy saved into a temporary folder with its weights as external data, so
-        that no serialised copy of the weights is held in Python memory. A rewrite that fails (shape
-        inference) is skipped, the others still apply."""
-        self.fused_nodes = 0
+        provider, no external data, something rewritten by the passes :attr:`rewrites`) the rewritten copy saved
+        into a temporary folder with its weights as external data, so that no serialised copy of the weights is
+        held in Python memory. A pass that fails is skipped (one warning line), the others still apply."""
         self.rewritten = {}
-        names = [r for r in self.rewrites if r != "conv_sum" or self.fuse]
-        if not names or self.providers != ["CPUExecutionProvider"]:
+        if not self.rewrites or self.providers != ["CPUExecutionProvider"]:
             return self.model_path, None
         import tempfile
+
+        from cosyedge.passes import Target, apply_passes, passes
 
         try:
             import onnx
@@ -497,17 +462,18 @@ class OrtStreamSession(StreamSession):
                 return self.model_path, None
             shapes = {i.name: list(self.input_shape(i)) for i in self.contract.stream_inputs}
             shapes.update({s.input: list(s.concrete_shape(self.batch)) for s in self.contract.states})
-            model, counts = apply_rewrites(proto, shapes, names)
+            model, done = apply_passes(proto, Target(shapes), passes(self.rewrites), where=str(self.model_path))
+            counts = {name: sum(c.values()) for name, c in done.items()}
             if not any(counts.values()):
                 return self.model_path, None
             tmp = Path(tempfile.mkdtemp(prefix="cosyedge_fused_"))
             onnx.save_model(model, str(tmp / "model.onnx"), save_as_external_data=True,
                             all_tensors_to_one_file=True, location="weights.bin", size_threshold=1024)
         except Exception as err:  # a full disk: run the model as it is
-            LOG.debug("no rewrites for %s: %s", self.model_path, first_line(err))
+            LOG.warning_once(f"{self.model_path}: graph passes not applied ({first_line(err)}); running the stored "
+                             f"graph")
             return self.model_path, None
         self.rewritten = counts
-        self.fused_nodes = counts.get("conv_sum", 0)
         return tmp / "model.onnx", tmp
 
     def _check_state_shape(self, s, model_shape, kind: str) -> None:

@@ -20,13 +20,14 @@ scattered back. Buffers are allocated once for ``max_streams``; batch ``m`` bind
 ``m`` rows (IOBinding objects are cached per ``m``), so a tick allocates nothing but the returned
 output copy (none with ``tick(copy=False)``).
 
-With ``max_streams`` > 1 the session runs the graph rewritten by :func:`cosyedge.runtime.batched.batch_rewrite`:
+With ``max_streams`` > 1 the session runs the graph rewritten by the passes :data:`cosyedge.passes.POOL_PASSES`, above
+all ``batch_gemm`` (:func:`cosyedge.passes.batch_gemm.batch_rewrite`):
 ONNX Runtime's CPU Conv runs a one-frame convolution as one matrix-vector product per stream; rewritten, each
 is one GEMM per tick (the reference model at 64 streams: 10.3 -> 7.3 ms per run, 60 -> 73 real-time streams per
 core, ``docs/bench/bench_streams.json``). An ``ort_matmul`` INT8 model's ``DynamicQuantizeMatMul`` GRU cells (activation
 scale per call) are rewritten to quantize each stream's row from its own range
-(:mod:`cosyedge.runtime.pool_dqmm`), so no stream's volume sets another's quantization step (a stream stays within
-rounding of itself alone: about 50 dB for a GRU model, where a flipped INT8 rounding step is carried on).
+(pass ``dqmm_per_row``, :mod:`cosyedge.passes.dqmm_per_row`), so no stream's volume sets another's quantization
+step (a stream stays within rounding of itself alone: about 50 dB for a GRU model, where a flipped INT8 rounding step is carried on).
 
 Source: ONNX Runtime "I/O Binding" (onnxruntime.ai/docs/performance/tune-performance/iobinding.html);
 dynamic batching of stateful streams as in NVIDIA Triton's sequence batcher with implicit state
@@ -58,13 +59,6 @@ DEFAULT_MAX_PENDING = 16
 MAX_TICK_RECORDS = 1 << 14
 """int: per-tick latencies kept (ring buffer)."""
 
-POOL_REWRITES = ("dft_fft", "einsum_matmul")
-"""tuple[str, ...]: the session rewrites (:data:`cosyedge.runtime.ort.REWRITES`) a pool of more than one stream
-applies before ``batch_rewrite``: both write nodes valid at any batch (``dft_fft``'s Reshapes copy the batch
-axis; ``einsum_matmul`` with ``any_batch``). ``conv_sum`` is left out: ``batch_rewrite`` turns the same one-frame
-convs into batched GEMMs, which is what a pool gains from."""
-
-
 class StreamPool:
     """Batch the chunks of up to ``max_streams`` independent streams into one model run per tick.
 
@@ -95,7 +89,7 @@ class StreamPool:
         providers (list[str] | None): Execution providers; default ``["CPUExecutionProvider"]``.
         max_pending (int): Chunks a stream may queue; older ones are dropped (counted) beyond it.
         batch_rewrite (bool): With ``max_streams`` > 1, run the graph with its one-frame convolutions and
-            matrix-vector MatMuls rewritten as batched GEMMs (:func:`cosyedge.runtime.batched.batch_rewrite`: the
+            matrix-vector MatMuls rewritten as batched GEMMs (pass ``batch_gemm``, its only switch: the
             weight is read once per tick, not once per stream; outputs equal to rounding). ``False`` runs the
             graph :class:`~cosyedge.runtime.ort.OrtStreamSession` runs (its in-memory rewrites), so each stream's
             output is bit-identical to a local session's alone, and for the bundled model's INT8 graph at any
@@ -105,8 +99,8 @@ class StreamPool:
         input_shapes (dict[str, tuple[int, ...]]): Per streaming input, the shape of one stream's chunk (without the
             batch axis), e.g. ``{"audio": (1, 160), "ref": (1, 160)}``.
         output_shapes (dict[str, tuple[int, ...]]): The same for every streaming output.
-        rewritten (dict[str, int]): After :meth:`activate`, the nodes ``batch_rewrite`` replaced, by kind (empty when
-            it was off, found nothing, or failed: then the stored graph runs and a warning says why).
+        rewritten (dict[str, int]): After :meth:`activate`, the nodes the passes replaced, by kind (empty when none
+            applied; a pass that failed is said in one warning line and the graph runs without it).
     Raises:
         ArtifactError: model missing/corrupt, no cosyedge metadata, no states.
         UsageError: bad ``max_streams``, ``chunk_samples``, ``threads`` or ``max_pending``; an input or output whose
@@ -222,55 +216,40 @@ class StreamPool:
         return self
 
     def _graph(self):
-        """The model for the session: the path, or the rewritten ModelProto. With ``batch_rewrite`` (and more than
-        one slot): the batch-free session rewrites :data:`POOL_REWRITES` (CPU provider, no external data), then
-        :func:`cosyedge.runtime.batched.batch_rewrite`; without it, or with one slot: every rewrite
-        :class:`~cosyedge.runtime.ort.OrtStreamSession` applies (:data:`cosyedge.runtime.ort.REWRITES`, ``conv_sum``
-        included, in its order), so a stream's output is bit-identical to the local session's (an INT8 graph with
-        ``conv_sum`` in one and not the other: 61 dB apart on loud speech, a flipped rounding step carried by the
-        state). Then (more than one slot, always, for correctness) each ``DynamicQuantizeMatMul`` quantized per row
-        (:func:`cosyedge.runtime.pool_dqmm.per_row_dynamic_quant`: one stream's activation range never changes
-        another's output)."""
+        """The model for the session: the path, or the ModelProto rewritten by passes (:mod:`cosyedge.passes`).
+        With ``batch_rewrite`` (and more than one slot): :data:`cosyedge.passes.POOL_PASSES` (``dft_fft`` and
+        ``einsum_matmul`` on the CPU provider without external data, then ``batch_gemm``, then ``dqmm_per_row``).
+        Without it, or with one slot: the passes :class:`~cosyedge.runtime.ort.OrtStreamSession` applies
+        (:data:`cosyedge.passes.SESSION_PASSES`, ``conv_sum`` included, in its order), so a stream's output is
+        bit-identical to the local session's (an INT8 graph with ``conv_sum`` in one and not the other: 61 dB apart on
+        loud speech, a flipped rounding step carried by the state); then, with more than one slot, ``dqmm_per_row``
+        (always, for correctness: one stream's activation range never changes another's output)."""
+        from cosyedge.passes import PASSES, POOL_PASSES, SESSION_PASSES, Target, apply_passes, passes
+
         self.rewritten = {}
         onnx = lazy_import("onnx")
         model = onnx.load(str(self.model_path))
-        counts: dict[str, int] = {}
-        batched = self.batch_rewrite and self.max_streams > 1
-        if self.providers == ["CPUExecutionProvider"] and not any(
-                t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer):
-            from cosyedge.runtime.ort import REWRITES, apply_rewrites
-
-            # concrete shapes at batch 2 (one slot: 1) for the rewrites' checks; the nodes they write hold for any
-            # batch. Without batch_rewrite the session's own rewrites, in its order: the graph OrtStreamSession runs
-            batch = 1 if self.max_streams == 1 else 2
-            shapes = {name: [batch, *shape] for name, shape in self.input_shapes.items()}
-            shapes.update({s.input: list(s.concrete_shape(batch)) for s in self.contract.states})
-            model, done = apply_rewrites(model, shapes, POOL_REWRITES if batched else REWRITES,
-                                         any_batch=self.max_streams > 1)
-            counts.update({k: v for k, v in done.items() if v})
-        if batched:
-            from cosyedge.runtime.batched import batch_rewrite
-
-            dims = {name: ["N", *shape] for name, shape in self.input_shapes.items()}
-            dims.update({s.input: list(s.shape) for s in self.contract.states})
-            try:
-                batched, done = batch_rewrite(model, dims)
-                if done["conv_gemm"] + done["conv_depthwise"] + done["matmul_gemm"]:
-                    model = batched
-                    counts.update({k: v for k, v in done.items() if v})
-            except Exception as err:  # noqa: BLE001 - onnx raises many types; the stored graph still runs
-                LOG.warning_once(f"stream pool: {self.model_path} runs unbatched convs (rewrite failed: "
-                                 f"{first_line(err)})")
-        if self.max_streams > 1 and any(n.op_type == "DynamicQuantizeMatMul" for n in model.graph.node):  # always
-            from cosyedge.runtime.pool_dqmm import per_row_dynamic_quant
-
-            counts["dqmm_per_row"] = per_row_dynamic_quant(model)
-            left = sum(n.op_type == "DynamicQuantizeMatMul" for n in model.graph.node)
-            if left:
-                LOG.warning_once(f"stream pool: {self.model_path} keeps {left} DynamicQuantizeMatMul (no constant "
-                                 f"int8 weight with zero point 0): their activation scale spans every stream of a "
-                                 f"tick, so a loud stream changes a quiet one's output slightly")
-            counts = {k: v for k, v in counts.items() if v}
+        cpu = self.providers == ["CPUExecutionProvider"] and not any(
+            t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer)
+        # concrete shapes at batch 2 (one slot: 1) for the passes' checks (the nodes they write hold for any batch);
+        # symbolic batch for batch_gemm
+        batch = 1 if self.max_streams == 1 else 2
+        shapes = {name: [batch, *shape] for name, shape in self.input_shapes.items()}
+        shapes.update({s.input: list(s.concrete_shape(batch)) for s in self.contract.states})
+        dims = {name: ["N", *shape] for name, shape in self.input_shapes.items()}
+        dims.update({s.input: list(s.shape) for s in self.contract.states})
+        if self.batch_rewrite and self.max_streams > 1:
+            names = list(POOL_PASSES)
+        else:  # the graph OrtStreamSession runs, then (more than one slot) dqmm_per_row
+            names = list(SESSION_PASSES) + (["dqmm_per_row"] if self.max_streams > 1 else [])
+        model, done = apply_passes(model, Target(shapes, dims, any_batch=self.max_streams > 1), passes(names),
+                                   where=f"stream pool: {self.model_path}", cpu=cpu)
+        counts = {k: v for name, c in done.items() if PASSES[name].report(c) for k, v in c.items() if v}
+        left = sum(n.op_type == "DynamicQuantizeMatMul" for n in model.graph.node)
+        if left and self.max_streams > 1:
+            LOG.warning_once(f"stream pool: {self.model_path} keeps {left} DynamicQuantizeMatMul (no constant "
+                             f"int8 weight with zero point 0): their activation scale spans every stream of a "
+                             f"tick, so a loud stream changes a quiet one's output slightly")
         if not counts:
             return self.model_path
         self.rewritten = counts

@@ -18,16 +18,11 @@ from typing import Any
 import numpy as np
 
 from cosyedge.errors import UsageError
+from cosyedge.passes.edit import node_attrs
 
 OPS = ("Add", "ArgMax", "Concat", "Conv", "Flatten", "Gather", "GatherElements", "Log", "MatMul", "Mul", "Relu",
        "Sigmoid", "Slice", "Sub", "Tanh", "Transpose", "Unsqueeze")
 """tuple[str, ...]: ops :class:`TorchGraph` runs."""
-
-
-def _attrs(node) -> dict:
-    import onnx
-
-    return {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
 
 
 class TorchGraph:
@@ -53,7 +48,7 @@ class TorchGraph:
             raise UsageError(f"the PyTorch stand-in cannot run op(s) {', '.join(unknown)} (it knows {', '.join(OPS)})")
         self.consts = {t.name: torch.from_numpy(np.array(onnx.numpy_helper.to_array(t))).to(self.device)
                        for t in g.initializer}
-        self.nodes = [(n.op_type, list(n.input), list(n.output), _attrs(n)) for n in g.node]
+        self.nodes = [(n.op_type, list(n.input), list(n.output), node_attrs(n)) for n in g.node]
         for op, ins, outs, at in self.nodes:  # Constant-free graphs only: constants are initializers here
             if op == "Conv" and at.get("auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET"):
                 raise UsageError("the PyTorch stand-in needs explicit Conv pads (auto_pad NOTSET)")

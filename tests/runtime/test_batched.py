@@ -11,7 +11,7 @@ import pytest
 import soundfile as sf
 from onnx import TensorProto, helper, numpy_helper
 
-from cosyedge.runtime.batched import batch_rewrite
+from cosyedge.passes.batch_gemm import batch_rewrite
 from cosyedge.runtime.pool import StreamPool
 from tests import models
 from tests.runtime.test_pool import _inputs, _solo

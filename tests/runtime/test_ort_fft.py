@@ -1,4 +1,4 @@
-"""The one-frame DFT Conv/ConvTranspose -> FFT rewrite (cosyedge/runtime/ort_fft.py) on DeepFilterNet3's stream graph:
+"""The one-frame DFT Conv/ConvTranspose -> FFT rewrite (cosyedge/passes/dft_fft.py) on DeepFilterNet3's stream graph:
 both transforms are replaced, the output over the whole bundled recording stays within 120 dB of the unrewritten
 graph (issue 40's rule for FP32 graph simplifications), and other weights or several frames are left alone."""
 
@@ -33,7 +33,7 @@ def _snr(ref, est) -> float:
 def test_the_fft_equals_the_dft_bases_in_float64():
     from cosyedge.recipes.dsp import irdft_bases, rdft_bases
     from cosyedge.recipes.libdf import vorbis_window
-    from cosyedge.runtime.ort_fft import analysis_window, irfft_numpy, rfft_numpy, split_size, synthesis_window
+    from cosyedge.passes.dft_fft import analysis_window, irfft_numpy, rfft_numpy, split_size, synthesis_window
 
     assert split_size(960) == (30, 32) and split_size(320) == (16, 20) and split_size(13) is None
     win = vorbis_window(960).astype(np.float64)

@@ -1,4 +1,4 @@
-"""Conv -> Add folding into ONNX Runtime's FusedConv (cosyedge.runtime.ort_fuse): what folds, what must not,
+"""Conv -> Add folding into ONNX Runtime's FusedConv (cosyedge.passes.conv_sum): what folds, what must not,
 and the bundled reference streamed fused vs unfused on real speech (>= 120 dB, the issue-40 rule)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from onnx import TensorProto, helper, numpy_helper
 from cosyedge.audio import load_audio, to_model_input
 from cosyedge.models import REFERENCE_STREAM_ONNX
 from cosyedge.runtime import OrtStreamSession
-from cosyedge.runtime.ort_fuse import fuse_conv_sum
+from cosyedge.passes.conv_sum import fuse_conv_sum
 
 ROOT = Path(__file__).resolve().parents[2]
 NOISY = ROOT / "cosyedge" / "assets" / "demo" / "noisy.wav"
@@ -66,8 +66,8 @@ def test_reference_stream_fused_matches_unfused_on_speech():
     x, sr = load_audio(NOISY)
     x = to_model_input(x, sr, 16000)[: 160 * 400].reshape(400, 1, 1, 160)
     ys, folded = [], []
-    for fuse in (False, True):
-        with OrtStreamSession(REFERENCE_STREAM_ONNX, fuse=fuse) as s:
+    for rewrites in (("dft_fft", "einsum_matmul"), None):  # every default pass but conv_sum, then the defaults
+        with OrtStreamSession(REFERENCE_STREAM_ONNX, rewrites=rewrites) as s:
             ys.append(np.concatenate([s.push(c)["enhanced"].copy() for c in x], axis=-1).astype(np.float64))
             folded.append(s.fused_nodes)
     assert folded == [0, 12]  # 10 residual blocks + the two input-branch sums

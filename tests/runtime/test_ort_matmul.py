@@ -1,4 +1,4 @@
-"""The one-frame Einsum -> MatMul and one-step GRU -> cell rewrites (cosyedge/runtime/ort_matmul.py): exact on small
+"""The one-frame Einsum -> MatMul and one-step GRU -> cell rewrites (cosyedge/passes/einsum_matmul.py, gru_cell.py): exact on small
 random graphs against numpy, and on DeepFilterNet3's stream graph (8 Einsums, 5 GRUs) within 120 dB of the
 unrewritten graph over the whole bundled recording (issue 40's rule), solo and in a StreamPool of 3 streams."""
 
@@ -51,7 +51,7 @@ def _gru_model(lbr: int, batch: int, i_len=6, hid=5, seed=0):
 
 @pytest.mark.parametrize("lbr", [0, 1])
 def test_gru_cell_equals_the_gru_at_any_batch(lbr):
-    from cosyedge.runtime.ort_matmul import gru_cell
+    from cosyedge.passes.gru_cell import gru_cell
 
     m, _ = _gru_model(lbr, 1)
     out, n = gru_cell(m, {"x": [1, 1, 6], "h0": [1, 1, 5]})
@@ -68,7 +68,7 @@ def test_gru_cell_follows_sequence_lens():
     """A streamified gate (NSNet2): where sequence_lens is 0, ONNX Runtime's GRU writes Y = Y_h = 0; the cell too."""
     from onnx import TensorProto, helper
 
-    from cosyedge.runtime.ort_matmul import gru_cell
+    from cosyedge.passes.gru_cell import gru_cell
 
     m, feeds = _gru_model(1, 2)
     m.graph.node[0].input[4] = "lens"
@@ -87,7 +87,7 @@ def test_gru_cell_follows_sequence_lens():
 def test_gru_with_two_steps_or_reverse_is_left_alone():
     from onnx import helper
 
-    from cosyedge.runtime.ort_matmul import gru_cell
+    from cosyedge.passes.gru_cell import gru_cell
 
     m, _ = _gru_model(1, 1)
     assert gru_cell(m, {"x": [2, 1, 6], "h0": [1, 1, 5]})[1] == 0  # two time steps
@@ -99,7 +99,7 @@ def test_gru_with_two_steps_or_reverse_is_left_alone():
 def test_einsum_matmul_equals_numpy(any_batch):
     from onnx import TensorProto, helper, numpy_helper
 
-    from cosyedge.runtime.ort_matmul import einsum_matmul
+    from cosyedge.passes.einsum_matmul import einsum_matmul
 
     rng = np.random.default_rng(1)
     w = rng.standard_normal((4, 6, 3)).astype(np.float32)

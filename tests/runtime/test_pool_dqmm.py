@@ -1,6 +1,6 @@
 """Issue 40 audit B5: a StreamPool tick of an ``ort_matmul`` INT8 model (``DynamicQuantizeMatMul`` GRU cells, one
 activation scale per call) quantizes each stream's row from its own range, so no stream's output depends on the
-others (:mod:`cosyedge.runtime.pool_dqmm`)."""
+others (:mod:`cosyedge.passes.dqmm_per_row`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from cosyedge.runtime.pool_dqmm import per_row_dynamic_quant
+from cosyedge.passes.dqmm_per_row import per_row_dynamic_quant
 
 
 def _dqmm_model(k: int = 16, n: int = 8, seed: int = 0) -> onnx.ModelProto:
@@ -116,7 +116,7 @@ def test_a_quiet_stream_beside_a_loud_one_equals_it_alone(gru_int8, monkeypatch)
     (beside, _), _ = _pool(gru_int8, [quiet, loud])
     assert np.array_equal(beside, alone)
     # without the rewrite the loud stream's range is the quiet one's too (the audit's 54.9 dB on NSNet2)
-    import cosyedge.runtime.pool_dqmm as mod
+    import cosyedge.passes.dqmm_per_row as mod
 
     monkeypatch.setattr(mod, "per_row_dynamic_quant", lambda model: 0)
     (mixed, _), _ = _pool(gru_int8, [quiet, loud])

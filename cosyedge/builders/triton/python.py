@@ -92,7 +92,7 @@ def _serve_requires() -> dict[str, str]:
 
 
 def batch_rewrite_for(precision: str) -> bool:
-    """Whether the model's pool runs one-frame convs as batched GEMMs (:func:`cosyedge.runtime.batched.batch_rewrite`):
+    """Whether the model's pool runs one-frame convs as batched GEMMs (:func:`cosyedge.passes.batch_gemm.batch_rewrite`):
     yes for FP32/FP16 (outputs 125-139 dB from the local run, measured on the bundled model), no for INT8, where the
     GEMMs move Q/DQ rounding steps that the recurrent state then carries (52 dB from the local run); the stored graph
     runs there, bit-identical to the local ``OrtStreamSession``."""

@@ -1,5 +1,6 @@
-"""Per-row dynamic quantization for batched runs: each stream of a :class:`~cosyedge.runtime.pool.StreamPool` tick
-quantizes its own activations, so no stream's volume sets another stream's quantization step.
+"""Pass ``dqmm_per_row``: per-row dynamic quantization for batched runs: each stream of a
+:class:`~cosyedge.runtime.pool.StreamPool` tick quantizes its own activations, so no stream's volume sets another
+stream's quantization step.
 
 What stays: the float ops of a batched run round differently from a batch-1 run (about 1e-7, as in any FP32
 pool), and at a dynamic INT8 step such a difference can flip one rounding step, which a recurrence (GRU) carries on:
@@ -18,6 +19,9 @@ the last is a row): ``lo = min(min(a), 0)``, ``hi = max(max(a), 0)``, ``scale = 
 taken out exactly), times ``scale * b_scale`` plus the bias, in float: what ONNX Runtime's kernel computes for one
 row alone (``GetQuantizationParameter`` and ``MlasQuantizeLinear`` then the u8s8 GEMM with the zero point inside).
 
+Applied (for correctness, any provider) by a StreamPool of more than one stream (:data:`cosyedge.passes.POOL_PASSES`);
+it works in place on the model it is given (the pool's own copy) and a failure is raised, not skipped.
+
 Source: ONNX Runtime ``onnxruntime/contrib_ops/cpu/quantization/dynamic_quantize_matmul.cc``
 (https://github.com/microsoft/onnxruntime); ONNX ``DynamicQuantizeLinear`` and ``MatMulInteger``
 (https://onnx.ai/onnx/operators/).
@@ -29,12 +33,9 @@ from typing import Any
 
 import numpy as np
 
+from cosyedge.passes.edit import opset, splice
+
 OP = "DynamicQuantizeMatMul"
-
-
-def _opset(model: Any) -> int:
-    """The default-domain opset (int) of ``model``."""
-    return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 13)
 
 
 def per_row_dynamic_quant(model: Any) -> int:
@@ -51,11 +52,9 @@ def per_row_dynamic_quant(model: Any) -> int:
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
-    from cosyedge.runtime.ort_fuse import splice
-
     g = model.graph
     inits = {t.name: t for t in g.initializer}
-    opset = _opset(model)
+    version = opset(model)
     replace: dict[int, list] = {}
     new_inits: list = []
 
@@ -83,7 +82,7 @@ def per_row_dynamic_quant(model: Any) -> int:
             nodes.append(helper.make_node(op, ins, [out], name=out, **attrs))
             return out
 
-        if opset >= 18:
+        if version >= 18:
             axes = const(f"{p}/axes", [-1], np.int64)
             lo = node("ReduceMin", [a, axes], f"{p}/rmin", keepdims=1)
             hi = node("ReduceMax", [a, axes], f"{p}/rmax", keepdims=1)
@@ -116,4 +115,9 @@ def per_row_dynamic_quant(model: Any) -> int:
     return len(replace)
 
 
-__all__ = ["OP", "per_row_dynamic_quant"]
+def run(model: Any, target: Any) -> tuple[Any, dict[str, int]]:
+    """The pass (:class:`cosyedge.passes.base.Pass`): :func:`per_row_dynamic_quant`, in place on ``model``."""
+    return model, {"dqmm_per_row": per_row_dynamic_quant(model)}
+
+
+__all__ = ["OP", "per_row_dynamic_quant", "run"]

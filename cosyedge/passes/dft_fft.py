@@ -1,4 +1,4 @@
-"""Per-hop graph rewrite for ONNX Runtime CPU: a one-frame windowed real-DFT ``Conv`` / ``ConvTranspose`` becomes an FFT.
+"""Pass ``dft_fft`` (ONNX Runtime CPU): a one-frame windowed real-DFT ``Conv`` / ``ConvTranspose`` becomes an FFT.
 
 Recipes write the STFT as a strided ``Conv`` whose weights are windowed DFT bases
 (:func:`cosyedge.recipes.dsp.rdft_bases`, (2B, 1, K), B = K/2 + 1) and the inverse as a ``ConvTranspose`` with
@@ -16,8 +16,9 @@ the largest weight); anything else (another basis, a bias, groups, dilation, pad
 left as it is. The FFT's rounding differs from the dense product's: on DeepFilterNet3 over the whole bundled
 recording the output is within 120 dB of the unrewritten graph (``tests/runtime/test_ort_fft.py``).
 
-Like :mod:`cosyedge.runtime.ort_fuse` it is applied in memory by :class:`~cosyedge.runtime.ort.OrtStreamSession`
-(CPU provider), never written into an artifact.
+Pass ``dft_fft`` (:data:`cosyedge.passes.SESSION_PASSES`, :data:`cosyedge.passes.POOL_PASSES`): like
+:mod:`cosyedge.passes.conv_sum` it is applied in memory by :class:`~cosyedge.runtime.ort.OrtStreamSession` and
+:class:`~cosyedge.runtime.pool.StreamPool` (CPU provider), never written into an artifact.
 
 Source: J. W. Cooley, J. W. Tukey, "An algorithm for the machine calculation of complex Fourier series",
 Math. Comp. 19 (1965); the "four-step" form (column DFTs, twiddles, row DFTs): D. H. Bailey, "FFTs in external
@@ -29,6 +30,9 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+
+from cosyedge.passes.edit import DEFAULT_DOMAINS, copy_model, node_attrs, spliced
+from cosyedge.passes.shapes import known_shapes
 
 MIN_FFT_SIZE = 512
 """int: smallest transform rewritten. Below it the dense product is small (K = 320: 0.4 MB) and the rewrite's
@@ -178,14 +182,9 @@ def fft_dft_convs(model: Any, input_shapes: dict[str, list[int]]) -> tuple[Any, 
     Raises:
         onnx.shape_inference.InferenceError: the model fails ONNX shape inference.
     """
-    import onnx
     from onnx import numpy_helper
 
-    from cosyedge.runtime.ort_fuse import _concrete
-    from cosyedge.runtime.ort_fuse import node_attrs as attrs
-
-    m = onnx.ModelProto()
-    m.CopyFrom(model)
+    m = copy_model(model)
     g = m.graph
     inits = {t.name: t for t in g.initializer}
     cands: list = []
@@ -193,11 +192,11 @@ def fft_dft_convs(model: Any, input_shapes: dict[str, list[int]]) -> tuple[Any, 
     replace: dict[int, list] = {}
 
     for idx, node in enumerate(g.node):
-        if node.domain not in ("", "ai.onnx") or node.op_type not in ("Conv", "ConvTranspose"):
+        if node.domain not in DEFAULT_DOMAINS or node.op_type not in ("Conv", "ConvTranspose"):
             continue
         if len(node.input) != 2 or node.input[1] not in inits:
             continue
-        at = attrs(node)
+        at = node_attrs(node)
         if (any(p != 0 for p in at.get("pads", [0])) or any(d != 1 for d in at.get("dilations", [1]))
                 or at.get("group", 1) != 1 or any(p != 0 for p in at.get("output_padding", [0]))
                 or "output_shape" in at or at.get("auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET")):
@@ -215,10 +214,7 @@ def fft_dft_convs(model: Any, input_shapes: dict[str, list[int]]) -> tuple[Any, 
         cands.append((idx, node, win, split))
     if not cands:
         return m, 0
-    shapes = _concrete(m, input_shapes)
-    unknown = [node.input[0] for _, node, _, _ in cands if node.input[0] not in shapes]
-    if unknown:
-        shapes.update(_run_shapes(model, unknown, input_shapes))
+    shapes = known_shapes(m, [node.input[0] for _, node, _, _ in cands], input_shapes)
     for idx, node, win, split in cands:
         k_len = split[0] * split[1]
         x_shape = shapes.get(node.input[0])
@@ -233,40 +229,14 @@ def fft_dft_convs(model: Any, input_shapes: dict[str, list[int]]) -> tuple[Any, 
             nodes, consts = _inverse_nodes(node.input[0], node.output[0], base, win, n1, n2)
         new_inits += [numpy_helper.from_array(v, k) for k, v in consts.items()]
         replace[idx] = nodes  # by index: protobuf wrappers' id() is not stable
-    if not replace:
-        return m, 0
-    from cosyedge.runtime.ort_fuse import splice
-
-    splice(m, replace, new_inits)
-    return m, len(replace)
+    return spliced(m, replace, new_inits)
 
 
-def _run_shapes(model: Any, names: list[str], input_shapes: dict[str, list[int]]) -> dict[str, tuple]:
-    """Shapes of the tensors ``names`` found by running ``model`` once on zeros at ``input_shapes`` (ONNX Runtime,
-    graph optimisation off, the tensors added as outputs): where ONNX shape inference loses them (data-dependent
-    reshapes inside a network). Tensors that still cannot be shaped are left out."""
-    import onnx
-    import onnxruntime as ort
-
-    from cosyedge.runtime.ort import ort_session
-
-    m = onnx.ModelProto()
-    m.CopyFrom(model)
-    for name in names:
-        m.graph.output.append(onnx.helper.make_empty_tensor_value_info(name))
-    so = ort.SessionOptions()
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    so.intra_op_num_threads = so.inter_op_num_threads = 1
-    so.log_severity_level = 4
-    try:
-        sess = ort_session(m.SerializeToString(), so, ["CPUExecutionProvider"])
-        types = {i.name: i.type for i in sess.get_inputs()}
-        feeds = {k: np.zeros(v, np.float32 if types.get(k) == "tensor(float)" else np.int64)
-                 for k, v in input_shapes.items() if k in types}
-        outs = sess.run(names, feeds)
-    except Exception:  # noqa: BLE001  (an input we cannot feed: no shapes)
-        return {}
-    return {n: tuple(o.shape) for n, o in zip(names, outs)}
+def run(model: Any, target: Any) -> tuple[Any, dict[str, int]]:
+    """The pass (:class:`cosyedge.passes.base.Pass`): :func:`fft_dft_convs` at ``target.shapes`` (the nodes it
+    writes copy the batch axis: valid at any batch)."""
+    out, n = fft_dft_convs(model, target.shapes)
+    return out, {"dft_fft": n}
 
 
 def _forward_nodes(x: str, y: str, base: str, win: np.ndarray, n1: int, n2: int) -> tuple[list, dict]:
@@ -335,3 +305,7 @@ def _inverse_nodes(x: str, y: str, base: str, win: np.ndarray, n1: int, n2: int)
         helper.make_node("Reshape", [t("windowed"), t("shape_out")], [y], name=t("out")),
     ]
     return nodes, cst
+
+
+__all__ = ["MATCH_RTOL", "MIN_FFT_SIZE", "analysis_window", "fft_dft_convs", "forward_constants", "inverse_constants",
+           "irfft_numpy", "rfft_numpy", "run", "split_size", "synthesis_window"]

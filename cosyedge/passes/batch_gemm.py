@@ -1,4 +1,4 @@
-"""Rewrite a streaming graph for batched runs: one-frame convolutions and matrix-vector MatMuls become one GEMM.
+"""Pass ``batch_gemm``: one-frame convolutions and matrix-vector MatMuls of a streaming graph become one GEMM per batch.
 
 A streaming graph run on one hop computes every convolution for exactly one output frame: the conv's input is
 the state window (``Concat(state, x)``), its output has length 1. ONNX Runtime's CPU ``Conv`` loops over the batch
@@ -8,6 +8,9 @@ the reference model spends over half of a batched run there (ONNX Runtime profil
 ``(C*K, M)``, the weight is read once per tick and MLAS runs a real GEMM. The same holds for
 ``MatMul(W, x)`` with a constant ``W`` (P, K) and ``x`` (N, K, 1): ONNX Runtime broadcasts it into N
 matrix-vector products; ``MatMul(x (N, K), W^T)`` is one GEMM.
+
+Applied by :class:`~cosyedge.runtime.pool.StreamPool` with more than one stream (:data:`cosyedge.passes.POOL_PASSES`,
+any provider) and by the INT8 ``ort_matmul`` build at one hop (:data:`cosyedge.passes.MATMUL_FORM_PASSES`).
 
 Rewrites (top-level graph only; anything that does not match exactly is left as it is):
 
@@ -37,36 +40,10 @@ from typing import Any
 import numpy as np
 
 from cosyedge._lazy import lazy_import
+from cosyedge.passes.edit import DEFAULT_DOMAINS, copy_model, node_attrs, opset
+from cosyedge.passes.shapes import partial_shapes
 
 onnx = lazy_import("onnx")
-
-
-def _shapes(model: Any, input_dims: dict[str, list]) -> dict[str, list]:
-    """Tensor name -> inferred dims (int or None) of ``model`` with the graph inputs of ``input_dims`` fixed."""
-    from onnx import shape_inference
-
-    probe = onnx.ModelProto()
-    probe.CopyFrom(model)
-    for vi in probe.graph.input:
-        dims = input_dims.get(vi.name)
-        if dims is None:
-            continue
-        for d, v in zip(vi.type.tensor_type.shape.dim, dims):
-            if isinstance(v, int):
-                d.dim_value = v
-            else:
-                d.dim_param = str(v)
-    probe = shape_inference.infer_shapes(probe, strict_mode=False, data_prop=True)
-    out = {}
-    for vi in list(probe.graph.input) + list(probe.graph.value_info) + list(probe.graph.output):
-        t = vi.type.tensor_type
-        if t.HasField("shape"):
-            out[vi.name] = [d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim]
-    return out
-
-
-def _attrs(node: Any) -> dict[str, Any]:
-    return {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
 
 
 class _Builder:
@@ -101,7 +78,7 @@ def _conv(node: Any, inits: dict[str, np.ndarray], shapes: dict[str, list], opse
     xs, ys = shapes.get(node.input[0]), shapes.get(node.output[0])
     if w.dtype != np.float32 or w.ndim != 3 or not xs or len(xs) != 3 or not ys or len(ys) != 3:
         return None
-    a = _attrs(node)
+    a = node_attrs(node)
     m_out, cg, k = w.shape
     c, length = xs[1], xs[2]
     d = int((a.get("dilations") or [1])[0])
@@ -218,12 +195,11 @@ def batch_rewrite(model: Any, input_dims: dict[str, list]) -> tuple[Any, dict[st
     Raises:
         Exception: onnx's own errors for a model it cannot infer shapes of (callers fall back to the original).
     """
-    shapes = _shapes(model, input_dims)
-    out = onnx.ModelProto()
-    out.CopyFrom(model)
+    shapes = partial_shapes(model, input_dims)
+    out = copy_model(model)
     g = out.graph
     inits = {t.name: onnx.numpy_helper.to_array(t) for t in g.initializer}
-    opset = next((o.version for o in out.opset_import if o.domain in ("", "ai.onnx")), 13)
+    version = opset(out)
     counts = collections.Counter(conv_gemm=0, conv_depthwise=0, matmul_gemm=0, kept_sensitive=0)
     nodes, new_inits = [], []
     cone = _kept(list(g.node))  # left as they are
@@ -231,10 +207,10 @@ def batch_rewrite(model: Any, input_dims: dict[str, list]) -> tuple[Any, dict[st
         b, kind = None, None
         if node.output[0] in cone:
             counts["kept_sensitive"] += node.op_type in _LINEAR_OPS
-        elif node.op_type == "Conv" and node.domain in ("", "ai.onnx"):
-            b = _conv(node, inits, shapes, opset)
+        elif node.op_type == "Conv" and node.domain in DEFAULT_DOMAINS:
+            b = _conv(node, inits, shapes, version)
             kind = "conv_depthwise" if b is not None and any(n.op_type == "ReduceSum" for n in b.nodes) else "conv_gemm"
-        elif node.op_type == "MatMul" and node.domain in ("", "ai.onnx"):
+        elif node.op_type == "MatMul" and node.domain in DEFAULT_DOMAINS:
             b, kind = _matmul(node, inits, shapes), "matmul_gemm"
         if b is None:
             nodes.append(node)
@@ -251,3 +227,11 @@ def batch_rewrite(model: Any, input_dims: dict[str, list]) -> tuple[Any, dict[st
     del g.initializer[:]
     g.initializer.extend(keep + new_inits)
     return out, dict(counts)
+
+
+def run(model: Any, target: Any) -> tuple[Any, dict[str, int]]:
+    """The pass (:class:`cosyedge.passes.base.Pass`): :func:`batch_rewrite` at ``target.dims`` (batch axis symbolic)."""
+    return batch_rewrite(model, target.dims)
+
+
+__all__ = ["DISCRETE_OPS", "ILL_CONDITIONED_OPS", "batch_rewrite", "run"]

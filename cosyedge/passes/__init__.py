@@ -1,0 +1,58 @@
+"""Graph passes: in-memory rewrites of a streaming ONNX graph, one pass per module on one base.
+
+Every pass is a :class:`~cosyedge.passes.base.Pass` (match, rewrite, report) named after its module; the runtime
+and the builds apply them through :func:`~cosyedge.passes.base.apply_passes` and list here the passes they apply:
+
+========================  ==============================================================================
+:data:`SESSION_PASSES`    :class:`~cosyedge.runtime.ort.OrtStreamSession` (CPU provider), by default
+:data:`SESSION_OPTIONAL`  the session, only when named in its ``rewrites``
+:data:`POOL_PASSES`       :class:`~cosyedge.runtime.pool.StreamPool` with more than one stream
+:data:`MATMUL_FORM_PASSES`  the INT8 ``ort_matmul`` build (:func:`cosyedge.precision.qdq_matmul.matmul_form`),
+                          written into the engine
+========================  ==============================================================================
+
+Shared helpers: :mod:`cosyedge.passes.shapes` (shapes at given input shapes), :mod:`cosyedge.passes.edit` (copy,
+attributes, splice, toposort). A pass that fails, or a rewritten graph that ONNX Runtime will not load (the stored
+graph then runs), is said in one warning line.
+"""
+
+from __future__ import annotations
+
+from cosyedge.passes.base import Pass, Target, apply_passes
+
+PASSES = {p.name: p for p in (
+    Pass("conv_sum", ("Add",), True, "Conv -> Add (residual sum) as one com.microsoft.FusedConv"),
+    Pass("dft_fft", ("Conv", "ConvTranspose"), True, "one-frame windowed real-DFT Conv/ConvTranspose as an FFT"),
+    Pass("einsum_matmul", ("Einsum",), True, "one-frame grouped-linear Einsum as a batched MatMul"),
+    Pass("gru_cell", ("GRU",), True, "one-step GRU as its cell (two MatMuls)"),
+    Pass("batch_gemm", ("Conv", "MatMul"), False, "one-frame Conv / matrix-vector MatMul as one GEMM per batch"),
+    Pass("dqmm_per_row", ("DynamicQuantizeMatMul",), False, "DynamicQuantizeMatMul quantized per row (per stream)",
+         optional=False),
+)}
+"""dict[str, Pass]: every pass by name."""
+
+SESSION_PASSES = ("conv_sum", "dft_fft", "einsum_matmul")
+"""tuple[str, ...]: the passes :class:`~cosyedge.runtime.ort.OrtStreamSession` applies on the CPU provider by default,
+in order (measured in ``docs/bench/profile_stream.json`` and ``docs/bench/bench_dfn3.json``)."""
+
+SESSION_OPTIONAL = ("gru_cell",)
+"""tuple[str, ...]: session passes applied only when named (``gru_cell``: in FP32 about 3 % slower per hop on
+DeepFilterNet3 than ONNX Runtime's GRU kernel)."""
+
+POOL_PASSES = ("dft_fft", "einsum_matmul", "batch_gemm", "dqmm_per_row")
+"""tuple[str, ...]: the passes a StreamPool of more than one stream applies, in order: the two batch-free session
+passes (CPU provider; ``conv_sum`` is left out: ``batch_gemm`` turns the same one-frame convs into GEMMs), then
+``batch_gemm`` (its ``batch_rewrite`` switch), then ``dqmm_per_row`` (always: correctness)."""
+
+MATMUL_FORM_PASSES = ("batch_gemm", "gru_cell")
+"""tuple[str, ...]: the passes the INT8 ``ort_matmul`` build writes into the model at one hop per call (with the bias
+moved after each Reshape in between, :func:`cosyedge.precision.qdq_matmul.matmul_form`)."""
+
+
+def passes(names) -> list[Pass]:
+    """The passes named (list[Pass], in the order given). Raises KeyError for an unknown name."""
+    return [PASSES[n] for n in names]
+
+
+__all__ = ["MATMUL_FORM_PASSES", "PASSES", "POOL_PASSES", "Pass", "SESSION_OPTIONAL", "SESSION_PASSES", "Target",
+           "apply_passes", "passes"]
