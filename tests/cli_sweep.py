@@ -9,7 +9,7 @@ invalid for its option must end in exactly one ``[!]`` line with exit 2 (a bad a
 a value that may be valid (``--delay-samples 0``) may also exit 0. Never a traceback, never exit 1 (the
 accuracy-regression code), never another exit code.
 
-Used by ``tests/test_cli_bad_values_sweep.py`` (CI) and ``scripts/sweep_bad_arguments.py`` (the table).
+Used by ``tests/test_cli_bad_values_sweep.py`` (CI) and ``scripts/benchmarks/sweep_bad_arguments.py`` (the table).
 """
 
 from __future__ import annotations

@@ -133,10 +133,10 @@ def noise_input(n: int = 16000, seed: int = 1):
 
 
 def train_reference_module():
-    """``scripts/train_reference.py`` imported as a module (it is a script, not part of the package)."""
+    """``scripts/training/train_reference.py`` imported as a module (it is a script, not part of the package)."""
     from tests.scripts import load_script
 
-    return load_script("train_reference")
+    return load_script("training/train_reference")
 
 
 class MelFrameStreamer(nn.Module):

@@ -1,4 +1,5 @@
-"""scripts/check_aarch64.sh and scripts/aarch64_jobs.py: the emulated aarch64 check (not run here: about an hour).
+"""scripts/benchmarks/check_aarch64.sh and scripts/benchmarks/aarch64_jobs.py: the emulated aarch64 check (not run
+here: about an hour).
 
 What runs here: the script's refusal when the host lacks a tool (one line, exit 4), the comparison of outputs, and
 the committed report (docs/bench/aarch64.json) against the table in docs/jetson.md."""
@@ -19,12 +20,13 @@ import soundfile as sf
 from tests.scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
+CHECK_SH = ROOT / "scripts" / "benchmarks" / "check_aarch64.sh"
 REPORT = ROOT / "docs" / "bench" / "aarch64.json"
 
 
 @pytest.fixture(scope="module")
 def jobs():
-    return load_script("aarch64_jobs")
+    return load_script("benchmarks/aarch64_jobs")
 
 
 def _path_without(tmp_path: Path, *absent: str) -> str:
@@ -44,8 +46,7 @@ def test_missing_host_tools_are_named_in_one_line(tmp_path):
         pytest.skip("no bash")
     env = dict(os.environ, PATH=_path_without(tmp_path, "apt-get", "dpkg-deb"),
                COSYEDGE_AARCH64_CACHE=str(tmp_path / "cache"))
-    p = subprocess.run([shutil.which("bash"), str(ROOT / "scripts" / "check_aarch64.sh")], env=env,
-                       capture_output=True, text=True, timeout=60)
+    p = subprocess.run([shutil.which("bash"), str(CHECK_SH)], env=env, capture_output=True, text=True, timeout=60)
     assert p.returncode == 4, p.stderr
     lines = p.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("[!] check_aarch64.sh needs: "), p.stderr
@@ -54,8 +55,7 @@ def test_missing_host_tools_are_named_in_one_line(tmp_path):
 
 
 def test_unknown_argument_is_refused_in_one_line():
-    p = subprocess.run(["bash", str(ROOT / "scripts" / "check_aarch64.sh"), "--frobnicate"], capture_output=True,
-                       text=True, timeout=60)
+    p = subprocess.run(["bash", str(CHECK_SH), "--frobnicate"], capture_output=True, text=True, timeout=60)
     assert p.returncode == 2 and p.stderr.strip() == "[!] unknown argument '--frobnicate' (see --help)"
 
 

@@ -1,4 +1,4 @@
-"""scripts/bench_int8_bound.py: the 'free weighted ops' model keeps every output's shape and drops the work
+"""scripts/benchmarks/bench_int8_bound.py: the 'free weighted ops' model keeps every output's shape and drops the work
 (the timing itself is a benchmark, never asserted here)."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ def _run(model, feeds):
 
 
 def test_free_model_keeps_shapes_and_drops_the_weights():
-    bench = load_script("bench_int8_bound")
+    bench = load_script("benchmarks/bench_int8_bound")
     m = onnx.load(str(REFERENCE_STREAM_ONNX))
     c = StreamContract.from_onnx(REFERENCE_STREAM_ONNX)
     quantized, _ = select_nodes(m, [i.name for i in c.stream_inputs], c.output)

@@ -1,4 +1,4 @@
-"""scripts/bench_targets.py: the target table logic and its refusals (the timings themselves are benchmarks,
+"""scripts/benchmarks/bench_targets.py: the target table logic and its refusals (the timings themselves are benchmarks,
 never asserted here)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from tests.scripts import load_script
 
 
 def test_rows_judge_each_target_in_its_direction():
-    bench = load_script("bench_targets")
+    bench = load_script("benchmarks/bench_targets")
     assert bench.row("reference", "int8_speedup_p50", 1.31, "")["met"] is True
     assert bench.row("reference", "int8_speedup_p50", 0.94, "")["met"] is False
     assert bench.row("reference", "paced_p50_vs_rnnoise", 0.72, "")["met"] is True
@@ -19,14 +19,14 @@ def test_rows_judge_each_target_in_its_direction():
 
 
 def test_unknown_model_is_refused_in_one_line(capsys):
-    bench = load_script("bench_targets")
+    bench = load_script("benchmarks/bench_targets")
     assert bench.main(["--models", "reference,rnnoise2"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["[!] unknown model(s) rnnoise2 (use reference, nsnet2, dfn3, gtcrn)"]
 
 
 def test_a_failing_bench_script_stops_with_its_error(tmp_path, monkeypatch, capsys):
-    bench = load_script("bench_targets")
+    bench = load_script("benchmarks/bench_targets")
     monkeypatch.setattr(bench, "SCRIPTS", tmp_path)  # no bench scripts there: the child fails
     out = tmp_path / "t.json"
     assert bench.main(["--models", "reference", "--json", str(out)]) == 2
@@ -35,7 +35,7 @@ def test_a_failing_bench_script_stops_with_its_error(tmp_path, monkeypatch, caps
 
 
 def test_the_table_is_written_from_the_children_json(tmp_path, monkeypatch):
-    bench = load_script("bench_targets")
+    bench = load_script("benchmarks/bench_targets")
     fake = {"bench_precision.py": {"variants": {"int8-trt": {"speedup_p50_vs_fp32": 0.9, "snr_db_vs_fp32": 47.2},
                                                 "fp32": {"speedup_p50_vs_fp32": 1.0}}},
             "bench_stream.py": {"ratio_vs_rnnoise": {"paced_p50_per_10ms": 0.7, "p50_per_10ms": 0.8}},
@@ -54,7 +54,7 @@ def test_the_table_is_written_from_the_children_json(tmp_path, monkeypatch):
 
 
 def test_from_json_re_tables_without_measuring(tmp_path, monkeypatch):
-    bench = load_script("bench_targets")
+    bench = load_script("benchmarks/bench_targets")
     runs = {"dfn3": {"precision": {"variants": {"int8-ort_matmul": {
         "speedup_p50_vs_fp32": 1.39, "snr_db_vs_fp32": 46.0, "ort_fusion": {"demo_snr_db": 38.4}}}},
         "int8_bound": {"int8_speedup_bound_quantized_ops": 1.04},

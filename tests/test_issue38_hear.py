@@ -1,6 +1,7 @@
 """Issue 38 item 7, a transformer model people can hear: the small streaming transformer enhancer
 (:mod:`cosyedge.train.transformer_enhancer`, sliding-window causal attention over 32 frames, RoPE from ``arange(T)``)
-trained here (``scripts/train_transformer_enhancer.py``; weights ``cosyedge/assets/transformer/weights.safetensors``),
+trained here (``scripts/training/train_transformer_enhancer.py``; weights
+``cosyedge/assets/transformer/weights.safetensors``),
 taken through export -> ``cosyedge streamify`` (attention -> KV cache, positions -> counter) -> ``cosyedge build
 --int8`` -> ``cosyedge run`` on the demo -> ``cosyedge check`` -> ``cosyedge run mic`` (a fake sound device).
 

@@ -69,10 +69,10 @@ def test_enhances_the_demo_recording(demo):
 
 def test_enhances_the_demo_as_an_8khz_recording(demo):
     """Narrowband input (what ``cosyedge run`` makes of an 8 kHz file): noisy and clean resampled to 8 kHz and back
-    (``scripts/eval_reference.py``'s ``narrowband``, which ``--narrowband`` scores the test set with)."""
+    (``scripts/eval/eval_reference.py``'s ``narrowband``, which ``--narrowband`` scores the test set with)."""
     from tests.scripts import load_script
 
-    narrow = load_script("eval_reference").narrowband
+    narrow = load_script("eval/eval_reference").narrowband
     x, c = (narrow(a) for a in demo)
     assert x.shape == demo[0].shape
     with OrtStreamSession(REFERENCE_STREAM_ONNX) as s:

@@ -124,7 +124,8 @@ def engine_model_name(name: str, parent: str | Path | SourceModel, *, derived: b
     A model **derived** from another one carries that one's name in its metadata, so it gets
     ``<name>-<first 8 hex digits of the parent ONNX's SHA-256>`` instead: two different parents never write the
     same folder, and neither build replaces the other's engines. Derived means the ONNX records where it comes
-    from: the 2:4 fine-tuned model (``cosyedge.dense_parent_sha256``, written by ``scripts/finetune_sparse.py``;
+    from: the 2:4 fine-tuned model (``cosyedge.dense_parent_sha256``, written by
+    ``scripts/training/finetune_sparse.py``;
     e.g. the bundled ``reference.sparse.stream.onnx`` builds into ``reference-60b615af-int8-sparse-onnxruntime``
     next to ``reference-int8-sparse-onnxruntime``, the dense model pruned on the fly) or a
     ``cosyedge sparsify`` output (``cosyedge.sparsity``). A retrained dense model with the same name still

@@ -39,7 +39,7 @@ def eval_cmd(input, engine_opts, baselines, json_path, plot_dir, no_baseline, no
     SI-SNR, SI-SNR improvement, PESQ-WB, STOI and DNSMOS P.835 (SIG/BAK/OVRL) are computed at 16 kHz and
     averaged per condition/SNR group and overall. Under the table: each system's algorithmic latency and
     its CPU time per 10 ms of audio in this run (measured on whatever else the machine runs: use
-    scripts/bench_stream.py for latency). Several --engine LABEL=PATH are scored side by side in one pass.
+    scripts/benchmarks/bench_stream.py for latency). Several --engine LABEL=PATH are scored side by side in one pass.
 
     INPUT is one of: a .json/.csv manifest (rows with 'noisy', optional 'clean', 'snr_db', 'condition';
     paths relative to the manifest); a folder holding manifest.json; a folder with noisy/ and clean/

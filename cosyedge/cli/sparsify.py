@@ -20,7 +20,7 @@ def sparsify(in_onnx, out_onnx, exclude, json_path):
 
     Prints a per-layer table (eligible or not and why, sparsity reached, 2:4 pattern verified in the
     written ONNX), then OUT.onnx as the last line. Fine-tune afterwards to recover accuracy
-    (scripts/finetune_sparse.py --minutes N for the reference model; it records the SHA-256 of the dense
+    (scripts/training/finetune_sparse.py --minutes N for the reference model; it records the SHA-256 of the dense
     streaming ONNX it started from, --dense-onnx, in the sparse ONNX). A fine-tuned 2:4 reference ships
     as cosyedge/models/reference.sparse.stream.onnx ('cosyedge build --onnx
     cosyedge/models/reference.sparse.stream.onnx --sparse [--int8]'; PESQ-WB on the test set 0.03 below

@@ -32,7 +32,7 @@ def sparse_parent(ref: CompareModel, sparse_onnx: str | Path | None = None) -> C
     Raises:
         UsageError: the sparse parent is not an FP32 streaming ONNX, has another model name, or its inputs,
             outputs, stream contract or state pairs differ from ``ref``'s (names the tensor; for the bundled
-            default, says to re-run ``scripts/finetune_sparse.py`` or pass ``--sparse-onnx``).
+            default, says to re-run ``scripts/training/finetune_sparse.py`` or pass ``--sparse-onnx``).
         UsageError: the sparse parent records (:func:`cosyedge.precision.sparsity.stamp_dense_parent`) that it
             was fine-tuned from a dense ONNX other than ``ref`` (a stale sparse model; exit 2).
         ArtifactError: ``sparse_onnx`` does not exist or is not a readable streaming ONNX (exit 3).
@@ -47,11 +47,11 @@ def sparse_parent(ref: CompareModel, sparse_onnx: str | Path | None = None) -> C
         if not (bundled and REFERENCE_SPARSE_STREAM_ONNX.is_file()):
             return ref
         sparse_onnx = REFERENCE_SPARSE_STREAM_ONNX
-        what = (f"the bundled sparse model {REFERENCE_SPARSE_STREAM_ONNX.name} (re-run scripts/finetune_sparse.py "
-                f"after changing the model, or pass --sparse-onnx)")
+        what = (f"the bundled sparse model {REFERENCE_SPARSE_STREAM_ONNX.name} (re-run "
+                f"scripts/training/finetune_sparse.py after changing the model, or pass --sparse-onnx)")
     if not Path(sparse_onnx).exists():
         raise ArtifactError(f"--sparse-onnx {sparse_onnx} not found (give the FP32 streaming ONNX of the 2:4 "
-                         f"fine-tuned model, e.g. made by scripts/finetune_sparse.py)")
+                         f"fine-tuned model, e.g. made by scripts/training/finetune_sparse.py)")
     parent = load_compare_model(sparse_onnx)
     if parent.precision != "fp32":
         raise UsageError(f"{what}: {parent.path} is a {parent.label} build; give the FP32 streaming ONNX "
@@ -68,7 +68,7 @@ def sparse_parent(ref: CompareModel, sparse_onnx: str | Path | None = None) -> C
             not ref.parent_sha256 and recorded == ref.content_sha256):  # a copy, proof changed
         raise UsageError(f"{what}: {parent.path} was fine-tuned from another dense model (SHA-256 {recorded[:12]}, "
                          f"the reference {ref.path} is {ref.root_sha256[:12]}); fine-tune it again from the "
-                         f"reference's weights with scripts/finetune_sparse.py")
+                         f"reference's weights with scripts/training/finetune_sparse.py")
     return parent
 
 

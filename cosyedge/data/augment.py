@@ -87,7 +87,7 @@ def low_band_boost(x: np.ndarray, rng: np.random.Generator, p: float, max_db: fl
     A zero-phase Gaussian bump over log-frequency: centre log-uniform in :data:`LOW_BOOST_CENTRE_HZ`, width
     0.4-0.8 octave (standard deviation), gain uniform in [0, ``max_db``] dB, applied in the DFT domain of
     the whole row as :func:`random_eq`. Why: real male voices carry much of their energy at the fundamental
-    (80-150 Hz). In the long-term spectrum (``scripts/diagnose_bands.py --speech-bands``) the 60-100 Hz band
+    (80-150 Hz). In the long-term spectrum (``scripts/eval/diagnose_bands.py --speech-bands``) the 60-100 Hz band
     holds -25..-38 dB of the total energy in the asterisk prompts, -13..-17 dB in their male conversions
     (data version 3) and -7..-12 dB in the test set's LibriVox reader, so a model trained on the prompts
     meets strong low-frequency speech energy mostly in noise. (Designed after comparing those long-term

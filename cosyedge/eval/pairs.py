@@ -6,7 +6,7 @@
    CSV: a header line with the same column names. A row has ``noisy`` (required), ``clean`` (optional:
    rows without it are scored with DNSMOS only), and optionally ``name``, ``snr_db`` (number) and
    ``condition`` (e.g. the noise type; a JSON ``noise`` object with a ``name`` also works). Relative paths
-   are relative to the manifest's folder. The test set of ``scripts/make_testset.py`` is such a manifest.
+   are relative to the manifest's folder. The test set of ``scripts/data/make_testset.py`` is such a manifest.
 2. **A folder holding** ``manifest.json`` or ``manifest.csv``: that manifest.
 3. **A folder with** ``noisy/`` **and** ``clean/``: every audio file under ``noisy/`` (recursively) is
    paired with the file of the same relative path under ``clean/``; a missing clean file is an error.

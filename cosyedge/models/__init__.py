@@ -3,7 +3,7 @@
 Files next to this module: ``reference.safetensors`` (PyTorch weights + config in the header) and
 ``reference.stream.onnx`` (its streaming FP32 ONNX, so the runtime never needs PyTorch), and the 2:4-sparse
 fine-tuned variant ``reference.sparse.safetensors`` / ``reference.sparse.stream.onnx`` (made by
-``scripts/finetune_sparse.py``; build sparse engines from it: ``cosyedge build --onnx ... --sparse``).
+``scripts/training/finetune_sparse.py``; build sparse engines from it: ``cosyedge build --onnx ... --sparse``).
 """
 
 from pathlib import Path

@@ -1,5 +1,5 @@
 """Fixed filterbank bases of the reference enhancer (NumPy only, no PyTorch: scripts and tools that only
-need the windows, e.g. ``scripts/oracle_testset.py``, import them without torch).
+need the windows, e.g. ``scripts/eval/oracle_testset.py``, import them without torch).
 
 Sources: sqrt-Hann STFT with 50 % overlap-add (perfect reconstruction, Griffin & Lim 1984); asymmetric
 low-latency analysis/synthesis windows, Mauler & Martin, EUSIPCO 2007, and Wang, Wichern & Le Roux,

@@ -4,7 +4,7 @@ A streaming graph run on one hop computes every convolution for exactly one outp
 the state window (``Concat(state, x)``), its output has length 1. ONNX Runtime's CPU ``Conv`` loops over the batch
 and runs one im2col + matrix-*vector* product per stream, reading the whole weight once per stream; at 64 streams
 the reference model spends over half of a batched run there (ONNX Runtime profile, 1 thread, batch 64: Conv
-6.6 ms and the spectrum MatMul 1.5 ms of 11.4 ms; ``scripts/bench_streams.py``). Written as one ``MatMul`` of the batch ``(N, C*K)`` by the weight
+6.6 ms and the spectrum MatMul 1.5 ms of 11.4 ms; ``scripts/benchmarks/bench_streams.py``). Written as one ``MatMul`` of the batch ``(N, C*K)`` by the weight
 ``(C*K, M)``, the weight is read once per tick and MLAS runs a real GEMM. The same holds for
 ``MatMul(W, x)`` with a constant ``W`` (P, K) and ``x`` (N, K, 1): ONNX Runtime broadcasts it into N
 matrix-vector products; ``MatMul(x (N, K), W^T)`` is one GEMM.

@@ -426,7 +426,7 @@ def stamp_dense_parent(sparse_onnx: str | Path, dense_onnx: str | Path, expect_s
 
     Args:
         sparse_onnx (str | Path): FP32 streaming ONNX with 2:4 fine-tuned weights (e.g. from
-            ``scripts/finetune_sparse.py``).
+            ``scripts/training/finetune_sparse.py``).
         dense_onnx (str | Path): the dense FP32 streaming ONNX of the weights the fine-tune started from.
         expect_sha256 (str | None): SHA-256 ``dense_onnx`` had when the fine-tune started; a different one now
             (the file was replaced meanwhile) is an error.

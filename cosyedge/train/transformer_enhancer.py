@@ -30,7 +30,7 @@ streamify``) its state per stream is 34 kB: two 31-frame key/value caches per la
 conv contexts and the overlap-add tail.
 
 The bundled weights (``cosyedge/assets/transformer/weights.safetensors``, their README) were trained here in two
-25-minute stages on one CPU thread (``scripts/train_transformer_enhancer.py``).
+25-minute stages on one CPU thread (``scripts/training/train_transformer_enhancer.py``).
 
 Sources: pre-LN transformer (Xiong et al. 2020, arXiv:2002.04745); rotary position embeddings (Su et al. 2021,
 arXiv:2104.09864; the rotate-half form of HF LLaMA); sliding-window causal attention (Longformer, Beltagy et al.
@@ -279,7 +279,8 @@ def load_transformer_enhancer(path: str | Path) -> TransformerEnhancer:
 
     path = Path(path)
     if not path.is_file():
-        raise ArtifactError(f"weights file not found: {path} (train one with scripts/train_transformer_enhancer.py)")
+        raise ArtifactError(f"weights file not found: {path} "
+                            "(train one with scripts/training/train_transformer_enhancer.py)")
     try:
         with safe_open(str(path), framework="pt") as f:
             meta = f.metadata() or {}

@@ -516,7 +516,7 @@ def test_sparse_parent_fine_tuned_from_another_dense_model_is_exit_2(baseline, r
     line = _one_line_error(capsys)
     assert (f"--sparse-onnx: {stale} was fine-tuned from another dense model "
             f"(SHA-256 {sha256_file(other_dense)[:12]}, the reference {ref_onnx} is {sha256_file(ref_onnx)[:12]})"
-            in line and "scripts/finetune_sparse.py" in line)
+            in line and "scripts/training/finetune_sparse.py" in line)
     stamp_dense_parent(stale, ref_onnx)  # fine-tuned from the reference: accepted
     ref = load_compare_model(ref_onnx)
     assert sparse_parent(ref, stale).model_path == stale

@@ -1,4 +1,4 @@
-"""scripts/diagnose_bands.py: the per-band error budget and speech band shares quoted in docs/model-card.md."""
+"""scripts/eval/diagnose_bands.py: the per-band error budget and speech band shares quoted in docs/model-card.md."""
 
 import importlib.util
 from pathlib import Path
@@ -8,7 +8,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("scipy")
-SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
+SCRIPTS = Path(__file__).resolve().parents[2] / "scripts" / "eval"
 _spec = importlib.util.spec_from_file_location("diagnose_bands", SCRIPTS / "diagnose_bands.py")
 bands = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(bands)

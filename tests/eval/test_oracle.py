@@ -1,4 +1,4 @@
-"""scripts/oracle_testset.py: the oracle real-mask bounds quoted in docs/model-card.md."""
+"""scripts/eval/oracle_testset.py: the oracle real-mask bounds quoted in docs/model-card.md."""
 
 import numpy as np
 import pytest

@@ -1,4 +1,4 @@
-"""scripts/paired_eval.py: paired per-file differences against an anchor, as quoted in docs/model-card.md."""
+"""scripts/eval/paired_eval.py: paired per-file differences against an anchor, as quoted in docs/model-card.md."""
 
 import json
 import math
@@ -6,7 +6,7 @@ from pathlib import Path
 
 from tests.scripts import load_script
 
-paired = load_script("paired_eval")
+paired = load_script("eval/paired_eval")
 SIDE_BY_SIDE = Path(__file__).resolve().parents[2] / "docs" / "eval" / "side-by-side.json"
 
 

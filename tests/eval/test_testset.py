@@ -1,5 +1,5 @@
 """The committed test-set manifest: well formed, and (where the Debian data is cached) reproduced bit-exactly
-by scripts/make_testset.py."""
+by scripts/data/make_testset.py."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ MANIFEST = ROOT / "cosyedge" / "assets" / "testset" / "manifest.json"
 
 
 def _script():
-    return load_script("make_testset")
+    return load_script("data/make_testset")
 
 
 def test_manifest_lists_30_pairs_of_heldout_speech_and_noise():
@@ -50,8 +50,8 @@ def _data_cached() -> bool:
     return all((d / "corpora" / f).exists() for f in ("librivox.npy", "opensfx.npy", "heldout-camaro-engine-15s.npy"))
 
 
-@pytest.mark.skipif(not _data_cached(), reason="test-set sources not in the data cache (run scripts/make_testset.py "
-                    "once with apt access)")
+@pytest.mark.skipif(not _data_cached(), reason="test-set sources not in the data cache (run "
+                    "scripts/data/make_testset.py once with apt access)")
 def test_regenerated_testset_matches_committed_sha256(tmp_path):
     mod = _script()
     rc = mod.main(["--out", str(tmp_path)])

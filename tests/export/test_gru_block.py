@@ -88,7 +88,8 @@ def test_gru_block_streams_exactly(tmp_path, layers):
     (["--pitch-comb"], "--pitch-comb needs --lw"),
 ])
 def test_train_reference_gru_and_pitch_comb_flags_are_checked(extra, message):
-    r = subprocess.run([sys.executable, str(ROOT / "scripts" / "train_reference.py"), "--minutes", "1", *extra],
-                       capture_output=True, text=True, timeout=120)
+    script = ROOT / "scripts" / "training" / "train_reference.py"
+    r = subprocess.run([sys.executable, str(script), "--minutes", "1", *extra], capture_output=True, text=True,
+                       timeout=120)
     assert r.returncode == 2, r.stderr
     assert message in r.stderr and "Traceback" not in r.stderr

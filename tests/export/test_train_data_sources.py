@@ -36,7 +36,7 @@ def _fake_training_data(seen: dict):
     return FakeTrainingData
 
 
-@pytest.mark.parametrize("script", ["train_reference", "finetune_sparse"])
+@pytest.mark.parametrize("script", ["training/train_reference", "training/finetune_sparse"])
 def test_a_missing_corpus_stops_training_with_one_line_unless_allowed(script, capsys, monkeypatch):
     pytest.importorskip("torch")
     from cosyedge.data import training_data as mix

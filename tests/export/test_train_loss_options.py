@@ -1,4 +1,4 @@
-"""Training options of ``scripts/train_reference.py``: the compressed spectral and STOI losses, the SNR range.
+"""Training options of ``scripts/training/train_reference.py``: the compressed spectral and STOI losses, the SNR range.
 
 Checks that the compressed spectral loss (Braun & Tashev 2021) ranks estimates as a listener would (the
 clean target best, a trace of residual noise next, the noisy input worst), that it does not depend on the

@@ -1,4 +1,4 @@
-"""scripts/finetune_sparse.py refuses bad options with a one-line usage error (exit 2) before any data is
+"""scripts/training/finetune_sparse.py refuses bad options with a one-line usage error (exit 2) before any data is
 prepared or any training starts: read-speech options, the dense parent it will record (--dense-onnx)."""
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def test_bad_options_exit_2_before_training(argv, message, tmp_path, capsys, mon
     if "{tmp}/pruned.onnx" in argv:
         sparsify_onnx(REFERENCE_STREAM_ONNX, tmp_path / "pruned.onnx")
     argv = [a.format(tmp=tmp_path) for a in argv]
-    fs = load_script("finetune_sparse")
+    fs = load_script("training/finetune_sparse")
 
     def no_load(*a, **k):
         raise AssertionError("weights loaded before the options were checked")

@@ -258,13 +258,14 @@ def test_sparse_pruning_reports_its_cost_and_warns(gtcrn_onnx, tmp_path, caplog)
 
 
 def test_int8_bound_frees_the_weighted_ops_inside_the_scan_bodies(gtcrn_onnx):
-    """scripts/bench_int8_bound.py on an adopted model: the weighted ops of the leaf Scan bodies are made free (the
+    """scripts/benchmarks/bench_int8_bound.py on an adopted model: the weighted ops of the leaf Scan bodies are made
+    free (the
     26 the INT8 stage quantizes, or all 30 that are not grouped convs; 8 are) and the model still runs, same shapes."""
     from cosyedge.artifacts import StreamContract
     from cosyedge.runtime import OrtStreamSession, stream_array
     from tests.scripts import load_script
 
-    bench = load_script("bench_int8_bound")
+    bench = load_script("benchmarks/bench_int8_bound")
     c = StreamContract.from_onnx(gtcrn_onnx)
     m = onnx.load(str(gtcrn_onnx))
     free_q, replaced_q, kept_q, float_kept = bench.free_in_bodies(m, c, quantized_only=True)

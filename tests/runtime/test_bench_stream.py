@@ -1,4 +1,4 @@
-"""scripts/bench_stream.py's paced mode: calls at their real-time deadlines, late ones counted, and the JSON
+"""scripts/benchmarks/bench_stream.py's paced mode: calls at their real-time deadlines, late ones counted, and the JSON
 it writes (a short run on the bundled model; no timing is asserted beyond the pacing itself)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from tests.scripts import load_script
 
 
 def test_paced_calls_wait_for_their_deadlines_and_count_late_ones():
-    bench = load_script("bench_stream")
+    bench = load_script("benchmarks/bench_stream")
     starts = []
     t0 = time.perf_counter()
     lat, late = bench.paced_latencies(lambda i: starts.append(time.perf_counter()), 10, 0.01)
@@ -24,7 +24,7 @@ def test_paced_calls_wait_for_their_deadlines_and_count_late_ones():
 
 
 def test_bench_stream_writes_the_paced_block(tmp_path):
-    bench = load_script("bench_stream")
+    bench = load_script("benchmarks/bench_stream")
     out = tmp_path / "b.json"
     assert bench.main(["--seconds", "0.5", "--paced-seconds", "0.2", "--warmup", "2", "--no-rnnoise",
                        "--json", str(out)]) == 0
@@ -39,7 +39,7 @@ def test_bench_stream_writes_the_paced_block(tmp_path):
 
 def test_bench_stream_push_copy_mode_writes_both_modes(tmp_path):
     """``--push-copy-json``: owned outputs vs ``push(copy=False)``, interleaved rounds, medians (a tiny run)."""
-    bench = load_script("bench_stream")
+    bench = load_script("benchmarks/bench_stream")
     out = tmp_path / "push_copy.json"
     assert bench.main(["--seconds", "0.2", "--warmup", "2", "--push-copy-json", str(out), "--push-copy-rounds", "2",
                        "--push-copy-chunks", "5"]) == 0

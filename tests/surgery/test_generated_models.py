@@ -1,5 +1,5 @@
 """The CI sample of the model generator (``tests/surgery/model_generator.py``; the full sweep of
->= 1000 seeds is ``scripts/generalize_streamify.py``, its report ``docs/bench/streamify_generalize.json``).
+>= 1000 seeds is ``scripts/benchmarks/generalize_streamify.py``, its report ``docs/bench/streamify_generalize.json``).
 
 Seeds 0 ... 59, each a small transformer/conv model drawn from independent choices (positions, masks, layout, heads,
 norms, conv front/back ends, batch, exporter) or a control that must be refused. The verdict comes from the

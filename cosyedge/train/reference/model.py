@@ -41,7 +41,7 @@ Architecture (gain estimation in an STFT filterbank domain, all causal):
    through a zero-initialised 1x1 conv, and a per-bin mix ``m = sigmoid(.)`` (its head initialised to
    m = 0.0003) filters ``g * (X + m (C - X))`` instead of ``g * X``: harmonics add up in C, noise that is not
    periodic at T does not. Ideal masks with this choice per 200 Hz band reach 7.8 dB SI-SNRi at 5 dB on the
-   test set against 6.4 dB without it (``scripts/oracle_testset.py``, row ``320/iam+pitch-lw``).
+   test set against 6.4 dB without it (``scripts/eval/oracle_testset.py``, row ``320/iam+pitch-lw``).
 5. Synthesis: :class:`~cosyedge.train.nn.CausalConv1dUpsample` (2F -> 1, factor 160, kernel 2 frames) with
    the fixed sqrt-Hann inverse-DFT basis: exactly overlap-add inverse STFT. The output is delayed by one
    hop (160 samples) relative to the input: algorithmic latency = chunk (10 ms) + delay (10 ms) = 20 ms.
@@ -474,7 +474,7 @@ def load_reference(path: str | Path | None = None) -> ReferenceEnhancer:
 
     path = Path(path or REFERENCE_WEIGHTS)
     if not path.is_file():
-        raise ArtifactError(f"weights file not found: {path} (train one with scripts/train_reference.py)")
+        raise ArtifactError(f"weights file not found: {path} (train one with scripts/training/train_reference.py)")
     try:
         with safe_open(str(path), framework="pt") as f:
             meta = f.metadata() or {}

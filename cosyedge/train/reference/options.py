@@ -1,6 +1,7 @@
-"""Option checks shared by the training scripts (``scripts/train_reference.py``, ``scripts/finetune_sparse.py``):
+"""Option checks shared by the training scripts (``scripts/training/train_reference.py``,
+``scripts/training/finetune_sparse.py``):
 argparse types for the pair/range flags, the loss-weight checks and building the training data with one-line
-errors. Moved from ``scripts/train_reference.py`` (issue 36) so that no script imports another.
+errors. Moved from ``scripts/training/train_reference.py`` (issue 36) so that no script imports another.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from cosyedge.train.reference.losses import STOI_MIN_SECONDS
 def check_loss_weights(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Usage errors (``ap.error``: one line, exit 2) for ``--spectral-weight`` and ``--stoi-weight`` outside
     [0, 10] and for ``--stoi-weight`` with segments (``--seconds``) shorter than :data:`STOI_MIN_SECONDS`;
-    shared by ``scripts/train_reference.py`` and ``scripts/finetune_sparse.py``."""
+    shared by ``scripts/training/train_reference.py`` and ``scripts/training/finetune_sparse.py``."""
     for name in ("spectral_weight", "stoi_weight", "dnsmos_weight"):
         if not 0 <= getattr(args, name, 0.0) <= 10:
             ap.error(f"--{name.replace('_', '-')} must be in [0, 10], got {getattr(args, name)}")
@@ -31,7 +32,8 @@ ALLOW_MISSING_HELP = ("train even when a speech or real-noise corpus of the data
 
 def training_data_or_exit(ap: argparse.ArgumentParser, args: argparse.Namespace, **options):
     """Build ``TrainingData(**options)``, requiring every source of the data version unless
-    ``args.allow_missing_corpora``; shared by ``scripts/train_reference.py`` and ``scripts/finetune_sparse.py``.
+    ``args.allow_missing_corpora``; shared by ``scripts/training/train_reference.py`` and
+    ``scripts/training/finetune_sparse.py``.
 
     Returns:
         TrainingData: the data; its ``missing`` lists what was skipped (only with ``--allow-missing-corpora``).
