@@ -86,8 +86,8 @@ def output_tensor(pb: Any, name: str, array: np.ndarray) -> Any:
 
 
 _CAPSULE_API: list = []
-"""[] until first used, then [(PyCapsule_GetName, PyCapsule_SetName, name buffer, ctypes)], or [None] where ctypes cannot
-reach Python's C API; the buffer is the new name and must outlive every capsule renamed (see
+"""[] until first used, then [(PyCapsule_GetName, PyCapsule_SetName, name buffer, ctypes)], or [None] where ctypes
+cannot reach Python's C API; the buffer is the new name and must outlive every capsule renamed (see
 :func:`_dlpack_handover`)."""
 
 
