@@ -130,8 +130,8 @@ def _dlpack_handover(pb: Any, name: str, array: np.ndarray) -> Any:
     capsule destructor (``PyCapsule_GetPointer(capsule, "dltensor")``) fails with ValueError "PyCapsule_GetPointer
     called with incorrect name" and prints it as an unraisable traceback, on every output tensor: 0.12 ms of the
     stub's one Python thread (0.005 ms renamed; measured on the 2-core test machine) and five lines through the
-    server's log pipe per tensor. Under batched load (20-30 streams, batches of 17-25) that printing was a large
-    part of each execute. Renamed, numpy's destructor skips the capsule as the DLPack protocol intends. Ownership is
+    server's log pipe per tensor (20 paced streams: 2000 tensors/s, about 0.24 of a core, and 10,000 log lines/s).
+    Renamed, numpy's destructor skips the capsule as the DLPack protocol intends. Ownership is
     unchanged: the tensor owns the DLManagedTensor either way (the stub calls its deleter, releasing the array).
 
     Args:

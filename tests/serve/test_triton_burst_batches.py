@@ -1,10 +1,9 @@
 """A burst of concurrent sequences through a real Triton (``tritonserver`` 2.51 from the nvidia-pytriton wheel) serving
 a ``--triton-backend python`` repository of the bundled model: 20 sequences, each on its own gRPC stream, send all
-their chunks at once, so the sequence batcher runs batches of many requests while a backlog waits (the load under
-which numpy 2's DLPack capsule destructor used to print a "PyCapsule_GetPointer called with incorrect name" traceback
-for every output tensor inside the stub, and the server died in TRITONBACKEND_RequestRelease). Every request
-succeeds, each sequence's outputs equal its solo run through the local engine, and the server's log holds no such
-traceback.
+their chunks at once, so the sequence batcher runs batches of many requests while more wait. Every request succeeds,
+each sequence's outputs equal its solo run through the local engine, and the server's log holds no traceback: numpy
+2's DLPack capsule destructor used to print "PyCapsule_GetPointer called with incorrect name" for every output tensor
+inside the stub (``cosyedge.serve.model._dlpack_handover``).
 
 Skipped only where the wheel cannot install (not x86-64 Linux, or glibc < 2.35).
 """
