@@ -74,6 +74,7 @@ from cosyedge.artifacts import (
     check_not_input,
     check_writable,
     load_onnx,
+    with_portable_ir,
 )
 from cosyedge.errors import AccuracyError, ArtifactError, UsageError, first_line
 from cosyedge.log import LOG
@@ -659,7 +660,7 @@ def fp16_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, exclude: Iterable[
                              f"nor bodies reading outer tensors) or keeps all of it FP32; an 'fp16' engine would be "
                              f"the FP32 model under another label (build it without --fp16)")
         with atomic_output(out_path) as tmp:
-            onnx.save(m16, str(tmp))
+            onnx.save(with_portable_ir(m16), str(tmp))  # IR its opsets need: older readers load it
             result = {
                 "precision": "fp16",
                 "converter": f"onnxruntime.transformers.float16 (onnxruntime {onnxruntime.__version__})",
