@@ -371,7 +371,7 @@ def fp16_model(model: Any, contract: StreamContract, *, exclude: Iterable[str] =
 
 def _convert(m: Any, plan: dict[str, str], keep_ops: Iterable[str]) -> Any:
     """``m`` (onnx.ModelProto, one graph) converted to FP16 with FP32 I/O, the ``plan``'s nodes and ``keep_ops``
-    blocked, FP16 round trips stripped (:func:`strip_fp16_round_trips`).
+    blocked, FP16 round trips stripped (:func:`strip_fp16_round_trips`), nodes in topological order.
 
     Raises:
         ArtifactError: the converter fails on this model.
@@ -387,6 +387,11 @@ def _convert(m: Any, plan: dict[str, str], keep_ops: Iterable[str]) -> Any:
     except Exception as err:  # the converter raises ValueError/KeyError/onnx errors
         raise ArtifactError(f"FP16 conversion failed: {first_line(err)}") from None
     strip_fp16_round_trips(out)
+    from cosyedge.precision.bodies import toposort
+
+    # the converter appends its Casts at the end; ONNX requires producers first (the checker refused the flat FP16
+    # engines: "Nodes in a graph must be topologically sorted"); ONNX Runtime sorts for itself, so they ran
+    toposort(out.graph)
     return out
 
 
