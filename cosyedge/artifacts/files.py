@@ -164,13 +164,15 @@ def portable_ir_version(model: Any) -> int:
 
 
 def with_portable_ir(model: Any) -> Any:
-    """Declare the lowest IR version ``model``'s content needs (:func:`portable_ir_version`), in place, so that older
-    readers (ONNX Runtime 1.23, which reads IR <= 11; TensorRT's ONNX parser; Netron) load it; never raises it.
+    """Declare the lowest IR version ``model``'s content needs (:func:`portable_ir_version`), in place: lower than onnx's
+    newest (which onnx writes into every model it makes), so that older readers (ONNX Runtime 1.23, which reads
+    IR <= 11; TensorRT's ONNX parser; Netron) load it, and never lower than its opsets need (the NSNet2 and
+    DeepFilterNet3 exports declare IR 6 and 7 with opset 17, which needs IR 8).
 
     Returns:
         onnx.ModelProto: ``model``.
     """
-    model.ir_version = min(int(model.ir_version), portable_ir_version(model))
+    model.ir_version = portable_ir_version(model)
     return model
 
 
