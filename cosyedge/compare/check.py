@@ -250,7 +250,7 @@ def run_check(onnx_path: str | Path | None = None, *, baseline: str | Path | Non
             raise UsageError(f"baseline {baseline} has no entry for {missing} (it has {sorted(base.get('labels', {}))}); "
                              f"run 'cosyedge check --update-baseline --precisions {','.join(keep)}'")
         for lab in labels:
-            entry, elsewhere = entry_for(base, lab, here)
+            entry = entry_for(base, lab, here)[0]
             if entry is None:  # only other platforms' entries: the first one's parent is the one to match
                 entry = base["labels"].get(lab) or next(labs[lab] for labs in base.get("by_platform", {}).values()
                                                         if lab in labs)
