@@ -294,9 +294,18 @@ def check_cpu(cpuinfo_path: str = "/proc/cpuinfo") -> Finding:
     else:
         verdict = (f"INT8 instructions: {', '.join(have) or 'none'}; no INT8 dot product (VNNI / SDOT): INT8 on ONNX "
                    f"Runtime gains little or nothing over FP32 here")
+    try:
+        from cosyedge.compare.platforms import platform_of
+
+        plat = platform_of(machine, text or None)
+    except Exception:  # noqa: BLE001 - a broken numpy/onnx (imported by cosyedge.compare) is another check's line
+        plat = {"fp16_compute": None}
+    if plat["fp16_compute"] == "half":  # what cosyedge check's FP16 gate depends on (cosyedge.compare.platforms)
+        verdict += ("; FP16 arithmetic (asimdhp): ONNX Runtime computes FP16 in half precision here, so `cosyedge "
+                    "check` gates FP16 only against a baseline recorded on such a CPU")
     model = f" {info['model']}" if info["model"] else ""
     return Finding("cpu", "info", f"{machine}{model}, {os.cpu_count()} cores; {verdict}", "",
-                   {"machine": machine, **info})
+                   {"machine": machine, **info, "fp16_compute": plat["fp16_compute"]})
 
 
 def check_jetson(model_path: str = "/proc/device-tree/model",

@@ -112,6 +112,13 @@ def test_vad_segments_and_gate_verdicts_are_compared(jobs, tmp_path):
     assert r["passed_x86_64"] and not r["passed_aarch64"]
     assert r["rows"]["fp16/free-running/demo-noisy"]["snr_db_aarch64"] == 40.0
     assert "gate x86-64 PASS, aarch64 FAIL" in jobs.line("check", "check.json", r)
+    no_base = "fp16: no baseline for this platform, not gated: ..."  # check's NO BASELINE line (exit 2)
+    _write_sides(tmp_path, "check.json", {"passed": True, "regressions": [], "rows": [dict(row, snr_db=60.0)]},
+                 {"passed": False, "regressions": [], "no_baseline": [{"label": "fp16", "line": no_base}],
+                  "rows": [dict(row, snr_db=50.0, status="NO BASELINE")]})
+    r = jobs.compare_job("check", {"check.json": "check"}, tmp_path)["check.json"]
+    assert r["no_baseline_aarch64"] == [no_base] and r["regressions_aarch64"] == []
+    assert "gate x86-64 PASS, aarch64 PASS, NO BASELINE FOR fp16" in jobs.line("check", "check.json", r)
 
 
 def test_committed_report_covers_every_job_on_both_sides(jobs):
@@ -122,7 +129,7 @@ def test_committed_report_covers_every_job_on_both_sides(jobs):
         assert report["versions"]["aarch64"][side] == report["versions"]["x86_64"][side], side
     for job, entry in report["jobs"].items():
         for side in jobs.SIDES:
-            assert entry[side]["rc"] in (0, 1), (job, side, entry[side])
+            assert entry[side]["rc"] in (0, 1, 2), (job, side, entry[side])
         assert entry["outputs"] and not any("error" in r for r in entry["outputs"].values()), (job, entry["outputs"])
 
 

@@ -187,7 +187,10 @@ def check(onnx_path, baseline, update_baseline, precisions, candidate_opts, engi
     Prints a table; --json/--junit write the report. Exit 0 pass, 1 regression (the metrics are named),
     2 bad input (a baseline of another model, a baseline label measured against another sparse parent, a
     sparse parent or candidate with other inputs/outputs or built from another model, an engine that
-    cannot run here, INT8 without its calibration), 3 a missing or malformed baseline (the line names
+    cannot run here, INT8 without its calibration; also, after the table, an FP16 label whose baseline
+    was measured on another kind of platform only: arm64 CPUs with FP16 arithmetic compute FP16 in half
+    precision, so it is measured, shown as NO BASELINE and not gated, and the line gives the command that
+    records a baseline on this machine), 3 a missing or malformed baseline (the line names
     the field) or an utterance shorter than 1 s or silent. Metrics not in the baseline, or not measured,
     are listed on NOT GATED lines. After the model changes, run
     'cosyedge check --update-baseline' once and commit the baseline folder.
@@ -224,10 +227,17 @@ def check(onnx_path, baseline, update_baseline, precisions, candidate_opts, engi
         utts = _utterances(utt_path, rate, None)
     report = run_check(onnx_path, baseline=baseline, update_baseline=update_baseline, precisions=labels,
                        engines_dir=engines_dir, candidates=cands, utterances=utts, chunk_ms=chunk_ms, calib=calib,
-                       json_path=json_path, junit_path=junit_path, pesq=not no_pesq, sparse_onnx=sparse_onnx)
+                       json_path=json_path, junit_path=junit_path, pesq=not no_pesq, sparse_onnx=sparse_onnx,
+                       utterances_arg=utt_path)
     click.echo(format_table(report))
-    if not report["passed"]:
+    if report["regressions"]:
         n = len(report["regressions"])
         raise RegressionError(f"accuracy regression: {report['regressions'][0]}" + (f" (+{n - 1} more)" if n > 1 else ""))
+    if report.get("no_baseline"):  # measured, not gated: never a silent pass, and not a regression
+        first, n = report["no_baseline"][0], len(report["no_baseline"])
+        gated = [lab for lab in report["labels"] if lab not in {x["label"] for x in report["no_baseline"]}]
+        raise UsageError(f"{first['label']} has no baseline for this platform{f' (+{n - 1} more)' if n > 1 else ''} "
+                         f"and was not gated ({', '.join(gated) + ' passed; ' if gated else ''}see the NO BASELINE "
+                         f"line): record one with {first['command']}")
     ungated = f"; {len(report['not_gated'])} NOT GATED note(s) above" if report.get("not_gated") else ""
     click.echo(f"PASS: {', '.join(report['labels'])} within baseline tolerance{ungated} ({report['elapsed_s']:.1f} s)")

@@ -4,7 +4,7 @@ metrics with their regression rule.
 A baseline is JSON keyed by the reference model's SHA-256, with the utterance set's hashes, chunk length and,
 per precision label, every metric's value (see :func:`validate_baseline` for the schema). It is written only
 by ``cosyedge check --update-baseline`` (:func:`_write_baseline`), which keeps the labels, tolerances and
-parents of the baseline already there when they still apply (:func:`_kept_labels`, :func:`_kept_tolerances`).
+parents of the baseline already there when they still apply (:func:`_kept_entries`, :func:`_kept_tolerances`).
 
 Source: Polygraphy's ``polygraphy run --save-outputs/--load-outputs`` golden-output workflow (the baseline idea;
 ``polygraphy/comparator/struct.py`` ``RunResults``).
@@ -22,6 +22,7 @@ from typing import Any
 from cosyedge.artifacts import SCHEMA_VERSION, model_content_sha256, write_json
 from cosyedge.builders.names import parse_precision_label, precision_label
 from cosyedge.compare.models import CompareModel
+from cosyedge.compare.platforms import LEGACY_PLATFORM, platform_bound, platform_key, this_platform
 from cosyedge.compare.tolerances import BASELINE_TOLERANCES, SNR_EXACT_DB
 from cosyedge.compare.utterances import Utterance
 from cosyedge.errors import ArtifactError, UsageError
@@ -162,7 +163,12 @@ def validate_baseline(data: dict, path: Path, fix: str = "regenerate it: cosyedg
         labels: {<precision label, e.g. fp16 or int8-sparse>: {  (at least one)
             metrics: {"<mode>/<utterance>/<tensor>/<metric>": finite number, ...}  (at least one),
             reference?: {sha256: str, path?: str},
-            amax?: str | null}},
+            amax?: str | null,
+            platform?: {machine: str, fp16_compute: "fp32" | "half"}}},  (where it was measured; missing = x86-64,
+                FP16 computed in FP32: cosyedge.compare.platforms.LEGACY_PLATFORM)
+        platform?: {machine, fp16_compute}  (where the last --update-baseline ran)
+        by_platform?: {<platform kind, e.g. x86_64 or aarch64+fp16>: {<FP16 label>: <label entry as above, its
+            platform of that kind>}}  (the FP16 entries of other platforms than ``labels``' own, kept by an update)
         tolerances?: {snr_db?, max_abs_rel?, pesq?, si_snr_db?: finite number >= 0}  (the gate's; missing
             keys are cosyedge's BASELINE_TOLERANCES)
 
@@ -222,34 +228,54 @@ def validate_baseline(data: dict, path: Path, fix: str = "regenerate it: cosyedg
     labels = obj(data["labels"], "labels")
     if not labels:
         raise bad("labels", "is empty (nothing to gate)")
-    for label, entry in labels.items():
-        where = f"labels.{label}"
-        try:
-            norm = precision_label(*parse_precision_label(str(label)))
-        except UsageError:
-            norm = None
-        if norm != label:
-            raise bad(where, "is not a precision label (fp32, fp16 or int8, optionally with -sparse)")
-        obj(entry, where)
-        if "metrics" not in entry:
-            raise bad(f"{where}.metrics", "is missing")
-        metrics = obj(entry["metrics"], f"{where}.metrics")
-        if not metrics:
-            raise bad(f"{where}.metrics", "is empty (nothing to gate)")
-        for key, value in metrics.items():
-            field = f"{where}.metrics.{key}"
-            if not _is_number(value):
-                raise bad(field, f"must be a number, not {kind(value)} {json.dumps(value)}")
-            if not math.isfinite(value):
-                raise bad(field, f"is {value!r}".replace("nan", "NaN").replace("inf", "Infinity") +
-                          " (a metric must be a finite number, or it drops out of the gate)")
-        if "reference" in entry:
-            ref = obj(entry["reference"], f"{where}.reference")
-            text(ref.get("sha256"), f"{where}.reference.sha256")
-            if "content_sha256" in ref:
-                text(ref["content_sha256"], f"{where}.reference.content_sha256")
-        if entry.get("amax") is not None:
-            text(entry["amax"], f"{where}.amax")
+
+    def platform(v: Any, field: str) -> None:
+        obj(v, field)
+        text(v.get("machine"), f"{field}.machine")
+        if v.get("fp16_compute") not in ("fp32", "half"):
+            raise bad(f"{field}.fp16_compute", f"must be \"fp32\" or \"half\", not {json.dumps(v.get('fp16_compute'))}")
+
+    def entries(labels: dict, prefix: str) -> None:
+        for label, entry in labels.items():
+            where = f"{prefix}.{label}"
+            try:
+                norm = precision_label(*parse_precision_label(str(label)))
+            except UsageError:
+                norm = None
+            if norm != label:
+                raise bad(where, "is not a precision label (fp32, fp16 or int8, optionally with -sparse)")
+            obj(entry, where)
+            if "metrics" not in entry:
+                raise bad(f"{where}.metrics", "is missing")
+            metrics = obj(entry["metrics"], f"{where}.metrics")
+            if not metrics:
+                raise bad(f"{where}.metrics", "is empty (nothing to gate)")
+            for key, value in metrics.items():
+                field = f"{where}.metrics.{key}"
+                if not _is_number(value):
+                    raise bad(field, f"must be a number, not {kind(value)} {json.dumps(value)}")
+                if not math.isfinite(value):
+                    raise bad(field, f"is {value!r}".replace("nan", "NaN").replace("inf", "Infinity") +
+                              " (a metric must be a finite number, or it drops out of the gate)")
+            if "reference" in entry:
+                ref = obj(entry["reference"], f"{where}.reference")
+                text(ref.get("sha256"), f"{where}.reference.sha256")
+                if "content_sha256" in ref:
+                    text(ref["content_sha256"], f"{where}.reference.content_sha256")
+            if entry.get("amax") is not None:
+                text(entry["amax"], f"{where}.amax")
+            if "platform" in entry:
+                platform(entry["platform"], f"{where}.platform")
+
+    entries(labels, "labels")
+    if "platform" in data:
+        platform(data["platform"], "platform")
+    if "by_platform" in data:
+        for key, labs in obj(data["by_platform"], "by_platform").items():
+            entries(obj(labs, f"by_platform.{key}"), f"by_platform.{key}")
+            for label, entry in labs.items():
+                if "platform" not in entry or platform_key(entry["platform"]) != key:
+                    raise bad(f"by_platform.{key}.{label}.platform", f"must be a platform of kind '{key}'")
     if "tolerances" in data:
         tols = obj(data["tolerances"], "tolerances")
         for key, value in tols.items():
@@ -271,14 +297,39 @@ def _check_same_set(baseline: dict, utts: list[Utterance], chunk: int, path: Pat
                          f"pass the same --chunk-ms or run 'cosyedge check --update-baseline'")
 
 
-def _parent_of_label(base: dict, label: str) -> dict:
+def entry_for(base: dict, label: str, here: dict | None = None) -> tuple[dict | None, list[dict]]:
+    """The baseline entry that gates ``label`` on platform ``here`` (default :func:`this_platform`), and the
+    platforms of the entries that do not apply here.
+
+    A label whose gate does not depend on the platform (INT8, FP32: :func:`~cosyedge.compare.platforms.platform_bound`)
+    uses ``labels[label]`` wherever it was measured. An FP16 label uses the entry (``labels[label]`` or
+    ``by_platform[kind][label]``) measured on the same kind of platform
+    (:func:`~cosyedge.compare.platforms.platform_key`); an entry without ``platform`` was measured on x86-64.
+
+    Returns:
+        tuple: ``(entry or None, [platform record of each entry of ``label`` that is for another kind])``;
+        ``(None, [])`` when the baseline has no entry for ``label`` at all.
+    """
+    first = (base.get("labels") or {}).get(label)
+    if not platform_bound(label):
+        return first, []
+    want = platform_key(here if here is not None else this_platform())
+    found = ([first] if first is not None else []) + [
+        labs[label] for labs in (base.get("by_platform") or {}).values() if label in labs]
+    for entry in found:
+        if platform_key(entry.get("platform")) == want:
+            return entry, []
+    return None, [e.get("platform") or dict(LEGACY_PLATFORM) for e in found]
+
+
+def _parent_of_label(base: dict, label: str, entry: dict | None = None) -> dict:
     """The FP32 model a baseline measured ``label`` against: ``{"path", "sha256", "content_sha256"}`` (dict) from
     the label's ``reference`` entry, or the baseline's model for baselines written before sparse parents existed.
     ``content_sha256`` (:func:`~cosyedge.artifacts.model_content_sha256`, ``""`` when unknown) is the label's own,
     or the baseline model's when the label was measured against that model (baselines written before labels
-    recorded it)."""
+    recorded it). ``entry``: the label entry to read (default ``labels[label]``; e.g. one of ``by_platform``)."""
     model = base.get("model") or {}
-    entry = (base.get("labels") or {}).get(label) or {}
+    entry = entry or (base.get("labels") or {}).get(label) or {}
     ref = entry.get("reference") or model
     content = ref.get("content_sha256") or (model.get("content_sha256") if ref.get("sha256") == model.get("sha256")
                                             else None)
@@ -298,7 +349,7 @@ def _is_parent(was: dict, parent: CompareModel | None) -> bool:
 
 def _write_baseline(path: Path, ref: CompareModel, utts: list[Utterance], chunk: int, report: dict,
                     parents: dict | None = None) -> None:
-    """Write the baseline of ``report`` (the measured labels, plus the kept ones; see :func:`_kept_labels`).
+    """Write the baseline of ``report`` (the measured labels, plus the kept ones; see :func:`_kept_entries`).
 
     ``parents`` (``{"dense": CompareModel, "sparse": CompareModel | None}``) are the FP32 parents the labels
     were measured against (each label's is found by its ``reference`` path; kept labels are checked against
@@ -325,6 +376,23 @@ def _write_baseline(path: Path, ref: CompareModel, utts: list[Utterance], chunk:
                                  f"the build with 'cosyedge compare', or use other --utterances (or --no-pesq "
                                  f"for a PESQ that cannot be scored)")
 
+    here = this_platform()
+    kept, others = _kept_entries(path, ref, utts, chunk, set(report["labels"]), parents)
+    labels = {**kept,
+              **{lab: {"reference": {"path": Path(d["reference"]).name, "sha256": d["reference_sha256"],
+                                     "content_sha256": content_of(d["reference"])},
+                       "metrics": {k: _num(v["value"]) for k, v in d["metrics"].items()},
+                       "amax": (amax_cache_path(path, ref.contract.name, lab).name
+                                if lab.startswith("int8") else None),
+                       "platform": dict(here)}
+                 for lab, d in report["labels"].items()}}
+    by_platform: dict = {}  # the FP16 entries of other platforms: kept beside the one in labels
+    for lab, entry in others:
+        kind = platform_key(entry.get("platform"))
+        if lab in labels and platform_key(labels[lab].get("platform")) == kind:
+            continue  # superseded by the entry measured (or kept) for this kind
+        by_platform.setdefault(kind, {}).setdefault(lab, {**entry, "platform": entry.get("platform")
+                                                          or dict(LEGACY_PLATFORM)})
     data = {
         "kind": BASELINE_KIND, "schema_version": SCHEMA_VERSION, "cosyedge_version": __version__,
         "model": {"name": ref.contract.name, "sha256": ref.model_sha256, "path": ref.model_path.name,
@@ -333,13 +401,7 @@ def _write_baseline(path: Path, ref: CompareModel, utts: list[Utterance], chunk:
         "chunk_samples": chunk, "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "tools": _tools(), "tolerances": report.get("tolerances") or BASELINE_TOLERANCES,
         "regenerate": "cosyedge check --update-baseline",
-        "labels": {**_kept_labels(path, ref, utts, chunk, set(report["labels"]), parents),
-                   **{lab: {"reference": {"path": Path(d["reference"]).name, "sha256": d["reference_sha256"],
-                                          "content_sha256": content_of(d["reference"])},
-                            "metrics": {k: _num(v["value"]) for k, v in d["metrics"].items()},
-                            "amax": (amax_cache_path(path, ref.contract.name, lab).name
-                                     if lab.startswith("int8") else None)}
-                      for lab, d in report["labels"].items()}},
+        "platform": dict(here), "labels": labels, **({"by_platform": by_platform} if by_platform else {}),
     }
     write_json(path, data)
 
@@ -358,32 +420,43 @@ def _kept_tolerances(path: Path) -> dict:
     return {}
 
 
-def _kept_labels(path: Path, ref: CompareModel, utts: list[Utterance], chunk: int, measured: set,
-                 parents: dict | None = None) -> dict:
-    """Labels of the baseline already at ``path`` that this update did not measure, kept when that baseline
-    is for the same model, utterance set and chunk (else ``{}``: its values no longer apply), and each kept
-    label was measured against the FP32 parent it would have now (``parents``: ``{"dense": CompareModel,
-    "sparse": CompareModel | None}``; a label of another parent, or of a kind whose parent is None, is dropped,
-    with a log line; the same model exported on another CPU is the same parent, see :func:`_is_parent`;
-    without ``parents`` every label is kept)."""
+def _kept_entries(path: Path, ref: CompareModel, utts: list[Utterance], chunk: int, measured: set,
+                  parents: dict | None = None) -> tuple[dict, list[tuple[str, dict]]]:
+    """What an update keeps of the baseline already at ``path``, when that baseline is for the same model, utterance
+    set and chunk (else nothing: its values no longer apply).
+
+    Returns:
+        tuple: ``(labels, others)``: ``labels`` = the entries of ``labels`` that this update did not measure;
+        ``others`` = ``[(label, entry), ...]``, every FP16 entry of the old baseline (``labels`` and ``by_platform``,
+        measured or not), for :func:`_write_baseline` to keep beside the entry of its platform kind. Each is kept
+        only when it was measured against the FP32 parent it would have now (``parents``: ``{"dense": CompareModel,
+        "sparse": CompareModel | None}``; a label of another parent, or of a kind whose parent is None, is dropped,
+        with a log line; the same model exported on another CPU is the same parent, see :func:`_is_parent`; without
+        ``parents`` every label is kept).
+    """
     try:
         old = load_baseline(path, ref)
         _check_same_set(old, utts, chunk, path)
     except (UsageError, ArtifactError):  # none yet, unreadable, or of another model: nothing to keep
-        return {}
-    kept = {}
-    for lab, v in (old.get("labels") or {}).items():
-        if lab in measured:
-            continue
+        return {}, []
+
+    def fits(lab: str, entry: dict, say: bool = True) -> bool:
         kind = "sparse" if parse_precision_label(lab)[1] else "dense"
-        if parents is not None and not _is_parent(_parent_of_label(old, lab), parents.get(kind)):
-            LOG.warning("baseline %s: dropped '%s' (measured against another FP32 parent; re-measure it with "
-                        "--update-baseline --precisions %s)", path, lab, lab)
-            continue
-        kept[lab] = v
+        if parents is not None and not _is_parent(_parent_of_label(old, lab, entry), parents.get(kind)):
+            if say:
+                LOG.warning("baseline %s: dropped '%s' (measured against another FP32 parent; re-measure it with "
+                            "--update-baseline --precisions %s)", path, lab, lab)
+            return False
+        return True
+
+    kept = {lab: v for lab, v in (old.get("labels") or {}).items() if lab not in measured and fits(lab, v)}
+    others = [(lab, v) for lab, v in (old.get("labels") or {}).items() if platform_bound(lab) and
+              (lab in kept or (lab in measured and fits(lab, v, say=False)))]
+    others += [(lab, v) for labs in (old.get("by_platform") or {}).values() for lab, v in labs.items()
+               if fits(lab, v)]
     if kept:
         LOG.info("baseline %s: kept the entries of %s (not re-measured)", path, sorted(kept))
-    return kept
+    return kept, others
 
 
 def _tools() -> dict:

@@ -24,7 +24,15 @@ are pruned from the reference on the fly and compared with it. The baseline reco
 A metric fails when it is worse than its baseline value by more than the baseline's ``tolerances``
 (written by ``--update-baseline`` as :data:`cosyedge.compare.tolerances.BASELINE_TOLERANCES`: SNR 1 dB, max
 abs +50 %, PESQ 0.05, SI-SNR 0.2 dB; an SNR still >= 90 dB never fails; edited values apply, and the table
-names them, and ``--update-baseline`` keeps them). A measured metric the baseline lacks, or a baseline metric
+names them, and ``--update-baseline`` keeps them). **Platforms**: an FP16 label is gated only by a baseline entry
+measured on the same kind of platform (:mod:`cosyedge.compare.platforms`: arm64 CPUs with FP16 arithmetic compute
+FP16 in half precision, x86-64 in FP32; a baseline without ``platform`` is x86-64's); INT8 and FP32 labels are gated
+on any CPU. An FP16 label whose entries all come from another kind of platform is still built and measured, its rows
+say ``NO BASELINE``, one ``NO BASELINE`` line names both platforms and the exact ``--update-baseline`` command that
+records it here, the other labels are gated as usual, and the check exits **2** when nothing regressed (1 when
+something did): a CI job on a Jetson neither passes with an ungated FP16 label nor reports a regression that is
+not one; it records the platform's baseline once (kept in ``by_platform`` beside the other platform's entry), or
+leaves FP16 out (``--precisions int8-sparse``). A measured metric the baseline lacks, or a baseline metric
 this check does not measure, is not gated and is named on a ``NOT GATED`` line. Exit codes: 0 pass; **1** regression
 (:class:`~cosyedge.errors.RegressionError`: the table, JSON and JUnit name every failing metric);
 **2** bad input (:class:`~cosyedge.errors.UsageError`): a baseline of another model or utterance set, a
@@ -54,6 +62,7 @@ workflow (the baseline idea).
 from __future__ import annotations
 
 import json
+import shlex
 import time
 from pathlib import Path
 
@@ -67,6 +76,7 @@ from cosyedge.compare.baseline import (
     _parent_of_label,
     _write_baseline,
     default_baseline_path,
+    entry_for,
     load_baseline,
     metrics_of,
     regression,
@@ -76,6 +86,7 @@ from cosyedge.compare.engines import ensure_engine, sparse_parent
 from cosyedge.compare.labels import DEFAULT_PRECISIONS, load_candidate, parse_precisions
 from cosyedge.builders.names import parse_precision_label, precision_label
 from cosyedge.compare.models import CompareModel, check_reference, load_compare_model
+from cosyedge.compare.platforms import describe, this_platform
 from cosyedge.compare.report import _jsonable, _rows, write_junit
 from cosyedge.compare.tolerances import BASELINE_TOLERANCES, tolerance_for
 from cosyedge.compare.utterances import Utterance, fixed_utterances, with_partners
@@ -136,7 +147,7 @@ def run_check(onnx_path: str | Path | None = None, *, baseline: str | Path | Non
               utterances: list[Utterance] | None = None, chunk_ms: float | None = None,
               calib: str | Path | None = None, json_path: str | Path | None = None,
               junit_path: str | Path | None = None, pesq: bool = True, threads: int = 1,
-              sparse_onnx: str | Path | None = None) -> dict:
+              sparse_onnx: str | Path | None = None, utterances_arg: str | None = None) -> dict:
     """Build (or reuse) each precision, compare it with its FP32 parent, gate on the baseline.
 
     Args:
@@ -159,8 +170,13 @@ def run_check(onnx_path: str | Path | None = None, *, baseline: str | Path | Non
         pesq (bool): Score PESQ-WB.
         threads (int): ONNX Runtime threads.
         sparse_onnx (str | Path | None): FP32 parent of the sparse labels (see :func:`cosyedge.compare.engines.sparse_parent`).
+        utterances_arg (str | None): The ``--utterances`` the user gave (only for the command a NO BASELINE line
+            prints).
     Returns:
-        dict: ``passed`` (bool), ``regressions`` (list of one-line texts), ``rows`` (table rows),
+        dict: ``passed`` (bool: no regression and every label gated), ``regressions`` (list of one-line texts),
+        ``no_baseline`` (list of ``{"label", "here", "measured_on", "command", "line"}``: FP16 labels whose
+        baseline entries are all from another kind of platform, measured but not gated; see the module docstring),
+        ``platform`` (:func:`~cosyedge.compare.platforms.this_platform`), ``rows`` (table rows),
         ``labels[label]`` (engine, FP32 parent ``reference``/``reference_sha256``, compare result, metrics
         with baseline values and verdicts),
         ``baseline`` (path), ``updated`` (bool).
@@ -222,17 +238,23 @@ def run_check(onnx_path: str | Path | None = None, *, baseline: str | Path | Non
     utts = with_partners(utts, ref.contract, str(ref.path), "cosyedge check")  # a model with several inputs
     given = {label: load_candidate(label, candidates[label], parent_of(label)) for label in labels
              if label in candidates}  # every --candidate is checked before anything is built or compared
+    chunk_given = chunk_ms is not None
     chunk = default_chunk(ref, chunk_ms, given.values())  # a candidate that runs one chunk length only sets it
     chunk_ms = 1000.0 * chunk / ref.contract.sample_rate_hz
+    here = this_platform()  # an FP16 label is gated only by a baseline entry of the same kind of platform
     if base is not None:
         _check_same_set(base, utts, chunk, baseline)
-        missing = [lab for lab in labels if lab not in base.get("labels", {})]
+        missing = [lab for lab in labels if entry_for(base, lab, here) == (None, [])]
         if missing:  # the baseline is rewritten with exactly --precisions: name the kept labels too
             keep = list(base.get("labels", {})) + [lab for lab in labels if lab not in base.get("labels", {})]
             raise UsageError(f"baseline {baseline} has no entry for {missing} (it has {sorted(base.get('labels', {}))}); "
                              f"run 'cosyedge check --update-baseline --precisions {','.join(keep)}'")
         for lab in labels:
-            parent, was = parent_of(lab), _parent_of_label(base, lab)
+            entry = entry_for(base, lab, here)[0]
+            if entry is None:  # only other platforms' entries: the first one's parent is the one to match
+                entry = base["labels"].get(lab) or next(labs[lab] for labs in base.get("by_platform", {}).values()
+                                                        if lab in labs)
+            parent, was = parent_of(lab), _parent_of_label(base, lab, entry)
             if not _is_parent(was, parent):
                 raise UsageError(f"baseline {baseline} measured '{lab}' against another FP32 model ({was['path']}, "
                                  f"sha256 {was['sha256'][:12]}), not {parent.model_path} (sha256 "
@@ -245,7 +267,7 @@ def run_check(onnx_path: str | Path | None = None, *, baseline: str | Path | Non
     report: dict = {"reference": str(ref.model_path), "model_sha256": ref.model_sha256,
                     "baseline": str(baseline), "updated": bool(update_baseline), "chunk_samples": chunk,
                     "utterances": [u.describe() for u in utts], "labels": {}, "regressions": [], "rows": [],
-                    "tolerances": tolerances, "not_gated": []}
+                    "tolerances": tolerances, "not_gated": [], "no_baseline": [], "platform": here}
     state_outs = [s.output for s in ref.contract.states]
     for label in labels:
         parent = parent_of(label)
@@ -259,7 +281,11 @@ def run_check(onnx_path: str | Path | None = None, *, baseline: str | Path | Non
         res = compare(parent, cand, utts, chunk=chunk, tolerance=tolerance_for(label), pesq=pesq, threads=threads,
                       ref_cache=cache)
         metrics = metrics_of(res, ref.contract.output, state_outs)
-        base_vals = (base or {}).get("labels", {}).get(label, {}).get("metrics", {}) if base else {}
+        entry, elsewhere = entry_for(base, label, here) if base is not None else (None, [])
+        base_vals = (entry or {}).get("metrics", {})
+        if base is not None and entry is None:  # an FP16 label measured on another kind of platform only
+            report["no_baseline"].append(_no_baseline(label, here, elsewhere, onnx_path, baseline, sparse_onnx,
+                                                      chunk_ms if chunk_given else None, utterances_arg, pesq))
         rows_m = {}
         for m in metrics:
             b = base_vals.get(m.key)
@@ -269,7 +295,7 @@ def run_check(onnx_path: str | Path | None = None, *, baseline: str | Path | Non
             rows_m[m.key] = {"value": m.value, "baseline": b, "better": m.better, "regression": why}
             if why:
                 report["regressions"].append(f"{label} {m.key}: {why}")
-        if base is not None:  # say what the gate did not compare: a trimmed or hand-edited baseline is visible
+        if entry is not None:  # say what the gate did not compare: a trimmed or hand-edited baseline is visible
             ungated = [k for k in rows_m if k not in base_vals]
             unmeasured = [k for k in base_vals if k not in rows_m]
             if ungated:
@@ -286,7 +312,8 @@ def run_check(onnx_path: str | Path | None = None, *, baseline: str | Path | Non
         if any(v["regression"] for v in rows_m.values()):
             report["labels"][label]["debug"] = (f"cosyedge compare {parent.model_path} {target} --mark-all "
                                                 f"--chunk-ms {chunk_ms:g}")
-        report["rows"] += _rows(label, res, rows_m, ref.contract.output, state_outs)
+        report["rows"] += _rows(label, res, rows_m, ref.contract.output, state_outs,
+                                unbased=base is not None and entry is None)
     parents: dict[str, CompareModel | None] = {"dense": ref, "sparse": sparse_ref}
     if update_baseline and not has_sparse:  # the parent kept sparse labels would be checked against now
         try:
@@ -294,7 +321,7 @@ def run_check(onnx_path: str | Path | None = None, *, baseline: str | Path | Non
         except CosyEdgeError:
             parents["sparse"] = None  # none usable: kept sparse labels are dropped
     report["parents"] = {k: (p.model_sha256 if p is not None else "") for k, p in parents.items()}
-    report["passed"] = not report["regressions"]
+    report["passed"] = not report["regressions"] and not report["no_baseline"]
     report["elapsed_s"] = round(time.perf_counter() - t0, 2)
     if update_baseline:
         _write_baseline(baseline, ref, utts, chunk, report, parents)
@@ -303,6 +330,30 @@ def run_check(onnx_path: str | Path | None = None, *, baseline: str | Path | Non
     if junit_path is not None:
         write_junit(junit_path, report)
     return report
+
+
+def _no_baseline(label: str, here: dict, elsewhere: list[dict], onnx_path, baseline: Path, sparse_onnx,
+                 chunk_ms: float | None, utterances_arg: str | None, pesq: bool) -> dict:
+    """The NO BASELINE note of an FP16 ``label`` whose baseline entries are all from other kinds of platform
+    (dict ``{"label", "here", "measured_on", "command", "line"}``; ``command`` records a baseline for this platform
+    with the options this check ran with)."""
+    cmd = ["cosyedge", "check", "--update-baseline", "--precisions", label]
+    if onnx_path is not None:
+        cmd += ["--onnx", str(onnx_path)]
+    cmd += ["--baseline", str(baseline)]
+    if sparse_onnx is not None and label.endswith("-sparse"):
+        cmd += ["--sparse-onnx", str(sparse_onnx)]
+    if utterances_arg is not None:
+        cmd += ["--utterances", str(utterances_arg)]
+    if chunk_ms is not None:
+        cmd += ["--chunk-ms", f"{chunk_ms:g}"]
+    if not pesq:
+        cmd.append("--no-pesq")
+    command = " ".join(shlex.quote(c) for c in cmd)
+    where = " and ".join(dict.fromkeys(describe(p) for p in elsewhere))
+    line = (f"{label}: no baseline for this platform, not gated: {baseline.name}'s {label} entry was measured on "
+            f"{where}, and this CPU is {describe(here)}; record a baseline here with: {command}")
+    return {"label": label, "here": here, "measured_on": elsewhere, "command": command, "line": line}
 
 
 __all__ = ["DEFAULT_CHUNK_MS", "run_check"]

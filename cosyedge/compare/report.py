@@ -13,7 +13,10 @@ from cosyedge.artifacts import atomic_output
 from cosyedge.compare.tolerances import BASELINE_TOLERANCES
 
 
-def _rows(label: str, res: dict, metrics: dict, output: str, state_outs: list[str]) -> list[dict]:
+def _rows(label: str, res: dict, metrics: dict, output: str, state_outs: list[str],
+          unbased: bool = False) -> list[dict]:
+    """Table rows of one label (list of dict), one per mode and utterance; ``unbased``: the label has no baseline
+    for this platform (status ``NO BASELINE``)."""
     rows = []
     for mode, data in res["modes"].items():
         for utt, entry in data["utterances"].items():
@@ -31,7 +34,7 @@ def _rows(label: str, res: dict, metrics: dict, output: str, state_outs: list[st
                 "worst_state": None if worst is None else f"{worst[1]} {worst[0]:.1f}",
                 "pesq": audio.get("pesq_cand"), "pesq_ref": audio.get("pesq_ref"),
                 "si_snr_db": audio.get("si_snr_cand_db") if audio.get("against") == "clean" else None,
-                "status": "FAIL" if fails else "ok", "failures": fails,
+                "status": "FAIL" if fails else "NO BASELINE" if unbased else "ok", "failures": fails,
             })
     return rows
 
@@ -58,6 +61,8 @@ def format_table(report: dict) -> str:
             f"{k} {v:g} (cosyedge's {BASELINE_TOLERANCES[k]:g})" for k, v in changed.items()))
     for note in report.get("not_gated", []):
         lines.append(f"NOT GATED {note}")
+    for note in report.get("no_baseline", []):
+        lines.append(f"NO BASELINE {note['line']}")
     for reg in report["regressions"]:
         lines.append(f"REGRESSION {reg}")
     for label, data in report.get("labels", {}).items():
@@ -78,7 +83,8 @@ def _jsonable(obj):
 
 def write_junit(path: str | Path, report: dict) -> Path:
     """Write JUnit XML: suite ``cosyedge.check``, one test case per label/mode/utterance; a failing case
-    holds one ``<failure>`` listing its regressed metrics. Written atomically.
+    holds one ``<failure>`` listing its regressed metrics, a case with no baseline for this platform one ``<error
+    type="no-baseline-for-platform">`` with the NO BASELINE line. Written atomically.
 
     Returns:
         Path: ``path``.
@@ -86,15 +92,20 @@ def write_junit(path: str | Path, report: dict) -> Path:
     import xml.etree.ElementTree as ET
 
     rows = report["rows"]
+    notes = {n["label"]: n["line"] for n in report.get("no_baseline", [])}
     suite = ET.Element("testsuite", name="cosyedge.check", tests=str(len(rows)),
-                       failures=str(sum(r["status"] != "ok" for r in rows)), errors="0",
+                       failures=str(sum(r["status"] == "FAIL" for r in rows)),
+                       errors=str(sum(r["status"] == "NO BASELINE" for r in rows)),
                        time=str(report.get("elapsed_s", 0)))
     for r in rows:
         case = ET.SubElement(suite, "testcase", classname=f"cosyedge.check.{r['label']}",
                              name=f"{r['mode']}/{r['utterance']}")
-        if r["status"] != "ok":
+        if r["status"] == "FAIL":
             fail = ET.SubElement(case, "failure", message="; ".join(r["failures"])[:1000], type="regression")
             fail.text = "\n".join(r["failures"])
+        elif r["status"] == "NO BASELINE":
+            ET.SubElement(case, "error", message=notes.get(r["label"], "no baseline for this platform")[:1000],
+                          type="no-baseline-for-platform")
     root = ET.Element("testsuites")
     root.append(suite)
     path = Path(path)

@@ -85,8 +85,13 @@ def outer_refs(graph: Any) -> list[str]:
 def toposort(graph: Any) -> None:
     """Order ``graph``'s nodes (onnx.GraphProto) so each comes after the producers of its inputs, in place (the
     FP16 converter appends its Casts at the end). Names produced by no node of the graph (inputs, initializers,
-    outer-scope tensors, those read inside a nested body) count as available; a cycle leaves the rest in order.
-    (onnx-graphsurgeon graphs have their own ``Graph.toposort``; this one is for bare protobufs.)"""
+    outer-scope tensors, those read inside a nested body) count as available. (onnx-graphsurgeon graphs have their
+    own ``Graph.toposort``; this one is for bare protobufs.)
+
+    Raises:
+        ArtifactError: the nodes form a cycle (a rewrite wired a node's output back into its own inputs): named,
+            never left in some order for ONNX Runtime to refuse later or the checker to blame on the order.
+    """
     nodes = list(graph.node)
     produced = {o: k for k, n in enumerate(nodes) for o in n.output if o}
 
@@ -104,15 +109,30 @@ def toposort(graph: Any) -> None:
     while pending:
         rest = [k for k in pending if not deps[k] <= done]
         ready = [k for k in pending if deps[k] <= done]
-        if not ready:  # a cycle: keep what is left as it was
-            order.extend(rest)
-            break
+        if not ready:  # a cycle: what is left cannot be ordered (a node waits, through others, for itself)
+            from cosyedge.errors import ArtifactError
+
+            cyc = _cycle(rest, deps, done)
+            names = [nodes[k].name or f"{nodes[k].op_type} #{k}" for k in cyc]
+            raise ArtifactError(f"graph '{graph.name}': nodes form a cycle ({' -> '.join(names + names[:1])}); a "
+                                f"rewrite fed a node's output back into its own inputs, so it has no order")
         order.extend(ready)
         done.update(ready)
         pending = rest
     sorted_nodes = [nodes[k] for k in order]
     del graph.node[:]
     graph.node.extend(sorted_nodes)
+
+
+def _cycle(rest: list[int], deps: list[set], done: set) -> list[int]:
+    """One cycle among the unordered nodes ``rest`` (list of node indices, in dependency order): every one of them
+    waits for another of them, so following waits from any node must come back to one already seen."""
+    path: list[int] = []
+    k = rest[0]
+    while k not in path:
+        path.append(k)
+        k = min(deps[k] - done)
+    return path[path.index(k):][::-1]
 
 
 __all__ = ["DEFAULT_DOMAINS", "copy_model", "copy_with", "node_attrs", "opset", "outer_refs", "splice", "spliced",

@@ -74,6 +74,7 @@ from cosyedge.artifacts import (
     check_not_input,
     check_writable,
     load_onnx,
+    with_portable_ir,
 )
 from cosyedge.errors import AccuracyError, ArtifactError, UsageError, first_line
 from cosyedge.log import LOG
@@ -370,7 +371,7 @@ def fp16_model(model: Any, contract: StreamContract, *, exclude: Iterable[str] =
 
 def _convert(m: Any, plan: dict[str, str], keep_ops: Iterable[str]) -> Any:
     """``m`` (onnx.ModelProto, one graph) converted to FP16 with FP32 I/O, the ``plan``'s nodes and ``keep_ops``
-    blocked, FP16 round trips stripped (:func:`strip_fp16_round_trips`).
+    blocked, FP16 round trips stripped (:func:`strip_fp16_round_trips`), nodes in topological order.
 
     Raises:
         ArtifactError: the converter fails on this model.
@@ -386,6 +387,11 @@ def _convert(m: Any, plan: dict[str, str], keep_ops: Iterable[str]) -> Any:
     except Exception as err:  # the converter raises ValueError/KeyError/onnx errors
         raise ArtifactError(f"FP16 conversion failed: {first_line(err)}") from None
     strip_fp16_round_trips(out)
+    from cosyedge.precision.bodies import toposort
+
+    # the converter appends its Casts at the end; ONNX requires producers first (the checker refused the flat FP16
+    # engines: "Nodes in a graph must be topologically sorted"); ONNX Runtime sorts for itself, so they ran
+    toposort(out.graph)
     return out
 
 
@@ -659,7 +665,7 @@ def fp16_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, exclude: Iterable[
                              f"nor bodies reading outer tensors) or keeps all of it FP32; an 'fp16' engine would be "
                              f"the FP32 model under another label (build it without --fp16)")
         with atomic_output(out_path) as tmp:
-            onnx.save(m16, str(tmp))
+            onnx.save(with_portable_ir(m16), str(tmp))  # IR its opsets need: older readers load it
             result = {
                 "precision": "fp16",
                 "converter": f"onnxruntime.transformers.float16 (onnxruntime {onnxruntime.__version__})",

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from cosyedge.artifacts import (SourceModel, StreamContract, check_not_input, check_writable,
-                                sha256_file)
+                                sha256_file, with_portable_ir)
 from cosyedge.errors import ArtifactError, UsageError
 from cosyedge.log import LOG, plural
 from cosyedge.precision.calibration import Calibration
@@ -308,7 +308,7 @@ def int8_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, calib: Any = None,
         out_model = io.finalize_model(out_model, where=str(src))
         _smoke_test(out_model, contract, src)
         macs = int8_bodies.mac_share(out_model, contract) if plans is not None else mac_share(out_model, contract)
-        io.save_model(out_model, out_path)
+        io.save_model(with_portable_ir(out_model), out_path)  # IR its opsets need: older readers load it
     shown = Path(final_path) if final_path is not None else out_path
     LOG.info("INT8 model %s: %d Q/DQ pairs, %d nodes quantized%s, kept in float: %s", shown,
              report["qdq_pairs"], len(to_quantize) + len(dyn_grus),

@@ -23,6 +23,7 @@ from cosyedge.artifacts import (
     atomic_folder,
     load_onnx,
     sha256_file,
+    with_portable_ir,
     write_manifest,
 )
 from cosyedge.builders.config import BuildConfig
@@ -301,7 +302,7 @@ def build_triton(onnx_path: Any, out_dir: str | Path | None = None, name: str | 
         io_names = [i.name for i in copy.stream_inputs] + [o.name for o in copy.stream_outputs]
         _batch_first(model, io_names + [n for p in new_pairs for n in p])
         copy.write_to_onnx(model)
-        onnx.save(model, str(model_dst))
+        onnx.save(with_portable_ir(model), str(model_dst))  # Triton's onnxruntime may be older
         worst = _check_batch_independent(model_dst, copy, chunk)
         config = triton_config(model, copy, name=name, chunk_samples=chunk, max_batch_size=max_batch_size,
                                max_sequences=max_sequences, instances=instances, instance_kind=instance_kind,
