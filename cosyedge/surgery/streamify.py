@@ -504,10 +504,10 @@ def streamify_graph(graph: Any, *, hop_ticks: int, time_axes: dict[str, int] | N
                          f"ticks: use a hop that is a multiple of {stride}")
     graph.clear_intermediate_shapes().cleanup().toposort()
     full = folded
-    if walker.attention_sites:
-        from cosyedge.surgery.rules.attention import bound_full_model
+    if walker.attention.sites:
+        from cosyedge.surgery.rules.attention_mask import bound_full_model
 
-        full = bound_full_model(folded, walker.attention_sites)
+        full = bound_full_model(folded, walker.attention.sites)
     return StreamGraph(walker.states, inputs, outputs, stride, delay_ticks, walker, walker.rf_ticks, full, folded,
                        repairs, _probe_lengths(quantum))
 
@@ -631,7 +631,7 @@ def prove_stream(full_model: Any, stream_model: Any, contract: StreamContract, s
     w = sg.walker
     out_facts = {o.name: (o.time_axis, w.facts[o.name].rate, o.delay_frames) for o in contract.stream_outputs}
     all_facts = {n: (f.axis, f.rate, w.delay.get(n)) for n, f in w.facts.items()
-                 if f.is_stream and n not in w.lifted}  # lifted positions have an extra leading axis in the stream
+                 if f.is_stream and n not in w.positions.lifted}  # lifted positions: an extra leading axis
     order, producers = [], {}
     for node in full_model.graph.node:
         for o in node.output:
@@ -666,20 +666,21 @@ def _proof_ticks_within_tables(ticks: int, step: int, sg: StreamGraph, contract:
     """The proof's length (input ticks, a multiple of ``step``) cut to what the model's tables allow, with one info line
     naming the table when cut.
 
-    An encoding table of absolute positions bounds the stream itself (``walker.max_ticks``: a stream is never longer,
-    so the proof covers every length a stream runs at). A relative-position table bounds only the full-sequence graph
-    (``walker.full_max_ticks``): the stream runs on, so the proof must still see its caches filled and replaced once,
-    at least twice the longest context (``sg.rf_ticks``); a table too short for that is refused, naming it, its rows
-    and the longest ``--attention-window`` it allows.
+    An encoding table of absolute positions bounds the stream itself (``walker.positions.max_ticks``: a stream is never
+    longer, so the proof covers every length a stream runs at). A relative-position table bounds only the full-sequence
+    graph (``walker.positions.full_max_ticks``): the stream runs on, so the proof must still see its caches filled and
+    replaced once, at least twice the longest context (``sg.rf_ticks``); a table too short for that is refused, naming
+    it, its rows and the longest ``--attention-window`` it allows.
 
     Raises:
         UsageError: a table shorter than the proof's chunks, or a relative-position table shorter than twice the
             longest context (exit 2; nothing written).
     """
     unit = proof.tick_unit(contract)
-    limits = [(sg.walker.max_ticks[0], sg.walker.max_ticks[1], None)] if sg.walker.max_ticks else []
-    if sg.walker.full_max_ticks:
-        limits.append(sg.walker.full_max_ticks)
+    pos = sg.walker.positions
+    limits = [(pos.max_ticks[0], pos.max_ticks[1], None)] if pos.max_ticks else []
+    if pos.full_max_ticks:
+        limits.append(pos.full_max_ticks)
     if not limits or ticks <= min(x[0] for x in limits):
         return ticks
     limit, why, frames = min(limits, key=lambda x: x[0])
@@ -690,7 +691,7 @@ def _proof_ticks_within_tables(ticks: int, step: int, sg: StreamGraph, contract:
     if frames is not None and cut < 2 * sg.rf_ticks:  # the stream outlives the table: its caches must turn over
         from cosyedge.surgery.masks import window_for_cache
 
-        bounded = [x for x in sg.walker.attention_sites if x.original != x.pattern]
+        bounded = [x for x in sg.walker.attention.sites if x.original != x.pattern]
         cache = math.floor(Fraction(limit, 2) * min(x.rate for x in bounded)) if bounded else 0
         longest = min(window_for_cache(x.original, cache) for x in bounded) if bounded else 0
         asked = {x.pattern.window if x.pattern.kind == "banded" else x.pattern.cache_frames for x in bounded}
@@ -728,7 +729,7 @@ def _check_lookahead(full_model: Any, inputs: dict, full: dict, contract: Stream
     per_tick = contract.hop_samples // first.frames_per_hop
     in_axes = {i.name: (i.time_axis, Fraction(i.frames_per_hop, first.frames_per_hop)) for i in contract.stream_inputs}
     out_axes = {o.name: (o.time_axis, sg.walker.facts[o.name].rate) for o in contract.stream_outputs}
-    period = max([int(Fraction(s.pattern.chunk) / s.rate / sg.stride_ticks) for s in sg.walker.attention_sites
+    period = max([int(Fraction(s.pattern.chunk) / s.rate / sg.stride_ticks) for s in sg.walker.attention.sites
                   if s.lead] + [1])  # per-frame chunked attention: its look-ahead depends on the chunk phase
     found = proof.measure_lookahead(full_model, inputs, full, in_axes, out_axes, sg.stride_ticks,
                                     phases=min(period, 16))
@@ -761,7 +762,7 @@ def _check_lookahead(full_model: Any, inputs: dict, full: dict, contract: Stream
         how = (f"input changed from {points} on, first output frame that changes" if not structural else
                f"input set to NaN from {points} on, first output frame that turns NaN; changed values reached "
                f"only {plural(measured_samples, 'sample')} back, the rest is below float32 resolution")
-        inside = max([int(x.pattern.lookahead_frames) for x in sg.walker.attention_sites if not x.lead] + [0])
+        inside = max([int(x.pattern.lookahead_frames) for x in sg.walker.attention.sites if not x.lead] + [0])
         across = "" if not inside else (
             f" across chunks (inside a chunk, which arrives whole, chunked attention sees up to "
             f"{plural(inside, 'frame')} ahead)")
@@ -793,7 +794,7 @@ def _window_deviation(sg: StreamGraph, inputs: dict, bounded: dict, contract: St
     original = dict(zip(outs, proof.session(sg.original_model).run(outs, inputs)))
     rows = {o: proof.max_err(original[o], bounded[o]) for o in outs}
     worst = min(rows, key=lambda o: rows[o][1])
-    frames = sorted({s.pattern.window or s.pattern.left * s.pattern.chunk for s in sg.walker.attention_sites
+    frames = sorted({s.pattern.window or s.pattern.left * s.pattern.chunk for s in sg.walker.attention.sites
                      if s.original != s.pattern})
     seconds = proof.ticks_seconds(contract,
                                   next(iter(inputs.values())).shape[contract.stream_inputs[0].time_axis])
@@ -1182,12 +1183,12 @@ class StatefulOnnxFromOnnx(Stage):
                                  f"hop (only (N, 1, T) is read as a waveform, and (N, T) when --frames-per-hop is not "
                                  f"given): if it is a waveform (N, T) or (N, channels, T), give --frames-per-hop {hop} "
                                  f"(its samples per hop)") from None
-            for note in dict.fromkeys(x.rounding for x in sg.walker.attention_sites if x.rounding):
+            for note in dict.fromkeys(x.rounding for x in sg.walker.attention.sites if x.rounding):
                 LOG.warning("%s: --attention-window %d: %s", src, self.attention_window, note)
-            if self.attention_window and not any(x.original != x.pattern for x in sg.walker.attention_sites):
+            if self.attention_window and not any(x.original != x.pattern for x in sg.walker.attention.sites):
                 LOG.warning("%s: --attention-window %d changes nothing: no attention in the model has an unlimited "
                             "left context (%s)", src, self.attention_window,
-                            "; ".join(f"{x.node}: {x.pattern.describe()}" for x in sg.walker.attention_sites)
+                            "; ".join(f"{x.node}: {x.pattern.describe()}" for x in sg.walker.attention.sites)
                             or "it has no attention")
             per_tick = hop // hop_ticks
             in_names = [i.name for i in sg.inputs]
@@ -1207,12 +1208,12 @@ class StatefulOnnxFromOnnx(Stage):
                 states=sg.states, name=str(fields.get("name")
                                                       or io.model_stem(src, (".onnx", ".full", ".stream"))),
                 inputs=sg.inputs, outputs=sg.outputs,
-                attention=[site.info() for site in sg.walker.attention_sites],
-                max_stream_samples=sg.walker.max_ticks[0] * per_tick if sg.walker.max_ticks else 0,
+                attention=[site.info() for site in sg.walker.attention.sites],
+                max_stream_samples=sg.walker.positions.max_ticks[0] * per_tick if sg.walker.positions.max_ticks else 0,
             )
-            if sg.walker.max_ticks:
+            if sg.walker.positions.max_ticks:
                 LOG.info("positions: %s: a stream may last %d samples (%.1f s) at most, as the full-sequence model",
-                         sg.walker.max_ticks[1], contract.max_stream_samples,
+                         sg.walker.positions.max_ticks[1], contract.max_stream_samples,
                          contract.max_stream_samples / contract.sample_rate_hz)
             new = io.graph_to_model(graph, like=model)
             contract.write_to_onnx(new)
