@@ -245,7 +245,7 @@ class Walker(StateServices, StreamClock):
     def limit_full_ticks(self, ticks: int, why: str, frames: int) -> None:
         """The full-sequence graph runs at most ``ticks`` input ticks (``frames`` frames at the attention's rate) though
         the stream runs longer: a relative-position table of fixed rows (``why`` names it, with its rows). Only the
-        proof's input is bounded by it (:func:`cosyedge.surgery.streamify.prove_stream`)."""
+        proof's input is bounded by it (:func:`cosyedge.surgery.proof.stream.prove_stream`)."""
         if self.positions.full_max_ticks is None or ticks < self.positions.full_max_ticks[0]:
             self.positions.full_max_ticks = (int(ticks), why, int(frames))
 
