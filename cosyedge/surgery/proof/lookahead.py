@@ -117,7 +117,7 @@ def measure_lookahead(full_model: Any, inputs: dict[str, np.ndarray], full: dict
             ahead, one at its end none).
     Returns:
         dict[str, Lookahead]: by output name.
-    Source: issue 39 (changing input frames from k on leaves output frames before k - L bit-identical).
+    Changing input frames from k on leaves output frames before k - L bit-identical (a look-ahead of L).
     """
     from fractions import Fraction
 
