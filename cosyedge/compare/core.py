@@ -54,19 +54,12 @@ def snr_db(ref: np.ndarray, est: np.ndarray) -> float:
         est (np.ndarray): same shape.
     Returns:
         float: dB, clipped to [-:data:`SNR_CAP_DB`, :data:`SNR_CAP_DB`] (identical -> cap; zero
-        reference and non-zero error -> -cap); NaN if either holds NaN.
+        reference and non-zero error -> -cap); NaN if either holds NaN (:func:`cosyedge.precision.output_snr.snr_db`,
+        the one output SNR of the builds and of compare).
     """
-    r = np.asarray(ref, np.float64)
-    e = np.asarray(est, np.float64)
-    if not (np.isfinite(r).all() and np.isfinite(e).all()):
-        return float("nan")
-    noise = float(np.sum((r - e) ** 2))
-    sig = float(np.sum(r ** 2))
-    if noise == 0.0:
-        return SNR_CAP_DB
-    if sig == 0.0:
-        return -SNR_CAP_DB
-    return float(np.clip(10.0 * math.log10(sig / noise), -SNR_CAP_DB, SNR_CAP_DB))
+    from cosyedge.precision.output_snr import snr_db as output_snr
+
+    return output_snr(ref, est, cap=SNR_CAP_DB)
 
 
 @dataclasses.dataclass

@@ -55,7 +55,7 @@ def demo_snr(source: Any, candidate: str | Path) -> float | None:
     does not run."""
     from cosyedge.audio import load_audio, to_model_input
     from cosyedge.errors import CosyEdgeError
-    from cosyedge.precision.fp16 import output_snr_db
+    from cosyedge.precision.output_snr import output_snr_db
 
     try:
         contract = source.contract

@@ -138,7 +138,7 @@ class HoldoutSnr:
 
     def __call__(self, model: Any) -> float:
         """SNR (dB, float; ``inf`` when identical) of ``model`` (onnx.ModelProto, same contract) over all clips:
-        ``10 log10(sum y_ref^2 / sum (y - y_ref)^2)``."""
+        ``10 log10(sum y_ref^2 / sum (y - y_ref)^2)`` (:func:`cosyedge.precision.output_snr.snr_db`)."""
         from cosyedge.surgery import io
 
         path = Path(self.tmp.name) / f"candidate{self.calls}.onnx"
@@ -148,9 +148,9 @@ class HoldoutSnr:
             ys = self._stream(path)
         finally:
             path.unlink(missing_ok=True)
-        err = sum(float(((y - r) ** 2).sum()) for y, r in zip(ys, self.refs))
-        sig = sum(float((r ** 2).sum()) for r in self.refs)
-        return float("inf") if err == 0.0 else float(10.0 * np.log10(max(sig, 1e-30) / err))
+        from cosyedge.precision.output_snr import snr_db
+
+        return float(snr_db(self.refs, ys))
 
     def close(self) -> None:
         """Remove the temporary folder."""

@@ -233,7 +233,7 @@ class DTLN(AdoptedRecipe):
         svals = [(s.input, s.output, s.zeros(1)) for s in contract.states]
         worst, mx = 200.0, 0.0
         for chunk, m in ((SHIFT_SAMPLES, n), (4 * SHIFT_SAMPLES, n4)):
-            got = run_state_loop(sess, contract.input, x[None, None, :m], chunk, svals, [contract.output])
+            got = run_state_loop(sess, {contract.input: x[None, None, :m]}, chunk, svals, [contract.output])
             y = got[contract.output][0, 0]
             worst = min(worst, snr_db(ref[:m], y))
             mx = max(mx, float(np.abs(ref[:m] - y).max()))

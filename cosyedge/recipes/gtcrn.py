@@ -295,7 +295,7 @@ class GTCRN(AdoptedRecipe):
             m = chunk * (-(-(x.size + DELAY_SAMPLES) // chunk))  # the whole file and the delay, zero-padded
             xs = np.zeros(m, np.float32)
             xs[:x.size] = x
-            got = run_state_loop(sess, contract.input, xs[None, None, :], chunk, svals, [contract.output])
+            got = run_state_loop(sess, {contract.input: xs[None, None, :]}, chunk, svals, [contract.output])
             y = got[contract.output][0, 0, DELAY_SAMPLES:DELAY_SAMPLES + x.size]
             worst = min(worst, snr_db(ref, y))
             body = min(body, snr_db(ref[:n], y[:n]))

@@ -228,7 +228,7 @@ class SileroVAD(AdoptedRecipe):
         svals = [(s.input, s.output, s.zeros(1)) for s in contract.states]
         mx = 0.0
         for chunk in (HOP_SAMPLES, 4 * HOP_SAMPLES):
-            got = run_state_loop(sess, contract.input, padded, chunk, svals, [OUTPUT_NAME])
+            got = run_state_loop(sess, {contract.input: padded}, chunk, svals, [OUTPUT_NAME])
             mx = max(mx, float(np.abs(got[OUTPUT_NAME][0, 0, :ref.size] - ref).max()))
         LOG.info("silero-vad: stream ONNX vs the package's loop (OnnxWrapper on silero_vad.onnx) on %.2f s of real "
                  "speech, %d hops (the last zero-padded where partial): max abs probability difference %.3g",

@@ -20,7 +20,7 @@ then proves the change before it is used: the freed graph at batch ``B`` equals 
 each half equals the export run on that half alone (two different seeded signals), at two lengths. A graph whose
 batch is baked elsewhere (``torch.zeros(1, C)`` as a ConstantOfShape, an Expand to ``[1, ...]``) fails the proof and
 is kept as exported: the stream graph then keeps the fixed batch too, and positions meet its tensors as one stream
-(:func:`cosyedge.surgery.rules.positions.lifted`).
+(the positions rules of :mod:`cosyedge.surgery.rules.positions`).
 
 Source: ONNX Reshape (``0`` copies an input dimension, ``-1`` is inferred); the adopt path's Reshape ``[1, ...] ->
 [-1, ...]`` (:mod:`cosyedge.surgery.adopt.batch`) for graphs that already stream.

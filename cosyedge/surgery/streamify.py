@@ -41,7 +41,6 @@ import numpy as np
 from cosyedge._lazy import lazy_import
 from cosyedge.artifacts import (
     BATCH_DIM,
-    META_PREFIX,
     Stage,
     StreamContract,
     StreamIO,
@@ -53,8 +52,10 @@ from cosyedge.artifacts import (
 from cosyedge.errors import ArtifactError, UsageError
 from cosyedge.log import LOG, plural
 from cosyedge.surgery import io, ops  # noqa: F401  (ops registers graph functions)
-from cosyedge.surgery import proof
+from cosyedge.surgery.given import (MAX_HOP, add_channel_axis, already_streams, check_numbers, contract_fields,
+                                    input_time_axes, is_audio, np_name, pick_audio_output, waveform_like)
 from cosyedge.surgery.proof import ATOL
+from cosyedge.surgery.proof.stream import check_repaired_copy, proof_chunks, prove_stream  # noqa: F401
 
 gs = lazy_import("onnx_graphsurgeon")
 
@@ -81,7 +82,7 @@ class StreamGraph:
             of its inputs made symbolic where the export fixed them).
         repairs (list[tuple[str, str, int, int]]): Graph inputs and outputs whose time axis the export fixed and
             streamify made symbolic: (``"input"`` or ``"output"``, name, axis, fixed length); reported, with what
-            else was repaired, by :func:`check_repaired_copy`.
+            else was repaired, by :func:`cosyedge.surgery.proof.stream.check_repaired_copy`.
         probe_ticks (tuple[int, int]): The two lengths (input ticks) the repaired copy was measured at.
     """
 
@@ -98,137 +99,12 @@ class StreamGraph:
     probe_ticks: tuple = ()
 
 
-def _input_time_axes(graph: Any, given: dict[str, int] | None, where: str = "") -> dict[str, int]:
-    names = [t.name for t in graph.inputs]
-    unknown = sorted(set(given or {}) - set(names))
-    if unknown:
-        raise UsageError(f"--time-axis names {unknown}, which are not inputs of the model (its inputs: {names})")
-    axes = {}
-    for t in graph.inputs:
-        shape = list(t.shape or [])
-        if given and t.name in given:
-            ax = int(given[t.name])
-            if t.shape is not None and len(shape) < 2:  # 1..rank-1 would read "axes 1..0"
-                raise UsageError(f"{where + ': ' if where else ''}--time-axis {t.name}={ax}: input '{t.name}' {shape} "
-                                 f"has no time axis to pick (rank {len(shape)}: "
-                                 f"{'its only axis is the batch' if shape else 'a scalar'}): one value per sequence, "
-                                 f"not a stream over time; inputs without a time axis (a speaker id, a conditioning "
-                                 f"vector) are not supported: fix its value inside the model before export")
-            if shape and not -len(shape) < ax < len(shape) or shape and ax % len(shape) == 0:
-                raise UsageError(f"--time-axis {t.name}={ax}: input '{t.name}' has shape {shape}; time must be one of "
-                                 f"axes 1..{len(shape) - 1} (axis 0 is the batch)")
-            axes[t.name] = ax % len(shape) if shape else ax
-            sym = [i for i, d in enumerate(shape) if i > 0 and not (isinstance(d, (int, np.integer)) and d > 0)]
-            if shape and axes[t.name] not in sym and sym:
-                raise UsageError(f"--time-axis {t.name}={ax}: axis {axes[t.name]} of input '{t.name}' {shape} has a "
-                                 f"fixed size; the export made axis {sym[0]} dynamic (give --time-axis "
-                                 f"{t.name}={sym[0]}, or export with axis {axes[t.name]} dynamic)")
-            continue
-        sym = [i for i, d in enumerate(shape) if i > 0 and not (isinstance(d, (int, np.integer)) and d > 0)]
-        if len(sym) == 1:
-            axes[t.name] = sym[0]
-        elif len(sym) > 1:
-            raise UsageError(f"input '{t.name}' has several symbolic axes {sym} ({shape}): give its time axis "
-                             f"(--time-axis {t.name}=AXIS)")
-        elif not any(i > 0 and not (isinstance(d, (int, np.integer)) and d > 0)
-                     for u in graph.inputs for i, d in enumerate(u.shape or [])):
-            from cosyedge.surgery.facts import dynamic_axes_hint
-
-            hint = dynamic_axes_hint([(u.name, u.shape) for u in graph.inputs],
-                                     [(u.name, u.shape) for u in graph.outputs])
-            guess = next((i for i in range(len(shape) - 1, 0, -1) if isinstance(shape[i], (int, np.integer))
-                          and shape[i] > 1), None)
-            alt = (f", or give its time axis (--time-axis {t.name}={guess}) to stream it as exported (that axis is "
-                   "made symbolic and the proof checks it)") if guess is not None else ""
-            raise UsageError(f"{where + ': ' if where else ''}the export fixed the time length (input '{t.name}' is "
-                             f"{shape}, no input has a dynamic axis); export with a dynamic time axis: {hint}{alt}")
-        else:
-            timed = next((f"{u.name}.shape[{i}]" for u in graph.inputs for i, d in enumerate(u.shape or [])
-                          if i > 0 and not (isinstance(d, (int, np.integer)) and d > 0)), "x.shape[1]")
-            raise _no_time_axis_error(t, shape, where, timed)
-    return axes
-
-
-_COMPARE_OPS = {"Less", "LessOrEqual", "Greater", "GreaterOrEqual", "Equal"}
-_PASS_OPS = {"Unsqueeze", "Squeeze", "Reshape", "Cast", "Expand", "Identity", "Flatten", "Add", "Sub", "Mul"}
-
-
-def _compared_along_time(t: Any, depth: int = 6) -> bool:
-    """Whether the values of graph input ``t`` (gs.Variable) reach a comparison (Less, Greater, ...) through at most
-    ``depth`` shape or arithmetic steps (Unsqueeze, Cast, Expand, Add, ...): a length compared with positions along
-    time, as WeNet's ``make_pad_mask(lengths)`` (``arange(T) >= lengths.unsqueeze(-1)``) builds a key-padding mask.
-    A ``Shape`` of it reads no values and is not followed."""
-    front, seen = [t], set()
-    for _ in range(depth):
-        nxt = []
-        for v in front:
-            for node in v.outputs:
-                if id(node) in seen:
-                    continue
-                seen.add(id(node))
-                if node.op in _COMPARE_OPS:
-                    return True
-                if node.op in _PASS_OPS:
-                    nxt.extend(node.outputs)
-        front = nxt
-    return False
-
-
-def _no_time_axis_error(t: Any, shape: list, where: str, timed: str) -> UsageError:
-    """The refusal (UsageError, exit 2) of graph input ``t`` (gs.Variable of ``shape``) that has no time axis while
-    another input has one (``timed``: that input's length, e.g. ``"x.shape[1]"``), naming what it is: a per-sequence
-    length that feeds a padding mask (a stream has no total length), a value per sequence (only a batch axis), or a
-    tensor of fixed sizes (give its time axis if it has one)."""
-    pre = f"{where}: " if where else ""
-    dtype = _np_name(t.dtype)
-    if len(shape) <= 1 and np.dtype(dtype).kind in "iu" and _compared_along_time(t):
-        return UsageError(f"{pre}input '{t.name}' ({dtype} {shape}) is a length per sequence compared with positions "
-                          f"along time (a padding mask, as make_pad_mask(lengths)): a stream has no total length, so "
-                          f"no chunk can be masked by it; export without the '{t.name}' input and its mask (every "
-                          f"frame of a stream is valid), or with the lengths computed from the input's shape ({timed})")
-    if len(shape) <= 1:
-        return UsageError(f"{pre}input '{t.name}' ({dtype} {shape}) has no axis but the batch: one value per sequence, "
-                          f"not a stream over time; inputs without a time axis (a speaker id, a conditioning vector) "
-                          f"are not supported: fix its value inside the model before export")
-    return UsageError(f"{pre}input '{t.name}' has no symbolic axis ({shape}): every input must run over time "
-                      f"(export it with a dynamic time axis, or give it: --time-axis {t.name}=AXIS); inputs "
-                      f"without a time axis (a fixed conditioning vector) are not supported")
-
-
-def _already_streams(model: Any, src: Any, out: Any, fields: dict, err: UsageError) -> UsageError | None:
-    """The refusal ``err`` of a graph that already streams, turned into one that says so and suggests ``cosyedge
-    adopt`` (UsageError), or None when the graph does not look streaming.
-
-    A foreign streaming graph (a chunk in, a cache or RNN state in, the next cache or state out) is refused by
-    streamify for an input without a time axis, and the line suggested ``--time-axis``, never ``adopt``. It looks
-    streaming when inputs pair with outputs as adopt pairs states (``cache``/``new_cache``, ``h``/``hn``,
-    ``x_in``/``x_out``, a state-named input and its same-shape output, pairs in the metadata:
-    :func:`cosyedge.surgery.adopt.pairs.find_state_pairs`). Only a refusal
-    is rewritten, so a full-sequence graph whose names happen to pair still streamifies; its refusal keeps the reason.
-    """
-    from cosyedge.surgery.adopt.pairs import find_state_pairs
-
-    try:
-        pairs = find_state_pairs(model, str(src))
-    except (UsageError, AttributeError):  # no pair found (or several candidates: not for this line to settle)
-        return None
-    why = str(err)
-    where = f"{src}: "
-    why = why[len(where):] if why.startswith(where) else why
-    flags = "".join(f" --{k.replace('_', '-')} {fields[k]}" for k in ("sample_rate_hz", "hop_samples") if fields.get(k))
-    return UsageError(f"{src} looks like a graph that already streams: its input{'s' if len(pairs) > 1 else ''} "
-                      f"{', '.join(f'{i}' for i, _ in pairs)} pair{'' if len(pairs) > 1 else 's'} with output"
-                      f"{'s' if len(pairs) > 1 else ''} {', '.join(o for _, o in pairs)} (a state carried from call "
-                      f"to call); streamify takes a full-sequence graph: adopt this one instead: cosyedge adopt {src} "
-                      f"-o {out}{flags} (streamify's refusal: {why})")
-
-
 def _free_time_dims(tensors: list, axes: dict[str, int], where: str, kind: str) -> list[tuple[str, str, int, int]]:
     """Make the time axis of each graph input or output in ``tensors`` symbolic where the export left it at a
     fixed length (``torch.onnx.export(dynamo=True)`` with ``dynamic_shapes`` on the input only keeps the output
     at the example's length): a stream graph runs on chunks of any multiple of the stride, and ONNX Runtime
     refuses a bound output whose declared fixed length differs ("Got invalid dimensions for output").
-    Logs nothing: :func:`check_repaired_copy` reports every repair in one warning line.
+    Logs nothing: :func:`cosyedge.surgery.proof.stream.check_repaired_copy` reports every repair in one warning line.
 
     Args:
         tensors (list[gs.Variable]): Graph inputs or outputs (their ``shape`` is edited in place).
@@ -302,79 +178,6 @@ def _stride_beyond(facts: dict, quantum: int, t1: int, t2: int, model: Any) -> i
     return 0
 
 
-def _waveform_like(shape: list, axis: int) -> bool:
-    """Whether an input of ``shape`` with time on ``axis`` may be a waveform streamify reads as features: (N, T),
-    or (N, C, T) with C of 2 (stereo) — for the hint to give ``--frames-per-hop`` (bool)."""
-    return (len(shape) == 2 and axis == 1) or (len(shape) == 3 and axis == 2 and shape[1] == 2)
-
-
-def _is_audio(shape: list, axis: int) -> bool:
-    return len(shape) == 3 and axis == 2 and shape[1] == 1
-
-
-def _add_channel_axis(graph: Any, axes: dict[str, int], where: str) -> dict[str, int] | None:
-    """Stream a waveform without a channel axis as one with it: when the graph's only input is float (N, T) with time
-    on axis 1, it becomes (N, 1, T) followed by a ``Squeeze`` of axis 1, and every output (N, T') of rank 2 with a
-    symbolic axis 1 gets an ``Unsqueeze`` to (N, 1, T'), so the stream graph takes and gives what every runtime
-    streams (a waveform (N, 1, T) chunked in samples) and its proof runs on real speech. The graph is edited in place
-    (the names of inputs and outputs are kept); one info line says so.
-
-    Args:
-        graph (gs.Graph): The full-sequence graph.
-        axes (dict[str, int]): Time axis by input name (:func:`_input_time_axes`).
-        where (str): Name for messages.
-    Returns:
-        dict[str, int] | None: the new time axes (the input's is 2), or None when the graph is left as it is (more
-        than one input, another rank or time axis, an integer input, an input that is also an output).
-    """
-    if len(graph.inputs) != 1:
-        return None
-    t = graph.inputs[0]
-    shape = list(t.shape or [])
-    if len(shape) != 2 or axes.get(t.name) != 1 or t in graph.outputs or np.dtype(_np_name(t.dtype)).kind != "f":
-        return None
-    opset = int(graph.opset or 13)
-
-    def axis_op(op: str, x: Any, y: Any, name: str) -> Any:
-        if opset >= 13:
-            return gs.Node(op, name=name, inputs=[x, gs.Constant(f"{name}/axes", np.array([1], np.int64))],
-                           outputs=[y])
-        return gs.Node(op, name=name, attrs={"axes": [1]}, inputs=[x], outputs=[y])
-
-    def replace_uses(old: Any, new: Any) -> None:
-        for node in list(old.outputs):
-            for k, i in enumerate(node.inputs):
-                if i is old:
-                    node.inputs[k] = new
-
-    flat = gs.Variable(f"{t.name}/no_channel", dtype=t.dtype, shape=shape)
-    replace_uses(t, flat)
-    graph.nodes.append(axis_op("Squeeze", t, flat, f"{t.name}/drop_channel_axis"))
-    t.shape = [shape[0], 1, shape[1]]
-    made = []
-    fixed_in = shape[1] if isinstance(shape[1], (int, np.integer)) else None  # an export that fixed the length
-    for o in graph.outputs:
-        oshape = list(o.shape or [])
-        same_fixed = fixed_in is not None and isinstance(oshape[1] if len(oshape) == 2 else None, (int, np.integer)) \
-            and int(oshape[1]) == int(fixed_in)  # the waveform out, its length fixed with the input's
-        if len(oshape) != 2 or (isinstance(oshape[1], (int, np.integer)) and not same_fixed) or not o.inputs:
-            continue
-        raw = gs.Variable(f"{o.name}/no_channel", dtype=o.dtype, shape=oshape)
-        producer = o.inputs[0]
-        for k, v in enumerate(producer.outputs):
-            if v is o:
-                producer.outputs[k] = raw
-        replace_uses(o, raw)
-        graph.nodes.append(axis_op("Unsqueeze", raw, o, f"{o.name}/add_channel_axis"))
-        o.shape = [oshape[0], 1, oshape[1]]
-        made.append(o.name)
-    graph.toposort()
-    LOG.info("%s: input '%s' %s is a waveform without a channel axis: streamed as (N, 1, T) in samples (the stream "
-             "graph takes it as %s%s; a Squeeze inside); to stream it as features instead, give --frames-per-hop",
-             where, t.name, shape, t.shape, f" and gives {made} as (N, 1, T)" if made else "")
-    return {**axes, t.name: 2}
-
-
 def streamify_graph(graph: Any, *, hop_ticks: int, time_axes: dict[str, int] | None = None,
                     where: str = "model", hop_label: str = "hop_samples",
                     attention_window: int | None = None, samples_per_tick: int = 1,
@@ -415,11 +218,11 @@ def streamify_graph(graph: Any, *, hop_ticks: int, time_axes: dict[str, int] | N
     taken = [n for n in graph.tensors() if n.startswith((STATE_IN_PREFIX, STATE_OUT_PREFIX))]
     if taken:
         raise UsageError(f"model already has tensor '{taken[0]}': is it already streamified?")
-    axes = _input_time_axes(graph, time_axes, where)
+    axes = input_time_axes(graph, time_axes, where)
     repairs = list(_free_time_dims(graph.inputs, axes, where, "input") or [])
     # Probe at multiples of the hop and, for waveforms, of 64 samples, so strides up to 64 are measured
     # exactly even when the hop is not a multiple of them (then refused below, naming the stride).
-    quantum = math.lcm(hop_ticks, 64) if _is_audio(list(graph.inputs[0].shape or []), axes[graph.inputs[0].name]) \
+    quantum = math.lcm(hop_ticks, 64) if is_audio(list(graph.inputs[0].shape or []), axes[graph.inputs[0].name]) \
         else hop_ticks
     folded = gs.export_onnx(graph)
     # The exporter's shapes of intermediate tensors hold the example's frame count (torch.onnx.export(dynamo=True)
@@ -484,17 +287,17 @@ def streamify_graph(graph: Any, *, hop_ticks: int, time_axes: dict[str, int] | N
     for name in in_names:
         f = facts[name]
         shape = [BATCH_DIM if i == 0 else ("T" if i == axes[name] else int(d)) for i, d in enumerate(f.shape1)]
-        kind = "audio" if _is_audio(list(f.shape1), axes[name]) else "features"
-        inputs.append(StreamIO(name, shape, _np_name(values[0][name].dtype), axes[name], hop_ticks, 0, kind))
+        kind = "audio" if is_audio(list(f.shape1), axes[name]) else "features"
+        inputs.append(StreamIO(name, shape, np_name(values[0][name].dtype), axes[name], hop_ticks, 0, kind))
     outputs, delay_ticks = [], Fraction(0)
     for name in out_names:
         f = walker.facts[name]
         fph = f.rate * hop_ticks
         shape = [BATCH_DIM if i == walker.batch_axis(next(t for t in graph.outputs if t.name == name)) else
                  ("T" if i == f.axis else int(d)) for i, d in enumerate(f.shape1)]
-        kind = ("audio" if inputs[0].kind == "audio" and fph == hop_ticks and _is_audio(list(f.shape1), f.axis)
+        kind = ("audio" if inputs[0].kind == "audio" and fph == hop_ticks and is_audio(list(f.shape1), f.axis)
                 else "features")
-        dtype = _np_name(values[0][name].dtype) if name in values[0] else "float32"
+        dtype = np_name(values[0][name].dtype) if name in values[0] else "float32"
         outputs.append(StreamIO(name, shape, dtype, f.axis, int(fph) if fph.denominator == 1 else 0,
                                 delays.get(name, 0), kind))
         delay_ticks = max(delay_ticks, Fraction(delays.get(name, 0)) / f.rate)
@@ -504,10 +307,10 @@ def streamify_graph(graph: Any, *, hop_ticks: int, time_axes: dict[str, int] | N
                          f"ticks: use a hop that is a multiple of {stride}")
     graph.clear_intermediate_shapes().cleanup().toposort()
     full = folded
-    if walker.attention_sites:
-        from cosyedge.surgery.rules.attention import bound_full_model
+    if walker.attention.sites:
+        from cosyedge.surgery.rules.attention_mask import bound_full_model
 
-        full = bound_full_model(folded, walker.attention_sites)
+        full = bound_full_model(folded, walker.attention.sites)
     return StreamGraph(walker.states, inputs, outputs, stride, delay_ticks, walker, walker.rf_ticks, full, folded,
                        repairs, _probe_lengths(quantum))
 
@@ -559,493 +362,6 @@ def _bytes_by_kind(contract: StreamContract) -> dict[str, int]:
     return out
 
 
-def _np_name(dtype: Any) -> str:
-    try:
-        return np.dtype(dtype).name
-    except TypeError:
-        return "float32"
-
-
-def proof_chunks(stride_ticks: int, hop_ticks: int) -> list[int]:
-    """Chunk lengths the proof streams at (input ticks: samples for a waveform input, frames for features):
-    the smallest a user may pick (the total stride), the one ``cosyedge run`` and ``build`` use by default
-    (one hop) and a larger one (three strides, at least a hop), each run as ``run`` runs it.
-
-    Args:
-        stride_ticks (int): Total stride, input ticks (>= 1).
-        hop_ticks (int): Ticks per hop, a multiple of ``stride_ticks``.
-    Returns:
-        list[int]: sorted, distinct, e.g. [160, 480] for stride = hop = 160, [80, 160, 240] for stride 80 and
-        hop 160.
-    """
-    return sorted({stride_ticks, hop_ticks, max(hop_ticks, 3 * stride_ticks)})
-
-
-FP16_ATOL = 2e-3
-"""float: proof tolerance (relative to the peak) for a model whose outputs are float16: four float16 steps (2**-11)."""
-
-
-def prove_stream(full_model: Any, stream_model: Any, contract: StreamContract, sg: StreamGraph, *,
-                 inputs: dict[str, np.ndarray] | None = None, atol: float = ATOL, where: str = "model") -> dict:
-    """Prove ``stream_model`` == ``full_model`` chunk by chunk (:func:`cosyedge.surgery.proof.prove`) at the
-    chunks of :func:`proof_chunks` (the smallest, one hop, a larger one), each chunk run with its outputs
-    bound at the contract's shapes as ``cosyedge run`` binds them; returns the summary for the contract.
-
-    Args:
-        full_model (onnx.ModelProto): The full-sequence graph (folded).
-        stream_model (onnx.ModelProto): The stream graph.
-        contract (StreamContract): Its contract.
-        sg (StreamGraph): What :func:`streamify_graph` returned (facts and delays for the bisection).
-        inputs (dict[str, np.ndarray] | None): Proof inputs (time length a multiple of every chunk);
-            default :func:`cosyedge.surgery.proof.proof_inputs`.
-        atol (float): Tolerance relative to the peak |full output| (:func:`cosyedge.surgery.proof.tolerance`).
-        where (str): Name for messages.
-    Returns:
-        dict: max abs error, worst SNR, chunks, length (:meth:`ProofResult.summary`).
-    Raises:
-        AccuracyError: the stream differs; the message names the first diverging tensor.
-        ArtifactError: ONNX Runtime cannot run the stream graph at one of the chunks (e.g. an output whose
-            declared shape cannot hold it); the message names the chunk.
-    """
-    from cosyedge.errors import AccuracyError
-    from cosyedge.surgery.proof import prove
-
-    if any(o.dtype == "float16" for o in contract.stream_outputs) and atol < FP16_ATOL:
-        LOG.info("%s: float16 outputs: the proof's tolerance is %.0e of the peak (a few float16 steps; a chunk sums "
-                 "in another order than the whole sequence)", where, FP16_ATOL)
-        atol = FP16_ATOL
-    s = sg.stride_ticks
-    hop = contract.stream_inputs[0].frames_per_hop
-    chunks = proof_chunks(s, hop)
-    big = max(chunks)
-    if inputs is None:
-        need = max(64 * big, 8 * sg.rf_ticks + math.ceil(sg.delay_ticks), 4 * contract.sample_rate_hz * hop //
-                   contract.hop_samples)
-        step = math.lcm(*chunks)
-        ticks = step * -(-need // step)
-        ticks = _proof_ticks_within_tables(ticks, step, sg, contract, where)
-        inputs = proof.proof_inputs(contract, ticks)
-    else:
-        ticks = next(iter(inputs.values())).shape[contract.stream_inputs[0].time_axis]
-        chunks = [c for c in chunks if ticks % c == 0] or [s]
-    w = sg.walker
-    out_facts = {o.name: (o.time_axis, w.facts[o.name].rate, o.delay_frames) for o in contract.stream_outputs}
-    all_facts = {n: (f.axis, f.rate, w.delay.get(n)) for n, f in w.facts.items()
-                 if f.is_stream and n not in w.lifted}  # lifted positions have an extra leading axis in the stream
-    order, producers = [], {}
-    for node in full_model.graph.node:
-        for o in node.output:
-            order.append(o)
-            producers[o] = f"{node.op_type} node '{node.name}'"
-    res = prove(full_model, stream_model, contract, inputs, chunks, out_facts, all_facts, order, producers, atol,
-                where, ran_at=tuple(sg.probe_ticks))
-    worst = max(res.rows, key=lambda r: r["max_abs"])
-    if not res.ok:
-        worst = max(res.rows, key=lambda r: r["max_abs"] / proof.tolerance(r["peak"], atol))
-        hint = ""
-        if "CumSum" in res.first_bad:
-            hint = (" (a running sum in float32 drifts over a long input in the full graph as well: if the model is "
-                    "meant to sum that long, loosen the proof with --atol)")
-        raise AccuracyError(f"{where}: the stream graph differs from the full-sequence graph: output "
-                            f"'{worst['output']}' max abs error {worst['max_abs']:.3g} (SNR {worst['snr_db']:.1f} dB; "
-                            f"its peak {worst['peak']:.3g}, tolerance {proof.tolerance(worst['peak'], atol):.3g}) "
-                            f"at chunks of {worst['chunk_ticks']} {proof.tick_unit(contract, short=True)}; "
-                            + (res.first_bad or "no single tensor found") + hint + "; nothing written")
-    LOG.info("proved on %d %s (%.2f s) at chunks of %s %s: max abs error %.3g, SNR >= %.1f dB", res.ticks,
-             proof.tick_unit(contract), proof.ticks_seconds(contract, res.ticks), chunks,
-             proof.tick_unit(contract, short=True),
-             worst["max_abs"], min(r["snr_db"] for r in res.rows))
-    summary = res.summary()
-    summary["lookahead"] = _check_lookahead(full_model, inputs, res.full, contract, sg, where)
-    if sg.original_model is not None and sg.full_model is not sg.original_model:
-        summary["attention_window"] = _window_deviation(sg, inputs, res.full, contract, where)
-    return summary
-
-
-def _proof_ticks_within_tables(ticks: int, step: int, sg: StreamGraph, contract: StreamContract, where: str) -> int:
-    """The proof's length (input ticks, a multiple of ``step``) cut to what the model's tables allow, with one info line
-    naming the table when cut.
-
-    An encoding table of absolute positions bounds the stream itself (``walker.max_ticks``: a stream is never longer,
-    so the proof covers every length a stream runs at). A relative-position table bounds only the full-sequence graph
-    (``walker.full_max_ticks``): the stream runs on, so the proof must still see its caches filled and replaced once,
-    at least twice the longest context (``sg.rf_ticks``); a table too short for that is refused, naming it, its rows
-    and the longest ``--attention-window`` it allows.
-
-    Raises:
-        UsageError: a table shorter than the proof's chunks, or a relative-position table shorter than twice the
-            longest context (exit 2; nothing written).
-    """
-    unit = proof.tick_unit(contract)
-    limits = [(sg.walker.max_ticks[0], sg.walker.max_ticks[1], None)] if sg.walker.max_ticks else []
-    if sg.walker.full_max_ticks:
-        limits.append(sg.walker.full_max_ticks)
-    if not limits or ticks <= min(x[0] for x in limits):
-        return ticks
-    limit, why, frames = min(limits, key=lambda x: x[0])
-    cut = step * (limit // step)
-    if not cut:
-        raise UsageError(f"{where}: {why} allows a stream of {limit} {unit}, fewer than the proof's chunks of "
-                         f"{step}: the model cannot stream a chunk that long")
-    if frames is not None and cut < 2 * sg.rf_ticks:  # the stream outlives the table: its caches must turn over
-        from cosyedge.surgery.masks import window_for_cache
-
-        bounded = [x for x in sg.walker.attention_sites if x.original != x.pattern]
-        cache = math.floor(Fraction(limit, 2) * min(x.rate for x in bounded)) if bounded else 0
-        longest = min(window_for_cache(x.original, cache) for x in bounded) if bounded else 0
-        asked = {x.pattern.window if x.pattern.kind == "banded" else x.pattern.cache_frames for x in bounded}
-        fix = ((f"; the longest --attention-window it allows is {plural(longest, 'frame')} (asked: "
-                f"{'/'.join(map(str, sorted(asked)))}): give --attention-window {longest} or less" if longest else
-                "; no --attention-window fits it") if bounded else "")
-        raise UsageError(f"{where}: the proof streams at least twice the longest context ({2 * sg.rf_ticks} {unit}) "
-                         f"against the full-sequence graph, which runs on at most {limit} {unit}: {why} holds the "
-                         f"relative positions of {plural(frames, 'frame')} and no more{fix}; nothing written")
-    if frames is None:
-        LOG.info("%s: the proof runs on %d %s, the longest stream %s allows", where, cut, unit, why)
-    else:
-        LOG.info("%s: the proof runs on %d %s: the full-sequence graph runs no longer, %s holds the relative positions "
-                 "of %s (the stream has no such limit)", where, cut, unit, why, plural(frames, "frame"))
-    return cut
-
-
-def _check_lookahead(full_model: Any, inputs: dict, full: dict, contract: StreamContract, sg: StreamGraph,
-                     where: str) -> dict:
-    """The future-perturbation test of every streamify proof (:func:`cosyedge.surgery.proof.measure_lookahead`):
-    the full graph's true look-ahead on the proof's input against the delay the walker gave the stream. Logs both
-    (one line); a contract delay above the measured look-ahead (a rule that over-counts) or below it is a warning
-    naming both, never hidden.
-
-    Returns:
-        dict: for the contract's proof: ``measured_samples`` (the smallest common delay at which the stream can
-        equal the full graph), ``graph_delay_samples`` (the stream's), ``reach_samples`` (None, or where the stream's
-        delay is larger than ``measured_samples``: the same measured with NaN inputs, which no small weight hides),
-        ``outputs`` (per output: measured look-ahead and delay, frames), ``equal`` (bool: the delay equals the
-        measured look-ahead, or the NaN reach where changed values vanish below float32 resolution).
-    """
-    from cosyedge.surgery.walker import common_delay_ticks
-
-    first = contract.stream_inputs[0]
-    per_tick = contract.hop_samples // first.frames_per_hop
-    in_axes = {i.name: (i.time_axis, Fraction(i.frames_per_hop, first.frames_per_hop)) for i in contract.stream_inputs}
-    out_axes = {o.name: (o.time_axis, sg.walker.facts[o.name].rate) for o in contract.stream_outputs}
-    period = max([int(Fraction(s.pattern.chunk) / s.rate / sg.stride_ticks) for s in sg.walker.attention_sites
-                  if s.lead] + [1])  # per-frame chunked attention: its look-ahead depends on the chunk phase
-    found = proof.measure_lookahead(full_model, inputs, full, in_axes, out_axes, sg.stride_ticks,
-                                    phases=min(period, 16))
-    delays = {o.name: o.delay_frames for o in contract.stream_outputs}
-    known = {o: la.frames for o, la in found.items() if la.frames is not None}
-    measured = common_delay_ticks([(out_axes[o][1], max(0, f)) for o, f in known.items()], Fraction(1, per_tick)) \
-        if known else Fraction(0)
-    graph = int(sg.delay_ticks * per_tick)
-    measured_samples = int(measured * per_tick)
-    rows = {o: {"lookahead_frames": found[o].frames, "delay_frames": delays[o]} for o in found}
-    reach_samples = None
-    if graph > measured_samples:  # a change below float32 resolution? the reach of NaN inputs (proof.measure_lookahead)
-        reach = proof.measure_lookahead(full_model, inputs, full, in_axes, out_axes, sg.stride_ticks, nan=True)
-        known_r = {o: la.frames for o, la in reach.items() if la.frames is not None}
-        if known_r:
-            reach_samples = int(common_delay_ticks([(out_axes[o][1], max(0, f)) for o, f in known_r.items()],
-                                                   Fraction(1, per_tick)) * per_tick)
-    structural = reach_samples == graph
-    unit = {o.name: "samples" if o.kind == "audio" else "frames" for o in contract.stream_outputs}
-    text = ", ".join(f"'{o}' {plural(r['lookahead_frames'], unit.get(o, 'frames')[:-1])} ahead, "
-                     f"{r['delay_frames']} late"
-                     for o, r in rows.items())
-    if not known:
-        LOG.info("%s: look-ahead: changing the input from %s on changes no output: nothing to measure", where,
-                 proof.perturbation_starts(next(iter(inputs.values())).shape[first.time_axis], sg.stride_ticks))
-    elif graph == measured_samples or structural:
-        points = "several points" if sg.stride_ticks == 1 else \
-            (f"several chunk boundaries (multiples of the {sg.stride_ticks}-"
-             f"{proof.tick_unit(contract, True)[:-1]} stride)")
-        how = (f"input changed from {points} on, first output frame that changes" if not structural else
-               f"input set to NaN from {points} on, first output frame that turns NaN; changed values reached "
-               f"only {plural(measured_samples, 'sample')} back, the rest is below float32 resolution")
-        inside = max([int(x.pattern.lookahead_frames) for x in sg.walker.attention_sites if not x.lead] + [0])
-        across = "" if not inside else (
-            f" across chunks (inside a chunk, which arrives whole, chunked attention sees up to "
-            f"{plural(inside, 'frame')} ahead)")
-        LOG.info("%s: look-ahead%s measured on the full graph (%s) %s = the delay the graph gives the stream (%s)",
-                 where, across, how, plural(graph if structural else measured_samples, "sample"), text)
-    else:
-        LOG.warning("%s: the stream's delay from the graph is %s but the full graph's look-ahead measured by "
-                    "changing its input from several points on is %s (%s)%s", where, plural(graph, "sample"),
-                    plural(measured_samples, "sample"),
-                    text, (": either a rule counts more look-ahead than the graph has, or the measurement sees less "
-                           "(a nonlinearity that hides the change at the first frames, whole frames at a lower rate "
-                           "inside the graph); NaN inputs reach "
-                           + (f"{plural(reach_samples, 'sample')} back" if reach_samples is not None else "no output"))
-                    if graph > measured_samples else ": the measured look-ahead exceeds the stream's delay")
-    return {"measured_samples": measured_samples, "graph_delay_samples": graph,
-            "equal": graph == measured_samples or structural, "reach_samples": reach_samples, "outputs": rows}
-
-
-def _window_deviation(sg: StreamGraph, inputs: dict, bounded: dict, contract: StreamContract, where: str) -> dict:
-    """How far the ``--attention-window`` bound moves the model from the unbounded original on the proof's input
-    (max abs error and SNR of each output of the bounded full graph, ``bounded`` as the proof ran it, against the
-    original's), logged as a warning: the stream equals the bounded model, never called exact to the original.
-
-    The deviation grows with the input's length (the original attends to all of the past, the bounded model to its
-    window: every frame past the window adds keys only the original sees), so the SNR is also given over the first
-    half of the proof's input (the same causal outputs, measured on a shorter stretch) and the line says which way it
-    went: streams longer than the proof's input differ more."""
-    outs = [o.name for o in contract.stream_outputs]
-    original = dict(zip(outs, proof.session(sg.original_model).run(outs, inputs)))
-    rows = {o: proof.max_err(original[o], bounded[o]) for o in outs}
-    worst = min(rows, key=lambda o: rows[o][1])
-    frames = sorted({s.pattern.window or s.pattern.left * s.pattern.chunk for s in sg.walker.attention_sites
-                     if s.original != s.pattern})
-    seconds = proof.ticks_seconds(contract,
-                                  next(iter(inputs.values())).shape[contract.stream_inputs[0].time_axis])
-    ax = next(o.time_axis for o in contract.stream_outputs if o.name == worst)
-    n = np.shape(original[worst])[ax]
-    a = np.take(original[worst], np.arange(n // 2), axis=ax).astype(np.float64)
-    e = np.take(bounded[worst], np.arange(n // 2), axis=ax).astype(np.float64) - a
-    e2, s2 = float((e ** 2).sum()), float((a ** 2).sum())
-    half_snr = 200.0 if e2 == 0 else min(200.0, 10 * math.log10(max(s2, 1e-300) / e2))
-    grows = rows[worst][1] < half_snr
-    # a positional table ends every stream (the run refuses longer ones): when the proof ran up to that end (it is cut
-    # to the longest stream the table allows, a whole number of steps), no stream is longer than the proof's input
-    longest = contract.max_stream_samples / contract.sample_rate_hz if contract.max_stream_samples else 0.0
-    step_s = contract.total_stride / contract.sample_rate_hz
-    ends = bool(longest) and seconds + step_s > longest - 1e-9
-    if ends:
-        grown = ": the deviation grows with the stream's length" if grows else ""
-        trend = (f"SNR {half_snr:.1f} dB over its first {seconds / 2:.2f} s, {rows[worst][1]:.1f} dB over all of "
-                 f"it{grown}; streams end at "
-                 f"{longest:.2f} s, the length the model's positional table allows ('cosyedge run' refuses longer "
-                 f"ones): the proof's input ran to that end (within one {1000 * step_s:g} ms step)")
-    else:
-        trend = (f"SNR {half_snr:.1f} dB over its first {seconds / 2:.2f} s, {rows[worst][1]:.1f} dB over all of it: "
-                 f"the deviation grows with the stream's length (the original attends to all of the past, the bounded "
-                 f"model to its window), so streams longer than {seconds:.2f} s differ more" if grows else
-                 f"SNR {half_snr:.1f} dB over its first {seconds / 2:.2f} s, {rows[worst][1]:.1f} dB over all of it; "
-                 f"streams longer than {seconds:.2f} s may differ more (the original attends to all of the past)")
-    LOG.warning("%s: --attention-window bounds %s to %s: the stream equals the bounded model (proved above); "
-                "the bounded model differs from the unbounded original on the proof's %.2f s of input by max abs "
-                "error %.3g (SNR %.1f dB at output '%s'; %s): not the original model", where,
-                "attention" if len(frames) == 1 else f"{len(frames)} attentions",
-                plural(frames[0], "frame") if len(frames) == 1 else "/".join(map(str, frames)) + " frames",
-                seconds, rows[worst][0], rows[worst][1], worst, trend)
-    return {"frames": frames, "max_abs_vs_original": rows[worst][0], "snr_db_vs_original": rows[worst][1],
-            "output": worst, "seconds": round(seconds, 3), "snr_db_vs_original_first_half": half_snr,
-            "grows_with_length": bool(grows)}
-
-
-def _run_as_exported(model: Any, contract: StreamContract, ticks: int) -> tuple[dict | None, str]:
-    """Run ``model`` (the graph as exported) once at batch 1 on ``ticks`` input ticks of the proof's inputs
-    (:func:`cosyedge.surgery.proof.proof_inputs`, reshaped to each input's declared rank: an (N, T) waveform takes
-    the samples of (N, 1, T)), with ONNX Runtime's default graph optimisation, as a user runs it.
-
-    Returns:
-        tuple[dict | None, str]: the outputs by name (None when ONNX Runtime fails) and its reason ("" on success).
-    """
-    feeds = proof.proof_inputs(contract, ticks)
-    declared = {i.name: len(i.type.tensor_type.shape.dim) for i in model.graph.input}
-    for name, a in feeds.items():
-        rank = declared.get(name, a.ndim)
-        if rank != a.ndim and rank >= 2 and a.ndim == rank + 1 and a.shape[1] == 1:
-            feeds[name] = a.reshape(a.shape[:1] + a.shape[2:])
-    try:
-        sess = proof.session(model)
-        names = [o.name for o in sess.get_outputs()]
-        return dict(zip(names, sess.run(None, feeds))), ""
-    except Exception as err:  # onnxruntime's own exception types: the reason is reported, not raised
-        why = re.sub(r"^\w+: \[ONNXRuntimeError\] : \d+ : \w+ : ", "", proof.ort_reason(err, 400))
-        return None, why if len(why) <= 160 else why[:157].rstrip() + "..."
-
-
-def check_repaired_copy(model: Any, sg: StreamGraph, contract: StreamContract, *, atol: float = ATOL,
-                        where: str = "model", given: dict[str, int] | None = None) -> dict | None:
-    """Say (one warning line) when the graph streamify proved is a repaired copy of the one given, and refuse a
-    repair that changes results.
-
-    Streamify repairs two export defects: a time axis the export fixed on a graph input or output is made symbolic
-    (:func:`_free_time_dims`), and the exporter's intermediate shapes (``value_info``, which hold the example's
-    length; ONNX Runtime bakes them into fused nodes) are dropped. A repaired output shape changes only the stream
-    graph: the line names it. When the graph as exported fails in ONNX Runtime at another length (it runs only at
-    its trace length), the proof's full-sequence reference is the repaired copy: the copy is compared with the
-    export at the trace length (the fixed length of an input, or of an output over its frames per tick) and the line
-    says so, with the error; a copy that differs there is refused.
-
-    Args:
-        model (onnx.ModelProto): The graph as exported (loaded, weights inline).
-        sg (StreamGraph): What :func:`streamify_graph` made (``repairs``, ``original_model``: the repaired copy).
-        contract (StreamContract): The stream contract (inputs, rate, hop).
-        atol (float): Tolerance relative to the peak output (:func:`cosyedge.surgery.proof.tolerance`).
-        where (str): Name for messages.
-        given (dict[str, int] | None): Time axes the user gave (``--time-axis``): making a fixed one symbolic is then
-            what was asked, said in an info line without the advice to re-export (and with the axis as given, for an
-            (N, T) waveform streamed as (N, 1, T)).
-    Returns:
-        dict | None: for the contract's proof (``repairs``: what was repaired; ``runs_only_at_ticks``: the trace
-        length or None; ``max_abs_vs_export``: error of the copy there, or None when not compared), None when
-        nothing was repaired.
-    Raises:
-        UsageError: the repaired copy differs from the export at its trace length (exit 2; nothing written).
-    """
-    freed = [tuple(r) for r in sg.repairs]
-    given = dict(given or {})
-    unit = proof.tick_unit(contract, short=True)
-    said = [f"{kind} '{name}' had its time axis {given.get(name, axis) if kind == 'input' else axis} fixed at {fixed} "
-            f"by the export" + (f" (--time-axis {name}={given[name]})" if kind == "input" and name in given else "")
-            for kind, name, axis, fixed in freed]
-    asked = bool(given) and all(kind == "output" or name in given for kind, name, _a, _f in freed)
-    lengths = {fixed for kind, _n, _a, fixed in freed if kind == "input"}
-    for kind, name, _axis, fixed in freed:
-        rate = sg.walker.facts[name].rate if kind == "output" and name in sg.walker.facts else None
-        if rate and (Fraction(fixed) / rate).denominator == 1:
-            lengths.add(int(Fraction(fixed) / rate))
-    trace = min(lengths) if len(lengths) == 1 else None
-    if not freed and not model.graph.value_info:
-        return None
-    probes = tuple(sg.probe_ticks) or (512, 517)
-    other = probes[1] if probes[0] == trace else probes[0]  # a length the copy ran at when measured
-    got, why = _run_as_exported(model, contract, other)
-    if got is None and _run_as_exported(sg.original_model, contract, other)[0] is None:
-        got = {}  # the copy fails there too: no repair made it run (the proof reports what fails)
-    if got is not None:  # the export runs at other lengths: only the stream graph's declared shapes were repaired
-        if not freed:
-            return None
-        (LOG.info if asked else LOG.warning)("%s: %s; made %s symbolic in the stream graph so that every chunk length "
-                                             "runs", where, ", ".join(said), "it" if len(said) == 1 else "them")
-        return {"repairs": said, "runs_only_at_ticks": None, "max_abs_vs_export": None}
-    what = ([] if not model.graph.value_info else
-            ["dropped the exporter's intermediate shapes (value_info, which hold the example's length)"]) + said
-    if not what:
-        what = ["folded its constants"]
-    err_txt = "not compared: the export declares no fixed length to run it at"
-    max_abs = None
-    if trace is not None:
-        want, why_trace = _run_as_exported(model, contract, trace)
-        mine, _ = _run_as_exported(sg.original_model, contract, trace)
-        if want is None or mine is None:
-            err_txt = f"not compared: at {trace} {unit} {'the export' if want is None else 'the copy'} fails too"
-        else:
-            worst = (0.0, 0.0, "")
-            for o in contract.stream_outputs:
-                a, b = want.get(o.name), mine.get(o.name)
-                if a is None or b is None:
-                    continue
-                if a.size != b.size:
-                    worst = max(worst, (float("inf"), 0.0, o.name))
-                    continue
-                e, _snr, peak = proof.max_err(a.reshape(-1), b.reshape(-1))
-                worst = max(worst, (e / proof.tolerance(peak, atol), e, o.name))
-            max_abs = worst[1]
-            if worst[0] > 1:
-                raise UsageError(f"{where}: the graph as exported runs only at its trace length ({trace} {unit}; at "
-                                 f"{other} {unit} ONNX Runtime fails: {why}), and the copy streamify repaired "
-                                 f"({'; '.join(what)}) differs from it there (output '{worst[2]}' max abs error "
-                                 f"{worst[1]:.3g}): re-export with a dynamic time axis and shapes computed from the "
-                                 "input; nothing written")
-            err_txt = f"equal to the export at {trace} {unit} (max abs error {max_abs:.3g})"
-    made = "" if not said else f"; made {'it' if len(said) == 1 else 'them'} symbolic in the stream graph so that " \
-        "every chunk length runs"
-    fix = " and ".join((["re-export with a dynamic time axis"] if (said or not model.graph.value_info) and not asked
-                        else [])
-                       + (["drop the export's value_info (del model.graph.value_info[:])"] if model.graph.value_info
-                          else []))
-    at = f" ({trace} {unit})" if trace is not None else ""
-    if asked and not fix:  # --time-axis named every fixed axis: the repair is what was asked, the stream graph runs
-        LOG.info("%s: the graph as exported runs only at its trace length%s (at %d %s ONNX Runtime fails: %s); as "
-                 "--time-axis asked, the proof ran on a repaired copy (%s%s), %s; the stream graph runs at every "
-                 "chunk length", where, at, other, unit, why, "; ".join(what), made, err_txt)
-    else:
-        LOG.warning("%s: the graph as exported runs only at its trace length%s (at %d %s ONNX Runtime fails: %s); the "
-                    "proof ran on a repaired copy (%s%s), %s; %s to run the graph itself at other lengths", where, at,
-                    other, unit, why, "; ".join(what), made, err_txt, fix)
-    return {"repairs": what, "runs_only_at_ticks": trace, "max_abs_vs_export": max_abs}
-
-
-SAMPLE_RATE_RANGE_HZ = (1000, 384000)
-"""tuple[int, int]: sample rates streamify accepts, Hz (telephone-band 1 kHz .. 384 kHz studio rates)."""
-MAX_HOP = SAMPLE_RATE_RANGE_HZ[1]
-"""int: the longest hop any rate allows, samples (1 s at the highest rate)."""
-
-
-
-def check_numbers(*, sample_rate_hz: Any = None, hop_samples: Any = None, delay_samples: Any = None,
-                  atol: Any = None) -> None:
-    """Bound streamify's numeric arguments before any work (each ``None`` is skipped): a sample rate in
-    :data:`SAMPLE_RATE_RANGE_HZ`, a hop of 1 sample .. 1 s, a delay of 0 .. 10 s (what ``run`` and ``build`` accept,
-    :meth:`cosyedge.artifacts.StreamContract.validate`), a finite tolerance in (0, 1]. The hop and delay bounds use
-    ``sample_rate_hz`` when it is given (else the largest rate).
-
-    Args:
-        sample_rate_hz (int | None): Hz.
-        hop_samples (int | None): Samples per hop.
-        delay_samples (int | None): Samples of extra delay.
-        atol (float | None): Proof tolerance (:func:`cosyedge.surgery.proof.tolerance`).
-    Raises:
-        UsageError: one line naming the argument, its value and the range (exit 2).
-    """
-    lo, hi = SAMPLE_RATE_RANGE_HZ
-    rate = hi
-    if sample_rate_hz is not None:
-        if not isinstance(sample_rate_hz, (int, np.integer)) or not lo <= sample_rate_hz <= hi:
-            raise UsageError(f"sample_rate_hz (--sample-rate-hz) {sample_rate_hz} must be an integer in {lo}..{hi} Hz")
-        rate = int(sample_rate_hz)
-    if hop_samples is not None and (not isinstance(hop_samples, (int, np.integer)) or not 1 <= hop_samples <= rate):
-        raise UsageError(f"hop_samples (--hop-samples) {hop_samples} must be an integer in 1..{rate} samples (1 s at "
-                         f"{rate} Hz)")
-    if delay_samples is not None and (not isinstance(delay_samples, (int, np.integer))
-                                      or not 0 <= delay_samples <= 10 * rate):
-        raise UsageError(f"delay_samples (--delay-samples) {delay_samples} must be an integer in 0..{10 * rate} "
-                         f"samples (10 s at {rate} Hz)")
-    if atol is not None and not (isinstance(atol, (int, float, np.floating)) and 0 < atol <= 1):  # NaN fails too
-        raise UsageError(f"atol (--atol) {atol} must be a finite number in (0, 1] (the proof tolerance, relative to "
-                         "the output's peak)")
-
-
-def _contract_fields(model: Any, where: str, *, sample_rate_hz, hop_samples, delay_samples, name) -> dict:
-    """Merge cosyedge metadata of ``model`` with explicit arguments (arguments win)."""
-    meta = {p.key: p.value for p in model.metadata_props}
-    fields: dict = {}
-    if any(k.startswith(META_PREFIX) for k in meta):
-        old = StreamContract.from_metadata(meta, where=where)
-        if old.is_streaming:
-            raise UsageError(f"{where} is already streaming (has {len(old.states)} states): streamify the "
-                             "full-sequence ONNX instead")
-        fields = {"sample_rate_hz": old.sample_rate_hz, "hop_samples": old.hop_samples,
-                  "delay_samples": old.delay_samples, "name": old.name, "input": old.input, "output": old.output}
-    given = {"sample_rate_hz": sample_rate_hz, "hop_samples": hop_samples, "delay_samples": delay_samples,
-             "name": name}
-    for key, value in given.items():
-        if value is None:
-            continue
-        if key in fields and fields[key] != value:
-            LOG.warning("%s: %s=%s overrides the model's metadata value %s", where, key, value, fields[key])
-        fields[key] = value
-    missing = [key for key in ("sample_rate_hz", "hop_samples") if fields.get(key) is None]
-    if missing:  # every missing value at once, not one per run
-        raise UsageError(f"{where} has no cosyedge metadata: give "
-                         + " and ".join(f"{key}= (CLI: --{key.replace('_', '-')} N)" for key in missing))
-    check_numbers(sample_rate_hz=int(fields["sample_rate_hz"]), hop_samples=int(fields["hop_samples"]),
-                  delay_samples=int(fields.get("delay_samples") or 0))
-    return fields
-
-
-
-_ESTIMATE = re.compile(r"enh|out|audio|wav|speech|clean|est|denois|signal|^y", re.I)
-_MASK = re.compile(r"mask|gain|prob|vad|logit|noise|interf|residual|echo", re.I)
-
-
-def _pick_audio_output(outputs: list, where: str) -> str:
-    """The output name 'run' writes (str): the only waveform output; among several, the first named like an
-    estimate (``_ESTIMATE``) and not like a mask (``_MASK``), else the first not named like a mask, with one
-    warning naming every waveform output and ``--audio-output``; with none, the first output."""
-    audio = [o.name for o in outputs if o.kind == "audio"]
-    if not audio:
-        return outputs[0].name
-    if len(audio) == 1:
-        return audio[0]
-    plain = [n for n in audio if not _MASK.search(n)] or audio
-    chosen = next((n for n in plain if _ESTIMATE.search(n)), plain[0])
-    LOG.warning("%s: %d waveform outputs %s; 'run' writes '%s' (choose another with --audio-output NAME)",
-                where, len(audio), audio, chosen)
-    return chosen
-
 class StatefulOnnxFromOnnx(Stage):
     """Stage: full-sequence ONNX (one file, or several forming one model) -> proved stream ONNX (module doc).
 
@@ -1063,7 +379,7 @@ class StatefulOnnxFromOnnx(Stage):
             (one symbolic axis besides batch axis 0 is taken as time).
         frames_per_hop (int | None): Frames per hop of feature inputs (not waveforms): 1 by default. Not given
             (None), an only input (N, T) of floats is a waveform without a channel axis, streamed as (N, 1, T)
-            (:func:`_add_channel_axis`); given, such an input is read as features.
+            (:func:`cosyedge.surgery.given.add_channel_axis`); given, such an input is read as features.
         proof_inputs (dict[str, np.ndarray] | None): Inputs for the proof (batch 1, full length); default
             real speech for waveform inputs, seeded values for others.
         atol (float): Proof tolerance relative to the peak output (:func:`cosyedge.surgery.proof.tolerance`).
@@ -1088,7 +404,8 @@ class StatefulOnnxFromOnnx(Stage):
         ArtifactError: source missing/corrupt, output not writable, rewritten graph fails ONNX checks.
         UsageError: a node that cannot stream (every one named, with op and reason), missing metadata
             (names the option), hop not a multiple of the total stride, already streaming, a number out of
-            bounds (:func:`check_numbers`: rate 1000..384000 Hz, hop 1 sample..1 s, delay 0..10 s, 0 < atol <= 1).
+            bounds (:func:`cosyedge.surgery.given.check_numbers`: rate 1000..384000 Hz, hop 1 sample..1 s, delay
+            0..10 s, 0 < atol <= 1).
         AccuracyError: the proof failed (names the first diverging tensor); nothing is written.
     """
 
@@ -1141,7 +458,7 @@ class StatefulOnnxFromOnnx(Stage):
         check_name(self.name)
         graph, model, src = self._load()
         with LOG.stage(f"streamify {src} -> {self.out}"):
-            fields = _contract_fields(model, str(src), sample_rate_hz=self.sample_rate_hz,
+            fields = contract_fields(model, str(src), sample_rate_hz=self.sample_rate_hz,
                                       hop_samples=self.hop_samples, delay_samples=self.delay_samples,
                                       name=self.name)
             hop = int(fields["hop_samples"])
@@ -1149,16 +466,16 @@ class StatefulOnnxFromOnnx(Stage):
             if first is None or not graph.outputs:
                 raise ArtifactError(f"{src} has no inputs or no outputs (an empty or truncated ONNX?)")
             try:
-                axes0 = _input_time_axes(graph, self.time_axes, str(src))
+                axes0 = input_time_axes(graph, self.time_axes, str(src))
             except UsageError as err:
-                raise _already_streams(model, src, self.out, fields, err) or err from None
+                raise already_streams(model, src, self.out, fields, err) or err from None
             time_axes = dict(self.time_axes)
-            wrapped = _add_channel_axis(graph, axes0, str(src)) if self.frames_per_hop is None else None
+            wrapped = add_channel_axis(graph, axes0, str(src)) if self.frames_per_hop is None else None
             if wrapped:  # not asked for features: an (N, T) waveform streams as (N, 1, T)
                 time_axes, axes0 = wrapped, wrapped
             frames_per_hop = 1 if self.frames_per_hop is None else self.frames_per_hop
             shape0 = list(first.shape or [])
-            audio = _is_audio(shape0, axes0[first.name])  # (N, 1, T), whether or not --time-axis named it
+            audio = is_audio(shape0, axes0[first.name])  # (N, 1, T), whether or not --time-axis named it
             hop_ticks = hop if audio else frames_per_hop
             if audio and frames_per_hop != 1:
                 LOG.warning("%s: frames_per_hop %d ignored: input '%s' %s is a waveform, chunked in samples (%d per "
@@ -1173,21 +490,21 @@ class StatefulOnnxFromOnnx(Stage):
                                      attention_per_frame=self.attention_per_frame,
                                      samples_per_tick=hop // hop_ticks)
             except UsageError as err:
-                adopt = _already_streams(model, src, self.out, fields, err)
+                adopt = already_streams(model, src, self.out, fields, err)
                 if adopt is not None:
                     raise adopt from None
-                if audio or hop_ticks != 1 or not _waveform_like(shape0, axes0[first.name]):
+                if audio or hop_ticks != 1 or not waveform_like(shape0, axes0[first.name]):
                     raise
                 raise UsageError(f"{err}; note: input '{first.name}' {shape0} was read as features at 1 frame per "
                                  f"hop (only (N, 1, T) is read as a waveform, and (N, T) when --frames-per-hop is not "
                                  f"given): if it is a waveform (N, T) or (N, channels, T), give --frames-per-hop {hop} "
                                  f"(its samples per hop)") from None
-            for note in dict.fromkeys(x.rounding for x in sg.walker.attention_sites if x.rounding):
+            for note in dict.fromkeys(x.rounding for x in sg.walker.attention.sites if x.rounding):
                 LOG.warning("%s: --attention-window %d: %s", src, self.attention_window, note)
-            if self.attention_window and not any(x.original != x.pattern for x in sg.walker.attention_sites):
+            if self.attention_window and not any(x.original != x.pattern for x in sg.walker.attention.sites):
                 LOG.warning("%s: --attention-window %d changes nothing: no attention in the model has an unlimited "
                             "left context (%s)", src, self.attention_window,
-                            "; ".join(f"{x.node}: {x.pattern.describe()}" for x in sg.walker.attention_sites)
+                            "; ".join(f"{x.node}: {x.pattern.describe()}" for x in sg.walker.attention.sites)
                             or "it has no attention")
             per_tick = hop // hop_ticks
             in_names = [i.name for i in sg.inputs]
@@ -1195,7 +512,7 @@ class StatefulOnnxFromOnnx(Stage):
             if self.audio_output is not None and self.audio_output not in [o.name for o in sg.outputs]:
                 raise UsageError(f"--audio-output '{self.audio_output}' is not an output of {src} (outputs: "
                                  f"{[o.name for o in sg.outputs]})")
-            audio_out = _pick_audio_output(sg.outputs, str(src)) if not want_out else want_out
+            audio_out = pick_audio_output(sg.outputs, str(src)) if not want_out else want_out
             if want_in and want_in not in in_names or want_out and want_out not in [o.name for o in sg.outputs]:
                 raise UsageError(f"{src}: metadata names input '{want_in}' / output '{want_out}', the graph has "
                                  f"inputs {in_names} and outputs {[o.name for o in sg.outputs]}")
@@ -1207,12 +524,12 @@ class StatefulOnnxFromOnnx(Stage):
                 states=sg.states, name=str(fields.get("name")
                                                       or io.model_stem(src, (".onnx", ".full", ".stream"))),
                 inputs=sg.inputs, outputs=sg.outputs,
-                attention=[site.info() for site in sg.walker.attention_sites],
-                max_stream_samples=sg.walker.max_ticks[0] * per_tick if sg.walker.max_ticks else 0,
+                attention=[site.info() for site in sg.walker.attention.sites],
+                max_stream_samples=sg.walker.positions.max_ticks[0] * per_tick if sg.walker.positions.max_ticks else 0,
             )
-            if sg.walker.max_ticks:
+            if sg.walker.positions.max_ticks:
                 LOG.info("positions: %s: a stream may last %d samples (%.1f s) at most, as the full-sequence model",
-                         sg.walker.max_ticks[1], contract.max_stream_samples,
+                         sg.walker.positions.max_ticks[1], contract.max_stream_samples,
                          contract.max_stream_samples / contract.sample_rate_hz)
             new = io.graph_to_model(graph, like=model)
             contract.write_to_onnx(new)

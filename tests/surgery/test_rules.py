@@ -393,13 +393,13 @@ def test_proof_catches_a_wrong_rule_and_names_the_first_diverging_tensor(tmp_pat
     """A CumSum streamed without its running-sum state is exact on the first chunk and wrong after it: the
     proof (several receptive fields, two chunk lengths) catches it, names the CumSum's output, writes nothing."""
     from cosyedge.errors import AccuracyError
-    from cosyedge.surgery.rules import RULES, load_all
+    from cosyedge.surgery.rules import RULES, STREAM, load_all
     from cosyedge.surgery.rules.perframe import pass_through
 
     load_all()
     torch.manual_seed(0)
     path = _export(CumulativeLayerNorm(), tmp_path / "cln.onnx", (torch.zeros(1, 1, 64),), ["x"], ["y"], [2, 2])
-    monkeypatch.setitem(RULES, "CumSum", lambda node, ctx: pass_through(node, ctx, [0]))
+    monkeypatch.setitem(RULES, (STREAM, "CumSum"), lambda node, ctx: pass_through(node, ctx, [0]))
     with pytest.raises(AccuracyError, match=r"differs from the full-sequence graph: .*first diverging tensor "
                                             r"'[^']*CumSum[^']*' \(output of CumSum node") as err:
         streamify(path, tmp_path / "out.onnx", sample_rate_hz=16000, hop_samples=16)

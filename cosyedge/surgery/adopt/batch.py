@@ -107,7 +107,7 @@ def _batch_test(model: Any, ins: list, outs: list, states: list[AdoptedState], f
             rolled and scaled by 0.6.
         atol (float): Tolerance relative to max(1, peak).
     """
-    from cosyedge.surgery.adopt.feeds import run_loop
+    from cosyedge.surgery.proof.adopt import run_loop
 
     try:
         sess = proof.session(model)

@@ -10,7 +10,7 @@ wild give one value per call instead (a VAD's speech probability ``(N, 1)`` or `
 a ``Reshape`` to ``(N, C, 1)``, so it streams as a ``"features"`` output of one frame per hop.
 
 Everything here edits a copy of the original graph before the reference loop is run on it, so the proof
-(:func:`cosyedge.surgery.adopt.feeds.prove`) compares the adopted graph with this canonical one,
+(:func:`cosyedge.surgery.proof.adopt.prove`) compares the adopted graph with this canonical one,
 which computes exactly what the original computes (a Reshape moves no value).
 """
 

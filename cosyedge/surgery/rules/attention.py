@@ -44,7 +44,9 @@ import numpy as np
 from cosyedge._lazy import lazy_import
 from cosyedge.log import plural
 from cosyedge.surgery.masks import Pattern, classify, window_rounding
-from cosyedge.surgery.rules import Blocker, attr_str, register
+from cosyedge.surgery.rules import ANY, QUERY_KEY, STREAM, Blocker, attr_str, register
+from cosyedge.surgery.rules.attention_mask import (MASK_FRAMES, MASK_FRAMES_LONG, classify_site, mask2d, vis3,
+                                                   vis_for)
 
 gs = lazy_import("onnx_graphsurgeon")
 
@@ -55,11 +57,6 @@ _UNARY = set("Cast Identity Dropout Exp Neg Abs Relu Sigmoid Tanh Clip Log Sqrt 
              .split())
 _BINARY = set("Add Sub Mul Div Where Max Min Pow".split())
 _REDUCE = set("ReduceMax ReduceSum ReduceMean ReduceLogSumExp ReduceMin".split())
-_MASK_FRAMES = (701, 1103)
-"""Lengths (frames at the attention's rate) a mask is evaluated and classified at: odd, so that chunks counted from
-the sequence's end show; a mask that looks unlimited there is measured again at :data:`_MASK_FRAMES_LONG`."""
-_MASK_FRAMES_LONG = (2207, 4409)
-"""Longer lengths for a mask that looks unlimited at :data:`_MASK_FRAMES`: windows up to ~4400 frames are measured."""
 
 
 @dataclasses.dataclass
@@ -104,31 +101,74 @@ class Att:
     rank: int = 0
 
 
+@dataclasses.dataclass
+class AttentionFamily:
+    """What one walk knows of attention (:attr:`cosyedge.surgery.walker.Walker.attention`)."""
+
+    window: int | None = None  # --attention-window: bound unlimited left context to this many frames
+    per_frame: bool = False  # --attention-per-frame: chunked attention at any hop (queries wait for their chunk)
+    tensors: dict = dataclasses.field(default_factory=dict)  # Att by name of every tensor over query x key time
+    sites: list = dataclasses.field(default_factory=list)  # Site of every attention streamed, in walk order
+    partners: dict = dataclasses.field(default_factory=dict)  # Site by name of a site's second score node
+    replaced: set = dataclasses.field(default_factory=set)  # nodes computing only masks a site replaces
+    relative: dict = dataclasses.field(default_factory=dict)  # RelTerm by term name (rules/relative.py)
+    relative_nodes: set = dataclasses.field(default_factory=set)  # nodes of those terms the walk leaves alone
+
+
+def find_replaced(ctx: Any) -> None:
+    """Fill ``ctx.attention.replaced`` with the nodes that only compute attention masks from shapes (the attention
+    rules replace the masks with the chunk's own): every output depends on shapes only and feeds only such nodes or
+    ops that apply a mask to a tensor over query x key time (not a MatMul/Einsum operand, not an Attention op's
+    queries, keys or values: positional projections of the keys are streamed). The walk leaves them as they are
+    (role :data:`~cosyedge.surgery.rules.REPLACED`; they become dead)."""
+    if ctx.masks is None or not any(f.axes2 for f in ctx.facts.values()):
+        return
+    outs = {t.name for t in ctx.graph.outputs}
+    for node in reversed(list(ctx.graph.nodes)):
+        o = [t for t in node.outputs if t.name]
+        if not o or any(t.name in outs for t in o) or any(ctx.masks.data_path(t.name) for t in o):
+            continue
+        uses = [(c, [i for i, x in enumerate(c.inputs) if x is t]) for t in o for c in t.outputs]
+        if uses and all(c.name in ctx.attention.replaced or (
+                involved(c, ctx) and any(ctx.masks.data_path(t.name) for t in c.outputs if t.name)
+                and c.op not in ("MatMul", "Einsum") and not (c.op == "Attention" and min(idx) < 3))
+                for c, idx in uses):
+            ctx.attention.replaced.add(node.name)
+
+
 def involved(node: Any, ctx: Any) -> bool:
     """bool: ``node`` takes or makes a tensor over time x time (an attention op for :func:`attend`)."""
     for t in list(node.inputs) + list(node.outputs):
-        if t.name and (t.name in ctx.attn or ctx.fact(t).axes2 is not None):
+        if t.name and (t.name in ctx.attention.tensors or ctx.fact(t).axes2 is not None):
             return True
     return False
 
 
+def _after_refused(node: Any, ctx: Any) -> bool:
+    """bool: an input of ``node`` belongs to a site that was refused already: its outputs over query x key time are
+    marked so (consumers add no further blockers) and it is left as it is."""
+    if not any((a := ctx.attention.tensors.get(t.name)) is not None and a.site is None for t in node.inputs):
+        return False
+    for o in node.outputs:
+        if o.name and ctx.fact(o).axes2 is not None:
+            ctx.attention.tensors[o.name] = Att(None)
+    ctx.pass_delay(node)
+    return True
+
+
+@register(ANY, roles=(QUERY_KEY,))
 def attend(node: Any, ctx: Any) -> None:
-    """The rule for every node that :func:`involved` names (module doc).
+    """The rule for every node that :func:`involved` names (role :data:`~cosyedge.surgery.rules.QUERY_KEY`; module
+    doc), the ONNX Attention op aside (:func:`attention_op`).
 
     Raises:
         Blocker: the node does not fit the attention family, or its mask is unbounded, full, not banded or chunked,
             or computed from data.
     """
-    ins = [ctx.attn.get(t.name) for t in node.inputs]
-    if any(a is not None and a.site is None for a in ins):  # its site was refused already
-        for o in node.outputs:
-            if o.name and ctx.fact(o).axes2 is not None:
-                ctx.attn[o.name] = Att(None)
-        ctx._fallback(node)
+    if _after_refused(node, ctx):
         return
+    ins = [ctx.attention.tensors.get(t.name) for t in node.inputs]
     data = [i for i, a in enumerate(ins) if a is not None]
-    if node.op == "Attention":
-        return _attention_op(node, ctx)
     if not data:
         return _scores(node, ctx)
     a = ins[data[0]]
@@ -164,7 +204,7 @@ def attend(node: Any, ctx: Any) -> None:
 def _out(node: Any, ctx: Any, a: Att) -> None:
     rank = len(ctx.fact(node.outputs[0]).shape1)
     shift = rank - a.rank
-    ctx.attn[node.outputs[0].name] = dataclasses.replace(a, q=a.q + shift, k=a.k + shift, rank=rank)
+    ctx.attention.tensors[node.outputs[0].name] = dataclasses.replace(a, q=a.q + shift, k=a.k + shift, rank=rank)
     for o in node.outputs:
         ctx.set_delay(o, a.site.delay)
 
@@ -192,174 +232,13 @@ def _time_letters(node: Any, ctx: Any) -> tuple[int, tuple[int, int]]:
     return fk.axis, (rhs.index(a), rhs.index(b))
 
 
-def _visible(m: np.ndarray, frames: int, consumer: Any, mi: int, di: int, out_rank: int,
-             qk: tuple[int, int]) -> np.ndarray:
-    """The visible set (bool (F, F), query x key) that mask input ``mi`` of ``consumer``, evaluated as ``m`` at a
-    length of ``frames`` frames, leaves to the attention tensor at input ``di`` whose output axes are ``qk``.
-
-    Raises:
-        Blocker: the mask is not a two-valued mask of this use (a bias, a 0/1 product before the Softmax).
-    """
-    t = consumer.inputs[mi]
-    full = _mask2d(m, t.name, out_rank, qk, frames)
-    op = consumer.op
-    vals = np.unique(full)
-    if op == "Where":
-        if mi != 0 or di == 0:
-            raise Blocker(f"Where with the mask as a value, not the condition ('{t.name}')")
-        return full.astype(bool) if di == 1 else ~full.astype(bool)
-    if full.dtype == bool:
-        raise Blocker(f"{op} with a boolean mask '{t.name}'")
-    if op in ("Add", "Sub"):
-        if vals.size > 2 or (vals.size == 2 and not (0 in vals)) or (vals.size == 1 and vals[0] != 0):
-            raise Blocker(f"{op} of a bias over query x key time with values {vals[:4].tolist()}... (a relative "
-                          "position bias or ALiBi, not a mask of 0 and a large negative): not streamed")
-        low = vals.min() if op == "Add" else -vals.max()
-        if vals.size == 2 and low > -1e4:
-            raise Blocker(f"{op} of a mask '{t.name}' whose hidden value {low} is not large and negative")
-        return full == 0
-    if op == "Mul":
-        if not set(vals.tolist()) <= {0, 1}:
-            raise Blocker(f"Mul by a weight over query x key time with values {vals[:4].tolist()}...: not a 0/1 mask")
-        return full != 0
-    raise Blocker(f"{op} of a mask '{t.name}' (only Where, Add, Sub and Mul apply masks)")
-
-
-def _mask2d(m: np.ndarray, name: str, out_rank: int, qk: tuple[int, int], frames: int) -> np.ndarray:
-    """Mask ``m`` (the value of tensor ``name`` at a length of ``frames`` frames) as (F, F) query x key (broadcast
-    where it has size 1), as it broadcasts into a tensor of rank ``out_rank`` with query and key on axes ``qk``.
-
-    Raises:
-        Blocker: it differs over another axis (a per-head bias).
-    """
-    m = np.asarray(m)
-    shift = out_rank - m.ndim
-    kept = [ax for ax in range(m.ndim) if ax + shift in qk and m.shape[ax] != 1]
-    sel = tuple(slice(None) if ax in kept else slice(0, 1) for ax in range(m.ndim))
-    if not np.array_equal(np.broadcast_to(m[sel], m.shape), m):
-        raise Blocker(f"mask '{name}' differs over an axis other than query and key time (a per-head bias such as "
-                      "ALiBi?): not a mask streamify can measure")
-    m2 = m[sel].reshape([m.shape[ax] for ax in kept])
-    roles = [qk.index(ax + shift) for ax in kept]  # 0 query, 1 key
-    if roles == [1, 0]:
-        m2 = m2.T
-    if roles == [0]:
-        m2 = m2[:, None]
-    elif roles == [1]:
-        m2 = m2[None, :]
-    elif not roles:
-        m2 = m2.reshape(1, 1)
-    return np.broadcast_to(m2, (frames, frames))
-
-
-def _region(out: Any, ctx: Any) -> tuple[list, list]:
-    """The masks applied between the scores ``out`` and the MatMul with the values: (pre-Softmax, post-Softmax)
-    lists of (consumer node, mask input index, data input index, output rank, (query, key) axes), and the partner
-    score nodes (list: MatMul/Einsum of two tensors over time added to these scores before the Softmax, such as
-    WeNet's ``matrix_bd`` of queries and absolute positional projections)."""
-    region, todo = {out.name}, [out]
-    while todo:  # every tensor over query x key time computed from the scores (IsNaN(probs) included)
-        for c in todo.pop().outputs:
-            for o in c.outputs:
-                if o.name and o.name not in region and ctx.fact(o).axes2 is not None:
-                    region.add(o.name)
-                    todo.append(o)
-    pre, post, seen, partners = [], [], set(), []
-    stack = [(out, len(ctx.fact(out).shape1), ctx.fact(out).axes2, False)]
-    while stack:
-        t, rank, qk, after = stack.pop()
-        if t.name in seen:
-            continue
-        seen.add(t.name)
-        for c in t.outputs:
-            di = [i for i, x in enumerate(c.inputs) if x is t][0]
-            o = c.outputs[0] if c.outputs else None
-            if o is None or not o.name or ctx.fact(o).axes2 is None:
-                continue
-            orank = len(ctx.fact(o).shape1)
-            oqk = (qk[0] + orank - rank, qk[1] + orank - rank)
-            if c.op == "Transpose":
-                perm = [int(p) for p in c.attrs.get("perm", list(range(rank))[::-1])]
-                oqk = (perm.index(qk[0]), perm.index(qk[1]))
-            for mi, m in enumerate(c.inputs):
-                if mi == di or not m.name or isinstance(m, gs.Constant) or m.name in region:
-                    continue
-                f = ctx.fact(m)
-                if f.axes2 is None and not f.is_stream:
-                    continue
-                if m.name in ctx.relative:
-                    continue  # a relative-position term (rules/relative.py): built at its node
-                why = ctx.masks.data_path(m.name)
-                prod = m.inputs[0] if m.inputs else None
-                if (why and f.axes2 is not None and not after and c.op in ("Add", "Sub") and prod is not None
-                        and prod.op in ("MatMul", "Einsum") and len(prod.inputs) == 2
-                        and all(ctx.fact(x).is_stream for x in prod.inputs)):
-                    partners.append(prod)  # a second score term (WeNet's positional matrix_bd): same site
-                    continue
-                if why:
-                    if f.axes2 is not None:
-                        raise Blocker(f"'{m.name}' over query x key time, applied to its scores by {c.op}, depends on "
-                                      f"the values of {why}, not only on the sequence length (a key-padding mask from "
-                                      "lengths, or a relative position bias computed from the data): refused, not "
-                                      "guessed")
-                    continue  # a per-query tensor (a decomposed softmax's max), checked at its node
-                (post if after else pre).append((c, mi, di, orank, oqk))
-            stack.append((o, orank, oqk, after or c.op in ("Softmax", "LogSoftmax")))
-    return pre, post, partners
-
-
-def _classify_site(node: Any, ctx: Any, rate: Fraction, out_qk: tuple[int, int]) -> tuple[Pattern, list, list]:
-    """The pattern the masks between the scores of ``node`` (query and key on axes ``out_qk``) and the values leave,
-    measured at :data:`_MASK_FRAMES` (and :data:`_MASK_FRAMES_LONG` when unlimited there); also the masks (consumer,
-    input index, ...) and the partner score nodes (:func:`_region`).
-
-    Raises:
-        Blocker: a mask only after the Softmax, one that cannot be evaluated from shapes, or not a mask.
-    """
-    out = node.outputs[0]
-    pre, post, partners = _region(out, ctx)
-    if not pre and post:
-        raise Blocker("its mask is applied only after the Softmax, which normalised over every key, later ones "
-                      "included: the weights depend on the future (apply the mask to the scores before the Softmax)")
-    if not pre:
-        return Pattern("full"), [], partners
-    views = []
-    names = sorted({c.inputs[mi].name for c, mi, *_ in pre + post})
-
-    def measure(frames_list):
-        for frames in frames_list:
-            ticks = ctx.ticks_for_frames(rate, frames)
-            f = ctx.masks.shape_at(out.name, ticks)[out_qk[0]]
-            try:
-                vals = ctx.masks.evaluate(names, ticks)  # every mask at this length in one run
-            except RuntimeError as err:
-                raise Blocker(f"its mask cannot be evaluated from shapes alone ({err})") from None
-            vs = [_visible(vals[c.inputs[mi].name], f, c, mi, di, r, qk) for c, mi, di, r, qk in pre]
-            ps = [_visible(vals[c.inputs[mi].name], f, c, mi, di, r, qk) for c, mi, di, r, qk in post]
-            v = np.logical_and.reduce(vs)
-            for p in ps:
-                if (v & ~p).any():
-                    raise Blocker("a mask after the Softmax hides keys the Softmax normalised over (its weights "
-                                  "depend on keys the query must not see)")
-            views.append(v)
-
-    measure(_MASK_FRAMES)
-    pat = classify(views)
-    if not pat.bounded and pat.kind in ("causal", "chunked"):
-        measure(_MASK_FRAMES_LONG)  # a window between ~700 and ~4400 frames
-        pat = classify(views)
-    if pat.kind == "none":
-        pat = Pattern("full")
-    return pat, pre + post, partners
-
-
 def _key_side(node: Any, ctx: Any, site: Site, ka: int) -> None:
     """Give the key side (input 1) of a score node ``node`` the site's cache: positions (a lifted tensor: WeNet's
     positional projections of the key frames) first become an ordinary stream (batch axis 0), then both are aligned
     to the site's delay and get ``site.cache`` frames of state."""
     k = node.inputs[1]
-    if k.name in ctx.lifted:
-        from cosyedge.surgery.rules.positions import _join
+    if k.name in ctx.positions.lifted:
+        from cosyedge.surgery.rules.lifted import _join
 
         _join(node, 1, ctx, len(ctx.fact(k).shape1), 0, f"{node.name}/positions")
     if site.lead:  # per-frame chunked attention: the queries wait site.lead frames for the end of their chunk
@@ -390,7 +269,7 @@ def _scores(node: Any, ctx: Any) -> None:
             raise Blocker("makes a tensor over query x key time from the data (not a mask of the sequence length)")
         for o in node.outputs:
             if o.name and ctx.fact(o).axes2 is not None:
-                ctx.attn[o.name] = Att(None)
+                ctx.attention.tensors[o.name] = Att(None)
         data = [x for x in node.inputs if x.name and ctx.masks.data_path(x.name)]
         if data and node.op not in ("MatMul", "Einsum"):
             raise Blocker(f"makes a mask over query x key time from '{data[0].name}', which depends on the values of "
@@ -405,31 +284,31 @@ def _scores(node: Any, ctx: Any) -> None:
             raise Blocker(f"queries at {fq.rate} and keys at {fk.rate} frames per tick (cross-attention between rates)")
         rate = fq.rate
         rank = len(ctx.fact(out).shape1)
-        if node.name in ctx.partners:  # a second score term of a site made at its partner
-            site = ctx.partners[node.name]
+        if node.name in ctx.attention.partners:  # a second score term of a site made at its partner
+            site = ctx.attention.partners[node.name]
             _key_side(node, ctx, site, ka)
-            ctx.attn[out.name] = Att(site, oq, ok, rank)
+            ctx.attention.tensors[out.name] = Att(site, oq, ok, rank)
             ctx.set_delay(out, site.delay)
             return
-        pat, masks, partners = _classify_site(node, ctx, rate, (oq, ok))
-        if node.inputs[0].name in ctx.lifted:
+        pat, masks, partners = classify_site(node, ctx, rate, (oq, ok))
+        if node.inputs[0].name in ctx.positions.lifted:
             raise Blocker("its queries are positions (a position term of queries x keys is not streamed)")
         site = _site(node, ctx, pat, [0], rate, [(c.name, mi) for c, mi, *_ in masks], out.name)
         site.qk = (oq, ok, rank)
         for p in partners:
-            ctx.partners[p.name] = site
+            ctx.attention.partners[p.name] = site
         _key_side(node, ctx, site, ka)
         a = Att(site, oq, ok, rank)
-        vis = _vis_for(ctx, site, a, out)
+        vis = vis_for(ctx, site, a, out)
         raw = ctx.op(node.op, list(node.inputs), node.name, dict(node.attrs))
         low = np.finfo(_dtype(ctx, out)).min
         node.op, node.attrs = "Where", {}
         node.inputs.clear()
         node.inputs.extend([vis, raw, ctx.const(low, dtype=_dtype(ctx, out))])
-        ctx.attn[out.name] = a
+        ctx.attention.tensors[out.name] = a
         ctx.set_delay(out, site.delay)
     except Blocker:
-        ctx.attn[out.name] = Att(None)
+        ctx.attention.tensors[out.name] = Att(None)
         raise
 
 
@@ -452,9 +331,9 @@ def _site(node: Any, ctx: Any, pat: Pattern, idxs: list[int], rate: Fraction, ma
     """Bound ``pat`` by ``--attention-window`` where unlimited (else refuse it), align the inputs ``idxs`` (queries,
     keys, values) to one delay (a multiple of the chunk for a chunked mask) and register the site."""
     original, rounding = pat, ""
-    if not pat.bounded and pat.kind in ("causal", "chunked") and ctx.attention_window:
-        pat = pat.bound(int(ctx.attention_window))
-        rounding = window_rounding(original, int(ctx.attention_window))
+    if not pat.bounded and pat.kind in ("causal", "chunked") and ctx.attention.window:
+        pat = pat.bound(int(ctx.attention.window))
+        rounding = window_rounding(original, int(ctx.attention.window))
     if not pat.bounded:
         if pat.kind in ("causal", "chunked"):
             raise Blocker(f"its attention is {pat.describe()}: a stream would need a key cache that grows without "
@@ -462,7 +341,7 @@ def _site(node: Any, ctx: Any, pat: Pattern, idxs: list[int], rate: Fraction, ma
                           "proof then compares with the bounded full graph and reports the deviation)")
         raise Blocker(f"its attention mask is {pat.describe()}: not streamable")
     d = ctx.align(node, idxs, minimum=0) or 0
-    if pat.kind == "chunked" and getattr(ctx, "attention_per_frame", False) and pat.chunk > 1:
+    if pat.kind == "chunked" and ctx.attention.per_frame and pat.chunk > 1:
         lead = pat.chunk - 1  # the keys stay at the queries' delay d; the queries wait for the end of their chunk
         return _lead_site(node, ctx, Site(node.name, pat, original, d + lead, rate, pat.cache_frames + 2 * lead,
                                           score=score, masks=masks, lead=lead, rounding=rounding), idxs)
@@ -474,7 +353,7 @@ def _site(node: Any, ctx: Any, pat: Pattern, idxs: list[int], rate: Fraction, ma
     site = Site(node.name, pat, original, d, rate, pat.cache_frames, score=score, masks=masks, rounding=rounding)
     if pat.kind == "chunked":
         ctx.require_stride((rate / pat.chunk).denominator, chunk_choices(node, pat.chunk, rate))
-    ctx.attention_sites.append(site)
+    ctx.attention.sites.append(site)
     return site
 
 
@@ -485,12 +364,12 @@ def _lead_site(node: Any, ctx: Any, site: Site, idxs: list[int]) -> Site:
     a delay line of ``site.lead`` frames here."""
     if idxs != [0]:
         node.inputs[0] = ctx.delay_line(node.inputs[0], site.lead, node.name)
-    ctx.attention_sites.append(site)
+    ctx.attention.sites.append(site)
     return site
 
 
-@register("Attention")
-def _attention_op(node: Any, ctx: Any) -> None:
+@register("Attention", roles=(STREAM, QUERY_KEY))
+def attention_op(node: Any, ctx: Any) -> None:
     """The ONNX ``Attention`` operator (opset 23): Q, K, V (N, S, hidden) or (N, heads, S, d), an optional
     ``attn_mask`` (bool: True attends; float: added) and ``is_causal``. Its mask is measured like any other; the keys
     and values get caches; the chunk's mask (bool, (N, 1, S_q, L + S_q)) replaces ``attn_mask`` and ``is_causal``
@@ -500,6 +379,8 @@ def _attention_op(node: Any, ctx: Any) -> None:
         Blocker: past_key/past_value given (the graph already streams its own cache), present_* or the scores used,
             time not on the sequence axis, or a mask refused as for every attention.
     """
+    if _after_refused(node, ctx):
+        return
     ins = list(node.inputs)
     if getattr(ctx, "masks", None) is None:
         raise Blocker("attention over the whole sequence (no model to measure its mask from)")
@@ -528,8 +409,8 @@ def _attention_op(node: Any, ctx: Any) -> None:
     else:
         views = []
         pat = None
-        for frames in _MASK_FRAMES + _MASK_FRAMES_LONG:
-            if frames in _MASK_FRAMES_LONG and (pat.bounded or pat.kind not in ("causal", "chunked")):
+        for frames in MASK_FRAMES + MASK_FRAMES_LONG:
+            if frames in MASK_FRAMES_LONG and (pat.bounded or pat.kind not in ("causal", "chunked")):
                 break
             ticks = ctx.ticks_for_frames(rate, frames)
             f = int(rate * ticks + facts[0].extra)
@@ -538,7 +419,7 @@ def _attention_op(node: Any, ctx: Any) -> None:
                 v &= np.tri(f, dtype=bool)
             if mask is not None:
                 try:
-                    m = _mask2d(ctx.masks.evaluate([mask.name], ticks)[mask.name], mask.name, 4, (2, 3), f)
+                    m = mask2d(ctx.masks.evaluate([mask.name], ticks)[mask.name], mask.name, 4, (2, 3), f)
                 except RuntimeError as err:
                     raise Blocker(f"its mask cannot be evaluated from shapes alone ({err})") from None
                 v &= m.astype(bool) if m.dtype == bool else (m == 0)
@@ -552,7 +433,7 @@ def _attention_op(node: Any, ctx: Any) -> None:
         for i in (1, 2):
             node.inputs[i] = ctx.add_state(node.inputs[i], site.cache, facts[i].axis, KEY if i == 1 else VALUE,
                                            node.name)
-    vis = ctx.unsqueeze(_vis3(ctx, site), [1], f"{node.name}/attention_mask")
+    vis = ctx.unsqueeze(vis3(ctx, site), [1], f"{node.name}/attention_mask")
     while len(node.inputs) < 4:
         node.inputs.append(gs.Variable.empty())
     node.inputs[3] = vis
@@ -566,97 +447,11 @@ def _dtype(ctx: Any, t: Any) -> Any:
     return np.asarray(v).dtype if v is not None else np.dtype(np.float32)
 
 
-def _vis3(ctx: Any, site: Site) -> Any:
-    """bool (N, Fq, L + Fq): which key of this chunk (cache first) each query of this chunk sees (module doc)."""
-    if site.vis3 is not None:
-        return site.vis3
-    base = f"{site.node}/attention_mask"
-    i64 = np.int64
-    counter = ctx.position_counter(site.rate)  # (N, 1) frames streamed so far
-    fq = ctx.frames_tensor(site.rate, base)  # (1,)
-    n = ctx.unsqueeze(fq, [0], base, squeeze=True)
-    L, d = site.cache, site.delay
-    rq = ctx.op("Range", [ctx.const(0), n, ctx.const(1)], base, dtype=i64)
-    rk = ctx.op("Range", [ctx.const(-L), n, ctx.const(1)], base, dtype=i64)
-    qf = ctx.op("Sub", [ctx.op("Add", [counter, rq], base, dtype=i64), ctx.const([[d]])], base, dtype=i64)
-    kf = ctx.op("Sub", [ctx.op("Add", [counter, rk], base, dtype=i64), ctx.const([[d - site.lead]])], base,
-                dtype=i64)
-    qs = ctx.unsqueeze(qf, [2], base)  # (N, Fq, 1)
-    ks = ctx.unsqueeze(kf, [1], base)  # (N, 1, Fk)
-
-    def op(kind, inputs):
-        return ctx.op(kind, inputs, base, dtype=bool if kind in _BOOL_OPS else i64)
-
-    shift = site.pattern.chunk * (-(-(L + d + 1) // site.pattern.chunk) + 1) if site.pattern.chunk else 0
-    vis = _pattern_nodes(site.pattern, qs, ks, op, ctx.const, shift)
-    vis = op("And", [vis, op("Not", [op("Less", [ks, ctx.const(0)])])])  # keys before the stream's start do not exist
-    vis = op("Or", [vis, op("Less", [qs, ctx.const(0)])])  # pre-roll query rows see every key (stay finite)
-    site.vis3 = vis
-    return vis
-
-
-_BOOL_OPS = ("Less", "Not", "And", "Or")
-
-
-def _pattern_nodes(p: Pattern, qs: Any, ks: Any, op: Any, const: Any, shift: int = 0) -> Any:
-    """Build :meth:`Pattern.visible` of query positions ``qs`` x key positions ``ks`` (int64, broadcasting) as ONNX
-    nodes, for the chunk graph (:func:`_vis3`) and for the bounded full graph (:func:`bound_full_model`) alike.
-
-    Args:
-        p (Pattern): ``banded`` or ``chunked``.
-        qs, ks: The position tensors (whatever ``op`` takes).
-        op (Callable[[str, list], Any]): Adds a node of that op type on those inputs; returns its output.
-        const (Callable[[Any], Any]): Makes an int64 constant.
-        shift (int): A multiple of the chunk added before the floor division, so that positions before the stream's
-            start divide as non-negative numbers (ONNX integer Div truncates towards zero).
-    Returns:
-        the bool output (query sees key).
-    """
-    def not_less(a, b):
-        return op("Not", [op("Less", [a, b])])
-
-    if p.kind == "banded":
-        diff = op("Sub", [qs, ks])
-        return op("And", [not_less(diff, const(-p.ahead)), op("Less", [diff, const(p.window)])])
-    cq, ck = (op("Div", [op("Add", [x, const(shift)]) if shift else x, const(p.chunk)]) for x in (qs, ks))
-    return op("And", [not_less(cq, ck), not_less(ck, op("Sub", [cq, const(p.left)]))])
-
-
-def _vis_for(ctx: Any, site: Site, a: Att, like: Any) -> Any:
-    """:func:`_vis3` laid out for a tensor ``like`` over query x key time (axes of ``a``): rank ``a.rank``, the batch
-    on ``like``'s batch axis (heads folded into it repeated), query and key on ``a.q`` and ``a.k``."""
-    b = ctx.batch_axis(like)
-    fold = ctx.batch_fold(like)
-    key = (a.rank, a.q, a.k, b, fold)
-    if key in site.vis_r:
-        return site.vis_r[key]
-    base = f"{site.node}/attention_mask"
-    v = _vis3(ctx, site)
-    if fold > 1:
-        e = ctx.op("Expand", [ctx.unsqueeze(v, [1], base), ctx.const([1, fold, 1, 1])], base, dtype=bool)
-        shape = ctx.op("Concat", [ctx.const([-1]), ctx.op("Slice", [ctx.op("Shape", [v], base), ctx.const([1]),
-                                                                    ctx.const([3]), ctx.const([0])], base)],
-                       base, {"axis": 0}, dtype=np.int64)
-        v = ctx.op("Reshape", [e, shape], base, dtype=bool)
-    roles = {b: 0, a.q: 1, a.k: 2}
-    if len(roles) != 3:
-        raise Blocker(f"the batch axis {b} is a time axis of the attention tensor")
-    order = sorted(roles)  # target axes in increasing order
-    perm = [roles[t] for t in order]
-    if perm != [0, 1, 2]:
-        v = ctx.op("Transpose", [v], base, {"perm": perm}, dtype=bool)
-    others = [i for i in range(a.rank) if i not in roles]
-    if others:
-        v = ctx.unsqueeze(v, others, base)
-    site.vis_r[key] = v
-    return v
-
-
 def _replacement(node: Any, ctx: Any, a: Att, mi: int, di: int) -> Any:
     """The chunk's value of mask input ``mi`` of ``node`` (used on the attention tensor at ``di``): the site's
     pattern, in the mask's own values (bool condition, additive 0 / hidden value, 0/1 weights)."""
     t = node.inputs[mi]
-    vis = _vis_for(ctx, a.site, a, node.inputs[di])
+    vis = vis_for(ctx, a.site, a, node.inputs[di])
     base = f"{node.name}/attention_mask"
     if node.op == "Where":
         return vis if di == 1 else ctx.op("Not", [vis], base, dtype=bool)
@@ -683,7 +478,7 @@ def _binary(node: Any, ctx: Any, a: Att, data: list[int]) -> None:
         if i in masks:
             node.inputs[i] = _replacement(node, ctx, a, i, data[0])
             continue
-        if t.name in ctx.relative:
+        if t.name in ctx.attention.relative:
             if node.op != "Add" or a.site.pattern.kind not in ("banded", "chunked"):
                 raise Blocker(f"{node.op} of the relative-position term '{t.name}' (only added to the scores)")
             from cosyedge.surgery.rules.relative import chunk_term
@@ -693,7 +488,7 @@ def _binary(node: Any, ctx: Any, a: Att, data: list[int]) -> None:
             except Blocker:
                 for o in node.outputs:  # its consumers add no further blockers
                     if o.name and ctx.fact(o).axes2 is not None:
-                        ctx.attn[o.name] = Att(None)
+                        ctx.attention.tensors[o.name] = Att(None)
                 raise
             continue
         if f.axes2 is not None:
@@ -759,100 +554,3 @@ def _values(node: Any, ctx: Any, a: Att, di: int) -> None:
         ctx.set_delay(o, a.site.delay)
 
 
-def _bound_vis(p: Pattern, nq: str, nk: str, extra: list, name: Any, c: Any) -> str:
-    """Append to ``extra`` the nodes of ``p.visible(i, j)`` over ``Range(nq) x Range(nk)`` (bool (nq, nk)); returns
-    its name (for :func:`bound_full_model`)."""
-    from onnx import helper
-
-    def op(kind, inputs):
-        out = name(kind.lower())
-        extra.append(helper.make_node(kind, inputs, [out]))
-        return out
-
-    i2 = op("Unsqueeze", [op("Range", [c(0), nq, c(1)]), c([1])])
-    j2 = op("Unsqueeze", [op("Range", [c(0), nk, c(1)]), c([0])])
-    return _pattern_nodes(p, i2, j2, op, c)  # full-graph positions start at 0: no shift
-
-
-def bound_full_model(model: Any, sites: list[Site]) -> Any:
-    """A copy of the full-sequence ``model`` (onnx.ModelProto) whose attention sites bounded by ``--attention-window``
-    see only their bounded pattern: ``Where(visible(i, j), scores, lowest)`` after each bounded site's scores, the
-    positions from ``Range`` over the scores' own shape. The proof's reference for such a stream graph.
-
-    Args:
-        model (onnx.ModelProto): The constant-folded full-sequence graph.
-        sites (list[Site]): The walk's sites; those with ``original != pattern`` are bounded.
-    Returns:
-        onnx.ModelProto: the bounded graph (``model`` itself when no site is bounded).
-    """
-    import onnx
-    from onnx import helper, numpy_helper
-
-    bounded = [s for s in sites if s.original != s.pattern]
-    if not bounded:
-        return model
-    m = onnx.ModelProto()
-    m.CopyFrom(model)
-    nodes = list(m.graph.node)
-    new = []
-    uid = [0]
-
-    def name(b):
-        uid[0] += 1
-        return f"{b}/bound{uid[0]}"
-
-    def c(v, dt=np.int64):
-        n = name("c")
-        new_inits.append(numpy_helper.from_array(np.asarray(v, dtype=dt), n))
-        return n
-
-    new_inits = []
-    for node in nodes:
-        new.append(node)
-        for s in bounded:
-            if s.attention_op and node.name == s.node:
-                while len(node.input) < 4:
-                    node.input.append("")
-                q = node.input[0]
-                shp = name("shape")
-                extra = [helper.make_node("Shape", [q], [shp])]
-                g, sq = name("dim"), name("dimsq")
-                extra += [helper.make_node("Gather", [shp, c([-2])], [g], axis=0),
-                          helper.make_node("Squeeze", [g, c([0])], [sq])]
-                vis = _bound_vis(s.pattern, sq, sq, extra, name, c)
-                new[-1:-1] = extra  # before the Attention node
-                node.input[3] = vis
-                for a in node.attribute:
-                    if a.name == "is_causal":
-                        a.i = 0
-                continue
-            if not s.score or s.score not in node.output:
-                continue
-            raw = s.score + "/unbounded"
-            node.output[list(node.output).index(s.score)] = raw
-            shp = name("shape")
-            extra = [helper.make_node("Shape", [raw], [shp])]
-            dims = []
-            for ax in s.qk[:2]:
-                g, sq = name("dim"), name("dimsq")
-                extra += [helper.make_node("Gather", [shp, c([ax])], [g], axis=0),
-                          helper.make_node("Squeeze", [g, c([0])], [sq])]
-                dims.append(sq)
-            vis = _bound_vis(s.pattern, dims[0], dims[1], extra, name, c)
-            q_, k_, r_ = s.qk[0], s.qk[1], s.qk[2]
-            if q_ > k_:
-                vt = name("visT")
-                extra.append(helper.make_node("Transpose", [vis], [vt], perm=[1, 0]))
-                vis = vt
-            others = [i for i in range(r_) if i not in (q_, k_)]
-            if others:
-                vu = name("visU")
-                extra.append(helper.make_node("Unsqueeze", [vis, c(others)], [vu]))
-                vis = vu
-            low = c(np.finfo(np.float32).min, np.float32)
-            extra.append(helper.make_node("Where", [vis, raw, low], [s.score]))
-            new += extra
-    del m.graph.node[:]
-    m.graph.node.extend(new)
-    m.graph.initializer.extend(new_inits)
-    return m

@@ -49,7 +49,7 @@ def _lead_nonzero(ctx: Any, x: Any, frames: int, axis: int) -> bool:
     >= 0``). Otherwise (or for an output that would stay early) a delay line on the input computes them, its state
     starting with their values (:meth:`Walker.add_state`)."""
     try:
-        return ctx._lead_values(x, frames, axis) is not None
+        return ctx.lead_values(x, frames, axis) is not None
     except Blocker:
         return True
 

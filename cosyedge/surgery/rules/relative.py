@@ -24,7 +24,7 @@ sees only keys at relative positions ``i - j`` in a fixed range ``[r_min, r_max]
 * ``term[i, j] = B[i, clip(i + L - lead - j - r_min, 0, R - 1)]`` (``GatherElements`` over the last axis): key slot
   ``j`` of the chunk (cache first) is ``i + L - lead - j`` frames before query ``i`` (``lead``: frames the keys run
   ahead of the queries, a band that looks ahead or per-frame chunked attention; else 0). Entries outside ``[r_min, r_max]`` are hidden
-  by the attention's mask (:func:`cosyedge.surgery.rules.attention._vis3`); the clip only keeps them finite.
+  by the attention's mask (:func:`cosyedge.surgery.rules.attention_mask.vis3`); the clip only keeps them finite.
 
 Everything is measured, not matched to one exporter's op sequence (:func:`find` and :func:`chunk_term`):
 
@@ -90,12 +90,12 @@ class RelTerm:
 
 
 def find(ctx: Any) -> None:
-    """Find every relative-position term of the graph before the walk: fill ``ctx.relative`` ({term name:
-    :class:`RelTerm`}) and ``ctx.relative_nodes`` (names of the nodes the walk leaves alone: ``matrix_bd``, the
-    ``rel_shift`` ops and whatever only computes the positional operand or their shapes; they become dead once the
+    """Find every relative-position term of the graph before the walk: fill ``ctx.attention.relative`` ({term name:
+    :class:`RelTerm`}) and ``ctx.attention.relative_nodes`` (names of the nodes the walk leaves alone: ``matrix_bd``,
+    the ``rel_shift`` ops and whatever only computes the positional operand or their shapes; they become dead once the
     attention rule puts :func:`chunk_term` in place of the term). A ``matrix_bd`` whose ops do not fit is recorded as a
     blocker (``ctx.blockers``) naming why, its nodes left alone too (no second message for the same cause)."""
-    ctx.relative, ctx.relative_nodes = {}, set()
+    ctx.attention.relative, ctx.attention.relative_nodes = {}, set()
     if ctx.masks is None:
         return
     for node in list(ctx.graph.nodes):
@@ -109,11 +109,11 @@ def find(ctx: Any) -> None:
             term = _match(node, ctx, chain)
         except Blocker as err:
             ctx.blockers.append(f"{node.op} node '{node.name}': {err}")
-            ctx.relative_nodes.update(n.name for n in [node] + chain)
+            ctx.attention.relative_nodes.update(n.name for n in [node] + chain)
             continue
-        ctx.relative[term.term.name] = term
-        ctx.relative_nodes.update(n.name for n in [node] + chain + term.tail)
-    if ctx.relative_nodes:
+        ctx.attention.relative[term.term.name] = term
+        ctx.attention.relative_nodes.update(n.name for n in [node] + chain + term.tail)
+    if ctx.attention.relative_nodes:
         _sweep(ctx)
 
 
@@ -209,18 +209,19 @@ def _match(node: Any, ctx: Any, chain: list) -> RelTerm:
 
 
 def _sweep(ctx: Any) -> None:
-    """Add to ``ctx.relative_nodes`` every node that computes only inputs of those nodes from shapes or constants (the
-    positional table's slice and projection, the shapes of the rel_shift's reshapes): reverse topological order."""
+    """Add to ``ctx.attention.relative_nodes`` every node that computes only inputs of those nodes from shapes or
+    constants (the positional table's slice and projection, the shapes of the rel_shift's reshapes): reverse
+    topological order."""
     graph_outs = {t.name for t in ctx.graph.outputs}
     for node in reversed(list(ctx.graph.nodes)):
-        if node.name in ctx.relative_nodes:
+        if node.name in ctx.attention.relative_nodes:
             continue
         outs = [o for o in node.outputs if o.name]
         if not outs or any(o.name in graph_outs or ctx.masks.data_path(o.name) for o in outs):
             continue
         users = [c for o in outs for c in o.outputs]
-        if users and all(c.name in ctx.relative_nodes for c in users):
-            ctx.relative_nodes.add(node.name)
+        if users and all(c.name in ctx.attention.relative_nodes for c in users):
+            ctx.attention.relative_nodes.add(node.name)
 
 
 def _rel_range(site: Any) -> tuple[int, int]:
@@ -403,7 +404,7 @@ def chunk_term(node: Any, i: int, ctx: Any, site: Any) -> Any:
         Blocker: the rel_shift or the positional operand does not fit (see :func:`_check_shift`, :func:`_table`), or
             the queries are later than the site's.
     """
-    rt = ctx.relative[node.inputs[i].name]
+    rt = ctx.attention.relative[node.inputs[i].name]
     _centred(rt, ctx)
     sign = rt.sign = _check_shift(rt, ctx, site)
     rmin, rmax = _rel_range(site)

@@ -16,14 +16,17 @@ On a mismatch the error is bisected: every tensor that exists in both graphs is 
 and the first one in graph order whose error exceeds the tolerance is named (as ``compare --mark-all`` does
 for precision).
 
-Every proof also measures the full graph's true look-ahead by future perturbation (:func:`measure_lookahead`:
-change the input from tick ``k`` on, for several ``k``, and find the first output frame that changes), so the
-stream's delay is checked against the smallest delay at which any stream could equal the full graph (issue 39).
+Every proof also measures the full graph's true look-ahead by future perturbation
+(:func:`cosyedge.surgery.proof.lookahead.measure_lookahead`: change the input from tick ``k`` on, for several ``k``,
+and find the first output frame that changes), so the stream's delay is checked against the smallest delay at which
+any stream could equal the full graph.
 
-Adopt's proof (:func:`cosyedge.surgery.adopt.feeds.prove`) uses pieces of this module: a graph that already streams
-has no full-sequence twin, so its reference is the original graph's own state loop (:func:`run_state_loop`), hop by
-hop, on real speech. Both proofs take their inputs from this module (:func:`proof_inputs`,
-:func:`demo_audio`, :func:`demo_audio_rows`) and stream through :func:`cosyedge.runtime.loop.stream`.
+The package holds every proof: this module the chunk-by-chunk comparison, the bisection and the proof inputs;
+:mod:`.lookahead` the look-ahead measurement; :mod:`.stream` streamify's proof (the chunks, the tables' limits, the
+repaired copy, the ``--attention-window`` deviation); :mod:`.adopt` adopt's proof (a graph that already streams has
+no full-sequence twin, so its reference is the original graph's own state loop, :func:`run_state_loop`, hop by hop,
+on real speech). Every proof takes its inputs from here (:func:`proof_inputs`, :func:`demo_audio`,
+:func:`demo_audio_rows`) and streams through :func:`cosyedge.runtime.loop.stream`.
 
 Source: sonos/tract ``pulse`` tests (pulsed == full model after the delay).
 """
@@ -368,124 +371,6 @@ def bisect(full_model: Any, stream_model: Any, contract: Any, inputs: dict[str, 
     return ""
 
 
-# ---------------------------------------------------------------- look-ahead, measured
-@dataclasses.dataclass
-class Lookahead:
-    """What :func:`measure_lookahead` found for one output.
-
-    Attributes:
-        frames (int | None): Look-ahead in the output's frames, ``max over k of (k r - first changed frame)``
-            (negative: the output lags its input; None: no perturbation changed the output).
-        points (list[tuple[int, int]]): (first perturbed input tick k, first output frame that changed) per k that
-            changed something.
-    """
-
-    frames: int | None
-    points: list
-
-
-def perturbation_starts(ticks: int, stride: int, count: int = 4) -> list[int]:
-    """Input ticks (list[int], sorted, distinct) from which :func:`measure_lookahead` changes the input: ``count``
-    points well inside ``ticks`` (from a fifth to four fifths of it), each a multiple of ``stride`` (a chunk
-    boundary the stream can have, so every phase of a strided model is the same)."""
-    out = set()
-    for j in range(count):
-        k = int(ticks * (0.2 + 0.6 * j / max(1, count - 1))) // stride * stride
-        if 0 < k < ticks:
-            out.add(k)
-    return sorted(out)
-
-
-def perturbed(inputs: dict[str, np.ndarray], axes: dict[str, tuple[int, Any]], k: int,
-              nan: bool = False) -> dict[str, np.ndarray]:
-    """``inputs`` with every time-running input changed from input tick ``k`` on (its frame ``k x frames per
-    tick``): the same input turned by a third of its length (other real speech for a waveform), mixed
-    ``0.7 alt - 0.3 x`` for floats (so that neither a sign nor a scale hides the change); integers are turned only.
-    Frames before ``k`` are bit-identical.
-
-    Args:
-        inputs (dict[str, np.ndarray]): Proof inputs (batch 1).
-        axes (dict[str, tuple[int, Fraction]]): (time axis, frames per tick) of each input that runs over time.
-        k (int): First changed input tick.
-        nan (bool): Float inputs become NaN from tick ``k`` on instead (:func:`measure_lookahead` with ``nan``).
-    """
-    out = dict(inputs)
-    for name, (axis, rate) in axes.items():
-        v = np.asarray(inputs[name])
-        n = v.shape[axis]
-        start = int(k * rate)
-        alt = np.roll(v, max(1, n // 3), axis=axis)
-        if np.issubdtype(v.dtype, np.floating):
-            alt = np.full_like(v, np.nan) if nan else (0.7 * alt - 0.3 * v).astype(v.dtype)
-        idx = [slice(None)] * v.ndim
-        idx[axis] = slice(start, None)
-        w = v.copy()
-        w[tuple(idx)] = alt[tuple(idx)]
-        out[name] = w
-    return out
-
-
-def first_change(a: np.ndarray, b: np.ndarray, axis: int) -> int | None:
-    """First index along ``axis`` where ``a`` and ``b`` differ at all (bit for bit; NaN equal to NaN), else None."""
-    diff = ~((a == b) | (np.isnan(a) & np.isnan(b)) if np.issubdtype(np.asarray(a).dtype, np.floating) else a == b)
-    other = tuple(i for i in range(diff.ndim) if i != axis)
-    hit = np.flatnonzero(diff.any(axis=other) if other else diff)
-    return int(hit[0]) if hit.size else None
-
-
-def measure_lookahead(full_model: Any, inputs: dict[str, np.ndarray], full: dict[str, np.ndarray],
-                      in_axes: dict[str, tuple[int, Any]], out_axes: dict[str, tuple[int, Any]], stride: int,
-                      sess: Any = None, nan: bool = False, phases: int = 1) -> dict[str, Lookahead]:
-    """The true look-ahead of a full-sequence graph, measured by future perturbation: for several input ticks ``k``
-    well inside the input (:func:`perturbation_starts`), change every input from tick ``k`` on
-    (:func:`perturbed`), run the full graph and find the first output frame ``f(k)`` that changes; an output ``r``
-    frames per tick ahead of its input by ``L`` frames changes first at ``k r - L``, so ``L = max over k of
-    (k r - f(k))``. A stream that emits ``n r`` frames after ``n`` ticks with delay ``D`` holds full frames
-    ``< n r - D``, which must not depend on ticks ``>= n``: the smallest delay at which the stream can equal the full
-    graph is ``max(0, L)``.
-
-    Args:
-        full_model (onnx.ModelProto): The full-sequence graph.
-        inputs (dict[str, np.ndarray]): Proof inputs (batch 1, real speech or seeded features).
-        full (dict[str, np.ndarray]): The full graph's outputs on ``inputs``.
-        in_axes (dict[str, tuple[int, Fraction]]): (time axis, frames per tick) of each streaming input.
-        out_axes (dict[str, tuple[int, Fraction]]): (time axis, frames per tick) of each output to measure.
-        stride (int): Total stride (ticks); every ``k`` is a multiple of it.
-        sess (onnxruntime.InferenceSession | None): A session of ``full_model`` (made when None).
-        nan (bool): Change the float inputs to NaN (:func:`perturbed`): the **reach** of the future through the graph's
-            ops, whatever the size of their weights (every arithmetic op carries a NaN forward), where a change of
-            values can vanish below float32 resolution (15 stacked 3-tap convs: the last taps' product is about 1e-8
-            of the output). An upper bound where ops only mask (an additive -inf mask carries NaN; Where does not).
-        phases (int): Also change the input from the ``phases - 1`` strides after the first start (a look-ahead that
-            depends on the phase, as a chunked attention's: a query at a chunk's start looks ``chunk - 1`` frames
-            ahead, one at its end none).
-    Returns:
-        dict[str, Lookahead]: by output name.
-    Source: issue 39 (changing input frames from k on leaves output frames before k - L bit-identical).
-    """
-    from fractions import Fraction
-
-    name0 = next(iter(in_axes))
-    ticks = int(Fraction(inputs[name0].shape[in_axes[name0][0]]) / Fraction(in_axes[name0][1]))
-    sess = sess or session(full_model)
-    names = [o.name for o in full_model.graph.output]
-    points: dict[str, list] = {o: [] for o in out_axes}
-    starts = perturbation_starts(ticks, stride)
-    starts = sorted(set(starts) | {starts[0] + i * stride for i in range(1, phases) if starts and
-                                   starts[0] + i * stride < ticks})
-    for k in starts:
-        got = dict(zip(names, sess.run(None, perturbed(inputs, in_axes, k, nan=nan))))
-        for o, (axis, _rate) in out_axes.items():
-            f = first_change(np.asarray(full[o]), np.asarray(got[o]), axis)
-            if f is not None:
-                points[o].append((k, f))
-    out = {}
-    for o, (_axis, rate) in out_axes.items():
-        la = [math.ceil(k * Fraction(rate)) - f for k, f in points[o]]
-        out[o] = Lookahead(max(la) if la else None, points[o])
-    return out
-
-
 # ---------------------------------------------------------------- proof inputs
 def proof_inputs(contract: StreamContract, ticks: int, seed: int = 0) -> dict[str, np.ndarray]:
     """Inputs for the proof: real speech for waveform inputs (the bundled demo recording, noisy, at the model
@@ -522,7 +407,7 @@ def demo_audio(rate: int, n: int) -> np.ndarray:
     """
     from cosyedge.audio import load_audio, to_model_input
 
-    path = Path(__file__).resolve().parents[1] / "assets" / "demo" / "noisy.wav"
+    path = Path(__file__).resolve().parents[2] / "assets" / "demo" / "noisy.wav"
     x, sr = load_audio(path)
     x = to_model_input(x, sr, rate).reshape(-1)
     reps = -(-n // x.size)
@@ -537,40 +422,64 @@ def demo_audio_rows(rate: int, n: int, batch: int = 1) -> np.ndarray:
     return np.stack(rows)[:, None, :].astype(np.float32)
 
 
-# ---------------------------------------------------------------- adopt: the graph's own state loop
-def run_state_loop(sess: Any, audio: str, x: np.ndarray, chunk: int, states: list[tuple[str, str, np.ndarray]],
-                   outputs: list[str], zero: set | None = None) -> dict[str, np.ndarray]:
-    """Stream ``x`` through a graph with its own state loop: each chunk's state outputs feed the next chunk.
+# ---------------------------------------------------------------- a graph's own state loop, and the error
+def run_state_loop(sess: Any, feed: dict[str, np.ndarray], chunk: int, states: list[tuple[str, str, np.ndarray]],
+                   outputs: list[str] | dict[str, int], zero: set | None = None, *, axes: dict[str, int] | None = None,
+                   chunks: dict[str, int] | None = None, call: str | None = None) -> dict[str, np.ndarray]:
+    """Stream ``feed`` through a graph with its own state loop: each call's state outputs feed the next call (a
+    recipe's check, adopt's reference and its proof).
 
     Args:
         sess (onnxruntime.InferenceSession): The graph.
-        audio (str): Audio input name.
-        x (np.ndarray): float32 (B, 1, L), L a multiple of ``chunk``.
-        chunk (int): Samples per call.
+        feed (dict[str, np.ndarray]): Full-length inputs by name, batch first (an audio input float32 (B, 1, L), L a
+            multiple of ``chunk``).
+        chunk (int): Ticks per call of the first input (samples for audio).
         states (list[tuple[str, str, np.ndarray]]): (input, output, initial value) per state pair.
-        outputs (list[str]): Outputs to collect (concatenated along their last axis).
-        zero (set | None): State inputs reset to their initial value before every chunk (the carry test).
+        outputs (list[str] | dict[str, int]): Outputs to collect, concatenated along their last axis, or along the
+            given time axis by name.
+        zero (set | None): State inputs reset to their initial value before every call (the carry test).
+        axes (dict[str, int] | None): Time axis by input name (default: the last axis of every input).
+        chunks (dict[str, int] | None): Frames per call by input name (with ``axes``; default ``chunk``).
+        call (str | None): What a call is, for the error (default: "a chunk of N samples").
     Returns:
         dict[str, np.ndarray]: by output name.
     Raises:
-        ArtifactError: ONNX Runtime fails on a chunk (first line of its message).
+        ArtifactError: ONNX Runtime fails on a call (first line of its message).
     """
     names = [o.name for o in sess.get_outputs()]
+    call = call or f"a chunk of {plural(chunk, 'sample')}"
 
     def error(err: Exception, _k: int) -> ArtifactError:
-        return ArtifactError(f"ONNX Runtime fails on a chunk of {plural(chunk, 'sample')} ({first_line(err)})")
+        return ArtifactError(f"ONNX Runtime fails on {call} ({first_line(err)})")
 
-    chunks = loop.stream(lambda feeds: dict(zip(names, sess.run(None, feeds))), None, {audio: x}, chunk,
-                         states={i: v for i, _o, v in states}, pairs=[(i, o) for i, o, _v in states],
-                         zero=zero or (), outputs=outputs, on_error=error)
-    return {o: np.concatenate([c[o] for c in chunks], axis=-1) for o in outputs}
+    out_axes = dict(outputs) if isinstance(outputs, dict) else {o: -1 for o in outputs}
+    where = {} if axes is None else {"axes": axes, "chunks": chunks}
+    got = loop.stream(lambda feeds: dict(zip(names, sess.run(None, feeds))), None, dict(feed), chunk,
+                      states={i: v for i, _o, v in states}, pairs=[(i, o) for i, o, _v in states],
+                      zero=zero or (), outputs=list(out_axes), on_error=error, **where)
+    return {o: np.concatenate([c[o] for c in got], axis=a) for o, a in out_axes.items()}
 
 
-def max_err(a: np.ndarray, b: np.ndarray) -> tuple[float, float, float]:
-    """(max abs error, SNR dB (capped at 200), peak |a|) of b against a over their common length."""
+def max_err(a: np.ndarray, b: np.ndarray, *, same_shape: bool = False) -> tuple[float, float, float]:
+    """(max abs error, SNR dB (capped at 200), peak |a|) of ``b`` against ``a`` over their common length (last axis).
+
+    Args:
+        a, b (np.ndarray): Reference and result.
+        same_shape (bool): Compare the whole arrays, which must have one shape (adopt's proof): another shape is an
+            infinite error at -200 dB. Its SNR goes through numpy's log10, as adopt's contracts record it (it can
+            differ from ``math.log10`` in the last bit, which streamify's contracts use).
+    """
+    if same_shape and a.shape != b.shape:
+        return float("inf"), -200.0, float(np.abs(a).max()) if a.size else 0.0
     n = min(a.shape[-1], b.shape[-1])
     a, b = a[..., :n].astype(np.float64), b[..., :n].astype(np.float64)
     e = b - a
     e2, s2 = float((e ** 2).sum()), float((a ** 2).sum())
-    snr = 200.0 if e2 == 0 else min(200.0, 10 * math.log10(max(s2, 1e-300) / e2))
-    return float(np.abs(e).max()) if e.size else 0.0, snr, float(np.abs(a).max()) if a.size else 0.0
+    log10 = np.log10 if same_shape else math.log10
+    snr = 200.0 if e2 == 0 else min(200.0, 10 * log10(max(s2, 1e-300) / e2))
+    return float(np.abs(e).max()) if e.size else 0.0, float(snr), float(np.abs(a).max()) if a.size else 0.0
+
+
+# the look-ahead measurement, re-exported (its module imports this one)
+from cosyedge.surgery.proof.lookahead import (Lookahead, first_change, measure_lookahead,  # noqa: E402,F401
+                                              perturbation_starts, perturbed)
