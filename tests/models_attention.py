@@ -28,7 +28,7 @@ constant (NeMo's ``pos_bias_u/v`` are zeros, Mimi's LayerScale is 0.01, norms ar
 distribution, so that no path of the model is inert and a wrong cache shows in the output.
 
 :func:`export` exports with either exporter (TorchScript ``dynamo=False`` with ``dynamic_axes``, ``dynamo=True``
-with ``dynamic_shapes``, batch 2 example as in ``tests/surgery/test_issue38_rope.py``), :func:`speech_features`
+with ``dynamic_shapes``, batch 2 example as in ``tests/surgery/rules/test_rope.py``), :func:`speech_features`
 gives deterministic real-speech features.
 """
 
@@ -1111,7 +1111,7 @@ def export(model: nn.Module, path, example=None, dynamo: bool = False, time_axis
 
     ``dynamo=False``: TorchScript exporter, opset 17, ``dynamic_axes {0: 'N', time_axis: 'T'}``. ``dynamo=True``:
     ``dynamic_shapes`` with ``Dim('N', max=64)`` and ``Dim('T', min=2, max=t_max)``; the example batch is made 2
-    (``torch.export`` specializes a size-1 example batch to 1), as ``tests/surgery/test_issue38_rope.py::_export``.
+    (``torch.export`` specializes a size-1 example batch to 1), as ``tests/surgery/rules/test_rope.py::_export``.
     ``example`` defaults to :func:`example_input` (64 frames). Returns ``path``.
     """
     path = Path(path)

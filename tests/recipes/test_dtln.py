@@ -144,7 +144,7 @@ def test_int8_build_quantizes_the_scan_body(dtln_onnx, tmp_path):
     stay within 20 dB SNR of FP32 (measured 30.7 dB) and are not FP32 (below 50 dB)."""
     from cosyedge.precision.fp16 import output_snr_db
     from cosyedge.precision.int8 import int8_onnx
-    from tests.precision.test_issue39_scan_precision import _calib
+    from tests.precision.test_scan_bodies import _calib
 
     out = tmp_path / "dtln.int8.onnx"
     res = int8_onnx(dtln_onnx, out, calib=_calib(tmp_path / "calib"))

@@ -173,12 +173,12 @@ def test_run_mic_enhances_live_and_replays_offline_to_the_same_samples(mic_cli, 
 
 def test_int8_sparse_build_runs_in_the_body(gtcrn_onnx, tmp_path):
     """`cosyedge build --int8 --sparse` of GTCRN (compute in the adoption's Scan bodies): prunes, calibrates and places
-    Q/DQ inside the leaf body (tests/precision/test_issue39_scan_precision.py checks the placement and the SNR);
+    Q/DQ inside the leaf body (tests/precision/test_scan_bodies.py checks the placement and the SNR);
     the build exits 0 and its model holds no Q/DQ outside the Scan bodies."""
     import onnx
 
     from cosyedge.cli.main import main
-    from tests.precision.test_issue39_scan_precision import _calib
+    from tests.precision.test_scan_bodies import _calib
 
     engines = tmp_path / "engines"
     calib = _calib(tmp_path / "calib", count=4)

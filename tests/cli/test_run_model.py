@@ -12,7 +12,7 @@ import soundfile as sf
 
 from tests.cli_errors import refused
 
-DEMO = Path(__file__).resolve().parents[1] / "cosyedge" / "assets" / "demo"
+DEMO = Path(__file__).resolve().parents[2] / "cosyedge" / "assets" / "demo"
 
 
 @pytest.fixture(scope="module")

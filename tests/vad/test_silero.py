@@ -15,7 +15,7 @@ import soundfile as sf
 from cosyedge.vad.segments import speech_timestamps_from_probs
 from tests.cli_errors import refused
 
-DEMO = Path(__file__).resolve().parents[1] / "cosyedge" / "assets" / "demo"
+DEMO = Path(__file__).resolve().parents[2] / "cosyedge" / "assets" / "demo"
 RECORDINGS = ("clean", "noisy")
 RECON_SECONDS = {  # issue 39 recon: package get_speech_timestamps (defaults), samples / 16000
     "clean": [(0.802, 7.518), (8.354, 10.974), (11.746, 16.67)],

@@ -53,7 +53,7 @@ def _stream(path, contract, x: np.ndarray, axis: int, chunk: int) -> np.ndarray:
 
 # ---------------------------------------------------------------- GTCRN rebuild
 def test_gtcrn_rebuild_streams_with_delay_0(tmp_path):
-    from tests.models_issue39 import export_gtcrn, stft_frames
+    from tests.helpers.gtcrn_hift import export_gtcrn, stft_frames
 
     model = export_gtcrn(tmp_path / "gtcrn.onnx")
     x = torch.randn(1, 257, 80, 2)
@@ -77,7 +77,7 @@ def test_gtcrn_rebuild_streams_with_delay_0(tmp_path):
 
 # ---------------------------------------------------------------- CausalHiFT trunk
 def test_hift_trunk_delay_is_its_measured_look_ahead(tmp_path):
-    from tests.models_issue39 import HIFT_SAMPLES_PER_FRAME, export_hift
+    from tests.helpers.gtcrn_hift import HIFT_SAMPLES_PER_FRAME, export_hift
 
     model = export_hift(tmp_path / "hift.onnx")
     # the look-ahead from the torch model itself: change mel frames from k on, first changed sample

@@ -120,7 +120,7 @@ def stream_onnx(work):
 
 @pytest.fixture(scope="module")
 def calib(work):
-    """16 recordings cut from the bundled audio (no downloads), as tests/test_issue37_multiin.py builds them."""
+    """16 recordings cut from the bundled audio (no downloads), as tests/test_multi_input.py builds them."""
     from cosyedge.precision.calibset import make_calibration_set
     from tests.precision import int8_fixtures as fx
 
