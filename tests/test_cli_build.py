@@ -21,6 +21,7 @@ from cosyedge.precision.sparsity import check_2to4
 from tests import models
 from tests.precision.int8_fixtures import LIBRIVOX
 from tests.reference_structure import reference_structure
+from tests.helpers.metrics import snr_db
 
 REF = REFERENCE_STREAM_ONNX
 REF_NET = reference_structure()  # convs/blocks of the bundled model, from its weights' config
@@ -32,10 +33,6 @@ def _build(capsys, *args):
     rc = main(["build", *map(str, args)])
     cap = capsys.readouterr()
     return rc, cap.out.strip().splitlines(), cap.err
-
-
-def _snr_db(ref: np.ndarray, y: np.ndarray) -> float:
-    return float(10 * np.log10(np.sum(ref.astype(np.float64) ** 2) / np.sum((y - ref).astype(np.float64) ** 2)))
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +69,7 @@ def test_fp16_build_and_run(engines, capsys, tmp_path, fp32_out):
     assert main(["run", str(LIBRIVOX), "-o", str(wav), "--engine", str(folder)]) == 0
     y = sf.read(str(wav), dtype="float32")[0]
     assert y.shape == fp32_out.shape and np.isfinite(y).all()
-    assert 50.0 <= _snr_db(fp32_out, y) < 150.0
+    assert 50.0 <= snr_db(fp32_out, y) < 150.0
 
 
 def test_fp32_and_sparse_builds(engines, capsys):
@@ -128,7 +125,7 @@ def test_int8_sparse_build_and_run(engines, capsys, tmp_path, fp32_out, monkeypa
     wav = tmp_path / "int8.wav"
     assert main(["run", str(LIBRIVOX), "-o", str(wav), "--engine", str(folder)]) == 0
     y = sf.read(str(wav), dtype="float32")[0]
-    snr = _snr_db(fp32_out, y)
+    snr = snr_db(fp32_out, y)
     assert np.isfinite(y).all() and 10.0 < snr < 40.0, snr  # 2:4 without fine-tune: about 20 dB from dense
 
 

@@ -20,6 +20,7 @@ import torch.nn.functional as F  # noqa: E402
 
 from cosyedge.errors import UsageError  # noqa: E402
 from tests.cli_errors import one_error_line  # noqa: E402
+from tests.helpers.metrics import snr_db
 
 SR = 16000
 HOP = 160
@@ -144,10 +145,6 @@ def engines(twoin, calib, work) -> dict[str, Path]:
     return out
 
 
-def _snr_db(ref: np.ndarray, y: np.ndarray) -> float:
-    return float(10 * np.log10(np.sum(ref.astype(np.float64) ** 2) / np.sum((y.astype(np.float64) - ref) ** 2)))
-
-
 def test_build_every_precision_of_a_two_input_model(engines, twoin, calib):
     """fp32/fp16/int8/int8-sparse engines of a two-input model are built (int8 used to die with ONNX Runtime's
     "Required inputs (['ref']) are missing", exit 1; fp16 with "push a dict"), stream both inputs, and their output
@@ -165,7 +162,7 @@ def test_build_every_precision_of_a_two_input_model(engines, twoin, calib):
     with torch.no_grad():
         full = twoin[1](torch.from_numpy(a[None, None]), torch.from_numpy(r[None, None])).numpy()[0, 0]
     assert float(np.abs(ys["fp32"] - full).max()) < 1e-5
-    snr = {k: _snr_db(ys["fp32"], ys[k]) for k in ("fp16", "int8", "int8-sparse")}
+    snr = {k: snr_db(ys["fp32"], ys[k]) for k in ("fp16", "int8", "int8-sparse")}
     assert snr["fp16"] > 75.0 and snr["int8"] > 55.0 and 15.0 < snr["int8-sparse"] < 40.0, snr
     m = json.loads((engines["int8"] / "manifest.json").read_text())["reports"]["int8"]
     # both inner convs are INT8; the conv reading Concat(state, Identity(Concat(audio, ref))) is the first conv

@@ -11,6 +11,7 @@ import pytest
 import soundfile as sf
 
 from tests.cli_errors import refused
+from tests.helpers.metrics import snr_db
 
 DEMO = Path(__file__).resolve().parents[2] / "cosyedge" / "assets" / "demo"
 
@@ -48,11 +49,6 @@ def _need_wheel(name: str) -> None:
         pytest.skip(f"{name}'s wheel is not installed (tests/requirements-thirdparty.txt)")
 
 
-def _snr_db(ref, est):
-    e = float(((ref.astype(np.float64) - est) ** 2).sum())
-    return 10 * np.log10(float((ref.astype(np.float64) ** 2).sum()) / e)
-
-
 def test_run_model_dtln_exports_once_then_reuses_and_equals_the_authors_loop(cli, root, tmp_path):
     _need_wheel("dtln")
     from cosyedge.recipes.dtln import DELAY_SAMPLES, DTLN, reference_loop
@@ -72,7 +68,7 @@ def test_run_model_dtln_exports_once_then_reuses_and_equals_the_authors_loop(cli
     x, _ = sf.read(str(DEMO / "noisy.wav"), dtype="float32")
     ref = reference_loop(x, *DTLN().network_files())  # sample t is the enhanced sample t - 384
     n = ref.size - DELAY_SAMPLES - 2048
-    assert _snr_db(ref[DELAY_SAMPLES:DELAY_SAMPLES + n], a[:n]) >= 50.0  # 16-bit output file vs float loop
+    assert snr_db(ref[DELAY_SAMPLES:DELAY_SAMPLES + n], a[:n]) >= 50.0  # 16-bit output file vs float loop
 
 
 def test_run_model_nsnet2_file_then_mic_reuse_the_engine(cli, root, tmp_path, monkeypatch):
@@ -85,7 +81,7 @@ def test_run_model_nsnet2_file_then_mic_reuse_the_engine(cli, root, tmp_path, mo
     assert cli.exports == ["nsnet2"] and "delay 9.9375 ms compensated" in out
     y, _ = sf.read(str(tmp_path / "n.wav"), dtype="float32")
     x, _ = sf.read(str(DEMO / "noisy.wav"), dtype="float32")
-    assert y.shape == x.shape and _snr_db(x, y) < 20  # enhanced: not the input
+    assert y.shape == x.shape and snr_db(x, y) < 20  # enhanced: not the input
     sd = fake_sounddevice([{"name": "Fake Mic", "max_input_channels": 1, "max_output_channels": 0,
                             "default_samplerate": 16000.0}], signal=x[:16000])
     monkeypatch.setattr(devmod, "load_sounddevice", lambda: sd)

@@ -33,6 +33,7 @@ from tests.reference_structure import (
     PC_FRAMES_CONVS,
     reference_structure,
 )
+from tests.helpers.metrics import snr_db
 
 REF_NET = reference_structure()
 """Convs, states and blocks of the bundled model, from its weights' config (tests/reference_structure.py)."""
@@ -82,11 +83,6 @@ def _qdq_pairs(model_path, quantized) -> int:
 def _stream(path, x, chunk=None):
     with OrtStreamSession(path, chunk_samples=chunk) as s:
         return enhance_array(s, x)
-
-
-def _snr_db(ref, est):
-    ref = ref.astype(np.float64)
-    return 10 * np.log10(np.sum(ref ** 2) / np.sum((ref - est) ** 2))
 
 
 class _Records(logging.Handler):
@@ -247,15 +243,15 @@ def test_int8_streaming_accuracy_vs_fp32(int8, model):
     noisy, clean = fx.eval_pair()
     y32 = _stream(model, noisy)
     y8 = _stream(out, noisy)
-    snr = _snr_db(y32, y8)
+    snr = snr_db(y32, y8)
     print(f"INT8 vs FP32 streaming output SNR: {snr:.2f} dB")
     assert snr >= 30.0
     # a 100 ms chunk streams the same INT8 model to the same output, up to rare one-step rounding flips
     # where a value sits on a quantization boundary (accumulation order differs with the chunk length)
     y8_big = _stream(out, noisy, chunk=1600)
-    snr_chunks = _snr_db(y8, y8_big)
+    snr_chunks = snr_db(y8, y8_big)
     print(f"INT8 10 ms vs 100 ms chunks: {snr_chunks:.1f} dB")
-    assert snr_chunks >= 45.0 and _snr_db(y32, y8_big) >= 30.0
+    assert snr_chunks >= 45.0 and snr_db(y32, y8_big) >= 30.0
     pesq = pytest.importorskip("pesq")
     p32 = pesq.pesq(16000, clean, y32, "wb")
     p8 = pesq.pesq(16000, clean, y8, "wb")
@@ -395,7 +391,7 @@ def test_conv_transpose_weights_use_axis_1(tmp_path):
     assert inits[dq["deconv/weight_DequantizeLinear"].input[1]].shape == (6,)
     assert {a.name: a.i for a in dq["deconv/weight_DequantizeLinear"].attribute}["axis"] == 1
     y8 = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": xin})[0]
-    assert _snr_db(href, y8) > 30.0
+    assert snr_db(href, y8) > 30.0
 
 
 # ---------------------------------------------------------------------------------------- CLI bad input

@@ -15,6 +15,7 @@ import soundfile as sf
 
 from cosyedge.artifacts import StreamContract
 from cosyedge.audio import load_audio
+from tests.helpers.metrics import snr_db
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "cosyedge" / "assets" / "demo" / "noisy.wav"
@@ -50,11 +51,6 @@ def reference() -> np.ndarray:
     return reference_loop(x[:, 0], *_wheel())
 
 
-def _snr_db(ref: np.ndarray, est: np.ndarray) -> float:
-    n = min(ref.size, est.size)
-    return float(10 * np.log10(np.sum(ref[:n] ** 2.0) / np.sum((ref[:n] - est[:n]) ** 2.0)))
-
-
 def test_the_stream_onnx_is_an_adopted_waveform_model(dtln_onnx):
     c = StreamContract.from_onnx(dtln_onnx)
     assert (c.name, c.sample_rate_hz, c.hop_samples, c.total_stride, c.delay_samples) == ("dtln", 16000, 128, 128, 384)
@@ -86,10 +82,10 @@ def test_stream_equals_the_authors_loop_on_real_speech(dtln_onnx, reference, chu
     n = chunk * ((x.size - 384) // chunk)
     with OrtStreamSession(dtln_onnx, chunk_samples=chunk) as s:
         y = np.concatenate([s.push(x[None, None, i:i + chunk])["enhanced"][0, 0].copy() for i in range(0, n, chunk)])
-    snr = _snr_db(reference[:n], y)
+    snr = snr_db(reference[:n], y)
     assert snr >= 60.0, snr
-    assert _snr_db(reference[:n], np.roll(y, 128)) < 20.0  # one hop off it is another signal
-    assert _snr_db(reference[:n], x[:n]) < 20.0  # and the model does change the input
+    assert snr_db(reference[:n], np.roll(y, 128)) < 20.0  # one hop off it is another signal
+    assert snr_db(reference[:n], x[:n]) < 20.0  # and the model does change the input
 
 
 def test_cosyedge_run_output_is_aligned_with_the_input(dtln_onnx, reference, tmp_path):
@@ -102,9 +98,9 @@ def test_cosyedge_run_output_is_aligned_with_the_input(dtln_onnx, reference, tmp
     x, _ = load_audio(DEMO)
     assert sr == 16000 and y.size == x.shape[0]
     n = reference.size - 384 - 512  # the script leaves its last block unwritten
-    snr = _snr_db(reference[384:384 + n], y[:n])
+    snr = snr_db(reference[384:384 + n], y[:n])
     assert snr >= 60.0, snr
-    assert _snr_db(reference[:n], y[:n]) < 20.0  # uncompensated it would not match
+    assert snr_db(reference[:n], y[:n]) < 20.0  # uncompensated it would not match
 
 
 def test_streampool_with_three_streams_equals_single_sessions(dtln_onnx):
@@ -117,7 +113,7 @@ def test_streampool_with_three_streams_equals_single_sessions(dtln_onnx):
     want = session_outputs(dtln_onnx, streams, hop)
     for w, g in zip(want, pool_outputs(dtln_onnx, streams, hop, max_streams=4)):
         np.testing.assert_allclose(g, w, atol=2e-5)
-    assert _snr_db(want[0], want[1]) < 0  # the streams really differ
+    assert snr_db(want[0], want[1]) < 0  # the streams really differ
 
 
 def test_fp16_build_converts_the_scan_body(dtln_onnx, tmp_path, capsys):

@@ -18,6 +18,7 @@ import soundfile as sf
 
 from cosyedge.artifacts import StreamContract
 from cosyedge.audio import load_audio
+from tests.helpers.metrics import snr_db
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "cosyedge" / "assets" / "demo" / "noisy.wav"
@@ -48,12 +49,6 @@ def reference() -> np.ndarray:
 
     x, _ = load_audio(DEMO)
     return reference_pipeline(x[:, 0], _wheel())
-
-
-def _snr_db(ref: np.ndarray, est: np.ndarray) -> float:
-    n = min(ref.size, est.size)
-    return float(10 * np.log10(np.sum(np.asarray(ref[:n], np.float64) ** 2)
-                               / np.sum((np.asarray(ref[:n], np.float64) - est[:n]) ** 2)))
 
 
 def test_the_stream_onnx_is_an_adopted_waveform_model(gtcrn_onnx):
@@ -87,10 +82,10 @@ def test_cosyedge_run_equals_the_packages_own_pipeline(gtcrn_onnx, reference, tm
     y, sr = sf.read(out, dtype="float64")
     x, _ = load_audio(DEMO)
     assert sr == 16000 and y.size == x.shape[0] == reference.size
-    snr = _snr_db(reference, y)
+    snr = snr_db(reference, y)
     assert snr >= 60.0, snr
-    assert _snr_db(reference, np.roll(y, 256)) < 20.0  # one hop off it is another signal
-    assert _snr_db(reference, x[:, 0]) < 20.0  # and the model does change the input
+    assert snr_db(reference, np.roll(y, 256)) < 20.0  # one hop off it is another signal
+    assert snr_db(reference, x[:, 0]) < 20.0  # and the model does change the input
 
 
 def _fake_wheel(root: Path, version: str, model: onnx.ModelProto) -> Path:
@@ -168,7 +163,7 @@ def test_run_mic_enhances_live_and_replays_offline_to_the_same_samples(mic_cli, 
     replay, _ = sf.read(str(tmp_path / "replay.wav"), dtype="float32")
     d = StreamContract.from_onnx(gtcrn_onnx).delay_samples
     assert np.abs(replay[: live.size - d] - live[d:]).max() <= 1.0 / 32768
-    assert _snr_db(heard[: live.size - d], live[d:]) < 20.0
+    assert snr_db(heard[: live.size - d], live[d:]) < 20.0
 
 
 def test_int8_sparse_build_runs_in_the_body(gtcrn_onnx, tmp_path):
@@ -214,7 +209,7 @@ def test_streampool_with_three_streams_equals_single_sessions(gtcrn_onnx):
     want = session_outputs(gtcrn_onnx, streams, 1024)
     for w, g in zip(want, pool_outputs(gtcrn_onnx, streams, 1024, max_streams=4)):
         np.testing.assert_allclose(g, w, atol=2e-5)
-    assert _snr_db(want[0], want[1]) < 0  # the streams really differ
+    assert snr_db(want[0], want[1]) < 0  # the streams really differ
 
 
 def test_triton_repository_takes_it(gtcrn_onnx, tmp_path):
