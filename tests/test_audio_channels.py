@@ -28,9 +28,7 @@ def test_antiphase_stereo_warns_one_line(tmp_path, delay_onnx, capsys):
     ap = _wav(tmp_path / "ap.wav", channels=2, antiphase=True)
     assert main(["run", str(ap), "-o", str(tmp_path / "o.wav"), "--engine", str(delay_onnx)]) == 0
     warns = [line for line in capsys.readouterr().err.splitlines() if line.startswith("[W]")]
-    assert warns == [f"[W] input audio {ap}: its 2 channels cancel when mixed to mono (the mix is silent: antiphase "
-                     f"stereo?), so the model hears near silence; give one channel instead (e.g. 'sox in.wav "
-                     f"left.wav remix 1') (processing anyway)"]
+    assert len(warns) == 1 and f"input audio {ap}: its 2 channels cancel when mixed to mono" in warns[0], warns
     plain = _wav(tmp_path / "st.wav", channels=2)  # uncorrelated channels: the mix is 3 dB down, no warning
     assert main(["run", str(plain), "-o", str(tmp_path / "o2.wav"), "--engine", str(delay_onnx)]) == 0
     assert "[W]" not in capsys.readouterr().err

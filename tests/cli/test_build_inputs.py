@@ -29,13 +29,13 @@ def test_a_folder_given_as_the_onnx_says_so(delay_onnx, tmp_path, capsys):
                  ["streamify", str(folder), str(tmp_path / "o.onnx")] + sr,
                  ["build", "--backend", "onnxruntime", "--onnx", str(folder), "-o", str(tmp_path / "e")]):
         assert main(args) == 3
-        assert one_error_line(capsys) == f"[!] {folder} is a folder, expected an .onnx file"
+        assert f"{folder} is a folder, expected an .onnx file" in one_error_line(capsys)
     assert main(["build", "-q", "--backend", "onnxruntime", "--onnx", str(delay_onnx), "-o", str(tmp_path / "e")]) == 0
     engine = tmp_path / "e" / "delay-fp32-onnxruntime"
     capsys.readouterr()
     assert main(["streamify", str(engine), "-o", str(tmp_path / "o.onnx")] + sr) == 3
-    assert one_error_line(capsys) == (f"[!] {engine} is a folder (an engine folder from 'cosyedge build'), "
-                                       f"expected an .onnx file")
+    line = one_error_line(capsys)
+    assert f"{engine} is a folder (an engine folder" in line and "expected an .onnx file" in line
     assert not (tmp_path / "o.onnx").exists()
 
 
@@ -44,10 +44,10 @@ def test_calib_that_does_not_exist_says_so(delay_onnx, tmp_path, capsys):
     missing = tmp_path / "nowhere"
     args = ["build", "--int8", "--backend", "onnxruntime", "--onnx", str(delay_onnx), "-o", str(tmp_path / "e")]
     assert main(args + ["--calib", str(missing)]) == 3
-    assert one_error_line(capsys) == (f"[!] calibration folder {missing} does not exist (make one: 'cosyedge calib "
-                                       f"make --out {missing}', or give the folder of an existing set)")
+    line = one_error_line(capsys)
+    assert f"calibration folder {missing} does not exist" in line and "cosyedge calib make" in line
     missing.mkdir()
     assert main(args + ["--calib", str(missing)]) == 3
-    assert one_error_line(capsys) == (f"[!] calibration folder {missing} has no manifest.json (make one: 'cosyedge "
-                                       f"calib make --out {missing}')")
+    line = one_error_line(capsys)
+    assert f"calibration folder {missing} has no manifest.json" in line and "cosyedge calib make" in line
     assert tree(tmp_path / "e") == [] if (tmp_path / "e").exists() else True

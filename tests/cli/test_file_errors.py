@@ -82,8 +82,8 @@ def test_path_errors_only_for_path_errnos(monkeypatch, capsys):
 
     fail(PermissionError(errno.EACCES, "Permission denied", "/x/secret.onnx"))
     assert main(["build", "--backend", "onnxruntime"]) == 3
-    assert one_error_line(capsys) == ("[!] cannot use /x/secret.onnx: Permission denied (no permission: change the "
-                                       "file's or its folder's permissions, or give another path)")
+    line = one_error_line(capsys)
+    assert "cannot use /x/secret.onnx: Permission denied" in line and "no permission" in line
     fail(OSError(errno.ELOOP, "Too many levels of symbolic links", "a"))
     assert main(["build", "--backend", "onnxruntime"]) == 3
     assert one_error_line(capsys).startswith("[!] cannot use a: Too many levels of symbolic links (a symbolic link")
@@ -113,12 +113,11 @@ def test_stdout_on_a_full_disk_is_one_line_exit_3(tmp_path, delay_onnx):
                    stderr=__import__("subprocess").PIPE)
     err = res.stderr
     assert res.returncode == 3, err
-    assert err.splitlines() == ["[!] cannot write standard output: No space left on device"], err
+    assert "cannot write standard output: No space left on device" in one_error_line(err)
     assert (tmp_path / "out.wav").is_file()  # the enhanced file was written before the report line failed
     with open("/dev/full", "w") as full:
         res = cosyedge_subprocess("--version", stdout=full, stderr=__import__("subprocess").PIPE)
-    assert res.returncode == 3 and res.stderr.splitlines() == [
-        "[!] cannot write standard output: No space left on device"]
+    assert res.returncode == 3 and "cannot write standard output" in one_error_line(res.stderr)
 
 
 def _no_bypass_prefix(probe: list[str]) -> list[str] | None:
@@ -147,8 +146,8 @@ def test_unreadable_input_says_permission_denied(tmp_path, delay_onnx):
         pytest.skip("cannot make a file unreadable here (root without setpriv)")
     res = cosyedge_subprocess("run", str(wav), "-o", str(tmp_path / "out.wav"), "--engine", str(delay_onnx), "-q", prefix=prefix)
     assert res.returncode == 3, res.stderr
-    assert res.stderr.splitlines() == [f"[!] cannot read input audio {wav}: permission denied (mode 0000); make it "
-                                       f"readable (chmod u+r)"]
+    line = one_error_line(res.stderr)
+    assert f"cannot read input audio {wav}: permission denied" in line and "chmod u+r" in line
     assert not (tmp_path / "out.wav").exists()
 
 
@@ -160,8 +159,8 @@ def test_read_only_output_is_kept(tmp_path, delay_onnx, capsys):
     out.write_bytes(b"keep me")
     out.chmod(0o444)
     assert main(["run", str(wav), "-o", str(out), "--engine", str(delay_onnx), "-q"]) == 3
-    assert one_error_line(capsys) == (f"[!] cannot write {out}: the file is read-only (mode 0444), kept as it is; "
-                                       f"make it writable (chmod u+w) or give another path")
+    line = one_error_line(capsys)
+    assert f"cannot write {out}: the file is read-only" in line and "chmod u+w" in line
     assert out.read_bytes() == b"keep me" and out.stat().st_mode & 0o777 == 0o444
 
 
@@ -194,6 +193,6 @@ def test_run_without_engine_in_a_read_only_folder_uses_the_user_cache(tmp_path):
     res = cosyedge_subprocess("run", str(wav), "-o", str(out), "-q", prefix=prefix, cwd=ro,
                env={**env, "XDG_CACHE_HOME": str(locked), "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
     assert res.returncode == 3, res.stderr
-    assert res.stderr.splitlines() == [f"[!] cannot write the reference engine in {ro / 'engines'} (not writable) nor "
-                                       f"in {locked / 'cosyedge' / 'engines'}: set COSYEDGE_ENGINES_DIR to a writable "
-                                       f"folder, or pass --engine PATH"]
+    line = one_error_line(res.stderr)
+    assert f"cannot write the reference engine in {ro / 'engines'} (not writable)" in line
+    assert "COSYEDGE_ENGINES_DIR" in line

@@ -30,8 +30,7 @@ def test_build_o_a_file_says_o_must_be_a_folder(delay_onnx, tmp_path, capsys):
     for target, found in ((f, "it is a file"), (f / "sub", f"{f} is a file")):
         rc = main(["build", "--onnx", str(delay_onnx), "--backend", "onnxruntime", "-o", str(target)])
         line = one_error_line(capsys)
-        assert rc == 3 and line == (f"[!] -o {target} must be a folder (the engines root, which receives the engine "
-                                    f"folder), but {found}: give a folder path"), line
+        assert rc == 3 and f"-o {target} must be a folder" in line and found in line, line
     assert f.read_text() == "mine" and tree(tmp_path) == ["notes.txt"]
 
 

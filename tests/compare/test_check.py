@@ -297,8 +297,7 @@ def test_candidate_for_a_label_not_checked_is_exit_2(baseline, ref_onnx, engines
                "--candidate", f"int8={fp32_engine}", "--engines-dir", str(engines), "--utterances", str(utt_dir),
                "--no-pesq"])
     assert rc == 2
-    assert _one_line_error(capsys) == ("[!] --candidate int8=... is for a label this check does not run (it checks "
-                                       "fp32); add it to --precisions")
+    assert "is for a label this check does not run" in _one_line_error(capsys)
 
 
 def _fake_trt_folder(src: Path, dest: Path) -> Path:

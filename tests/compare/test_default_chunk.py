@@ -37,9 +37,8 @@ def test_compare_check_default_chunk_is_a_multiple_of_the_hop(tmp_path):
     assert "; 96 ms chunks;" in p.stdout, p.stdout
     p = cosyedge_in_folder(tmp_path, "compare", ref, ref, "--no-pesq", "--chunk-ms", "100")
     assert p.returncode == 2
-    assert one_error_line(p.stderr, last=False) == (
-        "[!] --chunk-ms 100 (1600 samples) is not a multiple of the model's total stride 256 samples = 16 ms "
-        "(use 16, 32, ... ms)")
+    line = one_error_line(p.stderr, last=False)
+    assert "--chunk-ms 100 (1600 samples) is not a multiple of the model's total stride 256 samples" in line
     p = cosyedge_in_folder(tmp_path, "check", "--onnx", ref, "--update-baseline", "--baseline", tmp_path / "b.json",
              "--precisions", "fp32", "--no-pesq", "-q")
     assert p.returncode == 0, p.stderr

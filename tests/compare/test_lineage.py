@@ -8,9 +8,9 @@ import shutil
 
 import pytest
 
-from cosyedge.artifacts import sha256_file
 from cosyedge.cli.main import main
 from cosyedge.models import REFERENCE_SPARSE_STREAM_ONNX
+from tests.cli_errors import one_error_line
 
 
 @pytest.fixture(scope="module")
@@ -34,10 +34,8 @@ def test_compare_refuses_an_engine_built_from_another_model(ref_onnx, foreign_en
     assert main(["compare", str(ref_onnx), str(engine), *_args(utt_dir)]) == 2
     out, err = capsys.readouterr()
     assert out == ""
-    assert err.strip().splitlines() == [
-        f"[!] candidate {engine} was built from another model (parent sha256 {sha256_file(src)[:12]}, built from "
-        f"{src.resolve()}), not from {ref_onnx} (sha256 {sha256_file(ref_onnx)[:12]}); build it with 'cosyedge "
-        f"build --onnx {ref_onnx} ...'"]
+    line = one_error_line(err)
+    assert f"candidate {engine} was built from another model" in line and f"not from {ref_onnx}" in line
 
 
 def test_check_candidate_says_it_in_the_same_words(ref_onnx, foreign_engine, utt_dir, tmp_path, capsys):
@@ -46,10 +44,8 @@ def test_check_candidate_says_it_in_the_same_words(ref_onnx, foreign_engine, utt
                "--baseline", str(tmp_path / "b.json"), "--update-baseline", "--engines-dir", str(tmp_path / "e"),
                "--utterances", str(utt_dir), "--no-pesq", "-q"])
     assert rc == 2
-    assert capsys.readouterr().err.strip().splitlines() == [
-        f"[!] --candidate fp32={engine} was built from another model (parent sha256 {sha256_file(src)[:12]}, built "
-        f"from {src.resolve()}), not from {ref_onnx} (sha256 {sha256_file(ref_onnx)[:12]}) that 'fp32' is compared "
-        f"with; build it with 'cosyedge build --onnx {ref_onnx} ...'"]
+    line = one_error_line(capsys)
+    assert f"--candidate fp32={engine} was built from another model" in line and f"not from {ref_onnx}" in line
     assert not (tmp_path / "b.json").exists()
 
 

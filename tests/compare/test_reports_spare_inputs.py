@@ -36,8 +36,7 @@ def test_compare_json_refuses_the_reference_and_engine_files(tmp_path, delay_onn
     ref = _copy(delay_onnx, tmp_path / "ref.onnx")
     before = sha256(ref)
     assert main(["compare", str(ref), str(delay_onnx), "--no-pesq", "--json", str(ref)]) == 2
-    assert one_error_line(capsys) == (f"[!] --json {ref} is the input {ref}: give another path for the report (the "
-                                       f"input is kept)")
+    assert f"--json {ref} is the input {ref}" in one_error_line(capsys)
     assert sha256(ref) == before
     # another spelling of the candidate (a symlink) is the same file
     link = tmp_path / "link.json"
@@ -49,8 +48,7 @@ def test_compare_json_refuses_the_reference_and_engine_files(tmp_path, delay_onn
     eng.mkdir()
     (eng / "manifest.json").write_text("{}")
     assert main(["compare", str(ref), str(eng), "--no-pesq", "--json", str(eng / "manifest.json")]) == 2
-    assert one_error_line(capsys) == (f"[!] --json {eng / 'manifest.json'} is a file of the input folder {eng}: give "
-                                       f"another path for the report (the input is kept)")
+    assert f"--json {eng / 'manifest.json'} is a file of the input folder {eng}" in one_error_line(capsys)
     assert (eng / "manifest.json").read_text() == "{}"
 
 

@@ -4,16 +4,13 @@ from __future__ import annotations
 
 
 from cosyedge.cli.main import main
-
-
-def _err_lines(capsys) -> list[str]:
-    return capsys.readouterr().err.strip().splitlines()
+from tests.cli_errors import one_error_line
 
 
 def test_calib_make_refuses_a_negative_seed_and_leaves_no_folder(tmp_path, capsys):
     out = tmp_path / "set"
     assert main(["calib", "make", "--seed", "-1", "--count", "4", "--out", str(out)]) == 2
-    assert _err_lines(capsys) == ["[!] --seed must be >= 0, got -1"]
+    assert "--seed must be >= 0, got -1" in one_error_line(capsys)
     assert not out.exists()
 
 
@@ -24,5 +21,5 @@ def test_a_failed_first_calibration_set_leaves_no_empty_folder(tmp_path, capsys)
         (src / f"{i}.wav").write_text("not audio")
     out = tmp_path / "set"
     assert main(["calib", "make", "--from", str(src), "--out", str(out)]) == 2
-    assert "only 0 usable recording(s), need at least 16" in _err_lines(capsys)[-1]
+    assert "only 0 usable recording(s), need at least 16" in one_error_line(capsys)
     assert not out.exists()

@@ -10,6 +10,7 @@ import importlib.util
 import json
 
 import pytest
+from tests.cli_errors import refused
 
 
 @pytest.mark.slow
@@ -23,10 +24,8 @@ def test_gtcrn_int8_says_ort_matmul_and_bias_correction_do_not_apply(tmp_path, c
     calib = make_calibration_set(tmp_path / "calib", count=2, seed=0, training_data=DemoMix()).folder
     rc, out, err = cli("build", "--onnx", src, "--int8", "--int8-placement", "ort_matmul", "--bias-correction",
                        "--calib", calib, "-o", tmp_path / "eng")
-    assert rc == 2 and [x for x in err.splitlines() if x.startswith("[!]")] == [
-        "[!] int8: gtcrn.stream.onnx keeps its compute in Scan bodies, which take the trt placement only (ort_matmul "
-        "and bias correction are for flat graphs): build without --int8-placement ort_matmul and --bias-correction"], err
-    assert "Traceback" not in err
+    line = refused(rc, err, 2)
+    assert "keeps its compute in Scan bodies, which take the trt placement only" in line
     assert not (tmp_path / "eng").exists() or not any((tmp_path / "eng").iterdir())
     rc, out, err = cli("build", "--onnx", src, "--int8", "--calib", calib, "-o", tmp_path / "eng")
     assert rc == 0, err

@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from cosyedge.artifacts import StreamContract
+from tests.cli_errors import one_error_line
 
 
 class _MaskAndEnhanced(nn.Module):
@@ -64,8 +65,7 @@ def test_audio_output_that_is_not_an_output_is_exit_2(tmp_path, cli):
     rc, _o, err = cli("streamify", src, "-o", out, "--sample-rate-hz", "16000", "--hop-samples", "160",
                       "--audio-output", "nope")
     assert rc == 2
-    assert err.strip().splitlines()[-1:] == [f"[!] --audio-output 'nope' is not an output of {src} (outputs: "
-                                        "['mask', 'enhanced'])"]
+    assert f"--audio-output 'nope' is not an output of {src}" in one_error_line(err)
     assert not out.exists()
 
 
@@ -93,5 +93,4 @@ def test_a_noise_estimate_is_not_taken_for_the_speech_and_an_empty_name_is_refus
     assert any("'run' writes 'speech'" in r.getMessage() for r in warnings_seen)
     rc, _o, err = cli("streamify", src, "-o", tmp_path / "e.stream.onnx", *sr, "--audio-output", "")
     assert rc == 2
-    assert err.strip().splitlines()[-1] == (f"[!] --audio-output '' is not an output of {src} (outputs: "
-                                            "['noise_est', 'speech'])")
+    assert f"--audio-output '' is not an output of {src}" in one_error_line(err)

@@ -18,6 +18,7 @@ from cosyedge.errors import ArtifactError
 from cosyedge.runtime.ort import OrtStreamSession
 from cosyedge.surgery import proof
 from tests.models_torch import CausalTap3
+from tests.cli_errors import one_error_line
 
 streamify_mod = importlib.import_module("cosyedge.surgery.streamify")
 
@@ -117,11 +118,9 @@ def test_streamify_without_the_repair_refuses_in_one_line(tmp_path, cli, monkeyp
     _fixed_output_model(src)
     rc, _o, err = _streamify(cli, src, out)
     assert rc == 3
-    assert err.strip().splitlines() == [
-        f"[!] {src}: ONNX Runtime cannot run the stream graph on a chunk of 1 sample (RuntimeError: Error in "
-        "execution: Got "
-        "invalid dimensions for output: enhanced for the following indices), as 'cosyedge run' and 'build' would run "
-        "it; nothing written"]
+    line = one_error_line(err)
+    assert f"{src}: ONNX Runtime cannot run the stream graph on a chunk of 1 sample" in line
+    assert "invalid dimensions for output: enhanced" in line and "nothing written" in line
     assert not out.exists()
 
 

@@ -14,8 +14,6 @@ from tests.cli_errors import one_error_line
 from tests.helpers.graphs import conv_onnx
 
 
-HINT = ("export with a dynamic time axis: dynamic_axes={'x': {2: 'T'}, 'y': {2: 'T'}} (torch.onnx.export) or "
-        "dynamo=True with dynamic_shapes={'x': {2: torch.export.Dim('T')}}")
 
 
 # ---------------------------------------------------- item 6f: the proof's length has a unit and a duration
@@ -62,9 +60,9 @@ def test_streamify_an_export_that_fixed_its_time_length(tmp_path, capsys):
     out = tmp_path / "o.onnx"
     sr = ["--sample-rate-hz", "16000", "--hop-samples", "160"]
     assert main(["streamify", str(fixed), "-o", str(out)] + sr) == 2
-    assert one_error_line(capsys) == (f"[!] {fixed}: the export fixed the time length (input 'x' is [1, 1, 16000], "
-                                       f"no input has a dynamic axis); {HINT}, or give its time axis (--time-axis x=2) "
-                                       "to stream it as exported (that axis is made symbolic and the proof checks it)")
+    line = one_error_line(capsys)
+    assert f"{fixed}: the export fixed the time length (input 'x' is [1, 1, 16000]" in line
+    assert "export with a dynamic time axis" in line and "--time-axis x=2" in line
     # told which axis is time, the fixed dim is made symbolic (issue 37 item 3's repair) and the proof decides
     assert main(["streamify", str(fixed), "-o", str(out), "--time-axis", "x=2"] + sr) == 0
     err = capsys.readouterr().err  # one line names the repair the proof ran on (tests/surgery/test_refusal_reasons.py)
@@ -73,9 +71,9 @@ def test_streamify_an_export_that_fixed_its_time_length(tmp_path, capsys):
     out.unlink()
     baked = _baked_reshape_onnx(tmp_path / "baked.onnx")
     assert main(["streamify", str(baked), "-o", str(out)] + sr) == 2
-    assert one_error_line(capsys) == (f"[!] {baked}: the export fixed the time length (Reshape node 'frames' asks "
-                                       f"for shape {{1,100,160}} at any input length); {HINT}, and shapes computed "
-                                       f"from the input (x.reshape(1, -1, 160), not fixed numbers)")
+    line = one_error_line(capsys)
+    assert f"{baked}: the export fixed the time length (Reshape node 'frames'" in line
+    assert "export with a dynamic time axis" in line
     assert not out.exists()
 
 
@@ -83,8 +81,9 @@ def test_streamify_an_export_that_fixed_its_time_length(tmp_path, capsys):
 def test_streamify_without_metadata_names_every_missing_value(tmp_path, capsys):
     src = conv_onnx(tmp_path / "conv.onnx")
     assert main(["streamify", str(src), "-o", str(tmp_path / "o.onnx")]) == 2
-    assert one_error_line(capsys) == (f"[!] {src} has no cosyedge metadata: give sample_rate_hz= (CLI: "
-                                       f"--sample-rate-hz N) and hop_samples= (CLI: --hop-samples N)")
+    line = one_error_line(capsys)
+    assert f"{src} has no cosyedge metadata" in line and "--sample-rate-hz N" in line and "--hop-samples N" in line
     assert main(["streamify", str(src), "-o", str(tmp_path / "o.onnx"), "--hop-samples", "160"]) == 2
-    assert one_error_line(capsys) == (f"[!] {src} has no cosyedge metadata: give sample_rate_hz= (CLI: "
-                                       f"--sample-rate-hz N)")
+    line = one_error_line(capsys)
+    assert f"{src} has no cosyedge metadata" in line and "--sample-rate-hz N" in line
+    assert "--hop-samples" not in line

@@ -28,9 +28,8 @@ def test_streamify_positional_output_refuses_a_full_sequence_onnx(tmp_path, caps
     before = sha256(dec)
     assert main(["streamify", str(enc), str(dec), *STREAMIFY_ARGS]) == 2
     line = one_error_line(capsys)
-    assert line == (f"[!] output {dec} (the last argument, no -o given) exists and is not a cosyedge stream ONNX (no "
-                    f"cosyedge stream metadata): refusing to write over it; if it is one of the model's files, give "
-                    f"the output with -o OUT.onnx; delete it first to replace it")
+    assert f"output {dec} (the last argument, no -o given) exists and is not a cosyedge stream ONNX" in line
+    assert "refusing to write over it" in line
     assert sha256(dec) == before
     # with -o the same: an existing non-stream file is never written over
     assert main(["streamify", str(enc), "-o", str(dec), *STREAMIFY_ARGS]) == 2
@@ -44,8 +43,8 @@ def test_streamify_output_must_end_in_onnx(tmp_path, capsys):
     notes = tmp_path / "notes.txt"
     notes.write_text("my notes\n")
     assert main(["streamify", str(enc), str(notes), *STREAMIFY_ARGS]) == 2
-    assert one_error_line(capsys) == (f"[!] output {notes} (the last argument, no -o given): a stream ONNX file name "
-                                       f"must end in .onnx (e.g. -o model.stream.onnx)")
+    assert f"output {notes} (the last argument, no -o given): a stream ONNX file name must end in .onnx" in \
+        one_error_line(capsys)
     assert notes.read_text() == "my notes\n"
     assert main(["streamify", str(enc), "-o", str(tmp_path / "x.txt"), *STREAMIFY_ARGS]) == 2
     assert "must end in .onnx" in one_error_line(capsys)
@@ -65,4 +64,4 @@ def test_streamify_replaces_its_own_stream_output(tmp_path, capsys):
     assert meta["cosyedge.name"] == "third"
     # output == input keeps its own message
     assert main(["streamify", str(enc), str(enc), *STREAMIFY_ARGS]) == 2
-    assert one_error_line(capsys) == f"[!] output {enc} is the input file: give another output path (the input is kept)"
+    assert f"output {enc} is the input file" in one_error_line(capsys)

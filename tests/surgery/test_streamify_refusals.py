@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import torch
 from torch import nn
+from tests.cli_errors import refused
 
 
 class _Log(nn.Module):
@@ -42,10 +43,8 @@ def test_streamify_never_writes_into_an_engine_folder(tmp_path, cli):
     torch.onnx.export(_Log().eval(), (torch.rand(1, 1, 1600) + 0.5,), str(src), input_names=["audio"],
                       output_names=["enhanced"], dynamic_axes={"audio": {2: "T"}, "enhanced": {2: "T"}}, dynamo=False)
     rc, _o, err = cli("streamify", src, "-o", folder / "model.onnx", "--sample-rate-hz", "16000", "--hop-samples", "160")
-    assert rc == 2
-    assert err.strip().splitlines() == [
-        f"[!] output -o {folder / 'model.onnx'} is inside the engine folder {folder} (it has a manifest.json): an "
-        "engine's model is written by 'cosyedge build'; write the stream ONNX elsewhere and build from it"]
+    line = refused(rc, err, 2)
+    assert f"output -o {folder / 'model.onnx'} is inside the engine folder {folder}" in line
     assert (folder / "model.onnx").read_bytes() == before
 
 
