@@ -54,13 +54,12 @@ def _dims(value_info) -> list:
 
 
 def test_setup_commands_come_before_any_table_or_benchmark():
-    """A newcomer reaches the two set-up commands before any table; the quickstart follows Set-up directly."""
+    """A newcomer reaches the set-up commands early (in the set-up section, before any table); the order and the
+    titles of the other sections are the README's to choose."""
     text = README.read_text()
     first_cmd = text.index("```bash\n")
     assert text.index("## Set-up") < first_cmd < text.index("|---|"), "a table stands before the first command"
     assert text[:first_cmd].count("\n") < 30
-    heads = re.findall(r"^## (.+)$", text, flags=re.M)
-    assert heads[heads.index("Set-up (fresh clone)") + 1] == "Bring your own model"
 
 
 def test_quickstart_names_the_export_and_every_flag_it_needs():

@@ -31,6 +31,9 @@ DEMO_GAIN_INT8_DB = 2.07
 """float: the same through the streamed INT8 ONNX Runtime engine ('cosyedge run', PCM_16 output; FP32 engine
 +2.10 dB)."""
 MARGIN_DB = 0.5
+INT8_SNR_FLOOR_DB = 20.0
+"""float: the least output SNR (dB) of the INT8 engine against the FP32 stream model that 'check' may record on its
+utterances (teacher-forced and free-running); see the measured values in the test's printout."""
 
 needs_weights = pytest.mark.skipif(not WEIGHTS.is_file(), reason=f"{WEIGHTS} not bundled")
 
@@ -165,14 +168,30 @@ def test_int8_engine_enhances_the_demo(cli, int8_engine, tmp_path):
     assert gain >= DEMO_GAIN_INT8_DB - MARGIN_DB, gain
 
 
-def test_check_gate_passes_after_update_baseline(cli, stream_onnx, calib, work):
+def test_check_gate_holds_int8_to_a_fixed_floor(cli, stream_onnx, calib, work):
+    """``check --update-baseline`` records the INT8 engine's output SNR against the FP32 model; every recorded
+    output SNR must clear :data:`INT8_SNR_FLOOR_DB`, fixed here (not taken from the run), the gate passes against
+    the baseline it wrote, and it fails (exit 1) once the baseline asks 20 dB more than the engine gives: the gate
+    compares, it does not just read back what it wrote."""
+    import json
+
     base = work / "transformer.accuracy.json"
-    args = ["check", "--onnx", stream_onnx, "--precisions", "int8", "--baseline", base, "--engines-dir",
-            work / "check-engines", "--no-pesq", "-q"]
-    rc, _o, err = cli(*args, "--update-baseline", "--calib", calib)
+    args = ["check", "--onnx", stream_onnx, "--precisions", "int8", "--engines-dir", work / "check-engines",
+            "--no-pesq", "-q"]
+    rc, _o, err = cli(*args, "--baseline", base, "--update-baseline", "--calib", calib)
     assert rc == 0 and base.is_file(), err
-    rc, out, err = cli(*args)
+    data = json.loads(base.read_text())
+    snrs = {k: v for k, v in data["labels"]["int8"]["metrics"].items() if k.endswith("/enhanced/snr_db")}
+    print("int8 output SNR vs FP32 (dB):", {k: round(v, 2) for k, v in snrs.items()})
+    assert snrs and min(snrs.values()) >= INT8_SNR_FLOOR_DB, snrs
+    rc, _o, err = cli(*args, "--baseline", base)
     assert rc == 0, err
+    for k in snrs:
+        data["labels"]["int8"]["metrics"][k] += 20.0
+    strict = work / "transformer.strict.accuracy.json"
+    strict.write_text(json.dumps(data))
+    rc, out, err = cli(*args, "--baseline", strict)
+    assert rc == 1 and "/enhanced/snr_db" in out + err, (rc, out, err)
 
 
 def test_run_mic_with_a_fake_device_replays_offline(cli, int8_engine, tmp_path, monkeypatch):
