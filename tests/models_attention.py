@@ -1,4 +1,4 @@
-"""Attention models for issue 38 item 6: real architectures rebuilt from their upstream code, seeded random weights.
+"""Attention models for the streamify tests: real architectures rebuilt from their upstream code, seeded random weights.
 
 Every model maps features to features of the same time length, computes its mask inside ``forward`` from the
 input's length (``torch.arange`` / ``torch.tril`` / ``triu`` as upstream does), and takes no mask input, except
@@ -1156,7 +1156,7 @@ def speech_features(t: int, time_axis: int = 1, n: int = 2) -> np.ndarray:
 
 
 def attention_ops(path, fold: bool = False) -> list[dict]:
-    """Inventory of the attentions in an exported ONNX file, for reading (the report of issue 38 item 6).
+    """Inventory of the attentions in an exported ONNX file, for reading.
 
     For each attention (each ``Softmax`` or ONNX ``Attention`` node, in graph order) walks back from the
     ``MatMul`` that consumes the attention weights, along tensors that depend on the input values, down to the

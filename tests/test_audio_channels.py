@@ -9,9 +9,6 @@ import numpy as np
 from cosyedge.cli.main import main
 
 
-# ------------------------------------------------------------- finding 4: a name over 255 bytes is one line, exit 3
-
-
 def _wav(path: Path, channels: int = 1, seconds: float = 0.5, antiphase: bool = False) -> Path:
     import soundfile as sf
 

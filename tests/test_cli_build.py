@@ -230,7 +230,7 @@ def test_rebuilding_a_folder_from_another_model_warns_and_name_keeps_both(tmp_pa
 
 
 def test_dense_and_fine_tuned_sparse_parents_never_share_an_engine_folder(tmp_path, capsys):
-    """Issue 23: 'cosyedge build --int8 --sparse' on the bundled dense model and check's build of the fine-tuned
+    """'cosyedge build --int8 --sparse' on the bundled dense model and check's build of the fine-tuned
     sparse model both wrote reference-int8-sparse-onnxruntime and replaced each other. The fine-tuned model records
     its dense parent (cosyedge.dense_parent_sha256), so its engines are <name>-<sha256[:8]>-...; check builds and
     reuses that folder too."""

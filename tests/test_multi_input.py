@@ -1,4 +1,4 @@
-"""Issue 37 item 1: models with several inputs (``audio`` and ``ref``, both (N, 1, T) waveforms) through every
+"""Models with several inputs (``audio`` and ``ref``, both (N, 1, T) waveforms) through every
 stage: build at every precision and for Triton, compare/check, StreamPool; ``run`` and TensorRT refuse them in one
 line (exit 2), and feature inputs are refused by name wherever cosyedge has to make feeds from audio.
 

@@ -41,8 +41,6 @@ print(json.dumps([[w.category.__name__, w.filename, str(w.message)[:200]] for w 
 '''
 
 
-# ---------------------------------------------------------------- item 8: warnings that are ours, slow marker
-
 def _ini() -> dict:
     import tomllib
 

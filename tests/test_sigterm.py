@@ -1,4 +1,4 @@
-"""SIGTERM is handled like Ctrl-C (issue 23 item 2): unfinished outputs are removed, earlier files kept, exit
+"""SIGTERM is handled like Ctrl-C: unfinished outputs are removed, earlier files kept, exit
 143, one line; a build removes temp folders that a killed writer of the same engine left."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 40 audit B6, B7, R4, R5, R7: INT8 variants of the bundled reference model (placement, bias correction,
+"""INT8 variants of the bundled reference model (placement, bias correction,
 minimum SNR) each get their own engine folder and manifest flags, replacing another variant says so in one line,
 ``check`` never reuses one, the INT8 report names the final path, bias correction reports its measured effect, and no
 build starts from a model that already holds Q/DQ. One small calibration (4 utterances, about 7 s), then amax reuse."""
@@ -44,7 +44,7 @@ def test_each_variant_has_its_folder_and_flags(engines):
     m = _manifest(mm)
     assert m["flags"]["int8_placement"] == "ort_matmul" and m["reports"]["int8"]["placement"] == "ort_matmul"
     assert m["reports"]["int8"]["placement_note"] is None
-    # R4: the report names the final model, not the temp folder it was written in
+    # the report names the final model, not the temp folder it was written in
     assert m["reports"]["int8"]["output"] == str(mm / "model.onnx")
     assert _manifest(plain)["reports"]["int8"]["output"] == str(plain / "model.onnx")
 
@@ -85,7 +85,7 @@ def test_check_does_not_reuse_another_variant(engines):
 
 
 def test_placement_hint_is_a_build_line_only(engines, calib, tmp_path, cli, caplog):
-    """R7: 'cosyedge build' names --int8-placement ort_matmul for a trt-placement ONNX Runtime engine; the build API
+    """'cosyedge build' names --int8-placement ort_matmul for a trt-placement ONNX Runtime engine; the build API
     (what check calls) does not."""
     import logging
 
@@ -128,7 +128,7 @@ def test_bias_correction_reports_its_measured_effect(engines, calib, cli):
 @pytest.mark.parametrize("args", [[], ["--fp16"], ["--int8"], ["--backend", "triton"], ["--backend", "tensorrt"],
                                   ["--sparse"]])
 def test_a_build_from_an_int8_model_is_refused(engines, args, tmp_path, cli):
-    """B6: one source check for every precision and backend (TensorRT is refused before TensorRT is looked for)."""
+    """One source check for every precision and backend (TensorRT is refused before TensorRT is looked for)."""
     model = engines / "reference-int8-ort_matmul-onnxruntime" / "model.onnx"
     rc, out, err = cli("build", "--onnx", model, *args, "-o", tmp_path)
     line = refused(rc, err, 2)

@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-
 from cosyedge.cli.main import main
-
-
-# ------------------------------------------------------------- finding 4: a name over 255 bytes is one line, exit 3
 
 
 def test_bare_cosyedge_prints_the_help(capsys):

@@ -20,7 +20,6 @@ def delay_onnx(tmp_path_factory) -> Path:
     return models.make_delay_model(tmp_path_factory.mktemp("m") / "delay.onnx", delay_samples=HOP, hop=HOP)
 
 
-# ---------------------------------------------------------- item 6c: a folder where an .onnx file is expected
 def test_a_folder_given_as_the_onnx_says_so(delay_onnx, tmp_path, capsys):
     folder = tmp_path / "models"
     folder.mkdir()
@@ -39,7 +38,6 @@ def test_a_folder_given_as_the_onnx_says_so(delay_onnx, tmp_path, capsys):
     assert not (tmp_path / "o.onnx").exists()
 
 
-# ------------------------------------------------------------ item 6d: --calib that does not exist
 def test_calib_that_does_not_exist_says_so(delay_onnx, tmp_path, capsys):
     missing = tmp_path / "nowhere"
     args = ["build", "--int8", "--backend", "onnxruntime", "--onnx", str(delay_onnx), "-o", str(tmp_path / "e")]

@@ -21,11 +21,9 @@ HOP = 160
 STREAMIFY_ARGS = ["--sample-rate-hz", "16000", "--hop-samples", str(HOP), "-q"]
 
 
-# ------------------------------------------------------------- finding 4: a name over 255 bytes is one line, exit 3
 LONG = "c" * 300
 
 
-# --------------------------------------------------- finding 3: a report path is never one of the command's inputs
 @pytest.fixture(scope="module")
 def delay_onnx(tmp_path_factory) -> Path:
     """A stream ONNX (pure delay: hop 160, delay 160 at 16 kHz), made by hand."""
@@ -164,7 +162,6 @@ def test_read_only_output_is_kept(tmp_path, delay_onnx, capsys):
     assert out.read_bytes() == b"keep me" and out.stat().st_mode & 0o777 == 0o444
 
 
-# ------------------------------------------------- finding 17: the reference engine in a read-only working folder
 def test_run_without_engine_in_a_read_only_folder_uses_the_user_cache(tmp_path):
     """'cosyedge run' without --engine built the bundled reference's engine under ./engines only: in a
     read-only working folder it failed (exit 3) though the output was writable. Now the engine goes to

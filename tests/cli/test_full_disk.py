@@ -29,7 +29,6 @@ def delay_onnx(tmp_path_factory) -> Path:
     return models.make_delay_model(tmp_path_factory.mktemp("m") / "delay.onnx", delay_samples=HOP, hop=HOP)
 
 
-# ------------------------------------------------------------------------------------ item 2: a full disk
 def test_write_error_names_the_cause_and_the_path(tmp_path):
     from cosyedge.artifacts import write_error
     from cosyedge.errors import ArtifactError
@@ -138,7 +137,6 @@ def test_calib_make_onto_a_full_disk_names_the_set_and_leaves_nothing(tmp_path, 
     assert not out.exists()
 
 
-# ------------------------------------------------------------- item 4: export never writes into the package
 def _package_models() -> dict[str, str]:
     return {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
             for p in sorted((ROOT / "cosyedge" / "models").iterdir()) if p.is_file()}

@@ -21,7 +21,6 @@ def delay_onnx(tmp_path_factory) -> Path:
     return models.make_delay_model(tmp_path_factory.mktemp("m") / "delay.onnx", delay_samples=HOP, hop=HOP)
 
 
-# ------------------------------------------------------------- item 6b: out of range is not "clipped"
 def _warnings(capsys) -> list[str]:
     return [line for line in capsys.readouterr().err.splitlines() if line.startswith("[W]")]
 

@@ -23,7 +23,6 @@ def delay_onnx(tmp_path_factory) -> Path:
     return models.make_delay_model(tmp_path_factory.mktemp("m") / "delay.onnx", delay_samples=HOP, hop=HOP)
 
 
-# ------------------------------------------------------------------------- item 6e: build -o <a file>
 def test_build_o_a_file_says_o_must_be_a_folder(delay_onnx, tmp_path, capsys):
     f = tmp_path / "notes.txt"
     f.write_text("mine")
@@ -34,7 +33,6 @@ def test_build_o_a_file_says_o_must_be_a_folder(delay_onnx, tmp_path, capsys):
     assert f.read_text() == "mine" and tree(tmp_path) == ["notes.txt"]
 
 
-# ------------------------------------------------------------- item 4: export never writes into the package
 def _package_models() -> dict[str, str]:
     return {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
             for p in sorted((ROOT / "cosyedge" / "models").iterdir()) if p.is_file()}

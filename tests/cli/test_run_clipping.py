@@ -17,7 +17,6 @@ ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "cosyedge" / "assets" / "demo"
 
 
-# ------------------------------------------------------------------------------------------------ finding 13
 class GainNet(nn.Module):
     """(N, 1, T) -> (N, 1, T): a causal conv, then x ``gain``."""
 

@@ -1,4 +1,4 @@
-"""Issue 39 (pretrained models by name): `cosyedge run --model NAME FILE` (and `run mic --model`) exports the
+"""`cosyedge run --model NAME FILE` (and `run mic --model`) exports the
 recipe and builds its ONNX Runtime engine in the engines folder on first use, reuses both after, names the
 extra to install when the wheel is missing, and refuses --model with --engine."""
 

@@ -20,7 +20,6 @@ def delay_onnx(tmp_path_factory) -> Path:
     return models.make_delay_model(tmp_path_factory.mktemp("m") / "delay.onnx", delay_samples=HOP, hop=HOP)
 
 
-# ------------------------------------------------------------------ item 6a: --threads above the CPU count
 def test_threads_above_the_cpu_count_warns_in_one_line(delay_onnx, tmp_path, monkeypatch, warnings_seen):
     from cosyedge.cli import options
 

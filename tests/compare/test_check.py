@@ -635,7 +635,7 @@ _FIELDS = {"no labels": "'labels'", "labels not an object": "'labels'", "labels 
 
 @pytest.mark.parametrize("what", list(_FIELDS))
 def test_malformed_baseline_is_one_line_exit_3_naming_the_field(what, ref_onnx, utt_dir, tmp_path, capsys):
-    """Issue 23: a baseline that is JSON but malformed died with a KeyError/AttributeError/TypeError traceback and
+    """A baseline that is JSON but malformed died with a KeyError/AttributeError/TypeError traceback and
     exit 1 (read by CI as an accuracy regression), and a NaN metric silently left the gate. The baseline is
     validated when loaded: one line naming the file and the field, exit 3, before any engine is built."""
     from cosyedge.compare.baseline import load_baseline
@@ -684,7 +684,7 @@ def _edited_engine(src: Path, dest: Path, **fields) -> Path:
 
 
 def test_candidate_must_be_what_its_label_says(ref_onnx, fp32_engine, utt_dir, tmp_path, capsys):
-    """Issue 23: '--candidate fp16=<an FP32 engine folder>' passed the fp16 gate. The label is checked against the
+    """'--candidate fp16=<an FP32 engine folder>' passed the fp16 gate. The label is checked against the
     engine's manifest (precision, sparse; a schema newer than this cosyedge is exit 3) and against the ONNX's
     own precision markers (FP16 initializers/casts, Q/DQ nodes), before anything is built or compared."""
     from cosyedge.artifacts import SCHEMA_VERSION

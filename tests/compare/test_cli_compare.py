@@ -54,7 +54,7 @@ def test_mark_all_names_the_scaled_qdq_tensor(int8_engine, qdq_x4, utt_dir, tmp_
 
 
 def test_pair_at_two_sample_rates_is_refused_by_compare_check_and_eval_alike(tmp_path, capsys):
-    """Issue 23: a clean file at 8 kHz next to its 16 kHz noisy file once passed 'compare --utterances' (each
+    """A clean file at 8 kHz next to its 16 kHz noisy file once passed 'compare --utterances' (each
     file resampled on its own: a PESQ against band-limited speech) while 'eval' refused it. One pair loader
     (cosyedge.eval.pairs) now refuses it for all three, with the same line naming both files and rates."""
     import numpy as np

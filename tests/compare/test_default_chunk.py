@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -13,7 +12,6 @@ from tests.helpers.cli import cosyedge_in_folder
 from tests.helpers.torch_export import streamify_waveform
 
 
-# ------------------------------------------------------------------------------------------------ finding 12
 class StridedNet(nn.Module):
     """(N, 1, T) -> (N, 1, T): strided conv encoder (stride ``hop``) and transposed-conv decoder."""
 

@@ -1,4 +1,4 @@
-"""Issue 37 item 5: ``cosyedge compare REF ENGINE`` where ENGINE was built from another model is exit 2, one line,
+"""``cosyedge compare REF ENGINE`` where ENGINE was built from another model is exit 2, one line,
 as ``check --candidate`` says it (the one lineage check, :func:`cosyedge.compare.models.check_lineage`); a genuine
 child, or a sibling built from the same model, still compares."""
 

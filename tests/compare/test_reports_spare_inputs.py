@@ -14,10 +14,6 @@ from tests.helpers.files import sha256
 HOP = 160
 
 
-# ------------------------------------------------------------- finding 4: a name over 255 bytes is one line, exit 3
-
-
-# --------------------------------------------------- finding 3: a report path is never one of the command's inputs
 @pytest.fixture(scope="module")
 def delay_onnx(tmp_path_factory) -> Path:
     """A stream ONNX (pure delay: hop 160, delay 160 at 16 kHz), made by hand."""

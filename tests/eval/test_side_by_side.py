@@ -1,4 +1,4 @@
-"""cosyedge eval scores several engines and baselines in one run (issue 24 item 4): one table, one report, each
+"""cosyedge eval scores several engines and baselines in one run: one table, one report, each
 system's algorithmic latency and CPU cost measured in the same pass."""
 
 from __future__ import annotations

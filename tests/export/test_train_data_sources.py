@@ -1,4 +1,4 @@
-"""The training scripts refuse to train on data other than their data version's (issue 3: a ``--seed N`` run must
+"""The training scripts refuse to train on data other than their data version's (a ``--seed N`` run must
 be reproducible): a corpus the machine cannot make (espeak-ng, flite or festival not installed, a package that
 cannot be fetched) is a one-line ``[!]`` error with the error's exit code, unless ``--allow-missing-corpora``,
 which trains without it, says so and records it in the training notes.

@@ -1,4 +1,4 @@
-"""Issue 39 models for streamify's delay: a faithful GTCRN rebuild and a CosyVoice3 CausalHiFT trunk (seeded weights).
+"""A faithful GTCRN rebuild and a CosyVoice3 CausalHiFT trunk (seeded weights).
 
 Random weights are enough here: streaming equivalence and look-ahead do not depend on the values.
 

@@ -1,4 +1,4 @@
-"""Issue 38 item 5: precision on a streamed attention model (waveform in and out, a KV cache inside).
+"""Precision on a streamed attention model (waveform in and out, a KV cache inside).
 
 FP16 keeps the Softmax, its inputs (the score MatMul, the chunk mask's arithmetic) in FP32, outputs stay finite on
 speech, silence and full scale, SNR vs FP32 high; INT8 quantizes the four projections (q, k, v, out) and leaves the

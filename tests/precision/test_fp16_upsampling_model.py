@@ -1,4 +1,4 @@
-"""Issue 37 re-audit finding 15: a (N, 1, T) -> (N, 1, 2T) model (bandwidth extension) built with --int8 but was
+"""A (N, 1, T) -> (N, 1, 2T) model (bandwidth extension) built with --int8 but was
 refused by --fp16 ("its output is not a waveform"); the FP16 accuracy scan now streams any output, so both build."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 40 audit B4: INT8 of a model whose compute sits in Scan bodies (the adopted GTCRN) with
+"""INT8 of a model whose compute sits in Scan bodies (the adopted GTCRN) with
 ``--int8-placement ort_matmul --bias-correction`` is refused in one line (the bodies take the trt placement only; a
 second audit found the build had been written under an ort_matmul folder name with flags it did not apply), and the
 ONNX Runtime fusion line of the trt build counts the Q/DQ inside the bodies (before: "0 Q/DQ nodes left" with 68

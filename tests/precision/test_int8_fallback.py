@@ -1,4 +1,4 @@
-"""Issue 40: INT8 float fallback driven by measured sensitivity (``int8_onnx(min_snr_db=...)``,
+"""INT8 float fallback driven by measured sensitivity (``int8_onnx(min_snr_db=...)``,
 ``cosyedge build --int8 --int8-min-snr``), on the bundled reference model.
 
 Calibration: 8 utterances cut from the bundled speech before 10 s of the demo (:mod:`tests.precision.int8_fixtures`);

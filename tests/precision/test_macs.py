@@ -1,4 +1,4 @@
-"""Issue 37 item 6 (MAC share): an INT8 build says which share of the MACs per chunk runs in INT8, names the float
+"""An INT8 build says which share of the MACs per chunk runs in INT8, names the float
 ops (a GRU included), warns below 50 % and records it in the manifest (``reports.int8.macs``)."""
 
 from __future__ import annotations

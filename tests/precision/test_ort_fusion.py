@@ -1,4 +1,4 @@
-"""Issue 40 item 1: INT8 Q/DQ that ONNX Runtime's CPU EP (x86) fuses, counted in the graph ORT runs.
+"""INT8 Q/DQ that ONNX Runtime's CPU EP (x86) fuses, counted in the graph ORT runs.
 
 A small conv model with a skip connection and a fan-out (one conv output read by a conv and by the residual Add):
 with TensorRT's placement (one shared int8 Q/DQ on the conv inputs, float outputs) ORT fuses nothing and runs three

@@ -1,4 +1,4 @@
-"""Issue 40 audit B1, B2, R1, R9: an INT8 ``ort_matmul`` engine takes one hop per call (its audio input's time axis
+"""An INT8 ``ort_matmul`` engine takes one hop per call (its audio input's time axis
 is fixed at 160 samples). ``run``/sessions/StreamPool refuse another chunk in one line (exit 2), ``compare``/``check``
 follow the engine's chunk, ``build --int8-placement ort_matmul`` with backend auto falls back from TensorRT to ONNX
 Runtime, and a model streamified with 2 conv frames per hop says why nothing gets quantized.

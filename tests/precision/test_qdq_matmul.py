@@ -1,4 +1,4 @@
-"""Issue 40 item 1: Q/DQ placement ``ort_matmul`` (one-frame convs as MatMuls ONNX Runtime fuses into
+"""Q/DQ placement ``ort_matmul`` (one-frame convs as MatMuls ONNX Runtime fuses into
 ``MatMulIntegerToFloat``) and bias correction, on the bundled reference model and the demo recording."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 39 item 3: FP16 and 2:4 enter the Scan bodies of adopted models (GTCRN: a Scan over hops holding a Scan
+"""FP16 and 2:4 enter the Scan bodies of adopted models (GTCRN: a Scan over hops holding a Scan
 over streams; Silero VAD: a Scan over hops); INT8 calibrates and places Q/DQ inside them too. Real audio: the
 bundled demo recording."""
 

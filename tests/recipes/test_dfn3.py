@@ -1,4 +1,4 @@
-"""DeepFilterNet3 recipe (issue 24): libDF's processing around the wheel's three networks as one waveform stream
+"""DeepFilterNet3 recipe: libDF's processing around the wheel's three networks as one waveform stream
 ONNX, equal to the project's own runtime (libdeepfilter.so) on real speech, through cosyedge run and StreamPool."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""DTLN recipe (issue 24 item 5): the wheel's two already-streaming graphs, with DTLN's block framing, rfft,
+"""DTLN recipe: the wheel's two already-streaming graphs, with DTLN's block framing, rfft,
 irfft and overlap-add as ONNX nodes, adopted into one waveform stream ONNX; equal to the authors' loop
 (breizhn/DTLN real_time_processing_onnx.py) on real speech, through cosyedge run, StreamPool and builds."""
 
@@ -118,7 +118,7 @@ def test_streampool_with_three_streams_equals_single_sessions(dtln_onnx):
 
 
 def test_fp16_build_converts_the_scan_body(dtln_onnx, tmp_path, capsys):
-    """DTLN's compute sits in the Scan body of the adopted graph; the FP16 stage enters it (issue 39 item 3): the
+    """DTLN's compute sits in the Scan body of the adopted graph; the FP16 stage enters it: the
     build writes an engine whose body computes in FP16 (FP16 weights in the body, none outside it) and records its
     output SNR vs FP32 on speech (measured 66.7 dB; gate 50 dB, the FP16 target)."""
     from cosyedge.cli.main import main
@@ -136,7 +136,7 @@ def test_fp16_build_converts_the_scan_body(dtln_onnx, tmp_path, capsys):
 
 
 def test_int8_build_quantizes_the_scan_body(dtln_onnx, tmp_path):
-    """INT8 of DTLN (issue 39 item 3): calibrated through the Scan over hops, Q/DQ on 7 weighted ops inside the body
+    """INT8 of DTLN: calibrated through the Scan over hops, Q/DQ on 7 weighted ops inside the body
     (per-channel weights), the STFT bases (dtln_dsp/) and the last conv float; 4 s of the noisy demo recording
     stay within 20 dB SNR of FP32 (measured 30.7 dB) and are not FP32 (below 50 dB)."""
     from cosyedge.precision.fp16 import output_snr_db

@@ -1,4 +1,4 @@
-"""GTCRN recipe (issue 39): the wheel's already-streaming graph with the package's STFT pipeline as ONNX nodes,
+"""GTCRN recipe: the wheel's already-streaming graph with the package's STFT pipeline as ONNX nodes,
 adopted into one waveform stream ONNX; equal to the package's own pipeline on real speech; another version's graph
 refused (exit 3); through cosyedge run, run mic (fake device), build, compare and the CI baseline."""
 

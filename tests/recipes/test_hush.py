@@ -1,4 +1,4 @@
-"""Hush recipe (issue 39): livekit-plugins-hush's three DeepFilterNet-style graphs with libDF's processing as ONNX
+"""Hush recipe: livekit-plugins-hush's three DeepFilterNet-style graphs with libDF's processing as ONNX
 nodes, streamified into one waveform stream ONNX; equal to the wheel's own HushSession loop on real speech; a wheel
 whose files differ refused (exit 3); through cosyedge run --model hush."""
 

@@ -1,4 +1,4 @@
-"""NSNet2 recipe (issue 24): the wheel's network with its own signal processing as one waveform stream ONNX,
+"""NSNet2 recipe: the wheel's network with its own signal processing as one waveform stream ONNX,
 faithful to the package's pipeline on real speech, through every stage (run, fp16, int8, StreamPool)."""
 
 from __future__ import annotations

@@ -19,7 +19,6 @@ ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "cosyedge" / "assets" / "demo"
 
 
-# ------------------------------------------------------------------------------------------------ finding 5
 class CausalConvNet(nn.Module):
     """(N, 1, T) -> (N, 1, T): two causal convs (two context states)."""
 

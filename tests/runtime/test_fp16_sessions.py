@@ -20,7 +20,6 @@ ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "cosyedge" / "assets" / "demo"
 
 
-# ------------------------------------------------------------------------------------------------ finding 1
 class GruLinearNet(nn.Module):
     """Conv1d -> GRU -> nn.Linear -> sigmoid -> ConvTranspose1d: its FP16 ONNX made ONNX Runtime 1.32's
     ``NchwcTransformer`` segfault at session creation (ORT_ENABLE_ALL)."""

@@ -1,4 +1,4 @@
-"""Issue 40 audit B5: a StreamPool tick of an ``ort_matmul`` INT8 model (``DynamicQuantizeMatMul`` GRU cells, one
+"""A StreamPool tick of an ``ort_matmul`` INT8 model (``DynamicQuantizeMatMul`` GRU cells, one
 activation scale per call) quantizes each stream's row from its own range, so no stream's output depends on the
 others (:mod:`cosyedge.runtime.pool_dqmm`)."""
 

@@ -1,4 +1,4 @@
-"""Adopting graphs that already stream (issue 24 item 5): hand-built ONNX graphs with their own state I/O
+"""Adopting graphs that already stream: hand-built ONNX graphs with their own state I/O
 (batch on axis 1, packed states, batch-1 Reshapes, a dynamic time axis), the proof, and every refusal."""
 
 from __future__ import annotations
@@ -281,7 +281,7 @@ def flat_model(path: Path) -> Path:
 
 
 def test_a_graph_that_cannot_batch_is_batched_by_a_scan_over_streams(tmp_path):
-    """Issue 39 item 1b: the Reshape([16]) defeats the dynamic-batch rewrite, so the batch-1 graph runs once per
+    """The Reshape([16]) defeats the dynamic-batch rewrite, so the batch-1 graph runs once per
     stream inside a Scan over axis 0 (state stored (N, *its batch-1 shape)); StreamPool batches it and batch 2 ==
     two batch-1 streams (was: adopted for batch 1 only, refused by StreamPool and Triton)."""
     from cosyedge.runtime.pool import StreamPool

@@ -1,4 +1,4 @@
-"""Issue 39 item 1, adopt takes any I/O: outputs that are not audio (a VAD's probability per hop), states whose
+"""Outputs that are not audio (a VAD's probability per hop), states whose
 batch is not a plain axis (batch by a Scan over streams), frame / feature inputs, constant side inputs, pair
 finding by convention and by running, and the real graphs of the wheels in the venv (GTCRN, Silero VAD, Hush)."""
 

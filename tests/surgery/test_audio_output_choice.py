@@ -1,4 +1,4 @@
-"""Issue 37 re-audit finding 9: a graph with two waveform outputs (a mask and the enhanced signal) must not have
+"""A graph with two waveform outputs (a mask and the enhanced signal) must not have
 'run' write the mask without a word: streamify picks the estimate, warns naming both, and --audio-output chooses."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 38 item 3: attention masks are measured and classified from their values, never from names.
+"""Attention masks are measured and classified from their values, never from names.
 
 Pure numpy cases of :func:`cosyedge.surgery.masks.classify` (banded, chunked with n left chunks, unlimited forms, full,
 other patterns, length-dependent patterns), then small attention models through ``cosyedge streamify``: the contract

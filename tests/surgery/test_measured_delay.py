@@ -1,4 +1,4 @@
-"""Issue 39 item 6: streamify's delay is the true look-ahead, measured by future perturbation on every proof.
+"""Streamify's delay is the true look-ahead, measured by future perturbation on every proof.
 
 * A faithful GTCRN rebuild (strictly causal; ``nn.Unfold`` over frequency) streams with delay 0 (it was 10 frames,
   2560 samples: the decoder's causal transposed convs, a left pad then a begin crop, counted their crop as delay),
@@ -25,9 +25,9 @@ from cosyedge.surgery import proof, streamify
 from cosyedge.surgery.walker import common_delay_ticks
 
 HIFT_BEFORE = 1280
-"""int: the CausalHiFT trunk's contract delay before issue 39 (samples): 1027 rounded up to 5 mel frames of 256."""
+"""int: the CausalHiFT trunk's contract delay before the look-ahead was measured (samples): 1027 rounded up to 5 mel frames of 256."""
 GTCRN_BEFORE = 2560
-"""int: the GTCRN rebuild's contract delay before issue 39 (samples): 10 frames of 256."""
+"""int: the GTCRN rebuild's contract delay before the look-ahead was measured (samples): 10 frames of 256."""
 
 
 def _sess(path):
@@ -207,7 +207,7 @@ def test_zero_taps_that_read_the_future_are_no_delay(tmp_path):
 
 
 def test_zero_first_tap_of_an_overlap_add_after_a_late_analysis_is_no_delay(tmp_path):
-    """NSNet2 in miniature (issue 39): an STFT-like strided Conv (8 taps, hop 4, window sqrt-Hann with zero ends) is
+    """NSNet2 in miniature: an STFT-like strided Conv (8 taps, hop 4, window sqrt-Hann with zero ends) is
     one frame (4 samples) late; the synthesis ConvTranspose with the same window gives a frame's first sample no
     weight, so the output is 3 samples late, not 4 (was 4 with a warning); the stream equals the full graph there."""
     win = np.sqrt(np.hanning(8)).astype(np.float32)

@@ -1,4 +1,4 @@
-"""Issue 37 newcomer re-audit, the proof and streamify's diagnostics: a quiet wrong model is refused (11), dynamo
+"""A quiet wrong model is refused (11), dynamo
 exports whose value_info fixes the frame count prove (7), numeric arguments are bounded up front (6), a stride that
 does not divide 64 is measured (10), waveforms without a channel axis (8)."""
 

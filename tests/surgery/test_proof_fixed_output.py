@@ -1,4 +1,4 @@
-"""Issue 37 item 3: a stream graph whose output time axis the export fixed is repaired by streamify, and the proof
+"""A stream graph whose output time axis the export fixed is repaired by streamify, and the proof
 runs every chunk as ``cosyedge run`` does (outputs bound at the contract's shapes), so a graph that proves runs."""
 
 from __future__ import annotations
@@ -87,7 +87,7 @@ def test_fixed_output_time_axis_is_repaired_proved_and_runs(tmp_path, cli, warni
 
 def test_the_proof_runs_chunks_as_run_does_and_catches_a_fixed_output(tmp_path, cli):
     """The stream graph with the fixed output put back: the proof's chunk runner fails on it (as 'run' did), where
-    a plain ``sess.run`` (the proof before issue 37) streamed it without a word."""
+    a plain ``sess.run`` (the earlier proof) streamed it without a word."""
     src, out = tmp_path / "fixed.onnx", tmp_path / "fixed.stream.onnx"
     _fixed_output_model(src)
     assert _streamify(cli, src, out)[0] == 0

@@ -520,7 +520,7 @@ def test_time_axis_option_and_empty_model_errors(tmp_path):
 
 
 def test_rules_do_not_import_the_walker():
-    """Circle 1 of issue 36: the walker imports the rules, never the other way round (INT64_MAX lives in
+    """Import circle 1 stays gone: the walker imports the rules, never the other way round (INT64_MAX lives in
     surgery/rules/__init__.py, BOOKKEEPING in artifacts/contract.py)."""
     import ast
     from pathlib import Path

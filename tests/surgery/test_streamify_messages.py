@@ -14,9 +14,6 @@ from tests.cli_errors import one_error_line
 from tests.helpers.graphs import conv_onnx
 
 
-
-
-# ---------------------------------------------------- item 6f: the proof's length has a unit and a duration
 def test_the_proof_log_says_samples_and_seconds(tmp_path, capsys):
     import re
 
@@ -40,7 +37,6 @@ def test_tick_unit_of_feature_inputs_is_frames():
     assert ticks_seconds(feat, 250) == 2.5
 
 
-# --------------------------------------------------- item 6g: an export that fixed its time length
 def _baked_reshape_onnx(path: Path) -> Path:
     """x (1, 1, T) -> Reshape to a fixed (1, 100, 160) -> Relu -> Reshape to a fixed (1, 1, 16000): what tracing
     ``x.reshape(1, 100, 160)`` exports even with dynamic axes declared."""
@@ -63,7 +59,7 @@ def test_streamify_an_export_that_fixed_its_time_length(tmp_path, capsys):
     line = one_error_line(capsys)
     assert f"{fixed}: the export fixed the time length (input 'x' is [1, 1, 16000]" in line
     assert "export with a dynamic time axis" in line and "--time-axis x=2" in line
-    # told which axis is time, the fixed dim is made symbolic (issue 37 item 3's repair) and the proof decides
+    # told which axis is time, the fixed dim is made symbolic and the proof decides
     assert main(["streamify", str(fixed), "-o", str(out), "--time-axis", "x=2"] + sr) == 0
     err = capsys.readouterr().err  # one line names the repair the proof ran on (tests/surgery/test_refusal_reasons.py)
     assert "input 'x' had its time axis 2 fixed at 16000 by the export" in err
@@ -77,7 +73,6 @@ def test_streamify_an_export_that_fixed_its_time_length(tmp_path, capsys):
     assert not out.exists()
 
 
-# --------------------------------------------- item 6h: every missing required value named at once
 def test_streamify_without_metadata_names_every_missing_value(tmp_path, capsys):
     src = conv_onnx(tmp_path / "conv.onnx")
     assert main(["streamify", str(src), "-o", str(tmp_path / "o.onnx")]) == 2

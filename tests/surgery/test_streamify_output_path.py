@@ -3,7 +3,6 @@ anything but ``.onnx``; it replaces its own earlier stream output. One ``[!]`` l
 
 from __future__ import annotations
 
-
 import onnx
 
 from cosyedge.cli.main import main
@@ -17,10 +16,6 @@ HOP = 160
 STREAMIFY_ARGS = ["--sample-rate-hz", "16000", "--hop-samples", str(HOP), "-q"]
 
 
-# ------------------------------------------------------------- finding 4: a name over 255 bytes is one line, exit 3
-
-
-# ------------------------------------------------------------------ finding 2: streamify IN OUT never destroys OUT
 def test_streamify_positional_output_refuses_a_full_sequence_onnx(tmp_path, capsys):
     """'streamify enc.onnx dec.onnx' (forgot -o; several files form one model) used to replace dec.onnx with enc's
     stream graph, exit 0."""

@@ -1,4 +1,4 @@
-"""Issue 22 acceptance: streamify on models nobody here wrote (pinned PyPI packages, nothing downloaded).
+"""Streamify on models nobody here wrote (pinned PyPI packages, nothing downloaded).
 
 * facebookresearch ``denoiser`` causal Demucs, resample 1 and 4, both exporters: stream == PyTorch full
   sequence on real speech; ``normalize=True`` (a std over the whole input) refused by name;
@@ -104,7 +104,7 @@ def dfn3_demo_features(frames: int) -> dict:
     ``feat_erb`` (1, 1, T, 32) log band power in 32 ERB-spaced bands with libDF's exponential mean
     normalisation (alpha for tau 1 s, initial means -60..-90 dB, divided by 40), ``feat_spec`` (1, 2, T, 96)
     the first 96 bins with the exponential unit normalisation (initial 0.001..0.0001). An approximation of
-    libDF's features (its exact ERB widths and band correction are issue 24's recipe): real speech and noise
+    libDF's features (its exact ERB widths and band correction are the dfn3 recipe's): real speech and noise
     statistics for the streaming proof, not a quality claim."""
     import soxr
 

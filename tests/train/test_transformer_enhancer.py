@@ -1,4 +1,4 @@
-"""Issue 38 item 7, a transformer model people can hear: the small streaming transformer enhancer
+"""The small streaming transformer enhancer
 (:mod:`cosyedge.train.transformer_enhancer`, sliding-window causal attention over 32 frames, RoPE from ``arange(T)``)
 trained here (``scripts/train_transformer_enhancer.py``; weights ``cosyedge/assets/transformer/weights.safetensors``),
 taken through export -> ``cosyedge streamify`` (attention -> KV cache, positions -> counter) -> ``cosyedge build

@@ -1,4 +1,4 @@
-"""Issue 39 (VAD in use): the Silero VAD stream model equals the package's own loop, its segments equal the
+"""The Silero VAD stream model equals the package's own loop, its segments equal the
 package's get_speech_timestamps on both bundled recordings, `cosyedge run FILE --vad` and `run mic --vad`
 write them, and a VAD and an enhancer each refuse the other's command in one line."""
 
@@ -17,7 +17,7 @@ from tests.cli_errors import refused
 
 DEMO = Path(__file__).resolve().parents[2] / "cosyedge" / "assets" / "demo"
 RECORDINGS = ("clean", "noisy")
-RECON_SECONDS = {  # issue 39 recon: package get_speech_timestamps (defaults), samples / 16000
+RECON_SECONDS = {  # measured with the package: get_speech_timestamps (defaults), samples / 16000
     "clean": [(0.802, 7.518), (8.354, 10.974), (11.746, 16.67)],
     "noisy": [(0.578, 7.902), (8.354, 9.15), (9.282, 10.974), (11.746, 16.702)],
 }

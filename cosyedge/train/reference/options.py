@@ -1,6 +1,6 @@
 """Option checks shared by the training scripts (``scripts/train_reference.py``, ``scripts/finetune_sparse.py``):
 argparse types for the pair/range flags, the loss-weight checks and building the training data with one-line
-errors. Moved from ``scripts/train_reference.py`` (issue 36) so that no script imports another.
+errors. Moved from ``scripts/train_reference.py`` so that no script imports another.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 38 items 2-4: the forms attention takes in an ONNX graph, each streamed with a key/value cache and proved.
+"""The forms attention takes in an ONNX graph, each streamed with a key/value cache and proved.
 
 Small one-layer models, both exporters where they export: explicit ``q @ k^T`` with ``masked_fill`` (and the WeNet
 habit of masking again after the Softmax), an additive float mask (0 / -1e9), ``F.scaled_dot_product_attention`` with

@@ -1,4 +1,4 @@
-"""Issue 38 item 6: real attention architectures, rebuilt from their upstream code with seeded random weights, both
+"""Real attention architectures, rebuilt from their upstream code with seeded random weights, both
 exporters (models and upstream commits: ``tests/models_attention.py``).
 
 1. The models themselves (no streamify): each export runs in ONNX Runtime at two lengths and equals PyTorch within

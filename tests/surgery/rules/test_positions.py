@@ -1,4 +1,4 @@
-"""Issue 38 item 1, positions as state: ``Range`` over time becomes a per-stream int64 position counter (N, 1).
+"""``Range`` over time becomes a per-stream int64 position counter (N, 1).
 
 Four forms, each exported with both exporters (TorchScript ``dynamo=False`` with dynamic_axes, ``dynamo=True`` with
 dynamic_shapes) and streamified (streamify's proof already compared chunked with full on real speech): a sinusoidal
@@ -265,7 +265,7 @@ def test_positions_as_a_graph_output_refused(tmp_path):
 
 
 def test_thirdparty_cumulative_layernorm_now_streams(tmp_path):
-    """The third-party cumulative layer norm that issue 38 found refused on ``Range`` (tests/thirdparty_models.py,
+    """The third-party cumulative layer norm that was once refused on ``Range`` (tests/thirdparty_models.py,
     once a refusal case of test_thirdparty.py) streams: exit 0 with a position state, proved."""
     import subprocess
     import sys

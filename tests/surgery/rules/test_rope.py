@@ -1,4 +1,4 @@
-"""Issue 38 item 1, positions as state, two forms the first tests left out.
+"""Positions as state, two forms the first tests left out.
 
 1. Rotary position embeddings (RoPE) as in Mimi / LLaMA, per frame (no attention): ``cos``/``sin`` of ``positions *
    inv_freq`` applied by the rotate-half formula ``x * cos + rotate_half(x) * sin`` with ``rotate_half(x) = cat(-x2,

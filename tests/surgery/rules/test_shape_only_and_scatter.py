@@ -1,4 +1,4 @@
-"""Issue 37 audit finding 14: false refusals in streamify's graph surgery.
+"""False refusals in streamify's graph surgery.
 
 (a) ``torch.cat([torch.zeros_like(z[..., :1]), z[..., :-1]], -1)`` (a one-frame delay line): the TorchScript export
 reads the first frame's slice only through ``Shape -> ConstantOfShape``; a node whose values are never used, only its
