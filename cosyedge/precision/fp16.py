@@ -52,7 +52,7 @@ Sources: onnxconverter-common / onnxruntime ``float16.py`` (``convert_float_to_f
 ``keep_io_types``, ``op_block_list``, ``node_block_list``); NVIDIA TensorRT developer guide, "Reduced
 Precision" (keep overflow-prone layers in FP32).
 
-About 570 lines (issue 36): one job, the FP16 stage, whose parts (the FP32 node plan, the conversion, the
+About 570 lines: one job, the FP16 stage, whose parts (the FP32 node plan, the conversion, the
 non-finite scan and the SNR check that gate it) are used together by :func:`fp16_onnx` (the TensorRT build
 also reads the node plan).
 """
@@ -109,7 +109,7 @@ CHUNK_MULTIPLES = (1, 3, 10)
 """tuple[int]: chunk sizes scanned, in hops."""
 
 TARGET_SNR_DB = 50.0
-"""float: minimum output SNR (dB) of the FP16 model vs FP32 streaming on real speech (issue 4)."""
+"""float: minimum output SNR (dB) of the FP16 model vs FP32 streaming on real speech."""
 
 _FLOAT = 1
 _FLOAT16 = 10
@@ -570,7 +570,7 @@ def _stream_output(session: Any, x: np.ndarray, partners: dict[str, np.ndarray] 
 
     A waveform output is :func:`cosyedge.runtime.stream.stream_array`'s; any other output (e.g. twice the
     input rate, or frames) is every chunk's output concatenated along its time axis, so FP16 is measured on
-    the same models INT8 calibrates (re-audit finding 15)."""
+    the same models INT8 calibrates."""
     from cosyedge.runtime import feeds
     from cosyedge.runtime.stream import stream_array
 

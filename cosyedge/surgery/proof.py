@@ -18,7 +18,7 @@ for precision).
 
 Every proof also measures the full graph's true look-ahead by future perturbation (:func:`measure_lookahead`:
 change the input from tick ``k`` on, for several ``k``, and find the first output frame that changes), so the
-stream's delay is checked against the smallest delay at which any stream could equal the full graph (issue 39).
+stream's delay is checked against the smallest delay at which any stream could equal the full graph.
 
 Adopt's proof (:func:`cosyedge.surgery.adopt.feeds.prove`) uses pieces of this module: a graph that already streams
 has no full-sequence twin, so its reference is the original graph's own state loop (:func:`run_state_loop`), hop by
@@ -461,7 +461,7 @@ def measure_lookahead(full_model: Any, inputs: dict[str, np.ndarray], full: dict
             ahead, one at its end none).
     Returns:
         dict[str, Lookahead]: by output name.
-    Source: issue 39 (changing input frames from k on leaves output frames before k - L bit-identical).
+    Source: measured here (changing input frames from k on leaves output frames before k - L bit-identical).
     """
     from fractions import Fraction
 

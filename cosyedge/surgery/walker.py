@@ -20,7 +20,7 @@ Blockers are collected, so one run names every node that cannot stream.
 Source: sonos/tract ``pulse/src/model.rs`` (pulsify walk), ``pulse/src/ops/delay.rs`` (delay lines),
 ``pulse/src/ops/array/pad.rs`` (PulsePad: the stream's start is overwritten with the pad value).
 
-About 520 lines (issue 36): nearly all of it is the one :class:`Walker`, whose services share the walk's
+About 520 lines: nearly all of it is the one :class:`Walker`, whose services share the walk's
 state (delays, new nodes, states, blockers); the op rules already live in :mod:`cosyedge.surgery.rules`.
 """
 
@@ -857,7 +857,7 @@ class Walker:
         The common delay is the smallest one at least every output's own delay that is a whole number of frames of
         every output and a multiple of ``tick_step`` ticks (one sample: ``1 / samples per tick``), not a whole
         number of ticks: a vocoder whose waveform is 1032 samples late at 256 samples per mel frame is 1032 samples
-        late, not 5 frames (1280, issue 39).
+        late, not 5 frames (1280).
 
         Args:
             output_names (list[str]): The model's streaming outputs (graph outputs before the walk).
