@@ -21,6 +21,7 @@ import torch.nn.functional as F  # noqa: E402
 from cosyedge.errors import UsageError  # noqa: E402
 from tests.cli_errors import one_error_line  # noqa: E402
 from tests.helpers.metrics import snr_db
+from tests.helpers.audio import demo_speech
 
 SR = 16000
 HOP = 160
@@ -43,15 +44,6 @@ class TwoInNet(nn.Module):
         h = torch.relu(self.mid(F.pad(h, (2, 0))))
         h = torch.relu(self.mid2(h))
         return self.dec(h)
-
-
-def _speech(seconds: float, offset_s: float = 0.0, which: str = "noisy") -> np.ndarray:
-    from cosyedge.audio import load_audio, to_model_input
-
-    x, sr = load_audio(DEMO / f"{which}.wav")
-    x = to_model_input(x, sr, SR)
-    a = int(offset_s * SR)
-    return np.ascontiguousarray(x[a:a + int(seconds * SR)], np.float32)
 
 
 @pytest.fixture(scope="module")
@@ -95,7 +87,7 @@ def test_stream_array_takes_partners_and_equals_the_torch_model(twoin):
     from cosyedge.runtime import OrtStreamSession, stream_array
 
     path, model = twoin
-    a, r = _speech(1.0), _speech(1.0, 5.0)
+    a, r = demo_speech(1.0), demo_speech(1.0, 5.0)
     with torch.no_grad():
         want = model(torch.from_numpy(a[None, None]), torch.from_numpy(r[None, None])).numpy()[0, 0]
     with OrtStreamSession(path, chunk_samples=480) as s:
@@ -154,7 +146,7 @@ def test_build_every_precision_of_a_two_input_model(engines, twoin, calib):
 
     from cosyedge.runtime import OrtStreamSession, stream_array
 
-    a, r = _speech(3.0, 10.0), _speech(3.0, 13.5, "clean")
+    a, r = demo_speech(3.0, 10.0), demo_speech(3.0, 13.5, "clean")
     ys = {}
     for label, folder in engines.items():
         with OrtStreamSession(folder / "model.onnx", chunk_samples=480) as s:
@@ -330,7 +322,7 @@ def test_stream_pool_takes_a_dict_per_stream_and_equals_single_streams(twoin):
 
     path = twoin[0]
     chunk = 160
-    pairs = [(_speech(1.0, 2.0), _speech(1.0, 7.0)), (_speech(1.0, 12.0, "clean"), _speech(1.0, 4.0, "clean"))]
+    pairs = [(demo_speech(1.0, 2.0), demo_speech(1.0, 7.0)), (demo_speech(1.0, 12.0, "clean"), demo_speech(1.0, 4.0, "clean"))]
     alone = []
     with OrtStreamSession(path, chunk_samples=chunk) as s:
         for a, r in pairs:

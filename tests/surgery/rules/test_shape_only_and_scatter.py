@@ -18,11 +18,11 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
-import onnxruntime as ort
 import pytest
 
 from cosyedge.errors import UsageError
 from cosyedge.surgery import streamify
+from tests.helpers.streaming import stream_frames
 
 torch = pytest.importorskip("torch")
 nn = torch.nn
@@ -74,19 +74,6 @@ def _export(model, path, dynamo):
     return path
 
 
-def _stream(path, contract, x, chunk):
-    """Run stream ONNX ``path`` over ``x`` (N, 1, T) in chunks of ``chunk`` samples with raw ONNX Runtime."""
-    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    names = [o.name for o in sess.get_outputs()]
-    states = {s.input: s.zeros(x.shape[0]) for s in contract.states}
-    parts = []
-    for start in range(0, x.shape[-1], chunk):
-        res = dict(zip(names, sess.run(None, {"audio": x[..., start:start + chunk], **states})))
-        parts.append(res["enhanced"])
-        states = {s.input: res[s.output] for s in contract.states}
-    return np.concatenate(parts, axis=-1)
-
-
 def _max_error_stream_vs_full(model, path, contract, chunks, batch=2):
     """Largest |stream - full| over ``chunks`` (samples per chunk), batch ``batch``, delay compensated."""
     x = (np.random.default_rng(5).standard_normal((batch, 1, 480)) * 0.3).astype(np.float32)
@@ -95,7 +82,7 @@ def _max_error_stream_vs_full(model, path, contract, chunks, batch=2):
     d = contract.delay_samples
     worst = 0.0
     for chunk in chunks:
-        got = _stream(path, contract, x, chunk)
+        got = stream_frames(path, contract, x, 2, chunk)
         n = min(full.shape[-1], got.shape[-1] - d)
         worst = max(worst, float(np.abs(got[..., d:d + n] - full[..., :n]).max()))
     return worst
