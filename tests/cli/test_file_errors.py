@@ -14,6 +14,7 @@ from cosyedge.cli.main import main
 from tests.cli_errors import one_error_line
 from tests.helpers.cli import cosyedge_subprocess
 from tests.helpers.graphs import conv_onnx
+from tests.helpers.audio import noise_wav
 
 HOP = 160
 
@@ -91,21 +92,10 @@ def test_path_errors_only_for_path_errnos(monkeypatch, capsys):
     assert build_cli  # imported so that the patch target exists
 
 
-def _wav(path: Path, channels: int = 1, seconds: float = 0.5, antiphase: bool = False) -> Path:
-    import soundfile as sf
-
-    rng = np.random.default_rng(1)
-    x = (0.1 * rng.standard_normal((int(16000 * seconds), channels))).astype(np.float32)
-    if antiphase:
-        x[:, 1] = -x[:, 0]
-    sf.write(path, x, 16000, subtype="FLOAT")
-    return path
-
-
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
 def test_stdout_on_a_full_disk_is_one_line_exit_3(tmp_path, delay_onnx):
     """'cosyedge run ... > /dev/full' ended in an OSError ENOSPC traceback (exit 1)."""
-    wav = _wav(tmp_path / "in.wav")
+    wav = noise_wav(tmp_path / "in.wav")
     with open("/dev/full", "w") as full:
         res = cosyedge_subprocess("run", str(wav), "-o", str(tmp_path / "out.wav"), "--engine", str(delay_onnx), "-q", stdout=full,
                    stderr=__import__("subprocess").PIPE)
@@ -137,7 +127,7 @@ def _no_bypass_prefix(probe: list[str]) -> list[str] | None:
 
 def test_unreadable_input_says_permission_denied(tmp_path, delay_onnx):
     """A mode-000 input said "cannot decode ... (System error.); is it a valid wav/flac/ogg file?"."""
-    wav = _wav(tmp_path / "secret.wav")
+    wav = noise_wav(tmp_path / "secret.wav")
     wav.chmod(0)
     prefix = _no_bypass_prefix(["cat", str(wav)])
     if prefix is None:
@@ -152,7 +142,7 @@ def test_unreadable_input_says_permission_denied(tmp_path, delay_onnx):
 def test_read_only_output_is_kept(tmp_path, delay_onnx, capsys):
     """An existing 0444 output was replaced by the rename and became 0644; now it is kept and refused, as cp
     and a shell's '>' refuse it (exit 3)."""
-    wav = _wav(tmp_path / "in.wav")
+    wav = noise_wav(tmp_path / "in.wav")
     out = tmp_path / "out.wav"
     out.write_bytes(b"keep me")
     out.chmod(0o444)
@@ -167,7 +157,7 @@ def test_run_without_engine_in_a_read_only_folder_uses_the_user_cache(tmp_path):
     read-only working folder it failed (exit 3) though the output was writable. Now the engine goes to
     $XDG_CACHE_HOME/cosyedge/engines with one info line; when that cannot be written either, the line says
     which variable or flag to set."""
-    wav = _wav(tmp_path / "in.wav")
+    wav = noise_wav(tmp_path / "in.wav")
     ro = tmp_path / "ro"
     ro.mkdir()
     ro.chmod(0o555)

@@ -20,3 +20,16 @@ def demo_speech(seconds: float | None = None, offset_s: float = 0.0, which: str 
     x = np.asarray(to_model_input(x, sr, SR), np.float32).reshape(-1)
     a = int(offset_s * SR)
     return np.ascontiguousarray(x[a:] if seconds is None else x[a:a + int(seconds * SR)])
+
+
+def noise_wav(path: Path, channels: int = 1, seconds: float = 0.5, antiphase: bool = False) -> Path:
+    """Write seeded white noise (0.1 rms, float32 samples) at 16 kHz to ``path`` with ``channels`` channels; with
+    ``antiphase`` the second channel is minus the first (the mono mix is silent). Returns ``path``."""
+    import soundfile as sf
+
+    rng = np.random.default_rng(1)
+    x = (0.1 * rng.standard_normal((int(SR * seconds), channels))).astype(np.float32)
+    if antiphase:
+        x[:, 1] = -x[:, 0]
+    sf.write(path, x, SR, subtype="FLOAT")
+    return path
