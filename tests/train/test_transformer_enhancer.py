@@ -31,9 +31,10 @@ DEMO_GAIN_INT8_DB = 2.07
 """float: the same through the streamed INT8 ONNX Runtime engine ('cosyedge run', PCM_16 output; FP32 engine
 +2.10 dB)."""
 MARGIN_DB = 0.5
-INT8_SNR_FLOOR_DB = 20.0
+INT8_SNR_FLOOR_DB = 35.0
 """float: the least output SNR (dB) of the INT8 engine against the FP32 stream model that 'check' may record on its
-utterances (teacher-forced and free-running); see the measured values in the test's printout."""
+demo utterances (teacher-forced and free-running); measured when written: 39.5 dB (free-running, noisy) to 50.7 dB
+(teacher-forced, clean)."""
 
 needs_weights = pytest.mark.skipif(not WEIGHTS.is_file(), reason=f"{WEIGHTS} not bundled")
 
@@ -182,7 +183,6 @@ def test_check_gate_holds_int8_to_a_fixed_floor(cli, stream_onnx, calib, work):
     assert rc == 0 and base.is_file(), err
     data = json.loads(base.read_text())
     snrs = {k: v for k, v in data["labels"]["int8"]["metrics"].items() if k.endswith("/enhanced/snr_db")}
-    print("int8 output SNR vs FP32 (dB):", {k: round(v, 2) for k, v in snrs.items()})
     assert snrs and min(snrs.values()) >= INT8_SNR_FLOOR_DB, snrs
     rc, _o, err = cli(*args, "--baseline", base)
     assert rc == 0, err
