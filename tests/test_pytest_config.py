@@ -14,7 +14,6 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 
-
 _NO_COSYEDGE_DEPRECATIONS = r'''
 import importlib, json, os, pkgutil, sys, warnings
 import cosyedge

@@ -18,9 +18,7 @@ from tests.helpers.audio import noise_wav
 
 HOP = 160
 
-
 STREAMIFY_ARGS = ["--sample-rate-hz", "16000", "--hop-samples", str(HOP), "-q"]
-
 
 LONG = "c" * 300
 

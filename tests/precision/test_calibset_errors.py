@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 from cosyedge.cli.main import main
 from tests.cli_errors import one_error_line
 

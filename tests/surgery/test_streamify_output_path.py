@@ -12,7 +12,6 @@ from tests.helpers.graphs import conv_onnx
 
 HOP = 160
 
-
 STREAMIFY_ARGS = ["--sample-rate-hz", "16000", "--hop-samples", str(HOP), "-q"]
 
 
