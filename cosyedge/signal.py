@@ -5,7 +5,7 @@ the whole segment and ``P_speech`` is the mean power of the speech over its ACTI
 within 40 dB of the loudest frame and above -100 dBFS), so pauses do not lower the speech level (as in
 ITU-T P.56 active speech level, simplified). See :func:`active_power`.
 
-Moved from ``cosyedge/datasets/mix.py`` (issue 36) so that deployment code (``eval``, ``precision``) does not
+Moved from ``cosyedge/datasets/mix.py`` so that deployment code (``eval``, ``precision``) does not
 import training data.
 """
 
@@ -112,7 +112,7 @@ def si_snr_db(est: np.ndarray, ref: np.ndarray) -> float:
 
     ``s = <est, ref> ref / ||ref||^2`` (both zero-mean), ``SI-SNR = 10 log10(||s||^2 / ||est - s||^2)``.
     The one scalar SI-SNR of the package (evaluation, training, scripts); :func:`si_snr` on 1-D signals.
-    Not delay-aware: align first. Moved from ``cosyedge/eval/metrics.py`` (issue 36).
+    Not delay-aware: align first. Moved from ``cosyedge/eval/metrics.py``.
 
     Args:
         est (np.ndarray): float, shape (T,), estimate.

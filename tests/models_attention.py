@@ -1,4 +1,4 @@
-"""Attention models for issue 38 item 6: real architectures rebuilt from their upstream code, seeded random weights.
+"""Attention models for the streamify tests: real architectures rebuilt from their upstream code, seeded random weights.
 
 Every model maps features to features of the same time length, computes its mask inside ``forward`` from the
 input's length (``torch.arange`` / ``torch.tril`` / ``triu`` as upstream does), and takes no mask input, except
@@ -28,7 +28,7 @@ constant (NeMo's ``pos_bias_u/v`` are zeros, Mimi's LayerScale is 0.01, norms ar
 distribution, so that no path of the model is inert and a wrong cache shows in the output.
 
 :func:`export` exports with either exporter (TorchScript ``dynamo=False`` with ``dynamic_axes``, ``dynamo=True``
-with ``dynamic_shapes``, batch 2 example as in ``tests/surgery/test_issue38_rope.py``), :func:`speech_features`
+with ``dynamic_shapes``, batch 2 example as in ``tests/surgery/rules/test_rope.py``), :func:`speech_features`
 gives deterministic real-speech features.
 """
 
@@ -1111,7 +1111,7 @@ def export(model: nn.Module, path, example=None, dynamo: bool = False, time_axis
 
     ``dynamo=False``: TorchScript exporter, opset 17, ``dynamic_axes {0: 'N', time_axis: 'T'}``. ``dynamo=True``:
     ``dynamic_shapes`` with ``Dim('N', max=64)`` and ``Dim('T', min=2, max=t_max)``; the example batch is made 2
-    (``torch.export`` specializes a size-1 example batch to 1), as ``tests/surgery/test_issue38_rope.py::_export``.
+    (``torch.export`` specializes a size-1 example batch to 1), as ``tests/surgery/rules/test_rope.py::_export``.
     ``example`` defaults to :func:`example_input` (64 frames). Returns ``path``.
     """
     path = Path(path)
@@ -1156,7 +1156,7 @@ def speech_features(t: int, time_axis: int = 1, n: int = 2) -> np.ndarray:
 
 
 def attention_ops(path, fold: bool = False) -> list[dict]:
-    """Inventory of the attentions in an exported ONNX file, for reading (the report of issue 38 item 6).
+    """Inventory of the attentions in an exported ONNX file, for reading.
 
     For each attention (each ``Softmax`` or ONNX ``Attention`` node, in graph order) walks back from the
     ``MatMul`` that consumes the attention weights, along tensors that depend on the input values, down to the

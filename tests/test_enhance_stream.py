@@ -1,4 +1,4 @@
-"""``cosyedge run FILE`` streams the file through in blocks (issue 23 item 5): the output is bit-identical to
+"""``cosyedge run FILE`` streams the file through in blocks: the output is bit-identical to
 processing the whole file at once, memory does not grow with the file's length, a bad sample deep in the file
 still leaves an earlier output untouched, and long inputs get a progress bar."""
 
@@ -124,7 +124,7 @@ def test_progress_bar_when_asked_and_only_on_a_terminal_by_default(tmp_path, cap
 
 
 def test_delay_compensator_is_one_mechanism_for_files_arrays_and_the_live_path():
-    """runtime.stream.DelayCompensator (issue 36 item 2): a pure delay comes back as its input whatever the
+    """runtime.stream.DelayCompensator: a pure delay comes back as its input whatever the
     split of the feeds; with delay 0 (the live path) the output is the raw stream cut to the input length."""
     from cosyedge.runtime.stream import DelayCompensator
 

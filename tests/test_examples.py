@@ -1,4 +1,4 @@
-"""The numbered examples under scripts/examples/ run end to end (STYLE §14; issue 36 item 7).
+"""The numbered examples under scripts/examples/ run end to end (STYLE §14).
 
 Each example script is run as a user runs it (``python scripts/examples/NN_name/script.py --out DIR``, in a
 subprocess, from a temporary working folder) and its declared artifacts and real values are checked: the

@@ -155,7 +155,7 @@ def test_data_sources_and_voice_do_not_import_each_other():
 
 
 def test_enhance_and_realtime_do_not_import_each_other():
-    """Circle 3 (issue 36 item 6) stays gone: the file API (cosyedge/enhance.py) and the live path
+    """Circle 3 stays gone: the file API (cosyedge/enhance.py) and the live path
     (cosyedge/realtime/) share the writer (cosyedge.audio) and the chunk conversion (StreamContract.chunk_samples),
     so neither imports the other, at module level or inside a function."""
     def hits(path: Path, package: str) -> list[str]:

@@ -24,7 +24,7 @@ retrained weights. Measured output SNR, teacher-forced / free-running (100 ms ch
 the same within 1 dB): FP16 75-77 / 70-72 dB (states 71-73 dB, max abs error 1.7e-4); INT8 39-46 /
 34-43 dB (states 33-45 dB, max abs 0.012); 2:4 pruning changes the model itself (no fine-tuning):
 INT8+sparse 18-24 / 15-23 dB (states from 12 dB), PESQ-WB against clean speech unchanged or better.
-So the sparse labels mostly guard the perceptual metrics. GTCRN (issue 39, adopted from its wheel) in FP16:
+So the sparse labels mostly guard the perceptual metrics. GTCRN (adopted from its wheel) in FP16:
 output 70.1 dB teacher-forced, PESQ-WB unchanged, but two of its convolution caches at 48.6 and 49.7 dB (they hold
 unnormalised encoder activations, whose FP16 rounding is a larger share of a small state): the FP16 state limit is
 44 dB, still far above what a swapped or dropped state gives (below 10 dB). A single bad Q/DQ scale, a swapped or dropped

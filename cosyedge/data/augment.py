@@ -1,7 +1,7 @@
 """Augmentation DSP of the training mixtures: speed perturbation, random EQ, low-band boost, band limit,
 room reverb (numpy/scipy).
 
-Moved from ``cosyedge/datasets/mix.py`` (issue 36).
+Moved from ``cosyedge/datasets/mix.py``.
 """
 
 from __future__ import annotations

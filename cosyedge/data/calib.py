@@ -2,7 +2,7 @@
 
 :func:`training_mix_clips` is the iterator :func:`cosyedge.precision.calibset.make_calibration_set` writes
 when it generates a set; the calibration code itself only consumes ``(noisy, clean)`` clips. Moved from
-``cosyedge/precision/calibset.py`` (``_generated``, issue 36) so that calibration does not build training data.
+``cosyedge/precision/calibset.py`` (``_generated``) so that calibration does not build training data.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The :class:`Corpus` (utterances concatenated in one array) and its cache files.
 
-Moved from ``cosyedge/datasets/sources.py`` (issue 36) so that :mod:`cosyedge.data.voice` and
+Moved from ``cosyedge/datasets/sources.py`` so that :mod:`cosyedge.data.voice` and
 :mod:`cosyedge.data.sources` both import it without importing each other.
 """
 

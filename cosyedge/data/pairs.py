@@ -1,6 +1,6 @@
 """The fixed test pairs (pocketsphinx LibriVox speech x held-out real noises); needs no training data.
 
-Moved from ``cosyedge/datasets/mix.py`` (issue 36).
+Moved from ``cosyedge/datasets/mix.py``.
 """
 
 from __future__ import annotations

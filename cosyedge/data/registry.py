@@ -1,7 +1,7 @@
 """The corpus registry: name -> builder (:data:`CORPORA`) and :func:`load_corpus`, plus the derived corpora
 built from other corpora (male-converted prompts, re-voiced festvox-ru, Tux Paint's clean male voices).
 
-Moved from ``cosyedge/datasets/sources.py`` (issue 36): sources builds corpora from packages, voice converts
+Moved from ``cosyedge/datasets/sources.py``: sources builds corpora from packages, voice converts
 them, and this module, above both, names them (no import circle).
 """
 

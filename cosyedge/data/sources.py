@@ -38,7 +38,7 @@ decoded raises :class:`~cosyedge.errors.ArtifactError`.
 
 The :class:`~cosyedge.data.corpus.Corpus` and its cache files are in :mod:`cosyedge.data.corpus`, the
 name -> builder table (:data:`~cosyedge.data.registry.CORPORA`, :func:`~cosyedge.data.registry.load_corpus`)
-and the corpora derived from other corpora in :mod:`cosyedge.data.registry` (issue 36: no sources <-> voice
+and the corpora derived from other corpora in :mod:`cosyedge.data.registry` (no sources <-> voice
 circle). About 580 lines: one builder per package family plus the speech synthesisers, each short.
 """
 

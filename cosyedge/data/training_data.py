@@ -14,7 +14,7 @@ the mean power of the noise over the whole segment and ``P_speech`` is the mean 
 its ACTIVE 20 ms frames (frames within 40 dB of the loudest frame and above -100 dBFS), so pauses do not
 lower the speech level (as in ITU-T P.56 active speech level, simplified). See :func:`cosyedge.signal.active_power`.
 
-Moved from ``cosyedge/datasets/mix.py`` (issue 36), which was split by job: the metrics went to
+Moved from ``cosyedge/datasets/mix.py``, which was split by job: the metrics went to
 :mod:`cosyedge.signal`, the augmentation DSP to :mod:`~cosyedge.data.augment`, the data-version constants to
 :mod:`~cosyedge.data.versions`, the test pairs to :mod:`~cosyedge.data.pairs`. About 540 lines: what is left is
 the one class, whose methods (corpus loading, the cached speech and noise bank, the draws, validation) share

@@ -1,6 +1,6 @@
 """Training-data constants: corpora per data version, noise weights, augmentation probabilities.
 
-Moved from ``cosyedge/datasets/mix.py`` (issue 36). Read by :mod:`cosyedge.data.training_data` and the
+Moved from ``cosyedge/datasets/mix.py``. Read by :mod:`cosyedge.data.training_data` and the
 training scripts.
 """
 

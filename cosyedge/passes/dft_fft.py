@@ -37,7 +37,7 @@ from cosyedge.passes.shapes import known_shapes
 MIN_FFT_SIZE = 512
 """int: smallest transform rewritten. Below it the dense product is small (K = 320: 0.4 MB) and the rewrite's
 other rounding is not worth it: on the bundled reference model (K = 320 analysis) the FFT moved the output to
-112 dB from the unrewritten graph, under issue 40's 120 dB rule; DeepFilterNet3 (K = 960) stays at 128 dB."""
+112 dB from the unrewritten graph, under the 120 dB rule for FP32 graph rewrites; DeepFilterNet3 (K = 960) stays at 128 dB."""
 MATCH_RTOL = 1e-6
 """float: largest difference between the weights and the rebuilt bases, relative to the largest weight."""
 

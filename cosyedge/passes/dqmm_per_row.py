@@ -4,14 +4,14 @@ stream's quantization step.
 
 What stays: the float ops of a batched run round differently from a batch-1 run (about 1e-7, as in any FP32
 pool), and at a dynamic INT8 step such a difference can flip one rounding step, which a recurrence (GRU) carries on:
-a stream in a pool is then close to, not bit-identical with, itself alone (second audit of issue 40, NSNet2
+a stream in a pool is then close to, not bit-identical with, itself alone (NSNet2
 ``ort_matmul``, 600 hops: 50.8 dB for a stream depending on its slot; the same as the INT8 model's own distance from
 FP32, 43-54 dB). Batch 1 (one stream) is bit-identical.
 
 ``com.microsoft.DynamicQuantizeMatMul`` (the ``ort_matmul`` INT8 GRU cells, :mod:`cosyedge.precision.qdq_matmul`)
 quantizes its input ``A`` to uint8 with one scale and zero point computed per call over the whole tensor. At batch 1
 that is per stream; in a pool tick of ``m`` streams it is one range over all ``m`` rows, so a loud stream coarsens a
-quiet stream's quantization (audit of issue 40: a quiet stream beside a loud one 54.9 dB from the same stream alone).
+quiet stream's quantization (a quiet stream beside a loud one 54.9 dB from the same stream alone).
 :func:`per_row_dynamic_quant` rewrites each such node into the same arithmetic done per row of ``A`` (every axis but
 the last is a row): ``lo = min(min(a), 0)``, ``hi = max(max(a), 0)``, ``scale = (hi - lo) / 255`` (1 when
 ``hi == lo``), ``zp = round_half_even(clip(-lo / scale, 0, 255))``, ``q = clip(round(a / scale) + zp, 0, 255)``, then

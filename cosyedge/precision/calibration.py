@@ -13,7 +13,7 @@ from pathlib import Path
 from cosyedge.errors import UsageError
 
 DEFAULT_CALIB_COUNT = 2048
-"""int: utterances streamed for INT8 calibration when the default set has to be made (issue 4)."""
+"""int: utterances streamed for INT8 calibration when the default set has to be made."""
 MAX_CALIB_COUNT = 100_000
 """int: the most calibration utterances taken (``--calib-count``, ``calib make --count``): 50x the default, about
 70 h of audio."""

@@ -1,6 +1,6 @@
 """INT8 float fallback driven by measured sensitivity: keep in float the layers that cannot pay, and say so.
 
-``int8_onnx(..., min_snr_db=42)`` / ``cosyedge build --int8 --int8-min-snr 42`` (issue 40): after calibration (the
+``int8_onnx(..., min_snr_db=42)`` / ``cosyedge build --int8 --int8-min-snr 42``: after calibration (the
 amax cache is reused for every candidate, nothing is recalibrated), the output of the INT8 model is compared with the
 FP32 model's on **held-out speech** (:func:`holdout_audio`: by default the bundled demo recording
 ``cosyedge/assets/demo/noisy.wav``, 17.3 s of real noisy speech that no calibration set holds: generated sets mix

@@ -110,7 +110,7 @@ takes the argmax of an autocorrelation of bin powers that overflow FP16 at full 
 
 
 TARGET_SNR_DB = 50.0
-"""float: minimum output SNR (dB) of the FP16 model vs FP32 streaming on real speech (issue 4)."""
+"""float: minimum output SNR (dB) of the FP16 model vs FP32 streaming on real speech."""
 
 _FLOAT = 1
 _FLOAT16 = 10

@@ -12,7 +12,7 @@ The ``silero-vad`` 6.2.3 wheel ships seven graphs (``silero_vad/data``). This re
 ``stateN`` (2, 1, 128); fully static, no ``sr`` input and no ``If`` (the package default ``silero_vad.onnx``
 branches on ``sr`` for 8 and 16 kHz), so nothing has to be fixed at adopt time and TensorRT gets a plain
 graph; on the bundled recordings it gives bit-identical probabilities to the package default with the
-package's loop (docs: issue 39 recon). Around it, as ONNX nodes, the context handling: ``Concat(context,
+package's loop. Around it, as ONNX nodes, the context handling: ``Concat(context,
 audio)`` -> (1, 1, 576) -> the network; the last 64 samples are the next context. The one-hop graph is
 adopted (:mod:`cosyedge.surgery.adopt`): two states (the 64-sample context, kind ``context``; the LSTM
 state, batch on axis 1, kind ``recurrent``), a Scan over the hops of a chunk (any multiple of 512 samples),

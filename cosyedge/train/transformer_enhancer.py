@@ -1,9 +1,9 @@
 """A small streaming transformer speech enhancer (16 kHz, hop 160 samples = 10 ms, 20 ms algorithmic latency).
 
-The model of issue 38 item 7 ("a model people can hear"): the full-sequence graph has causal self-attention over a
+A transformer model people can hear: the full-sequence graph has causal self-attention over a
 sliding window of :attr:`TransformerEnhancerConfig.attention_frames` frames and rotary positions from
 ``arange(T)``; ``cosyedge streamify`` turns the attention into a fixed-size KV cache and the positions into a
-counter (issue 38 items 1-4). Written for that: the mask and the positions are computed inside ``forward`` from
+counter. Written for that: the mask and the positions are computed inside ``forward`` from
 ``torch.arange`` of the frame count, the attention is explicit ``q @ k^T``, masked fill, softmax, ``@ v`` (no
 ``nn.MultiheadAttention``).
 

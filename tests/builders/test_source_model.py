@@ -1,4 +1,4 @@
-"""Issue 36 item 3: one ``cosyedge build`` parses the source ONNX's stream contract and hashes it once.
+"""One ``cosyedge build`` parses the source ONNX's stream contract and hashes it once.
 
 ``StreamContract.from_onnx`` and ``sha256_file`` are wrapped (in every module that imported them) by counters of
 the calls whose argument is the source file; the ``--int8 --calib`` and ``--fp16 --sparse`` builds of a copy of

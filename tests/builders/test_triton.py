@@ -488,7 +488,7 @@ def test_cli_build_backend_triton(cli, tmp_path):
 
 
 def test_fp16_repository_asks_triton_for_extended_optimizations_only(ref_repo, tmp_path):
-    """An FP16 model crashes ONNX Runtime's ORT_ENABLE_ALL layout pass (NchwcTransformer, issue 37 re-audit):
+    """An FP16 model crashes ONNX Runtime's ORT_ENABLE_ALL layout pass (NchwcTransformer):
     its config.pbtxt sets optimization.graph.level 1 (ORT_ENABLE_EXTENDED in Triton's onnxruntime backend); an
     FP32 repository keeps Triton's default."""
     from cosyedge.builders.triton.repository import load_model_config

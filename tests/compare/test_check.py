@@ -297,8 +297,7 @@ def test_candidate_for_a_label_not_checked_is_exit_2(baseline, ref_onnx, engines
                "--candidate", f"int8={fp32_engine}", "--engines-dir", str(engines), "--utterances", str(utt_dir),
                "--no-pesq"])
     assert rc == 2
-    assert _one_line_error(capsys) == ("[!] --candidate int8=... is for a label this check does not run (it checks "
-                                       "fp32); add it to --precisions")
+    assert "is for a label this check does not run" in _one_line_error(capsys)
 
 
 def _fake_trt_folder(src: Path, dest: Path) -> Path:
@@ -636,7 +635,7 @@ _FIELDS = {"no labels": "'labels'", "labels not an object": "'labels'", "labels 
 
 @pytest.mark.parametrize("what", list(_FIELDS))
 def test_malformed_baseline_is_one_line_exit_3_naming_the_field(what, ref_onnx, utt_dir, tmp_path, capsys):
-    """Issue 23: a baseline that is JSON but malformed died with a KeyError/AttributeError/TypeError traceback and
+    """A baseline that is JSON but malformed died with a KeyError/AttributeError/TypeError traceback and
     exit 1 (read by CI as an accuracy regression), and a NaN metric silently left the gate. The baseline is
     validated when loaded: one line naming the file and the field, exit 3, before any engine is built."""
     from cosyedge.compare.baseline import load_baseline
@@ -685,7 +684,7 @@ def _edited_engine(src: Path, dest: Path, **fields) -> Path:
 
 
 def test_candidate_must_be_what_its_label_says(ref_onnx, fp32_engine, utt_dir, tmp_path, capsys):
-    """Issue 23: '--candidate fp16=<an FP32 engine folder>' passed the fp16 gate. The label is checked against the
+    """'--candidate fp16=<an FP32 engine folder>' passed the fp16 gate. The label is checked against the
     engine's manifest (precision, sparse; a schema newer than this cosyedge is exit 3) and against the ONNX's
     own precision markers (FP16 initializers/casts, Q/DQ nodes), before anything is built or compared."""
     from cosyedge.artifacts import SCHEMA_VERSION

@@ -1,4 +1,4 @@
-"""compare and check on a base install without the 'pesq' package (issue 23 item 8): PESQ-WB is omitted and
+"""compare and check on a base install without the 'pesq' package: PESQ-WB is omitted and
 said once, every other metric still runs and gates (they used to exit 4)."""
 
 from __future__ import annotations

@@ -616,7 +616,7 @@ def big_cache(tmp_path_factory):
 
 
 def test_training_speech_is_a_memory_map_of_a_cache_built_once(big_cache, monkeypatch):
-    """Issue 23 item 6: the speech is not held in memory (nor assembled from a second copy): a derived cache
+    """The speech is not held in memory (nor assembled from a second copy): a derived cache
     file, memory-mapped, equal to the train utterances concatenated; a corpus of other files gets another."""
     cache, c = big_cache
     monkeypatch.setattr(noise, "REAL_NOISE_CORPORA", {})

@@ -5,6 +5,7 @@ import math
 from pathlib import Path
 
 from tests.scripts import load_script
+from tests.cli_errors import one_error_line
 
 paired = load_script("eval/paired_eval")
 SIDE_BY_SIDE = Path(__file__).resolve().parents[2] / "docs" / "eval" / "side-by-side.json"
@@ -39,7 +40,7 @@ def test_committed_side_by_side_figures_of_the_model_card():
 
 def test_bad_reports_are_one_line_exit_3(tmp_path, capsys):
     assert paired.main([str(tmp_path / "missing.json")]) == 3
-    assert capsys.readouterr().err.strip() == f"[!] {tmp_path / 'missing.json'}: not found"
+    assert f"{tmp_path / 'missing.json'}: not found" in one_error_line(capsys)
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
     assert paired.main([str(bad)]) == 3

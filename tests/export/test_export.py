@@ -273,7 +273,7 @@ def test_foreign_weights_are_named_in_one_line(tmp_path):
 
 
 def test_rule_based_streamify_is_bit_identical_to_the_bundled_stream_onnx(bundled_export):
-    """Issue 22: the reference re-exported through the rule-based streamify streams the demo recording to
+    """The reference re-exported through the rule-based streamify streams the demo recording to
     exactly the bundled stream ONNX's output (chunks 160 and 480), with the same state contract."""
     from cosyedge.audio import load_audio
     from cosyedge.models import REFERENCE_STREAM_ONNX

@@ -25,6 +25,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import soundfile as sf
+from tests.helpers.metrics import snr_db
+from tests.cli_errors import one_error_line
 
 ROOT = Path(__file__).resolve().parents[2]
 REFERENCE = ROOT / "cosyedge" / "models" / "reference.stream.onnx"
@@ -121,10 +123,6 @@ def _shift(x: np.ndarray, d: float) -> np.ndarray:
     return np.fft.irfft(np.fft.rfft(x) * np.exp(-1j * w * d), n).astype(np.float32)
 
 
-def _snr_db(got: np.ndarray, want: np.ndarray) -> float:
-    return float(10 * np.log10(np.sum(want ** 2) / max(np.sum((got - want) ** 2), 1e-20)))
-
-
 def _align(y: np.ndarray, ref: np.ndarray, start: int, length: int) -> tuple[float, float]:
     """Lag (samples, to 1/200 sample) of ref[start:start+length] inside y, and the SNR (dB) of y against ref
     there after that fractional alignment."""
@@ -141,7 +139,7 @@ def _align(y: np.ndarray, ref: np.ndarray, start: int, length: int) -> tuple[flo
             grid = best[1] + np.arange(-0.05, 0.05001, 0.005)
         for d in grid:
             got = _shift(window, -d)[k - lo:k - lo + length]
-            best = max(best, (_snr_db(got, seg), float(d)))
+            best = max(best, (snr_db(seg, got), float(d)))
     return k + best[1] - start, best[0]
 
 
@@ -202,7 +200,7 @@ def test_run_mic_through_pulseaudio_matches_file_run(pulse):
     assert snr > 30.0, f"heard vs played SNR {snr:.1f} dB at lag {lag}"
     # a deliberately wrong alignment is far worse: the check can tell
     k = lead.size + round(lag) + 800
-    assert _snr_db(heard[k:k + 2 * sr], play16[lead.size:lead.size + 2 * sr]) < 3.0
+    assert snr_db(play16[lead.size:lead.size + 2 * sr], heard[k:k + 2 * sr]) < 3.0
 
     # 2. the live output is the model on that input: an offline run of the heard file gives it back
     rc = subprocess.run(_cli("run", heard_path, "-o", tmp / "replay.wav", "--engine", REFERENCE), env=env,
@@ -215,7 +213,7 @@ def test_run_mic_through_pulseaudio_matches_file_run(pulse):
     print(f"live vs replay of the heard file: max |diff| {diff:.2e} ({diff * 32768:.0f} LSB)")
     assert diff <= 1.0 / 32768, f"live vs replay differ by {diff * 32768:.0f} LSB"  # the same floats, both PCM_16
     # off by one chunk is far worse
-    assert _snr_db(y[d + 160:d + n], replay[:n - 160]) < 10.0
+    assert snr_db(replay[:n - 160], y[d + 160:d + n]) < 10.0
 
 
 def test_run_mic_unknown_device_and_bad_rate_on_real_server(pulse):
@@ -233,8 +231,7 @@ def test_run_mic_unknown_device_and_bad_rate_on_real_server(pulse):
     r = subprocess.run(_cli("run", "mic", "--device", BAD_PCM, "--output", tmp / "keep.wav", "--duration", "1"),
                        env=env, cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert r.returncode == 2, r.stderr
-    assert r.stderr.strip().splitlines() == [f"[!] device input '{BAD_PCM}' cannot open at any supported rate "
-                                             + r.stderr.split("cannot open at any supported rate ", 1)[1].strip()]
+    assert f"device input '{BAD_PCM}' cannot open at any supported rate" in one_error_line(r.stderr)
     assert (tmp / "keep.wav").read_bytes() == b"old"
 
 

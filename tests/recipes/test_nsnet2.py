@@ -1,4 +1,4 @@
-"""NSNet2 recipe (issue 24): the wheel's network with its own signal processing as one waveform stream ONNX,
+"""NSNet2 recipe: the wheel's network with its own signal processing as one waveform stream ONNX,
 faithful to the package's pipeline on real speech, through every stage (run, fp16, int8, StreamPool)."""
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ import soundfile as sf
 from cosyedge.artifacts import StreamContract
 from cosyedge.audio import load_audio
 from tests import thirdparty_models as tm
+from tests.helpers.metrics import snr_db
+from tests.cli_errors import one_error_line
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "cosyedge" / "assets" / "demo" / "noisy.wav"
@@ -40,11 +42,6 @@ def package_pipeline(x: np.ndarray) -> np.ndarray:
     feat = np.expand_dims(featurelib.calcFeat(spec, cfg).T, 0).astype(np.float32)
     gain = ort.InferenceSession(str(tm.nsnet2_onnx_path())).run(None, {"input": feat})[0][0]
     return featurelib.spec2sig(spec * np.clip(gain.T, 10 ** (-80 / 20), 1.0), cfg)
-
-
-def _snr_db(ref: np.ndarray, est: np.ndarray) -> float:
-    n = min(ref.size, est.size)
-    return float(10 * np.log10(np.sum(ref[:n] ** 2) / np.sum((ref[:n] - est[:n]) ** 2)))
 
 
 def test_the_stream_onnx_is_a_proved_waveform_model(nsnet2_onnx):
@@ -75,9 +72,9 @@ def test_cosyedge_run_equals_the_packages_own_pipeline(nsnet2_onnx, tmp_path):
     s = enhance_file(DEMO, out, engine=nsnet2_onnx)
     y, sr = sf.read(out, dtype="float64")
     assert sr == 16000 and y.size == x.shape[0] and s["delay_samples"] == 159
-    snr = _snr_db(ref, y)
+    snr = snr_db(ref, y)
     assert snr >= 60.0, snr
-    assert _snr_db(ref, np.roll(y, 160)) < 20.0  # misaligned by the delay it is not the same signal
+    assert snr_db(ref, np.roll(y, 160)) < 20.0  # misaligned by the delay it is not the same signal
 
 
 def test_fp16_and_int8_builds_stay_close(nsnet2_onnx, tmp_path):
@@ -98,7 +95,7 @@ def test_fp16_and_int8_builds_stay_close(nsnet2_onnx, tmp_path):
     got = {}
     for label, folder in (("fp16", fp16), ("int8", int8)):
         with OrtStreamSession(Path(folder) / "model.onnx") as s:
-            got[label] = _snr_db(ref, enhance_array(s, x))
+            got[label] = snr_db(ref, enhance_array(s, x))
     assert got["fp16"] > 40.0, got  # 51 dB measured (GRUs kept FP32)
     assert 15.0 < got["int8"] < got["fp16"], got  # 23 dB measured with this toy set: quantized (so not FP32), and still the same enhancement
 
@@ -132,7 +129,7 @@ def test_export_cli_refuses_what_a_recipe_cannot_take(tmp_path, capsys):
              (["export", "nsnet2"], "missing output: cosyedge export nsnet2 -o nsnet2.stream.onnx")]
     for argv, message in cases:
         assert main(argv) == 2
-        assert capsys.readouterr().err.strip().splitlines() == [f"[!] {message}"]
+        assert message in one_error_line(capsys), argv
     assert not list(tmp_path.iterdir())
 
 

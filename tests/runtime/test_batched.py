@@ -1,4 +1,4 @@
-"""batch_rewrite: one-frame convs and matrix-vector MatMuls as batched GEMMs; StreamPool runs them (issue 40, item 3)."""
+"""batch_rewrite: one-frame convs and matrix-vector MatMuls as batched GEMMs; StreamPool runs them."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The shared mechanics of issue 36: session_from_onnx, the one chunk loop, StreamContract.require_streaming."""
+"""The shared stream mechanics: session_from_onnx, the one chunk loop, StreamContract.require_streaming."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The one-frame DFT Conv/ConvTranspose -> FFT rewrite (cosyedge/passes/dft_fft.py) on DeepFilterNet3's stream graph:
 both transforms are replaced, the output over the whole bundled recording stays within 120 dB of the unrewritten
-graph (issue 40's rule for FP32 graph simplifications), and other weights or several frames are left alone."""
+graph (the 120 dB rule for FP32 graph simplifications), and other weights or several frames are left alone."""
 
 from __future__ import annotations
 

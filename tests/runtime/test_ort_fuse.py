@@ -1,5 +1,5 @@
 """Conv -> Add folding into ONNX Runtime's FusedConv (cosyedge.passes.conv_sum): what folds, what must not,
-and the bundled reference streamed fused vs unfused on real speech (>= 120 dB, the issue-40 rule)."""
+and the bundled reference streamed fused vs unfused on real speech (>= 120 dB, the rule for FP32 graph rewrites)."""
 
 from __future__ import annotations
 

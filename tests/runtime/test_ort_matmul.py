@@ -1,6 +1,6 @@
 """The one-frame Einsum -> MatMul and one-step GRU -> cell rewrites (cosyedge/passes/einsum_matmul.py, gru_cell.py): exact on small
 random graphs against numpy, and on DeepFilterNet3's stream graph (8 Einsums, 5 GRUs) within 120 dB of the
-unrewritten graph over the whole bundled recording (issue 40's rule), solo and in a StreamPool of 3 streams."""
+unrewritten graph over the whole bundled recording (the 120 dB rule for FP32 graph rewrites), solo and in a StreamPool of 3 streams."""
 
 from __future__ import annotations
 
@@ -179,7 +179,7 @@ def test_dfn3_pool_of_three_gets_the_batch_free_rewrites(dfn3_onnx, hops):
 
 @pytest.mark.slow
 def test_dfn3_int8_ort_matmul_quantizes_the_gru_cells(dfn3_onnx, tmp_path):
-    """Issue 40: DFN3's INT8 ``ort_matmul`` build writes its 5 one-step GRUs as cells of DynamicQuantizeMatMul (no
+    """DFN3's INT8 ``ort_matmul`` build writes its 5 one-step GRUs as cells of DynamicQuantizeMatMul (no
     calibrated amax needed; the shipped amax cache serves the rest), ONNX Runtime runs all 10 as INT8 kernels, the
     demo output stays >= 35 dB from FP32, and ``--exclude`` keeps a named GRU float."""
     from cosyedge.precision.int8 import int8_onnx

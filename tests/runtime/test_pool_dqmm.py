@@ -1,4 +1,4 @@
-"""Issue 40 audit B5: a StreamPool tick of an ``ort_matmul`` INT8 model (``DynamicQuantizeMatMul`` GRU cells, one
+"""A StreamPool tick of an ``ort_matmul`` INT8 model (``DynamicQuantizeMatMul`` GRU cells, one
 activation scale per call) quantizes each stream's row from its own range, so no stream's output depends on the
 others (:mod:`cosyedge.passes.dqmm_per_row`)."""
 
@@ -61,10 +61,10 @@ def test_a_nonzero_weight_zero_point_is_left_alone():
 
 
 def _gru_stream(d):
-    """The torch GRU test model (tests/precision/test_issue37_macs.py) exported and streamified into folder ``d``."""
+    """The torch GRU test model (tests/precision/test_macs.py) exported and streamified into folder ``d``."""
     torch = pytest.importorskip("torch")
     from cosyedge.surgery.streamify import streamify
-    from tests.precision.test_issue37_macs import HOP, _BigGru
+    from tests.precision.test_macs import HOP, _BigGru
 
     full, src = d / "gru.onnx", d / "gru.stream.onnx"
     torch.onnx.export(_BigGru().eval(), (torch.zeros(1, 1, 16 * HOP),), str(full), input_names=["audio"],
@@ -76,7 +76,7 @@ def _gru_stream(d):
 
 @pytest.fixture(scope="module")
 def gru_int8(tmp_path_factory):
-    """The torch GRU test model (tests/precision/test_issue37_macs.py) quantized with placement ort_matmul: its
+    """The torch GRU test model (tests/precision/test_macs.py) quantized with placement ort_matmul: its
     one-step GRU becomes a cell of two DynamicQuantizeMatMul."""
     from cosyedge.precision.int8 import int8_onnx
     from tests.precision import int8_fixtures as fx

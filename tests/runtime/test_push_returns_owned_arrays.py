@@ -1,4 +1,4 @@
-"""Issue 49, safe by default: every ``push`` returns arrays the caller owns, so the natural
+"""Every ``push`` returns arrays the caller owns, so the natural
 ``outs.append(session.push(x)["enhanced"])`` keeps every chunk (it used to keep N references to one buffer,
 overwritten by each push: N copies of the last chunk). Reusing the session's buffers is the opt-in
 ``push(..., copy=False)`` (``StreamPool.tick/push(..., copy=False)``), and it still reuses them.

@@ -1,4 +1,4 @@
-"""The PyTorch stand-in of scripts/gpu_check.py (issue 25): the same stream graph as ONNX Runtime, chunk by chunk,
+"""The PyTorch stand-in of scripts/gpu_check.py: the same stream graph as ONNX Runtime, chunk by chunk,
 states carried, on real speech; ops it does not know are refused by name; the script's no-TensorRT path."""
 
 from __future__ import annotations

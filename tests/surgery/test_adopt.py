@@ -1,4 +1,4 @@
-"""Adopting graphs that already stream (issue 24 item 5): hand-built ONNX graphs with their own state I/O
+"""Adopting graphs that already stream: hand-built ONNX graphs with their own state I/O
 (batch on axis 1, packed states, batch-1 Reshapes, a dynamic time axis), the proof, and every refusal."""
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from onnx import TensorProto, helper, numpy_helper
 from cosyedge.artifacts import StreamContract
 from cosyedge.errors import AccuracyError, UsageError
 from cosyedge.surgery.adopt import adopt, find_state_pairs, parse_state_pairs
+from tests.helpers.streaming import session_stream
 
 HOP = 16
 SR = 16000
@@ -100,15 +101,6 @@ def conv_cache_model(path: Path, *, output_uses_state=True, dead_state=False) ->
     return _save(path, nodes, ins, outs, inits)
 
 
-def _stream(path: Path, x: np.ndarray, chunk: int, batch: int = 1) -> np.ndarray:
-    from cosyedge.runtime.ort import OrtStreamSession
-
-    with OrtStreamSession(path, chunk_samples=chunk, batch=batch) as s:
-        c = s.contract
-        return np.concatenate([s.push(x[..., i:i + chunk].reshape(batch, 1, chunk))[c.output].copy()
-                               for i in range(0, x.shape[-1], chunk)], axis=-1)
-
-
 def _speech(n: int) -> np.ndarray:
     from cosyedge.surgery.proof import demo_audio
 
@@ -135,11 +127,11 @@ def test_packed_state_with_batch_on_axis_1_is_adopted_batch_first_and_streams_an
     x = _speech(HOP * 60)
     want = packed_reference(x.astype(np.float64))
     for chunk in (HOP, 4 * HOP):  # a chunk of 4 hops runs the Scan 4 times
-        got = _stream(out, x, chunk)[0, 0]
+        got = session_stream(out, x, chunk)[0, 0]
         np.testing.assert_allclose(got, want, atol=1e-5)
     # three streams at batch 3 == each alone
     xs = np.stack([x, 0.5 * x[::-1], np.roll(x, 100)])
-    both = _stream(out, xs[:, None, :], 2 * HOP, batch=3)
+    both = session_stream(out, xs[:, None, :], 2 * HOP, batch=3)
     for b in range(3):
         np.testing.assert_allclose(both[b, 0], packed_reference(xs[b].astype(np.float64)), atol=1e-5)
 
@@ -155,7 +147,7 @@ def test_conv_cache_with_dynamic_time_is_adopted_without_scan(tmp_path):
     x = _speech(HOP * 40)
     w = numpy_helper.to_array(next(t for t in onnx.load(str(src)).graph.initializer if t.name == "w"))[0, 0]
     want = np.convolve(np.concatenate([np.zeros(4), x]), w[::-1], mode="valid")[: x.size]
-    np.testing.assert_allclose(_stream(out, x, 5 * HOP)[0, 0], want, atol=1e-5)
+    np.testing.assert_allclose(session_stream(out, x, 5 * HOP)[0, 0], want, atol=1e-5)
 
 
 def test_the_adopted_model_runs_in_streampool_like_single_sessions(tmp_path):
@@ -281,7 +273,7 @@ def flat_model(path: Path) -> Path:
 
 
 def test_a_graph_that_cannot_batch_is_batched_by_a_scan_over_streams(tmp_path):
-    """Issue 39 item 1b: the Reshape([16]) defeats the dynamic-batch rewrite, so the batch-1 graph runs once per
+    """The Reshape([16]) defeats the dynamic-batch rewrite, so the batch-1 graph runs once per
     stream inside a Scan over axis 0 (state stored (N, *its batch-1 shape)); StreamPool batches it and batch 2 ==
     two batch-1 streams (was: adopted for batch 1 only, refused by StreamPool and Triton)."""
     from cosyedge.runtime.pool import StreamPool
@@ -297,8 +289,8 @@ def test_a_graph_that_cannot_batch_is_batched_by_a_scan_over_streams(tmp_path):
     x = _speech(HOP * 21)
     x2 = np.stack([x, 0.5 * x[::-1]])
     want = x2 + 0.5 * np.concatenate([np.zeros((2, HOP)), x2[:, :-HOP]], axis=1)
-    np.testing.assert_allclose(_stream(out, x, 3 * HOP)[0, 0], want[0], atol=1e-6)
-    np.testing.assert_allclose(_stream(out, x2, 3 * HOP, batch=2)[:, 0], want, atol=1e-6)
+    np.testing.assert_allclose(session_stream(out, x, 3 * HOP)[0, 0], want[0], atol=1e-6)
+    np.testing.assert_allclose(session_stream(out, x2, 3 * HOP, batch=2)[:, 0], want, atol=1e-6)
     with StreamPool(out, max_streams=2) as pool:
         a, b = pool.join(), pool.join()
         got = pool.push({a: x2[0, :HOP], b: x2[1, :HOP]})

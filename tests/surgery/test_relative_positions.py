@@ -8,7 +8,7 @@ multi_head_attention.py``, ``modules/conformer_encoder.py``) with ``att_context_
 pre-encode ``ConvSubsampling`` (``subsampling.py``: ``dw_striding`` or ``striding``, x4 or x8, causal or not; the
 rebuild equals nemo_toolkit 3.0.0's class bit for bit); CosyVoice's conformer with ``EspnetRelPositionalEncoding`` and
 its ``rel_shift`` (the ESPnet form that keeps ``T`` columns), static chunk mask; and a minimal Transformer-XL layer
-(``test_issue38_attention_ops.RelShift``, band window). Exporters: TorchScript (``dynamo=False``, ``dynamic_axes``)
+(``tests/surgery/rules/test_attention.py::RelShift``, band window). Exporters: TorchScript (``dynamo=False``, ``dynamic_axes``)
 and ``dynamo=True`` (``dynamic_shapes``), symbolic batch and fixed batch 1.
 
 Each accepted model: streamify's own proof passes, the contract has key/value caches, and an independent ONNX
@@ -141,7 +141,7 @@ def test_nemo_fastconformer_with_subsampling_streams_exactly(tmp_path, subsampli
 def test_cosyvoice_espnet_rel_shift_streams_exactly(tmp_path):
     """CosyVoice's conformer (``EspnetRelPositionalEncoding`` + ``rel_shift`` keeping ``T`` columns, static chunk
     mask of 4 frames and 2 left chunks), TorchScript (``dynamo=True`` cannot export it: see
-    ``test_issue38_attention.NO_EXPORT``)."""
+    ``tests/surgery/rules/test_attention_architectures.py::NO_EXPORT``)."""
     src = _export(M.build("cosyvoice_conformer_espnet_rel"), tmp_path / "cosy.onnx", False, 1, "N")
     _check(src, tmp_path, 1, 4, 240)
 
@@ -150,7 +150,7 @@ def test_cosyvoice_espnet_rel_shift_streams_exactly(tmp_path):
 def test_transformer_xl_layer_with_a_band_streams_exactly(tmp_path, dynamo):
     """A minimal Transformer-XL layer (a table sliced ``pe[2500 - T + 1 : 2500 + T]``, rel_shift by pad/view/slice,
     a band window of 16): streams exactly, fixed batch 1."""
-    from tests.surgery.test_issue38_attention_ops import RelShift
+    from tests.surgery.rules.test_attention import RelShift
 
     batch = "1" if dynamo else "N"
     src = _export(RelShift().eval(), tmp_path / f"txl{int(dynamo)}.onnx", dynamo, 1, batch)

@@ -9,11 +9,11 @@ real speech or seeded inputs); the tests check it again independently with raw O
 from __future__ import annotations
 
 import numpy as np
-import onnxruntime as ort
 import pytest
 
 from cosyedge.errors import UsageError
 from cosyedge.surgery import streamify
+from tests.helpers.streaming import stream_feeds
 
 torch = pytest.importorskip("torch")
 nn = torch.nn
@@ -27,32 +27,12 @@ def _export(model, path, example, names_in, names_out, time_axes):
     return path
 
 
-def _stream(path, contract, feeds, chunk_frames):
-    """Stream ``feeds`` (full inputs, batch 1) chunk by chunk; returns outputs concatenated on their time axis."""
-    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    names = [o.name for o in sess.get_outputs()]
-    states = {s.input: s.zeros(feeds[next(iter(feeds))].shape[0]) for s in contract.states}
-    ios = {i.name: i for i in contract.stream_inputs}
-    total = next(iter(feeds.values())).shape[ios[next(iter(feeds))].time_axis]
-    parts = {o.name: [] for o in contract.stream_outputs}
-    for start in range(0, total, chunk_frames):
-        feed = dict(states)
-        for name, x in feeds.items():
-            feed[name] = np.ascontiguousarray(np.take(x, np.arange(start, start + chunk_frames),
-                                                      axis=ios[name].time_axis))
-        res = dict(zip(names, sess.run(None, feed)))
-        for o in contract.stream_outputs:
-            parts[o.name].append(res[o.name])
-        states = {s.input: res[s.output] for s in contract.states}
-    return {o.name: np.concatenate(parts[o.name], axis=o.time_axis) for o in contract.stream_outputs}
-
-
 def _assert_stream_equals_full(model, path, contract, feeds, chunks, atol=1e-5):
     with torch.no_grad():
         full = model(*[torch.from_numpy(v) for v in feeds.values()])
     full = full if isinstance(full, tuple) else (full,)
     for chunk in chunks:
-        got = _stream(path, contract, feeds, chunk)
+        got = stream_feeds(path, contract, feeds, chunk)
         for o, ref in zip(contract.stream_outputs, full):
             ref = ref.numpy()
             d = o.delay_frames
@@ -326,7 +306,7 @@ def test_ort_session_streams_a_multi_input_model_and_checks_its_inputs(tmp_path)
     rng = np.random.default_rng(2)
     feeds = {"x": rng.standard_normal((2, 2, 30, 8)).astype(np.float32),
              "y": rng.standard_normal((2, 4, 30, 8)).astype(np.float32)}
-    want = _stream(tmp_path / "2d.stream.onnx", c, feeds, 3)
+    want = stream_feeds(tmp_path / "2d.stream.onnx", c, feeds, 3)
     got = {"z": [], "r": []}
     with OrtStreamSession(tmp_path / "2d.stream.onnx", chunk_samples=3 * 480, batch=2) as sess:
         for i in range(0, 30, 3):
@@ -520,7 +500,7 @@ def test_time_axis_option_and_empty_model_errors(tmp_path):
 
 
 def test_rules_do_not_import_the_walker():
-    """Circle 1 of issue 36: the walker imports the rules, never the other way round (INT64_MAX lives in
+    """Import circle 1 stays gone: the walker imports the rules, never the other way round (INT64_MAX lives in
     surgery/rules/__init__.py, BOOKKEEPING in artifacts/contract.py)."""
     import ast
     from pathlib import Path

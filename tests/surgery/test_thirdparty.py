@@ -1,4 +1,4 @@
-"""Issue 22 acceptance: streamify on models nobody here wrote (pinned PyPI packages, nothing downloaded).
+"""Streamify on models nobody here wrote (pinned PyPI packages, nothing downloaded).
 
 * facebookresearch ``denoiser`` causal Demucs, resample 1 and 4, both exporters: stream == PyTorch full
   sequence on real speech; ``normalize=True`` (a std over the whole input) refused by name;
@@ -26,11 +26,11 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from cosyedge.artifacts import StreamContract
 from cosyedge.audio import load_audio
 from cosyedge.errors import UsageError
 from cosyedge.surgery import streamify
 from tests import thirdparty_models as tm
+from tests.helpers.streaming import stream_feeds
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "cosyedge" / "assets" / "demo" / "noisy.wav"
@@ -41,25 +41,6 @@ torch = pytest.importorskip("torch")
 def _demo(n: int) -> np.ndarray:
     x, _ = load_audio(DEMO)
     return x.reshape(-1)[:n].astype(np.float32)
-
-
-def _stream(path: Path, contract: StreamContract, feeds: dict, frames: int) -> dict:
-    """Raw ONNX Runtime streaming (independent of cosyedge.runtime): ``frames`` input frames per chunk."""
-    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    names = [o.name for o in sess.get_outputs()]
-    ios = {i.name: i for i in contract.stream_inputs}
-    total = next(iter(feeds.values())).shape[ios[next(iter(feeds))].time_axis]
-    states = {s.input: s.zeros(1) for s in contract.states}
-    parts = {o.name: [] for o in contract.stream_outputs}
-    for start in range(0, total, frames):
-        feed = dict(states)
-        for name, x in feeds.items():
-            feed[name] = np.ascontiguousarray(np.take(x, np.arange(start, start + frames), axis=ios[name].time_axis))
-        res = dict(zip(names, sess.run(None, feed)))
-        for o in contract.stream_outputs:
-            parts[o.name].append(res[o.name])
-        states = {s.input: res[s.output] for s in contract.states}
-    return {o.name: np.concatenate(parts[o.name], axis=o.time_axis) for o in contract.stream_outputs}
 
 
 def _aligned_err(full: np.ndarray, got: np.ndarray, axis: int, delay: int) -> float:
@@ -83,7 +64,7 @@ def test_demucs_causal_streams_exactly(tmp_path, resample, dynamo):
     with torch.no_grad():
         ref = model(torch.from_numpy(x)).numpy()
     for frames in (info.total_stride, 4 * info.total_stride):
-        got = _stream(tmp_path / "demucs.stream.onnx", c, {"wav": x}, frames)["out"]
+        got = stream_feeds(tmp_path / "demucs.stream.onnx", c, {"wav": x}, frames)["out"]
         err = _aligned_err(ref, got, 2, c.delay_samples)
         print(f"demucs resample={resample} dynamo={dynamo} chunk={frames}: delay {c.delay_samples} samples, "
               f"max abs {err:.2e}")
@@ -104,7 +85,7 @@ def dfn3_demo_features(frames: int) -> dict:
     ``feat_erb`` (1, 1, T, 32) log band power in 32 ERB-spaced bands with libDF's exponential mean
     normalisation (alpha for tau 1 s, initial means -60..-90 dB, divided by 40), ``feat_spec`` (1, 2, T, 96)
     the first 96 bins with the exponential unit normalisation (initial 0.001..0.0001). An approximation of
-    libDF's features (its exact ERB widths and band correction are issue 24's recipe): real speech and noise
+    libDF's features (its exact ERB widths and band correction are the dfn3 recipe's): real speech and noise
     statistics for the streaming proof, not a quality claim."""
     import soxr
 
@@ -154,7 +135,7 @@ def test_dfn3_three_graphs_stream_as_one_frame_by_frame(tmp_path):
         s = sess[k]
         out = s.run(None, {i.name: vals[i.name] for i in s.get_inputs()})
         vals.update(zip([o.name for o in s.get_outputs()], out))
-    got = _stream(tmp_path / "dfn3.stream.onnx", c, feeds, 1)
+    got = stream_feeds(tmp_path / "dfn3.stream.onnx", c, feeds, 1)
     for o in c.outputs:
         err = _aligned_err(vals[o.name], got[o.name], o.time_axis, 0)
         print(f"dfn3 output {o.name} {list(vals[o.name].shape)}: max abs {err:.2e}")
@@ -168,7 +149,7 @@ def test_nsnet2_frame_by_frame_equals_full(tmp_path):
     assert [s.kind for s in c.states] == ["recurrent", "recurrent"] and c.inputs[0].shape == ["N", "T", 161]
     feat = tm.nsnet2_features(_demo(16000 * 8))
     full = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {c.inputs[0].name: feat})[0]
-    got = _stream(tmp_path / "nsnet2.stream.onnx", c, {c.inputs[0].name: feat[:, : feat.shape[1] // 6 * 6]}, 1)
+    got = stream_feeds(tmp_path / "nsnet2.stream.onnx", c, {c.inputs[0].name: feat[:, : feat.shape[1] // 6 * 6]}, 1)
     err = _aligned_err(full, got[c.outputs[0].name], 1, 0)
     print(f"nsnet2 {feat.shape[1]} frames: max abs {err:.2e}")
     assert err <= 1e-5
@@ -181,7 +162,7 @@ def _module_exact(module, path, contract, channels, frames_list, atol=1e-5):
     with torch.no_grad():
         ref = wrapped(torch.from_numpy(x)).numpy()
     for frames in frames_list:
-        got = _stream(path, contract, {"x": x}, frames)["y"]
+        got = stream_feeds(path, contract, {"x": x}, frames)["y"]
         rate = got.shape[2] / x.shape[2]
         err = _aligned_err(ref, got, 2, contract.outputs[0].delay_frames)
         assert err <= atol, (frames, rate, err)

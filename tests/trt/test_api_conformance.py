@@ -1,4 +1,4 @@
-"""API conformance against the real bindings (issue 25): every TensorRT, pycuda and cuda-python name cosyedge
+"""API conformance against the real bindings: every TensorRT, pycuda and cuda-python name cosyedge
 uses exists where cosyedge uses it.
 
 * TensorRT 8.6.1, 10.3.0 (what JetPack 6.1/6.2 ship), 10.13.3.9 and 11.4.0.106: the bindings wheels from PyPI

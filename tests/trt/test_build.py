@@ -269,7 +269,7 @@ def test_smoke_test_catches_non_finite_output(fake10, tmp_path):
 
 
 def test_profile_covers_every_stream_input_of_a_feature_model():
-    """Issue 22: a multi-input feature model (DeepFilterNet3's shapes) gets one profile entry per input, with
+    """A multi-input feature model (DeepFilterNet3's shapes) gets one profile entry per input, with
     its frames per chunk from the contract, and every state batch-first; nothing typed by hand."""
     from cosyedge.artifacts import StateSpec, StreamContract, StreamIO
 

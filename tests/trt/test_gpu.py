@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from cosyedge._lazy import has_module
+from tests.helpers.metrics import snr_db
 
 
 def _gpu_reason() -> str | None:
@@ -27,10 +28,6 @@ def _gpu_reason() -> str | None:
 
 REASON = _gpu_reason()
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(REASON is not None, reason=str(REASON))]
-
-
-def _snr_db(ref, y):
-    return 10 * np.log10(np.sum(ref.astype(np.float64) ** 2) / max(np.sum((ref - y) ** 2.0), 1e-30))
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +61,7 @@ def test_fp32_engine_streams_like_onnxruntime(reference_engine, speech):
         y = stream_array(s, speech)
         assert np.median(s.gpu_latencies_ms) > 0
     assert np.isfinite(y).all()
-    assert _snr_db(ref, y) > 40.0  # FP32 (TF32 allowed by TensorRT's defaults)
+    assert snr_db(ref, y) > 40.0  # FP32 (TF32 allowed by TensorRT's defaults)
 
 
 def test_cuda_graph_matches_plain(reference_engine, speech):

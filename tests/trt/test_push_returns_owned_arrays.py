@@ -1,4 +1,4 @@
-"""Issue 49, safe by default, on the fake TensorRT/pycuda stack (tests/trt/fakes.py): ``TrtStreamSession.push``
+"""Safe by default, on the fake TensorRT/pycuda stack (tests/trt/fakes.py): ``TrtStreamSession.push``
 returns an array the caller owns (not the pinned host buffer the next chunk is copied into), and
 ``push(x, copy=False)`` opts in to that buffer. The ONNX Runtime sessions and StreamPool are covered in
 ``tests/runtime/test_push_returns_owned_arrays.py``."""

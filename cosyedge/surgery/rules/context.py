@@ -98,7 +98,7 @@ def _drop_trailing_zero_taps(node: Any, ctx: Any, kernel: list[int], t_sp: int) 
     """Drop the last time taps of a Conv weight that are zero for every channel (they read the future and add
     nothing: a symmetric Hann window ends at 0, so an STFT written as a strided Conv looks one sample less far ahead
     than its kernel says); returns the kernel shape (list[int]). The weight becomes a new constant; pads are left as
-    they are (the chunk graph drops the time pads). Source: issue 39 (delay = measured look-ahead)."""
+    they are (the chunk graph drops the time pads). The delay is the measured look-ahead."""
     w = np.asarray(ctx.value(node.inputs[1]))
     axis = 2 + t_sp
     n = 0

@@ -8,10 +8,10 @@ the last ``K - S`` the new state. A begin pad ``p_b`` crops the start: the outpu
 late; end pads and ``output_padding`` only shape the sequence's tail. A late input is zeroed before the
 stream's start (its pre-roll would spill into real frames). An early input (``d < 0``: a left zero pad not yet
 absorbed) stays early when the pad's frames are zeros: they add nothing to the overlap, so a left pad followed by
-a begin crop of the same length (a causal transposed conv) is delay 0, not ``p_b`` (issue 39: GTCRN's decoder
+a begin crop of the same length (a causal transposed conv) is delay 0, not ``p_b`` (GTCRN's decoder
 was 10 frames late for nothing). Leading time taps of the kernel that are zero for every channel add nothing: they
 are dropped, taking back frames of the begin crop and then, for a late input, of the output's lateness (the
-output of frame ``i`` starts ``z0`` frames later; issue 39: NSNet2's synthesis window starts at 0, its stream was
+output of frame ``i`` starts ``z0`` frames later; NSNet2's synthesis window starts at 0, its stream was
 160 samples late, its look-ahead is 159). ``K < S`` is refused (gaps between chunks).
 
 Sources: ONNX ConvTranspose (output shape ``S (T - 1) + output_padding + K - pads``); sonos/tract
@@ -34,7 +34,7 @@ def _leading_zero_taps(w: np.ndarray, axis: int, limit: int) -> int:
     """How many of the first time taps of weight ``w`` (along ``axis``) are zero for every channel, at most
     ``limit`` (int). A periodic Hann window starts at 0: an iSTFT written as a ConvTranspose with windowed bases
     gives frame ``i`` no weight at its first sample, so the output reaches one sample less far ahead than the kernel
-    says (issue 39: the CausalHiFT trunk's stream was 1028 samples late, its look-ahead measured 1027)."""
+    says (the CausalHiFT trunk's stream was 1028 samples late, its look-ahead measured 1027)."""
     n = 0
     while n < limit and not np.any(np.take(w, n, axis=axis)):
         n += 1

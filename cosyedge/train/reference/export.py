@@ -1,6 +1,6 @@
 """Export of the reference enhancer: PyTorch weights -> full ONNX -> streaming ONNX.
 
-Moved from ``cosyedge/export/torch_to_onnx.py`` (issue 36): the export of a trained model lives with its
+Moved from ``cosyedge/export/torch_to_onnx.py``: the export of a trained model lives with its
 training code (icefall's ``export-onnx-streaming.py`` beside ``train.py``); ``cosyedge export`` imports this
 module lazily inside the command, and deployment only ever sees the ONNX it writes.
 """

@@ -2,7 +2,7 @@
 more dilation blocks (identity), a deep-filter head (zero), a long-window feature conv (zero), a pitch-comb
 feature (nearly zero) and a re-gridded analysis window. PyTorch.
 
-Moved from ``scripts/training/train_reference.py`` (issue 36), beside the model whose internals they edit.
+Moved from ``scripts/training/train_reference.py``, beside the model whose internals they edit.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The training loop's library part: learning-rate schedule, validation (SI-SNR improvement, DNSMOS OVRL), the
-weight average (EMA) and the curves plot. Moved from ``scripts/training/train_reference.py`` (issue 36); the loop itself
+weight average (EMA) and the curves plot. Moved from ``scripts/training/train_reference.py``; the loop itself
 and its flags stay in the script.
 """
 

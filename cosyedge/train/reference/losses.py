@@ -1,7 +1,7 @@
 """Training losses of the reference enhancer: thresholded SNR, compressed spectral, STOI, DNSMOS, and their sum
 per batch (:func:`batch_loss`). PyTorch (imported inside each function).
 
-Moved from ``scripts/training/train_reference.py`` (issue 36).
+Moved from ``scripts/training/train_reference.py``.
 """
 
 from __future__ import annotations

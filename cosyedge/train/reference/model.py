@@ -53,7 +53,7 @@ Sources: sqrt-Hann STFT with 50 % overlap-add (perfect reconstruction, Griffin &
 gated activation units (WaveNet, arXiv:1609.03499); mask-based enhancement with an SNR loss
 (e.g. Conv-TasNet, arXiv:1809.07454); RNNoise-style per-band gains (arXiv:1709.08243).
 
-Moved from ``cosyedge/models/reference.py`` (issue 36). About 520 lines: the config, the model and its
+Moved from ``cosyedge/models/reference.py``. About 520 lines: the config, the model and its
 checkpoint I/O (including the legacy-checkpoint upgrade) are one unit; the growth steps are in
 :mod:`cosyedge.train.reference.grow`, the losses in :mod:`~cosyedge.train.reference.losses`.
 """

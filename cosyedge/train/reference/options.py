@@ -1,7 +1,7 @@
 """Option checks shared by the training scripts (``scripts/training/train_reference.py``,
 ``scripts/training/finetune_sparse.py``):
 argparse types for the pair/range flags, the loss-weight checks and building the training data with one-line
-errors. Moved from ``scripts/training/train_reference.py`` (issue 36) so that no script imports another.
+errors. Moved from ``scripts/training/train_reference.py`` so that no script imports another.
 """
 
 from __future__ import annotations

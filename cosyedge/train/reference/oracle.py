@@ -6,7 +6,7 @@ gain floor, 0.03), at symmetric windows and at the model's own asymmetric analys
 pitch periods. ``scripts/eval/oracle_testset.py`` scores them on the fixed test set; ``scripts/eval/diagnose_bands.py``,
 ``scripts/eval/diagnose_domains.py`` and ``scripts/eval/sweep_gain_shaping.py`` reuse them.
 
-Moved from ``scripts/eval/oracle_testset.py`` (issue 36) so that no script imports another through ``sys.path``.
+Moved from ``scripts/eval/oracle_testset.py`` so that no script imports another through ``sys.path``.
 
 Sources: ideal ratio/amplitude masks, Wang, Narayanan & Wang, "On training targets for supervised speech
 separation", IEEE/ACM TASLP 22(12), 2014 (doi:10.1109/TASLP.2014.2352935); Wiener gain, Loizou,
