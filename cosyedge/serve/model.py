@@ -77,8 +77,9 @@ def tensor_exchange() -> str:
     * numpy 2 (2.4.6): ``as_numpy()`` gives zeros and ``pb_utils.Tensor(name, array)`` sends 0 bytes (numpy 2's
       array descriptors are read wrongly); DLPack (``np.from_dlpack`` / ``pb_utils.Tensor.from_dlpack``) is right;
     * numpy 1 (1.26.4, what ``pip install cosyedge[serve]`` resolves: nvidia-pytriton pins numpy<2):
-      ``pb_utils.Tensor.from_dlpack`` raises "PyCapsule_GetPointer called with incorrect name" and the stub then
-      crashes; ``pb_utils.Tensor(name, array)`` and ``as_numpy()`` are right.
+      ``pb_utils.Tensor(name, array)`` and ``as_numpy()`` are right; ``pb_utils.Tensor.from_dlpack`` of a bare
+      array crashed the stub ("PyCapsule_GetPointer called with incorrect name": the stub marks a consumed capsule
+      ``used_dlpack``, not ``used_dltensor``), and is right with the capsule handed over by :func:`_dlpack_handover`.
 
     So: ``"numpy"`` under numpy < 2, ``"dlpack"`` under numpy >= 2; :data:`TENSOR_EXCHANGE_ENV` overrides it.
     """
