@@ -24,15 +24,11 @@ Source: PyTriton ``pytriton/triton.py`` (``_prepare_triton_inference_server``: t
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import importlib.util
 import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -44,13 +40,14 @@ from pathlib import Path
 
 from cosyedge.errors import ArtifactError, DependencyError, UsageError
 from cosyedge.log import LOG
+from cosyedge.serve.ports import DEFAULT_HOST, DEFAULT_PORTS, check_port, free_port  # noqa: F401 - re-exported
+from cosyedge.serve.repo_checks import SHELL_SAFE_PATH, RepositoryChecks, check_manifest_hashes  # noqa: F401
+from cosyedge.serve.shm import SHM_DIR, SHM_PREFIX, ShmRegions, _flock, clean_stale_shm, glob_escape  # noqa: F401
+from cosyedge.serve.triton_install import (SERVE_EXTRA, BackendSetup, TritonInstall,  # noqa: F401 - re-exported
+                                           find_tritonserver, wheel_supported)
+from cosyedge.serve.triton_log import (_NOISE, LogInterpretation, _clean_reason, _error_lines,  # noqa: F401
+                                       _load_errors, parse_metrics)
 
-SERVE_EXTRA = "pip install 'cosyedge[serve]'"
-"""str: what installs the server (nvidia-pytriton) and the gRPC client (tritonclient[grpc])."""
-DEFAULT_HOST = "127.0.0.1"
-"""str: the address every endpoint binds to unless told otherwise (loopback: not reachable from other machines)."""
-DEFAULT_PORTS = {"http": 8000, "grpc": 8001, "metrics": 8002}
-"""dict[str, int]: Triton's own default ports."""
 DEFAULT_READY_TIMEOUT_S = 120.0
 """float: how long :meth:`TritonServer.start` waits for the server and its models to be ready."""
 DEFAULT_EXIT_TIMEOUT_S = 30
@@ -59,146 +56,11 @@ before it unloads anyway (Triton's own default)."""
 STOP_GRACE_S = 10.0
 """float: how long after Triton's exit timeout :meth:`TritonServer.stop` waits before it SIGKILLs the server and its
 stubs (Triton 2.51 logs "Exit timeout expired" and may then never exit while a stream is open)."""
-SHM_DIR = Path("/dev/shm")
-"""Path: where the Python backend's shared-memory regions live (POSIX shm on Linux)."""
-SHM_PREFIX = "cosyedge_triton_"
-"""str: start of the Python backend's shm region prefix of every ``cosyedge serve`` run
-(``cosyedge_triton_<token>_``, a ``<token>.lock`` beside it held while the run's server lives)."""
-SHELL_SAFE_PATH = re.compile(r"^[A-Za-z0-9_./+,:=@%-]+$")
-"""re.Pattern: a path Triton's Python backend can put in its ``bash -c`` stub command line (it joins the model's
-folder path and instance name into that line unquoted: a space or a shell character breaks the stub's launch)."""
 WARMUP_CORRELATION_ID = 2**63 - 11
 """int: the correlation id of the warm-up sequence (one START+END request of zeros) :meth:`TritonServer.start` sends
 each cosyedge Python-backend model before it reports ready."""
 LOG_LINES_KEPT = 400
 """int: the server's last log lines kept (for error messages and :attr:`TritonServer.log_tail`)."""
-_NOISE = re.compile(r"NVML|DCGM|nvml|dcgm|CUDA driver|cuda driver|GPU metrics|Unable to get power|pinned memory|"
-                    r"CudaDriver|libcuda|GPU device|cuMemGetInfo|CUDA memory pool")
-"""re.Pattern: warnings every CPU-only start prints (no NVIDIA driver): shown only with -v."""
-
-
-@dataclasses.dataclass
-class TritonInstall:
-    """Where a ``tritonserver`` and its Python backend are.
-
-    Attributes:
-        binary (Path): The ``tritonserver`` executable.
-        backends (Path): Its backend directory (holds ``python/libtriton_python.so``).
-        libs (Path | None): Extra shared-library folder for ``LD_LIBRARY_PATH`` (the wheel's
-            ``nvidia_pytriton.libs``), None for a system install.
-        stub (Path | None): The Python-backend stub to place beside ``libtriton_python.so`` (the wheel's, for the
-            running Python), None when the backend folder already has one (NVIDIA's container).
-        source (str): ``"nvidia-pytriton"``, ``"--tritonserver"`` or ``"PATH"``.
-    """
-
-    binary: Path
-    backends: Path
-    libs: Path | None
-    stub: Path | None
-    source: str
-
-
-def find_tritonserver(path: str | Path | None = None) -> TritonInstall:
-    """Locate ``tritonserver``: ``path``, else the nvidia-pytriton wheel, else ``tritonserver`` on ``PATH``.
-
-    Nothing is imported (pytriton's Python package needs dependencies the server does not): the wheel is found
-    with ``importlib.util.find_spec``.
-
-    Args:
-        path (str | Path | None): A ``tritonserver`` executable (``--tritonserver``), whose backends are in
-            ``<bin>/../backends`` (NVIDIA's layout, ``/opt/tritonserver``).
-    Returns:
-        TritonInstall
-    Raises:
-        ArtifactError: ``path`` is not an executable file.
-        DependencyError: no server found (the install command), not x86-64 Linux, or the wheel has no stub for
-            this Python version.
-    """
-    if path is not None:
-        p = Path(path)
-        if not p.is_file() or not os.access(p, os.X_OK):
-            raise ArtifactError(f"--tritonserver {p}: not an executable file (give the tritonserver binary, e.g. "
-                                f"/opt/tritonserver/bin/tritonserver)")
-        p = p.resolve()
-        backends = p.parent.parent / "backends"
-        return TritonInstall(p, backends, None, None, "--tritonserver")
-    spec = importlib.util.find_spec("pytriton")
-    if spec is not None and spec.submodule_search_locations:
-        root = Path(list(spec.submodule_search_locations)[0]) / "tritonserver"
-        binary = root / "bin" / "tritonserver"
-        if binary.is_file():
-            ver = f"{sys.version_info[0]}.{sys.version_info[1]}"
-            stub = root / "python_backend_stubs" / ver / "triton_python_backend_stub"
-            if not stub.is_file():
-                have = sorted(p.name for p in (root / "python_backend_stubs").glob("3.*"))
-                raise DependencyError(f"nvidia-pytriton has no Python-backend stub for Python {ver} (it has "
-                                      f"{', '.join(have) or 'none'}): run cosyedge from one of those Pythons")
-            libs = root.parent.parent / "nvidia_pytriton.libs"
-            return TritonInstall(binary, root / "backends", libs if libs.is_dir() else None, stub, "nvidia-pytriton")
-    found = shutil.which("tritonserver")
-    if found:
-        p = Path(found).resolve()
-        return TritonInstall(p, p.parent.parent / "backends", None, None, "PATH")
-    import platform
-
-    where = f"{platform.system()} {platform.machine()}"
-    if (platform.system(), platform.machine()) != ("Linux", "x86_64"):
-        raise DependencyError(f"no tritonserver here: the nvidia-pytriton wheel exists for x86-64 Linux (glibc >= "
-                              f"2.35) only, this is {where}; use NVIDIA's Triton container or give --tritonserver PATH")
-    raise DependencyError(f"no tritonserver found: {SERVE_EXTRA} (x86-64 Linux, glibc >= 2.35), or give "
-                          f"--tritonserver PATH (NVIDIA's container: /opt/tritonserver/bin/tritonserver)")
-
-
-def wheel_supported() -> str | None:
-    """Why the nvidia-pytriton wheel cannot install here (str), or None where it can (x86-64 Linux, glibc >= 2.35).
-
-    What the tests that start a real server skip on."""
-    import platform
-
-    if (platform.system(), platform.machine()) != ("Linux", "x86_64"):
-        return f"the nvidia-pytriton wheel is x86-64 Linux only (this is {platform.system()} {platform.machine()})"
-    lib, ver = platform.libc_ver()
-    try:
-        if lib != "glibc" or tuple(int(x) for x in ver.split(".")[:2]) < (2, 35):
-            return f"the nvidia-pytriton wheel needs glibc >= 2.35 (this has {lib} {ver})"
-    except ValueError:
-        return f"the nvidia-pytriton wheel needs glibc >= 2.35 (cannot read this C library's version: {lib} {ver})"
-    return None
-
-
-def free_port(host: str = DEFAULT_HOST) -> int:
-    """A TCP port (int) nothing listens on at ``host`` now (the kernel's pick; another process may take it later).
-
-    Raises:
-        UsageError: ``host`` is not an address of this machine (one line, as :func:`check_port` says it).
-    """
-    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as s:
-        try:
-            s.bind((host, 0))
-        except OSError as err:  # socket.gaierror too: an unresolvable or impossible address
-            raise UsageError(f"cannot listen on {host}: {err.strerror or err} (--host takes an address of this "
-                             "machine; 0.0.0.0 listens on all of them)") from None
-        return int(s.getsockname()[1])
-
-
-def check_port(host: str, port: int, what: str) -> None:
-    """Refuse a port that something already listens on at ``host``.
-
-    Raises:
-        ArtifactError: the port is in use (one line: which endpoint, the port, the fix).
-        UsageError: ``host`` is not an address of this machine.
-    """
-    fam = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(fam, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((host, int(port)))
-        except OSError as err:
-            if err.errno == 98:  # EADDRINUSE
-                raise ArtifactError(f"{what} port {port} on {host} is in use (another server?): stop it or give "
-                                    f"--{what}-port N (0 picks a free one)") from None
-            raise UsageError(f"cannot listen on {host}:{port} for {what}: {err.strerror or err} (--host takes an "
-                             f"address of this machine; 0.0.0.0 listens on all of them)") from None
 
 
 def _set_pdeathsig() -> None:  # pragma: no cover - runs in the child between fork and exec
@@ -211,146 +73,7 @@ def _set_pdeathsig() -> None:  # pragma: no cover - runs in the child between fo
         pass
 
 
-def _load_errors(lines: list[str]) -> list[str]:
-    """Triton's own reasons for models it could not load, from its log: ``model 'x': reason`` (list[str])."""
-    out = []
-    for line in lines:
-        m = re.search(r"failed to load '([^']+)'(?: version \d+)?: (.*)$", line)
-        if m:
-            out.append(f"model '{m.group(1)}': {_clean_reason(m.group(2))}")
-    if not out:  # the model status table: "| name | 1 | UNAVAILABLE: reason |"
-        for line in lines:
-            m = re.match(r"\|\s*(\S+)\s*\|\s*\d+\s*\|\s*UNAVAILABLE: (.*?)\s*\|\s*$", line)
-            if m:
-                out.append(f"model '{m.group(1)}': {_clean_reason(m.group(2))}")
-    return out
-
-
-def _clean_reason(text: str) -> str:
-    """Triton's reason without the Python traceback it carries (escaped ``\\n`` or real newlines, ``At:`` and
-    the stack below): its first meaningful line (str)."""
-    text = text.replace("\\n", "\n").replace("\\t", " ")
-    lines = [ln.strip() for ln in text.splitlines()]
-    keep = []
-    for ln in lines:
-        if ln in ("At:", "Traceback (most recent call last):") or ln.startswith("At: "):
-            break
-        if ln:
-            keep.append(ln)
-    out = keep[0] if keep else text.strip()
-    return out.rstrip(chr(34)).strip()
-
-
-def check_manifest_hashes(repo: str | Path) -> int:
-    """Check every file a repository's ``manifest.json`` hashes (any ``{"file": ..., "sha256": ...}`` entry with a
-    path inside the repository: ``model``, ``artifact`` (config.pbtxt), ``triton.model_py``) against its sha256,
-    before Triton loads it.
-
-    A folder without manifest.json (a repository not written by cosyedge, or one assembled from several) is not
-    checked.
-
-    Args:
-        repo (str | Path): The model repository.
-    Returns:
-        int: the number of files checked.
-    Raises:
-        ArtifactError: a hashed file is missing or differs from its hash (edited or corrupt): one line naming it.
-    """
-    import json
-
-    from cosyedge.artifacts import sha256_file
-
-    repo = Path(repo)
-    path = repo / "manifest.json"
-    if not path.is_file():
-        return 0
-    try:
-        manifest = json.loads(path.read_text())
-    except (OSError, ValueError) as err:
-        raise ArtifactError(f"{path} is not readable JSON ({err}): rebuild the repository") from None
-    entries: list[tuple[str, str]] = []
-
-    def walk(node) -> None:
-        if isinstance(node, dict):
-            f, h = node.get("file"), node.get("sha256")
-            if (isinstance(f, str) and isinstance(h, str) and re.fullmatch(r"[0-9a-f]{64}", h)
-                    and not Path(f).is_absolute() and ".." not in Path(f).parts):  # files of the repository only
-                entries.append((f, h))
-            for v in node.values():
-                walk(v)
-        elif isinstance(node, list):
-            for v in node:
-                walk(v)
-
-    walk(manifest)
-    for f, h in dict.fromkeys(entries):
-        p = repo / f
-        if not p.is_file():
-            raise ArtifactError(f"{repo}: {f} is missing (the manifest lists it): rebuild the repository with "
-                                f"'cosyedge build --backend triton'")
-        if sha256_file(p) != h:
-            raise ArtifactError(f"{repo}: {f} does not match its sha256 in manifest.json (edited or corrupt): "
-                                f"rebuild the repository with 'cosyedge build --backend triton'")
-    return len(entries)
-
-
-def _flock(fd: int, blocking: bool) -> bool:
-    import fcntl
-
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
-        return True
-    except OSError:
-        return False
-
-
-def clean_stale_shm(shm_dir: Path = SHM_DIR) -> list[str]:
-    """Remove the Python-backend shm regions of ``cosyedge serve`` runs that are over (a server killed with
-    SIGKILL leaves ``/dev/shm/<prefix>*``): a run's regions are known by its prefix, and the run is over when
-    nobody holds its ``<prefix>lock`` (the serving process and its tritonserver hold it while they live).
-
-    Returns:
-        list[str]: the names removed.
-    """
-    removed: list[str] = []
-    if not shm_dir.is_dir():
-        return removed
-    for lock in shm_dir.glob(f"{SHM_PREFIX}*_lock"):
-        try:
-            fd = os.open(lock, os.O_RDWR)
-        except OSError:
-            continue
-        try:
-            if not _flock(fd, blocking=False):
-                continue  # a live run
-            prefix = lock.name[:-len("lock")]
-            for f in shm_dir.glob(f"{glob_escape(prefix)}*"):
-                if f != lock:
-                    with contextlib.suppress(OSError):
-                        f.unlink()
-                        removed.append(f.name)
-            with contextlib.suppress(OSError):
-                lock.unlink()
-                removed.append(lock.name)
-        finally:
-            os.close(fd)
-    return removed
-
-
-def glob_escape(text: str) -> str:
-    """``text`` with glob's special characters escaped (str)."""
-    import glob
-
-    return glob.escape(text)
-
-
-def _error_lines(lines: list[str]) -> list[str]:
-    """Triton's error lines (``E1207 ...] message`` -> ``message``), noise removed."""
-    return [re.sub(r"^E\d{4} [\d:.]+ +\d+ [^\]]*\] ", "", ln).strip() for ln in lines
-            if re.match(r"^E\d{4} ", ln) and not _NOISE.search(ln)]
-
-
-class TritonServer:
+class TritonServer(RepositoryChecks, BackendSetup, ShmRegions, LogInterpretation):
     """One ``tritonserver`` process serving a model repository.
 
     Usage::
@@ -465,62 +188,7 @@ class TritonServer:
         return list(self._lines)
 
     # ------------------------------------------------------------------ life cycle
-    def _check_repo(self) -> None:
-        if not self.repo.is_dir():
-            raise ArtifactError(f"model repository {self.repo} not found (build one with 'cosyedge build --backend "
-                                f"triton --triton-backend python')")
-        self.models = sorted(p.name for p in self.repo.iterdir() if (p / "config.pbtxt").is_file())
-        if not self.models:
-            raise ArtifactError(f"{self.repo} holds no model (no <model>/config.pbtxt): give the folder 'cosyedge "
-                                f"build --backend triton' printed")
-        check_manifest_hashes(self.repo)
-        for m in self.models:
-            cfg = (self.repo / m / "config.pbtxt").read_text(errors="replace")
-            if re.search(r'^\s*backend\s*:\s*"python"', cfg, re.M) and not SHELL_SAFE_PATH.match(m):
-                raise ArtifactError(f"{self.repo}: model folder {m!r} cannot be served by Triton's Python backend "
-                                    f"(it launches the model through a shell command line: letters, digits and "
-                                    f"'_.+,:=@%-' only); rebuild with another --name")
 
-    def _backends(self, inst: TritonInstall) -> Path:
-        """The backend folder to give Triton: the install's own, or (a stub to place) a private copy of its
-        Python backend with the stub beside ``libtriton_python.so``."""
-        if inst.stub is None:
-            return inst.backends
-        dst = self._private_dir() / "backends" / "python"
-        dst.mkdir(parents=True)
-        for f in (inst.backends / "python").iterdir():
-            if f.is_file():
-                shutil.copy2(f, dst / f.name)
-        shutil.copy2(inst.stub, dst / "triton_python_backend_stub")
-        self._check_stub(dst / "triton_python_backend_stub", inst)
-        return self._tmp / "backends"
-
-    def _check_stub(self, stub: Path, inst: TritonInstall) -> None:
-        """Refuse a stub whose shared libraries are missing (it links ``libpython3.X.so.1.0``, which a Python built
-        without ``--enable-shared`` does not provide: the system's package does)."""
-        env = self._env(inst)
-        try:
-            r = subprocess.run(["ldd", str(stub)], capture_output=True, text=True, env=env, timeout=30)
-        except (OSError, subprocess.TimeoutExpired):  # no ldd: Triton's own error will say it
-            return
-        missing = [ln.split("=>")[0].strip() for ln in r.stdout.splitlines() if "not found" in ln]
-        if missing:
-            ver = f"{sys.version_info[0]}.{sys.version_info[1]}"
-            self._cleanup()
-            raise DependencyError(f"Triton's Python-backend stub cannot load {', '.join(missing)}: install it "
-                                  f"(Debian/Ubuntu: apt-get install libpython{ver})")
-
-    def _env(self, inst: TritonInstall) -> dict[str, str]:
-        import cosyedge
-
-        env = dict(os.environ)
-        if inst.libs is not None:
-            env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [str(inst.libs), env.get("LD_LIBRARY_PATH")]))
-        env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
-        pkg_parent = str(Path(cosyedge.__file__).resolve().parent.parent)
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [pkg_parent, env.get("PYTHONPATH")]))
-        env.setdefault("OMP_NUM_THREADS", "1")
-        return env
 
     def start(self) -> TritonServer:
         """Start the server and wait until it and all its models are ready.
@@ -575,61 +243,6 @@ class TritonServer:
             self._tmp = Path(tempfile.mkdtemp(prefix="cosyedge-triton-"))
         return self._tmp
 
-    def _repo_for_triton(self) -> Path:
-        """The repository path to give Triton: the real one, or a symlink to it in the private folder when the path
-        holds a character the Python backend's stub command line cannot take (a space, a quote...)."""
-        real = self.repo.resolve()
-        if SHELL_SAFE_PATH.match(str(real)):
-            return real
-        link = self._private_dir() / "repository"
-        link.symlink_to(real, target_is_directory=True)
-        if not SHELL_SAFE_PATH.match(str(link)):
-            raise ArtifactError(f"the path of {self.repo} has a character Triton's Python backend cannot take "
-                                f"(a space or a shell character), and so has the temporary folder {link.parent}: "
-                                f"move the repository or set TMPDIR")
-        LOG.debug("serving %s through %s (its path has a character Triton's stub command line cannot take)", real,
-                  link)
-        return link
-
-    def _claim_shm(self) -> list[str]:
-        """Clean the shm regions of ``cosyedge serve`` runs that are over, then claim this run's prefix: a lock
-        file ``/dev/shm/<prefix>lock`` held (flock) by this process and the server. Returns the tritonserver flags
-        (``--backend-config=python,shm-region-prefix-name=<prefix>``), none where there is no ``/dev/shm``."""
-        if not SHM_DIR.is_dir() or not os.access(SHM_DIR, os.W_OK):
-            return []
-        stale = clean_stale_shm()
-        if stale:
-            LOG.info("removed %d shared-memory regions of Triton servers that are gone: %s", len(stale),
-                     ", ".join(stale[:4]) + (" ..." if len(stale) > 4 else ""))
-        import secrets
-
-        prefix = f"{SHM_PREFIX}{os.getpid()}{secrets.token_hex(4)}_"
-        tmp_lock = SHM_DIR / f".{prefix}lock.tmp"
-        try:
-            fd = os.open(tmp_lock, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
-            _flock(fd, blocking=True)
-            os.rename(tmp_lock, SHM_DIR / f"{prefix}lock")  # appears already locked: never taken for stale
-        except OSError as err:
-            LOG.debug("no shm lock (%s): Triton's default shm prefix", err)
-            return []
-        self._lock_fd, self.shm_prefix = fd, prefix
-        return [f"--backend-config=python,shm-region-prefix-name={prefix}"]
-
-    def _release_shm(self) -> None:
-        """Remove this run's shm regions (after the server and its stubs are gone) and its lock."""
-        if self.shm_prefix is None or self._lock_fd is None:
-            return
-        for f in SHM_DIR.glob(f"{glob_escape(self.shm_prefix)}*"):
-            with contextlib.suppress(OSError):
-                f.unlink()
-        os.close(self._lock_fd)
-        self._lock_fd = None
-
-    def shm_regions(self) -> list[Path]:
-        """list[Path]: this run's shm files now (its regions and its lock)."""
-        if self.shm_prefix is None:
-            return []
-        return sorted(SHM_DIR.glob(f"{glob_escape(self.shm_prefix)}*"))
 
     def _read(self) -> None:
         proc = self._proc
@@ -754,38 +367,6 @@ class TritonServer:
                                         f"for a chunk of zeros (the server was not started)")
             LOG.debug("model '%s' answered its warm-up request", name)
 
-    def _last_words(self) -> str:
-        errs = _error_lines(self.log_tail)
-        return errs[-1] if errs else ""
-
-    def _load_failure(self, loads: list[str]) -> ArtifactError:
-        """The one-line error of a model Triton could not load (its reason, and the fix for a missing backend)."""
-        hint = ""
-        m = re.search(r"unable to find backend library for backend '([^']+)'", loads[0])
-        if m:
-            hint = (f" (this tritonserver has no '{m.group(1)}' backend: the nvidia-pytriton wheel has only the "
-                    f"Python backend; build with --triton-backend python, or serve this repository in NVIDIA's "
-                    f"container)")
-        return ArtifactError(f"Triton cannot load the repository {self.repo}: {loads[0]}{hint}")
-
-    def _startup_error(self) -> Exception:
-        """The one-line error of a server that exited while starting (Triton's reason)."""
-        lines = self.log_tail
-        code = self._proc.returncode
-        loads = _load_errors(lines)
-        text = "\n".join(lines)
-        if loads:
-            return self._load_failure(loads)
-        m = re.search(r"(Socket '[^']+' already in use|Address already in use|failed to start [A-Za-z]+ service[^\n]*)",
-                      text)
-        if m:
-            return ArtifactError(f"tritonserver cannot listen: {m.group(1)} (stop the other server or give other "
-                                 f"ports; 0 picks free ones)")
-        m = re.search(r"(error while loading shared libraries: [^\n]*)", text)
-        if m:
-            return DependencyError(f"tritonserver cannot start: {m.group(1)}")
-        why = self._last_words() or (lines[-1] if lines else "no output")
-        return ArtifactError(f"tritonserver exited with status {code} while starting: {why}")
 
     def wait(self, timeout: float | None = None) -> int | None:
         """Wait for the server to exit; returns its status (int), None on timeout."""
@@ -873,19 +454,6 @@ class TritonServer:
         except (urllib.error.URLError, OSError) as err:
             raise ArtifactError(f"no metrics at {self.metrics_url}: {err}") from None
         return parse_metrics(text)
-
-
-def parse_metrics(text: str) -> dict[str, float]:
-    """Sum Prometheus text-format samples by metric name (labels dropped): dict[str, float]."""
-    out: dict[str, float] = {}
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        m = re.match(r"^([A-Za-z_:][\w:]*)(?:\{[^}]*\})?\s+(\S+)", line)
-        if m:
-            with contextlib.suppress(ValueError):
-                out[m.group(1)] = out.get(m.group(1), 0.0) + float(m.group(2))
-    return out
 
 
 def serve(repo: str | Path, host: str = DEFAULT_HOST, http_port: int = DEFAULT_PORTS["http"],
