@@ -49,7 +49,7 @@ version differences):
     https://docs.nvidia.com/deeplearning/tensorrt/latest/_static/polygraphy/backend/trt/config.html, and
     "Precision Control", https://docs.nvidia.com/deeplearning/tensorrt/latest/inference-library/precision-control.html
   * custom ``ILogger`` subclass (``ILogger.__init__(self)``, ``log(severity, msg)``), one per process
-    (:func:`cosyedge.runtime.trt.trt_logger`): .../python-api/infer/Core/Logger.html
+    (:func:`cosyedge.runtime.trt_stack.trt_logger`): .../python-api/infer/Core/Logger.html
   * Polygraphy ``backend/trt/config.py`` ``CreateConfig`` (same calls, timing cache handling).
 
 Size: just over 500 lines: the build (profile, network flags, FP32 pins, timing cache, inspector, smoke
@@ -285,7 +285,7 @@ def build_trt(onnx_path: Any, out_dir: str | Path | None = None, name: str | Non
     check_onnx_against_profile(model, contract, profile)
     stats = onnx_precision_stats(model)
 
-    from cosyedge.runtime.trt import device_info, require_stack
+    from cosyedge.runtime.trt_stack import device_info, require_stack
 
     trt, cuda = require_stack("build TensorRT engines", device)
     feat = features(trt.__version__, trt)
@@ -412,7 +412,7 @@ def _build_plan_file(trt: Any, onnx_file: Path, plan_file: Path, plan: Any, prof
     FP32 (:func:`_pin_fp32_layers`) with ``PREFER_PRECISION_CONSTRAINTS``; the report's ``fp32_pinned``
     says how many layers and which.
     """
-    from cosyedge.runtime.trt import trt_logger
+    from cosyedge.runtime.trt_stack import trt_logger
 
     logger = trt_logger(trt)
     logger.clear()
