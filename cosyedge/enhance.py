@@ -43,8 +43,9 @@ def enhance_file(input: str | Path, output: str | Path, engine: str | Path | Non
     Args:
         input (str | Path): Input audio (wav/flac/ogg), any sample rate, any channel count (mixed to mono).
         output (str | Path): Output audio; ``.wav``/``.flac`` (PCM 16-bit) or ``.ogg`` (Vorbis).
-        engine (str | Path | Engine | None): Engine folder or streaming ``.onnx``, or an engine object (a model on
-            a Triton server: :func:`cosyedge.serve.client.connect`); defaults to the bundled reference engine (built
+        engine (str | Path | Engine | None): Engine folder or streaming ``.onnx`` (loaded here), or an engine object
+            already loaded (:func:`cosyedge.builders.cache.load_or_rebuild`; a model on a Triton server:
+            :func:`cosyedge.serve.client.connect`), used as it is; defaults to the bundled reference engine (built
             on first use, see :func:`cosyedge.builders.cache.default_engine`).
         chunk_samples (int | None): Samples per chunk at the model rate (multiple of the total stride);
             defaults to one hop.
@@ -72,8 +73,7 @@ def enhance_file(input: str | Path, output: str | Path, engine: str | Path | Non
 
     from cosyedge.artifacts import check_not_input
     from cosyedge.audio import BLOCK_FRAMES, AudioReader, IncrementalAudioWriter, check_output_path
-    from cosyedge.builders.cache import default_engine
-    from cosyedge.builders.cache import load_or_rebuild as load_engine
+    from cosyedge.builders.cache import default_engine, load_or_rebuild
     from cosyedge.runtime.stream import require_waveform_model
 
     if chunk_samples is not None and chunk_ms is not None:
@@ -82,7 +82,7 @@ def enhance_file(input: str | Path, output: str | Path, engine: str | Path | Non
     check_not_input(input, output)
     with AudioReader(input) as reader:
         sr = reader.sample_rate_hz
-        eng = load_engine(engine if engine is not None else default_engine())
+        eng = load_or_rebuild(engine if engine is not None else default_engine())
         c = eng.contract
         if engine is not None:
             from cosyedge.vad.stream import refuse_vad_as_enhancer

@@ -42,7 +42,13 @@ def parent_is(folder: Path, parent_sha256: str) -> bool:
         CosyEdgeError: the folder does not load (missing, stale, corrupt; see
             :func:`cosyedge.runtime.engine.load_engine`).
     """
-    return EngineManifest.from_dict(load_engine(folder).manifest or {}).parent_sha256 == parent_sha256
+    return built_from(load_engine(folder), parent_sha256)
+
+
+def built_from(engine: Engine, parent_sha256: str) -> bool:
+    """Whether the loaded ``engine`` was built from the model with SHA-256 ``parent_sha256`` (bool: its manifest's
+    ``parent_sha256``; False for a bare ``.onnx``)."""
+    return EngineManifest.from_dict(engine.manifest or {}).parent_sha256 == parent_sha256
 
 
 def amax_matches(amax: str | Path | None, manifest: EngineManifest) -> bool:
@@ -297,5 +303,5 @@ def load_or_rebuild(path: str | Path, manifest: dict | None = None, *, device: i
     return load_engine(path, rebuild=rebuild_foreign_plan)
 
 
-__all__ = ["amax_matches", "default_engine", "label_fresh", "load_or_rebuild", "parent_is", "rebuild_foreign_plan", "reuse_or_build",
+__all__ = ["amax_matches", "built_from", "default_engine", "label_fresh", "load_or_rebuild", "parent_is", "rebuild_foreign_plan", "reuse_or_build",
            "user_engines_root", "writable_root"]

@@ -99,9 +99,37 @@ def recipe_engine(name: str, *, export: Callable | None = None, build: Callable 
         UsageError: unknown recipe. DependencyError: the wheel is missing (one line naming the extra).
         ArtifactError / AccuracyError: export or build failed.
     """
+    return _recipe_engine(name, export, build)[0]
+
+
+def load_recipe_engine(name: str, *, export: Callable | None = None, build: Callable | None = None):
+    """:func:`recipe_engine`, loaded once: the engine loaded to see that the folder is fresh is the one returned
+    (one just built is loaded after its build); what ``cosyedge run --model NAME`` / ``--vad`` run.
+
+    Args:
+        name (str): Recipe name.
+        export (Callable | None): As :func:`recipe_engine`.
+        build (Callable | None): As :func:`recipe_engine`.
+    Returns:
+        Engine: the loaded engine of ``<engines root>/<name>-fp32-onnxruntime``.
+    Raises:
+        As :func:`recipe_engine`; ArtifactError: the engine just built does not load.
+    """
+    folder, engine = _recipe_engine(name, export, build)
+    if engine is None:
+        from cosyedge.builders.cache import load_or_rebuild
+
+        engine = load_or_rebuild(folder)
+    return engine
+
+
+def _recipe_engine(name: str, export: Callable | None, build: Callable | None):
+    """(folder, engine): :func:`recipe_engine`'s folder and, when the existing folder was fresh and reused, the
+    engine loaded to check it (None when it was built now)."""
     from cosyedge.artifacts import sha256_file
-    from cosyedge.builders.cache import parent_is, reuse_or_build, writable_root
+    from cosyedge.builders.cache import built_from, reuse_or_build, writable_root
     from cosyedge.builders.names import engine_folder_name
+    from cosyedge.runtime.engine import load_engine
 
     if build is None:
         from cosyedge.builders.ort import build_ort as build
@@ -109,6 +137,16 @@ def recipe_engine(name: str, *, export: Callable | None = None, build: Callable 
     src = recipe_stream_onnx(name, root, export)
     digest = sha256_file(src)
     folder = root / engine_folder_name(name)
-    return reuse_or_build(src, folder, build=lambda: build(src, out_dir=root), fresh=lambda f: parent_is(f, digest),
-                          reused=f"{name}: reusing the engine %s", stale=f"{name}: model changed; rebuilding %s",
-                          broken=f"{name}: rebuilding %s (%s)")
+    fresh: dict = {}
+
+    def is_fresh(f: Path) -> bool:  # cache.parent_is, keeping the engine it loaded when fresh
+        engine = load_engine(f)
+        if not built_from(engine, digest):
+            return False
+        fresh[Path(f)] = engine
+        return True
+
+    out = reuse_or_build(src, folder, build=lambda: build(src, out_dir=root), fresh=is_fresh,
+                         reused=f"{name}: reusing the engine %s", stale=f"{name}: model changed; rebuilding %s",
+                         broken=f"{name}: rebuilding %s (%s)")
+    return out, fresh.get(Path(out))

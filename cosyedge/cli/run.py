@@ -208,15 +208,16 @@ def _check_audio_devices(device, monitor) -> None:
 
 
 def _named_engine(model, vad, engine, mic=False):
-    """The engine to run: ``engine``, or recipe ``model``'s (Silero VAD's for ``--vad`` alone), made on first use
-    (:func:`cosyedge.builders.named.recipe_engine`)."""
+    """The engine to run: ``engine`` (a path, loaded by the driver), or recipe ``model``'s (Silero VAD's for ``--vad``
+    alone), made on first use and loaded once (:func:`cosyedge.builders.named.load_recipe_engine`: the engine
+    object is passed down, not its folder)."""
     if model is None and not (vad and engine is None):
         return engine
-    from cosyedge.builders.named import recipe_engine
+    from cosyedge.builders.named import load_recipe_engine
 
     if model is not None:
         model = check_model_task(model, vad, mic)
-    return str(recipe_engine(model or "silero-vad"))
+    return load_recipe_engine(model or "silero-vad")
 
 
 def check_model_task(model: str, vad: bool, mic: bool = False) -> str:
@@ -386,11 +387,13 @@ def _run_mic(output, engine, chunk_ms, threads, device, monitor, duration, save_
     def on_status(stats):
         show(stats.status_line())
 
-    if engine is not None:
+    if engine is not None:  # loaded once here (a VAD refused before the device opens), then run
         from cosyedge.builders.cache import load_or_rebuild
         from cosyedge.vad.stream import refuse_vad_as_enhancer
 
-        refuse_vad_as_enhancer(load_or_rebuild(engine), str(engine), mic=True)
+        loaded = load_or_rebuild(engine)
+        refuse_vad_as_enhancer(loaded, str(engine), mic=True)
+        engine = loaded
     try:
         with _recording_kept_on_error(output, save_input):
             s = run_mic(device=device, output=output, monitor=monitor, engine=engine, duration_s=duration,

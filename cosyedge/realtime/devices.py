@@ -249,7 +249,8 @@ def run_mic(device: str | int | None = None, output: str | Path | None = None, m
         device (str | int | None): Input device index or name (see :func:`resolve_device`); None: default.
         output (str | Path | None): Output audio file (.wav/.flac/.ogg); None: no file.
         monitor (bool): Play the enhanced audio on the default output device.
-        engine (str | Path | None): Engine folder or streaming .onnx; None: the bundled reference.
+        engine (str | Path | Engine | None): Engine folder or streaming .onnx (loaded here), or an engine already
+            loaded (:func:`cosyedge.builders.cache.load_or_rebuild`), used as it is; None: the bundled reference.
         duration_s (float | None): Stop after this many seconds of captured audio; None: until Ctrl-C.
         chunk_ms (float | None): Chunk length, ms (a multiple of the model hop); None: one hop.
         threads (int): ONNX Runtime threads.
@@ -271,8 +272,7 @@ def run_mic(device: str | int | None = None, output: str | Path | None = None, m
         DependencyError: sounddevice/PortAudio missing, no audio server or device.
         ArtifactError: engine missing/stale, output unwritable, the stream died (device gone).
     """
-    from cosyedge.builders.cache import default_engine
-    from cosyedge.builders.cache import load_or_rebuild as load_engine
+    from cosyedge.builders.cache import default_engine, load_or_rebuild
     from cosyedge.realtime.enhancer import RealtimeEnhancer
     from cosyedge.realtime.live import run_live
 
@@ -292,7 +292,7 @@ def run_mic(device: str | int | None = None, output: str | Path | None = None, m
     dev = resolve_device(device, "input", sd)
     out_dev = resolve_device(None, "output", sd) if monitor else None
     rate = pick_sample_rate(dev, out_dev, sd)
-    eng = load_engine(engine if engine is not None else default_engine())
+    eng = load_or_rebuild(engine if engine is not None else default_engine())
     c = eng.contract
     from cosyedge.runtime.stream import require_waveform_model
 

@@ -24,7 +24,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from cosyedge.artifacts import MANIFEST_NAME, EngineManifest, StreamContract, load_manifest, sha256_file
+from cosyedge.artifacts import (MANIFEST_NAME, EngineManifest, SourceModel, StreamContract, load_manifest, load_onnx,
+                                sha256_file)
 from cosyedge.errors import ArtifactError
 from cosyedge.log import LOG
 
@@ -108,7 +109,7 @@ def load_engine(path: str | Path, *, rebuild: Callable[..., Path] | None = None)
                 f"engine {path} is stale or corrupt: {model_path.name} sha256 {digest[:12]}... does not match "
                 f"the manifest ({str(m.model_sha256)[:12]}...); {fix}"
             )
-        contract = StreamContract.from_onnx(model_path)
+        source = ReadModel(model_path)
         folder: Path | None = path
     elif path.is_file():
         if path.name == MANIFEST_NAME:
@@ -116,17 +117,42 @@ def load_engine(path: str | Path, *, rebuild: Callable[..., Path] | None = None)
         if path.suffix.lower() != ".onnx":
             raise ArtifactError(f"{path} is neither an engine folder nor a .onnx file")
         manifest, model_path, folder = None, path, None
-        contract = StreamContract.from_onnx(model_path)
+        source = ReadModel(model_path)
     elif path.suffix.lower() == ".onnx":  # meant as a model file (e.g. check --onnx), not an engine folder
         raise ArtifactError(f"ONNX model not found: {path}")
     else:
         raise ArtifactError(f"engine not found: {path} (build one with 'cosyedge build --onnx MODEL.stream.onnx')")
+    contract = source.contract
     contract.require_streaming(model_path)
     LOG.debug("engine %s: %s, %d Hz, hop %d, delay %d", path, contract.name, contract.sample_rate_hz,
               contract.hop_samples, contract.delay_samples)
     from cosyedge.runtime.ort import OrtEngine
 
-    return OrtEngine(model_path=model_path, contract=contract, folder=folder, manifest=manifest)
+    return OrtEngine(model_path=model_path, contract=contract, folder=folder, manifest=manifest, source=source)
 
 
-__all__ = ["BACKEND", "ENGINES_ENV", "Engine", "MODEL_FILE", "engines_root", "load_engine"]
+class ReadModel(SourceModel):
+    """The streaming ONNX of a loaded engine, read from disk once: the ModelProto (without external data) is
+    loaded here and the stream contract parsed from it, so the engine's sessions and the metadata checks of the run
+    path (:func:`cosyedge.vad.stream.model_metadata`) reuse that one read (a :class:`SourceModel` would read the
+    file again for its contract).
+
+    Args:
+        path (Path): The ``.onnx`` file.
+    Raises:
+        ArtifactError: as :meth:`StreamContract.from_onnx <cosyedge.artifacts.StreamContract.from_onnx>` on the path
+            (the messages name the file): missing, corrupt, metadata missing/invalid or contradicting the graph.
+    """
+
+    def __init__(self, path: Path):
+        super().__init__(path)
+        where = str(self.path)
+        self._proto = load_onnx(self.path, load_external_data=False)
+        contract = StreamContract.from_metadata({p.key: p.value for p in self._proto.metadata_props}, where=where)
+        if contract.is_streaming:
+            contract.check_graph(self._proto.graph, where)
+            contract.fixed_chunk_of(self._proto, where)
+        self._contract = contract
+
+
+__all__ = ["BACKEND", "ENGINES_ENV", "Engine", "MODEL_FILE", "ReadModel", "engines_root", "load_engine"]

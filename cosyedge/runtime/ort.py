@@ -567,12 +567,20 @@ class OrtEngine:
         contract (StreamContract): Its stream contract.
         folder (Path | None): Engine folder, or None for a bare ``.onnx``.
         manifest (dict | None): The validated manifest, or None for a bare ``.onnx``.
+        source (SourceModel | None): The model as read when the engine was loaded
+            (:class:`cosyedge.runtime.engine.ReadModel`): its sessions reuse that read instead of reading
+            ``model_path`` again; None: each session reads ``model_path``.
     """
 
     model_path: Path
     contract: StreamContract
     folder: Path | None = None
     manifest: dict | None = None
+    source: SourceModel | None = dataclasses.field(default=None, repr=False, compare=False)
+
+    def __str__(self) -> str:
+        """The engine as the messages name it: its folder, or its bare ``.onnx``."""
+        return str(self.folder or self.model_path)
 
     def __call__(self, chunk_samples: int | None = None, batch: int = 1, threads: int = 1,
                  providers: list[str] | None = None, max_latency_records: int | None = None):
@@ -586,8 +594,8 @@ class OrtEngine:
             max_latency_records (int | None): Per-chunk latencies kept (default
                 :data:`~cosyedge.runtime.base.DEFAULT_MAX_LATENCY_RECORDS`).
         """
-        return OrtStreamSession(self.model_path, chunk_samples=chunk_samples, batch=batch, threads=threads,
-                                providers=providers,
+        model = self.model_path if self.source is None else self.source
+        return OrtStreamSession(model, chunk_samples=chunk_samples, batch=batch, threads=threads, providers=providers,
                                 max_latency_records=max_latency_records or DEFAULT_MAX_LATENCY_RECORDS)
 
     session = __call__

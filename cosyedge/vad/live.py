@@ -83,7 +83,8 @@ def run_mic_vad(device: str | int | None = None, engine: str | Path | None = Non
 
     Args:
         device (str | int | None): Input device (index or name); None: the default input.
-        engine (str | Path): VAD engine folder or stream ``.onnx``.
+        engine (str | Path | Engine): VAD engine folder or stream ``.onnx`` (loaded here), or an engine already
+            loaded (:func:`cosyedge.builders.cache.load_or_rebuild`), used as it is.
         duration_s (float | None): Stop after this many seconds of captured audio; None: until Ctrl-C.
         chunk_ms (float | None): Chunk length, ms (a multiple of the hop); None: one hop.
         threads (int): ONNX Runtime threads.

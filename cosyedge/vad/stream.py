@@ -24,15 +24,27 @@ VAD_TASK = "vad"
 """str: the provenance ``task`` of a VAD recipe."""
 
 
-def model_metadata(path: str | Path) -> dict:
-    """dict[str, str]: the ONNX ``metadata_props`` of ``path`` (empty when it cannot be read), or of an engine
-    object's ``metadata`` (a model on a Triton server)."""
-    if hasattr(path, "metadata") and hasattr(path, "contract"):
-        return dict(path.metadata)
-    try:
-        from cosyedge.artifacts import load_onnx
+def model_metadata(model) -> dict:
+    """The ONNX ``metadata_props`` of a model (empty when it cannot be read).
 
-        return {p.key: p.value for p in load_onnx(path, load_external_data=False).metadata_props}
+    Args:
+        model (str | Path | Engine): An ``.onnx`` path (read here); or an engine object: a model on a Triton server
+            (its ``metadata``), a loaded engine holding its read model (``source``: not read again), another engine
+            (its ``model_path`` read here).
+    Returns:
+        dict[str, str]: key -> value.
+    """
+    if hasattr(model, "metadata") and hasattr(model, "contract"):
+        return dict(model.metadata)
+    try:
+        source = getattr(model, "source", None)
+        if source is not None:
+            proto = source.proto
+        else:
+            from cosyedge.artifacts import load_onnx
+
+            proto = load_onnx(getattr(model, "model_path", model), load_external_data=False)
+        return {p.key: p.value for p in proto.metadata_props}
     except Exception:  # the engine loader already validated it; no metadata: not a recipe
         return {}
 
@@ -89,7 +101,7 @@ def refuse_vad_as_enhancer(engine, where: str, mic: bool = False) -> None:
     Raises:
         UsageError: the model is a VAD (one line: what it gives and the ``--vad`` command).
     """
-    meta = model_metadata(engine if hasattr(engine, "metadata") else engine.model_path)
+    meta = model_metadata(engine)
     out = vad_output(engine.contract, meta)
     if out is None or any(o.kind == "audio" for o in engine.contract.stream_outputs):
         return
@@ -112,7 +124,7 @@ def require_vad(engine, where: str, mic: bool = False) -> str:
     Raises:
         UsageError: ``engine`` is not a VAD model (one line: what it is and the plain ``cosyedge run``).
     """
-    out = vad_output(engine.contract, model_metadata(engine if hasattr(engine, "metadata") else engine.model_path))
+    out = vad_output(engine.contract, model_metadata(engine))
     if out is None:
         c = engine.contract
         what = ("an enhancer (waveform in, waveform out)" if c.is_audio else
@@ -196,7 +208,7 @@ def segments_report(probs: list[float], samples: int, contract, **seg_kw) -> dic
             "speech_s": round(sum(s["end"] - s["start"] for s in segs), 3), "model": contract.name}
 
 
-def detect_file(input: str | Path, engine: str | Path, chunk_ms: float | None = None, threads: int = 1,
+def detect_file(input: str | Path, engine, chunk_ms: float | None = None, threads: int = 1,
                 **seg_kw) -> dict:
     """Stream an audio file through a VAD engine and return its speech segments.
 
@@ -207,7 +219,8 @@ def detect_file(input: str | Path, engine: str | Path, chunk_ms: float | None = 
 
     Args:
         input (str | Path): Audio file (wav/flac/ogg), any rate and channel count.
-        engine (str | Path): VAD engine folder or stream ``.onnx``.
+        engine (str | Path | Engine): VAD engine folder or stream ``.onnx`` (loaded here), or an engine already
+            loaded (:func:`cosyedge.builders.cache.load_or_rebuild`), used as it is.
         chunk_ms (float | None): Chunk length, ms (a multiple of the 32 ms hop); None: one hop.
         threads (int): ONNX Runtime threads.
         **seg_kw: Options of :func:`speech_timestamps_from_probs` (threshold, min_speech_duration_ms, ...).
