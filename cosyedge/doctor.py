@@ -33,14 +33,15 @@ from cosyedge.errors import first_line
 TRT_HINT = ("pip install 'cosyedge[trt]' on an NVIDIA GPU machine; on Jetson use JetPack's TensorRT "
             "(sudo apt install nvidia-jetpack) in a venv made with --system-site-packages (docs/jetson.md)")
 PYCUDA_HINT = "pip install pycuda (builds against the CUDA toolkit: nvcc on PATH; JetPack ships it)"
-CUDA_PYTHON_HINT = "pip install 'cuda-python>=12.0' (CUDA graphs for 'cosyedge run --cuda-graph')"
+CUDA_PYTHON_HINT = ("pip install 'cuda-python>=12.0' (CUDA graphs: TrtStreamSession(..., cuda_graph=True) from "
+                    "Python)")
 ORT_OLDEST = "1.23.2"
 """str: pyproject's lower bound of onnxruntime (tests/test_dependency_bounds.py keeps them equal)."""
 ORT_HINT = "pip install onnxruntime"
 AUDIO_HINT = "pip install 'cosyedge[audio]'"
 PORTAUDIO_HINT = "apt-get install libportaudio2 (Debian/Ubuntu/Jetson)"
-TRITON_HINT = ("pip install nvidia-pytriton (x86-64, glibc >= 2.35: brings a tritonserver binary) or use NVIDIA's "
-               "Triton container; docs/triton.md")
+TRITON_HINT = ("pip install -e '.[serve]' (x86-64, glibc >= 2.35: nvidia-pytriton 0.7.0 brings a tritonserver binary, "
+               "tritonclient the gRPC client) or use NVIDIA's Triton container; docs/triton.md")
 
 X86_INT8 = (("avx2", "AVX2"), ("avx512_vnni", "AVX-512 VNNI"), ("avx_vnni", "AVX-VNNI"), ("amx_int8", "AMX-INT8"))
 """tuple[tuple[str, str]]: x86 ``/proc/cpuinfo`` flag -> name, for the instructions ONNX Runtime's INT8 kernels use."""
@@ -80,8 +81,13 @@ def _version_of(dist: str) -> str | None:
 def _import_failure(name: str, err: BaseException) -> tuple[str, str]:
     """Classify a failed ``import name``: (``missing``, ...) when the module itself is not installed, else
     (``broken``, ...): installed but failing (an OSError from a shared library, an ImportError inside it...)."""
-    if isinstance(err, ModuleNotFoundError) and (err.name or "").split(".")[0] == name.split(".")[0]:
+    if isinstance(err, ModuleNotFoundError) and (err.name or "") == name:
         return "missing", f"{name} is not installed"
+    if isinstance(err, ModuleNotFoundError) and (err.name or "").split(".")[0] == name.split(".")[0]:
+        # the package is there but its compiled part is not (e.g. tensorrt.tensorrt: JetPack's bindings seen from
+        # another Python version)
+        return "broken", (f"{name} is installed but its module {err.name} is missing (built for another Python or "
+                          f"platform?)")
     return "broken", f"{name} is installed but does not import: {first_line(err)}"
 
 
@@ -89,7 +95,8 @@ def _import(name: str):
     """Import module ``name``: (module, None), or (None, :func:`_import_failure`)."""
     try:
         return importlib.import_module(name), None
-    except Exception as err:  # noqa: BLE001 - ImportError, OSError (a missing .so), RuntimeError: reported, not raised
+    except (Exception, SystemExit) as err:  # noqa: BLE001 - ImportError, OSError (a missing .so), RuntimeError, a
+        # module that calls sys.exit(): reported, not raised (doctor always exits 0)
         return None, _import_failure(name, err)
 
 
@@ -147,7 +154,7 @@ def check_tensorrt() -> Finding:
     """TensorRT bindings: version and whether cosyedge's version shim supports it."""
     try:
         import tensorrt as trt
-    except Exception as err:  # noqa: BLE001 - ImportError, OSError (libnvinfer missing): reported, not raised
+    except (Exception, SystemExit) as err:  # noqa: BLE001 - ImportError, OSError (libnvinfer missing): reported
         return Finding("tensorrt", *_import_failure("tensorrt", err), TRT_HINT)
     from cosyedge.errors import CosyEdgeError
     from cosyedge.runtime.trt_compat import features
@@ -395,6 +402,9 @@ def check_engines(root: str | Path | None = None) -> Finding:
     from cosyedge.runtime.engine import engines_root
 
     root = Path(root) if root is not None else engines_root()
+    if root.exists() and not root.is_dir():
+        return Finding("engines", "broken", f"{root}: not a folder", "set COSYEDGE_ENGINES_DIR to a folder",
+                       {"root": str(root)})
     if not root.is_dir():
         return Finding("engines", "info", f"{root}: none yet (cosyedge build / run make them)", "", {"root": str(root)})
     rows, bad = [], []
@@ -435,7 +445,7 @@ def collect(checks=CHECKS) -> list[Finding]:
     for check in checks:
         try:
             f = check()
-        except Exception as err:  # noqa: BLE001 - doctor never fails
+        except (Exception, SystemExit) as err:  # noqa: BLE001 - doctor never fails
             f = Finding(check.__name__.replace("check_", ""), "broken", f"check failed: {first_line(err)}")
         if f is not None:
             out.append(f)

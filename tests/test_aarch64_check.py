@@ -55,6 +55,19 @@ def test_missing_host_tools_are_named_in_one_line(tmp_path):
     assert not (tmp_path / "cache").exists()  # nothing was written before the refusal
 
 
+@pytest.mark.parametrize("args", [["--ort"], ["--ort", "--cpu", "cortex-a57"], ["--jobs", ""]])
+def test_option_without_its_value_is_refused_in_one_line(args):
+    p = subprocess.run(["bash", str(CHECK_SH), *args], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and f"{args[0]} needs a value" in one_error_line(p.stderr), p.stderr
+
+
+def test_refusal_line_does_not_end_with_its_exit_code(tmp_path):
+    env = dict(os.environ, PATH=_path_without(tmp_path, "apt-get", "dpkg-deb"),
+               COSYEDGE_AARCH64_CACHE=str(tmp_path / "cache"))
+    p = subprocess.run(["bash", str(CHECK_SH)], env=env, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 4 and not p.stderr.strip().endswith(" 4"), p.stderr
+
+
 def test_unknown_argument_is_refused_in_one_line():
     p = subprocess.run(["bash", str(CHECK_SH), "--frobnicate"], capture_output=True,
                        text=True, timeout=60)

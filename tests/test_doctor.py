@@ -98,6 +98,30 @@ def test_broken_tensorrt_is_reported_and_doctor_exits_0(report, monkeypatch, exc
     assert checks["onnxruntime"]["status"] == "ok"  # the rest of the report is still there
 
 
+def test_tensorrt_package_without_its_compiled_module_is_broken_not_missing(report, monkeypatch):
+    """JetPack's bindings seen from another Python: the ``tensorrt`` package is there, ``tensorrt.tensorrt`` is not."""
+    err = ModuleNotFoundError("No module named 'tensorrt.tensorrt'", name="tensorrt.tensorrt")
+    _break_import(monkeypatch, "tensorrt", err)
+    rc, checks = report()
+    assert rc == 0 and checks["tensorrt"]["status"] == "broken", checks["tensorrt"]
+    assert "tensorrt.tensorrt is missing" in checks["tensorrt"]["summary"]
+
+
+def test_a_module_that_exits_at_import_does_not_end_the_report(report, monkeypatch):
+    _break_import(monkeypatch, "tensorrt", SystemExit(1))
+    rc, checks = report()
+    assert rc == 0 and checks["tensorrt"]["status"] == "broken" and checks["onnxruntime"]["status"] == "ok"
+
+
+def test_engines_path_that_is_a_file_is_named_not_a_folder(cli, tmp_path, monkeypatch):
+    f = tmp_path / "engines"
+    f.write_text("x")
+    monkeypatch.setenv("COSYEDGE_ENGINES_DIR", str(f))
+    rc, out, err = cli("doctor", "--json")
+    eng = json.loads(out)["checks"]["engines"]
+    assert rc == 0 and eng["status"] == "broken" and "not a folder" in eng["summary"], eng
+
+
 def test_portaudio_missing_is_reported_with_the_package_to_install(report, monkeypatch):
     _break_import(monkeypatch, "sounddevice", OSError("PortAudio library not found"))
     rc, checks = report()

@@ -20,7 +20,7 @@
 #   with dot product and no SVE, the closest QEMU has to Jetson Orin's Cortex-A78AE). QEMU=/path/qemu-aarch64 uses
 #   another QEMU; one older than 8.1 shows the guest the host's x86 /proc/cpuinfo, which crashes onnxruntime >= 1.24 at
 #   import (SIGSEGV in its CPU detection), so the script then gives the guest an arm64 /proc/cpuinfo (docs/jetson.md).
-#   Emulation is slow (the main job about 150x slower than native): the full set takes about an hour on 2 cores.
+#   Emulation is slow (about 40-150x slower than native; the main job about 150x): the full set takes about an hour on 2 cores.
 #   Exit: 0 when every job ran on both sides and every gate passed, 1 otherwise; 4 when a tool or package is missing.
 set -euo pipefail
 REPO="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -32,6 +32,8 @@ JSON="$REPO/docs/bench/aarch64.json"
 SETUP_ONLY=0
 while [ $# -gt 0 ]; do
   case "$1" in
+    --ort|--cpu|--jobs|--cache|--json)
+      [ $# -ge 2 ] && [ -n "$2" ] && [ "${2#--}" = "$2" ] || { echo "[!] $1 needs a value (see --help)" >&2; exit 2; } ;;&
     --ort) ORT="$2"; shift 2 ;;
     --cpu) CPU="$2"; shift 2 ;;
     --jobs) JOBS="$2"; shift 2 ;;
@@ -43,7 +45,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 say() { echo "[I] $*" >&2; }
-die() { echo "[!] $*" >&2; exit "${2:-1}"; }
+die() { echo "[!] $1" >&2; exit "${2:-1}"; }
 
 # ---------------------------------------------------------------------------------------------- what the host needs
 missing=()
