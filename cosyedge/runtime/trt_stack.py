@@ -148,7 +148,7 @@ def _cudart() -> Any:
         except ImportError:
             continue
     raise DependencyError("CUDA graph capture needs cuda-python (pip install cuda-python); pycuda has no graph API; "
-                          "or run without --cuda-graph")
+                          "or build the session without cuda_graph=True")
 
 
 def _cuda_check(result: Any) -> Any:
