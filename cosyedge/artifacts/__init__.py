@@ -71,6 +71,8 @@ from cosyedge.artifacts.manifest import (
     resolve_artifact,
     write_manifest,
 )
+from cosyedge.artifacts.task import TASKS, ModelTask, model_metadata, task_of
+from cosyedge.artifacts.task import resolve as resolve_task
 
 __all__ = [
     "BATCH_DIM", "BOOKKEEPING", "MAX_CHUNK_MS", "MAX_STATE_BYTES_PER_STREAM", "META_PREFIX", "SCHEMA_VERSION",
@@ -84,4 +86,5 @@ __all__ = [
     "write_error", "writing",
     "MANIFEST_NAME", "MANIFEST_OBJECTS", "MANIFEST_REQUIRED", "PRECISIONS", "EngineManifest", "SourceModel", "Stage", "load_manifest",
     "resolve_artifact", "write_manifest",
+    "TASKS", "ModelTask", "model_metadata", "resolve_task", "task_of",
 ]

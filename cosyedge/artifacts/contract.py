@@ -21,6 +21,7 @@ from cosyedge.artifacts.files import load_onnx
 from cosyedge.artifacts.limits import (_NP_DTYPES, MAX_CHUNK_MS, MAX_HOP_S, MAX_NAME_BYTES,  # noqa: F401 - re-exported
                                        MAX_STATE_BYTES_PER_STREAM, _mib, check_name, check_state_bytes, name_too_long,
                                        state_nbytes)
+from cosyedge.artifacts.task import TASKS
 from cosyedge.errors import ArtifactError, UsageError
 from cosyedge.log import plural
 
@@ -144,6 +145,9 @@ class StreamContract:
             look-ahead frames inside a chunk, delay frames; ``bounded_from`` when ``--attention-window`` bounded it).
         max_stream_samples (int): Longest stream (samples) the model can count positions for (an encoding table of
             a fixed number of rows, ``pe[:, :T]``); 0: unlimited. The runtime refuses to push past it.
+        task (str): What the model does, one of :data:`cosyedge.artifacts.task.TASKS` (``"enhancer"``, ``"vad"``,
+            ``"features"``); ``""``: not written (a model from before the key; :func:`cosyedge.artifacts.task.resolve`
+            guesses it). Read it through ``resolve``, never here.
         fixed_chunk_samples (int): Samples per call the graph takes, when its streaming inputs declare a fixed
             (integer) time axis, e.g. 160 for an ``--int8-placement ort_matmul`` build (one hop per call); 0: any
             multiple of :attr:`total_stride`. Not metadata: read from the graph by :meth:`from_onnx`
@@ -165,6 +169,7 @@ class StreamContract:
     proof: dict = dataclasses.field(default_factory=dict)
     attention: list = dataclasses.field(default_factory=list)
     max_stream_samples: int = 0
+    task: str = ""
     fixed_chunk_samples: int = dataclasses.field(default=0, compare=False, repr=False)
     fixed_chunk_where: str = dataclasses.field(default="", compare=False, repr=False)
     fixed_chunk_why: str = dataclasses.field(default="", compare=False, repr=False)
@@ -330,6 +335,8 @@ class StreamContract:
                                      "outputs": [dataclasses.asdict(o) for o in self.outputs]})
         if self.proof:
             meta["proof"] = json.dumps(self.proof)
+        if self.task:
+            meta["task"] = self.task
         return {META_PREFIX + k: v for k, v in meta.items()}
 
     @classmethod
@@ -369,6 +376,7 @@ class StreamContract:
                 proof=json.loads(meta.get(META_PREFIX + "proof", "{}")),
                 attention=json.loads(meta.get(META_PREFIX + "attention", "[]")),
                 max_stream_samples=int(meta.get(META_PREFIX + "max_stream_samples", "0")),
+                task=meta.get(META_PREFIX + "task", ""),
             )
         except (ValueError, TypeError, AttributeError, json.JSONDecodeError) as err:
             raise ArtifactError(f"{where} has malformed cosyedge metadata ({err})") from None
@@ -384,10 +392,12 @@ class StreamContract:
                 a non-positive dimension, a state dtype cosyedge does not know, a non-finite initial value;
                 states of more than :data:`MAX_STATE_BYTES_PER_STREAM` per stream; a waveform input/output
                 (``kind`` ``"audio"``) whose ``frames_per_hop`` is not ``hop_samples`` ("the contract contradicts
-                the graph").
+                the graph"); a ``task`` not in :data:`~cosyedge.artifacts.task.TASKS`.
         """
         bad = None
-        if self.sample_rate_hz <= 0 or self.hop_samples <= 0 or self.total_stride <= 0:
+        if self.task and self.task not in TASKS:
+            bad = f"task {self.task!r} is not one of {', '.join(TASKS)}"
+        elif self.sample_rate_hz <= 0 or self.hop_samples <= 0 or self.total_stride <= 0:
             bad = (f"sample_rate_hz {self.sample_rate_hz}, hop_samples {self.hop_samples} and total_stride "
                    f"{self.total_stride} must be positive")
         elif self.hop_samples % self.total_stride:

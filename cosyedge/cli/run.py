@@ -233,10 +233,10 @@ def check_model_task(model: str, vad: bool, mic: bool = False) -> str:
     """
     from cosyedge.errors import UsageError
     from cosyedge.recipes import REFERENCE, did_you_mean, match_name, recipes
-    from cosyedge.vad.stream import VAD_TASK
+    from cosyedge.artifacts.task import VAD
 
     known = recipes()
-    vads = sorted(n for n, r in known.items() if getattr(r, "task", None) == VAD_TASK)
+    vads = sorted(n for n, r in known.items() if getattr(r, "task", None) == VAD)
     enhancers = [REFERENCE] + sorted(n for n in known if n not in vads)
     given, model = model, match_name(model, [REFERENCE, *known])
     if model is None:

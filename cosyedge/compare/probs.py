@@ -2,7 +2,7 @@
 
 SI-SNR and PESQ need a waveform; a probability track is compared by what it decides: the max abs
 difference, the hops whose side of the 0.5 threshold differs (``flips``) and, for a voice activity
-detector (:func:`cosyedge.vad.stream.vad_output`) streaming Silero's hop, whether the speech segments of
+detector (:func:`cosyedge.artifacts.task.resolve`) streaming Silero's hop, whether the speech segments of
 :func:`cosyedge.vad.stream.segments_report` change. Rule (:func:`probability_failures`): a VAD passes when its
 segments are unchanged; another one-value-per-hop output passes when no hop flips.
 """
@@ -24,9 +24,10 @@ def one_value_per_hop(contract) -> bool:
 
 def is_vad(model) -> bool:
     """bool: ``model`` (:class:`~cosyedge.compare.models.CompareModel`) is a voice activity detector."""
-    from cosyedge.vad.stream import model_metadata, vad_output
+    from cosyedge.artifacts.task import model_metadata, resolve
 
-    return vad_output(model.contract, model_metadata(model.model_path)) == model.contract.output
+    c = model.contract
+    return resolve(c, None if c.task else model_metadata(model.model_path)).speech_output == c.output
 
 
 def probability_stats(n_samples: int, y_ref: np.ndarray, y_cand: np.ndarray, contract, vad: bool) -> dict:

@@ -20,6 +20,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from cosyedge.artifacts.task import ENHANCER
 from cosyedge.errors import ArtifactError, DependencyError
 from cosyedge.log import LOG
 
@@ -45,6 +46,9 @@ class Recipe(abc.ABC):
         extra (str): cosyedge extra installing it.
         licence (str): Licence of the weights and code used.
         url (str): Where the model comes from.
+        task (str): What the model does (:data:`cosyedge.artifacts.task.TASKS`), written into the contract.
+        write_task (bool): False: the export carries no ``cosyedge.task`` (its content hash is pinned by a committed
+            accuracy baseline in ``cosyedge/compare/baselines/``; the task is guessed as before, the same answer).
     """
 
     name: str = ""
@@ -58,6 +62,8 @@ class Recipe(abc.ABC):
     extra: str = ""
     licence: str = ""
     url: str = ""
+    task: str = ENHANCER
+    write_task: bool = True
 
     def package_dir(self) -> Path:
         """Folder of the installed package (not imported: some need heavy or broken imports).
@@ -135,7 +141,8 @@ class Recipe(abc.ABC):
             src.parent.mkdir(parents=True, exist_ok=True)
             onnx.save(model, str(src))
             contract = streamify(src, out, sample_rate_hz=self.sample_rate_hz, hop_samples=self.hop_samples,
-                                 delay_samples=self.delay_samples, name=self.name, **kw)
+                                 delay_samples=self.delay_samples, name=self.name,
+                                 task=self.task if self.write_task else "", **kw)
         self.keep_dsp_float(out)
         return contract
 
@@ -234,5 +241,5 @@ class AdoptedRecipe(Recipe):
             return adopt(src, out, state_pairs=self.state_pairs, sample_rate_hz=self.sample_rate_hz,
                          hop_samples=self.hop_samples, delay_samples=self.delay_samples or 0, name=self.name,
                          kinds=self.state_kinds, atol=ADOPT_ATOL if atol is None else float(atol),
-                         check=self.reference_check,
+                         check=self.reference_check, task=self.task if self.write_task else "",
                          extra_metadata={RECIPE_META_KEY: json.dumps(self.provenance(), sort_keys=True)}, **kw)

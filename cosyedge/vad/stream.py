@@ -1,8 +1,9 @@
 """Stream audio through a voice-activity model and turn its probabilities into speech segments.
 
 A VAD stream model (``cosyedge export silero-vad``, :mod:`cosyedge.recipes.silero_vad`) takes a waveform
-(N, 1, T) and gives one speech probability per hop (output (N, 1, T / hop), not audio). :func:`vad_output`
-tells such a model from an enhancer; :class:`ProbabilityRecorder` streams model-rate audio through a session
+(N, 1, T) and gives one speech probability per hop (output (N, 1, T / hop), not audio). Its task (contract
+``task`` ``"vad"``, or guessed for an older model) comes from :func:`cosyedge.artifacts.task.resolve`;
+:func:`vad_output` names its probability output; :class:`ProbabilityRecorder` streams model-rate audio through a session
 chunk by chunk (state carried, the last chunk zero-padded as Silero's own loop does) and keeps the
 probabilities; :func:`detect_file` does it for an audio file, block by block (memory: the probabilities,
 one float per hop), and returns the segments of :func:`cosyedge.vad.segments.speech_timestamps_from_probs`.
@@ -15,46 +16,19 @@ from pathlib import Path
 
 import numpy as np
 
+from cosyedge.artifacts.task import RECIPE_META_KEY, VAD, model_metadata, resolve, task_of  # noqa: F401 - re-exported
 from cosyedge.errors import ArtifactError, UsageError
 from cosyedge.log import LOG
 
-RECIPE_META_KEY = "recipe"
-"""str: ONNX metadata key of a recipe's provenance (JSON; :data:`cosyedge.recipes.base.RECIPE_META_KEY`)."""
-VAD_TASK = "vad"
-"""str: the provenance ``task`` of a VAD recipe."""
-
-
-def model_metadata(model) -> dict:
-    """The ONNX ``metadata_props`` of a model (empty when it cannot be read).
-
-    Args:
-        model (str | Path | Engine): An ``.onnx`` path (read here); or an engine object: a model on a Triton server
-            (its ``metadata``), a loaded engine holding its read model (``source``: not read again), another engine
-            (its ``model_path`` read here).
-    Returns:
-        dict[str, str]: key -> value.
-    """
-    if hasattr(model, "metadata") and hasattr(model, "contract"):
-        return dict(model.metadata)
-    try:
-        source = getattr(model, "source", None)
-        if source is not None:
-            proto = source.proto
-        else:
-            from cosyedge.artifacts import load_onnx
-
-            proto = load_onnx(getattr(model, "model_path", model), load_external_data=False)
-        return {p.key: p.value for p in proto.metadata_props}
-    except Exception:  # the engine loader already validated it; no metadata: not a recipe
-        return {}
+VAD_TASK = VAD
+"""str: the task of a VAD (:data:`cosyedge.artifacts.task.VAD`)."""
 
 
 def vad_output(contract, meta: dict | None = None) -> str | None:
-    """The speech-probability output of a VAD stream model, or None for any other model.
+    """The speech-probability output of a VAD stream model, or None for a model ``--vad`` cannot run.
 
-    A VAD model takes one waveform, and either records recipe provenance with ``task`` ``"vad"`` or streams
-    exactly one non-audio output of one channel and one frame per hop (one value per hop: its probability,
-    whatever its name, e.g. ``output`` of Silero's own ONNX adopted with ``cosyedge adopt``).
+    The model's task is :func:`cosyedge.artifacts.task.resolve`'s (the contract's ``task``; for an older model
+    without one, the guess from its outputs and recipe provenance).
 
     Args:
         contract (StreamContract): The model's contract.
@@ -62,18 +36,7 @@ def vad_output(contract, meta: dict | None = None) -> str | None:
     Returns:
         str | None: the output name (float32 (N, 1, T / hop)).
     """
-    if not contract.audio_in:
-        return None
-    cands = [o for o in contract.stream_outputs if o.kind != "audio" and o.frames_per_hop == 1
-             and len(o.shape) == 3 and o.shape[1] == 1]
-    try:
-        task = json.loads((meta or {}).get(RECIPE_META_KEY) or "{}").get("task")
-    except (ValueError, AttributeError):
-        task = None
-    if task == VAD_TASK and cands:
-        named = [o for o in cands if "prob" in o.name.lower()]
-        return (named or cands)[0].name
-    return cands[0].name if len(cands) == 1 else None
+    return resolve(contract, meta).speech_output
 
 
 def describe(where: str, meta: dict) -> str:
@@ -101,11 +64,12 @@ def refuse_vad_as_enhancer(engine, where: str, mic: bool = False) -> None:
     Raises:
         UsageError: the model is a VAD (one line: what it gives and the ``--vad`` command).
     """
-    meta = model_metadata(engine)
-    out = vad_output(engine.contract, meta)
-    if out is None or any(o.kind == "audio" for o in engine.contract.stream_outputs):
+    task = task_of(engine)
+    if task.task != VAD:
         return
+    meta = model_metadata(engine)
     c = engine.contract
+    out = task.speech_output or c.output
     hop_ms = 1000.0 * c.hop_samples / c.sample_rate_hz
     model = (f"--server {engine.url} --server-model {engine.name}" if _served(engine) else "--engine MODEL")
     use = (f"cosyedge run mic --vad {model} [-o segments.json] (speech shown live)" if mic else
@@ -124,7 +88,7 @@ def require_vad(engine, where: str, mic: bool = False) -> str:
     Raises:
         UsageError: ``engine`` is not a VAD model (one line: what it is and the plain ``cosyedge run``).
     """
-    out = vad_output(engine.contract, model_metadata(engine))
+    out = task_of(engine).speech_output
     if out is None:
         c = engine.contract
         what = ("an enhancer (waveform in, waveform out)" if c.is_audio else

@@ -86,6 +86,7 @@ from cosyedge.artifacts import (
     load_onnx,
     resolve_artifact,
 )
+from cosyedge.artifacts.task import to_write
 from cosyedge.errors import ArtifactError, UsageError, first_line
 from cosyedge.log import LOG, plural
 from cosyedge.surgery import io, proof
@@ -140,6 +141,8 @@ class AdoptedOnnxFromOnnx(Stage):
         check (Callable | None): ``check(model, contract) -> dict``, run on the adopted ModelProto before
             writing; its dict is added to the contract's ``proof``; it raises AccuracyError to refuse.
         extra_metadata (dict[str, str] | None): ``metadata_props`` to add (a recipe's provenance).
+        task (str | None): The contract's ``task`` (a recipe's); None: the source's ``cosyedge.task``, else guessed
+            from the outputs (:func:`cosyedge.artifacts.task.to_write`); ``""``: none written.
         consts (dict[str, int | float] | None): Inputs fixed at adopt time, by name (Silero's ``{"sr": 16000}``):
             each becomes an initializer of the graph's dtype and shape.
         frame_samples (int | None): Samples per call of a waveform block input whose size the graph does not fix
@@ -170,8 +173,8 @@ class AdoptedOnnxFromOnnx(Stage):
                  batch_axes: dict | None = None, init: dict | None = None, kinds: dict | None = None,
                  atol: float = ADOPT_ATOL, check: Callable | None = None, extra_metadata: dict | None = None,
                  consts: dict | None = None, frame_samples: int | None = None, time_axes: dict | None = None,
-                 proof_inputs: dict | None = None):
-        self.consts, self.frame_samples = dict(consts or {}), frame_samples
+                 proof_inputs: dict | None = None, task: str | None = None):
+        self.consts, self.frame_samples, self.task = dict(consts or {}), frame_samples, task
         self.time_axes, self.proof_inputs = dict(time_axes or {}), proof_inputs
         self.onnx_in, self.out = onnx_in, Path(out)
         self.state_pairs = state_pairs
@@ -204,7 +207,7 @@ class AdoptedOnnxFromOnnx(Stage):
                 name=self.name or io.model_stem(src, (".onnx", ".stream", ".streaming")),
                 batch_axes=self.batch_axes, init=self.init, kinds=self.kinds,
                 atol=self.atol, check=self.check, consts=self.consts, frame_samples=self.frame_samples,
-                time_axes=self.time_axes, proof_inputs=self.proof_inputs)
+                time_axes=self.time_axes, proof_inputs=self.proof_inputs, task=self.task)
             for k, v in self.extra_metadata.items():
                 p = new.metadata_props.add()
                 p.key, p.value = k, v
@@ -217,14 +220,15 @@ def adopt_model(model: Any, *, where: str = "model", state_pairs: Any = None, sa
                 delay_samples: int = 0, name: str = "model", batch_axes: dict | None = None,
                 init: dict | None = None, kinds: dict | None = None, atol: float = ADOPT_ATOL,
                 check: Callable | None = None, consts: dict | None = None, frame_samples: int | None = None,
-                time_axes: dict | None = None, proof_inputs: dict | None = None) -> tuple[Any, StreamContract]:
+                time_axes: dict | None = None, proof_inputs: dict | None = None,
+                task: str | None = None) -> tuple[Any, StreamContract]:
     """Adopt ``model`` in memory and prove it (module doc); nothing is written.
 
     Args:
         model (onnx.ModelProto): The already-streaming graph (weights inline).
         where (str): Name for messages.
         state_pairs, sample_rate_hz, hop_samples, delay_samples, batch_axes, init, kinds, atol, check, consts,
-            frame_samples, time_axes, proof_inputs: see :class:`AdoptedOnnxFromOnnx`.
+            frame_samples, time_axes, proof_inputs, task: see :class:`AdoptedOnnxFromOnnx`.
         name (str): Model name.
     Returns:
         tuple[onnx.ModelProto, StreamContract]: the adopted model (contract and ``cosyedge.adopted`` in its
@@ -373,6 +377,7 @@ def adopt_model(model: Any, *, where: str = "model", state_pairs: Any = None, sa
                     "Triton refuse it (a fixed batch of 1)", where, why_fixed)
     contract = _contract(g, c_states, dynamic=dynamic, sample_rate_hz=sample_rate_hz, hop=hop,
                          delay_samples=delay_samples, name=name)
+    contract.task = to_write(task, contract, {p.key: p.value for p in unfixed.metadata_props}, where)
     contract.write_to_onnx(adopted)
     adopted = io.finalize_model(adopted, where=where)
     try:
@@ -536,7 +541,7 @@ def adopt(in_onnx: Any, out_onnx: str | Path, *, state_pairs: Any = None, sample
           delay_samples: int = 0, name: str | None = None, batch_axes: dict | None = None, init: dict | None = None,
           kinds: dict | None = None, atol: float = ADOPT_ATOL, check: Callable | None = None,
           extra_metadata: dict | None = None, consts: dict | None = None, frame_samples: int | None = None,
-          time_axes: dict | None = None, proof_inputs: dict | None = None) -> StreamContract:
+          time_axes: dict | None = None, proof_inputs: dict | None = None, task: str | None = None) -> StreamContract:
     """Function twin of :class:`AdoptedOnnxFromOnnx`: adopt an already-streaming ONNX, prove it, write it.
 
     Args:
@@ -553,7 +558,7 @@ def adopt(in_onnx: Any, out_onnx: str | Path, *, state_pairs: Any = None, sample
         atol (float): Proof tolerance relative to max(1, peak).
         check (Callable | None): Extra check ``check(model, contract) -> dict`` before writing.
         extra_metadata (dict[str, str] | None): Metadata to add.
-        consts, frame_samples, time_axes, proof_inputs: see :class:`AdoptedOnnxFromOnnx`.
+        consts, frame_samples, time_axes, proof_inputs, task: see :class:`AdoptedOnnxFromOnnx`.
     Returns:
         StreamContract: the written contract (``proof`` filled; original names in ``cosyedge.adopted``).
     Raises:
@@ -563,6 +568,6 @@ def adopt(in_onnx: Any, out_onnx: str | Path, *, state_pairs: Any = None, sample
                                 hop_samples=hop_samples, delay_samples=delay_samples, name=name,
                                 batch_axes=batch_axes, init=init, kinds=kinds, atol=atol, check=check,
                                 extra_metadata=extra_metadata, consts=consts, frame_samples=frame_samples,
-                                time_axes=time_axes, proof_inputs=proof_inputs)
+                                time_axes=time_axes, proof_inputs=proof_inputs, task=task)
     stage()
     return stage.contract
