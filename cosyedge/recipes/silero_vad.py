@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from cosyedge.artifacts.task import VAD
 from cosyedge.errors import AccuracyError, ArtifactError
 from cosyedge.log import LOG
 from cosyedge.recipes.base import AdoptedRecipe, sha256_of
@@ -60,8 +61,8 @@ MAX_REFERENCE_ABS = 1e-5
 """float: the stream ONNX's probabilities must equal the package loop's within this (max abs) on the demo."""
 RECIPE_OPSET = 17
 """int: opset of the recipe's graph (the wheel's graph is opset 16)."""
-TASK = "vad"
-"""str: the ``task`` the recipe provenance records; ``cosyedge run`` tells a VAD from an enhancer by it."""
+TASK = VAD
+"""str: the recipe's task, written into the contract (``cosyedge.task``) and its provenance."""
 
 
 def _load(path: Path) -> Any:

@@ -120,6 +120,25 @@ def test_recipe_records_where_it_comes_from_and_its_contract(engines):
     assert rec["task"] == "vad" and rec["version"] == "6.2.3" and rec["network"].endswith("openvino_16k.onnx")
 
 
+def test_the_export_declares_a_vad_and_without_the_key_resolves_the_same(engines, tmp_path):
+    """The recipe writes ``cosyedge.task`` ``"vad"``; the same model without it (an export from before the key)
+    resolves through the guess to the same task and probability output."""
+    import onnx
+
+    from cosyedge.artifacts import StreamContract, model_metadata, resolve_task
+
+    m = onnx.load(str(engines.onnx))
+    assert {p.key: p.value for p in m.metadata_props}["cosyedge.task"] == "vad"
+    new = resolve_task(StreamContract.from_onnx(engines.onnx))
+    assert (new.task, new.speech_output, new.declared) == ("vad", "speech_prob", True)
+    keep = [p for p in m.metadata_props if p.key != "cosyedge.task"]
+    del m.metadata_props[:]
+    m.metadata_props.extend(keep)
+    onnx.save(m, str(tmp_path / "old.onnx"))
+    old = resolve_task(StreamContract.from_onnx(tmp_path / "old.onnx"), model_metadata(tmp_path / "old.onnx"))
+    assert (old.task, old.speech_output, old.declared) == ("vad", "speech_prob", False)
+
+
 @pytest.mark.parametrize("name", RECORDINGS)
 def test_segments_equal_package_get_speech_timestamps(engines, name):
     """detect_file (the cosyedge stream + the ported rule) vs the package's get_speech_timestamps (defaults):
