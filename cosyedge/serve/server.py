@@ -73,6 +73,26 @@ def _set_pdeathsig() -> None:  # pragma: no cover - runs in the child between fo
         pass
 
 
+def _dead_stubs(server_pid: int) -> int:
+    """How many Python-backend stub processes of the tritonserver ``server_pid`` have exited and wait unreaped
+    (zombies: Triton 2.51 does not reap a stub that dies while its model loads, and goes on "loading" it until the
+    ready timeout). Linux /proc; 0 where it is not readable."""
+    n = 0
+    try:
+        procs = [d for d in Path("/proc").iterdir() if d.name.isdigit()]
+    except OSError:
+        return 0
+    for d in procs:
+        try:
+            comm, rest = (d / "stat").read_text().rsplit(")", 1)
+            fields = rest.split()
+            if int(fields[1]) == server_pid and fields[0] == "Z" and "triton_python_b" in comm:
+                n += 1
+        except (OSError, IndexError, ValueError):
+            continue
+    return n
+
+
 class TritonServer(RepositoryChecks, BackendSetup, ShmRegions, LogInterpretation):
     """One ``tritonserver`` process serving a model repository.
 
@@ -280,6 +300,13 @@ class TritonServer(RepositoryChecks, BackendSetup, ShmRegions, LogInterpretation
                 next_index = time.monotonic() + 1.0
                 loads = [f"model '{e['name']}': {_clean_reason(e['reason'])}" for e in self._index()
                          if e.get("state") == "UNAVAILABLE" and e.get("reason")]
+                if not loads and _dead_stubs(self._proc.pid):
+                    names = ([e["name"] for e in self._index() if e.get("state") not in ("READY", None)]
+                             or sorted(d.name for d in self.repo.iterdir() if (d / "config.pbtxt").is_file())
+                             or ["?"])
+                    loads = [f"model '{n}': its Python-backend stub process exited while the model loaded (its "
+                             f"model.py crashed or exited at import: run it by hand with this Python to see why)"
+                             for n in names]
             if loads:
                 raise self._load_failure(loads)
             time.sleep(0.1)

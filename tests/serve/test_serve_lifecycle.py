@@ -190,6 +190,20 @@ def test_load_failures_stop_at_once_with_tritons_reason_and_no_traceback(repos, 
     assert time.monotonic() - t0 < 10
 
 
+def test_a_model_whose_stub_dies_at_import_is_refused_at_once(repos, tmp_path, cli):
+    """Triton 2.51 leaves a Python-backend stub that exits while its model loads unreaped and goes on "loading" until
+    the ready timeout: serve sees the exited stub and refuses in one line, naming the model."""
+    bad = tmp_path / "dies"
+    shutil.copytree(repos["one"], bad)
+    (bad / "manifest.json").unlink()
+    (bad / "reference" / "1" / "model.py").write_text("import os\nos._exit(1)\n")
+    t0 = time.monotonic()
+    rc, _, err = cli("serve", bad, *PORTS, "--ready-timeout", 120, "-q")
+    assert rc == 3 and err.strip().count("\n") == 0, err
+    assert "model 'reference'" in err and "stub process exited while the model loaded" in err, err
+    assert time.monotonic() - t0 < 30
+
+
 def test_repository_path_with_a_space_is_served(repos, tmp_path):
     """Triton's Python backend launches its stub through an unquoted shell line: serve hands it a safe link."""
     spaced = tmp_path / "my engines"

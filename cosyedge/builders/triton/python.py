@@ -33,6 +33,8 @@ https://docs.nvidia.com/deeplearning/triton-inference-server/user-guide/docs/use
 
 from __future__ import annotations
 
+import shlex
+
 import dataclasses
 import json
 from collections.abc import Iterable
@@ -268,5 +270,5 @@ def build_triton_python(src: SourceModel, contract: StreamContract, dest_root: P
         from cosyedge.builders.triton.repository import check_repository
 
         check_repository(tmp, parse=has_module("tritonclient"))
-    LOG.info("Triton Python-backend repository: %s (cosyedge serve %s)", dest, dest)
+    LOG.info("Triton Python-backend repository: %s (cosyedge serve %s)", dest, shlex.quote(str(dest)))
     return dest
