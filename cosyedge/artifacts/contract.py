@@ -488,17 +488,18 @@ class StreamContract:
                                     f"graph but the contract says {list(shape)}{what}; re-run 'cosyedge streamify'")
 
     @classmethod
-    def from_onnx(cls, model: Any) -> "StreamContract":
-        """Read the contract from an ONNX file path (str/Path) or ``onnx.ModelProto``.
+    def from_onnx(cls, model: Any, where: str | None = None) -> "StreamContract":
+        """Read the contract from an ONNX file path (str/Path) or ``onnx.ModelProto``; ``where`` names the model in
+        messages (default: the path, or "ONNX model" for a ModelProto).
 
         Raises:
             ArtifactError: file missing/corrupt, metadata missing or invalid (:meth:`validate`), or, for a stream
                 graph, metadata that contradicts the graph's declared I/O shapes (:meth:`check_graph`).
         """
-        where = "ONNX model"
         if isinstance(model, (str, Path)):
-            where = str(model)
+            where = where or str(model)
             model = load_onnx(model, load_external_data=False)
+        where = where or "ONNX model"
         meta = {p.key: p.value for p in model.metadata_props}
         contract = cls.from_metadata(meta, where=where)
         if contract.is_streaming:

@@ -125,11 +125,7 @@ def run(input, output, engine, model, vad, chunk_ms, threads, device, monitor, d
         if vad:
             return _run_mic_vad(output, engine, chunk_ms, threads, device, duration, save_input)
         return _run_mic(output, engine, chunk_ms, threads, device, monitor, duration, save_input)
-    mic_only = [flag for flag, v in (("--device", device), ("--monitor", monitor or None), ("--duration", duration),
-                                     ("--save-input", save_input)) if v is not None]
-    if mic_only:
-        raise UsageError(f"{', '.join(mic_only)} only appl{'ies' if len(mic_only) == 1 else 'y'} to "
-                         f"'cosyedge run mic'")
+    _refuse_mic_only(device, monitor, duration, save_input)
     if not vad and not output:
         raise UsageError("missing output file: cosyedge run INPUT -o OUTPUT.wav")
     engine = _named_engine(model, vad, engine)
@@ -143,6 +139,17 @@ def run(input, output, engine, model, vad, chunk_ms, threads, device, monitor, d
         f"RTF {s['rtf']:.4f}, chunk {s['chunk_ms']:g} ms x {s['chunks']}, latency p50 {s['latency_ms_p50']:.3f} ms "
         f"p99 {s['latency_ms_p99']:.3f} ms, delay {s['delay_ms']:g} ms compensated, {s['sample_rate_hz_out']} Hz mono"
     )
+
+
+def _refuse_mic_only(device, monitor, duration, save_input) -> None:
+    """Raise UsageError naming the options given that only ``cosyedge run mic`` takes (a file run)."""
+    from cosyedge.errors import UsageError
+
+    mic_only = [flag for flag, v in (("--device", device), ("--monitor", monitor or None), ("--duration", duration),
+                                     ("--save-input", save_input)) if v is not None]
+    if mic_only:
+        raise UsageError(f"{', '.join(mic_only)} only appl{'ies' if len(mic_only) == 1 else 'y'} to "
+                         f"'cosyedge run mic'")
 
 
 def _run_served(input, output, engine, model, vad, chunk_ms, device, monitor, duration, save_input, server,
@@ -166,11 +173,7 @@ def _run_served(input, output, engine, model, vad, chunk_ms, device, monitor, du
         if vad:
             return _run_mic_vad(output, eng, chunk_ms, 1, device, duration, save_input)
         return _run_mic(output, eng, chunk_ms, 1, device, monitor, duration, save_input)
-    mic_only = [flag for flag, v in (("--device", device), ("--monitor", monitor or None), ("--duration", duration),
-                                     ("--save-input", save_input)) if v is not None]
-    if mic_only:
-        raise UsageError(f"{', '.join(mic_only)} only appl{'ies' if len(mic_only) == 1 else 'y'} to "
-                         f"'cosyedge run mic'")
+    _refuse_mic_only(device, monitor, duration, save_input)
     if not vad and not output:
         raise UsageError("missing output file: cosyedge run INPUT -o OUTPUT.wav --server HOST:PORT")
     if not vad:  # the output path and the input before the server is asked

@@ -146,13 +146,8 @@ class ReadModel(SourceModel):
 
     def __init__(self, path: Path):
         super().__init__(path)
-        where = str(self.path)
         self._proto = load_onnx(self.path, load_external_data=False)
-        contract = StreamContract.from_metadata({p.key: p.value for p in self._proto.metadata_props}, where=where)
-        if contract.is_streaming:
-            contract.check_graph(self._proto.graph, where)
-            contract.fixed_chunk_of(self._proto, where)
-        self._contract = contract
+        self._contract = StreamContract.from_onnx(self._proto, where=str(self.path))
 
 
 __all__ = ["BACKEND", "ENGINES_ENV", "Engine", "MODEL_FILE", "ReadModel", "engines_root", "load_engine"]
