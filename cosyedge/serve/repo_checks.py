@@ -81,6 +81,9 @@ class RepositoryChecks:
         if not self.models:
             raise ArtifactError(f"{self.repo} holds no model (no <model>/config.pbtxt): give the folder 'cosyedge "
                                 f"build --backend triton' printed")
+        if not (self.repo / "manifest.json").is_file():
+            LOG.warning(f"{self.repo} has no manifest.json (not written by 'cosyedge build --backend triton'): its "
+                        f"files are served unchecked")
         check_manifest_hashes(self.repo)
         for m in self.models:
             cfg = (self.repo / m / "config.pbtxt").read_text(errors="replace")

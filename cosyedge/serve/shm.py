@@ -81,7 +81,7 @@ class ShmRegions:
             return []
         stale = clean_stale_shm()
         if stale:
-            LOG.info("removed %d shared-memory regions of Triton servers that are gone: %s", len(stale),
+            LOG.info("removed %d shared-memory files (regions and locks) of Triton servers that are gone: %s", len(stale),
                      ", ".join(stale[:4]) + (" ..." if len(stale) > 4 else ""))
         import secrets
 

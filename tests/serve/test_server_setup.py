@@ -163,3 +163,20 @@ def test_manifest_hashes_are_checked(tmp_path):
     (tmp_path / "m" / "a.bin").unlink()
     with pytest.raises(ArtifactError, match=r"m/a.bin is missing"):
         srvmod.check_manifest_hashes(tmp_path)
+
+
+def test_a_repository_without_manifest_is_served_with_a_warning(tmp_path, capsys):
+    """A folder not written by cosyedge has nothing to check its files against: serve says so (it used to say
+    nothing)."""
+    from cosyedge.serve.repo_checks import RepositoryChecks
+
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.pbtxt").write_text('backend: "python"\n')
+    checks = RepositoryChecks()
+    checks.repo = tmp_path
+    checks._check_repo()
+    assert checks.models == ["m"]
+    assert "has no manifest.json" in capsys.readouterr().err
+    (tmp_path / "manifest.json").write_text("{}")
+    checks._check_repo()
+    assert "manifest.json" not in capsys.readouterr().err
