@@ -22,9 +22,7 @@ from cosyedge.artifacts import (
     StreamContract,
     atomic_folder,
     load_onnx,
-    sha256_file,
     with_portable_ir,
-    write_manifest,
 )
 from cosyedge.builders.config import BuildConfig
 from cosyedge.builders.names import check_engine_name, check_triton_model_name, engine_folder_name, engine_model_name
@@ -35,6 +33,7 @@ from cosyedge.builders.prepare import (
     prepare_onnx,
     warn_replacing_other_model,
 )
+from cosyedge.builders.triton.manifest import write_repository_manifest
 from cosyedge.builders.triton.config import (
     BACKEND,
     CONFIG_FILE,
@@ -320,51 +319,23 @@ def build_triton(onnx_path: Any, out_dir: str | Path | None = None, name: str | 
         (tmp / name / CONFIG_FILE).write_text(config.to_pbtxt())
         head = manifest_head(name=name, backend=BACKEND, precision=precision, sparse=sparse,
                              model_file=f"{name}/{MODEL_VERSION}/{ONNX_FILE}", model_path=model_dst, parent=src)
-        write_manifest(tmp, {
-            **head,
-            "artifact": {"file": f"{name}/{CONFIG_FILE}", "sha256": sha256_file(tmp / name / CONFIG_FILE),
-                         "kind": "Triton model repository (tritonserver --model-repository=<this folder>)"},
-            "triton": {
-                "model_name": name, "backend": triton_backend, "strategy": STRATEGY,
-                "max_batch_size": int(max_batch_size), "max_candidate_sequences": int(max_sequences),
-                "max_queue_delay_microseconds": int(max_queue_delay_us),
-                "max_sequence_idle_microseconds": int(idle_us), "instance_count": int(instances),
-                "instance_kind": INSTANCE_KINDS[instance_kind], "chunk_samples": chunk,
-                "control_inputs": [],
-                "states_renamed": new_pairs != pairs,
-                "states": [{"contract_input": a, "contract_output": b, "triton_input": c, "triton_output": d}
-                           for (a, b), (c, d) in zip(pairs, new_pairs)],
-                "batch_independence_max_abs": worst,
-                "docs": [DOC_IMPLICIT_STATE, DOC_SEQUENCE_BATCHER],
-            },
-            "calibration_sha256": fields["calibration_sha256"],
-            "tools": _tool_versions(precision),
-            "flags": {**head["flags"], **(variant or {}), "exclude": list(exclude),
-                      "calib": None if calib is None else str(calib),
-                      "calib_count": int(calib_count) if precision == "int8" else None,
-                      "max_batch_size": int(max_batch_size), "max_sequences": int(max_sequences),
-                      "instances": int(instances), "instance_kind": instance_kind, "chunk_samples": chunk,
-                      "triton_backend": triton_backend},
-            "reports": {k: fields[k] for k in ("sparsity", "fp16", "int8") if fields[k] is not None},
-            "contract": copy.to_metadata(),
-            "chunk_samples": chunk,
-            "sample_rate_hz": contract.sample_rate_hz,
-        })
+        write_repository_manifest(
+            tmp, head=head, config_file=f"{name}/{CONFIG_FILE}",
+            kind="Triton model repository (tritonserver --model-repository=<this folder>)",
+            batcher={"model_name": name, "backend": triton_backend, "strategy": STRATEGY,
+                     "max_batch_size": max_batch_size, "max_sequences": max_sequences,
+                     "max_queue_delay_us": max_queue_delay_us, "idle_us": idle_us, "instances": instances,
+                     "instance_kind": INSTANCE_KINDS[instance_kind], "control_inputs": []},
+            triton={"states_renamed": new_pairs != pairs,
+                    "states": [{"contract_input": a, "contract_output": b, "triton_input": c, "triton_output": d}
+                               for (a, b), (c, d) in zip(pairs, new_pairs)],
+                    "batch_independence_max_abs": worst,
+                    "docs": [DOC_IMPLICIT_STATE, DOC_SEQUENCE_BATCHER]},
+            flags={"triton_backend": triton_backend},
+            build={"precision": precision, "variant": variant, "exclude": exclude, "calib": calib,
+                   "calib_count": calib_count, "max_batch_size": max_batch_size, "max_sequences": max_sequences,
+                   "instances": instances, "instance_kind": instance_kind, "fields": fields},
+            contract=copy, chunk=chunk)
         check_repository(tmp, parse=has_module("tritonclient"))
     LOG.info("Triton repository: %s (tritonserver --model-repository=%s)", dest, dest.resolve())
     return dest
-
-
-def _tool_versions(precision: str) -> dict:
-    """Versions (dict[str, str | None]) of the tools that made the repository: the ONNX Runtime build's
-    (:func:`cosyedge.builders.ort._tool_versions`) plus tritonclient (None when absent)."""
-    from cosyedge.builders.ort import _tool_versions as ort_tool_versions
-
-    tools = ort_tool_versions(precision)
-    try:
-        from importlib.metadata import version
-
-        tools["tritonclient"] = version("tritonclient")
-    except Exception:  # not installed: the config was not parsed with Triton's protobuf at build time
-        tools["tritonclient"] = None
-    return tools

@@ -44,11 +44,11 @@ from typing import Any
 import numpy as np
 
 from cosyedge._lazy import has_module, lazy_import
-from cosyedge.artifacts import (BATCH_DIM, SourceModel, StreamContract, atomic_folder, load_onnx, sha256_file,
-                                write_manifest)
+from cosyedge.artifacts import BATCH_DIM, SourceModel, StreamContract, atomic_folder, load_onnx, sha256_file
 from cosyedge.builders.config import BuildConfig
 from cosyedge.builders.names import engine_folder_name
 from cosyedge.builders.prepare import manifest_head, prepare_onnx, warn_replacing_other_model
+from cosyedge.builders.triton.manifest import write_repository_manifest
 from cosyedge.builders.triton.config import (
     BACKEND,
     CONFIG_FILE,
@@ -234,39 +234,25 @@ def build_triton_python(src: SourceModel, contract: StreamContract, dest_root: P
         (tmp / name / CONFIG_FILE).write_text(cfg.to_pbtxt())
         head = manifest_head(name=name, backend=BACKEND, precision=precision, sparse=sparse,
                              model_file=f"{name}/{MODEL_VERSION}/{ONNX_FILE}", model_path=model_dst, parent=src)
-        from cosyedge.builders.triton.build import _tool_versions
-
-        write_manifest(tmp, {
-            **head,
-            "artifact": {"file": f"{name}/{CONFIG_FILE}", "sha256": sha256_file(tmp / name / CONFIG_FILE),
-                         "kind": "Triton model repository, Python backend (cosyedge serve <this folder>)"},
-            "triton": {
-                "model_name": name, "backend": PYTHON_BACKEND, "strategy": STRATEGY,
-                "max_batch_size": int(max_batch_size), "max_candidate_sequences": int(max_sequences),
-                "max_queue_delay_microseconds": delay, "max_sequence_idle_microseconds": int(idle_us),
-                "instance_count": int(instances), "instance_kind": INSTANCE_KINDS[kind], "chunk_samples": chunk,
-                "control_inputs": list(CONTROL_NAMES.values()), "states": [], "pool": mode,
-                "batch_rewrite": rewrite,
-                "model_py": {"file": f"{name}/{MODEL_VERSION}/{MODEL_PY}",
-                             "sha256": sha256_file(version_dir / MODEL_PY)},
-                "batch_independence_max_abs": worst,
-                "docs": [DOC_SEQUENCE_BATCHER, "https://github.com/triton-inference-server/python_backend"],
-            },
-            "serve": {"requires": requires, "python": "the environment tritonserver finds first on PATH (cosyedge "
-                                                      "serve puts its own first)"},
-            "calibration_sha256": fields["calibration_sha256"],
-            "tools": _tool_versions(precision),
-            "flags": {**head["flags"], **(variant or {}), "exclude": list(exclude),
-                      "calib": None if calib is None else str(calib),
-                      "calib_count": int(calib_count) if precision == "int8" else None,
-                      "max_batch_size": int(max_batch_size), "max_sequences": int(max_sequences),
-                      "instances": int(instances), "instance_kind": instance_kind, "chunk_samples": chunk,
-                      "max_queue_delay_us": delay, "idle_timeout_us": int(idle_us), "triton_backend": PYTHON_BACKEND},
-            "reports": {k: fields[k] for k in ("sparsity", "fp16", "int8") if fields[k] is not None},
-            "contract": contract.to_metadata(),
-            "chunk_samples": chunk,
-            "sample_rate_hz": contract.sample_rate_hz,
-        })
+        write_repository_manifest(
+            tmp, head=head, config_file=f"{name}/{CONFIG_FILE}",
+            kind="Triton model repository, Python backend (cosyedge serve <this folder>)",
+            batcher={"model_name": name, "backend": PYTHON_BACKEND, "strategy": STRATEGY,
+                     "max_batch_size": max_batch_size, "max_sequences": max_sequences, "max_queue_delay_us": delay,
+                     "idle_us": idle_us, "instances": instances, "instance_kind": INSTANCE_KINDS[kind],
+                     "control_inputs": list(CONTROL_NAMES.values())},
+            triton={"states": [], "pool": mode, "batch_rewrite": rewrite,
+                    "model_py": {"file": f"{name}/{MODEL_VERSION}/{MODEL_PY}",
+                                 "sha256": sha256_file(version_dir / MODEL_PY)},
+                    "batch_independence_max_abs": worst,
+                    "docs": [DOC_SEQUENCE_BATCHER, "https://github.com/triton-inference-server/python_backend"]},
+            serve={"requires": requires, "python": "the environment tritonserver finds first on PATH (cosyedge "
+                                                   "serve puts its own first)"},
+            flags={"max_queue_delay_us": delay, "idle_timeout_us": int(idle_us), "triton_backend": PYTHON_BACKEND},
+            build={"precision": precision, "variant": variant, "exclude": exclude, "calib": calib,
+                   "calib_count": calib_count, "max_batch_size": max_batch_size, "max_sequences": max_sequences,
+                   "instances": instances, "instance_kind": instance_kind, "fields": fields},
+            contract=contract, chunk=chunk)
         from cosyedge.builders.triton.repository import check_repository
 
         check_repository(tmp, parse=has_module("tritonclient"))
