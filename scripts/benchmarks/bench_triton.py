@@ -153,7 +153,8 @@ def triton_streams(srv, n: int, seconds: float) -> dict:
     return {"streams": n, "requests": int(lat.size), "failed_streams": int(sum(g[1] for g in got)),
             "p50_ms": float(np.percentile(lat, 50)) if lat.size else None,
             "p99_ms": float(np.percentile(lat, 99)) if lat.size else None,
-            "server_cores": (c1 - c0) / wall, "mean_batch": done / runs if runs else None}
+            "server_cores": (c1 - c0) / wall, "server_cpu_s": c1 - c0, "wall_s": wall,
+            "mean_batch": done / runs if runs else None}
 
 
 # ------------------------------------------------------------------------------ in process
