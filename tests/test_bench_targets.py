@@ -1,73 +1,60 @@
-"""scripts/benchmarks/bench_targets.py: the target table logic and its refusals (the timings themselves are benchmarks,
-never asserted here)."""
+"""scripts/benchmarks/bench_targets.py: the target table, the per-round statistics, the stream-count search and the
+refusals (the timings themselves are benchmarks, never asserted here)."""
 
 from __future__ import annotations
 
-import json
+import types
 
-from tests.scripts import load_script
+import pytest
+
 from tests.cli_errors import one_error_line
+from tests.scripts import load_script
 
 
-def test_rows_judge_each_target_in_its_direction():
-    bench = load_script("benchmarks/bench_targets")
-    assert bench.row("reference", "int8_speedup_p50", 1.31, "")["met"] is True
-    assert bench.row("reference", "int8_speedup_p50", 0.94, "")["met"] is False
-    assert bench.row("reference", "paced_p50_vs_rnnoise", 0.72, "")["met"] is True
-    assert bench.row("dfn3", "dfn3_vs_libdeepfilter_p50", 0.81, "")["met"] is False
-    assert bench.row("gtcrn", "int8_snr_db_vs_fp32", None, "")["met"] is None
-    assert bench.row("reference", "streams_per_core", 73.0, "")["want"] == ">= 60.0"
+@pytest.fixture(scope="module")
+def bench():
+    return load_script("benchmarks/bench_targets")
 
 
-def test_unknown_model_is_refused_in_one_line(capsys):
-    bench = load_script("benchmarks/bench_targets")
-    assert bench.main(["--models", "reference,rnnoise2"]) == 2
-    assert "unknown model(s) rnnoise2" in one_error_line(capsys)
+def test_rows_judge_each_target_in_its_direction_with_its_models_bound(bench):
+    s = lambda v: bench.spread([v])  # noqa: E731
+    assert bench.row("nsnet2", "int8_speedup_p50", s(1.31), "")["met"] is True
+    assert bench.row("reference", "int8_speedup_p50", s(1.01), "")["met"] is True  # its bound is 1.0
+    assert bench.row("dfn3", "int8_speedup_p50", s(1.29), "")["met"] is False
+    assert bench.row("reference", "paced_p50_vs_rnnoise", s(0.69), "")["met"] is True
+    assert bench.row("dfn3", "dfn3_vs_libdeepfilter_paced_p50", s(0.71), "")["met"] is False
+    assert bench.row("reference", "back_to_back_p50_vs_rnnoise", s(2.0), "")["met"] is None  # reported only
+    assert bench.row("gtcrn", "streams_per_core", s(59), "")["want"] == ">= 60.0"
+    r = bench.row("reference", "streams_per_core", s(151), "", bench.spread([70, 77]))
+    assert r["met"] is True and r["replaces"] == 77.0 and r["baseline"]["median"] == 73.5
+    assert bench.row("reference", "streams_per_core", None, "")["met"] is None
 
 
-def test_a_failing_bench_script_stops_with_its_error(tmp_path, monkeypatch, capsys):
-    bench = load_script("benchmarks/bench_targets")
-    monkeypatch.setattr(bench, "SCRIPTS", tmp_path)  # no bench scripts there: the child fails
-    out = tmp_path / "t.json"
-    assert bench.main(["--models", "reference", "--json", str(out)]) == 2
-    assert "bench_precision.py failed (rc 2)" in capsys.readouterr().err
-    assert not out.exists()
+def test_spread_is_the_median_with_min_and_max(bench):
+    got = bench.spread([3.0, 1.0, 10.0, 2.0, 4.0])
+    assert (got["median"], got["min"], got["max"]) == (3.0, 1.0, 10.0) and len(got["rounds"]) == 5
 
 
-def test_the_table_is_written_from_the_children_json(tmp_path, monkeypatch):
-    bench = load_script("benchmarks/bench_targets")
-    fake = {"bench_precision.py": {"variants": {"int8-trt": {"speedup_p50_vs_fp32": 0.9, "snr_db_vs_fp32": 47.2},
-                                                "fp32": {"speedup_p50_vs_fp32": 1.0}}},
-            "bench_stream.py": {"ratio_vs_rnnoise": {"paced_p50_per_10ms": 0.7, "p50_per_10ms": 0.8}},
-            "bench_streams.py": {"streams_per_core": 73.0},
-            "bench_int8_bound.py": {"int8_speedup_bound_quantized_ops": 1.25}}
-    monkeypatch.setattr(bench, "run_json", lambda script, args, tmp: fake[script])
-    out = tmp_path / "t.json"
-    assert bench.main(["--models", "reference", "--json", str(out), "--strict"]) == 1  # INT8 misses 1.3x
-    doc = json.loads(out.read_text())
-    assert {r["variant"] for r in doc["targets"] if r["target"] in ("int8_speedup_p50", "int8_snr_db_vs_fp32")} == {"int8-trt"}
-    got = {r["target"]: (r["measured"], r["met"]) for r in doc["targets"]}
-    assert got == {"int8_speedup_p50": (0.9, False), "int8_snr_db_vs_fp32": (47.2, True),
-                   "int8_speedup_bound": (1.25, None),
-                   "paced_p50_vs_rnnoise": (0.7, True), "back_to_back_p50_vs_rnnoise": (0.8, None),
-                   "streams_per_core": (73.0, True)}
+def test_unknown_items_and_bad_counts_are_refused_in_one_line(bench, capsys):
+    assert bench.main(["--items", "paced,rnnoise2"]) == 2
+    assert "unknown item(s) rnnoise2" in one_error_line(capsys)
+    assert bench.main(["--rounds", "0"]) == 2
+    assert "--rounds must be >= 1" in one_error_line(capsys)
 
 
-def test_from_json_re_tables_without_measuring(tmp_path, monkeypatch):
-    bench = load_script("benchmarks/bench_targets")
-    runs = {"dfn3": {"precision": {"variants": {"int8-ort_matmul": {
-        "speedup_p50_vs_fp32": 1.39, "snr_db_vs_fp32": 46.0, "ort_fusion": {"demo_snr_db": 38.4}}}},
-        "int8_bound": {"int8_speedup_bound_quantized_ops": 1.04},
-        "libdeepfilter": {"ratio_ours_over_libdf": {"shipped": {"p50": 0.68, "paced_p50": 0.69}}}}}
-    src = tmp_path / "old.json"
-    src.write_text(json.dumps({"runs": runs, "machine": {"platform": "x"}}))
-    monkeypatch.setattr(bench, "run_json", lambda *a: (_ for _ in ()).throw(AssertionError("measured")))
-    out = tmp_path / "new.json"
-    assert bench.main(["--from-json", str(src), "--json", str(out)]) == 0
-    doc = json.loads(out.read_text())
-    got = {r["target"]: (r["measured"], r["met"]) for r in doc["targets"]}
-    assert got == {"int8_speedup_p50": (1.39, True), "int8_snr_db_vs_fp32": (46.0, True),
-                   "int8_snr_db_vs_fp32_noisy": (38.4, False), "int8_speedup_bound": (1.04, None),
-                   "dfn3_vs_libdeepfilter_p50": (0.68, True), "dfn3_vs_libdeepfilter_paced_p50": (0.69, True)}
-    assert doc["machine"] == {"platform": "x"} and doc["runs"] == runs
-    assert bench.main(["--from-json", str(tmp_path / "missing.json")]) == 3
+@pytest.mark.parametrize("true_best", [1, 7, 100, 300])
+def test_the_stream_search_finds_the_largest_real_time_count_in_every_round(bench, monkeypatch, true_best):
+    """A fake pool whose tick p99 grows with the stream count: the search brackets from 8 (first round) or from the
+    last round's answer, then bisects to RESOLUTION; a machine that got slower is followed down."""
+    item = bench.StreamsItem.__new__(bench.StreamsItem)
+    pool = types.SimpleNamespace(chunk_samples=160, contract=types.SimpleNamespace(sample_rate_hz=16000),
+                                 max_streams=512)
+    item.pools, item.best, item.rows_seen = {("m", "today"): pool}, {}, {("m", "today"): []}
+    limit = {"best": true_best}
+    monkeypatch.setattr(item, "measure", lambda key, n: (0.0, 10.0 * n / (limit["best"] + 0.5)), raising=False)
+    tol = max(1, int(bench.RESOLUTION * true_best))
+    got = item.search(("m", "today"))
+    assert true_best - tol <= got <= true_best
+    limit["best"] = max(1, true_best // 2)  # the machine slowed down
+    got = item.search(("m", "today"))
+    assert limit["best"] - max(1, int(bench.RESOLUTION * limit["best"])) <= got <= limit["best"]

@@ -12,10 +12,11 @@ stream joins it, so state never leaks from one stream to another. The joined str
 its slot (one copy of that stream's states), so churn does not push the pool off the copy-free path.
 
 The slot stores are **ping-pong** pairs (set A, set B) with a per-slot parity telling which set holds
-the slot's current state. In the steady state of a server (the ``m`` streams of a tick sit in slots
-``0..m-1`` with equal parity, and every state is batch-first) the model reads set ``p`` rows ``:m`` and
-writes set ``1-p`` rows ``:m`` in place: no copy at all. Otherwise (a stream skipped a tick, slots not
-compact, a batch axis elsewhere) the states are gathered into batch buffers and the new states
+the slot's current state. In the steady state of a server (the ``m`` streams of a tick sit in consecutive slots
+``a..a+m-1`` with equal parity, and every state is batch-first: all streams of a tick from slot 0, or the few
+streams of a server whose clients send at different moments) the model reads set ``p`` rows ``a:a+m`` and
+writes set ``1-p``'s same rows in place: no copy at all. Otherwise (slots not consecutive, parities differ, a
+batch axis elsewhere) the states are gathered into batch buffers and the new states
 scattered back. Buffers are allocated once for ``max_streams``; batch ``m`` binds views of their first
 ``m`` rows (IOBinding objects are cached per ``m``), so a tick allocates nothing but the returned
 output copy (none with ``tick(copy=False)``).
@@ -56,6 +57,8 @@ DEFAULT_MAX_STREAMS = 64
 """int: slots allocated by default."""
 DEFAULT_MAX_PENDING = 16
 """int: chunks a stream may queue before its oldest is dropped (160 ms at 10 ms chunks)."""
+MAX_OFFSET_BINDINGS = 256
+"""int: in-place IOBindings kept for batches that do not start at slot 0 (least recently used dropped)."""
 MAX_TICK_RECORDS = 1 << 14
 """int: per-tick latencies kept (ring buffer)."""
 
@@ -207,7 +210,8 @@ class StreamPool:
         self._x, self._y = self._xs.get(c.input), self._ys.get(c.output)  # (cap, 1, chunk_samples) for audio
         self._sin = [s.zeros(cap) if ax == 0 else None for s, ax in zip(c.states, self.axes)]
         self._sout = [s.zeros(cap) if ax == 0 else None for s, ax in zip(c.states, self.axes)]
-        self._per_m: dict[int, tuple] = {}
+        self._per_m: dict = {}
+        self._offset_keys: collections.OrderedDict = collections.OrderedDict()  # LRU of bindings not from slot 0
         self._free = list(range(cap))
         self._sess = sess
         self.is_active = True
@@ -261,6 +265,7 @@ class StreamPool:
         with self._lock:
             self._sess = None
             self._per_m = {}
+            self._offset_keys.clear()
             self._sets = self._sin = self._sout = None
             self._x = self._y = self._xs = self._ys = None
             self._slot_of.clear()
@@ -395,7 +400,8 @@ class StreamPool:
                 return {}
             t0 = time.perf_counter()
             slots = np.fromiter((s for s, _ in ready), dtype=np.intp, count=m)
-            contiguous = bool(slots[0] == 0 and slots[-1] == m - 1)
+            first = int(slots[0])
+            contiguous = bool(slots[-1] - first == m - 1)  # slots first..first+m-1 (sorted, distinct)
             for i, (_, sid) in enumerate(ready):
                 item = self._pending[sid].popleft()
                 if self._audio:
@@ -406,9 +412,9 @@ class StreamPool:
             par = self._parity[slots]
             p = int(par[0])
             if contiguous and self._all_first and (par == p).all():
-                # steady state: read set p rows :m, write set 1-p rows :m in place, flip the parity
-                self._sess.run_with_iobinding(self._binding_inplace(m, p))
-                self._parity[:m] = 1 - p
+                # steady state: read set p rows first:first+m, write set 1-p's same rows in place, flip the parity
+                self._sess.run_with_iobinding(self._binding_inplace(first, m, p))
+                self._parity[first:first + m] = 1 - p
                 self.inplace_ticks += 1
             else:
                 self._run_gathered(m, slots, par, bool((par == p).all()))
@@ -539,20 +545,29 @@ class StreamPool:
             out[io.name] = a.reshape(shape).copy()
         return out
 
-    def _binding_inplace(self, m: int, p: int):
-        """IOBinding (cached) for batch ``m`` reading set ``p`` rows :m and writing set 1-p rows :m
-        (only when every state is batch-first: the rows are then contiguous views)."""
-        key = ("inplace", m, p)
+    def _binding_inplace(self, first: int, m: int, p: int):
+        """IOBinding for batch ``m`` reading set ``p`` rows ``first:first+m`` and writing set 1-p's same rows (only
+        when every state is batch-first: the rows are then contiguous views). Cached: bindings from slot 0 always
+        (the steady state), others in a cache of the :data:`MAX_OFFSET_BINDINGS` last used (a server whose streams
+        send at different moments ticks a few streams at a time, anywhere in the slots)."""
+        key = ("inplace", first, m, p)
         got = self._per_m.get(key)
         if got is not None:
+            if first:
+                self._offset_keys.move_to_end(key)
             return got[0]
         b, keep = self._sess.io_binding(), []
         self._bind_audio(b, m, keep)
+        rows = slice(first, first + m)
         for s, a_in, a_out in zip(self.contract.states, self._sets[p], self._sets[1 - p]):
-            keep += [self._ov(a_in[:m]), self._ov(a_out[:m])]
+            keep += [self._ov(a_in[rows]), self._ov(a_out[rows])]
             b.bind_ortvalue_input(s.input, keep[-2])
             b.bind_ortvalue_output(s.output, keep[-1])
         self._per_m[key] = (b, keep)  # the OrtValues must outlive the binding
+        if first:
+            self._offset_keys[key] = None
+            if len(self._offset_keys) > MAX_OFFSET_BINDINGS:
+                del self._per_m[self._offset_keys.popitem(last=False)[0]]
         return b
 
     def _binding(self, m: int):

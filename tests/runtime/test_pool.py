@@ -203,3 +203,31 @@ def test_pool_errors_and_drops(two_state, model_dir):
         assert pool.dropped[a] == 2 and pool.pending(a) == 3
         assert set(pool.tick()) == {a}
         assert pool.tick() and pool.tick() and pool.tick() == {}
+
+
+def test_ticks_of_consecutive_slots_not_from_zero_run_in_place_and_equal_solo_runs(two_state):
+    """A server whose clients send at different moments ticks a few streams at a time anywhere in the slots: a run of
+    consecutive slots with equal parity is run in place on those rows (no gather), and each stream still equals its
+    solo run."""
+    chunk = HOP
+    xs = _inputs(6, chunks=8, chunk=chunk, seed=11)
+    groups = [[2, 3], [5], [0, 1, 2], [4], [1, 2, 3, 4]]  # stream indices per tick, cycled
+    with StreamPool(two_state, max_streams=6, chunk_samples=chunk) as pool:
+        ids = [pool.join() for _ in xs]
+        pos, outs = [0] * 6, [[] for _ in xs]
+        t = 0
+        while any(p < x.size for p, x in zip(pos, xs)):
+            for i in groups[t % len(groups)]:
+                if pos[i] < xs[i].size:
+                    pool.submit(ids[i], xs[i][pos[i]:pos[i] + chunk])
+                    pos[i] += chunk
+            for sid, y in pool.tick().items():
+                outs[ids.index(sid)].append(y)
+            t += 1
+        for i in (0, 5):  # the streams nobody ticks beside stay idle: finish them alone
+            while pool.pending(ids[i]):
+                outs[i].append(pool.tick()[ids[i]])
+        inplace, ticks = pool.inplace_ticks, pool.ticks
+    assert inplace > ticks // 2  # most ticks: consecutive slots with equal parity, none from slot 0 alone
+    for i, x in enumerate(xs):
+        np.testing.assert_allclose(np.concatenate(outs[i]), _solo(two_state, x, chunk), atol=ATOL)
