@@ -40,31 +40,13 @@ from typing import Any
 import numpy as np
 
 from cosyedge._lazy import lazy_import
-from cosyedge.passes.edit import DEFAULT_DOMAINS, copy_model, node_attrs, opset
+from cosyedge.passes.edit import DEFAULT_DOMAINS, Builder, copy_model, node_attrs, opset
 from cosyedge.passes.shapes import partial_shapes
 
 onnx = lazy_import("onnx")
 
 
-class _Builder:
-    """New nodes and initializers for one rewrite, with names derived from the replaced node."""
-
-    def __init__(self, base: str):
-        self.base, self.nodes, self.inits, self._n = base, [], [], 0
-
-    def name(self, what: str) -> str:
-        self._n += 1
-        return f"{self.base}/batched_{what}_{self._n}"
-
-    def const(self, what: str, a: np.ndarray) -> str:
-        n = self.name(what)
-        self.inits.append(onnx.numpy_helper.from_array(np.ascontiguousarray(a), n))
-        return n
-
-    def node(self, op: str, inputs: list[str], out: str | None = None, **attrs) -> str:
-        out = out or self.name(op.lower() + "_out")
-        self.nodes.append(onnx.helper.make_node(op, inputs, [out], name=self.name(op), **attrs))
-        return out
+_Builder = Builder
 
 
 def _conv(node: Any, inits: dict[str, np.ndarray], shapes: dict[str, list], opset: int) -> _Builder | None:

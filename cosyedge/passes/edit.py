@@ -42,6 +42,37 @@ def node_attrs(node: Any) -> dict:
     return {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
 
 
+class Builder:
+    """New nodes and initializers for one rewrite, named after the node they replace (``<base>/<tag>_<what>_<k>``).
+
+    Attributes:
+        nodes (list[onnx.NodeProto]): The nodes made, in order.
+        inits (list[onnx.TensorProto]): The initializers made.
+    """
+
+    def __init__(self, base: str, tag: str = "batched"):
+        self.base, self.tag, self.nodes, self.inits, self._n = base, tag, [], [], 0
+
+    def name(self, what: str) -> str:
+        """A fresh name (str) for ``what``."""
+        self._n += 1
+        return f"{self.base}/{self.tag}_{what}_{self._n}"
+
+    def const(self, what: str, a: Any) -> str:
+        """Add the initializer ``a`` (np.ndarray, stored contiguous); return its name."""
+        import numpy as np
+
+        n = self.name(what)
+        self.inits.append(onnx.numpy_helper.from_array(np.ascontiguousarray(a), n))
+        return n
+
+    def node(self, op: str, inputs: list[str], out: str | None = None, **attrs) -> str:
+        """Add a default-domain node ``op`` on ``inputs`` writing ``out`` (a fresh name when None); return it."""
+        out = out or self.name(op.lower() + "_out")
+        self.nodes.append(onnx.helper.make_node(op, inputs, [out], name=self.name(op), **attrs))
+        return out
+
+
 def splice(m: Any, replace: dict[int, list], new_inits: list) -> None:
     """In place: splice ``replace`` (node index -> its new nodes; by index, since protobuf wrappers' ``id()`` is not
     stable) into ``m`` (onnx.ModelProto), add ``new_inits`` (onnx.TensorProto list) and drop the initializers no node
@@ -135,5 +166,5 @@ def _cycle(rest: list[int], deps: list[set], done: set) -> list[int]:
     return path[path.index(k):][::-1]
 
 
-__all__ = ["DEFAULT_DOMAINS", "copy_model", "copy_with", "node_attrs", "opset", "outer_refs", "splice", "spliced",
+__all__ = ["Builder", "DEFAULT_DOMAINS", "copy_model", "copy_with", "node_attrs", "opset", "outer_refs", "splice", "spliced",
            "toposort"]

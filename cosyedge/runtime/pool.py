@@ -98,6 +98,10 @@ class StreamPool:
             output is bit-identical to a local session's alone, and for the bundled model's INT8 graph at any
             batch too (its convs and GEMMs run in integers); FP32 at batch > 1 is 126-142 dB from it (ONNX Runtime's
             float kernels round a batch differently).
+        passes (Sequence[str] | None): With ``batch_rewrite``, the graph passes to apply in order (names of
+            :data:`cosyedge.passes.PASSES`; a pass's switch is its name listed or not); None: :data:`cosyedge.passes.
+            POOL_PASSES`. ``dqmm_per_row`` (correctness) is applied even when not listed. E.g.
+            :data:`cosyedge.passes.POOL_PASSES_BASE` runs the pool as it was before the bit-identical per-tick cuts.
     Attributes:
         input_shapes (dict[str, tuple[int, ...]]): Per streaming input, the shape of one stream's chunk (without the
             batch axis), e.g. ``{"audio": (1, 160), "ref": (1, 160)}``.
@@ -106,14 +110,20 @@ class StreamPool:
             applied; a pass that failed is said in one warning line and the graph runs without it).
     Raises:
         ArtifactError: model missing/corrupt, no cosyedge metadata, no states.
-        UsageError: bad ``max_streams``, ``chunk_samples``, ``threads`` or ``max_pending``; an input or output whose
-            batch axis is not the first.
+        UsageError: bad ``max_streams``, ``chunk_samples``, ``threads`` or ``max_pending``; an unknown pass name; an
+            input or output whose batch axis is not the first.
     """
 
     def __init__(self, model_path: str | Path, max_streams: int = DEFAULT_MAX_STREAMS,
                  chunk_samples: int | None = None, threads: int = 1, providers: list[str] | None = None,
-                 max_pending: int = DEFAULT_MAX_PENDING, batch_rewrite: bool = True):
+                 max_pending: int = DEFAULT_MAX_PENDING, batch_rewrite: bool = True, passes=None):
         self.batch_rewrite = bool(batch_rewrite)
+        from cosyedge.passes import PASSES
+
+        unknown = [p for p in (passes or ()) if p not in PASSES]
+        if unknown:
+            raise UsageError(f"unknown graph pass(es) {unknown}; known: {sorted(PASSES)}")
+        self.passes = None if passes is None else tuple(passes)
         self.rewritten: dict[str, int] = {}
         self.model_path = Path(model_path)
         c = StreamContract.from_onnx(self.model_path)
@@ -243,7 +253,8 @@ class StreamPool:
         dims = {name: ["N", *shape] for name, shape in self.input_shapes.items()}
         dims.update({s.input: list(s.shape) for s in self.contract.states})
         if self.batch_rewrite and self.max_streams > 1:
-            names = list(POOL_PASSES)
+            names = list(POOL_PASSES if self.passes is None else self.passes)
+            names += [] if "dqmm_per_row" in names else ["dqmm_per_row"]
         else:  # the graph OrtStreamSession runs, then (more than one slot) dqmm_per_row
             names = list(SESSION_PASSES) + (["dqmm_per_row"] if self.max_streams > 1 else [])
         model, done = apply_passes(model, Target(shapes, dims, any_batch=self.max_streams > 1), passes(names),
