@@ -1,0 +1,54 @@
+"""StreamPool's graph passes: its per-tick cuts (onehot_conv, matvec_groups, scalar_rank) leave every stream's output
+bit-identical to the pool without them, on the bundled model and real speech; each is a switch (its name listed)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+from cosyedge.errors import UsageError
+from cosyedge.passes import POOL_PASSES, POOL_PASSES_BASE
+from cosyedge.runtime.pool import StreamPool
+
+ROOT = Path(__file__).resolve().parents[2]
+REFERENCE = ROOT / "cosyedge" / "models" / "reference.stream.onnx"
+NOISY = ROOT / "cosyedge" / "assets" / "demo" / "noisy.wav"
+CUTS = ("onehot_conv", "matvec_groups", "scalar_rank")
+
+
+def _outputs(passes, streams: list[np.ndarray], hop: int = 160) -> tuple[np.ndarray, dict]:
+    with StreamPool(REFERENCE, max_streams=len(streams), passes=passes) as pool:
+        ids = [pool.join() for _ in streams]
+        got = []
+        for i in range(0, streams[0].size, hop):
+            out = pool.push({sid: a[i:i + hop] for sid, a in zip(ids, streams)})
+            got.append(np.stack([out[sid] for sid in ids]))
+        return np.concatenate(got, axis=1), pool.rewritten
+
+
+@pytest.mark.skipif(not REFERENCE.is_file(), reason="bundled reference model missing")
+def test_each_cut_keeps_the_pool_bit_identical_on_real_speech():
+    """35 streams (two groups of 32 for matvec_groups, the second padded) of the demo recording at other offsets, 1.5 s
+    each, loud and 60 dB quieter: with all cuts, and with each alone, every output sample equals the pool's without."""
+    x, _ = sf.read(str(NOISY), dtype="float32")
+    n = 150 * 160
+    streams = [np.roll(x, 997 * i)[:n] * (1e-3 if i % 2 else 1.0) for i in range(35)]
+    want, base = _outputs(POOL_PASSES_BASE, streams)
+    assert base == {"conv_gemm": 26, "kept_sensitive": 6}
+    got, done = _outputs(None, streams)
+    assert done == {**base, "onehot_conv": 2, "matvec_groups": 1, "scalar_rank": 7}
+    assert np.array_equal(got, want) and np.abs(want).max() > 0.1
+    want3 = _outputs(POOL_PASSES_BASE, streams[:3])[0]  # a batch of 3 runs the GEMMs blocked otherwise
+    for cut in CUTS:
+        got, done = _outputs(POOL_PASSES_BASE[:-1] + (cut, "dqmm_per_row"), streams[:3])
+        assert done[cut] > 0 and np.array_equal(got, want3), cut
+
+
+def test_pool_lists_the_cuts_by_default_and_refuses_an_unknown_pass():
+    assert set(CUTS) <= set(POOL_PASSES) and not set(CUTS) & set(POOL_PASSES_BASE)
+    assert POOL_PASSES.index("batch_gemm") < min(POOL_PASSES.index(c) for c in CUTS)
+    with pytest.raises(UsageError, match="unknown graph pass"):
+        StreamPool(REFERENCE, max_streams=2, passes=["batch_gemm", "fuse_everything"])
