@@ -93,7 +93,7 @@ def test_a_pool_pass_that_fails_is_one_warning(monkeypatch, warnings_seen):
 
     monkeypatch.setattr(mod, "batch_rewrite", boom)
     with StreamPool(REFERENCE_STREAM_ONNX, max_streams=2) as pool:
-        assert pool.rewritten == {}
+        assert not {"conv_gemm", "conv_depthwise", "matmul_gemm", "kept_sensitive"} & set(pool.rewritten)
         sid = pool.join()
         out = pool.push({sid: _chunks(1)[0, 0, 0]})
         assert np.isfinite(out[sid]).all()
