@@ -27,6 +27,8 @@ PASSES = {p.name: p for p in (
     Pass("gru_cell", ("GRU",), True, "one-step GRU as its cell (two MatMuls)"),
     Pass("batch_gemm", ("Conv", "MatMul"), False, "one-frame Conv / matrix-vector MatMul as one GEMM per batch"),
     Pass("onehot_conv", ("Conv",), False, "one-frame Conv with one-hot weight rows as a Reshape/Gather of its window"),
+    Pass("conv_matvec", ("Conv",), True, "strided whole-input one-frame Conv as a (row-blocked) matrix-vector MatMul "
+         "(bit-identical on MLAS)"),
     Pass("matvec_groups", ("MatMul",), True, "scaled matrix-vector MatMul per stream as one GEMM per group of streams "
          "(bit-identical on MLAS)"),
     Pass("scalar_rank", ("Add", "Sub", "Mul", "Div"), True, "one-element constant of an elementwise op given the "
@@ -44,11 +46,12 @@ SESSION_OPTIONAL = ("gru_cell",)
 """tuple[str, ...]: session passes applied only when named (``gru_cell``: in FP32 about 3 % slower per hop on
 DeepFilterNet3 than ONNX Runtime's GRU kernel)."""
 
-POOL_PASSES = ("dft_fft", "einsum_matmul", "batch_gemm", "onehot_conv", "matvec_groups", "scalar_rank", "dqmm_per_row")
+POOL_PASSES = ("dft_fft", "einsum_matmul", "batch_gemm", "onehot_conv", "conv_matvec", "matvec_groups", "scalar_rank",
+               "dqmm_per_row")
 """tuple[str, ...]: the passes a StreamPool of more than one stream applies, in order: the two batch-free session
 passes (CPU provider; ``conv_sum`` is left out: ``batch_gemm`` turns the same one-frame convs into GEMMs), then
 ``batch_gemm`` (its ``batch_rewrite`` switch), then the per-tick cuts that keep every output bit-identical
-(``onehot_conv``, ``matvec_groups``, ``scalar_rank``; measured in ``docs/bench/roofline_reference.json``), then
+(``onehot_conv``, ``conv_matvec``, ``matvec_groups``, ``scalar_rank``; measured in ``docs/bench/roofline_reference.json``), then
 ``dqmm_per_row`` (always: correctness). :class:`~cosyedge.runtime.pool.StreamPool` takes another list (``passes=``),
 e.g. :data:`POOL_PASSES_BASE` to measure the cuts."""
 
