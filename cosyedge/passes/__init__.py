@@ -33,6 +33,8 @@ PASSES = {p.name: p for p in (
          "(bit-identical on MLAS)"),
     Pass("scalar_rank", ("Add", "Sub", "Mul", "Div"), True, "one-element constant of an elementwise op given the "
          "other operand's rank"),
+    Pass("state_layout", ("Concat",), False, "conv states carried time-major (N, P, C) inside a StreamPool (its "
+         "I/O layout: StreamPool only)"),
     Pass("dqmm_per_row", ("DynamicQuantizeMatMul",), False, "DynamicQuantizeMatMul quantized per row (per stream)",
          optional=False),
 )}
@@ -47,11 +49,12 @@ SESSION_OPTIONAL = ("gru_cell",)
 DeepFilterNet3 than ONNX Runtime's GRU kernel)."""
 
 POOL_PASSES = ("dft_fft", "einsum_matmul", "batch_gemm", "onehot_conv", "conv_matvec", "matvec_groups", "scalar_rank",
-               "dqmm_per_row")
+               "state_layout", "dqmm_per_row")
 """tuple[str, ...]: the passes a StreamPool of more than one stream applies, in order: the two batch-free session
 passes (CPU provider; ``conv_sum`` is left out: ``batch_gemm`` turns the same one-frame convs into GEMMs), then
 ``batch_gemm`` (its ``batch_rewrite`` switch), then the per-tick cuts that keep every output bit-identical
-(``onehot_conv``, ``conv_matvec``, ``matvec_groups``, ``scalar_rank``; measured in ``docs/bench/roofline_reference.json``), then
+(``onehot_conv``, ``conv_matvec``, ``matvec_groups``, ``scalar_rank``, ``state_layout``: the pool binds
+its states time-major; measured in ``docs/bench/roofline_reference.json``), then
 ``dqmm_per_row`` (always: correctness). :class:`~cosyedge.runtime.pool.StreamPool` takes another list (``passes=``),
 e.g. :data:`POOL_PASSES_BASE` to measure the cuts."""
 

@@ -158,6 +158,7 @@ class StreamPool:
         self.max_pending = int(max_pending)
         self.providers = list(providers) if providers else ["CPUExecutionProvider"]
         self.axes = [s.batch_axis for s in c.states]  # raises ArtifactError for a state without "N"
+        self._layout: list = [None] * len(c.states)  # per state: the graph's axes order after state_layout, or None
         self.is_active = False
         self._lock = threading.RLock()
         self._sess = None
@@ -206,11 +207,10 @@ class StreamPool:
         cap = self.max_streams
         # slot stores, batch-first, ping-pong: _sets[q][k][slot] is set q of the slot's state k (model layout
         # minus the N axis); _parity[slot] says which set is current
-        self._sets = tuple([np.moveaxis(s.zeros(cap), ax, 0).copy() for s, ax in zip(c.states, self.axes)]
-                           for _ in range(2))
+        self._sets = tuple([self._zeros(k, cap) for k in range(len(c.states))] for _ in range(2))
         self._parity = np.zeros(cap, np.int8)
         self._all_first = all(ax == 0 for ax in self.axes)
-        self._init = [np.moveaxis(s.zeros(1), ax, 0)[0].copy() for s, ax in zip(c.states, self.axes)]
+        self._init = [self._zeros(k, 1)[0] for k in range(len(c.states))]
         # batch buffers in the model's layout; batch-first states bind prefix views, others per-m buffers
         def dtype(io) -> np.dtype:
             return np.dtype(np.float32 if self._audio else io.dtype)
@@ -218,8 +218,8 @@ class StreamPool:
         self._xs = {i.name: np.zeros((cap,) + self.input_shapes[i.name], dtype(i)) for i in self._ios_in}
         self._ys = {o.name: np.zeros((cap,) + self.output_shapes[o.name], dtype(o)) for o in self._ios_out}
         self._x, self._y = self._xs.get(c.input), self._ys.get(c.output)  # (cap, 1, chunk_samples) for audio
-        self._sin = [s.zeros(cap) if ax == 0 else None for s, ax in zip(c.states, self.axes)]
-        self._sout = [s.zeros(cap) if ax == 0 else None for s, ax in zip(c.states, self.axes)]
+        self._sin = [self._zeros(k, cap) if ax == 0 else None for k, ax in enumerate(self.axes)]
+        self._sout = [self._zeros(k, cap) if ax == 0 else None for k, ax in enumerate(self.axes)]
         self._per_m: dict = {}
         self._offset_keys: collections.OrderedDict = collections.OrderedDict()  # LRU of bindings not from slot 0
         self._free = list(range(cap))
@@ -265,6 +265,10 @@ class StreamPool:
             LOG.warning_once(f"stream pool: {self.model_path} keeps {left} DynamicQuantizeMatMul (no constant "
                              f"int8 weight with zero point 0): their activation scale spans every stream of a "
                              f"tick, so a loud stream changes a quiet one's output slightly")
+        from cosyedge.passes.state_layout import layout_of
+
+        layout = layout_of(model) if counts else {}
+        self._layout = [layout.get(st.input) for st in self.contract.states]
         if not counts:
             return self.model_path
         self.rewritten = counts
@@ -461,8 +465,12 @@ class StreamPool:
         """Copies of stream ``sid``'s states by state input name, each in the model layout with batch 1."""
         with self._lock:
             slot = self._slot(sid)
-            return {s.input: np.expand_dims(store[slot], ax).copy()
-                    for s, ax, store in zip(self.contract.states, self.axes, self._sets[self._parity[slot]])}
+            out = {}
+            for s, ax, perm, store in zip(self.contract.states, self.axes, self._layout,
+                                          self._sets[self._parity[slot]]):
+                a = np.expand_dims(store[slot], ax)
+                out[s.input] = (a if perm is None else a.transpose(np.argsort(perm))).copy()
+            return out
 
     @property
     def tick_latencies_ms(self) -> np.ndarray:
@@ -510,6 +518,13 @@ class StreamPool:
                 for q in (0, 1):
                     rows = np.flatnonzero(par == q)
                     self._sets[q][k][slots[rows]] = new[rows]
+
+    def _zeros(self, k: int, n: int) -> np.ndarray:
+        """State ``k``'s initial value for ``n`` streams in the slot stores' layout: batch-first (the model's layout
+        with its batch axis moved first), or the layout a ``state_layout`` rewrite gave the graph (contiguous)."""
+        s, ax, perm = self.contract.states[k], self.axes[k], self._layout[k]
+        z = s.zeros(n)
+        return np.ascontiguousarray(np.moveaxis(z, ax, 0) if perm is None else z.transpose(perm))
 
     def _ov(self, a: np.ndarray):
         return ort.OrtValue.ortvalue_from_numpy(a, "cpu", 0)
