@@ -1,7 +1,7 @@
 """Serve many concurrent streams of one model: one batched ONNX Runtime run per tick, one state slot each.
 
 :class:`StreamPool` keeps every state in a **slot store** laid out batch-first, shape
-``(max_streams, *state_shape_without_N)``; slot ``i`` belongs to one stream from :meth:`~StreamPool.join`
+``(max_streams, *state_shape_without_N)`` (or the graph's time-major order after pass ``state_layout``); slot ``i`` belongs to one stream from :meth:`~StreamPool.join`
 to :meth:`~StreamPool.leave`. A tick takes one pending chunk from every stream that has one
 (``m`` streams), gathers their states into the model's layout for batch ``m`` (the batch axis ``N``
 may be anywhere in a state's shape: the store is batch-first and the gather/scatter moves the axis),
@@ -29,6 +29,14 @@ core, ``docs/bench/bench_streams.json``). An ``ort_matmul`` INT8 model's ``Dynam
 scale per call) are rewritten to quantize each stream's row from its own range
 (pass ``dqmm_per_row``, :mod:`cosyedge.passes.dqmm_per_row`), so no stream's volume sets another's quantization
 step (a stream stays within rounding of itself alone: about 50 dB for a GRU model, where a flipped INT8 rounding step is carried on).
+Then the per-tick cuts, each keeping every output bit-identical: ``onehot_conv`` (a conv that only copies taps becomes a
+reshape/gather), ``conv_matvec`` and ``matvec_groups`` (the matrix products ``batch_gemm`` keeps per stream, run
+through the same MLAS arithmetic with less set-up, the weight L2-resident, or one GEMM per group of streams),
+``scalar_rank`` (one-element constants given full rank: ONNX Runtime's rank-0 broadcast is 25x slower) and
+``state_layout`` (conv states carried time-major, (N, P, C): the slot stores then hold that layout and
+:meth:`~StreamPool.state` turns it back). The reference at 64 streams, one thread, interleaved on a shared CPU: about
+2x less time per tick (``docs/bench/roofline_reference.json``); ``passes=`` picks other lists
+(:data:`cosyedge.passes.POOL_PASSES_BASE`: the pool before the cuts).
 
 Source: ONNX Runtime "I/O Binding" (onnxruntime.ai/docs/performance/tune-performance/iobinding.html);
 dynamic batching of stateful streams as in NVIDIA Triton's sequence batcher with implicit state
