@@ -72,5 +72,6 @@ def passes(names) -> list[Pass]:
     return [PASSES[n] for n in names]
 
 
-__all__ = ["MATMUL_FORM_PASSES", "PASSES", "POOL_PASSES", "POOL_PASSES_BASE", "Pass", "SESSION_OPTIONAL", "SESSION_PASSES", "Target",
+__all__ = ["MATMUL_FORM_PASSES", "PASSES", "POOL_PASSES", "POOL_PASSES_BASE", "Pass", "SESSION_OPTIONAL",
+           "SESSION_PASSES", "Target",
            "apply_passes", "passes"]

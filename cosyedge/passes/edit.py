@@ -166,5 +166,6 @@ def _cycle(rest: list[int], deps: list[set], done: set) -> list[int]:
     return path[path.index(k):][::-1]
 
 
-__all__ = ["Builder", "DEFAULT_DOMAINS", "copy_model", "copy_with", "node_attrs", "opset", "outer_refs", "splice", "spliced",
+__all__ = ["Builder", "DEFAULT_DOMAINS", "copy_model", "copy_with", "node_attrs", "opset", "outer_refs", "splice",
+           "spliced",
            "toposort"]

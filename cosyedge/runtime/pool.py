@@ -1,7 +1,8 @@
 """Serve many concurrent streams of one model: one batched ONNX Runtime run per tick, one state slot each.
 
 :class:`StreamPool` keeps every state in a **slot store** laid out batch-first, shape
-``(max_streams, *state_shape_without_N)`` (or the graph's time-major order after pass ``state_layout``); slot ``i`` belongs to one stream from :meth:`~StreamPool.join`
+``(max_streams, *state_shape_without_N)`` (or the graph's time-major order after pass ``state_layout``);
+slot ``i`` belongs to one stream from :meth:`~StreamPool.join`
 to :meth:`~StreamPool.leave`. A tick takes one pending chunk from every stream that has one
 (``m`` streams), gathers their states into the model's layout for batch ``m`` (the batch axis ``N``
 may be anywhere in a state's shape: the store is batch-first and the gather/scatter moves the axis),

@@ -22,7 +22,8 @@ ratio is the figure to trust there. Reported per variant:
 
 Command::
 
-    python scripts/benchmarks/profile_pool.py --streams 64 --variants base,default --json docs/bench/roofline_reference.json
+    python scripts/benchmarks/profile_pool.py --streams 64 --variants base,default --check \
+        --json docs/bench/roofline_reference.json
 """
 
 from __future__ import annotations

@@ -9,7 +9,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 
 def model(nodes: list, inputs: dict, outputs: list, inits: dict, opset: int = 18) -> onnx.ModelProto:
-    """A ModelProto (outputs of unknown shape): ``inputs`` name -> dims (``"N"`` for the batch), ``inits`` name -> np.ndarray."""
+    """A ModelProto (outputs of unknown shape): ``inputs`` name -> dims (``"N"`` for the batch), ``inits`` name ->
+    np.ndarray."""
     g = helper.make_graph(nodes, "g",
                           [helper.make_tensor_value_info(k, TensorProto.FLOAT, v) for k, v in inputs.items()],
                           [helper.make_tensor_value_info(k, TensorProto.FLOAT, None) for k in outputs],
