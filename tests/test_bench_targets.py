@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from tests.scripts import load_script
-from tests.cli_errors import one_error_line
+from tests.helpers.cli_errors import one_error_line
 
 
 def test_rows_judge_each_target_in_its_direction():
