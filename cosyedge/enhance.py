@@ -4,7 +4,8 @@
 downmixes to mono, resamples to the model rate, streams fixed chunks through an
 :class:`~cosyedge.runtime.ort.OrtStreamSession` (state carried), compensates the model delay, resamples
 back and writes a **mono** file at the input's sample rate with the input's length, aligned with it.
-Memory does not grow with the file's length.
+Memory does not grow with the file's length. The loop is the file driver's
+(:func:`cosyedge.drivers.file.stream_file`) with the audio sink (:class:`~cosyedge.drivers.file.AudioFileSink`).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from cosyedge.errors import ArtifactError, UsageError
+from cosyedge.errors import UsageError
 from cosyedge.log import LOG
 
 
@@ -69,12 +70,11 @@ def enhance_file(input: str | Path, output: str | Path, engine: str | Path | Non
         ArtifactError: unwritable output path, input missing/corrupt/empty, engine missing/stale, model
             output not finite.
     """
-    import time
-
     from cosyedge.artifacts import check_not_input
-    from cosyedge.audio import BLOCK_FRAMES, AudioReader, IncrementalAudioWriter, check_output_path
+    from cosyedge.audio import AudioReader, IncrementalAudioWriter, check_output_path
     from cosyedge.builders.cache import default_engine, load_or_rebuild
-    from cosyedge.runtime.stream import require_waveform_model
+    from cosyedge.drivers import pick_sink
+    from cosyedge.drivers.file import AudioFileSink, stream_file
 
     if chunk_samples is not None and chunk_ms is not None:
         raise UsageError("give chunk_samples or chunk_ms, not both")
@@ -84,11 +84,7 @@ def enhance_file(input: str | Path, output: str | Path, engine: str | Path | Non
         sr = reader.sample_rate_hz
         eng = load_or_rebuild(engine if engine is not None else default_engine())
         c = eng.contract
-        if engine is not None:
-            from cosyedge.vad.stream import refuse_vad_as_enhancer
-
-            refuse_vad_as_enhancer(eng, str(engine))
-        require_waveform_model(c, str(eng.model_path))
+        pick_sink(eng, vad=False, where=None if engine is None else str(engine))
         if chunk_ms is not None:
             chunk_samples = c.chunk_samples(chunk_ms)
         chunk = int(c.hop_samples if chunk_samples is None else chunk_samples)
@@ -100,12 +96,8 @@ def enhance_file(input: str | Path, output: str | Path, engine: str | Path | Non
         with LOG.stage(f"enhance {input} -> {output}"), session:
             writer = IncrementalAudioWriter(output, sr)
             try:
-                t0 = time.perf_counter()
-                streamer = _FileStreamer(session, sr, writer, str(eng.model_path))
-                for x in _with_progress(reader, block_frames or BLOCK_FRAMES, progress):
-                    streamer.feed(x.mean(axis=1) if x.shape[1] > 1 else x[:, 0], reader.frames_read)
-                streamer.finish(reader.frames_read)
-                elapsed = time.perf_counter() - t0
+                sink = AudioFileSink(writer, c, sr, str(eng.model_path))
+                streamer, elapsed = stream_file(reader, session, sink, block_frames, progress)
             except BaseException:
                 writer.discard()
                 raise
@@ -131,94 +123,3 @@ def enhance_file(input: str | Path, output: str | Path, engine: str | Path | Non
         output=str(output),
     )
 
-
-def _with_progress(reader, block_frames: int, show: bool):
-    """Yield ``reader``'s blocks, with a tqdm bar in seconds of audio when ``show``."""
-    if not show:
-        yield from reader.blocks(block_frames)
-        return
-    import logging
-
-    from tqdm import tqdm
-    from tqdm.contrib.logging import logging_redirect_tqdm
-
-    sr = reader.sample_rate_hz
-    with logging_redirect_tqdm(loggers=[logging.getLogger("cosyedge")]), \
-            tqdm(total=reader.duration_s, unit="s", desc="enhance", leave=False,
-                 bar_format="{desc}: {percentage:3.0f}%|{bar}| {n:.0f}/{total:.0f} s audio [{elapsed}<{remaining}]") as bar:
-        for x in reader.blocks(block_frames):
-            bar.update(min(x.shape[0] / sr, max(bar.total - bar.n, 0.0)))  # a header that undercounts
-            yield x
-
-
-class _FileStreamer:
-    """Input blocks (file rate, mono) -> model chunks -> output blocks (file rate) for :func:`enhance_file`.
-
-    Keeps, between blocks, only what cannot be used yet: model-rate samples short of a chunk (in the
-    :class:`~cosyedge.runtime.stream.DelayCompensator`), the resamplers' filter state, output samples ahead
-    of the input read so far. At the end (:meth:`finish`) the input resampler is flushed, the compensator
-    pushes ``delay_samples`` zeros and the last chunk's zero padding and cuts the model output to the
-    model-rate input length, and the file-rate output is cut to the input's frames.
-    """
-
-    def __init__(self, session, sample_rate_hz: int, writer, model_name: str):
-        from cosyedge.audio import soxr
-        from cosyedge.runtime.stream import DelayCompensator
-
-        c = session.contract
-        self.session, self.writer, self.model_name = session, writer, model_name
-        self.rate, self.model_rate = int(sample_rate_hz), int(c.sample_rate_hz)
-        self.out_name = c.output
-        self.rs_in = self.rs_out = None
-        if self.rate != self.model_rate:
-            self.rs_in = soxr.ResampleStream(self.rate, self.model_rate, 1, dtype="float32", quality="HQ")
-            self.rs_out = soxr.ResampleStream(self.model_rate, self.rate, 1, dtype="float32", quality="HQ")
-        self.comp = DelayCompensator(lambda x: session.push(x, copy=False)[self.out_name], session.chunk_samples,
-                                     int(c.delay_samples))
-        self.ahead = np.zeros(0, np.float32)  # file-rate output beyond the input frames read so far
-        self.written = 0  # file-rate samples written
-
-    @property
-    def fed(self) -> int:
-        """int: model-rate input samples streamed (the file's, not the flush)."""
-        return self.comp.fed
-
-    @property
-    def chunks(self) -> int:
-        """int: chunks pushed."""
-        return self.comp.chunks
-
-    def feed(self, mono: np.ndarray, frames_read: int) -> None:
-        """Stream one block: float32 (t,) mono at the file rate; ``frames_read`` frames read so far."""
-        mono = np.ascontiguousarray(mono, dtype=np.float32)
-        xm = self.rs_in.resample_chunk(mono, last=False) if self.rs_in is not None else mono
-        self._output(self.comp.feed(xm))
-        self._flush_output(frames_read, final=False)
-
-    def finish(self, frames_read: int) -> None:
-        """Flush everything; the output is then exactly ``frames_read`` samples long."""
-        tail = self.rs_in.resample_chunk(np.zeros(0, np.float32), last=True) if self.rs_in is not None else None
-        if tail is not None and tail.shape[0]:
-            self._output(self.comp.feed(tail))
-        self._output(self.comp.finish(ndim=1), final=True)
-        self._flush_output(frames_read, final=True)
-
-    def _output(self, y: np.ndarray, final: bool = False) -> None:
-        """Check the model-rate outputs ``y`` (float32 (n,), delay dropped), resample them to the file rate."""
-        if not np.isfinite(y).all():
-            bad = self.comp.kept - y.shape[0] + int(np.flatnonzero(~np.isfinite(y))[0])
-            raise ArtifactError(f"model {self.model_name} produced NaN/Inf samples (first at "
-                                f"{bad / self.model_rate:.3f} s); output not written")
-        z = self.rs_out.resample_chunk(y, last=final) if self.rs_out is not None else y
-        self.ahead = np.concatenate([self.ahead, z]) if self.ahead.shape[0] else z
-
-    def _flush_output(self, frames_read: int, final: bool) -> None:
-        """Write the output samples up to ``frames_read``; at the end zero-pad to exactly that length."""
-        n = min(self.ahead.shape[0], frames_read - self.written)
-        if n > 0:
-            self.writer.write(self.ahead[:n])
-            self.written += n
-            self.ahead = self.ahead[n:]
-        if final and self.written < frames_read:
-            self.writer.write(np.zeros(frames_read - self.written, np.float32))
-            self.written = frames_read

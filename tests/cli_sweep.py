@@ -209,7 +209,7 @@ def fixtures(tmp: Path) -> dict[str, list[str]]:
     of each command (argv lists, str)."""
     import soundfile as sf
 
-    from tests.models import make_fir_model
+    from tests.helpers.models import make_fir_model
 
     tmp.mkdir(parents=True, exist_ok=True)
     full = _full_model(tmp / "fir.onnx")

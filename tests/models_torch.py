@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tests.streams import run_streaming  # noqa: F401 - torch-free; imported from here by older tests
+from tests.helpers.streams import run_streaming  # noqa: F401 - torch-free; imported from here by older tests
 
 # (in, out, kernel, dilation, stride, groups) of UserCausalNet's padded convs, in graph order.
 USER_CONVS = [

@@ -18,7 +18,7 @@ import pytest
 import soundfile as sf
 
 from tests.scripts import load_script
-from tests.cli_errors import one_error_line
+from tests.helpers.cli_errors import one_error_line
 
 ROOT = Path(__file__).resolve().parents[1]
 CHECK_SH = ROOT / "scripts" / "benchmarks" / "check_aarch64.sh"

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from cosyedge.cli.main import main
-from tests import models
+from tests.helpers import models
 from tests.helpers.audio import noise_wav
 
 HOP = 160

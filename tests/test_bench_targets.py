@@ -7,7 +7,7 @@ import types
 
 import pytest
 
-from tests.cli_errors import one_error_line
+from tests.helpers.cli_errors import one_error_line
 from tests.scripts import load_script
 
 

@@ -18,11 +18,11 @@ from cosyedge.cli.main import main
 from cosyedge.errors import ArtifactError
 from cosyedge.models import REFERENCE_STREAM_ONNX
 from cosyedge.precision.sparsity import check_2to4
-from tests import models
+from tests.helpers import models
 from tests.precision.int8_fixtures import LIBRIVOX
 from tests.reference_structure import reference_structure
 from tests.helpers.metrics import snr_db
-from tests.cli_errors import one_error_line
+from tests.helpers.cli_errors import one_error_line
 
 REF = REFERENCE_STREAM_ONNX
 REF_NET = reference_structure()  # convs/blocks of the bundled model, from its weights' config

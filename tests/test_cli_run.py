@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from tests import models
+from tests.helpers import models
 
 DATA = Path(__file__).parent / "data"
 SPEECH = DATA / "speech_librivox_0890.wav"

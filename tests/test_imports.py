@@ -29,6 +29,7 @@ TORCH_FREE = [
     "cosyedge.runtime.engine", "cosyedge.builders.cache", "cosyedge.builders.names", "cosyedge.builders.config",
     "cosyedge.builders.triton", "cosyedge.precision.calibration", "cosyedge.builders.triton.python",
     "cosyedge.serve", "cosyedge.serve.server", "cosyedge.serve.client", "cosyedge.serve.model", "cosyedge.cli.serve",
+    "cosyedge.drivers", "cosyedge.drivers.file", "cosyedge.drivers.mic", "cosyedge.vad.stream", "cosyedge.vad.live",
 ]
 
 
@@ -167,6 +168,17 @@ def test_enhance_and_realtime_do_not_import_each_other():
     assert realtime
     for path in realtime:
         assert not hits(path, "cosyedge.enhance"), f"{path.relative_to(ROOT)} imports cosyedge.enhance"
+
+
+def test_vad_imports_no_private_name_of_the_live_path():
+    """``cosyedge/vad/*.py`` uses the mic driver (:mod:`cosyedge.drivers.mic`) and the public realtime API only: no
+    ``_name`` from ``cosyedge.realtime`` or ``cosyedge.drivers``, at module level or inside a function."""
+    bad = []
+    for path in sorted((ROOT / "cosyedge" / "vad").glob("*.py")):
+        for func, mod in _imports_of(path, ROOT):
+            if mod.startswith(("cosyedge.realtime", "cosyedge.drivers")) and mod.rsplit(".", 1)[-1].startswith("_"):
+                bad.append(f"{path.relative_to(ROOT)}: {func or 'module level'} imports {mod}")
+    assert not bad, bad
 
 
 def test_runtime_imports_nothing_from_the_build_stage():

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from cosyedge.recipes import closest_names, match_name
-from tests.cli_errors import refused
+from tests.helpers.cli_errors import refused
 
 
 @pytest.mark.parametrize("typed,known", [("GTCRN", "gtcrn"), ("Silero_VAD", "silero-vad"), ("DFN3", "dfn3"),

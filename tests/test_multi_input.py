@@ -19,7 +19,7 @@ from torch import nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 from cosyedge.errors import UsageError  # noqa: E402
-from tests.cli_errors import one_error_line  # noqa: E402
+from tests.helpers.cli_errors import one_error_line  # noqa: E402
 from tests.helpers.metrics import snr_db
 from tests.helpers.audio import demo_speech
 

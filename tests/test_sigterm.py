@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from cosyedge.artifacts import OWNER_FILE, atomic_folder
-from tests.cli_errors import one_error_line
+from tests.helpers.cli_errors import one_error_line
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / "cosyedge" / "assets" / "demo" / "noisy.wav"

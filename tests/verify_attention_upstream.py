@@ -1,4 +1,4 @@
-"""Check the rebuilds of ``tests/models_attention.py`` against the upstream classes themselves (not collected by
+"""Check the rebuilds of ``tests/helpers/models_attention.py`` against the upstream classes themselves (not collected by
 pytest: it needs upstream sources that the project does not install).
 
 Get the sources without their dependencies, then run this file::
@@ -35,7 +35,7 @@ import torch
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests import models_attention as M  # noqa: E402
+from tests.helpers import models_attention as M  # noqa: E402
 
 UP = Path(os.environ.get("UPSTREAM_SRC", "/tmp/up"))
 

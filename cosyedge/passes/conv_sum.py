@@ -13,7 +13,7 @@ The rewrite is for ONNX Runtime sessions only (``FusedConv`` is an ONNX Runtime 
 CPU provider, never written into an artifact. Outputs are not bit-identical (the sum is added in another order): on
 the bundled reference,
 1000 chunks of speech, max abs difference 6e-8, SNR 141 dB vs the unfused graph (issue rule: >= 120 dB;
-``tests/runtime/test_ort_fuse.py``).
+``tests/passes/test_conv_add_fusion.py``).
 
 Source: ONNX Runtime ``onnxruntime/contrib_ops/cpu/fused_conv.cc`` and ``core/providers/cpu/nn/conv.cc``
 (``Conv<float>::Compute``: optional input 3 "Sum" copied into Y, then MLAS accumulates with beta 1);

@@ -14,7 +14,7 @@ Recognition: the window is read back from the DC row (``W[0, 0, :]``; for the in
 the bases are rebuilt in float64 from it and must equal the weights to float32 rounding (relative 1e-6 of
 the largest weight); anything else (another basis, a bias, groups, dilation, pads, several frames per step) is
 left as it is. The FFT's rounding differs from the dense product's: on DeepFilterNet3 over the whole bundled
-recording the output is within 120 dB of the unrewritten graph (``tests/runtime/test_ort_fft.py``).
+recording the output is within 120 dB of the unrewritten graph (``tests/passes/test_dft_to_fft.py``).
 
 Pass ``dft_fft`` (:data:`cosyedge.passes.SESSION_PASSES`, :data:`cosyedge.passes.POOL_PASSES`): like
 :mod:`cosyedge.passes.conv_sum` it is applied in memory by :class:`~cosyedge.runtime.ort.OrtStreamSession` and

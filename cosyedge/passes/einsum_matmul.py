@@ -9,7 +9,7 @@
 Applied in memory by :class:`~cosyedge.runtime.ort.OrtStreamSession` and :class:`~cosyedge.runtime.pool.StreamPool`
 (CPU provider; :data:`cosyedge.passes.SESSION_PASSES`, :data:`cosyedge.passes.POOL_PASSES`), never written into an
 artifact, at any batch N. Outputs are not bit-identical (sums in another order): DeepFilterNet3 over the whole bundled
-recording stays >= 120 dB from the unrewritten graph (``tests/runtime/test_ort_matmul.py``).
+recording stays >= 120 dB from the unrewritten graph (``tests/passes/test_einsum_and_gru_rewrites.py``).
 
 Sources: ONNX operator spec ``Einsum``, https://onnx.ai/onnx/operators/; DeepFilterNet ``df/modules.py``
 ``GroupedLinearEinsum``, https://github.com/Rikorose/DeepFilterNet.

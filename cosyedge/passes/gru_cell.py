@@ -11,7 +11,7 @@ with a constant 2-D weight, which the INT8 paths (``com.microsoft.DynamicQuantiz
 Off by default in :class:`~cosyedge.runtime.ort.OrtStreamSession` (:data:`cosyedge.passes.SESSION_OPTIONAL`: in FP32
 about 3 % slower per hop on DeepFilterNet3 than ONNX Runtime's GRU kernel); the INT8 ``ort_matmul`` build writes it
 into the model (:data:`cosyedge.passes.MATMUL_FORM_PASSES`). Nodes valid at any batch N. DeepFilterNet3 over the whole
-bundled recording stays >= 120 dB from the unrewritten graph (``tests/runtime/test_ort_matmul.py``).
+bundled recording stays >= 120 dB from the unrewritten graph (``tests/passes/test_einsum_and_gru_rewrites.py``).
 
 Source: ONNX operator spec ``GRU`` (gate order z, r, h; ``linear_before_reset``), https://onnx.ai/onnx/operators/.
 """

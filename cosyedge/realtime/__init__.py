@@ -6,6 +6,8 @@
 * :mod:`cosyedge.realtime.live`: :func:`run_live` (start, wait, stop, keep the recording; the file writer is
   :class:`cosyedge.audio.IncrementalAudioWriter`).
 * :mod:`cosyedge.realtime.devices`: sounddevice/PortAudio layer (:func:`list_devices`, :func:`run_mic`).
+* The device stream itself (open, callbacks, SIGTERM) is the mic driver's, :mod:`cosyedge.drivers.mic`; the
+  sink of each chunk's output is :class:`~cosyedge.realtime.enhancer.AudioSink` for an enhancer.
 
 Nothing here imports sounddevice at import time: only :mod:`cosyedge.realtime.devices` uses it, lazily.
 """

@@ -1,4 +1,5 @@
-"""Audio devices through sounddevice (PortAudio): list them, resolve ``--device``, pick a rate, run the mic.
+"""Audio devices through sounddevice (PortAudio): list them, resolve ``--device``, pick a rate, run the mic
+(:func:`run_mic`: the enhancer's checks and files around the mic driver, :func:`cosyedge.drivers.mic.drive_mic`).
 
 ``sounddevice`` (the ``audio`` extra) is imported on first use only; a missing package or a missing
 PortAudio library is a one-line :class:`~cosyedge.errors.DependencyError`. On Linux, PortAudio's ALSA
@@ -17,14 +18,13 @@ import contextlib
 import dataclasses
 import io
 import os
-import signal
 import sys
 import tempfile
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from cosyedge.errors import ArtifactError, DependencyError, UsageError, first_line
+from cosyedge.errors import DependencyError, UsageError, first_line
 from cosyedge.log import LOG
 
 FALLBACK_RATES_HZ = (48000, 44100, 32000, 16000, 22050, 96000, 8000)
@@ -272,16 +272,15 @@ def run_mic(device: str | int | None = None, output: str | Path | None = None, m
         DependencyError: sounddevice/PortAudio missing, no audio server or device.
         ArtifactError: engine missing/stale, output unwritable, the stream died (device gone).
     """
+    from cosyedge.audio import EXACT_FORMATS, IncrementalAudioWriter, check_output_path
     from cosyedge.builders.cache import default_engine, load_or_rebuild
-    from cosyedge.realtime.enhancer import RealtimeEnhancer
-    from cosyedge.realtime.live import run_live
+    from cosyedge.drivers import pick_sink
+    from cosyedge.drivers.mic import drive_mic
 
     if output is None and save_input is None and not monitor:
         raise UsageError("nothing to do: give --output FILE, --save-input FILE and/or --monitor")
     if duration_s is not None and not float(duration_s) > 0:
         raise UsageError(f"--duration must be a positive number of seconds, got {duration_s}")
-    from cosyedge.audio import EXACT_FORMATS, IncrementalAudioWriter, check_output_path
-
     if save_input is not None and Path(save_input).suffix.lower() not in EXACT_FORMATS:
         raise UsageError(f"--save-input {save_input}: use a .wav (32-bit float, bit-exact) or .flac (24-bit) file, "
                          f"not '{Path(save_input).suffix}' (a lossy or unknown format would not replay the live run)")
@@ -294,9 +293,7 @@ def run_mic(device: str | int | None = None, output: str | Path | None = None, m
     rate = pick_sample_rate(dev, out_dev, sd)
     eng = load_or_rebuild(engine if engine is not None else default_engine())
     c = eng.contract
-    from cosyedge.runtime.stream import require_waveform_model
-
-    require_waveform_model(c, str(eng.model_path), "run on the microphone")
+    pick_sink(eng, vad=False, where=None, mic=True)  # a VAD given by name is refused by the CLI, before the device
     chunk = None if chunk_ms is None else c.chunk_samples(chunk_ms)
     session = eng(chunk_samples=chunk, threads=threads)
     writer = IncrementalAudioWriter(output, c.sample_rate_hz) if output is not None else None
@@ -307,68 +304,13 @@ def run_mic(device: str | int | None = None, output: str | Path | None = None, m
         if writer is not None:
             writer.close()
         raise
-    enh = RealtimeEnhancer(session, rate, monitor=monitor, writer=writer, input_writer=in_writer,
-                           on_status=on_status)
-    block = max(1, round(rate * session.chunk_samples / c.sample_rate_hz))
-
-    def in_cb(indata, frames, time_info, status):
-        enh.input_callback(indata, bool(status.input_overflow))
-
-    def duplex_cb(indata, outdata, frames, time_info, status):
-        enh.input_callback(indata, bool(status.input_overflow))
-        enh.output_callback(outdata, bool(status.output_underflow))
-
-    try:
-        with quiet_native_stderr():
-            stream = _open_stream(sd, monitor, dev, out_dev, rate, block, duplex_cb if monitor else in_cb)
-    except Exception as err:  # sounddevice.PortAudioError
-        for w in (in_writer, writer):
-            if w is not None:
-                w.close()
-        raise UsageError(f"cannot open device {dev.index} '{dev.name}' at {rate} Hz: "
-                         f"{first_line(err, with_type=False)}") from None
-
-    def started():
-        LOG.info("listening on device %d '%s' at %d Hz (model %d Hz, chunk %d samples)%s%s%s", dev.index, dev.name,
+    listening = ("listening on device %d '%s' at %d Hz (model %d Hz, chunk %d samples)%s%s%s", dev.index, dev.name,
                  rate, c.sample_rate_hz, session.chunk_samples, f", recording to {output}" if output else "",
                  f", saving the model-rate input to {save_input}" if save_input is not None else "",
                  f", playing on '{out_dev.name}'" if monitor else "")
-        if on_started is not None:
-            on_started()
-
-    restore = _sigterm_as_keyboard_interrupt()
-    try:
-        with session, quiet_native_stderr():  # PortAudio's thread prints when the server goes away
-            result = run_live(enh, stream, writer=writer, duration_s=duration_s, on_started=started,
-                              input_writer=in_writer)
-    except Exception as err:
-        if type(err).__module__.startswith("sounddevice"):
-            raise ArtifactError(f"audio stream on '{dev.name}' failed: {first_line(err, with_type=False)} "
-                                f"(the recording so far is kept)") from None
-        raise
-    finally:
-        restore()
-    result.update(device=dev.name, device_index=dev.index, monitor=bool(monitor))
+    result, _core = drive_mic(sd, dev, rate, session, out_dev=out_dev, monitor=monitor, writer=writer,
+                              input_writer=in_writer, duration_s=duration_s, on_status=on_status,
+                              on_started=on_started, listening=listening,
+                              kept_note=" (the recording so far is kept)")
+    result.update(monitor=bool(monitor))
     return result
-
-
-def _open_stream(sd, monitor: bool, dev: DeviceInfo, out_dev: DeviceInfo | None, rate: int, block: int, callback):
-    """Open (not start) the mono float32 stream: duplex ``sd.Stream`` (low latency) with ``monitor``,
-    else ``sd.InputStream`` (high latency: fewer xruns, the file is written anyway)."""
-    if monitor:
-        return sd.Stream(device=(dev.index, out_dev.index), samplerate=rate, blocksize=block, channels=1,
-                         dtype="float32", latency="low", callback=callback)
-    return sd.InputStream(device=dev.index, samplerate=rate, blocksize=block, channels=1, dtype="float32",
-                          latency="high", callback=callback)
-
-
-def _sigterm_as_keyboard_interrupt() -> Callable[[], None]:
-    """Make SIGTERM stop the stream like Ctrl-C (main thread only); return a function restoring the old handler."""
-    if threading.current_thread() is not threading.main_thread():
-        return lambda: None
-
-    def handler(signum, frame):
-        raise KeyboardInterrupt
-
-    old = signal.signal(signal.SIGTERM, handler)
-    return lambda: signal.signal(signal.SIGTERM, old)

@@ -207,6 +207,22 @@ class RateMonitor:
             self._bad_rates = []
 
 
+class AudioSink:
+    """The enhancer's sink of the mic driver: each chunk's audio output goes on as it is (to the writer and/or the
+    monitor of :class:`RealtimeEnhancer`).
+
+    Args:
+        output (str): The audio output (the contract's ``output``).
+    """
+
+    def __init__(self, output: str):
+        self.output_name = output
+
+    def take(self, y: np.ndarray, x: np.ndarray) -> np.ndarray:
+        """np.ndarray: ``y``, the chunk's audio (float32 (1, 1, chunk), finite)."""
+        return y
+
+
 class RealtimeEnhancer:
     """Glue between an audio device's callbacks and a :class:`StreamSession` (batch 1), with xrun accounting.
 
@@ -235,6 +251,10 @@ class RealtimeEnhancer:
         resample_quality (str): soxr quality (``"HQ"``; ``"QQ"`` has no block delay but aliases).
         monitor_max_ms (float): Output backlog kept at most, ms (older output is skipped, counted).
         monitor_prime_ms (float): Output buffered before playback (re)starts, ms.
+        sink (object | None): What each chunk's output goes to (the mic driver's sink, :mod:`cosyedge.drivers.mic`):
+            ``output_name`` (str, the output read) and ``take(y, x) -> y_audio`` (the chunk's output, finite, and
+            the chunk pushed, both float32 (1, 1, chunk) -> the audio sent on to ``writer`` and the monitor).
+            None: :class:`AudioSink` of the contract's output (an enhancer).
     Raises:
         UsageError: batch != 1, rates not positive, ``ring_ms`` not positive.
     """
@@ -244,7 +264,7 @@ class RealtimeEnhancer:
                  rate_monitor: RateMonitor | bool | None = True,
                  on_status: Callable[[RealtimeStats], None] | None = None, status_interval_s: float = 0.5,
                  resample_quality: str = RESAMPLE_QUALITY, monitor_max_ms: float = MONITOR_MAX_MS,
-                 monitor_prime_ms: float = MONITOR_PRIME_MS):
+                 monitor_prime_ms: float = MONITOR_PRIME_MS, sink=None):
         if session.batch != 1:
             raise UsageError(f"a live stream needs a session with batch 1, got batch {session.batch}")
         if int(device_rate_hz) <= 0:
@@ -273,7 +293,7 @@ class RealtimeEnhancer:
         # (it is heard as it comes, ``delay_samples`` late), so it drops nothing: delay 0
         self._comp = DelayCompensator(self._run_chunk, self.chunk_samples, 0)
         self._in_written = 0  # model-rate input samples given to input_writer
-        self._out_name = session.contract.output
+        self.sink = sink if sink is not None else AudioSink(session.contract.output)
         self.chunks = 0
         self.compute_s = 0.0
         self.device_input_overflows = 0
@@ -351,20 +371,20 @@ class RealtimeEnhancer:
 
     def _run_chunk(self, x: np.ndarray) -> np.ndarray:
         """Run one model-rate chunk, float32 (1, 1, chunk_samples) (the compensator's buffer); give its real
-        samples (not the last chunk's zero padding) to the input writer. Returns the output (1, 1, chunk_samples)
-        with NaN/Inf as 0."""
+        samples (not the last chunk's zero padding) to the input writer. Returns what the sink makes of the output
+        (``sink.output_name``, NaN/Inf as 0): the audio (1, 1, chunk_samples) sent on."""
         if self.input_writer is not None:
             real = min(self.chunk_samples, self._comp.fed - self._in_written)
             self.input_writer.write(x[0, 0, :real].copy())
             self._in_written += real
         t0 = time.perf_counter()
-        y = self.session.push(x, copy=False)[self._out_name]  # the compensator copies it at once
+        y = self.session.push(x, copy=False)[self.sink.output_name]  # the compensator copies it at once
         self.compute_s += time.perf_counter() - t0
         self.chunks += 1
         if not np.isfinite(y).all():
             LOG.warning_once("the model produced NaN/Inf samples; they are written as silence")
             y = np.nan_to_num(y, nan=0.0, posinf=0.0, neginf=0.0)
-        return y
+        return self.sink.take(y, x)
 
     def _emit(self, y: np.ndarray) -> None:
         """Send model-rate output samples float32 (n,) to the writer and the monitor."""
@@ -381,6 +401,11 @@ class RealtimeEnhancer:
             take = self.chunk_samples - self._comp.pending
             self._emit(self._comp.feed(x[:take]))
             x = x[take:]
+
+    @property
+    def fed(self) -> int:
+        """int: model-rate samples streamed so far (captured and resampled; not the flush's padding)."""
+        return self._comp.fed
 
     def process_available(self) -> int:
         """Run every full chunk that the input ring can make now (worker thread, or tests).

@@ -2,9 +2,11 @@
 
 * :mod:`cosyedge.vad.segments`: speech segments from per-hop probabilities (Silero's own rule, ported to plain
   Python; MIT, Silero Team).
-* :mod:`cosyedge.vad.stream`: tell a VAD model from an enhancer, stream a file through it
-  (:func:`~cosyedge.vad.stream.detect_file`, what ``cosyedge run FILE --vad`` calls).
-* :mod:`cosyedge.vad.live`: the microphone (``cosyedge run mic --vad``).
+* :mod:`cosyedge.vad.stream`: tell a VAD model from an enhancer, stream a file through it (the file driver,
+  :mod:`cosyedge.drivers.file`, with :class:`~cosyedge.vad.stream.SegmentSink`;
+  :func:`~cosyedge.vad.stream.detect_file`, what ``cosyedge run FILE --vad`` calls).
+* :mod:`cosyedge.vad.live`: the microphone (``cosyedge run mic --vad``: the mic driver, :mod:`cosyedge.drivers.mic`,
+  with :class:`~cosyedge.vad.live.LiveVadSink`).
 
 No torch anywhere: the model runs in ONNX Runtime (or TensorRT) like every cosyedge stream model.
 """

@@ -3,10 +3,11 @@
 A VAD stream model (``cosyedge export silero-vad``, :mod:`cosyedge.recipes.silero_vad`) takes a waveform
 (N, 1, T) and gives one speech probability per hop (output (N, 1, T / hop), not audio). Its task (contract
 ``task`` ``"vad"``, or guessed for an older model) comes from :func:`cosyedge.artifacts.task.resolve`;
-:func:`vad_output` names its probability output; :class:`ProbabilityRecorder` streams model-rate audio through a session
-chunk by chunk (state carried, the last chunk zero-padded as Silero's own loop does) and keeps the
-probabilities; :func:`detect_file` does it for an audio file, block by block (memory: the probabilities,
-one float per hop), and returns the segments of :func:`cosyedge.vad.segments.speech_timestamps_from_probs`.
+:func:`vad_output` names its probability output; :class:`SegmentSink` is the VAD's sink of the file driver
+(:mod:`cosyedge.drivers.file`: it keeps one probability per hop); :class:`ProbabilityRecorder` streams model-rate audio
+through a session chunk by chunk into one (state carried, the last chunk zero-padded as Silero's own loop does);
+:func:`detect_file` streams an audio file through the file driver, block by block (memory: the probabilities, one
+float per hop), and returns the segments of :func:`cosyedge.vad.segments.speech_timestamps_from_probs`.
 """
 
 from __future__ import annotations
@@ -106,7 +107,55 @@ def require_vad(engine, where: str, mic: bool = False) -> str:
     return out
 
 
-class ProbabilityRecorder:
+class SegmentSink:
+    """The VAD's sink (:mod:`cosyedge.drivers.file`): keep one speech probability per hop; no audio.
+
+    Args:
+        output (str): The probability output (:func:`vad_output`), float32 (1, 1, hops) per chunk.
+        hop_samples (int): Samples per hop at the model rate.
+    Attributes:
+        probs (list[float]): Probabilities so far, one per hop pushed (the flush's padding hops included; see
+            :meth:`hop_probs`).
+        delay_samples (int): 0: nothing to drop (the chunks are padded at the end only, as Silero's own loop).
+    """
+
+    delay_samples = 0
+
+    def __init__(self, output: str, hop_samples: int):
+        self.output_name = output
+        self.hop = int(hop_samples)
+        self.probs: list[float] = []
+
+    def chunk(self, outputs, x: np.ndarray) -> np.ndarray:
+        """Keep the probabilities of one pushed chunk (``outputs``: the session's outputs, read at once); returns
+        silence of the chunk's shape."""
+        self.record(outputs[self.output_name])
+        return np.zeros_like(x)
+
+    def record(self, p: np.ndarray) -> None:
+        """Keep the probabilities ``p`` (float32 (1, 1, hops)) of one chunk.
+
+        Raises:
+            ArtifactError: a probability is NaN/Inf.
+        """
+        v = np.asarray(p, np.float64).reshape(-1)
+        if not np.isfinite(v).all():
+            raise ArtifactError(f"the VAD model gave a NaN/Inf probability at hop {len(self.probs)}")
+        self.probs.extend(v.tolist())
+
+    def output(self, y: np.ndarray, start: int, final: bool) -> None:
+        """No audio to keep."""
+
+    def advance(self, frames_read: int, final: bool) -> None:
+        """Nothing waits on the input read."""
+
+    def hop_probs(self, fed: int) -> list[float]:
+        """list[float]: the probabilities of the ``ceil(fed / hop)`` hops that hold input (``fed``: model-rate samples
+        streamed), the padding hops of the flush left out."""
+        return self.probs[: -(-int(fed) // self.hop)]
+
+
+class ProbabilityRecorder(SegmentSink):
     """Push model-rate audio through a VAD session in fixed chunks and keep one probability per hop.
 
     Args:
@@ -121,26 +170,9 @@ class ProbabilityRecorder:
     def __init__(self, session, output: str):
         from cosyedge.runtime.stream import DelayCompensator
 
-        self.session, self.output = session, output
-        self.hop = int(session.contract.hop_samples)
-        self.probs: list[float] = []
-        self.comp = DelayCompensator(self._push, session.chunk_samples, 0)
-
-    def _push(self, x: np.ndarray) -> np.ndarray:
-        p = self.session.push(x, copy=False)[self.output]  # read at once by record()
-        self.record(p)
-        return np.zeros_like(x)
-
-    def record(self, p: np.ndarray) -> None:
-        """Keep the probabilities ``p`` (float32 (1, 1, hops)) of one chunk.
-
-        Raises:
-            ArtifactError: a probability is NaN/Inf.
-        """
-        v = np.asarray(p, np.float64).reshape(-1)
-        if not np.isfinite(v).all():
-            raise ArtifactError(f"the VAD model gave a NaN/Inf probability at hop {len(self.probs)}")
-        self.probs.extend(v.tolist())
+        super().__init__(output, session.contract.hop_samples)
+        self.session = session
+        self.comp = DelayCompensator(lambda x: self.chunk(session.push(x, copy=False), x), session.chunk_samples, 0)
 
     def feed(self, x: np.ndarray) -> None:
         """Stream float32 (t,) model-rate samples."""
@@ -150,7 +182,7 @@ class ProbabilityRecorder:
         """Flush the last partial chunk (zero-padded) and return the probabilities of the ``ceil(fed / hop)``
         hops that hold input (list[float])."""
         self.comp.finish(ndim=1)
-        self.probs = self.probs[: -(-self.comp.fed // self.hop)]
+        self.probs = self.hop_probs(self.comp.fed)
         return self.probs
 
 
@@ -196,34 +228,23 @@ def detect_file(input: str | Path, engine, chunk_ms: float | None = None, thread
         UsageError: not a VAD model, bad chunk. ArtifactError: input missing/corrupt, engine missing/stale,
         a NaN probability.
     """
-    import time
-
-    import soxr
-
-    from cosyedge.audio import BLOCK_FRAMES, AudioReader
+    from cosyedge.audio import AudioReader
     from cosyedge.builders.cache import load_or_rebuild
+    from cosyedge.drivers import pick_sink
+    from cosyedge.drivers.file import stream_file
 
     eng = load_or_rebuild(engine)
     c = eng.contract
-    out = require_vad(eng, str(engine))
+    _kind, out = pick_sink(eng, vad=True, where=str(engine))
     chunk = c.hop_samples if chunk_ms is None else c.chunk_samples(chunk_ms)
     c.check_chunk(chunk)
     with AudioReader(input) as reader:
-        sr = reader.sample_rate_hz
-        rs = None if sr == c.sample_rate_hz else soxr.ResampleStream(sr, c.sample_rate_hz, 1, dtype="float32",
-                                                                       quality="HQ")
         session = eng(chunk_samples=chunk, threads=threads)
         with LOG.stage(f"vad {input}"), session:
-            rec = ProbabilityRecorder(session, out)
-            t0 = time.perf_counter()
-            for x in reader.blocks(BLOCK_FRAMES):
-                m = x.mean(axis=1) if x.shape[1] > 1 else x[:, 0]
-                rec.feed(rs.resample_chunk(np.ascontiguousarray(m, np.float32)) if rs is not None else m)
-            if rs is not None:
-                rec.feed(rs.resample_chunk(np.zeros(0, np.float32), last=True))
-            probs = rec.finish()
-            elapsed = time.perf_counter() - t0
-    rep = segments_report(probs, rec.comp.fed, c, **seg_kw)
+            sink = SegmentSink(out, c.hop_samples)
+            streamer, elapsed = stream_file(reader, session, sink)
+            probs = sink.hop_probs(streamer.fed)
+    rep = segments_report(probs, streamer.fed, c, **seg_kw)
     rep.update(input=str(input), engine=str(eng.folder or eng.model_path), probs=probs, elapsed_s=elapsed,
                rtf=elapsed / rep["duration_s"] if rep["duration_s"] else 0.0, chunk_samples=int(chunk))
     return rep

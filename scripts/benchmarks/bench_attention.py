@@ -20,7 +20,7 @@ window each chunk, and cosyedge next to tract, per architecture.
    first frame, aligned by each tool's reported delay). A tiny causal-conv model is the control that shows the
    tract loop itself is right.
 
-Models: ``tests/models_attention.py`` (faithful rebuilds of WeNet/CosyVoice, NeMo FastConformer and Mimi code with
+Models: ``tests/helpers/models_attention.py`` (faithful rebuilds of WeNet/CosyVoice, NeMo FastConformer and Mimi code with
 seeded random weights; ``--models-file`` points elsewhere), scaled to realistic widths (conformer d_model 256,
 4 heads; Mimi d_model 512, 8 heads, 2 of Mimi's 8 layers, feed-forward 2048), and the bundled reference model's
 full graph (``cosyedge.train.reference.export.export_reference``, no attention).
@@ -52,7 +52,7 @@ import numpy as np
 from _common import ROOT, machine
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
-DEFAULT_MODELS = ROOT / "tests" / "models_attention.py"
+DEFAULT_MODELS = ROOT / "tests" / "helpers" / "models_attention.py"
 
 CONFORMER = dict(d_model=256, heads=4, num_blocks=1, ff_units=2048, kernel=8, pos="abs")  # WeNet U2++ widths
 MIMI = dict(d_model=512, num_heads=8, num_layers=2, dim_feedforward=2048)  # Mimi: 512, 8 heads, 8 layers, 2048
@@ -106,9 +106,9 @@ QUICK_ARCHS = {"conformer_chunk_mask (WeNet/CosyVoice, abs pos)", "mimi_rope_con
 # ---------------------------------------------------------------------------------------------------------------
 
 def load_models(path: Path):
-    """Import the models module from ``path`` (``tests/models_attention.py`` by default)."""
+    """Import the models module from ``path`` (``tests/helpers/models_attention.py`` by default)."""
     if path.resolve() == DEFAULT_MODELS.resolve():
-        from tests import models_attention
+        from tests.helpers import models_attention
 
         return models_attention
     spec = importlib.util.spec_from_file_location("models_attention", str(path))
@@ -556,7 +556,7 @@ def main(argv=None) -> int:
     if args.tract_worker:
         return tract_worker(args.tract_worker)
     if not args.models_file.is_file():
-        print(f"[!] models file not found: {args.models_file} (tests/models_attention.py; --models-file PATH)",
+        print(f"[!] models file not found: {args.models_file} (tests/helpers/models_attention.py; --models-file PATH)",
               file=sys.stderr)
         return 3
     if args.quick:

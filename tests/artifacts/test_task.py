@@ -13,7 +13,7 @@ import soundfile as sf
 
 from cosyedge.artifacts import StreamContract, StreamIO, resolve_task
 from cosyedge.errors import ArtifactError
-from tests.cli_errors import refused
+from tests.helpers.cli_errors import refused
 from tests.helpers.graphs import conv_onnx
 
 HOP = 512

@@ -12,7 +12,7 @@ from cosyedge.builders.cache import label_fresh, reuse_or_build
 from cosyedge.builders.config import BuildConfig
 from cosyedge.builders.names import engine_folder_name, parse_precision_label, precision_label
 from cosyedge.errors import ArtifactError, UsageError
-from tests import models
+from tests.helpers import models
 
 
 @pytest.fixture

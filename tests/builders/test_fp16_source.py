@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.cli_errors import refused
+from tests.helpers.cli_errors import refused
 
 
 def test_an_fp16_model_given_as_the_build_source_is_refused(tmp_path, cli):

@@ -11,7 +11,7 @@ import shutil
 import pytest
 
 from cosyedge.models import REFERENCE_STREAM_ONNX
-from tests.cli_errors import refused
+from tests.helpers.cli_errors import refused
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from cosyedge.cli.main import main
-from tests.cli_errors import one_error_line
+from tests.helpers.cli_errors import one_error_line
 from tests.helpers.cli import cosyedge_subprocess
 from tests.helpers.graphs import conv_onnx
 from tests.helpers.audio import noise_wav
@@ -26,7 +26,7 @@ LONG = "c" * 300
 @pytest.fixture(scope="module")
 def delay_onnx(tmp_path_factory) -> Path:
     """A stream ONNX (pure delay: hop 160, delay 160 at 16 kHz), made by hand."""
-    from tests import models
+    from tests.helpers import models
 
     return models.make_delay_model(tmp_path_factory.mktemp("m") / "delay.onnx", delay_samples=HOP, hop=HOP)
 

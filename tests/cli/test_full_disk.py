@@ -14,8 +14,8 @@ import pytest
 import soundfile as sf
 
 from cosyedge.cli.main import main
-from tests.cli_errors import one_error_line
-from tests import models
+from tests.helpers.cli_errors import one_error_line
+from tests.helpers import models
 from tests.helpers.files import full_disk_onnx_save, tree
 from tests.helpers.graphs import conv_onnx
 

@@ -10,7 +10,7 @@ import pytest
 import soundfile as sf
 
 from cosyedge.cli.main import main
-from tests import models
+from tests.helpers import models
 
 HOP = 160
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from cosyedge.cli.main import main
-from tests.cli_errors import one_error_line
-from tests import models
+from tests.helpers.cli_errors import one_error_line
+from tests.helpers import models
 from tests.helpers.files import tree
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from tests.cli_errors import refused
+from tests.helpers.cli_errors import refused
 from tests.helpers.metrics import snr_db
 
 DEMO = Path(__file__).resolve().parents[2] / "cosyedge" / "assets" / "demo"

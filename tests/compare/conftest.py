@@ -122,7 +122,7 @@ def drop_state(cmp_dir, ref_onnx) -> Path:
 @pytest.fixture(scope="session")
 def two_state(cmp_dir) -> tuple[Path, Path, tuple[str, str]]:
     """(reference, candidate with its two equal-shape state_out tensors swapped, the two names)."""
-    from tests.models import make_two_state_model
+    from tests.helpers.models import make_two_state_model
 
     ref = make_two_state_model(cmp_dir / "two_state.onnx", hop=4)
     m = onnx.load(str(ref))

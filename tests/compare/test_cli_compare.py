@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from cosyedge.cli.main import main
-from tests.cli_errors import one_error_line
+from tests.helpers.cli_errors import one_error_line
 from tests.compare.conftest import QDQ_SCALE
 from tests.test_imports import _run
 

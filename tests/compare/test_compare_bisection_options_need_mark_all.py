@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from cosyedge.models import REFERENCE_STREAM_ONNX
-from tests.cli_errors import one_error_line
+from tests.helpers.cli_errors import one_error_line
 
 
 @pytest.mark.parametrize("flags, named", [(["--seconds", "5"], "--seconds only applies"),

@@ -14,7 +14,7 @@ from cosyedge.compare.baseline import BASELINE_DIR
 from cosyedge.compare.check import default_baseline_for
 from cosyedge.errors import ArtifactError
 from cosyedge.models import REFERENCE_STREAM_ONNX
-from tests.cli_errors import one_error_line
+from tests.helpers.cli_errors import one_error_line
 
 
 def test_default_baseline_paths(tmp_path):

@@ -7,7 +7,7 @@ import pytest
 torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
-from tests.cli_errors import one_error_line  # noqa: E402
+from tests.helpers.cli_errors import one_error_line  # noqa: E402
 from tests.helpers.cli import cosyedge_in_folder
 from tests.helpers.torch_export import streamify_waveform
 

@@ -10,7 +10,7 @@ import pytest
 
 from cosyedge.cli.main import main
 from cosyedge.models import REFERENCE_SPARSE_STREAM_ONNX
-from tests.cli_errors import one_error_line
+from tests.helpers.cli_errors import one_error_line
 
 
 @pytest.fixture(scope="module")

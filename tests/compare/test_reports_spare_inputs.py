@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from cosyedge.cli.main import main
-from tests.cli_errors import one_error_line
+from tests.helpers.cli_errors import one_error_line
 from tests.helpers.files import sha256
 
 HOP = 160
@@ -17,7 +17,7 @@ HOP = 160
 @pytest.fixture(scope="module")
 def delay_onnx(tmp_path_factory) -> Path:
     """A stream ONNX (pure delay: hop 160, delay 160 at 16 kHz), made by hand."""
-    from tests import models
+    from tests.helpers import models
 
     return models.make_delay_model(tmp_path_factory.mktemp("m") / "delay.onnx", delay_samples=HOP, hop=HOP)
 

@@ -6,7 +6,7 @@ import numpy as np
 import soundfile as sf
 
 from cosyedge.cli.main import main
-from tests.cli_errors import one_error_line
+from tests.helpers.cli_errors import one_error_line
 
 
 def test_eval_refuses_contradicting_baseline_options(tmp_path, capsys):

@@ -5,7 +5,7 @@ import math
 from pathlib import Path
 
 from tests.scripts import load_script
-from tests.cli_errors import one_error_line
+from tests.helpers.cli_errors import one_error_line
 
 paired = load_script("eval/paired_eval")
 SIDE_BY_SIDE = Path(__file__).resolve().parents[2] / "docs" / "eval" / "side-by-side.json"

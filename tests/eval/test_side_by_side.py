@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from tests.cli_errors import one_error_line
+from tests.helpers.cli_errors import one_error_line
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "cosyedge" / "assets" / "demo"

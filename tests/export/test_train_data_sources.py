@@ -13,7 +13,7 @@ import pytest
 
 from cosyedge.errors import DependencyError
 from tests.scripts import load_script
-from tests.cli_errors import one_error_line
+from tests.helpers.cli_errors import one_error_line
 
 MESSAGE = ("speech corpus espeak unavailable: 'espeak-ng' not found on PATH (install it: apt-get install espeak-ng); "
            "every source of the data version is needed for a reproducible run")

@@ -160,7 +160,7 @@ def test_triton_repository_carries_the_caches_as_implicit_states(stream, tmp_pat
 def test_streampool_keeps_caches_and_positions_per_stream(stream):
     """Streams that join at different ticks (one reusing a freed slot) share batches; each equals its solo run, so the
     key/value caches and the position counter are per stream, and a reused slot starts from zeros."""
-    from tests.streams import session_outputs, staggered_pool_outputs
+    from tests.helpers.streams import session_outputs, staggered_pool_outputs
 
     chunk, n = HOP, 60
     rng = np.random.default_rng(7)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from cosyedge.cli.main import main
-from tests.cli_errors import one_error_line
+from tests.helpers.cli_errors import one_error_line
 
 
 def test_calib_make_refuses_a_negative_seed_and_leaves_no_folder(tmp_path, capsys):

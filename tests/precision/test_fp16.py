@@ -19,7 +19,7 @@ from cosyedge.precision.fp16 import (
     output_snr_db,
     scan_nonfinite,
 )
-from tests import models
+from tests.helpers import models
 from tests.precision.int8_fixtures import LIBRIVOX
 from tests.reference_structure import PC_FRAMES_CONV, PC_POLY_CONV, reference_structure
 

@@ -34,7 +34,7 @@ from tests.reference_structure import (
     reference_structure,
 )
 from tests.helpers.metrics import snr_db
-from tests.cli_errors import one_error_line, refused
+from tests.helpers.cli_errors import one_error_line, refused
 
 REF_NET = reference_structure()
 """Convs, states and blocks of the bundled model, from its weights' config (tests/reference_structure.py)."""

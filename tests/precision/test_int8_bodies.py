@@ -10,7 +10,7 @@ import importlib.util
 import json
 
 import pytest
-from tests.cli_errors import refused
+from tests.helpers.cli_errors import refused
 
 
 @pytest.mark.slow

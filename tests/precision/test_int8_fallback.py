@@ -17,7 +17,7 @@ from cosyedge.errors import UsageError
 from cosyedge.models import REFERENCE_STREAM_ONNX
 from cosyedge.precision.fallback import check_min_snr
 from cosyedge.runtime import OrtStreamSession, stream_array
-from tests.cli_errors import refused
+from tests.helpers.cli_errors import refused
 from tests.precision import int8_fixtures as fx
 
 

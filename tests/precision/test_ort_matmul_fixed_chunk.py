@@ -23,7 +23,7 @@ from cosyedge.artifacts import StreamContract
 from cosyedge.cli.main import main
 from cosyedge.errors import UsageError
 from cosyedge.models import REFERENCE_STREAM_ONNX
-from tests.cli_errors import refused
+from tests.helpers.cli_errors import refused
 from tests.precision import int8_fixtures as fx
 
 ENGINE_MSG = "engine {eng} takes exactly 160 samples (10 ms) per call, not {n}"  # the key phrase

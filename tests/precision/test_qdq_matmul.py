@@ -15,7 +15,7 @@ from cosyedge.models import REFERENCE_STREAM_ONNX
 from cosyedge.precision import qdq, qdq_matmul
 from cosyedge.runtime import OrtStreamSession
 from cosyedge.runtime import stream_array
-from tests.cli_errors import refused
+from tests.helpers.cli_errors import refused
 from tests.precision import int8_fixtures as fx
 
 X86 = platform.machine().lower() in ("x86_64", "amd64")

@@ -21,7 +21,7 @@ from cosyedge.precision.sparsity import (
     mask_2to4,
     sparsify_onnx,
 )
-from tests import models
+from tests.helpers import models
 from tests.reference_structure import reference_structure
 
 REF = REFERENCE_STREAM_ONNX

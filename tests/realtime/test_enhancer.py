@@ -13,7 +13,7 @@ import soxr
 from cosyedge.errors import ArtifactError, UsageError
 from cosyedge.realtime.enhancer import RateMonitor, RealtimeEnhancer
 from cosyedge.runtime import OrtStreamSession, stream_array
-from tests import models
+from tests.helpers import models
 from tests.realtime.fakes import FakeClock, SimDevice, SlowSession, simulate
 
 SR = 16000

@@ -18,7 +18,7 @@ from cosyedge.realtime import devices as devmod
 from cosyedge.realtime.enhancer import RateMonitor, RealtimeEnhancer
 from cosyedge.realtime.live import run_live
 from cosyedge.runtime import OrtStreamSession, stream_array
-from tests import models
+from tests.helpers import models
 from tests.realtime.fakes import ThreadedStream, fake_sounddevice
 
 SR = 16000

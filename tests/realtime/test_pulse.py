@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 from tests.helpers.metrics import snr_db
-from tests.cli_errors import one_error_line
+from tests.helpers.cli_errors import one_error_line
 
 ROOT = Path(__file__).resolve().parents[2]
 REFERENCE = ROOT / "cosyedge" / "models" / "reference.stream.onnx"

@@ -143,7 +143,7 @@ def test_cosyedge_run_a_48k_file(dfn3_onnx, demo48, libdf, tmp_path):
 
 
 def test_streampool_serves_dfn3_like_single_sessions(dfn3_onnx, demo48):
-    from tests.streams import pool_outputs, session_outputs
+    from tests.helpers.streams import pool_outputs, session_outputs
 
     x = demo48[: SR]
     streams = [x, 0.5 * np.roll(demo48, 7 * SR)[: SR]]

@@ -16,7 +16,7 @@ import soundfile as sf
 from cosyedge.artifacts import StreamContract
 from cosyedge.audio import load_audio
 from tests.helpers.metrics import snr_db
-from tests.cli_errors import one_error_line
+from tests.helpers.cli_errors import one_error_line
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "cosyedge" / "assets" / "demo" / "noisy.wav"
@@ -105,7 +105,7 @@ def test_cosyedge_run_output_is_aligned_with_the_input(dtln_onnx, reference, tmp
 
 
 def test_streampool_with_three_streams_equals_single_sessions(dtln_onnx):
-    from tests.streams import pool_outputs, session_outputs
+    from tests.helpers.streams import pool_outputs, session_outputs
 
     x, _ = load_audio(DEMO)
     x = x[:32000, 0]

@@ -19,7 +19,7 @@ import soundfile as sf
 from cosyedge.artifacts import StreamContract
 from cosyedge.audio import load_audio
 from tests.helpers.metrics import snr_db
-from tests.cli_errors import one_error_line
+from tests.helpers.cli_errors import one_error_line
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "cosyedge" / "assets" / "demo" / "noisy.wav"
@@ -200,7 +200,7 @@ def test_fp32_build_compares_equal_to_the_stream_onnx(gtcrn_onnx, tmp_path, caps
 def test_streampool_with_three_streams_equals_single_sessions(gtcrn_onnx):
     """GTCRN's graph is batch 1 (Reshapes, ScatterND, inter_cache folds batch with the sub-bands): adopt batches it
     by a Scan over streams, and StreamPool's streams are each what a single session gives."""
-    from tests.streams import pool_outputs, session_outputs
+    from tests.helpers.streams import pool_outputs, session_outputs
 
     x, _ = load_audio(DEMO)
     x = x[:32768, 0]

@@ -17,7 +17,7 @@ import soundfile as sf
 
 from cosyedge.artifacts import StreamContract
 from tests.helpers.metrics import snr_db
-from tests.cli_errors import one_error_line
+from tests.helpers.cli_errors import one_error_line
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "cosyedge" / "assets" / "demo"

@@ -14,7 +14,7 @@ from cosyedge.artifacts import StreamContract
 from cosyedge.audio import load_audio
 from tests import thirdparty_models as tm
 from tests.helpers.metrics import snr_db
-from tests.cli_errors import one_error_line
+from tests.helpers.cli_errors import one_error_line
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "cosyedge" / "assets" / "demo" / "noisy.wav"
@@ -108,7 +108,7 @@ def tm_training_data():
 
 
 def test_streampool_serves_nsnet2_like_single_sessions(nsnet2_onnx):
-    from tests.streams import pool_outputs, session_outputs
+    from tests.helpers.streams import pool_outputs, session_outputs
 
     x, _ = load_audio(DEMO)
     x = x[:48000, 0]

@@ -13,7 +13,7 @@ import soundfile as sf
 
 import cosyedge.runtime.engine as engine_mod
 from cosyedge.realtime import devices as devmod
-from tests import models
+from tests.helpers import models
 from tests.realtime.fakes import fake_sounddevice
 
 SR = 16000

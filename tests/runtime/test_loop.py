@@ -9,7 +9,7 @@ from cosyedge.artifacts import StreamContract
 from cosyedge.errors import ArtifactError
 from cosyedge.runtime import OrtStreamSession, loop
 from cosyedge.runtime.ort import session_from_onnx
-from tests import models
+from tests.helpers import models
 
 HOP = 4
 

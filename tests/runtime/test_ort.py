@@ -15,7 +15,7 @@ from cosyedge.builders.cache import default_engine
 from cosyedge.runtime.engine import load_engine
 from cosyedge.errors import ArtifactError, DependencyError, UsageError
 from cosyedge.runtime import OrtStreamSession, enhance_array, stream_array
-from tests import models
+from tests.helpers import models
 
 HOP = 4
 ATOL = 1e-5

@@ -13,7 +13,7 @@ from cosyedge.artifacts import StateSpec, StreamContract
 from cosyedge.errors import ArtifactError, UsageError
 from cosyedge.runtime import OrtStreamSession, stream_array
 from cosyedge.runtime.pool import StreamPool
-from tests import models
+from tests.helpers import models
 
 HOP = 4
 ATOL = 1e-5

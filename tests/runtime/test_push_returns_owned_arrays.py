@@ -21,7 +21,7 @@ from onnx import TensorProto, helper
 from cosyedge.artifacts import StreamContract, StreamIO
 from cosyedge.models import REFERENCE_STREAM_ONNX
 from cosyedge.runtime import OrtStreamSession, StreamPool, loop, stream_array
-from tests import models
+from tests.helpers import models
 
 CHUNKS = 6
 

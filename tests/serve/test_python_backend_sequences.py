@@ -227,7 +227,7 @@ def test_a_graph_with_a_fixed_batch_of_one_gets_one_pool_per_sequence(tmp_path, 
     import onnx
 
     from cosyedge.artifacts import load_manifest
-    from tests.models import make_fir_model
+    from tests.helpers.models import make_fir_model
 
     path = make_fir_model(tmp_path / "fir.stream.onnx", hop=CHUNK)
     m = onnx.load(str(path))
@@ -305,7 +305,7 @@ def test_an_attention_model_with_a_kv_cache_streams_its_sequences(tmp_path, pb):
     its solo run."""
     pytest.importorskip("torch")
     from cosyedge.surgery import streamify
-    from tests import models_attention as M
+    from tests.helpers import models_attention as M
 
     src = M.export(M.build("sliding_explicit"), tmp_path / "attn.onnx", M.example_input(1), time_axis=1)
     c = streamify(src, tmp_path / "attn.stream.onnx", sample_rate_hz=16000, hop_samples=CHUNK, frames_per_hop=1)

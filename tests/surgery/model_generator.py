@@ -65,7 +65,7 @@ from typing import Any
 
 import numpy as np
 
-C_IN = 16  # input feature channels (tests.models_attention.speech_features)
+C_IN = 16  # input feature channels (tests.helpers.models_attention.speech_features)
 C_OUT = 8
 TABLE = 4096  # rows of every position table (frames at the attention's rate)
 REL_TOL = 1e-4  # stream vs full, relative to the peak |full|
@@ -528,7 +528,7 @@ def _make_model_class():
 
 def features(c: dict, frames: int, n: int) -> np.ndarray:
     """(n, 16, frames) or (n, frames, 16) float32 speech features (real speech, rows differ)."""
-    from tests.models_attention import speech_features
+    from tests.helpers.models_attention import speech_features
 
     return speech_features(frames, 2 if c["layout"] == "nct" else 1, n=n)
 

@@ -151,7 +151,7 @@ def test_conv_cache_with_dynamic_time_is_adopted_without_scan(tmp_path):
 
 
 def test_the_adopted_model_runs_in_streampool_like_single_sessions(tmp_path):
-    from tests.streams import pool_outputs
+    from tests.helpers.streams import pool_outputs
 
     out = tmp_path / "packed.stream.onnx"
     adopt(packed_model(tmp_path / "p.onnx"), out, sample_rate_hz=SR, hop_samples=HOP)

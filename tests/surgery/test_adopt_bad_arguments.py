@@ -18,7 +18,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from cosyedge.artifacts import StateSpec, StreamContract
-from tests.cli_errors import one_error_line
+from tests.helpers.cli_errors import one_error_line
 
 SR = 16000
 HOP = 160

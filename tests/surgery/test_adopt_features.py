@@ -73,7 +73,7 @@ def test_one_frame_of_mel_per_call_is_adopted_as_features_and_streams_exactly(dy
     """(N, 1, 16) mel frames at a 160-sample hop (16 < 160: no waveform block) are adopted without --time-axis as
     features (time axis 1, one frame per hop); OrtStreamSession at 1 and 3 frames per chunk, batch 1 and 2, equals
     the graph run by hand frame by frame (max abs error <= 1e-6)."""
-    from tests.models_attention import speech_features
+    from tests.helpers.models_attention import speech_features
 
     src = _graph(tmp_path, dynamo=dynamo, batch=batch)
     out = tmp_path / "enc.stream.onnx"
@@ -96,7 +96,7 @@ def test_one_frame_of_mel_per_call_is_adopted_as_features_and_streams_exactly(dy
 
 def test_run_on_an_audio_file_refuses_the_features_model_in_one_line(tmp_path, cli):
     """``cosyedge run`` on a WAV with an adopted one-frame features model: exit 2, one line, nothing written."""
-    from tests.cli_errors import refused
+    from tests.helpers.cli_errors import refused
 
     out = tmp_path / "enc.stream.onnx"
     rc, _o, err = cli("adopt", _graph(tmp_path, dynamo=False, batch=None), "-o", out, "--sample-rate-hz", SR,
@@ -112,8 +112,8 @@ def test_a_frame_of_at_least_a_hop_is_refused_naming_both_readings_and_either_op
     no waveform at the hop: exit 2 naming --time-axis mel=1 and --frame-samples 16, nothing written; with
     --time-axis mel=1 it is adopted as features (exact), with --frame-samples 16 as a waveform block. With an output
     (N, 1, 24), more than the hop, the refusal names --time-axis mel=1 as well."""
-    from tests.cli_errors import refused
-    from tests.models_attention import speech_features
+    from tests.helpers.cli_errors import refused
+    from tests.helpers.models_attention import speech_features
 
     src = _graph(tmp_path, dynamo=False, batch=None, hidden=8)
     out = tmp_path / "enc.stream.onnx"
@@ -147,7 +147,7 @@ def test_a_waveform_block_shorter_than_the_hop_names_both_fixes(tmp_path, cli):
     import onnx
     from onnx import TensorProto, helper
 
-    from tests.cli_errors import refused
+    from tests.helpers.cli_errors import refused
 
     vi = lambda n, s: helper.make_tensor_value_info(n, TensorProto.FLOAT, s)  # noqa: E731
     nodes = [helper.make_node("Add", ["x", "h_in"], ["h_out"]), helper.make_node("Identity", ["h_out"], ["y"])]
@@ -164,7 +164,7 @@ def test_a_waveform_block_shorter_than_the_hop_names_both_fixes(tmp_path, cli):
 def test_a_fixed_batch_of_two_is_refused_in_one_line(tmp_path, cli):
     """The encoder exported at a fixed batch of 2 (mel (2, 1, 16)): exit 2 naming the batch and the export fix
     (was exit 3 with ONNX Runtime's 'Got invalid dimensions for input: mel'); nothing written."""
-    from tests.cli_errors import refused
+    from tests.helpers.cli_errors import refused
 
     out = tmp_path / "enc.stream.onnx"
     line = refused(*cli("adopt", _graph(tmp_path, dynamo=False, batch=2), "-o", out, "--sample-rate-hz", SR,

@@ -350,7 +350,7 @@ def _unknown_state(path: Path) -> Path:
 
 
 def test_bad_inputs_are_refused_in_one_line(tmp_path, cli):
-    from tests.cli_errors import one_error_line
+    from tests.helpers.cli_errors import one_error_line
 
     def run(src, *extra):
         out = tmp_path / "out.onnx"
@@ -377,7 +377,7 @@ def test_bad_inputs_are_refused_in_one_line(tmp_path, cli):
 
 
 def test_run_refuses_a_features_model_in_one_line(tmp_path, cli):
-    from tests.cli_errors import one_error_line
+    from tests.helpers.cli_errors import one_error_line
 
     src = _need("livekit/plugins/hush/models/df_dec.onnx")
     model = tmp_path / "df.stream.onnx"
@@ -415,7 +415,7 @@ def test_a_state_shape_the_graph_does_not_tell_is_asked_for_or_said_to_be_guesse
     """Unknown rank through MatMul: one line asking for --state mem=SHAPE (exit 2, was exit 3 'ONNX Runtime fails
     on one hop'); [1, 'H']: the example is 1xH, not the 1x1 that failed; a guess that runs (any shape broadcasts)
     is adopted with an info line naming the guessed shape and --state mem=SHAPE."""
-    from tests.cli_errors import one_error_line
+    from tests.helpers.cli_errors import one_error_line
 
     def run(src, *extra):
         out = tmp_path / f"{src.stem}.out.onnx"
@@ -452,7 +452,7 @@ def test_a_state_shape_the_graph_does_not_tell_is_asked_for_or_said_to_be_guesse
 def test_state_and_const_arguments_are_checked_before_use(tmp_path, cli):
     """--state mem=0x4 was taken, then overridden by the guess [1, 4]; mem=1xq was read as a pair with no hint;
     a --const / --state name given twice was taken, the last one winning: each is now one line, exit 2."""
-    from tests.cli_errors import one_error_line
+    from tests.helpers.cli_errors import one_error_line
 
     src = _mat_state(tmp_path / "unk.onnx", None)
 
@@ -492,7 +492,7 @@ def test_silero_guess_line_names_no_state_adopt_made_itself(tmp_path, cli):
 def test_a_const_the_graph_cannot_load_with_is_named_as_the_cause(tmp_path, cli):
     """Silero with --const sr=8000 and a 576-sample frame: the graph loads without consts but not with them:
     exit 2 naming the const (was exit 3 'ONNX Runtime cannot load silero_vad.onnx', blaming the file)."""
-    from tests.cli_errors import one_error_line
+    from tests.helpers.cli_errors import one_error_line
 
     vad = _need("silero_vad/data/silero_vad.onnx")
     out = tmp_path / "s8.onnx"
@@ -520,7 +520,7 @@ def test_block_and_hop_mismatches_are_said_or_refused(tmp_path, cli, warnings_se
     """A symbolic-length audio input taken as the hop says so (naming --frame-samples); a fixed 160-sample block
     at a 100-sample hop warns that 60 samples are context and streams like the graph; an audio output of 160
     samples per call at a 100-sample hop is refused (it was adopted as '160 frames per 100-sample hop')."""
-    from tests.cli_errors import one_error_line
+    from tests.helpers.cli_errors import one_error_line
 
     vad = _need("silero_vad/data/silero_vad.onnx")
     rc, _, err = cli("adopt", vad, "-o", tmp_path / "s.onnx", "--sample-rate-hz", SR, "--const", "sr=16000",

@@ -20,7 +20,7 @@ torch = pytest.importorskip("torch")
 
 @pytest.fixture(scope="module")
 def chunk8(tmp_path_factory):
-    from tests import models_attention as M
+    from tests.helpers import models_attention as M
 
     return M.export(M.build("cosyvoice_chunk_unlimited", chunk=8, num_blocks=1),
                     tmp_path_factory.mktemp("chunk8") / "chunk8.onnx")

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from cosyedge.artifacts import StreamContract
-from tests.cli_errors import one_error_line
+from tests.helpers.cli_errors import one_error_line
 
 
 class _MaskAndEnhanced(nn.Module):

@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 from cosyedge.surgery import streamify
-from tests import models_attention as ma
-from tests.streams import chunked_equals_full
+from tests.helpers import models_attention as ma
+from tests.helpers.streams import chunked_equals_full
 from tests.surgery.test_stream_start import EXPORTS, _export
 
 torch = pytest.importorskip("torch")

@@ -13,7 +13,7 @@ import pytest
 
 from cosyedge.errors import UsageError
 from cosyedge.surgery import streamify
-from tests.streams import chunked_equals_full
+from tests.helpers.streams import chunked_equals_full
 from tests.surgery.test_stream_start import _export
 
 torch = pytest.importorskip("torch")
@@ -75,7 +75,7 @@ def test_per_frame_chunked_attention_waits_for_the_chunk_end(tmp_path, dynamo, b
 def test_per_frame_conformer_pays_the_chunk_per_layer(tmp_path, name, time_axis):
     """Two chunked layers (chunks of 4, two left chunks) at one frame per hop: 3 frames of delay per layer (6), while
     the model looks 3 frames ahead (whole chunks of 4 keep 0 delay); exact at chunks of 1, 7 and 16 frames."""
-    from tests import models_attention as ma
+    from tests.helpers import models_attention as ma
 
     src = ma.export(ma.build(name), tmp_path / "c.onnx", example=ma.example_input(time_axis, 64), time_axis=time_axis)
     c = streamify(src, tmp_path / "c1.onnx", sample_rate_hz=16000, hop_samples=160, attention_per_frame=True)

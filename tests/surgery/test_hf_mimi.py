@@ -99,7 +99,7 @@ def _export(part: str, path, dynamo: bool, batch: int):
 def _inputs(part: str, frames: int) -> np.ndarray:
     """Two different streams: real speech (16 kHz) for the encoder, latent frames of real speech for the decoder."""
     from cosyedge.surgery.proof import demo_audio_rows
-    from tests.models_attention import speech_features
+    from tests.helpers.models_attention import speech_features
 
     if part == "encoder":
         return demo_audio_rows(16000, HOP * frames, batch=2)

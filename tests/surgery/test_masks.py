@@ -15,7 +15,7 @@ import onnx
 import pytest
 
 from cosyedge.surgery.masks import UNLIMITED, Pattern, classify, classify_one
-from tests.cli_errors import one_error_line
+from tests.helpers.cli_errors import one_error_line
 
 torch = pytest.importorskip("torch")
 nn = torch.nn

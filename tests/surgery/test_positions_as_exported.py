@@ -24,7 +24,7 @@ import pytest
 from cosyedge.errors import UsageError
 from cosyedge.surgery import streamify
 from tests import library_rope
-from tests.streams import feature_frames_streamed
+from tests.helpers.streams import feature_frames_streamed
 
 torch = pytest.importorskip("torch")
 nn = torch.nn
@@ -163,8 +163,8 @@ MODELS = {"abs_nct": (AbsNCT, 2), "abs_ntc_scaled": (AbsNTCScaled, 1), "cummean"
 
 def export_fixed_or_symbolic(model, path, ax: int, dynamo: bool, batch: str, t: int = 64):
     """Export ``model`` (input ``x``, output ``y``) with the time axis ``ax`` dynamic and the batch ``"1"``, ``"2"``
-    (fixed, as most streaming exports) or ``"N"`` (symbolic, :func:`tests.models_attention.export`)."""
-    from tests.models_attention import export
+    (fixed, as most streaming exports) or ``"N"`` (symbolic, :func:`tests.helpers.models_attention.export`)."""
+    from tests.helpers.models_attention import export
 
     n = 2 if batch == "2" else 1
     x = torch.randn((n, t, D) if ax == 1 else (n, D, t), generator=torch.Generator().manual_seed(0))
@@ -182,7 +182,7 @@ def export_fixed_or_symbolic(model, path, ax: int, dynamo: bool, batch: str, t: 
 
 
 def _speech_frames(t: int, ax: int, n: int = 2) -> np.ndarray:
-    from tests.models_attention import speech_features
+    from tests.helpers.models_attention import speech_features
 
     return speech_features(t, ax, n)
 
@@ -306,7 +306,7 @@ def test_a_freed_fixed_batch_keeps_pool_and_precision_guarantees(tmp_path):
     from cosyedge.cli.main import main
     from cosyedge.runtime import OrtStreamSession, stream_array
     from tests.precision import int8_fixtures as fx
-    from tests.streams import staggered_pool_outputs
+    from tests.helpers.streams import staggered_pool_outputs
 
     m = WaveAbsTable().eval()
     src = tmp_path / "wave.onnx"

@@ -18,7 +18,7 @@ from cosyedge.errors import ArtifactError
 from cosyedge.runtime.ort import OrtStreamSession
 from cosyedge.surgery import proof
 from tests.models_torch import CausalTap3
-from tests.cli_errors import one_error_line
+from tests.helpers.cli_errors import one_error_line
 
 streamify_mod = importlib.import_module("cosyedge.surgery.streamify")
 

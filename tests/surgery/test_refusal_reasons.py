@@ -13,7 +13,7 @@ from onnx import TensorProto, helper
 
 from cosyedge.artifacts import StreamContract
 from cosyedge.errors import UsageError
-from tests.cli_errors import refused
+from tests.helpers.cli_errors import refused
 
 torch = pytest.importorskip("torch")
 
@@ -42,7 +42,7 @@ def test_a_lengths_input_feeding_a_padding_mask_is_refused_for_the_length_it_nee
     """WeNet's ``forward(xs, xs_lens)`` with ``~make_pad_mask(xs_lens)``: exit 2, one line saying that 'lengths' is a
     length per sequence feeding a padding mask and that a stream has no total length, with both fixes (no lengths
     input, or lengths from x.shape[1]); not the old 'has no symbolic axis ... give --time-axis lengths=AXIS'."""
-    import tests.models_attention as M
+    import tests.helpers.models_attention as M
 
     _, _, ax, _ = M.MODELS["wenet_lengths"]
     src = M.export(M.build("wenet_lengths"), tmp_path / "lengths.onnx", M.example_input(ax, lengths=True),
@@ -60,7 +60,7 @@ def test_a_lengths_input_feeding_a_padding_mask_is_refused_for_the_length_it_nee
 def test_the_lengths_model_exported_with_lengths_from_the_shape_streams(dynamo, tmp_path, cli):
     """The fix the refusal above names: :class:`WenetShapeLengths` (lengths = x.shape[1], the padding mask all True)
     streams; OrtStreamSession at 8 frames per push equals its full graph (1e-4) after the contract's delay."""
-    import tests.models_attention as M
+    import tests.helpers.models_attention as M
     from cosyedge.runtime.ort import OrtStreamSession
 
     _, _, ax, _ = M.MODELS["wenet_lengths"]

@@ -16,7 +16,7 @@ import re
 
 import pytest
 
-from tests.cli_errors import refused
+from tests.helpers.cli_errors import refused
 
 torch = pytest.importorskip("torch")
 
@@ -25,7 +25,7 @@ MAX_LEN = 600  # frames whose relative positions the table holds
 
 @pytest.fixture(scope="module")
 def rel_table_model(tmp_path_factory):
-    from tests import models_attention as M
+    from tests.helpers import models_attention as M
 
     model = M.build("cosyvoice_chunk_unlimited", pos="rel_espnet", num_blocks=1)
     model.pos_enc = M.EspnetRelPositionalEncoding(32, max_len=MAX_LEN)

@@ -1,7 +1,7 @@
 """Relative-position attention with Transformer-XL's ``rel_shift`` streams under a bounded mask, proved
 (``cosyedge/surgery/rules/relative.py``).
 
-Models (``tests/models_attention.py``, rebuilt from upstream, seeded random weights): NeMo's FastConformer encoder
+Models (``tests/helpers/models_attention.py``, rebuilt from upstream, seeded random weights): NeMo's FastConformer encoder
 (``RelPositionMultiHeadAttention``, ``RelPositionalEncoding``; ``nemo/collections/asr/parts/submodules/
 multi_head_attention.py``, ``modules/conformer_encoder.py``) with ``att_context_style`` ``regular`` ([16, 0]: a
 17-frame causal window) and ``chunked_limited`` ([8, 3]: chunks of 4 frames, 2 left chunks), without and with its
@@ -33,7 +33,7 @@ F = torch.nn.functional
 
 from cosyedge.errors import AccuracyError, UsageError  # noqa: E402
 from cosyedge.surgery import streamify  # noqa: E402
-from tests import models_attention as M  # noqa: E402
+from tests.helpers import models_attention as M  # noqa: E402
 
 RTOL = 1e-5  # max |stream - full| / max |full|
 CONTEXT = {"regular": ((16, 0), 1), "chunked_limited": ((8, 3), 4)}  # att_context_size, chunk frames
@@ -41,7 +41,7 @@ CONTEXT = {"regular": ((16, 0), 1), "chunked_limited": ((8, 3), 4)}  # att_conte
 
 def _nemo(style: str, subsampling: str | None = None, factor: int = 8, causal: bool = True, context=None):
     """NemoFastConformer (rel_pos) with ``style``'s context (or ``context``), seeded and randomized as
-    :func:`tests.models_attention.build`."""
+    :func:`tests.helpers.models_attention.build`."""
     torch.manual_seed(0)
     m = M.NemoFastConformer(att_context_size=context or CONTEXT[style][0], att_context_style=style,
                             subsampling=subsampling, subsampling_factor=factor, causal_downsampling=causal)
@@ -49,7 +49,7 @@ def _nemo(style: str, subsampling: str | None = None, factor: int = 8, causal: b
 
 
 def _export(model, path, dynamo: bool, time_axis: int, batch: str, t: int = 256):
-    """Export ``model`` with a dynamic time axis; ``batch`` ``"N"`` (symbolic: :func:`tests.models_attention.export`)
+    """Export ``model`` with a dynamic time axis; ``batch`` ``"N"`` (symbolic: :func:`tests.helpers.models_attention.export`)
     or ``"1"`` (fixed: only the time axis dynamic, as most streaming exports)."""
     if batch == "N":
         return M.export(model, path, M.example_input(time_axis, t=t), dynamo=dynamo, time_axis=time_axis)
@@ -320,7 +320,7 @@ def test_rel_pos_stream_builds_in_fp16_and_int8_and_compares(enhancer, precision
 def test_streampool_keeps_rel_pos_caches_per_stream(enhancer):
     """StreamPool: streams joining at different ticks (one reusing a freed slot) share batches and each equals its
     solo run."""
-    from tests.streams import session_outputs, staggered_pool_outputs
+    from tests.helpers.streams import session_outputs, staggered_pool_outputs
 
     n = 50
     rng = np.random.default_rng(7)

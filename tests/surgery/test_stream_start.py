@@ -4,7 +4,7 @@ exactly, with both exporters, symbolic and fixed batch; left reflect pads are re
 Each model is exported like a user would (TorchScript ``dynamo=False`` with ``dynamic_axes``, ``dynamo=True`` with
 ``dynamic_shapes``; batch symbolic or fixed at 1), streamified (its own proof runs), and streamed again independently
 with :class:`~cosyedge.runtime.ort.OrtStreamSession` at several chunk lengths, one frame included
-(:func:`tests.streams.chunked_equals_full`).
+(:func:`tests.helpers.streams.chunked_equals_full`).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pytest
 
 from cosyedge.errors import UsageError
 from cosyedge.surgery import streamify
-from tests.streams import chunked_equals_full
+from tests.helpers.streams import chunked_equals_full
 
 torch = pytest.importorskip("torch")
 nn = torch.nn

@@ -14,7 +14,7 @@ from onnx import TensorProto, helper, numpy_helper
 from cosyedge.artifacts import StreamContract
 from cosyedge.errors import ArtifactError, UsageError
 from cosyedge.surgery import streamify
-from tests.cli_errors import one_error_line
+from tests.helpers.cli_errors import one_error_line
 
 ATOL = 1e-5
 
@@ -62,7 +62,7 @@ SR = {"sample_rate_hz": 8000, "hop_samples": 1}
 def test_hand_built_both_forms_stream_exactly(tmp_path):
     import onnxruntime as ort
 
-    from tests.streams import run_streaming
+    from tests.helpers.streams import run_streaming
 
     x = np.random.default_rng(3).standard_normal((2, 1, 60)).astype(np.float32)
     for form, kwargs in {"conv_pads": dict(conv_pads=(4, 0), dilation=2),
@@ -84,7 +84,7 @@ def test_hand_built_both_forms_stream_exactly(tmp_path):
 def _full_and_stream(src, out, x, chunk, contract):
     import onnxruntime as ort
 
-    from tests.streams import run_streaming
+    from tests.helpers.streams import run_streaming
 
     full = ort.InferenceSession(str(src), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     return full, run_streaming(out, contract, x, chunk)

@@ -10,7 +10,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from cosyedge.cli.main import main
-from tests.cli_errors import one_error_line
+from tests.helpers.cli_errors import one_error_line
 from tests.helpers.graphs import conv_onnx
 
 

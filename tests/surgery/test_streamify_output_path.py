@@ -6,7 +6,7 @@ from __future__ import annotations
 import onnx
 
 from cosyedge.cli.main import main
-from tests.cli_errors import one_error_line
+from tests.helpers.cli_errors import one_error_line
 from tests.helpers.files import sha256
 from tests.helpers.graphs import conv_onnx
 

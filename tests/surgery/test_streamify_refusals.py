@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 from torch import nn
-from tests.cli_errors import refused
+from tests.helpers.cli_errors import refused
 
 
 class _Log(nn.Module):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import onnx
 import pytest
 from onnx import TensorProto, helper
-from tests.cli_errors import refused
+from tests.helpers.cli_errors import refused
 
 
 def _audio_and(tmp_path, shape):

@@ -14,7 +14,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from tests.cli_errors import refused
+from tests.helpers.cli_errors import refused
 
 
 def _fixed_waveform_conv(path: Path, length: int = 16000) -> Path:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests import models
+from tests.helpers import models
 from tests.trt import fakes
 
 HOP = 4

@@ -256,7 +256,7 @@ def test_smoke_test_catches_non_finite_output(fake10, tmp_path):
     """A model that gives -inf for a zero chunk (Log after the FIR) never becomes an engine folder."""
     from onnx import helper
 
-    from tests import models
+    from tests.helpers import models
 
     path = models.make_fir_model(tmp_path / "log.onnx", hop=HOP, name="logm")
     model = onnx.load(str(path))

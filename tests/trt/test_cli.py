@@ -14,8 +14,8 @@ import soundfile as sf
 
 from cosyedge._lazy import has_module
 from cosyedge.builders import trt as bt
-from tests import models
-from tests.cli_errors import refused
+from tests.helpers import models
+from tests.helpers.cli_errors import refused
 from tests.scripts import load_script
 from tests.trt import fakes
 

@@ -10,7 +10,7 @@ import pytest
 
 from cosyedge.builders import trt as bt
 from cosyedge.builders.cache import load_or_rebuild
-from tests import models
+from tests.helpers import models
 from tests.trt.conftest import HOP
 
 

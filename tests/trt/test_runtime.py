@@ -15,7 +15,7 @@ from cosyedge.builders.cache import load_or_rebuild
 from cosyedge.errors import ArtifactError, DependencyError, UsageError
 from cosyedge.runtime.stream import stream_array
 from cosyedge.runtime.trt import missing_stack_message
-from tests import models
+from tests.helpers import models
 from tests.trt import fakes
 from tests.trt.conftest import HOP
 

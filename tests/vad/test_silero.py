@@ -13,7 +13,7 @@ import pytest
 import soundfile as sf
 
 from cosyedge.vad.segments import speech_timestamps_from_probs
-from tests.cli_errors import refused
+from tests.helpers.cli_errors import refused
 
 DEMO = Path(__file__).resolve().parents[2] / "cosyedge" / "assets" / "demo"
 RECORDINGS = ("clean", "noisy")

@@ -1,5 +1,5 @@
 """Real attention architectures, rebuilt from their upstream code with seeded random weights, both
-exporters (models and upstream commits: ``tests/models_attention.py``).
+exporters (models and upstream commits: ``tests/helpers/models_attention.py``).
 
 1. The models themselves (no streamify): each export runs in ONNX Runtime at two lengths and equals PyTorch within
    1e-5; the (model, exporter) pairs that do not export are pinned (so a torch upgrade that fixes them is noticed);
@@ -32,7 +32,7 @@ torch = pytest.importorskip("torch")
 
 from cosyedge.errors import UsageError  # noqa: E402
 from cosyedge.surgery import streamify  # noqa: E402
-from tests import models_attention as M  # noqa: E402
+from tests.helpers import models_attention as M  # noqa: E402
 from tests.helpers.streaming import stream_frames
 
 ATOL = 1e-4

@@ -92,7 +92,7 @@ MODELS = {"sin_pe": (SinPE, True), "table_slice": (lambda: TablePE("slice"), Tru
 
 
 def _export(model, path, feat, dynamo):
-    from tests.models_attention import export
+    from tests.helpers.models_attention import export
 
     return export(model, path, (torch.zeros(1, 64, 16) if feat else torch.zeros(1, 1, 64),), dynamo, 1 if feat else 2)
 

@@ -23,7 +23,7 @@ import onnxruntime as ort
 import pytest
 
 from cosyedge.surgery import streamify
-from tests.streams import feature_frames_streamed
+from tests.helpers.streams import feature_frames_streamed
 
 torch = pytest.importorskip("torch")
 nn = torch.nn
@@ -174,7 +174,7 @@ MODELS = {"rope_ntc": (RopeNTC, 1, 0), "rope_heads": (RopeHeads, 1, 0), "rope_hf
 
 
 def _export(model, path, ax, dynamo):
-    from tests.models_attention import export
+    from tests.helpers.models_attention import export
 
     return export(model, path, (torch.zeros(1, 64, D) if ax == 1 else torch.zeros(1, D, 64),), dynamo, ax)
 

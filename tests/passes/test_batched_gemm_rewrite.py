@@ -13,9 +13,9 @@ from onnx import TensorProto, helper, numpy_helper
 
 from cosyedge.passes.batch_gemm import batch_rewrite
 from cosyedge.runtime.pool import StreamPool
-from tests import models
+from tests.helpers import models
 from tests.runtime.test_pool import _inputs, _solo
-from tests.streams import pool_outputs, session_outputs
+from tests.helpers.streams import pool_outputs, session_outputs
 
 ROOT = Path(__file__).resolve().parents[2]
 REFERENCE = ROOT / "cosyedge" / "models" / "reference.stream.onnx"
