@@ -26,6 +26,8 @@ PASSES = {p.name: p for p in (
     Pass("einsum_matmul", ("Einsum",), True, "one-frame grouped-linear Einsum as a batched MatMul"),
     Pass("gru_cell", ("GRU",), True, "one-step GRU as its cell (two MatMuls)"),
     Pass("batch_gemm", ("Conv", "MatMul"), False, "one-frame Conv / matrix-vector MatMul as one GEMM per batch"),
+    Pass("batch_streams", ("Scan",), False, "a Scan running a batch-1 body once per stream as one batched body "
+         "(proved on real speech)"),
     Pass("dqmm_per_row", ("DynamicQuantizeMatMul",), False, "DynamicQuantizeMatMul quantized per row (per stream)",
          optional=False),
 )}
@@ -39,9 +41,10 @@ SESSION_OPTIONAL = ("gru_cell",)
 """tuple[str, ...]: session passes applied only when named (``gru_cell``: in FP32 about 3 % slower per hop on
 DeepFilterNet3 than ONNX Runtime's GRU kernel)."""
 
-POOL_PASSES = ("dft_fft", "einsum_matmul", "batch_gemm", "dqmm_per_row")
-"""tuple[str, ...]: the passes a StreamPool of more than one stream applies, in order: the two batch-free session
-passes (CPU provider; ``conv_sum`` is left out: ``batch_gemm`` turns the same one-frame convs into GEMMs), then
+POOL_PASSES = ("batch_streams", "dft_fft", "einsum_matmul", "batch_gemm", "dqmm_per_row")
+"""tuple[str, ...]: the passes a StreamPool of more than one stream applies, in order: ``batch_streams`` (a batch-1
+graph adopted as a Scan over streams runs all streams in one batched body, proved against the Scan; its
+``batch_rewrite`` switch), the two batch-free session passes (CPU provider; ``conv_sum`` is left out: ``batch_gemm`` turns the same one-frame convs into GEMMs), then
 ``batch_gemm`` (its ``batch_rewrite`` switch), then ``dqmm_per_row`` (always: correctness)."""
 
 MATMUL_FORM_PASSES = ("batch_gemm", "gru_cell")

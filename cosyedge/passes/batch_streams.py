@@ -1,0 +1,678 @@
+"""Pass ``batch_streams``: a Scan that runs a batch-1 body once per stream becomes one batched run of that body.
+
+A graph exported for batch 1 only (constant Reshape shapes with the batch baked in, the batch folded into another
+axis: GTCRN's ``inter_cache`` holds ``batch * 33`` sub-bands on one axis) is adopted as a ``Scan`` over axis 0 of
+every streamed input and state (:mod:`cosyedge.surgery.adopt.streams`): each stream runs alone, no GEMM sees more
+than one row. This pass finds such a *map* Scan (every input scanned on axis 0, every output stacked on axis 0, no
+loop-carried value, a body without further subgraphs) and writes its body once for any number of streams ``B``:
+
+* **A batch fact per tensor** (as tract's ``StreamInfo`` carries a stream axis per tensor): ``axis`` = the dim
+  that holds the batch, *outermost*: at batch ``B`` that dim has ``B * k`` entries (``k`` its size at batch 1),
+  entry ``b * k + j`` being stream ``b``'s entry ``j``. ``k`` = 1 is a plain batch axis, ``k`` > 1 a folded
+  one (``batch * 33``). ``None``: the tensor is the same for every stream (weights, constants). A scanned input
+  ``x`` (one stream's slice) starts folded into its axis 0.
+* **A rule per op kind** reads the facts of a node's inputs, asks for the batch where the op needs it, rewrites
+  what depends on it and sets the facts of its outputs: elementwise ops broadcast (the batch where every
+  stream-independent operand has size 1); a constant-shape ``Reshape`` gets ``-1`` on axis 0 with the batch
+  outermost of everything (its batch-1 output shape otherwise); ``Conv``/``ConvTranspose``/``BatchNormalization``
+  take it on axis 0, ``GRU``/``LSTM``/``RNN`` on their batch axis (so the sub-band GRU runs ``B * 33`` rows, as the
+  original model does at batch ``B``) with an all-zero constant initial state dropped (its default);
+  ``Gather``/``Slice``/``Pad``/``Concat``/``Squeeze``/reductions keep it off the axes they touch; a ``ScatterND``
+  whose constant indices address the batch axis (index 0 throughout) scatters with the batch moved last.
+* **Adapters** move the batch between axes when a rule asks for it elsewhere: one ``Reshape`` when only size-1
+  dims lie between the two places, else ``Reshape`` (split ``B``) -> ``Transpose`` -> ``Reshape`` (merge).
+
+Anything it cannot prove batch-independent is refused in one line naming the node and the reason (an op without
+a rule, a Reshape to a computed shape, a per-stream tensor joined with a constant one, ``Shape`` of a per-stream
+tensor, a ScatterND whose indices differ per stream...). The rewritten model is then **proved** before it is
+returned: :data:`PROOF_STREAMS` streams of real speech (the bundled demo recording, each from another offset and
+gain) are streamed hop by hop for :data:`PROOF_HOPS` hops through the stored model (the Scan: each stream alone)
+and through the rewritten one (one batched run), states carried; every output and state of every stream must
+be bit-identical or at least :data:`MIN_PROOF_SNR_DB` dB from the Scan's. A refusal or a failed proof raises
+(ArtifactError): :func:`cosyedge.passes.base.apply_passes` says it in one warning line and the stored graph (the
+Scan over streams) runs.
+
+Applied by :class:`~cosyedge.runtime.pool.StreamPool` with more than one stream and ``batch_rewrite``
+(:data:`cosyedge.passes.POOL_PASSES`, any provider), hence by ``cosyedge serve`` and the Triton Python backend.
+
+Source: ONNX operator specs (onnx.ai/onnx/operators: Scan, Reshape, ScatterND, GRU); the per-tensor stream fact and
+per-op rules after sonos/tract ``pulse/src/fact.rs`` and ``pulse/src/ops/`` (design only).
+"""
+
+from __future__ import annotations
+
+import collections
+from typing import Any
+
+import numpy as np
+
+from cosyedge._lazy import lazy_import
+from cosyedge.errors import ArtifactError
+from cosyedge.passes.edit import DEFAULT_DOMAINS, copy_model, node_attrs, opset
+
+onnx = lazy_import("onnx")
+
+PROOF_STREAMS = 3
+"""int: streams the proof runs at once (batch 3 against each stream alone in the Scan)."""
+PROOF_HOPS = 48
+"""int: hops of real speech the proof streams (GTCRN: 0.77 s)."""
+MIN_PROOF_SNR_DB = 120.0
+"""float: every output and state of every stream must be this close to the Scan's (or bit-identical)."""
+
+ELEMENTWISE = frozenset({
+    "Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Sum", "Mean", "PRelu", "Where", "Equal", "Greater", "Less",
+    "GreaterOrEqual", "LessOrEqual", "And", "Or", "Not", "Xor", "Mod",
+    "Identity", "Neg", "Abs", "Exp", "Log", "Sqrt", "Reciprocal", "Sigmoid", "Tanh", "Relu", "LeakyRelu", "Elu",
+    "Selu", "Softplus", "Softsign", "HardSigmoid", "HardSwish", "Erf", "Gelu", "Floor", "Ceil", "Round", "Sign",
+    "Sin", "Cos", "Clip", "Cast", "Dropout", "IsNaN", "IsInf",
+})
+"""frozenset[str]: ops applied element by element with numpy broadcasting (every input, outputs the same shape)."""
+REDUCE = frozenset({"ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
+                    "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp"})
+RECURRENT = frozenset({"GRU", "LSTM", "RNN"})
+
+
+class Refused(ArtifactError):
+    """The body cannot be batched (the message says which node and why)."""
+
+
+def _map_scans(graph: Any) -> list[tuple[Any, Any]]:
+    """[(parent GraphProto, Scan NodeProto)] of every map Scan in ``graph`` and the bodies under it."""
+    found = []
+    for n in graph.node:
+        if n.op_type != "Scan" or n.domain not in DEFAULT_DOMAINS:
+            continue
+        a = node_attrs(n)
+        body = a["body"]
+        nested = any(at.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+                     for m in body.node for at in m.attribute)
+        if nested:
+            found += _map_scans(body)
+            continue
+        k = int(a["num_scan_inputs"])
+        if (k == len(n.input) and not any(a.get("scan_input_axes") or []) and not any(a.get("scan_output_axes") or [])
+                and not any(a.get("scan_input_directions") or []) and not any(a.get("scan_output_directions") or [])):
+            found.append((graph, n))
+    return found
+
+
+class _Batcher:
+    """The batched body being written: facts, batch-1 shapes, constants, new nodes."""
+
+    def __init__(self, body: Any, shapes: dict[str, tuple], prefix: str, version: int):
+        self.body, self.shapes, self.prefix, self.version = body, shapes, prefix, version
+        self.consts = {t.name: onnx.numpy_helper.to_array(t) for t in body.initializer}
+        self.fact: dict[str, int | None] = {t.name: None for t in body.initializer}
+        self.nodes: list = []
+        self.inits: list = []
+        self._adapted: dict[tuple[str, int], str] = {}
+        self._n = 0
+        self.counts = collections.Counter()
+
+    # ------------------------------------------------------------------ helpers
+    def new(self, what: str) -> str:
+        self._n += 1
+        return f"{self.prefix}{what}_{self._n}"
+
+    def const(self, what: str, a: np.ndarray) -> str:
+        name = self.new(what)
+        self.inits.append(onnx.numpy_helper.from_array(np.ascontiguousarray(a), name))
+        return name
+
+    def emit(self, op: str, inputs: list[str], out: str | None = None, **attrs) -> str:
+        out = out or self.new(op.lower())
+        self.nodes.append(onnx.helper.make_node(op, inputs, [out], name=self.new(op), **attrs))
+        return out
+
+    def shape(self, name: str, node: Any) -> tuple:
+        s = self.shapes.get(name)
+        if s is None:
+            raise Refused(f"node '{node.name}' ({node.op_type}): the batch-1 shape of '{name}' is not known")
+        return s
+
+    def value(self, name: str, node: Any, what: str) -> np.ndarray:
+        if name not in self.consts:
+            raise Refused(f"node '{node.name}' ({node.op_type}): its {what} '{name}' is computed at run time, so "
+                          f"it cannot be proved the same for every stream")
+        return self.consts[name]
+
+    def need(self, name: str, axis: int) -> str:
+        """``name`` with its batch on ``axis`` (outermost there): itself, or an adapter's output."""
+        a = self.fact[name]
+        if a == axis:
+            return name
+        key = (name, axis)
+        if key in self._adapted:
+            return self._adapted[key]
+        s = list(self.shapes[name])
+        crossed = s[min(a, axis):max(a, axis)]
+        target = list(s)
+        target[axis] = -1
+        if all(d == 1 for d in crossed):  # only size-1 dims in between: the same memory, one Reshape
+            out = self.emit("Reshape", [name, self.const("shape", np.array(target, np.int64))])
+        else:
+            split = s[:a] + [-1] + s[a:]
+            x = self.emit("Reshape", [name, self.const("shape", np.array(split, np.int64))])
+            order = [i for i in range(len(s) + 1) if i != a]
+            order.insert(axis, a)
+            x = self.emit("Transpose", [x], perm=order)
+            out = self.emit("Reshape", [x, self.const("shape", np.array(target, np.int64))])
+            self.counts["batch_moved"] += 1
+        self.shapes[out] = tuple(s)
+        self.fact[out] = axis
+        self._adapted[key] = out
+        return out
+
+    def free_axis(self, name: str, avoid: set[int]) -> int:
+        """An axis of ``name`` outside ``avoid`` to hold the batch: its current one when free, else a size-1 one,
+        else the first free one."""
+        s = self.shapes[name]
+        a = self.fact[name]
+        if a not in avoid:
+            return a
+        free = [i for i in range(len(s)) if i not in avoid]
+        if not free:
+            raise Refused(f"'{name}': every axis is touched by the op, none can hold the batch")
+        return next((i for i in free if s[i] == 1), free[0])
+
+    def axes_of(self, node: Any, index: int, attr: str) -> list[int] | None:
+        """A node's axes list: its input ``index`` (a constant) or its attribute ``attr``; None when absent."""
+        if len(node.input) > index and node.input[index]:
+            return [int(v) for v in np.asarray(self.value(node.input[index], node, "axes")).reshape(-1)]
+        a = node_attrs(node).get(attr)
+        return None if a is None else [int(v) for v in a]
+
+    # ------------------------------------------------------------------ the walk
+    def run(self, inputs: list[str]) -> None:
+        for name in inputs:
+            self.fact[name] = 0
+        for node in self.body.node:
+            if node.op_type == "Constant":
+                self.nodes.append(node)
+                t = next((a.t for a in node.attribute if a.name == "value"), None)
+                if t is not None:
+                    self.consts[node.output[0]] = onnx.numpy_helper.to_array(t)
+                for o in node.output:
+                    self.fact[o] = None
+                continue
+            for i in node.input:
+                if i and i not in self.fact:
+                    raise Refused(f"node '{node.name}' ({node.op_type}) reads '{i}' from outside its body")
+            if not any(self.fact.get(i) is not None for i in node.input if i):
+                self.nodes.append(node)  # the same for every stream
+                for o in node.output:
+                    self.fact[o] = None
+                continue
+            rule = RULES.get(node.op_type) if node.domain in DEFAULT_DOMAINS else None
+            if node.op_type in ELEMENTWISE and node.domain in DEFAULT_DOMAINS:
+                rule = _elementwise
+            if rule is None:
+                raise Refused(f"node '{node.name}' ({node.op_type}) has no batching rule")
+            rule(self, node)
+            self.counts["nodes"] += 1
+
+
+def _copy(node: Any, inputs: list[str]) -> Any:
+    n = onnx.NodeProto()
+    n.CopyFrom(node)
+    del n.input[:]
+    n.input.extend(inputs)
+    return n
+
+
+def _elementwise(b: _Batcher, node: Any) -> None:
+    ins = [i for i in node.input]
+    out_s = b.shape(node.output[0], node)
+    rank = len(out_s)
+    shapes = {i: b.shape(i, node) for i in ins if i}
+
+    def fits(c: int) -> bool:
+        for i in ins:
+            if not i:
+                continue
+            s = shapes[i]
+            ci = c - (rank - len(s))
+            if b.fact[i] is None:
+                if ci >= 0 and s[ci] != 1:
+                    return False
+            elif ci < 0 or s[ci] != out_s[c]:
+                return False
+        return True
+
+    first = next(i for i in ins if i and b.fact[i] is not None)
+    natural = b.fact[first] + rank - len(shapes[first])
+    c = next((c for c in [natural] + list(range(rank)) if fits(c)), None)
+    if c is None:
+        raise Refused(f"node '{node.name}' ({node.op_type}): a stream-independent operand spans every axis the "
+                      f"batch could take (shapes {[list(shapes[i]) for i in ins if i]})")
+    new = [b.need(i, c - (rank - len(shapes[i]))) if i and b.fact[i] is not None else i for i in ins]
+    b.nodes.append(_copy(node, new))
+    for o in node.output:
+        b.fact[o] = c
+
+
+def _batch_norm(b: _Batcher, node: Any) -> None:
+    if any(b.fact.get(i) is not None for i in node.input[1:] if i) or len([o for o in node.output if o]) > 1:
+        raise Refused(f"node '{node.name}' (BatchNormalization): per-stream statistics or training outputs")
+    b.nodes.append(_copy(node, [b.need(node.input[0], 0)] + list(node.input[1:])))
+    b.fact[node.output[0]] = 0
+
+
+def _conv(b: _Batcher, node: Any) -> None:
+    if any(b.fact.get(i) is not None for i in node.input[1:] if i):
+        raise Refused(f"node '{node.name}' ({node.op_type}): its weight differs per stream")
+    b.nodes.append(_copy(node, [b.need(node.input[0], 0)] + list(node.input[1:])))
+    b.fact[node.output[0]] = 0
+
+
+def _reshape(b: _Batcher, node: Any) -> None:
+    if b.fact.get(node.input[1]) is not None:
+        raise Refused(f"node '{node.name}' (Reshape): its shape is per stream")
+    b.value(node.input[1], node, "shape")
+    x = node.input[0]
+    s_in, s_out = b.shape(x, node), b.shape(node.output[0], node)
+    if not s_out or 0 in s_out or 0 in s_in:
+        raise Refused(f"node '{node.name}' (Reshape): a scalar or empty output {list(s_out)} cannot hold the batch")
+    a = b.fact[x]
+    if not all(d == 1 for d in s_in[:a]):  # the batch must be outermost of the whole tensor
+        x = b.need(x, 0)
+    shape = b.const("shape", np.array([-1, *s_out[1:]], np.int64))
+    b.nodes.append(_copy(node, [x, shape]))
+    b.fact[node.output[0]] = 0
+    b.counts["reshape"] += 1
+
+
+def _transpose(b: _Batcher, node: Any) -> None:
+    rank = len(b.shape(node.input[0], node))
+    perm = node_attrs(node).get("perm") or list(range(rank))[::-1]
+    b.nodes.append(node)
+    b.fact[node.output[0]] = list(perm).index(b.fact[node.input[0]])
+
+
+def _unsqueeze(b: _Batcher, node: Any) -> None:
+    axes = b.axes_of(node, 1, "axes")
+    r_out = len(b.shape(node.output[0], node))
+    axes = sorted(a % r_out for a in axes)
+    kept = [i for i in range(r_out) if i not in axes]
+    b.nodes.append(node)
+    b.fact[node.output[0]] = kept[b.fact[node.input[0]]]
+
+
+def _squeeze(b: _Batcher, node: Any) -> None:
+    x = node.input[0]
+    s = b.shape(x, node)
+    axes = b.axes_of(node, 1, "axes")
+    axes = sorted(a % len(s) for a in axes) if axes is not None else [i for i, d in enumerate(s) if d == 1]
+    c = b.free_axis(x, set(axes))
+    x = b.need(x, c)
+    if b.version >= 13:
+        b.emit("Squeeze", [x, b.const("axes", np.array(axes, np.int64))], out=node.output[0])
+    else:
+        b.emit("Squeeze", [x], out=node.output[0], axes=axes)
+    b.fact[node.output[0]] = c - sum(a < c for a in axes)
+
+
+def _slice(b: _Batcher, node: Any) -> None:
+    x = node.input[0]
+    s = b.shape(x, node)
+    if b.version >= 10:
+        for i in node.input[1:]:
+            if i and b.fact.get(i) is not None:
+                raise Refused(f"node '{node.name}' (Slice): its bounds are per stream")
+        starts = b.value(node.input[1], node, "starts")
+        axes = b.axes_of(node, 3, "axes")
+        axes = axes if axes is not None else list(range(len(np.asarray(starts).reshape(-1))))
+    else:
+        axes = node_attrs(node).get("axes") or list(range(len(node_attrs(node)["starts"])))
+    c = b.free_axis(x, {a % len(s) for a in axes})
+    b.nodes.append(_copy(node, [b.need(x, c)] + list(node.input[1:])))
+    b.fact[node.output[0]] = c
+
+
+def _gather(b: _Batcher, node: Any) -> None:
+    x, idx = node.input[0], node.input[1]
+    if b.fact.get(idx) is not None:
+        raise Refused(f"node '{node.name}' (Gather): its indices are per stream")
+    s = b.shape(x, node)
+    g = int(node_attrs(node).get("axis", 0)) % len(s)
+    c = b.free_axis(x, {g})
+    idx_rank = len(b.shape(idx, node))
+    b.nodes.append(_copy(node, [b.need(x, c), idx]))
+    b.fact[node.output[0]] = c if c < g else c - 1 + idx_rank
+
+
+def _concat(b: _Batcher, node: Any) -> None:
+    ins = [i for i in node.input if i]
+    if any(b.fact[i] is None for i in ins):
+        raise Refused(f"node '{node.name}' (Concat) joins a per-stream tensor with a stream-independent one")
+    rank = len(b.shape(ins[0], node))
+    ax = int(node_attrs(node)["axis"]) % rank
+    c = b.free_axis(ins[0], {ax})
+    b.nodes.append(_copy(node, [b.need(i, c) for i in ins]))
+    b.fact[node.output[0]] = c
+
+
+def _pad(b: _Batcher, node: Any) -> None:
+    x = node.input[0]
+    s = b.shape(x, node)
+    if b.version >= 11:
+        if any(b.fact.get(i) is not None for i in node.input[1:] if i):
+            raise Refused(f"node '{node.name}' (Pad): its pads or value are per stream")
+        pads = [int(v) for v in np.asarray(b.value(node.input[1], node, "pads")).reshape(-1)]
+        axes = b.axes_of(node, 3, "axes") if len(node.input) > 3 else None
+    else:
+        pads, axes = list(node_attrs(node)["pads"]), None
+    axes = [a % len(s) for a in axes] if axes is not None else list(range(len(s)))
+    padded = {a for k, a in enumerate(axes) if pads[k] or pads[k + len(axes)]}
+    c = b.free_axis(x, padded)
+    b.nodes.append(_copy(node, [b.need(x, c)] + list(node.input[1:])))
+    b.fact[node.output[0]] = c
+
+
+def _reduce(b: _Batcher, node: Any) -> None:
+    x = node.input[0]
+    s = b.shape(x, node)
+    a = node_attrs(node)
+    from_input = node.op_type == "ReduceSum" and b.version >= 13 or b.version >= 18
+    axes = b.axes_of(node, 1, "axes") if from_input else a.get("axes")
+    if not axes:
+        raise Refused(f"node '{node.name}' ({node.op_type}) reduces every axis, the batch's too")
+    axes = sorted(v % len(s) for v in axes)
+    c = b.free_axis(x, set(axes))
+    b.nodes.append(_copy(node, [b.need(x, c)] + list(node.input[1:])))
+    b.fact[node.output[0]] = c if a.get("keepdims", 1) else c - sum(v < c for v in axes)
+
+
+def _matmul(b: _Batcher, node: Any) -> None:
+    a_name, w_name = node.input[0], node.input[1]
+    if b.fact[a_name] is None or b.fact.get(w_name) is not None:
+        raise Refused(f"node '{node.name}' (MatMul): only a per-stream left operand times a stream-independent "
+                      f"right one is batched")
+    sa, sw = b.shape(a_name, node), b.shape(w_name, node)
+    if len(sa) < 2:
+        raise Refused(f"node '{node.name}' (MatMul): a 1-D per-stream operand has no row axis for the batch")
+    rank = max(len(sa), len(sw))
+    avoid = {len(sa) - 1} | {i for i in range(len(sa) - 2) if (i + rank - len(sa)) - (rank - len(sw)) >= 0
+                             and sw[(i + rank - len(sa)) - (rank - len(sw))] != 1}
+    c = b.free_axis(a_name, avoid)
+    b.nodes.append(_copy(node, [b.need(a_name, c), w_name]))
+    b.fact[node.output[0]] = c + rank - len(sa)
+
+
+def _recurrent(b: _Batcher, node: Any) -> None:
+    a = node_attrs(node)
+    layout = int(a.get("layout", 0))
+    ins = list(node.input) + [""] * (8 - len(node.input))
+    if any(b.fact.get(i) is not None for i in ins[1:4] if i) or (ins[4] and ins[4] not in b.consts):
+        raise Refused(f"node '{node.name}' ({node.op_type}): per-stream weights or sequence lengths")
+    batch_x, batch_h = (0, 0) if layout else (1, 1)
+    if b.fact[ins[0]] is None:
+        raise Refused(f"node '{node.name}' ({node.op_type}): a stream-independent input with a per-stream state")
+    new = [b.need(ins[0], batch_x)] + ins[1:5]
+    for k in (5, 6):  # initial_h, initial_c
+        i = ins[k]
+        if not i or b.fact.get(i) is not None:
+            new.append(b.need(i, batch_h) if i else "")
+            continue
+        v = b.consts.get(i)
+        if v is None or np.any(v != 0):
+            raise Refused(f"node '{node.name}' ({node.op_type}): its initial state '{i}' is the same for every "
+                          f"stream and not all zeros (it would need repeating per stream)")
+        new.append("")  # all zeros: the op's default, at any batch
+    if ins[7] and b.fact.get(ins[7]) is not None:
+        raise Refused(f"node '{node.name}' (LSTM): per-stream peepholes")
+    new.append(ins[7])
+    while new and not new[-1]:
+        new.pop()
+    b.nodes.append(_copy(node, new))
+    outs = list(node.output)
+    if outs and outs[0]:
+        b.fact[outs[0]] = 0 if layout else 2
+    for o in outs[1:]:
+        if o:
+            b.fact[o] = 0 if layout else 1
+    b.counts["recurrent"] += 1
+
+
+def _scatter_nd(b: _Batcher, node: Any) -> None:
+    data, idx, upd = node.input[0], node.input[1], node.input[2]
+    if b.fact.get(idx) is not None:
+        raise Refused(f"node '{node.name}' (ScatterND): its indices are per stream")
+    if b.fact[data] is None or b.fact[upd] is None:
+        raise Refused(f"node '{node.name}' (ScatterND) writes stream-independent values into per-stream ones (or "
+                      f"the reverse)")
+    sd, si = b.shape(data, node), b.shape(idx, node)
+    k = si[-1]
+    qi = len(si) - 1
+    a = b.fact[data]
+    if a < k and len(sd) > k:  # move it off the addressed axes when the slices have one
+        a = b.free_axis(data, set(range(k)))
+        data = b.need(data, a)
+    if a >= k:  # the batch is inside the slices the indices address: update rows carry it at the same place
+        b.nodes.append(_copy(node, [data, idx, b.need(upd, qi + a - k)]))
+        b.fact[node.output[0]] = a
+        return
+    # the indices address the batch axis: they must write stream 0's place of a plain batch axis
+    indices = np.asarray(b.value(idx, node, "indices"))
+    if sd[a] != 1 or np.any(indices[..., a] != 0):
+        raise Refused(f"node '{node.name}' (ScatterND): its indices address the batch axis {a} (of {list(sd)}) with other "
+                      f"values than 0, so they would write one stream into another")
+    su = b.shape(upd, node)
+    u = next((i for i in range(qi) if si[i] == 1 and su[i] == 1), None)
+    if u is None:
+        raise Refused(f"node '{node.name}' (ScatterND): its updates have no size-1 index axis to carry the batch")
+    upd = b.need(upd, u)
+    rd, ru = len(sd), len(su)
+    to_last = [i for i in range(rd) if i != a] + [a]
+    dt = b.emit("Transpose", [data], perm=to_last)
+    ut = b.emit("Transpose", [upd], perm=[i for i in range(ru) if i != u] + [u])
+    new_idx = np.take(np.delete(indices, a, axis=-1), 0, axis=u)
+    y = b.emit("ScatterND", [dt, b.const("indices", new_idx.astype(np.int64)), ut],
+               **{k2: v for k2, v in node_attrs(node).items() if k2 == "reduction"})
+    b.emit("Transpose", [y], out=node.output[0], perm=[to_last.index(i) for i in range(rd)])
+    b.fact[node.output[0]] = a
+    b.counts["scatter_nd"] += 1
+
+
+RULES = {"BatchNormalization": _batch_norm, "Conv": _conv, "ConvTranspose": _conv, "Reshape": _reshape,
+         "Transpose": _transpose, "Unsqueeze": _unsqueeze, "Squeeze": _squeeze, "Slice": _slice, "Gather": _gather,
+         "Concat": _concat, "Pad": _pad, "MatMul": _matmul, "ScatterND": _scatter_nd,
+         **{op: _reduce for op in REDUCE}, **{op: _recurrent for op in RECURRENT}}
+"""dict[str, callable]: the rule of each op kind (:data:`ELEMENTWISE` ops share one); an op without a rule is refused."""
+
+
+def _body_shapes(body: Any, model: Any) -> dict[str, tuple]:
+    """Batch-1 shapes of every tensor of ``body`` (as its own model): ONNX inference, then one run on zeros."""
+    from cosyedge.passes.shapes import known_shapes
+
+    m = onnx.helper.make_model(body, opset_imports=list(model.opset_import))
+    m.ir_version = model.ir_version
+    names = [o for n in body.node for o in n.output if o]
+    dims = {}
+    for vi in body.input:
+        d = [x.dim_value if x.HasField("dim_value") else None for x in vi.type.tensor_type.shape.dim]
+        if None in d:
+            raise Refused(f"body input '{vi.name}' has no fixed batch-1 shape")
+        dims[vi.name] = d
+    shapes = known_shapes(m, names, dims)
+    shapes.update({k: tuple(v) for k, v in dims.items()})
+    for t in body.initializer:
+        shapes[t.name] = tuple(t.dims)
+    return shapes
+
+
+def batch_scan(parent: Any, scan: Any, model: Any) -> dict[str, int]:
+    """In place: replace the map ``scan`` (NodeProto in ``parent``, a GraphProto) by its body batched.
+
+    Raises:
+        Refused: a node of the body cannot be batched (named, with the reason).
+    """
+    body = node_attrs(scan)["body"]
+    prefix = f"{scan.name or 'scan'}/batched/"
+    shapes = _body_shapes(body, model)
+    # inline names: every body tensor gets the prefix (no clash with the enclosing scopes)
+    ren = {}
+    for t in body.initializer:
+        ren[t.name] = prefix + t.name
+    for n in body.node:
+        for o in n.output:
+            if o:
+                ren[o] = prefix + o
+    for vi in body.input:
+        ren[vi.name] = prefix + vi.name
+    b = _Batcher(_renamed(body, ren), {ren.get(k, k): v for k, v in shapes.items()}, prefix + "bs/",
+                 opset(model))
+    pre = []
+    for outer, vi in zip(scan.input, body.input):  # (B, *slice) -> slice with B folded into axis 0
+        s = shapes[vi.name]
+        if not s:
+            raise Refused(f"body input '{vi.name}' is a scalar per stream: no axis to hold the batch")
+        pre.append(onnx.helper.make_node("Reshape", [outer, b.const("shape", np.array([-1, *s[1:]], np.int64))],
+                                         [ren[vi.name]], name=b.new("unscan")))
+    b.run([ren[vi.name] for vi in body.input])
+    post = []
+    for outer, vo in zip(scan.output, body.output):
+        name = ren.get(vo.name, vo.name)
+        if b.fact.get(name) is None:
+            raise Refused(f"body output '{vo.name}' is the same for every stream (it would need repeating)")
+        s = b.shapes[name]
+        x = b.need(name, 0)
+        post.append(onnx.helper.make_node("Reshape", [x, b.const("shape", np.array([-1, *s], np.int64))], [outer],
+                                          name=b.new("rescan")))
+    new_nodes = pre + b.nodes + post
+    at = list(parent.node).index(scan)
+    nodes = list(parent.node)
+    nodes[at:at + 1] = new_nodes
+    del parent.node[:]
+    parent.node.extend(nodes)
+    parent.initializer.extend([_renamed_tensor(t, ren) for t in body.initializer] + b.inits)
+    return dict(b.counts)
+
+
+def _renamed(body: Any, ren: dict[str, str]) -> Any:
+    g = onnx.GraphProto()
+    g.CopyFrom(body)
+    for n in g.node:
+        for k, i in enumerate(n.input):
+            n.input[k] = ren.get(i, i)
+        for k, o in enumerate(n.output):
+            n.output[k] = ren.get(o, o)
+        n.name = ren.get(n.name, (body.name + "/" if body.name else "") + n.name)
+    for t in g.initializer:
+        t.name = ren.get(t.name, t.name)
+    return g
+
+
+def _renamed_tensor(t: Any, ren: dict[str, str]) -> Any:
+    c = onnx.TensorProto()
+    c.CopyFrom(t)
+    c.name = ren.get(t.name, t.name)
+    return c
+
+
+def batch_streams(model: Any) -> tuple[Any, dict[str, int]]:
+    """A copy of ``model`` with every map Scan (module docstring) replaced by its batched body, unproved.
+
+    Returns:
+        tuple[onnx.ModelProto, dict[str, int]]: the copy and counts: ``scan_batched`` (Scans replaced), ``nodes``
+        (body nodes given a batch), ``reshape`` (constant shapes rewritten), ``recurrent``, ``scatter_nd``,
+        ``batch_moved`` (adapters with a Transpose).
+    Raises:
+        Refused: a map Scan's body cannot be batched (which node, why).
+    """
+    out = copy_model(model)
+    counts = collections.Counter(scan_batched=0)
+    for parent, scan in _map_scans(out.graph):
+        counts.update(batch_scan(parent, scan, out))
+        counts["scan_batched"] += 1
+    return out, dict(counts)
+
+
+def prove(original: Any, rewritten: Any, streams: int = PROOF_STREAMS, hops: int = PROOF_HOPS) -> float:
+    """Stream ``streams`` streams of real speech through both models hop by hop (states carried) and compare.
+
+    Returns:
+        float: the lowest SNR (dB, 200 when bit-identical) of any output or state of any stream.
+    Raises:
+        ArtifactError: the model has no stream contract, or a stream of the rewritten model is further than
+            :data:`MIN_PROOF_SNR_DB` from the original's (named: which tensor, which stream, how far).
+    """
+    from cosyedge.artifacts import BATCH_DIM, StreamContract
+    from cosyedge.surgery import proof
+
+    c = StreamContract.from_onnx(original, where="the model")
+    if not c.is_streaming:
+        raise ArtifactError("the model has no stream contract to prove the batched body on")
+    speech = _speech(c.sample_rate_hz)
+    feeds_per_hop = []
+    for h in range(hops):
+        f = {}
+        for k, io in enumerate(c.stream_inputs):
+            shape = io.concrete_shape(streams, io.frames_per_hop)
+            per = int(np.prod(shape[1:]))
+            rows = []
+            for s in range(streams):
+                start = (h * per + s * 7919 + k * 1009) % max(1, speech.size - per)
+                rows.append((0.4 + 0.3 * s) * speech[start:start + per])
+            f[io.name] = np.stack(rows).reshape(shape).astype(io.dtype)
+        feeds_per_hop.append(f)
+    sessions = [proof.session(original), proof.session(rewritten)]
+    states = [{s.input: s.zeros(streams) for s in c.states} for _ in sessions]
+    out_names = [o.name for o in c.stream_outputs] + [s.output for s in c.states]
+    axes = {o.name: o.shape.index(BATCH_DIM) for o in c.stream_outputs}
+    axes.update({s.output: s.batch_axis for s in c.states})
+    err = {name: np.zeros((2, streams)) for name in out_names}  # (error energy, signal energy) per stream
+    for h in range(hops):
+        res = []
+        for k, sess in enumerate(sessions):
+            got = sess.run(out_names, {**feeds_per_hop[h], **states[k]})
+            res.append(dict(zip(out_names, got)))
+            states[k] = {s.input: res[k][s.output] for s in c.states}
+        for name in out_names:
+            ref, new = res[0][name], res[1][name]
+            if ref.shape != new.shape:
+                raise ArtifactError(f"batched body: '{name}' has shape {list(new.shape)}, the Scan's "
+                                    f"{list(ref.shape)}")
+            ref = np.moveaxis(ref, axes[name], 0).reshape(streams, -1).astype(np.float64)
+            new = np.moveaxis(new, axes[name], 0).reshape(streams, -1).astype(np.float64)
+            err[name][0] += ((new - ref) ** 2).sum(axis=1)
+            err[name][1] += (ref ** 2).sum(axis=1)
+    worst, where = 200.0, ""
+    for name, (e2, s2) in err.items():
+        for s in range(streams):
+            snr = 200.0 if e2[s] == 0 else min(200.0, 10 * np.log10(max(s2[s], 1e-300) / e2[s]))
+            if snr < worst:
+                worst, where = float(snr), f"'{name}' of stream {s}"
+    if worst < MIN_PROOF_SNR_DB:
+        raise ArtifactError(f"batched body differs from the Scan over streams on real speech: {where} is "
+                            f"{worst:.1f} dB from it over {hops} hops (< {MIN_PROOF_SNR_DB:g} dB)")
+    return worst
+
+
+def _speech(rate_hz: int) -> np.ndarray:
+    """float32 mono real speech at ``rate_hz``: the bundled demo recording (cosyedge/assets/demo/noisy.wav)."""
+    from pathlib import Path
+
+    from cosyedge.audio_read import load_audio, to_model_input
+
+    x, sr = load_audio(Path(__file__).resolve().parents[1] / "assets" / "demo" / "noisy.wav")
+    x = x.mean(axis=1) if x.ndim > 1 else x
+    return np.ascontiguousarray(to_model_input(x, sr, rate_hz), dtype=np.float32).reshape(-1)
+
+
+def run(model: Any, target: Any) -> tuple[Any, dict[str, int]]:
+    """The pass (:class:`cosyedge.passes.base.Pass`): :func:`batch_streams`, then :func:`prove` (a refusal or a
+    failed proof raises: the pool warns once and runs the stored Scan). ``target`` is not needed (batch-free)."""
+    if not _map_scans(model.graph):
+        return model, {"scan_batched": 0}
+    new, counts = batch_streams(model)
+    db = prove(model, new)
+    LAST_PROOF_DB.append(db)
+    return new, {**counts, "kept_proof_snr_db": int(db)}  # kept_*: recorded, not counted as replaced nodes
+
+
+LAST_PROOF_DB: list[float] = []
+"""list[float]: the SNR (dB) of each proof run in this process, in order (for benchmarks and tests)."""
+
+
+__all__ = ["MIN_PROOF_SNR_DB", "PROOF_HOPS", "PROOF_STREAMS", "Refused", "batch_streams", "prove", "run"]
