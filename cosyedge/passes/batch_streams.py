@@ -637,7 +637,7 @@ def prove(original: Any, rewritten: Any, streams: int = PROOF_STREAMS, hops: int
             new = np.moveaxis(new, axes[name], 0).reshape(streams, -1).astype(np.float64)
             err[name][0] += ((new - ref) ** 2).sum(axis=1)
             err[name][1] += (ref ** 2).sum(axis=1)
-    worst, where = 200.0, ""
+    worst, where = float("inf"), ""
     for name, (e2, s2) in err.items():
         for s in range(streams):
             snr = 200.0 if e2[s] == 0 else min(200.0, 10 * np.log10(max(s2[s], 1e-300) / e2[s]))
