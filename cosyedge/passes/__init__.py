@@ -28,6 +28,7 @@ PASSES = {p.name: p for p in (
     Pass("batch_gemm", ("Conv", "MatMul"), False, "one-frame Conv / matrix-vector MatMul as one GEMM per batch"),
     Pass("batch_streams", ("Scan",), False, "a Scan running a batch-1 body once per stream as one batched body "
          "(proved on real speech)"),
+    Pass("scan_once", ("Scan",), False, "a Scan that iterates once at the runtime's chunk as its body"),
     Pass("dqmm_per_row", ("DynamicQuantizeMatMul",), False, "DynamicQuantizeMatMul quantized per row (per stream)",
          optional=False),
 )}
@@ -41,11 +42,13 @@ SESSION_OPTIONAL = ("gru_cell",)
 """tuple[str, ...]: session passes applied only when named (``gru_cell``: in FP32 about 3 % slower per hop on
 DeepFilterNet3 than ONNX Runtime's GRU kernel)."""
 
-POOL_PASSES = ("batch_streams", "dft_fft", "einsum_matmul", "batch_gemm", "dqmm_per_row")
+POOL_PASSES = ("batch_streams", "dft_fft", "einsum_matmul", "batch_gemm", "dqmm_per_row", "scan_once")
 """tuple[str, ...]: the passes a StreamPool of more than one stream applies, in order: ``batch_streams`` (a batch-1
 graph adopted as a Scan over streams runs all streams in one batched body, proved against the Scan; its
 ``batch_rewrite`` switch), the two batch-free session passes (CPU provider; ``conv_sum`` is left out: ``batch_gemm`` turns the same one-frame convs into GEMMs), then
-``batch_gemm`` (its ``batch_rewrite`` switch), then ``dqmm_per_row`` (always: correctness)."""
+``batch_gemm`` (its ``batch_rewrite`` switch), then ``dqmm_per_row`` (always: correctness), then ``scan_once`` (an
+adopted model's Scan over the hops of a one-hop chunk as its body, value for value; last, so the passes before see
+the graph they were proved on)."""
 
 MATMUL_FORM_PASSES = ("batch_gemm", "gru_cell")
 """tuple[str, ...]: the passes the INT8 ``ort_matmul`` build writes into the model at one hop per call (with the bias

@@ -117,6 +117,7 @@ class _Batcher:
     def const(self, what: str, a: np.ndarray) -> str:
         name = self.new(what)
         self.inits.append(onnx.numpy_helper.from_array(np.ascontiguousarray(a), name))
+        self.consts[name], self.fact[name], self.shapes[name] = a, None, tuple(np.shape(a))
         return name
 
     def emit(self, op: str, inputs: list[str], out: str | None = None, **attrs) -> str:
@@ -203,13 +204,32 @@ class _Batcher:
                 for o in node.output:
                     self.fact[o] = None
                 continue
-            rule = RULES.get(node.op_type) if node.domain in DEFAULT_DOMAINS else None
-            if node.op_type in ELEMENTWISE and node.domain in DEFAULT_DOMAINS:
-                rule = _elementwise
-            if rule is None:
-                raise Refused(f"node '{node.name}' ({node.op_type}) has no batching rule")
-            rule(self, node)
+            self.apply(node)
             self.counts["nodes"] += 1
+
+    def apply(self, node: Any) -> None:
+        """Batch one node whose inputs have their facts (its rule appends the nodes and sets its outputs' facts)."""
+        rule = RULES.get(node.op_type) if node.domain in DEFAULT_DOMAINS else None
+        if node.op_type in ELEMENTWISE and node.domain in DEFAULT_DOMAINS:
+            rule = _elementwise
+        if rule is None:
+            raise Refused(f"node '{node.name}' ({node.op_type}) has no batching rule")
+        rule(self, node)
+
+    def split(self, name: str) -> str:
+        """``name`` (batch folded outermost into its axis ``a``) viewed with the batch as its own axis ``a`` and the
+        batch-1 dim after it (rank + 1; the same memory)."""
+        s, a = list(self.shapes[name]), self.fact[name]
+        return self.emit("Reshape", [name, self.const("shape", np.array(s[:a] + [-1] + s[a:], np.int64))])
+
+    def merge(self, x: str, out: str, axis: int) -> None:
+        """``out`` = ``x`` (the batch as its own axis ``axis``, the batch-1 dims of ``out`` after it) with the batch
+        folded outermost into ``out``'s axis ``axis``."""
+        t = list(self.shapes[out])
+        t[axis] = -1
+        self.emit("Reshape", [x, self.const("shape", np.array(t, np.int64))], out=out)
+        self.fact[out] = axis
+        self.counts["split_form"] += 1
 
 
 def _copy(node: Any, inputs: list[str]) -> Any:
@@ -324,7 +344,19 @@ def _slice(b: _Batcher, node: Any) -> None:
         axes = axes if axes is not None else list(range(len(np.asarray(starts).reshape(-1))))
     else:
         axes = node_attrs(node).get("axes") or list(range(len(node_attrs(node)["starts"])))
-    c = b.free_axis(x, {a % len(s) for a in axes})
+    axes = {v % len(s) for v in axes}
+    a = b.fact[x]
+    if a in axes and b.version >= 10 and len(b.shape(node.output[0], node)) == len(s):
+        # slicing the axis the batch is folded into: slice the batch-1 dim after the batch, in split form
+        ins = list(node.input) + [""] * (5 - len(node.input))
+        given = b.axes_of(node, 3, "axes")
+        n_axes = np.asarray(b.value(ins[1], node, "starts")).size
+        given = [v % len(s) for v in (given if given is not None else range(n_axes))]
+        new_axes = b.const("axes", np.array([v + (v >= a) for v in given], np.int64))
+        y = b.emit("Slice", [b.split(x), ins[1], ins[2], new_axes] + ([ins[4]] if ins[4] else []))
+        b.merge(y, node.output[0], a)
+        return
+    c = b.free_axis(x, axes)
     b.nodes.append(_copy(node, [b.need(x, c)] + list(node.input[1:])))
     b.fact[node.output[0]] = c
 
@@ -335,8 +367,13 @@ def _gather(b: _Batcher, node: Any) -> None:
         raise Refused(f"node '{node.name}' (Gather): its indices are per stream")
     s = b.shape(x, node)
     g = int(node_attrs(node).get("axis", 0)) % len(s)
-    c = b.free_axis(x, {g})
     idx_rank = len(b.shape(idx, node))
+    out_s = b.shape(node.output[0], node)
+    if b.fact[x] == g and len(out_s) > g:  # gather inside each stream's block of the folded axis: split form
+        y = b.emit("Gather", [b.split(x), idx], axis=g + 1)
+        b.merge(y, node.output[0], g)
+        return
+    c = b.free_axis(x, {g})
     b.nodes.append(_copy(node, [b.need(x, c), idx]))
     b.fact[node.output[0]] = c if c < g else c - 1 + idx_rank
 
@@ -347,6 +384,10 @@ def _concat(b: _Batcher, node: Any) -> None:
         raise Refused(f"node '{node.name}' (Concat) joins a per-stream tensor with a stream-independent one")
     rank = len(b.shape(ins[0], node))
     ax = int(node_attrs(node)["axis"]) % rank
+    if all(b.fact[i] == ax for i in ins):  # joining along the folded axis: join each stream's blocks
+        y = b.emit("Concat", [b.split(i) for i in ins], axis=ax + 1)
+        b.merge(y, node.output[0], ax)
+        return
     c = b.free_axis(ins[0], {ax})
     b.nodes.append(_copy(node, [b.need(i, c) for i in ins]))
     b.fact[node.output[0]] = c
@@ -444,6 +485,8 @@ def _scatter_nd(b: _Batcher, node: Any) -> None:
     sd, si = b.shape(data, node), b.shape(idx, node)
     k = si[-1]
     qi = len(si) - 1
+    if idx in b.consts and not node_attrs(node).get("reduction") and _scatter_box(b, node):
+        return
     a = b.fact[data]
     if a < k and len(sd) > k:  # move it off the addressed axes when the slices have one
         a = b.free_axis(data, set(range(k)))
@@ -472,6 +515,46 @@ def _scatter_nd(b: _Batcher, node: Any) -> None:
     b.emit("Transpose", [y], out=node.output[0], perm=[to_last.index(i) for i in range(rd)])
     b.fact[node.output[0]] = a
     b.counts["scatter_nd"] += 1
+
+
+def _scatter_box(b: _Batcher, node: Any) -> bool:
+    """A ScatterND whose constant indices enumerate a box (every index dim one axis of the data, in order, each a
+    contiguous range, all but one covering their axis) as Slice + Concat along that axis, batched by their rules.
+    False (nothing written) when the indices are not such a box."""
+    data, idx, upd = node.input[0], node.input[1], node.input[2]
+    sd = list(b.shape(data, node))
+    ind = np.asarray(b.consts[idx])
+    k = ind.shape[-1]
+    box = list(ind.shape[:-1])
+    lo = [int(v) for v in ind.reshape(-1, k)[0]] if ind.size else []
+    if not ind.size or len(box) != k:
+        return False
+    grid = np.stack(np.meshgrid(*[lo[j] + np.arange(box[j]) for j in range(k)], indexing="ij"), axis=-1)
+    if grid.shape != ind.shape or np.any(grid != ind) or any(lo[j] < 0 or lo[j] + box[j] > sd[j] for j in range(k)):
+        return False
+    partial = [j for j in range(k) if box[j] != sd[j]]
+    if len(partial) > 1:
+        return False
+    if not partial:  # the updates replace the whole tensor
+        out = node.output[0]
+        b.apply(onnx.helper.make_node("Identity", [upd], [out], name=b.new("scatter_all")))
+        b.counts["scatter_box"] += 1
+        return True
+    p = partial[0]
+    pieces = []
+    for start, end in ((0, lo[p]), (lo[p] + box[p], sd[p])):
+        if end > start:
+            name = b.new("scatter_keep")
+            b.shapes[name] = tuple(sd[:p] + [end - start] + sd[p + 1:])
+            b.apply(onnx.helper.make_node("Slice", [data, b.const("starts", np.array([start], np.int64)),
+                                                    b.const("ends", np.array([end], np.int64)),
+                                                    b.const("axes", np.array([p], np.int64))], [name],
+                                          name=b.new("Slice")))
+            pieces.append(name)
+    pieces.insert(0 if lo[p] == 0 else 1, upd)
+    b.apply(onnx.helper.make_node("Concat", pieces, [node.output[0]], name=b.new("Concat"), axis=p))
+    b.counts["scatter_box"] += 1
+    return True
 
 
 RULES = {"BatchNormalization": _batch_norm, "Conv": _conv, "ConvTranspose": _conv, "Reshape": _reshape,
