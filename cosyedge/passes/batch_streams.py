@@ -70,6 +70,9 @@ ELEMENTWISE = frozenset({
 REDUCE = frozenset({"ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
                     "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp"})
 RECURRENT = frozenset({"GRU", "LSTM", "RNN"})
+MAX_GATHER_RANGES = 8
+"""int: a Gather whose constant index rows are contiguous ranges (a sliding window over an axis) is written as one
+Slice per row (at most this many) joined by a Concat: ONNX Runtime's Gather copies element by element."""
 
 
 class Refused(ArtifactError):
@@ -106,6 +109,7 @@ class _Batcher:
         self.nodes: list = []
         self.inits: list = []
         self._adapted: dict[tuple[str, int], str] = {}
+        self.pieces: dict[str, tuple[int, list]] = {}  # scatter-box outputs: (axis, [(start, end, source, offset)])
         self._n = 0
         self.counts = collections.Counter()
 
@@ -266,6 +270,13 @@ def _elementwise(b: _Batcher, node: Any) -> None:
         raise Refused(f"node '{node.name}' ({node.op_type}): a stream-independent operand spans every axis the "
                       f"batch could take (shapes {[list(shapes[i]) for i in ins if i]})")
     new = [b.need(i, c - (rank - len(shapes[i]))) if i and b.fact[i] is not None else i for i in ins]
+    slope = b.consts.get(ins[1]) if node.op_type == "PRelu" and len(ins) > 1 else None
+    if slope is not None and slope.size == 1 and slope.dtype == np.float32 and b.fact[ins[1]] is None:
+        # one slope for every element: LeakyRelu (the same max(x, 0) + slope * min(x, 0), without broadcasting)
+        b.emit("LeakyRelu", [new[0]], out=node.output[0], alpha=float(slope.reshape(-1)[0]))
+        b.fact[node.output[0]] = c
+        b.counts["prelu_leaky"] += 1
+        return
     b.nodes.append(_copy(node, new))
     for o in node.output:
         b.fact[o] = c
@@ -333,6 +344,8 @@ def _squeeze(b: _Batcher, node: Any) -> None:
 
 
 def _slice(b: _Batcher, node: Any) -> None:
+    if _slice_of_pieces(b, node):
+        return
     x = node.input[0]
     s = b.shape(x, node)
     if b.version >= 10:
@@ -369,6 +382,27 @@ def _gather(b: _Batcher, node: Any) -> None:
     g = int(node_attrs(node).get("axis", 0)) % len(s)
     idx_rank = len(b.shape(idx, node))
     out_s = b.shape(node.output[0], node)
+    rows = np.asarray(b.consts[idx]) if idx in b.consts else None
+    if (rows is not None and rows.ndim == 2 and 1 < rows.shape[0] <= MAX_GATHER_RANGES and b.fact[x] != g
+            and np.all(rows == rows[:, :1] + np.arange(rows.shape[1])) and rows.min() >= 0
+            and rows.max() < s[g]):
+        # each row a contiguous range (a sliding window): Slices joined on a new axis, no per-element gather
+        parts = []
+        for r in rows[:, 0]:
+            sl, un = b.new("window"), b.new("window")
+            b.shapes[sl] = tuple(s[:g]) + (rows.shape[1],) + tuple(s[g + 1:])
+            b.shapes[un] = tuple(s[:g]) + (1, rows.shape[1]) + tuple(s[g + 1:])
+            b.apply(onnx.helper.make_node("Slice", [x, b.const("starts", np.array([r], np.int64)),
+                                                    b.const("ends", np.array([r + rows.shape[1]], np.int64)),
+                                                    b.const("axes", np.array([g], np.int64))], [sl],
+                                          name=b.new("Slice")))
+            b.apply(onnx.helper.make_node("Unsqueeze", [sl, b.const("axes", np.array([g], np.int64))], [un],
+                                          name=b.new("Unsqueeze")) if b.version >= 13 else
+                    onnx.helper.make_node("Unsqueeze", [sl], [un], name=b.new("Unsqueeze"), axes=[g]))
+            parts.append(un)
+        b.apply(onnx.helper.make_node("Concat", parts, [node.output[0]], name=b.new("Concat"), axis=g))
+        b.counts["gather_windows"] += 1
+        return
     if b.fact[x] == g and len(out_s) > g:  # gather inside each stream's block of the folded axis: split form
         y = b.emit("Gather", [b.split(x), idx], axis=g + 1)
         b.merge(y, node.output[0], g)
@@ -541,19 +575,67 @@ def _scatter_box(b: _Batcher, node: Any) -> bool:
         b.counts["scatter_box"] += 1
         return True
     p = partial[0]
-    pieces = []
-    for start, end in ((0, lo[p]), (lo[p] + box[p], sd[p])):
-        if end > start:
-            name = b.new("scatter_keep")
-            b.shapes[name] = tuple(sd[:p] + [end - start] + sd[p + 1:])
-            b.apply(onnx.helper.make_node("Slice", [data, b.const("starts", np.array([start], np.int64)),
-                                                    b.const("ends", np.array([end], np.int64)),
-                                                    b.const("axes", np.array([p], np.int64))], [name],
-                                          name=b.new("Slice")))
-            pieces.append(name)
-    pieces.insert(0 if lo[p] == 0 else 1, upd)
-    b.apply(onnx.helper.make_node("Concat", pieces, [node.output[0]], name=b.new("Concat"), axis=p))
+    hi = lo[p] + box[p]
+    axis, base = b.pieces.get(data, (p, None))
+    if base is None or axis != p:
+        base = [(0, sd[p], data, 0)]
+    pieces = _cut(base, 0, lo[p]) + [(lo[p], hi, upd, 0)] + _cut(base, hi, sd[p])
+    ins = []
+    for start, end, src, off in pieces:
+        whole = off == 0 and end - start == b.shapes[src][p]
+        if whole:
+            ins.append(src)
+            continue
+        name = b.new("scatter_keep")
+        b.shapes[name] = tuple(sd[:p] + [end - start] + sd[p + 1:])
+        b.apply(onnx.helper.make_node("Slice", [src, b.const("starts", np.array([off], np.int64)),
+                                                b.const("ends", np.array([off + end - start], np.int64)),
+                                                b.const("axes", np.array([p], np.int64))], [name],
+                                      name=b.new("Slice")))
+        ins.append(name)
+    b.apply(onnx.helper.make_node("Concat", ins, [node.output[0]], name=b.new("Concat"), axis=p))
+    b.pieces[node.output[0]] = (p, pieces)
     b.counts["scatter_box"] += 1
+    return True
+
+
+def _cut(pieces: list, start: int, end: int) -> list:
+    """The parts of ``pieces`` ([(start, end, source, offset)], covering an axis in order) inside [start, end)."""
+    out = []
+    for s0, e0, src, off in pieces:
+        a, e = max(s0, start), min(e0, end)
+        if e > a:
+            out.append((a, e, src, off + a - s0))
+    return out
+
+
+def _slice_of_pieces(b: _Batcher, node: Any) -> bool:
+    """A one-axis step-1 Slice of a scatter-box output that lies inside one of its pieces, read from that piece's
+    source instead (so a chain of box ScatterNDs copies the cache once, not once per ScatterND). False: not such."""
+    x = node.input[0]
+    if x not in b.pieces or b.version < 10 or len(node.input) < 4 or any(
+            i not in b.consts for i in node.input[1:] if i):
+        return False
+    p, pieces = b.pieces[x]
+    starts, ends, axes = (np.asarray(b.consts[node.input[k]]).reshape(-1) for k in (1, 2, 3))
+    steps = np.asarray(b.consts[node.input[4]]).reshape(-1) if len(node.input) > 4 and node.input[4] else [1]
+    n = b.shapes[x][p]
+    if len(axes) != 1 or int(axes[0]) % len(b.shapes[x]) != p or int(steps[0]) != 1:
+        return False
+    lo = int(starts[0]) + n if int(starts[0]) < 0 else min(int(starts[0]), n)
+    hi = int(ends[0]) + n if int(ends[0]) < 0 else min(int(ends[0]), n)
+    part = _cut(pieces, lo, hi)
+    if len(part) != 1 or hi <= lo:
+        return False
+    s0, e0, src, off = part[0]
+    if off == 0 and e0 - s0 == b.shapes[src][p]:
+        b.apply(onnx.helper.make_node("Identity", [src], [node.output[0]], name=b.new("piece")))
+    else:
+        b.apply(onnx.helper.make_node("Slice", [src, b.const("starts", np.array([off], np.int64)),
+                                                b.const("ends", np.array([off + e0 - s0], np.int64)),
+                                                b.const("axes", np.array([p], np.int64))], [node.output[0]],
+                                      name=b.new("Slice")))
+    b.counts["slice_of_piece"] += 1
     return True
 
 
@@ -622,14 +704,26 @@ def batch_scan(parent: Any, scan: Any, model: Any) -> dict[str, int]:
         x = b.need(name, 0)
         post.append(onnx.helper.make_node("Reshape", [x, b.const("shape", np.array([-1, *s], np.int64))], [outer],
                                           name=b.new("rescan")))
-    new_nodes = pre + b.nodes + post
+    new_nodes = _live(pre + b.nodes + post, set(scan.output))
     at = list(parent.node).index(scan)
     nodes = list(parent.node)
     nodes[at:at + 1] = new_nodes
     del parent.node[:]
     parent.node.extend(nodes)
-    parent.initializer.extend([_renamed_tensor(t, ren) for t in body.initializer] + b.inits)
+    used = {i for n in new_nodes for i in n.input}
+    parent.initializer.extend([t for t in [_renamed_tensor(t, ren) for t in body.initializer] + b.inits
+                               if t.name in used])
     return dict(b.counts)
+
+
+def _live(nodes: list, outputs: set[str]) -> list:
+    """``nodes`` without those whose outputs nothing reads (a cache copy the pieces made unneeded)."""
+    used, keep = set(outputs), []
+    for n in reversed(nodes):
+        if any(o in used for o in n.output if o):
+            keep.append(n)
+            used.update(i for i in n.input if i)
+    return keep[::-1]
 
 
 def _renamed(body: Any, ren: dict[str, str]) -> Any:
