@@ -109,6 +109,7 @@ class _Batcher:
         self.nodes: list = []
         self.inits: list = []
         self._adapted: dict[tuple[str, int], str] = {}
+        self.merged: dict[str, tuple[str, int]] = {}  # merge() outputs: (split-form tensor, axis)
         self.pieces: dict[str, tuple[int, list]] = {}  # scatter-box outputs: (axis, [(start, end, source, offset)])
         self._n = 0
         self.counts = collections.Counter()
@@ -233,6 +234,7 @@ class _Batcher:
         t[axis] = -1
         self.emit("Reshape", [x, self.const("shape", np.array(t, np.int64))], out=out)
         self.fact[out] = axis
+        self.merged[out] = (x, axis)
         self.counts["split_form"] += 1
 
 
@@ -382,6 +384,13 @@ def _gather(b: _Batcher, node: Any) -> None:
     g = int(node_attrs(node).get("axis", 0)) % len(s)
     idx_rank = len(b.shape(idx, node))
     out_s = b.shape(node.output[0], node)
+    if x in b.pieces and b.pieces[x][0] == g and idx in b.consts and np.asarray(b.consts[idx]).ndim == 0:
+        i = int(b.consts[idx]) % s[g]
+        (s0, _e0, src, off), = _cut(b.pieces[x][1], i, i + 1)
+        b.apply(onnx.helper.make_node("Gather", [src, b.const("index", np.array(i - s0 + off, np.int64))],
+                                      [node.output[0]], name=b.new("Gather"), axis=g))
+        b.counts["gather_of_piece"] += 1
+        return
     rows = np.asarray(b.consts[idx]) if idx in b.consts else None
     if (rows is not None and rows.ndim == 2 and 1 < rows.shape[0] <= MAX_GATHER_RANGES and b.fact[x] != g
             and np.all(rows == rows[:, :1] + np.arange(rows.shape[1])) and rows.min() >= 0
@@ -695,12 +704,21 @@ def batch_scan(parent: Any, scan: Any, model: Any) -> dict[str, int]:
         pre.append(onnx.helper.make_node("Reshape", [outer, b.const("shape", np.array([-1, *s[1:]], np.int64))],
                                          [ren[vi.name]], name=b.new("unscan")))
     b.run([ren[vi.name] for vi in body.input])
-    post = []
+    post, wired = [], set()
     for outer, vo in zip(scan.output, body.output):
         name = ren.get(vo.name, vo.name)
         if b.fact.get(name) is None:
             raise Refused(f"body output '{vo.name}' is the same for every stream (it would need repeating)")
         s = b.shapes[name]
+        split = b.merged.get(name)
+        if split is not None and split[1] == 0 and outer not in wired:
+            # the split-form tensor is already (B, *s): its producer writes the Scan's output itself
+            producer = next(n for n in b.nodes if split[0] in n.output)
+            producer.output[list(producer.output).index(split[0])] = outer
+            for n in b.nodes:
+                n.input[:] = [outer if i == split[0] else i for i in n.input]
+            wired.add(outer)
+            continue
         x = b.need(name, 0)
         post.append(onnx.helper.make_node("Reshape", [x, b.const("shape", np.array([-1, *s], np.int64))], [outer],
                                           name=b.new("rescan")))

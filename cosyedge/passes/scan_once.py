@@ -104,20 +104,30 @@ def inline_scans(model: Any, input_shapes: dict[str, list[int]]) -> tuple[Any, d
                 return onnx.helper.make_node(op, [x, const("axes", axes)], [y], name=f"{prefix}{op}_{y}")
             return onnx.helper.make_node(op, [x], [y], name=f"{prefix}{op}_{y}", axes=axes)
 
-        for outer, vi in zip(node.input[:n_state], body.input[:n_state]):
-            nodes.append(onnx.helper.make_node("Identity", [outer], [ren[vi.name]], name=f"{prefix}state_{vi.name}"))
+        # states: the body reads the outer input and writes the outer output itself (no copy) where it can
+        direct = {ren[vi.name]: outer for outer, vi in zip(node.input[:n_state], body.input[:n_state])}
+        produced = {o for n in b.node for o in n.output}
+        for outer, vo in zip(node.output[:n_state], body.output[:n_state]):
+            name = ren.get(vo.name, vo.name)
+            if name in produced and name not in direct and name not in direct.values():
+                direct[name] = outer
+                produced.discard(name)  # a second output of the same tensor gets an Identity below
+            else:
+                b.node.add().CopyFrom(onnx.helper.make_node("Identity", [direct.get(name, name)], [outer],
+                                                            name=f"{prefix}state_out_{vo.name}"))
+        for n in b.node:
+            n.input[:] = [direct.get(i, i) for i in n.input]
+            n.output[:] = [direct.get(o, o) for o in n.output]
         for outer, vi, ax in zip(scanned, body.input[n_state:], in_axes):
             rank = len(shapes[outer])
             nodes.append(axes_node("Squeeze", outer, ren[vi.name], [ax % rank]))
         nodes += list(b.node)
-        for outer, vo in zip(node.output[:n_state], body.output[:n_state]):
-            nodes.append(onnx.helper.make_node("Identity", [ren.get(vo.name, vo.name)], [outer],
-                                               name=f"{prefix}state_out_{vo.name}"))
         for outer, vo, ax in zip(node.output[n_state:], body.output[n_state:], out_axes):
             rank = len(vo.type.tensor_type.shape.dim) + 1 if vo.type.tensor_type.HasField("shape") else None
             if ax < 0 and rank is None:
                 raise ValueError(f"Scan '{node.name}': negative scan output axis with an unranked body output")
-            nodes.append(axes_node("Unsqueeze", ren.get(vo.name, vo.name), outer, [ax % rank if ax < 0 else ax]))
+            name = ren.get(vo.name, vo.name)
+            nodes.append(axes_node("Unsqueeze", direct.get(name, name), outer, [ax % rank if ax < 0 else ax]))
         done += 1
     if not done:
         return model, {"scan_inlined": 0}
