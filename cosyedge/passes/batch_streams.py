@@ -294,8 +294,42 @@ def _batch_norm(b: _Batcher, node: Any) -> None:
 def _conv(b: _Batcher, node: Any) -> None:
     if any(b.fact.get(i) is not None for i in node.input[1:] if i):
         raise Refused(f"node '{node.name}' ({node.op_type}): its weight differs per stream")
-    b.nodes.append(_copy(node, [b.need(node.input[0], 0)] + list(node.input[1:])))
+    x = b.need(node.input[0], 0)
+    if node.op_type == "ConvTranspose" and _transposed_as_conv(b, node, x):
+        return
+    b.nodes.append(_copy(node, [x] + list(node.input[1:])))
     b.fact[node.output[0]] = 0
+
+
+def _transposed_as_conv(b: _Batcher, node: Any, x: str) -> bool:
+    """A stride-1 ``ConvTranspose`` as the ``Conv`` it equals (kernel flipped, in/out channels swapped per group,
+    pads ``dilation * (kernel - 1) - pad``): ONNX Runtime's ConvTranspose scatters every input position (a
+    one-frame causal window of 11 frames: 11 times the work of the one output frame a Conv computes). False when
+    it does not apply (strides, output padding or shape, auto_pad, a pad larger than the dilated kernel)."""
+    a = node_attrs(node)
+    w = b.consts.get(node.input[1])
+    if w is None or w.dtype != np.float32 or w.ndim < 3:
+        return False
+    k = list(w.shape[2:])
+    dil = list(a.get("dilations") or [1] * len(k))
+    pads = list(a.get("pads") or [0] * (2 * len(k)))
+    if (any(v != 1 for v in a.get("strides") or [1]) or any(a.get("output_padding") or []) or a.get("output_shape")
+            or a.get("auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET") or list(a.get("kernel_shape") or k) != k):
+        return False
+    span = [d * (kk - 1) for d, kk in zip(dil, k)]
+    new_pads = [span[i % len(k)] - p for i, p in enumerate(pads)]
+    if min(new_pads) < 0:
+        return False
+    g = int(a.get("group", 1))
+    cig, cog = w.shape[0] // g, w.shape[1]
+    wc = w.reshape(g, cig, cog, *k).swapaxes(1, 2)
+    wc = np.flip(wc, axis=tuple(range(3, 3 + len(k)))).reshape(g * cog, cig, *k)
+    ins = [x, b.const("weight", np.ascontiguousarray(wc))] + list(node.input[2:3])
+    b.emit("Conv", ins, out=node.output[0], dilations=dil, group=g, kernel_shape=k, pads=new_pads,
+           strides=[1] * len(k))
+    b.fact[node.output[0]] = 0
+    b.counts["deconv_as_conv"] += 1
+    return True
 
 
 def _reshape(b: _Batcher, node: Any) -> None:

@@ -14,6 +14,9 @@ Example (full run, about a minute):
     python scripts/benchmarks/bench_streams.py --json docs/bench/bench_streams.json
 Quick check (a few seconds):
     python scripts/benchmarks/bench_streams.py --ticks 50 --warmup 5 --max-streams 32
+The rewritten pool against the graph as stored, alternating step by step (GTCRN: one batched body against the Scan
+over streams; the JSON says which ran: ``batched_streams``, ``rewritten``, and ``without_rewrite`` for the other):
+    python scripts/benchmarks/bench_streams.py --model engines/gtcrn.stream.onnx --compare-scan
 """
 
 from __future__ import annotations
@@ -80,6 +83,10 @@ def main(argv=None) -> int:
     ap.add_argument("--no-rewrite", action="store_true",
                     help="run the graph as stored (StreamPool batch_rewrite=False: one matrix-vector product per "
                          "stream and conv)")
+    ap.add_argument("--compare-scan", action="store_true",
+                    help="also measure the graph as stored (batch_rewrite=False: for a batch-1 graph adopted as a Scan "
+                         "over streams, each stream alone), alternating with the rewritten form step by step; "
+                         "written under 'without_rewrite'")
     ap.add_argument("--json", type=Path, default=None, help="write the results here")
     args = ap.parse_args(argv)
     if args.max_p99_ms is None:
@@ -88,46 +95,75 @@ def main(argv=None) -> int:
         c = StreamContract.from_onnx(args.model)
         args.max_p99_ms = 1000.0 * (args.chunk_samples or c.hop_samples) / c.sample_rate_hz
 
-    rows, cache = [], {}
+    def search(rewrite: bool, label: str, out: list):
+        """The stream-count search of one form, one measurement per step (a generator, so that two forms can
+        alternate: each step of one form is measured between steps of the other on the same machine)."""
+        rows, cache = [], {}
 
-    def ok(n: int) -> bool:
-        if n not in cache:
-            r = measure(args.model, n, args.ticks, args.warmup, args.threads, args.chunk_samples,
-                        batch_rewrite=not args.no_rewrite)
-            r["real_time"] = r["p99_ms"] <= args.max_p99_ms
-            cache[n] = r
-            rows.append(r)
-            print(f"streams {n:5d}: tick p50 {r['p50_ms']:7.3f} ms  p99 {r['p99_ms']:7.3f} ms  max "
-                  f"{r['max_ms']:7.3f} ms  {'real time' if r['real_time'] else 'too slow'}", flush=True)
-        return cache[n]["real_time"]
+        def ok(n: int) -> bool:
+            if n not in cache:
+                r = measure(args.model, n, args.ticks, args.warmup, args.threads, args.chunk_samples,
+                            batch_rewrite=rewrite)
+                r["real_time"] = r["p99_ms"] <= args.max_p99_ms
+                cache[n] = r
+                rows.append(r)
+                print(f"{label}streams {n:5d}: tick p50 {r['p50_ms']:7.3f} ms  p99 {r['p99_ms']:7.3f} ms  max "
+                      f"{r['max_ms']:7.3f} ms  {'real time' if r['real_time'] else 'too slow'}", flush=True)
+            return cache[n]["real_time"]
 
-    best, n = 0, 1
-    while n <= args.max_streams and ok(n):  # doubling
-        best, n = n, n * 2
-    lo, hi = best, min(n, args.max_streams + 1)
-    while hi - lo > 1 and lo > 0:  # bisection between the last good and the first bad count
-        mid = (lo + hi) // 2
-        if ok(mid):
-            lo = mid
-        else:
-            hi = mid
-    best = lo
-    with StreamPool(args.model, max_streams=2, batch_rewrite=not args.no_rewrite) as pool:
-        rewritten = pool.rewritten  # nodes run as batched GEMMs
+        best, n = 0, 1
+        while n <= args.max_streams:  # doubling
+            good = ok(n)
+            yield
+            if not good:
+                break
+            best, n = n, n * 2
+        lo, hi = best, min(n, args.max_streams + 1)
+        while hi - lo > 1 and lo > 0:  # bisection between the last good and the first bad count
+            mid = (lo + hi) // 2
+            good = ok(mid)
+            yield
+            lo, hi = (mid, hi) if good else (lo, mid)
+        with StreamPool(args.model, max_streams=2, batch_rewrite=rewrite) as pool:
+            rewritten = pool.rewritten  # passes applied, e.g. batch_gemm's GEMMs, batch_streams' batched body
+        out.append({
+            "streams_per_core": lo / args.threads,
+            "max_streams": lo,
+            "batch_rewrite": rewrite,
+            "batched_streams": bool(rewritten.get("scan_batched")),  # a Scan over streams ran as one batched body
+            "rewritten": rewritten,
+            "rows": sorted(rows, key=lambda r: r["streams"]),
+        })
+
+    forms = [(not args.no_rewrite, "")] + ([(False, "scan: ")] if args.compare_scan else [])
+    found: list[list] = [[] for _ in forms]
+    live = [search(rw, label, res) for (rw, label), res in zip(forms, found)]
+    while live:  # alternate the forms step by step
+        for g in list(live):
+            try:
+                next(g)
+            except StopIteration:
+                live.remove(g)
+    main_form = found[0][0]
+    best, rows = main_form["max_streams"], main_form["rows"]
     result = {
-        "streams_per_core": best / args.threads,
+        "streams_per_core": main_form["streams_per_core"],
         "max_streams": best,
         "threads": args.threads,
         "max_p99_ms": args.max_p99_ms,
         "chunk_ms": rows[0]["chunk_ms"] if rows else None,
         "model": str(args.model),
-        "batch_rewrite": not args.no_rewrite,
-        "rewritten": rewritten,
+        "batch_rewrite": main_form["batch_rewrite"],
+        "batched_streams": main_form["batched_streams"],
+        "rewritten": main_form["rewritten"],
         "ticks": args.ticks,
         "warmup": args.warmup,
-        "rows": sorted(rows, key=lambda r: r["streams"]),
+        "rows": rows,
         "machine": machine(),
     }
+    if args.compare_scan:
+        result["without_rewrite"] = found[1][0]  # measured alternately with the above
+        print(f"without rewrite: streams_per_core {result['without_rewrite']['streams_per_core']:g}")
     print(f"streams_per_core {result['streams_per_core']:g} (max {best} real-time streams at p99 tick <= "
           f"{args.max_p99_ms:g} ms on {args.threads} thread(s))")
     if args.json:
