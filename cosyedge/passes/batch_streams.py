@@ -682,10 +682,24 @@ def _slice_of_pieces(b: _Batcher, node: Any) -> bool:
     return True
 
 
-RULES = {"BatchNormalization": _batch_norm, "Conv": _conv, "ConvTranspose": _conv, "Reshape": _reshape,
-         "Transpose": _transpose, "Unsqueeze": _unsqueeze, "Squeeze": _squeeze, "Slice": _slice, "Gather": _gather,
-         "Concat": _concat, "Pad": _pad, "MatMul": _matmul, "ScatterND": _scatter_nd,
-         **{op: _reduce for op in REDUCE}, **{op: _recurrent for op in RECURRENT}}
+def _qdq(b: _Batcher, node: Any) -> None:
+    """QuantizeLinear / DequantizeLinear: elementwise with a per-tensor scale; per-axis (``axis``, a 1-D scale), the
+    batch kept off that axis."""
+    x = node.input[0]
+    if any(b.fact.get(i) is not None for i in node.input[1:] if i):
+        raise Refused(f"node '{node.name}' ({node.op_type}): a per-stream scale or zero point")
+    s = b.shape(x, node)
+    scale = b.shapes.get(node.input[1], ())
+    avoid = {int(node_attrs(node).get("axis", 1)) % len(s)} if int(np.prod(scale or (1,))) > 1 else set()
+    c = b.free_axis(x, avoid)
+    b.nodes.append(_copy(node, [b.need(x, c)] + list(node.input[1:])))
+    b.fact[node.output[0]] = c
+
+
+RULES = {"QuantizeLinear": _qdq, "DequantizeLinear": _qdq, "BatchNormalization": _batch_norm, "Conv": _conv,
+         "ConvTranspose": _conv, "Reshape": _reshape, "Transpose": _transpose, "Unsqueeze": _unsqueeze,
+         "Squeeze": _squeeze, "Slice": _slice, "Gather": _gather, "Concat": _concat, "Pad": _pad, "MatMul": _matmul,
+         "ScatterND": _scatter_nd, **{op: _reduce for op in REDUCE}, **{op: _recurrent for op in RECURRENT}}
 """dict[str, callable]: the rule of each op kind (:data:`ELEMENTWISE` ops share one); an op without a rule is refused."""
 
 
