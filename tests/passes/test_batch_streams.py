@@ -131,7 +131,7 @@ def test_a_generated_folded_batch_graph_is_batched_and_proved(tiny_onnx, warning
     path = tiny_onnx()
     snrs, rewritten = _pool_vs_solo(path, streams=4, hops=200)
     assert rewritten["scan_batched"] == 1 and rewritten["reshape"] == 4 and rewritten["recurrent"] == 1
-    assert rewritten["kept_proof_snr_db"] >= 120
+    assert rewritten["kept_proof_snr_db"] >= 120 and rewritten["scan_inlined"] == 1  # one hop per tick
     assert min(snrs) >= 120.0, snrs
     assert not [r for r in warnings_seen if "batch_streams" in r.getMessage()]
 
@@ -162,3 +162,21 @@ def test_a_failed_proof_keeps_the_scan_with_one_warning(tiny_onnx, warnings_seen
 def test_without_batch_rewrite_the_pool_runs_the_scan(tiny_onnx):
     snrs, rewritten = _pool_vs_solo(tiny_onnx(), streams=2, hops=50, batch_rewrite=False)
     assert "scan_batched" not in rewritten and min(snrs) == 200.0
+
+
+def test_a_chunk_of_two_hops_keeps_the_scan_over_hops(tiny_onnx):
+    """scan_once applies only where the Scan over hops runs once (the pool's chunk is one hop)."""
+    from cosyedge.runtime import OrtStreamSession
+    from cosyedge.runtime.pool import StreamPool
+
+    path = tiny_onnx()
+    x = demo_speech(0.1)[:1600]
+    with StreamPool(path, max_streams=2, chunk_samples=16) as pool:
+        a, b = pool.join(), pool.join()
+        got = np.concatenate([np.array(pool.push({a: x[t:t + 16], b: -x[t:t + 16]})[a]).reshape(-1)
+                              for t in range(0, 1600, 16)])
+        assert "scan_inlined" not in pool.rewritten and pool.rewritten["scan_batched"] == 1
+    with OrtStreamSession(path, chunk_samples=16) as s:
+        want = np.concatenate([np.array(s.push(x[t:t + 16].reshape(1, 1, 16))["enhanced"]).reshape(-1)
+                               for t in range(0, 1600, 16)])
+    assert _snr_db(want, got) >= 120.0
