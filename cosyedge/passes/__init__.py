@@ -45,7 +45,8 @@ DeepFilterNet3 than ONNX Runtime's GRU kernel)."""
 POOL_PASSES = ("batch_streams", "dft_fft", "einsum_matmul", "batch_gemm", "dqmm_per_row", "scan_once")
 """tuple[str, ...]: the passes a StreamPool of more than one stream applies, in order: ``batch_streams`` (a batch-1
 graph adopted as a Scan over streams runs all streams in one batched body, proved against the Scan; its
-``batch_rewrite`` switch), the two batch-free session passes (CPU provider; ``conv_sum`` is left out: ``batch_gemm`` turns the same one-frame convs into GEMMs), then
+``batch_rewrite`` switch), the two batch-free session passes (CPU provider; ``conv_sum`` is left out: ``batch_gemm``
+turns the same one-frame convs into GEMMs), then
 ``batch_gemm`` (its ``batch_rewrite`` switch), then ``dqmm_per_row`` (always: correctness), then ``scan_once`` (an
 adopted model's Scan over the hops of a one-hop chunk as its body, value for value; last, so the passes before see
 the graph they were proved on)."""

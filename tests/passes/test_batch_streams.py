@@ -100,7 +100,8 @@ def _tiny(refuse: bool = False) -> onnx.ModelProto:
              oh.make_node("Mul", ["cache_out", "half"], ["hm"])]
     last = "hm"
     if refuse:
-        nodes += [oh.make_node("ReduceMean", ["xr"], ["level"], keepdims=1), oh.make_node("Add", ["hm", "level"], ["hl"])]
+        nodes += [oh.make_node("ReduceMean", ["xr"], ["level"], keepdims=1),
+                  oh.make_node("Add", ["hm", "level"], ["hl"])]
         last = "hl"
     nodes += [oh.make_node("Add", [last, "xr"], ["ys"]), oh.make_node("Reshape", ["ys", "out"], ["enhanced"])]
     g = oh.make_graph(nodes, "tiny", [oh.make_tensor_value_info("audio", TP.FLOAT, [1, 1, 8]),
