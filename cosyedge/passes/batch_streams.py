@@ -28,18 +28,19 @@ loop-carried value, a body without further subgraphs) and writes its body once f
   the pieces are tracked and later Slices/Gathers read them); a ``Gather`` whose index rows are contiguous ranges
   (a sliding window) is Slices + ``Concat``; a one-value ``PRelu`` is ``LeakyRelu``; a stride-1
   ``ConvTranspose`` is the ``Conv`` it equals (GTCRN's one-frame dilated decoder convs: 1 output frame computed,
-  not 11 scattered). GTCRN, 64 streams, one ONNX Runtime thread: 10.8 ms per tick against 0.7 ms per stream in the
-  Scan (``docs/bench/bench_streams_gtcrn_batched.json``).
+  not 11 scattered); two GRUs that share their attributes and input shape (GTCRN's grouped RNN: one GRU per
+  channel group) run as one GRU with block-diagonal weights. GTCRN, 64 streams, one ONNX Runtime thread: 10.8 ms
+  per tick against 0.7 ms per stream in the Scan (``docs/bench/bench_streams_gtcrn_batched.json``).
 
-Anything it cannot prove batch-independent is refused in one line naming the node and the reason (an op without
-a rule, a Reshape to a computed shape, a per-stream tensor joined with a constant one, ``Shape`` of a per-stream
+Anything it cannot prove batch-independent is refused in one line naming the node and the reason (an op without a
+rule, a Reshape to a computed shape, a per-stream tensor joined with a constant one, ``Shape`` of a per-stream
 tensor, a ScatterND whose indices write one stream's place with another's...). The rewritten model is then
 **proved** before it is returned: :data:`PROOF_STREAMS` streams of real speech (the bundled demo recording, each
-from another offset and gain) are streamed hop by hop for :data:`PROOF_HOPS` hops through the stored model (the Scan: each stream alone)
-and through the rewritten one (one batched run), states carried; every output and state of every stream must
-be bit-identical or at least :data:`MIN_PROOF_SNR_DB` dB from the Scan's. A refusal or a failed proof raises
-(ArtifactError): :func:`cosyedge.passes.base.apply_passes` says it in one warning line and the stored graph (the
-Scan over streams) runs.
+from another offset and gain) are streamed hop by hop for :data:`PROOF_HOPS` hops through the stored model (the
+Scan: each stream alone) and through the rewritten one (one batched run), states carried; every output and state of
+every stream must be bit-identical or at least :data:`MIN_PROOF_SNR_DB` dB from the Scan's. A refusal or a failed
+proof raises (ArtifactError): :func:`cosyedge.passes.base.apply_passes` says it in one warning line and the stored
+graph (the Scan over streams) runs.
 
 Applied by :class:`~cosyedge.runtime.pool.StreamPool` with more than one stream and ``batch_rewrite``
 (:data:`cosyedge.passes.POOL_PASSES`, any provider), hence by ``cosyedge serve`` and the Triton Python backend.
@@ -201,7 +202,19 @@ class _Batcher:
     def run(self, inputs: list[str]) -> None:
         for name in inputs:
             self.fact[name] = 0
-        for node in self.body.node:
+        merged: set[int] = set()
+        nodes = list(self.body.node)
+        for at, node in enumerate(nodes):
+            if at in merged:
+                self.counts["nodes"] += 1
+                continue
+            if node.op_type == "GRU" and node.domain in DEFAULT_DOMAINS:
+                partner = _gru_partner(self, nodes, at, merged)
+                if partner is not None:
+                    _gru_merged(self, node, nodes[partner])
+                    merged.add(partner)
+                    self.counts["nodes"] += 1
+                    continue
             if node.op_type == "Constant":
                 self.nodes.append(node)
                 t = next((a.t for a in node.attribute if a.name == "value"), None)
@@ -559,6 +572,96 @@ def _recurrent(b: _Batcher, node: Any) -> None:
         if o:
             b.fact[o] = 0 if layout else 1
     b.counts["recurrent"] += 1
+
+
+def _gru_key(b: _Batcher, node: Any) -> tuple | None:
+    """What two GRUs must share to run as one (attributes, input shape and fact, kind of initial state); None: this
+    GRU cannot be merged (weights computed at run time, sequence lengths, a stream-independent input)."""
+    ins = list(node.input) + [""] * (6 - len(node.input))
+    if (any(i not in b.consts for i in ins[1:3]) or (ins[3] and ins[3] not in b.consts) or ins[4]
+            or len(node.input) > 6 or b.fact.get(ins[0]) is None):
+        return None
+    a = node_attrs(node)
+    if int(a.get("layout", 0)) or a.get("activations") or a.get("clip") is not None:
+        return None
+    h = ins[5]
+    init = "none" if not h else "batched" if b.fact.get(h) is not None else (
+        "zero" if h in b.consts and not np.any(b.consts[h]) else None)
+    if init is None:
+        return None
+    return (a.get("direction", b"forward"), int(a["hidden_size"]), int(a.get("linear_before_reset", 0)),
+            tuple(b.shapes.get(ins[0], ())), init)
+
+
+def _gru_partner(b: _Batcher, nodes: list, at: int, taken: set) -> int | None:
+    """Index of a later GRU of the body that can run merged with ``nodes[at]``: the same key, every input already
+    known here (so it does not depend on this GRU). GTCRN splits its channels into two groups, each its own GRU
+    (its grouped RNN): two tiny GRUs per call where one with both groups side by side does the same work."""
+    key = _gru_key(b, nodes[at])
+    if key is None:
+        return None
+    for k in range(at + 1, len(nodes)):
+        n = nodes[k]
+        if (k not in taken and n.op_type == "GRU" and n.domain in DEFAULT_DOMAINS
+                and all(not i or i in b.fact for i in n.input) and _gru_key(b, n) == key):
+            return k
+    return None
+
+
+def _gru_merged(b: _Batcher, ga: Any, gb: Any) -> None:
+    """Run GRUs ``ga`` and ``gb`` (:func:`_gru_partner`) as one with both hidden states side by side: inputs and
+    initial states joined on their last axis, weights block-diagonal per gate (the groups never mix: the same sums
+    plus exact zeros), outputs sliced back apart."""
+    hid = int(node_attrs(ga)["hidden_size"])
+    wa, wb = b.consts[ga.input[1]], b.consts[gb.input[1]]
+    ra, rb = b.consts[ga.input[2]], b.consts[gb.input[2]]
+    d, inp = wa.shape[0], wa.shape[2]
+    zero_b = np.zeros((d, 6 * hid), np.float32)
+    ba = b.consts[ga.input[3]] if len(ga.input) > 3 and ga.input[3] else zero_b
+    bb = b.consts[gb.input[3]] if len(gb.input) > 3 and gb.input[3] else zero_b
+    w = np.zeros((d, 6 * hid, 2 * inp), np.float32)
+    r = np.zeros((d, 6 * hid, 2 * hid), np.float32)
+    bias = np.zeros((d, 12 * hid), np.float32)
+    for g in range(3):
+        rows_a, rows_b, src = slice(2 * g * hid, (2 * g + 1) * hid), slice((2 * g + 1) * hid, (2 * g + 2) * hid), \
+            slice(g * hid, (g + 1) * hid)
+        w[:, rows_a, :inp], w[:, rows_b, inp:] = wa[:, src], wb[:, src]
+        r[:, rows_a, :hid], r[:, rows_b, hid:] = ra[:, src], rb[:, src]
+        for off in (0, 3):  # Wb then Rb
+            bias[:, off * 2 * hid:][:, rows_a], bias[:, off * 2 * hid:][:, rows_b] = \
+                ba[:, off * hid:][:, src], bb[:, off * hid:][:, src]
+
+    def joined(xa: str, xb: str, what: str) -> str:
+        out = b.new(what)
+        s = b.shapes[xa]
+        b.shapes[out] = tuple(s[:-1]) + (2 * s[-1],)
+        b.apply(onnx.helper.make_node("Concat", [xa, xb], [out], name=b.new("Concat"), axis=len(s) - 1))
+        return out
+
+    x = joined(ga.input[0], gb.input[0], "gru_x")
+    h = ""
+    if len(ga.input) > 5 and ga.input[5] and b.fact.get(ga.input[5]) is not None:
+        h = joined(ga.input[5], gb.input[5], "gru_h")
+    attrs = {k: v for k, v in node_attrs(ga).items() if k != "hidden_size"}
+    outs = [b.new("gru_y") if o else "" for o in list(ga.output) + [""] * (2 - len(ga.output))]
+    node = onnx.helper.make_node("GRU", [x, b.const("W", w), b.const("R", r), b.const("B", bias), "", h], outs,
+                                 name=b.new("GRU"), hidden_size=2 * hid, **attrs)
+    for k, o in enumerate(outs):
+        if o:
+            s = b.shapes[ga.output[k]] if k < len(ga.output) and ga.output[k] else b.shapes[gb.output[k]]
+            b.shapes[o] = tuple(s[:-1]) + (2 * hid,)
+    b.apply(node)
+    for k, o in enumerate(outs):
+        for g, part in ((ga, 0), (gb, 1)):
+            name = g.output[k] if k < len(g.output) else ""
+            if not o or not name:
+                continue
+            axis = len(b.shapes[o]) - 1
+            b.apply(onnx.helper.make_node("Slice", [o, b.const("starts", np.array([part * hid], np.int64)),
+                                                    b.const("ends", np.array([(part + 1) * hid], np.int64)),
+                                                    b.const("axes", np.array([axis], np.int64))], [name],
+                                          name=b.new("Slice")))
+    b.counts["gru_merged"] += 1
 
 
 def _scatter_nd(b: _Batcher, node: Any) -> None:
