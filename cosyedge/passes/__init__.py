@@ -35,6 +35,9 @@ PASSES = {p.name: p for p in (
          "other operand's rank"),
     Pass("state_layout", ("Concat",), False, "conv states carried time-major (N, P, C) inside a StreamPool (its "
          "I/O layout: StreamPool only)"),
+    Pass("batch_streams", ("Scan",), False, "a Scan running a batch-1 body once per stream as one batched body "
+         "(proved on real speech)"),
+    Pass("scan_once", ("Scan",), False, "a Scan that iterates once at the runtime's chunk as its body"),
     Pass("dqmm_per_row", ("DynamicQuantizeMatMul",), False, "DynamicQuantizeMatMul quantized per row (per stream)",
          optional=False),
 )}
@@ -48,19 +51,22 @@ SESSION_OPTIONAL = ("gru_cell",)
 """tuple[str, ...]: session passes applied only when named (``gru_cell``: in FP32 about 3 % slower per hop on
 DeepFilterNet3 than ONNX Runtime's GRU kernel)."""
 
-POOL_PASSES = ("dft_fft", "einsum_matmul", "batch_gemm", "onehot_conv", "conv_matvec", "matvec_groups", "scalar_rank",
-               "state_layout", "dqmm_per_row")
-"""tuple[str, ...]: the passes a StreamPool of more than one stream applies, in order: the two batch-free session
-passes (CPU provider; ``conv_sum`` is left out: ``batch_gemm`` turns the same one-frame convs into GEMMs), then
-``batch_gemm`` (its ``batch_rewrite`` switch), then the per-tick cuts that keep every output bit-identical
-(``onehot_conv``, ``conv_matvec``, ``matvec_groups``, ``scalar_rank``, ``state_layout``: the pool binds
-its states time-major; measured in ``docs/bench/roofline_reference.json``), then
-``dqmm_per_row`` (always: correctness). :class:`~cosyedge.runtime.pool.StreamPool` takes another list (``passes=``),
-e.g. :data:`POOL_PASSES_BASE` to measure the cuts."""
+POOL_PASSES = ("batch_streams", "dft_fft", "einsum_matmul", "batch_gemm", "onehot_conv", "conv_matvec", "matvec_groups",
+               "scalar_rank", "state_layout", "dqmm_per_row", "scan_once")
+"""tuple[str, ...]: the passes a StreamPool of more than one stream applies, in order: ``batch_streams`` (a batch-1
+graph adopted as a Scan over streams runs all streams in one batched body, proved against the Scan; its
+``batch_rewrite`` switch), the two batch-free session passes (CPU provider; ``conv_sum`` is left out: ``batch_gemm``
+turns the same one-frame convs into GEMMs), then ``batch_gemm`` (its ``batch_rewrite`` switch), then the per-tick cuts
+that keep every output bit-identical (``onehot_conv``, ``conv_matvec``, ``matvec_groups``, ``scalar_rank``,
+``state_layout``: the pool binds its states time-major; measured in ``docs/bench/roofline_reference.json``), then
+``dqmm_per_row`` (always: correctness), then ``scan_once`` (an adopted model's Scan over the hops of a one-hop chunk
+as its body, value for value; last, so the passes before see the graph they were proved on).
+:class:`~cosyedge.runtime.pool.StreamPool` takes another list (``passes=``), e.g. :data:`POOL_PASSES_BASE` to measure
+the cuts."""
 
 POOL_PASSES_BASE = ("dft_fft", "einsum_matmul", "batch_gemm", "dqmm_per_row")
-"""tuple[str, ...]: :data:`POOL_PASSES` without the bit-identical per-tick cuts (the pool's passes before them), for
-A/B measurements (``scripts/benchmarks/bench_streams.py --passes base``)."""
+"""tuple[str, ...]: the pool's passes before the batching of a Scan over streams and the bit-identical per-tick cuts,
+for A/B measurements (``scripts/benchmarks/bench_streams.py --passes base``)."""
 
 MATMUL_FORM_PASSES = ("batch_gemm", "gru_cell")
 """tuple[str, ...]: the passes the INT8 ``ort_matmul`` build writes into the model at one hop per call (with the bias

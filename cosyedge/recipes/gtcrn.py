@@ -20,7 +20,8 @@ buffer's last 256 samples. Per hop: frame = [previous 256, new 256] x window -> 
 ``1 / (w[:256]^2 + w[256:]^2)`` (librosa's window-square normalisation, which in the kept region is the same
 per sample position). The one-hop graph is adopted (:mod:`cosyedge.surgery.adopt`: states renamed
 ``state_in.NN``, Scan over the hops of a chunk, batch by a Scan over streams since the graph is batch 1, proved
-equal to its own state loop) and the result compared
+equal to its own state loop; :class:`~cosyedge.runtime.pool.StreamPool` runs that Scan as one batched body, pass
+``batch_streams``) and the result compared
 with :func:`reference_pipeline` (the package's ``enhance`` in librosa/NumPy, without importing ``fasr``) on
 the whole bundled recording: SNR >= :data:`MIN_REFERENCE_SNR_DB`.
 

@@ -26,7 +26,10 @@ With ``max_streams`` > 1 the session runs the graph rewritten by the passes :dat
 all ``batch_gemm`` (:func:`cosyedge.passes.batch_gemm.batch_rewrite`):
 ONNX Runtime's CPU Conv runs a one-frame convolution as one matrix-vector product per stream; rewritten, each
 is one GEMM per tick (the reference model at 64 streams: 10.3 -> 7.3 ms per run, 60 -> 73 real-time streams per
-core, ``docs/bench/bench_streams.json``). An ``ort_matmul`` INT8 model's ``DynamicQuantizeMatMul`` GRU cells (activation
+core, ``docs/bench/bench_streams.json``). A graph that only runs at batch 1 and was adopted as a Scan over streams
+(GTCRN: each stream alone inside the model) runs as one batched body (pass ``batch_streams``,
+:mod:`cosyedge.passes.batch_streams`: constant reshapes and folded batch axes given the batch, proved equal to the
+Scan on real speech before the session is made; GTCRN at 64 streams 3-4x faster per tick). An ``ort_matmul`` INT8 model's ``DynamicQuantizeMatMul`` GRU cells (activation
 scale per call) are rewritten to quantize each stream's row from its own range
 (pass ``dqmm_per_row``, :mod:`cosyedge.passes.dqmm_per_row`), so no stream's volume sets another's quantization
 step (a stream stays within rounding of itself alone: about 50 dB for a GRU model, where a flipped INT8 rounding step is carried on).
@@ -101,8 +104,11 @@ class StreamPool:
         providers (list[str] | None): Execution providers; default ``["CPUExecutionProvider"]``.
         max_pending (int): Chunks a stream may queue; older ones are dropped (counted) beyond it.
         batch_rewrite (bool): With ``max_streams`` > 1, run the graph with its one-frame convolutions and
-            matrix-vector MatMuls rewritten as batched GEMMs (pass ``batch_gemm``, its only switch: the
-            weight is read once per tick, not once per stream; outputs equal to rounding). ``False`` runs the
+            matrix-vector MatMuls rewritten as batched GEMMs (pass ``batch_gemm``: the weight is read once per
+            tick, not once per stream; outputs equal to rounding), a batch-1 graph adopted as a Scan over streams
+            (GTCRN) as one batched body (pass ``batch_streams``, proved against the Scan on real speech when the pool
+            starts, else the Scan with one warning line), and an adopted model's Scan over the hops of a one-hop
+            chunk as its body (pass ``scan_once``). ``False`` runs the
             graph :class:`~cosyedge.runtime.ort.OrtStreamSession` runs (its in-memory rewrites), so each stream's
             output is bit-identical to a local session's alone, and for the bundled model's INT8 graph at any
             batch too (its convs and GEMMs run in integers); FP32 at batch > 1 is 126-142 dB from it (ONNX Runtime's

@@ -6,7 +6,8 @@ frequency in one state (``inter_cache`` (2, 1, B*33, 16)), keeps it on axis 3 of
 of every streamed input and state (no loop-carried value: the streams are independent): each iteration sees one
 stream at batch 1, and each state is stored ``(N, *its batch-1 shape)``, so the contract and every backend see
 batch-first states and ``StreamPool`` / Triton can batch. The streams run one after the other inside the model
-(batch 2 costs two batch-1 runs); the batch test (:func:`cosyedge.surgery.adopt.batch._batch_test`) proves
+(batch 2 costs two batch-1 runs) wherever the stored graph runs; ``StreamPool`` rewrites the Scan into one batched
+body (:mod:`cosyedge.passes.batch_streams`, proved against this Scan when the pool starts); the batch test (:func:`cosyedge.surgery.adopt.batch._batch_test`) proves
 batch 2 == two batch-1 streams.
 
 Source: ONNX ``Scan`` (onnx.ai/onnx/operators/onnx__Scan.html: scan inputs sliced along ``scan_input_axes``,
