@@ -168,11 +168,9 @@ def gather_rewrite(model: Any, input_dims: dict[str, list]) -> tuple[Any, dict[s
 def run(model: Any, target: Any) -> tuple[Any, dict[str, int]]:
     """The pass (:class:`cosyedge.passes.base.Pass`): :func:`gather_rewrite` at ``target.dims``, the states a
     ``state_layout`` rewrite turned time-major given in their new layout."""
-    from cosyedge.passes.state_layout import layout_of
+    from cosyedge.passes.state_layout import layout_dims
 
-    layout = layout_of(model)
-    dims = {k: ([v[a] for a in layout[k]] if k in layout else v) for k, v in target.dims.items()}
-    return gather_rewrite(model, dims)
+    return gather_rewrite(model, layout_dims(model, target.dims))
 
 
 __all__ = ["gather_rewrite", "run"]
