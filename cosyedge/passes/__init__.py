@@ -39,6 +39,8 @@ PASSES = {p.name: p for p in (
          "tensor through constant indices as a Slice / GatherElements of the untransposed one (bit-identical)"),
     Pass("gather_inner", ("GatherElements",), True, "GatherElements over trailing unit axes on its last axis "
          "(Reshapes around; bit-identical)"),
+    Pass("reshape_chain", ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose"), True, "a chain of ops that "
+         "only re-shape a tensor as one Reshape, or none (bit-identical)"),
     Pass("dqmm_per_row", ("DynamicQuantizeMatMul",), False, "DynamicQuantizeMatMul quantized per row (per stream)",
          optional=False),
 )}
@@ -53,13 +55,13 @@ SESSION_OPTIONAL = ("gru_cell",)
 DeepFilterNet3 than ONNX Runtime's GRU kernel)."""
 
 POOL_PASSES = ("dft_fft", "einsum_matmul", "batch_gemm", "onehot_conv", "conv_matvec", "matvec_groups", "scalar_rank",
-               "state_layout", "perm_gather", "gather_inner", "dqmm_per_row")
+               "state_layout", "perm_gather", "gather_inner", "reshape_chain", "dqmm_per_row")
 """tuple[str, ...]: the passes a StreamPool of more than one stream applies, in order: the two batch-free session
 passes (CPU provider; ``conv_sum`` is left out: ``batch_gemm`` turns the same one-frame convs into GEMMs), then
 ``batch_gemm`` (its ``batch_rewrite`` switch), then the per-tick cuts that keep every output bit-identical
 (``onehot_conv``, ``conv_matvec``, ``matvec_groups``, ``scalar_rank``, ``state_layout``: the pool binds
 its states time-major; measured in ``docs/bench/roofline_reference.json``; then ``perm_gather``, which reads the
-time-major windows' picks as Slices, and ``gather_inner``), then
+time-major windows' picks as Slices, ``gather_inner`` and ``reshape_chain``), then
 ``dqmm_per_row`` (always: correctness). :class:`~cosyedge.runtime.pool.StreamPool` takes another list (``passes=``),
 e.g. :data:`POOL_PASSES_BASE` to measure the cuts."""
 
