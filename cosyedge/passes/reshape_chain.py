@@ -37,7 +37,8 @@ OPS = ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose")
 
 
 def _reshapes_only(node: Any, shapes: dict) -> bool:
-    """Whether ``node`` only re-shapes its input (one of :data:`OPS`, a Transpose keeping its non-unit axes in order)."""
+    """Whether ``node`` only re-shapes its input (one of :data:`OPS`; a Transpose keeping its non-unit axes in
+    order)."""
     if node.op_type not in OPS or node.domain not in DEFAULT_DOMAINS:
         return False
     attrs = node_attrs(node)

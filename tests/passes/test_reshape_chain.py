@@ -16,7 +16,8 @@ I64 = lambda *v: np.array(v, np.int64)  # noqa: E731
 def _graph(perm=(0, 2, 1), extra_reader: bool = False):
     """x (N, 6) -> Reshape (N, 6, 1) -> Transpose(perm) -> Flatten -> Unsqueeze (N, 1, 6) = y (an output);
     a (N, 1, 4) -> Reshape (N, 4, 1) -> Transpose (N, 1, 4) -> Neg = z (back to its start's shape: no node left)."""
-    nodes = [helper.make_node("Reshape", ["x", "col"], ["x1"]), helper.make_node("Transpose", ["x1"], ["x2"], perm=perm),
+    nodes = [helper.make_node("Reshape", ["x", "col"], ["x1"]),
+             helper.make_node("Transpose", ["x1"], ["x2"], perm=perm),
              helper.make_node("Flatten", ["x2"], ["x3"]), helper.make_node("Unsqueeze", ["x3", "one"], ["y"]),
              helper.make_node("Reshape", ["a", "col4"], ["a1"]),
              helper.make_node("Transpose", ["a1"], ["a2"], perm=[0, 2, 1]), helper.make_node("Neg", ["a2"], ["z"])]
