@@ -5,14 +5,16 @@ After the StreamPool's rewrites the reference model's batched graph holds two su
 kernel (a Transpose copies, the others at best alias): the pitch branch turns its audio (N, 1, 160) to (N, 160, 1)
 and back (``onehot_conv``'s Reshape, then ``state_layout``'s Transpose to time-major), and the output stage turns the
 synthesis GEMM's (N, 160) to (N, 160, 1), (N, 1, 160), (N, 160) and (N, 1, 160) (Reshape, Transpose, Flatten,
-Unsqueeze). Six kernels become one; no number moves, so outputs are bit-identical.
+Unsqueeze). Six kernels become one. A lone Transpose that moves unit axes only (``state_layout``'s Transpose of a
+conv's (N, C, 1) input to (N, 1, C), twelve of them) becomes a Reshape, which ONNX Runtime runs without a copy. No
+number moves, so outputs are bit-identical.
 
-Rewrites (top-level graph): a run of two or more default-domain ``Reshape`` (``allowzero`` 0), ``Flatten``,
-``Squeeze``, ``Unsqueeze``, ``Transpose`` (its axes of size other than 1 kept in order) in which each output but the
-last feeds only the next and is no graph output, every dim of the last output known except at most one (the batch):
-the readers of the last output read the run's input when the shapes are equal (same rank, the same known dims at
-the same places; the one unknown dim then equal too, the element count being the same) and it is no graph output;
-else one ``Reshape`` to the last shape (the unknown dim as -1) writes it.
+Rewrites (top-level graph): a run (two or more, or one Transpose) of default-domain ``Reshape`` (``allowzero`` 0),
+``Flatten``, ``Squeeze``, ``Unsqueeze``, ``Transpose`` (its axes of size other than 1 kept in order) in which each
+output but the last feeds only the next and is no graph output, every dim of the last output known except at most
+one (the batch): the readers of the last output read the run's input when the shapes are equal (same rank, the same
+known dims at the same places; the one unknown dim then equal too, the element count being the same) and it is no
+graph output; else one ``Reshape`` to the last shape (the unknown dim as -1) writes it.
 
 Applied by :class:`~cosyedge.runtime.pool.StreamPool` after the other rewrites (:data:`cosyedge.passes.POOL_PASSES`).
 
@@ -60,7 +62,7 @@ def chain_rewrite(model: Any, input_dims: dict[str, list]) -> tuple[Any, dict[st
         model (onnx.ModelProto): The graph (not modified).
         input_dims (dict[str, list[int | str]]): Graph input name -> dims (batch axis symbolic), for the shapes.
     Returns:
-        tuple[onnx.ModelProto, dict[str, int]]: the copy and ``{"reshape_chain": <nodes removed>}``.
+        tuple[onnx.ModelProto, dict[str, int]]: the copy and ``{"reshape_chain": <nodes folded>}``.
     Raises:
         Exception: onnx's own errors for a model it cannot infer shapes of.
     """
@@ -90,7 +92,7 @@ def chain_rewrite(model: Any, input_dims: dict[str, list]) -> tuple[Any, dict[st
         run = [h]
         while (j := next_of(run[-1])) is not None:
             run.append(j)
-        if len(run) < 2:
+        if len(run) < 2 and g.node[h].op_type != "Transpose":  # a lone Transpose of unit axes: a Reshape (no copy)
             continue
         src, last = g.node[h].input[0], g.node[run[-1]].output[0]
         dims_in, dims_out = shapes.get(src), shapes.get(last)
@@ -111,7 +113,7 @@ def chain_rewrite(model: Any, input_dims: dict[str, list]) -> tuple[Any, dict[st
         for i in run[1:]:
             replace[i] = []
         new_inits += b.inits
-        removed += len(run) - 1
+        removed += len(run)
     if not removed:
         return m, {"reshape_chain": 0}
     for n in g.node:

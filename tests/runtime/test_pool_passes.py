@@ -44,7 +44,7 @@ def test_each_cut_keeps_the_pool_bit_identical_on_real_speech():
     got, done = _outputs(None, streams)
     assert done == {**base, "onehot_conv": 2, "conv_matvec": 2, "matvec_groups": 1, "scalar_rank": 7,
                     "state_layout": 12, "perm_gather": 2, "gather_inner": 1,
-                    "reshape_chain": 5}
+                    "reshape_chain": 17}
     assert np.array_equal(got, want) and np.abs(want).max() > 0.1
     want3 = _outputs(POOL_PASSES_BASE, streams[:3])[0]  # a batch of 3 runs the GEMMs blocked otherwise
     for cut in CUTS:
