@@ -38,6 +38,12 @@ PASSES = {p.name: p for p in (
     Pass("batch_streams", ("Scan",), False, "a Scan running a batch-1 body once per stream as one batched body "
          "(proved on real speech)"),
     Pass("scan_once", ("Scan",), False, "a Scan that iterates once at the runtime's chunk as its body"),
+    Pass("perm_gather", ("Gather", "GatherElements"), False, "Gather/GatherElements of a transposed, flattened "
+         "tensor through constant indices as a Slice / GatherElements of the untransposed one (bit-identical)"),
+    Pass("gather_inner", ("GatherElements",), True, "GatherElements over trailing unit axes on its last axis "
+         "(Reshapes around; bit-identical)"),
+    Pass("reshape_chain", ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose"), True, "a chain of ops that "
+         "only re-shape a tensor as one Reshape, or none (bit-identical)"),
     Pass("dqmm_per_row", ("DynamicQuantizeMatMul",), False, "DynamicQuantizeMatMul quantized per row (per stream)",
          optional=False),
 )}
@@ -52,13 +58,15 @@ SESSION_OPTIONAL = ("gru_cell",)
 DeepFilterNet3 than ONNX Runtime's GRU kernel)."""
 
 POOL_PASSES = ("batch_streams", "dft_fft", "einsum_matmul", "batch_gemm", "onehot_conv", "conv_matvec", "matvec_groups",
-               "scalar_rank", "state_layout", "dqmm_per_row", "scan_once")
+               "scalar_rank", "state_layout", "perm_gather", "gather_inner", "reshape_chain", "dqmm_per_row",
+               "scan_once")
 """tuple[str, ...]: the passes a StreamPool of more than one stream applies, in order: ``batch_streams`` (a batch-1
 graph adopted as a Scan over streams runs all streams in one batched body, proved against the Scan; its
 ``batch_rewrite`` switch), the two batch-free session passes (CPU provider; ``conv_sum`` is left out: ``batch_gemm``
 turns the same one-frame convs into GEMMs), then ``batch_gemm`` (its ``batch_rewrite`` switch), then the per-tick cuts
 that keep every output bit-identical (``onehot_conv``, ``conv_matvec``, ``matvec_groups``, ``scalar_rank``,
-``state_layout``: the pool binds its states time-major; measured in ``docs/bench/roofline_reference.json``), then
+``state_layout``: the pool binds its states time-major; then ``perm_gather``, which reads the time-major windows'
+picks as Slices, ``gather_inner`` and ``reshape_chain``; measured in ``docs/bench/roofline_reference.json``), then
 ``dqmm_per_row`` (always: correctness), then ``scan_once`` (an adopted model's Scan over the hops of a one-hop chunk
 as its body, value for value; last, so the passes before see the graph they were proved on).
 :class:`~cosyedge.runtime.pool.StreamPool` takes another list (``passes=``), e.g. :data:`POOL_PASSES_BASE` to measure

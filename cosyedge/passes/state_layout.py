@@ -181,9 +181,17 @@ def layout_of(model: Any) -> dict[str, list[int]]:
     return {}
 
 
+def layout_dims(model: Any, dims: dict[str, list]) -> dict[str, list]:
+    """``dims`` (graph input name -> dims, as a pass's :class:`~cosyedge.passes.base.Target` gives them, in the
+    model's layout) with the states a ``state_layout`` rewrite of ``model`` turned time-major in their new layout:
+    the dims a later pass infers shapes at."""
+    layout = layout_of(model)
+    return {k: ([v[a] for a in layout[k]] if k in layout else v) for k, v in dims.items()}
+
+
 def run(model: Any, target: Any) -> tuple[Any, dict[str, int]]:
     """The pass (:class:`cosyedge.passes.base.Pass`): :func:`layout_rewrite` at ``target.dims``."""
     return layout_rewrite(model, target.dims)
 
 
-__all__ = ["LAYOUT_KEY", "layout_of", "layout_rewrite", "run"]
+__all__ = ["LAYOUT_KEY", "layout_dims", "layout_of", "layout_rewrite", "run"]

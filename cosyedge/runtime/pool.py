@@ -38,8 +38,12 @@ reshape/gather), ``conv_matvec`` and ``matvec_groups`` (the matrix products ``ba
 through the same MLAS arithmetic with less set-up, the weight L2-resident, or one GEMM per group of streams),
 ``scalar_rank`` (one-element constants given full rank: ONNX Runtime's rank-0 broadcast is 25x slower) and
 ``state_layout`` (conv states carried time-major, (N, P, C): the slot stores then hold that layout and
-:meth:`~StreamPool.state` turns it back). The reference at 64 streams, one thread, interleaved on a shared CPU: about
-2x less time per tick (``docs/bench/roofline_reference.json``); ``passes=`` picks other lists
+:meth:`~StreamPool.state` turns it back), then on the time-major graph ``perm_gather`` (picks of a transposed,
+flattened window through constant indices read the window as it is: a Slice, the index table dropped),
+``gather_inner`` (a GatherElements over trailing unit axes on its last axis: 8x less time in ONNX Runtime) and
+``reshape_chain`` (chains of re-shaping ops as one Reshape or none). The reference at 64 streams, one thread,
+interleaved on a shared CPU: about 2x less time per tick (``docs/bench/roofline_reference.json``), then the last three
+about 7 % less kernel time; ``passes=`` picks other lists
 (:data:`cosyedge.passes.POOL_PASSES_BASE`: the pool before the cuts).
 
 Source: ONNX Runtime "I/O Binding" (onnxruntime.ai/docs/performance/tune-performance/iobinding.html);

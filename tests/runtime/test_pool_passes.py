@@ -1,6 +1,6 @@
-"""StreamPool's graph passes: its per-tick cuts (onehot_conv, conv_matvec, matvec_groups, scalar_rank, state_layout)
-leave every stream's output bit-identical to the pool without them, on the bundled model and real speech; each is a
-switch (its name listed)."""
+"""StreamPool's graph passes: its per-tick cuts (onehot_conv, conv_matvec, matvec_groups, scalar_rank,
+state_layout, perm_gather, gather_inner, reshape_chain) leave every stream's output bit-identical to the pool without
+them, on the bundled model and real speech; each is a switch (its name listed)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,9 @@ from cosyedge.runtime.pool import StreamPool
 ROOT = Path(__file__).resolve().parents[2]
 REFERENCE = ROOT / "cosyedge" / "models" / "reference.stream.onnx"
 NOISY = ROOT / "cosyedge" / "assets" / "demo" / "noisy.wav"
-CUTS = ("onehot_conv", "conv_matvec", "matvec_groups", "scalar_rank", "state_layout")
+CUTS = ("onehot_conv", "conv_matvec", "matvec_groups", "scalar_rank", "state_layout", "perm_gather", "gather_inner",
+        "reshape_chain")
+NEEDS = {"perm_gather": ("onehot_conv", "state_layout")}  # a cut that matches only in others' output
 
 
 def _outputs(passes, streams: list[np.ndarray], hop: int = 160) -> tuple[np.ndarray, dict]:
@@ -41,11 +43,12 @@ def test_each_cut_keeps_the_pool_bit_identical_on_real_speech():
     assert base == {"conv_gemm": 26, "kept_sensitive": 6}
     got, done = _outputs(None, streams)
     assert done == {**base, "onehot_conv": 2, "conv_matvec": 2, "matvec_groups": 1, "scalar_rank": 7,
-                    "state_layout": 12}
+                    "state_layout": 12, "perm_gather": 2, "gather_inner": 1,
+                    "reshape_chain": 17}
     assert np.array_equal(got, want) and np.abs(want).max() > 0.1
     want3 = _outputs(POOL_PASSES_BASE, streams[:3])[0]  # a batch of 3 runs the GEMMs blocked otherwise
     for cut in CUTS:
-        got, done = _outputs(POOL_PASSES_BASE[:-1] + (cut, "dqmm_per_row"), streams[:3])
+        got, done = _outputs(POOL_PASSES_BASE[:-1] + NEEDS.get(cut, ()) + (cut, "dqmm_per_row"), streams[:3])
         assert done[cut] > 0 and np.array_equal(got, want3), cut
 
 
