@@ -112,8 +112,10 @@ def int8_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, calib: Any = None,
             QDQ fusion on x86 needs: uint8 activations, a DQ per consumer, Q on the outputs;
             ``build_ort(..., qdq_placement="ort")``: 24 QLinearConv in the reference instead of none, but 4.6 dB
             lower output SNR vs FP32, so not the default yet) or ``ort_matmul`` (one-frame convs rewritten to
-            MatMuls that ONNX Runtime's x86 CPU EP fuses into ``MatMulIntegerToFloat``; the model then runs one hop
-            per call: :mod:`cosyedge.precision.qdq_matmul`). Models with Scan bodies always use ``trt``.
+            MatMuls that ONNX Runtime's x86 CPU EP fuses into ``MatMulIntegerToFloat``, GRUs as
+            ``DynamicQuantizeMatMul`` cells: :mod:`cosyedge.precision.qdq_matmul`; that one-hop graph is written as
+            the body of a Scan over hops, :mod:`cosyedge.passes.hop_scan`, so the model takes any whole number of
+            hops per call, as the FP32 one does). Models with Scan bodies always use ``trt``.
         bias_correction (bool): ``ort_matmul`` only: correct each quantized layer's bias by
             ``E[W_q Q(x) - W x]`` over the calibration set (:func:`cosyedge.precision.qdq_matmul.bias_corrections`);
             also taken from ``calibration.bias_correction``. Defaults to False.
@@ -208,6 +210,7 @@ def int8_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, calib: Any = None,
                                              exclude)
     mm_form = None
     if placement == "ort_matmul" and plans is None:
+        from cosyedge.passes.hop_scan import scan_over_hops
         from cosyedge.precision import qdq_matmul
 
         mm_model, mm_form = qdq_matmul.matmul_form(model, contract)
@@ -257,7 +260,8 @@ def int8_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, calib: Any = None,
                                               set(gru_keep) | {g for g in mm_form["gru_cells"] if g not in names})
             rep["weights"].update({k: 1 for k in dyn["gru"]})
             rep["gru_kept"] = dyn["kept"]
-            return m, rep
+            # any whole number of hops per call: the one-hop graph as the body of a Scan over hops
+            return scan_over_hops(m, contract), rep
         if plans is not None:
             m = _copy(model)
             ps = int8_bodies.body_plans(m, contract, exclude)
@@ -307,7 +311,12 @@ def int8_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, calib: Any = None,
             p.key, p.value = f"cosyedge.{key}", value
         out_model = io.finalize_model(out_model, where=str(src))
         _smoke_test(out_model, contract, src)
-        macs = int8_bodies.mac_share(out_model, contract) if plans is not None else mac_share(out_model, contract)
+        if plans is not None:
+            macs = int8_bodies.mac_share(out_model, contract)
+        else:  # an ort_matmul model: its one-hop graph (the body of the Scan over hops)
+            from cosyedge.passes.hop_scan import one_hop_body
+
+            macs = mac_share(one_hop_body(out_model) or out_model, contract)
         io.save_model(with_portable_ir(out_model), out_path)  # IR its opsets need: older readers load it
     shown = Path(final_path) if final_path is not None else out_path
     LOG.info("INT8 model %s: %d Q/DQ pairs, %d nodes quantized%s, kept in float: %s", shown,

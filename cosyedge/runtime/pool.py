@@ -245,7 +245,9 @@ class StreamPool:
         model, done = apply_passes(model, Target(shapes, dims, any_batch=self.max_streams > 1), passes(names),
                                    where=f"stream pool: {self.model_path}", cpu=cpu)
         counts = {k: v for name, c in done.items() if PASSES[name].report(c) for k, v in c.items() if v}
-        left = sum(n.op_type == "DynamicQuantizeMatMul" for n in model.graph.node)
+        from cosyedge.precision.bodies import iter_graphs
+
+        left = sum(n.op_type == "DynamicQuantizeMatMul" for g in iter_graphs(model.graph) for n in g.node)
         if left and self.max_streams > 1:
             LOG.warning_once(f"stream pool: {self.model_path} keeps {left} DynamicQuantizeMatMul (no constant "
                              f"int8 weight with zero point 0): their activation scale spans every stream of a "
