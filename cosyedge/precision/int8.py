@@ -327,12 +327,7 @@ def int8_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, calib: Any = None,
             p.key, p.value = f"cosyedge.{key}", value
         out_model = io.finalize_model(out_model, where=str(src))
         _smoke_test(out_model, contract, src)
-        if plans is not None:
-            macs = int8_bodies.mac_share(out_model, contract)
-        else:  # an ort_matmul model: its one-hop graph (the body of the Scan over hops)
-            from cosyedge.passes.hop_scan import one_hop_body
-
-            macs = mac_share(one_hop_body(out_model) or out_model, contract)
+        macs = int8_bodies.mac_share(out_model, contract) if plans is not None else mac_share(out_model, contract)
         io.save_model(with_portable_ir(out_model), out_path)  # IR its opsets need: older readers load it
     shown = Path(final_path) if final_path is not None else out_path
     LOG.info("INT8 model %s: %d Q/DQ pairs, %d nodes quantized%s, kept in float: %s", shown,

@@ -159,8 +159,9 @@ def main(argv=None) -> int:
     ap.add_argument("--seconds", type=float, default=10.0, help="audio per round / per stream bench, s")
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds in bench_precision")
     ap.add_argument("--paced-seconds", type=float, default=5.0, help="paced audio in bench_stream, s")
-    ap.add_argument("--precision-args", default="--placements trt,ort_matmul --no-fp16",
-                    help="extra arguments for bench_precision.py (quoted; default: the INT8 placements side by side)")
+    ap.add_argument("--precision-args", default="--placements default,trt --no-fp16",
+                    help="extra arguments for bench_precision.py (quoted; default: the default INT8 of an ONNX "
+                         "Runtime build, int8-default, beside the trt placement)")
     ap.add_argument("--json", type=Path, default=None, help="write the table and every run here")
     ap.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
     ap.add_argument("--from-json", type=Path, default=None,

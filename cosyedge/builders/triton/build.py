@@ -222,8 +222,12 @@ def build_triton(onnx_path: Any, out_dir: str | Path | None = None, name: str | 
     """
     from cosyedge.runtime.engine import engines_root
 
-    if config is not None:  # one checked object instead of the keyword options
-        precision, sparse, exclude, calib, calib_count, amax = config.options()
+    if config is None:  # the keyword options as one checked object (its INT8 variant names the folder)
+        from cosyedge.builders.config import BuildConfig
+
+        config = BuildConfig.of(precision=precision, sparse=sparse, exclude=exclude, calib=calib,
+                                calib_count=calib_count, amax=amax)
+    precision, sparse, exclude, calib, calib_count, amax = config.options()
     if triton_backend not in TRITON_BACKENDS:
         raise UsageError(f"unknown Triton backend '{triton_backend}' (use one of {', '.join(TRITON_BACKENDS)})")
     if instance_kind not in INSTANCE_KINDS:
