@@ -126,7 +126,11 @@ def ort_fusion_report(onnx_path: str | Path, contract: Any = None) -> dict:
         from cosyedge.artifacts import StreamContract
         from cosyedge.precision.macs import count_macs
 
-        ops = count_macs(model, contract if contract is not None else StreamContract.from_onnx(model))
+        from cosyedge.passes.hop_scan import one_hop_body
+
+        # an ort_matmul model: the MACs of its one-hop graph (the body of its Scan over hops; node names unchanged)
+        ops = count_macs(one_hop_body(model) or model,
+                         contract if contract is not None else StreamContract.from_onnx(model))
         total = sum(o.macs for o in ops)
         share = sum(o.macs for o in ops if o.name in fused_owners) / total if total else 0.0
     except Exception:  # no stream contract (a plain model): no MAC share
