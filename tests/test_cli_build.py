@@ -117,11 +117,17 @@ def test_int8_sparse_build_and_run(engines, capsys, tmp_path, fp32_out, monkeypa
     assert len(m["calibration_sha256"]) == 64
     assert m["calibration_sha256"] == load_calibration_set(tmp_path / "calib").sha256
     assert m["reports"]["int8"]["calibration_utterances"] == 24
-    model = onnx.load(str(folder / "model.onnx"))
-    assert sum(n.op_type == "QuantizeLinear" for n in model.graph.node) > 0
-    # sparsify then quantize: the int8 weights feeding DequantizeLinear keep the 2:4 pattern
-    q = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer if t.data_type == onnx.TensorProto.INT8}
-    big = [v for v in q.values() if v.ndim == 3 and v.shape[1] == 96]
+    from cosyedge.precision.bodies import iter_graphs
+
+    assert m["reports"]["int8"]["placement"] == "ort_matmul"  # ONNX Runtime's default
+    graphs = list(iter_graphs(onnx.load(str(folder / "model.onnx")).graph))  # its Q/DQ graph runs in a Scan over hops
+    assert sum(n.op_type == "QuantizeLinear" for g in graphs for n in g.node) > 0
+    # sparsify then quantize: the int8 weights feeding DequantizeLinear keep the 2:4 pattern; a conv's MatMul weight
+    # (C*K, M) is its (M, C, K) weight transposed
+    q = {t.name: numpy_helper.to_array(t) for g in graphs for t in g.initializer
+         if t.data_type == onnx.TensorProto.INT8 and "/batched_" in t.name}
+    big = [v.reshape(96, v.shape[0] // 96, v.shape[1]).transpose(2, 0, 1) for v in q.values()
+           if v.ndim == 2 and v.shape[0] % 96 == 0]
     assert big and all(check_2to4(v, 1) for v in big)
     wav = tmp_path / "int8.wav"
     assert main(["run", str(LIBRIVOX), "-o", str(wav), "--engine", str(folder)]) == 0

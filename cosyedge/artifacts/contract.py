@@ -149,7 +149,8 @@ class StreamContract:
             ``"features"``); ``""``: not written (a model from before the key; :func:`cosyedge.artifacts.task.resolve`
             guesses it). Read it through ``resolve``, never here.
         fixed_chunk_samples (int): Samples per call the graph takes, when its streaming inputs declare a fixed
-            (integer) time axis, e.g. 160 for an ``--int8-placement ort_matmul`` build (one hop per call); 0: any
+            (integer) time axis, e.g. 160 for an ``--int8-placement ort_matmul`` build written before its Scan over hops (one hop per
+            call); 0: any
             multiple of :attr:`total_stride`. Not metadata: read from the graph by :meth:`from_onnx`
             (:meth:`fixed_chunk_of`); :meth:`check_chunk` refuses any other chunk length.
         fixed_chunk_where (str): The model as the fixed-chunk message names it (``"engine engines/x"`` or its path).
@@ -277,8 +278,9 @@ class StreamContract:
 
         A streaming input whose declared time axis is an integer ``g`` (not ``"T"``) takes exactly
         ``g * hop_samples // frames_per_hop`` samples per call; ONNX Runtime refuses any other length in the middle
-        of a run. The INT8 ``ort_matmul`` placement writes such a graph (its Conv -> MatMul form is one hop per
-        call, :func:`cosyedge.precision.qdq_matmul.matmul_form`).
+        of a run. The INT8 ``ort_matmul`` placement wrote such a graph before it wrapped its one-hop Conv -> MatMul
+        form in a Scan over hops (:func:`cosyedge.precision.qdq_matmul.matmul_form`,
+        :mod:`cosyedge.passes.hop_scan`); engines built then still load and are held to one hop.
 
         Args:
             model (onnx.ModelProto): The model (its ``graph.input`` shapes; a ``QuantizeLinear`` node marks it INT8).

@@ -234,8 +234,9 @@ def build(source: str | Path | None = None, config: BuildConfig | None = None, b
     if backend == TRITON:
         from cosyedge.builders.triton import build_triton
 
-        if config.placement not in (None, "trt"):
-            raise UsageError(f"--int8-placement {config.placement} is for ONNX Runtime CPU; Triton builds use trt")
+        if config.placement not in (None, "trt") and given.get("triton_backend") != "python":
+            raise UsageError(f"--int8-placement {config.placement} is for ONNX Runtime CPU; Triton builds use trt "
+                             f"(its Python backend runs ONNX Runtime CPU: --triton-backend python)")
         from cosyedge.models import require_reference
 
         if dla_core is not None or gpu_fallback:

@@ -80,12 +80,14 @@ def amax_matches(amax: str | Path | None, manifest: EngineManifest) -> bool:
 
 
 def label_fresh(folder: Path, parent_sha256: str, label: str, *, amax: str | Path | None = None,
-                calib: str | Path | None = None) -> bool:
+                calib: str | Path | None = None, placement: str = "ort_matmul") -> bool:
     """The freshness rule of ``cosyedge check``'s engines (``reuse_or_build(..., fresh=...)``).
 
     Fresh when the folder loads (:func:`cosyedge.runtime.engine.load_engine`), was built from ``parent_sha256``,
     has the precision label ``label`` (``fp16``, ``int8-sparse``, ...) and no ``--exclude``; for INT8 also: the
-    default variant (placement ``trt``, no bias correction, no minimum SNR: what check builds; a folder written before
+    default variant (placement ``placement``, no bias correction, no minimum SNR: what check builds; an engine built
+    with another placement, e.g. ``trt`` before ``ort_matmul`` became ONNX Runtime's default, is rebuilt; a folder
+    written before
     other variants got their own folder names that holds another one is rebuilt, and the build says so in one warning
     line naming the flags and the folder that variant now builds into:
     :func:`cosyedge.builders.prepare.warn_replacing_other_flags`), and
@@ -98,6 +100,8 @@ def label_fresh(folder: Path, parent_sha256: str, label: str, *, amax: str | Pat
         label (str): Normalized precision label.
         amax (str | Path | None): The amax cache kept next to the baseline (check without ``--update-baseline``).
         calib (str | Path | None): The calibration set passed now.
+        placement (str): The placement a plain ``--int8`` build of this model gets on ONNX Runtime
+            (:func:`cosyedge.builders.names.default_placement`: ``ort_matmul``, or ``trt`` for a Scan-body model).
     Returns:
         bool
     Raises:
@@ -110,9 +114,9 @@ def label_fresh(folder: Path, parent_sha256: str, label: str, *, amax: str | Pat
     fresh = (m.parent_sha256 == parent_sha256 and precision_label(m.precision, m.sparse) == label
              and not list(m.flags.get("exclude") or []))
     if fresh and precision == "int8":
-        from cosyedge.builders.names import DEFAULT_VARIANT, variant_diff, variant_of_manifest
+        from cosyedge.builders.names import default_variant, variant_diff, variant_of_manifest
 
-        if variant_diff(variant_of_manifest(m.raw), DEFAULT_VARIANT):
+        if variant_diff(variant_of_manifest(m.raw), default_variant(placement)):
             return False
     if fresh and precision == "int8":
         used = m.int8.get("amax_path")

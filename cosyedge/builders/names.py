@@ -6,7 +6,8 @@
 * :func:`engine_folder_name`: ``<model>-<precision>[-sparse][-<INT8 variant>][-dla<N>]-<backend>``.
 * :func:`int8_variant` / :func:`variant_parts`: the INT8 options that make another engine (placement, bias correction,
   minimum SNR): recorded in the manifest's ``flags`` and, when not the defaults, in the folder name, so INT8 variants
-  never replace each other.
+  never replace each other. :func:`default_placement`: the placement of a plain ``--int8`` build, per backend
+  (``ort_matmul`` on ONNX Runtime CPU, ``trt`` for TensorRT and Triton's onnxruntime/tensorrt backends).
 * :func:`engine_model_name`: ``<name>`` or ``<name>-<sha256[:8]>`` for a model derived from another one.
 """
 
@@ -41,7 +42,49 @@ def parse_precision_label(label: str) -> tuple[str, bool]:
 
 
 DEFAULT_VARIANT = {"int8_placement": "trt", "bias_correction": False, "int8_min_snr": None}
-"""dict: the INT8 variant of a plain ``--int8`` build (what ``cosyedge check`` builds)."""
+"""dict: the INT8 variant flags (keys) of a plain ``--int8`` build; its placement is the backend's default
+(:func:`default_placement`: ``ort_matmul`` on ONNX Runtime CPU, ``trt`` for TensorRT and Triton's
+onnxruntime/tensorrt backends), as :func:`default_variant` gives it."""
+
+ORT_DEFAULT_PLACEMENT = "ort_matmul"
+"""str: the INT8 placement a plain ``--int8`` build gets where ONNX Runtime's CPU EP runs the engine: the fused
+INT8 kernels (``MatMulIntegerToFloat``, ``DynamicQuantizeMatMul``) that pay there (measured p50 vs FP32, one thread:
+NSNet2 1.6-1.8x, DeepFilterNet3 1.2-1.4x, the bundled reference about 1.0x; ``trt`` there: 0.8-1.1x)."""
+
+ORT_CPU_BACKENDS = ("onnxruntime", "triton-python")
+"""tuple[str, ...]: the folder backends whose engine ONNX Runtime's CPU EP runs (an ONNX Runtime engine, a Triton
+Python-backend repository: a StreamPool in the model's stub), so that default to :data:`ORT_DEFAULT_PLACEMENT`."""
+
+
+def default_placement(backend: str, model=None) -> tuple[str, str | None]:
+    """The INT8 placement a build with no ``--int8-placement`` gets, and why not ``ort_matmul`` where it could.
+
+    Args:
+        backend (str): The folder backend: ``onnxruntime``, ``triton-python`` (:data:`ORT_CPU_BACKENDS`: ONNX Runtime
+            CPU) or ``tensorrt``/``triton`` (TensorRT, Triton's onnxruntime/tensorrt backends: ``trt``).
+        model (str | Path | SourceModel | None): The FP32 streaming model; one whose compute sits in Scan bodies (an
+            adopted model: GTCRN, DTLN, Silero VAD) takes the ``trt`` placement only
+            (:func:`cosyedge.precision.int8.int8_onnx`). None: not looked at.
+    Returns:
+        tuple[str, str | None]: the placement (``ort_matmul`` | ``trt``) and, when an ONNX Runtime CPU backend gets
+        ``trt``, the one line saying why (for an info line; None otherwise).
+    """
+    if backend not in ORT_CPU_BACKENDS:
+        return "trt", None
+    if model is not None:
+        from cosyedge.precision.bodies import has_subgraphs
+
+        src = SourceModel.of(model)
+        if has_subgraphs(src.proto):
+            return "trt", (f"INT8 placement trt: {src.path.name} keeps its compute in Scan bodies, which the ONNX "
+                           f"Runtime default {ORT_DEFAULT_PLACEMENT} (flat graphs only) cannot take")
+    return ORT_DEFAULT_PLACEMENT, None
+
+
+def default_variant(placement: str = "trt") -> dict:
+    """The INT8 variant flags (dict, :func:`int8_variant`) of a plain ``--int8`` build whose placement is
+    ``placement`` (the backend's, :func:`default_placement`)."""
+    return dict(DEFAULT_VARIANT, int8_placement=placement)
 
 
 def int8_variant(precision: str, placement: str | None = None, bias_correction: bool = False,
@@ -73,12 +116,13 @@ def variant_of_manifest(manifest: dict) -> dict:
     return int8_variant("int8", rep.get("placement"), rep.get("bias_correction") is not None, target)
 
 
-def variant_parts(variant: dict | None) -> list[str]:
-    """The folder-name parts (list[str]) of an INT8 variant that is not the default: the placement (``ort_matmul``,
-    ``ort``), ``biascorr``, ``minsnr<dB>`` (e.g. ``minsnr42``); ``[]`` for the default or None."""
+def variant_parts(variant: dict | None, default: str = "trt") -> list[str]:
+    """The folder-name parts (list[str]) of an INT8 variant that is not the default: the placement when it is not
+    ``default`` (the backend's, :func:`default_placement`: ``trt``, ``ort``, ``ort_matmul``), ``biascorr``,
+    ``minsnr<dB>`` (e.g. ``minsnr42``); ``[]`` for the default or None."""
     if not variant or variant.get("int8_placement") is None:
         return []
-    parts = [variant["int8_placement"]] if variant["int8_placement"] != "trt" else []
+    parts = [variant["int8_placement"]] if variant["int8_placement"] != default else []
     parts += ["biascorr"] if variant.get("bias_correction") else []
     snr = variant.get("int8_min_snr")
     return parts + ([f"minsnr{snr:g}"] if snr is not None else [])
@@ -101,13 +145,17 @@ def _show(value) -> str:
 
 
 def engine_folder_name(name: str, precision: str = "fp32", backend: str = "onnxruntime", sparse: bool = False,
-                       dla_core: int | None = None, variant: dict | None = None) -> str:
+                       dla_core: int | None = None, variant: dict | None = None,
+                       plain_placement: str | None = None) -> str:
     """Return the engine folder name (str) encoding its configuration, e.g. ``reference-int8-sparse-onnxruntime``,
-    ``reference-int8-ort_matmul-biascorr-onnxruntime`` or ``reference-fp16-dla0-tensorrt`` (``dla_core``: TensorRT's
+    ``reference-int8-trt-biascorr-onnxruntime`` or ``reference-fp16-dla0-tensorrt`` (``dla_core``: TensorRT's
     DLA core, None for the GPU; ``variant``: the INT8 variant, :func:`int8_variant`, named by :func:`variant_parts`
-    when not the default). ``name`` is the model part: :func:`engine_model_name` (``reference``, or
-    ``reference-60b615af`` for a derived model)."""
-    parts = [name, precision] + (["sparse"] if sparse else []) + variant_parts(variant)
+    when not the default; ``plain_placement``: the placement a plain ``--int8`` build of this model gets here,
+    which the name leaves out; None: the backend's, :func:`default_placement` without the model: ``ort_matmul``
+    for ``onnxruntime``/``triton-python``, else ``trt``). ``name`` is the model part: :func:`engine_model_name`
+    (``reference``, or ``reference-60b615af`` for a derived model)."""
+    default = plain_placement or default_placement(backend)[0]
+    parts = [name, precision] + (["sparse"] if sparse else []) + variant_parts(variant, default)
     parts += [f"dla{int(dla_core)}"] if dla_core is not None else []
     return "-".join(parts + [backend])
 
@@ -196,7 +244,8 @@ def check_triton_model_name(name: str, given: bool = True) -> str:
     return name
 
 
-__all__ = ["DEFAULT_VARIANT", "PARENT_HASH_CHARS", "PRECISIONS", "TRITON_NAME_CHARS", "check_engine_name",
+__all__ = ["DEFAULT_VARIANT", "ORT_CPU_BACKENDS", "ORT_DEFAULT_PLACEMENT", "PARENT_HASH_CHARS", "default_placement",
+           "default_variant", "PRECISIONS", "TRITON_NAME_CHARS", "check_engine_name",
            "check_triton_model_name", "engine_folder_name",
            "engine_model_name", "int8_variant", "variant_diff", "variant_of_manifest", "variant_parts",
            "parse_precision_label", "precision_label"]

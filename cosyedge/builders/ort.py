@@ -39,7 +39,7 @@ from cosyedge.artifacts import (
     write_manifest,
 )
 from cosyedge.builders.config import BuildConfig
-from cosyedge.builders.names import check_engine_name, engine_folder_name, engine_model_name
+from cosyedge.builders.names import check_engine_name, default_placement, engine_folder_name, engine_model_name
 from cosyedge.builders.prepare import (
     DEFAULT_CALIB_COUNT,
     check_streaming_onnx,
@@ -85,7 +85,7 @@ def build_ort(onnx_path: Any, out_dir: str | Path | None = None, name: str | Non
               precision: str = PRECISION, sparse: bool = False, exclude: Iterable[str] = (),
               calib: str | Path | None = None, calib_count: int = DEFAULT_CALIB_COUNT,
               amax: str | Path | None = None, config: BuildConfig | None = None,
-              qdq_placement: str = "trt") -> Path:
+              qdq_placement: str | None = None) -> Path:
     """Build an ONNX Runtime engine folder (FP32, FP16 or INT8, optionally 2:4-sparse) from a streaming ONNX.
 
     The folder ``<out_dir>/<name>-<precision>[-sparse][-<INT8 variant>]-onnxruntime/`` (the variant, when not the
@@ -112,9 +112,11 @@ def build_ort(onnx_path: Any, out_dir: str | Path | None = None, name: str | Non
             :func:`cosyedge.builders.prepare.prepare_onnx`).
         config (BuildConfig | None): The build options as one checked object (what ``cosyedge build`` passes);
             when given, ``precision``, ``sparse``, ``exclude``, ``calib``, ``calib_count`` and ``amax`` are not used.
-        qdq_placement (str): INT8 Q/DQ placement (:func:`~cosyedge.precision.int8.int8_onnx`): ``trt`` (default,
-            what every engine had) or ``ort`` (what ONNX Runtime's x86 CPU kernels fuse: reference 24 QLinearConv
-            instead of none, p50 about FP32's, but 4.6 dB lower output SNR vs FP32 on the demo: not the default).
+        qdq_placement (str | None): INT8 Q/DQ placement (:func:`~cosyedge.precision.int8.int8_onnx`) when
+            ``config.placement`` is None: ``ort_matmul`` (fused INT8 MatMuls, any hops per call), ``trt`` (TensorRT's
+            rules; float convs between Q/DQ on ONNX Runtime CPU) or ``ort`` (QLinearConv, 4.6 dB lower output SNR).
+            None (default): :func:`cosyedge.builders.names.default_placement` (``ort_matmul``; ``trt`` for a model
+            whose compute sits in Scan bodies, said in one info line); that placement gets no folder-name part.
     Returns:
         Path: the engine folder.
     Raises:
@@ -128,20 +130,24 @@ def build_ort(onnx_path: Any, out_dir: str | Path | None = None, name: str | Non
         config = BuildConfig.of(precision=precision, sparse=sparse, exclude=exclude, calib=calib,
                                 calib_count=calib_count, amax=amax)
     precision, sparse, exclude, calib, calib_count, amax = config.options()
-    variant = config.variant(qdq_placement)
     # parsed and hashed once for the whole build
     src = SourceModel.of(onnx_path)
     contract = check_streaming_onnx(src)
+    plain, why = default_placement(BACKEND, src) if precision == "int8" else ("trt", None)
+    placement = config.placement or qdq_placement or plain
+    if why and placement == plain:
+        LOG.info("%s", why)
+    variant = config.variant(placement)
     name = check_engine_name(name or engine_model_name(contract.name, src))
     root = Path(out_dir) if out_dir is not None else engines_root()
-    dest = root / engine_folder_name(name, precision, BACKEND, sparse, variant=variant)
+    dest = root / engine_folder_name(name, precision, BACKEND, sparse, variant=variant, plain_placement=plain)
     label = precision + ("+2:4 sparse" if sparse else "")
     warn_replacing_other_model(dest, src)
     warn_replacing_other_flags(dest, variant)
     with LOG.stage(f"build {BACKEND} {label} engine {dest}"), atomic_folder(dest, "engine folder") as tmp:
         model_dst = tmp / MODEL_FILE
         fields = prepare_onnx(src, model_dst, precision=precision, sparse=sparse, exclude=exclude,
-                              calib=calib, calib_count=calib_count, amax=amax, config=config, placement=qdq_placement,
+                              calib=calib, calib_count=calib_count, amax=amax, config=config, placement=placement,
                               final_path=dest / MODEL_FILE)
         _smoke_test(model_dst, StreamContract.from_onnx(model_dst))
         head = manifest_head(name=name, backend=BACKEND, precision=precision, sparse=sparse,

@@ -120,8 +120,10 @@ def prepare_onnx(onnx_path: Any, dest: str | Path, *, precision: str = "fp32", s
         config (BuildConfig | None): The options as one checked object (made by the CLI with
             :meth:`BuildConfig.from_flags`); when given, the keyword options above are not used.
         placement (str): INT8 Q/DQ placement for the backend (:func:`~cosyedge.precision.int8.int8_onnx`):
-            ``trt`` (TensorRT, Triton; the default), ``ort`` or ``ort_matmul`` (ONNX Runtime CPU); ``config.placement``
-            wins when set.
+            ``trt`` (TensorRT, Triton's onnxruntime/tensorrt backends), ``ort`` or ``ort_matmul`` (ONNX Runtime CPU:
+            the default of its builds, :func:`cosyedge.builders.names.default_placement`); ``config.placement`` wins
+            when set. A default ``ort_matmul`` (``config.placement`` None) that finds nothing of its form in the
+            model takes ``trt`` (one info line).
         final_path (str | Path | None): Where ``dest`` ends up once the caller's temp folder is renamed into place:
             the path the INT8 report and log line name (None: ``dest``).
     Returns:
@@ -173,9 +175,10 @@ def prepare_onnx(onnx_path: Any, dest: str | Path, *, precision: str = "fp32", s
             calibration = Calibration(set=calib, count=calib_count, amax=amax,
                                       cache_name=f"{contract.name}-sparse" if sparse else None,
                                       bias_correction=cal.bias_correction, min_snr_db=cal.min_snr_db)
+            fallback = "trt" if config.placement is None and placement == "ort_matmul" else None
             placement = config.placement or placement
             res = int8_onnx(stage_in, dest, exclude=exclude, calibration=calibration, placement=placement,
-                            final_path=final_path)
+                            final_path=final_path, fallback_placement=fallback)
             fields["int8"] = res
             fields["calibration_sha256"] = res["calibration_manifest_sha256"]  # the one key int8_onnx returns
         elif not sparse:

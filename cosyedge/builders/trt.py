@@ -178,7 +178,8 @@ def check_onnx_against_profile(model: Any, contract: StreamContract, profile: di
 
 
 def onnx_precision_stats(model: Any) -> dict:
-    """Count what makes an ONNX reduced-precision.
+    """Count what makes an ONNX reduced-precision, in its main graph and its Scan bodies (an INT8 ``ort_matmul``
+    model runs its Q/DQ graph in a Scan over hops; an adopted model quantizes inside its bodies).
 
     Args:
         model (onnx.ModelProto)
@@ -187,10 +188,13 @@ def onnx_precision_stats(model: Any) -> dict:
     """
     from onnx import TensorProto
 
-    qdq = sum(n.op_type in ("QuantizeLinear", "DequantizeLinear") for n in model.graph.node)
-    f16 = sum(t.data_type == TensorProto.FLOAT16 for t in model.graph.initializer)
+    from cosyedge.precision.bodies import iter_graphs
+
+    graphs = list(iter_graphs(model.graph))
+    qdq = sum(n.op_type in ("QuantizeLinear", "DequantizeLinear") for g in graphs for n in g.node)
+    f16 = sum(t.data_type == TensorProto.FLOAT16 for g in graphs for t in g.initializer)
     casts = sum(n.op_type == "Cast" and any(a.name == "to" and a.i == TensorProto.FLOAT16 for a in n.attribute)
-                for n in model.graph.node)
+                for g in graphs for n in g.node)
     return {"qdq_nodes": int(qdq), "fp16_initializers": int(f16), "fp16_casts": int(casts)}
 
 

@@ -20,8 +20,11 @@ from cosyedge.cli.options import log_opts
                    "Default: $COSYEDGE_CALIB_DIR or ./calib (made when missing).")
 @click.option("--calib-count", type=int, default=2048, show_default=True, help="INT8 calibration utterances when the default set has to be made.")
 @click.option("--int8-placement", "placement", default=None, metavar="NAME",
-              help="INT8 Q/DQ placement: trt (default; TensorRT's rules), ort (QLinearConv) or ort_matmul (one-frame "
-                   "convs as MatMuls ONNX Runtime's x86 CPU EP fuses into MatMulIntegerToFloat; one hop per call).")
+              help="INT8 Q/DQ placement: ort_matmul (default for ONNX Runtime and --triton-backend python: one-frame "
+                   "convs as MatMuls ONNX Runtime's x86 CPU EP fuses into MatMulIntegerToFloat, GRUs as dynamic INT8 "
+                   "cells, any hops per call; a model with Scan bodies gets trt), trt (default for TensorRT and "
+                   "Triton's onnxruntime/tensorrt backends; TensorRT's rules) or ort (QLinearConv). The default "
+                   "placement gets no folder-name part.")
 @click.option("--bias-correction", is_flag=True,
               help="INT8 ort_matmul: subtract E[W_q Q(x) - W x] over the calibration set from each quantized bias.")
 @click.option("--int8-min-snr", "min_snr", default=None, metavar="DB",
@@ -68,7 +71,7 @@ def build(onnx_path, fp16, int8, sparse, exclude, calib, calib_count, placement,
 
     Writes <out-dir>/<name>-<precision>[-sparse]-<backend>/ with the precision ONNX, the backend's
     artifact and manifest.json (model and calibration hashes, flags, tool versions, reports). A non-default
-    INT8 variant gets its own folder, e.g. <name>-int8-ort_matmul-biascorr-minsnr42-onnxruntime (placement,
+    INT8 variant gets its own folder, e.g. <name>-int8-trt-biascorr-minsnr42-onnxruntime (placement,
     --bias-correction, --int8-min-snr), so INT8 variants never replace each other (a build that replaces
     an engine of other INT8 flags says so in one line). A source ONNX that already holds Q/DQ nodes (an
     INT8 engine's model.onnx) is refused for every precision and backend (exit 2). A model

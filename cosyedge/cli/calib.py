@@ -104,8 +104,8 @@ def amax(onnx_path, calib_dir, threads, force, trt_version):
 @click.option("--threads", type=int, default=1, show_default=True, callback=warn_threads_above_cpus,
               help="ONNX Runtime threads for calibration.")
 @click.option("--placement", "--int8-placement", "placement", default="trt", show_default=True, metavar="NAME",
-              help="Q/DQ placement: trt, ort or ort_matmul (fused INT8 kernels on ONNX Runtime x86 CPU; the model then "
-                   "takes one hop per call).")
+              help="Q/DQ placement: trt, ort or ort_matmul (fused INT8 kernels on ONNX Runtime x86 CPU, any hops per "
+                   "call; what 'cosyedge build --int8' uses for ONNX Runtime).")
 @click.option("--bias-correction", is_flag=True,
               help="ort_matmul: subtract E[W_q Q(x) - W x] over the calibration set from each quantized bias.")
 @click.option("--min-snr", "--int8-min-snr", "min_snr", default=None, metavar="DB",

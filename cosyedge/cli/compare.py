@@ -21,7 +21,7 @@ def _utterances(path, rate, limit):
                                       "(per-step error); free-running: each carries its own (what a user hears).")
 @click.option("--chunk-ms", type=FiniteFloat(min=0, min_open=True), default=None,
               help="Chunk (ms), a multiple of the hop; teacher forcing happens every chunk. Default: the multiple "
-                   "of the hop nearest 100 ms, or the one chunk a candidate takes (an ort_matmul INT8 build: one hop).")
+                   "of the hop nearest 100 ms, or the one chunk a candidate takes (a graph with a fixed time axis).")
 @click.option("--utterances", "utt_path", metavar="PATH", default=None,
               help="Folder (noisy/ + clean/) or manifest of real recordings. Default: the bundled demo "
                    "recording, noisy and clean.")
@@ -173,7 +173,7 @@ def compare(reference, candidate, modes, chunk_ms, utt_path, max_utterances, snr
               help="Real recordings to use instead of the bundled set (the baseline must use the same).")
 @click.option("--chunk-ms", type=FiniteFloat(min=0, min_open=True), default=None,
               help="Chunk (ms), a multiple of the hop. Default: the multiple of the hop nearest 100 ms, or the one "
-                   "chunk a --candidate takes (an ort_matmul INT8 build: one hop).")
+                   "chunk a --candidate takes (a graph with a fixed time axis).")
 @click.option("--json", "json_path", metavar="FILE", default=None, help="Write the full report as JSON.")
 @click.option("--junit", "junit_path", metavar="FILE", default=None, help="Write JUnit XML.")
 @click.option("--no-pesq", is_flag=True, help="Skip PESQ-WB.")

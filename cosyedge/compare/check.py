@@ -162,7 +162,7 @@ def run_check(onnx_path: str | Path | None = None, *, baseline: str | Path | Non
             building that label (e.g. a build made elsewhere).
         utterances (list[Utterance] | None): Real speech (default :func:`fixed_utterances`).
         chunk_ms (float | None): Chunk (ms), a multiple of the total stride; None (default) = the one chunk a given
-            candidate takes (an ``ort_matmul`` INT8 build: one hop), else the multiple nearest :data:`DEFAULT_CHUNK_MS`
+            candidate takes (an ``ort_matmul`` INT8 build made before its Scan over hops: one hop), else the multiple nearest :data:`DEFAULT_CHUNK_MS`
             (:func:`cosyedge.compare.core.default_chunk`).
         calib (str | Path | None): INT8 calibration set folder (calibrate instead of using the kept amax).
         json_path (str | Path | None): Write the full report here.

@@ -301,7 +301,8 @@ def default_chunk(model: CompareModel, chunk_ms: float | None, candidates: Any =
     Args:
         model (CompareModel): The reference (its contract gives the rate and the total stride).
         chunk_ms (float | None): Chunk (ms), a multiple of the total stride; None = the chunk a candidate runs only
-            (:func:`fixed_chunk`: an ``ort_matmul`` INT8 build takes one hop per call; said in one info line), else
+            (:func:`fixed_chunk`: an ``ort_matmul`` INT8 build made before its Scan over hops takes one hop per call; said
+            in one info line), else
             the multiple of the total stride nearest :data:`DEFAULT_CHUNK_MS` (100 ms: 1600 samples at hop 160 /
             16 kHz, 1536 = 96 ms at hop 256).
         candidates (Iterable[CompareModel]): The models to be compared with ``model``.

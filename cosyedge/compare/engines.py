@@ -106,12 +106,13 @@ def ensure_engine(ref: CompareModel, label: str, engines_dir: Path, *, baseline:
     """
     from cosyedge.builders import build_engine
     from cosyedge.builders.cache import amax_matches, label_fresh, reuse_or_build
-    from cosyedge.builders.names import engine_folder_name, engine_model_name
+    from cosyedge.builders.names import default_placement, engine_folder_name, engine_model_name
 
     precision, sparse = parse_precision_label(label)
     name = ref.contract.name
     engine_name = engine_model_name(name, ref.model_path, derived=derived)
-    folder = Path(engines_dir) / engine_folder_name(engine_name, precision, "onnxruntime", sparse)
+    plain = default_placement("onnxruntime", ref.model_path)[0]  # the placement a plain --int8 build gets
+    folder = Path(engines_dir) / engine_folder_name(engine_name, precision, "onnxruntime", sparse, plain_placement=plain)
     amax = amax_cache_path(baseline, name, label)
     use_amax = precision == "int8" and not update and calib is None
     if use_amax and not amax.is_file():
@@ -134,7 +135,8 @@ def ensure_engine(ref: CompareModel, label: str, engines_dir: Path, *, baseline:
 
     folder = reuse_or_build(ref.model_path, folder, build=build, reused="reusing engine %s",
                             fresh=lambda f: label_fresh(f, ref.model_sha256, label,
-                                                        amax=amax if use_amax else None, calib=calib))
+                                                        amax=amax if use_amax else None, calib=calib,
+                                                        placement=plain))
     if precision == "int8" and not use_amax:
         manifest = EngineManifest.load(folder)
         used = manifest.int8.get("amax_path")

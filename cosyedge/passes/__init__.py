@@ -12,7 +12,8 @@ and the builds apply them through :func:`~cosyedge.passes.base.apply_passes` and
 ========================  ==============================================================================
 
 Shared helpers: :mod:`cosyedge.passes.shapes` (shapes at given input shapes), :mod:`cosyedge.passes.edit` (copy,
-attributes, splice, toposort). A pass that fails, or a rewritten graph that ONNX Runtime will not load (the stored
+attributes, splice, toposort), :mod:`cosyedge.passes.hop_scan` (a one-hop graph in a Scan over hops; the passes apply
+to its body). A pass that fails, or a rewritten graph that ONNX Runtime will not load (the stored
 graph then runs), is said in one warning line.
 """
 
@@ -78,7 +79,8 @@ for A/B measurements (``scripts/benchmarks/bench_streams.py --passes base``)."""
 
 MATMUL_FORM_PASSES = ("batch_gemm", "gru_cell")
 """tuple[str, ...]: the passes the INT8 ``ort_matmul`` build writes into the model at one hop per call (with the bias
-moved after each Reshape in between, :func:`cosyedge.precision.qdq_matmul.matmul_form`)."""
+moved after each Reshape in between, :func:`cosyedge.precision.qdq_matmul.matmul_form`); the build then runs that
+one-hop graph in a Scan over hops (:mod:`cosyedge.passes.hop_scan`)."""
 
 
 def passes(names) -> list[Pass]:

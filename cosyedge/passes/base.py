@@ -85,10 +85,24 @@ def apply_passes(model: Any, target: Target, passes: Any, where: str, cpu: bool 
         where (str): Who applies them, for the warning (e.g. ``"stream pool: m.onnx"``).
         cpu (bool): The result runs on ONNX Runtime's CPU provider without external data (else ``cpu_only``
             passes are skipped).
+    A model that runs a one-hop graph in a Scan over hops (:mod:`cosyedge.passes.hop_scan`, the INT8 ``ort_matmul``
+    form) gets the passes applied to that one-hop graph (``target`` taken at one hop), put back in its Scan.
+
     Returns:
         tuple[onnx.ModelProto, dict[str, dict[str, int]]]: the result (``model`` itself when nothing applied) and,
         per pass that ran (failed and skipped ones left out), its counts by kind (``{}``: nothing to match).
     """
+    from cosyedge.passes.hop_scan import one_hop_body, one_hop_target, with_body
+
+    body = one_hop_body(model)
+    if body is not None:  # a Scan over hops (INT8 ort_matmul): the passes rewrite its one-hop graph
+        passes = list(passes)
+        dims = None if target.dims is None else one_hop_target(body, target.dims)
+        inner = dataclasses.replace(target, shapes=one_hop_target(body, target.shapes), dims=dims)
+        out, done = apply_passes(body, inner, passes, where, cpu)
+        by_name = {p.name: p for p in passes}  # a pass may work in place: whether one replaced something decides
+        changed = any(by_name[k].report(c) for k, c in done.items())
+        return (with_body(model, out) if changed else model), done
     done: dict[str, dict] = {}
     for p in passes:
         if p.cpu_only and not cpu:

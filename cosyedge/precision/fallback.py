@@ -131,7 +131,8 @@ class HoldoutSnr:
         from cosyedge.runtime.stream import stream_array
 
         src = SourceModel.of(path)
-        # EVAL_CHUNK_S chunks, or the one length a graph with a fixed time axis takes (an ort_matmul form: one hop)
+        # EVAL_CHUNK_S chunks (an ort_matmul model too: a Scan over hops), or the one length a graph with a fixed time
+        # axis takes (an ort_matmul model written before the Scan over hops: one hop)
         chunk = src.contract.fixed_chunk_samples or self.chunk
         with OrtStreamSession(src, chunk_samples=chunk) as s:
             return [stream_array(s, x).astype(np.float64) for x in self.clips]

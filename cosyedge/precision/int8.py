@@ -87,7 +87,8 @@ def default_set_note(folder: Path, count: int) -> str:
 def int8_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, calib: Any = None, exclude=(), count: int = 2048,
               amax: str | Path | None = None, threads: int = 1, cache_name: str | None = None,
               calibration: Calibration | None = None, placement: str = "trt", bias_correction: bool = False,
-              min_snr_db: float | None = None, holdout=None, final_path: str | Path | None = None) -> dict:
+              min_snr_db: float | None = None, holdout=None, final_path: str | Path | None = None,
+              fallback_placement: str | None = None) -> dict:
     """Calibrate (or reuse the amax cache) and write the INT8 Q/DQ streaming ONNX atomically.
 
     Args:
@@ -112,8 +113,10 @@ def int8_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, calib: Any = None,
             QDQ fusion on x86 needs: uint8 activations, a DQ per consumer, Q on the outputs;
             ``build_ort(..., qdq_placement="ort")``: 24 QLinearConv in the reference instead of none, but 4.6 dB
             lower output SNR vs FP32, so not the default yet) or ``ort_matmul`` (one-frame convs rewritten to
-            MatMuls that ONNX Runtime's x86 CPU EP fuses into ``MatMulIntegerToFloat``; the model then runs one hop
-            per call: :mod:`cosyedge.precision.qdq_matmul`). Models with Scan bodies always use ``trt``.
+            MatMuls that ONNX Runtime's x86 CPU EP fuses into ``MatMulIntegerToFloat``, GRUs as
+            ``DynamicQuantizeMatMul`` cells: :mod:`cosyedge.precision.qdq_matmul`; that one-hop graph is written as
+            the body of a Scan over hops, :mod:`cosyedge.passes.hop_scan`, so the model takes any whole number of
+            hops per call, as the FP32 one does). Models with Scan bodies always use ``trt``.
         bias_correction (bool): ``ort_matmul`` only: correct each quantized layer's bias by
             ``E[W_q Q(x) - W x]`` over the calibration set (:func:`cosyedge.precision.qdq_matmul.bias_corrections`);
             also taken from ``calibration.bias_correction``. Defaults to False.
@@ -125,6 +128,10 @@ def int8_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, calib: Any = None,
             (:func:`cosyedge.precision.fallback.holdout_audio`); None: the bundled demo recording.
         final_path (str | Path | None): Where ``out_path`` will end up (a build writes into a temp folder that is then
             renamed): the path the log line and ``output`` name. None: ``out_path``.
+        fallback_placement (str | None): The placement to use instead when ``ort_matmul`` finds no layer of its form
+            in this model (no one-frame conv, 2-D MatMul or one-step GRU: it would quantize nothing), said in one info
+            line and in ``placement_note`` (what a build whose ``ort_matmul`` is the backend's default, not asked
+            for, passes: ``trt``). None: quantize what it can (a warning says why the rest stays float).
     Returns:
         dict: manifest fields: ``precision`` ("int8"), ``amax_path``, ``trt_calibration_cache``,
         ``calibration_manifest_sha256``, ``calibration_utterances``, ``model_sha256`` (the FP32 parent),
@@ -138,8 +145,9 @@ def int8_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, calib: Any = None,
         "snr_db_without", "delta_db"}`` (L2 norms of the correction and of the bias it was subtracted from; the output SNR
         vs FP32 on the demo recording, :func:`cosyedge.precision.cost.demo_snr`, with and without the correction, logged
         in one line, a warning when the correction lowers it); ``placement_requested``: the placement asked for
-        (the same as ``placement``: a request that cannot be applied is refused); ``placement_note``: None (kept for
-        manifests written before the refusal); ``matmul_form`` (``ort_matmul``): the rewrite's counts;
+        (the same as ``placement``: a request that cannot be applied is refused, except a default ``ort_matmul`` that
+        finds nothing to quantize, which takes ``fallback_placement``); ``placement_note``: None, or why
+        ``fallback_placement`` was taken (one line); ``matmul_form`` (``ort_matmul``): the rewrite's counts;
         ``fallback``: None, or what :func:`cosyedge.precision.fallback.search` measured (``target_db``,
         ``initial_snr_db``, ``final_snr_db``, ``met``, ``kept_float`` [{name, alone_snr_db, snr_after_db}],
         ``sensitivity``, ``evaluations``, ``holdout``, ``quantized_mac_share``); the layers it keeps float are in
@@ -208,12 +216,23 @@ def int8_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, calib: Any = None,
                                              exclude)
     mm_form = None
     if placement == "ort_matmul" and plans is None:
+        from cosyedge.passes.hop_scan import scan_over_hops
         from cosyedge.precision import qdq_matmul
 
         mm_model, mm_form = qdq_matmul.matmul_form(model, contract)
         wanted = {w.name for w in to_quantize}
         mm_names = [n.name for n in qdq_matmul.quantizable(mm_model) if mm_form["origin"].get(n.name) in wanted]
         got = {mm_form["origin"][n] for n in mm_names}
+        if fallback_placement and not mm_names and not [g for g in mm_form["gru_cells"] if g not in gru_keep]:
+            placement_note = (f"INT8 placement {fallback_placement}: the ONNX Runtime default ort_matmul finds no layer "
+                              f"of its form in {src.name} (one-frame convs, 2-D MatMuls, one-step GRUs at one hop per "
+                              f"call)")
+            LOG.info("%s", placement_note)
+            return int8_onnx(source, out_path, calib=calib, exclude=tuple(exclude) + tuple(gru_keep), count=count,
+                             amax=amax, threads=threads, cache_name=cache_name, calibration=calibration,
+                             placement=fallback_placement, min_snr_db=min_snr_db, holdout=holdout,
+                             final_path=final_path) | {"placement_requested": placement,
+                                                       "placement_note": placement_note}
         for w in to_quantize:
             if w.name not in got:
                 kept[w.name] = ("no MatMul form (not a one-frame conv, or it feeds an ArgMax/Log): float, since a "
@@ -257,7 +276,8 @@ def int8_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, calib: Any = None,
                                               set(gru_keep) | {g for g in mm_form["gru_cells"] if g not in names})
             rep["weights"].update({k: 1 for k in dyn["gru"]})
             rep["gru_kept"] = dyn["kept"]
-            return m, rep
+            # any whole number of hops per call: the one-hop graph as the body of a Scan over hops
+            return scan_over_hops(m, contract), rep
         if plans is not None:
             m = _copy(model)
             ps = int8_bodies.body_plans(m, contract, exclude)

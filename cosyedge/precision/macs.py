@@ -158,7 +158,8 @@ def mac_share(model: Any, contract: StreamContract, chunk_samples: int | None = 
     """The INT8 share of a stream graph's MACs per chunk (what an INT8 build records in its manifest).
 
     Args:
-        model (onnx.ModelProto): The stream graph (with explicit Q/DQ for an INT8 build).
+        model (onnx.ModelProto): The stream graph (with explicit Q/DQ for an INT8 build; an ``ort_matmul`` model
+            is counted on its one-hop graph, :func:`cosyedge.passes.hop_scan.one_hop_body`).
         contract (StreamContract): Its contract.
         chunk_samples (int | None): Samples per chunk; default one hop.
     Returns:
@@ -168,6 +169,9 @@ def mac_share(model: Any, contract: StreamContract, chunk_samples: int | None = 
     Raises:
         ArtifactError: ONNX Runtime cannot run the graph.
     """
+    from cosyedge.passes.hop_scan import one_hop_body
+
+    model = one_hop_body(model) or model  # an ort_matmul model: its one-hop graph, the body of its Scan over hops
     rows = count_macs(model, contract, chunk_samples)
     total = sum(r.macs for r in rows)
     quant = sum(r.macs for r in rows if r.quantized)

@@ -126,7 +126,11 @@ def ort_fusion_report(onnx_path: str | Path, contract: Any = None) -> dict:
         from cosyedge.artifacts import StreamContract
         from cosyedge.precision.macs import count_macs
 
-        ops = count_macs(model, contract if contract is not None else StreamContract.from_onnx(model))
+        from cosyedge.passes.hop_scan import one_hop_body
+
+        # an ort_matmul model: the MACs of its one-hop graph (the body of its Scan over hops; node names unchanged)
+        ops = count_macs(one_hop_body(model) or model,
+                         contract if contract is not None else StreamContract.from_onnx(model))
         total = sum(o.macs for o in ops)
         share = sum(o.macs for o in ops if o.name in fused_owners) / total if total else 0.0
     except Exception:  # no stream contract (a plain model): no MAC share
@@ -151,18 +155,19 @@ def fusion_line(report: dict) -> str:
 def placement_hint(int8: dict | None) -> str | None:
     """The one line ``cosyedge build`` logs after an ONNX Runtime INT8 build with TensorRT's placement whose weighted
     ops ORT leaves in float between Q/DQ (str), naming ``--int8-placement ort_matmul``; None when there is nothing to
-    say: no INT8 report, another placement, everything fused, or Q/DQ inside Scan bodies (an adopted model, where
-    only ``trt`` applies). A ``cosyedge build`` line: ``check`` and the Python API do not log it.
+    say: no INT8 report, another placement, a default ``ort_matmul`` that found nothing of its form
+    (``placement_note``), everything fused, or Q/DQ inside Scan bodies (an adopted model, where only ``trt``
+    applies). A ``cosyedge build`` line: ``check`` and the Python API do not log it.
 
     Args:
         int8 (dict | None): The manifest's ``reports.int8``.
     """
-    if not int8 or int8.get("placement") != "trt":
+    if not int8 or int8.get("placement") != "trt" or int8.get("placement_note"):  # note: ort_matmul found nothing
         return None
     fusion = int8.get("ort_fusion") or {}
     unfused = len(fusion.get("unfused_weighted") or [])
     if not unfused or fusion.get("qdq_in_bodies"):
         return None
     return (f"placement trt is TensorRT's: ONNX Runtime CPU runs {unfused} of its weighted ops in float between Q/DQ "
-            f"here; --int8-placement ort_matmul is the CPU placement (fused INT8 kernels, one hop per call; "
-            f"docs/bench/bench_targets.json)")
+            f"here; --int8-placement ort_matmul is the CPU placement (fused INT8 kernels; the default of a plain --int8 "
+            f"ONNX Runtime build; docs/bench/bench_targets.json)")

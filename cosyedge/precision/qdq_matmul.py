@@ -10,8 +10,9 @@ no NHWC Transposes appear (they do around ``QLinearConv``) and the output keeps 
    (pass ``batch_gemm``, :func:`cosyedge.passes.batch_gemm.batch_rewrite`, with the chunk fixed at one hop, then
    the bias Add moved after the Reshape: before it, ORT's ``MatMulAddFusion`` makes a ``Gemm`` first and the Q/DQ fusion is lost). The
    FP32 rewritten graph is the same function (>= 120 dB vs the original on the demo recording, tested). Its audio
-   input's time axis is fixed to one hop: this INT8 model runs one hop per call (ONNX Runtime refuses any other
-   chunk length in one line instead of computing garbage).
+   input's time axis is fixed to one hop (the form holds for one frame per conv and one GRU step); the INT8 build
+   then writes that one-hop graph as the body of a Scan over hops (:mod:`cosyedge.passes.hop_scan`), so the model
+   takes any whole number of hops per call with outputs bit-identical to one hop per call.
 2. **Q/DQ** (:func:`insert_qdq_matmul`): one ``QuantizeLinear`` per activation tensor (uint8, zero point 128,
    ``scale = amax / 127``: the int8 symmetric grid), placed on the tensor the original Conv read, so the amax
    cache of the FP32 model (same tensor names) serves as is, no recalibration; the rewrite's Slice/Reshape then

@@ -444,8 +444,9 @@ class OrtStreamSession(StreamSession):
 
     def _fused_model(self) -> tuple[Any, Any]:
         """The model to load and a temporary folder to remove after loading (or None): the path, or (CPU
-        provider, no external data, something rewritten by the passes :attr:`rewrites`) the rewritten copy saved
-        into a temporary folder with its weights as external data, so that no serialised copy of the weights is
+        provider, no external data, something rewritten by the passes :attr:`rewrites`, or a Scan over hops run one
+        hop per call, whose one-hop body is loaded without the Scan: :mod:`cosyedge.passes.hop_scan`, the same
+        numbers without the Scan's per-call cost) the rewritten copy saved into a temporary folder with its weights as external data, so that no serialised copy of the weights is
         held in Python memory. A pass that fails is skipped (one warning line), the others still apply."""
         self.rewritten = {}
         if not self.rewrites or self.providers != ["CPUExecutionProvider"]:
@@ -460,11 +461,15 @@ class OrtStreamSession(StreamSession):
             proto = self._source.proto
             if any(t.data_location == onnx.TensorProto.EXTERNAL for t in proto.graph.initializer):
                 return self.model_path, None
+            from cosyedge.passes.hop_scan import one_hop_body
+
+            # one hop per call of a Scan over hops (an INT8 ort_matmul model): its one-hop body, without the Scan
+            body = one_hop_body(proto) if self.chunk_samples == self.contract.hop_samples else None
             shapes = {i.name: list(self.input_shape(i)) for i in self.contract.stream_inputs}
             shapes.update({s.input: list(s.concrete_shape(self.batch)) for s in self.contract.states})
-            model, done = apply_passes(proto, Target(shapes), passes(self.rewrites), where=str(self.model_path))
+            model, done = apply_passes(body or proto, Target(shapes), passes(self.rewrites), where=str(self.model_path))
             counts = {name: sum(c.values()) for name, c in done.items()}
-            if not any(counts.values()):
+            if not any(counts.values()) and body is None:
                 return self.model_path, None
             tmp = Path(tempfile.mkdtemp(prefix="cosyedge_fused_"))
             onnx.save_model(model, str(tmp / "model.onnx"), save_as_external_data=True,

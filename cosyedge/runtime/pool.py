@@ -262,6 +262,13 @@ class StreamPool:
         self.rewritten = {}
         onnx = lazy_import("onnx")
         model = onnx.load(str(self.model_path))
+        unwrapped = {}
+        if self.chunk_samples == self.contract.hop_samples:  # a Scan over hops at one hop: its body, without the Scan
+            from cosyedge.passes.hop_scan import one_hop_body
+
+            body = one_hop_body(model)
+            if body is not None:
+                model, unwrapped = body, {"one_hop_body": 1}
         cpu = self.providers == ["CPUExecutionProvider"] and not any(
             t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer)
         # concrete shapes at batch 2 (one slot: 1) for the passes' checks (the nodes they write hold for any batch);
@@ -279,11 +286,14 @@ class StreamPool:
         model, done = apply_passes(model, Target(shapes, dims, any_batch=self.max_streams > 1), passes(names),
                                    where=f"stream pool: {self.model_path}", cpu=cpu)
         counts = {k: v for name, c in done.items() if PASSES[name].report(c) for k, v in c.items() if v}
-        left = sum(n.op_type == "DynamicQuantizeMatMul" for n in model.graph.node)
+        from cosyedge.precision.bodies import iter_graphs
+
+        left = sum(n.op_type == "DynamicQuantizeMatMul" for g in iter_graphs(model.graph) for n in g.node)
         if left and self.max_streams > 1:
             LOG.warning_once(f"stream pool: {self.model_path} keeps {left} DynamicQuantizeMatMul (no constant "
                              f"int8 weight with zero point 0): their activation scale spans every stream of a "
                              f"tick, so a loud stream changes a quiet one's output slightly")
+        counts.update(unwrapped)
         from cosyedge.passes.state_layout import layout_of
 
         layout = layout_of(model) if counts else {}

@@ -29,6 +29,14 @@ makes one INT8 model per placement (``int8-<placement>``; with ``--bias-correcti
 from one amax cache and prints, per variant, p50, the ratio to FP32, the SNR vs FP32 and ONNX Runtime's fused /
 unfused counts and quantized MAC share (:func:`cosyedge.precision.ort_fusion.ort_fusion_report`).
 
+The placement ``default`` is what ``cosyedge build --int8`` gives an ONNX Runtime engine with no
+``--int8-placement`` (:func:`cosyedge.builders.names.default_placement`: ``ort_matmul``, or ``trt`` for a model
+with Scan bodies or one where ort_matmul finds nothing of its form), reported as ``int8-default``::
+
+    python scripts/benchmarks/bench_precision.py --onnx m.stream.onnx --placements default,trt --no-fp16
+
+``--chunk-samples`` times chunks of several hops (the p50 is then per chunk; divide by the hops for per hop).
+
 Exit status: 0 (1 with ``--strict`` when the INT8 speed target is missed); 3 when the model is missing.
 """
 
@@ -73,7 +81,8 @@ def main(argv=None) -> int:
     ap.add_argument("--min-snr", type=float, default=None,
                     help="with --placements: also one variant per placement built with --int8-min-snr this (dB)")
     ap.add_argument("--placements", default=None,
-                    help="comma-separated Q/DQ placements (trt, ort, ort_matmul): one INT8 variant each")
+                    help="comma-separated Q/DQ placements (trt, ort, ort_matmul, default: what 'cosyedge build "
+                         "--int8' picks for ONNX Runtime): one INT8 variant each")
     ap.add_argument("--bias-correction", action="store_true", help="with ort_matmul: also the bias-corrected model")
     ap.add_argument("--amax", type=Path, default=None, help="amax cache of the model (skips calibration)")
     ap.add_argument("--sparse", action="store_true", help="also the 2:4-pruned FP32 and INT8 models (no fine-tune)")
@@ -122,16 +131,23 @@ def main(argv=None) -> int:
                 runs += [(pl, False, args.min_snr) for pl, bc, _ in list(runs) if not bc]
             for pl, bc, min_snr in runs:
                 key = f"int8-{pl}" + ("-bc" if bc else "") + (f"-minsnr{min_snr:g}" if min_snr is not None else "")
+                fallback = None
+                if pl == "default":  # what a plain 'cosyedge build --int8' gives an ONNX Runtime engine
+                    from cosyedge.builders.names import default_placement
+
+                    pl, why = default_placement("onnxruntime", src)
+                    fallback = "trt" if pl == "ort_matmul" else None
+                    notes[f"{key}_placement"] = pl + (f" ({why})" if why else "")
                 t = time.perf_counter()
                 try:
                     info = int8_onnx(src, tmp / f"{key}.onnx", calib=args.calib, amax=args.amax, placement=pl,
-                                     bias_correction=bc, min_snr_db=min_snr)
+                                     bias_correction=bc, min_snr_db=min_snr, fallback_placement=fallback)
                 except UsageError as err:  # e.g. ort_matmul asked of a Scan-body model: that variant is skipped
                     notes[key] = f"skipped: {err}"
                     print(f"{key} {notes[key]}", file=sys.stderr)
                     continue
                 notes[f"{key}_build_s"] = time.perf_counter() - t
-                fusion[key] = {"fused": info["ort_fusion"]["fused"],
+                fusion[key] = {"placement": info["placement"], "fused": info["ort_fusion"]["fused"],
                                "unfused_weighted": len(info["ort_fusion"]["unfused_weighted"]),
                                "qdq_left": info["ort_fusion"]["qdq_left"],
                                "fused_mac_share": info["ort_fusion"]["fused_mac_share"],

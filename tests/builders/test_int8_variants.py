@@ -1,5 +1,6 @@
 """INT8 variants of the bundled reference model (placement, bias correction,
-minimum SNR) each get their own engine folder and manifest flags, replacing another variant says so in one line,
+minimum SNR) each get their own engine folder and manifest flags (the default placement, ort_matmul on ONNX Runtime,
+gets no folder-name part), replacing another variant says so in one line,
 ``check`` never reuses one, the INT8 report names the final path, bias correction reports its measured effect, and no
 build starts from a model that already holds Q/DQ. One small calibration (4 utterances, about 7 s), then amax reuse."""
 
@@ -24,11 +25,11 @@ def calib(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def engines(tmp_path_factory, calib):
-    """An engines root holding the default INT8 engine and the ort_matmul one (built through the CLI)."""
+    """An engines root holding the default INT8 engine (ort_matmul) and the trt one (built through the CLI)."""
     from cosyedge.cli.main import main
 
     root = tmp_path_factory.mktemp("eng")
-    for extra in ([], ["--int8-placement", "ort_matmul"]):
+    for extra in ([], ["--int8-placement", "trt"]):
         assert main(["build", "-q", "--int8", "--calib", str(calib), "-o", str(root), *extra]) == 0
     return root
 
@@ -38,79 +39,92 @@ def _manifest(folder):
 
 
 def test_each_variant_has_its_folder_and_flags(engines):
-    plain, mm = engines / "reference-int8-onnxruntime", engines / "reference-int8-ort_matmul-onnxruntime"
+    plain, trt = engines / "reference-int8-onnxruntime", engines / "reference-int8-trt-onnxruntime"
     flags = {k: _manifest(plain)["flags"][k] for k in ("int8_placement", "bias_correction", "int8_min_snr")}
-    assert flags == {"int8_placement": "trt", "bias_correction": False, "int8_min_snr": None}
-    m = _manifest(mm)
-    assert m["flags"]["int8_placement"] == "ort_matmul" and m["reports"]["int8"]["placement"] == "ort_matmul"
-    assert m["reports"]["int8"]["placement_note"] is None
+    assert flags == {"int8_placement": "ort_matmul", "bias_correction": False, "int8_min_snr": None}
+    m = _manifest(plain)
+    assert m["reports"]["int8"]["placement"] == "ort_matmul" and m["reports"]["int8"]["placement_note"] is None
+    assert _manifest(trt)["flags"]["int8_placement"] == "trt" and _manifest(trt)["reports"]["int8"]["placement"] == "trt"
     # the report names the final model, not the temp folder it was written in
-    assert m["reports"]["int8"]["output"] == str(mm / "model.onnx")
-    assert _manifest(plain)["reports"]["int8"]["output"] == str(plain / "model.onnx")
+    assert m["reports"]["int8"]["output"] == str(plain / "model.onnx")
+    assert _manifest(trt)["reports"]["int8"]["output"] == str(trt / "model.onnx")
 
 
 def test_folder_names_of_variants():
     from cosyedge.builders.names import engine_folder_name, int8_variant
 
-    assert engine_folder_name("reference", "int8", variant=int8_variant("int8")) == "reference-int8-onnxruntime"
-    v = int8_variant("int8", "ort_matmul", True, 42.0)
+    assert engine_folder_name("reference", "int8", variant=int8_variant("int8", "ort_matmul")) == \
+        "reference-int8-onnxruntime"
+    assert engine_folder_name("reference", "int8", variant=int8_variant("int8")) == "reference-int8-trt-onnxruntime"
+    assert engine_folder_name("reference", "int8", "tensorrt", variant=int8_variant("int8")) == "reference-int8-tensorrt"
+    assert engine_folder_name("reference", "int8", "triton", variant=int8_variant("int8")) == "reference-int8-triton"
+    assert engine_folder_name("reference", "int8", "triton-python", variant=int8_variant("int8", "ort_matmul")) == \
+        "reference-int8-triton-python"
+    # a model whose default is trt (Scan bodies) names the trt engine plainly
+    assert engine_folder_name("gtcrn", "int8", variant=int8_variant("int8"), plain_placement="trt") == \
+        "gtcrn-int8-onnxruntime"
+    v = int8_variant("int8", "trt", True, 42.0)
     assert engine_folder_name("reference", "int8", sparse=True, variant=v) == \
-        "reference-int8-sparse-ort_matmul-biascorr-minsnr42-onnxruntime"
+        "reference-int8-sparse-trt-biascorr-minsnr42-onnxruntime"
     assert int8_variant("fp16", "ort_matmul") == {}
     assert engine_folder_name("reference", "fp16", variant=int8_variant("fp16")) == "reference-fp16-onnxruntime"
 
 
 def test_replacing_another_variant_is_one_warning_line(engines, calib, tmp_path, cli):
-    # a folder written before variants had their own names: the ort_matmul engine under the default name
+    # a folder written before ort_matmul became ONNX Runtime's default: the trt engine under the default name
     root = tmp_path / "eng"
-    shutil.copytree(engines / "reference-int8-ort_matmul-onnxruntime", root / "reference-int8-onnxruntime")
+    shutil.copytree(engines / "reference-int8-trt-onnxruntime", root / "reference-int8-onnxruntime")
     rc, out, err = cli("build", "--int8", "--calib", calib, "-o", root)
     assert rc == 0, err
     warned = [line for line in err.splitlines() if line.startswith("[W]") and "other flags" in line]
     assert len(warned) == 1 and "holds an INT8 engine built with other flags" in warned[0], err
-    assert "(--int8-placement ort_matmul -> trt); replacing it" in warned[0], warned
-    assert _manifest(root / "reference-int8-onnxruntime")["flags"]["int8_placement"] == "trt"
+    assert "(--int8-placement trt -> ort_matmul); replacing it" in warned[0], warned
+    assert _manifest(root / "reference-int8-onnxruntime")["flags"]["int8_placement"] == "ort_matmul"
 
 
 def test_check_does_not_reuse_another_variant(engines):
-    """check's freshness rule: the default variant only (an ort_matmul engine in check's folder is rebuilt, and the
-    build's warning line says so)."""
+    """check's freshness rule: the default variant only (a trt engine in check's folder, e.g. one built before
+    ort_matmul became ONNX Runtime's default, is rebuilt, and the build's warning line says so)."""
     from cosyedge.artifacts import sha256_file
     from cosyedge.builders.cache import label_fresh
 
     digest = sha256_file(REFERENCE_STREAM_ONNX)
     plain = engines / "reference-int8-onnxruntime"
     assert label_fresh(plain, digest, "int8")
-    assert not label_fresh(engines / "reference-int8-ort_matmul-onnxruntime", digest, "int8")
+    assert not label_fresh(engines / "reference-int8-trt-onnxruntime", digest, "int8")
+    assert label_fresh(engines / "reference-int8-trt-onnxruntime", digest, "int8", placement="trt")
 
 
 def test_placement_hint_is_a_build_line_only(engines, calib, tmp_path, cli, caplog):
     """'cosyedge build' names --int8-placement ort_matmul for a trt-placement ONNX Runtime engine; the build API
-    (what check calls) does not."""
+    (what check calls) does not; the default build (ort_matmul) gets no hint."""
     import logging
 
     from cosyedge.builders import build_engine
+    from cosyedge.builders.config import BuildConfig, Calibration
 
-    rc, out, err = cli("build", "--int8", "--calib", calib, "-o", tmp_path / "a")
+    rc, out, err = cli("build", "--int8", "--calib", calib, "-o", tmp_path / "d")
+    assert rc == 0, err
+    assert not [line for line in err.splitlines() if "is the CPU placement" in line]
+    rc, out, err = cli("build", "--int8", "--int8-placement", "trt", "--calib", calib, "-o", tmp_path / "a")
     assert rc == 0, err
     hint = [line for line in err.splitlines() if "--int8-placement ort_matmul is the CPU placement" in line]
     assert len(hint) == 1 and hint[0].startswith("[I] placement trt is TensorRT's: ONNX Runtime CPU runs 24 of its")
     caplog.clear()
     with caplog.at_level(logging.INFO, logger="cosyedge"):
-        build_engine(REFERENCE_STREAM_ONNX, backend="onnxruntime", out_dir=tmp_path / "b", precision="int8",
-                     calib=calib)
+        build_engine(REFERENCE_STREAM_ONNX, backend="onnxruntime", out_dir=tmp_path / "b",
+                     config=BuildConfig(precision="int8", calibration=Calibration(set=calib), placement="trt"))
     assert [r for r in caplog.records if r.getMessage().startswith("engine: ")]  # the build logged, no hint
     assert not [r for r in caplog.records if "CPU placement" in r.getMessage()]
 
 
 def test_bias_correction_reports_its_measured_effect(engines, calib, cli):
-    rc, out, err = cli("build", "--int8", "--int8-placement", "ort_matmul", "--bias-correction", "--calib", calib,
-                       "-o", engines)
+    rc, out, err = cli("build", "--int8", "--bias-correction", "--calib", calib, "-o", engines)
     assert rc == 0, err
-    folder = engines / "reference-int8-ort_matmul-biascorr-onnxruntime"
+    folder = engines / "reference-int8-biascorr-onnxruntime"
     rep = _manifest(folder)["reports"]["int8"]
     bc = rep["bias_correction"]
-    without = _manifest(engines / "reference-int8-ort_matmul-onnxruntime")["reports"]["int8"]["output_snr_db"]
+    without = _manifest(engines / "reference-int8-onnxruntime")["reports"]["int8"]["output_snr_db"]
     # the uncorrected SNR is the plain ort_matmul engine's (same amax), the corrected one the engine's own
     assert bc["snr_db_without"] == pytest.approx(without, abs=0.01)
     assert bc["snr_db_with"] == pytest.approx(rep["output_snr_db"], abs=0.01)
@@ -129,7 +143,7 @@ def test_bias_correction_reports_its_measured_effect(engines, calib, cli):
                                   ["--sparse"]])
 def test_a_build_from_an_int8_model_is_refused(engines, args, tmp_path, cli):
     """One source check for every precision and backend (TensorRT is refused before TensorRT is looked for)."""
-    model = engines / "reference-int8-ort_matmul-onnxruntime" / "model.onnx"
+    model = engines / "reference-int8-onnxruntime" / "model.onnx"
     rc, out, err = cli("build", "--onnx", model, *args, "-o", tmp_path)
     line = refused(rc, err, 2)
     assert f"{model} already holds Q/DQ nodes" in line and "build from its FP32 parent" in line

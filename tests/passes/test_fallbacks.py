@@ -23,7 +23,7 @@ def test_every_listed_pass_is_one_registered_module():
         assert PASSES[name].name == name
         assert callable(importlib.import_module(f"cosyedge.passes.{name}").run)
     assert set(PASSES) == {p.stem for p in (ROOT / "cosyedge" / "passes").glob("*.py")} - {
-        "__init__", "base", "edit", "shapes"}
+        "__init__", "base", "edit", "shapes", "hop_scan"}
 
 
 def _chunks(n=50):

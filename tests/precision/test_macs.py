@@ -87,10 +87,12 @@ def test_counts_per_op_of_the_gru_model(gru_stream):
 
 def test_int8_build_of_a_big_gru_model_reports_a_low_share_and_warns(gru_stream, calib, tmp_path, cli,
                                                                     warnings_seen):
-    rc, out, err = cli("build", "--onnx", gru_stream, "--int8", "--calib", calib, "--backend", "onnxruntime",
-                       "-o", tmp_path / "eng")
+    """The trt placement (TensorRT's rules; GRUs stay float): most MACs float, a warning. (ONNX Runtime's default,
+    ort_matmul, quantizes the one-step GRU as a dynamic INT8 cell.)"""
+    rc, out, err = cli("build", "--onnx", gru_stream, "--int8", "--int8-placement", "trt", "--calib", calib,
+                       "--backend", "onnxruntime", "-o", tmp_path / "eng")
     assert rc == 0, err
-    folder = tmp_path / "eng" / "gru-int8-onnxruntime"
+    folder = tmp_path / "eng" / "gru-int8-trt-onnxruntime"
     macs = json.loads((folder / "manifest.json").read_text())["reports"]["int8"]["macs"]
     assert (macs["total"], macs["quantized"], macs["chunk_samples"]) == (87040, 5120, 160)
     assert macs["share"] == pytest.approx(5120 / 87040)
@@ -103,12 +105,14 @@ def test_int8_build_of_a_big_gru_model_reports_a_low_share_and_warns(gru_stream,
 
 
 def test_the_bundled_reference_int8_share_and_manifest(tmp_path, warnings_seen):
+    """The trt placement's share (its float first/last convs and the spectrum MatMul)."""
     from cosyedge.builders import build_engine
+    from cosyedge.builders.config import BuildConfig, Calibration
 
     src = tmp_path / "reference.stream.onnx"
     shutil.copy(REFERENCE_STREAM_ONNX, src)
-    folder = build_engine(src, backend="onnxruntime", out_dir=tmp_path / "eng", precision="int8",
-                          amax=_fake_amax(src, tmp_path))
+    folder = build_engine(src, backend="onnxruntime", out_dir=tmp_path / "eng", config=BuildConfig(
+        precision="int8", calibration=Calibration(amax=_fake_amax(src, tmp_path)), placement="trt"))
     macs = json.loads((folder / "manifest.json").read_text())["reports"]["int8"]["macs"]
     assert macs["total"] == 1354624 and macs["chunk_samples"] == 160
     assert macs["share"] == pytest.approx(0.520, abs=0.005)  # measured: 52.0 % (FP32 Convs at both ends, a MatMul)

@@ -221,8 +221,12 @@ def build_triton(onnx_path: Any, out_dir: str | Path | None = None, name: str | 
     """
     from cosyedge.runtime.engine import engines_root
 
-    if config is not None:  # one checked object instead of the keyword options
-        precision, sparse, exclude, calib, calib_count, amax = config.options()
+    if config is None:  # the keyword options as one checked object (its INT8 variant names the folder)
+        from cosyedge.builders.config import BuildConfig
+
+        config = BuildConfig.of(precision=precision, sparse=sparse, exclude=exclude, calib=calib,
+                                calib_count=calib_count, amax=amax)
+    precision, sparse, exclude, calib, calib_count, amax = config.options()
     if triton_backend not in TRITON_BACKENDS:
         raise UsageError(f"unknown Triton backend '{triton_backend}' (use one of {', '.join(TRITON_BACKENDS)})")
     if instance_kind not in INSTANCE_KINDS:
@@ -259,10 +263,18 @@ def build_triton(onnx_path: Any, out_dir: str | Path | None = None, name: str | 
     root = Path(out_dir) if out_dir is not None else engines_root()
     variant = config.variant() if config is not None else None
     if triton_backend == "python":
-        from cosyedge.builders.triton.python import build_triton_python
+        from cosyedge.builders.names import default_placement
+        from cosyedge.builders.triton.python import FOLDER_BACKEND, build_triton_python
 
+        # the Python backend's StreamPool runs on ONNX Runtime CPU: its default INT8 placement is ort_matmul
+        plain, why = default_placement(FOLDER_BACKEND, src) if precision == "int8" else ("trt", None)
+        placement = (config.placement if config is not None else None) or plain
+        if why and placement == plain:
+            LOG.info("%s", why)
+        variant = config.variant(placement) if config is not None else None
         return build_triton_python(src, contract, root, name, precision=precision, sparse=sparse, exclude=exclude,
                                    calib=calib, calib_count=calib_count, amax=amax, config=config, variant=variant,
+                                   placement=placement, plain_placement=plain,
                                    chunk=chunk, max_batch_size=max_batch_size, max_sequences=max_sequences,
                                    instances=instances, instance_kind=instance_kind,
                                    max_queue_delay_us=max_queue_delay_us, idle_us=idle_us)

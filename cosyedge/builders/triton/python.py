@@ -165,7 +165,7 @@ def build_triton_python(src: SourceModel, contract: StreamContract, dest_root: P
                         sparse: bool, exclude: Iterable[str], calib: Any, calib_count: int, amax: Any,
                         config: BuildConfig | None, variant: dict | None, chunk: int, max_batch_size: int,
                         max_sequences: int, instances: int, instance_kind: str, max_queue_delay_us: int | None,
-                        idle_us: int) -> Path:
+                        idle_us: int, placement: str = "ort_matmul", plain_placement: str = "ort_matmul") -> Path:
     """Write the Python-backend repository (called by :func:`cosyedge.builders.triton.build_triton` once the options,
     the source and the chunk are checked).
 
@@ -177,6 +177,9 @@ def build_triton_python(src: SourceModel, contract: StreamContract, dest_root: P
         precision, sparse, exclude, calib, calib_count, amax, config: see
             :func:`cosyedge.builders.prepare.prepare_onnx`.
         variant (dict | None): INT8 variant (folder name).
+        placement (str): INT8 Q/DQ placement (``config.placement`` wins when set).
+        plain_placement (str): The placement of a plain ``--int8`` build here (left out of the folder name:
+            :func:`cosyedge.builders.names.default_placement`, ``ort_matmul`` since the pool runs on ONNX Runtime CPU).
         chunk (int): Samples per request.
         max_batch_size (int): Requests per ``execute()``.
         max_sequences (int): Sequences per instance holding a state slot (``max_candidate_sequences``; pool slots).
@@ -200,7 +203,8 @@ def build_triton_python(src: SourceModel, contract: StreamContract, dest_root: P
                             f"inputs use; rename it in the model")
     delay = DEFAULT_PYTHON_QUEUE_DELAY_US if max_queue_delay_us is None else int(max_queue_delay_us)
     kind = "cpu" if instance_kind == "auto" else instance_kind
-    dest = dest_root / engine_folder_name(name, precision, FOLDER_BACKEND, sparse, variant=variant)
+    dest = dest_root / engine_folder_name(name, precision, FOLDER_BACKEND, sparse, variant=variant,
+                                          plain_placement=plain_placement)
     warn_replacing_other_model(dest, src)
     label = precision + ("+2:4 sparse" if sparse else "")
     requires = _serve_requires()
@@ -210,7 +214,7 @@ def build_triton_python(src: SourceModel, contract: StreamContract, dest_root: P
         version_dir.mkdir(parents=True)
         model_dst = version_dir / ONNX_FILE
         fields = prepare_onnx(src, model_dst, precision=precision, sparse=sparse, exclude=exclude, calib=calib,
-                              calib_count=calib_count, amax=amax, config=config,
+                              calib_count=calib_count, amax=amax, config=config, placement=placement,
                               final_path=dest / name / MODEL_VERSION / ONNX_FILE)
         rewrite = batch_rewrite_for(precision)
         mode, worst = _check_pool(model_dst, contract, chunk, batch_rewrite=rewrite)
