@@ -28,7 +28,7 @@ from cosyedge.artifacts import StreamContract
 from cosyedge.cli.main import main
 from cosyedge.errors import UsageError
 from cosyedge.models import REFERENCE_STREAM_ONNX
-from tests.cli_errors import refused
+from tests.helpers.cli_errors import refused
 from tests.precision import int8_fixtures as fx
 
 
