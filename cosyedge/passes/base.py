@@ -72,6 +72,11 @@ class Pass:
         return sum(v for k, v in counts.items() if not k.startswith("kept_"))
 
 
+IO_LAYOUT_PASSES = ("state_layout",)
+"""tuple[str, ...]: passes that change the layout of a graph's state inputs/outputs (only where the runtime binds
+them in that layout: a StreamPool's top-level graph)."""
+
+
 def apply_passes(model: Any, target: Target, passes: Any, where: str, cpu: bool = True) -> tuple[Any, dict]:
     """Apply ``passes`` in order, each to the previous one's result when it replaced something.
 
@@ -86,7 +91,9 @@ def apply_passes(model: Any, target: Target, passes: Any, where: str, cpu: bool 
         cpu (bool): The result runs on ONNX Runtime's CPU provider without external data (else ``cpu_only``
             passes are skipped).
     A model that runs a one-hop graph in a Scan over hops (:mod:`cosyedge.passes.hop_scan`, the INT8 ``ort_matmul``
-    form) gets the passes applied to that one-hop graph (``target`` taken at one hop), put back in its Scan.
+    form) gets the passes applied to that one-hop graph (``target`` taken at one hop), put back in its Scan, except
+    those that change the graph's state layout (:data:`IO_LAYOUT_PASSES`: the Scan carries the states in the layout
+    the outer graph declares).
 
     Returns:
         tuple[onnx.ModelProto, dict[str, dict[str, int]]]: the result (``model`` itself when nothing applied) and,
@@ -96,7 +103,8 @@ def apply_passes(model: Any, target: Target, passes: Any, where: str, cpu: bool 
 
     body = one_hop_body(model)
     if body is not None:  # a Scan over hops (INT8 ort_matmul): the passes rewrite its one-hop graph
-        passes = list(passes)
+        # ... but not the layout of its states: the Scan's carried states keep the layout the outer graph declares
+        passes = [p for p in passes if p.name not in IO_LAYOUT_PASSES]
         dims = None if target.dims is None else one_hop_target(body, target.dims)
         inner = dataclasses.replace(target, shapes=one_hop_target(body, target.shapes), dims=dims)
         out, done = apply_passes(body, inner, passes, where, cpu)

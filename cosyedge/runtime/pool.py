@@ -202,11 +202,22 @@ class StreamPool:
         if self.is_active:
             return self
         c = self.contract
+        graph = self._graph()
         try:
-            sess = session_from_onnx(self._graph(), threads=self.threads, inter_threads=1,
-                                     providers=self.providers, log_severity=3)
+            sess = session_from_onnx(graph, threads=self.threads, inter_threads=1, providers=self.providers,
+                                     log_severity=3)
         except Exception as err:  # noqa: BLE001 - onnxruntime raises its own exception types
-            raise ArtifactError(f"ONNX Runtime cannot load {self.model_path}: {first_line(err)}") from None
+            if not self.rewritten:
+                raise ArtifactError(f"ONNX Runtime cannot load {self.model_path}: {first_line(err)}") from None
+            # a rewritten graph ONNX Runtime refuses: the stored one, said in one line (as a pass that fails)
+            LOG.warning(f"stream pool: {self.model_path} rewritten by {sorted(self.rewritten)} does not load in ONNX "
+                        f"Runtime ({first_line(err)}): running the graph as stored")
+            self.rewritten, self._layout = {}, [None] * len(c.states)
+            try:
+                sess = session_from_onnx(self.model_path, threads=self.threads, inter_threads=1,
+                                         providers=self.providers, log_severity=3)
+            except Exception as err2:  # noqa: BLE001
+                raise ArtifactError(f"ONNX Runtime cannot load {self.model_path}: {first_line(err2)}") from None
         names_in = {i.name for i in sess.get_inputs()}
         names_out = {o.name for o in sess.get_outputs()}
         missing = [n for n in list(self.input_shapes) + [s.input for s in c.states] if n not in names_in]

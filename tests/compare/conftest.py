@@ -85,6 +85,29 @@ def int8_engine(ref_onnx, engines, calib_dir) -> Path:
 
 
 @pytest.fixture(scope="session")
+def int8_flat_engine(ref_onnx, engines, calib_dir) -> Path:
+    """The INT8 engine with the ``trt`` placement: a flat graph whose every Q/DQ tensor the layer bisection can read
+    (the default ``ort_matmul`` engine keeps its layers in the body of a Scan over hops)."""
+    from cosyedge.builders import build_engine
+    from cosyedge.builders.config import BuildConfig, Calibration
+
+    return build_engine(ref_onnx, backend="onnxruntime", out_dir=engines,
+                        config=BuildConfig(precision="int8", calibration=Calibration(set=calib_dir), placement="trt"))
+
+
+@pytest.fixture(scope="session")
+def qdq_x4_flat(cmp_dir, int8_flat_engine) -> Path:
+    """:func:`qdq_x4` of the flat (``trt``-placement) INT8 engine."""
+    m = onnx.load(str(int8_flat_engine / "model.onnx"))
+    hit = [t for t in m.graph.initializer if t.name == QDQ_SCALE]
+    assert len(hit) == 1, "the INT8 model has no Q/DQ scale " + QDQ_SCALE
+    hit[0].CopyFrom(numpy_helper.from_array((numpy_helper.to_array(hit[0]) * 4).astype(np.float32), hit[0].name))
+    p = cmp_dir / "qdq_x4_flat.onnx"
+    onnx.save(m, str(p))
+    return p
+
+
+@pytest.fixture(scope="session")
 def fp32_engine(ref_onnx, engines) -> Path:
     from cosyedge.builders import build_engine
 

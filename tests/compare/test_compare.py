@@ -93,8 +93,8 @@ def test_swapped_states_fail_and_name_both_tensors(two_state, utts):
     assert tf[a]["snr_db"] < 10.0 and tf[b]["snr_db"] < 10.0
 
 
-def test_qdq_scale_x4_lowers_snr_and_bisection_names_its_tensor(int8_engine, qdq_x4, utts):
-    good, bad = load_compare_model(int8_engine), load_compare_model(qdq_x4)
+def test_qdq_scale_x4_lowers_snr_and_bisection_names_its_tensor(int8_flat_engine, qdq_x4_flat, utts):
+    good, bad = load_compare_model(int8_flat_engine), load_compare_model(qdq_x4_flat)
     assert bad.label == "int8"
     res = compare(good, bad, utts, chunk=CHUNK, pesq=False, modes=("teacher-forced",))
     out = res["modes"]["teacher-forced"]["utterances"]["demo-late-noisy"]["outputs"]["enhanced"]
@@ -109,8 +109,8 @@ def test_qdq_scale_x4_lowers_snr_and_bisection_names_its_tensor(int8_engine, qdq
     assert before and all(r["snr_db"] == SNR_CAP_DB for r in before)
 
 
-def test_bisection_int8_vs_fp32_starts_at_first_quantized_tensor(ref_onnx, int8_engine, utts):
-    bis = bisect_layers(load_compare_model(ref_onnx), load_compare_model(int8_engine), utts[0], chunk=CHUNK,
+def test_bisection_int8_vs_fp32_starts_at_first_quantized_tensor(ref_onnx, int8_flat_engine, utts):
+    bis = bisect_layers(load_compare_model(ref_onnx), load_compare_model(int8_flat_engine), utts[0], chunk=CHUNK,
                         seconds=0.5)
     assert bis["compared"] > 50 and bis["first_jump"] is not None
     assert bis["first_jump"]["drop_db"] >= 20.0 and bis["first_jump"]["snr_db"] < 40.0

@@ -231,3 +231,32 @@ def test_ticks_of_consecutive_slots_not_from_zero_run_in_place_and_equal_solo_ru
     assert inplace > ticks // 2  # most ticks: consecutive slots with equal parity, none from slot 0 alone
     for i, x in enumerate(xs):
         np.testing.assert_allclose(np.concatenate(outs[i]), _solo(two_state, x, chunk), atol=ATOL)
+
+
+@pytest.mark.skipif(not REFERENCE.is_file(), reason="bundled reference model missing")
+def test_a_rewritten_graph_onnx_runtime_refuses_runs_as_stored_with_one_warning(monkeypatch, caplog):
+    """A pass's output that ONNX Runtime will not load (as a state-layout rewrite inside a Scan over hops once did)
+    is said in one warning line and the pool runs the stored graph, equal to single sessions."""
+    import cosyedge.runtime.pool as pool_mod
+
+    real = pool_mod.session_from_onnx
+
+    def refuse_rewritten(model, **kw):
+        if not isinstance(model, (str, Path)):
+            raise RuntimeError("[ShapeInferenceError] Inferred=160 Declared=3")
+        return real(model, **kw)
+
+    monkeypatch.setattr(pool_mod, "session_from_onnx", refuse_rewritten)
+    xs = _inputs(2, chunks=6, chunk=160, seed=3)
+    with StreamPool(REFERENCE, max_streams=2) as pool:
+        assert pool.rewritten == {}
+        ids = [pool.join() for _ in xs]
+        outs = [pool.push({sid: x[t * 160:(t + 1) * 160] for sid, x in zip(ids, xs)}) for t in range(6)]
+    err = caplog.text
+    assert err.count("does not load in ONNX Runtime") == 1 and "running the graph as stored" in err
+    for i, x in enumerate(xs):
+        got = np.concatenate([o[ids[i]] for o in outs])
+        with OrtStreamSession(REFERENCE) as s:
+            solo = np.concatenate([s.push(x[t * 160:(t + 1) * 160].reshape(1, 1, 160))["enhanced"].reshape(-1)
+                                   for t in range(6)])
+        assert np.abs(got - solo).max() <= ATOL
