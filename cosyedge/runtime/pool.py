@@ -139,6 +139,8 @@ class StreamPool:
         self.batch_rewrite = bool(batch_rewrite)
         from cosyedge.passes import PASSES
 
+        if isinstance(passes, str):  # one pass named alone (not its letters)
+            passes = (passes,)
         unknown = [p for p in (passes or ()) if p not in PASSES]
         if unknown:
             raise UsageError(f"unknown graph pass(es) {unknown}; known: {sorted(PASSES)}")
