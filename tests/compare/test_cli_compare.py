@@ -43,9 +43,11 @@ def test_compare_dropped_state_exit_1_names_state(ref_onnx, drop_state, utt_dir,
     assert "FAIL free-running 'demo-late-noisy' enhanced: SNR" in cap.out
 
 
-def test_mark_all_names_the_scaled_qdq_tensor(int8_engine, qdq_x4, utt_dir, tmp_path, capsys):
+def test_mark_all_names_the_scaled_qdq_tensor(int8_flat_engine, qdq_x4_flat, utt_dir, tmp_path, capsys):
+    """--mark-all bisects a flat INT8 graph (placement trt); the default ort_matmul engine keeps its layers in a Scan
+    body."""
     js = tmp_path / "b.json"
-    main(["compare", str(int8_engine), str(qdq_x4), "--mark-all", "--seconds", "1", "--mode", "teacher-forced",
+    main(["compare", str(int8_flat_engine), str(qdq_x4_flat), "--mark-all", "--seconds", "1", "--mode", "teacher-forced",
           "--utterances", str(utt_dir), "--no-pesq", "--json", str(js)])
     out = capsys.readouterr().out
     jump = json.loads(js.read_text())["bisection"]["first_jump"]
