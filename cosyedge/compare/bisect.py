@@ -115,6 +115,13 @@ def bisect_layers(ref: CompareModel, cand: CompareModel, utt: Utterance, *, chun
     if not common:
         raise UsageError(f"{cand.path} and {ref.path} share no intermediate float tensor names to compare")
     skipped = len(order) - len(common)
+    from cosyedge.passes.hop_scan import one_hop_body
+
+    hidden = [m.path for m, g in ((ref, ref_model), (cand, cand_model)) if one_hop_body(g) is not None]
+    if hidden:  # an INT8 ort_matmul engine: its layers run in the body of a Scan over hops, out of mark-all's reach
+        LOG.warning(f"{hidden[0]} runs its layers in the body of a Scan over hops (INT8 placement ort_matmul): "
+                    f"--mark-all compares its outer tensors only; build with --int8-placement trt to bisect layer by "
+                    f"layer")
     keep = set(common)
     with LOG.stage(f"mark-all bisection on {seconds:g} s of '{utt.name}' ({len(common)} tensors in both)"):
         # The reference's own states (from a plain run) drive both marked models.

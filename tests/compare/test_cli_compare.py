@@ -85,3 +85,15 @@ def test_pair_at_two_sample_rates_is_refused_by_compare_check_and_eval_alike(tmp
         lines.append(bang[0])
     assert lines == [want] * 3
     assert not (tmp_path / "eng").exists()
+
+
+def test_mark_all_on_the_default_int8_engine_says_its_layers_are_out_of_reach(int8_engine, ref_onnx, utt_dir,
+                                                                              tmp_path, caplog):
+    """The default INT8 engine (ort_matmul) runs its layers in a Scan over hops: --mark-all says in one warning that
+    it compares the outer tensors only, and how to bisect layer by layer."""
+    js = tmp_path / "b.json"
+    main(["compare", str(ref_onnx), str(int8_engine), "--mark-all", "--seconds", "1", "--mode", "teacher-forced",
+          "--utterances", str(utt_dir), "--no-pesq", "--json", str(js)])
+    said = [r.getMessage() for r in caplog.records if "Scan over hops" in r.getMessage()]
+    assert len(said) == 1 and "--int8-placement trt" in said[0]
+    assert json.loads(js.read_text())["bisection"]["compared"] < 50  # the outer graph's tensors only
