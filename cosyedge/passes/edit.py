@@ -32,6 +32,24 @@ def copy_with(model: Any, op_type: str) -> tuple:
             [(i, n) for i, n in enumerate(g.node) if n.op_type == op_type and n.domain in DEFAULT_DOMAINS])
 
 
+def rewrite_each(model: Any, op_type: str, rewrite: Any, key: str) -> tuple[Any, dict[str, int]]:
+    """A copy of ``model`` where every default-domain ``op_type`` node that ``rewrite`` takes is replaced by its
+    nodes, and the count: ``rewrite(node, inits)`` returns a builder with ``nodes`` and ``inits`` (e.g.
+    :class:`Builder`), or None to leave the node as it is.
+
+    Returns:
+        tuple[onnx.ModelProto, dict[str, int]]: the copy and ``{key: <nodes replaced>}``.
+    """
+    m, _, inits, found = copy_with(model, op_type)
+    replace, new_inits = {}, []
+    for i, node in found:
+        b = rewrite(node, inits)
+        if b is not None:
+            replace[i] = b.nodes
+            new_inits += b.inits
+    return spliced(m, replace, new_inits)[0], {key: len(replace)}
+
+
 def opset(model: Any) -> int:
     """The default-domain opset (int) of ``model`` (onnx.ModelProto); 13 when it declares none."""
     return next((o.version for o in model.opset_import if o.domain in DEFAULT_DOMAINS), 13)

@@ -25,13 +25,12 @@ Source: ONNX operator specs (Conv, Gather, Reshape).
 
 from __future__ import annotations
 
-import collections
 from typing import Any
 
 import numpy as np
 
 from cosyedge._lazy import lazy_import
-from cosyedge.passes.edit import Builder, copy_with, node_attrs, spliced
+from cosyedge.passes.edit import Builder, node_attrs, rewrite_each
 from cosyedge.passes.shapes import partial_shapes
 
 onnx = lazy_import("onnx")
@@ -107,16 +106,7 @@ def onehot_rewrite(model: Any, input_dims: dict[str, list]) -> tuple[Any, dict[s
         Exception: onnx's own errors for a model it cannot infer shapes of.
     """
     shapes = partial_shapes(model, input_dims)
-    m, g, inits, convs = copy_with(model, "Conv")
-    replace, new_inits = {}, []
-    counts = collections.Counter(onehot_conv=0)
-    for i, node in convs:
-        b = _rewrite(node, inits, shapes)
-        if b is not None:
-            replace[i] = b.nodes
-            new_inits += b.inits
-            counts["onehot_conv"] += 1
-    return spliced(m, replace, new_inits)[0], dict(counts)
+    return rewrite_each(model, "Conv", lambda node, inits: _rewrite(node, inits, shapes), "onehot_conv")
 
 
 def run(model: Any, target: Any) -> tuple[Any, dict[str, int]]:
