@@ -45,6 +45,8 @@ PASSES = {p.name: p for p in (
          "(Reshapes around; bit-identical)"),
     Pass("reshape_chain", ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose"), True, "a chain of ops that "
          "only re-shape a tensor as one Reshape, or none (bit-identical)"),
+    Pass("ring_state", ("Concat",), False, "a dilated conv's time-major state as a ring buffer written in place, "
+         "one frame per tick (StreamPool only: it keeps the positions; bit-identical)"),
     Pass("dqmm_per_row", ("DynamicQuantizeMatMul",), False, "DynamicQuantizeMatMul quantized per row (per stream)",
          optional=False),
 )}
@@ -59,7 +61,8 @@ SESSION_OPTIONAL = ("gru_cell",)
 DeepFilterNet3 than ONNX Runtime's GRU kernel)."""
 
 POOL_PASSES = ("batch_streams", "dft_fft", "einsum_matmul", "batch_gemm", "onehot_conv", "conv_matvec", "matvec_groups",
-               "scalar_rank", "state_layout", "perm_gather", "gather_inner", "reshape_chain", "dqmm_per_row",
+               "scalar_rank", "state_layout", "perm_gather", "gather_inner", "reshape_chain", "ring_state",
+               "dqmm_per_row",
                "scan_once")
 """tuple[str, ...]: the passes a StreamPool of more than one stream applies, in order: ``batch_streams`` (a batch-1
 graph adopted as a Scan over streams runs all streams in one batched body, proved against the Scan; its
@@ -67,7 +70,9 @@ graph adopted as a Scan over streams runs all streams in one batched body, prove
 turns the same one-frame convs into GEMMs), then ``batch_gemm`` (its ``batch_rewrite`` switch), then the per-tick cuts
 that keep every output bit-identical (``onehot_conv``, ``conv_matvec``, ``matvec_groups``, ``scalar_rank``,
 ``state_layout``: the pool binds its states time-major; then ``perm_gather``, which reads the time-major windows'
-picks as Slices, ``gather_inner`` and ``reshape_chain``; measured in ``docs/bench/roofline_reference.json``), then
+picks as Slices, ``gather_inner``, ``reshape_chain`` and ``ring_state``: a dilated conv's state as a ring written
+in place, the pool keeping the positions; measured in ``docs/bench/roofline_reference.json`` and
+``docs/bench/bench_targets.json``), then
 ``dqmm_per_row`` (always: correctness), then ``scan_once`` (an adopted model's Scan over the hops of a one-hop chunk
 as its body, value for value; last, so the passes before see the graph they were proved on).
 :class:`~cosyedge.runtime.pool.StreamPool` takes another list (``passes=``), e.g. :data:`POOL_PASSES_BASE` to measure

@@ -72,7 +72,7 @@ class Pass:
         return sum(v for k, v in counts.items() if not k.startswith("kept_"))
 
 
-IO_LAYOUT_PASSES = ("state_layout",)
+IO_LAYOUT_PASSES = ("state_layout", "ring_state")
 """tuple[str, ...]: passes that change the layout of a graph's state inputs/outputs (only where the runtime binds
 them in that layout: a StreamPool's top-level graph)."""
 

@@ -40,10 +40,15 @@ through the same MLAS arithmetic with less set-up, the weight L2-resident, or on
 ``state_layout`` (conv states carried time-major, (N, P, C): the slot stores then hold that layout and
 :meth:`~StreamPool.state` turns it back), then on the time-major graph ``perm_gather`` (picks of a transposed,
 flattened window through constant indices read the window as it is: a Slice, the index table dropped),
-``gather_inner`` (a GatherElements over trailing unit axes on its last axis: 8x less time in ONNX Runtime) and
-``reshape_chain`` (chains of re-shaping ops as one Reshape or none). The reference at 64 streams, one thread,
-interleaved on a shared CPU: about 2x less time per tick (``docs/bench/roofline_reference.json``), then the last three
-about 7 % less kernel time; ``passes=`` picks other lists
+``gather_inner`` (a GatherElements over trailing unit axes on its last axis: 8x less time in ONNX Runtime),
+``reshape_chain`` (chains of re-shaping ops as one Reshape or none) and ``ring_state`` (a dilated conv's time-major
+state as a ring of ``P + 1`` frames: the pool binds its input and output to the same rows, so ONNX Runtime's ScatterND
+writes the new frame in place instead of the graph shifting the window by two copies; the pool keeps each slot's
+position (frames run, bound as the graph input ``cosyedge_ring_pos``), resets it when a stream joins, moves it with
+the stream and turns the ring back into the window in :meth:`~StreamPool.state`). The reference at 64 streams, one thread,
+interleaved on a shared CPU: about 2x less time per tick (``docs/bench/roofline_reference.json``), then
+``perm_gather``, ``gather_inner`` and ``reshape_chain`` about 7 % less kernel time, ``ring_state`` about 11 % less tick
+time at 128 streams (Slice + Concat 2.2 -> 0.3 ms); ``passes=`` picks other lists
 (:data:`cosyedge.passes.POOL_PASSES_BASE`: the pool before the cuts).
 
 Source: ONNX Runtime "I/O Binding" (onnxruntime.ai/docs/performance/tune-performance/iobinding.html);
@@ -180,6 +185,8 @@ class StreamPool:
         self.providers = list(providers) if providers else ["CPUExecutionProvider"]
         self.axes = [s.batch_axis for s in c.states]  # raises ArtifactError for a state without "N"
         self._layout: list = [None] * len(c.states)  # per state: the graph's axes order after state_layout, or None
+        self._ring: list = [None] * len(c.states)  # per state: its ring frames R after ring_state, or None
+        self._ring_pos: str | None = None  # the graph input of the streams' positions (ring_state), or None
         self.is_active = False
         self._lock = threading.RLock()
         self._sess = None
@@ -215,6 +222,7 @@ class StreamPool:
             LOG.warning(f"stream pool: {self.model_path} rewritten by {sorted(self.rewritten)} does not load in ONNX "
                         f"Runtime ({first_line(err)}): running the graph as stored")
             self.rewritten, self._layout = {}, [None] * len(c.states)
+            self._ring, self._ring_pos = [None] * len(c.states), None
             try:
                 sess = session_from_onnx(self.model_path, threads=self.threads, inter_threads=1,
                                          providers=self.providers, log_severity=3)
@@ -239,8 +247,12 @@ class StreamPool:
         cap = self.max_streams
         # slot stores, batch-first, ping-pong: _sets[q][k][slot] is set q of the slot's state k (model layout
         # minus the N axis); _parity[slot] says which set is current
-        self._sets = tuple([self._zeros(k, cap) for k in range(len(c.states))] for _ in range(2))
+        set_a = [self._zeros(k, cap) for k in range(len(c.states))]
+        # a ring state (ring_state) is written in place: both sets are one array
+        self._sets = (set_a, [a if r else self._zeros(k, cap) for k, (a, r) in enumerate(zip(set_a, self._ring))])
         self._parity = np.zeros(cap, np.int8)
+        self._pos = np.zeros(cap, np.int64)  # frames each slot's stream has run (ring_state positions)
+        self._pos_m = np.zeros(cap, np.int64)  # the gathered slots' positions (general tick)
         self._all_first = all(ax == 0 for ax in self.axes)
         self._init = [self._zeros(k, 1)[0] for k in range(len(c.states))]
         # batch buffers in the model's layout; batch-first states bind prefix views, others per-m buffers
@@ -309,8 +321,13 @@ class StreamPool:
         counts.update(unwrapped)
         from cosyedge.passes.state_layout import layout_of
 
+        from cosyedge.passes.ring_state import POS_INPUT, rings_of
+
         layout = layout_of(model) if counts else {}
         self._layout = [layout.get(st.input) for st in self.contract.states]
+        rings = rings_of(model) if counts else {}
+        self._ring = [rings.get(st.input) for st in self.contract.states]
+        self._ring_pos = POS_INPUT if rings else None
         if not counts:
             return self.model_path
         self.rewritten = counts
@@ -356,6 +373,7 @@ class StreamPool:
             slot = self._free.pop(0)  # lowest free slot keeps the active slots compact
             for store, init in zip(self._sets[self._parity[slot]], self._init):
                 store[slot] = init
+            self._pos[slot] = 0
             sid = self._next_id
             self._next_id += 1
             self._slot_of[sid] = slot
@@ -383,6 +401,7 @@ class StreamPool:
                 for store in self._sets[q]:
                     store[slot] = store[last]
                 self._parity[slot] = q
+                self._pos[slot] = self._pos[last]
                 self._slot_of[moved] = slot
                 slot = last
             self._free.append(slot)
@@ -475,6 +494,7 @@ class StreamPool:
                 self.inplace_ticks += 1
             else:
                 self._run_gathered(m, slots, par, bool((par == p).all()))
+            self._pos[slots] += 1
             if self._audio:  # one copy of the batch (copy=False: the buffer); each stream gets its own row of it
                 out = dict(zip((sid for _, sid in ready), self._y[:m, 0].copy() if copy else self._y[:m, 0]))
             else:
@@ -508,9 +528,12 @@ class StreamPool:
         with self._lock:
             slot = self._slot(sid)
             out = {}
-            for s, ax, perm, store in zip(self.contract.states, self.axes, self._layout,
-                                          self._sets[self._parity[slot]]):
-                a = np.expand_dims(store[slot], ax)
+            for s, ax, perm, ring, store in zip(self.contract.states, self.axes, self._layout, self._ring,
+                                                self._sets[self._parity[slot]]):
+                a = store[slot]
+                if ring:  # ring rows in rotation order -> the window, oldest frame first
+                    a = a[(self._pos[slot] + 1 + np.arange(ring - 1)) % ring]
+                a = np.expand_dims(a, ax)
                 out[s.input] = (a if perm is None else a.transpose(np.argsort(perm))).copy()
             return out
 
@@ -539,6 +562,7 @@ class StreamPool:
         run, scatter the new states back into the same sets (parities unchanged)."""
         binding, sin_m, sout_m = self._binding(m)
         p = int(par[0])
+        self._pos_m[:m] = self._pos[slots]
         ones = None if uniform else np.flatnonzero(par == 1)
         for k, ax in enumerate(self.axes):
             if uniform:
@@ -566,7 +590,10 @@ class StreamPool:
         with its batch axis moved first), or the layout a ``state_layout`` rewrite gave the graph (contiguous)."""
         s, ax, perm = self.contract.states[k], self.axes[k], self._layout[k]
         z = s.zeros(n)
-        return np.ascontiguousarray(np.moveaxis(z, ax, 0) if perm is None else z.transpose(perm))
+        z = np.ascontiguousarray(np.moveaxis(z, ax, 0) if perm is None else z.transpose(perm))
+        if self._ring[k]:  # (n, R, C): the ring_state rewrite's ring of R = P + 1 frames
+            z = np.zeros((n, self._ring[k]) + z.shape[2:], z.dtype)
+        return z
 
     def _ov(self, a: np.ndarray):
         return ort.OrtValue.ortvalue_from_numpy(a, "cpu", 0)
@@ -631,6 +658,9 @@ class StreamPool:
             keep += [self._ov(a_in[rows]), self._ov(a_out[rows])]
             b.bind_ortvalue_input(s.input, keep[-2])
             b.bind_ortvalue_output(s.output, keep[-1])
+        if self._ring_pos:
+            keep.append(self._ov(self._pos[rows]))
+            b.bind_ortvalue_input(self._ring_pos, keep[-1])
         self._per_m[key] = (b, keep)  # the OrtValues must outlive the binding
         if first:
             self._offset_keys[key] = None
@@ -647,11 +677,15 @@ class StreamPool:
         c = self.contract
         sin = [a[:m] if a is not None else s.zeros(m) for s, a in zip(c.states, self._sin)]
         sout = [a[:m] if a is not None else s.zeros(m) for s, a in zip(c.states, self._sout)]
+        sout = [a_in if r else a for a_in, a, r in zip(sin, sout, self._ring)]  # a ring is written in place
         b, keep = self._sess.io_binding(), []
         self._bind_audio(b, m, keep)
         for s, a_in, a_out in zip(c.states, sin, sout):
             keep += [self._ov(a_in), self._ov(a_out)]
             b.bind_ortvalue_input(s.input, keep[-2])
             b.bind_ortvalue_output(s.output, keep[-1])
+        if self._ring_pos:
+            keep.append(self._ov(self._pos_m[:m]))
+            b.bind_ortvalue_input(self._ring_pos, keep[-1])
         self._per_m[m] = (b, sin, sout, keep)
         return b, sin, sout

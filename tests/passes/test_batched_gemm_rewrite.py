@@ -80,7 +80,7 @@ def test_pool_on_the_reference_model_equals_single_sessions_on_real_speech():
     with StreamPool(REFERENCE, max_streams=4) as pool:
         assert pool.rewritten == {"conv_gemm": 26, "kept_sensitive": 6, "onehot_conv": 2, "conv_matvec": 2,
                                   "matvec_groups": 1, "scalar_rank": 7, "state_layout": 12, "perm_gather": 2,
-                                  "gather_inner": 1, "reshape_chain": 17}
+                                  "gather_inner": 1, "reshape_chain": 17, "ring_state": 8}
     with StreamPool(REFERENCE, max_streams=4, batch_rewrite=False) as pool:
         assert pool.rewritten == {"conv_sum": 12}  # no batched GEMMs: the graph OrtStreamSession runs
     for want, got in zip(session_outputs(REFERENCE, streams, hop), pool_outputs(REFERENCE, streams, hop, 4)):
