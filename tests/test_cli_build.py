@@ -120,9 +120,9 @@ def test_int8_sparse_build_and_run(engines, capsys, tmp_path, fp32_out, monkeypa
     from cosyedge.precision.bodies import iter_graphs
 
     assert m["reports"]["int8"]["placement"] == "ort_matmul"  # ONNX Runtime's default
-    graphs = list(iter_graphs(onnx.load(str(folder / "model.onnx")).graph))  # its Q/DQ graph runs in a Scan over hops
-    assert sum(n.op_type == "QuantizeLinear" for g in graphs for n in g.node) > 0
-    # sparsify then quantize: the int8 weights feeding DequantizeLinear keep the 2:4 pattern; a conv's MatMul weight
+    graphs = list(iter_graphs(onnx.load(str(folder / "model.onnx")).graph))  # its INT8 graph runs in a Scan over hops
+    assert sum(n.op_type == "DynamicQuantizeMatMul" for g in graphs for n in g.node) > 0
+    # sparsify then quantize: the int8 weights of its DynamicQuantizeMatMuls keep the 2:4 pattern; a conv's MatMul weight
     # (C*K, M) is its (M, C, K) weight transposed
     q = {t.name: numpy_helper.to_array(t) for g in graphs for t in g.initializer
          if t.data_type == onnx.TensorProto.INT8 and "/batched_" in t.name}

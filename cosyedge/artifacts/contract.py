@@ -307,7 +307,7 @@ class StreamContract:
             return 0
         p = Path(where)
         label = f"engine {p.parent}" if p.name == "model.onnx" and (p.parent / "manifest.json").is_file() else where
-        int8 = any(n.op_type == "QuantizeLinear" for n in model.graph.node)
+        int8 = any(n.op_type in ("QuantizeLinear", "DynamicQuantizeMatMul") for n in model.graph.node)
         why = ("an ort_matmul INT8 build: one hop per call" if int8 and fixed == self.hop_samples
                else f"its input '{name}' has a fixed time axis")
         self.fixed_chunk_where, self.fixed_chunk_why = label, why

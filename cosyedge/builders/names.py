@@ -48,8 +48,8 @@ onnxruntime/tensorrt backends), as :func:`default_variant` gives it."""
 
 ORT_DEFAULT_PLACEMENT = "ort_matmul"
 """str: the INT8 placement a plain ``--int8`` build gets where ONNX Runtime's CPU EP runs the engine: the fused
-INT8 kernels (``MatMulIntegerToFloat``, ``DynamicQuantizeMatMul``) that pay there (measured p50 vs FP32, one thread:
-NSNet2 1.6-1.8x, DeepFilterNet3 1.2-1.4x, the bundled reference about 1.0x; ``trt`` there: 0.8-1.1x)."""
+INT8 kernels (``DynamicQuantizeMatMul``) that pay there (measured p50 vs FP32, one thread, ``docs/bench/bench_targets.json``:
+NSNet2 1.6-1.7x, DeepFilterNet3 1.2-1.3x, the bundled reference about 1.0x; ``trt`` there: 0.7-1.1x)."""
 
 ORT_CPU_BACKENDS = ("onnxruntime", "triton-python")
 """tuple[str, ...]: the folder backends whose engine ONNX Runtime's CPU EP runs (an ONNX Runtime engine, a Triton

@@ -177,6 +177,11 @@ def check_onnx_against_profile(model: Any, contract: StreamContract, profile: di
                                     f"{mn[axis]} (profile {list(mn)}..{list(mx)}); re-run 'cosyedge streamify'")
 
 
+INT8_KERNELS = ("DynamicQuantizeMatMul", "MatMulIntegerToFloat", "MatMulInteger", "ConvInteger", "QLinearConv",
+                "QLinearMatMul", "DynamicQuantizeLSTM")
+"""tuple[str, ...]: op types that compute in INT8 by themselves (an INT8 model may hold these and no Q/DQ node)."""
+
+
 def onnx_precision_stats(model: Any) -> dict:
     """Count what makes an ONNX reduced-precision, in its main graph and its Scan bodies (an INT8 ``ort_matmul``
     model runs its Q/DQ graph in a Scan over hops; an adopted model quantizes inside its bodies).
@@ -184,7 +189,9 @@ def onnx_precision_stats(model: Any) -> dict:
     Args:
         model (onnx.ModelProto)
     Returns:
-        dict: ``{"qdq_nodes": int, "fp16_initializers": int, "fp16_casts": int}``.
+        dict: ``{"qdq_nodes": int, "int8_kernels": int, "fp16_initializers": int, "fp16_casts": int}``
+        (``int8_kernels``: ONNX Runtime INT8 ops written into the model, :data:`INT8_KERNELS`: the ``ort_matmul``
+        placement's ``DynamicQuantizeMatMul``, which needs no Q/DQ node).
     """
     from onnx import TensorProto
 
@@ -195,7 +202,9 @@ def onnx_precision_stats(model: Any) -> dict:
     f16 = sum(t.data_type == TensorProto.FLOAT16 for g in graphs for t in g.initializer)
     casts = sum(n.op_type == "Cast" and any(a.name == "to" and a.i == TensorProto.FLOAT16 for a in n.attribute)
                 for g in graphs for n in g.node)
-    return {"qdq_nodes": int(qdq), "fp16_initializers": int(f16), "fp16_casts": int(casts)}
+    kernels = sum(n.op_type in INT8_KERNELS for g in graphs for n in g.node)
+    return {"qdq_nodes": int(qdq), "int8_kernels": int(kernels), "fp16_initializers": int(f16),
+            "fp16_casts": int(casts)}
 
 
 def check_precision(precision: str, stats: dict, strongly_typed: bool, where: str) -> None:

@@ -21,8 +21,8 @@ from cosyedge.cli.options import log_opts
 @click.option("--calib-count", type=int, default=2048, show_default=True, help="INT8 calibration utterances when the default set has to be made.")
 @click.option("--int8-placement", "placement", default=None, metavar="NAME",
               help="INT8 Q/DQ placement: ort_matmul (default for ONNX Runtime and --triton-backend python: one-frame "
-                   "convs as MatMuls ONNX Runtime's x86 CPU EP fuses into MatMulIntegerToFloat, GRUs as dynamic INT8 "
-                   "cells, any hops per call; a model with Scan bodies gets trt), trt (default for TensorRT and "
+                   "convs and MatMuls as DynamicQuantizeMatMul (activation step per call; --bias-correction: calibrated "
+                   "steps, MatMulIntegerToFloat), GRUs as dynamic INT8 cells, any hops per call; a model with Scan bodies gets trt), trt (default for TensorRT and "
                    "Triton's onnxruntime/tensorrt backends; TensorRT's rules) or ort (QLinearConv). The default "
                    "placement gets no folder-name part.")
 @click.option("--bias-correction", is_flag=True,

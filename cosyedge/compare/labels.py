@@ -87,7 +87,7 @@ def check_candidate_label(cand: CompareModel, label: str, where: str) -> None:
     precision, sparse = parse_precision_label(label)
     model = load_onnx(cand.model_path, load_external_data=False)
     stats = onnx_precision_stats(model)
-    qdq, f16 = stats["qdq_nodes"], stats["fp16_initializers"] + stats["fp16_casts"]
+    qdq, f16 = stats["qdq_nodes"] + stats["int8_kernels"], stats["fp16_initializers"] + stats["fp16_casts"]
     content = "int8" if qdq else "fp16" if f16 else "fp32"  # what the ONNX holds
     if cand.manifest is not None:
         m = EngineManifest.from_dict(cand.manifest)
@@ -108,10 +108,11 @@ def check_candidate_label(cand: CompareModel, label: str, where: str) -> None:
                          f"{'2:4 sparse' if sparse else 'dense'}; {fix}")
     onnx_path = cand.model_path
     if precision == "int8" and not qdq:
-        raise UsageError(f"{where}: {onnx_path} has no QuantizeLinear/DequantizeLinear nodes, so it is not an INT8 "
+        raise UsageError(f"{where}: {onnx_path} has no QuantizeLinear/DequantizeLinear nodes and no INT8 kernel, so it is not "
+                         f"an INT8 "
                          f"model (label '{label}'); {fix}")
     if precision != "int8" and qdq:
-        raise UsageError(f"{where}: {onnx_path} has {qdq} QuantizeLinear/DequantizeLinear nodes, so it is an INT8 "
+        raise UsageError(f"{where}: {onnx_path} has {qdq} Q/DQ nodes or INT8 kernels, so it is an INT8 "
                          f"model, not {precision.upper()} (label '{label}'); {fix}")
     if precision == "fp16" and not f16:
         raise UsageError(f"{where}: {onnx_path} holds no FP16 tensor (no FP16 initializer, no Cast to FP16), so it "

@@ -58,6 +58,9 @@ DEMO = ROOT / "cosyedge" / "assets" / "demo" / "noisy.wav"
 ITEMS = ("int8", "paced", "dfn3", "streams", "roofline")
 INT8_MODELS = ("reference", "nsnet2", "dfn3")
 BLOCK = 50
+INT8_BLOCKS = 16
+"""int: blocks of :data:`BLOCK` hops each system takes per round in the INT8 item (a round of 4 blocks swung 1.4-3.1x
+on NSNet2 on this VM; 16 keep a round within a few per cent of the next)."""
 """int: calls per turn when systems take turns (back to back and paced)."""
 RESOLUTION = 0.03
 """float: the stream-count search stops when the bracket is within this fraction of its lower end."""
@@ -260,7 +263,7 @@ class Int8Item:
 
     def round(self) -> None:
         for name, rs in self.runners.items():
-            p50 = turns(rs, 4)
+            p50 = turns(rs, INT8_BLOCKS)
             for v in ("int8", "int8-trt"):
                 self.values[name][v].append(p50["fp32"] / p50[v])
 

@@ -86,9 +86,11 @@ def test_a_plain_int8_build_for_onnx_runtime_is_ort_matmul_in_the_plain_folder(b
     m = json.loads((folder / "manifest.json").read_text())
     assert folder.name == "reference-int8-onnxruntime"
     assert m["flags"]["int8_placement"] == "ort_matmul" and m["reports"]["int8"]["placement"] == "ort_matmul"
-    assert m["reports"]["int8"]["ort_fusion"]["fused"] == {"MatMulIntegerToFloat": 24}  # inside the Scan body
+    # dynamic activations (the default): one DynamicQuantizeMatMul per quantized conv, inside the Scan body
+    assert m["reports"]["int8"]["ort_fusion"]["fused"] == {"DynamicQuantizeMatMul": 24}
+    assert m["reports"]["int8"]["activation_type"] == "uint8 per call"
     assert StreamContract.from_onnx(folder / "model.onnx").fixed_chunk_samples == 0  # any multiple of the hop
-    assert m["reports"]["int8"]["output_snr_db"] > 35.0  # measured 39.7 dB (16 one-second calibration clips)
+    assert m["reports"]["int8"]["output_snr_db"] > 40.0  # measured 44.6 dB (37.9 with calibrated static steps)
 
 
 def test_default_placement_per_backend():
@@ -176,7 +178,11 @@ def test_the_scan_body_is_the_one_hop_graph_and_gives_the_same_numbers(built, tm
 
 
 def test_stream_pool_on_the_default_int8_engine(built):
-    """Two streams in one pool at 40 ms chunks: each equals its own session (a pool of one: bit for bit)."""
+    """Two streams in one pool at 40 ms chunks: each within INT8 rounding of its own session (>= 50 dB; measured 59.8
+    dB). With the default dynamic activations each layer's step comes from its input's own range: the pool's batched
+    float ops round ~1e-7 otherwise than one session (as in any FP32 pool), which moves a step now and then, and the
+    conv states carry it (with calibrated static steps the pool was bit-identical; INT8 itself is 44.6 dB from FP32
+    here)."""
     from cosyedge.runtime import StreamPool
 
     model = built[0] / "model.onnx"
@@ -194,7 +200,7 @@ def test_stream_pool_on_the_default_int8_engine(built):
         y = np.concatenate(got[k]).astype(np.float64)
         err = np.sum((y - want[k]) ** 2)
         snr = np.inf if err == 0 else 10 * np.log10(np.sum(want[k].astype(np.float64) ** 2) / err)
-        assert snr >= 120.0, (k, snr)
+        assert snr >= 50.0, (k, snr)
 
 
 @pytest.mark.parametrize("chunk_ms", [20, 40])

@@ -97,7 +97,8 @@ def test_bias_correction_raises_the_int8_snr(tmp_path):
     from cosyedge.precision.int8 import int8_onnx
 
     cs = make_calibration_set(tmp_path / "calib", count=8, seed=0, training_data=DemoMix())
-    plain = int8_onnx(REFERENCE_STREAM_ONNX, tmp_path / "plain.onnx", calib=cs, placement="ort_matmul")
+    plain = int8_onnx(REFERENCE_STREAM_ONNX, tmp_path / "plain.onnx", calib=cs, placement="ort_matmul",
+                      activations="static")  # the calibrated steps bias correction corrects
     corr = int8_onnx(REFERENCE_STREAM_ONNX, tmp_path / "corr.onnx", calib=cs, placement="ort_matmul",
                      amax=plain["amax_path"], bias_correction=True)
     assert plain["bias_correction"] is None
@@ -131,3 +132,35 @@ def test_an_ort_build_with_trt_placement_names_the_cpu_placement():
     assert placement_hint(None) is None
     # an adopted model's Q/DQ sits in Scan bodies, where only trt applies: no hint
     assert placement_hint({"placement": "trt", "ort_fusion": {"unfused_weighted": ["a"], "qdq_in_bodies": 98}}) is None
+
+
+@pytest.mark.skipif(not X86, reason="ORT's kernel choices counted here are those of x86-64")
+def test_dynamic_activations_are_one_kernel_per_layer_and_closer_to_fp32(reference, tmp_path):
+    """The default ``dynamic`` activations: each of the 24 quantized MatMuls is one DynamicQuantizeMatMul with its bias
+    folded (no Q/DQ, no bias Add left), the same function as the static (calibrated) form to within INT8 rounding,
+    and closer to FP32 on the noisy demo than the static form with a fixed step."""
+    from cosyedge.precision.ort_fusion import ort_fusion_report
+
+    model, contract, rw, info = reference
+    quantize, _ = qdq.select_nodes(model, [i.name for i in contract.stream_inputs], contract.output)
+    wanted = {w.name for w in quantize}
+    names = [n.name for n in qdq_matmul.quantizable(rw) if info["origin"].get(n.name) in wanted]
+    dyn, sta = onnx.ModelProto(), onnx.ModelProto()
+    dyn.CopyFrom(rw)
+    sta.CopyFrom(rw)
+    rep = qdq_matmul.quantize_matmuls_dynamic(dyn, names)
+    assert rep["weights"] == {n: 1 for n in names} and rep["qdq_pairs"] == 0 and rep["bias_folded"] == 24
+    ops = [n.op_type for n in dyn.graph.node]
+    assert ops.count("DynamicQuantizeMatMul") == 24 and "QuantizeLinear" not in ops
+    assert ops.count("Add") == [n.op_type for n in rw.graph.node].count("Add") - 24  # biases folded
+    amax = {qdq_matmul.data_tensor(rw, n)[0]: 4.0 for n in qdq_matmul.quantizable(rw)}
+    qdq_matmul.insert_qdq_matmul(sta, amax, names)
+    paths = {}
+    for k, m in (("dyn", dyn), ("sta", sta)):
+        paths[k] = tmp_path / f"{k}.onnx"
+        onnx.save(m, str(paths[k]))
+    assert ort_fusion_report(paths["dyn"], contract)["fused"] == {"DynamicQuantizeMatMul": 24}
+    x = fx._read(fx.DEMO_NOISY)[: 16000 * 6]
+    ref = _stream(REFERENCE_STREAM_ONNX, x)
+    snr_dyn, snr_sta = _snr(ref, _stream(paths["dyn"], x)), _snr(ref, _stream(paths["sta"], x))
+    assert snr_dyn > 40.0 and snr_dyn > snr_sta + 3.0, (snr_dyn, snr_sta)
