@@ -70,7 +70,7 @@ def test_profile_disagreeing_with_the_graph_is_caught(two_state, tmp_path):
 
 def test_precision_checks(two_state):
     stats = bt.onnx_precision_stats(onnx.load(str(two_state)))
-    assert stats == {"qdq_nodes": 0, "fp16_initializers": 0, "fp16_casts": 0}
+    assert stats == {"qdq_nodes": 0, "int8_kernels": 0, "fp16_initializers": 0, "fp16_casts": 0}
     with pytest.raises(UsageError, match="no QuantizeLinear/DequantizeLinear nodes"):
         bt.check_precision("int8", stats, True, "m.onnx")
     with pytest.raises(UsageError, match="holds no FP16 tensors"):
