@@ -162,7 +162,8 @@ def ring_rewrite(model: Any, input_dims: dict[str, list]) -> tuple[Any, dict[str
         bs = Builder(sn.name or sn.output[0], "ring")
         upd = bs.node("Reshape", [x, bs.const("shape", np.array([-1, c], np.int64))])  # (N, C)
         bs.node("ScatterND", [vi.name, write_at[r], upd], out=sn.output[0])
-        replace[state], replace[ci] = bs.nodes, []
+        # the write goes where the Concat was: before every tap, whichever order the taps and the state Slice had
+        replace[ci], replace[state] = bs.nodes, []
         b.inits += bs.inits
         for v in (vis[vi.name], outs[sn.output[0]]):
             dd = v.type.tensor_type.shape.dim
