@@ -22,7 +22,8 @@ A ring's rows are in rotation order, so only a runtime that keeps the positions 
 :class:`~cosyedge.runtime.pool.StreamPool` reads :data:`RING_KEY` (state input name -> ``R``) and :data:`POS_INPUT`,
 binds each ring's input and output to one buffer, advances the positions of the streams a tick ran, resets them
 when a stream joins, and turns a ring back into the model's window in :meth:`~cosyedge.runtime.pool.StreamPool.state`.
-A ring holds zeros at the start, whatever the position: the same as the model's zero state.
+A ring filled with the state's initial value (the pool fills it when a stream joins) reads as that initial window
+whatever the position: the model's zero (or ``init``) state.
 
 Rewrites (top-level graph, states ``state_layout`` turned time-major): a state (N, P, C) read only by
 ``Concat(state, x, axis=1)`` with ``x`` one frame (N, 1, C), whose window W is read by the state ``Slice`` (a graph
