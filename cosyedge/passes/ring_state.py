@@ -22,13 +22,14 @@ A ring's rows are in rotation order, so only a runtime that keeps the positions 
 :class:`~cosyedge.runtime.pool.StreamPool` reads :data:`RING_KEY` (state input name -> ``R``) and :data:`POS_INPUT`,
 binds each ring's input and output to one buffer, advances the positions of the streams a tick ran, resets them
 when a stream joins, and turns a ring back into the model's window in :meth:`~cosyedge.runtime.pool.StreamPool.state`.
-A ring holds zeros at the start, whatever the position: the same as the model's zero state.
+A ring filled with the state's initial value (the pool fills it when a stream joins) reads as that initial window
+whatever the position: the model's zero (or ``init``) state.
 
 Rewrites (top-level graph, states ``state_layout`` turned time-major): a state (N, P, C) read only by
 ``Concat(state, x, axis=1)`` with ``x`` one frame (N, 1, C), whose window W is read by the state ``Slice`` (a graph
 output) and by constant time-axis Slices that read fewer than ``P`` frames of W in all; a state whose window has
 any other reader, or whose taps read most of it, is left as it is (its shift copies a window the conv reads
-anyway).
+anyway); so is a model of default-domain opset below 13 (:data:`MIN_OPSET`).
 
 Source: ONNX operator specs (GatherND ``batch_dims``, ScatterND, Mod); ONNX Runtime
 ``onnxruntime/core/providers/cpu/tensor/scatter_nd.cc`` (input copied to the output only when they differ).
@@ -43,7 +44,7 @@ from typing import Any
 import numpy as np
 
 from cosyedge._lazy import lazy_import
-from cosyedge.passes.edit import DEFAULT_DOMAINS, Builder, copy_model
+from cosyedge.passes.edit import DEFAULT_DOMAINS, Builder, copy_model, opset
 from cosyedge.passes.shapes import partial_shapes
 from cosyedge.passes.state_layout import _slice_args, layout_dims, layout_of
 
@@ -53,6 +54,9 @@ RING_KEY = "cosyedge.pool.ring_state"
 """str: metadata key: JSON {state input name: ring frames R} of the states this pass turned into rings."""
 POS_INPUT = "cosyedge_ring_pos"
 """str: the graph input the rewrite adds: int64 (N,), the frames each stream has run before this tick."""
+MIN_OPSET = 13
+"""int: the default-domain opset the rewrite needs (Unsqueeze with an axes input, GatherND ``batch_dims``); an older
+model is left as it is (else ONNX Runtime refuses the rewritten graph and the pool runs without any of its passes)."""
 _BIG = 1 << 62
 
 
@@ -79,7 +83,7 @@ def ring_rewrite(model: Any, input_dims: dict[str, list]) -> tuple[Any, dict[str
         Exception: onnx's own errors for a model it cannot infer shapes of.
     """
     timed = layout_of(model)
-    if not timed or any(vi.name == POS_INPUT for vi in model.graph.input):
+    if not timed or any(vi.name == POS_INPUT for vi in model.graph.input) or opset(model) < MIN_OPSET:
         return model, {"ring_state": 0}
     dims = layout_dims(model, input_dims)
     shapes = partial_shapes(model, dims)
@@ -162,7 +166,8 @@ def ring_rewrite(model: Any, input_dims: dict[str, list]) -> tuple[Any, dict[str
         bs = Builder(sn.name or sn.output[0], "ring")
         upd = bs.node("Reshape", [x, bs.const("shape", np.array([-1, c], np.int64))])  # (N, C)
         bs.node("ScatterND", [vi.name, write_at[r], upd], out=sn.output[0])
-        replace[state], replace[ci] = bs.nodes, []
+        # the write goes where the Concat was: before every tap, whichever order the taps and the state Slice had
+        replace[ci], replace[state] = bs.nodes, []
         b.inits += bs.inits
         for v in (vis[vi.name], outs[sn.output[0]]):
             dd = v.type.tensor_type.shape.dim
@@ -202,4 +207,4 @@ def run(model: Any, target: Any) -> tuple[Any, dict[str, int]]:
     return ring_rewrite(model, target.dims)
 
 
-__all__ = ["POS_INPUT", "RING_KEY", "ring_rewrite", "rings_of", "run"]
+__all__ = ["MIN_OPSET", "POS_INPUT", "RING_KEY", "ring_rewrite", "rings_of", "run"]

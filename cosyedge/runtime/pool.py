@@ -591,8 +591,8 @@ class StreamPool:
         s, ax, perm = self.contract.states[k], self.axes[k], self._layout[k]
         z = s.zeros(n)
         z = np.ascontiguousarray(np.moveaxis(z, ax, 0) if perm is None else z.transpose(perm))
-        if self._ring[k]:  # (n, R, C): the ring_state rewrite's ring of R = P + 1 frames
-            z = np.zeros((n, self._ring[k]) + z.shape[2:], z.dtype)
+        if self._ring[k]:  # (n, R, C): the ring_state rewrite's ring of R = P + 1 frames, every row the initial value
+            z = np.full((n, self._ring[k]) + z.shape[2:], s.init, z.dtype)
         return z
 
     def _ov(self, a: np.ndarray):

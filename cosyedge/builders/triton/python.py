@@ -97,7 +97,10 @@ def batch_rewrite_for(precision: str) -> bool:
     """Whether the model's pool runs one-frame convs as batched GEMMs (:func:`cosyedge.passes.batch_gemm.batch_rewrite`):
     yes for FP32/FP16 (outputs 125-139 dB from the local run, measured on the bundled model), no for INT8, where the
     GEMMs move Q/DQ rounding steps that the recurrent state then carries (52 dB from the local run); the stored graph
-    runs there, bit-identical to the local ``OrtStreamSession``."""
+    runs there: a static INT8 graph (Q/DQ, ``--bias-correction``) bit-identical to the local ``OrtStreamSession``; the
+    default ``ort_matmul`` one (activation step per call, each stream's row quantized alone) bit-identical for a
+    sequence alone, and batched within INT8 rounding of it (a float layer of a batch rounds differently and a flipped
+    step is carried: 52 dB for one of three bundled-model sequences)."""
     return precision != "int8"
 
 
