@@ -11,7 +11,8 @@ from cosyedge.cli.options import log_opts
 @click.option("--onnx", "onnx_path", metavar="PATH", default=None,
               help="Streaming FP32 ONNX (from 'cosyedge streamify'). Default: bundled reference model.")
 @click.option("--fp16", is_flag=True, help="FP16 compute, FP32 inputs/outputs/states (overflow-prone ops stay FP32).")
-@click.option("--int8", is_flag=True, help="INT8 with explicit Q/DQ from KL (entropy) calibration.")
+@click.option("--int8", is_flag=True, help="INT8: on ONNX Runtime (placement ort_matmul) INT8 kernels whose activation step is taken per call; "
+                   "for TensorRT explicit Q/DQ from KL (entropy) calibration.")
 @click.option("--sparse", is_flag=True, help="Prune Conv/Gemm/MatMul weights 2:4 first (then convert/quantize).")
 @click.option("--exclude", "exclude", metavar="NODE", multiple=True,
               help="Keep this ONNX node as in the FP32 model (float, dense). Repeatable.")
@@ -79,8 +80,10 @@ def build(onnx_path, fp16, int8, sparse, exclude, calib, calib_count, placement,
     that one's name, so its <name> is <model>-<sha256[:8]> (reference-60b615af-int8-sparse-onnxruntime for
     the bundled fine-tuned 2:4 model): it never replaces the dense model's engines.
     Neither --fp16 nor --int8 builds FP32. --fp16: FP16 compute with FP32 inputs, outputs and states
-    (scanned for non-finite values, its SNR vs FP32 in the manifest). --int8: Q/DQ nodes from KL
-    (entropy) calibration on real speech streamed with real states (see 'cosyedge calib --help').
+    (scanned for non-finite values, its SNR vs FP32 in the manifest). --int8: for TensorRT, Q/DQ nodes
+    from KL (entropy) calibration on real speech streamed with real states (see 'cosyedge calib --help'); for ONNX
+    Runtime (placement ort_matmul) DynamicQuantizeMatMul kernels (activation step per call; calibrated steps with
+    --bias-correction).
     --sparse prunes Conv/Gemm/MatMul weights 2:4 first (the per-layer report goes into the manifest).
     The model is checked by running one chunk before the folder is written; the folder appears
     atomically (nothing is left on failure; temp folders a killed build of the same engine left are

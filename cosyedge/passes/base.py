@@ -46,7 +46,7 @@ class Pass:
             to a model without external data); False: applied for any provider (correctness, batching).
         summary (str): One line: what it replaces by what.
         optional (bool): True: a failure skips the pass (one warning line); False (a correctness pass): a failure
-            is raised.
+            is raised as one ``ArtifactError`` line (:func:`apply_passes`).
     """
 
     name: str
@@ -121,8 +121,11 @@ def apply_passes(model: Any, target: Target, passes: Any, where: str, cpu: bool 
         try:
             out, counts = p.rewrite(model, target)
         except Exception as err:  # noqa: BLE001 - onnx raises many types; the graph still runs without the pass
-            if not p.optional:
-                raise
+            if not p.optional:  # a correctness pass: the graph must not run without it, said in one line
+                from cosyedge.errors import ArtifactError
+
+                raise ArtifactError(f"{where}: graph pass {p.name} failed ({first_line(err)}); this model cannot run "
+                                    f"here without it") from None
             LOG.warning_once(f"{where}: graph pass {p.name} not applied ({first_line(err)}); running without it")
             continue
         done[p.name] = dict(counts)

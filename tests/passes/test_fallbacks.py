@@ -111,5 +111,8 @@ def test_a_correctness_pass_that_fails_is_raised(monkeypatch):
                         lambda model: (_ for _ in ()).throw(ValueError("bad")))
     import onnx
 
-    with pytest.raises(ValueError, match="bad"):
+    from cosyedge.errors import ArtifactError
+
+    line = r"^x: graph pass dqmm_per_row failed \(ValueError: bad\); this model cannot run"
+    with pytest.raises(ArtifactError, match=line):
         apply_passes(onnx.load(str(REFERENCE_STREAM_ONNX)), Target({}), [p], where="x")
