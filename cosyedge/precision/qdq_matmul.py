@@ -319,6 +319,27 @@ def insert_qdq_matmul(model: Any, amax: dict[str, float], names: list[str],
     return report
 
 
+def _int8_weight(g: Any, inits: dict, by_name: dict, name: str, what: str) -> tuple[Any, list[str], np.ndarray]:
+    """The MatMul ``name``, the first four inputs of its ``DynamicQuantizeMatMul`` (its A, then the weight as int8 per
+    column, symmetric, with its scales and zero points, added to ``g``'s initializers) and its float weight.
+
+    Raises:
+        ArtifactError: the MatMul is missing or has no constant 2-D float32 weight (``what`` names it).
+    """
+    mm = by_name.get(name)
+    if mm is None or mm.input[1] not in inits:
+        raise ArtifactError(f"{what} '{name}' not in the graph or its weight is not constant")
+    w = onnx.numpy_helper.to_array(inits[mm.input[1]])
+    if w.ndim != 2 or w.dtype != np.float32:
+        raise ArtifactError(f"{what} '{name}' has a {w.ndim}-D {w.dtype} weight, not 2-D float32")
+    wq, ws = quantize_weight(w, 1)
+    ins = [mm.input[0], f"{name}/weight_int8", f"{name}/weight_scale", f"{name}/weight_zero_point"]
+    g.initializer.extend([onnx.numpy_helper.from_array(wq, ins[1]),
+                          onnx.numpy_helper.from_array(ws.reshape(-1).astype(np.float32), ins[2]),
+                          onnx.numpy_helper.from_array(np.zeros(ws.size, np.int8), ins[3])])
+    return mm, ins, w
+
+
 def quantize_dynamic(model: Any, cells: dict[str, list[str]], keep: Any = ()) -> dict:
     """In place: the GRU cells' MatMuls become ``com.microsoft.DynamicQuantizeMatMul`` (INT8 weight per column,
     symmetric; the activation quantized to uint8 on every call from its own min/max; the bias Add folded in).
@@ -356,17 +377,7 @@ def quantize_dynamic(model: Any, cells: dict[str, list[str]], keep: Any = ()) ->
             report["kept"][gru] = "excluded (float GRU cell)"
             continue
         for name in names:
-            mm = by_name.get(name)
-            if mm is None or mm.input[1] not in inits:
-                raise ArtifactError(f"GRU cell MatMul '{name}' not in the graph or its weight is not constant")
-            w = onnx.numpy_helper.to_array(inits[mm.input[1]])
-            if w.ndim != 2 or w.dtype != np.float32:
-                raise ArtifactError(f"GRU cell MatMul '{name}' has a {w.ndim}-D {w.dtype} weight, not 2-D float32")
-            wq, ws = quantize_weight(w, 1)
-            ins = [mm.input[0], f"{name}/weight_int8", f"{name}/weight_scale", f"{name}/weight_zero_point"]
-            g.initializer.extend([onnx.numpy_helper.from_array(wq, ins[1]),
-                                  onnx.numpy_helper.from_array(ws.reshape(-1), ins[2]),
-                                  onnx.numpy_helper.from_array(np.zeros(ws.size, np.int8), ins[3])])
+            mm, ins, _ = _int8_weight(g, inits, by_name, name, "GRU cell MatMul")
             out = mm.output[0]
             c = cons.get(out, [])
             if (len(c) == 1 and c[0].op_type == "Add" and c[0].input[0] == out and c[0].input[1] in inits
@@ -422,17 +433,7 @@ def quantize_matmuls_dynamic(model: Any, names: list[str]) -> dict:
               "activation_type": "uint8 per call", "bias_norms": {}, "bias_folded": 0}
     drop: set[str] = set()
     for name in names:
-        mm = by_name.get(name)
-        if mm is None or mm.input[1] not in inits:
-            raise ArtifactError(f"MatMul '{name}' not in the graph or its weight is not constant")
-        w = onnx.numpy_helper.to_array(inits[mm.input[1]])
-        if w.ndim != 2 or w.dtype != np.float32:
-            raise ArtifactError(f"MatMul '{name}' has a {w.ndim}-D {w.dtype} weight, not 2-D float32")
-        wq, ws = quantize_weight(w, 1)
-        ins = [mm.input[0], f"{name}/weight_int8", f"{name}/weight_scale", f"{name}/weight_zero_point"]
-        g.initializer.extend([onnx.numpy_helper.from_array(wq, ins[1]),
-                              onnx.numpy_helper.from_array(ws.reshape(-1).astype(np.float32), ins[2]),
-                              onnx.numpy_helper.from_array(np.zeros(ws.size, np.int8), ins[3])])
+        mm, ins, w = _int8_weight(g, inits, by_name, name, "MatMul")
         out = mm.output[0]
         add = _bias_add(model, mm)
         if add is not None:
