@@ -177,11 +177,6 @@ def check_onnx_against_profile(model: Any, contract: StreamContract, profile: di
                                     f"{mn[axis]} (profile {list(mn)}..{list(mx)}); re-run 'cosyedge streamify'")
 
 
-INT8_KERNELS = ("DynamicQuantizeMatMul", "MatMulIntegerToFloat", "MatMulInteger", "ConvInteger", "QLinearConv",
-                "QLinearMatMul", "DynamicQuantizeLSTM")
-"""tuple[str, ...]: op types that compute in INT8 by themselves (an INT8 model may hold these and no Q/DQ node)."""
-
-
 def onnx_precision_stats(model: Any) -> dict:
     """Count what makes an ONNX reduced-precision, in its main graph and its Scan bodies (an INT8 ``ort_matmul``
     model runs its Q/DQ graph in a Scan over hops; an adopted model quantizes inside its bodies).
@@ -190,8 +185,9 @@ def onnx_precision_stats(model: Any) -> dict:
         model (onnx.ModelProto)
     Returns:
         dict: ``{"qdq_nodes": int, "int8_kernels": int, "fp16_initializers": int, "fp16_casts": int}``
-        (``int8_kernels``: ONNX Runtime INT8 ops written into the model, :data:`INT8_KERNELS`: the ``ort_matmul``
-        placement's ``DynamicQuantizeMatMul``, which needs no Q/DQ node).
+        (``int8_kernels``: ONNX Runtime's quantized kernels written into the model,
+        :data:`cosyedge.precision.ort_fusion.FUSED_OPS`: the ``ort_matmul`` placement's ``DynamicQuantizeMatMul``,
+        which needs no Q/DQ node).
     """
     from onnx import TensorProto
 
@@ -202,7 +198,9 @@ def onnx_precision_stats(model: Any) -> dict:
     f16 = sum(t.data_type == TensorProto.FLOAT16 for g in graphs for t in g.initializer)
     casts = sum(n.op_type == "Cast" and any(a.name == "to" and a.i == TensorProto.FLOAT16 for a in n.attribute)
                 for g in graphs for n in g.node)
-    kernels = sum(n.op_type in INT8_KERNELS for g in graphs for n in g.node)
+    from cosyedge.precision.ort_fusion import FUSED_OPS
+
+    kernels = sum(n.op_type in FUSED_OPS for g in graphs for n in g.node)
     return {"qdq_nodes": int(qdq), "int8_kernels": int(kernels), "fp16_initializers": int(f16),
             "fp16_casts": int(casts)}
 

@@ -108,9 +108,8 @@ def check_candidate_label(cand: CompareModel, label: str, where: str) -> None:
                          f"{'2:4 sparse' if sparse else 'dense'}; {fix}")
     onnx_path = cand.model_path
     if precision == "int8" and not qdq:
-        raise UsageError(f"{where}: {onnx_path} has no QuantizeLinear/DequantizeLinear nodes and no INT8 kernel, so it is not "
-                         f"an INT8 "
-                         f"model (label '{label}'); {fix}")
+        raise UsageError(f"{where}: {onnx_path} has no QuantizeLinear/DequantizeLinear nodes and no INT8 kernel, so "
+                         f"it is not an INT8 model (label '{label}'); {fix}")
     if precision != "int8" and qdq:
         raise UsageError(f"{where}: {onnx_path} has {qdq} Q/DQ nodes or INT8 kernels, so it is an INT8 "
                          f"model, not {precision.upper()} (label '{label}'); {fix}")

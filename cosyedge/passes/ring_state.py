@@ -44,7 +44,7 @@ from typing import Any
 import numpy as np
 
 from cosyedge._lazy import lazy_import
-from cosyedge.passes.edit import DEFAULT_DOMAINS, Builder, copy_model, opset
+from cosyedge.passes.edit import DEFAULT_DOMAINS, Builder, copy_model, opset, splice
 from cosyedge.passes.shapes import partial_shapes
 from cosyedge.passes.state_layout import _slice_args, layout_dims, layout_of
 
@@ -105,8 +105,8 @@ def ring_rewrite(model: Any, input_dims: dict[str, list]) -> tuple[Any, dict[str
         ci = readers[vi.name][0]
         cat = g.node[ci]
         axis = next((a.i for a in cat.attribute if a.name == "axis"), None)
-        if cat.op_type != "Concat" or cat.domain not in DEFAULT_DOMAINS or axis != 1 or list(cat.input[:1]) != [vi.name] \
-                or len(cat.input) != 2:
+        if (cat.op_type != "Concat" or cat.domain not in DEFAULT_DOMAINS or axis != 1 or len(cat.input) != 2
+                or cat.input[0] != vi.name):
             continue
         x, w = cat.input[1], cat.output[0]
         xs = shapes.get(x)
@@ -138,7 +138,7 @@ def ring_rewrite(model: Any, input_dims: dict[str, list]) -> tuple[Any, dict[str
     outs = {vi.name: vi for vi in g.output}
     b = Builder("ring_state", "ring")
     pos2 = b.node("Unsqueeze", [POS_INPUT, b.const("axes", np.array([1], np.int64))])  # (N, 1)
-    n_scalar = b.node("Squeeze", [b.node("Shape", [POS_INPUT])], )
+    n_scalar = b.node("Squeeze", [b.node("Shape", [POS_INPUT])])
     rows = b.node("Unsqueeze", [b.node("Range", [b.const("zero", np.array(0, np.int64)), n_scalar,
                                                 b.const("one", np.array(1, np.int64))]),
                                 b.const("axes", np.array([1], np.int64))])  # (N, 1): each stream's row
@@ -175,12 +175,8 @@ def ring_rewrite(model: Any, input_dims: dict[str, list]) -> tuple[Any, dict[str
                 dd[1].Clear()
                 dd[1].dim_value = r
         rings[vi.name] = r
-    nodes = list(b.nodes)
-    for i, n in enumerate(g.node):
-        nodes.extend(replace.get(i, [n]))
-    del g.node[:]
-    g.node.extend(nodes)
-    g.initializer.extend(b.inits)
+    replace[0] = b.nodes + replace.get(0, [g.node[0]])  # the shared position nodes first
+    splice(m, replace, b.inits)  # (drops the replaced Slices' constants)
     batch = vis[plans[0][0].name].type.tensor_type.shape.dim[0]
     pos_vi = onnx.helper.make_tensor_value_info(POS_INPUT, onnx.TensorProto.INT64, [batch.dim_param or "N"])
     g.input.append(pos_vi)

@@ -263,7 +263,9 @@ class StreamPool:
         self._ys = {o.name: np.zeros((cap,) + self.output_shapes[o.name], dtype(o)) for o in self._ios_out}
         self._x, self._y = self._xs.get(c.input), self._ys.get(c.output)  # (cap, 1, chunk_samples) for audio
         self._sin = [self._zeros(k, cap) if ax == 0 else None for k, ax in enumerate(self.axes)]
-        self._sout = [self._zeros(k, cap) if ax == 0 else None for k, ax in enumerate(self.axes)]
+        # a ring state (ring_state) is written in place: it has no output buffer of its own (_binding binds its input)
+        self._sout = [self._zeros(k, cap) if ax == 0 and not r else None
+                      for k, (ax, r) in enumerate(zip(self.axes, self._ring))]
         self._per_m: dict = {}
         self._offset_keys: collections.OrderedDict = collections.OrderedDict()  # LRU of bindings not from slot 0
         self._free = list(range(cap))
@@ -319,9 +321,8 @@ class StreamPool:
                              f"int8 weight with zero point 0): their activation scale spans every stream of a "
                              f"tick, so a loud stream changes a quiet one's output slightly")
         counts.update(unwrapped)
-        from cosyedge.passes.state_layout import layout_of
-
         from cosyedge.passes.ring_state import POS_INPUT, rings_of
+        from cosyedge.passes.state_layout import layout_of
 
         layout = layout_of(model) if counts else {}
         self._layout = [layout.get(st.input) for st in self.contract.states]
@@ -676,8 +677,8 @@ class StreamPool:
             return got[:3]
         c = self.contract
         sin = [a[:m] if a is not None else s.zeros(m) for s, a in zip(c.states, self._sin)]
-        sout = [a[:m] if a is not None else s.zeros(m) for s, a in zip(c.states, self._sout)]
-        sout = [a_in if r else a for a_in, a, r in zip(sin, sout, self._ring)]  # a ring is written in place
+        sout = [a_in if r else a[:m] if a is not None else s.zeros(m)  # a ring is written in place
+                for s, a, a_in, r in zip(c.states, self._sout, sin, self._ring)]
         b, keep = self._sess.io_binding(), []
         self._bind_audio(b, m, keep)
         for s, a_in, a_out in zip(c.states, sin, sout):
