@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import platform
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -16,6 +17,23 @@ ROOT = Path(__file__).resolve().parents[2]
 
 BENCHMARKS = Path(__file__).resolve().parent
 """Path: ``ROOT/scripts/benchmarks``, where the benchmark scripts are (``bench_targets.py`` runs others from here)."""
+
+
+def wait_turn(t_next: float, period_s: float) -> tuple[float, bool]:
+    """Pace one call: with ``period_s`` > 0, sleep until the next deadline ``t_next + period_s`` (``time.perf_counter``
+    seconds), as a live stream's worker waits for its next hop of audio; with 0, return at once (back to back).
+
+    Returns:
+        tuple[float, bool]: the deadline just waited for (the next call's ``t_next``), and whether it had already
+        passed (the call is late).
+    """
+    if period_s <= 0:
+        return t_next, False
+    t_next += period_s
+    wait = t_next - time.perf_counter()
+    if wait > 0:
+        time.sleep(wait)
+    return t_next, wait <= 0
 
 
 def _version(module: str) -> str | None:

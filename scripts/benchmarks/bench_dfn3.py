@@ -39,7 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
-from _common import ROOT, machine
+from _common import ROOT, machine, wait_turn
 DEMO = ROOT / "cosyedge" / "assets" / "demo" / "noisy.wav"
 SR, HOP = 48000, 480
 TARGET_RATIO = 0.8
@@ -83,13 +83,8 @@ class Runner:
         for _ in range(count):
             if self.pos >= len(self.hops):
                 return
-            if period_s > 0:
-                t_next += period_s
-                wait = t_next - time.perf_counter()
-                if wait > 0:
-                    time.sleep(wait)
-                else:
-                    self.late += 1
+            t_next, late = wait_turn(t_next, period_s)
+            self.late += late
             t = time.perf_counter()
             self.out[self.pos] = self.step(self.hops[self.pos])
             self.ms.append((time.perf_counter() - t) * 1000.0)

@@ -51,7 +51,7 @@ from pathlib import Path
 
 import numpy as np
 
-from _common import ROOT, machine
+from _common import ROOT, machine, wait_turn
 
 SPEECH = ROOT / "tests" / "data" / "speech_librivox_0890.wav"
 DEMO = ROOT / "cosyedge" / "assets" / "demo" / "noisy.wav"
@@ -164,13 +164,8 @@ class Runner:
         clock (sleeping until then, as a live stream's worker waits for audio; a call after its deadline is late)."""
         t_next = time.perf_counter()
         for _ in range(count):
-            if period_s > 0:
-                t_next += period_s
-                wait = t_next - time.perf_counter()
-                if wait > 0:
-                    time.sleep(wait)
-                else:
-                    self.late += 1
+            t_next, late = wait_turn(t_next, period_s)
+            self.late += late
             hop = self.hops[self.pos % len(self.hops)]
             t = time.perf_counter()
             self.step(hop)
