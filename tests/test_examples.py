@@ -133,7 +133,12 @@ def test_05_int8_and_ci_gate(tmp_path):
     assert json.loads((out / "compare-fp16.json").read_text())["passed"] is True
     assert "PASS: fp16 within tolerance" in text, text
     assert "baseline written:" in text and (out / "reference.accuracy.json").is_file()
-    assert (out / "reference.int8.amax.json").is_file()  # the kept calibration: CI needs no audio
+    assert not (out / "reference.int8.amax.json").exists()  # ONNX Runtime's INT8 calibrates nothing
+    trt = json.loads((out / "engines" / "reference-int8-trt-onnxruntime" / "manifest.json").read_text())
+    assert trt["reports"]["int8"]["calibrated"] is True
+    from cosyedge.precision.calibset import load_calibration_set
+
+    assert trt["calibration_sha256"] == load_calibration_set(out / "calib").sha256  # calibrated on the clips
     gate = json.loads((out / "accuracy.json").read_text())
     assert gate["passed"] is True and gate["updated"] is False and gate["regressions"] == []
     assert text.count("PASS: fp16, int8 within baseline tolerance") == 2, text

@@ -92,7 +92,9 @@ def label_fresh(folder: Path, parent_sha256: str, label: str, *, amax: str | Pat
     line naming the flags and the folder that variant now builds into:
     :func:`cosyedge.builders.prepare.warn_replacing_other_flags`), and
     built from the amax cache ``amax`` when given (:func:`amax_matches`), else from the amax cache its report
-    names, and, with ``calib``, on that calibration set (its ``manifest.json`` SHA-256).
+    names, and, with ``calib``, on that calibration set (its ``manifest.json`` SHA-256); an INT8 engine that was not
+    calibrated (its report's ``calibrated`` False: dynamic activations) reads neither, so ``amax`` and ``calib`` do
+    not make it stale.
 
     Args:
         folder (Path): ONNX Runtime engine folder.
@@ -118,7 +120,7 @@ def label_fresh(folder: Path, parent_sha256: str, label: str, *, amax: str | Pat
 
         if variant_diff(variant_of_manifest(m.raw), default_variant(placement)):
             return False
-    if fresh and precision == "int8":
+    if fresh and precision == "int8" and m.int8.get("calibrated", True):  # dynamic activations: no calibration
         used = m.int8.get("amax_path")
         fresh = amax_matches(amax, m) if amax is not None else amax_matches(Path(used) if used else None, m)
         if fresh and calib is not None:  # built on the set passed now?

@@ -18,7 +18,8 @@ from cosyedge.cli.options import log_opts
               help="Keep this ONNX node as in the FP32 model (float, dense). Repeatable.")
 @click.option("--calib", metavar="DIR", default=None,
               help="INT8 calibration set folder (from 'cosyedge calib make [--from DIR]'). "
-                   "Default: $COSYEDGE_CALIB_DIR or ./calib (made when missing).")
+                   "Default: $COSYEDGE_CALIB_DIR or ./calib (made when missing). Not read by ONNX Runtime's "
+                   "default INT8 (activation step per call).")
 @click.option("--calib-count", type=int, default=2048, show_default=True, help="INT8 calibration utterances when the default set has to be made.")
 @click.option("--int8-placement", "placement", default=None, metavar="NAME",
               help="INT8 Q/DQ placement: ort_matmul (default for ONNX Runtime and --triton-backend python: one-frame "
@@ -82,8 +83,8 @@ def build(onnx_path, fp16, int8, sparse, exclude, calib, calib_count, placement,
     Neither --fp16 nor --int8 builds FP32. --fp16: FP16 compute with FP32 inputs, outputs and states
     (scanned for non-finite values, its SNR vs FP32 in the manifest). --int8: for TensorRT, Q/DQ nodes
     from KL (entropy) calibration on real speech streamed with real states (see 'cosyedge calib --help'); for ONNX
-    Runtime (placement ort_matmul) DynamicQuantizeMatMul kernels (activation step per call; calibrated steps with
-    --bias-correction).
+    Runtime (placement ort_matmul) DynamicQuantizeMatMul kernels (activation step per call: nothing calibrated,
+    --calib unused; calibrated steps with --bias-correction).
     --sparse prunes Conv/Gemm/MatMul weights 2:4 first (the per-layer report goes into the manifest).
     The model is checked by running one chunk before the folder is written; the folder appears
     atomically (nothing is left on failure; temp folders a killed build of the same engine left are

@@ -134,7 +134,8 @@ def int8(onnx_path, output, calib_dir, amax_path, exclude, threads, placement, b
     r = int8_onnx(_model(onnx_path), output, calib=calib_dir, exclude=exclude, amax=amax_path, threads=threads,
                   placement=placement, bias_correction=bias_correction, min_snr_db=min_snr)
     click.echo(f"{plural(r['qdq_pairs'], 'Q/DQ pair')}, {plural(len(r['quantized_nodes']), 'node')} INT8, float: "
-               f"{', '.join(r['excluded_nodes']) or 'none'}; amax {r['amax_path']}")
+               f"{', '.join(r['excluded_nodes']) or 'none'}; "
+               f"{'amax ' + r['amax_path'] if r['amax_path'] else 'activations quantized per call (not calibrated)'}")
     click.echo(r["output"])
 
 

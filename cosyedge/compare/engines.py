@@ -88,7 +88,9 @@ def ensure_engine(ref: CompareModel, label: str, engines_dir: Path, *, baseline:
     next to the baseline, or from ``calib``: same quantized model and same calibration manifest SHA-256;
     a user's own ``cosyedge build --int8 --calib DIR`` in that folder is rebuilt, not gated). INT8 builds
     use that amax cache; with ``update`` (or ``calib``) they calibrate instead (reusing the calibration
-    set's own cache when current) and the cache is copied next to the baseline.
+    set's own cache when current) and the cache is copied next to the baseline. An INT8 build that calibrates
+    nothing (ONNX Runtime's default ``ort_matmul`` with dynamic activations,
+    :func:`cosyedge.precision.int8.needs_calibration`) needs no amax cache and keeps none.
 
     Args:
         ref (CompareModel): The FP32 parent the label is built from (the reference or the sparse parent).
@@ -107,6 +109,7 @@ def ensure_engine(ref: CompareModel, label: str, engines_dir: Path, *, baseline:
     from cosyedge.builders import build_engine
     from cosyedge.builders.cache import amax_matches, label_fresh, reuse_or_build
     from cosyedge.builders.names import default_placement, engine_folder_name, engine_model_name
+    from cosyedge.precision.int8 import needs_calibration
 
     precision, sparse = parse_precision_label(label)
     name = ref.contract.name
@@ -115,6 +118,8 @@ def ensure_engine(ref: CompareModel, label: str, engines_dir: Path, *, baseline:
     folder = Path(engines_dir) / engine_folder_name(engine_name, precision, "onnxruntime", sparse, plain_placement=plain)
     amax = amax_cache_path(baseline, name, label)
     use_amax = precision == "int8" and not update and calib is None
+    if use_amax and not amax.is_file() and not needs_calibration(ref.model_path, plain):
+        use_amax = False  # dynamic INT8 activations: nothing calibrated, no amax cache needed
     if use_amax and not amax.is_file():
         raise UsageError(f"no INT8 calibration for '{label}' of this model ({amax} missing); run "
                          f"'cosyedge check --update-baseline' (calibrates on calib/, made from Debian packages "

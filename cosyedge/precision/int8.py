@@ -89,7 +89,8 @@ def int8_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, calib: Any = None,
               calibration: Calibration | None = None, placement: str = "trt", bias_correction: bool = False,
               min_snr_db: float | None = None, holdout=None, final_path: str | Path | None = None,
               fallback_placement: str | None = None, activations: str = "dynamic") -> dict:
-    """Calibrate (or reuse the amax cache) and write the INT8 Q/DQ streaming ONNX atomically.
+    """Calibrate (or reuse the amax cache; nothing for dynamic activations) and write the INT8 streaming ONNX
+    atomically.
 
     Args:
         fp32_stream_onnx (str | Path | Stage | SourceModel): FP32 streaming ONNX with cosyedge stream metadata
@@ -139,7 +140,11 @@ def int8_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, calib: Any = None,
             line and in ``placement_note`` (what a build whose ``ort_matmul`` is the backend's default, not asked
             for, passes: ``trt``). None: quantize what it can (a warning says why the rest stays float).
     Returns:
-        dict: manifest fields: ``precision`` ("int8"), ``amax_path``, ``trt_calibration_cache``,
+        dict: manifest fields: ``precision`` ("int8"), ``calibrated`` (bool: False for ``ort_matmul`` with
+        ``dynamic`` activations and no bias correction, whose layers take their activation step per call: then no
+        calibration set is made or read, ``calib``/``amax`` are not used, and ``amax_path``,
+        ``trt_calibration_cache``, ``calibration_manifest_sha256``, ``calibration_utterances`` and
+        ``calibration_method`` are None), ``amax_path``, ``trt_calibration_cache``,
         ``calibration_manifest_sha256``, ``calibration_utterances``, ``model_sha256`` (the FP32 parent),
         ``qdq_pairs`` (activation + weight Q/DQ), ``quantized_nodes``, ``excluded_nodes``
         ({node: reason}), ``output`` (path), ``output_sha256`` and ``macs``: the MACs per chunk (one hop) and the
@@ -227,9 +232,7 @@ def int8_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, calib: Any = None,
         from cosyedge.passes.hop_scan import scan_over_hops
         from cosyedge.precision import qdq_matmul
 
-        mm_model, mm_form = qdq_matmul.matmul_form(model, contract)
-        wanted = {w.name for w in to_quantize}
-        mm_names = [n.name for n in qdq_matmul.quantizable(mm_model) if mm_form["origin"].get(n.name) in wanted]
+        mm_model, mm_form, mm_names = _matmul_plan(model, contract, to_quantize)
         got = {mm_form["origin"][n] for n in mm_names}
         if fallback_placement and not mm_names and not [g for g in mm_form["gru_cells"] if g not in gru_keep]:
             placement_note = (f"INT8 placement {fallback_placement}: the ONNX Runtime default ort_matmul finds no layer "
@@ -251,8 +254,15 @@ def int8_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, calib: Any = None,
             LOG.warning("%s", note)
         to_quantize = [w for w in to_quantize if w.name in got]
     model_sha = source.sha256
-    calib_info: dict = {}
-    if amax is not None:
+    # dynamic activations take their step per call: no layer reads an amax, so nothing is calibrated (and no
+    # calibration set is made); static activations, bias correction and the Q/DQ placements need the amax
+    calibrated = not (mm_form is not None and activations == "dynamic" and not bias_correction)
+    data: dict = {}
+    amax_path = trt_cache = None
+    if not calibrated:
+        LOG.info("INT8 activations quantized per call (DynamicQuantizeMatMul): no calibration needed%s",
+                 f"; the amax cache {amax} is not used" if amax is not None else "")
+    elif amax is not None:
         amax_path = Path(amax)
         data = cal.load_amax(amax_path, model_sha256=model_sha, where=str(src), model_path=src)
         trt_cache = cal.trt_cache_path_for(amax_path.parent, contract.name)
@@ -261,7 +271,7 @@ def int8_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, calib: Any = None,
         amax_path = cal.calibrate(source, cset, threads=threads, cache_name=cache_name)
         data = cal.load_amax(amax_path, model_sha256=model_sha, where=str(src), model_path=src)
         trt_cache = cal.trt_cache_path_for(amax_path.parent, cache_name or contract.name)
-    calib_info = data["calibration"]
+    calib_info = data.get("calibration") or {}
     bias_info, shift = None, None
     if mm_form is not None and bias_correction:
         from cosyedge.precision.calibration import BIAS_CORRECTION_UTTERANCES
@@ -333,7 +343,9 @@ def int8_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, calib: Any = None,
             bias_info["layers"] = {n: {"norm": float(np.linalg.norm(shift[n])), "bias_norm": float(b)}
                                    for n, b in report.pop("bias_norms").items()}
         for key, value in (("precision", PRECISION), ("parent_sha256", model_sha),
-                           ("calibration_manifest_sha256", calib_info["manifest_sha256"])):
+                           ("calibration_manifest_sha256", calib_info.get("manifest_sha256"))):
+            if value is None:  # not calibrated (dynamic activations)
+                continue
             p = out_model.metadata_props.add()
             p.key, p.value = f"cosyedge.{key}", value
         out_model = io.finalize_model(out_model, where=str(src))
@@ -380,11 +392,12 @@ def int8_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, calib: Any = None,
         "output": str(shown),
         "output_sha256": sha256_file(out_path),
         "model_sha256": model_sha,
-        "amax_path": str(amax_path),
-        "trt_calibration_cache": str(trt_cache) if trt_cache.is_file() else None,
-        "calibration_manifest_sha256": calib_info["manifest_sha256"],
+        "calibrated": calibrated,
+        "amax_path": str(amax_path) if amax_path is not None else None,
+        "trt_calibration_cache": str(trt_cache) if trt_cache is not None and trt_cache.is_file() else None,
+        "calibration_manifest_sha256": calib_info.get("manifest_sha256"),
         "calibration_utterances": calib_info.get("utterances"),
-        "calibration_method": data.get("params", {}).get("method", "entropy"),
+        "calibration_method": data.get("params", {}).get("method", "entropy") if calibrated else None,
         "qdq_pairs": report["qdq_pairs"],
         "activation_scales": report["activations"],
         "quantized_nodes": sorted(report["weights"]),
@@ -399,6 +412,56 @@ def int8_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, calib: Any = None,
         "matmul_form": None if mm_form is None else mm_form["counts"],
         "fallback": fallback,
     }
+
+
+def _matmul_plan(model: Any, contract: StreamContract, to_quantize: list) -> tuple[Any, dict, list[str]]:
+    """The ``ort_matmul`` form of ``model`` (:func:`cosyedge.precision.qdq_matmul.matmul_form`: the rewritten model
+    and its report, with ``origin`` and ``gru_cells``) and the names of its MatMuls that quantize a node of
+    ``to_quantize`` (weighted nodes, :func:`cosyedge.precision.qdq.select_nodes`)."""
+    from cosyedge.precision import qdq_matmul
+
+    mm_model, mm_form = qdq_matmul.matmul_form(model, contract)
+    wanted = {w.name for w in to_quantize}
+    return mm_model, mm_form, [n.name for n in qdq_matmul.quantizable(mm_model)
+                               if mm_form["origin"].get(n.name) in wanted]
+
+
+def needs_calibration(fp32_stream_onnx: Any, placement: str, activations: str = "dynamic",
+                      bias_correction: bool = False) -> bool:
+    """Whether :func:`int8_onnx` with these options calibrates (reads an amax cache or a calibration set).
+
+    It does not for ``ort_matmul`` with ``dynamic`` activations and no bias correction on a flat graph where that
+    form finds a layer to quantize (a one-frame conv, a 2-D MatMul or a one-step GRU): each layer then takes its
+    activation step per call. Anything else (the Q/DQ placements, static activations, bias correction, a model
+    with Scan bodies, or ``ort_matmul`` finding nothing, whose build falls back to ``trt``) calibrates.
+    ``cosyedge check`` asks this before it requires a baseline's amax cache.
+
+    Args:
+        fp32_stream_onnx (str | Path | SourceModel): FP32 streaming ONNX.
+        placement (str): Q/DQ placement (``trt``, ``ort``, ``ort_matmul``).
+        activations (str): ``dynamic`` or ``static`` (``ort_matmul``).
+        bias_correction (bool): Bias correction asked for.
+    Returns:
+        bool
+    Raises:
+        ArtifactError: the model is missing, corrupt or not a streaming model.
+    """
+    from cosyedge.artifacts import load_onnx
+    from cosyedge.precision import qdq
+    from cosyedge.precision.bodies import has_subgraphs
+    from cosyedge.surgery import io
+
+    if placement != "ort_matmul" or activations != "dynamic" or bias_correction:
+        return True
+    source = SourceModel.of(fp32_stream_onnx)
+    contract = source.contract
+    contract.require_streaming(source.path)
+    model = io.at_least_opset(load_onnx(source.path), 13, str(source.path), "per-channel Q/DQ (DequantizeLinear axis)")
+    if has_subgraphs(model):
+        return True
+    to_quantize, _ = qdq.select_nodes(model, [i.name for i in contract.stream_inputs], contract.output, ())
+    _, form, names = _matmul_plan(model, contract, to_quantize)
+    return not names and not form["gru_cells"]
 
 
 def _bias_effect(source: Any, out_path: Path, snr_with: float | None, plain: Any, src: Path) -> dict:

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from cosyedge.builders import build_engine
+from cosyedge.builders.config import BuildConfig, Calibration
 from cosyedge.models import REFERENCE_STREAM_ONNX
 from tests.precision.int8_fixtures import write_recordings
 
@@ -19,9 +20,10 @@ def test_dense_and_sparse_int8_keep_their_own_amax_cache(tmp_path, caplog):
     assert main(["calib", "make", "--from", str(rec), "--out", str(tmp_path / "calib")]) == 0
     calib = tmp_path / "calib"
 
-    def build(sparse: bool):
+    def build(sparse: bool):  # the trt placement calibrates (ONNX Runtime's default INT8 calibrates nothing)
         return build_engine(REFERENCE_STREAM_ONNX, backend="onnxruntime", out_dir=tmp_path / "engines",
-                            precision="int8", sparse=sparse, calib=calib)
+                            config=BuildConfig(precision="int8", sparse=sparse, placement="trt",
+                                               calibration=Calibration(set=calib)))
 
     dense = build(False)
     sparse = build(True)
