@@ -1,5 +1,5 @@
-"""A faithful rebuild of asteroid's causal Conv-TasNet (free filterbank encoder -> ``TDConvNet`` mask -> decoder), seeded
-random weights.
+"""A faithful rebuild of asteroid's causal Conv-TasNet (free filterbank encoder -> ``TDConvNet`` mask -> decoder),
+seeded random weights.
 
 Upstream (MIT, the asteroid team), read with git from the snapshots fetched for this rebuild:
 
