@@ -109,18 +109,20 @@ def known_shapes(model: Any, names: list[str], input_shapes: dict[str, list[int]
     return shapes
 
 
-def _value(name: str, g: Any, shapes: dict[str, list], memo: dict) -> Any:
-    """The value (np.ndarray; dtype object with None where a dim is unknown) of the small integer/float tensor
-    ``name`` of graph ``g`` when it follows from small initializers and the dims in ``shapes`` through Shape, Gather,
-    (Un)Squeeze, Cast, Concat, Identity, Constant and Add/Sub/Mul/Div; None otherwise."""
+def _value(name: str, graph: tuple, shapes: dict[str, list], memo: dict) -> Any:
+    """The value (np.ndarray; dtype object with None where a dim is unknown) of the small tensor ``name`` when it
+    follows from small initializers and the dims in ``shapes`` through Shape, Gather, (Un)Squeeze, Cast, Concat,
+    Identity, Constant and Add/Sub/Mul/Div; None otherwise. ``graph``: (initializers by name, node by output name);
+    ``memo``: values found so far."""
     if name in memo:
         return memo[name]
     memo[name] = None  # (a cycle or a failure reads as unknown)
-    t = memo["#inits"].get(name)
-    if t is not None:
+    inits, prod = graph
+    if name in inits:
+        t = inits[name]
         memo[name] = onnx.numpy_helper.to_array(t) if t.ByteSize() <= SMALL_BYTES else None
         return memo[name]
-    n = memo["#prod"].get(name)
+    n = prod.get(name)
     if n is None or n.domain not in ("", "ai.onnx"):
         return None
     a = {x.name: onnx.helper.get_attribute_value(x) for x in n.attribute}
@@ -129,37 +131,42 @@ def _value(name: str, g: Any, shapes: dict[str, list], memo: dict) -> Any:
         dims = shapes.get(n.input[0])
         if dims is not None:
             dims = dims[slice(a.get("start", 0), a.get("end"))]
-            v = (np.array(dims, np.int64) if all(d is not None for d in dims) else np.array(dims, object))
+            v = np.array(dims, np.int64) if all(d is not None for d in dims) else np.array(dims, object)
     elif n.op_type == "Constant" and "value" in a:
         v = onnx.numpy_helper.to_array(a["value"])
     else:
-        ins = [_value(i, g, shapes, memo) if i else None for i in n.input]
+        ins = [_value(i, graph, shapes, memo) if i else None for i in n.input]
         x = ins[0] if ins else None
         known = [i is not None and i.dtype != object for i in ins]
+        op = n.op_type
         try:
             if x is None:
                 v = None
-            elif n.op_type == "Identity":
+            elif op == "Identity":
                 v = x
-            elif n.op_type == "Gather" and ins[1] is not None and known[1]:
+            elif op == "Gather" and known[1]:
                 v = np.take(x, ins[1], axis=a.get("axis", 0))
-            elif n.op_type in ("Squeeze", "Unsqueeze"):
-                axes = ins[1] if len(ins) > 1 and ins[1] is not None else a.get("axes")
-                if n.op_type == "Squeeze":
-                    v = np.squeeze(x, tuple(int(i) for i in axes)) if axes is not None else np.squeeze(x)
-                elif axes is not None:
-                    v = x.reshape(x.shape)
-                    for ax in sorted(int(i) % (x.ndim + len(axes)) for i in axes):
+            elif op in ("Squeeze", "Unsqueeze"):
+                given = len(n.input) > 1 and bool(n.input[1])  # axes as an input (opset 13) or an attribute
+                axes = ins[1] if given else a.get("axes")
+                axes = None if axes is None or (given and not known[1]) else [int(i) for i in np.ravel(axes)]
+                if op == "Squeeze" and (axes is not None or not given):
+                    v = np.squeeze(x, tuple(axes)) if axes else np.squeeze(x)
+                elif op == "Unsqueeze" and axes is not None:
+                    v = x
+                    for ax in sorted(i % (x.ndim + len(axes)) for i in axes):
                         v = np.expand_dims(v, ax)
-            elif n.op_type == "Concat" and all(i is not None for i in ins):
+            elif op == "Concat" and all(i is not None for i in ins):
                 v = np.concatenate(ins, axis=a.get("axis", 0))
-            elif all(known) and n.op_type == "Cast":
+            elif op == "Cast" and known[0]:
                 v = x.astype(onnx.helper.tensor_dtype_to_np_dtype(a["to"]))
-            elif all(known) and len(ins) == 2 and n.op_type in ("Add", "Sub", "Mul", "Div"):
+            elif op in ("Add", "Sub", "Mul", "Div") and len(ins) == 2 and all(known):
                 y = ins[1]
-                v = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply}[n.op_type](x, y) if n.op_type != "Div" \
-                    else (np.trunc(x / y).astype(x.dtype) if x.dtype.kind in "iu" else x / y)
-        except (ValueError, TypeError, IndexError, KeyError, ZeroDivisionError):
+                if op == "Div":
+                    v = None if np.any(y == 0) else (np.trunc(x / y).astype(x.dtype) if x.dtype.kind in "iu" else x / y)
+                else:
+                    v = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply}[op](x, y)
+        except (ValueError, TypeError, IndexError, KeyError):
             v = None
         if v is not None and v.dtype == object and all(e is not None for e in v.ravel()):
             v = v.astype(np.int64)
@@ -171,13 +178,13 @@ def _range_lengths(g: Any, shapes: dict[str, list]) -> dict[str, int]:
     """Output length of every Range of graph ``g`` that inference left unknown (ONNX infers a Range only from
     initializer bounds) whose start, limit and delta follow from the dims in ``shapes`` (:func:`_value`): e.g. the
     ``arange(frames of x)`` of a streamify clock's pre-roll mask (``cosyedge/surgery/clock.py`` ``before_frame``)."""
-    memo: dict = {"#inits": {t.name: t for t in g.initializer},
-                  "#prod": {o: n for n in g.node for o in n.output}}
+    graph = ({t.name: t for t in g.initializer}, {o: n for n in g.node for o in n.output})
+    memo: dict = {}
     out = {}
     for n in g.node:
         if n.op_type != "Range" or n.domain not in ("", "ai.onnx") or shapes.get(n.output[0]) not in (None, [None]):
             continue
-        vals = [_value(i, g, shapes, memo) for i in n.input]
+        vals = [_value(i, graph, shapes, memo) for i in n.input]
         if any(v is None or v.dtype == object or v.size != 1 for v in vals):
             continue
         start, limit, delta = (v.ravel()[0].item() for v in vals)
