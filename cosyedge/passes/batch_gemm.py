@@ -142,12 +142,16 @@ ILL_CONDITIONED_OPS = frozenset({"Log", "Reciprocal", "Sqrt", "Div", "Pow"})
 reference: rewriting only the analysis conv in front of its log power leaves the pool at about 113 dB from single
 sessions, so the whole cone upstream of one is kept, as for :data:`DISCRETE_OPS`."""
 _LINEAR_OPS = frozenset({"Conv", "MatMul", "Gemm", "ConvTranspose"})
+SHAPE_OPS = frozenset({"Shape", "Size"})
+"""frozenset[str]: ops whose output reads only their input's shape (a rounding error upstream cannot move it)."""
 
 
 def _kept(nodes: list) -> set[str]:
     """Output names of the nodes left as they are: every node upstream of a :data:`DISCRETE_OPS` or
     :data:`ILL_CONDITIONED_OPS` node (its whole backward cone in ``nodes``), so those see the numbers a one-stream
-    session sees."""
+    session sees. The cone stops at a :data:`SHAPE_OPS` node: its output is the input's shape, not its values (a
+    streamify pre-roll mask compares positions with ``Less``; the positions come from ``Shape`` of the conv input
+    it masks, which is no reason to keep every conv upstream of it)."""
     prod = {o: n for n in nodes for o in n.output}
     sensitive = DISCRETE_OPS | ILL_CONDITIONED_OPS
     kept, todo = set(), [i for n in nodes if n.op_type in sensitive for i in n.input]
@@ -157,7 +161,7 @@ def _kept(nodes: list) -> set[str]:
         if n is None or name in kept:
             continue
         kept.update(n.output)
-        todo += list(n.input)
+        todo += [] if n.op_type in SHAPE_OPS else list(n.input)
     return kept
 
 

@@ -87,9 +87,13 @@ def range_positions(node: Any, ctx: Any) -> None:
     s, d = np.asarray(s1).reshape(()), np.asarray(d1).reshape(())
     if not d > 0:
         raise Blocker(f"counts positions downwards (step {d}): it {_FUTURE}")
-    if f.axis != 0 or f.extra != 0:
+    if f.axis != 0 or f.extra > 0:
         raise Blocker(f"counts {f.extra} positions beyond the frames of a time axis (only arange over the frames "
                       "of a time axis streams)")
+    if f.extra < 0:  # the frames of an axis a valid conv or a crop shortened: position 0 is not the stream's start
+        raise Blocker(f"counts the frames of a time axis {-f.extra} frame(s) shorter than the input's ticks (after a "
+                      "valid conv or a crop): its position 0 is not the stream's first frame (only arange over the "
+                      "frames of a time axis that starts with the stream streams)")
     base = f"{node.name}/position"
     dt = _dtype(ctx, out)
     pos = _chunk_positions(ctx, f.rate, base)
