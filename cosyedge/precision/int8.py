@@ -262,6 +262,11 @@ def int8_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, calib: Any = None,
     if not calibrated:
         LOG.info("INT8 activations quantized per call (DynamicQuantizeMatMul): no calibration needed%s",
                  f"; the amax cache {amax} is not used" if amax is not None else "")
+        if calib is not None:  # asked for by name, silently unread, a typo or a missing folder would go unseen
+            shown_set = getattr(calib, "folder", calib)
+            LOG.warning("INT8 calibration set %s is not read: ONNX Runtime's INT8 (placement ort_matmul, dynamic "
+                        "activations) quantizes activations per call and calibrates nothing (--int8-placement trt "
+                        "or --bias-correction calibrate on it)", shown_set)
     elif amax is not None:
         amax_path = Path(amax)
         data = cal.load_amax(amax_path, model_sha256=model_sha, where=str(src), model_path=src)
