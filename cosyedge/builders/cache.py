@@ -80,7 +80,7 @@ def amax_matches(amax: str | Path | None, manifest: EngineManifest) -> bool:
 
 
 def label_fresh(folder: Path, parent_sha256: str, label: str, *, amax: str | Path | None = None,
-                calib: str | Path | None = None, placement: str = "ort_matmul") -> bool:
+                calib: str | Path | None = None, placement: str = "ort_matmul", calibrated: bool = False) -> bool:
     """The freshness rule of ``cosyedge check``'s engines (``reuse_or_build(..., fresh=...)``).
 
     Fresh when the folder loads (:func:`cosyedge.runtime.engine.load_engine`), was built from ``parent_sha256``,
@@ -94,7 +94,8 @@ def label_fresh(folder: Path, parent_sha256: str, label: str, *, amax: str | Pat
     built from the amax cache ``amax`` when given (:func:`amax_matches`), else from the amax cache its report
     names, and, with ``calib``, on that calibration set (its ``manifest.json`` SHA-256); an INT8 engine that was not
     calibrated (its report's ``calibrated`` False: dynamic activations) reads neither, so ``amax`` and ``calib`` do
-    not make it stale.
+    not make it stale, unless ``calibrated`` says check's own build of it calibrates (e.g. a user's ``--int8-placement
+    ort_matmul`` build of a model where ort_matmul finds nothing and check's build takes ``trt``): then it is stale.
 
     Args:
         folder (Path): ONNX Runtime engine folder.
@@ -104,6 +105,8 @@ def label_fresh(folder: Path, parent_sha256: str, label: str, *, amax: str | Pat
         calib (str | Path | None): The calibration set passed now.
         placement (str): The placement a plain ``--int8`` build of this model gets on ONNX Runtime
             (:func:`cosyedge.builders.names.default_placement`: ``ort_matmul``, or ``trt`` for a Scan-body model).
+        calibrated (bool): INT8: check's build of this label calibrates
+            (:func:`cosyedge.precision.int8.needs_calibration`), so an engine that was not calibrated is not it.
     Returns:
         bool
     Raises:
@@ -120,6 +123,8 @@ def label_fresh(folder: Path, parent_sha256: str, label: str, *, amax: str | Pat
 
         if variant_diff(variant_of_manifest(m.raw), default_variant(placement)):
             return False
+    if fresh and precision == "int8" and calibrated and not m.int8.get("calibrated", True):
+        return False  # check's build calibrates; this one did not (another placement's all-float result)
     if fresh and precision == "int8" and m.int8.get("calibrated", True):  # dynamic activations: no calibration
         used = m.int8.get("amax_path")
         fresh = amax_matches(amax, m) if amax is not None else amax_matches(Path(used) if used else None, m)

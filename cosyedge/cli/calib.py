@@ -31,8 +31,9 @@ def make(count, seed, out, from_dir):
     """Write a deterministic calibration set: audio/*.wav + manifest.json (sha256, duration, SNR).
 
     Generated sets mix training speech and training noise like the training data (never the test set);
-    the first run downloads the Debian source packages (minutes). The first 'cosyedge build --int8' makes
-    the set when calib/ holds none: progress bars on a terminal, under 1 GB of memory for 2048
+    the first run downloads the Debian source packages (minutes). The first INT8 build that calibrates
+    ('cosyedge build --int8' for TensorRT, --int8-placement trt, --bias-correction; not ONNX Runtime's default
+    INT8, which calibrates nothing) makes the set when calib/ holds none: progress bars on a terminal, under 1 GB of memory for 2048
     utterances, about 10 s once the training corpora are cached, about 80 s with their first download.
     The manifest also lists the training corpora this machine could not make (missing_corpora: a machine
     without espeak-ng, flite or festival makes another set); the audio is regenerated, not committed.

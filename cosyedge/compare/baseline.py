@@ -163,7 +163,7 @@ def validate_baseline(data: dict, path: Path, fix: str = "regenerate it: cosyedg
         labels: {<precision label, e.g. fp16 or int8-sparse>: {  (at least one)
             metrics: {"<mode>/<utterance>/<tensor>/<metric>": finite number, ...}  (at least one),
             reference?: {sha256: str, path?: str},
-            amax?: str | null,
+            amax?: str | null,  (the INT8 calibration cache kept beside the baseline; null when none is kept)
             platform?: {machine: str, fp16_compute: "fp32" | "half"}}},  (where it was measured; missing = x86-64,
                 FP16 computed in FP32: cosyedge.compare.platforms.LEGACY_PLATFORM)
         platform?: {machine, fp16_compute}  (where the last --update-baseline ran)
@@ -382,8 +382,10 @@ def _write_baseline(path: Path, ref: CompareModel, utts: list[Utterance], chunk:
               **{lab: {"reference": {"path": Path(d["reference"]).name, "sha256": d["reference_sha256"],
                                      "content_sha256": content_of(d["reference"])},
                        "metrics": {k: _num(v["value"]) for k, v in d["metrics"].items()},
+                       # the cache kept next to the baseline; none for an INT8 build that calibrates nothing
                        "amax": (amax_cache_path(path, ref.contract.name, lab).name
-                                if lab.startswith("int8") else None),
+                                if lab.startswith("int8") and amax_cache_path(path, ref.contract.name, lab).is_file()
+                                else None),
                        "platform": dict(here)}
                  for lab, d in report["labels"].items()}}
     by_platform: dict = {}  # the FP16 entries of other platforms: kept beside the one in labels

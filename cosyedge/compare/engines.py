@@ -117,8 +117,9 @@ def ensure_engine(ref: CompareModel, label: str, engines_dir: Path, *, baseline:
     plain = default_placement("onnxruntime", ref.model_path)[0]  # the placement a plain --int8 build gets
     folder = Path(engines_dir) / engine_folder_name(engine_name, precision, "onnxruntime", sparse, plain_placement=plain)
     amax = amax_cache_path(baseline, name, label)
+    calibrates = precision == "int8" and needs_calibration(ref.model_path, plain)
     use_amax = precision == "int8" and not update and calib is None
-    if use_amax and not amax.is_file() and not needs_calibration(ref.model_path, plain):
+    if use_amax and not amax.is_file() and not calibrates:
         use_amax = False  # dynamic INT8 activations: nothing calibrated, no amax cache needed
     if use_amax and not amax.is_file():
         raise UsageError(f"no INT8 calibration for '{label}' of this model ({amax} missing); run "
@@ -141,7 +142,7 @@ def ensure_engine(ref: CompareModel, label: str, engines_dir: Path, *, baseline:
     folder = reuse_or_build(ref.model_path, folder, build=build, reused="reusing engine %s",
                             fresh=lambda f: label_fresh(f, ref.model_sha256, label,
                                                         amax=amax if use_amax else None, calib=calib,
-                                                        placement=plain))
+                                                        placement=plain, calibrated=calibrates))
     if precision == "int8" and not use_amax:
         manifest = EngineManifest.load(folder)
         used = manifest.int8.get("amax_path")

@@ -234,12 +234,14 @@ def int8_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, calib: Any = None,
 
         mm_model, mm_form, mm_names = _matmul_plan(model, contract, to_quantize)
         got = {mm_form["origin"][n] for n in mm_names}
-        if fallback_placement and not mm_names and not [g for g in mm_form["gru_cells"] if g not in gru_keep]:
+        # GRU cells kept float by --exclude were found: no fallback (trt has no GRU to exclude and would refuse it)
+        if fallback_placement and not mm_names and not mm_form["gru_cells"]:
             placement_note = (f"INT8 placement {fallback_placement}: the ONNX Runtime default ort_matmul finds no layer "
                               f"of its form in {src.name} (one-frame convs, 2-D MatMuls, one-step GRUs at one hop per "
                               f"call)")
             LOG.info("%s", placement_note)
-            return int8_onnx(source, out_path, calib=calib, exclude=tuple(exclude) + tuple(gru_keep), count=count,
+            # the GRUs --exclude keeps float are float under trt anyway (not a weighted op there: trt refuses them)
+            return int8_onnx(source, out_path, calib=calib, exclude=tuple(exclude), count=count,
                              amax=amax, threads=threads, cache_name=cache_name, calibration=calibration,
                              placement=fallback_placement, min_snr_db=min_snr_db, holdout=holdout,
                              final_path=final_path) | {"placement_requested": placement,
@@ -262,6 +264,11 @@ def int8_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, calib: Any = None,
     if not calibrated:
         LOG.info("INT8 activations quantized per call (DynamicQuantizeMatMul): no calibration needed%s",
                  f"; the amax cache {amax} is not used" if amax is not None else "")
+        if calib is not None:  # asked for by name, silently unread, a typo or a missing folder would go unseen
+            shown_set = getattr(calib, "folder", calib)
+            LOG.warning("INT8 calibration set %s is not read: ONNX Runtime's INT8 (placement ort_matmul, dynamic "
+                        "activations) quantizes activations per call and calibrates nothing (--int8-placement trt "
+                        "or --bias-correction calibrate on it)", shown_set)
     elif amax is not None:
         amax_path = Path(amax)
         data = cal.load_amax(amax_path, model_sha256=model_sha, where=str(src), model_path=src)

