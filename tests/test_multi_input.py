@@ -83,6 +83,15 @@ def test_feeds_follow_the_contract(twoin):
         feeds.full_inputs(c, np.ones(8, np.float32))
 
 
+def test_pool_push_many_refuses_a_two_input_model_saying_push(twoin):
+    from cosyedge.runtime.pool import StreamPool
+
+    with StreamPool(twoin[0], max_streams=2) as pool:
+        sid = pool.join()
+        with pytest.raises(UsageError, match=r"push_many\(\) takes one waveform per stream.*\['audio', 'ref'\].*use push"):
+            pool.push_many([sid], np.zeros((1, pool.chunk_samples), np.float32))
+
+
 def test_stream_array_takes_partners_and_equals_the_torch_model(twoin):
     from cosyedge.runtime import OrtStreamSession, stream_array
 
