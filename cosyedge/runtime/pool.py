@@ -544,8 +544,9 @@ class StreamPool:
                 raise UsageError(f"push_many(): stream(s) {queued[:5]} have chunks queued by submit(); tick() them "
                                  f"first (a tick runs one chunk per stream)")
             done = [self._samples.get(sid, 0) + c for sid in sids]
-            for sid, n in zip(sids, done):
-                self.contract.check_stream_length(n, f"stream {sid}", "leave() it and join() a new stream")
+            if self.contract.max_stream_samples and max(done) > self.contract.max_stream_samples:
+                for sid, n in zip(sids, done):  # the first stream past the model's position table, named
+                    self.contract.check_stream_length(n, f"stream {sid}", "leave() it and join() a new stream")
             self._samples.update(zip(sids, done))
             t0 = time.perf_counter()
             order = np.argsort(slots, kind="stable")

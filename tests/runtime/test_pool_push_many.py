@@ -84,3 +84,17 @@ def test_bad_batches_are_refused_before_any_state_moves(tmp_path):
         assert pool.push_many([s2, s1], x).shape == (2, c) and pool.ticks == 2
     with pytest.raises(UsageError, match="inactive"):
         pool.push_many([s1], x[:1])
+
+
+def test_a_stream_past_the_position_table_is_refused_by_name(tmp_path):
+    path = models.make_two_state_model(tmp_path / "m.onnx")
+    with StreamPool(path, max_streams=2) as pool:
+        c = pool.chunk_samples
+        pool.contract.max_stream_samples = 3 * c  # as a model with a position table of 3 chunks declares
+        a, b = pool.join(), pool.join()
+        x = np.ones((2, c), np.float32)
+        for _ in range(3):
+            pool.push_many([a, b], x)
+        with pytest.raises(UsageError, match=rf"stream {a} is longer than the model can count positions"):
+            pool.push_many([a, b], x)
+        assert pool.ticks == 3
