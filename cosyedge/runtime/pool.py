@@ -514,23 +514,31 @@ class StreamPool:
             np.ndarray: float32 (m, chunk_samples), a new array: row i is stream ``sids[i]``'s output.
         Raises:
             UsageError: the pool is inactive; a model that does not map one waveform to one waveform (use
-                :meth:`push` with a dict per stream); wrong dtype or shape, NaN/Inf samples (naming the streams);
-                an unknown or repeated id; a stream with chunks queued by :meth:`submit` (:meth:`tick` them first:
-                a tick runs one chunk per stream); a stream past the contract's length limit.
+                :meth:`push` with a dict per stream); ids not a sequence; wrong dtype or shape (a ragged list too),
+                NaN/Inf samples (naming the streams); an unknown or repeated id; a stream with chunks queued by
+                :meth:`submit` (:meth:`tick` them first: a tick runs one chunk per stream); a stream past the
+                contract's length limit.
         """
         c = self.chunk_samples
         if not self._audio:
             raise UsageError(f"push_many() takes one waveform per stream; {self.model_path} streams inputs "
                              f"{sorted(self.input_shapes)}: use push() with a dict per stream")
-        x = np.asarray(chunks)
-        m = len(sids)
+        try:
+            m = len(sids)
+        except TypeError:
+            raise UsageError(f"push_many() takes a sequence of stream ids, got {type(sids).__name__}") from None
+        try:
+            x = np.asarray(chunks)
+        except ValueError as e:  # a ragged list of rows
+            raise UsageError(f"chunks is not one (m, {c}) array: {first_line(e, with_type=False)}") from None
         if x.dtype != np.float32:
             raise UsageError(f"chunks dtype is {x.dtype}, expected float32")
         if x.shape != (m, c):
             raise UsageError(f"chunks shape is {x.shape}, expected ({m}, {c}): one row of {c} samples per stream id")
         finite = np.isfinite(x).all(axis=1)
         if not finite.all():
-            bad = [sids[i] for i in np.flatnonzero(~finite)[:5]]
+            ids = list(sids)  # a set or dict keys of ids cannot be indexed
+            bad = [ids[i] for i in np.flatnonzero(~finite)[:5]]
             raise UsageError(f"chunks of stream(s) {bad} hold NaN/Inf samples")
         with self._lock:
             self._check_active("push_many()")

@@ -98,3 +98,27 @@ def test_a_stream_past_the_position_table_is_refused_by_name(tmp_path):
         with pytest.raises(UsageError, match=rf"stream {a} is longer than the model can count positions"):
             pool.push_many([a, b], x)
         assert pool.ticks == 3
+
+
+def test_ids_not_a_sequence_ragged_rows_and_a_set_of_ids_with_nan_are_one_line_usage_errors(tmp_path):
+    path = models.make_two_state_model(tmp_path / "m.onnx")
+    with StreamPool(path, max_streams=3) as pool:
+        c = pool.chunk_samples
+        a, b = pool.join(), pool.join()
+        x = np.ones((2, c), np.float32)
+        before = pool.state(a)
+        for sids, chunks, match in [
+            ((s for s in (a, b)), x, "a sequence of stream ids, got generator"),
+            (a, x[:1], "a sequence of stream ids, got int"),
+            (None, x[:1], "a sequence of stream ids, got NoneType"),
+            ([a, b], [[0.0] * c, [0.0] * (c - 1)], rf"chunks is not one \(m, {c}\) array"),
+        ]:
+            with pytest.raises(UsageError, match=match) as err:
+                pool.push_many(sids, chunks)
+            assert "\n" not in str(err.value)
+        bad = x.copy()
+        bad[1, 3] = np.inf
+        with pytest.raises(UsageError, match=r"stream\(s\) \[\d\] hold NaN/Inf"):  # the ids as a set: not indexable
+            pool.push_many({a, b}, bad)
+        assert pool.ticks == 0 and all(np.array_equal(before[k], v) for k, v in pool.state(a).items())
+        assert pool.push_many({a: 0, b: 1}.keys(), x).shape == (2, c)  # any sized iterable of ids runs
