@@ -614,7 +614,7 @@ class StreamPool:
     def _slot(self, sid: int) -> int:
         try:
             return self._slot_of[sid]
-        except KeyError:
+        except (KeyError, TypeError):  # TypeError: an unhashable id (a list, an array)
             raise UsageError(f"unknown stream id {sid} (joined: {sorted(self._slot_of)})") from None
 
     def _run_slots(self, slots: np.ndarray, m: int) -> None:

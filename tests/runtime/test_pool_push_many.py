@@ -122,3 +122,16 @@ def test_ids_not_a_sequence_ragged_rows_and_a_set_of_ids_with_nan_are_one_line_u
             pool.push_many({a, b}, bad)
         assert pool.ticks == 0 and all(np.array_equal(before[k], v) for k, v in pool.state(a).items())
         assert pool.push_many({a: 0, b: 1}.keys(), x).shape == (2, c)  # any sized iterable of ids runs
+
+
+def test_an_unhashable_id_is_an_unknown_stream_id_not_a_type_error(tmp_path):
+    path = models.make_two_state_model(tmp_path / "m.onnx")
+    with StreamPool(path, max_streams=2) as pool:
+        c = pool.chunk_samples
+        a = pool.join()
+        x = np.ones((1, c), np.float32)
+        with pytest.raises(UsageError, match=r"unknown stream id \[0\]"):
+            pool.push_many([[a]], x)  # ids nested one list too deep
+        with pytest.raises(UsageError, match=r"unknown stream id \[0\]"):
+            pool.submit([a], x[0])
+        assert pool.ticks == 0 and pool.pending(a) == 0
