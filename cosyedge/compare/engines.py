@@ -118,9 +118,8 @@ def ensure_engine(ref: CompareModel, label: str, engines_dir: Path, *, baseline:
     folder = Path(engines_dir) / engine_folder_name(engine_name, precision, "onnxruntime", sparse, plain_placement=plain)
     amax = amax_cache_path(baseline, name, label)
     calibrates = precision == "int8" and needs_calibration(ref.model_path, plain)
-    use_amax = precision == "int8" and not update and calib is None
-    if use_amax and not amax.is_file() and not calibrates:
-        use_amax = False  # dynamic INT8 activations: nothing calibrated, no amax cache needed
+    # an INT8 build that calibrates nothing (dynamic activations) reads no amax cache: none is needed or kept
+    use_amax = calibrates and not update and calib is None
     if use_amax and not amax.is_file():
         raise UsageError(f"no INT8 calibration for '{label}' of this model ({amax} missing); run "
                          f"'cosyedge check --update-baseline' (calibrates on calib/, made from Debian packages "

@@ -235,7 +235,7 @@ def int8_onnx(fp32_stream_onnx: Any, out_path: str | Path, *, calib: Any = None,
         mm_model, mm_form, mm_names = _matmul_plan(model, contract, to_quantize)
         got = {mm_form["origin"][n] for n in mm_names}
         # GRU cells kept float by --exclude were found: no fallback (trt has no GRU to exclude and would refuse it)
-        if fallback_placement and not mm_names and not mm_form["gru_cells"]:
+        if fallback_placement and _finds_nothing(mm_form, mm_names):
             placement_note = (f"INT8 placement {fallback_placement}: the ONNX Runtime default ort_matmul finds no layer "
                               f"of its form in {src.name} (one-frame convs, 2-D MatMuls, one-step GRUs at one hop per "
                               f"call)")
@@ -433,6 +433,12 @@ def _matmul_plan(model: Any, contract: StreamContract, to_quantize: list) -> tup
                                if mm_form["origin"].get(n.name) in wanted]
 
 
+def _finds_nothing(mm_form: dict, mm_names: list[str]) -> bool:
+    """Whether the ``ort_matmul`` form (:func:`_matmul_plan`) found no layer to quantize: no MatMul of a weighted
+    node and no one-step GRU cell (a default build then takes its fallback placement, ``trt``, which calibrates)."""
+    return not mm_names and not mm_form["gru_cells"]
+
+
 def needs_calibration(fp32_stream_onnx: Any, placement: str, activations: str = "dynamic",
                       bias_correction: bool = False) -> bool:
     """Whether :func:`int8_onnx` with these options calibrates (reads an amax cache or a calibration set).
@@ -467,8 +473,7 @@ def needs_calibration(fp32_stream_onnx: Any, placement: str, activations: str = 
     if has_subgraphs(model):
         return True
     to_quantize, _ = qdq.select_nodes(model, [i.name for i in contract.stream_inputs], contract.output, ())
-    _, form, names = _matmul_plan(model, contract, to_quantize)
-    return not names and not form["gru_cells"]
+    return _finds_nothing(*_matmul_plan(model, contract, to_quantize)[1:])
 
 
 def _bias_effect(source: Any, out_path: Path, snr_with: float | None, plain: Any, src: Path) -> dict:

@@ -377,16 +377,16 @@ class Dfn3Item(VersusItem):
         self.df.__exit__(None, None, None)
 
 
-def feed(pool, ids: list[int], x: np.ndarray, ticks: int, warmup: int, api: str = "push_many") -> np.ndarray:
+def feed(pool, ids: list[int], x: np.ndarray, ticks: int, warmup: int) -> np.ndarray:
     """Push ``warmup + ticks`` ticks of real speech ``x`` (float32 (T,), looped; stream k starts at sample 997 k) to
-    the joined streams ``ids`` of an active pool, one chunk each per tick; return the last ``ticks`` per-tick times
-    (ms, float64) of the whole call, as its caller waits for it: the chunks' checks and the tick. ``api``:
-    ``push_many`` (one (n, chunk) array; default) or ``push`` (a dict of chunks, each checked and queued by
-    ``submit``, about 8 us per chunk). Before 2026-12-08 this returned ``pool.tick_latencies_ms``, the tick alone
-    (without the submits: 1.2 ms of a 150-stream tick on the reference)."""
+    the joined streams ``ids`` of an active pool, one chunk each per tick, as one (n, chunk) array (``push_many``; a
+    model that does not map one waveform to one waveform: ``push`` with a dict); return the last ``ticks`` per-tick
+    times (ms, float64) of the whole call, as its caller waits for it: the chunks' checks and the tick. Before
+    2026-12-08 this returned ``pool.tick_latencies_ms``, the tick alone (without the per-chunk ``submit`` of
+    ``push``, about 8 us per chunk: 1.2 ms of a 150-stream tick on the reference)."""
     c = pool.chunk_samples
     offsets = (np.arange(len(ids)) * 997) % x.size
-    many = api == "push_many" and pool.contract.is_audio
+    many = pool.contract.is_audio
     ms = []
     for t in range(warmup + ticks):
         chunks = x[(offsets[:, None] + t * c + np.arange(c)[None, :]) % x.size]

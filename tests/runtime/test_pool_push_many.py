@@ -16,13 +16,19 @@ from tests.helpers import models
 from tests.helpers.audio import demo_speech
 
 
+@pytest.fixture(scope="module")
+def two_state(tmp_path_factory) -> Path:
+    """The two-state test model (:func:`tests.helpers.models.make_two_state_model`), made once for the module."""
+    return models.make_two_state_model(tmp_path_factory.mktemp("push_many") / "m.onnx")
+
+
 def _chunks(x: np.ndarray, offsets: np.ndarray, t: int, c: int) -> np.ndarray:
     return x[(offsets[:, None] + t * c + np.arange(c)[None, :]) % x.size].astype(np.float32)
 
 
 @pytest.mark.parametrize("model", ["reference", "two_state"])
-def test_push_many_equals_push_with_churn_and_shuffled_ids(model, tmp_path):
-    path = REFERENCE_STREAM_ONNX if model == "reference" else models.make_two_state_model(tmp_path / "m.onnx")
+def test_push_many_equals_push_with_churn_and_shuffled_ids(model, two_state):
+    path = REFERENCE_STREAM_ONNX if model == "reference" else two_state
     x = demo_speech(10.0) if model == "reference" else np.random.default_rng(0).standard_normal(40000)
     rng = np.random.default_rng(1)
     with StreamPool(path, max_streams=12) as a, StreamPool(path, max_streams=12) as b:
@@ -57,9 +63,8 @@ def test_push_many_equals_push_with_churn_and_shuffled_ids(model, tmp_path):
         assert ran > 300 and b.chunks_run == a.chunks_run == ran and b.ticks == a.ticks
 
 
-def test_bad_batches_are_refused_before_any_state_moves(tmp_path):
-    path = models.make_two_state_model(tmp_path / "m.onnx")
-    with StreamPool(path, max_streams=4) as pool:
+def test_bad_batches_are_refused_before_any_state_moves(two_state):
+    with StreamPool(two_state, max_streams=4) as pool:
         c = pool.chunk_samples
         s1, s2 = pool.join(), pool.join()
         x = np.ones((2, c), np.float32)
@@ -87,7 +92,7 @@ def test_bad_batches_are_refused_before_any_state_moves(tmp_path):
 
 
 def test_a_stream_past_the_position_table_is_refused_by_name(tmp_path):
-    path = models.make_two_state_model(tmp_path / "m.onnx")
+    path = models.make_two_state_model(tmp_path / "m.onnx")  # its own file: the test sets the contract's limit
     with StreamPool(path, max_streams=2) as pool:
         c = pool.chunk_samples
         pool.contract.max_stream_samples = 3 * c  # as a model with a position table of 3 chunks declares
@@ -100,9 +105,8 @@ def test_a_stream_past_the_position_table_is_refused_by_name(tmp_path):
         assert pool.ticks == 3
 
 
-def test_ids_not_a_sequence_ragged_rows_and_a_set_of_ids_with_nan_are_one_line_usage_errors(tmp_path):
-    path = models.make_two_state_model(tmp_path / "m.onnx")
-    with StreamPool(path, max_streams=3) as pool:
+def test_ids_not_a_sequence_ragged_rows_and_a_set_of_ids_with_nan_are_one_line_usage_errors(two_state):
+    with StreamPool(two_state, max_streams=3) as pool:
         c = pool.chunk_samples
         a, b = pool.join(), pool.join()
         x = np.ones((2, c), np.float32)
@@ -124,9 +128,8 @@ def test_ids_not_a_sequence_ragged_rows_and_a_set_of_ids_with_nan_are_one_line_u
         assert pool.push_many({a: 0, b: 1}.keys(), x).shape == (2, c)  # any sized iterable of ids runs
 
 
-def test_an_unhashable_id_is_an_unknown_stream_id_not_a_type_error(tmp_path):
-    path = models.make_two_state_model(tmp_path / "m.onnx")
-    with StreamPool(path, max_streams=2) as pool:
+def test_an_unhashable_id_is_an_unknown_stream_id_not_a_type_error(two_state):
+    with StreamPool(two_state, max_streams=2) as pool:
         c = pool.chunk_samples
         a = pool.join()
         x = np.ones((1, c), np.float32)
